@@ -1,0 +1,121 @@
+//! The interface every backend implements, and the errors a run can end with.
+
+use thiserror::Error;
+
+use crate::host::{CallArgs, CallOutputs, HostTensor};
+use crate::ir::{ErrorClass, Name};
+use crate::plan::LaunchPlan;
+
+/// Fast mode: out-of-bounds is undefined. Checked mode: every access is checked
+/// and reported with program, block, thread, ref and index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    #[default]
+    Fast,
+    Checked,
+}
+
+/// Options common to every backend's `run`.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    pub mode: Mode,
+    /// Seed for schedules (interpreter) and anything else randomised.
+    pub seed: u64,
+}
+
+/// Where in a run something happened.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Site {
+    /// Program index in the map and its kernel name.
+    pub program: usize,
+    pub kernel: Name,
+    /// Linear block id within the program.
+    pub block: u64,
+    /// Thread id within the block (`None` for block-collective operations).
+    pub thread: Option<u32>,
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "program {} ({}), block {}", self.program, self.kernel, self.block)?;
+        if let Some(t) = self.thread {
+            write!(f, ", thread {t}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a run did not produce outputs.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum RunError {
+    #[error("deadlock: every live block waits\n{wait_for_graph}")]
+    Deadlock { wait_for_graph: String },
+    #[error("out-of-bounds access at {site}: `{reference}` index {index} (shape {shape})")]
+    OutOfBounds {
+        site: Site,
+        reference: Name,
+        index: String,
+        shape: String,
+    },
+    #[error("read of memory that was never written at {site}: `{reference}` element {element}")]
+    UninitializedRead {
+        site: Site,
+        reference: Name,
+        element: u64,
+    },
+    #[error("data race on `{reference}` element {element}: {first} and {second}")]
+    DataRace {
+        reference: Name,
+        element: u64,
+        first: Site,
+        second: Site,
+    },
+    #[error("wait on `{semaphore}` timed out at {site}")]
+    WaitTimeout { site: Site, semaphore: String },
+    #[error("results differ between schedules: {detail}")]
+    Nondeterministic { detail: String },
+    #[error("not supported on this adapter: {reason}")]
+    Unsupported { reason: String },
+    #[error("refused before launch: {reason}")]
+    Refused { reason: String },
+    #[error("bad call arguments: {0}")]
+    BadArguments(String),
+    #[error("backend error: {0}")]
+    Backend(String),
+}
+
+impl RunError {
+    /// The class conformance compares; `None` for errors that are never expected.
+    pub fn class(&self) -> Option<ErrorClass> {
+        Some(match self {
+            RunError::Deadlock { .. } => ErrorClass::Deadlock,
+            RunError::OutOfBounds { .. } => ErrorClass::OutOfBounds,
+            RunError::UninitializedRead { .. } => ErrorClass::UninitializedRead,
+            RunError::DataRace { .. } => ErrorClass::DataRace,
+            RunError::WaitTimeout { .. } => ErrorClass::WaitTimeout,
+            RunError::Nondeterministic { .. } => ErrorClass::Nondeterministic,
+            RunError::Unsupported { .. } => ErrorClass::Unsupported,
+            RunError::Refused { .. } => ErrorClass::Refused,
+            RunError::BadArguments(_) | RunError::Backend(_) => return None,
+        })
+    }
+}
+
+/// A backend runs launch plans. It owns the device-resident refs, which live
+/// as long as the backend value: that is how one call hands data and
+/// semaphore credits to a later call.
+pub trait Backend {
+    /// Short name used in reports (`interp`, `wgpu`, `cuda`).
+    fn name(&self) -> &'static str;
+
+    /// Runs one call of the plan's map.
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError>;
+
+    /// Current contents of a device-resident ref, if it exists yet.
+    fn resident(&self, name: &str) -> Option<HostTensor>;
+}

@@ -1,0 +1,1 @@
+//! The reference interpreter: the oracle every backend is judged against.

@@ -1,0 +1,766 @@
+//! The mpmd IR: one documented data structure that every other part reads.
+//!
+//! A [`Module`] holds meshes, kernels, MPMD maps, device-resident refs, a
+//! sequence of calls and (for test cases) a [`CaseSpec`]. The IR carries no
+//! source spans, so that `parse(print(x)) == x` is plain structural equality;
+//! the parser records spans on the side in a [`crate::text::SourceMap`] keyed by
+//! [`IrPath`].
+//!
+//! Conventions every part relies on (see ARCHITECTURE.md, "IR conventions"):
+//! - every scalar is 32 bits wide; `bool` is stored as a `u32` holding 0 or 1;
+//! - a mesh's *block coordinates* are its grid axes then its cluster axes; the
+//!   linear block id is row-major over them (the last axis varies fastest);
+//! - a ref type `T @ M` has one instance per block of `M`, laid out in memory
+//!   by `M`'s linear block id, each instance row-major over `T`'s shape.
+
+mod builder;
+mod path;
+mod typing;
+
+pub use builder::*;
+pub use path::{IrPath, PathStep};
+pub use typing::{type_of, Scope, TypeError};
+
+/// Identifiers: meshes, axes, kernels, maps, operands, locals.
+pub type Name = String;
+
+/// A 32-bit scalar type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScalarType {
+    F32,
+    I32,
+    U32,
+    Bool,
+}
+
+impl std::fmt::Display for ScalarType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.keyword())
+    }
+}
+
+impl ScalarType {
+    pub const ALL: [ScalarType; 4] = [Self::F32, Self::I32, Self::U32, Self::Bool];
+
+    /// The keyword used by the text format (`f32`, `i32`, `u32`, `bool`).
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::I32 => "i32",
+            Self::U32 => "u32",
+            Self::Bool => "bool",
+        }
+    }
+
+    pub fn is_integer(self) -> bool {
+        matches!(self, Self::I32 | Self::U32)
+    }
+
+    pub fn is_numeric(self) -> bool {
+        !matches!(self, Self::Bool)
+    }
+}
+
+/// Where a ref lives and who sees it (DESIGN.md, "The IR").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MemorySpace {
+    /// Device memory, seen by every thread of every program.
+    Gmem,
+    /// Per block of one program.
+    Smem,
+    /// Device-memory `i32` counters, only through signal / wait / read.
+    Sem,
+    /// Per thread.
+    Local,
+}
+
+impl MemorySpace {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Self::Gmem => "gmem",
+            Self::Smem => "smem",
+            Self::Sem => "sem",
+            Self::Local => "local",
+        }
+    }
+
+    /// Device-resident spaces outlive a call and may belong to external meshes.
+    pub fn is_device_resident(self) -> bool {
+        matches!(self, Self::Gmem | Self::Sem)
+    }
+}
+
+/// A statically shaped array in a memory space, optionally owned by a mesh.
+///
+/// For `sem`, `elem` is always [`ScalarType::I32`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RefType {
+    pub space: MemorySpace,
+    pub elem: ScalarType,
+    /// Row-major extents, outermost first. At least one dimension.
+    pub shape: Vec<u32>,
+    /// `T @ M`: one instance of this array per block of mesh `M`.
+    pub owner: Option<Name>,
+}
+
+impl RefType {
+    /// Elements in one instance.
+    pub fn len(&self) -> u64 {
+        self.shape.iter().map(|&d| d as u64).product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The type of a kernel parameter or map operand.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Type {
+    Scalar(ScalarType),
+    Ref(RefType),
+}
+
+impl Type {
+    pub fn as_ref_type(&self) -> Option<&RefType> {
+        match self {
+            Type::Ref(r) => Some(r),
+            Type::Scalar(_) => None,
+        }
+    }
+}
+
+/// A named axis of a mesh.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Axis {
+    pub name: Name,
+    pub size: u32,
+}
+
+/// A mesh: up to 3 grid axes, up to 3 cluster axes, one thread axis.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Mesh {
+    pub name: Name,
+    pub grid: Vec<Axis>,
+    pub cluster: Vec<Axis>,
+    pub threads: Axis,
+}
+
+impl Mesh {
+    /// Grid axes, then cluster axes: the axes a block coordinate names.
+    pub fn block_axes(&self) -> impl Iterator<Item = &Axis> {
+        self.grid.iter().chain(self.cluster.iter())
+    }
+
+    /// Number of blocks: the product of the grid and cluster axis sizes.
+    pub fn block_count(&self) -> u64 {
+        self.block_axes().map(|a| a.size as u64).product()
+    }
+
+    /// `shape()` of DESIGN.md: grid axes, then cluster axes, then the thread axis.
+    pub fn shape(&self) -> Vec<u32> {
+        self.block_axes()
+            .chain(std::iter::once(&self.threads))
+            .map(|a| a.size)
+            .collect()
+    }
+
+    pub fn axes(&self) -> impl Iterator<Item = &Axis> {
+        self.block_axes().chain(std::iter::once(&self.threads))
+    }
+
+    pub fn axis(&self, name: &str) -> Option<&Axis> {
+        self.axes().find(|a| a.name == name)
+    }
+}
+
+/// Bit pattern of an `f32` literal, so that literals compare and hash exactly
+/// (NaN == NaN, -0.0 != 0.0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct F32Bits(pub u32);
+
+impl F32Bits {
+    pub fn from_f32(v: f32) -> Self {
+        F32Bits(v.to_bits())
+    }
+    pub fn to_f32(self) -> f32 {
+        f32::from_bits(self.0)
+    }
+}
+
+/// A typed constant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Literal {
+    F32(F32Bits),
+    I32(i32),
+    U32(u32),
+    Bool(bool),
+}
+
+impl Literal {
+    pub fn f32(v: f32) -> Self {
+        Literal::F32(F32Bits::from_f32(v))
+    }
+
+    pub fn ty(self) -> ScalarType {
+        match self {
+            Literal::F32(_) => ScalarType::F32,
+            Literal::I32(_) => ScalarType::I32,
+            Literal::U32(_) => ScalarType::U32,
+            Literal::Bool(_) => ScalarType::Bool,
+        }
+    }
+
+    /// The 32-bit word this value is stored as in memory.
+    pub fn to_bits(self) -> u32 {
+        match self {
+            Literal::F32(b) => b.0,
+            Literal::I32(v) => v as u32,
+            Literal::U32(v) => v,
+            Literal::Bool(v) => v as u32,
+        }
+    }
+
+    /// The value of type `ty` stored as `bits` (any non-zero word is `true`).
+    pub fn from_bits(ty: ScalarType, bits: u32) -> Self {
+        match ty {
+            ScalarType::F32 => Literal::F32(F32Bits(bits)),
+            ScalarType::I32 => Literal::I32(bits as i32),
+            ScalarType::U32 => Literal::U32(bits),
+            ScalarType::Bool => Literal::Bool(bits != 0),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// Arithmetic negation (`-x`); wraps for integers.
+    Neg,
+    /// Logical not of a `bool` (`!x`).
+    Not,
+    /// Bitwise complement of an integer (`~x`).
+    BitNot,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// Integer division by zero returns the dividend; `i32::MIN / -1` is `i32::MIN`.
+    Div,
+    /// Integer remainder by zero is 0; `i32::MIN % -1` is 0. Float `%` is C `fmodf`.
+    Rem,
+    BitAnd,
+    BitOr,
+    BitXor,
+    /// Shift amounts are taken modulo 32.
+    Shl,
+    /// Arithmetic for `i32`, logical for `u32`; amount modulo 32.
+    Shr,
+    LogicAnd,
+    LogicOr,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl BinaryOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            Self::Eq | Self::Ne | Self::Lt | Self::Le | Self::Gt | Self::Ge
+        )
+    }
+}
+
+/// Math functions; each has an entry in docs/numerics.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MathFn {
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    /// Also for integers (`abs(i32::MIN)` wraps to `i32::MIN`).
+    Abs,
+    /// Also for integers; with one NaN operand returns the other.
+    Min,
+    Max,
+    Floor,
+    Ceil,
+    /// `fma(a, b, c)`: a*b+c with one rounding.
+    Fma,
+    Pow,
+}
+
+impl MathFn {
+    pub const ALL: [MathFn; 14] = [
+        Self::Exp,
+        Self::Log,
+        Self::Sqrt,
+        Self::Rsqrt,
+        Self::Sin,
+        Self::Cos,
+        Self::Tanh,
+        Self::Abs,
+        Self::Min,
+        Self::Max,
+        Self::Floor,
+        Self::Ceil,
+        Self::Fma,
+        Self::Pow,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exp => "exp",
+            Self::Log => "log",
+            Self::Sqrt => "sqrt",
+            Self::Rsqrt => "rsqrt",
+            Self::Sin => "sin",
+            Self::Cos => "cos",
+            Self::Tanh => "tanh",
+            Self::Abs => "abs",
+            Self::Min => "min",
+            Self::Max => "max",
+            Self::Floor => "floor",
+            Self::Ceil => "ceil",
+            Self::Fma => "fma",
+            Self::Pow => "pow",
+        }
+    }
+
+    pub fn arity(self) -> usize {
+        match self {
+            Self::Min | Self::Max | Self::Pow => 2,
+            Self::Fma => 3,
+            _ => 1,
+        }
+    }
+
+    /// Whether the function accepts integer operands (otherwise `f32` only).
+    pub fn accepts_integers(self) -> bool {
+        matches!(self, Self::Abs | Self::Min | Self::Max)
+    }
+}
+
+/// A use of a ref: `base[index...]`, or `base@[coords...][index...]` for the
+/// instance that belongs to the block of the owner mesh at `coords`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RefAccess {
+    pub base: Name,
+    /// Block coordinates (grid axes then cluster axes) of the owner mesh.
+    /// `None`: the current block's own instance (or the only instance of an
+    /// unowned ref).
+    pub block: Option<Vec<Expr>>,
+    /// One index per dimension of the ref's shape.
+    pub index: Vec<Expr>,
+}
+
+/// A pure expression. Memory reads are `Load`; atomics and semaphore reads are
+/// statements so that expression evaluation order never matters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    Lit(Literal),
+    /// A `let`, `var`, loop variable or scalar parameter.
+    Var(Name),
+    /// Index of the current point along a named axis of the program's own mesh (`u32`).
+    AxisIndex(Name),
+    /// Size of a named axis of any mesh in scope (`u32`).
+    AxisSize(Name),
+    Load(Box<RefAccess>),
+    Unary(UnaryOp, Box<Expr>),
+    Binary(BinaryOp, Box<Expr>, Box<Expr>),
+    /// `select(cond, if_true, if_false)`.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// Value conversion (`f32(x)`): float to int truncates and saturates, NaN to 0.
+    Cast(ScalarType, Box<Expr>),
+    /// Reinterpretation of the 32 bits (`bitcast<f32>(x)`).
+    Bitcast(ScalarType, Box<Expr>),
+    Math(MathFn, Vec<Expr>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AtomicOp {
+    Load,
+    Store,
+    Add,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+    Exchange,
+    CompareExchange,
+}
+
+impl AtomicOp {
+    pub const ALL: [AtomicOp; 10] = [
+        Self::Load,
+        Self::Store,
+        Self::Add,
+        Self::Min,
+        Self::Max,
+        Self::And,
+        Self::Or,
+        Self::Xor,
+        Self::Exchange,
+        Self::CompareExchange,
+    ];
+
+    /// Text-format function name (`atomic_add`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Load => "atomic_load",
+            Self::Store => "atomic_store",
+            Self::Add => "atomic_add",
+            Self::Min => "atomic_min",
+            Self::Max => "atomic_max",
+            Self::And => "atomic_and",
+            Self::Or => "atomic_or",
+            Self::Xor => "atomic_xor",
+            Self::Exchange => "atomic_exchange",
+            Self::CompareExchange => "atomic_compare_exchange",
+        }
+    }
+
+    /// Number of value operands after the target.
+    pub fn arity(self) -> usize {
+        match self {
+            Self::Load => 0,
+            Self::CompareExchange => 2,
+            _ => 1,
+        }
+    }
+
+    /// Whether the op produces a value (loads and read-modify-writes return the old value).
+    pub fn returns_value(self) -> bool {
+        !matches!(self, Self::Store)
+    }
+}
+
+/// A typed binding introduced by a statement.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Binding {
+    pub name: Name,
+    pub ty: ScalarType,
+}
+
+/// Semaphore operations; all block-collective (DESIGN.md, "Semantics").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SemOp {
+    /// Barrier, then one release atomic add of `amount`.
+    Signal,
+    /// Wait until the counter is at least `amount`, subtract it, then barrier.
+    Wait,
+    /// Wait until the counter is at least `amount`, without subtracting.
+    WaitNodec,
+}
+
+impl SemOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Signal => "signal",
+            Self::Wait => "wait",
+            Self::WaitNodec => "wait_nodec",
+        }
+    }
+}
+
+/// A structured statement.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Stmt {
+    /// `let name: ty = value;` (immutable).
+    Let { var: Binding, value: Expr },
+    /// `var name: ty = init;` (mutable scalar local).
+    Var { var: Binding, init: Expr },
+    /// `name = value;` for a `var`.
+    Assign { name: Name, value: Expr },
+    /// `local name: elem[shape];` a per-thread array.
+    LocalArray {
+        name: Name,
+        elem: ScalarType,
+        shape: Vec<u32>,
+    },
+    /// `target = value;`
+    Store { target: RefAccess, value: Expr },
+    /// `[let dest: ty =] atomic_op(target, args...);`
+    Atomic {
+        dest: Option<Binding>,
+        op: AtomicOp,
+        target: RefAccess,
+        args: Vec<Expr>,
+    },
+    If {
+        cond: Expr,
+        then_body: Vec<Stmt>,
+        else_body: Vec<Stmt>,
+    },
+    /// `for var: ty in start..end { body }`; step 1, `end` exclusive.
+    For {
+        var: Binding,
+        start: Expr,
+        end: Expr,
+        body: Vec<Stmt>,
+    },
+    /// Block barrier; block-uniform control flow only.
+    Barrier,
+    /// `signal(s[i], n);`, `wait(s[i], n);`, `wait_nodec(s[i], n);`
+    Sem {
+        op: SemOp,
+        sem: RefAccess,
+        amount: Expr,
+    },
+    /// `let dest: i32 = read(s[i]);` (block-collective).
+    SemRead { dest: Name, sem: RefAccess },
+}
+
+/// A kernel parameter.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Param {
+    pub name: Name,
+    pub ty: Type,
+}
+
+/// A kernel: what one thread of a program does.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    pub name: Name,
+    pub params: Vec<Param>,
+    pub body: Vec<Stmt>,
+}
+
+/// One (mesh, kernel) pair of a map.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Program {
+    pub mesh: Name,
+    pub kernel: Name,
+}
+
+/// The four operand lists of a map, in kernel-parameter order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OperandKind {
+    Input,
+    Output,
+    Scalar,
+    Scratch,
+}
+
+impl OperandKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Self::Input => "inputs",
+            Self::Output => "outputs",
+            Self::Scalar => "scalars",
+            Self::Scratch => "scratch",
+        }
+    }
+}
+
+/// An operand of a map.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Operand {
+    pub name: Name,
+    pub ty: Type,
+    /// Outputs and gmem scratch start zeroed (otherwise uninitialised).
+    pub zeroed: bool,
+    /// Bound to the module's device-resident ref of the same name, which
+    /// persists across calls (and may be written even when an input).
+    pub resident: bool,
+}
+
+/// Input `input` and output `output` share one buffer; the output starts with
+/// the input's contents.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Alias {
+    pub input: Name,
+    pub output: Name,
+}
+
+/// An MPMD map: programs that run together over shared operands.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MpmdMap {
+    pub name: Name,
+    pub programs: Vec<Program>,
+    pub inputs: Vec<Operand>,
+    pub outputs: Vec<Operand>,
+    pub scalars: Vec<Operand>,
+    pub scratch: Vec<Operand>,
+    pub aliases: Vec<Alias>,
+    pub fast_math: bool,
+    pub debug: bool,
+}
+
+impl MpmdMap {
+    /// All operands in kernel-parameter order: inputs, outputs, scalars, scratch.
+    pub fn operands(&self) -> impl Iterator<Item = (OperandKind, &Operand)> {
+        fn tagged(k: OperandKind, list: &[Operand]) -> impl Iterator<Item = (OperandKind, &Operand)> {
+            list.iter().map(move |o| (k, o))
+        }
+        tagged(OperandKind::Input, &self.inputs)
+            .chain(tagged(OperandKind::Output, &self.outputs))
+            .chain(tagged(OperandKind::Scalar, &self.scalars))
+            .chain(tagged(OperandKind::Scratch, &self.scratch))
+    }
+
+    pub fn operand(&self, name: &str) -> Option<(OperandKind, &Operand)> {
+        self.operands().find(|(_, o)| o.name == name)
+    }
+}
+
+/// A device-resident ref declared at module level; it outlives calls.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Resident {
+    pub name: Name,
+    pub ty: RefType,
+    /// Zero-filled when first created (semaphores always are).
+    pub zeroed: bool,
+}
+
+/// One call of a map, with its scalar parameter values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Call {
+    pub map: Name,
+    pub scalars: Vec<(Name, Literal)>,
+}
+
+/// Test-case metadata: how to generate inputs, compare outputs, and what to expect.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CaseSpec {
+    pub generators: Vec<(Name, Generator)>,
+    pub compares: Vec<(Name, CompareMode)>,
+    pub expect: Expectation,
+    /// Free-form tags, in addition to those derived from the program.
+    pub tags: Vec<Name>,
+}
+
+/// A deterministic (for a seed) generator of an input's elements.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Generator {
+    /// Uniform in `[lo, hi)` (floats) or `[lo, hi]` (integers), of the input's type.
+    Uniform { lo: Literal, hi: Literal },
+    /// Like `Uniform` but never zero.
+    NonZero { lo: Literal, hi: Literal },
+    /// A mix of the type's edge values (0, -0, ±inf, NaN, subnormals, min, max,
+    /// ±1) and random values.
+    Special,
+    /// Every element is this value.
+    Constant(Literal),
+    /// Element i is i (converted to the input's type).
+    Iota,
+    /// A valid index into dimension `dim` of the named operand.
+    IndexInto { operand: Name, dim: u32 },
+}
+
+/// How an output is compared against the oracle.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CompareMode {
+    /// Bit-exact, except that the sign of zero and NaN payloads are ignored.
+    Exact,
+    /// Floats within `n` units in the last place.
+    Ulp(u32),
+    /// Floats within the bound of the operations involved (the backend's profile).
+    Profile,
+    /// As multisets: order depends on the schedule.
+    Multiset,
+    /// Not compared (for example a value observed by atomics under contention).
+    Ignore,
+}
+
+/// What a case must produce.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Expectation {
+    /// Runs and produces outputs that are compared.
+    #[default]
+    Ok,
+    /// The run must fail with this error class.
+    Fails(ErrorClass),
+    /// Validation must reject the module with this code (`E0001`, ...).
+    Reject(String),
+}
+
+/// Classes of run-time failure; conformance compares the class, not the details.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorClass {
+    Deadlock,
+    OutOfBounds,
+    UninitializedRead,
+    DataRace,
+    WaitTimeout,
+    Nondeterministic,
+    Unsupported,
+    Refused,
+}
+
+impl ErrorClass {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Self::Deadlock => "deadlock",
+            Self::OutOfBounds => "out_of_bounds",
+            Self::UninitializedRead => "uninitialized_read",
+            Self::DataRace => "data_race",
+            Self::WaitTimeout => "wait_timeout",
+            Self::Nondeterministic => "nondeterministic",
+            Self::Unsupported => "unsupported",
+            Self::Refused => "refused",
+        }
+    }
+
+    pub const ALL: [ErrorClass; 8] = [
+        Self::Deadlock,
+        Self::OutOfBounds,
+        Self::UninitializedRead,
+        Self::DataRace,
+        Self::WaitTimeout,
+        Self::Nondeterministic,
+        Self::Unsupported,
+        Self::Refused,
+    ];
+}
+
+/// A whole `.mpmd` file.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Module {
+    pub meshes: Vec<Mesh>,
+    pub kernels: Vec<Kernel>,
+    pub maps: Vec<MpmdMap>,
+    pub residents: Vec<Resident>,
+    /// The calls to run, in order. Empty means: call the only map once.
+    pub calls: Vec<Call>,
+    pub case: Option<CaseSpec>,
+}
+
+impl Module {
+    pub fn mesh(&self, name: &str) -> Option<&Mesh> {
+        self.meshes.iter().find(|m| m.name == name)
+    }
+    pub fn kernel(&self, name: &str) -> Option<&Kernel> {
+        self.kernels.iter().find(|k| k.name == name)
+    }
+    pub fn map(&self, name: &str) -> Option<&MpmdMap> {
+        self.maps.iter().find(|m| m.name == name)
+    }
+    pub fn resident(&self, name: &str) -> Option<&Resident> {
+        self.residents.iter().find(|r| r.name == name)
+    }
+
+    /// The calls to run: the explicit ones, or one call of the only map.
+    pub fn effective_calls(&self) -> Vec<Call> {
+        if !self.calls.is_empty() {
+            return self.calls.clone();
+        }
+        match self.maps.as_slice() {
+            [only] => vec![Call {
+                map: only.name.clone(),
+                scalars: vec![],
+            }],
+            _ => vec![],
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! IR paths: where in a module something is, without source spans.
+
+use std::fmt;
+
+use super::Name;
+
+/// One step of an [`IrPath`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PathStep {
+    Mesh(Name),
+    Kernel(Name),
+    Map(Name),
+    Resident(Name),
+    /// Index into `Module::calls`.
+    Call(usize),
+    /// A map operand, by name.
+    Operand(Name),
+    /// Index into `MpmdMap::programs`.
+    Program(usize),
+    /// A kernel parameter, by name.
+    Param(Name),
+    /// Index of a statement in the enclosing statement list.
+    Stmt(usize),
+    /// The `then` branch of an `if`.
+    Then,
+    /// The `else` branch of an `if`.
+    Else,
+    /// The body of a `for`.
+    Body,
+    /// The test-case section.
+    Case,
+}
+
+/// A path from the module root to an item or statement, e.g.
+/// `kernel consume / stmt 2 / then / stmt 0`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IrPath(pub Vec<PathStep>);
+
+impl IrPath {
+    pub fn root() -> Self {
+        IrPath(Vec::new())
+    }
+
+    /// This path with one more step.
+    pub fn child(&self, step: PathStep) -> Self {
+        let mut steps = self.0.clone();
+        steps.push(step);
+        IrPath(steps)
+    }
+
+    /// The longest prefix that names an item or statement (used to find the
+    /// nearest recorded source span).
+    pub fn parent(&self) -> Option<Self> {
+        if self.0.is_empty() {
+            None
+        } else {
+            Some(IrPath(self.0[..self.0.len() - 1].to_vec()))
+        }
+    }
+}
+
+impl fmt::Display for PathStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathStep::Mesh(n) => write!(f, "mesh {n}"),
+            PathStep::Kernel(n) => write!(f, "kernel {n}"),
+            PathStep::Map(n) => write!(f, "map {n}"),
+            PathStep::Resident(n) => write!(f, "resident {n}"),
+            PathStep::Call(i) => write!(f, "call {i}"),
+            PathStep::Operand(n) => write!(f, "operand {n}"),
+            PathStep::Program(i) => write!(f, "program {i}"),
+            PathStep::Param(n) => write!(f, "param {n}"),
+            PathStep::Stmt(i) => write!(f, "stmt {i}"),
+            PathStep::Then => write!(f, "then"),
+            PathStep::Else => write!(f, "else"),
+            PathStep::Body => write!(f, "body"),
+            PathStep::Case => write!(f, "case"),
+        }
+    }
+}
+
+impl fmt::Display for IrPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return write!(f, "module");
+        }
+        for (i, step) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, " / ")?;
+            }
+            write!(f, "{step}")?;
+        }
+        Ok(())
+    }
+}

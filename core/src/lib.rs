@@ -1,0 +1,15 @@
+//! mpmd-core: the MPMD IR, its text format, validation, lowering to a launch
+//! plan, the reference interpreter and the `Backend` trait.
+//!
+//! Start with [`ir`]; ARCHITECTURE.md at the repository root maps the rest.
+
+pub mod backend;
+pub mod host;
+pub mod interp;
+pub mod ir;
+pub mod plan;
+pub mod text;
+pub mod validate;
+
+pub use backend::{Backend, Mode, RunError, RunOptions};
+pub use host::{CallArgs, CallOutputs, HostTensor};

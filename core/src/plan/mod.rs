@@ -1,0 +1,171 @@
+//! The launch plan: the backend-neutral result of lowering a validated map
+//! (DESIGN.md, "Lowering"). Backends emit code from it and never re-derive it.
+
+mod lower;
+
+pub use lower::{lower, LowerError};
+
+use crate::ir::{Kernel, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, Type};
+
+/// Everything a backend needs to run one call of one map.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchPlan {
+    /// The map as written (a copy of the IR, which the interpreter runs).
+    pub map: MpmdMap,
+    /// Every mesh the call involves: the programs' meshes, then external
+    /// meshes, each once, in first-mention order.
+    pub meshes: Vec<Mesh>,
+    /// Names of the meshes that own an operand but run no program.
+    pub external_meshes: Vec<Name>,
+    /// Device-resident refs the map binds to, as declared in the module.
+    pub residents: Vec<Resident>,
+    /// One unit per program, in topological order of the dependency graph
+    /// (map order among programs the graph does not order).
+    pub units: Vec<LaunchUnit>,
+    /// One binding per operand, in kernel-parameter order.
+    pub operands: Vec<OperandBinding>,
+    /// The device buffers after alias resolution; `OperandBinding::buffer`
+    /// indexes this list.
+    pub buffers: Vec<BufferPlan>,
+    pub graph: DependencyGraph,
+}
+
+/// One program, ready to launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchUnit {
+    /// Index of the program in `MpmdMap::programs`.
+    pub program: usize,
+    pub mesh: Mesh,
+    pub kernel: Kernel,
+    /// Product of the mesh's grid and cluster axis sizes.
+    pub block_count: u64,
+    pub threads_per_block: u32,
+    /// The `smem` operands this program owns, laid out in one per-block arena.
+    pub smem: Vec<SmemSlot>,
+    /// Total bytes of `smem` per block.
+    pub smem_bytes: u32,
+    /// How each axis index of the mesh is recovered from the program-local
+    /// linear block id or the thread id.
+    pub axes: Vec<AxisFormula>,
+}
+
+/// An `smem` operand's place in the per-block arena.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmemSlot {
+    /// Index into `LaunchPlan::operands`.
+    pub operand: usize,
+    pub offset_bytes: u32,
+    pub size_bytes: u32,
+}
+
+/// Which id an axis index is derived from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdSource {
+    /// The program-local linear block id (row-major over grid then cluster axes).
+    Block,
+    /// The thread id within the block.
+    Thread,
+}
+
+/// `axis_index(axis) = (id / stride) % size`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AxisFormula {
+    pub axis: Name,
+    pub source: IdSource,
+    pub stride: u64,
+    pub size: u32,
+}
+
+/// How one operand is bound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperandBinding {
+    pub name: Name,
+    pub kind: OperandKind,
+    pub ty: Type,
+    /// Index into `LaunchPlan::buffers`; `None` for scalars and `smem`.
+    pub buffer: Option<usize>,
+}
+
+/// Where a device buffer's initial contents come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BufferInit {
+    /// Uploaded from the host input of this name.
+    Input(Name),
+    /// Zero-filled at the start of every call (zeroed outputs and scratch, semaphores).
+    Zeroed,
+    /// Left as it is (uninitialised outputs and scratch).
+    Uninitialized,
+    /// The device-resident ref of this name, kept across calls.
+    Resident(Name),
+}
+
+/// One device buffer (gmem or sem) after alias resolution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BufferPlan {
+    /// Operand names bound to this buffer (an input and its aliased output share one).
+    pub operands: Vec<Name>,
+    /// The ref type of one instance.
+    pub ty: RefType,
+    /// Number of instances: the owner mesh's block count, or 1 when unowned.
+    pub instances: u64,
+    /// Total 32-bit elements: `instances * ty.len()`.
+    pub len: u64,
+    pub init: BufferInit,
+    /// Whether any program accesses it atomically (atomics or semaphores).
+    pub atomic: bool,
+    /// Whether the call reads it back as an output.
+    pub output: Option<Name>,
+}
+
+/// A semaphore-carried ordering between programs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DependencyEdge {
+    /// Unit indices (into `LaunchPlan::units`) of the signalling and waiting programs.
+    pub from: usize,
+    pub to: usize,
+    /// The semaphore operand name.
+    pub semaphore: Name,
+}
+
+/// A wait that no program of the call signals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnsignaledWait {
+    pub unit: usize,
+    pub semaphore: Name,
+    /// Whether the semaphore is device-resident (its count at the start of the
+    /// call may satisfy the wait); otherwise the wait is a certain deadlock.
+    pub resident: bool,
+}
+
+/// Signal → wait edges between programs (DESIGN.md, "Lowering").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DependencyGraph {
+    /// Edges between different programs.
+    pub edges: Vec<DependencyEdge>,
+    /// Programs that wait on a semaphore they signal themselves (`from == to`).
+    pub intra_program: Vec<DependencyEdge>,
+    pub unsignaled_waits: Vec<UnsignaledWait>,
+    /// Whether the inter-program edges form a cycle.
+    pub has_cycle: bool,
+}
+
+impl LaunchPlan {
+    /// The unit that runs program `program` (index in the map).
+    pub fn unit_of_program(&self, program: usize) -> Option<&LaunchUnit> {
+        self.units.iter().find(|u| u.program == program)
+    }
+
+    pub fn operand(&self, name: &str) -> Option<&OperandBinding> {
+        self.operands.iter().find(|o| o.name == name)
+    }
+
+    pub fn mesh(&self, name: &str) -> Option<&Mesh> {
+        self.meshes.iter().find(|m| m.name == name)
+    }
+
+    /// Whether every wait's signal comes from an earlier unit (or from the
+    /// resident count): then launching units in order needs no co-residency.
+    pub fn needs_co_residency(&self) -> bool {
+        self.graph.has_cycle || !self.graph.intra_program.is_empty()
+    }
+}

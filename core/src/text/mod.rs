@@ -1,0 +1,1 @@
+//! The text format: printer and parser (see docs/text-format.md).

@@ -1,0 +1,1 @@
+//! Validation: every rule with a stable error code (see docs/errors.md).

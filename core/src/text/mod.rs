@@ -65,3 +65,8 @@ pub fn parse(src: &str) -> Result<(Module, SourceMap), ParseError> {
 pub fn print(module: &Module) -> String {
     format!("{module:?}")
 }
+
+/// Prints one expression in canonical form (used by diagnostics).
+pub fn print_expr(expr: &crate::ir::Expr) -> String {
+    format!("{expr:?}")
+}

@@ -2,7 +2,9 @@
 //! literals and parenthesisation.
 
 use mpmd_core::ir::*;
-use mpmd_core::text::{parse, parse_expr, print, print_expr, print_literal, print_stmt, print_type};
+use mpmd_core::text::{
+    parse, parse_expr, print, print_expr, print_literal, print_stmt, print_type,
+};
 
 /// Written loosely: sugar (`else if`, hex, `n-1u`, redundant parentheses,
 /// comments, trailing commas, lists out of order) that the printer normalises.
@@ -128,8 +130,14 @@ fn literal_edge_values() {
     assert_eq!(lit(Literal::f32(f32::INFINITY)), "inf");
     assert_eq!(lit(Literal::f32(f32::NEG_INFINITY)), "-inf");
     assert_eq!(lit(Literal::F32(F32Bits(0x7fc0_0000))), "nan");
-    assert_eq!(lit(Literal::F32(F32Bits(0x7fc0_0001))), "f32_bits(0x7fc00001)");
-    assert_eq!(lit(Literal::F32(F32Bits(0xffc0_0000))), "f32_bits(0xffc00000)");
+    assert_eq!(
+        lit(Literal::F32(F32Bits(0x7fc0_0001))),
+        "f32_bits(0x7fc00001)"
+    );
+    assert_eq!(
+        lit(Literal::F32(F32Bits(0xffc0_0000))),
+        "f32_bits(0xffc00000)"
+    );
     assert_eq!(lit(Literal::I32(i32::MIN)), "-2147483648");
     assert_eq!(lit(Literal::U32(u32::MAX)), "4294967295u");
     assert_eq!(lit(Literal::Bool(false)), "false");
@@ -168,9 +176,13 @@ fn parenthesisation_is_minimal_and_canonical() {
         ((a.clone() | b.clone()) ^ c.clone(), "(a | b) ^ c"),
         (a.clone() | b.clone() ^ c.clone(), "a | b ^ c"),
         ((a.clone() << b.clone()) + c.clone(), "(a << b) + c"),
-        (a.clone() << b.clone() + c.clone(), "a << b + c"),
+        (a.clone() << (b.clone() + c.clone()), "a << b + c"),
         (
-            select(a.clone(), b.clone().bitcast(ScalarType::F32), c.clone().cast(ScalarType::I32)),
+            select(
+                a.clone(),
+                b.clone().bitcast(ScalarType::F32),
+                c.clone().cast(ScalarType::I32),
+            ),
             "select(a, bitcast<f32>(b), i32(c))",
         ),
         (math(MathFn::Fma, [a.clone(), b, c]), "fma(a, b, c)"),
@@ -198,5 +210,8 @@ fn statements_and_types_print_on_their_own() {
     assert_eq!(print_stmt(&stmt), "for k: u32 in 0u..n {\n  barrier;\n}");
     let ty: Type = sem([2, 3]).owned_by("m").into();
     assert_eq!(print_type(&ty), "sem<[2, 3]> @ m");
-    assert_eq!(print_type(&gmem(ScalarType::F32, [4]).into()), "gmem<f32[4]>");
+    assert_eq!(
+        print_type(&gmem(ScalarType::F32, [4]).into()),
+        "gmem<f32[4]>"
+    );
 }

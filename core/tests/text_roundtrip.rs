@@ -145,39 +145,47 @@ fn shape() -> impl Strategy<Value = Vec<u32>> {
 
 fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
     let sem_ops = vec![SemOp::Signal, SemOp::Wait, SemOp::WaitNodec];
-    let leaf = prop_oneof![
-        (binding(), e.clone()).prop_map(|(var, value)| Stmt::Let { var, value }),
-        (binding(), e.clone()).prop_map(|(var, init)| Stmt::Var { var, init }),
-        (name(), e.clone()).prop_map(|(name, value)| Stmt::Assign { name, value }),
-        (name(), scalar_type(), shape())
-            .prop_map(|(name, elem, shape)| Stmt::LocalArray { name, elem, shape }),
-        (access(e.clone()), e.clone()).prop_map(|(target, value)| Stmt::Store { target, value }),
-        (
-            option::of(binding()),
-            select(AtomicOp::ALL.to_vec()),
-            access(e.clone()),
-            vec(e.clone(), 2)
-        )
-            .prop_map(|(dest, op, target, args)| Stmt::Atomic {
-                dest: if op.returns_value() { dest } else { None },
-                op,
-                target,
-                args: args[..op.arity()].to_vec(),
+    let leaf =
+        prop_oneof![
+            (binding(), e.clone()).prop_map(|(var, value)| Stmt::Let { var, value }),
+            (binding(), e.clone()).prop_map(|(var, init)| Stmt::Var { var, init }),
+            (name(), e.clone()).prop_map(|(name, value)| Stmt::Assign { name, value }),
+            (name(), scalar_type(), shape()).prop_map(|(name, elem, shape)| Stmt::LocalArray {
+                name,
+                elem,
+                shape
             }),
-        Just(Stmt::Barrier),
-        (select(sem_ops), access(e.clone()), e.clone())
-            .prop_map(|(op, sem, amount)| Stmt::Sem { op, sem, amount }),
-        (name(), access(e.clone())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
-    ];
+            (access(e.clone()), e.clone())
+                .prop_map(|(target, value)| Stmt::Store { target, value }),
+            (
+                option::of(binding()),
+                select(AtomicOp::ALL.to_vec()),
+                access(e.clone()),
+                vec(e.clone(), 2)
+            )
+                .prop_map(|(dest, op, target, args)| Stmt::Atomic {
+                    dest: if op.returns_value() { dest } else { None },
+                    op,
+                    target,
+                    args: args[..op.arity()].to_vec(),
+                }),
+            Just(Stmt::Barrier),
+            (select(sem_ops), access(e.clone()), e.clone())
+                .prop_map(|(op, sem, amount)| Stmt::Sem { op, sem, amount }),
+            (name(), access(e.clone())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
+        ];
     leaf.prop_recursive(3, 12, 3, move |inner| {
         prop_oneof![
-            (e.clone(), vec(inner.clone(), 0..3), vec(inner.clone(), 0..3)).prop_map(
-                |(cond, then_body, else_body)| Stmt::If {
+            (
+                e.clone(),
+                vec(inner.clone(), 0..3),
+                vec(inner.clone(), 0..3)
+            )
+                .prop_map(|(cond, then_body, else_body)| Stmt::If {
                     cond,
                     then_body,
                     else_body,
-                }
-            ),
+                }),
             (binding(), e.clone(), e.clone(), vec(inner, 0..3)).prop_map(
                 |(var, start, end, body)| Stmt::For {
                     var,
@@ -236,9 +244,15 @@ fn mesh() -> impl Strategy<Value = Mesh> {
 }
 
 fn kernel() -> impl Strategy<Value = Kernel> {
-    let params = vec((name(), ty()).prop_map(|(name, ty)| Param { name, ty }), 0..4);
-    (name(), params, vec(stmt(expr()), 0..5))
-        .prop_map(|(name, params, body)| Kernel { name, params, body })
+    let params = vec(
+        (name(), ty()).prop_map(|(name, ty)| Param { name, ty }),
+        0..4,
+    );
+    (name(), params, vec(stmt(expr()), 0..5)).prop_map(|(name, params, body)| Kernel {
+        name,
+        params,
+        body,
+    })
 }
 
 fn operand() -> impl Strategy<Value = Operand> {

@@ -99,10 +99,13 @@ struct Walker<'a, 's> {
 
 /// Checks `kernel`'s body; with a program context also the rules that
 /// depend on the program (axes, ownership, smem, writes, uniformity).
+/// `own_params`: report duplicate parameter names here (for kernels no map
+/// runs; otherwise the map's operand checks report them).
 pub(super) fn check_kernel(
     module: &Module,
     kernel: &Kernel,
     ctx: Option<&ProgramCtx>,
+    own_params: bool,
     sink: &mut Sink,
 ) {
     let mut walker = Walker {
@@ -122,7 +125,12 @@ pub(super) fn check_kernel(
             Type::Scalar(_) => NameKind::ScalarParam,
             Type::Ref(_) => NameKind::RefParam,
         };
-        walker.declare(&param.name, kind, &path, &mut scope);
+        if own_params {
+            walker.declare(&param.name, kind, &path, &mut scope);
+        } else {
+            walker.declared.insert(param.name.clone());
+            scope.kinds.insert(param.name.clone(), kind);
+        }
         match &param.ty {
             Type::Scalar(t) => scope.types.bind_scalar(&param.name, *t),
             Type::Ref(r) => scope.types.bind_ref(&param.name, r.clone()),

@@ -49,7 +49,13 @@ pub(super) fn check_module(module: &Module, options: &ValidateOptions, sink: &mu
                 }
             }
         }
-        check_kernel(module, kernel, None, sink);
+        check_kernel(
+            module,
+            kernel,
+            None,
+            !used_kernels.contains(kernel.name.as_str()),
+            sink,
+        );
     }
     check_calls(module, sink);
     check_case(module, sink);
@@ -70,7 +76,7 @@ fn check_duplicate_items(module: &Module, sink: &mut Sink) {
                     "E0001",
                     IrPath::root().child(step(name.to_string())),
                     format!("the {kind} name `{name}` is declared more than once"),
-                    format!("rename one of the {kind}s named `{name}`"),
+                    format!("rename one of the items named `{name}`"),
                 );
             }
         }
@@ -258,6 +264,7 @@ fn check_map<'a>(
                 format!("{what} has type `bool`; scalar parameters are f32, i32 or u32"),
                 "pass the flag as a u32 (0 or 1)",
             ),
+            (OperandKind::Scalar, Type::Scalar(_)) => {}
             (OperandKind::Scalar, Type::Ref(r)) => sink.report(
                 "E0023",
                 op_path.clone(),
@@ -408,7 +415,7 @@ fn check_map<'a>(
                 program_meshes: program_meshes.clone(),
                 scope_meshes: scope_meshes.clone(),
             };
-            check_kernel(module, kernel, Some(&ctx), sink);
+            check_kernel(module, kernel, Some(&ctx), false, sink);
         }
     }
 }

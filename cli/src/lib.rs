@@ -216,15 +216,9 @@ pub fn load_module(path: &Path) -> Result<Module, CliError> {
     let source = read_source(path)?;
     let file = path.display().to_string();
     let (module, source_map) = text::parse(&source).map_err(|e| {
-        let mut rendered = format!(
-            "error: {}\n  --> {file}:{}:{}\n",
-            e.message, e.line, e.column
-        );
-        if !e.excerpt.is_empty() {
-            rendered.push_str(&e.excerpt);
-            if !e.excerpt.ends_with('\n') {
-                rendered.push('\n');
-            }
+        let mut rendered = e.render(&file);
+        if !rendered.ends_with('\n') {
+            rendered.push('\n');
         }
         CliError::Rejected(rendered)
     })?;

@@ -132,7 +132,7 @@ pub enum CliError {
     Run {
         index: usize,
         map: String,
-        error: RunError,
+        error: Box<RunError>,
     },
     #[error(transparent)]
     Npy(#[from] npy::NpyError),
@@ -446,7 +446,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             .map_err(|error| CliError::Run {
                 index,
                 map: map.name.clone(),
-                error,
+                error: Box::new(error),
             })?;
         let _ = writeln!(summary, "call {index}: map `{}`", map.name);
         for output in &map.outputs {
@@ -456,10 +456,10 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 .ok_or_else(|| CliError::Run {
                     index,
                     map: map.name.clone(),
-                    error: RunError::Backend(format!(
+                    error: Box::new(RunError::Backend(format!(
                         "no value returned for output `{}`",
                         output.name
-                    )),
+                    ))),
                 })?;
             let _ = write!(summary, "  {}", summarize(&output.name, tensor));
             if let Some(dir) = &request.out {

@@ -31,8 +31,11 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Checks the output files an example's run wrote into a folder.
+type OutputCheck = fn(&Path);
+
 /// Every example with the checker of its outputs (files written by `--out`).
-const EXAMPLES: &[(&str, fn(&Path))] = &[
+const EXAMPLES: &[(&str, OutputCheck)] = &[
     ("elementwise", check_elementwise),
     ("block_reduce", check_block_reduce),
     ("histogram", check_histogram),

@@ -279,7 +279,7 @@ impl Walker<'_, '_> {
                 "E0053",
                 path.clone(),
                 message,
-                format!("move `{op}` out of that branch or loop, or make it depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes and semaphore reads"),
+                format!("move `{op}` out of that branch or loop, or make the condition depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes and semaphore reads"),
             );
         }
     }

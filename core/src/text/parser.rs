@@ -1,7 +1,7 @@
 //! The recursive-descent parser (docs/text-format.md).
 
 use super::lexer::{is_keyword, tokenize, IntToken, Token, TokenKind};
-use super::printer::{binary_level, UNARY_LEVEL};
+use super::printer::binary_level;
 use super::{excerpt, ParseError, SourceMap, Span};
 use crate::ir::*;
 
@@ -13,6 +13,7 @@ pub(crate) fn parse_module(src: &str) -> PResult<(Module, SourceMap)> {
         tokens: tokenize(src),
         pos: 0,
         spans: SourceMap::default(),
+        depth: 0,
     };
     let module = parser.module()?;
     Ok((module, parser.spans))
@@ -25,6 +26,7 @@ pub(crate) fn parse_expr_only(src: &str) -> PResult<Expr> {
         tokens: tokenize(src),
         pos: 0,
         spans: SourceMap::default(),
+        depth: 0,
     };
     let expr = parser.expr()?;
     if !parser.at_eof() {
@@ -38,7 +40,12 @@ struct Parser<'s> {
     tokens: Vec<Token>,
     pos: usize,
     spans: SourceMap,
+    /// Current nesting of expressions and blocks (see [`MAX_NESTING`]).
+    depth: usize,
 }
+
+/// Deeper nesting is refused, so that hostile input cannot overflow the stack.
+const MAX_NESTING: usize = 64;
 
 const SCALAR_TYPES: [(&str, ScalarType); 4] = [
     ("f32", ScalarType::F32),
@@ -429,7 +436,21 @@ impl Parser<'_> {
     // ---- expressions ----------------------------------------------------
 
     fn expr(&mut self) -> PResult<Expr> {
-        self.binary(1)
+        self.nested(|p| p.binary(1))
+    }
+
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
+        if self.depth >= MAX_NESTING {
+            let token = self.peek().clone();
+            return Err(self.error_at_token(
+                &token,
+                format!("nesting deeper than {MAX_NESTING} levels is not supported"),
+            ));
+        }
+        self.depth += 1;
+        let result = f(self);
+        self.depth -= 1;
+        result
     }
 
     fn peek_binary_op(&self) -> Option<BinaryOp> {
@@ -470,9 +491,9 @@ impl Parser<'_> {
             TokenKind::Punct("~") => UnaryOp::BitNot,
             _ => return self.primary(),
         };
-        debug_assert!(UNARY_LEVEL > binary_level(BinaryOp::Mul));
         self.bump();
-        Ok(Expr::Unary(op, Box::new(self.unary()?)))
+        let operand = self.nested(|p| p.unary())?;
+        Ok(Expr::Unary(op, Box::new(operand)))
     }
 
     fn args(&mut self, function: &str) -> PResult<Vec<Expr>> {
@@ -503,6 +524,12 @@ impl Parser<'_> {
             self.expect_punct(")", "to close the parenthesis")?;
             return Ok(e);
         }
+        self.named_primary()
+    }
+
+    /// Casts, function calls, loads and variables.
+    #[inline(never)]
+    fn named_primary(&mut self) -> PResult<Expr> {
         let token = self.peek().clone();
         let Some(word) = self.word_at(0).map(str::to_string) else {
             return Err(self.expected("an expression"));
@@ -582,15 +609,17 @@ impl Parser<'_> {
 
     fn block(&mut self, path: &IrPath, context: &str) -> PResult<Vec<Stmt>> {
         self.expect_punct("{", context)?;
-        let mut body = Vec::new();
-        while !self.eat_punct("}") {
-            if self.at_eof() {
-                return Err(self.expected("`}` to close the block"));
+        self.nested(|p| {
+            let mut body = Vec::new();
+            while !p.eat_punct("}") {
+                if p.at_eof() {
+                    return Err(p.expected("`}` to close the block"));
+                }
+                let stmt_path = path.child(PathStep::Stmt(body.len()));
+                body.push(p.stmt(&stmt_path)?);
             }
-            let stmt_path = path.child(PathStep::Stmt(body.len()));
-            body.push(self.stmt(&stmt_path)?);
-        }
-        Ok(body)
+            Ok(body)
+        })
     }
 
     fn binding(&mut self, keyword: &str) -> PResult<Binding> {
@@ -607,7 +636,35 @@ impl Parser<'_> {
         Ok(stmt)
     }
 
+    /// Compound statements recurse into blocks; everything else is parsed
+    /// in [`Self::simple_stmt`], whose large frame then stays off the
+    /// recursion (deeply nested blocks would otherwise need a big stack).
     fn stmt_inner(&mut self, path: &IrPath) -> PResult<Stmt> {
+        match self.word_at(0) {
+            Some("if") => self.if_stmt(path),
+            Some("for") => self.for_stmt(path),
+            _ => self.simple_stmt(),
+        }
+    }
+
+    fn for_stmt(&mut self, path: &IrPath) -> PResult<Stmt> {
+        self.bump();
+        let var = self.binding("for")?;
+        self.expect_word("in", "after the loop variable's type")?;
+        let start = self.expr()?;
+        self.expect_punct("..", "between the loop bounds")?;
+        let end = self.expr()?;
+        let body = self.block(&path.child(PathStep::Body), "before the loop body")?;
+        Ok(Stmt::For {
+            var,
+            start,
+            end,
+            body,
+        })
+    }
+
+    #[inline(never)]
+    fn simple_stmt(&mut self) -> PResult<Stmt> {
         const END: &str = "after statement";
         let Some(word) = self.word_at(0).map(str::to_string) else {
             return Err(self.expected("a statement"));
@@ -667,22 +724,6 @@ impl Parser<'_> {
                 self.expect_semicolon(END)?;
                 Ok(Stmt::LocalArray { name, elem, shape })
             }
-            "if" => self.if_stmt(path),
-            "for" => {
-                self.bump();
-                let var = self.binding("for")?;
-                self.expect_word("in", "after the loop variable's type")?;
-                let start = self.expr()?;
-                self.expect_punct("..", "between the loop bounds")?;
-                let end = self.expr()?;
-                let body = self.block(&path.child(PathStep::Body), "before the loop body")?;
-                Ok(Stmt::For {
-                    var,
-                    start,
-                    end,
-                    body,
-                })
-            }
             "barrier" => {
                 self.bump();
                 self.expect_semicolon(END)?;
@@ -705,6 +746,16 @@ impl Parser<'_> {
                 Ok(Stmt::Sem { op, sem, amount })
             }
             w if is_keyword(w) => Err(self.expected("a statement")),
+            "read" if calls => Err(self.error_at_token(
+                &self.peek().clone(),
+                "`read` returns a value: write `let v: i32 = read(s[i]);`".to_string(),
+            )),
+            w if calls => Err(self.error_at_token(
+                &self.peek().clone(),
+                format!(
+                    "`{w}` cannot be called as a statement; only atomics (`atomic_add`, ...) and `signal`, `wait`, `wait_nodec` can"
+                ),
+            )),
             _ if self.is_punct_at(1, "=") => {
                 self.bump();
                 self.bump();

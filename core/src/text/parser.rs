@@ -250,6 +250,23 @@ impl Parser<'_> {
         }
     }
 
+    /// Any word, keywords included (`inf` and `nan` too, which lex as numbers).
+    fn any_word(&mut self, what: &str) -> PResult<String> {
+        let token = self.peek();
+        let text = &self.src[token.start..token.end];
+        let is_word = match &token.kind {
+            TokenKind::Word(_) => true,
+            TokenKind::Float(_) => text == "inf" || text == "nan",
+            _ => false,
+        };
+        if !is_word {
+            return Err(self.expected(what));
+        }
+        let word = text.to_string();
+        self.bump();
+        Ok(word)
+    }
+
     fn span_from(&self, start: &Token) -> Span {
         let end = match self.pos.checked_sub(1) {
             Some(prev) => self.tokens[prev].end.max(start.end),
@@ -1186,10 +1203,7 @@ impl Parser<'_> {
             Some("reject") => {
                 self.bump();
                 self.expect_punct("(", "after `reject`")?;
-                let Some(code) = self.word_at(0).map(str::to_string) else {
-                    return Err(self.expected("an error code (`E0001`, ...)"));
-                };
-                self.bump();
+                let code = self.any_word("an error code (`E0001`, ...)")?;
                 self.expect_punct(")", "after the error code")?;
                 Ok(Expectation::Reject(code))
             }
@@ -1234,15 +1248,7 @@ impl Parser<'_> {
                         case.expect = self.expectation()?;
                     } else {
                         // Tags are free-form words; keywords are fine.
-                        case.tags = self.list("[", "]", "after `tags`", |p| {
-                            match p.word_at(0).map(str::to_string) {
-                                Some(tag) => {
-                                    p.bump();
-                                    Ok(tag)
-                                }
-                                None => Err(p.expected("a tag")),
-                            }
-                        })?;
+                        case.tags = self.list("[", "]", "after `tags`", |p| p.any_word("a tag"))?;
                     }
                     self.expect_semicolon(&format!("after the `{w}` line"))?;
                 }

@@ -687,6 +687,21 @@ impl Parser<'_> {
             return Err(self.expected("a statement"));
         };
         let calls = self.is_punct_at(1, "(");
+        if let Some(op) = atomic_op(&word).filter(|_| calls) {
+            let stmt = self.atomic(op, None)?;
+            self.expect_semicolon(END)?;
+            return Ok(stmt);
+        }
+        if let Some(op) = sem_op(&word).filter(|_| calls) {
+            self.bump();
+            self.expect_punct("(", &format!("after `{word}`"))?;
+            let sem = self.access()?;
+            self.expect_punct(",", "after the semaphore")?;
+            let amount = self.expr()?;
+            self.expect_punct(")", &format!("after the amount of `{word}`"))?;
+            self.expect_semicolon(END)?;
+            return Ok(Stmt::Sem { op, sem, amount });
+        }
         match word.as_str() {
             "let" => {
                 self.bump();
@@ -695,9 +710,10 @@ impl Parser<'_> {
                 self.expect_punct("=", &format!("after the type of `{}`", var.name))?;
                 let value_word = self.word_at(0).map(str::to_string);
                 let value_calls = self.is_punct_at(1, "(");
-                let stmt = match value_word.as_deref() {
-                    Some(w) if value_calls && atomic_op(w).is_some() => self.atomic(Some(var))?,
-                    Some("read") if value_calls => {
+                let value_atomic = value_word.as_deref().and_then(atomic_op);
+                let stmt = match (value_atomic, value_word.as_deref()) {
+                    (Some(op), _) if value_calls => self.atomic(op, Some(var))?,
+                    (_, Some("read")) if value_calls => {
                         if var.ty != ScalarType::I32 {
                             return Err(self.error_at_token(
                                 &type_token,
@@ -746,22 +762,6 @@ impl Parser<'_> {
                 self.expect_semicolon(END)?;
                 Ok(Stmt::Barrier)
             }
-            w if calls && atomic_op(w).is_some() => {
-                let stmt = self.atomic(None)?;
-                self.expect_semicolon(END)?;
-                Ok(stmt)
-            }
-            w if calls && sem_op(w).is_some() => {
-                let op = sem_op(w).unwrap_or(SemOp::Signal);
-                self.bump();
-                self.expect_punct("(", &format!("after `{w}`"))?;
-                let sem = self.access()?;
-                self.expect_punct(",", "after the semaphore")?;
-                let amount = self.expr()?;
-                self.expect_punct(")", &format!("after the amount of `{w}`"))?;
-                self.expect_semicolon(END)?;
-                Ok(Stmt::Sem { op, sem, amount })
-            }
             w if is_keyword(w) => Err(self.expected("a statement")),
             "read" if calls => Err(self.error_at_token(
                 &self.peek().clone(),
@@ -795,10 +795,9 @@ impl Parser<'_> {
     }
 
     /// `atomic_op(target, args...)`, without the `;`.
-    fn atomic(&mut self, dest: Option<Binding>) -> PResult<Stmt> {
-        let token = self.bump();
-        let word = self.src[token.start..token.end].to_string();
-        let op = atomic_op(&word).unwrap_or(AtomicOp::Load);
+    fn atomic(&mut self, op: AtomicOp, dest: Option<Binding>) -> PResult<Stmt> {
+        self.bump();
+        let word = op.name();
         self.expect_punct("(", &format!("after `{word}`"))?;
         let target = self.access()?;
         let mut args = Vec::new();

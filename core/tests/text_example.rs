@@ -308,7 +308,7 @@ fn every_operator_function_and_case_option_round_trips() {
             amount: 1.into(),
         });
     }
-    let generators = vec![
+    let generators = [
         Generator::Uniform {
             lo: Literal::f32(-1.0),
             hi: Literal::f32(1.0),
@@ -325,7 +325,7 @@ fn every_operator_function_and_case_option_round_trips() {
             dim: 1,
         },
     ];
-    let compares = vec![
+    let compares = [
         CompareMode::Exact,
         CompareMode::Ulp(4),
         CompareMode::Profile,

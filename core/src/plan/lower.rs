@@ -15,6 +15,8 @@ pub enum LowerError {
 
 /// Lowers the map `map` of a module that has passed validation.
 pub fn lower(module: &Module, map: &str) -> Result<LaunchPlan, LowerError> {
-    let _ = module.map(map).ok_or_else(|| LowerError::UnknownMap(map.to_string()))?;
+    let _ = module
+        .map(map)
+        .ok_or_else(|| LowerError::UnknownMap(map.to_string()))?;
     Err(LowerError::NotImplemented)
 }

@@ -1457,6 +1457,26 @@ fn e0055_semaphore_amount_below_one() {
     );
 }
 
+#[test]
+fn e0056_invalid_names() {
+    let mut module = scale(|b| {
+        b.let_("if", U32, 1u32);
+    });
+    module.meshes[0].grid[0].name = "my axis".into();
+    let found: Vec<_> = diags(&module)
+        .into_iter()
+        .filter(|d| d.code == "E0056")
+        .map(|d| d.message)
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "axis `my axis` is not a valid name",
+            "variable `if` is not a valid name"
+        ]
+    );
+}
+
 // ---- reporting ----------------------------------------------------------------
 
 #[test]

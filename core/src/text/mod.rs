@@ -118,6 +118,16 @@ pub fn render_diagnostic(
     out
 }
 
+/// Whether `name` can be printed and read back as a name: an identifier
+/// (`[A-Za-z_][A-Za-z0-9_]*`) that is not a keyword.
+pub fn is_valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    starts_well && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') && !lexer::is_keyword(name)
+}
+
 /// Parses a whole `.mpmd` file.
 pub fn parse(src: &str) -> Result<(Module, SourceMap), ParseError> {
     parser::parse_module(src)

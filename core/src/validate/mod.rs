@@ -9,6 +9,7 @@
 
 mod body;
 mod items;
+mod names;
 mod render;
 
 use std::collections::HashSet;
@@ -104,6 +105,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0053", "block-collective operation in non-uniform control flow", "barrier, signal, wait, wait_nodec and read are reached in block-uniform control flow"),
     ("E0054", "non-uniform semaphore index, coordinate or amount", "a semaphore operation's index, block coordinates and amount are block-uniform"),
     ("E0055", "semaphore amount below 1", "a semaphore amount n is at least 1"),
+    ("E0056", "invalid name", "names are identifiers that are not keywords"),
 ];
 
 /// The rule text of `code`.
@@ -145,6 +147,7 @@ impl Sink {
 /// Checks every rule; returns all diagnostics found.
 pub fn validate(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
     let mut sink = Sink { diags: Vec::new() };
+    names::check_names(module, &mut sink);
     items::check_module(module, options, &mut sink);
     // A kernel run by several programs is walked once per program; its
     // context-free findings come out identical each time.

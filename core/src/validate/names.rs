@@ -1,0 +1,82 @@
+//! E0056: every name must be an identifier the text format can print and
+//! read back. The parser never produces a bad name; the builder API can.
+
+use crate::ir::{IrPath, Module, PathStep, Stmt};
+use crate::text::is_valid_name;
+
+use super::Sink;
+
+pub(super) fn check_names(module: &Module, sink: &mut Sink) {
+    let mut check = |name: &str, path: &IrPath, what: &str| {
+        if !is_valid_name(name) {
+            sink.report(
+                "E0056",
+                path.clone(),
+                format!("{what} `{name}` is not a valid name"),
+                "use an identifier (letters, digits, `_`, not starting with a digit) that is not a keyword",
+            );
+        }
+    };
+    let root = IrPath::root();
+    for mesh in &module.meshes {
+        let path = root.child(PathStep::Mesh(mesh.name.clone()));
+        check(&mesh.name, &path, "mesh");
+        for axis in mesh.axes() {
+            check(&axis.name, &path, "axis");
+        }
+    }
+    for resident in &module.residents {
+        let path = root.child(PathStep::Resident(resident.name.clone()));
+        check(&resident.name, &path, "resident");
+    }
+    for kernel in &module.kernels {
+        let path = root.child(PathStep::Kernel(kernel.name.clone()));
+        check(&kernel.name, &path, "kernel");
+        for param in &kernel.params {
+            check(
+                &param.name,
+                &path.child(PathStep::Param(param.name.clone())),
+                "parameter",
+            );
+        }
+        check_body(&kernel.body, &path, &mut check);
+    }
+    for map in &module.maps {
+        let path = root.child(PathStep::Map(map.name.clone()));
+        check(&map.name, &path, "map");
+        for (_, operand) in map.operands() {
+            check(
+                &operand.name,
+                &path.child(PathStep::Operand(operand.name.clone())),
+                "operand",
+            );
+        }
+    }
+}
+
+fn check_body(body: &[Stmt], path: &IrPath, check: &mut impl FnMut(&str, &IrPath, &str)) {
+    for (i, stmt) in body.iter().enumerate() {
+        let here = path.child(PathStep::Stmt(i));
+        match stmt {
+            Stmt::Let { var, .. } | Stmt::Var { var, .. } => check(&var.name, &here, "variable"),
+            Stmt::Atomic {
+                dest: Some(var), ..
+            } => check(&var.name, &here, "variable"),
+            Stmt::SemRead { dest, .. } => check(dest, &here, "variable"),
+            Stmt::LocalArray { name, .. } => check(name, &here, "local array"),
+            Stmt::For { var, body, .. } => {
+                check(&var.name, &here, "loop variable");
+                check_body(body, &here.child(PathStep::Body), check);
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                check_body(then_body, &here.child(PathStep::Then), check);
+                check_body(else_body, &here.child(PathStep::Else), check);
+            }
+            _ => {}
+        }
+    }
+}

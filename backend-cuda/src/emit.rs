@@ -893,7 +893,13 @@ impl Emitter<'_> {
                 if let Some(c) = &compute {
                     self.line(depth + 1, c);
                 }
-                self.line(depth + 1, &format!("if ({guard}true) mpmd_sem_signal({pointer}, {n});"));
+                let call = format!("mpmd_sem_signal({pointer}, {n});");
+                if guard.is_empty() {
+                    self.line(depth + 1, &call);
+                } else {
+                    let condition = guard.trim_end_matches(" && ");
+                    self.line(depth + 1, &format!("if ({condition}) {call}"));
+                }
                 self.line(depth, "}");
             }
             SemOp::Wait | SemOp::WaitNodec => {
@@ -907,7 +913,7 @@ impl Emitter<'_> {
                 let failed = if guard.is_empty() {
                     String::new()
                 } else {
-                    format!("!({}) || ", guard.trim_end_matches(" && "))
+                    format!("{} == MPMD_BAD_OFFSET || ", guard.trim_end_matches(" != MPMD_BAD_OFFSET && "))
                 };
                 self.line(
                     depth + 1,

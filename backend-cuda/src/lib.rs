@@ -73,7 +73,10 @@ pub fn check_plan(plan: &LaunchPlan, mode: Mode) -> Result<CompileReport, CheckE
     };
     let ptx = compile_ptx(&module.source, &options)?;
     let report = assemble(&ptx, CHECK_ARCH)?;
-    let kernel = report.kernel(&module.kernel_name).cloned().unwrap_or_default();
+    let kernel = report
+        .kernel(&module.kernel_name)
+        .cloned()
+        .unwrap_or_default();
     Ok(CompileReport {
         status: "compiled",
         kernel: module.kernel_name,

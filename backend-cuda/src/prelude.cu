@@ -60,6 +60,13 @@ static __device__ __forceinline__ u32 mpmd_max_u32(u32 a, u32 b) { return a > b 
 static __device__ __forceinline__ int mpmd_f32_to_i32(float x) { return x != x ? 0 : __float2int_rz(x); }
 static __device__ __forceinline__ u32 mpmd_f32_to_u32(float x) { return x != x ? 0u : __float2uint_rz(x); }
 
+// Checked mode evaluates both operands of `select`, `&&` and `||` (as the
+// interpreter does), so that an out-of-bounds load in either is reported.
+template <typename T>
+static __device__ __forceinline__ T mpmd_select(bool c, T a, T b) { return c ? a : b; }
+static __device__ __forceinline__ bool mpmd_and(bool a, bool b) { return a && b; }
+static __device__ __forceinline__ bool mpmd_or(bool a, bool b) { return a || b; }
+
 template <typename T>
 static __device__ __forceinline__ T mpmd_load(const T* p, u64 offset) {
   return offset == MPMD_BAD_OFFSET ? T(0) : p[offset];

@@ -23,7 +23,12 @@ use mpmd_cuda::{check_plan, emit_module, CudaBackend, CudaOptions};
 /// 256 MiB of f32.
 const BIG: u32 = 64 * 1024 * 1024;
 
-fn module(meshes: Vec<Mesh>, kernels: Vec<Kernel>, maps: Vec<MpmdMap>, residents: Vec<Resident>) -> Module {
+fn module(
+    meshes: Vec<Mesh>,
+    kernels: Vec<Kernel>,
+    maps: Vec<MpmdMap>,
+    residents: Vec<Resident>,
+) -> Module {
     Module {
         meshes,
         kernels,
@@ -38,7 +43,10 @@ fn global_index(block_axis: &str, thread_axis: &str) -> Expr {
 }
 
 fn copy() -> Module {
-    let mesh = MeshBuilder::new("m").grid("b", BIG / 1024).threads("t", 1024).build();
+    let mesh = MeshBuilder::new("m")
+        .grid("b", BIG / 1024)
+        .threads("t", 1024)
+        .build();
     let map = MapBuilder::new("copy")
         .program("m", "copy")
         .input("x", gmem(F32, [BIG]))
@@ -52,7 +60,10 @@ fn copy() -> Module {
 }
 
 fn elementwise() -> Module {
-    let mesh = MeshBuilder::new("m").grid("b", BIG / 1024).threads("t", 1024).build();
+    let mesh = MeshBuilder::new("m")
+        .grid("b", BIG / 1024)
+        .threads("t", 1024)
+        .build();
     let map = MapBuilder::new("axpb")
         .program("m", "axpb")
         .input("x", gmem(F32, [BIG]))
@@ -68,7 +79,15 @@ fn elementwise() -> Module {
 }
 
 /// Sums 1024 elements per block of 256 threads through smem.
-fn reduce_kernel(name: &str, params: Vec<Param>, x: &str, y: &str, tile: &str, b_axis: &str, t_axis: &str) -> Kernel {
+fn reduce_kernel(
+    name: &str,
+    params: Vec<Param>,
+    x: &str,
+    y: &str,
+    tile: &str,
+    b_axis: &str,
+    t_axis: &str,
+) -> Kernel {
     KernelBuilder::new(name, params).body(|b| {
         let t = b.let_("t", U32, axis_index(t_axis));
         let blk = b.let_("blk", U32, axis_index(b_axis));
@@ -76,7 +95,11 @@ fn reduce_kernel(name: &str, params: Vec<Param>, x: &str, y: &str, tile: &str, b
         b.for_("k", U32, 0u32, 4u32, |b, k| {
             b.assign(
                 "acc",
-                acc.clone() + load(x, [blk.clone() * Expr::from(1024u32) + k * Expr::from(256u32) + t.clone()]),
+                acc.clone()
+                    + load(
+                        x,
+                        [blk.clone() * Expr::from(1024u32) + k * Expr::from(256u32) + t.clone()],
+                    ),
             );
         });
         b.store(at(tile, [t.clone()]), acc);
@@ -99,7 +122,10 @@ fn reduce_kernel(name: &str, params: Vec<Param>, x: &str, y: &str, tile: &str, b
 
 fn reduction() -> Module {
     let blocks = BIG / 1024;
-    let mesh = MeshBuilder::new("m").grid("b", blocks).threads("t", 256).build();
+    let mesh = MeshBuilder::new("m")
+        .grid("b", blocks)
+        .threads("t", 256)
+        .build();
     let map = MapBuilder::new("reduce")
         .program("m", "reduce")
         .input("x", gmem(F32, [BIG]))
@@ -114,8 +140,14 @@ fn reduction() -> Module {
 /// 64 MiB, fused into one map; and the elementwise program alone.
 fn two_program(fused: bool) -> Module {
     let small = BIG / 4;
-    let ew_mesh = MeshBuilder::new("ew").grid("eb", BIG / 1024).threads("et", 1024).build();
-    let red_mesh = MeshBuilder::new("red").grid("rb", small / 1024).threads("rt", 256).build();
+    let ew_mesh = MeshBuilder::new("ew")
+        .grid("eb", BIG / 1024)
+        .threads("et", 1024)
+        .build();
+    let red_mesh = MeshBuilder::new("red")
+        .grid("rb", small / 1024)
+        .threads("rt", 256)
+        .build();
     let mut builder = MapBuilder::new(if fused { "fused" } else { "alone" }).program("ew", "ew");
     if fused {
         builder = builder.program("red", "red");
@@ -179,13 +211,19 @@ fn pipeline_fused() -> Module {
     let s1 = KernelBuilder::new("stage1", p.clone()).body(|b| {
         let i = b.let_("i", U32, global_index("b1", "t1"));
         b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32);
-        b.signal(at_block("ready2", [axis_index("b1")], [Expr::from(0u32)]), 1);
+        b.signal(
+            at_block("ready2", [axis_index("b1")], [Expr::from(0u32)]),
+            1,
+        );
     });
     let s2 = KernelBuilder::new("stage2", p.clone()).body(|b| {
         b.wait(at("ready2", [Expr::from(0u32)]), 1);
         let i = b.let_("i", U32, global_index("b2", "t2"));
         b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32);
-        b.signal(at_block("ready3", [axis_index("b2")], [Expr::from(0u32)]), 1);
+        b.signal(
+            at_block("ready3", [axis_index("b2")], [Expr::from(0u32)]),
+            1,
+        );
     });
     let s3 = KernelBuilder::new("stage3", p).body(|b| {
         b.wait(at("ready3", [Expr::from(0u32)]), 1);
@@ -199,7 +237,10 @@ fn pipeline_fused() -> Module {
 /// The same three stages as three maps (three launches), handing data on
 /// through device-resident refs.
 fn pipeline_separate() -> Module {
-    let mesh = MeshBuilder::new("s").grid("b", PIPE_BLOCKS).threads("t", PIPE_THREADS).build();
+    let mesh = MeshBuilder::new("s")
+        .grid("b", PIPE_BLOCKS)
+        .threads("t", PIPE_THREADS)
+        .build();
     let resident = |name: &str| Resident {
         name: name.into(),
         ty: gmem(F32, [PIPE_LEN]),
@@ -237,7 +278,12 @@ fn pipeline_separate() -> Module {
         let v = b.let_("v", F32, load("b", [i.clone()]));
         b.store(at("y", [i]), v.clone() * v);
     });
-    module(vec![mesh], vec![k1, k2, k3], vec![m1, m2, m3], vec![resident("a"), resident("b")])
+    module(
+        vec![mesh],
+        vec![k1, k2, k3],
+        vec![m1, m2, m3],
+        vec![resident("a"), resident("b")],
+    )
 }
 
 fn tiny() -> Module {
@@ -255,7 +301,10 @@ fn tiny() -> Module {
 fn plans(m: &Module) -> Vec<LaunchPlan> {
     m.maps
         .iter()
-        .map(|map| lower(m, &map.name).unwrap_or_else(|e| panic!("benchmark map `{}` does not lower: {e}", map.name)))
+        .map(|map| {
+            lower(m, &map.name)
+                .unwrap_or_else(|e| panic!("benchmark map `{}` does not lower: {e}", map.name))
+        })
         .collect()
 }
 
@@ -292,11 +341,21 @@ fn compile_figures() -> bool {
 }
 
 fn f32_input(len: u32) -> HostTensor {
-    HostTensor::from_f32(vec![len], &(0..len).map(|i| (i % 1000) as f32 * 0.5).collect::<Vec<_>>())
+    HostTensor::from_f32(
+        vec![len],
+        &(0..len)
+            .map(|i| (i % 1000) as f32 * 0.5)
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Runs `plan` `reps` times and returns the best kernel time in ms.
-fn best_kernel_ms(backend: &mut CudaBackend, plan: &LaunchPlan, args: &CallArgs, reps: usize) -> Result<f64, String> {
+fn best_kernel_ms(
+    backend: &mut CudaBackend,
+    plan: &LaunchPlan,
+    args: &CallArgs,
+    reps: usize,
+) -> Result<f64, String> {
     let mut best = f64::INFINITY;
     for _ in 0..reps {
         backend
@@ -314,7 +373,12 @@ fn gbps(bytes: f64, ms: f64) -> f64 {
 
 fn run_gpu() -> Result<(), String> {
     let mut backend = CudaBackend::new(CudaOptions::default()).map_err(|e| e.to_string())?;
-    println!("device name={:?} sm_{} sms={}", backend.device_name(), backend.arch(), backend.sm_count());
+    println!(
+        "device name={:?} sm_{} sms={}",
+        backend.device_name(),
+        backend.arch(),
+        backend.sm_count()
+    );
     let (major, minor) = mpmd_cuda::nvrtc_version().map_err(|e| e.to_string())?;
     println!("nvrtc version={major}.{minor}");
     let reps = 5;
@@ -323,39 +387,71 @@ fn run_gpu() -> Result<(), String> {
     // cuMemcpyDtoD of 256 MiB.
     {
         let stream = backend.stream().clone();
-        let src = stream.alloc_zeros::<u32>(BIG as usize).map_err(|e| format!("{e:?}"))?;
-        let mut dst = stream.alloc_zeros::<u32>(BIG as usize).map_err(|e| format!("{e:?}"))?;
+        let src = stream
+            .alloc_zeros::<u32>(BIG as usize)
+            .map_err(|e| format!("{e:?}"))?;
+        let mut dst = stream
+            .alloc_zeros::<u32>(BIG as usize)
+            .map_err(|e| format!("{e:?}"))?;
         let mut best = f64::INFINITY;
         for _ in 0..reps {
-            let start = backend.context().new_event(None).map_err(|e| format!("{e:?}"))?;
-            let end = backend.context().new_event(None).map_err(|e| format!("{e:?}"))?;
+            let start = backend
+                .context()
+                .new_event(None)
+                .map_err(|e| format!("{e:?}"))?;
+            let end = backend
+                .context()
+                .new_event(None)
+                .map_err(|e| format!("{e:?}"))?;
             start.record(&stream).map_err(|e| format!("{e:?}"))?;
-            stream.memcpy_dtod(&src, &mut dst).map_err(|e| format!("{e:?}"))?;
+            stream
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(|e| format!("{e:?}"))?;
             end.record(&stream).map_err(|e| format!("{e:?}"))?;
             best = best.min(start.elapsed_ms(&end).map_err(|e| format!("{e:?}"))? as f64);
         }
-        println!("bench.memcpy_dtod ms={best:.4} gbps={:.1}", gbps(2.0 * big_bytes, best));
+        println!(
+            "bench.memcpy_dtod ms={best:.4} gbps={:.1}",
+            gbps(2.0 * big_bytes, best)
+        );
     }
 
     let x = f32_input(BIG);
     let mut args = CallArgs::default();
     args.inputs.insert("x".into(), x.clone());
     let copy_ms = best_kernel_ms(&mut backend, &plans(&copy())[0], &args, reps)?;
-    println!("bench.copy ms={copy_ms:.4} gbps={:.1}", gbps(2.0 * big_bytes, copy_ms));
+    println!(
+        "bench.copy ms={copy_ms:.4} gbps={:.1}",
+        gbps(2.0 * big_bytes, copy_ms)
+    );
     let mut ew_args = args.clone();
     ew_args.scalars.insert("a".into(), Literal::f32(2.0));
     ew_args.scalars.insert("c".into(), Literal::f32(1.0));
     let ew_ms = best_kernel_ms(&mut backend, &plans(&elementwise())[0], &ew_args, reps)?;
-    println!("bench.elementwise ms={ew_ms:.4} gbps={:.1}", gbps(2.0 * big_bytes, ew_ms));
+    println!(
+        "bench.elementwise ms={ew_ms:.4} gbps={:.1}",
+        gbps(2.0 * big_bytes, ew_ms)
+    );
     let red_ms = best_kernel_ms(&mut backend, &plans(&reduction())[0], &args, reps)?;
-    println!("bench.reduction ms={red_ms:.4} gbps={:.1}", gbps(big_bytes, red_ms));
+    println!(
+        "bench.reduction ms={red_ms:.4} gbps={:.1}",
+        gbps(big_bytes, red_ms)
+    );
 
     let mut two_args = CallArgs::default();
     two_args.inputs.insert("xa".into(), x);
     two_args.inputs.insert("xb".into(), f32_input(BIG / 4));
     let fused_ms = best_kernel_ms(&mut backend, &plans(&two_program(true))[0], &two_args, reps)?;
-    let alone_ms = best_kernel_ms(&mut backend, &plans(&two_program(false))[0], &two_args, reps)?;
-    println!("bench.two_program fused_ms={fused_ms:.4} slower_alone_ms={alone_ms:.4} ratio={:.3}", fused_ms / alone_ms);
+    let alone_ms = best_kernel_ms(
+        &mut backend,
+        &plans(&two_program(false))[0],
+        &two_args,
+        reps,
+    )?;
+    println!(
+        "bench.two_program fused_ms={fused_ms:.4} slower_alone_ms={alone_ms:.4} ratio={:.3}",
+        fused_ms / alone_ms
+    );
 
     let mut pipe_args = CallArgs::default();
     pipe_args.inputs.insert("x".into(), f32_input(PIPE_LEN));
@@ -365,7 +461,11 @@ fn run_gpu() -> Result<(), String> {
     for _ in 0..reps {
         let mut sum = 0.0;
         for (k, plan) in separate.iter().enumerate() {
-            let call_args = if k == 0 { pipe_args.clone() } else { CallArgs::default() };
+            let call_args = if k == 0 {
+                pipe_args.clone()
+            } else {
+                CallArgs::default()
+            };
             backend
                 .run(plan, &call_args, &RunOptions::default())
                 .map_err(|e| format!("{}: {e}", plan.map.name))?;
@@ -373,7 +473,10 @@ fn run_gpu() -> Result<(), String> {
         }
         best_sum = best_sum.min(sum);
     }
-    println!("bench.pipeline fused_ms={pipe_ms:.4} three_launches_ms={best_sum:.4} ratio={:.3}", pipe_ms / best_sum);
+    println!(
+        "bench.pipeline fused_ms={pipe_ms:.4} three_launches_ms={best_sum:.4} ratio={:.3}",
+        pipe_ms / best_sum
+    );
 
     // Call overhead: whole `run` (compile cached, alloc, launch, sync,
     // read-back) against a raw launch of the same CUBIN (control block
@@ -391,15 +494,23 @@ fn run_gpu() -> Result<(), String> {
     }
     let run_us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
     let emitted = emit_module(tiny_plan, Mode::Fast).map_err(|e| e.to_string())?;
-    let cubin = backend.cubin_for(&emitted, false).map_err(|e| e.to_string())?;
+    let cubin = backend
+        .cubin_for(&emitted, false)
+        .map_err(|e| e.to_string())?;
     let loaded = backend
         .context()
         .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
         .map_err(|e| format!("{e:?}"))?;
-    let function = loaded.load_function(&emitted.kernel_name).map_err(|e| format!("{e:?}"))?;
+    let function = loaded
+        .load_function(&emitted.kernel_name)
+        .map_err(|e| format!("{e:?}"))?;
     let stream = backend.stream().clone();
-    let y = stream.alloc_zeros::<u32>(32).map_err(|e| format!("{e:?}"))?;
-    let mut ctl = stream.alloc_zeros::<u32>(mpmd_cuda::control::WORDS).map_err(|e| format!("{e:?}"))?;
+    let y = stream
+        .alloc_zeros::<u32>(32)
+        .map_err(|e| format!("{e:?}"))?;
+    let mut ctl = stream
+        .alloc_zeros::<u32>(mpmd_cuda::control::WORDS)
+        .map_err(|e| format!("{e:?}"))?;
     let timeout: u64 = 10_000_000_000;
     let config = LaunchConfig {
         grid_dim: (1, 1, 1),
@@ -408,7 +519,9 @@ fn run_gpu() -> Result<(), String> {
     };
     let start = Instant::now();
     for _ in 0..calls {
-        stream.memset_zeros(&mut ctl).map_err(|e| format!("{e:?}"))?;
+        stream
+            .memset_zeros(&mut ctl)
+            .map_err(|e| format!("{e:?}"))?;
         let mut launch = stream.launch_builder(&function);
         launch.arg(&y).arg(&ctl).arg(&timeout);
         // SAFETY: the tiny kernel takes (u32* y, u32* ctl, u64 timeout).
@@ -416,7 +529,10 @@ fn run_gpu() -> Result<(), String> {
         stream.synchronize().map_err(|e| format!("{e:?}"))?;
     }
     let raw_us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
-    println!("bench.call_overhead run_us={run_us:.2} raw_launch_us={raw_us:.2} extra_us={:.2}", run_us - raw_us);
+    println!(
+        "bench.call_overhead run_us={run_us:.2} raw_launch_us={raw_us:.2} extra_us={:.2}",
+        run_us - raw_us
+    );
     Ok(())
 }
 

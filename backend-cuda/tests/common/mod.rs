@@ -141,7 +141,7 @@ pub fn all_expressions() -> Module {
             .clone()
             .lt(var("s"))
             .and(n.clone().ge(var("k")))
-            .or(u.clone().le(Expr::from(5u32)).and(c.clone().not()))
+            .or(u.clone().le(Expr::from(5u32)).and(!c.clone()))
             .or(f
                 .clone()
                 .gt(Expr::from(0.0f32))
@@ -173,7 +173,7 @@ pub fn all_expressions() -> Module {
         );
         b.store(at("yi", [i.clone()]), select(flag.clone(), ni, n));
         b.store(at("yu", [i.clone()]), nu);
-        b.store(at("yb", [i]), flag.not());
+        b.store(at("yb", [i]), !flag);
     });
     module(vec![mesh], vec![kernel], map)
 }

@@ -403,18 +403,14 @@ impl CudaBackend {
         stream.synchronize().map_err(run_err("kernel execution"))?;
         self.last_kernel_ms = events.and_then(|(start, end)| start.elapsed_ms(&end).ok());
 
-        let control_words = stream
-            .clone_dtoh(&control_block)
-            .map_err(run_err("download"))?;
+        let control_words = download(&stream, &control_block)?;
         if let Some(error) = control::decode(&control_words, &module) {
             return Err(error);
         }
         let mut outputs = BTreeMap::new();
         for (index, buffer) in plan.buffers.iter().enumerate() {
             let Some(name) = &buffer.output else { continue };
-            let mut words = stream
-                .clone_dtoh(buffer_refs[index])
-                .map_err(run_err("download"))?;
+            let mut words = download(&stream, buffer_refs[index])?;
             words.truncate(buffer.len as usize);
             outputs.insert(
                 name.clone(),
@@ -452,7 +448,7 @@ impl Backend for CudaBackend {
 
     fn resident(&self, name: &str) -> Option<HostTensor> {
         let resident = self.residents.get(name)?;
-        let mut words = self.stream.clone_dtoh(&resident.words).ok()?;
+        let mut words = download(&self.stream, &resident.words).ok()?;
         words.truncate(resident.shape.iter().map(|&d| d as usize).product());
         Some(HostTensor {
             elem: resident.elem,
@@ -460,6 +456,14 @@ impl Backend for CudaBackend {
             words,
         })
     }
+}
+
+/// Copies a device buffer to the host and waits for the copy.
+fn download(stream: &Arc<CudaStream>, slice: &CudaSlice<u32>) -> Result<Vec<u32>, RunError> {
+    let words = stream.clone_dtoh(slice).map_err(run_err("download"))?;
+    stream.synchronize().map_err(run_err("download"))?;
+    stream.context().check_err().map_err(run_err("download"))?;
+    Ok(words)
 }
 
 /// Host shape of a buffer: the owner mesh's block axes, then the ref's shape

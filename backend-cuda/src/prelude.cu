@@ -27,6 +27,7 @@ struct mpmd_idx {
   u32 v[8];
 };
 
+// ---- numerics begin (also compiled on the host by tests/numerics_host.rs)
 // Signed arithmetic is done in u32: signed overflow is undefined in C++, and
 // mpmd integers wrap.
 static __device__ __forceinline__ int mpmd_add_i32(int a, int b) { return (int)((u32)a + (u32)b); }
@@ -56,6 +57,7 @@ static __device__ __forceinline__ int mpmd_min_i32(int a, int b) { return a < b 
 static __device__ __forceinline__ int mpmd_max_i32(int a, int b) { return a > b ? a : b; }
 static __device__ __forceinline__ u32 mpmd_min_u32(u32 a, u32 b) { return a < b ? a : b; }
 static __device__ __forceinline__ u32 mpmd_max_u32(u32 a, u32 b) { return a > b ? a : b; }
+// ---- numerics end
 // Float to int is Rust's `as`: truncate, saturate (the _rz intrinsics do), NaN to 0.
 static __device__ __forceinline__ int mpmd_f32_to_i32(float x) { return x != x ? 0 : __float2int_rz(x); }
 static __device__ __forceinline__ u32 mpmd_f32_to_u32(float x) { return x != x ? 0u : __float2uint_rz(x); }

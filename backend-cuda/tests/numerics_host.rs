@@ -50,9 +50,34 @@ fn expected(op: &str, a: i32, b: i32) -> u32 {
         "shr_u32" => ua.wrapping_shr(ub),
         "min_u32" => ua.min(ub),
         "max_u32" => ua.max(ub),
+        "f32_to_i32" => f32::from_bits(ua) as i32 as u32,
+        "f32_to_u32" => f32::from_bits(ua) as u32,
         _ => unreachable!("{op}"),
     }
 }
+
+const FLOATS: [f32; 20] = [
+    0.0,
+    -0.0,
+    0.5,
+    -0.5,
+    -1.5,
+    1.9999,
+    f32::NAN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    2147483520.0,
+    2147483648.0,
+    -2147483648.0,
+    -2147483904.0,
+    4294967040.0,
+    4294967296.0,
+    1e10,
+    -1e10,
+    1e-45,
+    -123456.7,
+    16777217.0,
+];
 
 const OPS: [&str; 17] = [
     "add_i32", "sub_i32", "mul_i32", "neg_i32", "abs_i32", "div_i32", "rem_i32", "shl_i32",
@@ -70,7 +95,7 @@ fn integer_helpers_match_the_ir_semantics() {
     let numerics = &prelude[begin..end];
 
     let mut program = String::from(
-        "#include <cstdio>\n#define __device__\n#define __forceinline__ inline\ntypedef unsigned int u32;\n",
+        "#include <cstdio>\n#include <cstring>\n#define __device__\n#define __forceinline__ inline\ntypedef unsigned int u32;\n// In range (the helpers clamp first), C's truncating cast is cvt.rzi.\n#define __float2int_rz(x) ((int)(x))\n#define __float2uint_rz(x) ((u32)(x))\n",
     );
     program.push_str(numerics);
     program.push_str("int main() {\n  const int v[] = {");
@@ -87,7 +112,15 @@ fn integer_helpers_match_the_ir_semantics() {
             "    printf(\"{op} %u %u %u\\n\", ua, ub, {call});\n"
         ));
     }
-    program.push_str("  }\n  return 0;\n}\n");
+    program.push_str("  }\n");
+    program.push_str("  const u32 floats[] = {");
+    program.push_str(&FLOATS.map(|f| format!("{}u", f.to_bits())).join(", "));
+    program.push_str("};\n  for (u32 k = 0; k < sizeof(floats) / sizeof(floats[0]); k++) {\n    float x;\n    memcpy(&x, &floats[k], 4);\n");
+    program
+        .push_str("    printf(\"f32_to_i32 %u 0 %u\\n\", floats[k], (u32)mpmd_f32_to_i32(x));\n");
+    program
+        .push_str("    printf(\"f32_to_u32 %u 0 %u\\n\", floats[k], mpmd_f32_to_u32(x));\n  }\n");
+    program.push_str("  return 0;\n}\n");
 
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("numerics-host");
     std::fs::create_dir_all(&dir).unwrap();
@@ -99,7 +132,7 @@ fn integer_helpers_match_the_ir_semantics() {
         .args([
             "-O2",
             "-std=c++17",
-            "-fsanitize=undefined",
+            "-fsanitize=undefined,float-cast-overflow",
             "-fno-sanitize-recover=all",
             "-o",
         ])
@@ -131,5 +164,8 @@ fn integer_helpers_match_the_ir_semantics() {
         assert_eq!(got, expected(op, a, b), "{op}({a}, {b})");
         checked += 1;
     }
-    assert_eq!(checked, OPS.len() * VALUES.len() * VALUES.len());
+    assert_eq!(
+        checked,
+        OPS.len() * VALUES.len() * VALUES.len() + 2 * FLOATS.len()
+    );
 }

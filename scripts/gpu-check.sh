@@ -111,6 +111,9 @@ for dir in "$BIN_DIR/bin" "$BIN_DIR/nvidia/cu13/bin" "$REPO_ROOT/target/mpmd-too
 done
 say "ptxas $(command -v ptxas || echo 'not found (compile-only figures will fail; runs do not need it)')"
 export MPMD_CACHE_DIR="$WORK/cache"
+# Cases that must deadlock end by the wait time limit; 2 s keeps them short.
+export MPMD_CUDA_WAIT_TIMEOUT_MS="${MPMD_CUDA_WAIT_TIMEOUT_MS:-2000}"
+say "wait_timeout_ms $MPMD_CUDA_WAIT_TIMEOUT_MS"
 
 bin() { # the binary NAME in BIN_DIR or BIN_DIR/release, or nothing
   local name=$1

@@ -275,17 +275,26 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
         "  extern __shared__ __align__(16) unsigned char mpmd_smem[];\n\
          \x20 __shared__ u32 mpmd_ticket;\n\
          \x20 __shared__ u32 mpmd_stop;\n\
-         \x20 __shared__ int mpmd_value;\n\
-         \x20 // A ticket, not blockIdx, picks the (program, block): tickets are taken in\n\
-         \x20 // start order, so every block a wait depends on is already running.\n\
-         \x20 if (threadIdx.x == 0u) {\n\
-         \x20   mpmd_ticket = atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET], 1u);\n\
-         \x20   mpmd_stop = *(volatile u32*)&mpmd_ctl[MPMD_CTL_ABORT];\n\
-         \x20 }\n\
-         \x20 __syncthreads();\n\
-         \x20 if (mpmd_stop != 0u) return;\n\
-         \x20 const u32 mpmd_ticket_id = mpmd_ticket;\n",
+         \x20 __shared__ int mpmd_value;\n",
     );
+    if plan.units.iter().any(|u| has_wait(&u.kernel.body)) {
+        e.out.push_str(
+            "  // A ticket, not blockIdx, picks the (program, block): tickets are taken in\n\
+             \x20 // start order, so every block a wait depends on is already running.\n\
+             \x20 if (threadIdx.x == 0u) {\n\
+             \x20   mpmd_ticket = atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET], 1u);\n\
+             \x20   mpmd_stop = *(volatile u32*)&mpmd_ctl[MPMD_CTL_ABORT];\n\
+             \x20 }\n\
+             \x20 __syncthreads();\n\
+             \x20 if (mpmd_stop != 0u) return;\n\
+             \x20 const u32 mpmd_ticket_id = mpmd_ticket;\n",
+        );
+    } else {
+        e.out.push_str(
+            "  // No program waits, so blocks may run in any order: blockIdx is the ticket.\n\
+             \x20 const u32 mpmd_ticket_id = blockIdx.x;\n",
+        );
+    }
 
     let mut tickets = Vec::new();
     let mut first = 0u64;
@@ -383,6 +392,20 @@ fn collect_written(body: &[Stmt], names: &mut BTreeSet<String>) {
             _ => {}
         }
     }
+}
+
+/// Whether a body waits on a semaphore (then blocks need ordered tickets).
+fn has_wait(body: &[Stmt]) -> bool {
+    body.iter().any(|stmt| match stmt {
+        Stmt::Sem { op, .. } => matches!(op, SemOp::Wait | SemOp::WaitNodec),
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => has_wait(then_body) || has_wait(else_body),
+        Stmt::For { body, .. } => has_wait(body),
+        _ => false,
+    })
 }
 
 fn collect_axes_expr(e: &Expr, axes: &mut BTreeSet<String>) {

@@ -50,6 +50,10 @@ fn ticket_dispatch_covers_units_in_order() {
         .collect();
     assert_eq!(ranges, vec![(0, 0, 4), (1, 4, 4), (2, 8, 1)]);
     let src = &module.source;
+    assert!(
+        src.contains("mpmd_ticket = atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET], 1u);"),
+        "{src}"
+    );
     assert!(src.contains("if (mpmd_ticket_id < 4u) {"), "{src}");
     assert!(src.contains("} else if (mpmd_ticket_id < 8u) {"), "{src}");
     // Threads beyond each program's own count exit at entry.
@@ -93,6 +97,15 @@ fn scale_kernel_reads_like_the_program() {
     assert!(
         body.contains("mpmd_b1_y[v_i] = (mpmd_b0_x[v_i] * p_alpha);"),
         "{body}"
+    );
+    // No program waits: blocks take blockIdx as their ticket, no atomic.
+    assert!(
+        src.contains("const u32 mpmd_ticket_id = blockIdx.x;"),
+        "{src}"
+    );
+    assert!(
+        !src.contains("atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET]"),
+        "{src}"
     );
     // x is never written: read-only cache.
     assert!(src.contains("const float* __restrict__ mpmd_b0_x"), "{src}");

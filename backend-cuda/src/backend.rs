@@ -135,7 +135,10 @@ impl CudaBackend {
     }
 
     fn open(options: CudaOptions) -> Result<Self, CudaError> {
-        let count = CudaContext::device_count().map_err(driver("cuDeviceGetCount"))?;
+        let count = CudaContext::device_count().map_err(|e| CudaError::NoDevice {
+            ordinal: options.device,
+            detail: describe(&e),
+        })?;
         if options.device >= count.max(0) as usize {
             return Err(CudaError::NoDevice {
                 ordinal: options.device,
@@ -308,7 +311,16 @@ impl CudaBackend {
         // Device buffers, in plan order.
         for buffer in &plan.buffers {
             if let BufferInit::Resident(name) = &buffer.init {
-                if !self.residents.contains_key(name) {
+                if let Some(existing) = self.residents.get(name) {
+                    if existing.words.len() as u64 != buffer.len.max(1) {
+                        return Err(RunError::BadArguments(format!(
+                            "resident `{name}` already holds {} elements; map `{}` declares {}",
+                            existing.words.len(),
+                            plan.map.name,
+                            buffer.len
+                        )));
+                    }
+                } else {
                     let words = stream
                         .alloc_zeros::<u32>(buffer.len.max(1) as usize)
                         .map_err(run_err("allocation"))?;

@@ -157,7 +157,14 @@ fn emulate(
     let binary = dir.join("kernel");
     std::fs::write(&source, &program).unwrap();
     let compile = Command::new("c++")
-        .args(["-std=c++20", "-O1", "-pthread", "-w", "-o"])
+        .args([
+            "-std=c++20",
+            "-O1",
+            "-ffp-contract=off",
+            "-pthread",
+            "-w",
+            "-o",
+        ])
         .arg(&binary)
         .arg(&source)
         .output()
@@ -349,4 +356,313 @@ fn checked_mode_reports_out_of_bounds() {
     let y = buffer_of(&plan, &out, "y");
     let written = y.iter().filter(|&&w| w == 1.0f32.to_bits()).count();
     assert_eq!(written, 4 * 32 - 1);
+}
+
+const N: u32 = 64;
+
+fn special_f32() -> Vec<f32> {
+    let base = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        1.5,
+        -2.5,
+        3.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e-45,
+        -3e-39,
+        1e30,
+        -1e30,
+        3e9,
+        -3e9,
+        2147483648.0,
+        -2147483904.0,
+        4294967296.0,
+        0.1,
+        7.0,
+        -7.75,
+        16777217.0,
+    ];
+    (0..N as usize)
+        .map(|i| base.get(i).copied().unwrap_or((i as f32 - 40.0) * 1.37))
+        .collect()
+}
+
+fn special_i32() -> Vec<i32> {
+    let base = [
+        0,
+        1,
+        -1,
+        2,
+        -2,
+        7,
+        -7,
+        31,
+        32,
+        33,
+        -33,
+        i32::MIN,
+        i32::MAX,
+        i32::MIN + 1,
+        65536,
+        -98765,
+    ];
+    (0..N as usize)
+        .map(|i| base.get(i).copied().unwrap_or((i as i32 - 40) * 977))
+        .collect()
+}
+
+/// Outputs whose every operation the IR defines exactly, one slot per
+/// expression, so that a wrong operator shows up by name.
+fn exact_expressions() -> (
+    Module,
+    Vec<&'static str>,
+    Vec<&'static str>,
+    Vec<&'static str>,
+    Vec<&'static str>,
+) {
+    let mesh = MeshBuilder::new("m").grid("b", 1).threads("t", N).build();
+    let f_names = vec![
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "rem",
+        "neg",
+        "sqrt",
+        "fma",
+        "min",
+        "max",
+        "abs",
+        "floor",
+        "ceil",
+        "from_i32",
+        "from_u32",
+        "bitcast_u32",
+        "select",
+        "mul_add",
+        "from_bool",
+    ];
+    let i_names = vec![
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "rem",
+        "and",
+        "or",
+        "xor",
+        "shl",
+        "shr",
+        "neg",
+        "not",
+        "abs",
+        "min",
+        "max",
+        "from_f32",
+        "bitcast_f32",
+        "from_u32",
+        "from_bool",
+    ];
+    let u_names = vec![
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "rem",
+        "shl",
+        "shr",
+        "neg",
+        "min",
+        "max",
+        "from_f32",
+        "bitcast_f32",
+        "from_i32",
+    ];
+    let b_names = vec![
+        "f_lt", "f_le", "f_eq", "f_ne", "f_gt", "f_ge", "i_lt", "i_ge", "u_lt", "u_gt", "and",
+        "or", "not", "from_f32", "from_i32", "eq_bool",
+    ];
+    let map = MapBuilder::new("exact")
+        .program("m", "exact")
+        .input("xf", gmem(F32, [N]))
+        .input("xi", gmem(I32, [N]))
+        .output("yf", gmem(F32, [f_names.len() as u32, N]))
+        .output("yi", gmem(I32, [i_names.len() as u32, N]))
+        .output("yu", gmem(U32, [u_names.len() as u32, N]))
+        .output("yb", gmem(Bool, [b_names.len() as u32, N]))
+        .build();
+    let kernel = KernelBuilder::new("exact", map.params()).body(|b| {
+        let t = b.let_("t", U32, axis_index("t"));
+        let j = b.let_("j", U32, (t.clone() + Expr::from(7u32)) % Expr::from(N));
+        let k = b.let_("k", U32, (t.clone() + Expr::from(13u32)) % Expr::from(N));
+        let fa = b.let_("fa", F32, load("xf", [t.clone()]));
+        let fb = b.let_("fb", F32, load("xf", [j.clone()]));
+        let fc = b.let_("fc", F32, load("xf", [k]));
+        let ia = b.let_("ia", I32, load("xi", [t.clone()]));
+        let ib = b.let_("ib", I32, load("xi", [j]));
+        let ua = b.let_("ua", U32, ia.clone().bitcast(U32));
+        let ub = b.let_("ub", U32, ib.clone().bitcast(U32));
+        let ba = b.let_("ba", Bool, fa.clone().lt(fb.clone()));
+        let bb = b.let_("bb", Bool, ia.clone().ge(ib.clone()));
+        let fs: Vec<Expr> = vec![
+            fa.clone() + fb.clone(),
+            fa.clone() - fb.clone(),
+            fa.clone() * fb.clone(),
+            fa.clone() / fb.clone(),
+            fa.clone() % fb.clone(),
+            -fa.clone(),
+            math(MathFn::Sqrt, [fa.clone()]),
+            math(MathFn::Fma, [fa.clone(), fb.clone(), fc.clone()]),
+            math(MathFn::Min, [fa.clone(), fb.clone()]),
+            math(MathFn::Max, [fa.clone(), fb.clone()]),
+            math(MathFn::Abs, [fa.clone()]),
+            math(MathFn::Floor, [fa.clone()]),
+            math(MathFn::Ceil, [fa.clone()]),
+            ia.clone().cast(F32),
+            ua.clone().cast(F32),
+            ua.clone().bitcast(F32),
+            select(ba.clone(), fa.clone(), fb.clone()),
+            fa.clone() * fb.clone() + fc,
+            ba.clone().cast(F32),
+        ];
+        let is: Vec<Expr> = vec![
+            ia.clone() + ib.clone(),
+            ia.clone() - ib.clone(),
+            ia.clone() * ib.clone(),
+            ia.clone() / ib.clone(),
+            ia.clone() % ib.clone(),
+            ia.clone() & ib.clone(),
+            ia.clone() | ib.clone(),
+            ia.clone() ^ ib.clone(),
+            ia.clone() << ib.clone(),
+            ia.clone() >> ib.clone(),
+            -ia.clone(),
+            Expr::Unary(UnaryOp::BitNot, Box::new(ia.clone())),
+            math(MathFn::Abs, [ia.clone()]),
+            math(MathFn::Min, [ia.clone(), ib.clone()]),
+            math(MathFn::Max, [ia.clone(), ib.clone()]),
+            fa.clone().cast(I32),
+            fa.clone().bitcast(I32),
+            ua.clone().cast(I32),
+            bb.clone().cast(I32),
+        ];
+        let us: Vec<Expr> = vec![
+            ua.clone() + ub.clone(),
+            ua.clone() - ub.clone(),
+            ua.clone() * ub.clone(),
+            ua.clone() / ub.clone(),
+            ua.clone() % ub.clone(),
+            ua.clone() << ub.clone(),
+            ua.clone() >> ub.clone(),
+            -ua.clone(),
+            math(MathFn::Min, [ua.clone(), ub.clone()]),
+            math(MathFn::Max, [ua.clone(), ub.clone()]),
+            fa.clone().cast(U32),
+            fa.clone().bitcast(U32),
+            ia.clone().cast(U32),
+        ];
+        let bs: Vec<Expr> = vec![
+            fa.clone().lt(fb.clone()),
+            fa.clone().le(fb.clone()),
+            fa.clone().eq(fb.clone()),
+            fa.clone().ne(fb.clone()),
+            fa.clone().gt(fb.clone()),
+            fa.clone().ge(fb.clone()),
+            ia.clone().lt(ib.clone()),
+            ia.clone().ge(ib.clone()),
+            ua.clone().lt(ub.clone()),
+            ua.clone().gt(ub),
+            ba.clone().and(bb.clone()),
+            ba.clone().or(bb.clone()),
+            !ba.clone(),
+            fa.cast(Bool),
+            ia.cast(Bool),
+            ba.eq(bb),
+        ];
+        for (slot, e) in fs.into_iter().enumerate() {
+            b.store(at("yf", [Expr::from(slot as u32), t.clone()]), e);
+        }
+        for (slot, e) in is.into_iter().enumerate() {
+            b.store(at("yi", [Expr::from(slot as u32), t.clone()]), e);
+        }
+        for (slot, e) in us.into_iter().enumerate() {
+            b.store(at("yu", [Expr::from(slot as u32), t.clone()]), e);
+        }
+        for (slot, e) in bs.into_iter().enumerate() {
+            b.store(at("yb", [Expr::from(slot as u32), t.clone()]), e);
+        }
+    });
+    (
+        module(vec![mesh], vec![kernel], map),
+        f_names,
+        i_names,
+        u_names,
+        b_names,
+    )
+}
+
+#[test]
+fn exact_operations_agree_with_the_interpreter() {
+    use mpmd_core::host::{CallArgs, HostTensor};
+    use mpmd_core::{Backend, RunOptions};
+    let (module, f_names, i_names, u_names, b_names) = exact_expressions();
+    let plan = plan_of(&module);
+    let xf = special_f32();
+    let xi = special_i32();
+    let mut args = CallArgs::default();
+    args.inputs
+        .insert("xf".into(), HostTensor::from_f32(vec![N], &xf));
+    args.inputs
+        .insert("xi".into(), HostTensor::from_i32(vec![N], &xi));
+    let oracle = mpmd_core::interp::Interpreter::new()
+        .run(&plan, &args, &RunOptions::default())
+        .expect("interpreter runs");
+    let inputs = BTreeMap::from([
+        ("xf", xf.iter().map(|v| v.to_bits()).collect()),
+        ("xi", xi.iter().map(|&v| v as u32).collect()),
+    ]);
+    for mode in [Mode::Fast, Mode::Checked] {
+        let out = emulate(&plan, mode, &inputs, &BTreeMap::new(), 1_000_000_000);
+        assert_eq!(error_of(&plan, mode, &out), None);
+        let mut mismatches = Vec::new();
+        for (output, names, float) in [
+            ("yf", &f_names, true),
+            ("yi", &i_names, false),
+            ("yu", &u_names, false),
+            ("yb", &b_names, false),
+        ] {
+            let got = buffer_of(&plan, &out, output);
+            let want = &oracle.outputs[output].words;
+            for (slot, name) in names.iter().enumerate() {
+                for t in 0..N as usize {
+                    let (g, w) = (got[slot * N as usize + t], want[slot * N as usize + t]);
+                    let same = if float {
+                        let (gf, wf) = (f32::from_bits(g), f32::from_bits(w));
+                        g == w || (gf.is_nan() && wf.is_nan()) || (gf == 0.0 && wf == 0.0)
+                    } else {
+                        g == w
+                    };
+                    if !same {
+                        mismatches.push(format!(
+                            "{output}.{name} thread {t}: cuda {g:#010x}, interp {w:#010x} (a = {:?}/{}, b = {:?}/{})",
+                            xf[t],
+                            xi[t],
+                            xf[(t + 7) % N as usize],
+                            xi[(t + 7) % N as usize]
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "{mode:?}:\n{}",
+            mismatches.join("\n")
+        );
+    }
 }

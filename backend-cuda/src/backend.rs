@@ -462,7 +462,7 @@ impl CudaBackend {
         self.last_kernel_ms = events.and_then(|(start, end)| event_elapsed_ms(&start, &end));
 
         let control_words = download(&stream, &control_block)?;
-        if let Some(error) = control::decode(&control_words, &module) {
+        if let Some(error) = control::decode_for_plan(&control_words, &module, plan) {
             return Err(error);
         }
         let mut outputs = BTreeMap::new();

@@ -135,6 +135,12 @@ fn unsignaled_wait_times_out_and_names_the_semaphore() {
             Some("wait on `never[2]` timed out at program 0 (stuck), block 0".to_string()),
             "{mode:?}"
         );
+        // The plan proves nobody signals `never`: the backend calls it a deadlock.
+        assert_eq!(
+            mpmd_cuda::control::decode_for_plan(&out.control, &emit_module(&plan, mode).unwrap(), &plan)
+                .map(|e| e.to_string()),
+            Some("deadlock: every live block waits\nprogram 0 (stuck), block 0 waits on `never[2]`, which no program of this call signals (and it is not device-resident)".to_string())
+        );
         // The abort flag stopped every block before its store.
         assert_eq!(out.control[mpmd_cuda::control::ABORT], 1);
         assert!(buffer_of(&plan, &out, "y")

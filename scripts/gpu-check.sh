@@ -146,6 +146,10 @@ fi
 # ---- conformance ----------------------------------------------------------
 section "conformance (interp,cuda)"
 CONF_ARGS=(--backends interp,cuda --json "$WORK/conformance.json")
+# The runner's built-in corpus path is the build machine's; name this checkout's.
+if [ -d "$REPO_ROOT/conformance/cases" ]; then
+  CONF_ARGS+=(--cases "$REPO_ROOT/conformance/cases")
+fi
 if CONF=$(bin mpmd-conformance); then
   CONF_CMD=("$CONF" "${CONF_ARGS[@]}")
 elif XTASK=$(bin xtask) && command -v cargo >/dev/null 2>&1; then

@@ -129,6 +129,10 @@ pub enum CliError {
     TargetNotBuilt(&'static str),
     #[error("backend `{0}` is not built yet")]
     BackendNotBuilt(&'static str),
+    #[error("backend `{name}` is not available: {reason}")]
+    BackendUnavailable { name: &'static str, reason: String },
+    #[error("cannot emit {target}: {reason}")]
+    Emit { target: &'static str, reason: String },
     #[error("cannot lower: {0}")]
     Lower(#[from] LowerError),
     #[error("{0}")]
@@ -281,7 +285,11 @@ fn check(files: &[PathBuf]) -> Result<String, CliError> {
 pub fn emit(target: Target, plan: &LaunchPlan) -> Result<String, CliError> {
     match target {
         Target::Plan => Ok(describe::describe(plan)),
-        Target::Cuda | Target::Wgsl => Err(CliError::TargetNotBuilt(target.name())),
+        Target::Cuda => mpmd_cuda::emit(plan, Mode::Fast).map_err(|e| CliError::Emit {
+            target: target.name(),
+            reason: e.to_string(),
+        }),
+        Target::Wgsl => Err(CliError::TargetNotBuilt(target.name())),
     }
 }
 
@@ -308,7 +316,15 @@ fn lower_command(target: Target, file: &Path, map: Option<&str>) -> Result<Strin
 pub fn resolve_backend(kind: BackendKind) -> Result<Box<dyn Backend>, CliError> {
     match kind {
         BackendKind::Interp => Ok(Box::new(Interpreter::new())),
-        BackendKind::Wgpu | BackendKind::Cuda => Err(CliError::BackendNotBuilt(kind.name())),
+        BackendKind::Cuda => {
+            let backend = mpmd_cuda::CudaBackend::new(mpmd_cuda::CudaOptions::default())
+                .map_err(|e| CliError::BackendUnavailable {
+                    name: kind.name(),
+                    reason: e.to_string(),
+                })?;
+            Ok(Box::new(backend))
+        }
+        BackendKind::Wgpu => Err(CliError::BackendNotBuilt(kind.name())),
     }
 }
 
@@ -623,11 +639,7 @@ mod tests {
     }
 
     #[test]
-    fn unbuilt_targets_and_backends_are_errors() {
-        assert_eq!(
-            CliError::TargetNotBuilt(Target::Cuda.name()).to_string(),
-            "target `cuda` is not built yet"
-        );
+    fn unbuilt_backends_are_errors() {
         assert!(matches!(
             resolve_backend(BackendKind::Wgpu),
             Err(CliError::BackendNotBuilt("wgpu"))

@@ -132,7 +132,10 @@ pub enum CliError {
     #[error("backend `{name}` is not available: {reason}")]
     BackendUnavailable { name: &'static str, reason: String },
     #[error("cannot emit {target}: {reason}")]
-    Emit { target: &'static str, reason: String },
+    Emit {
+        target: &'static str,
+        reason: String,
+    },
     #[error("cannot lower: {0}")]
     Lower(#[from] LowerError),
     #[error("{0}")]
@@ -317,10 +320,12 @@ pub fn resolve_backend(kind: BackendKind) -> Result<Box<dyn Backend>, CliError> 
     match kind {
         BackendKind::Interp => Ok(Box::new(Interpreter::new())),
         BackendKind::Cuda => {
-            let backend = mpmd_cuda::CudaBackend::new(mpmd_cuda::CudaOptions::default())
-                .map_err(|e| CliError::BackendUnavailable {
-                    name: kind.name(),
-                    reason: e.to_string(),
+            let backend =
+                mpmd_cuda::CudaBackend::new(mpmd_cuda::CudaOptions::default()).map_err(|e| {
+                    CliError::BackendUnavailable {
+                        name: kind.name(),
+                        reason: e.to_string(),
+                    }
                 })?;
             Ok(Box::new(backend))
         }

@@ -834,3 +834,56 @@ fn residents_hand_data_and_credits_to_a_later_call() {
         "{e}"
     );
 }
+
+/// Manual probe: `cargo test --release --test interp perf_probe -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn perf_probe() {
+    fn cpu() -> f64 {
+        let s = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let f: Vec<&str> = s.rsplit(')').next().unwrap().split_whitespace().collect();
+        (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+    }
+    let n = 1 << 20;
+    let m = elementwise(n, 128);
+    let xs: Vec<f32> = (0..n).map(|k| k as f32).collect();
+    let a = args(
+        &[("x", HostTensor::from_f32(vec![n], &xs))],
+        &[("alpha", Literal::f32(1.5))],
+    );
+    let mut interp = Interpreter::new();
+    let only = std::env::var("PROBE").unwrap_or_default();
+    for (label, detect) in [("fast", false), ("detect", true)] {
+        if !only.is_empty() && only != format!("e{label}") {
+            continue;
+        }
+        let reps = if detect { 2 } else { 30 };
+        let (c0, t0) = (cpu(), std::time::Instant::now());
+        for _ in 0..reps {
+            interp.call(&m, "axpb", &a, &opts(detect, 0)).unwrap();
+        }
+        let (c, t) = (cpu() - c0, t0.elapsed().as_secs_f64());
+        println!(
+            "elementwise {label}: cpu {:.1} Melem/cpu-s, wall {:.1} Melem/s",
+            reps as f64 * n as f64 / c / 1e6,
+            reps as f64 * n as f64 / t / 1e6
+        );
+    }
+    let m = tree_reduction(n / 128, 128);
+    for (label, detect) in [("fast", false), ("detect", true)] {
+        if !only.is_empty() && only != format!("r{label}") {
+            continue;
+        }
+        let reps = if detect { 2 } else { 10 };
+        let (c0, t0) = (cpu(), std::time::Instant::now());
+        for _ in 0..reps {
+            interp.call(&m, "sum", &a, &opts(detect, 0)).unwrap();
+        }
+        let (c, t) = (cpu() - c0, t0.elapsed().as_secs_f64());
+        println!(
+            "reduction {label}: cpu {:.1} Melem/cpu-s, wall {:.1} Melem/s",
+            reps as f64 * n as f64 / c / 1e6,
+            reps as f64 * n as f64 / t / 1e6
+        );
+    }
+}

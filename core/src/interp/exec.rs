@@ -395,13 +395,8 @@ impl BlockState {
                 }
                 Instr::IfThen { cond, else_pc } => {
                     self.push_mask();
-                    let c = &self.regs[*cond];
-                    let mut any = false;
-                    for l in 0..t {
-                        self.mask[l] &= c[l] != 0;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    let (any, all) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c != 0);
+                    self.full = all;
                     if !any {
                         self.pc = *else_pc;
                         continue;
@@ -411,13 +406,9 @@ impl BlockState {
                     let Some((saved, _)) = self.stack.last() else {
                         return Err(corrupt(code));
                     };
-                    let c = &self.regs[*cond];
-                    let mut any = false;
-                    for l in 0..t {
-                        self.mask[l] = saved[l] && c[l] == 0;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    self.mask.copy_from_slice(saved);
+                    let (any, all) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c == 0);
+                    self.full = all;
                     if !any {
                         self.pc = *end_pc;
                         continue;
@@ -439,17 +430,12 @@ impl BlockState {
                     exit_pc,
                 } => {
                     let (v, e) = (&self.regs[*var], &self.regs[*end]);
-                    let mut any = false;
-                    for l in 0..t {
-                        let go = if *signed {
-                            (v[l] as i32) < (e[l] as i32)
-                        } else {
-                            v[l] < e[l]
-                        };
-                        self.mask[l] &= go;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    let (any, all) = if *signed {
+                        narrow2(&mut self.mask, v, e, |m, v, e| m && (v as i32) < (e as i32))
+                    } else {
+                        narrow2(&mut self.mask, v, e, |m, v, e| m && v < e)
+                    };
+                    self.full = all;
                     if !any {
                         self.pc = *exit_pc;
                         continue;
@@ -774,15 +760,51 @@ impl BlockState {
     ) -> Result<(), RunError> {
         let t = code.threads;
         let mut d = take(&mut self.regs[dst]);
-        let result = (|| {
-            // Fast path: a one-dimensional global load over all lanes.
-            if let (Target::Global(b), true, true, None, [(r, extent, _)]) = (
-                acc.target,
-                self.full,
-                env.detect.is_none(),
-                &acc.coords,
-                &acc.dims[..],
-            ) {
+        let result = if env.detect.is_none() && acc.coords.is_none() && acc.dims.len() == 1 {
+            self.load_1d(code, env, acc, &mut d)
+        } else {
+            (|| {
+                for l in 0..t {
+                    if !self.mask[l] {
+                        continue;
+                    }
+                    let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                    self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                    d[l] = self.read_word(env, acc.target, addr, l, t);
+                }
+                Ok(())
+            })()
+        };
+        self.regs[dst] = d;
+        result
+    }
+
+    /// A one-dimensional load of the block's own instance without detection.
+    fn load_1d(
+        &self,
+        code: &ProgramCode,
+        env: &Env,
+        acc: &Access,
+        d: &mut [u32],
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let (r, extent, _) = acc.dims[0];
+        let idx = &self.regs[r];
+        let (full, mask) = (self.full, &self.mask[..]);
+        let run = |get: &dyn Fn(usize, usize) -> u32, d: &mut [u32]| -> Result<(), RunError> {
+            for l in 0..t {
+                if full || mask[l] {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(self.oob(code, acc, l));
+                    }
+                    d[l] = get(i as usize, l);
+                }
+            }
+            Ok(())
+        };
+        match acc.target {
+            Target::Global(b) => {
                 let base = match acc.own {
                     OwnInstance::Block => self.block * acc.inst_len,
                     OwnInstance::Zero => 0,
@@ -790,28 +812,28 @@ impl BlockState {
                 let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
                     return Err(corrupt(code));
                 };
-                let idx = &self.regs[*r];
-                for l in 0..t {
-                    let i = idx[l];
-                    if i >= *extent {
-                        return Err(self.oob(code, acc, l));
+                if full {
+                    // The common case, kept free of indirect calls.
+                    for l in 0..t {
+                        let i = idx[l];
+                        if i >= extent {
+                            return Err(self.oob(code, acc, l));
+                        }
+                        d[l] = words[i as usize].load(Relaxed);
                     }
-                    d[l] = words[i as usize].load(Relaxed);
+                    return Ok(());
                 }
-                return Ok(());
+                run(&|i, _| words[i].load(Relaxed), d)
             }
-            for l in 0..t {
-                if !self.mask[l] {
-                    continue;
-                }
-                let addr = self.address(code, acc, l).map_err(|e| *e)?;
-                self.detect_access(code, env, acc, addr, l, true, false, false)?;
-                d[l] = self.read_word(env, acc.target, addr, l, t);
+            Target::Smem(s) => {
+                let words = &self.smem[s];
+                run(&|i, _| words[i], d)
             }
-            Ok(())
-        })();
-        self.regs[dst] = d;
-        result
+            Target::Local(id) => {
+                let words = &self.locals[id];
+                run(&|i, l| words[i * t + l], d)
+            }
+        }
     }
 
     fn read_word(&self, env: &Env, target: Target, addr: u64, lane: usize, t: usize) -> u32 {
@@ -838,30 +860,9 @@ impl BlockState {
         acc: &Access,
     ) -> Result<(), RunError> {
         let t = code.threads;
-        if let (Target::Global(b), true, true, None, [(r, extent, _)], None) = (
-            acc.target,
-            self.full,
-            env.detect.is_none(),
-            &acc.coords,
-            &acc.dims[..],
-            env.alt.as_ref(),
-        ) {
-            let base = match acc.own {
-                OwnInstance::Block => self.block * acc.inst_len,
-                OwnInstance::Zero => 0,
-            } as usize;
-            let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
-                return Err(corrupt(code));
-            };
-            let (idx, s) = (&self.regs[*r], &self.regs[src]);
-            for l in 0..t {
-                let i = idx[l];
-                if i >= *extent {
-                    return Err(self.oob(code, acc, l));
-                }
-                words[i as usize].store(s[l], Relaxed);
-            }
-            return Ok(());
+        let shuffled = env.alt.as_ref().is_some_and(|a| a.shuffle_lanes);
+        if env.detect.is_none() && !shuffled && acc.coords.is_none() && acc.dims.len() == 1 {
+            return self.store_1d(code, env, src, acc);
         }
         let order = self.lane_order(env, t);
         let result = (|| {
@@ -879,6 +880,59 @@ impl BlockState {
         })();
         Self::return_order(env, order);
         result
+    }
+
+    /// A one-dimensional store to the block's own instance without detection
+    /// or lane shuffling; lanes before an out-of-bounds one still store.
+    fn store_1d(
+        &mut self,
+        code: &ProgramCode,
+        env: &Env,
+        src: usize,
+        acc: &Access,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let (r, extent, _) = acc.dims[0];
+        let (full, mask) = (self.full, &self.mask[..]);
+        let (idx, s) = (&self.regs[r], &self.regs[src]);
+        let first_bad = (0..t).find(|&l| (full || mask[l]) && idx[l] >= extent);
+        let limit = first_bad.unwrap_or(t);
+        match acc.target {
+            Target::Global(b) => {
+                let base = match acc.own {
+                    OwnInstance::Block => self.block * acc.inst_len,
+                    OwnInstance::Zero => 0,
+                } as usize;
+                let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
+                    return Err(corrupt(code));
+                };
+                for l in 0..limit {
+                    if full || mask[l] {
+                        words[idx[l] as usize].store(s[l], Relaxed);
+                    }
+                }
+            }
+            Target::Smem(k) => {
+                let words = &mut self.smem[k];
+                for l in 0..limit {
+                    if full || mask[l] {
+                        words[idx[l] as usize] = s[l];
+                    }
+                }
+            }
+            Target::Local(id) => {
+                let words = &mut self.locals[id];
+                for l in 0..limit {
+                    if full || mask[l] {
+                        words[idx[l] as usize * t + l] = s[l];
+                    }
+                }
+            }
+        }
+        match first_bad {
+            Some(l) => Err(self.oob(code, acc, l)),
+            None => Ok(()),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -979,6 +1033,34 @@ impl WithThread for Box<RunError> {
             e => e,
         }
     }
+}
+
+/// Updates every lane's mask bit from one register; returns (any, all) set.
+#[inline(always)]
+fn narrow(mask: &mut [bool], c: &[u32], f: impl Fn(bool, u32) -> bool) -> (bool, bool) {
+    let (mut any, mut all) = (false, true);
+    for (m, &c) in mask.iter_mut().zip(c) {
+        *m = f(*m, c);
+        any |= *m;
+        all &= *m;
+    }
+    (any, all)
+}
+
+#[inline(always)]
+fn narrow2(
+    mask: &mut [bool],
+    a: &[u32],
+    b: &[u32],
+    f: impl Fn(bool, u32, u32) -> bool,
+) -> (bool, bool) {
+    let (mut any, mut all) = (false, true);
+    for ((m, &a), &b) in mask.iter_mut().zip(a).zip(b) {
+        *m = f(*m, a, b);
+        any |= *m;
+        all &= *m;
+    }
+    (any, all)
 }
 
 #[inline(always)]

@@ -118,6 +118,8 @@ struct ResidentState {
 pub struct Interpreter {
     residents: BTreeMap<String, ResidentState>,
     last_report: Option<InterpReport>,
+    /// Device buffers of earlier calls, reused by later ones.
+    pool: Vec<Vec<AtomicU32>>,
 }
 
 /// Where a buffer's contents come from at the start of a call.
@@ -201,7 +203,7 @@ impl Interpreter {
         let (layout, codes) = prepare(map, meshes, kernels, residents, args)?;
         let detect = options.detect;
 
-        let (bufs, init) = self.make_buffers(&layout, args, residents)?;
+        let (bufs, init) = self.make_buffers(&layout, args, residents, detect)?;
         let mut detector = detect.then(|| detect::Detector {
             shadow: vec![vec![]; bufs.len()],
             init,
@@ -235,11 +237,11 @@ impl Interpreter {
             }
         };
         report.blocks_run = blocks;
-        let outputs = collect_outputs(&layout, &bufs);
+        let outputs = (options.extra_schedules > 0).then(|| collect_outputs(&layout, &bufs));
 
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
-            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents)?;
+            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents, detect)?;
             let mut alt_detector = detect.then(|| detect::Detector {
                 shadow: vec![vec![]; alt_bufs.len()],
                 init: alt_init,
@@ -268,7 +270,11 @@ impl Interpreter {
                 return Err(e);
             }
             let alt_outputs = collect_outputs(&layout, &alt_bufs);
-            if let Some(detail) = first_difference(&outputs, &alt_outputs, k, options.run.seed) {
+            self.recycle(alt_bufs);
+            let difference = outputs
+                .as_ref()
+                .and_then(|o| first_difference(o, &alt_outputs, k, options.run.seed));
+            if let Some(detail) = difference {
                 self.last_report = Some(report);
                 return Err(RunError::Nondeterministic { detail });
             }
@@ -292,22 +298,77 @@ impl Interpreter {
                     .insert(name.clone(), ResidentState { tensor, init });
             }
         }
+        // Outputs take their buffers without a copy; the rest are reused.
+        let mut slots: Vec<Option<Vec<AtomicU32>>> =
+            bufs.into_iter().map(|b| Some(b.words)).collect();
+        let mut outputs = BTreeMap::new();
+        for (name, i) in &layout.outputs {
+            let spec = &layout.buffers[*i];
+            let words: Vec<u32> = match slots[*i].take() {
+                Some(w) => w.into_iter().map(AtomicU32::into_inner).collect(),
+                None => outputs
+                    .get(name)
+                    .map(|t: &HostTensor| t.words.clone())
+                    .unwrap_or_default(),
+            };
+            outputs.insert(
+                name.clone(),
+                HostTensor {
+                    elem: spec.ty.elem,
+                    shape: spec.shape.clone(),
+                    words,
+                },
+            );
+        }
+        self.recycle(
+            slots
+                .into_iter()
+                .flatten()
+                .map(|words| GlobalBuf { words })
+                .collect(),
+        );
         self.last_report = Some(report);
         Ok(CallOutputs { outputs })
     }
 
     /// Fresh device buffers for one schedule, and which words start initialised.
+    /// Keeps a call's buffers for reuse, so that repeated calls do not pay
+    /// for fresh pages.
+    fn recycle(&mut self, bufs: Vec<GlobalBuf>) {
+        for b in bufs {
+            if self.pool.len() < 16 && !b.words.is_empty() {
+                self.pool.push(b.words);
+            }
+        }
+    }
+
+    /// A buffer of `len` words filled by `fill` (from the pool when one fits).
+    fn buffer(&mut self, len: usize, fill: impl Fn(usize) -> u32) -> Vec<AtomicU32> {
+        match self.pool.iter().position(|b| b.len() == len) {
+            Some(i) => {
+                let mut words = self.pool.swap_remove(i);
+                for (k, w) in words.iter_mut().enumerate() {
+                    *w.get_mut() = fill(k);
+                }
+                words
+            }
+            None => (0..len).map(|k| AtomicU32::new(fill(k))).collect(),
+        }
+    }
+
     fn make_buffers(
-        &self,
+        &mut self,
         layout: &Layout,
         args: &CallArgs,
         residents: &[Resident],
+        detect: bool,
     ) -> Result<(Vec<GlobalBuf>, Vec<Vec<bool>>), RunError> {
         let mut bufs = Vec::with_capacity(layout.buffers.len());
         let mut inits = Vec::with_capacity(layout.buffers.len());
         for spec in &layout.buffers {
             let len = spec.len as usize;
-            let (words, init): (Vec<u32>, Vec<bool>) = match &spec.init {
+            let bits = |v: bool| if detect { vec![v; len] } else { vec![] };
+            let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
                     let t = args
                         .inputs
@@ -319,13 +380,15 @@ impl Interpreter {
                             t.words.len()
                         )));
                     }
-                    (t.words.clone(), vec![true; len])
+                    (self.buffer(len, |k| t.words[k]), bits(true))
                 }
-                Init::Zeroed => (vec![0; len], vec![true; len]),
-                Init::Uninitialized => (vec![0; len], vec![false; len]),
+                Init::Zeroed => (self.buffer(len, |_| 0), bits(true)),
+                Init::Uninitialized => (self.buffer(len, |_| 0), bits(false)),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
                     Some(r) if r.tensor.words.len() == len => {
-                        (r.tensor.words.clone(), r.init.clone())
+                        let words = r.tensor.words.clone();
+                        let init = if detect { r.init.clone() } else { vec![] };
+                        (self.buffer(len, |k| words[k]), init)
                     }
                     Some(r) => {
                         return Err(RunError::BadArguments(format!(
@@ -337,13 +400,11 @@ impl Interpreter {
                         let zeroed = *zeroed
                             || spec.ty.space == MemorySpace::Sem
                             || residents.iter().any(|r| &r.name == name && r.zeroed);
-                        (vec![0; len], vec![zeroed; len])
+                        (self.buffer(len, |_| 0), bits(zeroed))
                     }
                 },
             };
-            bufs.push(GlobalBuf {
-                words: words.into_iter().map(AtomicU32::new).collect(),
-            });
+            bufs.push(GlobalBuf { words });
             inits.push(init);
         }
         Ok((bufs, inits))

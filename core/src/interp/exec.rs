@@ -97,6 +97,9 @@ pub(crate) struct BlockState {
     pc: usize,
     mask: Vec<bool>,
     full: bool,
+    /// When the active lanes are exactly `lo..hi`: loops then run over a
+    /// plain range (vectorised) instead of testing every lane's bit.
+    span: Option<(usize, usize)>,
     stack: Vec<(Vec<bool>, bool)>,
     spare_masks: Vec<Vec<bool>>,
     smem: Vec<Vec<u32>>,
@@ -149,6 +152,7 @@ impl BlockState {
             pc: 0,
             mask: vec![true; t],
             full: true,
+            span: Some((0, t)),
             stack: vec![],
             spare_masks: vec![],
             smem: code.smem.iter().map(|&n| vec![0; n as usize]).collect(),
@@ -172,6 +176,7 @@ impl BlockState {
         self.pc = 0;
         self.mask.fill(true);
         self.full = true;
+        self.span = Some((0, self.mask.len()));
         while let Some((m, _)) = self.stack.pop() {
             self.spare_masks.push(m);
         }
@@ -200,6 +205,19 @@ impl BlockState {
             block: self.block,
             thread,
         }
+    }
+
+    /// Recomputes `full` and `span` after the mask changed.
+    fn refresh_mask(&mut self) {
+        let first = self.mask.iter().position(|&m| m);
+        self.span = match first {
+            None => Some((0, 0)),
+            Some(lo) => {
+                let hi = lo + self.mask[lo..].iter().take_while(|&&m| m).count();
+                self.mask[hi..].iter().all(|&m| !m).then_some((lo, hi))
+            }
+        };
+        self.full = self.span == Some((0, self.mask.len()));
     }
 
     fn push_mask(&mut self) {
@@ -246,7 +264,6 @@ impl BlockState {
             }
         };
         restrict(&mut self.mask, &seg.mask);
-        self.full = false;
         self.stack.truncate(seg.stack.len());
         for (i, src) in seg.stack.iter().enumerate() {
             if i >= self.stack.len() {
@@ -256,6 +273,7 @@ impl BlockState {
             self.stack[i].1 = false;
         }
         self.pc = seg.start_pc;
+        self.refresh_mask();
         true
     }
 
@@ -304,7 +322,7 @@ impl BlockState {
             return Err(corrupt(code));
         };
         self.mask = mask;
-        self.full = count_full(&self.mask);
+        self.refresh_mask();
         for ((m, full), merged) in self.stack.iter_mut().zip(stack) {
             *full = count_full(&merged);
             *m = merged;
@@ -321,72 +339,51 @@ impl BlockState {
                 }
             }
         }
-        let t = code.threads;
         loop {
             let instr = &code.code[self.pc];
             if self.warp.is_some() && instr.is_boundary() && self.warp_arrived(code)? {
                 continue;
             }
-            let mask = if self.full {
-                None
-            } else {
-                Some(&self.mask[..])
-            };
+            let lanes = lanes_of(self.span, &self.mask);
             match instr {
                 Instr::Bin { op, dst, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    binary(*op, &mut d, &self.regs[*a], &self.regs[*b], mask);
+                    binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes);
                     self.regs[*dst] = d;
                 }
                 Instr::Un { op, dst, a } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    unary(*op, &mut d, &self.regs[*a], mask);
+                    unary(*op, &mut d, &self.regs[*a], lanes);
                     self.regs[*dst] = d;
                 }
                 Instr::Select { dst, c, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (c, a, b) = (&self.regs[*c], &self.regs[*a], &self.regs[*b]);
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            d[l] = if c[l] != 0 { a[l] } else { b[l] };
-                        }
-                    }
+                    each(lanes, |l| d[l] = if c[l] != 0 { a[l] } else { b[l] });
                     self.regs[*dst] = d;
                 }
                 Instr::Fma { dst, a, b, c } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (a, b, c) = (&self.regs[*a], &self.regs[*b], &self.regs[*c]);
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            let r = f32::from_bits(a[l])
-                                .mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
-                            d[l] = r.to_bits();
-                        }
-                    }
+                    each(lanes, |l| {
+                        let r = f32::from_bits(a[l])
+                            .mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
+                        d[l] = r.to_bits();
+                    });
                     self.regs[*dst] = d;
                 }
                 Instr::Mov { dst, src } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let s = &self.regs[*src];
-                    match mask {
-                        None => d.copy_from_slice(s),
-                        Some(m) => {
-                            for l in 0..t {
-                                if m[l] {
-                                    d[l] = s[l];
-                                }
-                            }
-                        }
+                    match lanes {
+                        Lanes::Range(lo, hi) => d[lo..hi].copy_from_slice(&s[lo..hi]),
+                        Lanes::Mask(_) => each(lanes, |l| d[l] = s[l]),
                     }
                     self.regs[*dst] = d;
                 }
                 Instr::Inc { var } => {
                     let v = &mut self.regs[*var];
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            v[l] = v[l].wrapping_add(1);
-                        }
-                    }
+                    each(lanes, |l| v[l] = v[l].wrapping_add(1));
                 }
                 Instr::LocalDecl { id } => {
                     if let Some(init) = self.det.local_init.get_mut(*id) {
@@ -396,7 +393,8 @@ impl BlockState {
                 Instr::IfThen { cond, else_pc } => {
                     self.push_mask();
                     let (any, all) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c != 0);
-                    self.full = all;
+                    let _ = all;
+                    self.refresh_mask();
                     if !any {
                         self.pc = *else_pc;
                         continue;
@@ -408,7 +406,8 @@ impl BlockState {
                     };
                     self.mask.copy_from_slice(saved);
                     let (any, all) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c == 0);
-                    self.full = all;
+                    let _ = all;
+                    self.refresh_mask();
                     if !any {
                         self.pc = *end_pc;
                         continue;
@@ -421,7 +420,8 @@ impl BlockState {
                     };
                     let old = std::mem::replace(&mut self.mask, saved);
                     self.spare_masks.push(old);
-                    self.full = full;
+                    let _ = full;
+                    self.refresh_mask();
                 }
                 Instr::LoopTest {
                     var,
@@ -435,7 +435,8 @@ impl BlockState {
                     } else {
                         narrow2(&mut self.mask, v, e, |m, v, e| m && v < e)
                     };
-                    self.full = all;
+                    let _ = all;
+                    self.refresh_mask();
                     if !any {
                         self.pc = *exit_pc;
                         continue;
@@ -790,20 +791,8 @@ impl BlockState {
         let t = code.threads;
         let (r, extent, _) = acc.dims[0];
         let idx = &self.regs[r];
-        let (full, mask) = (self.full, &self.mask[..]);
-        let run = |get: &dyn Fn(usize, usize) -> u32, d: &mut [u32]| -> Result<(), RunError> {
-            for l in 0..t {
-                if full || mask[l] {
-                    let i = idx[l];
-                    if i >= extent {
-                        return Err(self.oob(code, acc, l));
-                    }
-                    d[l] = get(i as usize, l);
-                }
-            }
-            Ok(())
-        };
-        match acc.target {
+        let lanes = lanes_of(self.span, &self.mask);
+        let result = match acc.target {
             Target::Global(b) => {
                 let base = match acc.own {
                     OwnInstance::Block => self.block * acc.inst_len,
@@ -812,28 +801,39 @@ impl BlockState {
                 let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
                     return Err(corrupt(code));
                 };
-                if full {
-                    // The common case, kept free of indirect calls.
-                    for l in 0..t {
-                        let i = idx[l];
-                        if i >= extent {
-                            return Err(self.oob(code, acc, l));
-                        }
-                        d[l] = words[i as usize].load(Relaxed);
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
                     }
-                    return Ok(());
-                }
-                run(&|i, _| words[i].load(Relaxed), d)
+                    d[l] = words[i as usize].load(Relaxed);
+                    Ok(())
+                })
             }
             Target::Smem(s) => {
                 let words = &self.smem[s];
-                run(&|i, _| words[i], d)
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    d[l] = words[i as usize];
+                    Ok(())
+                })
             }
             Target::Local(id) => {
                 let words = &self.locals[id];
-                run(&|i, l| words[i * t + l], d)
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    d[l] = words[i as usize * t + l];
+                    Ok(())
+                })
             }
-        }
+        };
+        result.map_err(|l| self.oob(code, acc, l))
     }
 
     fn read_word(&self, env: &Env, target: Target, addr: u64, lane: usize, t: usize) -> u32 {
@@ -893,9 +893,9 @@ impl BlockState {
     ) -> Result<(), RunError> {
         let t = code.threads;
         let (r, extent, _) = acc.dims[0];
-        let (full, mask) = (self.full, &self.mask[..]);
+        let lanes = lanes_of(self.span, &self.mask);
         let (idx, s) = (&self.regs[r], &self.regs[src]);
-        let first_bad = (0..t).find(|&l| (full || mask[l]) && idx[l] >= extent);
+        let first_bad = try_each(lanes, |l| if idx[l] >= extent { Err(l) } else { Ok(()) }).err();
         let limit = first_bad.unwrap_or(t);
         match acc.target {
             Target::Global(b) => {
@@ -906,27 +906,27 @@ impl BlockState {
                 let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
                     return Err(corrupt(code));
                 };
-                for l in 0..limit {
-                    if full || mask[l] {
+                each(lanes, |l| {
+                    if l < limit {
                         words[idx[l] as usize].store(s[l], Relaxed);
                     }
-                }
+                });
             }
             Target::Smem(k) => {
                 let words = &mut self.smem[k];
-                for l in 0..limit {
-                    if full || mask[l] {
+                each(lanes, |l| {
+                    if l < limit {
                         words[idx[l] as usize] = s[l];
                     }
-                }
+                });
             }
             Target::Local(id) => {
                 let words = &mut self.locals[id];
-                for l in 0..limit {
-                    if full || mask[l] {
+                each(lanes, |l| {
+                    if l < limit {
                         words[idx[l] as usize * t + l] = s[l];
                     }
-                }
+                });
             }
         }
         match first_bad {
@@ -1035,6 +1035,52 @@ impl WithThread for Box<RunError> {
     }
 }
 
+/// The active lanes of an operation.
+#[derive(Clone, Copy)]
+enum Lanes<'a> {
+    /// Exactly the lanes `lo..hi`.
+    Range(usize, usize),
+    /// The lanes whose bit is set.
+    Mask(&'a [bool]),
+}
+
+fn lanes_of(span: Option<(usize, usize)>, mask: &[bool]) -> Lanes<'_> {
+    match span {
+        Some((lo, hi)) => Lanes::Range(lo, hi),
+        None => Lanes::Mask(mask),
+    }
+}
+
+#[inline(always)]
+fn each(lanes: Lanes, mut f: impl FnMut(usize)) {
+    match lanes {
+        Lanes::Range(lo, hi) => (lo..hi).for_each(f),
+        Lanes::Mask(m) => {
+            for (l, &on) in m.iter().enumerate() {
+                if on {
+                    f(l);
+                }
+            }
+        }
+    }
+}
+
+/// Like [`each`]; stops at the first lane for which `f` fails.
+#[inline(always)]
+fn try_each(lanes: Lanes, mut f: impl FnMut(usize) -> Result<(), usize>) -> Result<(), usize> {
+    match lanes {
+        Lanes::Range(lo, hi) => (lo..hi).try_for_each(f),
+        Lanes::Mask(m) => {
+            for (l, &on) in m.iter().enumerate() {
+                if on {
+                    f(l)?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Updates every lane's mask bit from one register; returns (any, all) set.
 #[inline(always)]
 fn narrow(mask: &mut [bool], c: &[u32], f: impl Fn(bool, u32) -> bool) -> (bool, bool) {
@@ -1064,36 +1110,35 @@ fn narrow2(
 }
 
 #[inline(always)]
-fn map2(d: &mut [u32], a: &[u32], b: &[u32], mask: Option<&[bool]>, f: impl Fn(u32, u32) -> u32) {
-    match mask {
-        None => {
-            for ((d, &a), &b) in d.iter_mut().zip(a).zip(b) {
+fn map2(d: &mut [u32], a: &[u32], b: &[u32], lanes: Lanes, f: impl Fn(u32, u32) -> u32) {
+    match lanes {
+        Lanes::Range(lo, hi) => {
+            for ((d, &a), &b) in d[lo..hi].iter_mut().zip(&a[lo..hi]).zip(&b[lo..hi]) {
                 *d = f(a, b);
             }
         }
-        Some(m) => {
+        Lanes::Mask(m) => {
+            // Pure operations cannot fail: compute every lane, keep the active ones.
             for (((d, &a), &b), &m) in d.iter_mut().zip(a).zip(b).zip(m) {
-                if m {
-                    *d = f(a, b);
-                }
+                let v = f(a, b);
+                *d = if m { v } else { *d };
             }
         }
     }
 }
 
 #[inline(always)]
-fn map1(d: &mut [u32], a: &[u32], mask: Option<&[bool]>, f: impl Fn(u32) -> u32) {
-    match mask {
-        None => {
-            for (d, &a) in d.iter_mut().zip(a) {
+fn map1(d: &mut [u32], a: &[u32], lanes: Lanes, f: impl Fn(u32) -> u32) {
+    match lanes {
+        Lanes::Range(lo, hi) => {
+            for (d, &a) in d[lo..hi].iter_mut().zip(&a[lo..hi]) {
                 *d = f(a);
             }
         }
-        Some(m) => {
+        Lanes::Mask(m) => {
             for ((d, &a), &m) in d.iter_mut().zip(a).zip(m) {
-                if m {
-                    *d = f(a);
-                }
+                let v = f(a);
+                *d = if m { v } else { *d };
             }
         }
     }
@@ -1115,7 +1160,7 @@ fn f1(f: impl Fn(f32) -> f32) -> impl Fn(u32) -> u32 {
 }
 
 /// One binary operation over all (active) lanes, with DESIGN.md's numerics.
-fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Option<&[bool]>) {
+fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes) {
     use BinKind::*;
     match op {
         IAdd => map2(d, a, b, m, u32::wrapping_add),
@@ -1174,7 +1219,7 @@ fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Option<&[bool]>) 
 }
 
 /// One unary operation or conversion over all (active) lanes.
-fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Option<&[bool]>) {
+fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes) {
     use UnKind::*;
     match op {
         Copy => map1(d, a, m, |x| x),

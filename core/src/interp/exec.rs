@@ -7,7 +7,7 @@ use std::mem::take;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::compile::{Access, BinKind, Instr, OwnInstance, ProgramCode, RegInit, Target, UnKind};
-use super::detect::{self, Accessor, Clock, Detector, Rec};
+use super::detect::{self, Accessor, Clock, Detector, History, Rec};
 use super::{LateWait, Rng};
 use crate::backend::{RunError, Site};
 use crate::ir::{AtomicOp, SemOp};
@@ -85,7 +85,7 @@ struct WarpSegment {
 #[derive(Default)]
 struct BlockDetect {
     smem_init: Vec<Vec<bool>>,
-    smem_shadow: Vec<Vec<Vec<Rec>>>,
+    smem_shadow: Vec<Vec<History>>,
     local_init: Vec<Vec<bool>>,
 }
 
@@ -134,7 +134,7 @@ impl BlockState {
                 smem_shadow: code
                     .smem
                     .iter()
-                    .map(|&n| vec![vec![]; n as usize])
+                    .map(|&n| vec![History::Empty; n as usize])
                     .collect(),
                 local_init: code
                     .locals
@@ -190,7 +190,7 @@ impl BlockState {
             v.fill(false);
         }
         for v in &mut self.det.smem_shadow {
-            v.iter_mut().for_each(Vec::clear);
+            v.fill(History::Empty);
         }
         self.epoch = 0;
         self.clock.clear();
@@ -685,11 +685,11 @@ impl BlockState {
             return Ok(());
         };
         let t = code.threads;
-        let (init, history): (&mut Vec<bool>, Option<&mut Vec<Rec>>) = match acc.target {
+        let (init, history): (&mut Vec<bool>, Option<&mut History>) = match acc.target {
             Target::Global(b) => {
                 let shadow = &mut det.shadow[b];
                 if shadow.is_empty() {
-                    shadow.resize_with(det.init[b].len(), Vec::new);
+                    shadow.resize_with(det.init[b].len(), History::default);
                 }
                 (&mut det.init[b], shadow.get_mut(addr as usize))
             }

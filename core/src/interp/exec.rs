@@ -100,7 +100,8 @@ pub(crate) struct BlockState {
     /// When the active lanes are exactly `lo..hi`: loops then run over a
     /// plain range (vectorised) instead of testing every lane's bit.
     span: Option<(usize, usize)>,
-    stack: Vec<(Vec<bool>, bool)>,
+    /// Saved masks with their spans.
+    stack: Vec<(Vec<bool>, Option<(usize, usize)>)>,
     spare_masks: Vec<Vec<bool>>,
     smem: Vec<Vec<u32>>,
     locals: Vec<Vec<u32>>,
@@ -110,10 +111,6 @@ pub(crate) struct BlockState {
     warp: Option<WarpSegment>,
     /// The wait this block yielded on, if any (for the co-residency report).
     blocked: bool,
-}
-
-fn count_full(mask: &[bool]) -> bool {
-    mask.iter().all(|&m| m)
 }
 
 impl BlockState {
@@ -209,22 +206,19 @@ impl BlockState {
 
     /// Recomputes `full` and `span` after the mask changed.
     fn refresh_mask(&mut self) {
-        let first = self.mask.iter().position(|&m| m);
-        self.span = match first {
-            None => Some((0, 0)),
-            Some(lo) => {
-                let hi = lo + self.mask[lo..].iter().take_while(|&&m| m).count();
-                self.mask[hi..].iter().all(|&m| !m).then_some((lo, hi))
-            }
-        };
-        self.full = self.span == Some((0, self.mask.len()));
+        self.set_span(span_of(&self.mask));
+    }
+
+    fn set_span(&mut self, span: Option<(usize, usize)>) {
+        self.span = span;
+        self.full = span == Some((0, self.mask.len()));
     }
 
     fn push_mask(&mut self) {
         let mut saved = self.spare_masks.pop().unwrap_or_default();
         saved.clear();
         saved.extend_from_slice(&self.mask);
-        self.stack.push((saved, self.full));
+        self.stack.push((saved, self.span));
     }
 
     fn begin_segment(&mut self, rng: &mut Rng) {
@@ -267,10 +261,10 @@ impl BlockState {
         self.stack.truncate(seg.stack.len());
         for (i, src) in seg.stack.iter().enumerate() {
             if i >= self.stack.len() {
-                self.stack.push((vec![false; src.len()], false));
+                self.stack.push((vec![false; src.len()], None));
             }
             restrict(&mut self.stack[i].0, src);
-            self.stack[i].1 = false;
+            self.stack[i].1 = None;
         }
         self.pc = seg.start_pc;
         self.refresh_mask();
@@ -323,8 +317,8 @@ impl BlockState {
         };
         self.mask = mask;
         self.refresh_mask();
-        for ((m, full), merged) in self.stack.iter_mut().zip(stack) {
-            *full = count_full(&merged);
+        for ((m, span), merged) in self.stack.iter_mut().zip(stack) {
+            *span = span_of(&merged);
             *m = merged;
         }
         Ok(false)
@@ -392,9 +386,8 @@ impl BlockState {
                 }
                 Instr::IfThen { cond, else_pc } => {
                     self.push_mask();
-                    let (any, all) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c != 0);
-                    let _ = all;
-                    self.refresh_mask();
+                    let (any, span) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c != 0);
+                    self.set_span(span);
                     if !any {
                         self.pc = *else_pc;
                         continue;
@@ -405,9 +398,8 @@ impl BlockState {
                         return Err(corrupt(code));
                     };
                     self.mask.copy_from_slice(saved);
-                    let (any, all) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c == 0);
-                    let _ = all;
-                    self.refresh_mask();
+                    let (any, span) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c == 0);
+                    self.set_span(span);
                     if !any {
                         self.pc = *end_pc;
                         continue;
@@ -415,13 +407,12 @@ impl BlockState {
                 }
                 Instr::PushMask => self.push_mask(),
                 Instr::PopMask => {
-                    let Some((saved, full)) = self.stack.pop() else {
+                    let Some((saved, span)) = self.stack.pop() else {
                         return Err(corrupt(code));
                     };
                     let old = std::mem::replace(&mut self.mask, saved);
                     self.spare_masks.push(old);
-                    let _ = full;
-                    self.refresh_mask();
+                    self.set_span(span);
                 }
                 Instr::LoopTest {
                     var,
@@ -430,13 +421,12 @@ impl BlockState {
                     exit_pc,
                 } => {
                     let (v, e) = (&self.regs[*var], &self.regs[*end]);
-                    let (any, all) = if *signed {
+                    let (any, span) = if *signed {
                         narrow2(&mut self.mask, v, e, |m, v, e| m && (v as i32) < (e as i32))
                     } else {
                         narrow2(&mut self.mask, v, e, |m, v, e| m && v < e)
                     };
-                    let _ = all;
-                    self.refresh_mask();
+                    self.set_span(span);
                     if !any {
                         self.pc = *exit_pc;
                         continue;
@@ -1081,16 +1071,49 @@ fn try_each(lanes: Lanes, mut f: impl FnMut(usize) -> Result<(), usize>) -> Resu
     }
 }
 
-/// Updates every lane's mask bit from one register; returns (any, all) set.
+/// The span of a mask: `Some((lo, hi))` when exactly the lanes `lo..hi` are set.
+fn span_of(mask: &[bool]) -> Option<(usize, usize)> {
+    let (lo, hi, count) = mask
+        .iter()
+        .enumerate()
+        .fold((mask.len(), 0, 0), |(lo, hi, count), (l, &m)| {
+            span_step(lo, hi, count, l, m)
+        });
+    span_from(lo, hi, count)
+}
+
 #[inline(always)]
-fn narrow(mask: &mut [bool], c: &[u32], f: impl Fn(bool, u32) -> bool) -> (bool, bool) {
-    let (mut any, mut all) = (false, true);
-    for (m, &c) in mask.iter_mut().zip(c) {
-        *m = f(*m, c);
-        any |= *m;
-        all &= *m;
+fn span_step(lo: usize, hi: usize, count: usize, l: usize, m: bool) -> (usize, usize, usize) {
+    (
+        lo.min(if m { l } else { usize::MAX }),
+        hi.max(if m { l + 1 } else { 0 }),
+        count + m as usize,
+    )
+}
+
+#[inline(always)]
+fn span_from(lo: usize, hi: usize, count: usize) -> Option<(usize, usize)> {
+    if count == 0 {
+        Some((0, 0))
+    } else {
+        (count == hi - lo).then_some((lo, hi))
     }
-    (any, all)
+}
+
+/// Updates every lane's mask bit from one register; returns whether any
+/// lane is left, and the new span.
+#[inline(always)]
+fn narrow(
+    mask: &mut [bool],
+    c: &[u32],
+    f: impl Fn(bool, u32) -> bool,
+) -> (bool, Option<(usize, usize)>) {
+    let (mut lo, mut hi, mut count) = (mask.len(), 0, 0);
+    for (l, (m, &c)) in mask.iter_mut().zip(c).enumerate() {
+        *m = f(*m, c);
+        (lo, hi, count) = span_step(lo, hi, count, l, *m);
+    }
+    (count > 0, span_from(lo, hi, count))
 }
 
 #[inline(always)]
@@ -1099,14 +1122,13 @@ fn narrow2(
     a: &[u32],
     b: &[u32],
     f: impl Fn(bool, u32, u32) -> bool,
-) -> (bool, bool) {
-    let (mut any, mut all) = (false, true);
-    for ((m, &a), &b) in mask.iter_mut().zip(a).zip(b) {
+) -> (bool, Option<(usize, usize)>) {
+    let (mut lo, mut hi, mut count) = (mask.len(), 0, 0);
+    for (l, ((m, &a), &b)) in mask.iter_mut().zip(a).zip(b).enumerate() {
         *m = f(*m, a, b);
-        any |= *m;
-        all &= *m;
+        (lo, hi, count) = span_step(lo, hi, count, l, *m);
     }
-    (any, all)
+    (count > 0, span_from(lo, hi, count))
 }
 
 #[inline(always)]

@@ -835,6 +835,62 @@ fn residents_hand_data_and_credits_to_a_later_call() {
     );
 }
 
+/// The `Backend` impl runs the plan's IR (map, meshes, unit kernels), not its
+/// derived parts; checked mode turns detection on.
+#[test]
+fn backend_run_uses_the_plans_ir_and_checked_mode_detects() {
+    use mpmd_core::plan::{DependencyGraph, LaunchPlan, LaunchUnit};
+    use mpmd_core::{Backend, Mode, RunOptions};
+    let m = producer_consumer(false, false);
+    let map = m.maps[0].clone();
+    let units = map
+        .programs
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            let mesh = m.mesh(&p.mesh).unwrap().clone();
+            LaunchUnit {
+                program: k,
+                block_count: mesh.block_count(),
+                threads_per_block: mesh.threads.size,
+                mesh,
+                kernel: m.kernel(&p.kernel).unwrap().clone(),
+                smem: vec![],
+                smem_bytes: 0,
+                axes: vec![],
+            }
+        })
+        .rev()
+        .collect();
+    let plan = LaunchPlan {
+        map,
+        meshes: m.meshes.clone(),
+        external_meshes: vec![],
+        residents: vec![],
+        units,
+        operands: vec![],
+        buffers: vec![],
+        graph: DependencyGraph::default(),
+    };
+    let xs: Vec<f32> = (0..128).map(|k| k as f32).collect();
+    let a = args(&[("x", HostTensor::from_f32(vec![128], &xs))], &[]);
+    let mut interp = Interpreter::new();
+    assert_eq!(interp.name(), "interp");
+    let fast = RunOptions {
+        mode: Mode::Fast,
+        seed: 1,
+    };
+    let out = interp.run(&plan, &a, &fast).unwrap();
+    let expected: Vec<f32> = xs.iter().map(|x| x * 2.0 + 1.0).collect();
+    assert_eq!(out.outputs["y"].to_f32(), expected);
+    let checked = RunOptions {
+        mode: Mode::Checked,
+        seed: 1,
+    };
+    let e = interp.run(&plan, &a, &checked).unwrap_err();
+    assert_eq!(e.class(), Some(ErrorClass::DataRace));
+}
+
 /// Manual probe: `cargo test --release --test interp perf_probe -- --ignored --nocapture`.
 #[test]
 #[ignore]

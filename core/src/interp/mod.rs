@@ -28,7 +28,7 @@ mod exec;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use compile::{ParamBinding, ProgramCode};
+use compile::{checked_len, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
@@ -146,9 +146,6 @@ struct Layout {
     /// Output name and buffer, in map order.
     outputs: Vec<(Name, usize)>,
 }
-
-/// Largest total device memory, in 32-bit words, the interpreter allocates.
-const MAX_WORDS: u64 = 1 << 31;
 
 impl Interpreter {
     pub fn new() -> Self {
@@ -484,14 +481,20 @@ fn prepare(
                 Some(owner) => {
                     let m = find_mesh(owner)?;
                     (
-                        m.block_count(),
+                        checked_len(&m.block_axes().map(|a| a.size).collect::<Vec<_>>())
+                            .unwrap_or(u64::MAX),
                         m.block_axes().map(|a| a.size).collect::<Vec<_>>(),
                     )
                 }
                 None => (1, vec![]),
             };
             shape.extend_from_slice(&r.shape);
-            let len = instances * r.len();
+            let len = checked_len(&r.shape)
+                .and_then(|n| n.checked_mul(instances))
+                .filter(|&n| n <= MAX_WORDS)
+                .ok_or_else(|| RunError::Refused {
+                    reason: format!("operand `{}` is larger than {MAX_WORDS} words", op.name),
+                })?;
             total_words += len;
             if total_words > MAX_WORDS {
                 return Err(RunError::Refused {
@@ -540,25 +543,32 @@ fn prepare(
         let mut smem = vec![];
         let bindings = bound
             .iter()
-            .map(|b| match b {
-                Bound::Scalar(ty, bits) => ParamBinding::Scalar {
-                    ty: *ty,
-                    bits: *bits,
-                },
-                Bound::Buffer(buffer, ty) => ParamBinding::Global {
-                    buffer: *buffer,
-                    ty: ty.clone(),
-                },
-                Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
-                    smem.push(ty.len());
-                    ParamBinding::Smem {
-                        slot: smem.len() - 1,
+            .map(|b| -> Result<ParamBinding, RunError> {
+                Ok(match b {
+                    Bound::Scalar(ty, bits) => ParamBinding::Scalar {
+                        ty: *ty,
+                        bits: *bits,
+                    },
+                    Bound::Buffer(buffer, ty) => ParamBinding::Global {
+                        buffer: *buffer,
                         ty: ty.clone(),
+                    },
+                    Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
+                        let len = checked_len(&ty.shape)
+                            .filter(|&n| n <= MAX_WORDS)
+                            .ok_or_else(|| RunError::Refused {
+                                reason: format!("an smem operand is larger than {MAX_WORDS} words"),
+                            })?;
+                        smem.push(len);
+                        ParamBinding::Smem {
+                            slot: smem.len() - 1,
+                            ty: ty.clone(),
+                        }
                     }
-                }
-                Bound::Smem(_) => ParamBinding::Foreign,
+                    Bound::Smem(_) => ParamBinding::Foreign,
+                })
             })
-            .collect::<Vec<_>>();
+            .collect::<Result<Vec<_>, _>>()?;
         codes.push(compile::compile(i, kernel, mesh, meshes, &bindings, smem)?);
     }
     let tasks: u64 = codes.iter().map(|c| c.block_count).sum();

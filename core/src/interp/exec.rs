@@ -67,6 +67,9 @@ pub(crate) enum Status {
     Yielded,
 }
 
+/// `Some((lo, hi))` when exactly the lanes `lo..hi` are active.
+type Span = Option<(usize, usize)>;
+
 /// Warp-group execution of one segment between block-collective operations.
 struct WarpSegment {
     start_pc: usize,
@@ -101,7 +104,7 @@ pub(crate) struct BlockState {
     /// plain range (vectorised) instead of testing every lane's bit.
     span: Option<(usize, usize)>,
     /// Saved masks with their spans.
-    stack: Vec<(Vec<bool>, Option<(usize, usize)>)>,
+    stack: Vec<(Vec<bool>, Span)>,
     spare_masks: Vec<Vec<bool>>,
     smem: Vec<Vec<u32>>,
     locals: Vec<Vec<u32>>,

@@ -16,6 +16,11 @@
 //!   so with detection off their blocks run on all host cores;
 //! - detection ([`detect`]) checks out-of-bounds accesses (always), reads of
 //!   unwritten memory and data races (vector clocks per block and epoch);
+//! - the first schedule is deterministic: blocks start in program order, then
+//!   linear block order, each running until it finishes or waits (woken
+//!   waiters run first); `RunOptions::seed` drives the extra schedules;
+//! - outputs of refs owned by a mesh `M` have the host shape `M`'s block axes
+//!   followed by the ref's shape (instances in linear block order);
 //! - extra schedules rerun the call with random block order and preemption,
 //!   warp-sized thread groups run one after another between barriers, and
 //!   random lane order inside stores and atomics; any difference in outputs is

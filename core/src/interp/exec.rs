@@ -1074,33 +1074,17 @@ fn try_each(lanes: Lanes, mut f: impl FnMut(usize) -> Result<(), usize>) -> Resu
     }
 }
 
-/// The span of a mask: `Some((lo, hi))` when exactly the lanes `lo..hi` are set.
+/// The span of a mask: `Some((lo, hi))` when exactly the lanes `lo..hi` are
+/// set. The count vectorises and the two scans stop at the first set lane
+/// from either end, so full and prefix masks cost little.
 fn span_of(mask: &[bool]) -> Option<(usize, usize)> {
-    let (lo, hi, count) = mask
-        .iter()
-        .enumerate()
-        .fold((mask.len(), 0, 0), |(lo, hi, count), (l, &m)| {
-            span_step(lo, hi, count, l, m)
-        });
-    span_from(lo, hi, count)
-}
-
-#[inline(always)]
-fn span_step(lo: usize, hi: usize, count: usize, l: usize, m: bool) -> (usize, usize, usize) {
-    (
-        lo.min(if m { l } else { usize::MAX }),
-        hi.max(if m { l + 1 } else { 0 }),
-        count + m as usize,
-    )
-}
-
-#[inline(always)]
-fn span_from(lo: usize, hi: usize, count: usize) -> Option<(usize, usize)> {
+    let count: usize = mask.iter().map(|&m| m as usize).sum();
     if count == 0 {
-        Some((0, 0))
-    } else {
-        (count == hi - lo).then_some((lo, hi))
+        return Some((0, 0));
     }
+    let lo = mask.iter().position(|&m| m).unwrap_or(0);
+    let hi = mask.iter().rposition(|&m| m).map_or(0, |h| h + 1);
+    (count == hi - lo).then_some((lo, hi))
 }
 
 /// Updates every lane's mask bit from one register; returns whether any
@@ -1111,12 +1095,11 @@ fn narrow(
     c: &[u32],
     f: impl Fn(bool, u32) -> bool,
 ) -> (bool, Option<(usize, usize)>) {
-    let (mut lo, mut hi, mut count) = (mask.len(), 0, 0);
-    for (l, (m, &c)) in mask.iter_mut().zip(c).enumerate() {
+    for (m, &c) in mask.iter_mut().zip(c) {
         *m = f(*m, c);
-        (lo, hi, count) = span_step(lo, hi, count, l, *m);
     }
-    (count > 0, span_from(lo, hi, count))
+    let span = span_of(mask);
+    (span != Some((0, 0)), span)
 }
 
 #[inline(always)]
@@ -1126,12 +1109,11 @@ fn narrow2(
     b: &[u32],
     f: impl Fn(bool, u32, u32) -> bool,
 ) -> (bool, Option<(usize, usize)>) {
-    let (mut lo, mut hi, mut count) = (mask.len(), 0, 0);
-    for (l, ((m, &a), &b)) in mask.iter_mut().zip(a).zip(b).enumerate() {
+    for ((m, &a), &b) in mask.iter_mut().zip(a).zip(b) {
         *m = f(*m, a, b);
-        (lo, hi, count) = span_step(lo, hi, count, l, *m);
     }
-    (count > 0, span_from(lo, hi, count))
+    let span = span_of(mask);
+    (span != Some((0, 0)), span)
 }
 
 #[inline(always)]

@@ -344,18 +344,32 @@ impl Interpreter {
         }
     }
 
-    /// A buffer of `len` words filled by `fill` (from the pool when one fits).
-    fn buffer(&mut self, len: usize, fill: impl Fn(usize) -> u32) -> Vec<AtomicU32> {
-        match self.pool.iter().position(|b| b.len() == len) {
-            Some(i) => {
-                let mut words = self.pool.swap_remove(i);
-                for (k, w) in words.iter_mut().enumerate() {
-                    *w.get_mut() = fill(k);
-                }
-                words
+    /// A buffer of `len` words filled by `fill` (from the pool when one fits);
+    /// large buffers are filled on all host cores.
+    fn buffer(&mut self, len: usize, fill: impl Fn(usize) -> u32 + Sync) -> Vec<AtomicU32> {
+        let mut words = match self.pool.iter().position(|b| b.len() == len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => (0..len).map(|_| AtomicU32::new(0)).collect(),
+        };
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if len < 1 << 18 || workers < 2 {
+            for (k, w) in words.iter_mut().enumerate() {
+                *w.get_mut() = fill(k);
             }
-            None => (0..len).map(|k| AtomicU32::new(fill(k))).collect(),
+            return words;
         }
+        let chunk = len.div_ceil(workers);
+        std::thread::scope(|s| {
+            for (c, part) in words.chunks_mut(chunk).enumerate() {
+                let fill = &fill;
+                s.spawn(move || {
+                    for (k, w) in part.iter_mut().enumerate() {
+                        *w.get_mut() = fill(c * chunk + k);
+                    }
+                });
+            }
+        });
+        words
     }
 
     fn make_buffers(

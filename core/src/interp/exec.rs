@@ -535,7 +535,11 @@ impl BlockState {
                     let v = env.bufs[buf].words[addr as usize].load(Relaxed);
                     self.regs[*dst].fill(v);
                     self.after_boundary(env);
-                    if env.alt.as_deref_mut().is_some_and(|a| a.preempt && a.rng.below(3) == 0) {
+                    if env
+                        .alt
+                        .as_deref_mut()
+                        .is_some_and(|a| a.preempt && a.rng.below(3) == 0)
+                    {
                         return Ok(Status::Yielded);
                     }
                     continue;

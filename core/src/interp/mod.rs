@@ -778,7 +778,10 @@ fn run_sequential(
                     && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
                 if prefer_ready {
                     let i = a.rng.below(ready.len() as u64) as usize;
-                    ready.swap_remove_back(i).expect("index in range")
+                    match ready.swap_remove_back(i) {
+                        Some(t) => t,
+                        None => break,
+                    }
                 } else if can_start {
                     next_start += 1;
                     start_order

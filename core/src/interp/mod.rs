@@ -1,7 +1,7 @@
 //! The reference interpreter: the oracle every backend is judged against.
 //!
 //! Design (see also ARCHITECTURE.md):
-//! - each call compiles every program's kernel once ([`compile`]) to a flat,
+//! - each call compiles every program's kernel once (`compile.rs`) to a flat,
 //!   register-based bytecode; a register holds one 32-bit word per thread of a
 //!   block and every instruction runs over all lanes in a tight loop under the
 //!   block's active mask (lockstep; `if`/`else` and per-lane loop bounds are
@@ -14,7 +14,7 @@
 //!   returns [`RunError::Deadlock`] with the wait-for graph;
 //! - maps without atomics or semaphores have no cross-block order to respect,
 //!   so with detection off their blocks run on all host cores;
-//! - detection ([`detect`]) checks out-of-bounds accesses (always), reads of
+//! - detection (`detect.rs`) checks out-of-bounds accesses (always), reads of
 //!   unwritten memory and data races (vector clocks per block and epoch);
 //! - the first schedule is deterministic: blocks start in program order, then
 //!   linear block order, each running until it finishes or waits (woken

@@ -296,6 +296,16 @@ struct Compiler<'a> {
     synchronises: bool,
 }
 
+/// Largest memory, in 32-bit words, one buffer or per-block array may have.
+pub(crate) const MAX_WORDS: u64 = 1 << 31;
+
+/// Elements of a shape, or `None` when the count overflows.
+pub(crate) fn checked_len(shape: &[u32]) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+}
+
 fn invalid(kernel: &str, msg: impl std::fmt::Display) -> RunError {
     RunError::Backend(format!(
         "cannot run kernel `{kernel}`: {msg} (the validator should reject this)"
@@ -328,6 +338,12 @@ pub(crate) fn compile(
             format!("mesh `{}` has {threads} threads per block", mesh.name),
         ));
     }
+    let block_axes: Vec<u32> = mesh.block_axes().map(|a| a.size).collect();
+    let block_count = checked_len(&block_axes)
+        .filter(|&n| n <= u32::MAX as u64)
+        .ok_or_else(|| RunError::Refused {
+            reason: format!("mesh `{}` has more than {} blocks", mesh.name, u32::MAX),
+        })?;
     let mut c = Compiler {
         kernel,
         mesh,
@@ -370,7 +386,7 @@ pub(crate) fn compile(
         locals: c.locals,
         smem,
         threads,
-        block_count: mesh.block_count(),
+        block_count,
         synchronises: c.synchronises,
     })
 }
@@ -466,7 +482,14 @@ impl Compiler<'_> {
                     shape: shape.clone(),
                     owner: None,
                 };
-                self.locals.push(LocalInfo { len: ty.len() });
+                let len = checked_len(&ty.shape)
+                    .filter(|&n| n * self.mesh.threads.size as u64 <= MAX_WORDS)
+                    .ok_or_else(|| RunError::Refused {
+                        reason: format!(
+                            "local array `{name}` is larger than {MAX_WORDS} words per block"
+                        ),
+                    })?;
+                self.locals.push(LocalInfo { len });
                 self.code.push(Instr::LocalDecl { id });
                 self.scope.push((
                     name.clone(),
@@ -683,7 +706,7 @@ impl Compiler<'_> {
             dims,
             coords,
             own,
-            inst_len: ty.len(),
+            inst_len: checked_len(&ty.shape).unwrap_or(u64::MAX),
             elem: ty.elem,
         })
     }

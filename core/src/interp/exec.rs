@@ -7,7 +7,7 @@ use std::mem::take;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::compile::{Access, BinKind, Instr, OwnInstance, ProgramCode, RegInit, Target, UnKind};
-use super::detect::{self, Accessor, Clock, Detector, Rec};
+use super::detect::{self, Accessor, Clock, Detector, History, Rec};
 use super::{LateWait, Rng};
 use crate::backend::{RunError, Site};
 use crate::ir::{AtomicOp, SemOp};
@@ -67,6 +67,9 @@ pub(crate) enum Status {
     Yielded,
 }
 
+/// `Some((lo, hi))` when exactly the lanes `lo..hi` are active.
+type Span = Option<(usize, usize)>;
+
 /// Warp-group execution of one segment between block-collective operations.
 struct WarpSegment {
     start_pc: usize,
@@ -85,7 +88,7 @@ struct WarpSegment {
 #[derive(Default)]
 struct BlockDetect {
     smem_init: Vec<Vec<bool>>,
-    smem_shadow: Vec<Vec<Vec<Rec>>>,
+    smem_shadow: Vec<Vec<History>>,
     local_init: Vec<Vec<bool>>,
 }
 
@@ -97,7 +100,11 @@ pub(crate) struct BlockState {
     pc: usize,
     mask: Vec<bool>,
     full: bool,
-    stack: Vec<(Vec<bool>, bool)>,
+    /// When the active lanes are exactly `lo..hi`: loops then run over a
+    /// plain range (vectorised) instead of testing every lane's bit.
+    span: Option<(usize, usize)>,
+    /// Saved masks with their spans.
+    stack: Vec<(Vec<bool>, Span)>,
     spare_masks: Vec<Vec<bool>>,
     smem: Vec<Vec<u32>>,
     locals: Vec<Vec<u32>>,
@@ -107,10 +114,6 @@ pub(crate) struct BlockState {
     warp: Option<WarpSegment>,
     /// The wait this block yielded on, if any (for the co-residency report).
     blocked: bool,
-}
-
-fn count_full(mask: &[bool]) -> bool {
-    mask.iter().all(|&m| m)
 }
 
 impl BlockState {
@@ -131,7 +134,7 @@ impl BlockState {
                 smem_shadow: code
                     .smem
                     .iter()
-                    .map(|&n| vec![vec![]; n as usize])
+                    .map(|&n| vec![History::Empty; n as usize])
                     .collect(),
                 local_init: code
                     .locals
@@ -149,6 +152,7 @@ impl BlockState {
             pc: 0,
             mask: vec![true; t],
             full: true,
+            span: Some((0, t)),
             stack: vec![],
             spare_masks: vec![],
             smem: code.smem.iter().map(|&n| vec![0; n as usize]).collect(),
@@ -172,6 +176,7 @@ impl BlockState {
         self.pc = 0;
         self.mask.fill(true);
         self.full = true;
+        self.span = Some((0, self.mask.len()));
         while let Some((m, _)) = self.stack.pop() {
             self.spare_masks.push(m);
         }
@@ -185,7 +190,7 @@ impl BlockState {
             v.fill(false);
         }
         for v in &mut self.det.smem_shadow {
-            v.iter_mut().for_each(Vec::clear);
+            v.fill(History::Empty);
         }
         self.epoch = 0;
         self.clock.clear();
@@ -202,11 +207,21 @@ impl BlockState {
         }
     }
 
+    /// Recomputes `full` and `span` after the mask changed.
+    fn refresh_mask(&mut self) {
+        self.set_span(span_of(&self.mask));
+    }
+
+    fn set_span(&mut self, span: Option<(usize, usize)>) {
+        self.span = span;
+        self.full = span == Some((0, self.mask.len()));
+    }
+
     fn push_mask(&mut self) {
         let mut saved = self.spare_masks.pop().unwrap_or_default();
         saved.clear();
         saved.extend_from_slice(&self.mask);
-        self.stack.push((saved, self.full));
+        self.stack.push((saved, self.span));
     }
 
     fn begin_segment(&mut self, rng: &mut Rng) {
@@ -246,16 +261,16 @@ impl BlockState {
             }
         };
         restrict(&mut self.mask, &seg.mask);
-        self.full = false;
         self.stack.truncate(seg.stack.len());
         for (i, src) in seg.stack.iter().enumerate() {
             if i >= self.stack.len() {
-                self.stack.push((vec![false; src.len()], false));
+                self.stack.push((vec![false; src.len()], None));
             }
             restrict(&mut self.stack[i].0, src);
-            self.stack[i].1 = false;
+            self.stack[i].1 = None;
         }
         self.pc = seg.start_pc;
+        self.refresh_mask();
         true
     }
 
@@ -304,9 +319,9 @@ impl BlockState {
             return Err(corrupt(code));
         };
         self.mask = mask;
-        self.full = count_full(&self.mask);
-        for ((m, full), merged) in self.stack.iter_mut().zip(stack) {
-            *full = count_full(&merged);
+        self.refresh_mask();
+        for ((m, span), merged) in self.stack.iter_mut().zip(stack) {
+            *span = span_of(&merged);
             *m = merged;
         }
         Ok(false)
@@ -321,72 +336,51 @@ impl BlockState {
                 }
             }
         }
-        let t = code.threads;
         loop {
             let instr = &code.code[self.pc];
             if self.warp.is_some() && instr.is_boundary() && self.warp_arrived(code)? {
                 continue;
             }
-            let mask = if self.full {
-                None
-            } else {
-                Some(&self.mask[..])
-            };
+            let lanes = lanes_of(self.span, &self.mask);
             match instr {
                 Instr::Bin { op, dst, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    binary(*op, &mut d, &self.regs[*a], &self.regs[*b], mask);
+                    binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes);
                     self.regs[*dst] = d;
                 }
                 Instr::Un { op, dst, a } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    unary(*op, &mut d, &self.regs[*a], mask);
+                    unary(*op, &mut d, &self.regs[*a], lanes);
                     self.regs[*dst] = d;
                 }
                 Instr::Select { dst, c, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (c, a, b) = (&self.regs[*c], &self.regs[*a], &self.regs[*b]);
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            d[l] = if c[l] != 0 { a[l] } else { b[l] };
-                        }
-                    }
+                    each(lanes, |l| d[l] = if c[l] != 0 { a[l] } else { b[l] });
                     self.regs[*dst] = d;
                 }
                 Instr::Fma { dst, a, b, c } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (a, b, c) = (&self.regs[*a], &self.regs[*b], &self.regs[*c]);
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            let r = f32::from_bits(a[l])
-                                .mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
-                            d[l] = r.to_bits();
-                        }
-                    }
+                    each(lanes, |l| {
+                        let r = f32::from_bits(a[l])
+                            .mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
+                        d[l] = r.to_bits();
+                    });
                     self.regs[*dst] = d;
                 }
                 Instr::Mov { dst, src } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let s = &self.regs[*src];
-                    match mask {
-                        None => d.copy_from_slice(s),
-                        Some(m) => {
-                            for l in 0..t {
-                                if m[l] {
-                                    d[l] = s[l];
-                                }
-                            }
-                        }
+                    match lanes {
+                        Lanes::Range(lo, hi) => d[lo..hi].copy_from_slice(&s[lo..hi]),
+                        Lanes::Mask(_) => each(lanes, |l| d[l] = s[l]),
                     }
                     self.regs[*dst] = d;
                 }
                 Instr::Inc { var } => {
                     let v = &mut self.regs[*var];
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            v[l] = v[l].wrapping_add(1);
-                        }
-                    }
+                    each(lanes, |l| v[l] = v[l].wrapping_add(1));
                 }
                 Instr::LocalDecl { id } => {
                     if let Some(init) = self.det.local_init.get_mut(*id) {
@@ -395,13 +389,8 @@ impl BlockState {
                 }
                 Instr::IfThen { cond, else_pc } => {
                     self.push_mask();
-                    let c = &self.regs[*cond];
-                    let mut any = false;
-                    for l in 0..t {
-                        self.mask[l] &= c[l] != 0;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    let (any, span) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c != 0);
+                    self.set_span(span);
                     if !any {
                         self.pc = *else_pc;
                         continue;
@@ -411,13 +400,9 @@ impl BlockState {
                     let Some((saved, _)) = self.stack.last() else {
                         return Err(corrupt(code));
                     };
-                    let c = &self.regs[*cond];
-                    let mut any = false;
-                    for l in 0..t {
-                        self.mask[l] = saved[l] && c[l] == 0;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    self.mask.copy_from_slice(saved);
+                    let (any, span) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c == 0);
+                    self.set_span(span);
                     if !any {
                         self.pc = *end_pc;
                         continue;
@@ -425,12 +410,12 @@ impl BlockState {
                 }
                 Instr::PushMask => self.push_mask(),
                 Instr::PopMask => {
-                    let Some((saved, full)) = self.stack.pop() else {
+                    let Some((saved, span)) = self.stack.pop() else {
                         return Err(corrupt(code));
                     };
                     let old = std::mem::replace(&mut self.mask, saved);
                     self.spare_masks.push(old);
-                    self.full = full;
+                    self.set_span(span);
                 }
                 Instr::LoopTest {
                     var,
@@ -439,17 +424,12 @@ impl BlockState {
                     exit_pc,
                 } => {
                     let (v, e) = (&self.regs[*var], &self.regs[*end]);
-                    let mut any = false;
-                    for l in 0..t {
-                        let go = if *signed {
-                            (v[l] as i32) < (e[l] as i32)
-                        } else {
-                            v[l] < e[l]
-                        };
-                        self.mask[l] &= go;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    let (any, span) = if *signed {
+                        narrow2(&mut self.mask, v, e, |m, v, e| m && (v as i32) < (e as i32))
+                    } else {
+                        narrow2(&mut self.mask, v, e, |m, v, e| m && v < e)
+                    };
+                    self.set_span(span);
                     if !any {
                         self.pc = *exit_pc;
                         continue;
@@ -555,6 +535,13 @@ impl BlockState {
                     let v = env.bufs[buf].words[addr as usize].load(Relaxed);
                     self.regs[*dst].fill(v);
                     self.after_boundary(env);
+                    if env
+                        .alt
+                        .as_deref_mut()
+                        .is_some_and(|a| a.preempt && a.rng.below(3) == 0)
+                    {
+                        return Ok(Status::Yielded);
+                    }
                     continue;
                 }
                 Instr::End => return Ok(Status::Done),
@@ -698,11 +685,11 @@ impl BlockState {
             return Ok(());
         };
         let t = code.threads;
-        let (init, history): (&mut Vec<bool>, Option<&mut Vec<Rec>>) = match acc.target {
+        let (init, history): (&mut Vec<bool>, Option<&mut History>) = match acc.target {
             Target::Global(b) => {
                 let shadow = &mut det.shadow[b];
                 if shadow.is_empty() {
-                    shadow.resize_with(det.init[b].len(), Vec::new);
+                    shadow.resize_with(det.init[b].len(), History::default);
                 }
                 (&mut det.init[b], shadow.get_mut(addr as usize))
             }
@@ -774,15 +761,39 @@ impl BlockState {
     ) -> Result<(), RunError> {
         let t = code.threads;
         let mut d = take(&mut self.regs[dst]);
-        let result = (|| {
-            // Fast path: a one-dimensional global load over all lanes.
-            if let (Target::Global(b), true, true, None, [(r, extent, _)]) = (
-                acc.target,
-                self.full,
-                env.detect.is_none(),
-                &acc.coords,
-                &acc.dims[..],
-            ) {
+        let result = if env.detect.is_none() && acc.coords.is_none() && acc.dims.len() == 1 {
+            self.load_1d(code, env, acc, &mut d)
+        } else {
+            (|| {
+                for l in 0..t {
+                    if !self.mask[l] {
+                        continue;
+                    }
+                    let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                    self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                    d[l] = self.read_word(env, acc.target, addr, l, t);
+                }
+                Ok(())
+            })()
+        };
+        self.regs[dst] = d;
+        result
+    }
+
+    /// A one-dimensional load of the block's own instance without detection.
+    fn load_1d(
+        &self,
+        code: &ProgramCode,
+        env: &Env,
+        acc: &Access,
+        d: &mut [u32],
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let (r, extent, _) = acc.dims[0];
+        let idx = &self.regs[r];
+        let lanes = lanes_of(self.span, &self.mask);
+        let result = match acc.target {
+            Target::Global(b) => {
                 let base = match acc.own {
                     OwnInstance::Block => self.block * acc.inst_len,
                     OwnInstance::Zero => 0,
@@ -790,28 +801,39 @@ impl BlockState {
                 let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
                     return Err(corrupt(code));
                 };
-                let idx = &self.regs[*r];
-                for l in 0..t {
+                try_each(lanes, |l| {
                     let i = idx[l];
-                    if i >= *extent {
-                        return Err(self.oob(code, acc, l));
+                    if i >= extent {
+                        return Err(l);
                     }
                     d[l] = words[i as usize].load(Relaxed);
-                }
-                return Ok(());
+                    Ok(())
+                })
             }
-            for l in 0..t {
-                if !self.mask[l] {
-                    continue;
-                }
-                let addr = self.address(code, acc, l).map_err(|e| *e)?;
-                self.detect_access(code, env, acc, addr, l, true, false, false)?;
-                d[l] = self.read_word(env, acc.target, addr, l, t);
+            Target::Smem(s) => {
+                let words = &self.smem[s];
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    d[l] = words[i as usize];
+                    Ok(())
+                })
             }
-            Ok(())
-        })();
-        self.regs[dst] = d;
-        result
+            Target::Local(id) => {
+                let words = &self.locals[id];
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    d[l] = words[i as usize * t + l];
+                    Ok(())
+                })
+            }
+        };
+        result.map_err(|l| self.oob(code, acc, l))
     }
 
     fn read_word(&self, env: &Env, target: Target, addr: u64, lane: usize, t: usize) -> u32 {
@@ -838,30 +860,9 @@ impl BlockState {
         acc: &Access,
     ) -> Result<(), RunError> {
         let t = code.threads;
-        if let (Target::Global(b), true, true, None, [(r, extent, _)], None) = (
-            acc.target,
-            self.full,
-            env.detect.is_none(),
-            &acc.coords,
-            &acc.dims[..],
-            env.alt.as_ref(),
-        ) {
-            let base = match acc.own {
-                OwnInstance::Block => self.block * acc.inst_len,
-                OwnInstance::Zero => 0,
-            } as usize;
-            let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
-                return Err(corrupt(code));
-            };
-            let (idx, s) = (&self.regs[*r], &self.regs[src]);
-            for l in 0..t {
-                let i = idx[l];
-                if i >= *extent {
-                    return Err(self.oob(code, acc, l));
-                }
-                words[i as usize].store(s[l], Relaxed);
-            }
-            return Ok(());
+        let shuffled = env.alt.as_ref().is_some_and(|a| a.shuffle_lanes);
+        if env.detect.is_none() && !shuffled && acc.coords.is_none() && acc.dims.len() == 1 {
+            return self.store_1d(code, env, src, acc);
         }
         let order = self.lane_order(env, t);
         let result = (|| {
@@ -879,6 +880,64 @@ impl BlockState {
         })();
         Self::return_order(env, order);
         result
+    }
+
+    /// A one-dimensional store to the block's own instance without detection
+    /// or lane shuffling; lanes before an out-of-bounds one still store.
+    fn store_1d(
+        &mut self,
+        code: &ProgramCode,
+        env: &Env,
+        src: usize,
+        acc: &Access,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let (r, extent, _) = acc.dims[0];
+        let lanes = lanes_of(self.span, &self.mask);
+        let (idx, s) = (&self.regs[r], &self.regs[src]);
+        let result = match acc.target {
+            Target::Global(b) => {
+                let base = match acc.own {
+                    OwnInstance::Block => self.block * acc.inst_len,
+                    OwnInstance::Zero => 0,
+                } as usize;
+                let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
+                    return Err(corrupt(code));
+                };
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    words[i as usize].store(s[l], Relaxed);
+                    Ok(())
+                })
+            }
+            Target::Smem(k) => {
+                let words = &mut self.smem[k];
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    words[i as usize] = s[l];
+                    Ok(())
+                })
+            }
+            Target::Local(id) => {
+                let words = &mut self.locals[id];
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    words[i as usize * t + l] = s[l];
+                    Ok(())
+                })
+            }
+        };
+        // Lanes before an out-of-bounds one have stored, as on a GPU.
+        result.map_err(|l| self.oob(code, acc, l))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -981,37 +1040,124 @@ impl WithThread for Box<RunError> {
     }
 }
 
+/// The active lanes of an operation.
+#[derive(Clone, Copy)]
+enum Lanes<'a> {
+    /// Exactly the lanes `lo..hi`.
+    Range(usize, usize),
+    /// The lanes whose bit is set.
+    Mask(&'a [bool]),
+}
+
+fn lanes_of(span: Option<(usize, usize)>, mask: &[bool]) -> Lanes<'_> {
+    match span {
+        Some((lo, hi)) => Lanes::Range(lo, hi),
+        None => Lanes::Mask(mask),
+    }
+}
+
 #[inline(always)]
-fn map2(d: &mut [u32], a: &[u32], b: &[u32], mask: Option<&[bool]>, f: impl Fn(u32, u32) -> u32) {
-    match mask {
-        None => {
-            for ((d, &a), &b) in d.iter_mut().zip(a).zip(b) {
-                *d = f(a, b);
-            }
-        }
-        Some(m) => {
-            for (((d, &a), &b), &m) in d.iter_mut().zip(a).zip(b).zip(m) {
-                if m {
-                    *d = f(a, b);
+fn each(lanes: Lanes, mut f: impl FnMut(usize)) {
+    match lanes {
+        Lanes::Range(lo, hi) => (lo..hi).for_each(f),
+        Lanes::Mask(m) => {
+            for (l, &on) in m.iter().enumerate() {
+                if on {
+                    f(l);
                 }
             }
         }
     }
 }
 
+/// Like [`each`]; stops at the first lane for which `f` fails.
 #[inline(always)]
-fn map1(d: &mut [u32], a: &[u32], mask: Option<&[bool]>, f: impl Fn(u32) -> u32) {
-    match mask {
-        None => {
-            for (d, &a) in d.iter_mut().zip(a) {
+fn try_each(lanes: Lanes, mut f: impl FnMut(usize) -> Result<(), usize>) -> Result<(), usize> {
+    match lanes {
+        Lanes::Range(lo, hi) => (lo..hi).try_for_each(f),
+        Lanes::Mask(m) => {
+            for (l, &on) in m.iter().enumerate() {
+                if on {
+                    f(l)?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The span of a mask: `Some((lo, hi))` when exactly the lanes `lo..hi` are
+/// set. The count vectorises and the two scans stop at the first set lane
+/// from either end, so full and prefix masks cost little.
+fn span_of(mask: &[bool]) -> Option<(usize, usize)> {
+    let count: usize = mask.iter().map(|&m| m as usize).sum();
+    if count == 0 {
+        return Some((0, 0));
+    }
+    let lo = mask.iter().position(|&m| m).unwrap_or(0);
+    let hi = mask.iter().rposition(|&m| m).map_or(0, |h| h + 1);
+    (count == hi - lo).then_some((lo, hi))
+}
+
+/// Updates every lane's mask bit from one register; returns whether any
+/// lane is left, and the new span.
+#[inline(always)]
+fn narrow(
+    mask: &mut [bool],
+    c: &[u32],
+    f: impl Fn(bool, u32) -> bool,
+) -> (bool, Option<(usize, usize)>) {
+    for (m, &c) in mask.iter_mut().zip(c) {
+        *m = f(*m, c);
+    }
+    let span = span_of(mask);
+    (span != Some((0, 0)), span)
+}
+
+#[inline(always)]
+fn narrow2(
+    mask: &mut [bool],
+    a: &[u32],
+    b: &[u32],
+    f: impl Fn(bool, u32, u32) -> bool,
+) -> (bool, Option<(usize, usize)>) {
+    for ((m, &a), &b) in mask.iter_mut().zip(a).zip(b) {
+        *m = f(*m, a, b);
+    }
+    let span = span_of(mask);
+    (span != Some((0, 0)), span)
+}
+
+#[inline(always)]
+fn map2(d: &mut [u32], a: &[u32], b: &[u32], lanes: Lanes, f: impl Fn(u32, u32) -> u32) {
+    match lanes {
+        Lanes::Range(lo, hi) => {
+            for ((d, &a), &b) in d[lo..hi].iter_mut().zip(&a[lo..hi]).zip(&b[lo..hi]) {
+                *d = f(a, b);
+            }
+        }
+        Lanes::Mask(m) => {
+            // Pure operations cannot fail: compute every lane, keep the active ones.
+            for (((d, &a), &b), &m) in d.iter_mut().zip(a).zip(b).zip(m) {
+                let v = f(a, b);
+                *d = if m { v } else { *d };
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn map1(d: &mut [u32], a: &[u32], lanes: Lanes, f: impl Fn(u32) -> u32) {
+    match lanes {
+        Lanes::Range(lo, hi) => {
+            for (d, &a) in d[lo..hi].iter_mut().zip(&a[lo..hi]) {
                 *d = f(a);
             }
         }
-        Some(m) => {
+        Lanes::Mask(m) => {
             for ((d, &a), &m) in d.iter_mut().zip(a).zip(m) {
-                if m {
-                    *d = f(a);
-                }
+                let v = f(a);
+                *d = if m { v } else { *d };
             }
         }
     }
@@ -1033,7 +1179,7 @@ fn f1(f: impl Fn(f32) -> f32) -> impl Fn(u32) -> u32 {
 }
 
 /// One binary operation over all (active) lanes, with DESIGN.md's numerics.
-fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Option<&[bool]>) {
+fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes) {
     use BinKind::*;
     match op {
         IAdd => map2(d, a, b, m, u32::wrapping_add),
@@ -1092,7 +1238,7 @@ fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Option<&[bool]>) 
 }
 
 /// One unary operation or conversion over all (active) lanes.
-fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Option<&[bool]>) {
+fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes) {
     use UnKind::*;
     match op {
         Copy => map1(d, a, m, |x| x),

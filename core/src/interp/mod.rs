@@ -1,7 +1,7 @@
 //! The reference interpreter: the oracle every backend is judged against.
 //!
 //! Design (see also ARCHITECTURE.md):
-//! - each call compiles every program's kernel once ([`compile`]) to a flat,
+//! - each call compiles every program's kernel once (`compile.rs`) to a flat,
 //!   register-based bytecode; a register holds one 32-bit word per thread of a
 //!   block and every instruction runs over all lanes in a tight loop under the
 //!   block's active mask (lockstep; `if`/`else` and per-lane loop bounds are
@@ -14,8 +14,13 @@
 //!   returns [`RunError::Deadlock`] with the wait-for graph;
 //! - maps without atomics or semaphores have no cross-block order to respect,
 //!   so with detection off their blocks run on all host cores;
-//! - detection ([`detect`]) checks out-of-bounds accesses (always), reads of
+//! - detection (`detect.rs`) checks out-of-bounds accesses (always), reads of
 //!   unwritten memory and data races (vector clocks per block and epoch);
+//! - the first schedule is deterministic: blocks start in program order, then
+//!   linear block order, each running until it finishes or waits (woken
+//!   waiters run first); `RunOptions::seed` drives the extra schedules;
+//! - outputs of refs owned by a mesh `M` have the host shape `M`'s block axes
+//!   followed by the ref's shape (instances in linear block order);
 //! - extra schedules rerun the call with random block order and preemption,
 //!   warp-sized thread groups run one after another between barriers, and
 //!   random lane order inside stores and atomics; any difference in outputs is
@@ -28,7 +33,7 @@ mod exec;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use compile::{ParamBinding, ProgramCode};
+use compile::{checked_len, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
@@ -118,6 +123,8 @@ struct ResidentState {
 pub struct Interpreter {
     residents: BTreeMap<String, ResidentState>,
     last_report: Option<InterpReport>,
+    /// Device buffers of earlier calls, reused by later ones.
+    pool: Vec<Vec<AtomicU32>>,
 }
 
 /// Where a buffer's contents come from at the start of a call.
@@ -144,9 +151,6 @@ struct Layout {
     /// Output name and buffer, in map order.
     outputs: Vec<(Name, usize)>,
 }
-
-/// Largest total device memory, in 32-bit words, the interpreter allocates.
-const MAX_WORDS: u64 = 1 << 31;
 
 impl Interpreter {
     pub fn new() -> Self {
@@ -201,7 +205,7 @@ impl Interpreter {
         let (layout, codes) = prepare(map, meshes, kernels, residents, args)?;
         let detect = options.detect;
 
-        let (bufs, init) = self.make_buffers(&layout, args, residents)?;
+        let (bufs, init) = self.make_buffers(&layout, args, residents, detect)?;
         let mut detector = detect.then(|| detect::Detector {
             shadow: vec![vec![]; bufs.len()],
             init,
@@ -235,11 +239,11 @@ impl Interpreter {
             }
         };
         report.blocks_run = blocks;
-        let outputs = collect_outputs(&layout, &bufs);
+        let outputs = (options.extra_schedules > 0).then(|| collect_outputs(&layout, &bufs));
 
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
-            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents)?;
+            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents, detect)?;
             let mut alt_detector = detect.then(|| detect::Detector {
                 shadow: vec![vec![]; alt_bufs.len()],
                 init: alt_init,
@@ -268,7 +272,11 @@ impl Interpreter {
                 return Err(e);
             }
             let alt_outputs = collect_outputs(&layout, &alt_bufs);
-            if let Some(detail) = first_difference(&outputs, &alt_outputs, k, options.run.seed) {
+            self.recycle(alt_bufs);
+            let difference = outputs
+                .as_ref()
+                .and_then(|o| first_difference(o, &alt_outputs, k, options.run.seed));
+            if let Some(detail) = difference {
                 self.last_report = Some(report);
                 return Err(RunError::Nondeterministic { detail });
             }
@@ -292,22 +300,91 @@ impl Interpreter {
                     .insert(name.clone(), ResidentState { tensor, init });
             }
         }
+        // Outputs take their buffers without a copy; the rest are reused.
+        let mut slots: Vec<Option<Vec<AtomicU32>>> =
+            bufs.into_iter().map(|b| Some(b.words)).collect();
+        let mut outputs = BTreeMap::new();
+        for (name, i) in &layout.outputs {
+            let spec = &layout.buffers[*i];
+            let words: Vec<u32> = match slots[*i].take() {
+                Some(w) => w.into_iter().map(AtomicU32::into_inner).collect(),
+                None => outputs
+                    .get(name)
+                    .map(|t: &HostTensor| t.words.clone())
+                    .unwrap_or_default(),
+            };
+            outputs.insert(
+                name.clone(),
+                HostTensor {
+                    elem: spec.ty.elem,
+                    shape: spec.shape.clone(),
+                    words,
+                },
+            );
+        }
+        self.recycle(
+            slots
+                .into_iter()
+                .flatten()
+                .map(|words| GlobalBuf { words })
+                .collect(),
+        );
         self.last_report = Some(report);
         Ok(CallOutputs { outputs })
     }
 
     /// Fresh device buffers for one schedule, and which words start initialised.
+    /// Keeps a call's buffers for reuse, so that repeated calls do not pay
+    /// for fresh pages.
+    fn recycle(&mut self, bufs: Vec<GlobalBuf>) {
+        for b in bufs {
+            if self.pool.len() < 16 && !b.words.is_empty() {
+                self.pool.push(b.words);
+            }
+        }
+    }
+
+    /// A buffer of `len` words filled by `fill` (from the pool when one fits);
+    /// large buffers are filled on all host cores.
+    fn buffer(&mut self, len: usize, fill: impl Fn(usize) -> u32 + Sync) -> Vec<AtomicU32> {
+        let mut words = match self.pool.iter().position(|b| b.len() == len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => (0..len).map(|_| AtomicU32::new(0)).collect(),
+        };
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if len < 1 << 18 || workers < 2 {
+            for (k, w) in words.iter_mut().enumerate() {
+                *w.get_mut() = fill(k);
+            }
+            return words;
+        }
+        let chunk = len.div_ceil(workers);
+        std::thread::scope(|s| {
+            for (c, part) in words.chunks_mut(chunk).enumerate() {
+                let fill = &fill;
+                s.spawn(move || {
+                    for (k, w) in part.iter_mut().enumerate() {
+                        *w.get_mut() = fill(c * chunk + k);
+                    }
+                });
+            }
+        });
+        words
+    }
+
     fn make_buffers(
-        &self,
+        &mut self,
         layout: &Layout,
         args: &CallArgs,
         residents: &[Resident],
+        detect: bool,
     ) -> Result<(Vec<GlobalBuf>, Vec<Vec<bool>>), RunError> {
         let mut bufs = Vec::with_capacity(layout.buffers.len());
         let mut inits = Vec::with_capacity(layout.buffers.len());
         for spec in &layout.buffers {
             let len = spec.len as usize;
-            let (words, init): (Vec<u32>, Vec<bool>) = match &spec.init {
+            let bits = |v: bool| if detect { vec![v; len] } else { vec![] };
+            let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
                     let t = args
                         .inputs
@@ -319,13 +396,15 @@ impl Interpreter {
                             t.words.len()
                         )));
                     }
-                    (t.words.clone(), vec![true; len])
+                    (self.buffer(len, |k| t.words[k]), bits(true))
                 }
-                Init::Zeroed => (vec![0; len], vec![true; len]),
-                Init::Uninitialized => (vec![0; len], vec![false; len]),
+                Init::Zeroed => (self.buffer(len, |_| 0), bits(true)),
+                Init::Uninitialized => (self.buffer(len, |_| 0), bits(false)),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
                     Some(r) if r.tensor.words.len() == len => {
-                        (r.tensor.words.clone(), r.init.clone())
+                        let words = r.tensor.words.clone();
+                        let init = if detect { r.init.clone() } else { vec![] };
+                        (self.buffer(len, |k| words[k]), init)
                     }
                     Some(r) => {
                         return Err(RunError::BadArguments(format!(
@@ -337,13 +416,11 @@ impl Interpreter {
                         let zeroed = *zeroed
                             || spec.ty.space == MemorySpace::Sem
                             || residents.iter().any(|r| &r.name == name && r.zeroed);
-                        (vec![0; len], vec![zeroed; len])
+                        (self.buffer(len, |_| 0), bits(zeroed))
                     }
                 },
             };
-            bufs.push(GlobalBuf {
-                words: words.into_iter().map(AtomicU32::new).collect(),
-            });
+            bufs.push(GlobalBuf { words });
             inits.push(init);
         }
         Ok((bufs, inits))
@@ -423,14 +500,20 @@ fn prepare(
                 Some(owner) => {
                     let m = find_mesh(owner)?;
                     (
-                        m.block_count(),
+                        checked_len(&m.block_axes().map(|a| a.size).collect::<Vec<_>>())
+                            .unwrap_or(u64::MAX),
                         m.block_axes().map(|a| a.size).collect::<Vec<_>>(),
                     )
                 }
                 None => (1, vec![]),
             };
             shape.extend_from_slice(&r.shape);
-            let len = instances * r.len();
+            let len = checked_len(&r.shape)
+                .and_then(|n| n.checked_mul(instances))
+                .filter(|&n| n <= MAX_WORDS)
+                .ok_or_else(|| RunError::Refused {
+                    reason: format!("operand `{}` is larger than {MAX_WORDS} words", op.name),
+                })?;
             total_words += len;
             if total_words > MAX_WORDS {
                 return Err(RunError::Refused {
@@ -479,25 +562,32 @@ fn prepare(
         let mut smem = vec![];
         let bindings = bound
             .iter()
-            .map(|b| match b {
-                Bound::Scalar(ty, bits) => ParamBinding::Scalar {
-                    ty: *ty,
-                    bits: *bits,
-                },
-                Bound::Buffer(buffer, ty) => ParamBinding::Global {
-                    buffer: *buffer,
-                    ty: ty.clone(),
-                },
-                Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
-                    smem.push(ty.len());
-                    ParamBinding::Smem {
-                        slot: smem.len() - 1,
+            .map(|b| -> Result<ParamBinding, RunError> {
+                Ok(match b {
+                    Bound::Scalar(ty, bits) => ParamBinding::Scalar {
+                        ty: *ty,
+                        bits: *bits,
+                    },
+                    Bound::Buffer(buffer, ty) => ParamBinding::Global {
+                        buffer: *buffer,
                         ty: ty.clone(),
+                    },
+                    Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
+                        let len = checked_len(&ty.shape)
+                            .filter(|&n| n <= MAX_WORDS)
+                            .ok_or_else(|| RunError::Refused {
+                                reason: format!("an smem operand is larger than {MAX_WORDS} words"),
+                            })?;
+                        smem.push(len);
+                        ParamBinding::Smem {
+                            slot: smem.len() - 1,
+                            ty: ty.clone(),
+                        }
                     }
-                }
-                Bound::Smem(_) => ParamBinding::Foreign,
+                    Bound::Smem(_) => ParamBinding::Foreign,
+                })
             })
-            .collect::<Vec<_>>();
+            .collect::<Result<Vec<_>, _>>()?;
         codes.push(compile::compile(i, kernel, mesh, meshes, &bindings, smem)?);
     }
     let tasks: u64 = codes.iter().map(|c| c.block_count).sum();
@@ -688,7 +778,10 @@ fn run_sequential(
                     && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
                 if prefer_ready {
                     let i = a.rng.below(ready.len() as u64) as usize;
-                    ready.swap_remove_back(i).expect("index in range")
+                    match ready.swap_remove_back(i) {
+                        Some(t) => t,
+                        None => break,
+                    }
                 } else if can_start {
                     next_start += 1;
                     start_order

@@ -162,6 +162,9 @@ pub struct AccessSite {
     pub block_extents: Vec<u32>,
     /// Shape of one instance.
     pub shape: Vec<u32>,
+    /// Per coordinate (block coordinates, then indices): whether it is an
+    /// `i32`, shown signed in messages.
+    pub signed: Vec<bool>,
 }
 
 /// The generated module and everything the host needs to run it.
@@ -620,10 +623,12 @@ impl ModuleState<'_> {
     fn write_helpers(&self, out: &mut String) {
         out.push_str(REPORT_HELPER);
         if let Some(cap) = self.options.loop_cap {
+            let cap = cap.min(u32::MAX - 2);
             write!(
                 out,
-                "// The adapter silently ends all loops of an invocation after 65,535 iterations in
-// total, which would give wrong answers; every loop counts here and stops first.
+                "// The adapter silently ends all loops of an invocation after about 65,535 loop
+// header visits in total, which would give wrong answers; every loop the backend
+// emits counts here (entry and iterations) and stops first, reporting the error.
 fn mpmd_loop_tick() -> bool {{
   if (mpmd_loop_count <= {cap}u) {{
     mpmd_loop_count = mpmd_loop_count + 1u;
@@ -643,10 +648,10 @@ fn mpmd_loop_tick() -> bool {{
             )
             .unwrap();
         }
-        let tick = if self.options.loop_cap.is_some() {
-            "    if (mpmd_loop_tick()) { break; }\n"
+        let (enter, tick) = if self.options.loop_cap.is_some() {
+            ("  _ = mpmd_loop_tick();\n", "    if (mpmd_loop_tick()) { break; }\n")
         } else {
-            ""
+            ("", "")
         };
         for helper in &self.helpers {
             match helper {
@@ -778,7 +783,7 @@ fn mpmd_fmod(x: f32, y: f32) -> f32 {{
   }} else {{
     my = (ay & 0x007fffffu) | 0x00800000u;
   }}
-  loop {{
+{enter}  loop {{
     if (ex <= ey) {{ break; }}
 {tick}    if (mx >= my) {{
       mx = mx - my;
@@ -843,7 +848,7 @@ fn mpmd_check{n}(site: u32, {params}) -> u32 {{
 // polls, or once another error is recorded, it reports and gives up: never a hang.
 fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
   var polls: u32 = 0u;
-  loop {{
+{enter}  loop {{
 {tick}    let seen = atomicLoad(&{global}[index]);
     if (seen >= amount) {{
       if (!take) {{ return; }}
@@ -1289,6 +1294,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.scopes.push(HashMap::new());
                 let v = self.bind_scalar(&var.name, var.ty);
                 let one = if var.ty == ScalarType::I32 { "1i" } else { "1u" };
+                self.loop_enter();
                 self.line(&format!(
                     "for (var {v}: {} = {s}; {v} < {end_name}; {v} = {v} + {one}) {{",
                     wgsl_scalar(var.ty)
@@ -1323,6 +1329,14 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     /// The loop-cap check at the top of a loop body. In a loop that holds
     /// barriers every invocation must take the same way out, so the decision
     /// goes through a workgroup flag read uniformly.
+    /// llvmpipe counts every visit of a loop header, the final exit test
+    /// included: a loop costs one more than its iterations.
+    fn loop_enter(&mut self) {
+        if self.state.options.loop_cap.is_some() {
+            self.line("_ = mpmd_loop_tick();");
+        }
+    }
+
     fn loop_tick(&mut self, collective: bool) {
         if self.state.options.loop_cap.is_none() {
             return;
@@ -1379,6 +1393,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.line(&format!("let {cmp}: {elem} = {};", arg(0)));
                 self.line(&format!("let {new}: {elem} = {};", arg(1)));
                 self.line(&format!("var {old}: {elem};"));
+                self.loop_enter();
                 self.line("loop {");
                 self.depth += 1;
                 self.loop_tick(false);
@@ -1552,11 +1567,16 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         // Every access gets a site (error records name it: out-of-bounds
         // accesses in checked mode, semaphore waits in both modes).
         let site = self.state.sites.len();
+        let mut signed = Vec::new();
+        for c in &coords {
+            signed.push(self.ty(c)? == ScalarType::I32);
+        }
         self.state.sites.push(AccessSite {
             unit: self.index,
             reference: access.base.clone(),
             block_extents,
             shape: ty.shape.clone(),
+            signed,
         });
         if self.state.options.mode == Mode::Checked {
             let mut args = vec![format!("{site}u")];

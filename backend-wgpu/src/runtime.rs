@@ -15,10 +15,8 @@ use crate::emit::{
     ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
 };
 
-/// lavapipe's silent per-invocation loop limit.
-pub const LLVMPIPE_LOOP_LIMIT: u32 = 65_535;
-/// Loop iterations the backend allows on llvmpipe, a little under its limit
-/// (the driver may count a few iterations of its own).
+/// Loop header visits the backend allows on llvmpipe (measured: it stops an
+/// invocation's loops after 65,535 to 65,537 header visits in total).
 pub const LLVMPIPE_LOOP_CAP: u32 = 65_000;
 
 /// How the backend is set up.
@@ -678,12 +676,22 @@ impl WgpuBackend {
                 let Some(access) = emitted.sites.get(site_index) else {
                     return RunError::Backend(format!("out-of-bounds record names unknown site {site_index}"));
                 };
-                let coords = &values[..count];
+                let coords: Vec<String> = values[..count]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &v)| {
+                        if access.signed.get(k).copied().unwrap_or(false) {
+                            (v as i32).to_string()
+                        } else {
+                            v.to_string()
+                        }
+                    })
+                    .collect();
                 let nb = access.block_extents.len().min(coords.len());
                 let index = if nb > 0 {
-                    format!("@[{}][{}]", list(&coords[..nb]), list(&coords[nb..]))
+                    format!("@[{}][{}]", coords[..nb].join(", "), coords[nb..].join(", "))
                 } else {
-                    format!("[{}]", list(coords))
+                    format!("[{}]", coords.join(", "))
                 };
                 let shape = if access.block_extents.is_empty() {
                     format!("[{}]", list(&access.shape))

@@ -1804,6 +1804,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             return Ok(format!("({x} {sym} {amount})"));
         }
         let y = self.expr_with(b, rt)?;
+        let (x, y) = if t == ScalarType::F32 && op == BinaryOp::Mul {
+            // The driver folds `x * 0.0` to 0.0 (wrong for inf and NaN): a zero
+            // factor is read at run time.
+            (self.opaque_zero(a, x), self.opaque_zero(b, y))
+        } else {
+            (x, y)
+        };
+        if t == ScalarType::F32 && op == BinaryOp::Ne {
+            // naga emits `!=` as an ordered comparison (false for NaN); IEEE
+            // and Rust say NaN != NaN.
+            return Ok(format!("(!({x} == {y}))"));
+        }
         let sym = match op {
             BinaryOp::Add => "+",
             BinaryOp::Sub => "-",
@@ -1841,6 +1853,14 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             BinaryOp::Shl | BinaryOp::Shr => unreachable!("handled above"),
         };
         Ok(format!("({x} {sym} {y})"))
+    }
+
+    /// `text` (the emission of `e`), or a run-time read when `e` is a zero literal.
+    fn opaque_zero(&mut self, e: &Expr, text: String) -> String {
+        match e {
+            Expr::Lit(l @ Literal::F32(bits)) if bits.to_f32() == 0.0 => self.runtime_literal(*l),
+            _ => text,
+        }
     }
 
     fn call(&mut self, helper: Helper, name: &str, args: &[String]) -> String {

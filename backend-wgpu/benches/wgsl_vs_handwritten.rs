@@ -55,8 +55,10 @@ struct PlainKernel {
 
 impl Plain {
     fn new() -> Plain {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).expect("adapter");
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter =
+            pollster::block_on(instance.request_adapter(&Default::default())).expect("adapter");
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             required_limits: limits,
@@ -67,20 +69,38 @@ impl Plain {
     }
 
     /// `wgsl` binds inputs at 0.., the output after them, then `extra` scratch buffers.
-    fn kernel(&self, wgsl: &str, entries: &[(&str, [u32; 3])], inputs: &[u64], output: u64, extra: &[u64]) -> PlainKernel {
+    fn kernel(
+        &self,
+        wgsl: &str,
+        entries: &[(&str, [u32; 3])],
+        inputs: &[u64],
+        output: u64,
+        extra: &[u64],
+    ) -> PlainKernel {
         let d = &self.device;
         let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: None,
             source: wgpu::ShaderSource::Wgsl(wgsl.into()),
         });
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC;
         let buffer = |bytes: u64| {
-            d.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage, mapped_at_creation: false })
+            d.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
         };
         let inputs: Vec<wgpu::Buffer> = inputs.iter().map(|&b| buffer(b)).collect();
         let output_buffer = buffer(output);
         let extra: Vec<wgpu::Buffer> = extra.iter().map(|&b| buffer(b)).collect();
-        let all: Vec<&wgpu::Buffer> = inputs.iter().chain([&output_buffer]).chain(extra.iter()).collect();
+        let all: Vec<&wgpu::Buffer> = inputs
+            .iter()
+            .chain([&output_buffer])
+            .chain(extra.iter())
+            .collect();
         let layout_entries: Vec<wgpu::BindGroupLayoutEntry> = (0..all.len() as u32)
             .map(|binding| wgpu::BindGroupLayoutEntry {
                 binding,
@@ -93,7 +113,10 @@ impl Plain {
                 count: None,
             })
             .collect();
-        let layout = d.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: None, entries: &layout_entries });
+        let layout = d.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &layout_entries,
+        });
         let pipeline_layout = d.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: None,
             bind_group_layouts: &[Some(&layout)],
@@ -116,21 +139,35 @@ impl Plain {
         let bind_entries: Vec<wgpu::BindGroupEntry> = all
             .iter()
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
             .collect();
-        let bind_group = d.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &bind_entries });
+        let bind_group = d.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &bind_entries,
+        });
         let staging = d.create_buffer(&wgpu::BufferDescriptor {
             label: None,
             size: output,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        PlainKernel { pipelines, bind_group, inputs, output: output_buffer, staging }
+        PlainKernel {
+            pipelines,
+            bind_group,
+            inputs,
+            output: output_buffer,
+            staging,
+        }
     }
 
     fn call(&self, k: &PlainKernel, inputs: &[&[u32]]) -> Vec<u32> {
         for (buffer, data) in k.inputs.iter().zip(inputs) {
-            self.queue.write_buffer(buffer, 0, bytemuck::cast_slice(data));
+            self.queue
+                .write_buffer(buffer, 0, bytemuck::cast_slice(data));
         }
         let mut encoder = self.device.create_command_encoder(&Default::default());
         for (pipeline, dims) in &k.pipelines {
@@ -141,9 +178,15 @@ impl Plain {
         }
         encoder.copy_buffer_to_buffer(&k.output, 0, &k.staging, 0, k.output.size());
         self.queue.submit([encoder.finish()]);
-        k.staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("map"));
-        self.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
-        let words = bytemuck::cast_slice::<u8, u32>(&k.staging.get_mapped_range(..).expect("mapped")).to_vec();
+        k.staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .expect("poll");
+        let words =
+            bytemuck::cast_slice::<u8, u32>(&k.staging.get_mapped_range(..).expect("mapped"))
+                .to_vec();
         k.staging.unmap();
         words
     }
@@ -187,25 +230,33 @@ map axpb {{ programs [m: axpb]; inputs [x: gmem<f32[{ELEMENTS}]>]; outputs [y: g
     let x: Vec<f32> = (0..ELEMENTS).map(|i| i as f32 * 1e-3).collect();
     let args = CallArgs {
         inputs: [("x".to_string(), HostTensor::from_f32(vec![ELEMENTS], &x))].into(),
-        scalars: [("alpha".to_string(), Literal::f32(2.0)), ("beta".to_string(), Literal::f32(1.0))].into(),
+        scalars: [
+            ("alpha".to_string(), Literal::f32(2.0)),
+            ("beta".to_string(), Literal::f32(1.0)),
+        ]
+        .into(),
     };
     let mpmd = time(|| {
         backend.run(&p, &args, &options).expect("run");
     });
-    let hand = format!(
-        "@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+    let hand = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {{
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
   let i = id.x;
   y[i] = x[i] * 2.0 + 1.0;
-}}"
-    );
+}";
     let bytes = ELEMENTS as u64 * 4;
-    let k = plain.kernel(&hand, &[("main", [blocks, 1, 1])], &[bytes], bytes, &[]);
+    let k = plain.kernel(hand, &[("main", [blocks, 1, 1])], &[bytes], bytes, &[]);
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
-    let expected = backend.run(&p, &args, &options).unwrap().outputs["y"].words.clone();
-    assert_eq!(plain.call(&k, &[&x_words]), expected, "hand-written and mpmd disagree");
+    let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
+        .words
+        .clone();
+    assert_eq!(
+        plain.call(&k, &[&x_words]),
+        expected,
+        "hand-written and mpmd disagree"
+    );
     let hand_time = time(|| {
         plain.call(&k, &[&x_words]);
     });
@@ -235,7 +286,11 @@ map bsum {{ programs [m: bsum]; inputs [x: gmem<f32[{REDUCE_ELEMENTS}]>]; output
     let p = plan(&src, "bsum");
     let x: Vec<f32> = (0..REDUCE_ELEMENTS).map(|i| (i % 97) as f32).collect();
     let args = CallArgs {
-        inputs: [("x".to_string(), HostTensor::from_f32(vec![REDUCE_ELEMENTS], &x))].into(),
+        inputs: [(
+            "x".to_string(),
+            HostTensor::from_f32(vec![REDUCE_ELEMENTS], &x),
+        )]
+        .into(),
         scalars: Default::default(),
     };
     let mpmd = time(|| {
@@ -254,14 +309,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
   if (t == 0u) { y[wid.x] = acc[0]; }
 }";
-    let k = plain.kernel(hand, &[("main", [rblocks, 1, 1])], &[REDUCE_ELEMENTS as u64 * 4], rblocks as u64 * 4, &[]);
+    let k = plain.kernel(
+        hand,
+        &[("main", [rblocks, 1, 1])],
+        &[REDUCE_ELEMENTS as u64 * 4],
+        rblocks as u64 * 4,
+        &[],
+    );
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
-    let expected = backend.run(&p, &args, &options).unwrap().outputs["y"].words.clone();
-    assert_eq!(plain.call(&k, &[&x_words]), expected, "hand-written and mpmd disagree");
+    let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
+        .words
+        .clone();
+    assert_eq!(
+        plain.call(&k, &[&x_words]),
+        expected,
+        "hand-written and mpmd disagree"
+    );
     let hand_time = time(|| {
         plain.call(&k, &[&x_words]);
     });
-    report("block reduction, 1M f32 -> 4096 sums", mpmd, hand_time, REDUCE_ELEMENTS as u64 * 4);
+    report(
+        "block reduction, 1M f32 -> 4096 sums",
+        mpmd,
+        hand_time,
+        REDUCE_ELEMENTS as u64 * 4,
+    );
 
     // ---- two programs: producer/consumer through a semaphore ----
     let n = ELEMENTS / 4;
@@ -298,14 +370,31 @@ fn produce(@builtin(global_invocation_id) id: vec3<u32>) { buf[id.x] = x[id.x] *
 @compute @workgroup_size(256)
 fn consume(@builtin(global_invocation_id) id: vec3<u32>) { y[id.x] = buf[id.x] + 1.0; }";
     let bytes = n as u64 * 4;
-    let k = plain.kernel(hand, &[("produce", [pblocks, 1, 1]), ("consume", [pblocks, 1, 1])], &[bytes], bytes, &[bytes]);
+    let k = plain.kernel(
+        hand,
+        &[("produce", [pblocks, 1, 1]), ("consume", [pblocks, 1, 1])],
+        &[bytes],
+        bytes,
+        &[bytes],
+    );
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
-    let expected = backend.run(&p, &args, &options).unwrap().outputs["y"].words.clone();
-    assert_eq!(plain.call(&k, &[&x_words]), expected, "hand-written and mpmd disagree");
+    let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
+        .words
+        .clone();
+    assert_eq!(
+        plain.call(&k, &[&x_words]),
+        expected,
+        "hand-written and mpmd disagree"
+    );
     let hand_time = time(|| {
         plain.call(&k, &[&x_words]);
     });
-    report("producer/consumer, 1M f32, 2 programs", mpmd, hand_time, 2 * bytes);
+    report(
+        "producer/consumer, 1M f32, 2 programs",
+        mpmd,
+        hand_time,
+        2 * bytes,
+    );
 
     // ---- per-call overhead: one block of one thread ----
     let src = "mesh m { threads t = 1; }

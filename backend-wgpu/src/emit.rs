@@ -232,7 +232,13 @@ pub fn validate_wgsl(source: &str) -> Result<naga::Module, String> {
 fn sanitize(name: &str) -> String {
     // IR names are already `[A-Za-z_][A-Za-z0-9_]*`; keep anything else out anyway.
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -285,7 +291,10 @@ fn collect_atomic_targets(body: &[Stmt], out: &mut HashSet<Name>) {
 /// Assigns bindings: one per buffer, or shared arenas by word type when
 /// there are more buffers than the adapter's storage-buffer limit allows
 /// (two bindings are taken by the parameter and status buffers).
-pub fn binding_layout(plan: &LaunchPlan, max_storage_buffers: u32) -> Result<BindingLayout, EmitError> {
+pub fn binding_layout(
+    plan: &LaunchPlan,
+    max_storage_buffers: u32,
+) -> Result<BindingLayout, EmitError> {
     let atomic = atomic_buffers(plan);
     let words: Vec<WordType> = plan
         .buffers
@@ -512,7 +521,11 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
             Mode::Fast => "fast",
             Mode::Checked => "checked",
         },
-        if plan.map.fast_math { ", fast math" } else { "" }
+        if plan.map.fast_math {
+            ", fast math"
+        } else {
+            ""
+        }
     )
     .unwrap();
     out.push_str("// One entry point per launch unit; the host dispatches them in this order.\n\n");
@@ -535,13 +548,17 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
 
 impl ModuleState<'_> {
     fn write_globals(&self, out: &mut String) {
-        out.push_str("// Scalar parameters, then literals that WGSL must not fold at shader creation.\n");
+        out.push_str(
+            "// Scalar parameters, then literals that WGSL must not fold at shader creation.\n",
+        );
         writeln!(
             out,
             "@group(0) @binding({PARAMS_BINDING}) var<storage, read> mpmd_params: array<u32>;"
         )
         .unwrap();
-        out.push_str("// Error record: count, kind, unit, block, thread, site, value count, values.\n");
+        out.push_str(
+            "// Error record: count, kind, unit, block, thread, site, value count, values.\n",
+        );
         writeln!(
             out,
             "@group(0) @binding({STATUS_BINDING}) var<storage, read_write> mpmd_status: array<atomic<u32>, {STATUS_WORDS}>;"
@@ -592,7 +609,9 @@ impl ModuleState<'_> {
             out.push_str("var<private> mpmd_loop_count: u32;\n");
             out.push_str("// Set when some invocation of the block passed the loop cap.\n");
             out.push_str("var<workgroup> mpmd_block_stop: u32;\n");
-            out.push_str("// Thread 0's loop count after a semaphore wait, shared with the block.\n");
+            out.push_str(
+                "// Thread 0's loop count after a semaphore wait, shared with the block.\n",
+            );
             out.push_str("var<workgroup> mpmd_shared_count: u32;\n");
         }
         out.push_str("// Block-collective broadcast of semaphore reads.\n");
@@ -606,7 +625,11 @@ impl ModuleState<'_> {
                     writeln!(
                         out,
                         "// smem {} of program {} ({}<{}{:?}>)",
-                        op.name, unit.program, r.space.keyword(), r.elem, r.shape
+                        op.name,
+                        unit.program,
+                        r.space.keyword(),
+                        r.elem,
+                        r.shape
                     )
                     .unwrap();
                     writeln!(
@@ -655,7 +678,10 @@ fn mpmd_loop_tick() -> bool {{
             .unwrap();
         }
         let (enter, tick) = if self.options.loop_cap.is_some() {
-            ("  _ = mpmd_loop_tick();\n", "    if (mpmd_loop_tick()) { break; }\n")
+            (
+                "  _ = mpmd_loop_tick();\n",
+                "    if (mpmd_loop_tick()) { break; }\n",
+            )
         } else {
             ("", "")
         };
@@ -894,7 +920,8 @@ fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
     }
 }
 
-const REPORT_HELPER: &str = "// Records the first error of the call; the host turns it into a RunError.
+const REPORT_HELPER: &str =
+    "// Records the first error of the call; the host turns it into a RunError.
 fn mpmd_report(kind: u32, site: u32, count: u32, values: array<u32, 8>) {
   if (atomicAdd(&mpmd_status[0], 1u) != 0u) { return; }
   atomicStore(&mpmd_status[1], kind);
@@ -946,7 +973,11 @@ struct RefInfo {
 enum Named {
     /// `uniform`: the same value in every thread of the block (constants,
     /// scalar parameters, block axis indices and values computed from them).
-    Scalar { wgsl: String, ty: ScalarType, uniform: bool },
+    Scalar {
+        wgsl: String,
+        ty: ScalarType,
+        uniform: bool,
+    },
     Ref(RefInfo),
 }
 
@@ -1040,7 +1071,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                         (_, None) => {
                             return Err(EmitError::Invalid {
                                 kernel: unit.kernel.name.clone(),
-                                message: format!("operand `{}` has no buffer in the plan", operand.name),
+                                message: format!(
+                                    "operand `{}` has no buffer in the plan",
+                                    operand.name
+                                ),
                             })
                         }
                     };
@@ -1128,7 +1162,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     fn is_uniform(&self, e: &Expr) -> bool {
         match e {
             Expr::Lit(_) | Expr::AxisSize(_) => true,
-            Expr::Var(name) => matches!(self.lookup(name), Some(Named::Scalar { uniform: true, .. })),
+            Expr::Var(name) => {
+                matches!(self.lookup(name), Some(Named::Scalar { uniform: true, .. }))
+            }
             Expr::AxisIndex(axis) => self
                 .unit
                 .axes
@@ -1206,8 +1242,12 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             }
         }
         let mut it = terms.into_iter();
-        let Some(first) = it.next() else { return Ok(None) };
-        Ok(Some(it.fold(first, |acc, t| format!("mpmd_sat_add({acc}, {t})"))))
+        let Some(first) = it.next() else {
+            return Ok(None);
+        };
+        Ok(Some(
+            it.fold(first, |acc, t| format!("mpmd_sat_add({acc}, {t})")),
+        ))
     }
 
     /// On adapters with a loop cap, a loop (or an `if` whose threads may
@@ -1216,7 +1256,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     /// one SIMD vector that take different branches share the driver's
     /// count. Returns whether the region was emitted here.
     fn paid_region(&mut self, stmt: &Stmt) -> Result<bool, EmitError> {
-        if self.state.options.loop_cap.is_none() || self.paid || !contains_loop(std::slice::from_ref(stmt)) {
+        if self.state.options.loop_cap.is_none()
+            || self.paid
+            || !contains_loop(std::slice::from_ref(stmt))
+        {
             return Ok(false);
         }
         let collective = contains_collective(std::slice::from_ref(stmt));
@@ -1238,9 +1281,13 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         self.state.helpers.insert(Helper::Saturating);
         self.line("// Loop-header visits of what follows, paid up front (see mpmd_loop_pay).");
         if collective {
-            self.line(&format!("if (mpmd_loop_pay({cost})) {{ mpmd_block_stop = 1u; }}"));
+            self.line(&format!(
+                "if (mpmd_loop_pay({cost})) {{ mpmd_block_stop = 1u; }}"
+            ));
             let stop = self.temp("stop");
-            self.line(&format!("let {stop} = workgroupUniformLoad(&mpmd_block_stop);"));
+            self.line(&format!(
+                "let {stop} = workgroupUniformLoad(&mpmd_block_stop);"
+            ));
             self.line(&format!("if ({stop} == 0u) {{"));
         } else {
             self.line(&format!("if (!mpmd_loop_pay({cost})) {{"));
@@ -1300,9 +1347,20 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         .unwrap();
         if two_d {
             let per_dim = self.state.options.max_workgroups_per_dimension;
-            out.push_str("  // More blocks than one dispatch dimension holds: 2-D dispatch, linearised.\n");
-            writeln!(out, "  let block_id: u32 = mpmd_wid.x + mpmd_wid.y * {per_dim}u;").unwrap();
-            writeln!(out, "  if (block_id >= {}u) {{ return; }}", unit.block_count).unwrap();
+            out.push_str(
+                "  // More blocks than one dispatch dimension holds: 2-D dispatch, linearised.\n",
+            );
+            writeln!(
+                out,
+                "  let block_id: u32 = mpmd_wid.x + mpmd_wid.y * {per_dim}u;"
+            )
+            .unwrap();
+            writeln!(
+                out,
+                "  if (block_id >= {}u) {{ return; }}",
+                unit.block_count
+            )
+            .unwrap();
         } else {
             out.push_str("  let block_id: u32 = mpmd_wid.x;\n");
         }
@@ -1396,7 +1454,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let v = self.expr(value)?;
                 let target = match self.lookup(name) {
                     Some(Named::Scalar { wgsl, .. }) => wgsl.clone(),
-                    _ => return Err(self.invalid(format!("assignment to unknown variable `{name}`"))),
+                    _ => {
+                        return Err(self.invalid(format!("assignment to unknown variable `{name}`")))
+                    }
                 };
                 self.line(&format!("{target} = {v};"));
             }
@@ -1432,7 +1492,12 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 op,
                 target,
                 args,
-            } => self.atomic(dest.as_ref().map(|d| (d.name.as_str(), d.ty)), *op, target, args)?,
+            } => self.atomic(
+                dest.as_ref().map(|d| (d.name.as_str(), d.ty)),
+                *op,
+                target,
+                args,
+            )?,
             Stmt::If {
                 cond,
                 then_body,
@@ -1464,7 +1529,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.scopes.push(HashMap::new());
                 let uniform = self.is_uniform(start) && self.is_uniform(end);
                 let v = self.bind_scalar_with(&var.name, var.ty, uniform);
-                let one = if var.ty == ScalarType::I32 { "1i" } else { "1u" };
+                let one = if var.ty == ScalarType::I32 {
+                    "1i"
+                } else {
+                    "1u"
+                };
                 if !self.paid {
                     self.loop_enter();
                 }
@@ -1491,10 +1560,17 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             Stmt::Sem { op, sem, amount } => self.sem_op(*op, sem, amount)?,
             Stmt::SemRead { dest, sem } => {
                 let (place, _) = self.place(sem)?;
-                self.line(&format!("// read({}): thread 0 reads, the block shares the value.", describe_access(sem)));
-                self.line(&format!("if (thread_id == 0u) {{ mpmd_sem_value = atomicLoad(&{place}); }}"));
+                self.line(&format!(
+                    "// read({}): thread 0 reads, the block shares the value.",
+                    describe_access(sem)
+                ));
+                self.line(&format!(
+                    "if (thread_id == 0u) {{ mpmd_sem_value = atomicLoad(&{place}); }}"
+                ));
                 let name = self.bind_scalar_with(dest, ScalarType::I32, true);
-                self.line(&format!("let {name}: i32 = workgroupUniformLoad(&mpmd_sem_value);"));
+                self.line(&format!(
+                    "let {name}: i32 = workgroupUniformLoad(&mpmd_sem_value);"
+                ));
                 self.line("workgroupBarrier();");
             }
         }
@@ -1572,9 +1648,13 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.line("loop {");
                 self.depth += 1;
                 self.loop_tick(false);
-                self.line(&format!("let r = atomicCompareExchangeWeak(&{place}, {cmp}, {new});"));
+                self.line(&format!(
+                    "let r = atomicCompareExchangeWeak(&{place}, {cmp}, {new});"
+                ));
                 self.line(&format!("{old} = r.old_value;"));
-                self.line(&format!("if (r.exchanged || r.old_value != {cmp}) {{ break; }}"));
+                self.line(&format!(
+                    "if (r.exchanged || r.old_value != {cmp}) {{ break; }}"
+                ));
                 self.depth -= 1;
                 self.line("}");
                 old
@@ -1604,14 +1684,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         let what = describe_access(sem);
         match op {
             SemOp::Signal => {
-                self.line(&format!("// signal({what}, n): the block's writes first, then one add."));
+                self.line(&format!(
+                    "// signal({what}, n): the block's writes first, then one add."
+                ));
                 self.line("workgroupBarrier();");
                 self.line("storageBarrier();");
                 let idx = self.temp("sem");
                 let amt = self.temp("amount");
                 self.line(&format!("let {idx}: u32 = {index};"));
                 self.line(&format!("let {amt}: i32 = {n};"));
-                self.line(&format!("if (thread_id == 0u) {{ atomicAdd(&{global}[{idx}], {amt}); }}"));
+                self.line(&format!(
+                    "if (thread_id == 0u) {{ atomicAdd(&{global}[{idx}], {amt}); }}"
+                ));
             }
             SemOp::Wait | SemOp::WaitNodec => {
                 let take = op == SemOp::Wait;
@@ -1676,7 +1760,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     }
 
     /// The element index expression of an access (and its checked-mode site id).
-    fn index_of(&mut self, access: &RefAccess, info: &RefInfo) -> Result<(String, usize), EmitError> {
+    fn index_of(
+        &mut self,
+        access: &RefAccess,
+        info: &RefInfo,
+    ) -> Result<(String, usize), EmitError> {
         let ty = &info.ty;
         if access.index.len() != ty.shape.len() {
             return Err(self.invalid(format!(
@@ -1718,7 +1806,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 extents.extend(&block_extents);
             }
             (Some(_), None) => {
-                return Err(self.invalid(format!("`{}` has no owner mesh to index with @[...]", access.base)))
+                return Err(self.invalid(format!(
+                    "`{}` has no owner mesh to index with @[...]",
+                    access.base
+                )))
             }
             (None, Some(owner)) => {
                 if matches!(ty.space, MemorySpace::Gmem | MemorySpace::Sem) {
@@ -1963,7 +2054,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             .iter()
             .find_map(|m| m.axis(axis))
             .map(|a| a.size)
-            .ok_or_else(|| self.invalid(format!("axis_size({axis}): no mesh in scope has axis `{axis}`")))
+            .ok_or_else(|| {
+                self.invalid(format!(
+                    "axis_size({axis}): no mesh in scope has axis `{axis}`"
+                ))
+            })
     }
 
     fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr, rt: bool) -> Result<String, EmitError> {
@@ -2114,7 +2209,9 @@ fn mentions_any(e: &Expr, names: &HashSet<Name>) -> bool {
             .any(|i| mentions_any(i, names)),
         Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => mentions_any(a, names),
         Expr::Binary(_, a, b) => mentions_any(a, names) || mentions_any(b, names),
-        Expr::Select(c, t, f) => mentions_any(c, names) || mentions_any(t, names) || mentions_any(f, names),
+        Expr::Select(c, t, f) => {
+            mentions_any(c, names) || mentions_any(t, names) || mentions_any(f, names)
+        }
         Expr::Math(_, args) => args.iter().any(|a| mentions_any(a, names)),
     }
 }

@@ -95,7 +95,8 @@ fn context() -> Result<Arc<GpuContext>, WgpuError> {
 }
 
 fn create_context() -> Result<GpuContext, WgpuError> {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
         power_preference: wgpu::PowerPreference::HighPerformance,
         ..Default::default()
@@ -189,14 +190,16 @@ impl WgpuBackend {
         let adapter_max = self.ctx.limits.max_storage_buffers_per_shader_stage;
         EmitOptions {
             mode,
-            loop_cap: self
-                .options
-                .loop_cap
-                .or(if llvmpipe { Some(LLVMPIPE_LOOP_CAP) } else { None }),
-            wait_poll_budget: self
-                .options
-                .wait_poll_budget
-                .unwrap_or(if llvmpipe { 16_384 } else { 1 << 22 }),
+            loop_cap: self.options.loop_cap.or(if llvmpipe {
+                Some(LLVMPIPE_LOOP_CAP)
+            } else {
+                None
+            }),
+            wait_poll_budget: self.options.wait_poll_budget.unwrap_or(if llvmpipe {
+                16_384
+            } else {
+                1 << 22
+            }),
             max_storage_buffers: self
                 .options
                 .max_storage_buffers
@@ -231,9 +234,19 @@ impl WgpuBackend {
                     .graph
                     .edges
                     .iter()
-                    .map(|e| format!("{} signals `{}` for {}", kernel(e.from), e.semaphore, kernel(e.to)))
+                    .map(|e| {
+                        format!(
+                            "{} signals `{}` for {}",
+                            kernel(e.from),
+                            e.semaphore,
+                            kernel(e.to)
+                        )
+                    })
                     .collect();
-                why.push(format!("the programs wait on each other in a cycle ({})", edges.join("; ")));
+                why.push(format!(
+                    "the programs wait on each other in a cycle ({})",
+                    edges.join("; ")
+                ));
             }
             return Err(RunError::Refused {
                 reason: format!(
@@ -280,19 +293,29 @@ impl WgpuBackend {
     fn compile(&self, plan: &LaunchPlan, mode: Mode) -> Result<Arc<CompiledModule>, RunError> {
         let options = self.emit_options(mode);
         let key = format!("{options:?}\n{plan:?}");
-        if let Some(m) = self.ctx.modules.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(m) = self
+            .ctx
+            .modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
             return Ok(m.clone());
         }
         let emitted = emit_module(plan, &options).map_err(|e| match e {
-            EmitError::TooManyBlocks { .. } | EmitError::TooManyBindings { .. } => RunError::Refused {
-                reason: e.to_string(),
-            },
+            EmitError::TooManyBlocks { .. } | EmitError::TooManyBindings { .. } => {
+                RunError::Refused {
+                    reason: e.to_string(),
+                }
+            }
             other => RunError::Backend(other.to_string()),
         })?;
         let limits = &self.ctx.limits;
         for b in &emitted.layout.bindings {
             let bytes = b.words * 4;
-            let max = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+            let max = limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size);
             if bytes > max {
                 return Err(RunError::Refused {
                     reason: format!(
@@ -318,7 +341,10 @@ impl WgpuBackend {
             },
             count: None,
         };
-        let mut entries = vec![storage(PARAMS_BINDING, true), storage(STATUS_BINDING, false)];
+        let mut entries = vec![
+            storage(PARAMS_BINDING, true),
+            storage(STATUS_BINDING, false),
+        ];
         for b in &emitted.layout.bindings {
             entries.push(storage(b.binding, false));
         }
@@ -364,7 +390,12 @@ impl WgpuBackend {
         Ok(compiled)
     }
 
-    fn resident_buffer(&mut self, name: &str, plan: &LaunchPlan, buf: &BufferPlan) -> Result<wgpu::Buffer, RunError> {
+    fn resident_buffer(
+        &mut self,
+        name: &str,
+        plan: &LaunchPlan,
+        buf: &BufferPlan,
+    ) -> Result<wgpu::Buffer, RunError> {
         if let Some(r) = self.residents.get(name) {
             if r.words != buf.len {
                 return Err(RunError::BadArguments(format!(
@@ -378,7 +409,9 @@ impl WgpuBackend {
         let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(name),
             size: buf.len.max(1) * 4,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         self.residents.insert(
@@ -396,7 +429,9 @@ impl WgpuBackend {
     fn read_words(&self, buffers: &[(&wgpu::Buffer, u64, u64)]) -> Result<Vec<Vec<u32>>, RunError> {
         // (buffer, byte offset, words) -> words, through mapped staging buffers.
         let device = &self.ctx.device;
-        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("mpmd readback") });
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("mpmd readback"),
+        });
         let staging: Vec<wgpu::Buffer> = buffers
             .iter()
             .map(|&(src, offset, words)| {
@@ -418,12 +453,18 @@ impl WgpuBackend {
     }
 }
 
-fn map_and_read(device: &wgpu::Device, staging: &[wgpu::Buffer], words: Vec<u64>) -> Result<Vec<Vec<u32>>, RunError> {
-    let results: Arc<Mutex<Vec<Option<Result<(), String>>>>> = Arc::new(Mutex::new(vec![None; staging.len()]));
+fn map_and_read(
+    device: &wgpu::Device,
+    staging: &[wgpu::Buffer],
+    words: Vec<u64>,
+) -> Result<Vec<Vec<u32>>, RunError> {
+    type MapResults = Arc<Mutex<Vec<Option<Result<(), String>>>>>;
+    let results: MapResults = Arc::new(Mutex::new(vec![None; staging.len()]));
     for (i, buf) in staging.iter().enumerate() {
         let results = results.clone();
         buf.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r.map_err(|e| e.to_string()));
+            results.lock().unwrap_or_else(|e| e.into_inner())[i] =
+                Some(r.map_err(|e| e.to_string()));
         });
     }
     device
@@ -434,8 +475,16 @@ fn map_and_read(device: &wgpu::Device, staging: &[wgpu::Buffer], words: Vec<u64>
     for ((buf, r), n) in staging.iter().zip(results).zip(words) {
         match r {
             Some(Ok(())) => {}
-            Some(Err(e)) => return Err(RunError::Backend(format!("reading results back failed: {e}"))),
-            None => return Err(RunError::Backend("reading results back did not finish".into())),
+            Some(Err(e)) => {
+                return Err(RunError::Backend(format!(
+                    "reading results back failed: {e}"
+                )))
+            }
+            None => {
+                return Err(RunError::Backend(
+                    "reading results back did not finish".into(),
+                ))
+            }
         }
         let view = buf
             .get_mapped_range(..)
@@ -462,7 +511,9 @@ fn tensor_shape(plan: &LaunchPlan, buf: &BufferPlan) -> Vec<u32> {
 
 fn scalar_word(name: &str, ty: ScalarType, value: Option<&Literal>) -> Result<u32, RunError> {
     match value {
-        None => Err(RunError::BadArguments(format!("missing value for scalar parameter `{name}`"))),
+        None => Err(RunError::BadArguments(format!(
+            "missing value for scalar parameter `{name}`"
+        ))),
         Some(v) if v.ty() != ty => Err(RunError::BadArguments(format!(
             "scalar parameter `{name}` is `{ty}` but the call passes a `{}`",
             v.ty()
@@ -476,7 +527,12 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
-    fn run(&mut self, plan: &LaunchPlan, args: &CallArgs, options: &RunOptions) -> Result<CallOutputs, RunError> {
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
         self.refuse_if_needed(plan)?;
         let compiled = self.compile(plan, options.mode)?;
         let emitted = &compiled.emitted;
@@ -489,7 +545,9 @@ impl Backend for WgpuBackend {
             scalars.push(scalar_word(name, *ty, args.scalars.get(name))?);
         }
         let params_words = emitted.params_words(&scalars);
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST;
         let new_buffer = |label: &str, words: u64| {
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
@@ -499,7 +557,8 @@ impl Backend for WgpuBackend {
             })
         };
         let params = new_buffer("mpmd params", params_words.len() as u64);
-        ctx.queue.write_buffer(&params, 0, bytemuck::cast_slice(&params_words));
+        ctx.queue
+            .write_buffer(&params, 0, bytemuck::cast_slice(&params_words));
         let status = new_buffer("mpmd status", STATUS_WORDS as u64);
 
         // Inputs must match their buffers.
@@ -527,7 +586,9 @@ impl Backend for WgpuBackend {
 
         // Device buffers: one per binding. Residents are bound in place when
         // unpacked, and copied into and out of the arena when packed.
-        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("mpmd call") });
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("mpmd call"),
+        });
         let mut binding_buffers = Vec::new();
         let mut copy_back: Vec<(wgpu::Buffer, u64, wgpu::Buffer, u64)> = Vec::new();
         for binding in &emitted.layout.bindings {
@@ -538,12 +599,18 @@ impl Backend for WgpuBackend {
                     BufferInit::Resident(name) => self.resident_buffer(name, plan, buf)?,
                     BufferInit::Input(name) => {
                         let b = new_buffer(name, buf.len);
-                        ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&args.inputs[name].words));
+                        ctx.queue.write_buffer(
+                            &b,
+                            0,
+                            bytemuck::cast_slice(&args.inputs[name].words),
+                        );
                         b
                     }
                     // Fresh buffers are zero-filled by wgpu, which covers `zeroed`
                     // and semaphores; uninitialised ones may hold anything.
-                    BufferInit::Zeroed | BufferInit::Uninitialized => new_buffer(&buf.operands.join("="), buf.len),
+                    BufferInit::Zeroed | BufferInit::Uninitialized => {
+                        new_buffer(&buf.operands.join("="), buf.len)
+                    }
                 };
                 binding_buffers.push(buffer);
             } else {
@@ -554,13 +621,22 @@ impl Backend for WgpuBackend {
                         BufferInit::Resident(name) => {
                             let r = self.resident_buffer(name, plan, buf)?;
                             if buf.len > 0 {
-                                encoder.copy_buffer_to_buffer(&r, 0, &arena, offset * 4, buf.len * 4);
+                                encoder.copy_buffer_to_buffer(
+                                    &r,
+                                    0,
+                                    &arena,
+                                    offset * 4,
+                                    buf.len * 4,
+                                );
                                 copy_back.push((arena.clone(), offset * 4, r, buf.len * 4));
                             }
                         }
                         BufferInit::Input(name) => {
-                            ctx.queue
-                                .write_buffer(&arena, offset * 4, bytemuck::cast_slice(&args.inputs[name].words));
+                            ctx.queue.write_buffer(
+                                &arena,
+                                offset * 4,
+                                bytemuck::cast_slice(&args.inputs[name].words),
+                            );
                         }
                         BufferInit::Zeroed | BufferInit::Uninitialized => {}
                     }
@@ -592,7 +668,8 @@ impl Backend for WgpuBackend {
         });
         // One dispatch per launch unit, in plan order: dispatch boundaries are
         // WGSL's only ordering between workgroups.
-        for (unit, (pipeline, dims)) in compiled.pipelines.iter().zip(&emitted.dispatch).enumerate() {
+        for (unit, (pipeline, dims)) in compiled.pipelines.iter().zip(&emitted.dispatch).enumerate()
+        {
             let label = &emitted.entry_points[unit];
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(label),
@@ -607,7 +684,9 @@ impl Backend for WgpuBackend {
         }
         ctx.queue.submit([encoder.finish()]);
         if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(RunError::Backend(format!("wgpu rejected the launch: {err}")));
+            return Err(RunError::Backend(format!(
+                "wgpu rejected the launch: {err}"
+            )));
         }
 
         // Read back the status and every output.
@@ -670,7 +749,12 @@ impl WgpuBackend {
             block,
             thread,
         };
-        let list = |v: &[u32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+        let list = |v: &[u32]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match kind {
             ERROR_OUT_OF_BOUNDS => {
                 let Some(access) = emitted.sites.get(site_index) else {
@@ -741,7 +825,13 @@ impl WgpuBackend {
 }
 
 /// `name[i]` or `name@[c...][i...]` for a flat word index into a semaphore's binding.
-fn describe_sem_element(plan: &LaunchPlan, emitted: &EmittedModule, reference: &str, unit: usize, word: u32) -> String {
+fn describe_sem_element(
+    plan: &LaunchPlan,
+    emitted: &EmittedModule,
+    reference: &str,
+    unit: usize,
+    word: u32,
+) -> String {
     // Find the buffer: the unit's kernel names the param; map it to the operand.
     let Some(u) = plan.units.get(unit) else {
         return reference.to_string();
@@ -763,7 +853,11 @@ fn describe_sem_element(plan: &LaunchPlan, emitted: &EmittedModule, reference: &
         index[k] = element % d.max(1) as u64;
         element /= d.max(1) as u64;
     }
-    let idx = index.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+    let idx = index
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     match buf.ty.owner.as_ref().and_then(|m| plan.mesh(m)) {
         Some(mesh) if buf.ty.space == MemorySpace::Sem || buf.ty.space == MemorySpace::Gmem => {
             let extents: Vec<u64> = mesh.block_axes().map(|a| a.size as u64).collect();
@@ -773,7 +867,11 @@ fn describe_sem_element(plan: &LaunchPlan, emitted: &EmittedModule, reference: &
                 coords[k] = rest % d.max(1);
                 rest /= d.max(1);
             }
-            let c = coords.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+            let c = coords
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
             format!("{reference}@[{c}][{idx}]")
         }
         _ => format!("{reference}[{idx}]"),

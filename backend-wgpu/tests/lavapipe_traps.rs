@@ -22,38 +22,66 @@ map count { programs [m: count]; outputs [y: gmem<u32[1]>]; scalars [n: u32, one
 #[test]
 fn llvmpipe_ends_loops_after_65535_header_visits() {
     // The backend's cap effectively off, to see the driver's own behaviour.
-    let Some(mut wgpu) = backend(WgpuOptions { loop_cap: Some(u32::MAX), ..Default::default() }) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions {
+        loop_cap: Some(u32::MAX),
+        ..Default::default()
+    }) else {
+        return;
+    };
     if !wgpu.is_llvmpipe() {
-        eprintln!("NOT RUN: the adapter is {}, not llvmpipe", wgpu.adapter_info());
+        eprintln!(
+            "NOT RUN: the adapter is {}, not llvmpipe",
+            wgpu.adapter_info()
+        );
         return;
     }
     let p = plan(&module(NESTED), "count");
     let count = |wgpu: &mut mpmd_wgpu::WgpuBackend, n: u32| {
-        let a = args(vec![], vec![("n", Literal::U32(n)), ("one", Literal::U32(1))]);
+        let a = args(
+            vec![],
+            vec![("n", Literal::U32(n)), ("one", Literal::U32(1))],
+        );
         wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].words[0]
     };
     // Each outer iteration visits three loop headers (outer, inner, inner exit):
     // 21,845 * 3 = 65,535 visits run right, one more iteration silently does not.
     assert_eq!(count(&mut wgpu, 21_845), 21_845);
-    assert_eq!(count(&mut wgpu, 21_846), 21_845, "the driver's silent limit moved; revisit LLVMPIPE_LOOP_CAP");
+    assert_eq!(
+        count(&mut wgpu, 21_846),
+        21_845,
+        "the driver's silent limit moved; revisit LLVMPIPE_LOOP_CAP"
+    );
     // With the backend's cap (the default on llvmpipe) the same run is refused.
-    let Some(mut capped) = backend(WgpuOptions::default()) else { return };
-    let a = args(vec![], vec![("n", Literal::U32(21_846)), ("one", Literal::U32(1))]);
+    let Some(mut capped) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let a = args(
+        vec![],
+        vec![("n", Literal::U32(21_846)), ("one", Literal::U32(1))],
+    );
     let err = capped.run(&p, &a, &fast()).unwrap_err();
-    assert_eq!(err.class(), Some(mpmd_core::ir::ErrorClass::Unsupported), "{err}");
+    assert_eq!(
+        err.class(),
+        Some(mpmd_core::ir::ErrorClass::Unsupported),
+        "{err}"
+    );
     assert_eq!(count(&mut capped, 21_000), 21_000);
 }
 
 #[test]
 fn multiply_add_is_not_contracted_unless_fast_math() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
-    let m = module("
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let m = module(
+        "
 mesh m { threads t = 1; }
 kernel k(a: gmem<f32[3]>, y: gmem<f32[1]>) {
   y[0] = a[0] * a[1] + a[2];
 }
 map k { programs [m: k]; inputs [a: gmem<f32[3]>]; outputs [y: gmem<f32[1]>]; }
-");
+",
+    );
     let p = plan(&m, "k");
     // a0 * a0 = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11; fused, the 2^-24 survives.
     let a0 = 1.0f32 + f32::powi(2.0, -12);
@@ -80,22 +108,43 @@ map count { programs [m: count]; outputs [y: gmem<u32[8]>]; scalars [n: u32]; }
 
 #[test]
 fn divergent_loops_share_the_llvmpipe_budget() {
-    let Some(mut wgpu) = backend(WgpuOptions { loop_cap: Some(u32::MAX), ..Default::default() }) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions {
+        loop_cap: Some(u32::MAX),
+        ..Default::default()
+    }) else {
+        return;
+    };
     if !wgpu.is_llvmpipe() {
-        eprintln!("NOT RUN: the adapter is {}, not llvmpipe", wgpu.adapter_info());
+        eprintln!(
+            "NOT RUN: the adapter is {}, not llvmpipe",
+            wgpu.adapter_info()
+        );
         return;
     }
     let p = plan(&module(DIVERGENT), "count");
     let n = |n: u32| args(vec![], vec![("n", Literal::U32(n))]);
     // Lanes 1..7 share a SIMD vector with lane 0: the two branches' loops
     // (40,001 visits each) add up in one count and lanes 1..7 stop early.
-    let y = wgpu.run(&p, &n(40_000), &fast()).unwrap().outputs["y"].words.clone();
+    let y = wgpu.run(&p, &n(40_000), &fast()).unwrap().outputs["y"]
+        .words
+        .clone();
     assert_eq!(y[0], 40_000);
-    assert_ne!(y[1], 80_000, "the driver no longer shares the loop budget between divergent lanes");
+    assert_ne!(
+        y[1], 80_000,
+        "the driver no longer shares the loop budget between divergent lanes"
+    );
     // The backend pays both branches up front: refused, not wrong.
-    let Some(mut capped) = backend(WgpuOptions::default()) else { return };
+    let Some(mut capped) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let err = capped.run(&p, &n(40_000), &fast()).unwrap_err();
-    assert_eq!(err.class(), Some(mpmd_core::ir::ErrorClass::Unsupported), "{err}");
-    let y = capped.run(&p, &n(30_000), &fast()).unwrap().outputs["y"].words.clone();
+    assert_eq!(
+        err.class(),
+        Some(mpmd_core::ir::ErrorClass::Unsupported),
+        "{err}"
+    );
+    let y = capped.run(&p, &n(30_000), &fast()).unwrap().outputs["y"]
+        .words
+        .clone();
     assert_eq!(y, [vec![30_000], vec![60_000; 7]].concat());
 }

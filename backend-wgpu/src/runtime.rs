@@ -467,10 +467,19 @@ fn map_and_read(
                 Some(r.map_err(|e| e.to_string()));
         });
     }
-    device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| RunError::Backend(format!("waiting for the device failed: {e}")))?;
-    let results = results.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // Another thread polling the same device may be the one that runs our
+    // callbacks: wait until they have all arrived, not only until our poll returns.
+    let start = std::time::Instant::now();
+    let results = loop {
+        device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| RunError::Backend(format!("waiting for the device failed: {e}")))?;
+        let done = results.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if done.iter().all(Option::is_some) || start.elapsed() > std::time::Duration::from_secs(60) {
+            break done;
+        }
+        std::thread::yield_now();
+    };
     let mut out = Vec::new();
     for ((buf, r), n) in staging.iter().zip(results).zip(words) {
         match r {

@@ -78,7 +78,12 @@ impl Accessor<'_> {
 
 /// Checks an access against a word's history and records it; returns the
 /// conflicting earlier access if there is a race.
-pub(crate) fn record(history: &mut Vec<Rec>, who: &Accessor, write: bool, atomic: bool) -> Result<(), Rec> {
+pub(crate) fn record(
+    history: &mut Vec<Rec>,
+    who: &Accessor,
+    write: bool,
+    atomic: bool,
+) -> Result<(), Rec> {
     for r in history.iter() {
         let conflicting = (r.write || write) && !(r.atomic && atomic);
         if conflicting && !who.ordered_after(r) {
@@ -96,7 +101,14 @@ pub(crate) fn record(history: &mut Vec<Rec>, who: &Accessor, write: bool, atomic
             return Ok(());
         }
     }
-    history.push(Rec { task: who.task, epoch: who.epoch, thread: who.thread, many: false, write, atomic });
+    history.push(Rec {
+        task: who.task,
+        epoch: who.epoch,
+        thread: who.thread,
+        many: false,
+        write,
+        atomic,
+    });
     Ok(())
 }
 

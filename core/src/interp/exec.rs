@@ -1,5 +1,8 @@
 //! Executes compiled programs block by block, all lanes of a block in lockstep.
 
+// Lane loops index several per-lane vectors at once.
+#![allow(clippy::needless_range_loop)]
+
 use std::mem::take;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
@@ -27,7 +30,13 @@ pub(crate) struct AltSchedule {
 
 impl AltSchedule {
     pub fn new(rng: Rng, preempt: bool, warps: bool, shuffle_lanes: bool) -> Self {
-        AltSchedule { rng, preempt, warps, shuffle_lanes, perm: vec![] }
+        AltSchedule {
+            rng,
+            preempt,
+            warps,
+            shuffle_lanes,
+            perm: vec![],
+        }
     }
 }
 
@@ -49,7 +58,12 @@ pub(crate) struct Env<'a> {
 pub(crate) enum Status {
     Done,
     /// Waiting on semaphore element `addr` of buffer `buf` for `amount`.
-    Blocked { buf: usize, addr: u64, amount: i32, name: String },
+    Blocked {
+        buf: usize,
+        addr: u64,
+        amount: i32,
+        name: String,
+    },
     Yielded,
 }
 
@@ -60,8 +74,11 @@ struct WarpSegment {
     stack: Vec<Vec<bool>>,
     order: Vec<usize>,
     next: usize,
-    merged_mask: Vec<bool>,
-    merged_stack: Vec<Vec<bool>>,
+    /// Union of the masks the warps arrived with (set by the first arrival;
+    /// the depth may differ from the segment start's, e.g. after a loop exit).
+    merged: Option<(Vec<bool>, Vec<Vec<bool>>)>,
+    /// Where the first warp arrived; the others must arrive at the same operation.
+    arrival_pc: usize,
 }
 
 /// Detection state local to a block.
@@ -111,8 +128,16 @@ impl BlockState {
         let det = if detect {
             BlockDetect {
                 smem_init: code.smem.iter().map(|&n| vec![false; n as usize]).collect(),
-                smem_shadow: code.smem.iter().map(|&n| vec![vec![]; n as usize]).collect(),
-                local_init: code.locals.iter().map(|l| vec![false; l.len as usize * t]).collect(),
+                smem_shadow: code
+                    .smem
+                    .iter()
+                    .map(|&n| vec![vec![]; n as usize])
+                    .collect(),
+                local_init: code
+                    .locals
+                    .iter()
+                    .map(|l| vec![false; l.len as usize * t])
+                    .collect(),
             }
         } else {
             BlockDetect::default()
@@ -127,7 +152,11 @@ impl BlockState {
             stack: vec![],
             spare_masks: vec![],
             smem: code.smem.iter().map(|&n| vec![0; n as usize]).collect(),
-            locals: code.locals.iter().map(|l| vec![0; l.len as usize * t]).collect(),
+            locals: code
+                .locals
+                .iter()
+                .map(|l| vec![0; l.len as usize * t])
+                .collect(),
             det,
             epoch: 0,
             clock: Clock::default(),
@@ -165,7 +194,12 @@ impl BlockState {
     }
 
     fn site(&self, code: &ProgramCode, thread: Option<u32>) -> Site {
-        Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread }
+        Site {
+            program: code.program,
+            kernel: code.kernel.clone(),
+            block: self.block,
+            thread,
+        }
     }
 
     fn push_mask(&mut self) {
@@ -189,8 +223,8 @@ impl BlockState {
             stack: self.stack.iter().map(|(m, _)| m.clone()).collect(),
             order,
             next: 0,
-            merged_mask: vec![false; t],
-            merged_stack: self.stack.iter().map(|(m, _)| vec![false; m.len()]).collect(),
+            merged: None,
+            arrival_pc: 0,
         };
         self.warp = Some(seg);
         self.next_warp();
@@ -198,8 +232,12 @@ impl BlockState {
 
     /// Switches to the next warp of the segment; false when none is left.
     fn next_warp(&mut self) -> bool {
-        let Some(seg) = self.warp.as_mut() else { return false };
-        let Some(&w) = seg.order.get(seg.next) else { return false };
+        let Some(seg) = self.warp.as_mut() else {
+            return false;
+        };
+        let Some(&w) = seg.order.get(seg.next) else {
+            return false;
+        };
         seg.next += 1;
         let lanes = w * 32..(w * 32 + 32).min(self.mask.len());
         let restrict = |dst: &mut Vec<bool>, src: &[bool]| {
@@ -224,29 +262,50 @@ impl BlockState {
     /// At a block-collective instruction in warp mode: folds in the warp that
     /// got here; returns true when another warp must run the segment first.
     fn warp_arrived(&mut self, code: &ProgramCode) -> Result<bool, RunError> {
-        let Some(seg) = self.warp.as_mut() else { return Ok(false) };
-        if self.stack.len() != seg.merged_stack.len() {
+        let Some(seg) = self.warp.as_mut() else {
+            return Ok(false);
+        };
+        if seg.merged.is_some() && seg.arrival_pc != self.pc {
             return Err(RunError::Backend(format!(
-                "kernel `{}`: a block-collective operation is reached in divergent control flow",
+                "kernel `{}`: warps of one block reached different block-collective operations",
                 code.kernel
             )));
         }
-        for (d, s) in seg.merged_mask.iter_mut().zip(&self.mask) {
-            *d |= *s;
-        }
-        for (d, (s, _)) in seg.merged_stack.iter_mut().zip(&self.stack) {
-            for (x, y) in d.iter_mut().zip(s) {
-                *x |= *y;
+        seg.arrival_pc = self.pc;
+        match &mut seg.merged {
+            None => {
+                seg.merged = Some((
+                    self.mask.clone(),
+                    self.stack.iter().map(|(m, _)| m.clone()).collect(),
+                ))
+            }
+            Some((mask, stack)) => {
+                if stack.len() != self.stack.len() {
+                    return Err(RunError::Backend(format!(
+                        "kernel `{}`: a block-collective operation is reached in divergent control flow",
+                        code.kernel
+                    )));
+                }
+                for (d, s) in mask.iter_mut().zip(&self.mask) {
+                    *d |= *s;
+                }
+                for (d, (s, _)) in stack.iter_mut().zip(&self.stack) {
+                    for (x, y) in d.iter_mut().zip(s) {
+                        *x |= *y;
+                    }
+                }
             }
         }
         if seg.next < seg.order.len() {
             self.next_warp();
             return Ok(true);
         }
-        let seg = self.warp.take().expect("segment present");
-        self.mask = seg.merged_mask;
+        let Some((mask, stack)) = self.warp.take().and_then(|seg| seg.merged) else {
+            return Err(corrupt(code));
+        };
+        self.mask = mask;
         self.full = count_full(&self.mask);
-        for ((m, full), merged) in self.stack.iter_mut().zip(seg.merged_stack) {
+        for ((m, full), merged) in self.stack.iter_mut().zip(stack) {
             *full = count_full(&merged);
             *m = merged;
         }
@@ -268,7 +327,11 @@ impl BlockState {
             if self.warp.is_some() && instr.is_boundary() && self.warp_arrived(code)? {
                 continue;
             }
-            let mask = if self.full { None } else { Some(&self.mask[..]) };
+            let mask = if self.full {
+                None
+            } else {
+                Some(&self.mask[..])
+            };
             match instr {
                 Instr::Bin { op, dst, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
@@ -295,7 +358,8 @@ impl BlockState {
                     let (a, b, c) = (&self.regs[*a], &self.regs[*b], &self.regs[*c]);
                     for l in 0..t {
                         if mask.is_none_or(|m| m[l]) {
-                            let r = f32::from_bits(a[l]).mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
+                            let r = f32::from_bits(a[l])
+                                .mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
                             d[l] = r.to_bits();
                         }
                     }
@@ -368,11 +432,20 @@ impl BlockState {
                     self.spare_masks.push(old);
                     self.full = full;
                 }
-                Instr::LoopTest { var, end, signed, exit_pc } => {
+                Instr::LoopTest {
+                    var,
+                    end,
+                    signed,
+                    exit_pc,
+                } => {
                     let (v, e) = (&self.regs[*var], &self.regs[*end]);
                     let mut any = false;
                     for l in 0..t {
-                        let go = if *signed { (v[l] as i32) < (e[l] as i32) } else { v[l] < e[l] };
+                        let go = if *signed {
+                            (v[l] as i32) < (e[l] as i32)
+                        } else {
+                            v[l] < e[l]
+                        };
                         self.mask[l] &= go;
                         any |= self.mask[l];
                     }
@@ -398,7 +471,13 @@ impl BlockState {
                         return Ok(Status::Yielded);
                     }
                 }
-                Instr::Atomic { op, signed, acc, args, dst } => {
+                Instr::Atomic {
+                    op,
+                    signed,
+                    acc,
+                    args,
+                    dst,
+                } => {
                     self.atomic(code, env, *op, *signed, acc, *args, *dst)?;
                     if self.maybe_preempt(env, acc) {
                         return Ok(Status::Yielded);
@@ -432,7 +511,12 @@ impl BlockState {
                             let value = word.load(Relaxed) as i32;
                             if value < n {
                                 self.blocked = true;
-                                return Ok(Status::Blocked { buf, addr, amount: n, name: acc.name.clone() });
+                                return Ok(Status::Blocked {
+                                    buf,
+                                    addr,
+                                    amount: n,
+                                    name: acc.name.clone(),
+                                });
                             }
                             if *op == SemOp::Wait {
                                 word.store(value.wrapping_sub(n) as u32, Relaxed);
@@ -456,7 +540,11 @@ impl BlockState {
                         }
                     }
                     self.after_boundary(env);
-                    if env.alt.as_deref_mut().is_some_and(|a| a.preempt && a.rng.below(3) == 0) {
+                    if env
+                        .alt
+                        .as_deref_mut()
+                        .is_some_and(|a| a.preempt && a.rng.below(3) == 0)
+                    {
                         return Ok(Status::Yielded);
                     }
                     continue;
@@ -486,7 +574,9 @@ impl BlockState {
     }
 
     fn maybe_preempt(&mut self, env: &mut Env, acc: &Access) -> bool {
-        let Some(alt) = env.alt.as_deref_mut() else { return false };
+        let Some(alt) = env.alt.as_deref_mut() else {
+            return false;
+        };
         if alt.preempt && matches!(acc.target, Target::Global(_)) && alt.rng.below(4) == 0 {
             self.pc += 1;
             return true;
@@ -494,11 +584,21 @@ impl BlockState {
         false
     }
 
-    fn sem_address(&self, code: &ProgramCode, acc: &Access, lane: usize) -> Result<(usize, u64), RunError> {
+    fn sem_address(
+        &self,
+        code: &ProgramCode,
+        acc: &Access,
+        lane: usize,
+    ) -> Result<(usize, u64), RunError> {
         let Target::Global(buf) = acc.target else {
-            return Err(RunError::Backend(format!("`{}` is not a semaphore", acc.name)));
+            return Err(RunError::Backend(format!(
+                "`{}` is not a semaphore",
+                acc.name
+            )));
         };
-        let addr = self.address(code, acc, lane).map_err(|e| e.with_thread(None))?;
+        let addr = self
+            .address(code, acc, lane)
+            .map_err(|e| e.with_thread(None))?;
         Ok((buf, addr))
     }
 
@@ -536,11 +636,18 @@ impl BlockState {
                 .iter()
                 .map(|&(r, _, signed)| {
                     let v = self.regs[r][lane];
-                    if signed { (v as i32).to_string() } else { v.to_string() }
+                    if signed {
+                        (v as i32).to_string()
+                    } else {
+                        v.to_string()
+                    }
                 })
                 .collect();
             let ext: Vec<String> = list.iter().map(|&(_, e, _)| e.to_string()).collect();
-            (format!("[{}]", vals.join(", ")), format!("[{}]", ext.join(", ")))
+            (
+                format!("[{}]", vals.join(", ")),
+                format!("[{}]", ext.join(", ")),
+            )
         };
         let (mut index, mut shape) = show(&acc.dims);
         if let Some(cs) = &acc.coords {
@@ -548,7 +655,12 @@ impl BlockState {
             index = format!("@{ci}{index}");
             shape = format!("@{cs}{shape}");
         }
-        RunError::OutOfBounds { site: self.site(code, Some(lane as u32)), reference: acc.name.clone(), index, shape }
+        RunError::OutOfBounds {
+            site: self.site(code, Some(lane as u32)),
+            reference: acc.name.clone(),
+            index,
+            shape,
+        }
     }
 
     fn lane_order(&self, env: &mut Env, t: usize) -> Option<Vec<usize>> {
@@ -582,7 +694,9 @@ impl BlockState {
         write: bool,
         atomic: bool,
     ) -> Result<(), RunError> {
-        let Some(det) = env.detect.as_deref_mut() else { return Ok(()) };
+        let Some(det) = env.detect.as_deref_mut() else {
+            return Ok(());
+        };
         let t = code.threads;
         let (init, history): (&mut Vec<bool>, Option<&mut Vec<Rec>>) = match acc.target {
             Target::Global(b) => {
@@ -592,7 +706,10 @@ impl BlockState {
                 }
                 (&mut det.init[b], shadow.get_mut(addr as usize))
             }
-            Target::Smem(s) => (&mut self.det.smem_init[s], self.det.smem_shadow[s].get_mut(addr as usize)),
+            Target::Smem(s) => (
+                &mut self.det.smem_init[s],
+                self.det.smem_shadow[s].get_mut(addr as usize),
+            ),
             Target::Local(id) => (&mut self.det.local_init[id], None),
         };
         let slot = match acc.target {
@@ -601,7 +718,12 @@ impl BlockState {
         };
         if read && !init.get(slot).copied().unwrap_or(false) {
             return Err(RunError::UninitializedRead {
-                site: Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread: Some(lane as u32) },
+                site: Site {
+                    program: code.program,
+                    kernel: code.kernel.clone(),
+                    block: self.block,
+                    thread: Some(lane as u32),
+                },
                 reference: acc.name.clone(),
                 element: addr,
             });
@@ -612,13 +734,26 @@ impl BlockState {
             }
         }
         if let Some(history) = history {
-            let who = Accessor { task: self.task, epoch: self.epoch, thread: lane as u32, clock: &self.clock };
+            let who = Accessor {
+                task: self.task,
+                epoch: self.epoch,
+                thread: lane as u32,
+                clock: &self.clock,
+            };
             if let Err(first) = detect::record(history, &who, write, atomic) {
                 let first_site = match acc.target {
                     Target::Global(_) => env_site(env, first),
-                    _ => Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread: None },
+                    _ => Site {
+                        program: code.program,
+                        kernel: code.kernel.clone(),
+                        block: self.block,
+                        thread: None,
+                    },
                 };
-                let first_site = Site { thread: Some(first.thread), ..first_site };
+                let first_site = Site {
+                    thread: Some(first.thread),
+                    ..first_site
+                };
                 return Err(RunError::DataRace {
                     reference: acc.name.clone(),
                     element: addr,
@@ -630,14 +765,24 @@ impl BlockState {
         Ok(())
     }
 
-    fn load(&mut self, code: &ProgramCode, env: &mut Env, dst: usize, acc: &Access) -> Result<(), RunError> {
+    fn load(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        dst: usize,
+        acc: &Access,
+    ) -> Result<(), RunError> {
         let t = code.threads;
         let mut d = take(&mut self.regs[dst]);
         let result = (|| {
             // Fast path: a one-dimensional global load over all lanes.
-            if let (Target::Global(b), true, true, None, [(r, extent, _)]) =
-                (acc.target, self.full, env.detect.is_none(), &acc.coords, &acc.dims[..])
-            {
+            if let (Target::Global(b), true, true, None, [(r, extent, _)]) = (
+                acc.target,
+                self.full,
+                env.detect.is_none(),
+                &acc.coords,
+                &acc.dims[..],
+            ) {
                 let base = match acc.own {
                     OwnInstance::Block => self.block * acc.inst_len,
                     OwnInstance::Zero => 0,
@@ -685,11 +830,22 @@ impl BlockState {
         }
     }
 
-    fn store(&mut self, code: &ProgramCode, env: &mut Env, src: usize, acc: &Access) -> Result<(), RunError> {
+    fn store(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        src: usize,
+        acc: &Access,
+    ) -> Result<(), RunError> {
         let t = code.threads;
-        if let (Target::Global(b), true, true, None, [(r, extent, _)], None) =
-            (acc.target, self.full, env.detect.is_none(), &acc.coords, &acc.dims[..], env.alt.as_ref())
-        {
+        if let (Target::Global(b), true, true, None, [(r, extent, _)], None) = (
+            acc.target,
+            self.full,
+            env.detect.is_none(),
+            &acc.coords,
+            &acc.dims[..],
+            env.alt.as_ref(),
+        ) {
             let base = match acc.own {
                 OwnInstance::Block => self.block * acc.inst_len,
                 OwnInstance::Zero => 0,
@@ -781,13 +937,25 @@ impl BlockState {
 /// The site of a recorded access (of any block of the call).
 fn env_site(env: &Env, rec: Rec) -> Site {
     let task = rec.task as u64;
-    let p = env.task_offsets.iter().rposition(|&o| o <= task).unwrap_or(0);
+    let p = env
+        .task_offsets
+        .iter()
+        .rposition(|&o| o <= task)
+        .unwrap_or(0);
     let code = &env.codes[p.min(env.codes.len().saturating_sub(1))];
-    Site { program: code.program, kernel: code.kernel.clone(), block: task - env.task_offsets[p], thread: None }
+    Site {
+        program: code.program,
+        kernel: code.kernel.clone(),
+        block: task - env.task_offsets[p],
+        thread: None,
+    }
 }
 
 fn corrupt(code: &ProgramCode) -> RunError {
-    RunError::Backend(format!("kernel `{}`: corrupt compiled control flow", code.kernel))
+    RunError::Backend(format!(
+        "kernel `{}`: corrupt compiled control flow",
+        code.kernel
+    ))
 }
 
 trait WithThread {
@@ -797,9 +965,17 @@ trait WithThread {
 impl WithThread for Box<RunError> {
     fn with_thread(self, thread: Option<u32>) -> RunError {
         match *self {
-            RunError::OutOfBounds { site, reference, index, shape } => {
-                RunError::OutOfBounds { site: Site { thread, ..site }, reference, index, shape }
-            }
+            RunError::OutOfBounds {
+                site,
+                reference,
+                index,
+                shape,
+            } => RunError::OutOfBounds {
+                site: Site { thread, ..site },
+                reference,
+                index,
+                shape,
+            },
             e => e,
         }
     }
@@ -863,10 +1039,22 @@ fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Option<&[bool]>) 
         IAdd => map2(d, a, b, m, u32::wrapping_add),
         ISub => map2(d, a, b, m, u32::wrapping_sub),
         IMul => map2(d, a, b, m, u32::wrapping_mul),
-        SDiv => map2(d, a, b, m, |x, y| if y == 0 { x } else { (x as i32).wrapping_div(y as i32) as u32 }),
-        UDiv => map2(d, a, b, m, |x, y| if y == 0 { x } else { x / y }),
-        SRem => map2(d, a, b, m, |x, y| if y == 0 { 0 } else { (x as i32).wrapping_rem(y as i32) as u32 }),
-        URem => map2(d, a, b, m, |x, y| if y == 0 { 0 } else { x % y }),
+        SDiv => map2(d, a, b, m, |x, y| {
+            if y == 0 {
+                x
+            } else {
+                (x as i32).wrapping_div(y as i32) as u32
+            }
+        }),
+        UDiv => map2(d, a, b, m, |x, y| x.checked_div(y).unwrap_or(x)),
+        SRem => map2(d, a, b, m, |x, y| {
+            if y == 0 {
+                0
+            } else {
+                (x as i32).wrapping_rem(y as i32) as u32
+            }
+        }),
+        URem => map2(d, a, b, m, |x, y| x.checked_rem(y).unwrap_or(0)),
         FAdd => map2(d, a, b, m, ff(|x, y| x + y)),
         FSub => map2(d, a, b, m, ff(|x, y| x - y)),
         FMul => map2(d, a, b, m, ff(|x, y| x * y)),

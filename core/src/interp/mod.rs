@@ -33,7 +33,10 @@ use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{CallArgs, CallOutputs, HostTensor};
-use crate::ir::{Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident, ScalarType, Type};
+use crate::ir::{
+    Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident,
+    ScalarType, Type,
+};
 use crate::plan::LaunchPlan;
 
 /// Interpreter options beyond [`RunOptions`].
@@ -128,7 +131,6 @@ enum Init {
 
 #[derive(Clone, Debug)]
 struct BufferSpec {
-    name: Name,
     ty: RefType,
     len: u64,
     /// Host shape: the owner's block axes, then the ref's shape.
@@ -171,12 +173,19 @@ impl Interpreter {
             .programs
             .iter()
             .map(|p| {
-                module
-                    .kernel(&p.kernel)
-                    .ok_or_else(|| RunError::BadArguments(format!("no kernel named `{}` in the module", p.kernel)))
+                module.kernel(&p.kernel).ok_or_else(|| {
+                    RunError::BadArguments(format!("no kernel named `{}` in the module", p.kernel))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.run_map(map, &module.meshes, &kernels, &module.residents, args, options)
+        self.run_map(
+            map,
+            &module.meshes,
+            &kernels,
+            &module.residents,
+            args,
+            options,
+        )
     }
 
     fn run_map(
@@ -202,11 +211,21 @@ impl Interpreter {
             && codes.iter().all(|c| !c.synchronises)
             && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
             && codes.iter().map(|c| c.block_count).sum::<u64>() > 1;
-        let mut report = InterpReport { schedules_run: 1, parallel, ..Default::default() };
+        let mut report = InterpReport {
+            schedules_run: 1,
+            parallel,
+            ..Default::default()
+        };
         let first = if parallel {
             run_parallel(&codes, &bufs)
         } else {
-            run_sequential(&codes, &bufs, detector.as_mut(), None, Some(&mut report.late_waits))
+            run_sequential(
+                &codes,
+                &bufs,
+                detector.as_mut(),
+                None,
+                Some(&mut report.late_waits),
+            )
         };
         let blocks = match first {
             Ok(b) => b,
@@ -226,9 +245,24 @@ impl Interpreter {
                 init: alt_init,
                 ..Default::default()
             });
-            let seed = options.run.seed.wrapping_add(k as u64).wrapping_mul(0x2545_F491_4F6C_DD1D);
-            let mut alt = AltSchedule::new(Rng::new(seed), true, k % 2 == 1 || codes.iter().all(|c| c.threads <= 32), true);
-            let result = run_sequential(&codes, &alt_bufs, alt_detector.as_mut(), Some(&mut alt), None);
+            let seed = options
+                .run
+                .seed
+                .wrapping_add(k as u64)
+                .wrapping_mul(0x2545_F491_4F6C_DD1D);
+            let mut alt = AltSchedule::new(
+                Rng::new(seed),
+                true,
+                k % 2 == 1 || codes.iter().all(|c| c.threads <= 32),
+                true,
+            );
+            let result = run_sequential(
+                &codes,
+                &alt_bufs,
+                alt_detector.as_mut(),
+                Some(&mut alt),
+                None,
+            );
             if let Err(e) = result {
                 self.last_report = Some(report);
                 return Err(e);
@@ -249,8 +283,13 @@ impl Interpreter {
                     // Without detection nothing tracks writes: count every word as written.
                     None => vec![true; words.len()],
                 };
-                let tensor = HostTensor { elem: spec.ty.elem, shape: spec.shape.clone(), words };
-                self.residents.insert(name.clone(), ResidentState { tensor, init });
+                let tensor = HostTensor {
+                    elem: spec.ty.elem,
+                    shape: spec.shape.clone(),
+                    words,
+                };
+                self.residents
+                    .insert(name.clone(), ResidentState { tensor, init });
             }
         }
         self.last_report = Some(report);
@@ -285,7 +324,9 @@ impl Interpreter {
                 Init::Zeroed => (vec![0; len], vec![true; len]),
                 Init::Uninitialized => (vec![0; len], vec![false; len]),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
-                    Some(r) if r.tensor.words.len() == len => (r.tensor.words.clone(), r.init.clone()),
+                    Some(r) if r.tensor.words.len() == len => {
+                        (r.tensor.words.clone(), r.init.clone())
+                    }
                     Some(r) => {
                         return Err(RunError::BadArguments(format!(
                             "resident `{name}` holds {} elements, the map binds {len}",
@@ -300,7 +341,9 @@ impl Interpreter {
                     }
                 },
             };
-            bufs.push(GlobalBuf { words: words.into_iter().map(AtomicU32::new).collect() });
+            bufs.push(GlobalBuf {
+                words: words.into_iter().map(AtomicU32::new).collect(),
+            });
             inits.push(init);
         }
         Ok((bufs, inits))
@@ -335,10 +378,9 @@ fn prepare(
     for (kind, op) in map.operands() {
         let r = match &op.ty {
             Type::Scalar(t) => {
-                let v = args
-                    .scalars
-                    .get(&op.name)
-                    .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{}`", op.name)))?;
+                let v = args.scalars.get(&op.name).ok_or_else(|| {
+                    RunError::BadArguments(format!("missing scalar `{}`", op.name))
+                })?;
                 if v.ty() != *t {
                     return Err(RunError::BadArguments(format!(
                         "scalar `{}` is `{t}`, the call passes a `{}`",
@@ -357,20 +399,33 @@ fn prepare(
                 continue;
             }
             MemorySpace::Local => {
-                return Err(RunError::Backend(format!("operand `{}` is in local memory", op.name)));
+                return Err(RunError::Backend(format!(
+                    "operand `{}` is in local memory",
+                    op.name
+                )));
             }
             MemorySpace::Gmem | MemorySpace::Sem => {}
         }
-        let alias = map.aliases.iter().find(|a| a.output == op.name).map(|a| a.input.as_str());
+        let alias = map
+            .aliases
+            .iter()
+            .find(|a| a.output == op.name)
+            .map(|a| a.input.as_str());
         let index = if let (OperandKind::Output, Some(input)) = (kind, alias) {
-            *by_name
-                .get(input)
-                .ok_or_else(|| RunError::BadArguments(format!("output `{}` aliases unknown input `{input}`", op.name)))?
+            *by_name.get(input).ok_or_else(|| {
+                RunError::BadArguments(format!(
+                    "output `{}` aliases unknown input `{input}`",
+                    op.name
+                ))
+            })?
         } else {
             let (instances, mut shape) = match &r.owner {
                 Some(owner) => {
                     let m = find_mesh(owner)?;
-                    (m.block_count(), m.block_axes().map(|a| a.size).collect::<Vec<_>>())
+                    (
+                        m.block_count(),
+                        m.block_axes().map(|a| a.size).collect::<Vec<_>>(),
+                    )
                 }
                 None => (1, vec![]),
             };
@@ -378,13 +433,24 @@ fn prepare(
             let len = instances * r.len();
             total_words += len;
             if total_words > MAX_WORDS {
-                return Err(RunError::Refused { reason: format!("operands need more than {MAX_WORDS} words") });
+                return Err(RunError::Refused {
+                    reason: format!("operands need more than {MAX_WORDS} words"),
+                });
             }
             let init = if op.resident {
-                let decl = residents.iter().find(|d| d.name == op.name).ok_or_else(|| {
-                    RunError::BadArguments(format!("`{}` is bound to a resident the module does not declare", op.name))
-                })?;
-                Init::Resident { name: op.name.clone(), zeroed: decl.zeroed }
+                let decl = residents
+                    .iter()
+                    .find(|d| d.name == op.name)
+                    .ok_or_else(|| {
+                        RunError::BadArguments(format!(
+                            "`{}` is bound to a resident the module does not declare",
+                            op.name
+                        ))
+                    })?;
+                Init::Resident {
+                    name: op.name.clone(),
+                    zeroed: decl.zeroed,
+                }
             } else if r.space == MemorySpace::Sem || op.zeroed {
                 Init::Zeroed
             } else if kind == OperandKind::Input {
@@ -392,7 +458,12 @@ fn prepare(
             } else {
                 Init::Uninitialized
             };
-            buffers.push(BufferSpec { name: op.name.clone(), ty: r.clone(), len, shape, init });
+            buffers.push(BufferSpec {
+                ty: r.clone(),
+                len,
+                shape,
+                init,
+            });
             buffers.len() - 1
         };
         by_name.insert(&op.name, index);
@@ -409,11 +480,20 @@ fn prepare(
         let bindings = bound
             .iter()
             .map(|b| match b {
-                Bound::Scalar(ty, bits) => ParamBinding::Scalar { ty: *ty, bits: *bits },
-                Bound::Buffer(buffer, ty) => ParamBinding::Global { buffer: *buffer, ty: ty.clone() },
+                Bound::Scalar(ty, bits) => ParamBinding::Scalar {
+                    ty: *ty,
+                    bits: *bits,
+                },
+                Bound::Buffer(buffer, ty) => ParamBinding::Global {
+                    buffer: *buffer,
+                    ty: ty.clone(),
+                },
                 Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
                     smem.push(ty.len());
-                    ParamBinding::Smem { slot: smem.len() - 1, ty: ty.clone() }
+                    ParamBinding::Smem {
+                        slot: smem.len() - 1,
+                        ty: ty.clone(),
+                    }
                 }
                 Bound::Smem(_) => ParamBinding::Foreign,
             })
@@ -422,7 +502,9 @@ fn prepare(
     }
     let tasks: u64 = codes.iter().map(|c| c.block_count).sum();
     if tasks > u32::MAX as u64 {
-        return Err(RunError::Refused { reason: format!("{tasks} blocks in one call (at most {})", u32::MAX) });
+        return Err(RunError::Refused {
+            reason: format!("{tasks} blocks in one call (at most {})", u32::MAX),
+        });
     }
     Ok((Layout { buffers, outputs }, codes))
 }
@@ -434,7 +516,14 @@ fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<Name, HostTe
         .map(|(name, i)| {
             let spec = &layout.buffers[*i];
             let words = bufs[*i].words.iter().map(|w| w.load(Relaxed)).collect();
-            (name.clone(), HostTensor { elem: spec.ty.elem, shape: spec.shape.clone(), words })
+            (
+                name.clone(),
+                HostTensor {
+                    elem: spec.ty.elem,
+                    shape: spec.shape.clone(),
+                    words,
+                },
+            )
         })
         .collect()
 }
@@ -494,7 +583,10 @@ fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
 fn run_parallel(codes: &[ProgramCode], bufs: &[GlobalBuf]) -> Result<u64, RunError> {
     let offsets = task_offsets(codes);
     let total: u64 = codes.iter().map(|c| c.block_count).sum();
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(total as usize).max(1) as u64;
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(total as usize)
+        .max(1) as u64;
     let offsets = &offsets;
     let results: Vec<Result<u64, RunError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
@@ -531,7 +623,11 @@ fn run_parallel(codes: &[ProgramCode], bufs: &[GlobalBuf]) -> Result<u64, RunErr
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Backend("interpreter worker panicked".into()))))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(RunError::Backend("interpreter worker panicked".into()))
+                })
+            })
             .collect()
     });
     let mut blocks = 0;
@@ -588,13 +684,16 @@ fn run_sequential(
                 None => break,
             },
             Some(a) => {
-                let prefer_ready = !ready.is_empty() && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
+                let prefer_ready = !ready.is_empty()
+                    && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
                 if prefer_ready {
                     let i = a.rng.below(ready.len() as u64) as usize;
                     ready.swap_remove_back(i).expect("index in range")
                 } else if can_start {
                     next_start += 1;
-                    start_order.as_ref().map_or(next_start as u32 - 1, |o| o[next_start as usize - 1])
+                    start_order
+                        .as_ref()
+                        .map_or(next_start as u32 - 1, |o| o[next_start as usize - 1])
                 } else {
                     break;
                 }
@@ -605,7 +704,9 @@ fn run_sequential(
         let mut st = match live.remove(&task) {
             Some(st) => st,
             None => {
-                let mut st = pools[p].pop().unwrap_or_else(|| BlockState::new(code, detecting));
+                let mut st = pools[p]
+                    .pop()
+                    .unwrap_or_else(|| BlockState::new(code, detecting));
                 st.reset(code, task, task as u64 - offsets[p]);
                 st
             }
@@ -638,14 +739,28 @@ fn run_sequential(
 
 /// The wait-for graph of a deadlock: every waiting block, what it waits for,
 /// and the semaphore's count.
-fn deadlock(codes: &[ProgramCode], offsets: &[u64], bufs: &[GlobalBuf], waiting: &[(u32, Status)]) -> RunError {
+fn deadlock(
+    codes: &[ProgramCode],
+    offsets: &[u64],
+    bufs: &[GlobalBuf],
+    waiting: &[(u32, Status)],
+) -> RunError {
     let mut lines = vec!["wait-for graph (no live block can signal):".to_string()];
     let mut sorted: Vec<&(u32, Status)> = waiting.iter().collect();
     sorted.sort_by_key(|(t, _)| *t);
     for (task, status) in sorted {
-        let p = offsets.iter().rposition(|&o| o <= *task as u64).unwrap_or(0);
+        let p = offsets
+            .iter()
+            .rposition(|&o| o <= *task as u64)
+            .unwrap_or(0);
         let code = &codes[p];
-        if let Status::Blocked { buf, addr, amount, name } = status {
+        if let Status::Blocked {
+            buf,
+            addr,
+            amount,
+            name,
+        } = status
+        {
             let count = bufs[*buf].words[*addr as usize].load(Relaxed) as i32;
             lines.push(format!(
                 "  program {} ({}), block {} waits on `{name}` element {addr} for {amount} (count is {count})",
@@ -655,7 +770,9 @@ fn deadlock(codes: &[ProgramCode], offsets: &[u64], bufs: &[GlobalBuf], waiting:
             ));
         }
     }
-    RunError::Deadlock { wait_for_graph: lines.join("\n") }
+    RunError::Deadlock {
+        wait_for_graph: lines.join("\n"),
+    }
 }
 
 impl Backend for Interpreter {
@@ -665,16 +782,32 @@ impl Backend for Interpreter {
 
     /// Runs the plan's IR (map, meshes, the units' kernels, residents), not
     /// its derived parts, so that lowering bugs show up as disagreements.
-    fn run(&mut self, plan: &LaunchPlan, args: &CallArgs, options: &RunOptions) -> Result<CallOutputs, RunError> {
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
         let kernels = (0..plan.map.programs.len())
             .map(|i| {
-                plan.unit_of_program(i)
-                    .map(|u| &u.kernel)
-                    .ok_or_else(|| RunError::Backend(format!("the plan has no unit for program {i}")))
+                plan.unit_of_program(i).map(|u| &u.kernel).ok_or_else(|| {
+                    RunError::Backend(format!("the plan has no unit for program {i}"))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let interp = InterpOptions { run: options.clone(), detect: options.mode == Mode::Checked, extra_schedules: 0 };
-        self.run_map(&plan.map, &plan.meshes, &kernels, &plan.residents, args, &interp)
+        let interp = InterpOptions {
+            run: options.clone(),
+            detect: options.mode == Mode::Checked,
+            extra_schedules: 0,
+        };
+        self.run_map(
+            &plan.map,
+            &plan.meshes,
+            &kernels,
+            &plan.residents,
+            args,
+            &interp,
+        )
     }
 
     fn resident(&self, name: &str) -> Option<HostTensor> {

@@ -475,7 +475,8 @@ fn map_and_read(
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| RunError::Backend(format!("waiting for the device failed: {e}")))?;
         let done = results.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if done.iter().all(Option::is_some) || start.elapsed() > std::time::Duration::from_secs(60) {
+        if done.iter().all(Option::is_some) || start.elapsed() > std::time::Duration::from_secs(60)
+        {
             break done;
         }
         std::thread::yield_now();

@@ -187,3 +187,41 @@ fn too_few_bindings_is_an_error_with_the_numbers() {
         "the map needs 3 storage buffers even when packed; the adapter allows 2 per shader stage"
     );
 }
+
+/// Every example of the repository emits WGSL that naga accepts, in both
+/// modes, with and without the loop cap and with packed bindings.
+#[test]
+fn every_example_emits_valid_wgsl() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no examples in {}", dir.display());
+    let mut emitted = 0;
+    for file in &files {
+        let m = module(&std::fs::read_to_string(file).unwrap());
+        for map in &m.maps {
+            let p = plan(&m, &map.name);
+            for mode in [Mode::Fast, Mode::Checked] {
+                for (loop_cap, max_storage_buffers) in [(None, u32::MAX), (Some(65_000), 5)] {
+                    let options = EmitOptions {
+                        mode,
+                        loop_cap,
+                        max_storage_buffers,
+                        ..EmitOptions::default()
+                    };
+                    emit_module(&p, &options)
+                        .unwrap_or_else(|e| panic!("{} map `{}`: {e}", file.display(), map.name));
+                    emitted += 1;
+                }
+            }
+            if map.name == m.maps[0].name {
+                naga_cli_accepts(&emit(&p, Mode::Checked).unwrap(), &map.name);
+            }
+        }
+    }
+    assert!(emitted >= 4 * files.len());
+}

@@ -147,11 +147,60 @@ struct ResidentBuffer {
     words: u64,
 }
 
+/// Device buffers kept between calls, by size and usage, so that a call
+/// does not allocate (per-call overhead).
+#[derive(Default)]
+struct BufferPool {
+    free: Mutex<HashMap<(u64, u32), Vec<wgpu::Buffer>>>,
+}
+
+impl BufferPool {
+    fn take(
+        &self,
+        device: &wgpu::Device,
+        label: &str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> wgpu::Buffer {
+        let bytes = bytes.max(4);
+        let reused = self
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&(bytes, usage.bits()))
+            .and_then(Vec::pop);
+        reused.unwrap_or_else(|| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    fn put(&self, buffers: Vec<wgpu::Buffer>) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        for b in buffers {
+            free.entry((b.size(), b.usage().bits()))
+                .or_default()
+                .push(b);
+        }
+    }
+}
+
+const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+const STAGING_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+
 /// The WGSL backend: runs launch plans on a wgpu adapter.
 pub struct WgpuBackend {
     ctx: Arc<GpuContext>,
     options: WgpuOptions,
     residents: BTreeMap<Name, ResidentBuffer>,
+    pool: Arc<BufferPool>,
 }
 
 impl WgpuBackend {
@@ -161,6 +210,7 @@ impl WgpuBackend {
             ctx: context()?,
             options,
             residents: BTreeMap::new(),
+            pool: Arc::new(BufferPool::default()),
         })
     }
 
@@ -435,13 +485,9 @@ impl WgpuBackend {
         let staging: Vec<wgpu::Buffer> = buffers
             .iter()
             .map(|&(src, offset, words)| {
-                let size = words.max(1) * 4;
-                let dst = device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("mpmd staging"),
-                    size,
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                });
+                let dst = self
+                    .pool
+                    .take(device, "mpmd staging", words * 4, STAGING_USAGE);
                 if words > 0 {
                     encoder.copy_buffer_to_buffer(src, offset, &dst, 0, words * 4);
                 }
@@ -449,7 +495,9 @@ impl WgpuBackend {
             })
             .collect();
         self.ctx.queue.submit([encoder.finish()]);
-        map_and_read(device, &staging, buffers.iter().map(|b| b.2).collect())
+        let words = map_and_read(device, &staging, buffers.iter().map(|b| b.2).collect());
+        self.pool.put(staging);
+        words
     }
 }
 
@@ -555,21 +603,23 @@ impl Backend for WgpuBackend {
             scalars.push(scalar_word(name, *ty, args.scalars.get(name))?);
         }
         let params_words = emitted.params_words(&scalars);
-        let usage = wgpu::BufferUsages::STORAGE
-            | wgpu::BufferUsages::COPY_SRC
-            | wgpu::BufferUsages::COPY_DST;
-        let new_buffer = |label: &str, words: u64| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: words.max(1) * 4,
-                usage,
-                mapped_at_creation: false,
-            })
+        // Buffers come from the pool (their contents are stale: anything that
+        // must start at zero is cleared) and go back to it after the call.
+        let pool = self.pool.clone();
+        let mut lent: Vec<wgpu::Buffer> = Vec::new();
+        let mut new_buffer = |label: &str, words: u64| {
+            let b = pool.take(device, label, words * 4, STORAGE_USAGE);
+            lent.push(b.clone());
+            b
         };
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("mpmd call"),
+        });
         let params = new_buffer("mpmd params", params_words.len() as u64);
         ctx.queue
             .write_buffer(&params, 0, bytemuck::cast_slice(&params_words));
         let status = new_buffer("mpmd status", STATUS_WORDS as u64);
+        encoder.clear_buffer(&status, 0, None);
 
         // Inputs must match their buffers.
         for buf in &plan.buffers {
@@ -596,9 +646,6 @@ impl Backend for WgpuBackend {
 
         // Device buffers: one per binding. Residents are bound in place when
         // unpacked, and copied into and out of the arena when packed.
-        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("mpmd call"),
-        });
         let mut binding_buffers = Vec::new();
         let mut copy_back: Vec<(wgpu::Buffer, u64, wgpu::Buffer, u64)> = Vec::new();
         for binding in &emitted.layout.bindings {
@@ -616,11 +663,14 @@ impl Backend for WgpuBackend {
                         );
                         b
                     }
-                    // Fresh buffers are zero-filled by wgpu, which covers `zeroed`
-                    // and semaphores; uninitialised ones may hold anything.
-                    BufferInit::Zeroed | BufferInit::Uninitialized => {
-                        new_buffer(&buf.operands.join("="), buf.len)
+                    // `zeroed` outputs and scratch, and semaphores.
+                    BufferInit::Zeroed => {
+                        let b = new_buffer(&buf.operands.join("="), buf.len);
+                        encoder.clear_buffer(&b, 0, None);
+                        b
                     }
+                    // Uninitialised: may hold anything.
+                    BufferInit::Uninitialized => new_buffer(&buf.operands.join("="), buf.len),
                 };
                 binding_buffers.push(buffer);
             } else {
@@ -647,6 +697,9 @@ impl Backend for WgpuBackend {
                                 offset * 4,
                                 bytemuck::cast_slice(&args.inputs[name].words),
                             );
+                        }
+                        BufferInit::Zeroed if buf.len > 0 => {
+                            encoder.clear_buffer(&arena, offset * 4, Some(buf.len * 4));
                         }
                         BufferInit::Zeroed | BufferInit::Uninitialized => {}
                     }
@@ -709,7 +762,9 @@ impl Backend for WgpuBackend {
                 outputs.push((name.clone(), buf));
             }
         }
-        let mut words = self.read_words(&reads)?;
+        let words = self.read_words(&reads);
+        self.pool.put(lent);
+        let mut words = words?;
         let status_words = words.remove(0);
         if status_words[0] != 0 {
             return Err(self.decode_error(plan, emitted, &status_words));

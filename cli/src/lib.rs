@@ -71,6 +71,11 @@ pub enum Command {
         /// Check every access (out-of-bounds accesses are errors).
         #[arg(long)]
         checked: bool,
+        /// wgpu: declare that every workgroup of a dispatch runs at once on
+        /// this adapter, so that cycles and waits within one program may run.
+        /// Such results are reported as unverified.
+        #[arg(long)]
+        co_resident: bool,
     },
 }
 
@@ -125,10 +130,6 @@ pub enum CliError {
     /// Already rendered diagnostics (parse or validation errors).
     #[error("{0}")]
     Rejected(String),
-    #[error("target `{0}` is not built yet")]
-    TargetNotBuilt(&'static str),
-    #[error("backend `{0}` is not built yet")]
-    BackendNotBuilt(&'static str),
     #[error("backend `{name}` is not available: {reason}")]
     BackendUnavailable { name: &'static str, reason: String },
     #[error("cannot emit {target}: {reason}")]
@@ -157,15 +158,6 @@ pub enum CliError {
     },
 }
 
-impl CliError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            CliError::TargetNotBuilt(_) => 2,
-            _ => 1,
-        }
-    }
-}
-
 /// Parses `args` (the program name first) and runs the command: output on
 /// stdout, errors on stderr.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
@@ -186,7 +178,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 CliError::Rejected(rendered) => eprint!("{rendered}"),
                 other => eprintln!("error: {other}"),
             }
-            ExitCode::from(e.exit_code())
+            ExitCode::from(1)
         }
     }
 }
@@ -204,6 +196,7 @@ pub fn run_command(command: Command) -> Result<String, CliError> {
             scalars,
             out,
             checked,
+            co_resident,
         } => run(&RunRequest {
             file,
             backend,
@@ -212,6 +205,7 @@ pub fn run_command(command: Command) -> Result<String, CliError> {
             scalars,
             out,
             mode: if checked { Mode::Checked } else { Mode::Fast },
+            co_resident,
         }),
     }
 }
@@ -292,7 +286,10 @@ pub fn emit(target: Target, plan: &LaunchPlan) -> Result<String, CliError> {
             target: target.name(),
             reason: e.to_string(),
         }),
-        Target::Wgsl => Err(CliError::TargetNotBuilt(target.name())),
+        Target::Wgsl => mpmd_wgpu::emit(plan, Mode::Fast).map_err(|e| CliError::Emit {
+            target: target.name(),
+            reason: e.to_string(),
+        }),
     }
 }
 
@@ -316,20 +313,27 @@ fn lower_command(target: Target, file: &Path, map: Option<&str>) -> Result<Strin
 }
 
 /// The backend `mpmd run --backend` names. Each backend is one arm.
-pub fn resolve_backend(kind: BackendKind) -> Result<Box<dyn Backend>, CliError> {
+pub fn resolve_backend(kind: BackendKind, co_resident: bool) -> Result<Box<dyn Backend>, CliError> {
+    let unavailable = |reason: String| CliError::BackendUnavailable {
+        name: kind.name(),
+        reason,
+    };
     match kind {
         BackendKind::Interp => Ok(Box::new(Interpreter::new())),
         BackendKind::Cuda => {
-            let backend =
-                mpmd_cuda::CudaBackend::new(mpmd_cuda::CudaOptions::default()).map_err(|e| {
-                    CliError::BackendUnavailable {
-                        name: kind.name(),
-                        reason: e.to_string(),
-                    }
-                })?;
+            let backend = mpmd_cuda::CudaBackend::new(mpmd_cuda::CudaOptions::default())
+                .map_err(|e| unavailable(e.to_string()))?;
             Ok(Box::new(backend))
         }
-        BackendKind::Wgpu => Err(CliError::BackendNotBuilt(kind.name())),
+        BackendKind::Wgpu => {
+            let options = mpmd_wgpu::WgpuOptions {
+                co_resident,
+                ..Default::default()
+            };
+            let backend =
+                mpmd_wgpu::WgpuBackend::new(options).map_err(|e| unavailable(e.to_string()))?;
+            Ok(Box::new(backend))
+        }
     }
 }
 
@@ -345,6 +349,8 @@ pub struct RunRequest {
     pub scalars: Vec<String>,
     pub out: Option<PathBuf>,
     pub mode: Mode,
+    /// See `--co-resident`.
+    pub co_resident: bool,
 }
 
 fn split_assignment<'a>(flag: &str, text: &'a str) -> Result<(&'a str, &'a str), CliError> {
@@ -421,7 +427,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         })?;
     }
 
-    let mut backend = resolve_backend(request.backend)?;
+    let mut backend = resolve_backend(request.backend, request.co_resident)?;
     let options = RunOptions {
         mode: request.mode,
         seed: request.seed,
@@ -474,7 +480,12 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 map: map.name.clone(),
                 error: Box::new(error),
             })?;
-        let _ = writeln!(summary, "call {index}: map `{}`", map.name);
+        let _ = write!(summary, "call {index}: map `{}`", map.name);
+        if request.backend == BackendKind::Wgpu && plan.needs_co_residency() {
+            // The adapter's co-residency is the user's word, not something checked.
+            summary.push_str(" (unverified: ran on a declared co-resident adapter)");
+        }
+        summary.push('\n');
         for output in &map.outputs {
             let tensor = outputs
                 .outputs
@@ -641,14 +652,5 @@ mod tests {
             summarize("h", &u),
             "h: u32[10] first [0, 1, 2, 3, 4, 5, 6, 7, ...] min 0 max 9 sum 45"
         );
-    }
-
-    #[test]
-    fn unbuilt_backends_are_errors() {
-        assert!(matches!(
-            resolve_backend(BackendKind::Wgpu),
-            Err(CliError::BackendNotBuilt("wgpu"))
-        ));
-        assert!(resolve_backend(BackendKind::Interp).is_ok());
     }
 }

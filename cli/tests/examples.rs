@@ -256,10 +256,6 @@ fn run_errors_are_one_line_and_exit_1() {
     let file = file.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (
-            &["run", file, "--backend", "wgpu"],
-            "error: backend `wgpu` is not built yet\n",
-        ),
-        (
             &["run", file, "--scalar", "beta=1.0"],
             "error: --scalar `beta`: no called map has a scalar of that name\n",
         ),
@@ -342,15 +338,12 @@ fn lower_prints_the_plan_in_topological_order() {
 }
 
 #[test]
-fn lower_to_an_unbuilt_target_exits_2() {
-    let output = mpmd(&[
-        "lower",
-        "--target",
-        "wgsl",
-        example("elementwise").to_str().unwrap(),
-    ]);
-    assert_eq!(output.status.code(), Some(2));
-    assert_eq!(stderr(&output), "error: target `wgsl` is not built yet\n");
+fn lower_to_wgsl_prints_one_entry_point_per_program() {
+    let file = example("pipeline");
+    let output = mpmd(&["lower", "--target", "wgsl", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let source = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(source.matches("@compute").count(), 3, "{source}");
 }
 
 #[test]

@@ -1,0 +1,181 @@
+//! Reaching the GPU backends. Each is compiled in only with its cargo feature
+//! (`wgpu`, `cuda`); without it every case reports
+//! "backend X not available in this build" as a skip, never a pass.
+
+use mpmd_core::plan::LaunchPlan;
+use mpmd_core::Backend;
+
+use crate::analysis::BackendId;
+
+/// What a backend can do in this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// Runs programs.
+    Runs,
+    /// Compiles every program but cannot run it (CUDA without a GPU).
+    CompileOnly(String),
+    /// Not usable here; the reason.
+    Unavailable(String),
+}
+
+/// The environment a report records: what each backend is, or why it is missing.
+#[derive(Clone, Debug)]
+pub struct Environment {
+    /// `(key, value)` lines of the report header.
+    pub header: Vec<(String, String)>,
+    pub wgpu: Availability,
+    pub cuda: Availability,
+}
+
+impl Environment {
+    pub fn availability(&self, id: BackendId) -> Availability {
+        match id {
+            BackendId::Interp => Availability::Runs,
+            BackendId::Wgpu => self.wgpu.clone(),
+            BackendId::Cuda => self.cuda.clone(),
+        }
+    }
+}
+
+pub fn not_in_build(id: BackendId) -> String {
+    format!(
+        "backend {} not available in this build (build mpmd-conformance with `--features {}`)",
+        id.name(),
+        id.name()
+    )
+}
+
+/// Probes the selected backends once, for the header and availability.
+pub fn probe(selected: &[BackendId]) -> Environment {
+    let mut header = Vec::new();
+    let wgpu = if selected.contains(&BackendId::Wgpu) {
+        wgpu_glue::probe(&mut header)
+    } else {
+        Availability::Unavailable("not selected".into())
+    };
+    let cuda = if selected.contains(&BackendId::Cuda) {
+        cuda_glue::probe(&mut header)
+    } else {
+        Availability::Unavailable("not selected".into())
+    };
+    Environment { header, wgpu, cuda }
+}
+
+/// A fresh backend value (device-resident refs start empty).
+pub fn new_backend(id: BackendId) -> Result<Box<dyn Backend>, String> {
+    match id {
+        BackendId::Interp => Ok(Box::new(mpmd_core::interp::Interpreter::new())),
+        BackendId::Wgpu => wgpu_glue::new_backend(),
+        BackendId::Cuda => cuda_glue::new_backend(),
+    }
+}
+
+/// CUDA without a GPU: compile to PTX and assemble with ptxas.
+pub fn cuda_check_plan(plan: &LaunchPlan) -> Result<(), String> {
+    cuda_glue::check_plan(plan)
+}
+
+#[cfg(feature = "wgpu")]
+mod wgpu_glue {
+    use super::*;
+    use mpmd_wgpu::{WgpuBackend, WgpuOptions};
+
+    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+        match WgpuBackend::new(WgpuOptions::default()) {
+            Ok(backend) => {
+                let info = backend.adapter_info();
+                header.push((
+                    "wgpu adapter".into(),
+                    format!("{} ({:?})", info.name, info.backend),
+                ));
+                header.push((
+                    "wgpu driver".into(),
+                    format!("{} {}", info.driver, info.driver_info),
+                ));
+                Availability::Runs
+            }
+            Err(e) => {
+                let reason = format!("no WebGPU adapter: {e}");
+                header.push(("wgpu adapter".into(), reason.clone()));
+                Availability::Unavailable(reason)
+            }
+        }
+    }
+
+    pub fn new_backend() -> Result<Box<dyn Backend>, String> {
+        WgpuBackend::new(WgpuOptions::default())
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(not(feature = "wgpu"))]
+mod wgpu_glue {
+    use super::*;
+
+    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+        let reason = not_in_build(BackendId::Wgpu);
+        header.push(("wgpu adapter".into(), reason.clone()));
+        Availability::Unavailable(reason)
+    }
+
+    pub fn new_backend() -> Result<Box<dyn Backend>, String> {
+        Err(not_in_build(BackendId::Wgpu))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda_glue {
+    use super::*;
+    use mpmd_cuda::{check_plan as cuda_check, nvrtc_version, CudaBackend};
+
+    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+        header.push(("nvrtc".into(), format!("{:?}", nvrtc_version())));
+        header.push((
+            "cuda compile options".into(),
+            "--fmad=false --ftz=false --prec-div=true --prec-sqrt=true (sm_90 for ptxas)".into(),
+        ));
+        match CudaBackend::new() {
+            Ok(_) => {
+                header.push(("cuda device".into(), "available".into()));
+                Availability::Runs
+            }
+            Err(e) => {
+                let reason =
+                    format!("no CUDA device ({e}): programs are compiled and assembled only");
+                header.push(("cuda device".into(), reason.clone()));
+                Availability::CompileOnly(reason)
+            }
+        }
+    }
+
+    pub fn new_backend() -> Result<Box<dyn Backend>, String> {
+        CudaBackend::new()
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn check_plan(plan: &LaunchPlan) -> Result<(), String> {
+        cuda_check(plan).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod cuda_glue {
+    use super::*;
+
+    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+        let reason = not_in_build(BackendId::Cuda);
+        header.push(("nvrtc".into(), reason.clone()));
+        Availability::Unavailable(reason)
+    }
+
+    pub fn new_backend() -> Result<Box<dyn Backend>, String> {
+        Err(not_in_build(BackendId::Cuda))
+    }
+
+    pub fn check_plan(plan: &LaunchPlan) -> Result<(), String> {
+        let _ = plan;
+        Err(not_in_build(BackendId::Cuda))
+    }
+}

@@ -1,7 +1,21 @@
 //! Validation: every rule with a stable error code (see docs/errors.md).
+//!
+//! [`validate`] reports every broken rule it finds, not only the first. To
+//! avoid cascades, a kernel body is checked against a program's context (its
+//! mesh, the map's operands) only when that context is sound: the mesh and
+//! kernel exist, the map's operands are well formed and the kernel's
+//! parameters match them. Context-free body checks (types, names, ranks) run
+//! once per kernel regardless.
 
-use crate::ir::{IrPath, Module};
-use crate::text::SourceMap;
+mod body;
+mod items;
+mod render;
+
+use std::collections::HashSet;
+
+use crate::ir::{IrPath, MemorySpace, Module, RefType, Type};
+
+pub use render::render;
 
 /// Limits validation enforces.
 #[derive(Clone, Debug)]
@@ -32,15 +46,143 @@ pub struct Diagnostic {
     pub help: String,
 }
 
-/// Checks every rule; returns all diagnostics found.
-pub fn validate(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
-    let _ = (module, options);
-    Ok(())
+/// Every code validation can report: `(code, title, rule)`. docs/errors.md
+/// has a section per code with a bad and a fixed example.
+pub const CODES: &[(&str, &str, &str)] = &[
+    ("E0001", "duplicate item name", "meshes, kernels, maps and residents each have unique names"),
+    ("E0002", "unknown mesh", "a program, operand owner or resident owner names a mesh declared in the module"),
+    ("E0003", "unknown kernel", "a program names a kernel declared in the module"),
+    ("E0004", "unknown map", "a call names a map declared in the module"),
+    ("E0005", "missing scalar value in a call", "a call gives a value for every scalar operand of its map"),
+    ("E0006", "unknown scalar value in a call", "a call gives values only for scalar operands of its map, each once"),
+    ("E0007", "scalar value of the wrong type", "a call's scalar value has the type of the scalar operand"),
+    ("E0008", "case names an unknown operand", "`generate` names an input, `compare` an output, `index_into` a ref operand (with an existing dimension) of a map in the module"),
+    ("E0009", "too many axes", "a mesh has at most 3 grid axes and at most 3 cluster axes"),
+    ("E0010", "thread axis size out of range", "a mesh's thread axis has 1 to 1024 threads"),
+    ("E0011", "axis of size zero", "grid and cluster axes have size at least 1"),
+    ("E0012", "duplicate axis name in a mesh", "axis names are unique within a mesh"),
+    ("E0013", "axis name with two sizes", "two meshes of one call (program meshes and external meshes) share an axis name only with the same size"),
+    ("E0014", "map without programs", "a map has at least one (mesh, kernel) program"),
+    ("E0015", "duplicate operand name", "operand names are unique within a map"),
+    ("E0016", "kernel parameters differ from map operands", "every kernel of a map has the parameters inputs, outputs, scalars, scratch of the map, with the same names, types and order"),
+    ("E0017", "alias names an unknown operand", "an alias names operands of its map"),
+    ("E0018", "alias is not input -> output", "an alias goes from an input to an output"),
+    ("E0019", "aliased operands of different types", "an input and the output it aliases have the same type"),
+    ("E0020", "operand aliased twice", "an operand takes part in at most one alias"),
+    ("E0021", "resident operand without a module resident", "a `resident` operand is bound to a module-level resident of the same name"),
+    ("E0022", "resident operand of a different type", "a `resident` operand has exactly the type of the module resident of that name"),
+    ("E0023", "operand of the wrong kind", "scalars are f32, i32 or u32; inputs, outputs and scratch are refs; inputs and outputs live in gmem or sem; only gmem and sem operands can be resident"),
+    ("E0024", "`local` memory out of place", "`local` arrays are declared inside kernel bodies only, never as operands, parameters or residents"),
+    ("E0025", "resident in a non-device space", "module residents live in device memory: gmem or sem"),
+    ("E0026", "bad ref shape", "a ref has at least one dimension, every extent at least 1, and sem elements are i32"),
+    ("E0027", "smem of an external mesh", "smem must be owned by a mesh that runs a program of the map"),
+    ("E0028", "unowned smem in a multi-program map", "in a map with more than one program, every smem scratch names its owner mesh"),
+    ("E0029", "smem touched by a program that does not own it", "only the program running on an smem ref's owner mesh may touch it"),
+    ("E0030", "too much smem", "a program's smem per block is at most the limit"),
+    ("E0031", "owned ref used without block coordinates", "a program not running on a ref's owner mesh reaches it only through `@[coords]`"),
+    ("E0032", "block coordinates on a ref that cannot take them", "`@[coords]` applies to gmem and sem refs that have an owner mesh"),
+    ("E0033", "wrong number of block coordinates", "`@[coords]` has one coordinate per grid and cluster axis of the owner mesh"),
+    ("E0034", "axis_index of an axis outside the program's mesh", "`axis_index` names an axis of the mesh the program runs on"),
+    ("E0035", "axis_size of an axis not in scope", "`axis_size` names an axis of a program mesh or an owner mesh of the call"),
+    ("E0036", "unknown name", "every name used in a kernel body is a parameter or a binding in scope"),
+    ("E0037", "type error in an expression", "operators and functions get operands of the types they accept"),
+    ("E0038", "value of a different type than declared", "the value given to a `let`, `var`, assignment or atomic result has the declared type"),
+    ("E0039", "condition is not bool", "`if` and `select` conditions are bool"),
+    ("E0040", "index is not an integer", "indices and block coordinates are i32 or u32"),
+    ("E0041", "stored value of the wrong type", "stored values and atomic operands have the ref's element type; semaphore amounts are i32"),
+    ("E0042", "assignment to something that is not a `var`", "only `var` locals can be assigned"),
+    ("E0043", "name declared twice", "every name is declared once per kernel (parameters included); there is no shadowing"),
+    ("E0044", "bad for-loop variable", "a loop variable is i32 or u32 and both bounds have its type"),
+    ("E0045", "for-loop bound is not constant or a scalar parameter", "loop bounds are built only from literals, scalar parameters and axis_size"),
+    ("E0046", "wrong number of indices", "an access has one index per dimension of the ref"),
+    ("E0047", "constant index out of bounds", "a literal index or block coordinate is below the extent it indexes"),
+    ("E0048", "memory access to a semaphore", "sem refs are used only through signal, wait, wait_nodec and read"),
+    ("E0049", "semaphore operation on a ref that is not a semaphore", "signal, wait, wait_nodec and read apply to sem refs only"),
+    ("E0050", "atomic on an unsupported ref", "atomics apply to i32 or u32 elements of gmem or smem"),
+    ("E0051", "malformed atomic", "each atomic has its number of operands; atomic_store has no result"),
+    ("E0052", "write to an input", "inputs are read-only unless `resident`"),
+    ("E0053", "block-collective operation in non-uniform control flow", "barrier, signal, wait, wait_nodec and read are reached in block-uniform control flow"),
+    ("E0054", "non-uniform semaphore index, coordinate or amount", "a semaphore operation's index, block coordinates and amount are block-uniform"),
+    ("E0055", "semaphore amount below 1", "a semaphore amount n is at least 1"),
+];
+
+/// The rule text of `code`.
+fn rule_of(code: &str) -> &'static str {
+    CODES
+        .iter()
+        .find(|(c, _, _)| *c == code)
+        .map(|(_, _, rule)| *rule)
+        .unwrap_or("")
 }
 
-/// Renders a diagnostic like rustc: code, message, `file:line:column`, the
-/// source line with a caret, the rule and the fix.
-pub fn render(diag: &Diagnostic, file: &str, source: Option<(&str, &SourceMap)>) -> String {
-    let _ = source;
-    format!("error[{}]: {}\n  --> {file} ({})\n  = rule: {}\n  = help: {}\n", diag.code, diag.message, diag.path, diag.rule, diag.help)
+/// Collects diagnostics; shared by the item and body checks.
+pub(crate) struct Sink {
+    diags: Vec<Diagnostic>,
+}
+
+impl Sink {
+    fn report(
+        &mut self,
+        code: &'static str,
+        path: IrPath,
+        message: String,
+        help: impl Into<String>,
+    ) {
+        self.diags.push(Diagnostic {
+            code,
+            path,
+            message,
+            rule: rule_of(code).to_string(),
+            help: help.into(),
+        });
+    }
+
+    fn count(&self) -> usize {
+        self.diags.len()
+    }
+}
+
+/// Checks every rule; returns all diagnostics found.
+pub fn validate(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
+    let mut sink = Sink { diags: Vec::new() };
+    items::check_module(module, options, &mut sink);
+    // A kernel run by several programs is walked once per program; its
+    // context-free findings come out identical each time.
+    let mut seen = HashSet::new();
+    let diags: Vec<Diagnostic> = sink
+        .diags
+        .into_iter()
+        .filter(|d| seen.insert((d.code, d.path.clone(), d.message.clone())))
+        .collect();
+    if diags.is_empty() {
+        Ok(())
+    } else {
+        Err(diags)
+    }
+}
+
+/// A ref type as the text format writes it (`gmem<f32[4, 8]> @ m`).
+pub(crate) fn ref_text(r: &RefType) -> String {
+    let dims = r
+        .shape
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let base = match r.space {
+        MemorySpace::Sem => format!("sem<[{dims}]>"),
+        MemorySpace::Local => format!("local {}[{dims}]", r.elem),
+        space => format!("{}<{}[{dims}]>", space.keyword(), r.elem),
+    };
+    match &r.owner {
+        Some(m) => format!("{base} @ {m}"),
+        None => base,
+    }
+}
+
+pub(crate) fn type_text(t: &Type) -> String {
+    match t {
+        Type::Scalar(s) => s.to_string(),
+        Type::Ref(r) => ref_text(r),
+    }
 }

@@ -1,0 +1,1018 @@
+//! Checks of kernel bodies: names, types, ref accesses and block uniformity.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{ref_text, Sink};
+use crate::ir::{
+    type_of, AtomicOp, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap,
+    OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp, Stmt, Type, TypeError,
+};
+use crate::text::print_expr;
+
+/// The program a kernel body is checked for.
+pub(super) struct ProgramCtx<'a> {
+    pub map: &'a MpmdMap,
+    /// The mesh the program runs on.
+    pub mesh: &'a Mesh,
+    /// Meshes that run a program of the map.
+    pub program_meshes: Vec<&'a str>,
+    /// Program meshes and owner meshes: where `axis_size` looks.
+    pub scope_meshes: Vec<&'a Mesh>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NameKind {
+    ScalarParam,
+    RefParam,
+    Let,
+    Var,
+    LoopVar,
+    LocalArray,
+    AtomicResult,
+    SemRead,
+}
+
+impl NameKind {
+    fn describe(self) -> &'static str {
+        match self {
+            NameKind::ScalarParam => "a scalar parameter",
+            NameKind::RefParam => "a ref parameter",
+            NameKind::Let => "a `let` binding",
+            NameKind::Var => "a `var`",
+            NameKind::LoopVar => "a loop variable",
+            NameKind::LocalArray => "a local array",
+            NameKind::AtomicResult => "an atomic's result",
+            NameKind::SemRead => "a semaphore read",
+        }
+    }
+}
+
+/// Names visible in one block of statements.
+#[derive(Clone, Default)]
+struct BlockScope {
+    types: Scope,
+    kinds: HashMap<String, NameKind>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Load,
+    Store,
+    Atomic(AtomicOp),
+    Sem(SemOp),
+    SemRead,
+}
+
+impl Access {
+    fn describe(self) -> &'static str {
+        match self {
+            Access::Load => "load",
+            Access::Store => "store",
+            Access::Atomic(op) => op.name(),
+            Access::Sem(op) => op.name(),
+            Access::SemRead => "read",
+        }
+    }
+
+    fn writes(self) -> bool {
+        match self {
+            Access::Load | Access::SemRead => false,
+            Access::Atomic(op) => op != AtomicOp::Load,
+            Access::Store | Access::Sem(SemOp::Signal | SemOp::Wait) => true,
+            Access::Sem(SemOp::WaitNodec) => false,
+        }
+    }
+}
+
+struct Walker<'a, 's> {
+    module: &'a Module,
+    kernel: &'a Kernel,
+    ctx: Option<&'a ProgramCtx<'a>>,
+    sink: &'s mut Sink,
+    /// Every name declared so far in the kernel, in any block.
+    declared: HashSet<String>,
+    /// Names whose values may differ between the threads of a block.
+    nonuniform: HashSet<String>,
+    /// The outermost enclosing non-uniform condition: (what, reason).
+    control: Option<(String, String)>,
+}
+
+/// Checks `kernel`'s body; with a program context also the rules that
+/// depend on the program (axes, ownership, smem, writes, uniformity).
+/// `own_params`: report duplicate parameter names here (for kernels no map
+/// runs; otherwise the map's operand checks report them).
+pub(super) fn check_kernel(
+    module: &Module,
+    kernel: &Kernel,
+    ctx: Option<&ProgramCtx>,
+    own_params: bool,
+    sink: &mut Sink,
+) {
+    let mut walker = Walker {
+        module,
+        kernel,
+        ctx,
+        sink,
+        declared: HashSet::new(),
+        nonuniform: HashSet::new(),
+        control: None,
+    };
+    let kernel_path = IrPath::root().child(PathStep::Kernel(kernel.name.clone()));
+    let mut scope = BlockScope::default();
+    for param in &kernel.params {
+        let path = kernel_path.child(PathStep::Param(param.name.clone()));
+        let kind = match &param.ty {
+            Type::Scalar(_) => NameKind::ScalarParam,
+            Type::Ref(_) => NameKind::RefParam,
+        };
+        if own_params {
+            walker.declare(&param.name, kind, &path, &mut scope);
+        } else {
+            walker.declared.insert(param.name.clone());
+            scope.kinds.insert(param.name.clone(), kind);
+        }
+        match &param.ty {
+            Type::Scalar(t) => scope.types.bind_scalar(&param.name, *t),
+            Type::Ref(r) => scope.types.bind_ref(&param.name, r.clone()),
+        }
+    }
+    if let Some(ctx) = ctx {
+        let thread_axis = ctx.mesh.threads.name.as_str();
+        // Names are unique per kernel, so one flow-insensitive fixpoint is sound.
+        while walker.mark_nonuniform(&kernel.body, false, thread_axis) {}
+    }
+    walker.walk_block(&kernel.body, &kernel_path, scope);
+}
+
+fn literal_index(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Lit(Literal::I32(v)) => Some(*v as i64),
+        Expr::Lit(Literal::U32(v)) => Some(*v as i64),
+        _ => None,
+    }
+}
+
+impl Walker<'_, '_> {
+    fn kernel_name(&self) -> &str {
+        &self.kernel.name
+    }
+
+    fn declare(&mut self, name: &str, kind: NameKind, path: &IrPath, scope: &mut BlockScope) {
+        if !self.declared.insert(name.to_string()) {
+            let message = match scope.kinds.get(name) {
+                Some(earlier) => format!(
+                    "`{name}` is declared twice in kernel `{}`; it is already {}",
+                    self.kernel_name(),
+                    earlier.describe()
+                ),
+                None => format!(
+                    "`{name}` is declared twice in kernel `{}`",
+                    self.kernel_name()
+                ),
+            };
+            self.sink.report(
+                "E0043",
+                path.clone(),
+                message,
+                format!("rename one of the two `{name}`s; names are never shadowed"),
+            );
+        }
+        scope.kinds.insert(name.to_string(), kind);
+    }
+
+    // ---- uniformity -----------------------------------------------------
+
+    /// Why `e` may differ between the threads of a block, if it may.
+    fn nonuniform_reason(&self, e: &Expr) -> Option<String> {
+        let thread_axis = self.ctx?.mesh.threads.name.as_str();
+        self.nonuniform_reason_in(e, thread_axis)
+    }
+
+    fn nonuniform_reason_in(&self, e: &Expr, thread_axis: &str) -> Option<String> {
+        match e {
+            Expr::Lit(_) | Expr::AxisSize(_) => None,
+            Expr::Var(name) => self
+                .nonuniform
+                .contains(name)
+                .then(|| format!("`{name}` is not block-uniform")),
+            Expr::AxisIndex(axis) => {
+                (axis == thread_axis).then(|| format!("`axis_index({axis})` is the thread axis"))
+            }
+            Expr::Load(access) => Some(format!("it loads from `{}`", access.base)),
+            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => {
+                self.nonuniform_reason_in(x, thread_axis)
+            }
+            Expr::Binary(_, a, b) => self
+                .nonuniform_reason_in(a, thread_axis)
+                .or_else(|| self.nonuniform_reason_in(b, thread_axis)),
+            Expr::Select(c, t, f) => [c, t, f]
+                .into_iter()
+                .find_map(|x| self.nonuniform_reason_in(x, thread_axis)),
+            Expr::Math(_, args) => args
+                .iter()
+                .find_map(|x| self.nonuniform_reason_in(x, thread_axis)),
+        }
+    }
+
+    /// One pass of the uniformity fixpoint; returns whether a name was added.
+    fn mark_nonuniform(
+        &mut self,
+        stmts: &[Stmt],
+        under_nonuniform: bool,
+        thread_axis: &str,
+    ) -> bool {
+        let mut changed = false;
+        for stmt in stmts {
+            let mut mark = |set: &mut HashSet<String>, name: &str, yes: bool| {
+                if yes && set.insert(name.to_string()) {
+                    changed = true;
+                }
+            };
+            match stmt {
+                Stmt::Let { var, value } | Stmt::Var { var, init: value } => {
+                    let yes = self.nonuniform_reason_in(value, thread_axis).is_some();
+                    mark(&mut self.nonuniform, &var.name, yes);
+                }
+                Stmt::Assign { name, value } => {
+                    let yes =
+                        under_nonuniform || self.nonuniform_reason_in(value, thread_axis).is_some();
+                    mark(&mut self.nonuniform, name, yes);
+                }
+                Stmt::Atomic {
+                    dest: Some(dest), ..
+                } => mark(&mut self.nonuniform, &dest.name, true),
+                Stmt::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } => {
+                    let inner =
+                        under_nonuniform || self.nonuniform_reason_in(cond, thread_axis).is_some();
+                    changed |= self.mark_nonuniform(then_body, inner, thread_axis);
+                    changed |= self.mark_nonuniform(else_body, inner, thread_axis);
+                }
+                Stmt::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                } => {
+                    let bounds = self.nonuniform_reason_in(start, thread_axis).is_some()
+                        || self.nonuniform_reason_in(end, thread_axis).is_some();
+                    mark(&mut self.nonuniform, &var.name, bounds);
+                    changed |= self.mark_nonuniform(body, under_nonuniform || bounds, thread_axis);
+                }
+                _ => {}
+            }
+        }
+        changed
+    }
+
+    /// Reports a block-collective operation under non-uniform control flow.
+    fn require_uniform_control(&mut self, op: &str, path: &IrPath) {
+        if let Some((what, reason)) = &self.control {
+            let message = format!(
+                "{op} in kernel `{}` is under {what}, which is not block-uniform ({reason})",
+                self.kernel_name()
+            );
+            self.sink.report(
+                "E0053",
+                path.clone(),
+                message,
+                format!("move `{op}` out of that branch or loop, or make it depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes and semaphore reads"),
+            );
+        }
+    }
+
+    /// Reports a non-uniform semaphore index, coordinate or amount.
+    fn require_uniform_operand(&mut self, op: &str, what: &str, e: &Expr, path: &IrPath) {
+        if let Some(reason) = self.nonuniform_reason(e) {
+            let message = format!(
+                "the {what} `{}` of `{op}` in kernel `{}` is not block-uniform ({reason})",
+                print_expr(e),
+                self.kernel_name()
+            );
+            self.sink.report(
+                "E0054",
+                path.clone(),
+                message,
+                "compute it only from literals, scalar parameters, grid/cluster axis indices, axis sizes and semaphore reads",
+            );
+        }
+    }
+
+    // ---- expressions ----------------------------------------------------
+
+    /// Checks `e` and returns its type when it has one.
+    fn check_expr(&mut self, e: &Expr, path: &IrPath, scope: &BlockScope) -> Option<ScalarType> {
+        self.visit_leaves(e, path, scope);
+        match type_of(e, &scope.types) {
+            Ok(t) => Some(t),
+            Err(err) => {
+                self.type_error(err, e, path);
+                None
+            }
+        }
+    }
+
+    fn type_error(&mut self, err: TypeError, e: &Expr, path: &IrPath) {
+        match err {
+            TypeError::UnknownName(name) => self.unknown_name(&name, path),
+            TypeError::BadOperand {
+                op: "select",
+                found,
+                ..
+            } => self.sink.report(
+                "E0039",
+                path.clone(),
+                format!(
+                    "the condition of `select` in `{}` has type `{found}`, not bool",
+                    print_expr(e)
+                ),
+                "compare the value to get a bool, for example `c != 0u`",
+            ),
+            other => self.sink.report(
+                "E0037",
+                path.clone(),
+                format!(
+                    "{other}, in `{}` in kernel `{}`",
+                    print_expr(e),
+                    self.kernel_name()
+                ),
+                "convert operands with casts such as `f32(i)` so that the types agree",
+            ),
+        }
+    }
+
+    fn unknown_name(&mut self, name: &str, path: &IrPath) {
+        let message = format!("unknown name `{name}` in kernel `{}`", self.kernel_name());
+        self.sink.report(
+            "E0036",
+            path.clone(),
+            message,
+            format!("declare `{name}` before this statement (in this block or an enclosing one), or add an operand of that name"),
+        );
+    }
+
+    /// Checks the loads and axis uses inside `e` (not their types).
+    fn visit_leaves(&mut self, e: &Expr, path: &IrPath, scope: &BlockScope) {
+        match e {
+            Expr::Lit(_) | Expr::Var(_) => {}
+            Expr::Load(access) => {
+                self.check_access(access, Access::Load, path, scope);
+            }
+            Expr::AxisIndex(axis) => {
+                if let Some(ctx) = self.ctx {
+                    if ctx.mesh.axis(axis).is_none() {
+                        let axes: Vec<&str> = ctx.mesh.axes().map(|a| a.name.as_str()).collect();
+                        let message = format!(
+                            "`axis_index({axis})` in kernel `{}`: the program runs on mesh `{}`, which has no axis `{axis}` (its axes: {})",
+                            self.kernel_name(),
+                            ctx.mesh.name,
+                            axes.join(", ")
+                        );
+                        self.sink.report(
+                            "E0034",
+                            path.clone(),
+                            message,
+                            "use an axis of the program's own mesh; other meshes' blocks are reached through `@[coords]`",
+                        );
+                    }
+                }
+            }
+            Expr::AxisSize(axis) => {
+                if let Some(ctx) = self.ctx {
+                    if !ctx.scope_meshes.iter().any(|m| m.axis(axis).is_some()) {
+                        let meshes: Vec<&str> =
+                            ctx.scope_meshes.iter().map(|m| m.name.as_str()).collect();
+                        let message = format!(
+                            "`axis_size({axis})` in kernel `{}`: no mesh of map `{}` ({}) has an axis `{axis}`",
+                            self.kernel_name(),
+                            ctx.map.name,
+                            meshes.join(", ")
+                        );
+                        self.sink.report(
+                            "E0035",
+                            path.clone(),
+                            message,
+                            "name an axis of a program mesh or of the owner mesh of an operand",
+                        );
+                    }
+                }
+            }
+            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => {
+                self.visit_leaves(x, path, scope)
+            }
+            Expr::Binary(_, a, b) => {
+                self.visit_leaves(a, path, scope);
+                self.visit_leaves(b, path, scope);
+            }
+            Expr::Select(c, t, f) => {
+                for x in [c, t, f] {
+                    self.visit_leaves(x, path, scope);
+                }
+            }
+            Expr::Math(_, args) => {
+                for x in args {
+                    self.visit_leaves(x, path, scope);
+                }
+            }
+        }
+    }
+
+    /// Checks an integer-typed index or coordinate.
+    fn check_index(&mut self, e: &Expr, what: &str, base: &str, path: &IrPath, scope: &BlockScope) {
+        if let Some(t) = self.check_expr(e, path, scope) {
+            if !t.is_integer() {
+                self.sink.report(
+                    "E0040",
+                    path.clone(),
+                    format!(
+                        "the {what} `{}` of `{base}` has type `{t}`; indices are i32 or u32",
+                        print_expr(e)
+                    ),
+                    "convert it, for example `u32(x)`",
+                );
+            }
+        }
+    }
+
+    /// Checks a use of a ref; returns its type when the base is a known ref.
+    fn check_access(
+        &mut self,
+        a: &RefAccess,
+        access: Access,
+        path: &IrPath,
+        scope: &BlockScope,
+    ) -> Option<RefType> {
+        let kernel = self.kernel_name().to_string();
+        let op = access.describe();
+        let Some(r) = scope.types.ref_type(&a.base).cloned() else {
+            // A load's base is reported by `type_of` on the enclosing expression.
+            if access != Access::Load {
+                if scope.types.scalar(&a.base).is_some() {
+                    self.sink.report(
+                        "E0037",
+                        path.clone(),
+                        format!(
+                            "{}, in kernel `{kernel}`",
+                            TypeError::NotARef(a.base.clone())
+                        ),
+                        "index a ref operand or a local array",
+                    );
+                } else {
+                    self.unknown_name(&a.base, path);
+                }
+            }
+            for e in a.block.iter().flatten().chain(&a.index) {
+                self.check_expr(e, path, scope);
+            }
+            return None;
+        };
+        let base = &a.base;
+        match access {
+            Access::Load | Access::Store | Access::Atomic(_) if r.space == MemorySpace::Sem => {
+                self.sink.report(
+                    "E0048",
+                    path.clone(),
+                    format!(
+                        "{op} on the semaphore `{base}` (`{}`) in kernel `{kernel}`",
+                        ref_text(&r)
+                    ),
+                    "use signal, wait, wait_nodec and read on semaphores; keep data in a gmem ref",
+                )
+            }
+            Access::Sem(_) | Access::SemRead if r.space != MemorySpace::Sem => self.sink.report(
+                "E0049",
+                path.clone(),
+                format!(
+                    "`{op}` on `{base}` in kernel `{kernel}`, which is a `{}`, not a semaphore",
+                    ref_text(&r)
+                ),
+                "declare a `sem<[n]>` scratch operand for the synchronisation",
+            ),
+            Access::Atomic(_) if r.space == MemorySpace::Local => self.sink.report(
+                "E0050",
+                path.clone(),
+                format!("`{op}` on the local array `{base}` in kernel `{kernel}`"),
+                "local arrays belong to one thread: use a plain load and store",
+            ),
+            Access::Atomic(_) if !r.elem.is_integer() && r.space != MemorySpace::Sem => {
+                self.sink.report(
+                    "E0050",
+                    path.clone(),
+                    format!(
+                        "`{op}` on `{base}` in kernel `{kernel}`, whose elements are `{}`",
+                        r.elem
+                    ),
+                    "use an i32 or u32 ref for atomics (bitcast f32 values if needed)",
+                )
+            }
+            _ => {}
+        }
+        let rank_ok = a.index.len() == r.shape.len();
+        if !rank_ok {
+            self.sink.report(
+                "E0046",
+                path.clone(),
+                format!(
+                    "`{base}` has {} dimension(s) (`{}`) but is indexed with {} index(es) in kernel `{kernel}`",
+                    r.shape.len(),
+                    ref_text(&r),
+                    a.index.len()
+                ),
+                "give one index per dimension",
+            );
+        }
+        for (dim, e) in a.index.iter().enumerate() {
+            self.check_index(e, "index", base, path, scope);
+            if let (true, Some(v)) = (rank_ok, literal_index(e)) {
+                if v < 0 || v >= r.shape[dim] as i64 {
+                    self.sink.report(
+                        "E0047",
+                        path.clone(),
+                        format!(
+                            "index {v} is out of bounds for dimension {dim} of `{base}` (extent {}) in kernel `{kernel}`",
+                            r.shape[dim]
+                        ),
+                        format!("use an index in 0..{}", r.shape[dim]),
+                    );
+                }
+            }
+        }
+        if let Some(coords) = &a.block {
+            for e in coords {
+                self.check_index(e, "block coordinate", base, path, scope);
+            }
+            match (&r.owner, r.space) {
+                (None, _) => self.sink.report(
+                    "E0032",
+                    path.clone(),
+                    format!("`{base}@[...]` in kernel `{kernel}`: `{base}` (`{}`) has no owner mesh", ref_text(&r)),
+                    "declare the ref as `T @ mesh` to have one instance per block, or drop `@[...]`",
+                ),
+                (Some(_), MemorySpace::Smem | MemorySpace::Local) => self.sink.report(
+                    "E0032",
+                    path.clone(),
+                    format!("`{base}@[...]` in kernel `{kernel}`: `{base}` is smem, which only its own block can touch"),
+                    "drop `@[...]`, or move the data to a gmem ref owned by the mesh",
+                ),
+                (Some(owner), _) => {
+                    if let Some(mesh) = self.module.mesh(owner) {
+                        let axes: Vec<_> = mesh.block_axes().collect();
+                        if coords.len() != axes.len() {
+                            let names: Vec<&str> = axes.iter().map(|x| x.name.as_str()).collect();
+                            self.sink.report(
+                                "E0033",
+                                path.clone(),
+                                format!(
+                                    "`{base}` is owned by mesh `{owner}`, which has {} grid and cluster axes ({}), but `{base}@[...]` in kernel `{kernel}` gives {} coordinate(s)",
+                                    axes.len(),
+                                    names.join(", "),
+                                    coords.len()
+                                ),
+                                format!("give one coordinate per grid and cluster axis of `{owner}`, in order"),
+                            );
+                        } else {
+                            for (e, axis) in coords.iter().zip(&axes) {
+                                if let Some(v) = literal_index(e) {
+                                    if v < 0 || v >= axis.size as i64 {
+                                        self.sink.report(
+                                            "E0047",
+                                            path.clone(),
+                                            format!(
+                                                "block coordinate {v} of `{base}` is out of bounds for axis `{}` of mesh `{owner}` (size {}) in kernel `{kernel}`",
+                                                axis.name, axis.size
+                                            ),
+                                            format!("use a coordinate in 0..{}", axis.size),
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(ctx) = self.ctx {
+            let program_mesh = ctx.mesh.name.as_str();
+            let operand = ctx.map.operand(base);
+            let is_operand = scope.kinds.get(base.as_str()) == Some(&NameKind::RefParam);
+            if let (Some(owner), None, true) = (&r.owner, &a.block, r.space.is_device_resident()) {
+                if owner != program_mesh {
+                    self.sink.report(
+                        "E0031",
+                        path.clone(),
+                        format!(
+                            "`{base}` is owned by mesh `{owner}`, but kernel `{kernel}` runs on mesh `{program_mesh}` and uses `{base}` without `@[...]`"
+                        ),
+                        format!("name the block of `{owner}` whose instance you mean: `{base}@[coords][...]`"),
+                    );
+                }
+            }
+            if let (MemorySpace::Smem, Some(owner), true) = (r.space, &r.owner, is_operand) {
+                if owner != program_mesh && ctx.program_meshes.contains(&owner.as_str()) {
+                    self.sink.report(
+                        "E0029",
+                        path.clone(),
+                        format!("kernel `{kernel}` runs on mesh `{program_mesh}` and touches `{base}`, which is smem of mesh `{owner}`"),
+                        "hand data between programs through gmem and semaphores",
+                    );
+                }
+            }
+            if let (true, Some((OperandKind::Input, operand)), true) =
+                (access.writes(), operand, is_operand)
+            {
+                if !operand.resident {
+                    self.sink.report(
+                        "E0052",
+                        path.clone(),
+                        format!("`{op}` writes the input `{base}` in kernel `{kernel}`"),
+                        format!("write an output instead (alias `{base} -> <output>` to update it in place), or make `{base}` a resident"),
+                    );
+                }
+            }
+        }
+        Some(r)
+    }
+
+    /// Why a loop bound is not built from literals, scalar parameters and
+    /// axis sizes, if it is not.
+    fn bound_violation(&self, e: &Expr, scope: &BlockScope) -> Option<String> {
+        match e {
+            Expr::Lit(_) | Expr::AxisSize(_) => None,
+            Expr::Var(name) => match scope.kinds.get(name.as_str()) {
+                Some(NameKind::ScalarParam) | None => None,
+                Some(kind) => Some(format!("`{name}`, {}", kind.describe())),
+            },
+            Expr::AxisIndex(axis) => Some(format!("`axis_index({axis})`")),
+            Expr::Load(access) => Some(format!("a load from `{}`", access.base)),
+            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => {
+                self.bound_violation(x, scope)
+            }
+            Expr::Binary(_, a, b) => self
+                .bound_violation(a, scope)
+                .or_else(|| self.bound_violation(b, scope)),
+            Expr::Select(c, t, f) => [c, t, f]
+                .into_iter()
+                .find_map(|x| self.bound_violation(x, scope)),
+            Expr::Math(_, args) => args.iter().find_map(|x| self.bound_violation(x, scope)),
+        }
+    }
+
+    fn check_declared_type(
+        &mut self,
+        what: &str,
+        declared: ScalarType,
+        found: Option<ScalarType>,
+        value: &Expr,
+        path: &IrPath,
+    ) {
+        if let Some(found) = found {
+            if found != declared {
+                let message = format!(
+                    "{what} in kernel `{}` is declared `{declared}` but given a `{found}` value: `{}`",
+                    self.kernel_name(),
+                    print_expr(value)
+                );
+                self.sink.report(
+                    "E0038",
+                    path.clone(),
+                    message,
+                    format!("declare it as `{found}`, or convert the value with `{declared}(...)`"),
+                );
+            }
+        }
+    }
+
+    fn check_element_value(
+        &mut self,
+        what: &str,
+        base: &str,
+        elem: ScalarType,
+        found: Option<ScalarType>,
+        value: &Expr,
+        path: &IrPath,
+    ) {
+        if let Some(found) = found {
+            if found != elem {
+                let message = format!(
+                    "{what} `{}` has type `{found}`, but `{base}` holds `{elem}` (kernel `{}`)",
+                    print_expr(value),
+                    self.kernel_name()
+                );
+                self.sink.report(
+                    "E0041",
+                    path.clone(),
+                    message,
+                    format!("convert the value with `{elem}(...)`"),
+                );
+            }
+        }
+    }
+
+    // ---- statements -----------------------------------------------------
+
+    fn walk_block(&mut self, stmts: &[Stmt], block_path: &IrPath, mut scope: BlockScope) {
+        for (index, stmt) in stmts.iter().enumerate() {
+            let path = block_path.child(PathStep::Stmt(index));
+            self.walk_stmt(stmt, &path, &mut scope);
+        }
+    }
+
+    fn walk_stmt(&mut self, stmt: &Stmt, path: &IrPath, scope: &mut BlockScope) {
+        match stmt {
+            Stmt::Let { var, value } => {
+                let found = self.check_expr(value, path, scope);
+                self.check_declared_type(
+                    &format!("`let {}`", var.name),
+                    var.ty,
+                    found,
+                    value,
+                    path,
+                );
+                self.declare(&var.name, NameKind::Let, path, scope);
+                scope.types.bind_scalar(&var.name, var.ty);
+            }
+            Stmt::Var { var, init } => {
+                let found = self.check_expr(init, path, scope);
+                self.check_declared_type(&format!("`var {}`", var.name), var.ty, found, init, path);
+                self.declare(&var.name, NameKind::Var, path, scope);
+                scope.types.bind_scalar(&var.name, var.ty);
+            }
+            Stmt::Assign { name, value } => {
+                let found = self.check_expr(value, path, scope);
+                match scope.kinds.get(name.as_str()).copied() {
+                    None => self.unknown_name(name, path),
+                    Some(NameKind::Var) => {
+                        if let Some(declared) = scope.types.scalar(name) {
+                            self.check_declared_type(
+                                &format!("assignment to `{name}`"),
+                                declared,
+                                found,
+                                value,
+                                path,
+                            );
+                        }
+                    }
+                    Some(kind) => self.sink.report(
+                        "E0042",
+                        path.clone(),
+                        format!(
+                            "`{name}` is {} in kernel `{}`, not a `var`; it cannot be assigned",
+                            kind.describe(),
+                            self.kernel.name
+                        ),
+                        format!("declare `{name}` with `var` to make it mutable"),
+                    ),
+                }
+            }
+            Stmt::LocalArray { name, elem, shape } => {
+                let r = RefType {
+                    space: MemorySpace::Local,
+                    elem: *elem,
+                    shape: shape.clone(),
+                    owner: None,
+                };
+                if shape.is_empty() || shape.contains(&0) {
+                    self.sink.report(
+                        "E0026",
+                        path.clone(),
+                        format!("local array `{name}` in kernel `{}` has type `{}`, which has no elements", self.kernel.name, ref_text(&r)),
+                        "give the array at least one dimension, each of extent at least 1",
+                    );
+                }
+                self.declare(name, NameKind::LocalArray, path, scope);
+                scope.types.bind_ref(name, r);
+            }
+            Stmt::Store { target, value } => {
+                let r = self.check_access(target, Access::Store, path, scope);
+                let found = self.check_expr(value, path, scope);
+                if let Some(r) = r.filter(|r| r.space != MemorySpace::Sem) {
+                    self.check_element_value(
+                        "the stored value",
+                        &target.base,
+                        r.elem,
+                        found,
+                        value,
+                        path,
+                    );
+                }
+            }
+            Stmt::Atomic {
+                dest,
+                op,
+                target,
+                args,
+            } => {
+                let r = self.check_access(target, Access::Atomic(*op), path, scope);
+                let found: Vec<_> = args
+                    .iter()
+                    .map(|a| self.check_expr(a, path, scope))
+                    .collect();
+                if args.len() != op.arity() {
+                    self.sink.report(
+                        "E0051",
+                        path.clone(),
+                        format!(
+                            "`{}` takes {} operand(s) after the target, found {} (kernel `{}`)",
+                            op.name(),
+                            op.arity(),
+                            args.len(),
+                            self.kernel.name
+                        ),
+                        "give the atomic its operands: none for atomic_load, two (expected, new) for atomic_compare_exchange, one otherwise",
+                    );
+                }
+                if let (AtomicOp::Store, Some(dest)) = (op, dest) {
+                    self.sink.report(
+                        "E0051",
+                        path.clone(),
+                        format!("`atomic_store` returns nothing, but its result is bound to `{}` (kernel `{}`)", dest.name, self.kernel.name),
+                        "drop the `let`, or use atomic_exchange to get the old value",
+                    );
+                }
+                let usable = r.filter(|r| {
+                    r.elem.is_integer() && matches!(r.space, MemorySpace::Gmem | MemorySpace::Smem)
+                });
+                if let Some(r) = &usable {
+                    for (arg, t) in args.iter().zip(found) {
+                        self.check_element_value(
+                            &format!("the `{}` operand", op.name()),
+                            &target.base,
+                            r.elem,
+                            t,
+                            arg,
+                            path,
+                        );
+                    }
+                }
+                if let Some(dest) = dest {
+                    if let (Some(r), true) = (&usable, *op != AtomicOp::Store) {
+                        if dest.ty != r.elem {
+                            self.sink.report(
+                                "E0038",
+                                path.clone(),
+                                format!(
+                                    "the result `{}` of `{}` in kernel `{}` is declared `{}`, but `{}` holds `{}`",
+                                    dest.name,
+                                    op.name(),
+                                    self.kernel.name,
+                                    dest.ty,
+                                    target.base,
+                                    r.elem
+                                ),
+                                format!("declare it as `{}`", r.elem),
+                            );
+                        }
+                    }
+                    self.declare(&dest.name, NameKind::AtomicResult, path, scope);
+                    scope.types.bind_scalar(&dest.name, dest.ty);
+                }
+            }
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                if let Some(t) = self.check_expr(cond, path, scope) {
+                    if t != ScalarType::Bool {
+                        self.sink.report(
+                            "E0039",
+                            path.clone(),
+                            format!("the condition `{}` of `if` in kernel `{}` has type `{t}`, not bool", print_expr(cond), self.kernel.name),
+                            "compare the value to get a bool, for example `c != 0u`",
+                        );
+                    }
+                }
+                let saved = self.control.clone();
+                if self.control.is_none() {
+                    if let Some(reason) = self.nonuniform_reason(cond) {
+                        self.control =
+                            Some((format!("the condition `{}`", print_expr(cond)), reason));
+                    }
+                }
+                self.walk_block(then_body, &path.child(PathStep::Then), scope.clone());
+                self.walk_block(else_body, &path.child(PathStep::Else), scope.clone());
+                self.control = saved;
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                body,
+            } => {
+                if !var.ty.is_integer() {
+                    self.sink.report(
+                        "E0044",
+                        path.clone(),
+                        format!("loop variable `{}` in kernel `{}` has type `{}`; loops count in i32 or u32", var.name, self.kernel.name, var.ty),
+                        format!("declare `for {}: u32 in ...` (or i32)", var.name),
+                    );
+                }
+                let mut bounds_legal = true;
+                for (which, bound) in [("start", start), ("end", end)] {
+                    let found = self.check_expr(bound, path, scope);
+                    if let (Some(found), true) = (found, var.ty.is_integer()) {
+                        if found != var.ty {
+                            self.sink.report(
+                                "E0044",
+                                path.clone(),
+                                format!(
+                                    "the {which} bound `{}` of loop `{}` in kernel `{}` has type `{found}`, but the loop variable is `{}`",
+                                    print_expr(bound),
+                                    var.name,
+                                    self.kernel.name,
+                                    var.ty
+                                ),
+                                format!("write the bound as a `{}` value", var.ty),
+                            );
+                        }
+                    }
+                    if let Some(culprit) = self.bound_violation(bound, scope) {
+                        bounds_legal = false;
+                        self.sink.report(
+                            "E0045",
+                            path.clone(),
+                            format!(
+                                "the {which} bound `{}` of loop `{}` in kernel `{}` uses {culprit}",
+                                print_expr(bound),
+                                var.name,
+                                self.kernel.name
+                            ),
+                            "bound the loop by a literal, a scalar parameter or axis_size, and skip iterations with `if` inside",
+                        );
+                    }
+                }
+                let saved = self.control.clone();
+                if self.control.is_none() && bounds_legal {
+                    let reason = [start, end]
+                        .into_iter()
+                        .find_map(|b| self.nonuniform_reason(b).map(|r| (b, r)));
+                    if let Some((bound, reason)) = reason {
+                        self.control =
+                            Some((format!("the loop bound `{}`", print_expr(bound)), reason));
+                    }
+                }
+                let mut inner = scope.clone();
+                self.declare(&var.name, NameKind::LoopVar, path, &mut inner);
+                // The loop variable is visible only in the body; keep it declared
+                // kernel-wide all the same (no reuse of names).
+                inner.types.bind_scalar(&var.name, var.ty);
+                self.walk_block(body, &path.child(PathStep::Body), inner);
+                self.control = saved;
+            }
+            Stmt::Barrier => self.require_uniform_control("barrier", path),
+            Stmt::Sem { op, sem, amount } => {
+                self.require_uniform_control(op.name(), path);
+                let r = self.check_access(sem, Access::Sem(*op), path, scope);
+                let found = self.check_expr(amount, path, scope);
+                if let Some(found) = found.filter(|t| *t != ScalarType::I32) {
+                    self.sink.report(
+                        "E0041",
+                        path.clone(),
+                        format!(
+                            "the amount `{}` of `{}` has type `{found}`, but semaphores count in `i32` (kernel `{}`)",
+                            print_expr(amount),
+                            op.name(),
+                            self.kernel.name
+                        ),
+                        "write the amount as an i32, for example `1`",
+                    );
+                }
+                if let Expr::Lit(Literal::I32(n)) = amount {
+                    if *n < 1 {
+                        self.sink.report(
+                            "E0055",
+                            path.clone(),
+                            format!("`{}` on `{}` in kernel `{}` has amount {n}; amounts are at least 1", op.name(), sem.base, self.kernel.name),
+                            "use an amount of 1 or more, or drop the operation",
+                        );
+                    }
+                }
+                if r.is_some_and(|r| r.space == MemorySpace::Sem) {
+                    self.require_uniform_sem_operands(op.name(), sem, path);
+                    self.require_uniform_operand(op.name(), "amount", amount, path);
+                }
+            }
+            Stmt::SemRead { dest, sem } => {
+                self.require_uniform_control("read", path);
+                let r = self.check_access(sem, Access::SemRead, path, scope);
+                if r.is_some_and(|r| r.space == MemorySpace::Sem) {
+                    self.require_uniform_sem_operands("read", sem, path);
+                }
+                self.declare(dest, NameKind::SemRead, path, scope);
+                scope.types.bind_scalar(dest, ScalarType::I32);
+            }
+        }
+    }
+
+    fn require_uniform_sem_operands(&mut self, op: &str, sem: &RefAccess, path: &IrPath) {
+        for e in &sem.index {
+            self.require_uniform_operand(op, "index", e, path);
+        }
+        for e in sem.block.iter().flatten() {
+            self.require_uniform_operand(op, "block coordinate", e, path);
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The per-call control block: ticket counter, abort flag and the first
+//! error record (layout mirrored by the `MPMD_CTL_*` words in prelude.cu).
+
+use mpmd_core::backend::Site;
+use mpmd_core::RunError;
+
+use crate::emit::EmittedModule;
+
+pub const TICKET: usize = 0;
+pub const ABORT: usize = 1;
+pub const CLAIMED: usize = 2;
+pub const KIND: usize = 3;
+pub const PROGRAM: usize = 4;
+pub const BLOCK: usize = 5;
+pub const THREAD: usize = 6;
+pub const REF: usize = 7;
+pub const NCOORDS: usize = 8;
+pub const NINDEX: usize = 9;
+pub const COORDS: usize = 10;
+pub const INDEX: usize = 16;
+/// Words in the control block.
+pub const WORDS: usize = 24;
+
+pub const ERR_WAIT_TIMEOUT: u32 = 1;
+pub const ERR_OUT_OF_BOUNDS: u32 = 2;
+
+fn list(values: &[u32]) -> String {
+    let parts: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// `[i, j]`, or `@[c0, c1][i, j]` for an access naming an owner's block.
+pub fn format_access(coords: &[u32], index: &[u32]) -> String {
+    if coords.is_empty() {
+        list(index)
+    } else {
+        format!("@{}{}", list(coords), list(index))
+    }
+}
+
+/// The run error the control block records, if any.
+pub fn decode(words: &[u32], module: &EmittedModule) -> Option<RunError> {
+    if words.len() < WORDS || words[CLAIMED] == 0 {
+        return None;
+    }
+    let program = words[PROGRAM] as usize;
+    let kernel = module
+        .tickets
+        .iter()
+        .find(|t| t.program == program)
+        .map(|t| t.kernel.clone())
+        .unwrap_or_default();
+    let info = module.refs.get(words[REF] as usize);
+    let reference = info.map(|r| r.name.clone()).unwrap_or_else(|| "?".into());
+    let ncoords = (words[NCOORDS] as usize).min(6);
+    let nindex = (words[NINDEX] as usize).min(8);
+    let coords = &words[COORDS..COORDS + ncoords];
+    let index = &words[INDEX..INDEX + nindex];
+    let access = format_access(coords, index);
+    match words[KIND] {
+        ERR_WAIT_TIMEOUT => Some(RunError::WaitTimeout {
+            site: Site {
+                program,
+                kernel,
+                block: words[BLOCK] as u64,
+                thread: None,
+            },
+            semaphore: format!("{reference}{access}"),
+        }),
+        ERR_OUT_OF_BOUNDS => {
+            let shape = info
+                .map(|r| {
+                    if coords.is_empty() {
+                        list(&r.shape)
+                    } else {
+                        format_access(&r.owner_block_shape, &r.shape)
+                    }
+                })
+                .unwrap_or_default();
+            Some(RunError::OutOfBounds {
+                site: Site {
+                    program,
+                    kernel,
+                    block: words[BLOCK] as u64,
+                    thread: Some(words[THREAD]),
+                },
+                reference,
+                index: access,
+                shape,
+            })
+        }
+        other => Some(RunError::Backend(format!(
+            "the kernel recorded an unknown error kind {other}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emit::{RefInfo, TicketRange};
+
+    fn module() -> EmittedModule {
+        EmittedModule {
+            source: String::new(),
+            kernel_name: "mpmd_m".into(),
+            block_dim: 128,
+            total_blocks: 4,
+            dynamic_smem_bytes: 0,
+            params: vec![],
+            refs: vec![RefInfo {
+                name: "ready".into(),
+                shape: vec![4],
+                owner_block_shape: vec![2, 2],
+            }],
+            tickets: vec![TicketRange {
+                program: 1,
+                kernel: "consume".into(),
+                first: 0,
+                count: 4,
+            }],
+        }
+    }
+
+    #[test]
+    fn decodes_out_of_bounds() {
+        let mut w = vec![0u32; WORDS];
+        w[CLAIMED] = 1;
+        w[KIND] = ERR_OUT_OF_BOUNDS;
+        w[PROGRAM] = 1;
+        w[BLOCK] = 3;
+        w[THREAD] = 17;
+        w[NCOORDS] = 2;
+        w[COORDS] = 1;
+        w[COORDS + 1] = 0;
+        w[NINDEX] = 1;
+        w[INDEX] = 9;
+        let e = decode(&w, &module()).unwrap();
+        assert_eq!(
+            e.to_string(),
+            "out-of-bounds access at program 1 (consume), block 3, thread 17: `ready` index @[1, 0][9] (shape @[2, 2][4])"
+        );
+    }
+
+    #[test]
+    fn decodes_wait_timeout() {
+        let mut w = vec![0u32; WORDS];
+        w[CLAIMED] = 1;
+        w[KIND] = ERR_WAIT_TIMEOUT;
+        w[PROGRAM] = 1;
+        w[BLOCK] = 2;
+        w[NINDEX] = 1;
+        w[INDEX] = 3;
+        assert_eq!(
+            decode(&w, &module()).unwrap().to_string(),
+            "wait on `ready[3]` timed out at program 1 (consume), block 2"
+        );
+        assert_eq!(decode(&vec![0u32; WORDS], &module()), None);
+    }
+}

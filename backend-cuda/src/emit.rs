@@ -1,0 +1,1398 @@
+//! Launch plan → CUDA C: one kernel per call.
+//!
+//! Each block takes a ticket from a per-call counter and derives (program,
+//! block) from it, with programs in the plan's unit order (topological), so
+//! that a block only ever waits on blocks that took earlier tickets and are
+//! therefore already running or finished. The block size is the largest
+//! thread count of any program; threads beyond their own program's count exit
+//! at entry (barriers on sm_70+ wait for non-exited threads only).
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use mpmd_core::ir::{
+    AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, RefAccess, RefType, ScalarType, SemOp,
+    Stmt, Type, UnaryOp,
+};
+use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
+use mpmd_core::Mode;
+use thiserror::Error;
+
+/// The helpers every generated module starts with.
+pub const PRELUDE: &str = include_str!("prelude.cu");
+
+/// Largest total block count of one call (CUDA's grid x limit).
+pub const MAX_BLOCKS: u64 = (1 << 31) - 1;
+
+/// Why a plan could not be turned into CUDA C.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum EmitError {
+    #[error("the plan has no launch units")]
+    NoUnits,
+    #[error("the call needs {blocks} blocks in all; CUDA launches at most {MAX_BLOCKS}")]
+    TooManyBlocks { blocks: u64 },
+    #[error("program {program} (`{kernel}`): {detail}")]
+    Unsupported {
+        program: usize,
+        kernel: String,
+        detail: String,
+    },
+}
+
+/// What the host needs to know about one ref named in an error record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefInfo {
+    /// The name as the kernel wrote it.
+    pub name: String,
+    pub shape: Vec<u32>,
+    /// Block-axis sizes of the owner mesh (empty for unowned refs and locals).
+    pub owner_block_shape: Vec<u32>,
+}
+
+/// One kernel parameter, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelParam {
+    /// A device buffer: index into `LaunchPlan::buffers`.
+    Buffer(usize),
+    /// A scalar operand: index into `LaunchPlan::operands`.
+    Scalar(usize),
+    /// The per-call control block (`u32[CONTROL_WORDS]`).
+    Control,
+    /// The wait time limit in nanoseconds (`u64`).
+    WaitTimeoutNs,
+}
+
+/// The tickets of one program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TicketRange {
+    /// Index into `MpmdMap::programs`.
+    pub program: usize,
+    pub kernel: String,
+    pub first: u64,
+    pub count: u64,
+}
+
+/// Generated CUDA C and what the host needs to launch it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmittedModule {
+    pub source: String,
+    pub kernel_name: String,
+    /// Threads per block: the largest thread count of any program.
+    pub block_dim: u32,
+    /// Blocks (tickets) of all programs together.
+    pub total_blocks: u64,
+    /// Bytes of dynamic shared memory per block (the largest program arena).
+    pub dynamic_smem_bytes: u32,
+    pub params: Vec<KernelParam>,
+    /// Refs that an error record can name, by id.
+    pub refs: Vec<RefInfo>,
+    pub tickets: Vec<TicketRange>,
+}
+
+/// Readable CUDA C for the plan (`mpmd lower --target cuda`).
+pub fn emit(plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
+    Ok(emit_module(plan, mode)?.source)
+}
+
+/// A C identifier for a user name (`[A-Za-z_][A-Za-z0-9_]*`), with a prefix
+/// so that it never collides with CUDA or prelude names.
+pub fn sanitize(prefix: &str, name: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + name.len());
+    out.push_str(prefix);
+    for c in name.chars() {
+        out.push(if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '_'
+        });
+    }
+    out
+}
+
+fn c_type(t: ScalarType) -> &'static str {
+    match t {
+        ScalarType::F32 => "float",
+        ScalarType::I32 => "int",
+        ScalarType::U32 => "u32",
+        ScalarType::Bool => "bool",
+    }
+}
+
+/// Element type of a buffer in memory (`bool` is stored as a `u32`).
+fn memory_type(t: ScalarType) -> &'static str {
+    match t {
+        ScalarType::Bool => "u32",
+        other => c_type(other),
+    }
+}
+
+/// An `f32` literal, bit-exact.
+fn f32_literal(bits: u32) -> String {
+    let v = f32::from_bits(bits);
+    if v.is_finite() {
+        let text = format!("{v:?}");
+        // Exact in binary64 as well, so no double rounding can change it
+        // however the compiler parses it.
+        if text.parse::<f64>().ok() == Some(v as f64) {
+            return if v.is_sign_negative() {
+                format!("(-{}f)", &text[1..])
+            } else {
+                format!("{text}f")
+            };
+        }
+    }
+    format!("__uint_as_float(0x{bits:08x}u)")
+}
+
+fn literal(l: Literal) -> String {
+    match l {
+        Literal::F32(b) => f32_literal(b.0),
+        Literal::I32(i32::MIN) => "(-2147483647 - 1)".to_string(),
+        Literal::I32(v) if v < 0 => format!("({v})"),
+        Literal::I32(v) => v.to_string(),
+        Literal::U32(v) => format!("{v}u"),
+        Literal::Bool(b) => b.to_string(),
+    }
+}
+
+/// What a name in a kernel body refers to.
+#[derive(Clone, Debug)]
+enum Symbol {
+    /// A scalar value (local, loop variable, scalar parameter) and its C name.
+    Scalar { c_name: String, ty: ScalarType },
+    /// A gmem or sem operand bound to a buffer.
+    Buffer {
+        c_name: String,
+        ty: RefType,
+        owner_block_shape: Vec<u32>,
+    },
+    /// An smem operand in the block's arena.
+    Smem { c_name: String, ty: RefType },
+    /// A per-thread array.
+    Local {
+        c_name: String,
+        elem: ScalarType,
+        shape: Vec<u32>,
+    },
+}
+
+struct Emitter<'a> {
+    plan: &'a LaunchPlan,
+    mode: Mode,
+    out: String,
+    refs: Vec<RefInfo>,
+    ref_ids: HashMap<(usize, String), u32>,
+    /// Counter for the names of checked-offset temporaries.
+    next_offset: u32,
+}
+
+/// Generates the module.
+pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitError> {
+    if plan.units.is_empty() {
+        return Err(EmitError::NoUnits);
+    }
+    let total_blocks: u64 = plan.units.iter().map(|u| u.block_count).sum();
+    if total_blocks > MAX_BLOCKS {
+        return Err(EmitError::TooManyBlocks {
+            blocks: total_blocks,
+        });
+    }
+    let block_dim = plan.units.iter().map(|u| u.threads_per_block).max().unwrap_or(1);
+    let dynamic_smem_bytes = plan.units.iter().map(|u| u.smem_bytes).max().unwrap_or(0);
+    let kernel_name = sanitize("mpmd_", &plan.map.name);
+    let written = written_buffers(plan);
+
+    let mut e = Emitter {
+        plan,
+        mode,
+        out: String::new(),
+        refs: Vec::new(),
+        ref_ids: HashMap::new(),
+        next_offset: 0,
+    };
+    let _ = writeln!(
+        e.out,
+        "// Generated by mpmd-cuda from map `{}` ({} mode): {} program(s), {} block(s), {} thread(s) per block.",
+        plan.map.name,
+        match mode {
+            Mode::Fast => "fast",
+            Mode::Checked => "checked",
+        },
+        plan.units.len(),
+        total_blocks,
+        block_dim
+    );
+    e.out.push_str(PRELUDE);
+    e.out.push('\n');
+
+    // Parameters: buffers, scalars, control block, wait limit.
+    let mut params = Vec::new();
+    let mut param_decls = Vec::new();
+    for (index, buffer) in plan.buffers.iter().enumerate() {
+        let elem = if buffer.ty.space == MemorySpace::Sem {
+            "int"
+        } else {
+            memory_type(buffer.ty.elem)
+        };
+        let name = buffer_c_name(plan, index);
+        // Buffers no program writes are read-only for the whole call, so they
+        // may go through the non-coherent read-only cache.
+        let decl = if written.contains(&index) {
+            format!("{elem}* {name}")
+        } else {
+            format!("const {elem}* __restrict__ {name}")
+        };
+        param_decls.push(decl);
+        params.push(KernelParam::Buffer(index));
+    }
+    for (index, operand) in plan.operands.iter().enumerate() {
+        if let Type::Scalar(t) = operand.ty {
+            let ty = if t == ScalarType::Bool { "u32" } else { c_type(t) };
+            param_decls.push(format!("const {ty} {}", scalar_c_name(&operand.name)));
+            params.push(KernelParam::Scalar(index));
+        }
+    }
+    param_decls.push("u32* mpmd_ctl".to_string());
+    params.push(KernelParam::Control);
+    param_decls.push("const u64 mpmd_wait_timeout_ns".to_string());
+    params.push(KernelParam::WaitTimeoutNs);
+
+    let _ = writeln!(
+        e.out,
+        "extern \"C\" __global__ void __launch_bounds__({block_dim}) {kernel_name}(\n    {}) {{",
+        param_decls.join(",\n    ")
+    );
+    e.out.push_str(
+        "  extern __shared__ __align__(16) unsigned char mpmd_smem[];\n\
+         \x20 __shared__ u32 mpmd_ticket;\n\
+         \x20 __shared__ u32 mpmd_stop;\n\
+         \x20 __shared__ int mpmd_value;\n\
+         \x20 // A ticket, not blockIdx, picks the (program, block): tickets are taken in\n\
+         \x20 // start order, so every block a wait depends on is already running.\n\
+         \x20 if (threadIdx.x == 0u) {\n\
+         \x20   mpmd_ticket = atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET], 1u);\n\
+         \x20   mpmd_stop = *(volatile u32*)&mpmd_ctl[MPMD_CTL_ABORT];\n\
+         \x20 }\n\
+         \x20 __syncthreads();\n\
+         \x20 if (mpmd_stop != 0u) return;\n\
+         \x20 const u32 mpmd_ticket_id = mpmd_ticket;\n",
+    );
+
+    let mut tickets = Vec::new();
+    let mut first = 0u64;
+    for (unit_index, unit) in plan.units.iter().enumerate() {
+        let keyword = if unit_index == 0 { "if" } else { "} else if" };
+        let _ = writeln!(
+            e.out,
+            "  {keyword} (mpmd_ticket_id < {}u) {{\n    // program {} `{}` on mesh `{}`: {} block(s) x {} thread(s)\n    const u32 mpmd_block = mpmd_ticket_id - {}u;\n    if (threadIdx.x >= {}u) return;",
+            first + unit.block_count,
+            unit.program,
+            unit.kernel.name,
+            unit.mesh.name,
+            unit.block_count,
+            unit.threads_per_block,
+            first,
+            unit.threads_per_block
+        );
+        e.emit_unit(unit)?;
+        tickets.push(TicketRange {
+            program: unit.program,
+            kernel: unit.kernel.name.clone(),
+            first,
+            count: unit.block_count,
+        });
+        first += unit.block_count;
+    }
+    e.out.push_str("  }\n}\n");
+
+    Ok(EmittedModule {
+        source: e.out,
+        kernel_name,
+        block_dim,
+        total_blocks,
+        dynamic_smem_bytes,
+        params,
+        refs: e.refs,
+        tickets,
+    })
+}
+
+fn buffer_c_name(plan: &LaunchPlan, index: usize) -> String {
+    let first = plan.buffers[index]
+        .operands
+        .first()
+        .map(String::as_str)
+        .unwrap_or("buffer");
+    sanitize(&format!("mpmd_b{index}_"), first)
+}
+
+fn scalar_c_name(operand: &str) -> String {
+    sanitize("p_", operand)
+}
+
+/// Buffers that some program stores to, or accesses atomically.
+fn written_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
+    let mut written: BTreeSet<usize> = plan
+        .buffers
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.atomic)
+        .map(|(i, _)| i)
+        .collect();
+    for unit in &plan.units {
+        let mut names = BTreeSet::new();
+        collect_written(&unit.kernel.body, &mut names);
+        for (position, param) in unit.kernel.params.iter().enumerate() {
+            if names.contains(&param.name) {
+                if let Some(b) = plan.operands.get(position).and_then(|o| o.buffer) {
+                    written.insert(b);
+                }
+            }
+        }
+    }
+    written
+}
+
+fn collect_written(body: &[Stmt], names: &mut BTreeSet<String>) {
+    for stmt in body {
+        match stmt {
+            Stmt::Store { target, .. } | Stmt::Atomic { target, .. } => {
+                names.insert(target.base.clone());
+            }
+            Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
+                names.insert(sem.base.clone());
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                collect_written(then_body, names);
+                collect_written(else_body, names);
+            }
+            Stmt::For { body, .. } => collect_written(body, names),
+            _ => {}
+        }
+    }
+}
+
+fn collect_axes_expr(e: &Expr, axes: &mut BTreeSet<String>) {
+    match e {
+        Expr::AxisIndex(a) => {
+            axes.insert(a.clone());
+        }
+        Expr::Lit(_) | Expr::Var(_) | Expr::AxisSize(_) => {}
+        Expr::Load(access) => collect_axes_access(access, axes),
+        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => collect_axes_expr(a, axes),
+        Expr::Binary(_, a, b) => {
+            collect_axes_expr(a, axes);
+            collect_axes_expr(b, axes);
+        }
+        Expr::Select(a, b, c) => {
+            collect_axes_expr(a, axes);
+            collect_axes_expr(b, axes);
+            collect_axes_expr(c, axes);
+        }
+        Expr::Math(_, args) => args.iter().for_each(|a| collect_axes_expr(a, axes)),
+    }
+}
+
+fn collect_axes_access(access: &RefAccess, axes: &mut BTreeSet<String>) {
+    access
+        .block
+        .iter()
+        .flatten()
+        .chain(access.index.iter())
+        .for_each(|e| collect_axes_expr(e, axes));
+}
+
+fn collect_axes(body: &[Stmt], axes: &mut BTreeSet<String>) {
+    for stmt in body {
+        match stmt {
+            Stmt::Let { value, .. } | Stmt::Assign { value, .. } => collect_axes_expr(value, axes),
+            Stmt::Var { init, .. } => collect_axes_expr(init, axes),
+            Stmt::LocalArray { .. } | Stmt::Barrier => {}
+            Stmt::Store { target, value } => {
+                collect_axes_access(target, axes);
+                collect_axes_expr(value, axes);
+            }
+            Stmt::Atomic { target, args, .. } => {
+                collect_axes_access(target, axes);
+                args.iter().for_each(|a| collect_axes_expr(a, axes));
+            }
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                collect_axes_expr(cond, axes);
+                collect_axes(then_body, axes);
+                collect_axes(else_body, axes);
+            }
+            Stmt::For {
+                start, end, body, ..
+            } => {
+                collect_axes_expr(start, axes);
+                collect_axes_expr(end, axes);
+                collect_axes(body, axes);
+            }
+            Stmt::Sem { sem, amount, .. } => {
+                collect_axes_access(sem, axes);
+                collect_axes_expr(amount, axes);
+            }
+            Stmt::SemRead { sem, .. } => collect_axes_access(sem, axes),
+        }
+    }
+}
+
+/// Per-program state while emitting its body.
+struct UnitContext<'u> {
+    unit: &'u LaunchUnit,
+    symbols: HashMap<String, Symbol>,
+}
+
+impl UnitContext<'_> {
+    fn unsupported(&self, detail: impl Into<String>) -> EmitError {
+        EmitError::Unsupported {
+            program: self.unit.program,
+            kernel: self.unit.kernel.name.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    fn symbol(&self, name: &str) -> Result<&Symbol, EmitError> {
+        self.symbols
+            .get(name)
+            .ok_or_else(|| self.unsupported(format!("unknown name `{name}`")))
+    }
+
+    fn scalar_type(&self, e: &Expr) -> Result<ScalarType, EmitError> {
+        Ok(match e {
+            Expr::Lit(l) => l.ty(),
+            Expr::Var(n) => match self.symbol(n)? {
+                Symbol::Scalar { ty, .. } => *ty,
+                _ => return Err(self.unsupported(format!("`{n}` is a ref, not a value"))),
+            },
+            Expr::AxisIndex(_) | Expr::AxisSize(_) => ScalarType::U32,
+            Expr::Load(access) => self.element_type(&access.base)?,
+            Expr::Unary(_, a) => self.scalar_type(a)?,
+            Expr::Binary(op, a, _) => {
+                if op.is_comparison() {
+                    ScalarType::Bool
+                } else {
+                    self.scalar_type(a)?
+                }
+            }
+            Expr::Select(_, a, _) => self.scalar_type(a)?,
+            Expr::Cast(t, _) | Expr::Bitcast(t, _) => *t,
+            Expr::Math(_, args) => match args.first() {
+                Some(a) => self.scalar_type(a)?,
+                None => return Err(self.unsupported("math function without arguments")),
+            },
+        })
+    }
+
+    fn element_type(&self, base: &str) -> Result<ScalarType, EmitError> {
+        Ok(match self.symbol(base)? {
+            Symbol::Buffer { ty, .. } | Symbol::Smem { ty, .. } => ty.elem,
+            Symbol::Local { elem, .. } => *elem,
+            Symbol::Scalar { .. } => {
+                return Err(self.unsupported(format!("`{base}` is not a ref and cannot be indexed")))
+            }
+        })
+    }
+}
+
+/// A resolved memory access.
+struct Place {
+    /// C pointer expression of the element (`&p[o]`) or the offset variable
+    /// name in checked mode.
+    pointer: String,
+    /// `p[o]` in fast mode.
+    element: String,
+    /// Checked mode: the statement that computes `offset_var`, and its name.
+    checked: Option<(String, String)>,
+    base: String,
+    elem: ScalarType,
+    is_bool_in_memory: bool,
+}
+
+impl Emitter<'_> {
+    fn emit_unit(&mut self, unit: &LaunchUnit) -> Result<(), EmitError> {
+        let mut cx = UnitContext {
+            unit,
+            symbols: HashMap::new(),
+        };
+        // Bind the kernel's parameters by position to the map's operands.
+        for (position, param) in unit.kernel.params.iter().enumerate() {
+            let operand = self.plan.operands.get(position).ok_or_else(|| {
+                cx.unsupported(format!("parameter `{}` has no operand", param.name))
+            })?;
+            let symbol = match &param.ty {
+                Type::Scalar(t) => Symbol::Scalar {
+                    c_name: if *t == ScalarType::Bool {
+                        format!("({} != 0u)", scalar_c_name(&operand.name))
+                    } else {
+                        scalar_c_name(&operand.name)
+                    },
+                    ty: *t,
+                },
+                Type::Ref(r) if r.space == MemorySpace::Smem => {
+                    let slot = unit
+                        .smem
+                        .iter()
+                        .find(|s| s.operand == position)
+                        .map(|s| s.offset_bytes);
+                    match slot {
+                        Some(offset) => {
+                            let c_name = sanitize("s_", &param.name);
+                            let _ = writeln!(
+                                self.out,
+                                "    {}* const {c_name} = ({}*)(mpmd_smem + {offset}u);",
+                                memory_type(r.elem),
+                                memory_type(r.elem)
+                            );
+                            Symbol::Smem {
+                                c_name,
+                                ty: r.clone(),
+                            }
+                        }
+                        // smem of another program: this one may not touch it.
+                        None => continue,
+                    }
+                }
+                Type::Ref(r) => {
+                    let buffer = operand.buffer.ok_or_else(|| {
+                        cx.unsupported(format!("operand `{}` has no buffer", operand.name))
+                    })?;
+                    let owner_block_shape = match &r.owner {
+                        Some(owner) => self
+                            .plan
+                            .mesh(owner)
+                            .ok_or_else(|| cx.unsupported(format!("unknown owner mesh `{owner}`")))?
+                            .block_axes()
+                            .map(|a| a.size)
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    Symbol::Buffer {
+                        c_name: buffer_c_name(self.plan, buffer),
+                        ty: r.clone(),
+                        owner_block_shape,
+                    }
+                }
+            };
+            cx.symbols.insert(param.name.clone(), symbol);
+        }
+        // Axis indices the body uses, from the plan's formulas.
+        let mut used_axes = BTreeSet::new();
+        collect_axes(&unit.kernel.body, &mut used_axes);
+        for axis in &unit.axes {
+            if !used_axes.contains(&axis.axis) {
+                continue;
+            }
+            let id = match axis.source {
+                IdSource::Block => "mpmd_block",
+                IdSource::Thread => "threadIdx.x",
+            };
+            let _ = writeln!(
+                self.out,
+                "    const u32 {} = ({id} / {}u) % {}u;",
+                sanitize("a_", &axis.axis),
+                axis.stride,
+                axis.size
+            );
+        }
+        self.emit_body(&mut cx, &unit.kernel.body, 2)
+    }
+
+    fn emit_body(
+        &mut self,
+        cx: &mut UnitContext,
+        body: &[Stmt],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        for stmt in body {
+            self.emit_stmt(cx, stmt, depth)?;
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, depth: usize, text: &str) {
+        for _ in 0..depth {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    fn emit_stmt(&mut self, cx: &mut UnitContext, stmt: &Stmt, depth: usize) -> Result<(), EmitError> {
+        match stmt {
+            Stmt::Let { var, value } => {
+                let v = self.expr(cx, value)?;
+                let c_name = sanitize("v_", &var.name);
+                self.line(depth, &format!("const {} {c_name} = {v};", c_type(var.ty)));
+                cx.symbols.insert(
+                    var.name.clone(),
+                    Symbol::Scalar {
+                        c_name,
+                        ty: var.ty,
+                    },
+                );
+            }
+            Stmt::Var { var, init } => {
+                let v = self.expr(cx, init)?;
+                let c_name = sanitize("v_", &var.name);
+                self.line(depth, &format!("{} {c_name} = {v};", c_type(var.ty)));
+                cx.symbols.insert(
+                    var.name.clone(),
+                    Symbol::Scalar {
+                        c_name,
+                        ty: var.ty,
+                    },
+                );
+            }
+            Stmt::Assign { name, value } => {
+                let v = self.expr(cx, value)?;
+                let c_name = match cx.symbol(name)? {
+                    Symbol::Scalar { c_name, .. } => c_name.clone(),
+                    _ => return Err(cx.unsupported(format!("cannot assign to ref `{name}`"))),
+                };
+                self.line(depth, &format!("{c_name} = {v};"));
+            }
+            Stmt::LocalArray { name, elem, shape } => {
+                let c_name = sanitize("l_", name);
+                let len: u64 = shape.iter().map(|&d| d as u64).product();
+                self.line(depth, &format!("{} {c_name}[{}];", c_type(*elem), len.max(1)));
+                cx.symbols.insert(
+                    name.clone(),
+                    Symbol::Local {
+                        c_name,
+                        elem: *elem,
+                        shape: shape.clone(),
+                    },
+                );
+            }
+            Stmt::Store { target, value } => {
+                let place = self.place(cx, target)?;
+                let v = self.expr(cx, value)?;
+                let v = if place.is_bool_in_memory {
+                    format!("(u32)({v})")
+                } else {
+                    v
+                };
+                match &place.checked {
+                    None => self.line(depth, &format!("{} = {v};", place.element)),
+                    Some((compute, offset)) => {
+                        self.line(depth, "{");
+                        self.line(depth + 1, compute);
+                        self.line(
+                            depth + 1,
+                            &format!("if ({offset} != MPMD_BAD_OFFSET) {}[{offset}] = {v};", place.base),
+                        );
+                        self.line(depth, "}");
+                    }
+                }
+            }
+            Stmt::Atomic {
+                dest,
+                op,
+                target,
+                args,
+            } => self.emit_atomic(cx, dest.as_ref(), *op, target, args, depth)?,
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                let c = self.expr(cx, cond)?;
+                self.line(depth, &format!("if ({c}) {{"));
+                self.emit_body(cx, then_body, depth + 1)?;
+                if !else_body.is_empty() {
+                    self.line(depth, "} else {");
+                    self.emit_body(cx, else_body, depth + 1)?;
+                }
+                self.line(depth, "}");
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                body,
+            } => {
+                let s = self.expr(cx, start)?;
+                let e = self.expr(cx, end)?;
+                let c_name = sanitize("v_", &var.name);
+                let ty = c_type(var.ty);
+                // The bound is evaluated once; `<` keeps the increment from
+                // overflowing.
+                self.line(depth, "{");
+                self.line(depth + 1, &format!("const {ty} {c_name}_end = {e};"));
+                self.line(
+                    depth + 1,
+                    &format!("for ({ty} {c_name} = {s}; {c_name} < {c_name}_end; {c_name}++) {{"),
+                );
+                cx.symbols.insert(
+                    var.name.clone(),
+                    Symbol::Scalar {
+                        c_name,
+                        ty: var.ty,
+                    },
+                );
+                self.emit_body(cx, body, depth + 2)?;
+                self.line(depth + 1, "}");
+                self.line(depth, "}");
+            }
+            Stmt::Barrier => self.line(depth, "__syncthreads();"),
+            Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
+            Stmt::SemRead { dest, sem } => {
+                let place = self.place(cx, sem)?;
+                let c_name = sanitize("v_", dest);
+                // Thread 0 reads and shares the value, so that it is
+                // block-uniform. The first barrier keeps the slot from being
+                // overwritten before every thread has read an earlier value.
+                self.line(depth, "__syncthreads();");
+                self.line(depth, "if (threadIdx.x == 0u) {");
+                match &place.checked {
+                    None => self.line(depth + 1, &format!("mpmd_value = mpmd_sem_read({});", place.pointer)),
+                    Some((compute, offset)) => {
+                        self.line(depth + 1, compute);
+                        self.line(
+                            depth + 1,
+                            &format!(
+                                "mpmd_value = {offset} == MPMD_BAD_OFFSET ? 0 : mpmd_sem_read(&{}[{offset}]);",
+                                place.base
+                            ),
+                        );
+                    }
+                }
+                self.line(depth, "}");
+                self.line(depth, "__syncthreads();");
+                self.line(depth, &format!("const int {c_name} = mpmd_value;"));
+                cx.symbols.insert(
+                    dest.clone(),
+                    Symbol::Scalar {
+                        c_name,
+                        ty: ScalarType::I32,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn emit_atomic(
+        &mut self,
+        cx: &mut UnitContext,
+        dest: Option<&mpmd_core::ir::Binding>,
+        op: AtomicOp,
+        target: &RefAccess,
+        args: &[Expr],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let place = self.place(cx, target)?;
+        if !place.elem.is_integer() {
+            return Err(cx.unsupported(format!(
+                "{} on `{}` of type {}: atomics need i32 or u32",
+                op.name(),
+                target.base,
+                place.elem
+            )));
+        }
+        if args.len() != op.arity() {
+            return Err(cx.unsupported(format!(
+                "{} takes {} value(s), found {}",
+                op.name(),
+                op.arity(),
+                args.len()
+            )));
+        }
+        let values = args
+            .iter()
+            .map(|a| self.expr(cx, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ty = c_type(place.elem);
+        let (pointer, prefix) = match &place.checked {
+            None => (place.pointer.clone(), None),
+            Some((compute, offset)) => (
+                format!("&{}[{offset}]", place.base),
+                Some((compute.clone(), offset.clone())),
+            ),
+        };
+        let call = match op {
+            AtomicOp::Load => format!("mpmd_atomic_load({pointer})"),
+            AtomicOp::Store => format!("mpmd_atomic_store({pointer}, ({ty})({}))", values[0]),
+            AtomicOp::Add => format!("atomicAdd({pointer}, {})", values[0]),
+            AtomicOp::Min => format!("atomicMin({pointer}, {})", values[0]),
+            AtomicOp::Max => format!("atomicMax({pointer}, {})", values[0]),
+            AtomicOp::And => format!("atomicAnd({pointer}, {})", values[0]),
+            AtomicOp::Or => format!("atomicOr({pointer}, {})", values[0]),
+            AtomicOp::Xor => format!("atomicXor({pointer}, {})", values[0]),
+            AtomicOp::Exchange => format!("atomicExch({pointer}, {})", values[0]),
+            AtomicOp::CompareExchange => {
+                format!("atomicCAS({pointer}, {}, {})", values[0], values[1])
+            }
+        };
+        let dest_name = dest.map(|d| (sanitize("v_", &d.name), d));
+        match (prefix, &dest_name) {
+            (None, Some((c_name, d))) if op.returns_value() => {
+                self.line(depth, &format!("const {} {c_name} = {call};", c_type(d.ty)));
+            }
+            (None, _) => self.line(depth, &format!("{call};")),
+            (Some((compute, offset)), dest_name) => {
+                if let Some((c_name, d)) = dest_name {
+                    self.line(depth, &format!("{} {c_name} = 0;", c_type(d.ty)));
+                }
+                self.line(depth, "{");
+                self.line(depth + 1, &compute);
+                match dest_name {
+                    Some((c_name, _)) if op.returns_value() => self.line(
+                        depth + 1,
+                        &format!("if ({offset} != MPMD_BAD_OFFSET) {c_name} = {call};"),
+                    ),
+                    _ => self.line(depth + 1, &format!("if ({offset} != MPMD_BAD_OFFSET) {call};")),
+                }
+                self.line(depth, "}");
+            }
+        }
+        if let Some((c_name, d)) = dest_name {
+            cx.symbols.insert(
+                d.name.clone(),
+                Symbol::Scalar {
+                    c_name,
+                    ty: d.ty,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn emit_sem(
+        &mut self,
+        cx: &mut UnitContext,
+        op: SemOp,
+        sem: &RefAccess,
+        amount: &Expr,
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let place = self.place(cx, sem)?;
+        let n = self.expr(cx, amount)?;
+        let (compute, pointer, guard) = match &place.checked {
+            None => (None, place.pointer.clone(), String::new()),
+            Some((compute, offset)) => (
+                Some(compute.clone()),
+                format!("&{}[{offset}]", place.base),
+                format!("{offset} != MPMD_BAD_OFFSET && "),
+            ),
+        };
+        match op {
+            SemOp::Signal => {
+                self.line(depth, &format!("// signal({}, ...)", sem.base));
+                self.line(depth, "__syncthreads();");
+                self.line(depth, "if (threadIdx.x == 0u) {");
+                if let Some(c) = &compute {
+                    self.line(depth + 1, c);
+                }
+                let call = format!("mpmd_sem_signal({pointer}, {n});");
+                if guard.is_empty() {
+                    self.line(depth + 1, &call);
+                } else {
+                    let condition = guard.trim_end_matches(" && ");
+                    self.line(depth + 1, &format!("if ({condition}) {call}"));
+                }
+                self.line(depth, "}");
+            }
+            SemOp::Wait | SemOp::WaitNodec => {
+                let decrement = op == SemOp::Wait;
+                let (ref_id, coords, index) = self.site_values(cx, sem)?;
+                self.line(depth, &format!("// {}({}, ...)", op.name(), sem.base));
+                self.line(depth, "if (threadIdx.x == 0u) {");
+                if let Some(c) = &compute {
+                    self.line(depth + 1, c);
+                }
+                let failed = if guard.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} == MPMD_BAD_OFFSET || ", guard.trim_end_matches(" != MPMD_BAD_OFFSET && "))
+                };
+                self.line(
+                    depth + 1,
+                    &format!(
+                        "if ({failed}!mpmd_sem_wait({pointer}, {n}, {decrement}, mpmd_ctl, mpmd_wait_timeout_ns, {}u, mpmd_block, {ref_id}u, {coords}, {index})) mpmd_stop = 1u;",
+                        cx.unit.program
+                    ),
+                );
+                self.line(depth, "}");
+                self.line(depth, "__syncthreads();");
+                self.line(depth, "if (mpmd_stop != 0u) return;");
+            }
+        }
+        Ok(())
+    }
+
+    /// The ref id and the coordinate and index values of an access, as
+    /// `mpmd_idx` initialisers, for error records.
+    fn site_values(
+        &mut self,
+        cx: &UnitContext,
+        access: &RefAccess,
+    ) -> Result<(u32, String, String), EmitError> {
+        let ref_id = self.ref_id(cx, &access.base)?;
+        let coords = match &access.block {
+            Some(c) => c
+                .iter()
+                .map(|e| self.index_expr(cx, e))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
+        let index = access
+            .index
+            .iter()
+            .map(|e| self.index_expr(cx, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((ref_id, idx_init(&coords), idx_init(&index)))
+    }
+
+    fn ref_id(&mut self, cx: &UnitContext, base: &str) -> Result<u32, EmitError> {
+        let key = (cx.unit.program, base.to_string());
+        if let Some(&id) = self.ref_ids.get(&key) {
+            return Ok(id);
+        }
+        let info = match cx.symbol(base)? {
+            Symbol::Buffer {
+                ty,
+                owner_block_shape,
+                ..
+            } => RefInfo {
+                name: base.to_string(),
+                shape: ty.shape.clone(),
+                owner_block_shape: owner_block_shape.clone(),
+            },
+            Symbol::Smem { ty, .. } => RefInfo {
+                name: base.to_string(),
+                shape: ty.shape.clone(),
+                owner_block_shape: Vec::new(),
+            },
+            Symbol::Local { shape, .. } => RefInfo {
+                name: base.to_string(),
+                shape: shape.clone(),
+                owner_block_shape: Vec::new(),
+            },
+            Symbol::Scalar { .. } => {
+                return Err(cx.unsupported(format!("`{base}` is not a ref")));
+            }
+        };
+        let id = self.refs.len() as u32;
+        self.refs.push(info);
+        self.ref_ids.insert(key, id);
+        Ok(id)
+    }
+
+    /// An index or coordinate as a `u32` expression (i32 indices are
+    /// reinterpreted, so negative ones fail the bounds check).
+    fn index_expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<String, EmitError> {
+        let v = self.expr(cx, e)?;
+        Ok(match cx.scalar_type(e)? {
+            ScalarType::U32 => v,
+            _ => format!("(u32)({v})"),
+        })
+    }
+
+    fn place(&mut self, cx: &UnitContext, access: &RefAccess) -> Result<Place, EmitError> {
+        let symbol = cx.symbol(&access.base)?.clone();
+        let (base, elem, shape, owner_block_shape, in_memory_bool) = match &symbol {
+            Symbol::Buffer {
+                c_name,
+                ty,
+                owner_block_shape,
+            } => (
+                c_name.clone(),
+                ty.elem,
+                ty.shape.clone(),
+                owner_block_shape.clone(),
+                ty.elem == ScalarType::Bool,
+            ),
+            Symbol::Smem { c_name, ty } => {
+                if access.block.is_some() {
+                    return Err(cx.unsupported(format!(
+                        "`{}@[...]`: the smem of another block cannot be reached",
+                        access.base
+                    )));
+                }
+                (c_name.clone(), ty.elem, ty.shape.clone(), Vec::new(), ty.elem == ScalarType::Bool)
+            }
+            Symbol::Local {
+                c_name,
+                elem,
+                shape,
+            } => (c_name.clone(), *elem, shape.clone(), Vec::new(), false),
+            Symbol::Scalar { .. } => {
+                return Err(cx.unsupported(format!(
+                    "`{}` is not a ref and cannot be indexed",
+                    access.base
+                )))
+            }
+        };
+        if access.index.len() != shape.len() {
+            return Err(cx.unsupported(format!(
+                "`{}` has {} dimension(s) but is indexed with {}",
+                access.base,
+                shape.len(),
+                access.index.len()
+            )));
+        }
+        let instance_len: u64 = shape.iter().map(|&d| d as u64).product();
+        let owned = matches!(&symbol, Symbol::Buffer { ty, .. } if ty.owner.is_some());
+        let coords: Option<Vec<String>> = match &access.block {
+            Some(c) => {
+                if c.len() != owner_block_shape.len() {
+                    return Err(cx.unsupported(format!(
+                        "`{}@[...]` names {} coordinate(s); its owner has {} block axes",
+                        access.base,
+                        c.len(),
+                        owner_block_shape.len()
+                    )));
+                }
+                Some(
+                    c.iter()
+                        .map(|e| self.index_expr(cx, e))
+                        .collect::<Result<Vec<_>, _>>()?,
+                )
+            }
+            None => None,
+        };
+        let index = access
+            .index
+            .iter()
+            .map(|e| self.index_expr(cx, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Own instance of an owned buffer: this block's (the program runs on
+        // the owner mesh; validation guarantees it).
+        let own_instance = if owned {
+            "(u64)mpmd_block"
+        } else {
+            "0ull"
+        };
+        match self.mode {
+            Mode::Fast => {
+                let instances: u64 = if owned {
+                    owner_block_shape.iter().map(|&d| d as u64).product()
+                } else {
+                    1
+                };
+                let total_len = instance_len * instances;
+                // 32-bit offsets when the whole buffer fits; 64-bit otherwise.
+                let wide = total_len > u32::MAX as u64;
+                let flat = flatten(&index, &shape, wide);
+                let offset = match (&coords, owned) {
+                    (Some(c), _) => {
+                        let instance = flatten(c, &owner_block_shape, wide);
+                        combine(&instance, instance_len, &flat, wide)
+                    }
+                    (None, true) => {
+                        let instance = if wide { "(u64)mpmd_block".to_string() } else { "mpmd_block".to_string() };
+                        combine(&instance, instance_len, &flat, wide)
+                    }
+                    (None, false) => flat,
+                };
+                Ok(Place {
+                    pointer: format!("&{base}[{offset}]"),
+                    element: format!("{base}[{offset}]"),
+                    checked: None,
+                    base,
+                    elem,
+                    is_bool_in_memory: in_memory_bool,
+                })
+            }
+            Mode::Checked => {
+                let ref_id = self.ref_id(cx, &access.base)?;
+                self.next_offset += 1;
+                let offset_var = format!("mpmd_o{}", self.next_offset);
+                let coord_values = coords.clone().unwrap_or_default();
+                let coord_sizes: Vec<String> = if coords.is_some() {
+                    owner_block_shape.iter().map(|d| format!("{d}u")).collect()
+                } else {
+                    Vec::new()
+                };
+                let dims: Vec<String> = shape.iter().map(|d| format!("{d}u")).collect();
+                let compute = format!(
+                    "const u64 {offset_var} = mpmd_checked_offset(mpmd_ctl, {}u, mpmd_block, {ref_id}u, {}, {}, {}, {}, {own_instance}, {instance_len}ull);",
+                    cx.unit.program,
+                    idx_init(&coord_values),
+                    idx_init(&coord_sizes),
+                    idx_init(&index),
+                    idx_init(&dims),
+                );
+                Ok(Place {
+                    pointer: format!("&{base}[{offset_var}]"),
+                    element: format!("{base}[{offset_var}]"),
+                    checked: Some((compute, offset_var)),
+                    base,
+                    elem,
+                    is_bool_in_memory: in_memory_bool,
+                })
+            }
+        }
+    }
+
+    fn expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<String, EmitError> {
+        Ok(match e {
+            Expr::Lit(l) => literal(*l),
+            Expr::Var(name) => match cx.symbol(name)? {
+                Symbol::Scalar { c_name, .. } => c_name.clone(),
+                _ => return Err(cx.unsupported(format!("`{name}` is a ref, not a value"))),
+            },
+            Expr::AxisIndex(axis) => {
+                if !cx.unit.axes.iter().any(|a| &a.axis == axis) {
+                    return Err(cx.unsupported(format!(
+                        "axis_index({axis}): `{axis}` is not an axis of mesh `{}`",
+                        cx.unit.mesh.name
+                    )));
+                }
+                sanitize("a_", axis)
+            }
+            Expr::AxisSize(axis) => {
+                let size = std::iter::once(&cx.unit.mesh)
+                    .chain(self.plan.meshes.iter())
+                    .find_map(|m| m.axis(axis))
+                    .map(|a| a.size)
+                    .ok_or_else(|| cx.unsupported(format!("axis_size({axis}): no mesh has axis `{axis}`")))?;
+                format!("{size}u")
+            }
+            Expr::Load(access) => self.load(cx, access)?,
+            Expr::Unary(op, a) => {
+                let t = cx.scalar_type(a)?;
+                let v = self.expr(cx, a)?;
+                match (op, t) {
+                    (UnaryOp::Neg, ScalarType::I32) => format!("mpmd_neg_i32({v})"),
+                    (UnaryOp::Neg, ScalarType::U32) => format!("(0u - {v})"),
+                    (UnaryOp::Neg, _) => format!("(-{v})"),
+                    (UnaryOp::Not, _) => format!("(!{v})"),
+                    (UnaryOp::BitNot, _) => format!("(~{v})"),
+                }
+            }
+            Expr::Binary(op, a, b) => {
+                let t = cx.scalar_type(a)?;
+                let x = self.expr(cx, a)?;
+                let y = self.expr(cx, b)?;
+                binary(*op, t, &x, &y)
+            }
+            Expr::Select(c, a, b) => {
+                let c = self.expr(cx, c)?;
+                let a = self.expr(cx, a)?;
+                let b = self.expr(cx, b)?;
+                format!("({c} ? {a} : {b})")
+            }
+            Expr::Cast(to, a) => {
+                let from = cx.scalar_type(a)?;
+                let v = self.expr(cx, a)?;
+                cast(from, *to, &v)
+            }
+            Expr::Bitcast(to, a) => {
+                let from = cx.scalar_type(a)?;
+                let v = self.expr(cx, a)?;
+                match (from, to) {
+                    (f, t) if f == *t => v,
+                    (ScalarType::F32, ScalarType::I32) => format!("__float_as_int({v})"),
+                    (ScalarType::F32, ScalarType::U32) => format!("__float_as_uint({v})"),
+                    (ScalarType::I32, ScalarType::F32) => format!("__int_as_float({v})"),
+                    (ScalarType::U32, ScalarType::F32) => format!("__uint_as_float({v})"),
+                    (ScalarType::I32, ScalarType::U32) => format!("((u32)({v}))"),
+                    (ScalarType::U32, ScalarType::I32) => format!("((int)({v}))"),
+                    (f, t) => return Err(cx.unsupported(format!("bitcast from {f} to {t}"))),
+                }
+            }
+            Expr::Math(f, args) => {
+                if args.len() != f.arity() {
+                    return Err(cx.unsupported(format!(
+                        "`{}` takes {} argument(s), found {}",
+                        f.name(),
+                        f.arity(),
+                        args.len()
+                    )));
+                }
+                let t = cx.scalar_type(&args[0])?;
+                let values = args
+                    .iter()
+                    .map(|a| self.expr(cx, a))
+                    .collect::<Result<Vec<_>, _>>()?;
+                math(*f, t, &values).ok_or_else(|| {
+                    cx.unsupported(format!("`{}` is not defined for {t}", f.name()))
+                })?
+            }
+        })
+    }
+
+    fn load(&mut self, cx: &UnitContext, access: &RefAccess) -> Result<String, EmitError> {
+        let place = self.place(cx, access)?;
+        let raw = match &place.checked {
+            None => place.element.clone(),
+            Some((compute, _)) => {
+                // Checked: the offset comes from an inline call so that the
+                // check stays lazy inside `&&`, `||` and `select`.
+                let call = compute
+                    .split_once(" = ")
+                    .map(|(_, rhs)| rhs.trim_end_matches(';').to_string())
+                    .unwrap_or_default();
+                format!("mpmd_load({}, {call})", place.base)
+            }
+        };
+        Ok(if place.is_bool_in_memory {
+            format!("({raw} != 0u)")
+        } else {
+            raw
+        })
+    }
+}
+
+fn idx_init(values: &[String]) -> String {
+    if values.is_empty() {
+        return "mpmd_idx{0u, {}}".to_string();
+    }
+    let shown: Vec<&str> = values.iter().take(8).map(String::as_str).collect();
+    format!("mpmd_idx{{{}u, {{{}}}}}", shown.len(), shown.join(", "))
+}
+
+/// Row-major flat index of `index` into `dims`.
+fn flatten(index: &[String], dims: &[u32], wide: bool) -> String {
+    let mut acc = String::new();
+    for (k, i) in index.iter().enumerate() {
+        let term = if wide { format!("(u64)({i})") } else { i.clone() };
+        if k == 0 {
+            acc = term;
+        } else {
+            let d = dims[k];
+            let suffix = if wide { "ull" } else { "u" };
+            acc = format!("({acc}) * {d}{suffix} + {term}");
+        }
+    }
+    if acc.is_empty() {
+        "0u".to_string()
+    } else {
+        acc
+    }
+}
+
+fn combine(instance: &str, instance_len: u64, flat: &str, wide: bool) -> String {
+    let suffix = if wide { "ull" } else { "u" };
+    format!("({instance}) * {instance_len}{suffix} + {flat}")
+}
+
+fn binary(op: BinaryOp, t: ScalarType, x: &str, y: &str) -> String {
+    use BinaryOp::*;
+    use ScalarType::*;
+    let infix = |sym: &str| format!("({x} {sym} {y})");
+    match (op, t) {
+        (Add, I32) => format!("mpmd_add_i32({x}, {y})"),
+        (Sub, I32) => format!("mpmd_sub_i32({x}, {y})"),
+        (Mul, I32) => format!("mpmd_mul_i32({x}, {y})"),
+        (Div, I32) => format!("mpmd_div_i32({x}, {y})"),
+        (Rem, I32) => format!("mpmd_rem_i32({x}, {y})"),
+        (Div, U32) => format!("mpmd_div_u32({x}, {y})"),
+        (Rem, U32) => format!("mpmd_rem_u32({x}, {y})"),
+        (Rem, _) => format!("fmodf({x}, {y})"),
+        (Shl, I32) => format!("mpmd_shl_i32({x}, {y})"),
+        (Shr, I32) => format!("mpmd_shr_i32({x}, {y})"),
+        (Shl, _) => format!("mpmd_shl_u32({x}, {y})"),
+        (Shr, _) => format!("mpmd_shr_u32({x}, {y})"),
+        (Add, _) => infix("+"),
+        (Sub, _) => infix("-"),
+        (Mul, _) => infix("*"),
+        (Div, _) => infix("/"),
+        (BitAnd, _) => infix("&"),
+        (BitOr, _) => infix("|"),
+        (BitXor, _) => infix("^"),
+        (LogicAnd, _) => infix("&&"),
+        (LogicOr, _) => infix("||"),
+        (Eq, _) => infix("=="),
+        (Ne, _) => infix("!="),
+        (Lt, _) => infix("<"),
+        (Le, _) => infix("<="),
+        (Gt, _) => infix(">"),
+        (Ge, _) => infix(">="),
+    }
+}
+
+fn cast(from: ScalarType, to: ScalarType, v: &str) -> String {
+    use ScalarType::*;
+    match (from, to) {
+        (f, t) if f == t => v.to_string(),
+        (F32, I32) => format!("mpmd_f32_to_i32({v})"),
+        (F32, U32) => format!("mpmd_f32_to_u32({v})"),
+        (I32, F32) => format!("__int2float_rn({v})"),
+        (U32, F32) => format!("__uint2float_rn({v})"),
+        (I32, U32) => format!("((u32)({v}))"),
+        (U32, I32) => format!("((int)({v}))"),
+        (Bool, F32) => format!("({v} ? 1.0f : 0.0f)"),
+        (Bool, I32) => format!("((int)({v}))"),
+        (Bool, U32) => format!("((u32)({v}))"),
+        (F32, Bool) => format!("({v} != 0.0f)"),
+        (_, Bool) => format!("({v} != 0)"),
+        (_, _) => v.to_string(),
+    }
+}
+
+fn math(f: MathFn, t: ScalarType, v: &[String]) -> Option<String> {
+    use ScalarType::*;
+    let call = |name: &str| format!("{name}({})", v.join(", "));
+    Some(match (f, t) {
+        (MathFn::Exp, F32) => call("expf"),
+        (MathFn::Log, F32) => call("logf"),
+        (MathFn::Sqrt, F32) => call("sqrtf"),
+        (MathFn::Rsqrt, F32) => call("rsqrtf"),
+        (MathFn::Sin, F32) => call("sinf"),
+        (MathFn::Cos, F32) => call("cosf"),
+        (MathFn::Tanh, F32) => call("tanhf"),
+        (MathFn::Floor, F32) => call("floorf"),
+        (MathFn::Ceil, F32) => call("ceilf"),
+        (MathFn::Fma, F32) => call("fmaf"),
+        (MathFn::Pow, F32) => call("powf"),
+        (MathFn::Abs, F32) => call("fabsf"),
+        (MathFn::Abs, I32) => call("mpmd_abs_i32"),
+        (MathFn::Abs, U32) => v[0].clone(),
+        // fminf/fmaxf return the other operand when one is NaN.
+        (MathFn::Min, F32) => call("fminf"),
+        (MathFn::Max, F32) => call("fmaxf"),
+        (MathFn::Min, I32) => call("mpmd_min_i32"),
+        (MathFn::Max, I32) => call("mpmd_max_i32"),
+        (MathFn::Min, U32) => call("mpmd_min_u32"),
+        (MathFn::Max, U32) => call("mpmd_max_u32"),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_literals_are_exact() {
+        assert_eq!(f32_literal(1.0f32.to_bits()), "1.0f");
+        assert_eq!(f32_literal((-2.5f32).to_bits()), "(-2.5f)");
+        assert_eq!(f32_literal((-0.0f32).to_bits()), "(-0.0f)");
+        assert_eq!(f32_literal(0.1f32.to_bits()), "__uint_as_float(0x3dcccccdu)");
+        assert_eq!(f32_literal(f32::INFINITY.to_bits()), "__uint_as_float(0x7f800000u)");
+        assert_eq!(f32_literal(0x7fc0_0001), "__uint_as_float(0x7fc00001u)");
+    }
+
+    #[test]
+    fn integer_literals() {
+        assert_eq!(literal(Literal::I32(i32::MIN)), "(-2147483647 - 1)");
+        assert_eq!(literal(Literal::I32(-7)), "(-7)");
+        assert_eq!(literal(Literal::U32(7)), "7u");
+        assert_eq!(literal(Literal::Bool(true)), "true");
+    }
+
+    #[test]
+    fn names_are_prefixed() {
+        assert_eq!(sanitize("v_", "int"), "v_int");
+        assert_eq!(sanitize("mpmd_", "my map"), "mpmd_my_map");
+    }
+
+    #[test]
+    fn flatten_row_major() {
+        let idx = vec!["i".to_string(), "j".to_string()];
+        assert_eq!(flatten(&idx, &[4, 256], false), "(i) * 256u + j");
+        assert_eq!(flatten(&idx, &[4, 256], true), "((u64)(i)) * 256ull + (u64)(j)");
+    }
+}

@@ -1,0 +1,169 @@
+// ---- mpmd prelude: numerics and synchronisation helpers ---------------------
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// Sentinel offset of a checked access that failed its bounds check.
+#define MPMD_BAD_OFFSET 0xffffffffffffffffull
+
+// Words of the per-call control block (mirrored by control.rs on the host).
+#define MPMD_CTL_TICKET 0
+#define MPMD_CTL_ABORT 1
+#define MPMD_CTL_CLAIMED 2
+#define MPMD_CTL_KIND 3
+#define MPMD_CTL_PROGRAM 4
+#define MPMD_CTL_BLOCK 5
+#define MPMD_CTL_THREAD 6
+#define MPMD_CTL_REF 7
+#define MPMD_CTL_NCOORDS 8
+#define MPMD_CTL_NINDEX 9
+#define MPMD_CTL_COORDS 10
+#define MPMD_CTL_INDEX 16
+#define MPMD_ERR_WAIT_TIMEOUT 1u
+#define MPMD_ERR_OUT_OF_BOUNDS 2u
+
+// Up to 8 index values (block coordinates or element indices) of one access.
+struct mpmd_idx {
+  u32 n;
+  u32 v[8];
+};
+
+// Signed arithmetic is done in u32: signed overflow is undefined in C++, and
+// mpmd integers wrap.
+static __device__ __forceinline__ int mpmd_add_i32(int a, int b) { return (int)((u32)a + (u32)b); }
+static __device__ __forceinline__ int mpmd_sub_i32(int a, int b) { return (int)((u32)a - (u32)b); }
+static __device__ __forceinline__ int mpmd_mul_i32(int a, int b) { return (int)((u32)a * (u32)b); }
+static __device__ __forceinline__ int mpmd_neg_i32(int a) { return (int)(0u - (u32)a); }
+static __device__ __forceinline__ int mpmd_abs_i32(int a) { return a < 0 ? mpmd_neg_i32(a) : a; }
+// Division by zero returns the dividend; i32::MIN / -1 wraps to i32::MIN.
+static __device__ __forceinline__ int mpmd_div_i32(int a, int b) {
+  if (b == 0) return a;
+  if (b == -1) return mpmd_neg_i32(a);
+  return a / b;
+}
+// Remainder by zero is 0; x % -1 is 0 (also for i32::MIN).
+static __device__ __forceinline__ int mpmd_rem_i32(int a, int b) {
+  if (b == 0 || b == -1) return 0;
+  return a % b;
+}
+static __device__ __forceinline__ u32 mpmd_div_u32(u32 a, u32 b) { return b == 0u ? a : a / b; }
+static __device__ __forceinline__ u32 mpmd_rem_u32(u32 a, u32 b) { return b == 0u ? 0u : a % b; }
+// Shift amounts are taken modulo 32; >> is arithmetic for i32.
+static __device__ __forceinline__ int mpmd_shl_i32(int a, int b) { return (int)((u32)a << ((u32)b & 31u)); }
+static __device__ __forceinline__ int mpmd_shr_i32(int a, int b) { return a >> ((u32)b & 31u); }
+static __device__ __forceinline__ u32 mpmd_shl_u32(u32 a, u32 b) { return a << (b & 31u); }
+static __device__ __forceinline__ u32 mpmd_shr_u32(u32 a, u32 b) { return a >> (b & 31u); }
+static __device__ __forceinline__ int mpmd_min_i32(int a, int b) { return a < b ? a : b; }
+static __device__ __forceinline__ int mpmd_max_i32(int a, int b) { return a > b ? a : b; }
+static __device__ __forceinline__ u32 mpmd_min_u32(u32 a, u32 b) { return a < b ? a : b; }
+static __device__ __forceinline__ u32 mpmd_max_u32(u32 a, u32 b) { return a > b ? a : b; }
+// Float to int is Rust's `as`: truncate, saturate (the _rz intrinsics do), NaN to 0.
+static __device__ __forceinline__ int mpmd_f32_to_i32(float x) { return x != x ? 0 : __float2int_rz(x); }
+static __device__ __forceinline__ u32 mpmd_f32_to_u32(float x) { return x != x ? 0u : __float2uint_rz(x); }
+
+template <typename T>
+static __device__ __forceinline__ T mpmd_load(const T* p, u64 offset) {
+  return offset == MPMD_BAD_OFFSET ? T(0) : p[offset];
+}
+template <typename T>
+static __device__ __forceinline__ T mpmd_atomic_load(T* p) { return *(volatile T*)p; }
+template <typename T>
+static __device__ __forceinline__ void mpmd_atomic_store(T* p, T v) { *(volatile T*)p = v; }
+
+static __device__ __forceinline__ u64 mpmd_globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Records the first error of the call and raises the abort flag, which every
+// waiting block polls.
+static __device__ __noinline__ void mpmd_report(u32* ctl, u32 kind, u32 program, u32 block, u32 ref,
+                                                 mpmd_idx coords, mpmd_idx index) {
+  if (atomicCAS(&ctl[MPMD_CTL_CLAIMED], 0u, 1u) == 0u) {
+    ctl[MPMD_CTL_KIND] = kind;
+    ctl[MPMD_CTL_PROGRAM] = program;
+    ctl[MPMD_CTL_BLOCK] = block;
+    ctl[MPMD_CTL_THREAD] = threadIdx.x;
+    ctl[MPMD_CTL_REF] = ref;
+    ctl[MPMD_CTL_NCOORDS] = coords.n;
+    ctl[MPMD_CTL_NINDEX] = index.n;
+    for (u32 k = 0; k < 6u && k < coords.n; k++) ctl[MPMD_CTL_COORDS + k] = coords.v[k];
+    for (u32 k = 0; k < 8u && k < index.n; k++) ctl[MPMD_CTL_INDEX + k] = index.v[k];
+  }
+  __threadfence();
+  atomicExch(&ctl[MPMD_CTL_ABORT], 1u);
+}
+
+// Checked mode: the element offset of an access, or MPMD_BAD_OFFSET after
+// reporting an out-of-bounds coordinate or index.
+static __device__ __forceinline__ u64 mpmd_checked_offset(u32* ctl, u32 program, u32 block, u32 ref,
+                                                          mpmd_idx coords, mpmd_idx coord_sizes,
+                                                          mpmd_idx index, mpmd_idx dims,
+                                                          u64 own_instance, u64 instance_len) {
+  bool ok = true;
+  u64 instance = own_instance;
+  if (coords.n > 0u) {
+    instance = 0;
+    for (u32 k = 0; k < coords.n; k++) {
+      ok = ok && coords.v[k] < coord_sizes.v[k];
+      instance = instance * coord_sizes.v[k] + coords.v[k];
+    }
+  }
+  u64 flat = 0;
+  for (u32 k = 0; k < index.n; k++) {
+    ok = ok && index.v[k] < dims.v[k];
+    flat = flat * dims.v[k] + index.v[k];
+  }
+  if (!ok) {
+    mpmd_report(ctl, MPMD_ERR_OUT_OF_BOUNDS, program, block, ref, coords, index);
+    return MPMD_BAD_OFFSET;
+  }
+  return instance * instance_len + flat;
+}
+
+// signal: called by thread 0 after a block barrier. The fence makes the add a
+// release at device scope (cumulative over the block's writes that the
+// barrier ordered before it).
+static __device__ __forceinline__ void mpmd_sem_signal(int* s, int n) {
+  __threadfence();
+  atomicAdd(s, n);
+}
+
+// wait / wait_nodec: called by thread 0 only. Returns false when the call is
+// aborting: this wait timed out (reported here) or another block reported an
+// error. The fence after the successful read or exchange makes it an acquire.
+static __device__ __noinline__ bool mpmd_sem_wait(int* s, int n, bool decrement, u32* ctl,
+                                                   u64 timeout_ns, u32 program, u32 block, u32 ref,
+                                                   mpmd_idx coords, mpmd_idx index) {
+  const u64 start = mpmd_globaltimer();
+  u32 backoff = 32u;
+  for (;;) {
+    const int current = *(volatile int*)s;
+    if (current >= n) {
+      if (!decrement) {
+        __threadfence();
+        return true;
+      }
+      if (atomicCAS(s, current, mpmd_sub_i32(current, n)) == current) {
+        __threadfence();
+        return true;
+      }
+      continue;
+    }
+    if (*(volatile u32*)&ctl[MPMD_CTL_ABORT] != 0u) return false;
+    if (mpmd_globaltimer() - start > timeout_ns) {
+      mpmd_report(ctl, MPMD_ERR_WAIT_TIMEOUT, program, block, ref, coords, index);
+      return false;
+    }
+    __nanosleep(backoff);
+    if (backoff < 1024u) backoff *= 2u;
+  }
+}
+
+// read: thread 0's view of the counter.
+static __device__ __forceinline__ int mpmd_sem_read(const int* s) {
+  const int v = *(volatile const int*)s;
+  __threadfence();
+  return v;
+}
+// ---- end of prelude ---------------------------------------------------------

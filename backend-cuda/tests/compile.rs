@@ -1,0 +1,155 @@
+//! Emit + NVRTC + ptxas for sm_90 on programs covering the whole IR, in
+//! fast and checked mode. Needs libnvrtc.so.13 on LD_LIBRARY_PATH and ptxas
+//! on PATH (`cargo xtask test` sets both); fails when they are missing.
+
+mod common;
+
+use common::*;
+use mpmd_core::Mode;
+use mpmd_cuda::{check_plan, compile_ptx, emit, CompileError, CompileOptions};
+
+#[test]
+fn every_program_compiles_for_sm_90_without_spills() {
+    require_tools();
+    for (name, module) in corpus() {
+        let plan = plan_of(&module);
+        for mode in [Mode::Fast, Mode::Checked] {
+            let report = check_plan(&plan, mode).unwrap_or_else(|e| {
+                panic!("{name} ({mode:?}) failed:\n{e}\n--- source ---\n{}", emit(&plan, mode).unwrap())
+            });
+            assert_eq!(report.status, "compiled");
+            assert_eq!(report.arch, 90);
+            assert!(report.registers > 0, "{name} ({mode:?}): {report:?}");
+            assert_eq!(
+                (report.spill_store_bytes, report.spill_load_bytes),
+                (0, 0),
+                "{name} ({mode:?}) spills: {report:?}"
+            );
+            println!(
+                "{name:>16} {mode:?}: {} registers, {} blocks x {} threads, {} bytes smem",
+                report.registers, report.total_blocks, report.block_dim, report.dynamic_smem_bytes
+            );
+        }
+    }
+}
+
+#[test]
+fn ticket_dispatch_covers_units_in_order() {
+    let plan = plan_of(&pipeline());
+    let module = mpmd_cuda::emit_module(&plan, Mode::Fast).unwrap();
+    // 4 producer blocks, 4 consumer blocks, 1 finisher block; 128 threads.
+    assert_eq!(module.block_dim, 128);
+    assert_eq!(module.total_blocks, 9);
+    let ranges: Vec<(usize, u64, u64)> = module
+        .tickets
+        .iter()
+        .map(|t| (t.program, t.first, t.count))
+        .collect();
+    assert_eq!(ranges, vec![(0, 0, 4), (1, 4, 4), (2, 8, 1)]);
+    let src = &module.source;
+    assert!(src.contains("if (mpmd_ticket_id < 4u) {"), "{src}");
+    assert!(src.contains("} else if (mpmd_ticket_id < 8u) {"), "{src}");
+    // Threads beyond each program's own count exit at entry.
+    assert!(src.contains("if (threadIdx.x >= 48u) return;"), "{src}");
+    assert!(src.contains("if (threadIdx.x >= 96u) return;"), "{src}");
+    assert!(src.contains("if (threadIdx.x >= 128u) return;"), "{src}");
+    // smem arena sized by the largest program.
+    assert_eq!(module.dynamic_smem_bytes, 384);
+}
+
+#[test]
+fn generated_code_uses_the_exact_numerics() {
+    let src = emit(&plan_of(&all_expressions()), Mode::Fast).unwrap();
+    for needle in [
+        "mpmd_add_i32(",
+        "mpmd_div_i32(",
+        "mpmd_rem_u32(",
+        "mpmd_shl_i32(",
+        "mpmd_f32_to_i32(",
+        "mpmd_f32_to_u32(",
+        "fminf(",
+        "fmaxf(",
+        "fmodf(",
+        "fmaf(",
+        "__uint_as_float(0x7fc00000u)",
+        "(-2147483647 - 1)",
+    ] {
+        assert!(src.contains(needle), "missing `{needle}` in\n{src}");
+    }
+}
+
+#[test]
+fn scale_kernel_reads_like_the_program() {
+    let src = emit(&plan_of(&scale()), Mode::Fast).unwrap();
+    let body = src.split("// program 0").nth(1).unwrap();
+    assert!(body.contains("const u32 v_i = ((a_b * 128u) + a_t);"), "{body}");
+    assert!(body.contains("if ((v_i < p_n)) {"), "{body}");
+    assert!(body.contains("mpmd_b1_y[v_i] = (mpmd_b0_x[v_i] * p_alpha);"), "{body}");
+    // x is never written: read-only cache.
+    assert!(src.contains("const float* __restrict__ mpmd_b0_x"), "{src}");
+    assert!(src.contains("float* mpmd_b1_y"), "{src}");
+}
+
+#[test]
+fn failed_nvrtc_compile_shows_the_offending_line() {
+    require_tools();
+    let source = "extern \"C\" __global__ void k(float* y) {\n  y[0] = undefined_name + 1.0f;\n}\n";
+    let err = compile_ptx(
+        source,
+        &CompileOptions {
+            use_cache: false,
+            ..CompileOptions::default()
+        },
+    )
+    .unwrap_err();
+    let CompileError::Compile { program, log } = &err else {
+        panic!("expected a compile error, got {err:?}");
+    };
+    assert_eq!(program, "mpmd.cu");
+    assert!(
+        log.contains("mpmd.cu(2): error: identifier \"undefined_name\" is undefined"),
+        "{log}"
+    );
+    assert!(log.contains("     2 |   y[0] = undefined_name + 1.0f;"), "{log}");
+    assert!(err.to_string().starts_with("NVRTC failed to compile `mpmd.cu`:\n"));
+}
+
+#[test]
+fn nvrtc_version_is_reported() {
+    require_tools();
+    let (major, _minor) = mpmd_cuda::nvrtc_version().unwrap();
+    assert!(major >= 12, "NVRTC {major}");
+}
+
+#[test]
+#[ignore = "prints generated sources for review"]
+fn dump_sources() {
+    for (name, module) in corpus() {
+        let plan = plan_of(&module);
+        for mode in [Mode::Fast, Mode::Checked] {
+            let src = emit(&plan, mode).unwrap();
+            std::fs::write(format!("/tmp/mpmd-{name}-{mode:?}.cu"), src).unwrap();
+        }
+    }
+}
+
+#[test]
+fn compiles_go_through_the_module_cache() {
+    require_tools();
+    use mpmd_cuda::cache::{key_text, ModuleCache};
+    use mpmd_cuda::nvrtc::Output;
+    let source = format!(
+        "extern \"C\" __global__ void cached(unsigned* y) {{ y[0] = {}u; }}\n",
+        std::process::id()
+    );
+    let options = CompileOptions::default();
+    let key = key_text(
+        &source,
+        &options.nvrtc_args(Output::Ptx),
+        mpmd_cuda::nvrtc_version().unwrap(),
+    );
+    let first = compile_ptx(&source, &options).unwrap();
+    let cached = ModuleCache::global().get(&key).expect("compile stored the PTX");
+    assert_eq!(String::from_utf8_lossy(&cached).trim_end_matches('\0'), first.text);
+    assert_eq!(compile_ptx(&source, &options).unwrap(), first);
+}

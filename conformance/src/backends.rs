@@ -127,22 +127,40 @@ mod wgpu_glue {
 #[cfg(feature = "cuda")]
 mod cuda_glue {
     use super::*;
-    use mpmd_cuda::{check_plan as cuda_check, nvrtc_version, CudaBackend};
+    use mpmd_core::Mode;
+    use mpmd_cuda::nvrtc::Output;
+    use mpmd_cuda::{
+        check_plan as cuda_check, nvrtc_version, CompileOptions, CudaBackend, CudaOptions,
+    };
 
     pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
-        header.push(("nvrtc".into(), format!("{:?}", nvrtc_version())));
+        let version = match nvrtc_version() {
+            Ok((major, minor)) => format!("{major}.{minor}"),
+            Err(e) => {
+                let reason = format!("NVRTC not usable: {e}");
+                header.push(("nvrtc".into(), reason.clone()));
+                return Availability::Unavailable(reason);
+            }
+        };
+        header.push(("nvrtc".into(), version));
+        let options = CompileOptions {
+            arch: mpmd_cuda::CHECK_ARCH,
+            ..CompileOptions::default()
+        };
         header.push((
             "cuda compile options".into(),
-            "--fmad=false --ftz=false --prec-div=true --prec-sqrt=true (sm_90 for ptxas)".into(),
+            options.nvrtc_args(Output::Ptx).join(" "),
         ));
-        match CudaBackend::new() {
+        match CudaBackend::new(CudaOptions::default()) {
             Ok(_) => {
                 header.push(("cuda device".into(), "available".into()));
                 Availability::Runs
             }
             Err(e) => {
-                let reason =
-                    format!("no CUDA device ({e}): programs are compiled and assembled only");
+                let reason = format!(
+                    "no CUDA device ({e}): programs are compiled for sm_{} and assembled only",
+                    mpmd_cuda::CHECK_ARCH
+                );
                 header.push(("cuda device".into(), reason.clone()));
                 Availability::CompileOnly(reason)
             }
@@ -150,13 +168,16 @@ mod cuda_glue {
     }
 
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {
-        CudaBackend::new()
+        CudaBackend::new(CudaOptions::default())
             .map(|b| Box::new(b) as Box<dyn Backend>)
             .map_err(|e| e.to_string())
     }
 
     pub fn check_plan(plan: &LaunchPlan) -> Result<(), String> {
-        cuda_check(plan).map(|_| ()).map_err(|e| e.to_string())
+        for mode in [Mode::Fast, Mode::Checked] {
+            cuda_check(plan, mode).map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }
 

@@ -143,19 +143,20 @@ pub fn prepare_calls(
             }
             let Type::Ref(r) = &input.ty else { continue };
             let tensor = match cache.get(&input.name) {
-                Some(t) if t.elem == r.elem && t.shape == r.shape => t.clone(),
+                Some(t) if t.elem == r.elem => t.clone(),
                 _ => {
                     let gen = generator_of(&input.name)
                         .ok_or_else(|| format!("input `{}` has no `generate` line", input.name))?;
                     let mut rng = SplitMix64::for_stream(seed, &[case_name, &input.name]);
-                    // Owned inputs hold one instance per block of the owner.
-                    let mut shape = r.shape.clone();
-                    if let Some(owner) = &r.owner {
-                        let blocks = module.mesh(owner).map(|m| m.block_count()).unwrap_or(1);
-                        if blocks > 1 {
-                            shape[0] *= blocks as u32;
-                        }
-                    }
+                    // Host shape of an owned ref: the owner's block axes, then the ref's shape.
+                    let mut shape: Vec<u32> = match &r.owner {
+                        Some(owner) => module
+                            .mesh(owner)
+                            .map(|m| m.block_axes().map(|a| a.size).collect())
+                            .unwrap_or_default(),
+                        None => Vec::new(),
+                    };
+                    shape.extend(&r.shape);
                     let t = generate_tensor(gen, &input.name, r.elem, &shape, map, &mut rng)
                         .map_err(|e| e.to_string())?;
                     cache.insert(input.name.clone(), t.clone());

@@ -516,7 +516,15 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
                 "expected rejection with {code}, but validation accepted the module"
             )),
         };
-        result.results = all(config, status);
+        // A backend that is not usable here cannot be said to reject anything.
+        result.results = config
+            .backends
+            .iter()
+            .map(|&b| match env.availability(b) {
+                Availability::Unavailable(reason) => (b, Status::Skip(reason)),
+                _ => (b, status.clone()),
+            })
+            .collect();
         return result;
     }
     if let Err(diags) = validation {

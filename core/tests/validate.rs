@@ -1546,3 +1546,84 @@ fn every_code_is_documented_once() {
     let expected: Vec<String> = (1..=codes.len()).map(|n| format!("E{n:04}")).collect();
     assert_eq!(codes, expected, "codes are numbered without gaps");
 }
+
+#[test]
+fn a_kernel_run_by_two_programs_is_reported_once() {
+    let mut module = pair(
+        MapBuilder::new("pipe"),
+        |b| {
+            b.let_("v", U32, var("nope"));
+        },
+        |_| {},
+    );
+    module.maps[0].programs[1].kernel = "kp".into();
+    module.kernels.pop();
+    assert_exact(
+        &one(&module),
+        "E0036",
+        kstmt("kp", [s(0)]),
+        "unknown name `nope` in kernel `kp`",
+    );
+}
+
+#[test]
+fn kernels_no_map_runs_get_the_context_free_checks() {
+    let mut module = scale(|_| {});
+    module.kernels.push(Kernel {
+        name: "spare".into(),
+        params: vec![
+            Param {
+                name: "a".into(),
+                ty: Type::Scalar(U32),
+            },
+            Param {
+                name: "a".into(),
+                ty: Type::Scalar(U32),
+            },
+        ],
+        body: BodyBuilder::nested(|b| b.store(at("a", [0u32.into()]), 1u32)),
+    });
+    let d = diags(&module);
+    assert_eq!(d.len(), 2, "{d:#?}");
+    assert_exact(
+        &d[0],
+        "E0043",
+        path([
+            PathStep::Kernel("spare".into()),
+            PathStep::Param("a".into()),
+        ]),
+        "`a` is declared twice in kernel `spare`; it is already a scalar parameter",
+    );
+    assert_exact(
+        &d[1],
+        "E0037",
+        kstmt("spare", [s(0)]),
+        "`a` is not a ref and cannot be indexed, in kernel `spare`",
+    );
+}
+
+#[test]
+fn two_programs_on_one_mesh_are_allowed_and_each_owns_its_smem() {
+    let map = MapBuilder::new("twice")
+        .program("m", "first")
+        .program("m", "second")
+        .output("y", gmem(U32, [512]))
+        .scratch("tile", smem(U32, [8192]).owned_by("m"))
+        .build();
+    let body = |b: &mut BodyBuilder| {
+        b.store(at("tile", [axis_index("t")]), axis_index("b"));
+        b.barrier();
+    };
+    let module = Module {
+        meshes: vec![mesh_m()],
+        kernels: vec![
+            KernelBuilder::new("first", map.params()).body(body),
+            KernelBuilder::new("second", map.params()).body(|b| {
+                b.store(at("y", [gid()]), load("tile", [0u32.into()]));
+            }),
+        ],
+        maps: vec![map],
+        ..Default::default()
+    };
+    assert_valid(&module);
+}

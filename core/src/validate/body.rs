@@ -279,7 +279,7 @@ impl Walker<'_, '_> {
                 "E0053",
                 path.clone(),
                 message,
-                format!("move `{op}` out of that branch or loop, or make it depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes and semaphore reads"),
+                format!("move `{op}` out of that branch or loop, or make the condition depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes and semaphore reads"),
             );
         }
     }
@@ -642,7 +642,10 @@ impl Walker<'_, '_> {
         match e {
             Expr::Lit(_) | Expr::AxisSize(_) => None,
             Expr::Var(name) => match scope.kinds.get(name.as_str()) {
-                Some(NameKind::ScalarParam) | None => None,
+                // Unknown names and refs used as values are type errors, reported once.
+                Some(NameKind::ScalarParam | NameKind::RefParam | NameKind::LocalArray) | None => {
+                    None
+                }
                 Some(kind) => Some(format!("`{name}`, {}", kind.describe())),
             },
             Expr::AxisIndex(axis) => Some(format!("`axis_index({axis})`")),

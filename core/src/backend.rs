@@ -37,7 +37,11 @@ pub struct Site {
 
 impl std::fmt::Display for Site {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "program {} ({}), block {}", self.program, self.kernel, self.block)?;
+        write!(
+            f,
+            "program {} ({}), block {}",
+            self.program, self.kernel, self.block
+        )?;
         if let Some(t) = self.thread {
             write!(f, ", thread {t}")?;
         }

@@ -60,8 +60,11 @@ struct WarpSegment {
     stack: Vec<Vec<bool>>,
     order: Vec<usize>,
     next: usize,
-    merged_mask: Vec<bool>,
-    merged_stack: Vec<Vec<bool>>,
+    /// Union of the masks the warps arrived with (set by the first arrival;
+    /// the depth may differ from the segment start's, e.g. after a loop exit).
+    merged: Option<(Vec<bool>, Vec<Vec<bool>>)>,
+    /// Where the first warp arrived; the others must arrive at the same operation.
+    arrival_pc: usize,
 }
 
 /// Detection state local to a block.
@@ -189,8 +192,8 @@ impl BlockState {
             stack: self.stack.iter().map(|(m, _)| m.clone()).collect(),
             order,
             next: 0,
-            merged_mask: vec![false; t],
-            merged_stack: self.stack.iter().map(|(m, _)| vec![false; m.len()]).collect(),
+            merged: None,
+            arrival_pc: 0,
         };
         self.warp = Some(seg);
         self.next_warp();
@@ -225,28 +228,42 @@ impl BlockState {
     /// got here; returns true when another warp must run the segment first.
     fn warp_arrived(&mut self, code: &ProgramCode) -> Result<bool, RunError> {
         let Some(seg) = self.warp.as_mut() else { return Ok(false) };
-        if self.stack.len() != seg.merged_stack.len() {
+        if seg.merged.is_some() && seg.arrival_pc != self.pc {
             return Err(RunError::Backend(format!(
-                "kernel `{}`: a block-collective operation is reached in divergent control flow",
+                "kernel `{}`: warps of one block reached different block-collective operations",
                 code.kernel
             )));
         }
-        for (d, s) in seg.merged_mask.iter_mut().zip(&self.mask) {
-            *d |= *s;
-        }
-        for (d, (s, _)) in seg.merged_stack.iter_mut().zip(&self.stack) {
-            for (x, y) in d.iter_mut().zip(s) {
-                *x |= *y;
+        seg.arrival_pc = self.pc;
+        match &mut seg.merged {
+            None => seg.merged = Some((self.mask.clone(), self.stack.iter().map(|(m, _)| m.clone()).collect())),
+            Some((mask, stack)) => {
+                if stack.len() != self.stack.len() {
+                    return Err(RunError::Backend(format!(
+                        "kernel `{}`: a block-collective operation is reached in divergent control flow",
+                        code.kernel
+                    )));
+                }
+                for (d, s) in mask.iter_mut().zip(&self.mask) {
+                    *d |= *s;
+                }
+                for (d, (s, _)) in stack.iter_mut().zip(&self.stack) {
+                    for (x, y) in d.iter_mut().zip(s) {
+                        *x |= *y;
+                    }
+                }
             }
         }
         if seg.next < seg.order.len() {
             self.next_warp();
             return Ok(true);
         }
-        let seg = self.warp.take().expect("segment present");
-        self.mask = seg.merged_mask;
+        let Some((mask, stack)) = self.warp.take().and_then(|seg| seg.merged) else {
+            return Err(corrupt(code));
+        };
+        self.mask = mask;
         self.full = count_full(&self.mask);
-        for ((m, full), merged) in self.stack.iter_mut().zip(seg.merged_stack) {
+        for ((m, full), merged) in self.stack.iter_mut().zip(stack) {
             *full = count_full(&merged);
             *m = merged;
         }

@@ -128,7 +128,6 @@ enum Init {
 
 #[derive(Clone, Debug)]
 struct BufferSpec {
-    name: Name,
     ty: RefType,
     len: u64,
     /// Host shape: the owner's block axes, then the ref's shape.
@@ -392,7 +391,7 @@ fn prepare(
             } else {
                 Init::Uninitialized
             };
-            buffers.push(BufferSpec { name: op.name.clone(), ty: r.clone(), len, shape, init });
+            buffers.push(BufferSpec { ty: r.clone(), len, shape, init });
             buffers.len() - 1
         };
         by_name.insert(&op.name, index);

@@ -131,6 +131,8 @@ impl MeshBuilder {
 /// Builds an [`MpmdMap`].
 pub struct MapBuilder {
     map: MpmdMap,
+    /// The list the most recent operand went into, for `resident()`.
+    last_kind: Option<OperandKind>,
 }
 
 fn operand(name: &str, ty: impl Into<Type>) -> Operand {
@@ -156,7 +158,19 @@ impl MapBuilder {
                 fast_math: false,
                 debug: false,
             },
+            last_kind: None,
         }
+    }
+
+    fn push_operand(mut self, kind: OperandKind, op: Operand) -> Self {
+        match kind {
+            OperandKind::Input => self.map.inputs.push(op),
+            OperandKind::Output => self.map.outputs.push(op),
+            OperandKind::Scalar => self.map.scalars.push(op),
+            OperandKind::Scratch => self.map.scratch.push(op),
+        }
+        self.last_kind = Some(kind);
+        self
     }
 
     /// Adds the program `kernel` running over `mesh`.
@@ -168,55 +182,50 @@ impl MapBuilder {
         self
     }
 
-    pub fn input(mut self, name: &str, ty: RefType) -> Self {
-        self.map.inputs.push(operand(name, ty));
-        self
+    pub fn input(self, name: &str, ty: RefType) -> Self {
+        self.push_operand(OperandKind::Input, operand(name, ty))
     }
 
-    pub fn output(mut self, name: &str, ty: RefType) -> Self {
-        self.map.outputs.push(operand(name, ty));
-        self
+    pub fn output(self, name: &str, ty: RefType) -> Self {
+        self.push_operand(OperandKind::Output, operand(name, ty))
     }
 
     /// An output that starts zero-filled.
-    pub fn output_zeroed(mut self, name: &str, ty: RefType) -> Self {
-        self.map.outputs.push(Operand {
+    pub fn output_zeroed(self, name: &str, ty: RefType) -> Self {
+        let op = Operand {
             zeroed: true,
             ..operand(name, ty)
-        });
-        self
+        };
+        self.push_operand(OperandKind::Output, op)
     }
 
-    pub fn scalar(mut self, name: &str, ty: ScalarType) -> Self {
-        self.map.scalars.push(operand(name, ty));
-        self
+    pub fn scalar(self, name: &str, ty: ScalarType) -> Self {
+        self.push_operand(OperandKind::Scalar, operand(name, ty))
     }
 
-    pub fn scratch(mut self, name: &str, ty: RefType) -> Self {
-        self.map.scratch.push(operand(name, ty));
-        self
+    pub fn scratch(self, name: &str, ty: RefType) -> Self {
+        self.push_operand(OperandKind::Scratch, operand(name, ty))
     }
 
-    pub fn scratch_zeroed(mut self, name: &str, ty: RefType) -> Self {
-        self.map.scratch.push(Operand {
+    pub fn scratch_zeroed(self, name: &str, ty: RefType) -> Self {
+        let op = Operand {
             zeroed: true,
             ..operand(name, ty)
-        });
-        self
+        };
+        self.push_operand(OperandKind::Scratch, op)
     }
 
     /// Marks the most recently added operand as bound to the module's
     /// device-resident ref of the same name.
     pub fn resident(mut self) -> Self {
-        let last = [
-            &mut self.map.inputs,
-            &mut self.map.outputs,
-            &mut self.map.scratch,
-        ]
-        .into_iter()
-        .filter_map(|list| list.last_mut())
-        .last();
-        if let Some(op) = last {
+        let list = match self.last_kind {
+            Some(OperandKind::Input) => &mut self.map.inputs,
+            Some(OperandKind::Output) => &mut self.map.outputs,
+            Some(OperandKind::Scalar) => &mut self.map.scalars,
+            Some(OperandKind::Scratch) => &mut self.map.scratch,
+            None => return self,
+        };
+        if let Some(op) = list.last_mut() {
             op.resident = true;
         }
         self
@@ -348,7 +357,15 @@ impl Expr {
     pub fn or(self, rhs: impl Into<Expr>) -> Expr {
         self.binary(BinaryOp::LogicOr, rhs)
     }
-    pub fn not(self) -> Expr {
+    /// `~e`: bitwise complement of an integer (`!e` is the logical not).
+    pub fn bit_not(self) -> Expr {
+        Expr::Unary(UnaryOp::BitNot, Box::new(self))
+    }
+}
+
+impl ops::Not for Expr {
+    type Output = Expr;
+    fn not(self) -> Expr {
         Expr::Unary(UnaryOp::Not, Box::new(self))
     }
 }
@@ -478,7 +495,12 @@ impl BodyBuilder {
     }
 
     /// An atomic whose result is discarded.
-    pub fn atomic(&mut self, op: AtomicOp, target: RefAccess, args: impl IntoIterator<Item = Expr>) {
+    pub fn atomic(
+        &mut self,
+        op: AtomicOp,
+        target: RefAccess,
+        args: impl IntoIterator<Item = Expr>,
+    ) {
         self.push(Stmt::Atomic {
             dest: None,
             op,

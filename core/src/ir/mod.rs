@@ -600,7 +600,10 @@ pub struct MpmdMap {
 impl MpmdMap {
     /// All operands in kernel-parameter order: inputs, outputs, scalars, scratch.
     pub fn operands(&self) -> impl Iterator<Item = (OperandKind, &Operand)> {
-        fn tagged(k: OperandKind, list: &[Operand]) -> impl Iterator<Item = (OperandKind, &Operand)> {
+        fn tagged(
+            k: OperandKind,
+            list: &[Operand],
+        ) -> impl Iterator<Item = (OperandKind, &Operand)> {
             list.iter().map(move |o| (k, o))
         }
         tagged(OperandKind::Input, &self.inputs)

@@ -6,9 +6,7 @@ use std::collections::HashMap;
 
 use thiserror::Error;
 
-use super::{
-    BinaryOp, Expr, Name, RefAccess, RefType, ScalarType, Type, UnaryOp,
-};
+use super::{BinaryOp, Expr, Name, RefAccess, RefType, ScalarType, Type, UnaryOp};
 
 /// What names mean at a point of a kernel body.
 #[derive(Clone, Debug, Default)]
@@ -252,7 +250,11 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
             if !ok {
                 return Err(TypeError::BadOperand {
                     op: f.name(),
-                    expected: if f.accepts_integers() { "numeric" } else { "f32" },
+                    expected: if f.accepts_integers() {
+                        "numeric"
+                    } else {
+                        "f32"
+                    },
                     found: first,
                 });
             }

@@ -54,15 +54,15 @@ impl Rng {
     }
 }
 
-/// The element shape of an input's host tensor: the ref's shape, with a
-/// leading axis of one instance per block when the ref is owned by a mesh.
+/// The host shape of an operand's tensor: the ref's shape, preceded by the
+/// owner mesh's block axis sizes (grid then cluster) when the ref is owned.
 pub fn host_shape(module: &Module, operand: &Operand) -> Option<Vec<u32>> {
     let ty = operand.ty.as_ref_type()?;
-    let mut shape = ty.shape.clone();
-    if let Some(owner) = &ty.owner {
-        let blocks = module.mesh(owner).map_or(1, |m| m.block_count());
-        shape.insert(0, u32::try_from(blocks).ok()?);
-    }
+    let mut shape: Vec<u32> = match &ty.owner {
+        Some(owner) => module.mesh(owner)?.block_axes().map(|a| a.size).collect(),
+        None => vec![],
+    };
+    shape.extend_from_slice(&ty.shape);
     Some(shape)
 }
 
@@ -247,7 +247,7 @@ impl Range {
 /// Edge values half of the time, ordinary values otherwise.
 fn special(elem: ScalarType, rng: &mut Rng) -> u32 {
     let pick = |rng: &mut Rng, list: &[u32]| list[(rng.next_u64() % list.len() as u64) as usize];
-    let edge = rng.next_u64() % 2 == 0;
+    let edge = rng.next_u64().is_multiple_of(2);
     match elem {
         ScalarType::F32 => {
             if edge {
@@ -336,6 +336,7 @@ mod tests {
         let (module, map) = module_with(vec![("u", Generator::Iota)]);
         let u = generate(&module, &map, &map.inputs[2], 0).unwrap();
         assert_eq!(u.shape, vec![3, 2]);
+        assert_eq!(host_shape(&module, &map.inputs[0]), Some(vec![64]));
         assert_eq!(u.words, vec![0, 1, 2, 3, 4, 5]);
     }
 

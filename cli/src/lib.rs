@@ -132,7 +132,7 @@ pub enum CliError {
     Run {
         index: usize,
         map: String,
-        error: RunError,
+        error: Box<RunError>,
     },
     #[error(transparent)]
     Npy(#[from] npy::NpyError),
@@ -216,15 +216,9 @@ pub fn load_module(path: &Path) -> Result<Module, CliError> {
     let source = read_source(path)?;
     let file = path.display().to_string();
     let (module, source_map) = text::parse(&source).map_err(|e| {
-        let mut rendered = format!(
-            "error: {}\n  --> {file}:{}:{}\n",
-            e.message, e.line, e.column
-        );
-        if !e.excerpt.is_empty() {
-            rendered.push_str(&e.excerpt);
-            if !e.excerpt.ends_with('\n') {
-                rendered.push('\n');
-            }
+        let mut rendered = e.render(&file);
+        if !rendered.ends_with('\n') {
+            rendered.push('\n');
         }
         CliError::Rejected(rendered)
     })?;
@@ -452,7 +446,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             .map_err(|error| CliError::Run {
                 index,
                 map: map.name.clone(),
-                error,
+                error: Box::new(error),
             })?;
         let _ = writeln!(summary, "call {index}: map `{}`", map.name);
         for output in &map.outputs {
@@ -462,10 +456,10 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 .ok_or_else(|| CliError::Run {
                     index,
                     map: map.name.clone(),
-                    error: RunError::Backend(format!(
+                    error: Box::new(RunError::Backend(format!(
                         "no value returned for output `{}`",
                         output.name
-                    )),
+                    ))),
                 })?;
             let _ = write!(summary, "  {}", summarize(&output.name, tensor));
             if let Some(dir) = &request.out {

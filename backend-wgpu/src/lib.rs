@@ -1,1 +1,13 @@
-//! mpmd-wgpu
+//! mpmd-wgpu: the portable WGSL backend (DESIGN.md, "Backends").
+//!
+//! [`emit`] turns a [`LaunchPlan`](mpmd_core::plan::LaunchPlan) into one WGSL
+//! module (one entry point per launch unit), validated by naga;
+//! [`WgpuBackend`] runs it through wgpu on any adapter, lavapipe included.
+
+pub mod accuracy;
+pub mod emit;
+mod runtime;
+
+pub use accuracy::{accuracy_profile, AccuracyProfile};
+pub use emit::{emit, emit_module, validate_wgsl, EmitError, EmitOptions, EmittedModule};
+pub use runtime::{AdapterInfo, WgpuBackend, WgpuError, WgpuOptions};

@@ -1,0 +1,2001 @@
+//! Launch plan → WGSL.
+//!
+//! One WGSL module holds every launch unit of a plan as its own entry point
+//! (`unit<k>_<kernel>`), each with its own `@workgroup_size`. The host runs
+//! them as separate dispatches in plan order, which is WGSL's only
+//! cross-workgroup ordering (DESIGN.md, "Backends").
+//!
+//! Names from the program are kept, with a prefix per kind so that no input
+//! name can collide with a WGSL keyword or a generated name: `v_` for scalars
+//! and locals, `g_` for device buffers, `s<k>_` for a unit's `smem`, `ax_` for
+//! axis indices. Everything generated starts with `mpmd_` or `rt_`.
+//!
+//! Where WGSL differs from DESIGN.md's numerics the generated code says so
+//! explicitly (integer division, shifts, float→int, min/max with NaN, float
+//! `%`, contraction), and no operation is ever applied to literals alone:
+//! WGSL evaluates such expressions at shader creation and makes overflow,
+//! division by zero, NaN and infinity errors there. Those literals are read
+//! from the `mpmd_params` buffer instead (`rt_<k>` lets).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt::Write as _;
+
+use mpmd_core::ir::{
+    AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, Name, RefAccess, RefType, ScalarType,
+    SemOp, Stmt, Type, UnaryOp,
+};
+use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
+use mpmd_core::Mode;
+use thiserror::Error;
+
+/// Binding of the read-only parameter buffer (scalars, then runtime literals).
+pub const PARAMS_BINDING: u32 = 0;
+/// Binding of the status buffer (error records).
+pub const STATUS_BINDING: u32 = 1;
+/// Words in the status buffer: error count, kind, unit, block, thread,
+/// site, value count, then up to [`MAX_RECORDED_VALUES`] values.
+pub const STATUS_WORDS: usize = 7 + MAX_RECORDED_VALUES;
+/// Index values an error record keeps.
+pub const MAX_RECORDED_VALUES: usize = 8;
+
+/// Error kinds written to the status buffer.
+pub const ERROR_OUT_OF_BOUNDS: u32 = 1;
+pub const ERROR_WAIT_TIMEOUT: u32 = 2;
+pub const ERROR_LOOP_CAP: u32 = 3;
+
+/// Options of the code generator.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EmitOptions {
+    pub mode: Mode,
+    /// When set, every loop the backend emits counts toward one
+    /// per-invocation counter and stops (reporting an error) past this many
+    /// iterations. Needed on llvmpipe, which silently ends loops after 65,535.
+    pub loop_cap: Option<u32>,
+    /// Polls a semaphore wait makes before it gives up and reports.
+    pub wait_poll_budget: u32,
+    /// Storage buffers one entry point may bind; more device buffers than
+    /// fit are packed into shared arenas.
+    pub max_storage_buffers: u32,
+    /// Largest workgroup count of one dispatch dimension; larger units use a
+    /// 2-D dispatch and linearise the block id.
+    pub max_workgroups_per_dimension: u32,
+}
+
+impl Default for EmitOptions {
+    fn default() -> Self {
+        EmitOptions {
+            mode: Mode::Fast,
+            loop_cap: None,
+            wait_poll_budget: 1 << 20,
+            max_storage_buffers: u32::MAX,
+            max_workgroups_per_dimension: 65_535,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum EmitError {
+    /// The plan contains something validation should have rejected.
+    #[error("cannot emit WGSL for kernel `{kernel}`: {message}")]
+    Invalid { kernel: Name, message: String },
+    #[error("program {program} (`{kernel}`) has {blocks} blocks; one WGSL dispatch reaches at most {max} ({per_dim} x {per_dim})")]
+    TooManyBlocks {
+        program: usize,
+        kernel: Name,
+        blocks: u64,
+        max: u64,
+        per_dim: u32,
+    },
+    #[error("the map needs {needed} storage buffers even when packed; the adapter allows {allowed} per shader stage")]
+    TooManyBindings { needed: u32, allowed: u32 },
+    /// naga rejected the generated WGSL (a bug in this backend).
+    #[error("generated WGSL failed naga validation:\n{message}")]
+    Naga { message: String, wgsl: String },
+}
+
+/// The WGSL type of one element of a storage binding or shared array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WordType {
+    F32,
+    I32,
+    U32,
+    AtomicI32,
+    AtomicU32,
+}
+
+impl WordType {
+    pub fn wgsl(self) -> &'static str {
+        match self {
+            WordType::F32 => "f32",
+            WordType::I32 => "i32",
+            WordType::U32 => "u32",
+            WordType::AtomicI32 => "atomic<i32>",
+            WordType::AtomicU32 => "atomic<u32>",
+        }
+    }
+
+    pub fn is_atomic(self) -> bool {
+        matches!(self, WordType::AtomicI32 | WordType::AtomicU32)
+    }
+
+    fn for_elem(elem: ScalarType, atomic: bool) -> WordType {
+        match (elem, atomic) {
+            (ScalarType::F32, _) => WordType::F32,
+            (ScalarType::I32, false) => WordType::I32,
+            (ScalarType::I32, true) => WordType::AtomicI32,
+            (ScalarType::U32 | ScalarType::Bool, false) => WordType::U32,
+            (ScalarType::U32 | ScalarType::Bool, true) => WordType::AtomicU32,
+        }
+    }
+}
+
+/// One storage binding of user data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageBinding {
+    pub binding: u32,
+    /// WGSL global name.
+    pub global: String,
+    pub word: WordType,
+    /// Plan buffers stored in it, with their word offsets.
+    pub members: Vec<(usize, u64)>,
+    /// Total words.
+    pub words: u64,
+}
+
+/// Where each plan buffer lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingLayout {
+    pub bindings: Vec<StorageBinding>,
+    /// Per plan buffer: index into `bindings` and word offset.
+    pub places: Vec<(usize, u64)>,
+    /// Whether buffers were packed into shared arenas.
+    pub packed: bool,
+}
+
+/// What an error record's `site` word refers to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessSite {
+    pub unit: usize,
+    /// The ref as the program names it.
+    pub reference: Name,
+    /// Extents of the owner's block coordinates when the access names them.
+    pub block_extents: Vec<u32>,
+    /// Shape of one instance.
+    pub shape: Vec<u32>,
+    /// Per coordinate (block coordinates, then indices): whether it is an
+    /// `i32`, shown signed in messages.
+    pub signed: Vec<bool>,
+}
+
+/// The generated module and everything the host needs to run it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmittedModule {
+    pub wgsl: String,
+    /// Entry point name per launch unit (same order as `plan.units`).
+    pub entry_points: Vec<String>,
+    /// Workgroup counts per unit.
+    pub dispatch: Vec<[u32; 3]>,
+    pub layout: BindingLayout,
+    /// Scalar operand names in `mpmd_params` word order.
+    pub scalar_slots: Vec<(Name, ScalarType)>,
+    /// Words after the scalars: the runtime literals.
+    pub literal_words: Vec<u32>,
+    pub sites: Vec<AccessSite>,
+}
+
+impl EmittedModule {
+    /// The parameter buffer's words for given scalar values (in slot order).
+    pub fn params_words(&self, scalars: &[u32]) -> Vec<u32> {
+        let mut words = scalars.to_vec();
+        words.extend_from_slice(&self.literal_words);
+        if words.is_empty() {
+            words.push(0);
+        }
+        words
+    }
+}
+
+/// All units' WGSL for `mpmd lower --target wgsl`, validated by naga.
+pub fn emit(plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
+    let options = EmitOptions {
+        mode,
+        ..EmitOptions::default()
+    };
+    Ok(emit_module(plan, &options)?.wgsl)
+}
+
+/// Generates the module for `plan` and validates it with naga.
+pub fn emit_module(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, EmitError> {
+    let module = generate(plan, options)?;
+    validate_wgsl(&module.wgsl).map_err(|message| EmitError::Naga {
+        message,
+        wgsl: module.wgsl.clone(),
+    })?;
+    Ok(module)
+}
+
+/// Parses and validates WGSL with naga; the error is naga's rendered report.
+pub fn validate_wgsl(source: &str) -> Result<naga::Module, String> {
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
+    let mut validator = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::default(),
+    );
+    validator
+        .validate(&module)
+        .map_err(|e| e.emit_to_string(source))?;
+    Ok(module)
+}
+
+// ---- layout ---------------------------------------------------------------
+
+fn sanitize(name: &str) -> String {
+    // IR names are already `[A-Za-z_][A-Za-z0-9_]*`; keep anything else out anyway.
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .collect()
+}
+
+/// Which plan buffers are accessed atomically: the plan's flag, plus the
+/// atomics and semaphore operations found in the kernels (belt and braces:
+/// a plain/atomic mismatch would make invalid WGSL).
+fn atomic_buffers(plan: &LaunchPlan) -> Vec<bool> {
+    let mut atomic: Vec<bool> = plan
+        .buffers
+        .iter()
+        .map(|b| b.atomic || b.ty.space == MemorySpace::Sem)
+        .collect();
+    for unit in &plan.units {
+        let mut names = HashSet::new();
+        collect_atomic_targets(&unit.kernel.body, &mut names);
+        for (i, param) in unit.kernel.params.iter().enumerate() {
+            if names.contains(&param.name) {
+                if let Some(buffer) = plan.operands.get(i).and_then(|o| o.buffer) {
+                    atomic[buffer] = true;
+                }
+            }
+        }
+    }
+    atomic
+}
+
+fn collect_atomic_targets(body: &[Stmt], out: &mut HashSet<Name>) {
+    for stmt in body {
+        match stmt {
+            Stmt::Atomic { target, .. } => {
+                out.insert(target.base.clone());
+            }
+            Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
+                out.insert(sem.base.clone());
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                collect_atomic_targets(then_body, out);
+                collect_atomic_targets(else_body, out);
+            }
+            Stmt::For { body, .. } => collect_atomic_targets(body, out),
+            _ => {}
+        }
+    }
+}
+
+/// Assigns bindings: one per buffer, or shared arenas by word type when
+/// there are more buffers than the adapter's storage-buffer limit allows
+/// (two bindings are taken by the parameter and status buffers).
+pub fn binding_layout(plan: &LaunchPlan, max_storage_buffers: u32) -> Result<BindingLayout, EmitError> {
+    let atomic = atomic_buffers(plan);
+    let words: Vec<WordType> = plan
+        .buffers
+        .iter()
+        .zip(&atomic)
+        .map(|(b, &a)| WordType::for_elem(b.ty.elem, a))
+        .collect();
+    let available = max_storage_buffers.saturating_sub(2);
+    if plan.buffers.len() as u64 <= available as u64 {
+        let bindings = plan
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| StorageBinding {
+                binding: 2 + i as u32,
+                global: format!("g_{}", sanitize(&b.operands.join("_"))),
+                word: words[i],
+                members: vec![(i, 0)],
+                words: b.len,
+            })
+            .collect::<Vec<_>>();
+        let places = (0..plan.buffers.len()).map(|i| (i, 0)).collect();
+        return Ok(BindingLayout {
+            bindings,
+            places,
+            packed: false,
+        });
+    }
+    // Packed: plain words share one u32 arena, atomics one arena per type.
+    let mut arenas: BTreeMap<u8, StorageBinding> = BTreeMap::new();
+    let mut places = vec![(0usize, 0u64); plan.buffers.len()];
+    for (i, b) in plan.buffers.iter().enumerate() {
+        let (key, word, global) = match words[i] {
+            WordType::AtomicI32 => (1u8, WordType::AtomicI32, "g_arena_atomic_i32"),
+            WordType::AtomicU32 => (2u8, WordType::AtomicU32, "g_arena_atomic_u32"),
+            _ => (0u8, WordType::U32, "g_arena"),
+        };
+        let arena = arenas.entry(key).or_insert_with(|| StorageBinding {
+            binding: 0,
+            global: global.to_string(),
+            word,
+            members: vec![],
+            words: 0,
+        });
+        arena.members.push((i, arena.words));
+        places[i] = (key as usize, arena.words);
+        arena.words += b.len;
+    }
+    let needed = 2 + arenas.len() as u32;
+    if needed > max_storage_buffers {
+        return Err(EmitError::TooManyBindings {
+            needed,
+            allowed: max_storage_buffers,
+        });
+    }
+    let mut bindings = Vec::new();
+    let mut index_of_key = HashMap::new();
+    for (key, mut arena) in arenas {
+        arena.binding = 2 + bindings.len() as u32;
+        index_of_key.insert(key as usize, bindings.len());
+        bindings.push(arena);
+    }
+    for place in &mut places {
+        place.0 = index_of_key[&place.0];
+    }
+    Ok(BindingLayout {
+        bindings,
+        places,
+        packed: true,
+    })
+}
+
+// ---- module state -----------------------------------------------------------
+
+/// Helper functions emitted once per module when used.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Helper {
+    IsNan,
+    DivI32,
+    DivU32,
+    RemI32,
+    RemU32,
+    AbsI32,
+    MinF32,
+    MaxF32,
+    F32ToI32,
+    F32ToU32,
+    Fmod,
+    Check(usize),
+    SemWait(String),
+}
+
+struct ModuleState<'p> {
+    plan: &'p LaunchPlan,
+    options: &'p EmitOptions,
+    layout: BindingLayout,
+    scalar_slots: Vec<(Name, ScalarType)>,
+    literals: Vec<Literal>,
+    literal_slot: HashMap<Literal, usize>,
+    helpers: BTreeSet<Helper>,
+    sites: Vec<AccessSite>,
+    smem_atomic: BTreeSet<(usize, Name)>,
+}
+
+impl ModuleState<'_> {
+    /// The `rt_<k>` slot of a literal read at run time.
+    fn runtime_literal(&mut self, lit: Literal) -> usize {
+        if let Some(&k) = self.literal_slot.get(&lit) {
+            return k;
+        }
+        let k = self.literals.len();
+        self.literals.push(lit);
+        self.literal_slot.insert(lit, k);
+        k
+    }
+}
+
+fn wgsl_scalar(t: ScalarType) -> &'static str {
+    match t {
+        ScalarType::F32 => "f32",
+        ScalarType::I32 => "i32",
+        ScalarType::U32 => "u32",
+        ScalarType::Bool => "bool",
+    }
+}
+
+/// A literal WGSL can spell directly, or `None` (NaN, infinities).
+fn literal_text(lit: Literal) -> Option<String> {
+    Some(match lit {
+        Literal::F32(bits) => {
+            let v = bits.to_f32();
+            if !v.is_finite() {
+                return None;
+            }
+            let text = format!("{v:?}");
+            if v.is_sign_negative() {
+                format!("({text}f)")
+            } else {
+                format!("{text}f")
+            }
+        }
+        Literal::I32(i32::MIN) => "bitcast<i32>(2147483648u)".to_string(),
+        Literal::I32(v) if v < 0 => format!("({v}i)"),
+        Literal::I32(v) => format!("{v}i"),
+        Literal::U32(v) => format!("{v}u"),
+        Literal::Bool(v) => v.to_string(),
+    })
+}
+
+fn describe_literal(lit: Literal) -> String {
+    match lit {
+        Literal::F32(bits) => {
+            let v = bits.to_f32();
+            if v.is_nan() {
+                format!("NaN (0x{:08x})", bits.0)
+            } else {
+                format!("{v:?}")
+            }
+        }
+        Literal::I32(v) => v.to_string(),
+        Literal::U32(v) => format!("{v}u"),
+        Literal::Bool(v) => v.to_string(),
+    }
+}
+
+// ---- generation -------------------------------------------------------------
+
+fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, EmitError> {
+    let layout = binding_layout(plan, options.max_storage_buffers)?;
+    let scalar_slots = plan
+        .operands
+        .iter()
+        .filter_map(|o| match &o.ty {
+            Type::Scalar(t) => Some((o.name.clone(), *t)),
+            Type::Ref(_) => None,
+        })
+        .collect();
+    let mut state = ModuleState {
+        plan,
+        options,
+        layout,
+        scalar_slots,
+        literals: vec![],
+        literal_slot: HashMap::new(),
+        helpers: BTreeSet::new(),
+        sites: vec![],
+        smem_atomic: BTreeSet::new(),
+    };
+
+    let per_dim = options.max_workgroups_per_dimension.max(1);
+    let mut entries = Vec::new();
+    let mut entry_points = Vec::new();
+    let mut dispatch = Vec::new();
+    for (index, unit) in plan.units.iter().enumerate() {
+        let max_blocks = per_dim as u64 * per_dim as u64;
+        if unit.block_count > max_blocks || unit.block_count > u32::MAX as u64 {
+            return Err(EmitError::TooManyBlocks {
+                program: unit.program,
+                kernel: unit.kernel.name.clone(),
+                blocks: unit.block_count,
+                max: max_blocks.min(u32::MAX as u64),
+                per_dim,
+            });
+        }
+        let (x, y) = if unit.block_count <= per_dim as u64 {
+            (unit.block_count as u32, 1)
+        } else {
+            (per_dim, unit.block_count.div_ceil(per_dim as u64) as u32)
+        };
+        dispatch.push([x.max(1), y, 1]);
+        let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
+        let text = UnitEmitter::new(&mut state, index, unit, name.clone())?.emit_entry(y > 1)?;
+        entries.push(text);
+        entry_points.push(name);
+    }
+
+    let mut out = String::new();
+    writeln!(
+        out,
+        "// mpmd: map `{}` lowered to WGSL ({} mode{}).",
+        plan.map.name,
+        match options.mode {
+            Mode::Fast => "fast",
+            Mode::Checked => "checked",
+        },
+        if plan.map.fast_math { ", fast math" } else { "" }
+    )
+    .unwrap();
+    out.push_str("// One entry point per launch unit; the host dispatches them in this order.\n\n");
+    state.write_globals(&mut out);
+    state.write_helpers(&mut out);
+    for entry in entries {
+        out.push_str(&entry);
+        out.push('\n');
+    }
+    Ok(EmittedModule {
+        wgsl: out,
+        entry_points,
+        dispatch,
+        layout: state.layout,
+        scalar_slots: state.scalar_slots,
+        literal_words: state.literals.iter().map(|l| l.to_bits()).collect(),
+        sites: state.sites,
+    })
+}
+
+impl ModuleState<'_> {
+    fn write_globals(&self, out: &mut String) {
+        out.push_str("// Scalar parameters, then literals that WGSL must not fold at shader creation.\n");
+        writeln!(
+            out,
+            "@group(0) @binding({PARAMS_BINDING}) var<storage, read> mpmd_params: array<u32>;"
+        )
+        .unwrap();
+        out.push_str("// Error record: count, kind, unit, block, thread, site, value count, values.\n");
+        writeln!(
+            out,
+            "@group(0) @binding({STATUS_BINDING}) var<storage, read_write> mpmd_status: array<atomic<u32>, {STATUS_WORDS}>;"
+        )
+        .unwrap();
+        for b in &self.layout.bindings {
+            let names: Vec<String> = b
+                .members
+                .iter()
+                .map(|&(i, off)| {
+                    let buf = &self.plan.buffers[i];
+                    let owner = buf
+                        .ty
+                        .owner
+                        .as_ref()
+                        .map(|m| format!(" @ {m}"))
+                        .unwrap_or_default();
+                    let at = if self.layout.packed {
+                        format!(" at word {off}")
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{} ({}<{}{:?}>{owner}, {} instance(s)){at}",
+                        buf.operands.join(" = "),
+                        buf.ty.space.keyword(),
+                        buf.ty.elem,
+                        buf.ty.shape,
+                        buf.instances
+                    )
+                })
+                .collect();
+            writeln!(out, "// {}", names.join("; ")).unwrap();
+            writeln!(
+                out,
+                "@group(0) @binding({}) var<storage, read_write> {}: array<{}>;",
+                b.binding,
+                b.global,
+                b.word.wgsl()
+            )
+            .unwrap();
+        }
+        out.push('\n');
+        out.push_str("// Where the current invocation is, for error records.\n");
+        out.push_str("var<private> mpmd_unit: u32;\nvar<private> mpmd_block_id: u32;\nvar<private> mpmd_thread_id: u32;\n");
+        if self.options.loop_cap.is_some() {
+            out.push_str("// Iterations of every loop this invocation ran (see mpmd_loop_tick).\n");
+            out.push_str("var<private> mpmd_loop_count: u32;\n");
+            out.push_str("// Set when some invocation of the block passed the loop cap.\n");
+            out.push_str("var<workgroup> mpmd_block_stop: u32;\n");
+        }
+        out.push_str("// Block-collective broadcast of semaphore reads.\n");
+        out.push_str("var<workgroup> mpmd_sem_value: i32;\n");
+        for (idx, unit) in self.plan.units.iter().enumerate() {
+            for slot in &unit.smem {
+                let op = &self.plan.operands[slot.operand];
+                if let Type::Ref(r) = &op.ty {
+                    let atomic = self.smem_atomic.contains(&(idx, op.name.clone()));
+                    let word = WordType::for_elem(r.elem, atomic);
+                    writeln!(
+                        out,
+                        "// smem {} of program {} ({}<{}{:?}>)",
+                        op.name, unit.program, r.space.keyword(), r.elem, r.shape
+                    )
+                    .unwrap();
+                    writeln!(
+                        out,
+                        "var<workgroup> {}: array<{}, {}>;",
+                        smem_global(idx, &op.name),
+                        word.wgsl(),
+                        r.len().max(1)
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        out.push('\n');
+    }
+
+    fn write_helpers(&self, out: &mut String) {
+        out.push_str(REPORT_HELPER);
+        if let Some(cap) = self.options.loop_cap {
+            let cap = cap.min(u32::MAX - 2);
+            write!(
+                out,
+                "// The adapter silently ends all loops of an invocation after about 65,535 loop
+// header visits in total, which would give wrong answers; every loop the backend
+// emits counts here (entry and iterations) and stops first, reporting the error.
+fn mpmd_loop_tick() -> bool {{
+  if (mpmd_loop_count <= {cap}u) {{
+    mpmd_loop_count = mpmd_loop_count + 1u;
+  }}
+  if (mpmd_loop_count <= {cap}u) {{
+    return false;
+  }}
+  if (mpmd_loop_count == {over}u) {{
+    mpmd_loop_count = mpmd_loop_count + 1u;
+    mpmd_report({ERROR_LOOP_CAP}u, 0u, 0u, array<u32, {MAX_RECORDED_VALUES}>());
+  }}
+  return true;
+}}
+
+",
+                over = cap as u64 + 1
+            )
+            .unwrap();
+        }
+        let (enter, tick) = if self.options.loop_cap.is_some() {
+            ("  _ = mpmd_loop_tick();\n", "    if (mpmd_loop_tick()) { break; }\n")
+        } else {
+            ("", "")
+        };
+        for helper in &self.helpers {
+            match helper {
+                Helper::IsNan => out.push_str(
+                    "// NaN test on the bits: float comparisons may be optimised as if NaN never occurs.
+fn mpmd_is_nan(x: f32) -> bool {
+  return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+",
+                ),
+                Helper::DivI32 => out.push_str(
+                    "// Division by zero returns the dividend; i32::MIN / -1 wraps to i32::MIN.
+fn mpmd_div_i32(a: i32, b: i32) -> i32 {
+  if (b == 0i) { return a; }
+  if (bitcast<u32>(b) == 0xffffffffu) { return 0i - a; }
+  return a / b;
+}
+
+",
+                ),
+                Helper::DivU32 => out.push_str(
+                    "// Division by zero returns the dividend.
+fn mpmd_div_u32(a: u32, b: u32) -> u32 {
+  if (b == 0u) { return a; }
+  return a / b;
+}
+
+",
+                ),
+                Helper::RemI32 => out.push_str(
+                    "// Remainder by zero is 0; x % -1 is 0 (also for i32::MIN).
+fn mpmd_rem_i32(a: i32, b: i32) -> i32 {
+  if (b == 0i || bitcast<u32>(b) == 0xffffffffu) { return 0i; }
+  return a % b;
+}
+
+",
+                ),
+                Helper::RemU32 => out.push_str(
+                    "// Remainder by zero is 0.
+fn mpmd_rem_u32(a: u32, b: u32) -> u32 {
+  if (b == 0u) { return 0u; }
+  return a % b;
+}
+
+",
+                ),
+                Helper::AbsI32 => out.push_str(
+                    "// abs(i32::MIN) wraps to i32::MIN.
+fn mpmd_abs_i32(a: i32) -> i32 {
+  if (a < 0i) { return 0i - a; }
+  return a;
+}
+
+",
+                ),
+                Helper::MinF32 => out.push_str(
+                    "// With one NaN operand, min returns the other operand.
+fn mpmd_min_f32(a: f32, b: f32) -> f32 {
+  if (mpmd_is_nan(a)) { return b; }
+  if (mpmd_is_nan(b)) { return a; }
+  return select(b, a, a < b);
+}
+
+",
+                ),
+                Helper::MaxF32 => out.push_str(
+                    "// With one NaN operand, max returns the other operand.
+fn mpmd_max_f32(a: f32, b: f32) -> f32 {
+  if (mpmd_is_nan(a)) { return b; }
+  if (mpmd_is_nan(b)) { return a; }
+  return select(b, a, a > b);
+}
+
+",
+                ),
+                Helper::F32ToI32 => out.push_str(
+                    "// Rust `as`: truncate toward zero, saturate, NaN to 0.
+fn mpmd_f32_to_i32(x: f32) -> i32 {
+  if (mpmd_is_nan(x)) { return 0i; }
+  if (x >= 2147483648.0f) { return 2147483647i; }
+  if (x < -2147483648.0f) { return bitcast<i32>(2147483648u); }
+  return i32(x);
+}
+
+",
+                ),
+                Helper::F32ToU32 => out.push_str(
+                    "// Rust `as`: truncate toward zero, saturate, NaN to 0.
+fn mpmd_f32_to_u32(x: f32) -> u32 {
+  if (mpmd_is_nan(x) || x <= 0.0f) { return 0u; }
+  if (x >= 4294967296.0f) { return 4294967295u; }
+  return u32(x);
+}
+
+",
+                ),
+                Helper::Fmod => write!(
+                    out,
+                    "// C fmodf (Rust's `%` on f32), exact, on the bits: WGSL's float `%` is
+// x - y * trunc(x / y), which rounds.
+fn mpmd_fmod(x: f32, y: f32) -> f32 {{
+  let ux = bitcast<u32>(x);
+  let uy = bitcast<u32>(y);
+  let sign = ux & 0x80000000u;
+  let ax = ux & 0x7fffffffu;
+  let ay = uy & 0x7fffffffu;
+  if (ay == 0u || ax >= 0x7f800000u || ay > 0x7f800000u) {{
+    return bitcast<f32>(ux | 0x7fc00000u);
+  }}
+  if (ax < ay) {{ return x; }}
+  if (ax == ay) {{ return bitcast<f32>(sign); }}
+  var ex = i32(ax >> 23u);
+  var mx = ax;
+  if (ex == 0i) {{
+    let shift = countLeadingZeros(ax) - 8u;
+    mx = ax << shift;
+    ex = 1i - i32(shift);
+  }} else {{
+    mx = (ax & 0x007fffffu) | 0x00800000u;
+  }}
+  var ey = i32(ay >> 23u);
+  var my = ay;
+  if (ey == 0i) {{
+    let shift = countLeadingZeros(ay) - 8u;
+    my = ay << shift;
+    ey = 1i - i32(shift);
+  }} else {{
+    my = (ay & 0x007fffffu) | 0x00800000u;
+  }}
+{enter}  loop {{
+    if (ex <= ey) {{ break; }}
+{tick}    if (mx >= my) {{
+      mx = mx - my;
+      if (mx == 0u) {{ return bitcast<f32>(sign); }}
+    }}
+    mx = mx << 1u;
+    ex = ex - 1i;
+  }}
+  if (mx >= my) {{
+    mx = mx - my;
+    if (mx == 0u) {{ return bitcast<f32>(sign); }}
+  }}
+  let shift = countLeadingZeros(mx) - 8u;
+  mx = mx << shift;
+  ex = ex - i32(shift);
+  if (ex > 0i) {{
+    mx = (mx - 0x00800000u) | (u32(ex) << 23u);
+  }} else {{
+    mx = mx >> u32(1i - ex);
+  }}
+  return bitcast<f32>(mx | sign);
+}}
+
+"
+                )
+                .unwrap(),
+                Helper::Check(n) => {
+                    let n = *n;
+                    let params: Vec<String> = (0..n).map(|k| format!("i{k}: u32, n{k}: u32")).collect();
+                    let oob: Vec<String> = (0..n).map(|k| format!("i{k} >= n{k}")).collect();
+                    let mut values: Vec<String> =
+                        (0..n.min(MAX_RECORDED_VALUES)).map(|k| format!("i{k}")).collect();
+                    values.resize(MAX_RECORDED_VALUES, "0u".to_string());
+                    let mut offset = "i0".to_string();
+                    for k in 1..n {
+                        offset = format!("({offset}) * n{k} + i{k}");
+                    }
+                    write!(
+                        out,
+                        "// Checked mode: row-major offset of ({n} coordinates), or 0 after reporting.
+fn mpmd_check{n}(site: u32, {params}) -> u32 {{
+  if ({oob}) {{
+    mpmd_report({ERROR_OUT_OF_BOUNDS}u, site, {n}u, array<u32, {MAX_RECORDED_VALUES}>({values}));
+    return 0u;
+  }}
+  return {offset};
+}}
+
+",
+                        params = params.join(", "),
+                        oob = oob.join(" || "),
+                        values = values.join(", "),
+                    )
+                    .unwrap();
+                }
+                Helper::SemWait(global) => {
+                    let budget = self.options.wait_poll_budget.max(1);
+                    write!(
+                        out,
+                        "// Semaphore wait on {global}, run by thread 0 of the block: poll until the count
+// reaches `amount` (then take it, unless `take` is false). Bounded: after {budget}
+// polls, or once another error is recorded, it reports and gives up: never a hang.
+fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
+  var polls: u32 = 0u;
+{enter}  loop {{
+{tick}    let seen = atomicLoad(&{global}[index]);
+    if (seen >= amount) {{
+      if (!take) {{ return; }}
+      let swap = atomicCompareExchangeWeak(&{global}[index], seen, seen - amount);
+      if (swap.exchanged) {{ return; }}
+    }} else {{
+      polls = polls + 1u;
+      if (polls >= {budget}u) {{
+        mpmd_report({ERROR_WAIT_TIMEOUT}u, site, 1u, array<u32, {MAX_RECORDED_VALUES}>(index, 0u, 0u, 0u, 0u, 0u, 0u, 0u));
+        return;
+      }}
+      if (atomicLoad(&mpmd_status[0]) != 0u) {{ return; }}
+    }}
+  }}
+}}
+
+"
+                    )
+                    .unwrap();
+                }
+            }
+        }
+    }
+}
+
+const REPORT_HELPER: &str = "// Records the first error of the call; the host turns it into a RunError.
+fn mpmd_report(kind: u32, site: u32, count: u32, values: array<u32, 8>) {
+  if (atomicAdd(&mpmd_status[0], 1u) != 0u) { return; }
+  atomicStore(&mpmd_status[1], kind);
+  atomicStore(&mpmd_status[2], mpmd_unit);
+  atomicStore(&mpmd_status[3], mpmd_block_id);
+  atomicStore(&mpmd_status[4], mpmd_thread_id);
+  atomicStore(&mpmd_status[5], site);
+  atomicStore(&mpmd_status[6], count);
+  atomicStore(&mpmd_status[7], values[0]);
+  atomicStore(&mpmd_status[8], values[1]);
+  atomicStore(&mpmd_status[9], values[2]);
+  atomicStore(&mpmd_status[10], values[3]);
+  atomicStore(&mpmd_status[11], values[4]);
+  atomicStore(&mpmd_status[12], values[5]);
+  atomicStore(&mpmd_status[13], values[6]);
+  atomicStore(&mpmd_status[14], values[7]);
+}
+
+";
+
+fn smem_global(unit: usize, name: &str) -> String {
+    format!("s{unit}_{}", sanitize(name))
+}
+
+// ---- one unit -----------------------------------------------------------------
+
+/// How a ref is stored.
+#[derive(Clone, Debug)]
+enum Storage {
+    /// A plan buffer in a storage binding, at a word offset.
+    Buffer {
+        global: String,
+        word: WordType,
+        offset: u64,
+    },
+    /// A `var<workgroup>` array.
+    Shared { global: String, word: WordType },
+    /// A function-scope array (`local`).
+    Local { var: String },
+}
+
+#[derive(Clone, Debug)]
+struct RefInfo {
+    ty: RefType,
+    storage: Storage,
+}
+
+#[derive(Clone, Debug)]
+enum Named {
+    Scalar { wgsl: String, ty: ScalarType },
+    Ref(RefInfo),
+}
+
+struct UnitEmitter<'s, 'p> {
+    state: &'s mut ModuleState<'p>,
+    index: usize,
+    unit: &'p LaunchUnit,
+    entry: String,
+    scopes: Vec<HashMap<Name, Named>>,
+    used: HashSet<String>,
+    rt_used: BTreeSet<usize>,
+    body: String,
+    depth: usize,
+    temp: usize,
+}
+
+fn contains_collective(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Barrier | Stmt::Sem { .. } | Stmt::SemRead { .. } => true,
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => contains_collective(then_body) || contains_collective(else_body),
+        Stmt::For { body, .. } => contains_collective(body),
+        _ => false,
+    })
+}
+
+impl<'s, 'p> UnitEmitter<'s, 'p> {
+    fn new(
+        state: &'s mut ModuleState<'p>,
+        index: usize,
+        unit: &'p LaunchUnit,
+        entry: String,
+    ) -> Result<Self, EmitError> {
+        let plan = state.plan;
+        let mut smem_atomics = HashSet::new();
+        collect_atomic_targets(&unit.kernel.body, &mut smem_atomics);
+        let mut top = HashMap::new();
+        if unit.kernel.params.len() != plan.operands.len() {
+            return Err(EmitError::Invalid {
+                kernel: unit.kernel.name.clone(),
+                message: format!(
+                    "{} parameters but the map has {} operands",
+                    unit.kernel.params.len(),
+                    plan.operands.len()
+                ),
+            });
+        }
+        let mut scalar_index = 0usize;
+        let mut used = HashSet::new();
+        for (param, operand) in unit.kernel.params.iter().zip(&plan.operands) {
+            match &param.ty {
+                Type::Scalar(t) => {
+                    let wgsl = format!("v_{}", sanitize(&param.name));
+                    used.insert(wgsl.clone());
+                    top.insert(
+                        param.name.clone(),
+                        Named::Scalar {
+                            wgsl,
+                            ty: *t,
+                        },
+                    );
+                    scalar_index += 1;
+                }
+                Type::Ref(r) => {
+                    let storage = match (r.space, operand.buffer) {
+                        (MemorySpace::Smem, _) => {
+                            let atomic = smem_atomics.contains(&param.name);
+                            if atomic {
+                                state.smem_atomic.insert((index, operand.name.clone()));
+                            }
+                            Storage::Shared {
+                                global: smem_global(index, &operand.name),
+                                word: WordType::for_elem(r.elem, atomic),
+                            }
+                        }
+                        (_, Some(buffer)) => {
+                            let (binding, offset) = state.layout.places[buffer];
+                            let b = &state.layout.bindings[binding];
+                            Storage::Buffer {
+                                global: b.global.clone(),
+                                word: b.word,
+                                offset,
+                            }
+                        }
+                        (_, None) => {
+                            return Err(EmitError::Invalid {
+                                kernel: unit.kernel.name.clone(),
+                                message: format!("operand `{}` has no buffer in the plan", operand.name),
+                            })
+                        }
+                    };
+                    top.insert(
+                        param.name.clone(),
+                        Named::Ref(RefInfo {
+                            ty: r.clone(),
+                            storage,
+                        }),
+                    );
+                }
+            }
+        }
+        let _ = scalar_index;
+        Ok(UnitEmitter {
+            state,
+            index,
+            unit,
+            entry,
+            scopes: vec![top],
+            used,
+            rt_used: BTreeSet::new(),
+            body: String::new(),
+            depth: 1,
+            temp: 0,
+        })
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> EmitError {
+        EmitError::Invalid {
+            kernel: self.unit.kernel.name.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn line(&mut self, text: &str) {
+        for _ in 0..self.depth {
+            self.body.push_str("  ");
+        }
+        self.body.push_str(text);
+        self.body.push('\n');
+    }
+
+    fn lookup(&self, name: &str) -> Option<&Named> {
+        self.scopes.iter().rev().find_map(|s| s.get(name))
+    }
+
+    /// A fresh WGSL name for an IR binding (IR names may be shadowed).
+    fn fresh(&mut self, prefix: &str, name: &str) -> String {
+        let base = format!("{prefix}{}", sanitize(name));
+        let mut candidate = base.clone();
+        let mut k = 1;
+        while self.used.contains(&candidate) {
+            k += 1;
+            candidate = format!("{base}_{k}");
+        }
+        self.used.insert(candidate.clone());
+        candidate
+    }
+
+    fn temp(&mut self, what: &str) -> String {
+        self.temp += 1;
+        format!("mpmd_{what}{}", self.temp)
+    }
+
+    fn bind_scalar(&mut self, name: &str, ty: ScalarType) -> String {
+        let wgsl = self.fresh("v_", name);
+        self.scopes.last_mut().unwrap().insert(
+            name.to_string(),
+            Named::Scalar {
+                wgsl: wgsl.clone(),
+                ty,
+            },
+        );
+        wgsl
+    }
+
+    fn emit_entry(mut self, two_d: bool) -> Result<String, EmitError> {
+        let unit = self.unit;
+        let plan = self.state.plan;
+        // Scalars first: they are read at the top of the entry point.
+        let mut preamble = String::new();
+        let mut slot = 0usize;
+        for (param, _) in unit.kernel.params.iter().zip(&plan.operands) {
+            if let Type::Scalar(t) = &param.ty {
+                let word = format!("mpmd_params[{slot}]");
+                let value = from_word(*t, &word);
+                writeln!(
+                    preamble,
+                    "  let v_{}: {} = {value};",
+                    sanitize(&param.name),
+                    wgsl_scalar(*t)
+                )
+                .unwrap();
+                slot += 1;
+            }
+        }
+        let body = unit.kernel.body.clone();
+        self.stmts(&body)?;
+
+        let mut out = String::new();
+        let mesh = &unit.mesh;
+        writeln!(
+            out,
+            "// ---- unit {}: program {} `{}` on mesh `{}`: {} block(s) of {} thread(s)",
+            self.index,
+            unit.program,
+            unit.kernel.name,
+            mesh.name,
+            unit.block_count,
+            unit.threads_per_block
+        )
+        .unwrap();
+        writeln!(out, "@compute @workgroup_size({})", unit.threads_per_block).unwrap();
+        writeln!(
+            out,
+            "fn {}(@builtin(workgroup_id) mpmd_wid: vec3<u32>, @builtin(local_invocation_index) mpmd_lid: u32) {{",
+            self.entry
+        )
+        .unwrap();
+        if two_d {
+            let per_dim = self.state.options.max_workgroups_per_dimension;
+            out.push_str("  // More blocks than one dispatch dimension holds: 2-D dispatch, linearised.\n");
+            writeln!(out, "  let block_id: u32 = mpmd_wid.x + mpmd_wid.y * {per_dim}u;").unwrap();
+            writeln!(out, "  if (block_id >= {}u) {{ return; }}", unit.block_count).unwrap();
+        } else {
+            out.push_str("  let block_id: u32 = mpmd_wid.x;\n");
+        }
+        out.push_str("  let thread_id: u32 = mpmd_lid;\n");
+        writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
+        out.push_str("  mpmd_block_id = block_id;\n  mpmd_thread_id = thread_id;\n");
+        out.push_str("  // Axis indices: (id / stride) % size.\n");
+        for axis in &unit.axes {
+            let id = match axis.source {
+                IdSource::Block => "block_id",
+                IdSource::Thread => "thread_id",
+            };
+            let divided = if axis.stride == 1 {
+                id.to_string()
+            } else {
+                format!("({id} / {}u)", axis.stride)
+            };
+            writeln!(
+                out,
+                "  let ax_{}: u32 = {divided} % {}u;",
+                sanitize(&axis.axis),
+                axis.size
+            )
+            .unwrap();
+        }
+        if !preamble.is_empty() {
+            out.push_str("  // Scalar parameters.\n");
+            out.push_str(&preamble);
+        }
+        if !self.rt_used.is_empty() {
+            out.push_str("  // Literals read at run time (operations on literals alone would be folded by WGSL).\n");
+            let scalars = self.state.scalar_slots.len();
+            for &k in &self.rt_used {
+                let lit = self.state.literals[k];
+                let word = format!("mpmd_params[{}]", scalars + k);
+                writeln!(
+                    out,
+                    "  let rt_{k}: {} = {}; // {}",
+                    wgsl_scalar(lit.ty()),
+                    from_word(lit.ty(), &word),
+                    describe_literal(lit)
+                )
+                .unwrap();
+            }
+        }
+        out.push_str("  // Kernel body.\n");
+        out.push_str(&self.body);
+        out.push_str("}\n");
+        Ok(out)
+    }
+
+    // ---- statements ----
+
+    fn block(&mut self, body: &[Stmt]) -> Result<(), EmitError> {
+        self.scopes.push(HashMap::new());
+        self.depth += 1;
+        let r = self.stmts(body);
+        self.depth -= 1;
+        self.scopes.pop();
+        r
+    }
+
+    fn stmts(&mut self, body: &[Stmt]) -> Result<(), EmitError> {
+        for stmt in body {
+            self.stmt(stmt)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) -> Result<(), EmitError> {
+        match stmt {
+            Stmt::Let { var, value } => {
+                let v = self.expr(value)?;
+                let name = self.bind_scalar(&var.name, var.ty);
+                self.line(&format!("let {name}: {} = {v};", wgsl_scalar(var.ty)));
+            }
+            Stmt::Var { var, init } => {
+                let v = self.expr(init)?;
+                let name = self.bind_scalar(&var.name, var.ty);
+                self.line(&format!("var {name}: {} = {v};", wgsl_scalar(var.ty)));
+            }
+            Stmt::Assign { name, value } => {
+                let v = self.expr(value)?;
+                let target = match self.lookup(name) {
+                    Some(Named::Scalar { wgsl, .. }) => wgsl.clone(),
+                    _ => return Err(self.invalid(format!("assignment to unknown variable `{name}`"))),
+                };
+                self.line(&format!("{target} = {v};"));
+            }
+            Stmt::LocalArray { name, elem, shape } => {
+                let var = self.fresh("v_", name);
+                let ty = RefType {
+                    space: MemorySpace::Local,
+                    elem: *elem,
+                    shape: shape.clone(),
+                    owner: None,
+                };
+                self.line(&format!(
+                    "var {var}: array<{}, {}>;",
+                    wgsl_scalar(*elem),
+                    ty.len().max(1)
+                ));
+                self.scopes.last_mut().unwrap().insert(
+                    name.clone(),
+                    Named::Ref(RefInfo {
+                        ty,
+                        storage: Storage::Local { var },
+                    }),
+                );
+            }
+            Stmt::Store { target, value } => {
+                let v = self.expr(value)?;
+                let (place, info) = self.place(target)?;
+                let text = store_text(&info, &place, &v);
+                self.line(&text);
+            }
+            Stmt::Atomic {
+                dest,
+                op,
+                target,
+                args,
+            } => self.atomic(dest.as_ref().map(|d| (d.name.as_str(), d.ty)), *op, target, args)?,
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                let c = self.expr(cond)?;
+                self.line(&format!("if ({c}) {{"));
+                self.block(then_body)?;
+                if else_body.is_empty() {
+                    self.line("}");
+                } else {
+                    self.line("} else {");
+                    self.block(else_body)?;
+                    self.line("}");
+                }
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                body,
+            } => {
+                let s = self.expr(start)?;
+                let e = self.expr(end)?;
+                self.line("{");
+                self.depth += 1;
+                let end_name = self.temp("end");
+                self.line(&format!("let {end_name}: {} = {e};", wgsl_scalar(var.ty)));
+                self.scopes.push(HashMap::new());
+                let v = self.bind_scalar(&var.name, var.ty);
+                let one = if var.ty == ScalarType::I32 { "1i" } else { "1u" };
+                self.loop_enter();
+                self.line(&format!(
+                    "for (var {v}: {} = {s}; {v} < {end_name}; {v} = {v} + {one}) {{",
+                    wgsl_scalar(var.ty)
+                ));
+                self.depth += 1;
+                self.loop_tick(contains_collective(body));
+                self.depth -= 1;
+                self.block(body)?;
+                self.scopes.pop();
+                self.line("}");
+                self.depth -= 1;
+                self.line("}");
+            }
+            Stmt::Barrier => {
+                self.line("// barrier: orders this block's smem and gmem accesses.");
+                self.line("storageBarrier();");
+                self.line("workgroupBarrier();");
+            }
+            Stmt::Sem { op, sem, amount } => self.sem_op(*op, sem, amount)?,
+            Stmt::SemRead { dest, sem } => {
+                let (place, _) = self.place(sem)?;
+                self.line(&format!("// read({}): thread 0 reads, the block shares the value.", describe_access(sem)));
+                self.line(&format!("if (thread_id == 0u) {{ mpmd_sem_value = atomicLoad(&{place}); }}"));
+                let name = self.bind_scalar(dest, ScalarType::I32);
+                self.line(&format!("let {name}: i32 = workgroupUniformLoad(&mpmd_sem_value);"));
+                self.line("workgroupBarrier();");
+            }
+        }
+        Ok(())
+    }
+
+    /// The loop-cap check at the top of a loop body. In a loop that holds
+    /// barriers every invocation must take the same way out, so the decision
+    /// goes through a workgroup flag read uniformly.
+    /// llvmpipe counts every visit of a loop header, the final exit test
+    /// included: a loop costs one more than its iterations.
+    fn loop_enter(&mut self) {
+        if self.state.options.loop_cap.is_some() {
+            self.line("_ = mpmd_loop_tick();");
+        }
+    }
+
+    fn loop_tick(&mut self, collective: bool) {
+        if self.state.options.loop_cap.is_none() {
+            return;
+        }
+        if collective {
+            self.line("if (mpmd_loop_tick()) { mpmd_block_stop = 1u; }");
+            self.line("let mpmd_stop = workgroupUniformLoad(&mpmd_block_stop);");
+            self.line("workgroupBarrier();");
+            self.line("if (mpmd_stop != 0u) { break; }");
+        } else {
+            self.line("if (mpmd_loop_tick()) { break; }");
+        }
+    }
+
+    fn atomic(
+        &mut self,
+        dest: Option<(&str, ScalarType)>,
+        op: AtomicOp,
+        target: &RefAccess,
+        args: &[Expr],
+    ) -> Result<(), EmitError> {
+        let mut values = Vec::new();
+        for a in args {
+            values.push(self.expr(a)?);
+        }
+        let (place, info) = self.place(target)?;
+        let word = match &info.storage {
+            Storage::Buffer { word, .. } | Storage::Shared { word, .. } => *word,
+            Storage::Local { .. } => return Err(self.invalid("atomic on a local array")),
+        };
+        if !word.is_atomic() {
+            return Err(self.invalid(format!("`{}` is not stored as atomics", target.base)));
+        }
+        let elem = wgsl_scalar(info.ty.elem);
+        let arg = |k: usize| values.get(k).cloned().unwrap_or_default();
+        let value = match op {
+            AtomicOp::Load => format!("atomicLoad(&{place})"),
+            AtomicOp::Store => {
+                self.line(&format!("atomicStore(&{place}, {});", arg(0)));
+                return Ok(());
+            }
+            AtomicOp::Add => format!("atomicAdd(&{place}, {})", arg(0)),
+            AtomicOp::Min => format!("atomicMin(&{place}, {})", arg(0)),
+            AtomicOp::Max => format!("atomicMax(&{place}, {})", arg(0)),
+            AtomicOp::And => format!("atomicAnd(&{place}, {})", arg(0)),
+            AtomicOp::Or => format!("atomicOr(&{place}, {})", arg(0)),
+            AtomicOp::Xor => format!("atomicXor(&{place}, {})", arg(0)),
+            AtomicOp::Exchange => format!("atomicExchange(&{place}, {})", arg(0)),
+            AtomicOp::CompareExchange => {
+                // Strong compare-exchange from the weak one: retry spurious failures.
+                let cmp = self.temp("expected");
+                let new = self.temp("desired");
+                let old = self.temp("old");
+                self.line(&format!("let {cmp}: {elem} = {};", arg(0)));
+                self.line(&format!("let {new}: {elem} = {};", arg(1)));
+                self.line(&format!("var {old}: {elem};"));
+                self.loop_enter();
+                self.line("loop {");
+                self.depth += 1;
+                self.loop_tick(false);
+                self.line(&format!("let r = atomicCompareExchangeWeak(&{place}, {cmp}, {new});"));
+                self.line(&format!("{old} = r.old_value;"));
+                self.line(&format!("if (r.exchanged || r.old_value != {cmp}) {{ break; }}"));
+                self.depth -= 1;
+                self.line("}");
+                old
+            }
+        };
+        match dest {
+            Some((name, ty)) => {
+                let wgsl = self.bind_scalar(name, ty);
+                self.line(&format!("let {wgsl}: {} = {value};", wgsl_scalar(ty)));
+            }
+            None => {
+                if op != AtomicOp::CompareExchange {
+                    self.line(&format!("_ = {value};"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sem_op(&mut self, op: SemOp, sem: &RefAccess, amount: &Expr) -> Result<(), EmitError> {
+        let amount_ty = self.ty(amount)?;
+        let mut n = self.expr(amount)?;
+        if amount_ty != ScalarType::I32 {
+            n = format!("bitcast<i32>({n})");
+        }
+        let (global, index, site) = self.sem_place(sem)?;
+        let what = describe_access(sem);
+        match op {
+            SemOp::Signal => {
+                self.line(&format!("// signal({what}, n): the block's writes first, then one add."));
+                self.line("workgroupBarrier();");
+                self.line("storageBarrier();");
+                let idx = self.temp("sem");
+                let amt = self.temp("amount");
+                self.line(&format!("let {idx}: u32 = {index};"));
+                self.line(&format!("let {amt}: i32 = {n};"));
+                self.line(&format!("if (thread_id == 0u) {{ atomicAdd(&{global}[{idx}], {amt}); }}"));
+            }
+            SemOp::Wait | SemOp::WaitNodec => {
+                let take = op == SemOp::Wait;
+                self.state.helpers.insert(Helper::SemWait(global.clone()));
+                self.line(&format!(
+                    "// {}({what}, n): thread 0 polls (bounded), then the block proceeds together.",
+                    op.name()
+                ));
+                let idx = self.temp("sem");
+                let amt = self.temp("amount");
+                self.line(&format!("let {idx}: u32 = {index};"));
+                self.line(&format!("let {amt}: i32 = {n};"));
+                self.line(&format!(
+                    "if (thread_id == 0u) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
+                ));
+                self.line("workgroupBarrier();");
+                self.line("storageBarrier();");
+            }
+        }
+        Ok(())
+    }
+
+    /// Global, word index and site of a semaphore element.
+    fn sem_place(&mut self, sem: &RefAccess) -> Result<(String, String, usize), EmitError> {
+        let info = self.ref_info(&sem.base)?;
+        let global = match &info.storage {
+            Storage::Buffer { global, word, .. } if word.is_atomic() => global.clone(),
+            _ => return Err(self.invalid(format!("`{}` is not a semaphore buffer", sem.base))),
+        };
+        let (index, site) = self.index_of(sem, &info)?;
+        Ok((global, index, site))
+    }
+
+    // ---- places ----
+
+    fn ref_info(&self, name: &str) -> Result<RefInfo, EmitError> {
+        match self.lookup(name) {
+            Some(Named::Ref(info)) => Ok(info.clone()),
+            Some(Named::Scalar { .. }) => Err(self.invalid(format!("`{name}` is not a ref"))),
+            None => Err(self.invalid(format!("unknown ref `{name}`"))),
+        }
+    }
+
+    /// `array[index]` text for an access, with the ref's info.
+    fn place(&mut self, access: &RefAccess) -> Result<(String, RefInfo), EmitError> {
+        let info = self.ref_info(&access.base)?;
+        let (index, _) = self.index_of(access, &info)?;
+        let array = match &info.storage {
+            Storage::Buffer { global, .. } | Storage::Shared { global, .. } => global.clone(),
+            Storage::Local { var } => var.clone(),
+        };
+        Ok((format!("{array}[{index}]"), info))
+    }
+
+    /// The element index expression of an access (and its checked-mode site id).
+    fn index_of(&mut self, access: &RefAccess, info: &RefInfo) -> Result<(String, usize), EmitError> {
+        let ty = &info.ty;
+        if access.index.len() != ty.shape.len() {
+            return Err(self.invalid(format!(
+                "`{}` has {} dimension(s) but is indexed with {}",
+                access.base,
+                ty.shape.len(),
+                access.index.len()
+            )));
+        }
+        let plan = self.state.plan;
+        let len = ty.len();
+        // Coordinates and their extents, row-major: owner block coords, then indices.
+        let mut coords: Vec<&Expr> = Vec::new();
+        let mut extents: Vec<u32> = Vec::new();
+        let mut block_extents = Vec::new();
+        let mut own_instance = false;
+        match (&access.block, &ty.owner) {
+            (Some(block), Some(owner)) => {
+                if ty.space == MemorySpace::Smem || ty.space == MemorySpace::Local {
+                    return Err(self.invalid(format!(
+                        "`{}@[...]`: another block's {} cannot be reached",
+                        access.base,
+                        ty.space.keyword()
+                    )));
+                }
+                let mesh = plan
+                    .mesh(owner)
+                    .ok_or_else(|| self.invalid(format!("unknown owner mesh `{owner}`")))?;
+                block_extents = mesh.block_axes().map(|a| a.size).collect();
+                if block.len() != block_extents.len() {
+                    return Err(self.invalid(format!(
+                        "`{}@[...]` names {} block coordinate(s); mesh `{owner}` has {}",
+                        access.base,
+                        block.len(),
+                        block_extents.len()
+                    )));
+                }
+                coords.extend(block.iter());
+                extents.extend(&block_extents);
+            }
+            (Some(_), None) => {
+                return Err(self.invalid(format!("`{}` has no owner mesh to index with @[...]", access.base)))
+            }
+            (None, Some(owner)) => {
+                if matches!(ty.space, MemorySpace::Gmem | MemorySpace::Sem) {
+                    if owner != &self.unit.mesh.name {
+                        return Err(self.invalid(format!(
+                            "`{}` belongs to mesh `{owner}`; this program runs on `{}` and must name the block with @[...]",
+                            access.base, self.unit.mesh.name
+                        )));
+                    }
+                    own_instance = true;
+                }
+            }
+            (None, None) => {}
+        }
+        coords.extend(access.index.iter());
+        extents.extend(&ty.shape);
+
+        let base = match &info.storage {
+            Storage::Buffer { offset, .. } => *offset,
+            _ => 0,
+        };
+        let mut dynamic_terms: Vec<String> = Vec::new();
+        if own_instance {
+            dynamic_terms.push(if len == 1 {
+                "block_id".to_string()
+            } else {
+                format!("block_id * {len}u")
+            });
+        }
+        // Every access gets a site (error records name it: out-of-bounds
+        // accesses in checked mode, semaphore waits in both modes).
+        let site = self.state.sites.len();
+        let mut signed = Vec::new();
+        for c in &coords {
+            signed.push(self.ty(c)? == ScalarType::I32);
+        }
+        self.state.sites.push(AccessSite {
+            unit: self.index,
+            reference: access.base.clone(),
+            block_extents,
+            shape: ty.shape.clone(),
+            signed,
+        });
+        if self.state.options.mode == Mode::Checked {
+            let mut args = vec![format!("{site}u")];
+            for (c, &n) in coords.iter().zip(&extents) {
+                args.push(self.index_value(c)?);
+                args.push(format!("{n}u"));
+            }
+            self.state.helpers.insert(Helper::Check(coords.len()));
+            dynamic_terms.push(format!("mpmd_check{}({})", coords.len(), args.join(", ")));
+            let mut text = dynamic_terms.join(" + ");
+            if base != 0 {
+                text = format!("{base}u + {text}");
+            }
+            return Ok((text, site));
+        }
+        // Fast mode: row-major arithmetic, literal coordinates folded here.
+        let mut stride: u64 = 1;
+        let mut constant: u64 = base;
+        let mut terms = Vec::new();
+        for (c, &n) in coords.iter().zip(&extents).rev() {
+            match const_u32(c) {
+                Some(v) => constant = constant.wrapping_add((v as u64).wrapping_mul(stride)),
+                None => {
+                    let v = self.index_value(c)?;
+                    terms.push(if stride == 1 {
+                        v
+                    } else {
+                        format!("{v} * {stride}u")
+                    });
+                }
+            }
+            stride = stride.saturating_mul(n as u64);
+        }
+        terms.reverse();
+        dynamic_terms.extend(terms);
+        if dynamic_terms.is_empty() {
+            let fixed_len = match &info.storage {
+                Storage::Buffer { .. } => None,
+                _ => Some(len),
+            };
+            let c = constant.min(u32::MAX as u64);
+            // A constant index past a fixed-size array is a shader-creation error;
+            // read it at run time instead (out of bounds is undefined in fast mode).
+            if fixed_len.is_some_and(|l| c >= l) {
+                let k = self.runtime_literal(Literal::U32(c as u32));
+                return Ok((k, site));
+            }
+            return Ok((format!("{c}u"), site));
+        }
+        let mut text = dynamic_terms.join(" + ");
+        if constant != 0 {
+            text = format!("{text} + {}u", constant.min(u32::MAX as u64));
+        }
+        Ok((text, site))
+    }
+
+    /// A coordinate as a u32 expression (i32 coordinates are reinterpreted,
+    /// so negative ones are out of bounds).
+    fn index_value(&mut self, e: &Expr) -> Result<String, EmitError> {
+        let t = self.ty(e)?;
+        if let Some(v) = const_u32(e) {
+            return Ok(format!("{v}u"));
+        }
+        let v = self.expr(e)?;
+        Ok(match t {
+            ScalarType::U32 => v,
+            ScalarType::I32 => format!("bitcast<u32>({v})"),
+            ScalarType::Bool => format!("u32({v})"),
+            ScalarType::F32 => return Err(self.invalid("an index must be an integer")),
+        })
+    }
+
+    fn runtime_literal(&mut self, lit: Literal) -> String {
+        let k = self.state.runtime_literal(lit);
+        self.rt_used.insert(k);
+        format!("rt_{k}")
+    }
+
+    // ---- expressions ----
+
+    fn ty(&self, e: &Expr) -> Result<ScalarType, EmitError> {
+        Ok(match e {
+            Expr::Lit(l) => l.ty(),
+            Expr::Var(name) => match self.lookup(name) {
+                Some(Named::Scalar { ty, .. }) => *ty,
+                _ => return Err(self.invalid(format!("unknown variable `{name}`"))),
+            },
+            Expr::AxisIndex(_) | Expr::AxisSize(_) => ScalarType::U32,
+            Expr::Load(access) => self.ref_info(&access.base)?.ty.elem,
+            Expr::Unary(UnaryOp::Not, _) => ScalarType::Bool,
+            Expr::Unary(_, e) => self.ty(e)?,
+            Expr::Binary(op, a, _) => {
+                if op.is_comparison() {
+                    ScalarType::Bool
+                } else {
+                    self.ty(a)?
+                }
+            }
+            Expr::Select(_, t, _) => self.ty(t)?,
+            Expr::Cast(t, _) | Expr::Bitcast(t, _) => *t,
+            Expr::Math(_, args) => match args.first() {
+                Some(a) => self.ty(a)?,
+                None => return Err(self.invalid("math function without arguments")),
+            },
+        })
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<String, EmitError> {
+        self.expr_with(e, false)
+    }
+
+    /// Emits `e`; with `runtime_literals`, every literal in it is read at run time.
+    fn expr_with(&mut self, e: &Expr, runtime_literals: bool) -> Result<String, EmitError> {
+        // An operation whose operands are all constant would be evaluated by
+        // WGSL at shader creation: read its literals at run time instead.
+        let rt = runtime_literals || (is_operation(e) && is_constant(e));
+        Ok(match e {
+            Expr::Lit(l) => match literal_text(*l) {
+                Some(text) if !rt => text,
+                _ => self.runtime_literal(*l),
+            },
+            Expr::Var(name) => match self.lookup(name) {
+                Some(Named::Scalar { wgsl, .. }) => wgsl.clone(),
+                _ => return Err(self.invalid(format!("unknown variable `{name}`"))),
+            },
+            Expr::AxisIndex(axis) => {
+                if !self.unit.axes.iter().any(|a| &a.axis == axis) {
+                    return Err(self.invalid(format!(
+                        "axis_index({axis}): mesh `{}` has no axis `{axis}`",
+                        self.unit.mesh.name
+                    )));
+                }
+                format!("ax_{}", sanitize(axis))
+            }
+            Expr::AxisSize(axis) => {
+                let size = self.axis_size(axis)?;
+                if rt {
+                    self.runtime_literal(Literal::U32(size))
+                } else {
+                    format!("{size}u")
+                }
+            }
+            Expr::Load(access) => {
+                let (place, info) = self.place(access)?;
+                load_text(&info, &place)
+            }
+            Expr::Unary(op, a) => {
+                let t = self.ty(a)?;
+                let v = self.expr_with(a, rt)?;
+                match (op, t) {
+                    (UnaryOp::Neg, ScalarType::F32) => format!("(-{v})"),
+                    (UnaryOp::Neg, ScalarType::I32) => format!("(0i - {v})"),
+                    (UnaryOp::Neg, _) => format!("(0u - {v})"),
+                    (UnaryOp::Not, _) => format!("(!{v})"),
+                    (UnaryOp::BitNot, _) => format!("(~{v})"),
+                }
+            }
+            Expr::Binary(op, a, b) => self.binary(*op, a, b, rt)?,
+            Expr::Select(c, t, f) => {
+                let c = self.expr_with(c, rt)?;
+                let t = self.expr_with(t, rt)?;
+                let f = self.expr_with(f, rt)?;
+                format!("select({f}, {t}, {c})")
+            }
+            Expr::Cast(to, a) => {
+                let from = self.ty(a)?;
+                let v = self.expr_with(a, rt)?;
+                self.cast(from, *to, v)
+            }
+            Expr::Bitcast(to, a) => {
+                let from = self.ty(a)?;
+                let v = self.expr_with(a, rt)?;
+                if from == *to {
+                    v
+                } else {
+                    format!("bitcast<{}>({v})", wgsl_scalar(*to))
+                }
+            }
+            Expr::Math(f, args) => {
+                let t = match args.first() {
+                    Some(a) => self.ty(a)?,
+                    None => return Err(self.invalid("math function without arguments")),
+                };
+                let mut vs = Vec::new();
+                for a in args {
+                    vs.push(self.expr_with(a, rt)?);
+                }
+                self.math(*f, t, &vs)?
+            }
+        })
+    }
+
+    fn axis_size(&self, axis: &str) -> Result<u32, EmitError> {
+        if let Some(a) = self.unit.mesh.axis(axis) {
+            return Ok(a.size);
+        }
+        self.state
+            .plan
+            .meshes
+            .iter()
+            .find_map(|m| m.axis(axis))
+            .map(|a| a.size)
+            .ok_or_else(|| self.invalid(format!("axis_size({axis}): no mesh in scope has axis `{axis}`")))
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr, rt: bool) -> Result<String, EmitError> {
+        let t = self.ty(a)?;
+        let x = self.expr_with(a, rt)?;
+        if matches!(op, BinaryOp::Shl | BinaryOp::Shr) {
+            // Shift amounts are taken modulo 32; WGSL wants a u32 amount.
+            let amount = match b {
+                Expr::Lit(l) if !rt => format!("{}u", l.to_bits() & 31),
+                _ => {
+                    let bt = self.ty(b)?;
+                    let y = self.expr_with(b, rt)?;
+                    let y = if bt == ScalarType::U32 {
+                        y
+                    } else {
+                        format!("bitcast<u32>({y})")
+                    };
+                    format!("({y} & 31u)")
+                }
+            };
+            let sym = if op == BinaryOp::Shl { "<<" } else { ">>" };
+            return Ok(format!("({x} {sym} {amount})"));
+        }
+        let y = self.expr_with(b, rt)?;
+        let (x, y) = if t == ScalarType::F32 && op == BinaryOp::Mul {
+            // The driver folds `x * 0.0` to 0.0 (wrong for inf and NaN): a zero
+            // factor is read at run time.
+            (self.opaque_zero(a, x), self.opaque_zero(b, y))
+        } else {
+            (x, y)
+        };
+        if t == ScalarType::F32 && op == BinaryOp::Ne {
+            // naga emits `!=` as an ordered comparison (false for NaN); IEEE
+            // and Rust say NaN != NaN.
+            return Ok(format!("(!({x} == {y}))"));
+        }
+        let sym = match op {
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => {
+                if t == ScalarType::F32 && !self.state.plan.map.fast_math {
+                    // No contraction into fma: multiply the product by a 1.0 the
+                    // compiler cannot see, so a following add cannot fuse with
+                    // the rounding of x * y (fusing the outer multiply is exact).
+                    let one = self.runtime_literal(Literal::f32(1.0));
+                    return Ok(format!("(({x} * {y}) * {one})"));
+                }
+                "*"
+            }
+            BinaryOp::Div => match t {
+                ScalarType::I32 => return Ok(self.call(Helper::DivI32, "mpmd_div_i32", &[x, y])),
+                ScalarType::U32 => return Ok(self.call(Helper::DivU32, "mpmd_div_u32", &[x, y])),
+                _ => "/",
+            },
+            BinaryOp::Rem => match t {
+                ScalarType::I32 => return Ok(self.call(Helper::RemI32, "mpmd_rem_i32", &[x, y])),
+                ScalarType::U32 => return Ok(self.call(Helper::RemU32, "mpmd_rem_u32", &[x, y])),
+                _ => return Ok(self.call(Helper::Fmod, "mpmd_fmod", &[x, y])),
+            },
+            BinaryOp::BitAnd => "&",
+            BinaryOp::BitOr => "|",
+            BinaryOp::BitXor => "^",
+            BinaryOp::LogicAnd => "&&",
+            BinaryOp::LogicOr => "||",
+            BinaryOp::Eq => "==",
+            BinaryOp::Ne => "!=",
+            BinaryOp::Lt => "<",
+            BinaryOp::Le => "<=",
+            BinaryOp::Gt => ">",
+            BinaryOp::Ge => ">=",
+            BinaryOp::Shl | BinaryOp::Shr => unreachable!("handled above"),
+        };
+        Ok(format!("({x} {sym} {y})"))
+    }
+
+    /// `text` (the emission of `e`), or a run-time read when `e` is a zero literal.
+    fn opaque_zero(&mut self, e: &Expr, text: String) -> String {
+        match e {
+            Expr::Lit(l @ Literal::F32(bits)) if bits.to_f32() == 0.0 => self.runtime_literal(*l),
+            _ => text,
+        }
+    }
+
+    fn call(&mut self, helper: Helper, name: &str, args: &[String]) -> String {
+        if matches!(
+            helper,
+            Helper::MinF32 | Helper::MaxF32 | Helper::F32ToI32 | Helper::F32ToU32
+        ) {
+            self.state.helpers.insert(Helper::IsNan);
+        }
+        self.state.helpers.insert(helper);
+        format!("{name}({})", args.join(", "))
+    }
+
+    fn cast(&mut self, from: ScalarType, to: ScalarType, v: String) -> String {
+        use ScalarType::*;
+        match (from, to) {
+            _ if from == to => v,
+            (F32, I32) => self.call(Helper::F32ToI32, "mpmd_f32_to_i32", &[v]),
+            (F32, U32) => self.call(Helper::F32ToU32, "mpmd_f32_to_u32", &[v]),
+            (F32, Bool) => format!("((bitcast<u32>({v}) & 0x7fffffffu) != 0u)"),
+            (I32, Bool) => format!("({v} != 0i)"),
+            (U32, Bool) => format!("({v} != 0u)"),
+            // i32 <-> u32 keep the bits; int -> f32 rounds to nearest; bool -> 0/1.
+            (_, t) => format!("{}({v})", wgsl_scalar(t)),
+        }
+    }
+
+    fn math(&mut self, f: MathFn, t: ScalarType, v: &[String]) -> Result<String, EmitError> {
+        let arity = f.arity();
+        if v.len() != arity {
+            return Err(self.invalid(format!("`{}` takes {arity} argument(s)", f.name())));
+        }
+        let a = v[0].clone();
+        Ok(match (f, t) {
+            (MathFn::Abs, ScalarType::I32) => self.call(Helper::AbsI32, "mpmd_abs_i32", &[a]),
+            (MathFn::Abs, ScalarType::U32) => a,
+            (MathFn::Min, ScalarType::F32) => self.call(Helper::MinF32, "mpmd_min_f32", v),
+            (MathFn::Max, ScalarType::F32) => self.call(Helper::MaxF32, "mpmd_max_f32", v),
+            (MathFn::Rsqrt, _) => format!("inverseSqrt({a})"),
+            _ => format!("{}({})", f.name(), v.join(", ")),
+        })
+    }
+}
+
+fn is_operation(e: &Expr) -> bool {
+    !matches!(
+        e,
+        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) | Expr::Load(_)
+    )
+}
+
+/// Whether WGSL would treat `e` as a const-expression (all leaves literals).
+fn is_constant(e: &Expr) -> bool {
+    match e {
+        Expr::Lit(_) | Expr::AxisSize(_) => true,
+        Expr::Var(_) | Expr::AxisIndex(_) | Expr::Load(_) => false,
+        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => is_constant(a),
+        Expr::Binary(_, a, b) => is_constant(a) && is_constant(b),
+        Expr::Select(c, t, f) => is_constant(c) && is_constant(t) && is_constant(f),
+        Expr::Math(_, args) => args.iter().all(is_constant),
+    }
+}
+
+/// A coordinate known here: an integer literal or an axis size.
+fn const_u32(e: &Expr) -> Option<u32> {
+    match e {
+        Expr::Lit(Literal::U32(v)) => Some(*v),
+        Expr::Lit(Literal::I32(v)) => Some(*v as u32),
+        _ => None,
+    }
+}
+
+/// A scalar of type `t` from a raw u32 word expression.
+fn from_word(t: ScalarType, word: &str) -> String {
+    match t {
+        ScalarType::F32 => format!("bitcast<f32>({word})"),
+        ScalarType::I32 => format!("bitcast<i32>({word})"),
+        ScalarType::U32 => word.to_string(),
+        ScalarType::Bool => format!("({word} != 0u)"),
+    }
+}
+
+fn load_text(info: &RefInfo, place: &str) -> String {
+    let elem = info.ty.elem;
+    match &info.storage {
+        Storage::Local { .. } => place.to_string(),
+        Storage::Buffer { word, .. } | Storage::Shared { word, .. } => {
+            let raw = if word.is_atomic() {
+                format!("atomicLoad(&{place})")
+            } else {
+                place.to_string()
+            };
+            match (elem, word) {
+                (ScalarType::Bool, _) => format!("({raw} != 0u)"),
+                (ScalarType::F32, WordType::F32) => raw,
+                (ScalarType::I32, WordType::I32 | WordType::AtomicI32) => raw,
+                (ScalarType::U32, WordType::U32 | WordType::AtomicU32) => raw,
+                (t, _) => format!("bitcast<{}>({raw})", wgsl_scalar(t)),
+            }
+        }
+    }
+}
+
+fn store_text(info: &RefInfo, place: &str, value: &str) -> String {
+    let elem = info.ty.elem;
+    match &info.storage {
+        Storage::Local { .. } => format!("{place} = {value};"),
+        Storage::Buffer { word, .. } | Storage::Shared { word, .. } => {
+            let word_value = match (elem, word) {
+                (ScalarType::Bool, _) => format!("select(0u, 1u, {value})"),
+                (ScalarType::F32, WordType::F32) => value.to_string(),
+                (ScalarType::I32, WordType::I32 | WordType::AtomicI32) => value.to_string(),
+                (ScalarType::U32, WordType::U32 | WordType::AtomicU32) => value.to_string(),
+                (_, WordType::U32 | WordType::AtomicU32) => format!("bitcast<u32>({value})"),
+                (_, WordType::I32 | WordType::AtomicI32) => format!("bitcast<i32>({value})"),
+                (_, WordType::F32) => format!("bitcast<f32>({value})"),
+            };
+            if word.is_atomic() {
+                format!("atomicStore(&{place}, {word_value});")
+            } else {
+                format!("{place} = {word_value};")
+            }
+        }
+    }
+}
+
+fn describe_access(a: &RefAccess) -> String {
+    let idx = |es: &[Expr]| {
+        es.iter()
+            .map(mpmd_core::text::print_expr)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match &a.block {
+        Some(b) => format!("{}@[{}][{}]", a.base, idx(b), idx(&a.index)),
+        None => format!("{}[{}]", a.base, idx(&a.index)),
+    }
+}

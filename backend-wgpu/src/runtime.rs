@@ -1,0 +1,781 @@
+//! Running emitted modules through wgpu.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mpmd_core::backend::{Backend, RunError, RunOptions, Site};
+use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
+use mpmd_core::ir::{Literal, MemorySpace, Name, ScalarType};
+use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
+use mpmd_core::Mode;
+use thiserror::Error;
+
+use crate::emit::{
+    emit_module, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP, ERROR_OUT_OF_BOUNDS,
+    ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
+};
+
+/// Loop header visits the backend allows on llvmpipe (measured: it stops an
+/// invocation's loops after 65,535 to 65,537 header visits in total).
+pub const LLVMPIPE_LOOP_CAP: u32 = 65_000;
+
+/// How the backend is set up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WgpuOptions {
+    /// The user declares that every workgroup of a dispatch runs at once on
+    /// this adapter, so waits whose signals come from the same dispatch can
+    /// make progress. Such runs are `unverified`, never a pass.
+    pub co_resident: bool,
+    /// Polls one semaphore wait makes before it reports a timeout
+    /// (default: 16,384 on llvmpipe, 4,194,304 elsewhere).
+    pub wait_poll_budget: Option<u32>,
+    /// Per-invocation loop iteration cap (default: 65,000 on llvmpipe, none elsewhere).
+    pub loop_cap: Option<u32>,
+    /// Use at most this many storage buffers per stage even if the adapter
+    /// allows more (packing the rest); for tests of the packed layout.
+    pub max_storage_buffers: Option<u32>,
+}
+
+/// Adapter facts for reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterInfo {
+    pub name: String,
+    pub driver: String,
+    pub driver_info: String,
+    /// The wgpu backend (`vulkan`, `metal`, ...).
+    pub backend: String,
+    pub device_type: String,
+}
+
+impl std::fmt::Display for AdapterInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}, driver {} {})",
+            self.name, self.backend, self.driver, self.driver_info
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum WgpuError {
+    #[error("no WebGPU adapter found ({0}). Install a Vulkan driver; on a machine without a GPU, Mesa's lavapipe: `apt-get install mesa-vulkan-drivers libvulkan1`")]
+    NoAdapter(String),
+    #[error("the adapter {adapter} refused to create a device: {message}")]
+    Device { adapter: String, message: String },
+}
+
+/// One device, shared by every backend value of the process, with the
+/// pipeline cache.
+struct GpuContext {
+    info: AdapterInfo,
+    limits: wgpu::Limits,
+    llvmpipe: bool,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    modules: Mutex<HashMap<String, Arc<CompiledModule>>>,
+}
+
+struct CompiledModule {
+    emitted: EmittedModule,
+    layout: wgpu::BindGroupLayout,
+    pipelines: Vec<wgpu::ComputePipeline>,
+}
+
+fn context() -> Result<Arc<GpuContext>, WgpuError> {
+    static CONTEXT: OnceLock<Mutex<Option<Arc<GpuContext>>>> = OnceLock::new();
+    let slot = CONTEXT.get_or_init(|| Mutex::new(None));
+    let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(ctx) = guard.as_ref() {
+        return Ok(ctx.clone());
+    }
+    let ctx = Arc::new(create_context()?);
+    *guard = Some(ctx.clone());
+    Ok(ctx)
+}
+
+fn create_context() -> Result<GpuContext, WgpuError> {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..Default::default()
+    }))
+    .map_err(|e| WgpuError::NoAdapter(e.to_string()))?;
+    let raw = adapter.get_info();
+    let info = AdapterInfo {
+        name: raw.name.clone(),
+        driver: raw.driver.clone(),
+        driver_info: raw.driver_info.clone(),
+        backend: raw.backend.to_string(),
+        device_type: format!("{:?}", raw.device_type),
+    };
+    let llvmpipe = raw.name.to_lowercase().contains("llvmpipe")
+        || raw.driver.to_lowercase().contains("llvmpipe");
+    // The adapter's own limits: lavapipe allows 1024 invocations and more
+    // storage buffers than WebGPU's defaults.
+    let limits = adapter.limits();
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("mpmd"),
+        required_features: wgpu::Features::empty(),
+        required_limits: limits.clone(),
+        ..Default::default()
+    }))
+    .map_err(|e| WgpuError::Device {
+        adapter: info.to_string(),
+        message: e.to_string(),
+    })?;
+    // Errors are caught by error scopes; anything else must not abort the process.
+    device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
+        eprintln!("mpmd-wgpu: uncaptured wgpu error: {e}");
+    }));
+    Ok(GpuContext {
+        info,
+        limits,
+        llvmpipe,
+        device,
+        queue,
+        modules: Mutex::new(HashMap::new()),
+    })
+}
+
+/// A device-resident ref kept across calls.
+struct ResidentBuffer {
+    buffer: wgpu::Buffer,
+    elem: ScalarType,
+    shape: Vec<u32>,
+    words: u64,
+}
+
+/// The WGSL backend: runs launch plans on a wgpu adapter.
+pub struct WgpuBackend {
+    ctx: Arc<GpuContext>,
+    options: WgpuOptions,
+    residents: BTreeMap<Name, ResidentBuffer>,
+}
+
+impl WgpuBackend {
+    /// Opens the default adapter (shared by every backend value of the process).
+    pub fn new(options: WgpuOptions) -> Result<Self, WgpuError> {
+        Ok(WgpuBackend {
+            ctx: context()?,
+            options,
+            residents: BTreeMap::new(),
+        })
+    }
+
+    pub fn adapter_info(&self) -> AdapterInfo {
+        self.ctx.info.clone()
+    }
+
+    /// Whether the adapter is Mesa's llvmpipe (lavapipe).
+    pub fn is_llvmpipe(&self) -> bool {
+        self.ctx.llvmpipe
+    }
+
+    /// The limits the device was created with (the adapter's own).
+    pub fn limits(&self) -> wgpu::Limits {
+        self.ctx.limits.clone()
+    }
+
+    /// Whether a successful run of `plan` is only `unverified`: it relied on
+    /// the user's co-residency declaration.
+    pub fn unverified(&self, plan: &LaunchPlan) -> bool {
+        plan.needs_co_residency()
+    }
+
+    /// The code-generation options this backend uses on its adapter.
+    pub fn emit_options(&self, mode: Mode) -> EmitOptions {
+        let llvmpipe = self.ctx.llvmpipe;
+        let adapter_max = self.ctx.limits.max_storage_buffers_per_shader_stage;
+        EmitOptions {
+            mode,
+            loop_cap: self
+                .options
+                .loop_cap
+                .or(if llvmpipe { Some(LLVMPIPE_LOOP_CAP) } else { None }),
+            wait_poll_budget: self
+                .options
+                .wait_poll_budget
+                .unwrap_or(if llvmpipe { 16_384 } else { 1 << 22 }),
+            max_storage_buffers: self
+                .options
+                .max_storage_buffers
+                .map_or(adapter_max, |m| m.min(adapter_max)),
+            max_workgroups_per_dimension: self.ctx.limits.max_compute_workgroups_per_dimension,
+        }
+    }
+
+    /// The WGSL this backend runs for `plan` on its adapter.
+    pub fn wgsl(&self, plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
+        Ok(emit_module(plan, &self.emit_options(mode))?.wgsl)
+    }
+
+    fn refuse_if_needed(&self, plan: &LaunchPlan) -> Result<(), RunError> {
+        if plan.needs_co_residency() && !self.options.co_resident {
+            let kernel = |unit: usize| {
+                plan.units
+                    .get(unit)
+                    .map(|u| format!("program {} (`{}`)", u.program, u.kernel.name))
+                    .unwrap_or_else(|| format!("unit {unit}"))
+            };
+            let mut why = Vec::new();
+            for e in &plan.graph.intra_program {
+                why.push(format!(
+                    "{} waits on `{}`, which it signals itself",
+                    kernel(e.to),
+                    e.semaphore
+                ));
+            }
+            if plan.graph.has_cycle {
+                let edges: Vec<String> = plan
+                    .graph
+                    .edges
+                    .iter()
+                    .map(|e| format!("{} signals `{}` for {}", kernel(e.from), e.semaphore, kernel(e.to)))
+                    .collect();
+                why.push(format!("the programs wait on each other in a cycle ({})", edges.join("; ")));
+            }
+            return Err(RunError::Refused {
+                reason: format!(
+                    "{}; such a wait needs another workgroup of the same dispatch to run at the same time, \
+                     and WebGPU promises no forward progress between workgroups. Set \
+                     WgpuOptions::co_resident if this adapter runs them all at once (the result is then unverified)",
+                    why.join("; ")
+                ),
+            });
+        }
+        let limits = &self.ctx.limits;
+        for unit in &plan.units {
+            let max_threads = limits
+                .max_compute_invocations_per_workgroup
+                .min(limits.max_compute_workgroup_size_x);
+            if unit.threads_per_block > max_threads {
+                return Err(RunError::Refused {
+                    reason: format!(
+                        "program {} (`{}`) has {} threads per block; the adapter allows {max_threads} per workgroup",
+                        unit.program, unit.kernel.name, unit.threads_per_block
+                    ),
+                });
+            }
+            let smem: u64 = unit
+                .smem
+                .iter()
+                .filter_map(|s| plan.operands.get(s.operand))
+                .filter_map(|o| o.ty.as_ref_type())
+                .map(|r| r.len().max(1) * 4)
+                .sum::<u64>()
+                + 16;
+            if smem > limits.max_compute_workgroup_storage_size as u64 {
+                return Err(RunError::Refused {
+                    reason: format!(
+                        "program {} (`{}`) needs {smem} bytes of workgroup memory (smem plus 16 bytes of the backend's own); the adapter allows {}",
+                        unit.program, unit.kernel.name, limits.max_compute_workgroup_storage_size
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn compile(&self, plan: &LaunchPlan, mode: Mode) -> Result<Arc<CompiledModule>, RunError> {
+        let options = self.emit_options(mode);
+        let key = format!("{options:?}\n{plan:?}");
+        if let Some(m) = self.ctx.modules.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(m.clone());
+        }
+        let emitted = emit_module(plan, &options).map_err(|e| match e {
+            EmitError::TooManyBlocks { .. } | EmitError::TooManyBindings { .. } => RunError::Refused {
+                reason: e.to_string(),
+            },
+            other => RunError::Backend(other.to_string()),
+        })?;
+        let limits = &self.ctx.limits;
+        for b in &emitted.layout.bindings {
+            let bytes = b.words * 4;
+            let max = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+            if bytes > max {
+                return Err(RunError::Refused {
+                    reason: format!(
+                        "buffer `{}` needs {bytes} bytes; the adapter binds at most {max} bytes per storage buffer",
+                        b.global.trim_start_matches("g_")
+                    ),
+                });
+            }
+        }
+        let device = &self.ctx.device;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(&plan.map.name),
+            source: wgpu::ShaderSource::Wgsl(emitted.wgsl.as_str().into()),
+        });
+        let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let mut entries = vec![storage(PARAMS_BINDING, true), storage(STATUS_BINDING, false)];
+        for b in &emitted.layout.bindings {
+            entries.push(storage(b.binding, false));
+        }
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("mpmd operands"),
+            entries: &entries,
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("mpmd"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipelines = emitted
+            .entry_points
+            .iter()
+            .map(|entry| {
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(entry),
+                    layout: Some(&pipeline_layout),
+                    module: &module,
+                    entry_point: Some(entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+            })
+            .collect();
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(RunError::Backend(format!(
+                "wgpu rejected the generated shader: {err}\n{}",
+                emitted.wgsl
+            )));
+        }
+        let compiled = Arc::new(CompiledModule {
+            emitted,
+            layout,
+            pipelines,
+        });
+        self.ctx
+            .modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, compiled.clone());
+        Ok(compiled)
+    }
+
+    fn resident_buffer(&mut self, name: &str, plan: &LaunchPlan, buf: &BufferPlan) -> Result<wgpu::Buffer, RunError> {
+        if let Some(r) = self.residents.get(name) {
+            if r.words != buf.len {
+                return Err(RunError::BadArguments(format!(
+                    "resident `{name}` has {} elements but this map binds it as {}",
+                    r.words, buf.len
+                )));
+            }
+            return Ok(r.buffer.clone());
+        }
+        // New buffers are zero-filled by wgpu: a fresh resident starts at zero.
+        let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(name),
+            size: buf.len.max(1) * 4,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.residents.insert(
+            name.to_string(),
+            ResidentBuffer {
+                buffer: buffer.clone(),
+                elem: buf.ty.elem,
+                shape: tensor_shape(plan, buf),
+                words: buf.len,
+            },
+        );
+        Ok(buffer)
+    }
+
+    fn read_words(&self, buffers: &[(&wgpu::Buffer, u64, u64)]) -> Result<Vec<Vec<u32>>, RunError> {
+        // (buffer, byte offset, words) -> words, through mapped staging buffers.
+        let device = &self.ctx.device;
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("mpmd readback") });
+        let staging: Vec<wgpu::Buffer> = buffers
+            .iter()
+            .map(|&(src, offset, words)| {
+                let size = words.max(1) * 4;
+                let dst = device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("mpmd staging"),
+                    size,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                if words > 0 {
+                    encoder.copy_buffer_to_buffer(src, offset, &dst, 0, words * 4);
+                }
+                dst
+            })
+            .collect();
+        self.ctx.queue.submit([encoder.finish()]);
+        map_and_read(device, &staging, buffers.iter().map(|b| b.2).collect())
+    }
+}
+
+fn map_and_read(device: &wgpu::Device, staging: &[wgpu::Buffer], words: Vec<u64>) -> Result<Vec<Vec<u32>>, RunError> {
+    let results: Arc<Mutex<Vec<Option<Result<(), String>>>>> = Arc::new(Mutex::new(vec![None; staging.len()]));
+    for (i, buf) in staging.iter().enumerate() {
+        let results = results.clone();
+        buf.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r.map_err(|e| e.to_string()));
+        });
+    }
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| RunError::Backend(format!("waiting for the device failed: {e}")))?;
+    let results = results.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut out = Vec::new();
+    for ((buf, r), n) in staging.iter().zip(results).zip(words) {
+        match r {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(RunError::Backend(format!("reading results back failed: {e}"))),
+            None => return Err(RunError::Backend("reading results back did not finish".into())),
+        }
+        let view = buf
+            .get_mapped_range(..)
+            .map_err(|e| RunError::Backend(format!("reading results back failed: {e}")))?;
+        let words: &[u32] = bytemuck::cast_slice(&view);
+        out.push(words[..n as usize].to_vec());
+        drop(view);
+        buf.unmap();
+    }
+    Ok(out)
+}
+
+/// Host shape of a buffer: the owner's block axes, then the instance shape.
+fn tensor_shape(plan: &LaunchPlan, buf: &BufferPlan) -> Vec<u32> {
+    let mut shape = Vec::new();
+    if let Some(owner) = &buf.ty.owner {
+        if let Some(mesh) = plan.mesh(owner) {
+            shape.extend(mesh.block_axes().map(|a| a.size));
+        }
+    }
+    shape.extend(&buf.ty.shape);
+    shape
+}
+
+fn scalar_word(name: &str, ty: ScalarType, value: Option<&Literal>) -> Result<u32, RunError> {
+    match value {
+        None => Err(RunError::BadArguments(format!("missing value for scalar parameter `{name}`"))),
+        Some(v) if v.ty() != ty => Err(RunError::BadArguments(format!(
+            "scalar parameter `{name}` is `{ty}` but the call passes a `{}`",
+            v.ty()
+        ))),
+        Some(v) => Ok(v.to_bits()),
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    fn run(&mut self, plan: &LaunchPlan, args: &CallArgs, options: &RunOptions) -> Result<CallOutputs, RunError> {
+        self.refuse_if_needed(plan)?;
+        let compiled = self.compile(plan, options.mode)?;
+        let emitted = &compiled.emitted;
+        let ctx = self.ctx.clone();
+        let device = &ctx.device;
+
+        // Scalars and runtime literals.
+        let mut scalars = Vec::new();
+        for (name, ty) in &emitted.scalar_slots {
+            scalars.push(scalar_word(name, *ty, args.scalars.get(name))?);
+        }
+        let params_words = emitted.params_words(&scalars);
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let new_buffer = |label: &str, words: u64| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: words.max(1) * 4,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let params = new_buffer("mpmd params", params_words.len() as u64);
+        ctx.queue.write_buffer(&params, 0, bytemuck::cast_slice(&params_words));
+        let status = new_buffer("mpmd status", STATUS_WORDS as u64);
+
+        // Inputs must match their buffers.
+        for buf in &plan.buffers {
+            if let BufferInit::Input(name) = &buf.init {
+                let t = args
+                    .inputs
+                    .get(name)
+                    .ok_or_else(|| RunError::BadArguments(format!("missing input `{name}`")))?;
+                if t.words.len() as u64 != buf.len {
+                    return Err(RunError::BadArguments(format!(
+                        "input `{name}` has {} elements; the map declares {}",
+                        t.words.len(),
+                        buf.len
+                    )));
+                }
+                if t.elem != buf.ty.elem {
+                    return Err(RunError::BadArguments(format!(
+                        "input `{name}` holds `{}` elements; the map declares `{}`",
+                        t.elem, buf.ty.elem
+                    )));
+                }
+            }
+        }
+
+        // Device buffers: one per binding. Residents are bound in place when
+        // unpacked, and copied into and out of the arena when packed.
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("mpmd call") });
+        let mut binding_buffers = Vec::new();
+        let mut copy_back: Vec<(wgpu::Buffer, u64, wgpu::Buffer, u64)> = Vec::new();
+        for binding in &emitted.layout.bindings {
+            if !emitted.layout.packed {
+                let (index, _) = binding.members[0];
+                let buf = &plan.buffers[index];
+                let buffer = match &buf.init {
+                    BufferInit::Resident(name) => self.resident_buffer(name, plan, buf)?,
+                    BufferInit::Input(name) => {
+                        let b = new_buffer(name, buf.len);
+                        ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&args.inputs[name].words));
+                        b
+                    }
+                    // Fresh buffers are zero-filled by wgpu, which covers `zeroed`
+                    // and semaphores; uninitialised ones may hold anything.
+                    BufferInit::Zeroed | BufferInit::Uninitialized => new_buffer(&buf.operands.join("="), buf.len),
+                };
+                binding_buffers.push(buffer);
+            } else {
+                let arena = new_buffer(&binding.global, binding.words);
+                for &(index, offset) in &binding.members {
+                    let buf = &plan.buffers[index];
+                    match &buf.init {
+                        BufferInit::Resident(name) => {
+                            let r = self.resident_buffer(name, plan, buf)?;
+                            if buf.len > 0 {
+                                encoder.copy_buffer_to_buffer(&r, 0, &arena, offset * 4, buf.len * 4);
+                                copy_back.push((arena.clone(), offset * 4, r, buf.len * 4));
+                            }
+                        }
+                        BufferInit::Input(name) => {
+                            ctx.queue
+                                .write_buffer(&arena, offset * 4, bytemuck::cast_slice(&args.inputs[name].words));
+                        }
+                        BufferInit::Zeroed | BufferInit::Uninitialized => {}
+                    }
+                }
+                binding_buffers.push(arena);
+            }
+        }
+        let mut entries = vec![
+            wgpu::BindGroupEntry {
+                binding: PARAMS_BINDING,
+                resource: params.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: STATUS_BINDING,
+                resource: status.as_entire_binding(),
+            },
+        ];
+        for (binding, buffer) in emitted.layout.bindings.iter().zip(&binding_buffers) {
+            entries.push(wgpu::BindGroupEntry {
+                binding: binding.binding,
+                resource: buffer.as_entire_binding(),
+            });
+        }
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("mpmd operands"),
+            layout: &compiled.layout,
+            entries: &entries,
+        });
+        // One dispatch per launch unit, in plan order: dispatch boundaries are
+        // WGSL's only ordering between workgroups.
+        for (unit, (pipeline, dims)) in compiled.pipelines.iter().zip(&emitted.dispatch).enumerate() {
+            let label = &emitted.entry_points[unit];
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(dims[0], dims[1], dims[2]);
+        }
+        for (arena, offset, resident, bytes) in &copy_back {
+            encoder.copy_buffer_to_buffer(arena, *offset, resident, 0, *bytes);
+        }
+        ctx.queue.submit([encoder.finish()]);
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(RunError::Backend(format!("wgpu rejected the launch: {err}")));
+        }
+
+        // Read back the status and every output.
+        let mut reads: Vec<(&wgpu::Buffer, u64, u64)> = vec![(&status, 0, STATUS_WORDS as u64)];
+        let mut outputs = Vec::new();
+        for (index, buf) in plan.buffers.iter().enumerate() {
+            if let Some(name) = &buf.output {
+                let (binding, offset) = emitted.layout.places[index];
+                reads.push((&binding_buffers[binding], offset * 4, buf.len));
+                outputs.push((name.clone(), buf));
+            }
+        }
+        let mut words = self.read_words(&reads)?;
+        let status_words = words.remove(0);
+        if status_words[0] != 0 {
+            return Err(self.decode_error(plan, emitted, &status_words));
+        }
+        let mut result = CallOutputs::default();
+        for ((name, buf), data) in outputs.into_iter().zip(words) {
+            result.outputs.insert(
+                name,
+                HostTensor {
+                    elem: buf.ty.elem,
+                    shape: tensor_shape(plan, buf),
+                    words: data,
+                },
+            );
+        }
+        Ok(result)
+    }
+
+    fn resident(&self, name: &str) -> Option<HostTensor> {
+        let r = self.residents.get(name)?;
+        let words = self.read_words(&[(&r.buffer, 0, r.words)]).ok()?.pop()?;
+        Some(HostTensor {
+            elem: r.elem,
+            shape: r.shape.clone(),
+            words,
+        })
+    }
+}
+
+impl WgpuBackend {
+    fn decode_error(&self, plan: &LaunchPlan, emitted: &EmittedModule, status: &[u32]) -> RunError {
+        let kind = status[1];
+        let unit_index = status[2] as usize;
+        let block = status[3] as u64;
+        let thread = status[4];
+        let site_index = status[5] as usize;
+        let count = (status[6] as usize).min(MAX_RECORDED_VALUES);
+        let values = &status[7..7 + MAX_RECORDED_VALUES];
+        let (program, kernel) = plan
+            .units
+            .get(unit_index)
+            .map(|u| (u.program, u.kernel.name.clone()))
+            .unwrap_or((unit_index, String::from("?")));
+        let site = |thread: Option<u32>| Site {
+            program,
+            kernel: kernel.clone(),
+            block,
+            thread,
+        };
+        let list = |v: &[u32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+        match kind {
+            ERROR_OUT_OF_BOUNDS => {
+                let Some(access) = emitted.sites.get(site_index) else {
+                    return RunError::Backend(format!("out-of-bounds record names unknown site {site_index}"));
+                };
+                let coords: Vec<String> = values[..count]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &v)| {
+                        if access.signed.get(k).copied().unwrap_or(false) {
+                            (v as i32).to_string()
+                        } else {
+                            v.to_string()
+                        }
+                    })
+                    .collect();
+                let nb = access.block_extents.len().min(coords.len());
+                let index = if nb > 0 {
+                    format!("@[{}][{}]", coords[..nb].join(", "), coords[nb..].join(", "))
+                } else {
+                    format!("[{}]", coords.join(", "))
+                };
+                let shape = if access.block_extents.is_empty() {
+                    format!("[{}]", list(&access.shape))
+                } else {
+                    format!("@[{}][{}]", list(&access.block_extents), list(&access.shape))
+                };
+                RunError::OutOfBounds {
+                    site: site(Some(thread)),
+                    reference: access.reference.clone(),
+                    index,
+                    shape,
+                }
+            }
+            ERROR_WAIT_TIMEOUT => {
+                let semaphore = emitted
+                    .sites
+                    .get(site_index)
+                    .map(|s| describe_sem_element(plan, emitted, &s.reference, unit_index, values[0]))
+                    .unwrap_or_else(|| format!("site {site_index}"));
+                if plan.needs_co_residency() {
+                    RunError::WaitTimeout {
+                        site: site(None),
+                        semaphore,
+                    }
+                } else {
+                    // Every signaller ran in an earlier dispatch: the count can never grow.
+                    RunError::Deadlock {
+                        wait_for_graph: format!(
+                            "{} waits on `{semaphore}`, whose count is too low and can no longer grow: \
+                             every program that signals it has finished",
+                            site(None)
+                        ),
+                    }
+                }
+            }
+            ERROR_LOOP_CAP => RunError::Unsupported {
+                reason: format!(
+                    "more than 65,535 loop iterations in one invocation ({}); {} silently ends loops there, \
+                     so the result would be wrong",
+                    site(Some(thread)),
+                    self.ctx.info.name
+                ),
+            },
+            other => RunError::Backend(format!("unknown error record kind {other}")),
+        }
+    }
+}
+
+/// `name[i]` or `name@[c...][i...]` for a flat word index into a semaphore's binding.
+fn describe_sem_element(plan: &LaunchPlan, emitted: &EmittedModule, reference: &str, unit: usize, word: u32) -> String {
+    // Find the buffer: the unit's kernel names the param; map it to the operand.
+    let Some(u) = plan.units.get(unit) else {
+        return reference.to_string();
+    };
+    let Some(pos) = u.kernel.params.iter().position(|p| p.name == reference) else {
+        return reference.to_string();
+    };
+    let Some(buffer) = plan.operands.get(pos).and_then(|o| o.buffer) else {
+        return reference.to_string();
+    };
+    let buf = &plan.buffers[buffer];
+    let (_, offset) = emitted.layout.places[buffer];
+    let local = (word as u64).saturating_sub(offset);
+    let len = buf.ty.len().max(1);
+    let instance = local / len;
+    let mut element = local % len;
+    let mut index = vec![0u64; buf.ty.shape.len()];
+    for (k, &d) in buf.ty.shape.iter().enumerate().rev() {
+        index[k] = element % d.max(1) as u64;
+        element /= d.max(1) as u64;
+    }
+    let idx = index.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+    match buf.ty.owner.as_ref().and_then(|m| plan.mesh(m)) {
+        Some(mesh) if buf.ty.space == MemorySpace::Sem || buf.ty.space == MemorySpace::Gmem => {
+            let extents: Vec<u64> = mesh.block_axes().map(|a| a.size as u64).collect();
+            let mut rest = instance;
+            let mut coords = vec![0u64; extents.len()];
+            for (k, &d) in extents.iter().enumerate().rev() {
+                coords[k] = rest % d.max(1);
+                rest /= d.max(1);
+            }
+            let c = coords.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+            format!("{reference}@[{c}][{idx}]")
+        }
+        _ => format!("{reference}[{idx}]"),
+    }
+}

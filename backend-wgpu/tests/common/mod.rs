@@ -1,0 +1,80 @@
+//! Shared helpers: parse, validate and lower `.mpmd` text, open the adapter,
+//! run on the interpreter and on wgpu.
+#![allow(dead_code)]
+
+use mpmd_core::backend::{Backend, Mode, RunError, RunOptions};
+use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
+use mpmd_core::interp::Interpreter;
+use mpmd_core::ir::{Literal, Module};
+use mpmd_core::plan::{lower, LaunchPlan};
+use mpmd_wgpu::{WgpuBackend, WgpuOptions};
+
+/// The backend, or `None` with a clear message when this machine has no
+/// adapter. Under CI (`CI=true`) a missing adapter fails the test.
+pub fn backend(options: WgpuOptions) -> Option<WgpuBackend> {
+    match WgpuBackend::new(options) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("CI=true and no WebGPU adapter: {e}");
+            }
+            eprintln!("NOT RUN: this test needs a WebGPU adapter: {e}");
+            None
+        }
+    }
+}
+
+/// Parses and validates a module; panics with the diagnostics otherwise.
+pub fn module(src: &str) -> Module {
+    let (module, _) = mpmd_core::text::parse(src).unwrap_or_else(|e| panic!("parse error: {e:?}"));
+    if let Err(diags) = mpmd_core::validate::validate(&module, &Default::default()) {
+        panic!("validation failed: {diags:#?}");
+    }
+    module
+}
+
+pub fn plan(module: &Module, map: &str) -> LaunchPlan {
+    lower(module, map).unwrap_or_else(|e| panic!("lowering failed: {e}"))
+}
+
+pub fn fast() -> RunOptions {
+    RunOptions::default()
+}
+
+pub fn checked() -> RunOptions {
+    RunOptions {
+        mode: Mode::Checked,
+        seed: 0,
+    }
+}
+
+pub fn args(inputs: Vec<(&str, HostTensor)>, scalars: Vec<(&str, Literal)>) -> CallArgs {
+    CallArgs {
+        inputs: inputs.into_iter().map(|(n, t)| (n.to_string(), t)).collect(),
+        scalars: scalars.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+    }
+}
+
+/// Runs `map` once on the interpreter and on wgpu.
+pub fn run_both(
+    wgpu: &mut WgpuBackend,
+    module: &Module,
+    map: &str,
+    args: &CallArgs,
+    options: &RunOptions,
+) -> (Result<CallOutputs, RunError>, Result<CallOutputs, RunError>) {
+    let plan = plan(module, map);
+    let mut interp = Interpreter::new();
+    let expected = interp.run(&plan, args, options);
+    let got = wgpu.run(&plan, args, options);
+    (expected, got)
+}
+
+/// Runs on both and asserts bit-identical outputs.
+pub fn assert_same(wgpu: &mut WgpuBackend, module: &Module, map: &str, args: &CallArgs) -> CallOutputs {
+    let (expected, got) = run_both(wgpu, module, map, args, &fast());
+    let expected = expected.unwrap_or_else(|e| panic!("interpreter failed: {e}"));
+    let got = got.unwrap_or_else(|e| panic!("wgpu failed: {e}"));
+    assert_eq!(got, expected);
+    got
+}

@@ -1,0 +1,175 @@
+//! The generated WGSL: names, literal routing, validation by naga (the
+//! library always; the `naga` CLI as a second opinion when installed).
+
+mod common;
+
+use common::*;
+use mpmd_core::backend::Backend;
+use mpmd_core::host::HostTensor;
+use mpmd_core::interp::Interpreter;
+use mpmd_core::Mode;
+use mpmd_wgpu::{emit, emit_module, validate_wgsl, EmitOptions, WgpuOptions};
+
+/// Runs the `naga` CLI on `wgsl` when it is installed.
+fn naga_cli_accepts(wgsl: &str, tag: &str) {
+    let path = std::env::temp_dir().join(format!("mpmd-wgpu-{tag}-{}.wgsl", std::process::id()));
+    std::fs::write(&path, wgsl).unwrap();
+    match std::process::Command::new("naga").arg(&path).output() {
+        Ok(out) => assert!(
+            out.status.success(),
+            "naga CLI rejected {tag}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(_) => eprintln!("NOTE: the `naga` CLI is not installed; only the naga library validated {tag}"),
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// User names that are WGSL keywords or look like generated names.
+const NAMES: &str = "
+mesh m {
+  grid [block_id = 2];
+  threads thread_id = 32;
+}
+kernel fn(loop: gmem<f32[64]>, return: gmem<f32[64]>, const: f32, mpmd_params: u32) {
+  let override: u32 = axis_index(block_id) * 32u + axis_index(thread_id);
+  let rt_0: f32 = loop[override] * const;
+  let struct: f32 = rt_0 + f32(mpmd_params);
+  return[override] = struct;
+}
+map fn {
+  programs [m: fn];
+  inputs [loop: gmem<f32[64]>];
+  outputs [return: gmem<f32[64]>];
+  scalars [const: f32, mpmd_params: u32];
+}
+";
+
+#[test]
+fn user_names_are_prefixed_and_cannot_collide() {
+    let m = module(NAMES);
+    let p = plan(&m, "fn");
+    let wgsl = emit(&p, Mode::Fast).unwrap();
+    for expected in [
+        "fn unit0_fn(",
+        "var<storage, read_write> g_loop: array<f32>;",
+        "var<storage, read_write> g_return: array<f32>;",
+        "let v_const: f32 = bitcast<f32>(mpmd_params[0]);",
+        "let v_mpmd_params: u32 = mpmd_params[1];",
+        "let ax_block_id: u32 = block_id % 2u;",
+        "let v_override: u32 = ((ax_block_id * 32u) + ax_thread_id);",
+        "let v_rt_0: f32 = ",
+        "g_return[v_override] = v_struct;",
+    ] {
+        assert!(wgsl.contains(expected), "missing `{expected}` in:\n{wgsl}");
+    }
+    naga_cli_accepts(&wgsl, "names");
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let x: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    let a = args(
+        vec![("loop", HostTensor::from_f32(vec![64], &x))],
+        vec![("const", mpmd_core::ir::Literal::f32(2.0)), ("mpmd_params", mpmd_core::ir::Literal::U32(5))],
+    );
+    let got = wgpu.run(&p, &a, &fast()).unwrap();
+    assert_eq!(got.outputs["return"].to_f32()[10], 25.0);
+}
+
+/// Operations on literals alone: WGSL would fold them at shader creation and
+/// reject overflow, division by zero, NaN and infinity.
+const LITERALS: &str = "
+mesh m {
+  threads t = 1;
+}
+kernel lits(y: gmem<i32[6]>, z: gmem<f32[4]>) {
+  y[0] = 2147483647 + 1;
+  y[1] = 5 / 0;
+  y[2] = -2147483648 / -1;
+  y[3] = 1 << 40;
+  y[4] = i32(3.0e9);
+  y[5] = abs(-2147483648);
+  z[0] = nan;
+  z[1] = -inf * 0.0;
+  z[2] = 1.0e38 * 10.0;
+  z[3] = max(nan, 2.0);
+}
+map lits {
+  programs [m: lits];
+  outputs [y: gmem<i32[6]>, z: gmem<f32[4]>];
+}
+";
+
+#[test]
+fn operations_on_literals_alone_are_read_at_run_time() {
+    let m = module(LITERALS);
+    let p = plan(&m, "lits");
+    let wgsl = emit(&p, Mode::Fast).unwrap();
+    assert!(wgsl.contains("let rt_0: i32 = bitcast<i32>(mpmd_params[0]); // 2147483647"), "{wgsl}");
+    assert!(wgsl.contains("(rt_0 + rt_1)"), "{wgsl}");
+    assert!(wgsl.contains("// NaN (0x7fc00000)"), "{wgsl}");
+    assert!(!wgsl.contains("2147483647i + 1i"), "{wgsl}");
+    naga_cli_accepts(&wgsl, "literals");
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let a = args(vec![], vec![]);
+    let got = wgpu.run(&p, &a, &fast()).unwrap();
+    let expected = Interpreter::new().run(&p, &a, &fast()).unwrap();
+    assert_eq!(got.outputs["y"], expected.outputs["y"]);
+    assert_eq!(
+        got.outputs["y"].to_i32(),
+        vec![i32::MIN, 5, i32::MIN, 256, i32::MAX, i32::MIN]
+    );
+    let z = got.outputs["z"].to_f32();
+    assert!(z[0].is_nan() && z[1].is_nan());
+    assert_eq!(z[2], f32::INFINITY);
+    assert_eq!(z[3], 2.0);
+}
+
+#[test]
+fn every_mode_and_option_validates() {
+    let m = module(NAMES);
+    let p = plan(&m, "fn");
+    for mode in [Mode::Fast, Mode::Checked] {
+        for loop_cap in [None, Some(65_000)] {
+            for max_storage_buffers in [u32::MAX, 3] {
+                let options = EmitOptions {
+                    mode,
+                    loop_cap,
+                    max_storage_buffers,
+                    ..EmitOptions::default()
+                };
+                let emitted = emit_module(&p, &options).unwrap();
+                validate_wgsl(&emitted.wgsl).unwrap();
+                assert_eq!(emitted.layout.packed, max_storage_buffers == 3);
+            }
+        }
+    }
+    let checked = emit_module(
+        &p,
+        &EmitOptions {
+            mode: Mode::Checked,
+            loop_cap: Some(65_000),
+            ..EmitOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(checked.wgsl.contains("fn mpmd_check1(site: u32, i0: u32, n0: u32) -> u32"));
+    naga_cli_accepts(&checked.wgsl, "checked");
+}
+
+#[test]
+fn too_few_bindings_is_an_error_with_the_numbers() {
+    let m = module(NAMES);
+    let p = plan(&m, "fn");
+    let err = emit_module(
+        &p,
+        &EmitOptions {
+            max_storage_buffers: 2,
+            ..EmitOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the map needs 3 storage buffers even when packed; the adapter allows 2 per shader stage"
+    );
+}

@@ -1,0 +1,719 @@
+//! Programs run on the adapter (lavapipe here) and compared with the
+//! reference interpreter.
+
+mod common;
+
+use common::*;
+use mpmd_core::backend::{Backend, RunError};
+use mpmd_core::host::{CallOutputs, HostTensor};
+use mpmd_core::interp::Interpreter;
+use mpmd_core::ir::{ErrorClass, Literal};
+use mpmd_wgpu::WgpuOptions;
+
+/// Equal words, except that NaN payloads and the sign of zero are ignored
+/// (DESIGN.md, "Conformance").
+fn assert_equivalent(got: &CallOutputs, expected: &CallOutputs) {
+    assert_eq!(
+        got.outputs.keys().collect::<Vec<_>>(),
+        expected.outputs.keys().collect::<Vec<_>>()
+    );
+    for (name, e) in &expected.outputs {
+        let g = &got.outputs[name];
+        assert_eq!(g.shape, e.shape, "shape of `{name}`");
+        assert_eq!(g.elem, e.elem, "element type of `{name}`");
+        for (i, (&gw, &ew)) in g.words.iter().zip(&e.words).enumerate() {
+            let same = gw == ew
+                || (g.elem == mpmd_core::ir::ScalarType::F32
+                    && ((f32::from_bits(gw).is_nan() && f32::from_bits(ew).is_nan())
+                        || (f32::from_bits(gw) == 0.0 && f32::from_bits(ew) == 0.0)));
+            assert!(same, "`{name}` element {i}: wgpu 0x{gw:08x}, interpreter 0x{ew:08x}");
+        }
+    }
+}
+
+fn run_and_compare(src: &str, map: &str, a: &mpmd_core::host::CallArgs) -> Option<CallOutputs> {
+    let mut wgpu = backend(WgpuOptions::default())?;
+    let m = module(src);
+    let (expected, got) = run_both(&mut wgpu, &m, map, a, &fast());
+    let expected = expected.unwrap_or_else(|e| panic!("interpreter failed: {e}"));
+    let got = got.unwrap_or_else(|e| panic!("wgpu failed: {e}"));
+    assert_equivalent(&got, &expected);
+    // Checked mode must give the same result when nothing is out of bounds.
+    let p = plan(&m, map);
+    let checked_out = wgpu.run(&p, a, &checked()).unwrap_or_else(|e| panic!("wgpu (checked) failed: {e}"));
+    assert_equivalent(&checked_out, &expected);
+    Some(got)
+}
+
+const ELEMENTWISE: &str = "
+mesh m {
+  grid [b = 5];
+  threads t = 96;
+}
+kernel saxpy(x: gmem<f32[480]>, z: gmem<f32[480]>, y: gmem<f32[480]>, alpha: f32, n: u32) {
+  let i: u32 = axis_index(b) * axis_size(t) + axis_index(t);
+  if i < n {
+    y[i] = alpha * x[i] + z[i] - sqrt(abs(x[i])) / 3.0;
+  }
+}
+map saxpy {
+  programs [m: saxpy];
+  inputs [x: gmem<f32[480]>, z: gmem<f32[480]>];
+  outputs [y: gmem<f32[480]> zeroed];
+  scalars [alpha: f32, n: u32];
+}
+";
+
+#[test]
+fn elementwise_matches_interpreter() {
+    let x: Vec<f32> = (0..480).map(|i| (i as f32 - 240.0) * 0.37).collect();
+    let z: Vec<f32> = (0..480).map(|i| 1.0 / (i as f32 + 1.0)).collect();
+    let a = args(
+        vec![("x", HostTensor::from_f32(vec![480], &x)), ("z", HostTensor::from_f32(vec![480], &z))],
+        vec![("alpha", Literal::f32(1.5)), ("n", Literal::U32(470))],
+    );
+    let Some(out) = run_and_compare(ELEMENTWISE, "saxpy", &a) else { return };
+    let y = out.outputs["y"].to_f32();
+    assert_eq!(y[475], 0.0, "beyond n the zeroed output stays zero");
+    let expect = 1.5 * x[7] + z[7] - x[7].abs().sqrt() / 3.0;
+    assert_eq!(y[7], expect);
+}
+
+const REDUCTION: &str = "
+mesh m {
+  grid [b = 3];
+  threads t = 128;
+}
+kernel block_sum(x: gmem<u32[384]>, y: gmem<u32[3]>, acc: smem<u32[128]>) {
+  let t: u32 = axis_index(t);
+  acc[t] = x[axis_index(b) * 128u + t];
+  barrier;
+  for level: u32 in 0u..7u {
+    let half: u32 = 64u >> level;
+    if t < half {
+      acc[t] = acc[t] + acc[t + half];
+    }
+    barrier;
+  }
+  if t == 0u {
+    y[axis_index(b)] = acc[0];
+  }
+}
+map block_sum {
+  programs [m: block_sum];
+  inputs [x: gmem<u32[384]>];
+  outputs [y: gmem<u32[3]>];
+  scratch [acc: smem<u32[128]>];
+}
+";
+
+#[test]
+fn smem_reduction_matches_interpreter() {
+    let x: Vec<u32> = (0..384).map(|i| i * 7 + 1).collect();
+    let a = args(vec![("x", HostTensor::from_u32(vec![384], &x))], vec![]);
+    let Some(out) = run_and_compare(REDUCTION, "block_sum", &a) else { return };
+    let sums: Vec<u32> = (0..3).map(|b| x[b * 128..(b + 1) * 128].iter().sum()).collect();
+    assert_eq!(out.outputs["y"].words, sums);
+}
+
+const ATOMICS: &str = "
+mesh m {
+  grid [b = 4];
+  threads t = 64;
+}
+kernel hist(x: gmem<u32[256]>, counts: gmem<u32[8]>, extremes: gmem<i32[2]>, flags: gmem<u32[1]>) {
+  let i: u32 = axis_index(b) * 64u + axis_index(t);
+  let v: u32 = x[i];
+  atomic_add(counts[v % 8u], 1u);
+  let s: i32 = i32(v) - 100;
+  atomic_min(extremes[0], s);
+  atomic_max(extremes[1], s);
+  atomic_or(flags[0], 1u << (v % 32u));
+  if i == 5u {
+    let old: u32 = atomic_compare_exchange(counts[7], 0u, 0u);
+  }
+}
+map hist {
+  programs [m: hist];
+  inputs [x: gmem<u32[256]>];
+  outputs [counts: gmem<u32[8]> zeroed, extremes: gmem<i32[2]>, flags: gmem<u32[1]> zeroed];
+}
+";
+
+#[test]
+fn atomics_match_interpreter() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let x: Vec<u32> = (0..256u32).map(|i| (i * 37 + 11) % 251).collect();
+    let m = module(ATOMICS);
+    let p = plan(&m, "hist");
+    let a = args(vec![("x", HostTensor::from_u32(vec![256], &x))], vec![]);
+    // extremes is uninitialised: start both backends from the same words by aliasing nothing;
+    // compare only counts and flags, and check extremes against the host.
+    let got = wgpu.run(&p, &a, &fast()).unwrap();
+    let expected = Interpreter::new().run(&p, &a, &fast()).unwrap();
+    assert_eq!(got.outputs["counts"], expected.outputs["counts"]);
+    assert_eq!(got.outputs["flags"], expected.outputs["flags"]);
+    let mut counts = [0u32; 8];
+    for v in &x {
+        counts[(v % 8) as usize] += 1;
+    }
+    assert_eq!(got.outputs["counts"].words, counts.to_vec());
+    let ext = got.outputs["extremes"].to_i32();
+    let min = x.iter().map(|&v| v as i32 - 100).min().unwrap();
+    let max = x.iter().map(|&v| v as i32 - 100).max().unwrap();
+    // Fresh wgpu buffers are zero: min(0, ...) and max(0, ...).
+    assert_eq!(ext, vec![min.min(0), max.max(0)]);
+}
+
+const INTEGER_EDGES: &str = "
+mesh m {
+  grid [b = 2];
+  threads t = 64;
+}
+kernel edges(a: gmem<i32[128]>, c: gmem<i32[128]>, f: gmem<f32[128]>, o: gmem<i32[128, 14]>, u: gmem<u32[128, 9]>, g: gmem<f32[128, 6]>) {
+  let i: u32 = axis_index(b) * 64u + axis_index(t);
+  let x: i32 = a[i];
+  let y: i32 = c[i];
+  let z: f32 = f[i];
+  o[i, 0] = x / y;
+  o[i, 1] = x % y;
+  o[i, 2] = x << y;
+  o[i, 3] = x >> y;
+  o[i, 4] = x + y;
+  o[i, 5] = x - y;
+  o[i, 6] = x * y;
+  o[i, 7] = -x;
+  o[i, 8] = abs(x);
+  o[i, 9] = min(x, y);
+  o[i, 10] = max(x, y);
+  o[i, 11] = i32(z);
+  o[i, 12] = ~x ^ (x & y | y);
+  o[i, 13] = i32(bool(x)) + i32(z > 0.5);
+  let ux: u32 = u32(x);
+  let uy: u32 = u32(y);
+  u[i, 0] = ux / uy;
+  u[i, 1] = ux % uy;
+  u[i, 2] = ux << uy;
+  u[i, 3] = ux >> uy;
+  u[i, 4] = u32(z);
+  u[i, 5] = ux * uy - ux;
+  u[i, 6] = bitcast<u32>(z);
+  u[i, 7] = u32(x < y) + u32(bool(z));
+  u[i, 8] = u32(select(x > y, ux, uy));
+  g[i, 0] = f32(x);
+  g[i, 1] = f32(ux);
+  g[i, 2] = min(z, f32(y));
+  g[i, 3] = max(z, f32(y));
+  g[i, 4] = z % f32(y);
+  g[i, 5] = bitcast<f32>(x);
+}
+map edges {
+  programs [m: edges];
+  inputs [a: gmem<i32[128]>, c: gmem<i32[128]>, f: gmem<f32[128]>];
+  outputs [o: gmem<i32[128, 14]>, u: gmem<u32[128, 9]>, g: gmem<f32[128, 6]>];
+}
+";
+
+#[test]
+fn integer_edge_numerics_match_interpreter() {
+    let specials_i = [
+        i32::MIN,
+        i32::MAX,
+        -1,
+        0,
+        1,
+        2,
+        31,
+        32,
+        33,
+        -33,
+        -32,
+        100,
+        -7,
+        7,
+        i32::MIN + 1,
+        65536,
+    ];
+    let specials_f = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        0.75,
+        2.5,
+        -2.5,
+        1e10,
+        -1e10,
+        2147483520.0,
+        2147483648.0,
+        -2147483648.0,
+        -2147483904.0,
+        4294967040.0,
+        4294967296.0,
+        3e9,
+        -1.0,
+        7.25,
+        -7.25,
+        123456.79,
+        1e-3,
+    ];
+    let mut a = Vec::new();
+    let mut c = Vec::new();
+    let mut f = Vec::new();
+    for k in 0..128usize {
+        a.push(specials_i[k % specials_i.len()]);
+        c.push(specials_i[(k / specials_i.len() + k * 3) % specials_i.len()]);
+        f.push(specials_f[k % specials_f.len()]);
+    }
+    let a = args(
+        vec![
+            ("a", HostTensor::from_i32(vec![128], &a)),
+            ("c", HostTensor::from_i32(vec![128], &c)),
+            ("f", HostTensor::from_f32(vec![128], &f)),
+        ],
+        vec![],
+    );
+    let Some(out) = run_and_compare(INTEGER_EDGES, "edges", &a) else { return };
+    // Spot checks against DESIGN.md's rules, independent of the interpreter.
+    let o = out.outputs["o"].to_i32();
+    let row = |k: usize| &o[k * 14..(k + 1) * 14];
+    // k = 0: x = i32::MIN, y = i32::MIN.
+    assert_eq!(row(0)[0], 1);
+    // k = 2: x = -1; find a row with y = 0 and one with x = MIN, y = -1.
+    for k in 0..128 {
+        let x = specials_i[k % 16];
+        let y = specials_i[(k / 16 + k * 3) % 16];
+        let r = row(k);
+        if y == 0 {
+            assert_eq!(r[0], x, "x / 0 is x");
+            assert_eq!(r[1], 0, "x % 0 is 0");
+        }
+        if x == i32::MIN && y == -1 {
+            assert_eq!(r[0], i32::MIN);
+            assert_eq!(r[1], 0);
+        }
+        assert_eq!(r[2], x.wrapping_shl(y as u32), "shift amounts mod 32");
+        assert_eq!(r[8], x.wrapping_abs());
+    }
+}
+
+const TWO_GRIDS: &str = "
+mesh wide {
+  grid [w = 3];
+  threads t = 96;
+}
+mesh narrow {
+  grid [n = 5];
+  threads s = 48;
+}
+kernel fill_wide(y: gmem<u32[288]>, z: gmem<u32[240]>, k: u32) {
+  let i: u32 = axis_index(w) * axis_size(t) + axis_index(t);
+  y[i] = i * k + axis_index(w);
+}
+kernel fill_narrow(y: gmem<u32[288]>, z: gmem<u32[240]>, k: u32) {
+  let i: u32 = axis_index(n) * axis_size(s) + axis_index(s);
+  z[i] = i + k * axis_index(n) + axis_size(w);
+}
+map two {
+  programs [wide: fill_wide, narrow: fill_narrow];
+  outputs [y: gmem<u32[288]>, z: gmem<u32[240]>];
+  scalars [k: u32];
+}
+";
+
+#[test]
+fn two_programs_with_different_grids() {
+    let a = args(vec![], vec![("k", Literal::U32(3))]);
+    let Some(out) = run_and_compare(TWO_GRIDS, "two", &a) else { return };
+    let y = &out.outputs["y"].words;
+    let z = &out.outputs["z"].words;
+    assert_eq!(y[100], 100 * 3 + 1);
+    assert_eq!(z[100], 100 + 3 * 2 + 3);
+}
+
+const PIPELINE: &str = "
+mesh producer {
+  grid [pb = 4];
+  threads t = 64;
+}
+mesh consumer {
+  grid [cb = 4];
+  threads t = 64;
+}
+kernel produce(x: gmem<f32[256]>, y: gmem<f32[256]>, buf: gmem<f32[256]>, ready: sem<[4]>) {
+  let i: u32 = axis_index(pb) * 64u + axis_index(t);
+  buf[i] = x[i] * 2.0;
+  signal(ready[axis_index(pb)], 1);
+}
+kernel consume(x: gmem<f32[256]>, y: gmem<f32[256]>, buf: gmem<f32[256]>, ready: sem<[4]>) {
+  wait(ready[axis_index(cb)], 1);
+  let i: u32 = axis_index(cb) * 64u + axis_index(t);
+  y[i] = buf[i] + 1.0;
+}
+map pipeline {
+  programs [consumer: consume, producer: produce];
+  inputs [x: gmem<f32[256]>];
+  outputs [y: gmem<f32[256]>];
+  scratch [buf: gmem<f32[256]>, ready: sem<[4]>];
+}
+";
+
+#[test]
+fn producer_consumer_via_semaphore() {
+    let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
+    let a = args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]);
+    let Some(out) = run_and_compare(PIPELINE, "pipeline", &a) else { return };
+    let y = out.outputs["y"].to_f32();
+    assert_eq!(y[200], 401.0);
+    // Calling twice works: non-resident semaphores start at zero every call.
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let p = plan(&module(PIPELINE), "pipeline");
+    assert!(!wgpu.unverified(&p));
+    for _ in 0..2 {
+        assert_eq!(wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].to_f32()[200], 401.0);
+    }
+}
+
+const HANDOFF: &str = "
+mesh sender {
+  grid [s = 2];
+  threads t = 32;
+}
+mesh ext {
+  grid [e = 2];
+  threads t = 32;
+}
+resident hand: gmem<f32[32]> @ ext;
+resident credits: sem<[1]> @ ext;
+kernel send(x: gmem<f32[64]>, hand: gmem<f32[32]> @ ext, credits: sem<[1]> @ ext) {
+  let b: u32 = axis_index(s);
+  hand@[b][axis_index(t)] = x[b * 32u + axis_index(t)] + 10.0;
+  signal(credits@[b][0], 1);
+}
+kernel receive(y: gmem<f32[64]>, hand: gmem<f32[32]> @ ext, credits: sem<[1]> @ ext) {
+  wait(credits[0], 1);
+  y[axis_index(e) * 32u + axis_index(t)] = hand[axis_index(t)] * 2.0;
+}
+map send {
+  programs [sender: send];
+  inputs [x: gmem<f32[64]>];
+  scratch [hand: gmem<f32[32]> @ ext resident, credits: sem<[1]> @ ext resident];
+}
+map receive {
+  programs [ext: receive];
+  outputs [y: gmem<f32[64]>];
+  scratch [hand: gmem<f32[32]> @ ext resident, credits: sem<[1]> @ ext resident];
+}
+call send();
+call receive();
+";
+
+#[test]
+fn external_mesh_handoff_with_residents() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let m = module(HANDOFF);
+    let send = plan(&m, "send");
+    let receive = plan(&m, "receive");
+    assert_eq!(send.external_meshes, vec!["ext".to_string()]);
+    let x: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    let a = args(vec![("x", HostTensor::from_f32(vec![64], &x))], vec![]);
+    let none = args(vec![], vec![]);
+    let mut interp = Interpreter::new();
+    interp.run(&send, &a, &fast()).unwrap();
+    wgpu.run(&send, &a, &fast()).unwrap();
+    assert_eq!(wgpu.resident("credits").unwrap().words, vec![1, 1]);
+    assert_eq!(wgpu.resident("hand"), interp.resident("hand"));
+    let expected = interp.run(&receive, &none, &fast()).unwrap();
+    let got = wgpu.run(&receive, &none, &fast()).unwrap();
+    assert_eq!(got, expected);
+    assert_eq!(got.outputs["y"].to_f32()[40], (40.0 + 10.0) * 2.0);
+    // The credits were consumed; a second receive has nothing to take and,
+    // with nobody left to signal, can never proceed.
+    assert_eq!(wgpu.resident("credits").unwrap().words, vec![0, 0]);
+    let err = wgpu.run(&receive, &none, &fast()).unwrap_err();
+    assert_eq!(err.class(), Some(ErrorClass::Deadlock), "{err}");
+    assert_eq!(
+        interp.run(&receive, &none, &fast()).unwrap_err().class(),
+        Some(ErrorClass::Deadlock)
+    );
+}
+
+const CYCLE: &str = "
+mesh a {
+  grid [x = 2];
+  threads t = 32;
+}
+mesh b {
+  grid [y = 2];
+  threads t = 32;
+}
+kernel ping(o: gmem<u32[2]>, s1: sem<[1]>, s2: sem<[1]>) {
+  signal(s1[0], 1);
+  wait(s2[0], 1);
+}
+kernel pong(o: gmem<u32[2]>, s1: sem<[1]>, s2: sem<[1]>) {
+  wait(s1[0], 1);
+  signal(s2[0], 1);
+}
+map cycle {
+  programs [a: ping, b: pong];
+  outputs [o: gmem<u32[2]> zeroed];
+  scratch [s1: sem<[1]>, s2: sem<[1]>];
+}
+";
+
+#[test]
+fn cycle_is_refused_without_co_residency() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let p = plan(&module(CYCLE), "cycle");
+    assert!(p.graph.has_cycle);
+    let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
+    let RunError::Refused { reason } = &err else { panic!("expected a refusal, got {err}") };
+    assert!(reason.contains("cycle"), "{reason}");
+    assert!(reason.contains("co_resident"), "{reason}");
+    assert!(wgpu.unverified(&p));
+}
+
+const SELF_WAIT: &str = "
+mesh m {
+  grid [b = 2];
+  threads t = 32;
+}
+kernel stuck(o: gmem<u32[64]>, s: sem<[1]>) {
+  signal(s[0], 1);
+  wait(s[0], 100);
+  o[axis_index(b) * 32u + axis_index(t)] = 1u;
+}
+map stuck {
+  programs [m: stuck];
+  outputs [o: gmem<u32[64]>];
+  scratch [s: sem<[1]>];
+}
+";
+
+#[test]
+fn wait_timeout_is_reported_not_hung() {
+    let p = plan(&module(SELF_WAIT), "stuck");
+    // Without the co-residency declaration: refused before launch.
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
+    let RunError::Refused { reason } = &err else { panic!("expected a refusal, got {err}") };
+    assert!(reason.contains("program 0 (`stuck`) waits on `s`, which it signals itself"), "{reason}");
+    // Declared co-resident: it runs, the wait gives up, and the error names it.
+    let Some(mut wgpu) = backend(WgpuOptions {
+        co_resident: true,
+        wait_poll_budget: Some(2000),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
+    let RunError::WaitTimeout { site, semaphore } = &err else { panic!("expected a timeout, got {err}") };
+    assert_eq!(semaphore, "s[0]");
+    assert_eq!(site.kernel, "stuck");
+    assert_eq!(site.thread, None);
+    assert!(site.block < 2);
+}
+
+const UNDERFED: &str = "
+mesh producer {
+  threads t = 32;
+}
+mesh consumer {
+  threads t = 32;
+}
+kernel give(o: gmem<u32[32]>, s: sem<[1]>) {
+  signal(s[0], 1);
+}
+kernel take(o: gmem<u32[32]>, s: sem<[1]>) {
+  wait(s[0], 2);
+  o[axis_index(t)] = 7u;
+}
+map underfed {
+  programs [consumer: take, producer: give];
+  outputs [o: gmem<u32[32]>];
+  scratch [s: sem<[1]>];
+}
+";
+
+#[test]
+fn unmet_wait_after_all_signals_is_a_deadlock() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let m = module(UNDERFED);
+    let (expected, got) = run_both(&mut wgpu, &m, "underfed", &args(vec![], vec![]), &fast());
+    assert_eq!(expected.unwrap_err().class(), Some(ErrorClass::Deadlock));
+    let err = got.unwrap_err();
+    let RunError::Deadlock { wait_for_graph } = &err else { panic!("expected a deadlock, got {err}") };
+    assert!(wait_for_graph.contains("program 0 (take), block 0 waits on `s[0]`"), "{wait_for_graph}");
+}
+
+const OOB: &str = "
+mesh m {
+  grid [b = 4];
+  threads t = 64;
+}
+kernel shift(x: gmem<f32[256]>, y: gmem<f32[256]>) {
+  let i: u32 = axis_index(b) * 64u + axis_index(t);
+  y[i] = x[i + 1u];
+}
+map shift {
+  programs [m: shift];
+  inputs [x: gmem<f32[256]>];
+  outputs [y: gmem<f32[256]>];
+}
+";
+
+#[test]
+fn checked_mode_reports_out_of_bounds() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let m = module(OOB);
+    let p = plan(&m, "shift");
+    let a = args(vec![("x", HostTensor::from_f32(vec![256], &[1.0; 256]))], vec![]);
+    let err = wgpu.run(&p, &a, &checked()).unwrap_err();
+    let expected = Interpreter::new().run(&p, &a, &checked()).unwrap_err();
+    assert_eq!(err, expected);
+    let RunError::OutOfBounds { site, reference, index, shape } = &err else { panic!("{err}") };
+    assert_eq!((site.program, site.block, site.thread), (0, 3, Some(63)));
+    assert_eq!((reference.as_str(), index.as_str(), shape.as_str()), ("x", "[256]", "[256]"));
+    // Fast mode does not check (and WGSL keeps the access inside the buffer).
+    assert!(wgpu.run(&p, &a, &fast()).is_ok());
+}
+
+const LONG_LOOP: &str = "
+mesh m {
+  threads t = 4;
+}
+kernel spin(y: gmem<u32[4]>, n: u32) {
+  var c: u32 = 0u;
+  for k: u32 in 0u..n {
+    c = c + 1u;
+  }
+  y[axis_index(t)] = c;
+}
+map spin {
+  programs [m: spin];
+  outputs [y: gmem<u32[4]>];
+  scalars [n: u32];
+}
+";
+
+const LONG_UNIFORM_LOOP: &str = "
+mesh m {
+  threads t = 4;
+}
+kernel spin(y: gmem<u32[4]>, n: u32, acc: smem<u32[4]>) {
+  acc[axis_index(t)] = 0u;
+  for k: u32 in 0u..n {
+    acc[axis_index(t)] = acc[axis_index(t)] + 1u;
+    barrier;
+  }
+  y[axis_index(t)] = acc[axis_index(t)];
+}
+map spin {
+  programs [m: spin];
+  outputs [y: gmem<u32[4]>];
+  scalars [n: u32];
+  scratch [acc: smem<u32[4]>];
+}
+";
+
+#[test]
+fn loop_cap_is_unsupported_not_a_wrong_answer() {
+    // The cap is on by default on llvmpipe; set it explicitly so that the
+    // test means the same on any adapter.
+    let Some(mut wgpu) = backend(WgpuOptions {
+        loop_cap: Some(65_000),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    for src in [LONG_LOOP, LONG_UNIFORM_LOOP] {
+        let p = plan(&module(src), "spin");
+        let ok = wgpu.run(&p, &args(vec![], vec![("n", Literal::U32(60_000))]), &fast()).unwrap();
+        assert_eq!(ok.outputs["y"].words, vec![60_000; 4]);
+        let err = wgpu
+            .run(&p, &args(vec![], vec![("n", Literal::U32(100_000))]), &fast())
+            .unwrap_err();
+        let RunError::Unsupported { reason } = &err else { panic!("expected unsupported, got {err}") };
+        assert!(reason.contains("more than 65,535 loop iterations"), "{reason}");
+        assert!(err.to_string().starts_with("not supported on this adapter"));
+    }
+    if let Some(default) = backend(WgpuOptions::default()) {
+        if default.is_llvmpipe() {
+            let mut default = default;
+            let p = plan(&module(LONG_LOOP), "spin");
+            let err = default
+                .run(&p, &args(vec![], vec![("n", Literal::U32(70_000))]), &fast())
+                .unwrap_err();
+            assert_eq!(err.class(), Some(ErrorClass::Unsupported), "{err}");
+        }
+    }
+}
+
+#[test]
+fn many_blocks_use_a_two_dimensional_dispatch() {
+    let src = "
+mesh m {
+  grid [b = 70000];
+  threads t = 2;
+}
+kernel ids(y: gmem<u32[140000]>) {
+  y[axis_index(b) * 2u + axis_index(t)] = axis_index(b);
+}
+map ids {
+  programs [m: ids];
+  outputs [y: gmem<u32[140000]> zeroed];
+}
+";
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let p = plan(&module(src), "ids");
+    let wgsl = wgpu.wgsl(&p, mpmd_core::Mode::Fast).unwrap();
+    assert!(wgsl.contains("let block_id: u32 = mpmd_wid.x + mpmd_wid.y * 65535u;"), "{wgsl}");
+    let y = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap().outputs["y"].words.clone();
+    let expected: Vec<u32> = (0..140000u32).map(|k| k / 2).collect();
+    assert!(y == expected, "first difference at {:?}", y.iter().zip(&expected).position(|(a, b)| a != b));
+}
+
+#[test]
+fn packed_bindings_when_the_adapter_has_few() {
+    let Some(mut wgpu) = backend(WgpuOptions {
+        max_storage_buffers: Some(5),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    let m = module(PIPELINE);
+    let p = plan(&m, "pipeline");
+    let wgsl = wgpu.wgsl(&p, mpmd_core::Mode::Fast).unwrap();
+    assert!(wgsl.contains("var<storage, read_write> g_arena: array<u32>;"), "{wgsl}");
+    let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
+    let a = args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]);
+    let got = wgpu.run(&p, &a, &fast()).unwrap();
+    let expected = Interpreter::new().run(&p, &a, &fast()).unwrap();
+    assert_eq!(got, expected);
+    // Residents are copied in and out of the arena.
+    let m = module(HANDOFF);
+    let (send, receive) = (plan(&m, "send"), plan(&m, "receive"));
+    let x: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    wgpu.run(&send, &args(vec![("x", HostTensor::from_f32(vec![64], &x))], vec![]), &fast())
+        .unwrap();
+    let y = wgpu.run(&receive, &args(vec![], vec![]), &fast()).unwrap();
+    assert_eq!(y.outputs["y"].to_f32()[3], 26.0);
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let p = plan(&module(ELEMENTWISE), "saxpy");
+    let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
+    assert_eq!(err, RunError::BadArguments("missing value for scalar parameter `alpha`".into()));
+    let a = args(
+        vec![("x", HostTensor::from_f32(vec![3], &[1.0; 3]))],
+        vec![("alpha", Literal::f32(1.0)), ("n", Literal::U32(1))],
+    );
+    let err = wgpu.run(&p, &a, &fast()).unwrap_err();
+    assert_eq!(err, RunError::BadArguments("input `x` has 3 elements; the map declares 480".into()));
+}

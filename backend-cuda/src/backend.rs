@@ -196,7 +196,11 @@ impl CudaBackend {
     }
 
     /// The CUBIN a plan runs as on this device.
-    pub fn cubin_for(&self, module: &EmittedModule, fast_math: bool) -> Result<Cubin, CompileError> {
+    pub fn cubin_for(
+        &self,
+        module: &EmittedModule,
+        fast_math: bool,
+    ) -> Result<Cubin, CompileError> {
         compile_cubin(
             &module.source,
             &CompileOptions {
@@ -207,7 +211,11 @@ impl CudaBackend {
         )
     }
 
-    fn kernel(&mut self, module: &EmittedModule, fast_math: bool) -> Result<&LoadedKernel, RunError> {
+    fn kernel(
+        &mut self,
+        module: &EmittedModule,
+        fast_math: bool,
+    ) -> Result<&LoadedKernel, RunError> {
         let key = format!("{fast_math}\n{}", module.source);
         if !self.kernels.contains_key(&key) {
             let cubin = self
@@ -280,7 +288,11 @@ impl CudaBackend {
                 });
             }
             let per_sm = function
-                .occupancy_max_active_blocks_per_multiprocessor(module.block_dim, smem as usize, None)
+                .occupancy_max_active_blocks_per_multiprocessor(
+                    module.block_dim,
+                    smem as usize,
+                    None,
+                )
                 .map_err(run_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
             let resident = per_sm as u64 * sm_count as u64;
             if module.total_blocks > resident {
@@ -321,9 +333,15 @@ impl CudaBackend {
                         .clone_htod(inputs[&index].as_slice())
                         .map_err(run_err("upload"))?,
                 ),
-                BufferInit::Zeroed => Some(stream.alloc_zeros::<u32>(len).map_err(run_err("allocation"))?),
+                BufferInit::Zeroed => Some(
+                    stream
+                        .alloc_zeros::<u32>(len)
+                        .map_err(run_err("allocation"))?,
+                ),
                 // SAFETY: uninitialised outputs and scratch are allowed to hold anything.
-                BufferInit::Uninitialized => Some(unsafe { stream.alloc::<u32>(len) }.map_err(run_err("allocation"))?),
+                BufferInit::Uninitialized => {
+                    Some(unsafe { stream.alloc::<u32>(len) }.map_err(run_err("allocation"))?)
+                }
             };
             call_buffers.push(slice);
         }
@@ -336,11 +354,13 @@ impl CudaBackend {
             .buffers
             .iter()
             .enumerate()
-            .map(|(index, buffer)| match (&buffer.init, &call_buffers[index]) {
-                (BufferInit::Resident(name), _) => &self.residents[name].words,
-                (_, Some(slice)) => slice,
-                (_, None) => unreachable!("every non-resident buffer is allocated above"),
-            })
+            .map(
+                |(index, buffer)| match (&buffer.init, &call_buffers[index]) {
+                    (BufferInit::Resident(name), _) => &self.residents[name].words,
+                    (_, Some(slice)) => slice,
+                    (_, None) => unreachable!("every non-resident buffer is allocated above"),
+                },
+            )
             .collect();
         let mut launch = stream.launch_builder(&function);
         for param in &module.params {
@@ -383,18 +403,14 @@ impl CudaBackend {
         stream.synchronize().map_err(run_err("kernel execution"))?;
         self.last_kernel_ms = events.and_then(|(start, end)| start.elapsed_ms(&end).ok());
 
-        let control_words = stream
-            .clone_dtoh(&control_block)
-            .map_err(run_err("download"))?;
+        let control_words = download(&stream, &control_block)?;
         if let Some(error) = control::decode(&control_words, &module) {
             return Err(error);
         }
         let mut outputs = BTreeMap::new();
         for (index, buffer) in plan.buffers.iter().enumerate() {
             let Some(name) = &buffer.output else { continue };
-            let mut words = stream
-                .clone_dtoh(buffer_refs[index])
-                .map_err(run_err("download"))?;
+            let mut words = download(&stream, buffer_refs[index])?;
             words.truncate(buffer.len as usize);
             outputs.insert(
                 name.clone(),
@@ -432,7 +448,7 @@ impl Backend for CudaBackend {
 
     fn resident(&self, name: &str) -> Option<HostTensor> {
         let resident = self.residents.get(name)?;
-        let mut words = self.stream.clone_dtoh(&resident.words).ok()?;
+        let mut words = download(&self.stream, &resident.words).ok()?;
         words.truncate(resident.shape.iter().map(|&d| d as usize).product());
         Some(HostTensor {
             elem: resident.elem,
@@ -440,6 +456,14 @@ impl Backend for CudaBackend {
             words,
         })
     }
+}
+
+/// Copies a device buffer to the host and waits for the copy.
+fn download(stream: &Arc<CudaStream>, slice: &CudaSlice<u32>) -> Result<Vec<u32>, RunError> {
+    let words = stream.clone_dtoh(slice).map_err(run_err("download"))?;
+    stream.synchronize().map_err(run_err("download"))?;
+    stream.context().check_err().map_err(run_err("download"))?;
+    Ok(words)
 }
 
 /// Host shape of a buffer: the owner mesh's block axes, then the ref's shape
@@ -465,7 +489,9 @@ enum ScalarArg {
 fn scalar_args(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, ScalarArg>, RunError> {
     let mut out = HashMap::new();
     for (index, operand) in plan.operands.iter().enumerate() {
-        let Type::Scalar(ty) = operand.ty else { continue };
+        let Type::Scalar(ty) = operand.ty else {
+            continue;
+        };
         let value = args.scalars.get(&operand.name).ok_or_else(|| {
             RunError::BadArguments(format!("missing scalar `{}` ({ty})", operand.name))
         })?;
@@ -490,7 +516,9 @@ fn scalar_args(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, Scal
 fn input_words(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, Vec<u32>>, RunError> {
     let mut out = HashMap::new();
     for (index, buffer) in plan.buffers.iter().enumerate() {
-        let BufferInit::Input(name) = &buffer.init else { continue };
+        let BufferInit::Input(name) = &buffer.init else {
+            continue;
+        };
         let tensor = args
             .inputs
             .get(name)

@@ -122,7 +122,10 @@ mod tests {
 
     #[test]
     fn hash_is_stable() {
-        assert_eq!(key_hash(""), "cbf29ce484222325".to_string() + "6c62272e07bb0142");
+        assert_eq!(
+            key_hash(""),
+            "cbf29ce484222325".to_string() + "6c62272e07bb0142"
+        );
         assert_ne!(key_hash("a"), key_hash("b"));
     }
 

@@ -155,6 +155,6 @@ mod tests {
             decode(&w, &module()).unwrap().to_string(),
             "wait on `ready[3]` timed out at program 1 (consume), block 2"
         );
-        assert_eq!(decode(&vec![0u32; WORDS], &module()), None);
+        assert_eq!(decode(&[0u32; WORDS], &module()), None);
     }
 }

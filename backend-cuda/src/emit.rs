@@ -197,7 +197,12 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
             blocks: total_blocks,
         });
     }
-    let block_dim = plan.units.iter().map(|u| u.threads_per_block).max().unwrap_or(1);
+    let block_dim = plan
+        .units
+        .iter()
+        .map(|u| u.threads_per_block)
+        .max()
+        .unwrap_or(1);
     let dynamic_smem_bytes = plan.units.iter().map(|u| u.smem_bytes).max().unwrap_or(0);
     let kernel_name = sanitize("mpmd_", &plan.map.name);
     let written = written_buffers(plan);
@@ -247,7 +252,11 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
     }
     for (index, operand) in plan.operands.iter().enumerate() {
         if let Type::Scalar(t) = operand.ty {
-            let ty = if t == ScalarType::Bool { "u32" } else { c_type(t) };
+            let ty = if t == ScalarType::Bool {
+                "u32"
+            } else {
+                c_type(t)
+            };
             param_decls.push(format!("const {ty} {}", scalar_c_name(&operand.name)));
             params.push(KernelParam::Scalar(index));
         }
@@ -266,17 +275,26 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
         "  extern __shared__ __align__(16) unsigned char mpmd_smem[];\n\
          \x20 __shared__ u32 mpmd_ticket;\n\
          \x20 __shared__ u32 mpmd_stop;\n\
-         \x20 __shared__ int mpmd_value;\n\
-         \x20 // A ticket, not blockIdx, picks the (program, block): tickets are taken in\n\
-         \x20 // start order, so every block a wait depends on is already running.\n\
-         \x20 if (threadIdx.x == 0u) {\n\
-         \x20   mpmd_ticket = atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET], 1u);\n\
-         \x20   mpmd_stop = *(volatile u32*)&mpmd_ctl[MPMD_CTL_ABORT];\n\
-         \x20 }\n\
-         \x20 __syncthreads();\n\
-         \x20 if (mpmd_stop != 0u) return;\n\
-         \x20 const u32 mpmd_ticket_id = mpmd_ticket;\n",
+         \x20 __shared__ int mpmd_value;\n",
     );
+    if plan.units.iter().any(|u| has_wait(&u.kernel.body)) {
+        e.out.push_str(
+            "  // A ticket, not blockIdx, picks the (program, block): tickets are taken in\n\
+             \x20 // start order, so every block a wait depends on is already running.\n\
+             \x20 if (threadIdx.x == 0u) {\n\
+             \x20   mpmd_ticket = atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET], 1u);\n\
+             \x20   mpmd_stop = *(volatile u32*)&mpmd_ctl[MPMD_CTL_ABORT];\n\
+             \x20 }\n\
+             \x20 __syncthreads();\n\
+             \x20 if (mpmd_stop != 0u) return;\n\
+             \x20 const u32 mpmd_ticket_id = mpmd_ticket;\n",
+        );
+    } else {
+        e.out.push_str(
+            "  // No program waits, so blocks may run in any order: blockIdx is the ticket.\n\
+             \x20 const u32 mpmd_ticket_id = blockIdx.x;\n",
+        );
+    }
 
     let mut tickets = Vec::new();
     let mut first = 0u64;
@@ -374,6 +392,20 @@ fn collect_written(body: &[Stmt], names: &mut BTreeSet<String>) {
             _ => {}
         }
     }
+}
+
+/// Whether a body waits on a semaphore (then blocks need ordered tickets).
+fn has_wait(body: &[Stmt]) -> bool {
+    body.iter().any(|stmt| match stmt {
+        Stmt::Sem { op, .. } => matches!(op, SemOp::Wait | SemOp::WaitNodec),
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => has_wait(then_body) || has_wait(else_body),
+        Stmt::For { body, .. } => has_wait(body),
+        _ => false,
+    })
 }
 
 fn collect_axes_expr(e: &Expr, axes: &mut BTreeSet<String>) {
@@ -626,31 +658,26 @@ impl Emitter<'_> {
         self.out.push('\n');
     }
 
-    fn emit_stmt(&mut self, cx: &mut UnitContext, stmt: &Stmt, depth: usize) -> Result<(), EmitError> {
+    fn emit_stmt(
+        &mut self,
+        cx: &mut UnitContext,
+        stmt: &Stmt,
+        depth: usize,
+    ) -> Result<(), EmitError> {
         match stmt {
             Stmt::Let { var, value } => {
                 let v = self.expr(cx, value)?;
                 let c_name = sanitize("v_", &var.name);
                 self.line(depth, &format!("const {} {c_name} = {v};", c_type(var.ty)));
-                cx.symbols.insert(
-                    var.name.clone(),
-                    Symbol::Scalar {
-                        c_name,
-                        ty: var.ty,
-                    },
-                );
+                cx.symbols
+                    .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
             }
             Stmt::Var { var, init } => {
                 let v = self.expr(cx, init)?;
                 let c_name = sanitize("v_", &var.name);
                 self.line(depth, &format!("{} {c_name} = {v};", c_type(var.ty)));
-                cx.symbols.insert(
-                    var.name.clone(),
-                    Symbol::Scalar {
-                        c_name,
-                        ty: var.ty,
-                    },
-                );
+                cx.symbols
+                    .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
             }
             Stmt::Assign { name, value } => {
                 let v = self.expr(cx, value)?;
@@ -663,7 +690,10 @@ impl Emitter<'_> {
             Stmt::LocalArray { name, elem, shape } => {
                 let c_name = sanitize("l_", name);
                 let len: u64 = shape.iter().map(|&d| d as u64).product();
-                self.line(depth, &format!("{} {c_name}[{}];", c_type(*elem), len.max(1)));
+                self.line(
+                    depth,
+                    &format!("{} {c_name}[{}];", c_type(*elem), len.max(1)),
+                );
                 cx.symbols.insert(
                     name.clone(),
                     Symbol::Local {
@@ -688,7 +718,10 @@ impl Emitter<'_> {
                         self.line(depth + 1, compute);
                         self.line(
                             depth + 1,
-                            &format!("if ({offset} != MPMD_BAD_OFFSET) {}[{offset}] = {v};", place.base),
+                            &format!(
+                                "if ({offset} != MPMD_BAD_OFFSET) {}[{offset}] = {v};",
+                                place.base
+                            ),
                         );
                         self.line(depth, "}");
                     }
@@ -732,13 +765,8 @@ impl Emitter<'_> {
                     depth + 1,
                     &format!("for ({ty} {c_name} = {s}; {c_name} < {c_name}_end; {c_name}++) {{"),
                 );
-                cx.symbols.insert(
-                    var.name.clone(),
-                    Symbol::Scalar {
-                        c_name,
-                        ty: var.ty,
-                    },
-                );
+                cx.symbols
+                    .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
                 self.emit_body(cx, body, depth + 2)?;
                 self.line(depth + 1, "}");
                 self.line(depth, "}");
@@ -754,7 +782,10 @@ impl Emitter<'_> {
                 self.line(depth, "__syncthreads();");
                 self.line(depth, "if (threadIdx.x == 0u) {");
                 match &place.checked {
-                    None => self.line(depth + 1, &format!("mpmd_value = mpmd_sem_read({});", place.pointer)),
+                    None => self.line(
+                        depth + 1,
+                        &format!("mpmd_value = mpmd_sem_read({});", place.pointer),
+                    ),
                     Some((compute, offset)) => {
                         self.line(depth + 1, compute);
                         self.line(
@@ -850,19 +881,17 @@ impl Emitter<'_> {
                         depth + 1,
                         &format!("if ({offset} != MPMD_BAD_OFFSET) {c_name} = {call};"),
                     ),
-                    _ => self.line(depth + 1, &format!("if ({offset} != MPMD_BAD_OFFSET) {call};")),
+                    _ => self.line(
+                        depth + 1,
+                        &format!("if ({offset} != MPMD_BAD_OFFSET) {call};"),
+                    ),
                 }
                 self.line(depth, "}");
             }
         }
         if let Some((c_name, d)) = dest_name {
-            cx.symbols.insert(
-                d.name.clone(),
-                Symbol::Scalar {
-                    c_name,
-                    ty: d.ty,
-                },
-            );
+            cx.symbols
+                .insert(d.name.clone(), Symbol::Scalar { c_name, ty: d.ty });
         }
         Ok(())
     }
@@ -913,7 +942,10 @@ impl Emitter<'_> {
                 let failed = if guard.is_empty() {
                     String::new()
                 } else {
-                    format!("{} == MPMD_BAD_OFFSET || ", guard.trim_end_matches(" != MPMD_BAD_OFFSET && "))
+                    format!(
+                        "{} == MPMD_BAD_OFFSET || ",
+                        guard.trim_end_matches(" != MPMD_BAD_OFFSET && ")
+                    )
                 };
                 self.line(
                     depth + 1,
@@ -1019,7 +1051,13 @@ impl Emitter<'_> {
                         access.base
                     )));
                 }
-                (c_name.clone(), ty.elem, ty.shape.clone(), Vec::new(), ty.elem == ScalarType::Bool)
+                (
+                    c_name.clone(),
+                    ty.elem,
+                    ty.shape.clone(),
+                    Vec::new(),
+                    ty.elem == ScalarType::Bool,
+                )
             }
             Symbol::Local {
                 c_name,
@@ -1068,11 +1106,7 @@ impl Emitter<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         // Own instance of an owned buffer: this block's (the program runs on
         // the owner mesh; validation guarantees it).
-        let own_instance = if owned {
-            "(u64)mpmd_block"
-        } else {
-            "0ull"
-        };
+        let own_instance = if owned { "(u64)mpmd_block" } else { "0ull" };
         match self.mode {
             Mode::Fast => {
                 let instances: u64 = if owned {
@@ -1090,7 +1124,11 @@ impl Emitter<'_> {
                         combine(&instance, instance_len, &flat, wide)
                     }
                     (None, true) => {
-                        let instance = if wide { "(u64)mpmd_block".to_string() } else { "mpmd_block".to_string() };
+                        let instance = if wide {
+                            "(u64)mpmd_block".to_string()
+                        } else {
+                            "mpmd_block".to_string()
+                        };
                         combine(&instance, instance_len, &flat, wide)
                     }
                     (None, false) => flat,
@@ -1156,7 +1194,9 @@ impl Emitter<'_> {
                     .chain(self.plan.meshes.iter())
                     .find_map(|m| m.axis(axis))
                     .map(|a| a.size)
-                    .ok_or_else(|| cx.unsupported(format!("axis_size({axis}): no mesh has axis `{axis}`")))?;
+                    .ok_or_else(|| {
+                        cx.unsupported(format!("axis_size({axis}): no mesh has axis `{axis}`"))
+                    })?;
                 format!("{size}u")
             }
             Expr::Load(access) => self.load(cx, access)?,
@@ -1175,13 +1215,20 @@ impl Emitter<'_> {
                 let t = cx.scalar_type(a)?;
                 let x = self.expr(cx, a)?;
                 let y = self.expr(cx, b)?;
-                binary(*op, t, &x, &y)
+                match (op, self.mode) {
+                    (BinaryOp::LogicAnd, Mode::Checked) => format!("mpmd_and({x}, {y})"),
+                    (BinaryOp::LogicOr, Mode::Checked) => format!("mpmd_or({x}, {y})"),
+                    _ => binary(*op, t, &x, &y),
+                }
             }
             Expr::Select(c, a, b) => {
                 let c = self.expr(cx, c)?;
                 let a = self.expr(cx, a)?;
                 let b = self.expr(cx, b)?;
-                format!("({c} ? {a} : {b})")
+                match self.mode {
+                    Mode::Fast => format!("({c} ? {a} : {b})"),
+                    Mode::Checked => format!("mpmd_select({c}, {a}, {b})"),
+                }
             }
             Expr::Cast(to, a) => {
                 let from = cx.scalar_type(a)?;
@@ -1257,7 +1304,11 @@ fn idx_init(values: &[String]) -> String {
 fn flatten(index: &[String], dims: &[u32], wide: bool) -> String {
     let mut acc = String::new();
     for (k, i) in index.iter().enumerate() {
-        let term = if wide { format!("(u64)({i})") } else { i.clone() };
+        let term = if wide {
+            format!("(u64)({i})")
+        } else {
+            i.clone()
+        };
         if k == 0 {
             acc = term;
         } else {
@@ -1370,8 +1421,14 @@ mod tests {
         assert_eq!(f32_literal(1.0f32.to_bits()), "1.0f");
         assert_eq!(f32_literal((-2.5f32).to_bits()), "(-2.5f)");
         assert_eq!(f32_literal((-0.0f32).to_bits()), "(-0.0f)");
-        assert_eq!(f32_literal(0.1f32.to_bits()), "__uint_as_float(0x3dcccccdu)");
-        assert_eq!(f32_literal(f32::INFINITY.to_bits()), "__uint_as_float(0x7f800000u)");
+        assert_eq!(
+            f32_literal(0.1f32.to_bits()),
+            "__uint_as_float(0x3dcccccdu)"
+        );
+        assert_eq!(
+            f32_literal(f32::INFINITY.to_bits()),
+            "__uint_as_float(0x7f800000u)"
+        );
         assert_eq!(f32_literal(0x7fc0_0001), "__uint_as_float(0x7fc00001u)");
     }
 
@@ -1393,6 +1450,9 @@ mod tests {
     fn flatten_row_major() {
         let idx = vec!["i".to_string(), "j".to_string()];
         assert_eq!(flatten(&idx, &[4, 256], false), "(i) * 256u + j");
-        assert_eq!(flatten(&idx, &[4, 256], true), "((u64)(i)) * 256ull + (u64)(j)");
+        assert_eq!(
+            flatten(&idx, &[4, 256], true),
+            "((u64)(i)) * 256ull + (u64)(j)"
+        );
     }
 }

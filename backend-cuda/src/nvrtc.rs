@@ -78,8 +78,13 @@ impl CompileOptions {
         } else {
             // No contraction of a*b+c, no flush to zero, IEEE division and sqrt.
             args.extend(
-                ["--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true"]
-                    .map(String::from),
+                [
+                    "--fmad=false",
+                    "--ftz=false",
+                    "--prec-div=true",
+                    "--prec-sqrt=true",
+                ]
+                .map(String::from),
             );
         }
         if self.line_info {
@@ -215,9 +220,8 @@ fn compile_uncached(
         .collect();
     let arg_ptrs: Vec<*const c_char> = args.iter().map(|a| a.as_ptr()).collect();
     // SAFETY: program is live; the option strings outlive the call.
-    let result = unsafe {
-        sys::nvrtcCompileProgram(program.0, arg_ptrs.len() as i32, arg_ptrs.as_ptr())
-    };
+    let result =
+        unsafe { sys::nvrtcCompileProgram(program.0, arg_ptrs.len() as i32, arg_ptrs.as_ptr()) };
     if result != sys::nvrtcResult::NVRTC_SUCCESS {
         let log = program_log(&program)?;
         return Err(CompileError::Compile {

@@ -27,6 +27,7 @@ struct mpmd_idx {
   u32 v[8];
 };
 
+// ---- numerics begin (also compiled on the host by tests/numerics_host.rs)
 // Signed arithmetic is done in u32: signed overflow is undefined in C++, and
 // mpmd integers wrap.
 static __device__ __forceinline__ int mpmd_add_i32(int a, int b) { return (int)((u32)a + (u32)b); }
@@ -56,9 +57,27 @@ static __device__ __forceinline__ int mpmd_min_i32(int a, int b) { return a < b 
 static __device__ __forceinline__ int mpmd_max_i32(int a, int b) { return a > b ? a : b; }
 static __device__ __forceinline__ u32 mpmd_min_u32(u32 a, u32 b) { return a < b ? a : b; }
 static __device__ __forceinline__ u32 mpmd_max_u32(u32 a, u32 b) { return a > b ? a : b; }
-// Float to int is Rust's `as`: truncate, saturate (the _rz intrinsics do), NaN to 0.
-static __device__ __forceinline__ int mpmd_f32_to_i32(float x) { return x != x ? 0 : __float2int_rz(x); }
-static __device__ __forceinline__ u32 mpmd_f32_to_u32(float x) { return x != x ? 0u : __float2uint_rz(x); }
+// Float to int is Rust's `as`: truncate toward zero, saturate, NaN to 0.
+// The range checks make saturation explicit rather than relying on cvt.
+static __device__ __forceinline__ int mpmd_f32_to_i32(float x) {
+  if (x != x) return 0;
+  if (x >= 2147483648.0f) return 2147483647;
+  if (x <= -2147483648.0f) return (-2147483647 - 1);
+  return __float2int_rz(x);
+}
+static __device__ __forceinline__ u32 mpmd_f32_to_u32(float x) {
+  if (!(x > 0.0f)) return 0u;  // NaN, negative, zero
+  if (x >= 4294967296.0f) return 4294967295u;
+  return __float2uint_rz(x);
+}
+// ---- numerics end
+
+// Checked mode evaluates both operands of `select`, `&&` and `||` (as the
+// interpreter does), so that an out-of-bounds load in either is reported.
+template <typename T>
+static __device__ __forceinline__ T mpmd_select(bool c, T a, T b) { return c ? a : b; }
+static __device__ __forceinline__ bool mpmd_and(bool a, bool b) { return a && b; }
+static __device__ __forceinline__ bool mpmd_or(bool a, bool b) { return a || b; }
 
 template <typename T>
 static __device__ __forceinline__ T mpmd_load(const T* p, u64 offset) {

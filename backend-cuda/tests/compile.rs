@@ -15,7 +15,10 @@ fn every_program_compiles_for_sm_90_without_spills() {
         let plan = plan_of(&module);
         for mode in [Mode::Fast, Mode::Checked] {
             let report = check_plan(&plan, mode).unwrap_or_else(|e| {
-                panic!("{name} ({mode:?}) failed:\n{e}\n--- source ---\n{}", emit(&plan, mode).unwrap())
+                panic!(
+                    "{name} ({mode:?}) failed:\n{e}\n--- source ---\n{}",
+                    emit(&plan, mode).unwrap()
+                )
             });
             assert_eq!(report.status, "compiled");
             assert_eq!(report.arch, 90);
@@ -47,6 +50,10 @@ fn ticket_dispatch_covers_units_in_order() {
         .collect();
     assert_eq!(ranges, vec![(0, 0, 4), (1, 4, 4), (2, 8, 1)]);
     let src = &module.source;
+    assert!(
+        src.contains("mpmd_ticket = atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET], 1u);"),
+        "{src}"
+    );
     assert!(src.contains("if (mpmd_ticket_id < 4u) {"), "{src}");
     assert!(src.contains("} else if (mpmd_ticket_id < 8u) {"), "{src}");
     // Threads beyond each program's own count exit at entry.
@@ -82,9 +89,24 @@ fn generated_code_uses_the_exact_numerics() {
 fn scale_kernel_reads_like_the_program() {
     let src = emit(&plan_of(&scale()), Mode::Fast).unwrap();
     let body = src.split("// program 0").nth(1).unwrap();
-    assert!(body.contains("const u32 v_i = ((a_b * 128u) + a_t);"), "{body}");
+    assert!(
+        body.contains("const u32 v_i = ((a_b * 128u) + a_t);"),
+        "{body}"
+    );
     assert!(body.contains("if ((v_i < p_n)) {"), "{body}");
-    assert!(body.contains("mpmd_b1_y[v_i] = (mpmd_b0_x[v_i] * p_alpha);"), "{body}");
+    assert!(
+        body.contains("mpmd_b1_y[v_i] = (mpmd_b0_x[v_i] * p_alpha);"),
+        "{body}"
+    );
+    // No program waits: blocks take blockIdx as their ticket, no atomic.
+    assert!(
+        src.contains("const u32 mpmd_ticket_id = blockIdx.x;"),
+        "{src}"
+    );
+    assert!(
+        !src.contains("atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET]"),
+        "{src}"
+    );
     // x is never written: read-only cache.
     assert!(src.contains("const float* __restrict__ mpmd_b0_x"), "{src}");
     assert!(src.contains("float* mpmd_b1_y"), "{src}");
@@ -110,8 +132,13 @@ fn failed_nvrtc_compile_shows_the_offending_line() {
         log.contains("mpmd.cu(2): error: identifier \"undefined_name\" is undefined"),
         "{log}"
     );
-    assert!(log.contains("     2 |   y[0] = undefined_name + 1.0f;"), "{log}");
-    assert!(err.to_string().starts_with("NVRTC failed to compile `mpmd.cu`:\n"));
+    assert!(
+        log.contains("     2 |   y[0] = undefined_name + 1.0f;"),
+        "{log}"
+    );
+    assert!(err
+        .to_string()
+        .starts_with("NVRTC failed to compile `mpmd.cu`:\n"));
 }
 
 #[test]
@@ -149,7 +176,12 @@ fn compiles_go_through_the_module_cache() {
         mpmd_cuda::nvrtc_version().unwrap(),
     );
     let first = compile_ptx(&source, &options).unwrap();
-    let cached = ModuleCache::global().get(&key).expect("compile stored the PTX");
-    assert_eq!(String::from_utf8_lossy(&cached).trim_end_matches('\0'), first.text);
+    let cached = ModuleCache::global()
+        .get(&key)
+        .expect("compile stored the PTX");
+    assert_eq!(
+        String::from_utf8_lossy(&cached).trim_end_matches('\0'),
+        first.text
+    );
     assert_eq!(compile_ptx(&source, &options).unwrap(), first);
 }

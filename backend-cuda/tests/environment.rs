@@ -14,7 +14,13 @@ const DRIVER_MISSING: &str = "no CUDA driver found (libcuda.so.1): this machine 
 /// LD_LIBRARY_PATH, and returns what the child printed.
 fn child_output(test: &str, ld_library_path: &str) -> String {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("LD_LIBRARY_PATH", ld_library_path)
         .env("MPMD_CACHE_DIR", env!("CARGO_TARGET_TMPDIR"))
         .output()

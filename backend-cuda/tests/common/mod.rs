@@ -84,7 +84,10 @@ pub fn all_expressions() -> Module {
             let args: Vec<Expr> = (0..mf.arity()).map(|_| f.clone()).collect();
             fe = fe + math(mf, args);
         }
-        fe = fe + Expr::from(f32::INFINITY) + Expr::from(f32::NEG_INFINITY) + Expr::from(f32::NAN)
+        fe = fe
+            + Expr::from(f32::INFINITY)
+            + Expr::from(f32::NEG_INFINITY)
+            + Expr::from(f32::NAN)
             + Expr::from(-0.0f32)
             + Expr::from(1e-45f32);
         fe = fe + n.clone().cast(F32) + u.clone().cast(F32) + c.clone().cast(F32);
@@ -99,18 +102,50 @@ pub fn all_expressions() -> Module {
             e = (e << y.clone()) >> x.clone();
             e = -e;
             e = Expr::Unary(UnaryOp::BitNot, Box::new(e));
-            e = e + math(MathFn::Abs, [x.clone()]) + math(MathFn::Min, [x.clone(), y.clone()])
+            e = e
+                + math(MathFn::Abs, [x.clone()])
+                + math(MathFn::Min, [x.clone(), y.clone()])
                 + math(MathFn::Max, [x, y]);
             e
         };
-        let ni = b.var("ni", I32, int_ops(n.clone(), var("k")) + Expr::from(i32::MIN) + Expr::from(-7));
-        let nu = b.var("nu", U32, int_ops(u.clone(), Expr::from(3u32)) + Expr::from(u32::MAX));
-        b.assign("ni", ni.clone() + f.clone().cast(I32) + u.clone().cast(I32) + c.clone().cast(I32) + f.clone().bitcast(I32) + u.clone().bitcast(I32));
-        b.assign("nu", nu.clone() + f.clone().cast(U32) + n.clone().cast(U32) + c.clone().cast(U32) + f.clone().bitcast(U32) + n.clone().bitcast(U32));
+        let ni = b.var(
+            "ni",
+            I32,
+            int_ops(n.clone(), var("k")) + Expr::from(i32::MIN) + Expr::from(-7),
+        );
+        let nu = b.var(
+            "nu",
+            U32,
+            int_ops(u.clone(), Expr::from(3u32)) + Expr::from(u32::MAX),
+        );
+        b.assign(
+            "ni",
+            ni.clone()
+                + f.clone().cast(I32)
+                + u.clone().cast(I32)
+                + c.clone().cast(I32)
+                + f.clone().bitcast(I32)
+                + u.clone().bitcast(I32),
+        );
+        b.assign(
+            "nu",
+            nu.clone()
+                + f.clone().cast(U32)
+                + n.clone().cast(U32)
+                + c.clone().cast(U32)
+                + f.clone().bitcast(U32)
+                + n.clone().bitcast(U32),
+        );
         // Comparisons and logic.
-        let cmp = f.clone().lt(var("s")).and(n.clone().ge(var("k")))
-            .or(u.clone().le(Expr::from(5u32)).and(c.clone().not()))
-            .or(f.clone().gt(Expr::from(0.0f32)).and(n.clone().ne(Expr::from(0))))
+        let cmp = f
+            .clone()
+            .lt(var("s"))
+            .and(n.clone().ge(var("k")))
+            .or(u.clone().le(Expr::from(5u32)).and(!c.clone()))
+            .or(f
+                .clone()
+                .gt(Expr::from(0.0f32))
+                .and(n.clone().ne(Expr::from(0))))
             .or(c.clone().eq(Expr::from(true)))
             .or(f.clone().cast(Bool))
             .or(n.clone().cast(Bool))
@@ -120,16 +155,25 @@ pub fn all_expressions() -> Module {
         b.local_array("tmp", F32, [4, 2]);
         b.for_("r", U32, 0u32, 4u32, |b, r| {
             b.for_("q", U32, 0u32, 2u32, |b, q| {
-                b.store(at("tmp", [r.clone(), q.clone()]), acc.clone() * r.clone().cast(F32) + q.cast(F32));
+                b.store(
+                    at("tmp", [r.clone(), q.clone()]),
+                    acc.clone() * r.clone().cast(F32) + q.cast(F32),
+                );
             });
         });
         b.for_("j", I32, 0, var("k"), |b, j| {
-            b.assign("acc", acc.clone() + load("tmp", [j.cast(U32) % Expr::from(4u32), Expr::from(1u32)]));
+            b.assign(
+                "acc",
+                acc.clone() + load("tmp", [j.cast(U32) % Expr::from(4u32), Expr::from(1u32)]),
+            );
         });
-        b.store(at("yf", [i.clone()]), select(flag.clone(), acc.clone(), f.clone()));
+        b.store(
+            at("yf", [i.clone()]),
+            select(flag.clone(), acc.clone(), f.clone()),
+        );
         b.store(at("yi", [i.clone()]), select(flag.clone(), ni, n));
         b.store(at("yu", [i.clone()]), nu);
-        b.store(at("yb", [i]), flag.not());
+        b.store(at("yb", [i]), !flag);
     });
     module(vec![mesh], vec![kernel], map)
 }
@@ -186,10 +230,23 @@ pub fn atomics() -> Module {
 /// `wait_nodec` and `read`, and writes to a resident ref owned by an
 /// external mesh through `@[coords]`.
 pub fn pipeline() -> Module {
-    let produce = MeshBuilder::new("producer").grid("pb", 4).threads("pt", 48).build();
-    let consume = MeshBuilder::new("consumer").grid("cb", 2).cluster("cc", 2).threads("ct", 96).build();
-    let finish = MeshBuilder::new("finisher").grid("fb", 1).threads("ft", 128).build();
-    let ext = MeshBuilder::new("ext").grid("eb", 2).threads("et", 32).build();
+    let produce = MeshBuilder::new("producer")
+        .grid("pb", 4)
+        .threads("pt", 48)
+        .build();
+    let consume = MeshBuilder::new("consumer")
+        .grid("cb", 2)
+        .cluster("cc", 2)
+        .threads("ct", 96)
+        .build();
+    let finish = MeshBuilder::new("finisher")
+        .grid("fb", 1)
+        .threads("ft", 128)
+        .build();
+    let ext = MeshBuilder::new("ext")
+        .grid("eb", 2)
+        .threads("et", 32)
+        .build();
     let map = MapBuilder::new("pipeline")
         .program("producer", "produce")
         .program("consumer", "consume")
@@ -227,9 +284,16 @@ pub fn pipeline() -> Module {
         b.store(at("tile", [t.clone()]), load("mid", [t.clone()]));
         b.barrier();
         let mirrored = b.let_("m", U32, Expr::from(95u32) - t.clone());
-        b.store(at("y", [t.clone()]), load("tile", [mirrored]) + math(MathFn::Sqrt, [load("mid", [t.clone()])]));
+        b.store(
+            at("y", [t.clone()]),
+            load("tile", [mirrored]) + math(MathFn::Sqrt, [load("mid", [t.clone()])]),
+        );
         b.if_(t.eq(Expr::from(0u32)), |b| {
-            b.atomic(AtomicOp::Add, at("total", [Expr::from(0u32)]), [Expr::from(1)]);
+            b.atomic(
+                AtomicOp::Add,
+                at("total", [Expr::from(0u32)]),
+                [Expr::from(1)],
+            );
         });
         b.signal(at("done", [Expr::from(0u32)]), 1);
     });
@@ -242,7 +306,10 @@ pub fn pipeline() -> Module {
                 seen.cast(F32),
             );
         });
-        b.signal(at_block("credits", [Expr::from(1u32)], [Expr::from(0u32)]), 1);
+        b.signal(
+            at_block("credits", [Expr::from(1u32)], [Expr::from(0u32)]),
+            1,
+        );
     });
     Module {
         meshes: vec![produce, consume, finish, ext],
@@ -266,8 +333,14 @@ pub fn pipeline() -> Module {
 
 /// Two programs that wait on each other (a cycle): needs co-residency.
 pub fn cycle() -> Module {
-    let a = MeshBuilder::new("a").grid("ab", 2).threads("at", 64).build();
-    let c = MeshBuilder::new("c").grid("cb", 2).threads("ct", 32).build();
+    let a = MeshBuilder::new("a")
+        .grid("ab", 2)
+        .threads("at", 64)
+        .build();
+    let c = MeshBuilder::new("c")
+        .grid("cb", 2)
+        .threads("ct", 32)
+        .build();
     let map = MapBuilder::new("ping")
         .program("a", "ping")
         .program("c", "pong")
@@ -284,7 +357,10 @@ pub fn cycle() -> Module {
     let pong = KernelBuilder::new("pong", params).body(|b| {
         b.wait(at("to_c", [Expr::from(0u32)]), 1);
         b.signal(at("to_a", [Expr::from(0u32)]), 1);
-        b.store(at("y", [axis_index("cb") + Expr::from(2u32)]), Expr::from(2u32));
+        b.store(
+            at("y", [axis_index("cb") + Expr::from(2u32)]),
+            Expr::from(2u32),
+        );
     });
     module(vec![a, c], vec![ping, pong], map)
 }

@@ -1,0 +1,556 @@
+//! `cuda-bench`: benchmarks of the CUDA backend.
+//!
+//! Always prints ptxas registers and spills (sm_90) of every benchmark
+//! kernel. With a GPU (and unless `--compile-only`), also runs:
+//! - copy and elementwise over 256 MiB, against cuMemcpyDtoD bandwidth;
+//! - a block reduction;
+//! - a two-program map, fused, against its slower program alone;
+//! - a three-stage semaphore pipeline, against three separate launches;
+//! - the call overhead of a tiny kernel, against a raw launch of the same CUBIN.
+//!
+//! Output: one `key value` line per figure, for scripts/gpu-check.sh.
+
+use std::time::Instant;
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use mpmd_core::host::{CallArgs, HostTensor};
+use mpmd_core::ir::ScalarType::*;
+use mpmd_core::ir::*;
+use mpmd_core::plan::{lower, LaunchPlan};
+use mpmd_core::{Backend, Mode, RunOptions};
+use mpmd_cuda::{check_plan, emit_module, CudaBackend, CudaOptions};
+
+/// 256 MiB of f32.
+const BIG: u32 = 64 * 1024 * 1024;
+
+fn module(
+    meshes: Vec<Mesh>,
+    kernels: Vec<Kernel>,
+    maps: Vec<MpmdMap>,
+    residents: Vec<Resident>,
+) -> Module {
+    Module {
+        meshes,
+        kernels,
+        maps,
+        residents,
+        ..Default::default()
+    }
+}
+
+fn global_index(block_axis: &str, thread_axis: &str) -> Expr {
+    axis_index(block_axis) * axis_size(thread_axis) + axis_index(thread_axis)
+}
+
+fn copy() -> Module {
+    let mesh = MeshBuilder::new("m")
+        .grid("b", BIG / 1024)
+        .threads("t", 1024)
+        .build();
+    let map = MapBuilder::new("copy")
+        .program("m", "copy")
+        .input("x", gmem(F32, [BIG]))
+        .output("y", gmem(F32, [BIG]))
+        .build();
+    let k = KernelBuilder::new("copy", map.params()).body(|b| {
+        let i = b.let_("i", U32, global_index("b", "t"));
+        b.store(at("y", [i.clone()]), load("x", [i]));
+    });
+    module(vec![mesh], vec![k], vec![map], vec![])
+}
+
+fn elementwise() -> Module {
+    let mesh = MeshBuilder::new("m")
+        .grid("b", BIG / 1024)
+        .threads("t", 1024)
+        .build();
+    let map = MapBuilder::new("axpb")
+        .program("m", "axpb")
+        .input("x", gmem(F32, [BIG]))
+        .output("y", gmem(F32, [BIG]))
+        .scalar("a", F32)
+        .scalar("c", F32)
+        .build();
+    let k = KernelBuilder::new("axpb", map.params()).body(|b| {
+        let i = b.let_("i", U32, global_index("b", "t"));
+        b.store(at("y", [i.clone()]), load("x", [i]) * var("a") + var("c"));
+    });
+    module(vec![mesh], vec![k], vec![map], vec![])
+}
+
+/// Sums 1024 elements per block of 256 threads through smem.
+fn reduce_kernel(
+    name: &str,
+    params: Vec<Param>,
+    x: &str,
+    y: &str,
+    tile: &str,
+    b_axis: &str,
+    t_axis: &str,
+) -> Kernel {
+    KernelBuilder::new(name, params).body(|b| {
+        let t = b.let_("t", U32, axis_index(t_axis));
+        let blk = b.let_("blk", U32, axis_index(b_axis));
+        let acc = b.var("acc", F32, 0.0f32);
+        b.for_("k", U32, 0u32, 4u32, |b, k| {
+            b.assign(
+                "acc",
+                acc.clone()
+                    + load(
+                        x,
+                        [blk.clone() * Expr::from(1024u32) + k * Expr::from(256u32) + t.clone()],
+                    ),
+            );
+        });
+        b.store(at(tile, [t.clone()]), acc);
+        b.barrier();
+        b.for_("s", U32, 0u32, 8u32, |b, s| {
+            let stride = b.let_("stride", U32, Expr::from(128u32) >> s);
+            b.if_(t.clone().lt(stride.clone()), |b| {
+                b.store(
+                    at(tile, [t.clone()]),
+                    load(tile, [t.clone()]) + load(tile, [t.clone() + stride]),
+                );
+            });
+            b.barrier();
+        });
+        b.if_(t.eq(Expr::from(0u32)), |b| {
+            b.store(at(y, [blk]), load(tile, [Expr::from(0u32)]));
+        });
+    })
+}
+
+fn reduction() -> Module {
+    let blocks = BIG / 1024;
+    let mesh = MeshBuilder::new("m")
+        .grid("b", blocks)
+        .threads("t", 256)
+        .build();
+    let map = MapBuilder::new("reduce")
+        .program("m", "reduce")
+        .input("x", gmem(F32, [BIG]))
+        .output("y", gmem(F32, [blocks]))
+        .scratch("tile", smem(F32, [256]))
+        .build();
+    let k = reduce_kernel("reduce", map.params(), "x", "y", "tile", "b", "t");
+    module(vec![mesh], vec![k], vec![map], vec![])
+}
+
+/// Elementwise over 256 MiB (the slower program) and a reduction over
+/// 64 MiB, fused into one map; and the elementwise program alone.
+fn two_program(fused: bool) -> Module {
+    let small = BIG / 4;
+    let ew_mesh = MeshBuilder::new("ew")
+        .grid("eb", BIG / 1024)
+        .threads("et", 1024)
+        .build();
+    let red_mesh = MeshBuilder::new("red")
+        .grid("rb", small / 1024)
+        .threads("rt", 256)
+        .build();
+    let mut builder = MapBuilder::new(if fused { "fused" } else { "alone" }).program("ew", "ew");
+    if fused {
+        builder = builder.program("red", "red");
+    }
+    let map = builder
+        .input("xa", gmem(F32, [BIG]))
+        .input("xb", gmem(F32, [small]))
+        .output("ya", gmem(F32, [BIG]))
+        .output("yb", gmem(F32, [small / 1024]))
+        .scratch("tile", smem(F32, [256]).owned_by("red"))
+        .build();
+    let ew = KernelBuilder::new("ew", map.params()).body(|b| {
+        let i = b.let_("i", U32, global_index("eb", "et"));
+        b.store(at("ya", [i.clone()]), load("xa", [i]) * 2.0f32 + 1.0f32);
+    });
+    let red = reduce_kernel("red", map.params(), "xb", "yb", "tile", "rb", "rt");
+    // `tile` is owned by `red`: without that program it would be smem of an
+    // external mesh, so the lone map drops it.
+    let (map, ew, meshes) = if fused {
+        (map, ew, vec![ew_mesh, red_mesh])
+    } else {
+        let mut map = map;
+        map.scratch.clear();
+        let ew = Kernel {
+            params: map.params(),
+            ..ew
+        };
+        (map, ew, vec![ew_mesh])
+    };
+    let kernels = if fused { vec![ew, red] } else { vec![ew] };
+    module(meshes, kernels, vec![map], vec![])
+}
+
+const PIPE_BLOCKS: u32 = 4096;
+const PIPE_THREADS: u32 = 256;
+const PIPE_LEN: u32 = PIPE_BLOCKS * PIPE_THREADS;
+
+/// Three stages, each block of a stage handing its rows to the same block of
+/// the next stage through a semaphore owned by that block.
+fn pipeline_fused() -> Module {
+    let meshes: Vec<Mesh> = (1..=3)
+        .map(|s| {
+            MeshBuilder::new(&format!("s{s}"))
+                .grid(&format!("b{s}"), PIPE_BLOCKS)
+                .threads(&format!("t{s}"), PIPE_THREADS)
+                .build()
+        })
+        .collect();
+    let map = MapBuilder::new("pipeline")
+        .program("s1", "stage1")
+        .program("s2", "stage2")
+        .program("s3", "stage3")
+        .input("x", gmem(F32, [PIPE_LEN]))
+        .output("y", gmem(F32, [PIPE_LEN]))
+        .scratch("a", gmem(F32, [PIPE_LEN]))
+        .scratch("b", gmem(F32, [PIPE_LEN]))
+        .scratch("ready2", sem([1]).owned_by("s2"))
+        .scratch("ready3", sem([1]).owned_by("s3"))
+        .build();
+    let p = map.params();
+    let s1 = KernelBuilder::new("stage1", p.clone()).body(|b| {
+        let i = b.let_("i", U32, global_index("b1", "t1"));
+        b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32);
+        b.signal(
+            at_block("ready2", [axis_index("b1")], [Expr::from(0u32)]),
+            1,
+        );
+    });
+    let s2 = KernelBuilder::new("stage2", p.clone()).body(|b| {
+        b.wait(at("ready2", [Expr::from(0u32)]), 1);
+        let i = b.let_("i", U32, global_index("b2", "t2"));
+        b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32);
+        b.signal(
+            at_block("ready3", [axis_index("b2")], [Expr::from(0u32)]),
+            1,
+        );
+    });
+    let s3 = KernelBuilder::new("stage3", p).body(|b| {
+        b.wait(at("ready3", [Expr::from(0u32)]), 1);
+        let i = b.let_("i", U32, global_index("b3", "t3"));
+        let v = b.let_("v", F32, load("b", [i.clone()]));
+        b.store(at("y", [i]), v.clone() * v);
+    });
+    module(meshes, vec![s1, s2, s3], vec![map], vec![])
+}
+
+/// The same three stages as three maps (three launches), handing data on
+/// through device-resident refs.
+fn pipeline_separate() -> Module {
+    let mesh = MeshBuilder::new("s")
+        .grid("b", PIPE_BLOCKS)
+        .threads("t", PIPE_THREADS)
+        .build();
+    let resident = |name: &str| Resident {
+        name: name.into(),
+        ty: gmem(F32, [PIPE_LEN]),
+        zeroed: true,
+    };
+    let m1 = MapBuilder::new("stage1")
+        .program("s", "stage1")
+        .input("x", gmem(F32, [PIPE_LEN]))
+        .scratch("a", gmem(F32, [PIPE_LEN]))
+        .resident()
+        .build();
+    let m2 = MapBuilder::new("stage2")
+        .program("s", "stage2")
+        .scratch("a", gmem(F32, [PIPE_LEN]))
+        .resident()
+        .scratch("b", gmem(F32, [PIPE_LEN]))
+        .resident()
+        .build();
+    let m3 = MapBuilder::new("stage3")
+        .program("s", "stage3")
+        .output("y", gmem(F32, [PIPE_LEN]))
+        .scratch("b", gmem(F32, [PIPE_LEN]))
+        .resident()
+        .build();
+    let k1 = KernelBuilder::new("stage1", m1.params()).body(|b| {
+        let i = b.let_("i", U32, global_index("b", "t"));
+        b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32);
+    });
+    let k2 = KernelBuilder::new("stage2", m2.params()).body(|b| {
+        let i = b.let_("i", U32, global_index("b", "t"));
+        b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32);
+    });
+    let k3 = KernelBuilder::new("stage3", m3.params()).body(|b| {
+        let i = b.let_("i", U32, global_index("b", "t"));
+        let v = b.let_("v", F32, load("b", [i.clone()]));
+        b.store(at("y", [i]), v.clone() * v);
+    });
+    module(
+        vec![mesh],
+        vec![k1, k2, k3],
+        vec![m1, m2, m3],
+        vec![resident("a"), resident("b")],
+    )
+}
+
+fn tiny() -> Module {
+    let mesh = MeshBuilder::new("m").grid("b", 1).threads("t", 32).build();
+    let map = MapBuilder::new("tiny")
+        .program("m", "tiny")
+        .output("y", gmem(U32, [32]))
+        .build();
+    let k = KernelBuilder::new("tiny", map.params()).body(|b| {
+        b.store(at("y", [axis_index("t")]), axis_index("t"));
+    });
+    module(vec![mesh], vec![k], vec![map], vec![])
+}
+
+fn plans(m: &Module) -> Vec<LaunchPlan> {
+    m.maps
+        .iter()
+        .map(|map| {
+            lower(m, &map.name)
+                .unwrap_or_else(|e| panic!("benchmark map `{}` does not lower: {e}", map.name))
+        })
+        .collect()
+}
+
+fn benchmarks() -> Vec<(&'static str, Module)> {
+    vec![
+        ("copy", copy()),
+        ("elementwise", elementwise()),
+        ("reduction", reduction()),
+        ("two_program_fused", two_program(true)),
+        ("two_program_alone", two_program(false)),
+        ("pipeline_fused", pipeline_fused()),
+        ("pipeline_separate", pipeline_separate()),
+        ("tiny", tiny()),
+    ]
+}
+
+fn compile_figures() -> bool {
+    let mut ok = true;
+    for (name, m) in benchmarks() {
+        for plan in plans(&m) {
+            match check_plan(&plan, Mode::Fast) {
+                Ok(r) => println!(
+                    "ptxas.{name}.{} registers={} spill_stores={} spill_loads={} blocks={} threads={} smem={}",
+                    plan.map.name, r.registers, r.spill_store_bytes, r.spill_load_bytes, r.total_blocks, r.block_dim, r.dynamic_smem_bytes
+                ),
+                Err(e) => {
+                    ok = false;
+                    println!("ptxas.{name}.{} error={}", plan.map.name, e.to_string().replace('\n', " | "));
+                }
+            }
+        }
+    }
+    ok
+}
+
+fn f32_input(len: u32) -> HostTensor {
+    HostTensor::from_f32(
+        vec![len],
+        &(0..len)
+            .map(|i| (i % 1000) as f32 * 0.5)
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Runs `plan` `reps` times and returns the best kernel time in ms.
+fn best_kernel_ms(
+    backend: &mut CudaBackend,
+    plan: &LaunchPlan,
+    args: &CallArgs,
+    reps: usize,
+) -> Result<f64, String> {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        backend
+            .run(plan, args, &RunOptions::default())
+            .map_err(|e| format!("{}: {e}", plan.map.name))?;
+        let ms = backend.last_kernel_ms().ok_or("no kernel time")? as f64;
+        best = best.min(ms);
+    }
+    Ok(best)
+}
+
+fn gbps(bytes: f64, ms: f64) -> f64 {
+    bytes / (ms * 1e-3) / 1e9
+}
+
+fn run_gpu() -> Result<(), String> {
+    let mut backend = CudaBackend::new(CudaOptions::default()).map_err(|e| e.to_string())?;
+    println!(
+        "device name={:?} sm_{} sms={}",
+        backend.device_name(),
+        backend.arch(),
+        backend.sm_count()
+    );
+    let (major, minor) = mpmd_cuda::nvrtc_version().map_err(|e| e.to_string())?;
+    println!("nvrtc version={major}.{minor}");
+    let reps = 5;
+    let big_bytes = BIG as f64 * 4.0;
+
+    // cuMemcpyDtoD of 256 MiB.
+    {
+        let stream = backend.stream().clone();
+        let src = stream
+            .alloc_zeros::<u32>(BIG as usize)
+            .map_err(|e| format!("{e:?}"))?;
+        let mut dst = stream
+            .alloc_zeros::<u32>(BIG as usize)
+            .map_err(|e| format!("{e:?}"))?;
+        let mut best = f64::INFINITY;
+        for _ in 0..reps {
+            let start = backend
+                .context()
+                .new_event(None)
+                .map_err(|e| format!("{e:?}"))?;
+            let end = backend
+                .context()
+                .new_event(None)
+                .map_err(|e| format!("{e:?}"))?;
+            start.record(&stream).map_err(|e| format!("{e:?}"))?;
+            stream
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(|e| format!("{e:?}"))?;
+            end.record(&stream).map_err(|e| format!("{e:?}"))?;
+            best = best.min(start.elapsed_ms(&end).map_err(|e| format!("{e:?}"))? as f64);
+        }
+        println!(
+            "bench.memcpy_dtod ms={best:.4} gbps={:.1}",
+            gbps(2.0 * big_bytes, best)
+        );
+    }
+
+    let x = f32_input(BIG);
+    let mut args = CallArgs::default();
+    args.inputs.insert("x".into(), x.clone());
+    let copy_ms = best_kernel_ms(&mut backend, &plans(&copy())[0], &args, reps)?;
+    println!(
+        "bench.copy ms={copy_ms:.4} gbps={:.1}",
+        gbps(2.0 * big_bytes, copy_ms)
+    );
+    let mut ew_args = args.clone();
+    ew_args.scalars.insert("a".into(), Literal::f32(2.0));
+    ew_args.scalars.insert("c".into(), Literal::f32(1.0));
+    let ew_ms = best_kernel_ms(&mut backend, &plans(&elementwise())[0], &ew_args, reps)?;
+    println!(
+        "bench.elementwise ms={ew_ms:.4} gbps={:.1}",
+        gbps(2.0 * big_bytes, ew_ms)
+    );
+    let red_ms = best_kernel_ms(&mut backend, &plans(&reduction())[0], &args, reps)?;
+    println!(
+        "bench.reduction ms={red_ms:.4} gbps={:.1}",
+        gbps(big_bytes, red_ms)
+    );
+
+    let mut two_args = CallArgs::default();
+    two_args.inputs.insert("xa".into(), x);
+    two_args.inputs.insert("xb".into(), f32_input(BIG / 4));
+    let fused_ms = best_kernel_ms(&mut backend, &plans(&two_program(true))[0], &two_args, reps)?;
+    let alone_ms = best_kernel_ms(
+        &mut backend,
+        &plans(&two_program(false))[0],
+        &two_args,
+        reps,
+    )?;
+    println!(
+        "bench.two_program fused_ms={fused_ms:.4} slower_alone_ms={alone_ms:.4} ratio={:.3}",
+        fused_ms / alone_ms
+    );
+
+    let mut pipe_args = CallArgs::default();
+    pipe_args.inputs.insert("x".into(), f32_input(PIPE_LEN));
+    let pipe_ms = best_kernel_ms(&mut backend, &plans(&pipeline_fused())[0], &pipe_args, reps)?;
+    let separate = plans(&pipeline_separate());
+    let mut best_sum = f64::INFINITY;
+    for _ in 0..reps {
+        let mut sum = 0.0;
+        for (k, plan) in separate.iter().enumerate() {
+            let call_args = if k == 0 {
+                pipe_args.clone()
+            } else {
+                CallArgs::default()
+            };
+            backend
+                .run(plan, &call_args, &RunOptions::default())
+                .map_err(|e| format!("{}: {e}", plan.map.name))?;
+            sum += backend.last_kernel_ms().ok_or("no kernel time")? as f64;
+        }
+        best_sum = best_sum.min(sum);
+    }
+    println!(
+        "bench.pipeline fused_ms={pipe_ms:.4} three_launches_ms={best_sum:.4} ratio={:.3}",
+        pipe_ms / best_sum
+    );
+
+    // Call overhead: whole `run` (compile cached, alloc, launch, sync,
+    // read-back) against a raw launch of the same CUBIN (control block
+    // reset, launch, sync).
+    let tiny_plan = &plans(&tiny())[0];
+    let calls = 2000;
+    backend
+        .run(tiny_plan, &CallArgs::default(), &RunOptions::default())
+        .map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    for _ in 0..calls {
+        backend
+            .run(tiny_plan, &CallArgs::default(), &RunOptions::default())
+            .map_err(|e| e.to_string())?;
+    }
+    let run_us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    let emitted = emit_module(tiny_plan, Mode::Fast).map_err(|e| e.to_string())?;
+    let cubin = backend
+        .cubin_for(&emitted, false)
+        .map_err(|e| e.to_string())?;
+    let loaded = backend
+        .context()
+        .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
+        .map_err(|e| format!("{e:?}"))?;
+    let function = loaded
+        .load_function(&emitted.kernel_name)
+        .map_err(|e| format!("{e:?}"))?;
+    let stream = backend.stream().clone();
+    let y = stream
+        .alloc_zeros::<u32>(32)
+        .map_err(|e| format!("{e:?}"))?;
+    let mut ctl = stream
+        .alloc_zeros::<u32>(mpmd_cuda::control::WORDS)
+        .map_err(|e| format!("{e:?}"))?;
+    let timeout: u64 = 10_000_000_000;
+    let config = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let start = Instant::now();
+    for _ in 0..calls {
+        stream
+            .memset_zeros(&mut ctl)
+            .map_err(|e| format!("{e:?}"))?;
+        let mut launch = stream.launch_builder(&function);
+        launch.arg(&y).arg(&ctl).arg(&timeout);
+        // SAFETY: the tiny kernel takes (u32* y, u32* ctl, u64 timeout).
+        unsafe { launch.launch(config) }.map_err(|e| format!("{e:?}"))?;
+        stream.synchronize().map_err(|e| format!("{e:?}"))?;
+    }
+    let raw_us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    println!(
+        "bench.call_overhead run_us={run_us:.2} raw_launch_us={raw_us:.2} extra_us={:.2}",
+        run_us - raw_us
+    );
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let compile_only = args.iter().any(|a| a == "--compile-only");
+    let compiled = compile_figures();
+    let mut status = if compiled { 0 } else { 1 };
+    if compile_only {
+        std::process::exit(status);
+    }
+    if !mpmd_cuda::backend::driver_present() {
+        println!("gpu skipped: no CUDA driver (libcuda.so.1) on this machine");
+        std::process::exit(status);
+    }
+    if let Err(e) = run_gpu() {
+        println!("gpu error={}", e.replace('\n', " | "));
+        status = 1;
+    }
+    std::process::exit(status);
+}

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the CUDA checks that need a GPU, on a machine with an NVIDIA
+# GPU and driver but no Rust toolchain and no network.
+#
+#   scripts/gpu-check.sh BIN_DIR [OUT_FILE]
+#
+# BIN_DIR holds release binaries built elsewhere (`cargo build --release`):
+#   mpmd-conformance  the conformance runner (or: xtask, used only when cargo
+#                     is on PATH, since `xtask conformance` runs cargo)
+#   cuda-bench        the CUDA benchmarks (backend-cuda/src/bin/cuda-bench.rs)
+#   mpmd              the CLI (optional: a smoke run of `mpmd run --backend cuda`)
+# and NVRTC (libnvrtc.so.13 + libnvrtc-builtins.so.13.*), searched in order:
+#   $MPMD_NVRTC_DIR, BIN_DIR/lib, BIN_DIR/nvidia/cu13/lib,
+#   target/mpmd-tools/python/nvidia/cu13/lib, any python's nvidia/cu13/lib,
+#   /usr/local/cuda/lib64, the ld.so cache. A BIN_DIR/libnvrtc.so.13.xz or .gz
+#   (with libnvrtc-builtins.so.13.*.xz or .gz) is unpacked to a temporary folder.
+#
+# Runs, from the repository root (so that conformance finds its corpus):
+#   1. device and driver facts (nvidia-smi);
+#   2. the conformance corpus with CUDA executing (backends interp,cuda),
+#      at most 300 s;
+#   3. the benchmarks, at most 150 s;
+# and writes every figure to OUT_FILE (default gpu-check-report.txt). The
+# whole run stays under 8 minutes. Exit status: 0 when every step passed,
+# 1 when a step failed, 2 when the set-up is missing something.
+set -u -o pipefail
+
+if [ $# -lt 1 ] || [ ! -d "$1" ]; then
+  echo "usage: $0 BIN_DIR [OUT_FILE]" >&2
+  exit 2
+fi
+BIN_DIR=$(cd "$1" && pwd)
+REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${2:-gpu-check-report.txt}
+case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mpmd-gpu-check.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+START=$(date +%s)
+STATUS=0
+
+: >"$OUT"
+say() { echo "$*" | tee -a "$OUT"; }
+section() { say ""; say "== $* (t=$(( $(date +%s) - START ))s)"; }
+
+say "mpmd gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+say "bin_dir $BIN_DIR"
+say "repo $REPO_ROOT $(cat "$REPO_ROOT/.git/HEAD" 2>/dev/null || echo '')"
+
+section "device"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1 | sed 's/^/gpu /' | tee -a "$OUT"
+else
+  say "gpu nvidia-smi not found (the driver library may still be present)"
+fi
+
+# ---- NVRTC --------------------------------------------------------------
+find_nvrtc_dir() {
+  local candidates=()
+  [ -n "${MPMD_NVRTC_DIR:-}" ] && candidates+=("$MPMD_NVRTC_DIR")
+  candidates+=("$BIN_DIR/lib" "$BIN_DIR/nvidia/cu13/lib" "$REPO_ROOT/target/mpmd-tools/python/nvidia/cu13/lib")
+  local py
+  for py in python3 python; do
+    if command -v "$py" >/dev/null 2>&1; then
+      local site
+      site=$("$py" -c 'import site,sys; print("\n".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null) || true
+      while IFS= read -r dir; do
+        [ -n "$dir" ] && candidates+=("$dir/nvidia/cu13/lib")
+      done <<<"$site"
+    fi
+  done
+  candidates+=("/usr/local/cuda/lib64")
+  local dir
+  for dir in "${candidates[@]}"; do
+    if [ -f "$dir/libnvrtc.so.13" ]; then
+      echo "$dir"
+      return 0
+    fi
+  done
+  # Compressed copies shipped next to the binaries.
+  local packed
+  for packed in "$BIN_DIR"/libnvrtc.so.13.xz "$BIN_DIR"/libnvrtc.so.13.gz; do
+    if [ -f "$packed" ]; then
+      mkdir -p "$WORK/nvrtc"
+      local f
+      for f in "$BIN_DIR"/libnvrtc*.so.13*.xz; do [ -f "$f" ] && xz -dc "$f" >"$WORK/nvrtc/$(basename "${f%.xz}")"; done
+      for f in "$BIN_DIR"/libnvrtc*.so.13*.gz; do [ -f "$f" ] && gzip -dc "$f" >"$WORK/nvrtc/$(basename "${f%.gz}")"; done
+      echo "$WORK/nvrtc"
+      return 0
+    fi
+  done
+  if command -v ldconfig >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'libnvrtc.so.13 '; then
+    echo "system"
+    return 0
+  fi
+  return 1
+}
+
+section "tools"
+if NVRTC_DIR=$(find_nvrtc_dir); then
+  if [ "$NVRTC_DIR" != "system" ]; then
+    export LD_LIBRARY_PATH="$NVRTC_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  say "nvrtc $NVRTC_DIR"
+else
+  say "FATAL nvrtc: libnvrtc.so.13 not found (put nvidia/cu13/lib of the nvidia-cuda-nvrtc wheel in $BIN_DIR/lib, or set MPMD_NVRTC_DIR)"
+  exit 2
+fi
+# ptxas is only needed for compile-only checks; runs load CUBINs from NVRTC.
+for dir in "$BIN_DIR/bin" "$BIN_DIR/nvidia/cu13/bin" "$REPO_ROOT/target/mpmd-tools/python/nvidia/cu13/bin"; do
+  if [ -x "$dir/ptxas" ]; then export PATH="$dir:$PATH"; break; fi
+done
+say "ptxas $(command -v ptxas || echo 'not found (compile-only figures will fail; runs do not need it)')"
+export MPMD_CACHE_DIR="$WORK/cache"
+# Cases that must deadlock end by the wait time limit; 2 s keeps them short.
+export MPMD_CUDA_WAIT_TIMEOUT_MS="${MPMD_CUDA_WAIT_TIMEOUT_MS:-2000}"
+say "wait_timeout_ms $MPMD_CUDA_WAIT_TIMEOUT_MS"
+
+bin() { # the binary NAME in BIN_DIR or BIN_DIR/release, or nothing
+  local name=$1
+  for candidate in "$BIN_DIR/$name" "$BIN_DIR/release/$name"; do
+    if [ -x "$candidate" ]; then echo "$candidate"; return 0; fi
+  done
+  return 1
+}
+
+# ---- CLI smoke run ------------------------------------------------------
+section "cli"
+if MPMD=$(bin mpmd); then
+  example=$(ls "$REPO_ROOT"/examples/*.mpmd 2>/dev/null | head -n 1)
+  if [ -n "$example" ]; then
+    say "cli mpmd run --backend cuda $(basename "$example")"
+    if timeout 60 "$MPMD" run --backend cuda "$example" >"$WORK/cli.txt" 2>&1; then
+      say "cli ok"
+    else
+      say "cli FAILED (exit $?)"
+      STATUS=1
+    fi
+    head -n 40 "$WORK/cli.txt" | sed 's/^/cli | /' | tee -a "$OUT" >/dev/null
+  else
+    say "cli not run: no examples/*.mpmd in $REPO_ROOT"
+  fi
+else
+  say "cli not run: no mpmd binary in $BIN_DIR"
+fi
+
+# ---- conformance ----------------------------------------------------------
+section "conformance (interp,cuda)"
+CONF_ARGS=(--backends interp,cuda --json "$WORK/conformance.json")
+if CONF=$(bin mpmd-conformance); then
+  CONF_CMD=("$CONF" "${CONF_ARGS[@]}")
+elif XTASK=$(bin xtask) && command -v cargo >/dev/null 2>&1; then
+  CONF_CMD=("$XTASK" conformance --release "${CONF_ARGS[@]}")
+else
+  CONF_CMD=()
+fi
+if [ ${#CONF_CMD[@]} -gt 0 ]; then
+  say "conformance command: ${CONF_CMD[*]}"
+  (cd "$REPO_ROOT" && timeout 300 "${CONF_CMD[@]}") >"$WORK/conformance.txt" 2>&1
+  rc=$?
+  cat "$WORK/conformance.txt" >>"$OUT"
+  if [ $rc -eq 124 ]; then
+    say "conformance TIMED OUT after 300 s"
+    STATUS=1
+  elif [ $rc -ne 0 ]; then
+    say "conformance FAILED (exit $rc)"
+    STATUS=1
+  else
+    say "conformance ok"
+  fi
+  if [ -f "$WORK/conformance.json" ]; then
+    say "conformance json:"
+    cat "$WORK/conformance.json" >>"$OUT"
+    echo >>"$OUT"
+  fi
+else
+  say "conformance not run: no mpmd-conformance in $BIN_DIR (xtask needs cargo, which is not on PATH)"
+  STATUS=1
+fi
+
+# ---- benchmarks -----------------------------------------------------------
+section "benchmarks"
+if BENCH=$(bin cuda-bench); then
+  timeout 150 "$BENCH" >"$WORK/bench.txt" 2>&1
+  rc=$?
+  tee -a "$OUT" <"$WORK/bench.txt"
+  if [ $rc -eq 124 ]; then
+    say "benchmarks TIMED OUT after 150 s"
+    STATUS=1
+  elif [ $rc -ne 0 ]; then
+    say "benchmarks FAILED (exit $rc)"
+    STATUS=1
+  elif grep -q '^gpu skipped' "$WORK/bench.txt"; then
+    say "benchmarks did not reach the GPU"
+    STATUS=1
+  fi
+else
+  say "benchmarks not run: no cuda-bench binary in $BIN_DIR"
+  STATUS=1
+fi
+
+section "done"
+say "status $STATUS elapsed $(( $(date +%s) - START ))s report $OUT"
+exit $STATUS

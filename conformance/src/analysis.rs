@@ -225,17 +225,57 @@ fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
                     abs: 1e-5,
                 },
                 MathFn::Pow => ulp(1024),
+                // WGSL's fma inherits from e1 * e2 + e3: two roundings are allowed.
+                MathFn::Fma => ulp(1),
                 _ => Tolerance::EXACT,
             },
         },
     }
 }
 
+/// The key of an operation in a backend's measured accuracy table
+/// (`mpmd_wgpu::accuracy_profile`): entries start with these names.
+fn measured_key(op: BoundedOp) -> Option<&'static str> {
+    match op {
+        BoundedOp::Div => Some("a / b"),
+        BoundedOp::Rem => None,
+        BoundedOp::Math(f) => match f.get() {
+            MathFn::Exp => Some("exp"),
+            MathFn::Log => Some("log"),
+            MathFn::Sqrt => Some("sqrt"),
+            MathFn::Rsqrt => Some("rsqrt"),
+            MathFn::Sin => Some("sin"),
+            MathFn::Cos => Some("cos"),
+            MathFn::Tanh => Some("tanh"),
+            MathFn::Pow => Some("pow"),
+            MathFn::Fma => Some("fma"),
+            _ => None,
+        },
+    }
+}
+
 /// The profile tolerance of a backend for a module: the bounds of the
-/// operations involved, added up (errors of composed operations add).
-pub fn profile_tolerance(backend: BackendId, ops: &BTreeSet<BoundedOp>) -> Tolerance {
+/// operations involved, added up (errors of composed operations add). Each
+/// bound is the larger of the documented one and the adapter's measured one
+/// (`measured`: `(operation, ulp)` pairs, empty when unknown).
+pub fn profile_tolerance(
+    backend: BackendId,
+    ops: &BTreeSet<BoundedOp>,
+    measured: &[(&str, f64)],
+) -> Tolerance {
     ops.iter().fold(Tolerance::EXACT, |acc, &op| {
-        let b = op_bound(backend, op);
+        let mut b = op_bound(backend, op);
+        if let Some(key) = measured_key(op) {
+            // The word after the name must end there: "sin [-pi, pi]" is sin, "sinh" is not.
+            for (name, ulp) in measured {
+                let matches = name
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '));
+                if matches {
+                    b.ulp = b.ulp.max(ulp.ceil() as u64);
+                }
+            }
+        }
         Tolerance {
             ulp: acc.ulp + b.ulp,
             abs: acc.abs + b.abs,
@@ -312,10 +352,16 @@ mod tests {
         let ops = bounded_ops(&module_with(body, map));
         assert_eq!(ops.len(), 2);
         assert_eq!(
-            profile_tolerance(BackendId::Cuda, &ops),
+            profile_tolerance(BackendId::Cuda, &ops, &[]),
             Tolerance { ulp: 3, abs: 0.0 }
         );
-        assert_eq!(profile_tolerance(BackendId::Interp, &ops), Tolerance::EXACT);
-        assert_eq!(profile_tolerance(BackendId::Wgpu, &ops).ulp, 184);
+        assert_eq!(
+            profile_tolerance(BackendId::Interp, &ops, &[]),
+            Tolerance::EXACT
+        );
+        assert_eq!(profile_tolerance(BackendId::Wgpu, &ops, &[]).ulp, 184);
+        let measured = [("exp", 80.0), ("log", 200.0), ("logistic", 9999.0)];
+        // exp: max(181, 80); log: max(3, 200); "logistic" is not log.
+        assert_eq!(profile_tolerance(BackendId::Wgpu, &ops, &measured).ulp, 381);
     }
 }

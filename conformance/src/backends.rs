@@ -23,6 +23,8 @@ pub enum Availability {
 pub struct Environment {
     /// `(key, value)` lines of the report header.
     pub header: Vec<(String, String)>,
+    /// Measured accuracy of the wgpu adapter, `(operation, ulp)`.
+    pub wgpu_measured_ulp: Vec<(&'static str, f64)>,
     pub wgpu: Availability,
     pub cuda: Availability,
 }
@@ -58,7 +60,12 @@ pub fn probe(selected: &[BackendId]) -> Environment {
     } else {
         Availability::Unavailable("not selected".into())
     };
-    Environment { header, wgpu, cuda }
+    Environment {
+        header,
+        wgpu,
+        cuda,
+        wgpu_measured_ulp: wgpu_glue::measured_ulp(),
+    }
 }
 
 /// A fresh backend value (device-resident refs start empty).
@@ -78,7 +85,7 @@ pub fn cuda_check_plan(plan: &LaunchPlan) -> Result<(), String> {
 #[cfg(feature = "wgpu")]
 mod wgpu_glue {
     use super::*;
-    use mpmd_wgpu::{WgpuBackend, WgpuOptions};
+    use mpmd_wgpu::{accuracy_profile, WgpuBackend, WgpuOptions};
 
     pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
         match WgpuBackend::new(WgpuOptions::default()) {
@@ -86,11 +93,15 @@ mod wgpu_glue {
                 let info = backend.adapter_info();
                 header.push((
                     "wgpu adapter".into(),
-                    format!("{} ({:?})", info.name, info.backend),
+                    format!("{} ({}, {})", info.name, info.backend, info.device_type),
                 ));
                 header.push((
                     "wgpu driver".into(),
                     format!("{} {}", info.driver, info.driver_info),
+                ));
+                header.push((
+                    "wgpu accuracy profile".into(),
+                    accuracy_profile().adapter.to_string(),
                 ));
                 Availability::Runs
             }
@@ -100,6 +111,10 @@ mod wgpu_glue {
                 Availability::Unavailable(reason)
             }
         }
+    }
+
+    pub fn measured_ulp() -> Vec<(&'static str, f64)> {
+        accuracy_profile().ulp
     }
 
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {
@@ -117,6 +132,10 @@ mod wgpu_glue {
         let reason = not_in_build(BackendId::Wgpu);
         header.push(("wgpu adapter".into(), reason.clone()));
         Availability::Unavailable(reason)
+    }
+
+    pub fn measured_ulp() -> Vec<(&'static str, f64)> {
+        Vec::new()
     }
 
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {

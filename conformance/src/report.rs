@@ -233,6 +233,7 @@ mod tests {
     fn env() -> Environment {
         Environment {
             header: vec![("wgpu adapter".into(), "llvmpipe".into())],
+            wgpu_measured_ulp: vec![],
             wgpu: Availability::Runs,
             cuda: Availability::CompileOnly("no device".into()),
         }

@@ -69,38 +69,10 @@ fn every_validation_code_has_a_reject_case_that_triggers_only_it() {
     );
 }
 
-/// Cases the interpreter currently gets wrong, with the error it reports.
-/// Each entry must still fail this way: when the interpreter is fixed the
-/// test fails until the entry is removed.
-const KNOWN_INTERPRETER_BUGS: [(&str, &str); 2] = [
-    // A barrier inside a constant-bound `for` loop is valid (block-uniform)
-    // but the interpreter reports divergent control flow.
-    (
-        "barrier_smem_scan_odd_threads",
-        "a block-collective operation is reached in divergent control flow",
-    ),
-    (
-        "barrier_smem_tree_reduction",
-        "a block-collective operation is reached in divergent control flow",
-    ),
-];
-
 #[test]
 fn every_run_case_meets_its_expectation_on_the_interpreter() {
     for case in corpus() {
         let m = module(&case);
-        if let Some((_, message)) = KNOWN_INTERPRETER_BUGS.iter().find(|(n, _)| *n == case.name) {
-            let calls =
-                prepare_calls(&case.name, m, 1).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-            match run_interp(m, &calls, Mode::Checked, 1, 2) {
-                Err(e) if e.to_string().contains(message) => continue,
-                Err(e) => panic!("{}: the known interpreter bug changed: {e}", case.name),
-                Ok(_) => panic!(
-                    "{}: the interpreter now runs this case; remove it from KNOWN_INTERPRETER_BUGS",
-                    case.name
-                ),
-            }
-        }
         let expect = m
             .case
             .as_ref()

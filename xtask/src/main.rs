@@ -20,7 +20,8 @@ enum Task {
     /// Set up the tools, then run every test of the workspace
     /// (`cargo nextest run` when installed, else `cargo test`).
     Test {
-        /// Extra arguments passed to the test runner.
+        /// Extra arguments passed to the test runner (`-p NAME` narrows the
+        /// run to those crates).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -97,14 +98,23 @@ fn cargo(root: &Path, setup: &tools::Setup) -> Command {
 
 fn run_tests(root: &Path, setup: &tools::Setup, extra: &[String]) -> ExitCode {
     let nextest = tools::has_nextest();
+    // `-p NAME` narrows the run; otherwise every crate of the workspace.
+    let scope: &[&str] = if extra
+        .iter()
+        .any(|a| a == "-p" || a.starts_with("--package") || a.starts_with("-p"))
+    {
+        &[]
+    } else {
+        &["--workspace"]
+    };
     let mut cmd = cargo(root, setup);
     if nextest {
-        cmd.args(["nextest", "run", "--workspace"]);
+        cmd.args(["nextest", "run"]);
     } else {
         eprintln!("xtask: cargo-nextest not installed; using `cargo test`");
-        cmd.args(["test", "--workspace"]);
+        cmd.arg("test");
     }
-    cmd.args(extra);
+    cmd.args(scope).args(extra);
     eprintln!("xtask: running {}", describe(&cmd));
     let code = exit_code_of(&mut cmd);
     if code != ExitCode::SUCCESS || !nextest {
@@ -112,9 +122,27 @@ fn run_tests(root: &Path, setup: &tools::Setup, extra: &[String]) -> ExitCode {
     }
     // nextest does not run doctests.
     let mut doc = cargo(root, setup);
-    doc.args(["test", "--doc", "--workspace"]);
+    doc.args(["test", "--doc"])
+        .args(scope)
+        .args(package_args(extra));
     eprintln!("xtask: running {}", describe(&doc));
     exit_code_of(&mut doc)
+}
+
+/// The `-p NAME` / `--package NAME` / `--package=NAME` arguments of `args`
+/// (the doctest run takes only these of the runner's arguments).
+fn package_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut iter = args.iter();
+    while let Some(a) = iter.next() {
+        if a == "-p" || a == "--package" {
+            out.push(a.clone());
+            out.extend(iter.next().cloned());
+        } else if a.starts_with("--package=") || (a.starts_with("-p") && a.len() > 2) {
+            out.push(a.clone());
+        }
+    }
+    out
 }
 
 fn describe(cmd: &Command) -> String {
@@ -142,5 +170,30 @@ fn exit_code_of(cmd: &mut Command) -> ExitCode {
             eprintln!("xtask: cannot start {}: {e}", describe(cmd));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_args_keeps_only_package_selection() {
+        let args: Vec<String> = [
+            "-p",
+            "a",
+            "--no-fail-fast",
+            "--package=b",
+            "-pc",
+            "--package",
+            "d",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            package_args(&args),
+            vec!["-p", "a", "--package=b", "-pc", "--package", "d"]
+        );
     }
 }

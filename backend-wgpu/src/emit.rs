@@ -232,7 +232,13 @@ pub fn validate_wgsl(source: &str) -> Result<naga::Module, String> {
 fn sanitize(name: &str) -> String {
     // IR names are already `[A-Za-z_][A-Za-z0-9_]*`; keep anything else out anyway.
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -285,7 +291,10 @@ fn collect_atomic_targets(body: &[Stmt], out: &mut HashSet<Name>) {
 /// Assigns bindings: one per buffer, or shared arenas by word type when
 /// there are more buffers than the adapter's storage-buffer limit allows
 /// (two bindings are taken by the parameter and status buffers).
-pub fn binding_layout(plan: &LaunchPlan, max_storage_buffers: u32) -> Result<BindingLayout, EmitError> {
+pub fn binding_layout(
+    plan: &LaunchPlan,
+    max_storage_buffers: u32,
+) -> Result<BindingLayout, EmitError> {
     let atomic = atomic_buffers(plan);
     let words: Vec<WordType> = plan
         .buffers
@@ -376,6 +385,7 @@ enum Helper {
     Fmod,
     Check(usize),
     SemWait(String),
+    Saturating,
 }
 
 struct ModuleState<'p> {
@@ -511,7 +521,11 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
             Mode::Fast => "fast",
             Mode::Checked => "checked",
         },
-        if plan.map.fast_math { ", fast math" } else { "" }
+        if plan.map.fast_math {
+            ", fast math"
+        } else {
+            ""
+        }
     )
     .unwrap();
     out.push_str("// One entry point per launch unit; the host dispatches them in this order.\n\n");
@@ -534,13 +548,17 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
 
 impl ModuleState<'_> {
     fn write_globals(&self, out: &mut String) {
-        out.push_str("// Scalar parameters, then literals that WGSL must not fold at shader creation.\n");
+        out.push_str(
+            "// Scalar parameters, then literals that WGSL must not fold at shader creation.\n",
+        );
         writeln!(
             out,
             "@group(0) @binding({PARAMS_BINDING}) var<storage, read> mpmd_params: array<u32>;"
         )
         .unwrap();
-        out.push_str("// Error record: count, kind, unit, block, thread, site, value count, values.\n");
+        out.push_str(
+            "// Error record: count, kind, unit, block, thread, site, value count, values.\n",
+        );
         writeln!(
             out,
             "@group(0) @binding({STATUS_BINDING}) var<storage, read_write> mpmd_status: array<atomic<u32>, {STATUS_WORDS}>;"
@@ -591,6 +609,10 @@ impl ModuleState<'_> {
             out.push_str("var<private> mpmd_loop_count: u32;\n");
             out.push_str("// Set when some invocation of the block passed the loop cap.\n");
             out.push_str("var<workgroup> mpmd_block_stop: u32;\n");
+            out.push_str(
+                "// Thread 0's loop count after a semaphore wait, shared with the block.\n",
+            );
+            out.push_str("var<workgroup> mpmd_shared_count: u32;\n");
         }
         out.push_str("// Block-collective broadcast of semaphore reads.\n");
         out.push_str("var<workgroup> mpmd_sem_value: i32;\n");
@@ -603,7 +625,11 @@ impl ModuleState<'_> {
                     writeln!(
                         out,
                         "// smem {} of program {} ({}<{}{:?}>)",
-                        op.name, unit.program, r.space.keyword(), r.elem, r.shape
+                        op.name,
+                        unit.program,
+                        r.space.keyword(),
+                        r.elem,
+                        r.shape
                     )
                     .unwrap();
                     writeln!(
@@ -629,18 +655,21 @@ impl ModuleState<'_> {
                 "// The adapter silently ends all loops of an invocation after about 65,535 loop
 // header visits in total, which would give wrong answers; every loop the backend
 // emits counts here (entry and iterations) and stops first, reporting the error.
-fn mpmd_loop_tick() -> bool {{
-  if (mpmd_loop_count <= {cap}u) {{
-    mpmd_loop_count = mpmd_loop_count + 1u;
+fn mpmd_loop_pay(visits: u32) -> bool {{
+  if (mpmd_loop_count > {cap}u) {{
+    return true;
   }}
-  if (mpmd_loop_count <= {cap}u) {{
-    return false;
-  }}
-  if (mpmd_loop_count == {over}u) {{
-    mpmd_loop_count = mpmd_loop_count + 1u;
+  if (visits > {cap}u - mpmd_loop_count) {{
+    mpmd_loop_count = {over}u;
     mpmd_report({ERROR_LOOP_CAP}u, 0u, 0u, array<u32, {MAX_RECORDED_VALUES}>());
+    return true;
   }}
-  return true;
+  mpmd_loop_count = mpmd_loop_count + visits;
+  return false;
+}}
+
+fn mpmd_loop_tick() -> bool {{
+  return mpmd_loop_pay(1u);
 }}
 
 ",
@@ -649,12 +678,29 @@ fn mpmd_loop_tick() -> bool {{
             .unwrap();
         }
         let (enter, tick) = if self.options.loop_cap.is_some() {
-            ("  _ = mpmd_loop_tick();\n", "    if (mpmd_loop_tick()) { break; }\n")
+            (
+                "  _ = mpmd_loop_tick();\n",
+                "    if (mpmd_loop_tick()) { break; }\n",
+            )
         } else {
             ("", "")
         };
         for helper in &self.helpers {
             match helper {
+                Helper::Saturating => out.push_str(
+                    "// Saturating u32 arithmetic for loop costs.
+fn mpmd_sat_add(a: u32, b: u32) -> u32 {
+  if (a > 4294967295u - b) { return 4294967295u; }
+  return a + b;
+}
+
+fn mpmd_sat_mul(a: u32, b: u32) -> u32 {
+  if (a != 0u && b > 4294967295u / a) { return 4294967295u; }
+  return a * b;
+}
+
+",
+                ),
                 Helper::IsNan => out.push_str(
                     "// NaN test on the bits: float comparisons may be optimised as if NaN never occurs.
 fn mpmd_is_nan(x: f32) -> bool {
@@ -874,7 +920,8 @@ fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
     }
 }
 
-const REPORT_HELPER: &str = "// Records the first error of the call; the host turns it into a RunError.
+const REPORT_HELPER: &str =
+    "// Records the first error of the call; the host turns it into a RunError.
 fn mpmd_report(kind: u32, site: u32, count: u32, values: array<u32, 8>) {
   if (atomicAdd(&mpmd_status[0], 1u) != 0u) { return; }
   atomicStore(&mpmd_status[1], kind);
@@ -924,7 +971,13 @@ struct RefInfo {
 
 #[derive(Clone, Debug)]
 enum Named {
-    Scalar { wgsl: String, ty: ScalarType },
+    /// `uniform`: the same value in every thread of the block (constants,
+    /// scalar parameters, block axis indices and values computed from them).
+    Scalar {
+        wgsl: String,
+        ty: ScalarType,
+        uniform: bool,
+    },
     Ref(RefInfo),
 }
 
@@ -939,6 +992,8 @@ struct UnitEmitter<'s, 'p> {
     body: String,
     depth: usize,
     temp: usize,
+    /// Inside a region whose loop cost was paid at its entry (no ticks).
+    paid: bool,
 }
 
 fn contains_collective(body: &[Stmt]) -> bool {
@@ -987,6 +1042,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                         Named::Scalar {
                             wgsl,
                             ty: *t,
+                            uniform: true,
                         },
                     );
                     scalar_index += 1;
@@ -1015,7 +1071,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                         (_, None) => {
                             return Err(EmitError::Invalid {
                                 kernel: unit.kernel.name.clone(),
-                                message: format!("operand `{}` has no buffer in the plan", operand.name),
+                                message: format!(
+                                    "operand `{}` has no buffer in the plan",
+                                    operand.name
+                                ),
                             })
                         }
                     };
@@ -1041,6 +1100,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             body: String::new(),
             depth: 1,
             temp: 0,
+            paid: false,
         })
     }
 
@@ -1082,15 +1142,164 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     }
 
     fn bind_scalar(&mut self, name: &str, ty: ScalarType) -> String {
+        self.bind_scalar_with(name, ty, false)
+    }
+
+    fn bind_scalar_with(&mut self, name: &str, ty: ScalarType, uniform: bool) -> String {
         let wgsl = self.fresh("v_", name);
         self.scopes.last_mut().unwrap().insert(
             name.to_string(),
             Named::Scalar {
                 wgsl: wgsl.clone(),
                 ty,
+                uniform,
             },
         );
         wgsl
+    }
+
+    /// Whether `e` has one value in every thread of the block.
+    fn is_uniform(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Lit(_) | Expr::AxisSize(_) => true,
+            Expr::Var(name) => {
+                matches!(self.lookup(name), Some(Named::Scalar { uniform: true, .. }))
+            }
+            Expr::AxisIndex(axis) => self
+                .unit
+                .axes
+                .iter()
+                .any(|a| &a.axis == axis && a.source == IdSource::Block),
+            Expr::Load(_) => false,
+            Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => self.is_uniform(a),
+            Expr::Binary(_, a, b) => self.is_uniform(a) && self.is_uniform(b),
+            Expr::Select(c, t, f) => self.is_uniform(c) && self.is_uniform(t) && self.is_uniform(f),
+            Expr::Math(_, args) => args.iter().all(|a| self.is_uniform(a)),
+        }
+    }
+
+    /// The loop-header visits `body` costs at most (both branches of every
+    /// `if`), as a WGSL expression evaluated before it; `None` when it has
+    /// no loop, `Err` when a loop bound is not known before the region.
+    fn cost(&mut self, body: &[Stmt], inner: &HashSet<Name>) -> Result<Option<String>, ()> {
+        let mut terms = Vec::new();
+        let mut inner = inner.clone();
+        for stmt in body {
+            match stmt {
+                Stmt::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                } => {
+                    let known = |e: &Expr| !mentions_any(e, &inner) && !has_load(e);
+                    if !known(start) || !known(end) {
+                        return Err(());
+                    }
+                    let (s, e) = match (self.expr(start), self.expr(end)) {
+                        (Ok(s), Ok(e)) => (s, e),
+                        _ => return Err(()),
+                    };
+                    let trip = if var.ty == ScalarType::I32 {
+                        format!("select(0u, bitcast<u32>({e} - {s}), {e} > {s})")
+                    } else {
+                        format!("select(0u, {e} - {s}, {e} > {s})")
+                    };
+                    let mut nested = inner.clone();
+                    nested.insert(var.name.clone());
+                    self.state.helpers.insert(Helper::Saturating);
+                    let visits = format!("mpmd_sat_add({trip}, 1u)");
+                    terms.push(match self.cost(body, &nested)? {
+                        Some(c) => format!("mpmd_sat_add({visits}, mpmd_sat_mul({trip}, {c}))"),
+                        None => visits,
+                    });
+                    inner.insert(var.name.clone());
+                }
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    for branch in [then_body, else_body] {
+                        if let Some(c) = self.cost(branch, &inner)? {
+                            terms.push(c);
+                        }
+                    }
+                }
+                Stmt::Let { var, .. } | Stmt::Var { var, .. } => {
+                    inner.insert(var.name.clone());
+                }
+                Stmt::Atomic { dest: Some(d), .. } => {
+                    inner.insert(d.name.clone());
+                }
+                Stmt::SemRead { dest, .. } => {
+                    inner.insert(dest.clone());
+                }
+                Stmt::LocalArray { name, .. } => {
+                    inner.insert(name.clone());
+                }
+                _ => {}
+            }
+        }
+        let mut it = terms.into_iter();
+        let Some(first) = it.next() else {
+            return Ok(None);
+        };
+        Ok(Some(
+            it.fold(first, |acc, t| format!("mpmd_sat_add({acc}, {t})")),
+        ))
+    }
+
+    /// On adapters with a loop cap, a loop (or an `if` whose threads may
+    /// diverge) that holds loops pays the loop-header visits of everything
+    /// inside at its entry, both branches of every `if` included: lanes of
+    /// one SIMD vector that take different branches share the driver's
+    /// count. Returns whether the region was emitted here.
+    fn paid_region(&mut self, stmt: &Stmt) -> Result<bool, EmitError> {
+        if self.state.options.loop_cap.is_none()
+            || self.paid
+            || !contains_loop(std::slice::from_ref(stmt))
+        {
+            return Ok(false);
+        }
+        let collective = contains_collective(std::slice::from_ref(stmt));
+        if let Stmt::If { cond, .. } = stmt {
+            if self.is_uniform(cond) {
+                return Ok(false);
+            }
+        }
+        let saved = (self.body.len(), self.temp, self.rt_used.clone());
+        let cost = match self.cost(std::slice::from_ref(stmt), &HashSet::new()) {
+            Ok(Some(c)) => c,
+            _ => {
+                self.body.truncate(saved.0);
+                self.temp = saved.1;
+                self.rt_used = saved.2;
+                return Ok(false);
+            }
+        };
+        self.state.helpers.insert(Helper::Saturating);
+        self.line("// Loop-header visits of what follows, paid up front (see mpmd_loop_pay).");
+        if collective {
+            self.line(&format!(
+                "if (mpmd_loop_pay({cost})) {{ mpmd_block_stop = 1u; }}"
+            ));
+            let stop = self.temp("stop");
+            self.line(&format!(
+                "let {stop} = workgroupUniformLoad(&mpmd_block_stop);"
+            ));
+            self.line(&format!("if ({stop} == 0u) {{"));
+        } else {
+            self.line(&format!("if (!mpmd_loop_pay({cost})) {{"));
+        }
+        self.depth += 1;
+        self.paid = true;
+        let r = self.stmt_unpaid(stmt);
+        self.paid = false;
+        self.depth -= 1;
+        self.line("}");
+        r?;
+        Ok(true)
     }
 
     fn emit_entry(mut self, two_d: bool) -> Result<String, EmitError> {
@@ -1138,9 +1347,20 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         .unwrap();
         if two_d {
             let per_dim = self.state.options.max_workgroups_per_dimension;
-            out.push_str("  // More blocks than one dispatch dimension holds: 2-D dispatch, linearised.\n");
-            writeln!(out, "  let block_id: u32 = mpmd_wid.x + mpmd_wid.y * {per_dim}u;").unwrap();
-            writeln!(out, "  if (block_id >= {}u) {{ return; }}", unit.block_count).unwrap();
+            out.push_str(
+                "  // More blocks than one dispatch dimension holds: 2-D dispatch, linearised.\n",
+            );
+            writeln!(
+                out,
+                "  let block_id: u32 = mpmd_wid.x + mpmd_wid.y * {per_dim}u;"
+            )
+            .unwrap();
+            writeln!(
+                out,
+                "  if (block_id >= {}u) {{ return; }}",
+                unit.block_count
+            )
+            .unwrap();
         } else {
             out.push_str("  let block_id: u32 = mpmd_wid.x;\n");
         }
@@ -1211,10 +1431,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     }
 
     fn stmt(&mut self, stmt: &Stmt) -> Result<(), EmitError> {
+        if self.paid_region(stmt)? {
+            return Ok(());
+        }
+        self.stmt_unpaid(stmt)
+    }
+
+    fn stmt_unpaid(&mut self, stmt: &Stmt) -> Result<(), EmitError> {
         match stmt {
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
-                let name = self.bind_scalar(&var.name, var.ty);
+                let uniform = self.is_uniform(value);
+                let name = self.bind_scalar_with(&var.name, var.ty, uniform);
                 self.line(&format!("let {name}: {} = {v};", wgsl_scalar(var.ty)));
             }
             Stmt::Var { var, init } => {
@@ -1226,7 +1454,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let v = self.expr(value)?;
                 let target = match self.lookup(name) {
                     Some(Named::Scalar { wgsl, .. }) => wgsl.clone(),
-                    _ => return Err(self.invalid(format!("assignment to unknown variable `{name}`"))),
+                    _ => {
+                        return Err(self.invalid(format!("assignment to unknown variable `{name}`")))
+                    }
                 };
                 self.line(&format!("{target} = {v};"));
             }
@@ -1262,7 +1492,12 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 op,
                 target,
                 args,
-            } => self.atomic(dest.as_ref().map(|d| (d.name.as_str(), d.ty)), *op, target, args)?,
+            } => self.atomic(
+                dest.as_ref().map(|d| (d.name.as_str(), d.ty)),
+                *op,
+                target,
+                args,
+            )?,
             Stmt::If {
                 cond,
                 then_body,
@@ -1292,16 +1527,25 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let end_name = self.temp("end");
                 self.line(&format!("let {end_name}: {} = {e};", wgsl_scalar(var.ty)));
                 self.scopes.push(HashMap::new());
-                let v = self.bind_scalar(&var.name, var.ty);
-                let one = if var.ty == ScalarType::I32 { "1i" } else { "1u" };
-                self.loop_enter();
+                let uniform = self.is_uniform(start) && self.is_uniform(end);
+                let v = self.bind_scalar_with(&var.name, var.ty, uniform);
+                let one = if var.ty == ScalarType::I32 {
+                    "1i"
+                } else {
+                    "1u"
+                };
+                if !self.paid {
+                    self.loop_enter();
+                }
                 self.line(&format!(
                     "for (var {v}: {} = {s}; {v} < {end_name}; {v} = {v} + {one}) {{",
                     wgsl_scalar(var.ty)
                 ));
-                self.depth += 1;
-                self.loop_tick(contains_collective(body));
-                self.depth -= 1;
+                if !self.paid {
+                    self.depth += 1;
+                    self.loop_tick(contains_collective(body));
+                    self.depth -= 1;
+                }
                 self.block(body)?;
                 self.scopes.pop();
                 self.line("}");
@@ -1316,10 +1560,17 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             Stmt::Sem { op, sem, amount } => self.sem_op(*op, sem, amount)?,
             Stmt::SemRead { dest, sem } => {
                 let (place, _) = self.place(sem)?;
-                self.line(&format!("// read({}): thread 0 reads, the block shares the value.", describe_access(sem)));
-                self.line(&format!("if (thread_id == 0u) {{ mpmd_sem_value = atomicLoad(&{place}); }}"));
-                let name = self.bind_scalar(dest, ScalarType::I32);
-                self.line(&format!("let {name}: i32 = workgroupUniformLoad(&mpmd_sem_value);"));
+                self.line(&format!(
+                    "// read({}): thread 0 reads, the block shares the value.",
+                    describe_access(sem)
+                ));
+                self.line(&format!(
+                    "if (thread_id == 0u) {{ mpmd_sem_value = atomicLoad(&{place}); }}"
+                ));
+                let name = self.bind_scalar_with(dest, ScalarType::I32, true);
+                self.line(&format!(
+                    "let {name}: i32 = workgroupUniformLoad(&mpmd_sem_value);"
+                ));
                 self.line("workgroupBarrier();");
             }
         }
@@ -1397,9 +1648,13 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.line("loop {");
                 self.depth += 1;
                 self.loop_tick(false);
-                self.line(&format!("let r = atomicCompareExchangeWeak(&{place}, {cmp}, {new});"));
+                self.line(&format!(
+                    "let r = atomicCompareExchangeWeak(&{place}, {cmp}, {new});"
+                ));
                 self.line(&format!("{old} = r.old_value;"));
-                self.line(&format!("if (r.exchanged || r.old_value != {cmp}) {{ break; }}"));
+                self.line(&format!(
+                    "if (r.exchanged || r.old_value != {cmp}) {{ break; }}"
+                ));
                 self.depth -= 1;
                 self.line("}");
                 old
@@ -1429,14 +1684,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         let what = describe_access(sem);
         match op {
             SemOp::Signal => {
-                self.line(&format!("// signal({what}, n): the block's writes first, then one add."));
+                self.line(&format!(
+                    "// signal({what}, n): the block's writes first, then one add."
+                ));
                 self.line("workgroupBarrier();");
                 self.line("storageBarrier();");
                 let idx = self.temp("sem");
                 let amt = self.temp("amount");
                 self.line(&format!("let {idx}: u32 = {index};"));
                 self.line(&format!("let {amt}: i32 = {n};"));
-                self.line(&format!("if (thread_id == 0u) {{ atomicAdd(&{global}[{idx}], {amt}); }}"));
+                self.line(&format!(
+                    "if (thread_id == 0u) {{ atomicAdd(&{global}[{idx}], {amt}); }}"
+                ));
             }
             SemOp::Wait | SemOp::WaitNodec => {
                 let take = op == SemOp::Wait;
@@ -1449,11 +1708,20 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let amt = self.temp("amount");
                 self.line(&format!("let {idx}: u32 = {index};"));
                 self.line(&format!("let {amt}: i32 = {n};"));
-                self.line(&format!(
-                    "if (thread_id == 0u) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
-                ));
-                self.line("workgroupBarrier();");
-                self.line("storageBarrier();");
+                if self.state.options.loop_cap.is_some() {
+                    // Thread 0's polls count for its SIMD vector: share the count.
+                    self.line(&format!(
+                        "if (thread_id == 0u) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); mpmd_shared_count = mpmd_loop_count; }}"
+                    ));
+                    self.line("storageBarrier();");
+                    self.line("mpmd_loop_count = max(mpmd_loop_count, workgroupUniformLoad(&mpmd_shared_count));");
+                } else {
+                    self.line(&format!(
+                        "if (thread_id == 0u) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
+                    ));
+                    self.line("workgroupBarrier();");
+                    self.line("storageBarrier();");
+                }
             }
         }
         Ok(())
@@ -1492,7 +1760,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     }
 
     /// The element index expression of an access (and its checked-mode site id).
-    fn index_of(&mut self, access: &RefAccess, info: &RefInfo) -> Result<(String, usize), EmitError> {
+    fn index_of(
+        &mut self,
+        access: &RefAccess,
+        info: &RefInfo,
+    ) -> Result<(String, usize), EmitError> {
         let ty = &info.ty;
         if access.index.len() != ty.shape.len() {
             return Err(self.invalid(format!(
@@ -1534,7 +1806,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 extents.extend(&block_extents);
             }
             (Some(_), None) => {
-                return Err(self.invalid(format!("`{}` has no owner mesh to index with @[...]", access.base)))
+                return Err(self.invalid(format!(
+                    "`{}` has no owner mesh to index with @[...]",
+                    access.base
+                )))
             }
             (None, Some(owner)) => {
                 if matches!(ty.space, MemorySpace::Gmem | MemorySpace::Sem) {
@@ -1779,7 +2054,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             .iter()
             .find_map(|m| m.axis(axis))
             .map(|a| a.size)
-            .ok_or_else(|| self.invalid(format!("axis_size({axis}): no mesh in scope has axis `{axis}`")))
+            .ok_or_else(|| {
+                self.invalid(format!(
+                    "axis_size({axis}): no mesh in scope has axis `{axis}`"
+                ))
+            })
     }
 
     fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr, rt: bool) -> Result<String, EmitError> {
@@ -1902,6 +2181,49 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             (MathFn::Rsqrt, _) => format!("inverseSqrt({a})"),
             _ => format!("{}({})", f.name(), v.join(", ")),
         })
+    }
+}
+
+fn contains_loop(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::For { .. } => true,
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => contains_loop(then_body) || contains_loop(else_body),
+        _ => false,
+    })
+}
+
+/// Whether `e` names any of `names`.
+fn mentions_any(e: &Expr, names: &HashSet<Name>) -> bool {
+    match e {
+        Expr::Var(n) => names.contains(n),
+        Expr::Lit(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => false,
+        Expr::Load(a) => a
+            .block
+            .iter()
+            .flatten()
+            .chain(a.index.iter())
+            .any(|i| mentions_any(i, names)),
+        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => mentions_any(a, names),
+        Expr::Binary(_, a, b) => mentions_any(a, names) || mentions_any(b, names),
+        Expr::Select(c, t, f) => {
+            mentions_any(c, names) || mentions_any(t, names) || mentions_any(f, names)
+        }
+        Expr::Math(_, args) => args.iter().any(|a| mentions_any(a, names)),
+    }
+}
+
+fn has_load(e: &Expr) -> bool {
+    match e {
+        Expr::Load(_) => true,
+        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => false,
+        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => has_load(a),
+        Expr::Binary(_, a, b) => has_load(a) || has_load(b),
+        Expr::Select(c, t, f) => has_load(c) || has_load(t) || has_load(f),
+        Expr::Math(_, args) => args.iter().any(has_load),
     }
 }
 

@@ -95,7 +95,8 @@ fn context() -> Result<Arc<GpuContext>, WgpuError> {
 }
 
 fn create_context() -> Result<GpuContext, WgpuError> {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
         power_preference: wgpu::PowerPreference::HighPerformance,
         ..Default::default()
@@ -146,11 +147,60 @@ struct ResidentBuffer {
     words: u64,
 }
 
+/// Device buffers kept between calls, by size and usage, so that a call
+/// does not allocate (per-call overhead).
+#[derive(Default)]
+struct BufferPool {
+    free: Mutex<HashMap<(u64, u32), Vec<wgpu::Buffer>>>,
+}
+
+impl BufferPool {
+    fn take(
+        &self,
+        device: &wgpu::Device,
+        label: &str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> wgpu::Buffer {
+        let bytes = bytes.max(4);
+        let reused = self
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&(bytes, usage.bits()))
+            .and_then(Vec::pop);
+        reused.unwrap_or_else(|| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    fn put(&self, buffers: Vec<wgpu::Buffer>) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        for b in buffers {
+            free.entry((b.size(), b.usage().bits()))
+                .or_default()
+                .push(b);
+        }
+    }
+}
+
+const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+const STAGING_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::MAP_READ.union(wgpu::BufferUsages::COPY_DST);
+
 /// The WGSL backend: runs launch plans on a wgpu adapter.
 pub struct WgpuBackend {
     ctx: Arc<GpuContext>,
     options: WgpuOptions,
     residents: BTreeMap<Name, ResidentBuffer>,
+    pool: Arc<BufferPool>,
 }
 
 impl WgpuBackend {
@@ -160,6 +210,7 @@ impl WgpuBackend {
             ctx: context()?,
             options,
             residents: BTreeMap::new(),
+            pool: Arc::new(BufferPool::default()),
         })
     }
 
@@ -189,14 +240,16 @@ impl WgpuBackend {
         let adapter_max = self.ctx.limits.max_storage_buffers_per_shader_stage;
         EmitOptions {
             mode,
-            loop_cap: self
-                .options
-                .loop_cap
-                .or(if llvmpipe { Some(LLVMPIPE_LOOP_CAP) } else { None }),
-            wait_poll_budget: self
-                .options
-                .wait_poll_budget
-                .unwrap_or(if llvmpipe { 16_384 } else { 1 << 22 }),
+            loop_cap: self.options.loop_cap.or(if llvmpipe {
+                Some(LLVMPIPE_LOOP_CAP)
+            } else {
+                None
+            }),
+            wait_poll_budget: self.options.wait_poll_budget.unwrap_or(if llvmpipe {
+                16_384
+            } else {
+                1 << 22
+            }),
             max_storage_buffers: self
                 .options
                 .max_storage_buffers
@@ -231,9 +284,19 @@ impl WgpuBackend {
                     .graph
                     .edges
                     .iter()
-                    .map(|e| format!("{} signals `{}` for {}", kernel(e.from), e.semaphore, kernel(e.to)))
+                    .map(|e| {
+                        format!(
+                            "{} signals `{}` for {}",
+                            kernel(e.from),
+                            e.semaphore,
+                            kernel(e.to)
+                        )
+                    })
                     .collect();
-                why.push(format!("the programs wait on each other in a cycle ({})", edges.join("; ")));
+                why.push(format!(
+                    "the programs wait on each other in a cycle ({})",
+                    edges.join("; ")
+                ));
             }
             return Err(RunError::Refused {
                 reason: format!(
@@ -280,19 +343,29 @@ impl WgpuBackend {
     fn compile(&self, plan: &LaunchPlan, mode: Mode) -> Result<Arc<CompiledModule>, RunError> {
         let options = self.emit_options(mode);
         let key = format!("{options:?}\n{plan:?}");
-        if let Some(m) = self.ctx.modules.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(m) = self
+            .ctx
+            .modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
             return Ok(m.clone());
         }
         let emitted = emit_module(plan, &options).map_err(|e| match e {
-            EmitError::TooManyBlocks { .. } | EmitError::TooManyBindings { .. } => RunError::Refused {
-                reason: e.to_string(),
-            },
+            EmitError::TooManyBlocks { .. } | EmitError::TooManyBindings { .. } => {
+                RunError::Refused {
+                    reason: e.to_string(),
+                }
+            }
             other => RunError::Backend(other.to_string()),
         })?;
         let limits = &self.ctx.limits;
         for b in &emitted.layout.bindings {
             let bytes = b.words * 4;
-            let max = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+            let max = limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size);
             if bytes > max {
                 return Err(RunError::Refused {
                     reason: format!(
@@ -318,7 +391,10 @@ impl WgpuBackend {
             },
             count: None,
         };
-        let mut entries = vec![storage(PARAMS_BINDING, true), storage(STATUS_BINDING, false)];
+        let mut entries = vec![
+            storage(PARAMS_BINDING, true),
+            storage(STATUS_BINDING, false),
+        ];
         for b in &emitted.layout.bindings {
             entries.push(storage(b.binding, false));
         }
@@ -364,7 +440,12 @@ impl WgpuBackend {
         Ok(compiled)
     }
 
-    fn resident_buffer(&mut self, name: &str, plan: &LaunchPlan, buf: &BufferPlan) -> Result<wgpu::Buffer, RunError> {
+    fn resident_buffer(
+        &mut self,
+        name: &str,
+        plan: &LaunchPlan,
+        buf: &BufferPlan,
+    ) -> Result<wgpu::Buffer, RunError> {
         if let Some(r) = self.residents.get(name) {
             if r.words != buf.len {
                 return Err(RunError::BadArguments(format!(
@@ -378,7 +459,9 @@ impl WgpuBackend {
         let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(name),
             size: buf.len.max(1) * 4,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         self.residents.insert(
@@ -396,17 +479,15 @@ impl WgpuBackend {
     fn read_words(&self, buffers: &[(&wgpu::Buffer, u64, u64)]) -> Result<Vec<Vec<u32>>, RunError> {
         // (buffer, byte offset, words) -> words, through mapped staging buffers.
         let device = &self.ctx.device;
-        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("mpmd readback") });
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("mpmd readback"),
+        });
         let staging: Vec<wgpu::Buffer> = buffers
             .iter()
             .map(|&(src, offset, words)| {
-                let size = words.max(1) * 4;
-                let dst = device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("mpmd staging"),
-                    size,
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                });
+                let dst = self
+                    .pool
+                    .take(device, "mpmd staging", words * 4, STAGING_USAGE);
                 if words > 0 {
                     encoder.copy_buffer_to_buffer(src, offset, &dst, 0, words * 4);
                 }
@@ -414,28 +495,54 @@ impl WgpuBackend {
             })
             .collect();
         self.ctx.queue.submit([encoder.finish()]);
-        map_and_read(device, &staging, buffers.iter().map(|b| b.2).collect())
+        let words = map_and_read(device, &staging, buffers.iter().map(|b| b.2).collect());
+        self.pool.put(staging);
+        words
     }
 }
 
-fn map_and_read(device: &wgpu::Device, staging: &[wgpu::Buffer], words: Vec<u64>) -> Result<Vec<Vec<u32>>, RunError> {
-    let results: Arc<Mutex<Vec<Option<Result<(), String>>>>> = Arc::new(Mutex::new(vec![None; staging.len()]));
+fn map_and_read(
+    device: &wgpu::Device,
+    staging: &[wgpu::Buffer],
+    words: Vec<u64>,
+) -> Result<Vec<Vec<u32>>, RunError> {
+    type MapResults = Arc<Mutex<Vec<Option<Result<(), String>>>>>;
+    let results: MapResults = Arc::new(Mutex::new(vec![None; staging.len()]));
     for (i, buf) in staging.iter().enumerate() {
         let results = results.clone();
         buf.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r.map_err(|e| e.to_string()));
+            results.lock().unwrap_or_else(|e| e.into_inner())[i] =
+                Some(r.map_err(|e| e.to_string()));
         });
     }
-    device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| RunError::Backend(format!("waiting for the device failed: {e}")))?;
-    let results = results.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // Another thread polling the same device may be the one that runs our
+    // callbacks: wait until they have all arrived, not only until our poll returns.
+    let start = std::time::Instant::now();
+    let results = loop {
+        device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| RunError::Backend(format!("waiting for the device failed: {e}")))?;
+        let done = results.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if done.iter().all(Option::is_some) || start.elapsed() > std::time::Duration::from_secs(60)
+        {
+            break done;
+        }
+        std::thread::yield_now();
+    };
     let mut out = Vec::new();
     for ((buf, r), n) in staging.iter().zip(results).zip(words) {
         match r {
             Some(Ok(())) => {}
-            Some(Err(e)) => return Err(RunError::Backend(format!("reading results back failed: {e}"))),
-            None => return Err(RunError::Backend("reading results back did not finish".into())),
+            Some(Err(e)) => {
+                return Err(RunError::Backend(format!(
+                    "reading results back failed: {e}"
+                )))
+            }
+            None => {
+                return Err(RunError::Backend(
+                    "reading results back did not finish".into(),
+                ))
+            }
         }
         let view = buf
             .get_mapped_range(..)
@@ -462,7 +569,9 @@ fn tensor_shape(plan: &LaunchPlan, buf: &BufferPlan) -> Vec<u32> {
 
 fn scalar_word(name: &str, ty: ScalarType, value: Option<&Literal>) -> Result<u32, RunError> {
     match value {
-        None => Err(RunError::BadArguments(format!("missing value for scalar parameter `{name}`"))),
+        None => Err(RunError::BadArguments(format!(
+            "missing value for scalar parameter `{name}`"
+        ))),
         Some(v) if v.ty() != ty => Err(RunError::BadArguments(format!(
             "scalar parameter `{name}` is `{ty}` but the call passes a `{}`",
             v.ty()
@@ -476,7 +585,12 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
-    fn run(&mut self, plan: &LaunchPlan, args: &CallArgs, options: &RunOptions) -> Result<CallOutputs, RunError> {
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
         self.refuse_if_needed(plan)?;
         let compiled = self.compile(plan, options.mode)?;
         let emitted = &compiled.emitted;
@@ -489,18 +603,23 @@ impl Backend for WgpuBackend {
             scalars.push(scalar_word(name, *ty, args.scalars.get(name))?);
         }
         let params_words = emitted.params_words(&scalars);
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-        let new_buffer = |label: &str, words: u64| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: words.max(1) * 4,
-                usage,
-                mapped_at_creation: false,
-            })
+        // Buffers come from the pool (their contents are stale: anything that
+        // must start at zero is cleared) and go back to it after the call.
+        let pool = self.pool.clone();
+        let mut lent: Vec<wgpu::Buffer> = Vec::new();
+        let mut new_buffer = |label: &str, words: u64| {
+            let b = pool.take(device, label, words * 4, STORAGE_USAGE);
+            lent.push(b.clone());
+            b
         };
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("mpmd call"),
+        });
         let params = new_buffer("mpmd params", params_words.len() as u64);
-        ctx.queue.write_buffer(&params, 0, bytemuck::cast_slice(&params_words));
+        ctx.queue
+            .write_buffer(&params, 0, bytemuck::cast_slice(&params_words));
         let status = new_buffer("mpmd status", STATUS_WORDS as u64);
+        encoder.clear_buffer(&status, 0, None);
 
         // Inputs must match their buffers.
         for buf in &plan.buffers {
@@ -527,7 +646,6 @@ impl Backend for WgpuBackend {
 
         // Device buffers: one per binding. Residents are bound in place when
         // unpacked, and copied into and out of the arena when packed.
-        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("mpmd call") });
         let mut binding_buffers = Vec::new();
         let mut copy_back: Vec<(wgpu::Buffer, u64, wgpu::Buffer, u64)> = Vec::new();
         for binding in &emitted.layout.bindings {
@@ -538,12 +656,21 @@ impl Backend for WgpuBackend {
                     BufferInit::Resident(name) => self.resident_buffer(name, plan, buf)?,
                     BufferInit::Input(name) => {
                         let b = new_buffer(name, buf.len);
-                        ctx.queue.write_buffer(&b, 0, bytemuck::cast_slice(&args.inputs[name].words));
+                        ctx.queue.write_buffer(
+                            &b,
+                            0,
+                            bytemuck::cast_slice(&args.inputs[name].words),
+                        );
                         b
                     }
-                    // Fresh buffers are zero-filled by wgpu, which covers `zeroed`
-                    // and semaphores; uninitialised ones may hold anything.
-                    BufferInit::Zeroed | BufferInit::Uninitialized => new_buffer(&buf.operands.join("="), buf.len),
+                    // `zeroed` outputs and scratch, and semaphores.
+                    BufferInit::Zeroed => {
+                        let b = new_buffer(&buf.operands.join("="), buf.len);
+                        encoder.clear_buffer(&b, 0, None);
+                        b
+                    }
+                    // Uninitialised: may hold anything.
+                    BufferInit::Uninitialized => new_buffer(&buf.operands.join("="), buf.len),
                 };
                 binding_buffers.push(buffer);
             } else {
@@ -554,13 +681,25 @@ impl Backend for WgpuBackend {
                         BufferInit::Resident(name) => {
                             let r = self.resident_buffer(name, plan, buf)?;
                             if buf.len > 0 {
-                                encoder.copy_buffer_to_buffer(&r, 0, &arena, offset * 4, buf.len * 4);
+                                encoder.copy_buffer_to_buffer(
+                                    &r,
+                                    0,
+                                    &arena,
+                                    offset * 4,
+                                    buf.len * 4,
+                                );
                                 copy_back.push((arena.clone(), offset * 4, r, buf.len * 4));
                             }
                         }
                         BufferInit::Input(name) => {
-                            ctx.queue
-                                .write_buffer(&arena, offset * 4, bytemuck::cast_slice(&args.inputs[name].words));
+                            ctx.queue.write_buffer(
+                                &arena,
+                                offset * 4,
+                                bytemuck::cast_slice(&args.inputs[name].words),
+                            );
+                        }
+                        BufferInit::Zeroed if buf.len > 0 => {
+                            encoder.clear_buffer(&arena, offset * 4, Some(buf.len * 4));
                         }
                         BufferInit::Zeroed | BufferInit::Uninitialized => {}
                     }
@@ -592,7 +731,8 @@ impl Backend for WgpuBackend {
         });
         // One dispatch per launch unit, in plan order: dispatch boundaries are
         // WGSL's only ordering between workgroups.
-        for (unit, (pipeline, dims)) in compiled.pipelines.iter().zip(&emitted.dispatch).enumerate() {
+        for (unit, (pipeline, dims)) in compiled.pipelines.iter().zip(&emitted.dispatch).enumerate()
+        {
             let label = &emitted.entry_points[unit];
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(label),
@@ -607,7 +747,9 @@ impl Backend for WgpuBackend {
         }
         ctx.queue.submit([encoder.finish()]);
         if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(RunError::Backend(format!("wgpu rejected the launch: {err}")));
+            return Err(RunError::Backend(format!(
+                "wgpu rejected the launch: {err}"
+            )));
         }
 
         // Read back the status and every output.
@@ -620,7 +762,9 @@ impl Backend for WgpuBackend {
                 outputs.push((name.clone(), buf));
             }
         }
-        let mut words = self.read_words(&reads)?;
+        let words = self.read_words(&reads);
+        self.pool.put(lent);
+        let mut words = words?;
         let status_words = words.remove(0);
         if status_words[0] != 0 {
             return Err(self.decode_error(plan, emitted, &status_words));
@@ -670,7 +814,12 @@ impl WgpuBackend {
             block,
             thread,
         };
-        let list = |v: &[u32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+        let list = |v: &[u32]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match kind {
             ERROR_OUT_OF_BOUNDS => {
                 let Some(access) = emitted.sites.get(site_index) else {
@@ -741,7 +890,13 @@ impl WgpuBackend {
 }
 
 /// `name[i]` or `name@[c...][i...]` for a flat word index into a semaphore's binding.
-fn describe_sem_element(plan: &LaunchPlan, emitted: &EmittedModule, reference: &str, unit: usize, word: u32) -> String {
+fn describe_sem_element(
+    plan: &LaunchPlan,
+    emitted: &EmittedModule,
+    reference: &str,
+    unit: usize,
+    word: u32,
+) -> String {
     // Find the buffer: the unit's kernel names the param; map it to the operand.
     let Some(u) = plan.units.get(unit) else {
         return reference.to_string();
@@ -763,7 +918,11 @@ fn describe_sem_element(plan: &LaunchPlan, emitted: &EmittedModule, reference: &
         index[k] = element % d.max(1) as u64;
         element /= d.max(1) as u64;
     }
-    let idx = index.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+    let idx = index
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     match buf.ty.owner.as_ref().and_then(|m| plan.mesh(m)) {
         Some(mesh) if buf.ty.space == MemorySpace::Sem || buf.ty.space == MemorySpace::Gmem => {
             let extents: Vec<u64> = mesh.block_axes().map(|a| a.size as u64).collect();
@@ -773,7 +932,11 @@ fn describe_sem_element(plan: &LaunchPlan, emitted: &EmittedModule, reference: &
                 coords[k] = rest % d.max(1);
                 rest /= d.max(1);
             }
-            let c = coords.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+            let c = coords
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
             format!("{reference}@[{c}][{idx}]")
         }
         _ => format!("{reference}[{idx}]"),

@@ -24,18 +24,90 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     vec![
-        Case { name: "exp", expr: "exp(A)", domain: (-87.0, 88.0), log_spaced: false, reference: |a, _| a.exp() },
-        Case { name: "log", expr: "log(A)", domain: (1e-30, 1e30), log_spaced: true, reference: |a, _| a.ln() },
-        Case { name: "sqrt", expr: "sqrt(A)", domain: (1e-30, 1e30), log_spaced: true, reference: |a, _| a.sqrt() },
-        Case { name: "rsqrt", expr: "rsqrt(A)", domain: (1e-30, 1e30), log_spaced: true, reference: |a, _| 1.0 / a.sqrt() },
-        Case { name: "sin [-pi, pi]", expr: "sin(A)", domain: (-3.14159, 3.14159), log_spaced: false, reference: |a, _| a.sin() },
-        Case { name: "cos [-pi, pi]", expr: "cos(A)", domain: (-3.14159, 3.14159), log_spaced: false, reference: |a, _| a.cos() },
-        Case { name: "sin [-100, 100]", expr: "sin(A)", domain: (-100.0, 100.0), log_spaced: false, reference: |a, _| a.sin() },
-        Case { name: "tanh", expr: "tanh(A)", domain: (-9.0, 9.0), log_spaced: false, reference: |a, _| a.tanh() },
-        Case { name: "pow (a > 0)", expr: "pow(A, B)", domain: (1e-3, 100.0), log_spaced: true, reference: |a, b| a.powf(b) },
-        Case { name: "a / b", expr: "A / B", domain: (1e-20, 1e20), log_spaced: true, reference: |a, b| a / b },
-        Case { name: "a * b + c (no contraction)", expr: "A * B + 1.0", domain: (-1e3, 1e3), log_spaced: false, reference: |a, b| ((a * b) as f32) as f64 + 1.0 },
-        Case { name: "fma(a, b, 1)", expr: "fma(A, B, 1.0)", domain: (-1e3, 1e3), log_spaced: false, reference: |a, b| a * b + 1.0 },
+        Case {
+            name: "exp",
+            expr: "exp(A)",
+            domain: (-87.0, 88.0),
+            log_spaced: false,
+            reference: |a, _| a.exp(),
+        },
+        Case {
+            name: "log",
+            expr: "log(A)",
+            domain: (1e-30, 1e30),
+            log_spaced: true,
+            reference: |a, _| a.ln(),
+        },
+        Case {
+            name: "sqrt",
+            expr: "sqrt(A)",
+            domain: (1e-30, 1e30),
+            log_spaced: true,
+            reference: |a, _| a.sqrt(),
+        },
+        Case {
+            name: "rsqrt",
+            expr: "rsqrt(A)",
+            domain: (1e-30, 1e30),
+            log_spaced: true,
+            reference: |a, _| 1.0 / a.sqrt(),
+        },
+        Case {
+            name: "sin [-pi, pi]",
+            expr: "sin(A)",
+            domain: (-std::f64::consts::PI, std::f64::consts::PI),
+            log_spaced: false,
+            reference: |a, _| a.sin(),
+        },
+        Case {
+            name: "cos [-pi, pi]",
+            expr: "cos(A)",
+            domain: (-std::f64::consts::PI, std::f64::consts::PI),
+            log_spaced: false,
+            reference: |a, _| a.cos(),
+        },
+        Case {
+            name: "sin [-100, 100]",
+            expr: "sin(A)",
+            domain: (-100.0, 100.0),
+            log_spaced: false,
+            reference: |a, _| a.sin(),
+        },
+        Case {
+            name: "tanh",
+            expr: "tanh(A)",
+            domain: (-9.0, 9.0),
+            log_spaced: false,
+            reference: |a, _| a.tanh(),
+        },
+        Case {
+            name: "pow (a > 0)",
+            expr: "pow(A, B)",
+            domain: (1e-3, 100.0),
+            log_spaced: true,
+            reference: |a, b| a.powf(b),
+        },
+        Case {
+            name: "a / b",
+            expr: "A / B",
+            domain: (1e-20, 1e20),
+            log_spaced: true,
+            reference: |a, b| a / b,
+        },
+        Case {
+            name: "a * b + c (no contraction)",
+            expr: "A * B + 1.0",
+            domain: (-1e3, 1e3),
+            log_spaced: false,
+            reference: |a, b| ((a * b) as f32) as f64 + 1.0,
+        },
+        Case {
+            name: "fma(a, b, 1)",
+            expr: "fma(A, B, 1.0)",
+            domain: (-1e3, 1e3),
+            log_spaced: false,
+            reference: |a, b| a * b + 1.0,
+        },
     ]
 }
 
@@ -62,13 +134,21 @@ fn samples(case: &Case, salt: u64) -> Vec<f32> {
 /// Error in units of the f32 ulp at the reference value.
 fn ulp_error(got: f32, reference: f64) -> f64 {
     if reference.is_nan() || got.is_nan() {
-        return if reference.is_nan() && got.is_nan() { 0.0 } else { f64::INFINITY };
+        return if reference.is_nan() && got.is_nan() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
     }
     let r = reference as f32;
     if r.is_infinite() || got.is_infinite() {
         return if r == got { 0.0 } else { f64::INFINITY };
     }
-    let exponent = if r == 0.0 { -126 } else { (r.abs().log2().floor() as i32).max(-126) };
+    let exponent = if r == 0.0 {
+        -126
+    } else {
+        (r.abs().log2().floor() as i32).max(-126)
+    };
     let ulp = 2f64.powi(exponent - 23);
     (got as f64 - reference).abs() / ulp
 }
@@ -105,7 +185,9 @@ map measure {{
 
 #[test]
 fn accuracy_profile_holds_on_this_adapter() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let cases = cases();
     let src = kernel_source(&cases);
     let m = module(&src);
@@ -115,7 +197,14 @@ fn accuracy_profile_holds_on_this_adapter() {
     for (k, c) in cases.iter().enumerate() {
         xs.extend(samples(c, k as u64 * 2 + 1));
         let w: Vec<f32> = match c.name {
-            "pow (a > 0)" => samples(&Case { domain: (-10.0, 10.0), log_spaced: false, ..cases_dummy() }, 99),
+            "pow (a > 0)" => samples(
+                &Case {
+                    domain: (-10.0, 10.0),
+                    log_spaced: false,
+                    ..cases_dummy()
+                },
+                99,
+            ),
             _ => samples(c, k as u64 * 2 + 2),
         };
         ws.extend(w);
@@ -139,13 +228,19 @@ fn accuracy_profile_holds_on_this_adapter() {
         for i in 0..N {
             let (x, w) = (xs[k * N + i] as f64, ws[k * N + i] as f64);
             let reference = (c.reference)(x, w);
-            if !reference.is_finite() || reference.abs() > f32::MAX as f64 || (reference != 0.0 && reference.abs() < 1.2e-38) {
+            if !reference.is_finite()
+                || reference.abs() > f32::MAX as f64
+                || (reference != 0.0 && reference.abs() < 1.2e-38)
+            {
                 continue;
             }
             worst = worst.max(ulp_error(out[k * N + i], reference));
             worst_abs = worst_abs.max((out[k * N + i] as f64 - reference).abs());
         }
-        println!("| {} | {:?} | {worst:.2} | {worst_abs:.3e} |", c.name, c.domain);
+        println!(
+            "| {} | {:?} | {worst:.2} | {worst_abs:.3e} |",
+            c.name, c.domain
+        );
         measured.push((c.name, worst));
     }
     if wgpu.is_llvmpipe() {
@@ -156,13 +251,22 @@ fn accuracy_profile_holds_on_this_adapter() {
                 .find(|(n, _)| n == name)
                 .unwrap_or_else(|| panic!("no profile entry for {name}"))
                 .1;
-            assert!(*worst <= bound, "{name}: measured {worst} ulp, profile says {bound}");
+            assert!(
+                *worst <= bound,
+                "{name}: measured {worst} ulp, profile says {bound}"
+            );
         }
     }
 }
 
 fn cases_dummy() -> Case {
-    Case { name: "", expr: "", domain: (0.0, 1.0), log_spaced: false, reference: |a, _| a }
+    Case {
+        name: "",
+        expr: "",
+        domain: (0.0, 1.0),
+        log_spaced: false,
+        reference: |a, _| a,
+    }
 }
 
 const SPECIALS: &str = "
@@ -204,9 +308,20 @@ map specials {
 
 #[test]
 fn special_values_on_this_adapter() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let p = plan(&module(SPECIALS), "specials");
-    let x = [1e-40f32, f32::INFINITY, f32::NAN, 1e-36, 1.0, 100.0, f32::INFINITY, f32::NAN];
+    let x = [
+        1e-40f32,
+        f32::INFINITY,
+        f32::NAN,
+        1e-36,
+        1.0,
+        100.0,
+        f32::INFINITY,
+        f32::NAN,
+    ];
     let a = args(vec![("x", HostTensor::from_f32(vec![8], &x))], vec![]);
     let o = wgpu.run(&p, &a, &fast()).unwrap().outputs["o"].to_f32();
     let labels = [
@@ -243,12 +358,29 @@ fn special_values_on_this_adapter() {
     assert_eq!(o[11], 1.0, "min with one NaN returns the other operand");
     assert_eq!(o[13], 0.0, "comparisons with NaN are false");
     assert_eq!(o[18], 1.0, "NaN != NaN");
-    assert!(o[16].is_nan() && o[17].is_nan() && o[19].is_nan(), "inf - inf, inf * 0, inf / inf");
-    assert_eq!(o[15].to_bits(), 1e-40f32.to_bits(), "moves keep subnormal bits");
+    assert!(
+        o[16].is_nan() && o[17].is_nan() && o[19].is_nan(),
+        "inf - inf, inf * 0, inf / inf"
+    );
+    assert_eq!(
+        o[15].to_bits(),
+        1e-40f32.to_bits(),
+        "moves keep subnormal bits"
+    );
     if wgpu.is_llvmpipe() {
         let profile = accuracy_profile();
-        assert_eq!(o[0] == 0.0, profile.flushes_subnormal_inputs, "subnormal * 1.0 = {:e}", o[0]);
-        assert_eq!(o[2] == 0.0, profile.flushes_subnormal_results, "1e-36 * 0.001 = {:e}", o[2]);
+        assert_eq!(
+            o[0] == 0.0,
+            profile.flushes_subnormal_inputs,
+            "subnormal * 1.0 = {:e}",
+            o[0]
+        );
+        assert_eq!(
+            o[2] == 0.0,
+            profile.flushes_subnormal_results,
+            "1e-36 * 0.001 = {:e}",
+            o[2]
+        );
         assert_eq!(o[10], 1.0, "tanh(100)");
         // The driver folds operations whose operands are one value, assuming
         // no NaN or infinity (ACCURACY.md): x - x is 0 even for x = inf.

@@ -21,7 +21,9 @@ fn naga_cli_accepts(wgsl: &str, tag: &str) {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         ),
-        Err(_) => eprintln!("NOTE: the `naga` CLI is not installed; only the naga library validated {tag}"),
+        Err(_) => eprintln!(
+            "NOTE: the `naga` CLI is not installed; only the naga library validated {tag}"
+        ),
     }
     let _ = std::fs::remove_file(&path);
 }
@@ -65,11 +67,16 @@ fn user_names_are_prefixed_and_cannot_collide() {
         assert!(wgsl.contains(expected), "missing `{expected}` in:\n{wgsl}");
     }
     naga_cli_accepts(&wgsl, "names");
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let x: Vec<f32> = (0..64).map(|i| i as f32).collect();
     let a = args(
         vec![("loop", HostTensor::from_f32(vec![64], &x))],
-        vec![("const", mpmd_core::ir::Literal::f32(2.0)), ("mpmd_params", mpmd_core::ir::Literal::U32(5))],
+        vec![
+            ("const", mpmd_core::ir::Literal::f32(2.0)),
+            ("mpmd_params", mpmd_core::ir::Literal::U32(5)),
+        ],
     );
     let got = wgpu.run(&p, &a, &fast()).unwrap();
     assert_eq!(got.outputs["return"].to_f32()[10], 25.0);
@@ -104,12 +111,17 @@ fn operations_on_literals_alone_are_read_at_run_time() {
     let m = module(LITERALS);
     let p = plan(&m, "lits");
     let wgsl = emit(&p, Mode::Fast).unwrap();
-    assert!(wgsl.contains("let rt_0: i32 = bitcast<i32>(mpmd_params[0]); // 2147483647"), "{wgsl}");
+    assert!(
+        wgsl.contains("let rt_0: i32 = bitcast<i32>(mpmd_params[0]); // 2147483647"),
+        "{wgsl}"
+    );
     assert!(wgsl.contains("(rt_0 + rt_1)"), "{wgsl}");
     assert!(wgsl.contains("// NaN (0x7fc00000)"), "{wgsl}");
     assert!(!wgsl.contains("2147483647i + 1i"), "{wgsl}");
     naga_cli_accepts(&wgsl, "literals");
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let a = args(vec![], vec![]);
     let got = wgpu.run(&p, &a, &fast()).unwrap();
     let expected = Interpreter::new().run(&p, &a, &fast()).unwrap();
@@ -152,7 +164,9 @@ fn every_mode_and_option_validates() {
         },
     )
     .unwrap();
-    assert!(checked.wgsl.contains("fn mpmd_check1(site: u32, i0: u32, n0: u32) -> u32"));
+    assert!(checked
+        .wgsl
+        .contains("fn mpmd_check1(site: u32, i0: u32, n0: u32) -> u32"));
     naga_cli_accepts(&checked.wgsl, "checked");
 }
 
@@ -172,4 +186,42 @@ fn too_few_bindings_is_an_error_with_the_numbers() {
         err.to_string(),
         "the map needs 3 storage buffers even when packed; the adapter allows 2 per shader stage"
     );
+}
+
+/// Every example of the repository emits WGSL that naga accepts, in both
+/// modes, with and without the loop cap and with packed bindings.
+#[test]
+fn every_example_emits_valid_wgsl() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no examples in {}", dir.display());
+    let mut emitted = 0;
+    for file in &files {
+        let m = module(&std::fs::read_to_string(file).unwrap());
+        for map in &m.maps {
+            let p = plan(&m, &map.name);
+            for mode in [Mode::Fast, Mode::Checked] {
+                for (loop_cap, max_storage_buffers) in [(None, u32::MAX), (Some(65_000), 5)] {
+                    let options = EmitOptions {
+                        mode,
+                        loop_cap,
+                        max_storage_buffers,
+                        ..EmitOptions::default()
+                    };
+                    emit_module(&p, &options)
+                        .unwrap_or_else(|e| panic!("{} map `{}`: {e}", file.display(), map.name));
+                    emitted += 1;
+                }
+            }
+            if map.name == m.maps[0].name {
+                naga_cli_accepts(&emit(&p, Mode::Checked).unwrap(), &map.name);
+            }
+        }
+    }
+    assert!(emitted >= 4 * files.len());
 }

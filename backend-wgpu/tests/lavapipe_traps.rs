@@ -11,47 +11,77 @@ use mpmd_wgpu::WgpuOptions;
 
 const NESTED: &str = "
 mesh m { threads t = 1; }
-kernel count(y: gmem<u32[1]>, n: u32) {
+kernel count(y: gmem<u32[1]>, n: u32, one: u32) {
   var c: u32 = 0u;
-  for k: u32 in 0u..n { for j: u32 in 0u..1u { c = c + 1u; } }
+  for k: u32 in 0u..n { for j: u32 in 0u..one { c = c + 1u; } }
   y[0] = c;
 }
-map count { programs [m: count]; outputs [y: gmem<u32[1]>]; scalars [n: u32]; }
+map count { programs [m: count]; outputs [y: gmem<u32[1]>]; scalars [n: u32, one: u32]; }
 ";
 
 #[test]
 fn llvmpipe_ends_loops_after_65535_header_visits() {
     // The backend's cap effectively off, to see the driver's own behaviour.
-    let Some(mut wgpu) = backend(WgpuOptions { loop_cap: Some(u32::MAX), ..Default::default() }) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions {
+        loop_cap: Some(u32::MAX),
+        ..Default::default()
+    }) else {
+        return;
+    };
     if !wgpu.is_llvmpipe() {
-        eprintln!("NOT RUN: the adapter is {}, not llvmpipe", wgpu.adapter_info());
+        eprintln!(
+            "NOT RUN: the adapter is {}, not llvmpipe",
+            wgpu.adapter_info()
+        );
         return;
     }
     let p = plan(&module(NESTED), "count");
     let count = |wgpu: &mut mpmd_wgpu::WgpuBackend, n: u32| {
-        wgpu.run(&p, &args(vec![], vec![("n", Literal::U32(n))]), &fast()).unwrap().outputs["y"].words[0]
+        let a = args(
+            vec![],
+            vec![("n", Literal::U32(n)), ("one", Literal::U32(1))],
+        );
+        wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].words[0]
     };
     // Each outer iteration visits three loop headers (outer, inner, inner exit):
     // 21,845 * 3 = 65,535 visits run right, one more iteration silently does not.
     assert_eq!(count(&mut wgpu, 21_845), 21_845);
-    assert_eq!(count(&mut wgpu, 21_846), 21_845, "the driver's silent limit moved; revisit LLVMPIPE_LOOP_CAP");
+    assert_eq!(
+        count(&mut wgpu, 21_846),
+        21_845,
+        "the driver's silent limit moved; revisit LLVMPIPE_LOOP_CAP"
+    );
     // With the backend's cap (the default on llvmpipe) the same run is refused.
-    let Some(mut capped) = backend(WgpuOptions::default()) else { return };
-    let err = capped.run(&p, &args(vec![], vec![("n", Literal::U32(21_846))]), &fast()).unwrap_err();
-    assert_eq!(err.class(), Some(mpmd_core::ir::ErrorClass::Unsupported), "{err}");
+    let Some(mut capped) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let a = args(
+        vec![],
+        vec![("n", Literal::U32(21_846)), ("one", Literal::U32(1))],
+    );
+    let err = capped.run(&p, &a, &fast()).unwrap_err();
+    assert_eq!(
+        err.class(),
+        Some(mpmd_core::ir::ErrorClass::Unsupported),
+        "{err}"
+    );
     assert_eq!(count(&mut capped, 21_000), 21_000);
 }
 
 #[test]
 fn multiply_add_is_not_contracted_unless_fast_math() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
-    let m = module("
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let m = module(
+        "
 mesh m { threads t = 1; }
 kernel k(a: gmem<f32[3]>, y: gmem<f32[1]>) {
   y[0] = a[0] * a[1] + a[2];
 }
 map k { programs [m: k]; inputs [a: gmem<f32[3]>]; outputs [y: gmem<f32[1]>]; }
-");
+",
+    );
     let p = plan(&m, "k");
     // a0 * a0 = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11; fused, the 2^-24 survives.
     let a0 = 1.0f32 + f32::powi(2.0, -12);
@@ -60,4 +90,61 @@ map k { programs [m: k]; inputs [a: gmem<f32[3]>]; outputs [y: gmem<f32[1]>]; }
     let y = wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].to_f32()[0];
     assert_eq!(y, a0 * a0 + vals[2]);
     assert_ne!(y, a0.mul_add(a0, vals[2]));
+}
+
+const DIVERGENT: &str = "
+mesh m { threads t = 8; }
+kernel count(y: gmem<u32[8]>, n: u32) {
+  var c: u32 = 0u;
+  if axis_index(t) == 0u {
+    for k: u32 in 0u..n { c = c + 1u; }
+  } else {
+    for j: u32 in 0u..n { c = c + 2u; }
+  }
+  y[axis_index(t)] = c;
+}
+map count { programs [m: count]; outputs [y: gmem<u32[8]>]; scalars [n: u32]; }
+";
+
+#[test]
+fn divergent_loops_share_the_llvmpipe_budget() {
+    let Some(mut wgpu) = backend(WgpuOptions {
+        loop_cap: Some(u32::MAX),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    if !wgpu.is_llvmpipe() {
+        eprintln!(
+            "NOT RUN: the adapter is {}, not llvmpipe",
+            wgpu.adapter_info()
+        );
+        return;
+    }
+    let p = plan(&module(DIVERGENT), "count");
+    let n = |n: u32| args(vec![], vec![("n", Literal::U32(n))]);
+    // Lanes 1..7 share a SIMD vector with lane 0: the two branches' loops
+    // (40,001 visits each) add up in one count and lanes 1..7 stop early.
+    let y = wgpu.run(&p, &n(40_000), &fast()).unwrap().outputs["y"]
+        .words
+        .clone();
+    assert_eq!(y[0], 40_000);
+    assert_ne!(
+        y[1], 80_000,
+        "the driver no longer shares the loop budget between divergent lanes"
+    );
+    // The backend pays both branches up front: refused, not wrong.
+    let Some(mut capped) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let err = capped.run(&p, &n(40_000), &fast()).unwrap_err();
+    assert_eq!(
+        err.class(),
+        Some(mpmd_core::ir::ErrorClass::Unsupported),
+        "{err}"
+    );
+    let y = capped.run(&p, &n(30_000), &fast()).unwrap().outputs["y"]
+        .words
+        .clone();
+    assert_eq!(y, [vec![30_000], vec![60_000; 7]].concat());
 }

@@ -26,7 +26,10 @@ fn assert_equivalent(got: &CallOutputs, expected: &CallOutputs) {
                 || (g.elem == mpmd_core::ir::ScalarType::F32
                     && ((f32::from_bits(gw).is_nan() && f32::from_bits(ew).is_nan())
                         || (f32::from_bits(gw) == 0.0 && f32::from_bits(ew) == 0.0)));
-            assert!(same, "`{name}` element {i}: wgpu 0x{gw:08x}, interpreter 0x{ew:08x}");
+            assert!(
+                same,
+                "`{name}` element {i}: wgpu 0x{gw:08x}, interpreter 0x{ew:08x}"
+            );
         }
     }
 }
@@ -40,7 +43,9 @@ fn run_and_compare(src: &str, map: &str, a: &mpmd_core::host::CallArgs) -> Optio
     assert_equivalent(&got, &expected);
     // Checked mode must give the same result when nothing is out of bounds.
     let p = plan(&m, map);
-    let checked_out = wgpu.run(&p, a, &checked()).unwrap_or_else(|e| panic!("wgpu (checked) failed: {e}"));
+    let checked_out = wgpu
+        .run(&p, a, &checked())
+        .unwrap_or_else(|e| panic!("wgpu (checked) failed: {e}"));
     assert_equivalent(&checked_out, &expected);
     Some(got)
 }
@@ -69,10 +74,15 @@ fn elementwise_matches_interpreter() {
     let x: Vec<f32> = (0..480).map(|i| (i as f32 - 240.0) * 0.37).collect();
     let z: Vec<f32> = (0..480).map(|i| 1.0 / (i as f32 + 1.0)).collect();
     let a = args(
-        vec![("x", HostTensor::from_f32(vec![480], &x)), ("z", HostTensor::from_f32(vec![480], &z))],
+        vec![
+            ("x", HostTensor::from_f32(vec![480], &x)),
+            ("z", HostTensor::from_f32(vec![480], &z)),
+        ],
         vec![("alpha", Literal::f32(1.5)), ("n", Literal::U32(470))],
     );
-    let Some(out) = run_and_compare(ELEMENTWISE, "saxpy", &a) else { return };
+    let Some(out) = run_and_compare(ELEMENTWISE, "saxpy", &a) else {
+        return;
+    };
     let y = out.outputs["y"].to_f32();
     assert_eq!(y[475], 0.0, "beyond n the zeroed output stays zero");
     let expect = 1.5 * x[7] + z[7] - x[7].abs().sqrt() / 3.0;
@@ -111,8 +121,12 @@ map block_sum {
 fn smem_reduction_matches_interpreter() {
     let x: Vec<u32> = (0..384).map(|i| i * 7 + 1).collect();
     let a = args(vec![("x", HostTensor::from_u32(vec![384], &x))], vec![]);
-    let Some(out) = run_and_compare(REDUCTION, "block_sum", &a) else { return };
-    let sums: Vec<u32> = (0..3).map(|b| x[b * 128..(b + 1) * 128].iter().sum()).collect();
+    let Some(out) = run_and_compare(REDUCTION, "block_sum", &a) else {
+        return;
+    };
+    let sums: Vec<u32> = (0..3)
+        .map(|b| x[b * 128..(b + 1) * 128].iter().sum())
+        .collect();
     assert_eq!(out.outputs["y"].words, sums);
 }
 
@@ -142,7 +156,9 @@ map hist {
 
 #[test]
 fn atomics_match_interpreter() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let x: Vec<u32> = (0..256u32).map(|i| (i * 37 + 11) % 251).collect();
     let m = module(ATOMICS);
     let p = plan(&m, "hist");
@@ -276,7 +292,9 @@ fn integer_edge_numerics_match_interpreter() {
         ],
         vec![],
     );
-    let Some(out) = run_and_compare(INTEGER_EDGES, "edges", &a) else { return };
+    let Some(out) = run_and_compare(INTEGER_EDGES, "edges", &a) else {
+        return;
+    };
     // Spot checks against DESIGN.md's rules, independent of the interpreter.
     let o = out.outputs["o"].to_i32();
     let row = |k: usize| &o[k * 14..(k + 1) * 14];
@@ -327,7 +345,9 @@ map two {
 #[test]
 fn two_programs_with_different_grids() {
     let a = args(vec![], vec![("k", Literal::U32(3))]);
-    let Some(out) = run_and_compare(TWO_GRIDS, "two", &a) else { return };
+    let Some(out) = run_and_compare(TWO_GRIDS, "two", &a) else {
+        return;
+    };
     let y = &out.outputs["y"].words;
     let z = &out.outputs["z"].words;
     assert_eq!(y[100], 100 * 3 + 1);
@@ -365,15 +385,22 @@ map pipeline {
 fn producer_consumer_via_semaphore() {
     let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
     let a = args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]);
-    let Some(out) = run_and_compare(PIPELINE, "pipeline", &a) else { return };
+    let Some(out) = run_and_compare(PIPELINE, "pipeline", &a) else {
+        return;
+    };
     let y = out.outputs["y"].to_f32();
     assert_eq!(y[200], 401.0);
     // Calling twice works: non-resident semaphores start at zero every call.
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let p = plan(&module(PIPELINE), "pipeline");
     assert!(!wgpu.unverified(&p));
     for _ in 0..2 {
-        assert_eq!(wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].to_f32()[200], 401.0);
+        assert_eq!(
+            wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].to_f32()[200],
+            401.0
+        );
     }
 }
 
@@ -413,7 +440,9 @@ call receive();
 
 #[test]
 fn external_mesh_handoff_with_residents() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let m = module(HANDOFF);
     let send = plan(&m, "send");
     let receive = plan(&m, "receive");
@@ -467,11 +496,15 @@ map cycle {
 
 #[test]
 fn cycle_is_refused_without_co_residency() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let p = plan(&module(CYCLE), "cycle");
     assert!(p.graph.has_cycle);
     let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
-    let RunError::Refused { reason } = &err else { panic!("expected a refusal, got {err}") };
+    let RunError::Refused { reason } = &err else {
+        panic!("expected a refusal, got {err}")
+    };
     assert!(reason.contains("cycle"), "{reason}");
     assert!(reason.contains("co_resident"), "{reason}");
     assert!(wgpu.unverified(&p));
@@ -498,10 +531,17 @@ map stuck {
 fn wait_timeout_is_reported_not_hung() {
     let p = plan(&module(SELF_WAIT), "stuck");
     // Without the co-residency declaration: refused before launch.
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
-    let RunError::Refused { reason } = &err else { panic!("expected a refusal, got {err}") };
-    assert!(reason.contains("program 0 (`stuck`) waits on `s`, which it signals itself"), "{reason}");
+    let RunError::Refused { reason } = &err else {
+        panic!("expected a refusal, got {err}")
+    };
+    assert!(
+        reason.contains("program 0 (`stuck`) waits on `s`, which it signals itself"),
+        "{reason}"
+    );
     // Declared co-resident: it runs, the wait gives up, and the error names it.
     let Some(mut wgpu) = backend(WgpuOptions {
         co_resident: true,
@@ -511,7 +551,9 @@ fn wait_timeout_is_reported_not_hung() {
         return;
     };
     let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
-    let RunError::WaitTimeout { site, semaphore } = &err else { panic!("expected a timeout, got {err}") };
+    let RunError::WaitTimeout { site, semaphore } = &err else {
+        panic!("expected a timeout, got {err}")
+    };
     assert_eq!(semaphore, "s[0]");
     assert_eq!(site.kernel, "stuck");
     assert_eq!(site.thread, None);
@@ -541,13 +583,20 @@ map underfed {
 
 #[test]
 fn unmet_wait_after_all_signals_is_a_deadlock() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let m = module(UNDERFED);
     let (expected, got) = run_both(&mut wgpu, &m, "underfed", &args(vec![], vec![]), &fast());
     assert_eq!(expected.unwrap_err().class(), Some(ErrorClass::Deadlock));
     let err = got.unwrap_err();
-    let RunError::Deadlock { wait_for_graph } = &err else { panic!("expected a deadlock, got {err}") };
-    assert!(wait_for_graph.contains("program 0 (take), block 0 waits on `s[0]`"), "{wait_for_graph}");
+    let RunError::Deadlock { wait_for_graph } = &err else {
+        panic!("expected a deadlock, got {err}")
+    };
+    assert!(
+        wait_for_graph.contains("program 0 (take), block 0 waits on `s[0]`"),
+        "{wait_for_graph}"
+    );
 }
 
 const OOB: &str = "
@@ -568,16 +617,32 @@ map shift {
 
 #[test]
 fn checked_mode_reports_out_of_bounds() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let m = module(OOB);
     let p = plan(&m, "shift");
-    let a = args(vec![("x", HostTensor::from_f32(vec![256], &[1.0; 256]))], vec![]);
+    let a = args(
+        vec![("x", HostTensor::from_f32(vec![256], &[1.0; 256]))],
+        vec![],
+    );
     let err = wgpu.run(&p, &a, &checked()).unwrap_err();
     let expected = Interpreter::new().run(&p, &a, &checked()).unwrap_err();
     assert_eq!(err, expected);
-    let RunError::OutOfBounds { site, reference, index, shape } = &err else { panic!("{err}") };
+    let RunError::OutOfBounds {
+        site,
+        reference,
+        index,
+        shape,
+    } = &err
+    else {
+        panic!("{err}")
+    };
     assert_eq!((site.program, site.block, site.thread), (0, 3, Some(63)));
-    assert_eq!((reference.as_str(), index.as_str(), shape.as_str()), ("x", "[256]", "[256]"));
+    assert_eq!(
+        (reference.as_str(), index.as_str(), shape.as_str()),
+        ("x", "[256]", "[256]")
+    );
     // Fast mode does not check (and WGSL keeps the access inside the buffer).
     assert!(wgpu.run(&p, &a, &fast()).is_ok());
 }
@@ -632,13 +697,28 @@ fn loop_cap_is_unsupported_not_a_wrong_answer() {
     };
     for src in [LONG_LOOP, LONG_UNIFORM_LOOP] {
         let p = plan(&module(src), "spin");
-        let ok = wgpu.run(&p, &args(vec![], vec![("n", Literal::U32(60_000))]), &fast()).unwrap();
+        let ok = wgpu
+            .run(
+                &p,
+                &args(vec![], vec![("n", Literal::U32(60_000))]),
+                &fast(),
+            )
+            .unwrap();
         assert_eq!(ok.outputs["y"].words, vec![60_000; 4]);
         let err = wgpu
-            .run(&p, &args(vec![], vec![("n", Literal::U32(100_000))]), &fast())
+            .run(
+                &p,
+                &args(vec![], vec![("n", Literal::U32(100_000))]),
+                &fast(),
+            )
             .unwrap_err();
-        let RunError::Unsupported { reason } = &err else { panic!("expected unsupported, got {err}") };
-        assert!(reason.contains("more than 65,535 loop iterations"), "{reason}");
+        let RunError::Unsupported { reason } = &err else {
+            panic!("expected unsupported, got {err}")
+        };
+        assert!(
+            reason.contains("more than 65,535 loop iterations"),
+            "{reason}"
+        );
         assert!(err.to_string().starts_with("not supported on this adapter"));
     }
     if let Some(default) = backend(WgpuOptions::default()) {
@@ -646,7 +726,11 @@ fn loop_cap_is_unsupported_not_a_wrong_answer() {
             let mut default = default;
             let p = plan(&module(LONG_LOOP), "spin");
             let err = default
-                .run(&p, &args(vec![], vec![("n", Literal::U32(70_000))]), &fast())
+                .run(
+                    &p,
+                    &args(vec![], vec![("n", Literal::U32(70_000))]),
+                    &fast(),
+                )
                 .unwrap_err();
             assert_eq!(err.class(), Some(ErrorClass::Unsupported), "{err}");
         }
@@ -668,13 +752,27 @@ map ids {
   outputs [y: gmem<u32[140000]> zeroed];
 }
 ";
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let p = plan(&module(src), "ids");
     let wgsl = wgpu.wgsl(&p, mpmd_core::Mode::Fast).unwrap();
-    assert!(wgsl.contains("let block_id: u32 = mpmd_wid.x + mpmd_wid.y * 65535u;"), "{wgsl}");
-    let y = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap().outputs["y"].words.clone();
+    assert!(
+        wgsl.contains("let block_id: u32 = mpmd_wid.x + mpmd_wid.y * 65535u;"),
+        "{wgsl}"
+    );
+    let y = wgpu
+        .run(&p, &args(vec![], vec![]), &fast())
+        .unwrap()
+        .outputs["y"]
+        .words
+        .clone();
     let expected: Vec<u32> = (0..140000u32).map(|k| k / 2).collect();
-    assert!(y == expected, "first difference at {:?}", y.iter().zip(&expected).position(|(a, b)| a != b));
+    assert!(
+        y == expected,
+        "first difference at {:?}",
+        y.iter().zip(&expected).position(|(a, b)| a != b)
+    );
 }
 
 #[test]
@@ -688,7 +786,10 @@ fn packed_bindings_when_the_adapter_has_few() {
     let m = module(PIPELINE);
     let p = plan(&m, "pipeline");
     let wgsl = wgpu.wgsl(&p, mpmd_core::Mode::Fast).unwrap();
-    assert!(wgsl.contains("var<storage, read_write> g_arena: array<u32>;"), "{wgsl}");
+    assert!(
+        wgsl.contains("var<storage, read_write> g_arena: array<u32>;"),
+        "{wgsl}"
+    );
     let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
     let a = args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]);
     let got = wgpu.run(&p, &a, &fast()).unwrap();
@@ -698,22 +799,34 @@ fn packed_bindings_when_the_adapter_has_few() {
     let m = module(HANDOFF);
     let (send, receive) = (plan(&m, "send"), plan(&m, "receive"));
     let x: Vec<f32> = (0..64).map(|i| i as f32).collect();
-    wgpu.run(&send, &args(vec![("x", HostTensor::from_f32(vec![64], &x))], vec![]), &fast())
-        .unwrap();
+    wgpu.run(
+        &send,
+        &args(vec![("x", HostTensor::from_f32(vec![64], &x))], vec![]),
+        &fast(),
+    )
+    .unwrap();
     let y = wgpu.run(&receive, &args(vec![], vec![]), &fast()).unwrap();
     assert_eq!(y.outputs["y"].to_f32()[3], 26.0);
 }
 
 #[test]
 fn bad_arguments_are_errors() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else { return };
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
     let p = plan(&module(ELEMENTWISE), "saxpy");
     let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
-    assert_eq!(err, RunError::BadArguments("missing value for scalar parameter `alpha`".into()));
+    assert_eq!(
+        err,
+        RunError::BadArguments("missing value for scalar parameter `alpha`".into())
+    );
     let a = args(
         vec![("x", HostTensor::from_f32(vec![3], &[1.0; 3]))],
         vec![("alpha", Literal::f32(1.0)), ("n", Literal::U32(1))],
     );
     let err = wgpu.run(&p, &a, &fast()).unwrap_err();
-    assert_eq!(err, RunError::BadArguments("input `x` has 3 elements; the map declares 480".into()));
+    assert_eq!(
+        err,
+        RunError::BadArguments("input `x` has 3 elements; the map declares 480".into())
+    );
 }

@@ -50,8 +50,14 @@ pub fn checked() -> RunOptions {
 
 pub fn args(inputs: Vec<(&str, HostTensor)>, scalars: Vec<(&str, Literal)>) -> CallArgs {
     CallArgs {
-        inputs: inputs.into_iter().map(|(n, t)| (n.to_string(), t)).collect(),
-        scalars: scalars.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        inputs: inputs
+            .into_iter()
+            .map(|(n, t)| (n.to_string(), t))
+            .collect(),
+        scalars: scalars
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect(),
     }
 }
 
@@ -71,7 +77,12 @@ pub fn run_both(
 }
 
 /// Runs on both and asserts bit-identical outputs.
-pub fn assert_same(wgpu: &mut WgpuBackend, module: &Module, map: &str, args: &CallArgs) -> CallOutputs {
+pub fn assert_same(
+    wgpu: &mut WgpuBackend,
+    module: &Module,
+    map: &str,
+    args: &CallArgs,
+) -> CallOutputs {
     let (expected, got) = run_both(wgpu, module, map, args, &fast());
     let expected = expected.unwrap_or_else(|e| panic!("interpreter failed: {e}"));
     let got = got.unwrap_or_else(|e| panic!("wgpu failed: {e}"));

@@ -1,0 +1,82 @@
+//! Every example of the repository, each call in order, on wgpu and on the
+//! interpreter, with inputs from the case's generators.
+
+mod common;
+
+use common::*;
+use mpmd_core::backend::{Backend, RunError};
+use mpmd_core::host::CallArgs;
+use mpmd_core::interp::Interpreter;
+use mpmd_core::ir::{CompareMode, Expectation};
+use mpmd_wgpu::WgpuOptions;
+
+#[test]
+fn every_example_matches_the_interpreter() {
+    if backend(WgpuOptions::default()).is_none() {
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
+        .collect();
+    files.sort();
+    let mut compared = 0;
+    for file in &files {
+        let m = module(&std::fs::read_to_string(file).unwrap());
+        let case = m.case.clone().unwrap_or_default();
+        let mut wgpu = backend(WgpuOptions::default()).unwrap();
+        let mut interp = Interpreter::new();
+        for call in m.effective_calls() {
+            let map = m.map(&call.map).unwrap();
+            let p = plan(&m, &map.name);
+            let mut args = CallArgs::default();
+            for input in &map.inputs {
+                if input.resident {
+                    continue;
+                }
+                let t = mpmd_cli::inputs::generate(&m, map, input, 7).unwrap();
+                args.inputs.insert(input.name.clone(), t);
+            }
+            args.scalars = call.scalars.iter().cloned().collect();
+            let expected = interp.run(&p, &args, &fast());
+            if p.needs_co_residency() {
+                let err = wgpu.run(&p, &args, &fast()).unwrap_err();
+                assert!(
+                    matches!(err, RunError::Refused { .. }),
+                    "{}: {err}",
+                    file.display()
+                );
+                continue;
+            }
+            let got = wgpu.run(&p, &args, &fast());
+            match (&case.expect, expected, got) {
+                (Expectation::Fails(class), Err(e), Err(g)) => {
+                    assert_eq!(e.class(), Some(*class));
+                    assert_eq!(g.class(), Some(*class), "{}: {g}", file.display());
+                }
+                (_, Ok(e), Ok(g)) => {
+                    for (name, et) in &e.outputs {
+                        let gt = &g.outputs[name];
+                        let mode = case
+                            .compares
+                            .iter()
+                            .find(|(n, _)| n == name)
+                            .map(|(_, c)| c.clone());
+                        match mode {
+                            Some(CompareMode::Ignore) | Some(CompareMode::Multiset) => {}
+                            _ => assert_eq!(gt, et, "{}: output `{name}`", file.display()),
+                        }
+                    }
+                    compared += 1;
+                }
+                (_, e, g) => panic!("{}: interpreter {e:?}, wgpu {g:?}", file.display()),
+            }
+        }
+    }
+    assert!(
+        compared >= files.len() - 2,
+        "compared only {compared} calls"
+    );
+}

@@ -18,8 +18,8 @@
 # Runs, from the repository root (so that conformance finds its corpus):
 #   1. device and driver facts (nvidia-smi);
 #   2. the conformance corpus with CUDA executing (backends interp,cuda),
-#      at most 300 s;
-#   3. the benchmarks, at most 150 s;
+#      at most 280 s;
+#   3. the benchmarks, at most 140 s (the CLI smoke run at most 30 s);
 # and writes every figure to OUT_FILE (default gpu-check-report.txt). The
 # whole run stays under 8 minutes. Exit status: 0 when every step passed,
 # 1 when a step failed, 2 when the set-up is missing something.
@@ -129,10 +129,12 @@ if MPMD=$(bin mpmd); then
   example=$(ls "$REPO_ROOT"/examples/*.mpmd 2>/dev/null | head -n 1)
   if [ -n "$example" ]; then
     say "cli mpmd run --backend cuda $(basename "$example")"
-    if timeout 60 "$MPMD" run --backend cuda "$example" >"$WORK/cli.txt" 2>&1; then
+    if timeout 30 "$MPMD" run --backend cuda "$example" >"$WORK/cli.txt" 2>&1; then
       say "cli ok"
+    elif grep -q "not built yet" "$WORK/cli.txt"; then
+      say "cli not run: this mpmd build does not wire the CUDA backend yet"
     else
-      say "cli FAILED (exit $?)"
+      say "cli FAILED"
       STATUS=1
     fi
     head -n 40 "$WORK/cli.txt" | sed 's/^/cli | /' | tee -a "$OUT" >/dev/null
@@ -146,6 +148,10 @@ fi
 # ---- conformance ----------------------------------------------------------
 section "conformance (interp,cuda)"
 CONF_ARGS=(--backends interp,cuda --json "$WORK/conformance.json")
+# The runner's built-in corpus path is the build machine's; name this checkout's.
+if [ -d "$REPO_ROOT/conformance/cases" ]; then
+  CONF_ARGS+=(--cases "$REPO_ROOT/conformance/cases")
+fi
 if CONF=$(bin mpmd-conformance); then
   CONF_CMD=("$CONF" "${CONF_ARGS[@]}")
 elif XTASK=$(bin xtask) && command -v cargo >/dev/null 2>&1; then
@@ -155,11 +161,11 @@ else
 fi
 if [ ${#CONF_CMD[@]} -gt 0 ]; then
   say "conformance command: ${CONF_CMD[*]}"
-  (cd "$REPO_ROOT" && timeout 300 "${CONF_CMD[@]}") >"$WORK/conformance.txt" 2>&1
+  (cd "$REPO_ROOT" && timeout 280 "${CONF_CMD[@]}") >"$WORK/conformance.txt" 2>&1
   rc=$?
   cat "$WORK/conformance.txt" >>"$OUT"
   if [ $rc -eq 124 ]; then
-    say "conformance TIMED OUT after 300 s"
+    say "conformance TIMED OUT after 280 s"
     STATUS=1
   elif [ $rc -ne 0 ]; then
     say "conformance FAILED (exit $rc)"
@@ -180,11 +186,11 @@ fi
 # ---- benchmarks -----------------------------------------------------------
 section "benchmarks"
 if BENCH=$(bin cuda-bench); then
-  timeout 150 "$BENCH" >"$WORK/bench.txt" 2>&1
+  timeout 140 "$BENCH" >"$WORK/bench.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/bench.txt"
   if [ $rc -eq 124 ]; then
-    say "benchmarks TIMED OUT after 150 s"
+    say "benchmarks TIMED OUT after 140 s"
     STATUS=1
   elif [ $rc -ne 0 ]; then
     say "benchmarks FAILED (exit $rc)"

@@ -6,10 +6,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute_enum};
+use cudarc::driver::sys::{
+    CUdevice_attribute, CUevent, CUevent_flags, CUfunction_attribute_enum, CUresult,
+};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError,
+    LaunchConfig, PushKernelArg,
 };
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, ScalarType, Type};
@@ -82,6 +84,37 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
+/// Milliseconds between two recorded events. cudarc's wrapper calls
+/// `cuEventElapsedTime_v2`, which drivers before CUDA 12.8 lack (cudarc would
+/// panic), so the symbol is looked up here with a fallback.
+pub fn event_elapsed_ms(start: &CudaEvent, end: &CudaEvent) -> Option<f32> {
+    type ElapsedFn = unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult;
+    start.synchronize().ok()?;
+    end.synchronize().ok()?;
+    // SAFETY: the driver library is loaded (events exist); both symbols have
+    // this signature.
+    unsafe {
+        let lib = cudarc::driver::sys::culib();
+        let elapsed = lib
+            .get::<ElapsedFn>(b"cuEventElapsedTime_v2\0")
+            .or_else(|_| lib.get::<ElapsedFn>(b"cuEventElapsedTime\0"))
+            .ok()?;
+        let mut ms = 0.0f32;
+        (elapsed(&mut ms, start.cu_event(), end.cu_event()) == CUresult::CUDA_SUCCESS).then_some(ms)
+    }
+}
+
+/// The CUDA version the driver supports, e.g. `(12, 4)`.
+pub fn driver_version() -> Option<(i32, i32)> {
+    if !driver_present() {
+        return None;
+    }
+    let mut version = 0;
+    // SAFETY: the library is present; cuDriverGetVersion needs no cuInit.
+    let result = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
+    (result == CUresult::CUDA_SUCCESS).then_some((version / 1000, (version % 1000) / 10))
+}
+
 struct LoadedKernel {
     _module: Arc<CudaModule>,
     function: CudaFunction,
@@ -135,7 +168,10 @@ impl CudaBackend {
     }
 
     fn open(options: CudaOptions) -> Result<Self, CudaError> {
-        let count = CudaContext::device_count().map_err(driver("cuDeviceGetCount"))?;
+        let count = CudaContext::device_count().map_err(|e| CudaError::NoDevice {
+            ordinal: options.device,
+            detail: describe(&e),
+        })?;
         if options.device >= count.max(0) as usize {
             return Err(CudaError::NoDevice {
                 ordinal: options.device,
@@ -224,7 +260,20 @@ impl CudaBackend {
             let loaded = self
                 .context
                 .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
-                .map_err(run_err("module load (cuModuleLoadData)"))?;
+                .map_err(|e| {
+                    // The usual cause: a CUBIN from a newer NVRTC than the driver supports.
+                    let driver = driver_version()
+                        .map(|(a, b)| format!("{a}.{b}"))
+                        .unwrap_or_else(|| "?".into());
+                    let nvrtc = crate::nvrtc::nvrtc_version()
+                        .map(|(a, b)| format!("{a}.{b}"))
+                        .unwrap_or_else(|_| "?".into());
+                    RunError::Backend(format!(
+                        "CUDA module load (cuModuleLoadData) for sm_{}: {} (driver supports CUDA {driver}, NVRTC is {nvrtc}; NVRTC must not be newer than the driver)",
+                        self.arch,
+                        describe(&e)
+                    ))
+                })?;
             let function = loaded
                 .load_function(&module.kernel_name)
                 .map_err(run_err("cuModuleGetFunction"))?;
@@ -308,7 +357,16 @@ impl CudaBackend {
         // Device buffers, in plan order.
         for buffer in &plan.buffers {
             if let BufferInit::Resident(name) = &buffer.init {
-                if !self.residents.contains_key(name) {
+                if let Some(existing) = self.residents.get(name) {
+                    if existing.words.len() as u64 != buffer.len.max(1) {
+                        return Err(RunError::BadArguments(format!(
+                            "resident `{name}` already holds {} elements; map `{}` declares {}",
+                            existing.words.len(),
+                            plan.map.name,
+                            buffer.len
+                        )));
+                    }
+                } else {
                     let words = stream
                         .alloc_zeros::<u32>(buffer.len.max(1) as usize)
                         .map_err(run_err("allocation"))?;
@@ -401,10 +459,10 @@ impl CudaBackend {
         }
         .map_err(run_err("launch"))?;
         stream.synchronize().map_err(run_err("kernel execution"))?;
-        self.last_kernel_ms = events.and_then(|(start, end)| start.elapsed_ms(&end).ok());
+        self.last_kernel_ms = events.and_then(|(start, end)| event_elapsed_ms(&start, &end));
 
         let control_words = download(&stream, &control_block)?;
-        if let Some(error) = control::decode(&control_words, &module) {
+        if let Some(error) = control::decode_for_plan(&control_words, &module, plan) {
             return Err(error);
         }
         let mut outputs = BTreeMap::new();

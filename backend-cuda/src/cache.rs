@@ -41,6 +41,17 @@ pub fn key_hash(key: &str) -> String {
     )
 }
 
+/// A name part unique to this call in this machine: process id and a counter.
+pub fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// Where the disk cache lives, if anywhere.
 pub fn default_dir() -> Option<PathBuf> {
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
@@ -101,7 +112,7 @@ impl ModuleCache {
         // Output first, key last: a reader that sees the key sees the output.
         // Written through temporary names so that readers never see a partial file.
         let write = |name: String, data: &[u8]| {
-            let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+            let tmp = dir.join(format!("{name}.{}.tmp", unique_suffix()));
             if std::fs::write(&tmp, data).is_ok() {
                 let _ = std::fs::rename(&tmp, dir.join(name));
             }

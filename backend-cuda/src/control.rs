@@ -2,6 +2,7 @@
 //! error record (layout mirrored by the `MPMD_CTL_*` words in prelude.cu).
 
 use mpmd_core::backend::Site;
+use mpmd_core::plan::LaunchPlan;
 use mpmd_core::RunError;
 
 use crate::emit::EmittedModule;
@@ -93,6 +94,40 @@ pub fn decode(words: &[u32], module: &EmittedModule) -> Option<RunError> {
             "the kernel recorded an unknown error kind {other}"
         ))),
     }
+}
+
+/// [`decode`], plus what the plan proves: a wait that timed out on a
+/// semaphore no program of the call signals and that is not device-resident
+/// could never have been met, so it is a deadlock, not just a slow wait.
+pub fn decode_for_plan(
+    words: &[u32],
+    module: &EmittedModule,
+    plan: &LaunchPlan,
+) -> Option<RunError> {
+    let error = decode(words, module)?;
+    let RunError::WaitTimeout { site, semaphore } = &error else {
+        return Some(error);
+    };
+    let name = module
+        .refs
+        .get(words[REF] as usize)
+        .map(|r| r.name.as_str())?;
+    let never_signalled = plan.graph.unsignaled_waits.iter().any(|w| {
+        !w.resident
+            && w.semaphore == name
+            && plan
+                .units
+                .get(w.unit)
+                .is_some_and(|u| u.program == site.program)
+    });
+    if never_signalled {
+        return Some(RunError::Deadlock {
+            wait_for_graph: format!(
+                "{site} waits on `{semaphore}`, which no program of this call signals (and it is not device-resident)"
+            ),
+        });
+    }
+    Some(error)
 }
 
 #[cfg(test)]

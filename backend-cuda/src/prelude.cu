@@ -89,9 +89,13 @@ template <typename T>
 static __device__ __forceinline__ void mpmd_atomic_store(T* p, T v) { *(volatile T*)p = v; }
 
 static __device__ __forceinline__ u64 mpmd_globaltimer() {
+#ifdef MPMD_HOST_EMULATION
+  return mpmd_host_nanoseconds();  // tests/host_emulation.rs runs kernels on CPU threads
+#else
   u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+#endif
 }
 
 // Records the first error of the call and raises the abort flag, which every

@@ -67,11 +67,8 @@ pub fn ptxas_path() -> Result<PathBuf, AssembleError> {
 /// Assembles `ptx` for `sm_{arch}`.
 pub fn assemble(ptx: &Ptx, arch: u32) -> Result<AssembleReport, AssembleError> {
     let ptxas = ptxas_path()?;
-    let dir = std::env::temp_dir().join(format!(
-        "mpmd-ptxas-{}-{}",
-        std::process::id(),
-        crate::cache::key_hash(&ptx.text)
-    ));
+    // Unique per call: concurrent calls may assemble the same PTX.
+    let dir = std::env::temp_dir().join(format!("mpmd-ptxas-{}", crate::cache::unique_suffix()));
     std::fs::create_dir_all(&dir).map_err(|e| AssembleError::Io(e.to_string()))?;
     let input = dir.join("module.ptx");
     let output = dir.join("module.cubin");

@@ -185,3 +185,17 @@ fn compiles_go_through_the_module_cache() {
     );
     assert_eq!(compile_ptx(&source, &options).unwrap(), first);
 }
+
+#[test]
+fn fast_math_maps_compile_with_fast_math() {
+    require_tools();
+    let mut module = scale();
+    module.maps[0].fast_math = true;
+    let report = check_plan(&plan_of(&module), Mode::Fast).unwrap();
+    assert!(report
+        .nvrtc_options
+        .contains(&"--use_fast_math".to_string()));
+    assert!(!report.nvrtc_options.contains(&"--fmad=false".to_string()));
+    let exact = check_plan(&plan_of(&scale()), Mode::Fast).unwrap();
+    assert!(exact.nvrtc_options.contains(&"--fmad=false".to_string()));
+}

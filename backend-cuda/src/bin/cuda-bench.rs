@@ -381,6 +381,9 @@ fn run_gpu() -> Result<(), String> {
     );
     let (major, minor) = mpmd_cuda::nvrtc_version().map_err(|e| e.to_string())?;
     println!("nvrtc version={major}.{minor}");
+    if let Some((a, b)) = mpmd_cuda::backend::driver_version() {
+        println!("driver cuda_version={a}.{b}");
+    }
     let reps = 5;
     let big_bytes = BIG as f64 * 4.0;
 
@@ -408,7 +411,9 @@ fn run_gpu() -> Result<(), String> {
                 .memcpy_dtod(&src, &mut dst)
                 .map_err(|e| format!("{e:?}"))?;
             end.record(&stream).map_err(|e| format!("{e:?}"))?;
-            best = best.min(start.elapsed_ms(&end).map_err(|e| format!("{e:?}"))? as f64);
+            best = best.min(
+                mpmd_cuda::backend::event_elapsed_ms(&start, &end).ok_or("no event time")? as f64,
+            );
         }
         println!(
             "bench.memcpy_dtod ms={best:.4} gbps={:.1}",

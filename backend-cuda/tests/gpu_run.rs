@@ -1,0 +1,179 @@
+//! Runs on the GPU when this machine has one, against the interpreter.
+//! Without a driver each test checks the one-line refusal instead, so the
+//! suite means the same thing everywhere and never passes vacuously.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use mpmd_core::host::{CallArgs, HostTensor};
+use mpmd_core::interp::Interpreter;
+use mpmd_core::ir::ScalarType::*;
+use mpmd_core::ir::*;
+use mpmd_core::plan::LaunchPlan;
+use mpmd_core::{Backend, Mode, RunError, RunOptions};
+use mpmd_cuda::backend::driver_present;
+use mpmd_cuda::{CudaBackend, CudaError, CudaOptions};
+
+/// The backend, or `None` after checking the no-driver error.
+fn backend(wait_timeout: Duration) -> Option<CudaBackend> {
+    let result = CudaBackend::new(CudaOptions {
+        device: 0,
+        wait_timeout,
+    });
+    if driver_present() {
+        Some(result.unwrap_or_else(|e| panic!("this machine has a CUDA driver, but: {e}")))
+    } else {
+        assert_eq!(result.err(), Some(CudaError::DriverMissing));
+        None
+    }
+}
+
+fn both(
+    plan: &LaunchPlan,
+    args: &CallArgs,
+    mode: Mode,
+    cuda: &mut CudaBackend,
+) -> (BTreeOut, BTreeOut) {
+    let options = RunOptions { mode, seed: 1 };
+    let want = Interpreter::new()
+        .run(plan, args, &options)
+        .expect("interpreter");
+    let got = cuda
+        .run(plan, args, &options)
+        .unwrap_or_else(|e| panic!("cuda ({mode:?}): {e}"));
+    (got.outputs, want.outputs)
+}
+
+type BTreeOut = std::collections::BTreeMap<String, HostTensor>;
+
+#[test]
+fn scale_matches_the_interpreter() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    let plan = plan_of(&scale());
+    let mut args = CallArgs::default();
+    let x: Vec<f32> = (0..512).map(|i| i as f32 * 0.37 - 50.0).collect();
+    args.inputs
+        .insert("x".into(), HostTensor::from_f32(vec![512], &x));
+    args.scalars.insert("alpha".into(), Literal::f32(1.5));
+    args.scalars.insert("n".into(), Literal::U32(512));
+    for mode in [Mode::Fast, Mode::Checked] {
+        let (got, want) = both(&plan, &args, mode, &mut cuda);
+        assert_eq!(got["y"], want["y"], "{mode:?}");
+    }
+}
+
+#[test]
+fn pipeline_matches_the_interpreter_and_keeps_residents() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    let plan = plan_of(&pipeline());
+    let mut args = CallArgs::default();
+    let x: Vec<f32> = (0..384).map(|i| (i % 23) as f32 * 0.5).collect();
+    args.inputs
+        .insert("x".into(), HostTensor::from_f32(vec![4, 96], &x));
+    args.scalars.insert("scale".into(), Literal::f32(2.0));
+    for mode in [Mode::Fast, Mode::Checked] {
+        let (got, want) = both(&plan, &args, mode, &mut cuda);
+        assert_eq!(got["y"], want["y"], "{mode:?}");
+        assert_eq!(got["total"], want["total"], "{mode:?}");
+    }
+    // `credits` is resident: one signal per call, two calls.
+    assert_eq!(cuda.resident("credits").unwrap().words, vec![0, 0, 2, 0]);
+    assert_eq!(
+        cuda.resident("hand").unwrap().to_f32()[4..],
+        [4.0, 4.0, 4.0, 4.0]
+    );
+}
+
+#[test]
+fn cycle_runs_cooperatively() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    let plan = plan_of(&cycle());
+    assert!(plan.needs_co_residency());
+    for mode in [Mode::Fast, Mode::Checked] {
+        let out = cuda
+            .run(&plan, &CallArgs::default(), &RunOptions { mode, seed: 0 })
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        assert_eq!(out.outputs["y"].words, vec![1, 1, 2, 2]);
+    }
+}
+
+#[test]
+fn unmet_wait_is_a_deadlock_after_the_time_limit() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_millis(200)) else {
+        return;
+    };
+    let mesh = MeshBuilder::new("m").grid("b", 2).threads("t", 64).build();
+    let map = MapBuilder::new("stuck")
+        .program("m", "stuck")
+        .output("y", gmem(U32, [128]))
+        .scratch("never", sem([3]))
+        .build();
+    let kernel = KernelBuilder::new("stuck", map.params()).body(|b| {
+        b.wait(at("never", [Expr::from(2u32)]), 1);
+        b.store(at("y", [axis_index("t")]), Expr::from(1u32));
+    });
+    let plan = plan_of(&module(vec![mesh], vec![kernel], map));
+    let err = cuda
+        .run(&plan, &CallArgs::default(), &RunOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, RunError::Deadlock { .. }), "{err}");
+    assert!(err.to_string().contains("waits on `never[2]`"), "{err}");
+}
+
+#[test]
+fn checked_mode_reports_out_of_bounds_on_the_gpu() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    let mesh = MeshBuilder::new("m").grid("b", 2).threads("t", 32).build();
+    let map = MapBuilder::new("oob")
+        .program("m", "oob")
+        .output("y", gmem(F32, [32]))
+        .build();
+    let kernel = KernelBuilder::new("oob", map.params()).body(|b| {
+        let i = b.let_(
+            "i",
+            U32,
+            axis_index("b") * Expr::from(40u32) + axis_index("t"),
+        );
+        b.store(at("y", [i]), 1.0f32);
+    });
+    let plan = plan_of(&module(vec![mesh], vec![kernel], map));
+    let err = cuda
+        .run(
+            &plan,
+            &CallArgs::default(),
+            &RunOptions {
+                mode: Mode::Checked,
+                seed: 0,
+            },
+        )
+        .unwrap_err();
+    let RunError::OutOfBounds {
+        site,
+        reference,
+        index,
+        shape,
+    } = &err
+    else {
+        panic!("expected out of bounds, got {err}");
+    };
+    assert_eq!(
+        (site.program, site.block, reference.as_str(), shape.as_str()),
+        (0, 1, "y", "[32]")
+    );
+    assert_eq!(index, &format!("[{}]", 40 + site.thread.unwrap()));
+}

@@ -1,1 +1,199 @@
-fn main() {}
+//! `cargo xtask`: project automation (tests, conformance) and set-up of the
+//! tools those need (a Vulkan adapter, NVRTC and ptxas).
+
+mod tools;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "mpmd project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Set up the tools, then run every test of the workspace
+    /// (`cargo nextest run` when installed, else `cargo test`).
+    Test {
+        /// Extra arguments passed to the test runner (`-p NAME` narrows the
+        /// run to those crates).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up the tools, then run the conformance corpus on every backend
+    /// (arguments go to the harness; try `cargo xtask conformance --help`).
+    Conformance {
+        /// Build the harness with optimisations (slower build, faster run).
+        #[arg(long)]
+        release: bool,
+        /// Arguments for the harness: --backends, --filter, --seed, --json, --jobs, ...
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Only set up (or check) the tools and print what was found.
+    Setup,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let setup = tools::set_up(&root, ci);
+    for line in &setup.notes {
+        eprintln!("xtask: {line}");
+    }
+    for line in &setup.missing {
+        eprintln!("xtask: warning: {line}");
+    }
+    if ci && !setup.missing.is_empty() {
+        eprintln!(
+            "xtask: error: CI=true and {} tool(s) are missing (see the warnings above)",
+            setup.missing.len()
+        );
+        return ExitCode::FAILURE;
+    }
+    if !setup.missing.is_empty() {
+        eprintln!("xtask: warning: continuing without them; tests that need them will fail");
+    }
+    match cli.task {
+        Task::Setup => {
+            if setup.missing.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Task::Test { args } => run_tests(&root, &setup, &args),
+        Task::Conformance { release, args } => {
+            let mut cmd = cargo(&root, &setup);
+            cmd.args(["run", "--quiet", "--package", "mpmd-conformance"]);
+            if release {
+                cmd.arg("--release");
+            }
+            cmd.args(["--bin", "mpmd-conformance", "--"]).args(&args);
+            exit_code_of(&mut cmd)
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// A `cargo` command in the workspace root with the tools' environment.
+fn cargo(root: &Path, setup: &tools::Setup) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root);
+    setup.apply_env(&mut cmd);
+    cmd
+}
+
+fn run_tests(root: &Path, setup: &tools::Setup, extra: &[String]) -> ExitCode {
+    let nextest = tools::has_nextest();
+    // `-p NAME` narrows the run; otherwise every crate of the workspace.
+    let scope: &[&str] = if extra
+        .iter()
+        .any(|a| a == "-p" || a.starts_with("--package") || a.starts_with("-p"))
+    {
+        &[]
+    } else {
+        &["--workspace"]
+    };
+    let mut cmd = cargo(root, setup);
+    if nextest {
+        cmd.args(["nextest", "run"]);
+    } else {
+        eprintln!("xtask: cargo-nextest not installed; using `cargo test`");
+        cmd.arg("test");
+    }
+    cmd.args(scope).args(extra);
+    eprintln!("xtask: running {}", describe(&cmd));
+    let code = exit_code_of(&mut cmd);
+    if code != ExitCode::SUCCESS || !nextest {
+        return code;
+    }
+    // nextest does not run doctests.
+    let mut doc = cargo(root, setup);
+    doc.args(["test", "--doc"])
+        .args(scope)
+        .args(package_args(extra));
+    eprintln!("xtask: running {}", describe(&doc));
+    exit_code_of(&mut doc)
+}
+
+/// The `-p NAME` / `--package NAME` / `--package=NAME` arguments of `args`
+/// (the doctest run takes only these of the runner's arguments).
+fn package_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut iter = args.iter();
+    while let Some(a) = iter.next() {
+        if a == "-p" || a == "--package" {
+            out.push(a.clone());
+            out.extend(iter.next().cloned());
+        } else if a.starts_with("--package=") || (a.starts_with("-p") && a.len() > 2) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Runs `cmd` with inherited stdio (so the runner's summary streams through)
+/// and returns its exit code.
+fn exit_code_of(cmd: &mut Command) -> ExitCode {
+    match cmd.status() {
+        Ok(status) => match status.code() {
+            Some(0) => ExitCode::SUCCESS,
+            Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1).max(1)),
+            None => {
+                eprintln!("xtask: {} was killed by a signal", describe(cmd));
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("xtask: cannot start {}: {e}", describe(cmd));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_args_keeps_only_package_selection() {
+        let args: Vec<String> = [
+            "-p",
+            "a",
+            "--no-fail-fast",
+            "--package=b",
+            "-pc",
+            "--package",
+            "d",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            package_args(&args),
+            vec!["-p", "a", "--package=b", "-pc", "--package", "d"]
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! Facts read off a case's program: derived tags and the float operations
+//! whose accuracy bounds make up a backend's profile tolerance.
+
+use std::collections::BTreeSet;
+
+use mpmd_core::ir::{
+    BinaryOp, Expectation, Expr, MathFn, MemorySpace, Module, RefAccess, Stmt, Type,
+};
+
+use crate::compare::Tolerance;
+
+/// Tags derived from the program: `multi-program`, `semaphore`,
+/// `external-mesh`, `scratch`, `reject`, then the case's own tags.
+pub fn tags(module: &Module) -> Vec<String> {
+    let mut tags = Vec::new();
+    let mut add = |t: &str, cond: bool| {
+        if cond {
+            tags.push(t.to_string());
+        }
+    };
+    add(
+        "multi-program",
+        module.maps.iter().any(|m| m.programs.len() > 1),
+    );
+    let has_sem = module
+        .residents
+        .iter()
+        .any(|r| r.ty.space == MemorySpace::Sem)
+        || module.maps.iter().any(|m| {
+            m.operands()
+                .any(|(_, o)| matches!(&o.ty, Type::Ref(r) if r.space == MemorySpace::Sem))
+        });
+    add("semaphore", has_sem);
+    let external = module.maps.iter().any(|m| {
+        m.operands().any(|(_, o)| match &o.ty {
+            Type::Ref(r) => r
+                .owner
+                .as_ref()
+                .is_some_and(|owner| !m.programs.iter().any(|p| &p.mesh == owner)),
+            Type::Scalar(_) => false,
+        })
+    });
+    add("external-mesh", external);
+    add("scratch", module.maps.iter().any(|m| !m.scratch.is_empty()));
+    let reject = matches!(
+        module.case.as_ref().map(|c| &c.expect),
+        Some(Expectation::Reject(_))
+    );
+    add("reject", reject);
+    if let Some(case) = &module.case {
+        for t in &case.tags {
+            if !tags.contains(t) {
+                tags.push(t.clone());
+            }
+        }
+    }
+    tags
+}
+
+/// A float operation with a backend-specific accuracy bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BoundedOp {
+    Div,
+    Rem,
+    Math(MathFnKey),
+}
+
+/// `MathFn` with an order, for sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MathFnKey(pub usize);
+
+impl MathFnKey {
+    pub fn of(f: MathFn) -> Self {
+        MathFnKey(MathFn::ALL.iter().position(|&g| g == f).unwrap_or(0))
+    }
+    pub fn get(self) -> MathFn {
+        MathFn::ALL[self.0]
+    }
+}
+
+/// Every division, remainder and math function the module's kernels use.
+pub fn bounded_ops(module: &Module) -> BTreeSet<BoundedOp> {
+    let mut ops = BTreeSet::new();
+    for k in &module.kernels {
+        walk_stmts(&k.body, &mut |e| match e {
+            Expr::Binary(BinaryOp::Div, ..) => {
+                ops.insert(BoundedOp::Div);
+            }
+            Expr::Binary(BinaryOp::Rem, ..) => {
+                ops.insert(BoundedOp::Rem);
+            }
+            Expr::Math(f, _) => {
+                ops.insert(BoundedOp::Math(MathFnKey::of(*f)));
+            }
+            _ => {}
+        });
+    }
+    ops
+}
+
+fn walk_access(a: &RefAccess, f: &mut dyn FnMut(&Expr)) {
+    for e in a.block.iter().flatten().chain(&a.index) {
+        walk_expr(e, f);
+    }
+}
+
+fn walk_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    f(e);
+    match e {
+        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+        Expr::Load(a) => walk_access(a, f),
+        Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => walk_expr(x, f),
+        Expr::Binary(_, a, b) => {
+            walk_expr(a, f);
+            walk_expr(b, f);
+        }
+        Expr::Select(a, b, c) => {
+            walk_expr(a, f);
+            walk_expr(b, f);
+            walk_expr(c, f);
+        }
+        Expr::Math(_, args) => args.iter().for_each(|a| walk_expr(a, f)),
+    }
+}
+
+fn walk_stmts(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
+    for s in body {
+        match s {
+            Stmt::Let { value, .. } | Stmt::Assign { value, .. } => walk_expr(value, f),
+            Stmt::Var { init, .. } => walk_expr(init, f),
+            Stmt::LocalArray { .. } | Stmt::Barrier => {}
+            Stmt::Store { target, value } => {
+                walk_access(target, f);
+                walk_expr(value, f);
+            }
+            Stmt::Atomic { target, args, .. } => {
+                walk_access(target, f);
+                args.iter().for_each(|a| walk_expr(a, f));
+            }
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                walk_expr(cond, f);
+                walk_stmts(then_body, f);
+                walk_stmts(else_body, f);
+            }
+            Stmt::For {
+                start, end, body, ..
+            } => {
+                walk_expr(start, f);
+                walk_expr(end, f);
+                walk_stmts(body, f);
+            }
+            Stmt::Sem { sem, amount, .. } => {
+                walk_access(sem, f);
+                walk_expr(amount, f);
+            }
+            Stmt::SemRead { sem, .. } => walk_access(sem, f),
+        }
+    }
+}
+
+/// The backends a result can come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BackendId {
+    Interp,
+    Wgpu,
+    Cuda,
+}
+
+impl BackendId {
+    pub const ALL: [BackendId; 3] = [BackendId::Interp, BackendId::Wgpu, BackendId::Cuda];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendId::Interp => "interp",
+            BackendId::Wgpu => "wgpu",
+            BackendId::Cuda => "cuda",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| b.name() == s)
+    }
+}
+
+/// One operation's bound on one backend.
+fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
+    let ulp = |ulp| Tolerance { ulp, abs: 0.0 };
+    match backend {
+        BackendId::Interp => Tolerance::EXACT,
+        // CUDA math library (Programming Guide, "Mathematical Functions",
+        // single precision, without -use_fast_math).
+        BackendId::Cuda => match op {
+            BoundedOp::Div | BoundedOp::Rem => Tolerance::EXACT,
+            BoundedOp::Math(f) => match f.get() {
+                MathFn::Exp | MathFn::Rsqrt | MathFn::Sin | MathFn::Cos | MathFn::Tanh => ulp(2),
+                MathFn::Log => ulp(1),
+                MathFn::Pow => ulp(4),
+                _ => Tolerance::EXACT,
+            },
+        },
+        // WGSL specification, "Floating Point Accuracy" (f32), plus slack for
+        // the functions it defines by inheritance from exp2/log2.
+        BackendId::Wgpu => match op {
+            BoundedOp::Div => ulp(3),
+            BoundedOp::Rem => ulp(4),
+            BoundedOp::Math(f) => match f.get() {
+                // 3 + 2 * |x| ULP; |x| <= 88.7 for a finite result.
+                MathFn::Exp => ulp(181),
+                MathFn::Log => Tolerance {
+                    ulp: 3,
+                    abs: 4.8e-7, // 2^-21 on [0.5, 2]
+                },
+                MathFn::Sqrt => ulp(5),
+                MathFn::Rsqrt => ulp(2),
+                MathFn::Sin | MathFn::Cos => Tolerance {
+                    ulp: 0,
+                    abs: 4.9e-4, // 2^-11 on [-pi, pi]
+                },
+                MathFn::Tanh => Tolerance {
+                    ulp: 200,
+                    abs: 1e-5,
+                },
+                MathFn::Pow => ulp(1024),
+                // WGSL's fma inherits from e1 * e2 + e3: two roundings are allowed.
+                MathFn::Fma => ulp(1),
+                _ => Tolerance::EXACT,
+            },
+        },
+    }
+}
+
+/// The key of an operation in a backend's measured accuracy table
+/// (`mpmd_wgpu::accuracy_profile`): entries start with these names.
+fn measured_key(op: BoundedOp) -> Option<&'static str> {
+    match op {
+        BoundedOp::Div => Some("a / b"),
+        BoundedOp::Rem => None,
+        BoundedOp::Math(f) => match f.get() {
+            MathFn::Exp => Some("exp"),
+            MathFn::Log => Some("log"),
+            MathFn::Sqrt => Some("sqrt"),
+            MathFn::Rsqrt => Some("rsqrt"),
+            MathFn::Sin => Some("sin"),
+            MathFn::Cos => Some("cos"),
+            MathFn::Tanh => Some("tanh"),
+            MathFn::Pow => Some("pow"),
+            MathFn::Fma => Some("fma"),
+            _ => None,
+        },
+    }
+}
+
+/// The profile tolerance of a backend for a module: the bounds of the
+/// operations involved, added up (errors of composed operations add). Each
+/// bound is the larger of the documented one and the adapter's measured one
+/// (`measured`: `(operation, ulp)` pairs, empty when unknown).
+pub fn profile_tolerance(
+    backend: BackendId,
+    ops: &BTreeSet<BoundedOp>,
+    measured: &[(&str, f64)],
+) -> Tolerance {
+    ops.iter().fold(Tolerance::EXACT, |acc, &op| {
+        let mut b = op_bound(backend, op);
+        if let Some(key) = measured_key(op) {
+            // The word after the name must end there: "sin [-pi, pi]" is sin, "sinh" is not.
+            for (name, ulp) in measured {
+                let matches = name
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '));
+                if matches {
+                    b.ulp = b.ulp.max(ulp.ceil() as u64);
+                }
+            }
+        }
+        Tolerance {
+            ulp: acc.ulp + b.ulp,
+            abs: acc.abs + b.abs,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mpmd_core::ir::*;
+
+    fn module_with(body: Vec<Stmt>, map: MpmdMap) -> Module {
+        Module {
+            meshes: vec![MeshBuilder::new("g").threads("t", 32).build()],
+            kernels: vec![Kernel {
+                name: "k".into(),
+                params: vec![],
+                body,
+            }],
+            maps: vec![map],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn tags_from_program_and_case() {
+        let map = MapBuilder::new("m")
+            .program("a", "k")
+            .program("b", "k")
+            .scratch("s", sem([1]).owned_by("ext"))
+            .build();
+        let mut m = module_with(vec![], map);
+        m.case = Some(CaseSpec {
+            tags: vec!["pipeline".into(), "scratch".into()],
+            ..Default::default()
+        });
+        assert_eq!(
+            tags(&m),
+            vec![
+                "multi-program",
+                "semaphore",
+                "external-mesh",
+                "scratch",
+                "pipeline"
+            ]
+        );
+        m.case.as_mut().unwrap().expect = Expectation::Reject("E0001".into());
+        assert!(tags(&m).contains(&"reject".to_string()));
+    }
+
+    #[test]
+    fn single_program_without_scratch_has_no_derived_tags() {
+        let map = MapBuilder::new("m")
+            .program("g", "k")
+            .input("x", gmem(ScalarType::F32, [4]))
+            .build();
+        assert!(tags(&module_with(vec![], map)).is_empty());
+    }
+
+    #[test]
+    fn profile_adds_the_bounds_of_the_functions_used() {
+        let body = vec![Stmt::Let {
+            var: Binding {
+                name: "v".into(),
+                ty: ScalarType::F32,
+            },
+            value: Expr::Math(
+                MathFn::Exp,
+                vec![Expr::Math(MathFn::Log, vec![Expr::Lit(Literal::f32(2.0))])],
+            ),
+        }];
+        let map = MapBuilder::new("m").program("g", "k").build();
+        let ops = bounded_ops(&module_with(body, map));
+        assert_eq!(ops.len(), 2);
+        assert_eq!(
+            profile_tolerance(BackendId::Cuda, &ops, &[]),
+            Tolerance { ulp: 3, abs: 0.0 }
+        );
+        assert_eq!(
+            profile_tolerance(BackendId::Interp, &ops, &[]),
+            Tolerance::EXACT
+        );
+        assert_eq!(profile_tolerance(BackendId::Wgpu, &ops, &[]).ulp, 184);
+        let measured = [("exp", 80.0), ("log", 200.0), ("logistic", 9999.0)];
+        // exp: max(181, 80); log: max(3, 200); "logistic" is not log.
+        assert_eq!(profile_tolerance(BackendId::Wgpu, &ops, &measured).ulp, 381);
+    }
+}

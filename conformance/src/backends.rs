@@ -1,0 +1,221 @@
+//! Reaching the GPU backends. Each is compiled in only with its cargo feature
+//! (`wgpu`, `cuda`); without it every case reports
+//! "backend X not available in this build" as a skip, never a pass.
+
+use mpmd_core::plan::LaunchPlan;
+use mpmd_core::Backend;
+
+use crate::analysis::BackendId;
+
+/// What a backend can do in this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// Runs programs.
+    Runs,
+    /// Compiles every program but cannot run it (CUDA without a GPU).
+    CompileOnly(String),
+    /// Not usable here; the reason.
+    Unavailable(String),
+}
+
+/// The environment a report records: what each backend is, or why it is missing.
+#[derive(Clone, Debug)]
+pub struct Environment {
+    /// `(key, value)` lines of the report header.
+    pub header: Vec<(String, String)>,
+    /// Measured accuracy of the wgpu adapter, `(operation, ulp)`.
+    pub wgpu_measured_ulp: Vec<(&'static str, f64)>,
+    pub wgpu: Availability,
+    pub cuda: Availability,
+}
+
+impl Environment {
+    pub fn availability(&self, id: BackendId) -> Availability {
+        match id {
+            BackendId::Interp => Availability::Runs,
+            BackendId::Wgpu => self.wgpu.clone(),
+            BackendId::Cuda => self.cuda.clone(),
+        }
+    }
+}
+
+pub fn not_in_build(id: BackendId) -> String {
+    format!(
+        "backend {} not available in this build (build mpmd-conformance with `--features {}`)",
+        id.name(),
+        id.name()
+    )
+}
+
+/// Probes the selected backends once, for the header and availability.
+pub fn probe(selected: &[BackendId]) -> Environment {
+    let mut header = Vec::new();
+    let wgpu = if selected.contains(&BackendId::Wgpu) {
+        wgpu_glue::probe(&mut header)
+    } else {
+        Availability::Unavailable("not selected".into())
+    };
+    let cuda = if selected.contains(&BackendId::Cuda) {
+        cuda_glue::probe(&mut header)
+    } else {
+        Availability::Unavailable("not selected".into())
+    };
+    Environment {
+        header,
+        wgpu,
+        cuda,
+        wgpu_measured_ulp: wgpu_glue::measured_ulp(),
+    }
+}
+
+/// A fresh backend value (device-resident refs start empty).
+pub fn new_backend(id: BackendId) -> Result<Box<dyn Backend>, String> {
+    match id {
+        BackendId::Interp => Ok(Box::new(mpmd_core::interp::Interpreter::new())),
+        BackendId::Wgpu => wgpu_glue::new_backend(),
+        BackendId::Cuda => cuda_glue::new_backend(),
+    }
+}
+
+/// CUDA without a GPU: compile to PTX and assemble with ptxas.
+pub fn cuda_check_plan(plan: &LaunchPlan) -> Result<(), String> {
+    cuda_glue::check_plan(plan)
+}
+
+#[cfg(feature = "wgpu")]
+mod wgpu_glue {
+    use super::*;
+    use mpmd_wgpu::{accuracy_profile, WgpuBackend, WgpuOptions};
+
+    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+        match WgpuBackend::new(WgpuOptions::default()) {
+            Ok(backend) => {
+                let info = backend.adapter_info();
+                header.push((
+                    "wgpu adapter".into(),
+                    format!("{} ({}, {})", info.name, info.backend, info.device_type),
+                ));
+                header.push((
+                    "wgpu driver".into(),
+                    format!("{} {}", info.driver, info.driver_info),
+                ));
+                header.push((
+                    "wgpu accuracy profile".into(),
+                    accuracy_profile().adapter.to_string(),
+                ));
+                Availability::Runs
+            }
+            Err(e) => {
+                let reason = format!("no WebGPU adapter: {e}");
+                header.push(("wgpu adapter".into(), reason.clone()));
+                Availability::Unavailable(reason)
+            }
+        }
+    }
+
+    pub fn measured_ulp() -> Vec<(&'static str, f64)> {
+        accuracy_profile().ulp
+    }
+
+    pub fn new_backend() -> Result<Box<dyn Backend>, String> {
+        WgpuBackend::new(WgpuOptions::default())
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(not(feature = "wgpu"))]
+mod wgpu_glue {
+    use super::*;
+
+    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+        let reason = not_in_build(BackendId::Wgpu);
+        header.push(("wgpu adapter".into(), reason.clone()));
+        Availability::Unavailable(reason)
+    }
+
+    pub fn measured_ulp() -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+
+    pub fn new_backend() -> Result<Box<dyn Backend>, String> {
+        Err(not_in_build(BackendId::Wgpu))
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda_glue {
+    use super::*;
+    use mpmd_core::Mode;
+    use mpmd_cuda::nvrtc::Output;
+    use mpmd_cuda::{
+        check_plan as cuda_check, nvrtc_version, CompileOptions, CudaBackend, CudaOptions,
+    };
+
+    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+        let version = match nvrtc_version() {
+            Ok((major, minor)) => format!("{major}.{minor}"),
+            Err(e) => {
+                let reason = format!("NVRTC not usable: {e}");
+                header.push(("nvrtc".into(), reason.clone()));
+                return Availability::Unavailable(reason);
+            }
+        };
+        header.push(("nvrtc".into(), version));
+        let options = CompileOptions {
+            arch: mpmd_cuda::CHECK_ARCH,
+            ..CompileOptions::default()
+        };
+        header.push((
+            "cuda compile options".into(),
+            options.nvrtc_args(Output::Ptx).join(" "),
+        ));
+        match CudaBackend::new(CudaOptions::default()) {
+            Ok(_) => {
+                header.push(("cuda device".into(), "available".into()));
+                Availability::Runs
+            }
+            Err(e) => {
+                let reason = format!(
+                    "no CUDA device ({e}): programs are compiled for sm_{} and assembled only",
+                    mpmd_cuda::CHECK_ARCH
+                );
+                header.push(("cuda device".into(), reason.clone()));
+                Availability::CompileOnly(reason)
+            }
+        }
+    }
+
+    pub fn new_backend() -> Result<Box<dyn Backend>, String> {
+        CudaBackend::new(CudaOptions::default())
+            .map(|b| Box::new(b) as Box<dyn Backend>)
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn check_plan(plan: &LaunchPlan) -> Result<(), String> {
+        for mode in [Mode::Fast, Mode::Checked] {
+            cuda_check(plan, mode).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod cuda_glue {
+    use super::*;
+
+    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+        let reason = not_in_build(BackendId::Cuda);
+        header.push(("nvrtc".into(), reason.clone()));
+        Availability::Unavailable(reason)
+    }
+
+    pub fn new_backend() -> Result<Box<dyn Backend>, String> {
+        Err(not_in_build(BackendId::Cuda))
+    }
+
+    pub fn check_plan(plan: &LaunchPlan) -> Result<(), String> {
+        let _ = plan;
+        Err(not_in_build(BackendId::Cuda))
+    }
+}

@@ -1,0 +1,202 @@
+//! `mpmd-conformance` (run it as `cargo xtask conformance`): runs the corpus
+//! on the selected backends and reports case × backend results.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use mpmd_conformance::analysis::BackendId;
+use mpmd_conformance::backends::{probe, Environment};
+use mpmd_conformance::case::{default_corpus_dir, load_dir, matches_filter, Case};
+use mpmd_conformance::report::{header, render_json, render_text, Summary};
+use mpmd_conformance::run::{run_case, CaseResult, RunConfig, Status};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask conformance",
+    about = "Run the mpmd conformance corpus on every backend"
+)]
+struct Args {
+    /// Backends to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "interp,wgpu,cuda")]
+    backends: Vec<String>,
+    /// Only cases whose name contains PATTERN (or matches it, with `*`).
+    #[arg(long, value_name = "PATTERN")]
+    filter: Option<String>,
+    /// Seed for inputs and schedules.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the report as JSON to PATH.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Cases run at the same time (default: available cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Seconds before a case counts as hung and fails.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// Directory of `.mpmd` cases.
+    #[arg(long, value_name = "DIR")]
+    cases: Option<PathBuf>,
+    /// Seeded interpreter schedules beyond the lockstep one.
+    #[arg(long, default_value_t = 2)]
+    extra_schedules: u32,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut backends = Vec::new();
+    for name in &args.backends {
+        match BackendId::parse(name.trim()) {
+            Some(b) if !backends.contains(&b) => backends.push(b),
+            Some(_) => {}
+            None => {
+                eprintln!("error: unknown backend `{name}` (expected interp, wgpu or cuda)");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    backends.sort();
+    let dir = args.cases.clone().unwrap_or_else(default_corpus_dir);
+    let cases = match load_dir(&dir) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot read the corpus at {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+    };
+    let cases: Vec<Case> = cases
+        .into_iter()
+        .filter(|c| {
+            args.filter
+                .as_deref()
+                .is_none_or(|p| matches_filter(&c.name, p))
+        })
+        .collect();
+    if cases.is_empty() {
+        eprintln!("error: no case matches the filter");
+        return ExitCode::from(2);
+    }
+    let env = Arc::new(probe(&backends));
+    print!("{}", header(&env, args.seed, &backends, cases.len()));
+    let config = Arc::new(RunConfig {
+        backends: backends.clone(),
+        seed: args.seed,
+        extra_schedules: args.extra_schedules,
+    });
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let results = run_all(
+        cases,
+        config,
+        env.clone(),
+        jobs,
+        Duration::from_secs(args.timeout),
+    );
+    println!();
+    print!("{}", render_text(&results, &backends, args.seed));
+    if let Some(path) = &args.json {
+        let json = render_json(&results, &env, args.seed);
+        let text = serde_json::to_string_pretty(&json).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if Summary::of(&results).failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Runs the cases on `jobs` workers; a case that exceeds `timeout` fails
+/// (its thread is abandoned: a hung device call cannot be interrupted).
+fn run_all(
+    cases: Vec<Case>,
+    config: Arc<RunConfig>,
+    env: Arc<Environment>,
+    jobs: usize,
+    timeout: Duration,
+) -> Vec<CaseResult> {
+    let progress = ProgressBar::new(cases.len() as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let cases: Arc<Vec<Case>> = Arc::new(cases);
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut slots: Vec<Option<CaseResult>> = vec![None; cases.len()];
+    let (done_tx, done_rx) = mpsc::channel::<(usize, CaseResult)>();
+    let workers: Vec<_> = (0..jobs.min(cases.len()))
+        .map(|_| {
+            let (cases, config, env, next, done_tx) = (
+                cases.clone(),
+                config.clone(),
+                env.clone(),
+                next.clone(),
+                done_tx.clone(),
+            );
+            std::thread::spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= cases.len() {
+                    break;
+                }
+                let (tx, rx) = mpsc::channel();
+                let (c, cfg, en) = (cases.clone(), config.clone(), env.clone());
+                std::thread::spawn(move || {
+                    let _ = tx.send(run_case(&c[i], &cfg, &en));
+                });
+                let result = rx.recv_timeout(timeout).unwrap_or_else(|e| CaseResult {
+                    name: cases[i].name.clone(),
+                    kind: cases[i].kind(),
+                    tags: vec![],
+                    results: config
+                        .backends
+                        .iter()
+                        .map(|&b| {
+                            let why = match e {
+                                mpsc::RecvTimeoutError::Timeout => {
+                                    format!("timed out after {} s", timeout.as_secs())
+                                }
+                                mpsc::RecvTimeoutError::Disconnected => {
+                                    "the harness panicked on this case".to_string()
+                                }
+                            };
+                            (b, Status::Fail(why))
+                        })
+                        .collect(),
+                });
+                if done_tx.send((i, result)).is_err() {
+                    break;
+                }
+            })
+        })
+        .collect();
+    drop(done_tx);
+    for (i, result) in done_rx {
+        let failed = result
+            .results
+            .values()
+            .any(|s| matches!(s, Status::Fail(_)));
+        progress.set_message(if failed {
+            format!("FAIL {}", result.name)
+        } else {
+            result.name.clone()
+        });
+        progress.inc(1);
+        slots[i] = Some(result);
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    progress.finish_and_clear();
+    slots.into_iter().flatten().collect()
+}

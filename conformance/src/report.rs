@@ -1,0 +1,292 @@
+//! The report: a table of case × backend, failure details with a command
+//! that reproduces each alone, a summary line, and the JSON form.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::analysis::BackendId;
+use crate::backends::Environment;
+use crate::run::{CaseResult, Status};
+
+/// Counts over every (case, backend) cell.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub compiled: usize,
+    pub unverified: usize,
+}
+
+impl Summary {
+    pub fn of(results: &[CaseResult]) -> Summary {
+        let mut s = Summary::default();
+        for status in results.iter().flat_map(|r| r.results.values()) {
+            match status {
+                Status::Pass => s.passed += 1,
+                Status::Fail(_) => s.failed += 1,
+                Status::Skip(_) => s.skipped += 1,
+                Status::Compiled => s.compiled += 1,
+                Status::Unverified(_) => s.unverified += 1,
+            }
+        }
+        s
+    }
+
+    /// The summary line: `N passed, N failed, N skipped`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+pub fn reproduce_command(case: &str, seed: u64, backend: BackendId) -> String {
+    format!(
+        "cargo xtask conformance --filter {case} --seed {seed} --backends {}",
+        backend.name()
+    )
+}
+
+/// The header: seed, backends and the environment of every backend.
+pub fn header(env: &Environment, seed: u64, backends: &[BackendId], cases: usize) -> String {
+    let mut out = String::new();
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+    let _ = writeln!(
+        out,
+        "mpmd conformance: {cases} cases, seed {seed}, backends {}",
+        names.join(",")
+    );
+    for (k, v) in &env.header {
+        let _ = writeln!(out, "  {k}: {v}");
+    }
+    out
+}
+
+/// The table, failure details, skip reasons and the summary line.
+pub fn render_text(results: &[CaseResult], backends: &[BackendId], seed: u64) -> String {
+    let mut out = String::new();
+    let width = results
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = write!(out, "{:<width$}", "case");
+    for b in backends {
+        let _ = write!(out, "  {:<10}", b.name());
+    }
+    out.push('\n');
+    for r in results {
+        let _ = write!(out, "{:<width$}", r.name);
+        for b in backends {
+            let cell = r.results.get(b).map(|s| s.keyword()).unwrap_or("-");
+            let _ = write!(out, "  {cell:<10}");
+        }
+        out.push('\n');
+    }
+    let mut failures = String::new();
+    let mut skips: BTreeMap<(BackendId, String), usize> = BTreeMap::new();
+    let mut unverified: BTreeMap<(BackendId, String), usize> = BTreeMap::new();
+    for r in results {
+        for (b, s) in &r.results {
+            match s {
+                Status::Fail(detail) => {
+                    let _ = writeln!(failures, "FAIL {} on {}: {}", r.name, b.name(), detail);
+                    let _ = writeln!(
+                        failures,
+                        "  reproduce: {}",
+                        reproduce_command(&r.name, seed, *b)
+                    );
+                }
+                Status::Skip(reason) => *skips.entry((*b, reason.clone())).or_default() += 1,
+                Status::Unverified(reason) => {
+                    *unverified.entry((*b, reason.clone())).or_default() += 1
+                }
+                _ => {}
+            }
+        }
+    }
+    if !failures.is_empty() {
+        out.push('\n');
+        out.push_str(&failures);
+    }
+    if !skips.is_empty() {
+        out.push_str("\nskipped:\n");
+        for ((b, reason), n) in &skips {
+            let _ = writeln!(
+                out,
+                "  {}: {reason} ({n} case{})",
+                b.name(),
+                if *n == 1 { "" } else { "s" }
+            );
+        }
+    }
+    if !unverified.is_empty() {
+        out.push_str("\nunverified:\n");
+        for ((b, reason), n) in &unverified {
+            let _ = writeln!(
+                out,
+                "  {}: {reason} ({n} case{})",
+                b.name(),
+                if *n == 1 { "" } else { "s" }
+            );
+        }
+    }
+    let summary = Summary::of(results);
+    out.push('\n');
+    if summary.compiled + summary.unverified > 0 {
+        let _ = writeln!(
+            out,
+            "({} compiled only, {} unverified)",
+            summary.compiled, summary.unverified
+        );
+    }
+    let _ = writeln!(out, "{}", summary.line());
+    out
+}
+
+fn status_json(status: &Status, case: &str, seed: u64, backend: BackendId) -> Value {
+    match status {
+        Status::Pass | Status::Compiled => json!({ "status": status.keyword() }),
+        Status::Skip(reason) | Status::Unverified(reason) => {
+            json!({ "status": status.keyword(), "reason": reason })
+        }
+        Status::Fail(detail) => json!({
+            "status": "fail",
+            "detail": detail,
+            "reproduce": reproduce_command(case, seed, backend),
+        }),
+    }
+}
+
+/// The JSON report: `{"summary": {...}, "environment": {...}, "cases": [...]}`.
+pub fn render_json(results: &[CaseResult], env: &Environment, seed: u64) -> Value {
+    let summary = Summary::of(results);
+    let cases: Vec<Value> = results
+        .iter()
+        .map(|r| {
+            let per_backend: serde_json::Map<String, Value> = r
+                .results
+                .iter()
+                .map(|(b, s)| (b.name().to_string(), status_json(s, &r.name, seed, *b)))
+                .collect();
+            json!({
+                "name": r.name,
+                "kind": r.kind.name(),
+                "tags": r.tags,
+                "results": per_backend,
+            })
+        })
+        .collect();
+    let environment: serde_json::Map<String, Value> = env
+        .header
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    json!({
+        "summary": { "passed": summary.passed, "failed": summary.failed, "skipped": summary.skipped },
+        "seed": seed,
+        "environment": environment,
+        "cases": cases,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::Availability;
+    use crate::case::CaseKind;
+
+    fn results() -> Vec<CaseResult> {
+        vec![
+            CaseResult {
+                name: "add".into(),
+                kind: CaseKind::Run,
+                tags: vec!["scratch".into()],
+                results: [
+                    (BackendId::Interp, Status::Pass),
+                    (BackendId::Wgpu, Status::Fail("[0] expected 1 got 2".into())),
+                    (BackendId::Cuda, Status::Compiled),
+                ]
+                .into_iter()
+                .collect(),
+            },
+            CaseResult {
+                name: "bad".into(),
+                kind: CaseKind::Reject,
+                tags: vec!["reject".into()],
+                results: [
+                    (BackendId::Interp, Status::Pass),
+                    (BackendId::Wgpu, Status::Skip("no adapter".into())),
+                    (BackendId::Cuda, Status::Pass),
+                ]
+                .into_iter()
+                .collect(),
+            },
+        ]
+    }
+
+    fn env() -> Environment {
+        Environment {
+            header: vec![("wgpu adapter".into(), "llvmpipe".into())],
+            wgpu_measured_ulp: vec![],
+            wgpu: Availability::Runs,
+            cuda: Availability::CompileOnly("no device".into()),
+        }
+    }
+
+    #[test]
+    fn summary_counts_cells() {
+        let s = Summary::of(&results());
+        assert_eq!(s.line(), "3 passed, 1 failed, 1 skipped");
+        assert_eq!((s.compiled, s.unverified), (1, 0));
+    }
+
+    #[test]
+    fn text_report_has_table_failure_reproduction_and_summary_line() {
+        let text = render_text(&results(), &BackendId::ALL, 7);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["case", "interp", "wgpu", "cuda"]
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["add", "pass", "fail", "compiled"]
+        );
+        assert!(text.contains("FAIL add on wgpu: [0] expected 1 got 2\n  reproduce: cargo xtask conformance --filter add --seed 7 --backends wgpu\n"));
+        assert!(text.contains("  wgpu: no adapter (1 case)\n"));
+        assert_eq!(lines.last(), Some(&"3 passed, 1 failed, 1 skipped"));
+    }
+
+    #[test]
+    fn json_report_follows_the_schema() {
+        let v = render_json(&results(), &env(), 7);
+        assert_eq!(
+            v["summary"],
+            json!({"passed": 3, "failed": 1, "skipped": 1})
+        );
+        assert_eq!(v["cases"][0]["name"], "add");
+        assert_eq!(v["cases"][0]["kind"], "run");
+        assert_eq!(v["cases"][0]["tags"], json!(["scratch"]));
+        assert_eq!(
+            v["cases"][0]["results"]["interp"],
+            json!({"status": "pass"})
+        );
+        assert_eq!(
+            v["cases"][0]["results"]["cuda"],
+            json!({"status": "compiled"})
+        );
+        assert_eq!(v["cases"][0]["results"]["wgpu"]["status"], "fail");
+        assert_eq!(v["cases"][1]["kind"], "reject");
+        assert_eq!(
+            v["cases"][1]["results"]["wgpu"],
+            json!({"status": "skip", "reason": "no adapter"})
+        );
+        assert_eq!(v["environment"]["wgpu adapter"], "llvmpipe");
+    }
+}

@@ -1,0 +1,99 @@
+//! The corpus itself: every case parses, the corpus is large enough, every
+//! validation code has a reject case that triggers only that code, and every
+//! run case meets its expectation on the interpreter.
+
+use std::collections::BTreeSet;
+
+use mpmd_conformance::case::{default_corpus_dir, load_dir, Case};
+use mpmd_conformance::run::{prepare_calls, run_interp, SequenceError};
+use mpmd_core::ir::{Expectation, Module};
+use mpmd_core::validate::{validate, ValidateOptions};
+use mpmd_core::Mode;
+
+fn corpus() -> Vec<Case> {
+    load_dir(&default_corpus_dir()).expect("the corpus directory is readable")
+}
+
+fn module(case: &Case) -> &Module {
+    match &case.parsed {
+        Ok(m) => m,
+        Err(e) => panic!("case {} does not parse: {e}", case.name),
+    }
+}
+
+#[test]
+fn every_case_parses_and_has_a_case_section() {
+    let cases = corpus();
+    assert!(cases.len() >= 80, "only {} cases", cases.len());
+    for case in &cases {
+        module(case);
+    }
+}
+
+/// Codes listed in docs/errors.md. E0024 (`local` operands) cannot be
+/// written in the text format, so it has no text case.
+fn documented_codes() -> BTreeSet<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/errors.md"))
+        .expect("docs/errors.md is readable");
+    doc.lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .filter_map(|l| l.split(':').next())
+        .filter(|c| c.starts_with('E') && c.len() == 5)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_validation_code_has_a_reject_case_that_triggers_only_it() {
+    let mut covered = BTreeSet::new();
+    for case in corpus() {
+        let m = module(&case);
+        let Some(Expectation::Reject(code)) = m.case.as_ref().map(|c| c.expect.clone()) else {
+            continue;
+        };
+        let diags = validate(m, &ValidateOptions::default())
+            .expect_err(&format!("{}: validation accepted a reject case", case.name));
+        let codes: Vec<&str> = diags.iter().map(|d| d.code).collect();
+        assert!(
+            codes.iter().all(|c| *c == code),
+            "{}: expected only {code}, got {codes:?}",
+            case.name
+        );
+        covered.insert(code);
+    }
+    let mut missing: Vec<String> = documented_codes().difference(&covered).cloned().collect();
+    missing.retain(|c| c != "E0024");
+    assert!(
+        missing.is_empty(),
+        "codes without a reject case: {missing:?}"
+    );
+}
+
+#[test]
+fn every_run_case_meets_its_expectation_on_the_interpreter() {
+    for case in corpus() {
+        let m = module(&case);
+        let expect = m
+            .case
+            .as_ref()
+            .map(|c| c.expect.clone())
+            .unwrap_or_default();
+        if matches!(expect, Expectation::Reject(_)) {
+            continue;
+        }
+        if let Err(d) = validate(m, &ValidateOptions::default()) {
+            panic!("{}: a run case is rejected: {d:?}", case.name);
+        }
+        let calls =
+            prepare_calls(&case.name, m, 1).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let outcome = run_interp(m, &calls, Mode::Checked, 1, 2);
+        match (&expect, outcome) {
+            (Expectation::Ok, Ok(_)) => {}
+            (Expectation::Fails(class), Err(SequenceError::Run(e))) => {
+                assert_eq!(e.class(), Some(*class), "{}: {e}", case.name)
+            }
+            (expect, Ok(_)) => panic!("{}: expected {expect:?}, the run succeeded", case.name),
+            (_, Err(e)) => panic!("{}: {e}", case.name),
+        }
+    }
+}

@@ -1,10 +1,39 @@
 //! The reference interpreter: the oracle every backend is judged against.
+//!
+//! Design (see also ARCHITECTURE.md):
+//! - each call compiles every program's kernel once ([`compile`]) to a flat,
+//!   register-based bytecode; a register holds one 32-bit word per thread of a
+//!   block and every instruction runs over all lanes in a tight loop under the
+//!   block's active mask (lockstep; `if`/`else` and per-lane loop bounds are
+//!   masks, block-uniform control flow makes this a valid execution);
+//! - a block is a cooperative task with its own registers, program counter and
+//!   mask stack, so it can suspend at a semaphore wait (or, in alternative
+//!   schedules, be preempted after a `gmem` access or a semaphore operation)
+//!   and resume later;
+//! - the scheduler runs tasks of all programs; when every live block waits it
+//!   returns [`RunError::Deadlock`] with the wait-for graph;
+//! - maps without atomics or semaphores have no cross-block order to respect,
+//!   so with detection off their blocks run on all host cores;
+//! - detection ([`detect`]) checks out-of-bounds accesses (always), reads of
+//!   unwritten memory and data races (vector clocks per block and epoch);
+//! - extra schedules rerun the call with random block order and preemption,
+//!   warp-sized thread groups run one after another between barriers, and
+//!   random lane order inside stores and atomics; any difference in outputs is
+//!   [`RunError::Nondeterministic`].
 
-use std::collections::BTreeMap;
+mod compile;
+mod detect;
+mod exec;
 
-use crate::backend::{Backend, RunError, RunOptions};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use compile::{ParamBinding, ProgramCode};
+use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
+
+use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{CallArgs, CallOutputs, HostTensor};
-use crate::ir::Module;
+use crate::ir::{Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident, ScalarType, Type};
 use crate::plan::LaunchPlan;
 
 /// Interpreter options beyond [`RunOptions`].
@@ -18,15 +47,113 @@ pub struct InterpOptions {
     pub extra_schedules: u32,
 }
 
+/// A semaphore wait that could not be met when first reached and was
+/// satisfied later by a block scheduled after the waiter: on a GPU this needs
+/// the waiter and the signaller to be resident at the same time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LateWait {
+    /// The waiting block (`thread` is `None`: waits are block-collective).
+    pub site: Site,
+    pub semaphore: Name,
+    /// Element of the semaphore buffer (instance offset included).
+    pub element: u64,
+    pub amount: i32,
+}
+
+/// What the last call did, beyond its outputs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InterpReport {
+    /// Schedules run: 1 (lockstep) plus the extra ones.
+    pub schedules_run: u32,
+    /// Blocks run to completion in the first schedule.
+    pub blocks_run: u64,
+    /// Whether the first schedule ran blocks on several host threads.
+    pub parallel: bool,
+    /// Waits of the first schedule satisfied by a block scheduled after the waiter.
+    pub late_waits: Vec<LateWait>,
+}
+
+/// A small seeded generator (SplitMix64) for schedules.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+/// A device-resident ref's contents, kept across calls.
+#[derive(Clone, Debug)]
+struct ResidentState {
+    tensor: HostTensor,
+    /// Which words were ever written (for uninitialised-read detection).
+    init: Vec<bool>,
+}
+
 /// Runs maps on host data; owns the device-resident refs across calls.
 #[derive(Default)]
 pub struct Interpreter {
-    residents: BTreeMap<String, HostTensor>,
+    residents: BTreeMap<String, ResidentState>,
+    last_report: Option<InterpReport>,
 }
+
+/// Where a buffer's contents come from at the start of a call.
+#[derive(Clone, Debug)]
+enum Init {
+    Input(Name),
+    Zeroed,
+    Uninitialized,
+    Resident { name: Name, zeroed: bool },
+}
+
+#[derive(Clone, Debug)]
+struct BufferSpec {
+    name: Name,
+    ty: RefType,
+    len: u64,
+    /// Host shape: the owner's block axes, then the ref's shape.
+    shape: Vec<u32>,
+    init: Init,
+}
+
+/// A map's operands bound for one call.
+struct Layout {
+    buffers: Vec<BufferSpec>,
+    /// Output name and buffer, in map order.
+    outputs: Vec<(Name, usize)>,
+}
+
+/// Largest total device memory, in 32-bit words, the interpreter allocates.
+const MAX_WORDS: u64 = 1 << 31;
 
 impl Interpreter {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The report of the last successful or failed call, if any.
+    pub fn last_report(&self) -> Option<&InterpReport> {
+        self.last_report.as_ref()
     }
 
     /// Runs one call of `map` from `module`.
@@ -37,9 +164,498 @@ impl Interpreter {
         args: &CallArgs,
         options: &InterpOptions,
     ) -> Result<CallOutputs, RunError> {
-        let _ = (module, map, args, options);
-        Err(RunError::Backend("interpreter not implemented yet".into()))
+        let map = module
+            .map(map)
+            .ok_or_else(|| RunError::BadArguments(format!("no map named `{map}` in the module")))?;
+        let kernels = map
+            .programs
+            .iter()
+            .map(|p| {
+                module
+                    .kernel(&p.kernel)
+                    .ok_or_else(|| RunError::BadArguments(format!("no kernel named `{}` in the module", p.kernel)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.run_map(map, &module.meshes, &kernels, &module.residents, args, options)
     }
+
+    fn run_map(
+        &mut self,
+        map: &MpmdMap,
+        meshes: &[Mesh],
+        kernels: &[&Kernel],
+        residents: &[Resident],
+        args: &CallArgs,
+        options: &InterpOptions,
+    ) -> Result<CallOutputs, RunError> {
+        self.last_report = None;
+        let (layout, codes) = prepare(map, meshes, kernels, residents, args)?;
+        let detect = options.detect;
+
+        let (bufs, init) = self.make_buffers(&layout, args, residents)?;
+        let mut detector = detect.then(|| detect::Detector {
+            shadow: vec![vec![]; bufs.len()],
+            init,
+            ..Default::default()
+        });
+        let parallel = !detect
+            && codes.iter().all(|c| !c.synchronises)
+            && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
+            && codes.iter().map(|c| c.block_count).sum::<u64>() > 1;
+        let mut report = InterpReport { schedules_run: 1, parallel, ..Default::default() };
+        let first = if parallel {
+            run_parallel(&codes, &bufs)
+        } else {
+            run_sequential(&codes, &bufs, detector.as_mut(), None, Some(&mut report.late_waits))
+        };
+        let blocks = match first {
+            Ok(b) => b,
+            Err(e) => {
+                self.last_report = Some(report);
+                return Err(e);
+            }
+        };
+        report.blocks_run = blocks;
+        let outputs = collect_outputs(&layout, &bufs);
+
+        for k in 1..=options.extra_schedules {
+            report.schedules_run += 1;
+            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents)?;
+            let mut alt_detector = detect.then(|| detect::Detector {
+                shadow: vec![vec![]; alt_bufs.len()],
+                init: alt_init,
+                ..Default::default()
+            });
+            let seed = options.run.seed.wrapping_add(k as u64).wrapping_mul(0x2545_F491_4F6C_DD1D);
+            let mut alt = AltSchedule::new(Rng::new(seed), true, k % 2 == 1 || codes.iter().all(|c| c.threads <= 32), true);
+            let result = run_sequential(&codes, &alt_bufs, alt_detector.as_mut(), Some(&mut alt), None);
+            if let Err(e) = result {
+                self.last_report = Some(report);
+                return Err(e);
+            }
+            let alt_outputs = collect_outputs(&layout, &alt_bufs);
+            if let Some(detail) = first_difference(&outputs, &alt_outputs, k, options.run.seed) {
+                self.last_report = Some(report);
+                return Err(RunError::Nondeterministic { detail });
+            }
+        }
+
+        // Device-resident refs keep the first schedule's final contents.
+        for (i, spec) in layout.buffers.iter().enumerate() {
+            if let Init::Resident { name, .. } = &spec.init {
+                let words: Vec<u32> = bufs[i].words.iter().map(|w| w.load(Relaxed)).collect();
+                let init = match &detector {
+                    Some(d) => d.init[i].clone(),
+                    // Without detection nothing tracks writes: count every word as written.
+                    None => vec![true; words.len()],
+                };
+                let tensor = HostTensor { elem: spec.ty.elem, shape: spec.shape.clone(), words };
+                self.residents.insert(name.clone(), ResidentState { tensor, init });
+            }
+        }
+        self.last_report = Some(report);
+        Ok(CallOutputs { outputs })
+    }
+
+    /// Fresh device buffers for one schedule, and which words start initialised.
+    fn make_buffers(
+        &self,
+        layout: &Layout,
+        args: &CallArgs,
+        residents: &[Resident],
+    ) -> Result<(Vec<GlobalBuf>, Vec<Vec<bool>>), RunError> {
+        let mut bufs = Vec::with_capacity(layout.buffers.len());
+        let mut inits = Vec::with_capacity(layout.buffers.len());
+        for spec in &layout.buffers {
+            let len = spec.len as usize;
+            let (words, init): (Vec<u32>, Vec<bool>) = match &spec.init {
+                Init::Input(name) => {
+                    let t = args
+                        .inputs
+                        .get(name)
+                        .ok_or_else(|| RunError::BadArguments(format!("missing input `{name}`")))?;
+                    if t.words.len() != len {
+                        return Err(RunError::BadArguments(format!(
+                            "input `{name}` has {} elements, expected {len}",
+                            t.words.len()
+                        )));
+                    }
+                    (t.words.clone(), vec![true; len])
+                }
+                Init::Zeroed => (vec![0; len], vec![true; len]),
+                Init::Uninitialized => (vec![0; len], vec![false; len]),
+                Init::Resident { name, zeroed } => match self.residents.get(name) {
+                    Some(r) if r.tensor.words.len() == len => (r.tensor.words.clone(), r.init.clone()),
+                    Some(r) => {
+                        return Err(RunError::BadArguments(format!(
+                            "resident `{name}` holds {} elements, the map binds {len}",
+                            r.tensor.words.len()
+                        )))
+                    }
+                    None => {
+                        let zeroed = *zeroed
+                            || spec.ty.space == MemorySpace::Sem
+                            || residents.iter().any(|r| &r.name == name && r.zeroed);
+                        (vec![0; len], vec![zeroed; len])
+                    }
+                },
+            };
+            bufs.push(GlobalBuf { words: words.into_iter().map(AtomicU32::new).collect() });
+            inits.push(init);
+        }
+        Ok((bufs, inits))
+    }
+}
+
+/// Binds operands to buffers and compiles every program.
+fn prepare(
+    map: &MpmdMap,
+    meshes: &[Mesh],
+    kernels: &[&Kernel],
+    residents: &[Resident],
+    args: &CallArgs,
+) -> Result<(Layout, Vec<ProgramCode>), RunError> {
+    let find_mesh = |name: &str| {
+        meshes
+            .iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| RunError::BadArguments(format!("unknown mesh `{name}`")))
+    };
+    #[derive(Clone)]
+    enum Bound {
+        Scalar(ScalarType, u32),
+        Buffer(usize, RefType),
+        Smem(RefType),
+    }
+    let mut buffers: Vec<BufferSpec> = vec![];
+    let mut bound: Vec<Bound> = vec![];
+    let mut by_name: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut outputs = vec![];
+    let mut total_words = 0u64;
+    for (kind, op) in map.operands() {
+        let r = match &op.ty {
+            Type::Scalar(t) => {
+                let v = args
+                    .scalars
+                    .get(&op.name)
+                    .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{}`", op.name)))?;
+                if v.ty() != *t {
+                    return Err(RunError::BadArguments(format!(
+                        "scalar `{}` is `{t}`, the call passes a `{}`",
+                        op.name,
+                        v.ty()
+                    )));
+                }
+                bound.push(Bound::Scalar(*t, v.to_bits()));
+                continue;
+            }
+            Type::Ref(r) => r,
+        };
+        match r.space {
+            MemorySpace::Smem => {
+                bound.push(Bound::Smem(r.clone()));
+                continue;
+            }
+            MemorySpace::Local => {
+                return Err(RunError::Backend(format!("operand `{}` is in local memory", op.name)));
+            }
+            MemorySpace::Gmem | MemorySpace::Sem => {}
+        }
+        let alias = map.aliases.iter().find(|a| a.output == op.name).map(|a| a.input.as_str());
+        let index = if let (OperandKind::Output, Some(input)) = (kind, alias) {
+            *by_name
+                .get(input)
+                .ok_or_else(|| RunError::BadArguments(format!("output `{}` aliases unknown input `{input}`", op.name)))?
+        } else {
+            let (instances, mut shape) = match &r.owner {
+                Some(owner) => {
+                    let m = find_mesh(owner)?;
+                    (m.block_count(), m.block_axes().map(|a| a.size).collect::<Vec<_>>())
+                }
+                None => (1, vec![]),
+            };
+            shape.extend_from_slice(&r.shape);
+            let len = instances * r.len();
+            total_words += len;
+            if total_words > MAX_WORDS {
+                return Err(RunError::Refused { reason: format!("operands need more than {MAX_WORDS} words") });
+            }
+            let init = if op.resident {
+                let decl = residents.iter().find(|d| d.name == op.name).ok_or_else(|| {
+                    RunError::BadArguments(format!("`{}` is bound to a resident the module does not declare", op.name))
+                })?;
+                Init::Resident { name: op.name.clone(), zeroed: decl.zeroed }
+            } else if r.space == MemorySpace::Sem || op.zeroed {
+                Init::Zeroed
+            } else if kind == OperandKind::Input {
+                Init::Input(op.name.clone())
+            } else {
+                Init::Uninitialized
+            };
+            buffers.push(BufferSpec { name: op.name.clone(), ty: r.clone(), len, shape, init });
+            buffers.len() - 1
+        };
+        by_name.insert(&op.name, index);
+        if kind == OperandKind::Output {
+            outputs.push((op.name.clone(), index));
+        }
+        bound.push(Bound::Buffer(index, r.clone()));
+    }
+
+    let mut codes = vec![];
+    for (i, (program, kernel)) in map.programs.iter().zip(kernels).enumerate() {
+        let mesh = find_mesh(&program.mesh)?;
+        let mut smem = vec![];
+        let bindings = bound
+            .iter()
+            .map(|b| match b {
+                Bound::Scalar(ty, bits) => ParamBinding::Scalar { ty: *ty, bits: *bits },
+                Bound::Buffer(buffer, ty) => ParamBinding::Global { buffer: *buffer, ty: ty.clone() },
+                Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
+                    smem.push(ty.len());
+                    ParamBinding::Smem { slot: smem.len() - 1, ty: ty.clone() }
+                }
+                Bound::Smem(_) => ParamBinding::Foreign,
+            })
+            .collect::<Vec<_>>();
+        codes.push(compile::compile(i, kernel, mesh, meshes, &bindings, smem)?);
+    }
+    let tasks: u64 = codes.iter().map(|c| c.block_count).sum();
+    if tasks > u32::MAX as u64 {
+        return Err(RunError::Refused { reason: format!("{tasks} blocks in one call (at most {})", u32::MAX) });
+    }
+    Ok((Layout { buffers, outputs }, codes))
+}
+
+fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<Name, HostTensor> {
+    layout
+        .outputs
+        .iter()
+        .map(|(name, i)| {
+            let spec = &layout.buffers[*i];
+            let words = bufs[*i].words.iter().map(|w| w.load(Relaxed)).collect();
+            (name.clone(), HostTensor { elem: spec.ty.elem, shape: spec.shape.clone(), words })
+        })
+        .collect()
+}
+
+/// The first output element that differs between two schedules (NaN payloads
+/// and the sign of zero ignored, as in comparisons).
+fn first_difference(
+    a: &BTreeMap<Name, HostTensor>,
+    b: &BTreeMap<Name, HostTensor>,
+    schedule: u32,
+    seed: u64,
+) -> Option<String> {
+    for (name, x) in a {
+        let y = b.get(name)?;
+        for (i, (&u, &v)) in x.words.iter().zip(&y.words).enumerate() {
+            let same = if x.elem == ScalarType::F32 {
+                let (f, g) = (f32::from_bits(u), f32::from_bits(v));
+                u == v || f == g || (f.is_nan() && g.is_nan())
+            } else {
+                u == v
+            };
+            if !same {
+                return Some(format!(
+                    "output `{name}` element {i} is {} in the lockstep schedule and {} in extra schedule {schedule} (seed {seed})",
+                    show(x.get(i)),
+                    show(y.get(i))
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn show(v: Literal) -> String {
+    match v {
+        Literal::F32(b) => format!("{:?}", b.to_f32()),
+        Literal::I32(x) => x.to_string(),
+        Literal::U32(x) => x.to_string(),
+        Literal::Bool(x) => x.to_string(),
+    }
+}
+
+fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
+    let mut acc = 0;
+    codes
+        .iter()
+        .map(|c| {
+            let o = acc;
+            acc += c.block_count;
+            o
+        })
+        .collect()
+}
+
+/// Runs independent blocks (no atomics, no semaphores) on all host cores; the
+/// error of the lowest block wins so that reports do not depend on timing.
+fn run_parallel(codes: &[ProgramCode], bufs: &[GlobalBuf]) -> Result<u64, RunError> {
+    let offsets = task_offsets(codes);
+    let total: u64 = codes.iter().map(|c| c.block_count).sum();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(total as usize).max(1) as u64;
+    let offsets = &offsets;
+    let results: Vec<Result<u64, RunError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let range = total * w / workers..total * (w + 1) / workers;
+                s.spawn(move || {
+                    let mut env = Env {
+                        bufs,
+                        detect: None,
+                        alt: None,
+                        signalled: false,
+                        late_waits: None,
+                        codes,
+                        task_offsets: offsets,
+                    };
+                    let mut states: Vec<Option<BlockState>> = codes.iter().map(|_| None).collect();
+                    for task in range.clone() {
+                        let p = offsets.iter().rposition(|&o| o <= task).unwrap_or(0);
+                        let code = &codes[p];
+                        let st = states[p].get_or_insert_with(|| BlockState::new(code, false));
+                        st.reset(code, task as u32, task - offsets[p]);
+                        match st.run(code, &mut env)? {
+                            Status::Done => {}
+                            other => {
+                                return Err(RunError::Backend(format!(
+                                    "block of an independent program stopped early: {other:?}"
+                                )))
+                            }
+                        }
+                    }
+                    Ok(range.end - range.start)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Backend("interpreter worker panicked".into()))))
+            .collect()
+    });
+    let mut blocks = 0;
+    for r in results {
+        blocks += r?;
+    }
+    Ok(blocks)
+}
+
+/// The cooperative scheduler: lockstep (in order) when `alt` is `None`,
+/// otherwise random order with preemption.
+fn run_sequential(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    detect: Option<&mut detect::Detector>,
+    mut alt: Option<&mut AltSchedule>,
+    late_waits: Option<&mut Vec<LateWait>>,
+) -> Result<u64, RunError> {
+    let offsets = task_offsets(codes);
+    let total: u64 = codes.iter().map(|c| c.block_count).sum();
+    let detecting = detect.is_some();
+    // Alternative schedules start blocks in a random order, a few at a time.
+    let start_order: Option<Vec<u32>> = alt.as_deref_mut().map(|a| {
+        let mut order: Vec<u32> = (0..total as u32).collect();
+        a.rng.shuffle(&mut order);
+        order
+    });
+    const WINDOW: usize = 8;
+    let mut env = Env {
+        bufs,
+        detect,
+        alt,
+        signalled: false,
+        late_waits,
+        codes,
+        task_offsets: &offsets,
+    };
+    let mut pools: Vec<Vec<BlockState>> = codes.iter().map(|_| vec![]).collect();
+    let mut live: BTreeMap<u32, BlockState> = BTreeMap::new();
+    let mut ready: VecDeque<u32> = VecDeque::new();
+    let mut waiting: Vec<(u32, Status)> = vec![];
+    let mut next_start = 0u64;
+    let mut done = 0u64;
+    let program_of = |task: u32| offsets.iter().rposition(|&o| o <= task as u64).unwrap_or(0);
+    loop {
+        let can_start = next_start < total;
+        let task = match env.alt.as_deref_mut() {
+            None => match ready.pop_front() {
+                Some(t) => t,
+                None if can_start => {
+                    next_start += 1;
+                    (next_start - 1) as u32
+                }
+                None => break,
+            },
+            Some(a) => {
+                let prefer_ready = !ready.is_empty() && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
+                if prefer_ready {
+                    let i = a.rng.below(ready.len() as u64) as usize;
+                    ready.swap_remove_back(i).expect("index in range")
+                } else if can_start {
+                    next_start += 1;
+                    start_order.as_ref().map_or(next_start as u32 - 1, |o| o[next_start as usize - 1])
+                } else {
+                    break;
+                }
+            }
+        };
+        let p = program_of(task);
+        let code = &codes[p];
+        let mut st = match live.remove(&task) {
+            Some(st) => st,
+            None => {
+                let mut st = pools[p].pop().unwrap_or_else(|| BlockState::new(code, detecting));
+                st.reset(code, task, task as u64 - offsets[p]);
+                st
+            }
+        };
+        let status = st.run(code, &mut env)?;
+        match status {
+            Status::Done => {
+                done += 1;
+                pools[p].push(st);
+            }
+            Status::Yielded => {
+                ready.push_back(task);
+                live.insert(task, st);
+            }
+            blocked @ Status::Blocked { .. } => {
+                waiting.push((task, blocked));
+                live.insert(task, st);
+            }
+        }
+        if env.signalled {
+            env.signalled = false;
+            ready.extend(waiting.drain(..).map(|(t, _)| t));
+        }
+    }
+    if !waiting.is_empty() {
+        return Err(deadlock(codes, &offsets, bufs, &waiting));
+    }
+    Ok(done)
+}
+
+/// The wait-for graph of a deadlock: every waiting block, what it waits for,
+/// and the semaphore's count.
+fn deadlock(codes: &[ProgramCode], offsets: &[u64], bufs: &[GlobalBuf], waiting: &[(u32, Status)]) -> RunError {
+    let mut lines = vec!["wait-for graph (no live block can signal):".to_string()];
+    let mut sorted: Vec<&(u32, Status)> = waiting.iter().collect();
+    sorted.sort_by_key(|(t, _)| *t);
+    for (task, status) in sorted {
+        let p = offsets.iter().rposition(|&o| o <= *task as u64).unwrap_or(0);
+        let code = &codes[p];
+        if let Status::Blocked { buf, addr, amount, name } = status {
+            let count = bufs[*buf].words[*addr as usize].load(Relaxed) as i32;
+            lines.push(format!(
+                "  program {} ({}), block {} waits on `{name}` element {addr} for {amount} (count is {count})",
+                code.program,
+                code.kernel,
+                *task as u64 - offsets[p]
+            ));
+        }
+    }
+    RunError::Deadlock { wait_for_graph: lines.join("\n") }
 }
 
 impl Backend for Interpreter {
@@ -47,17 +663,21 @@ impl Backend for Interpreter {
         "interp"
     }
 
-    fn run(
-        &mut self,
-        plan: &LaunchPlan,
-        args: &CallArgs,
-        options: &RunOptions,
-    ) -> Result<CallOutputs, RunError> {
-        let _ = (plan, args, options);
-        Err(RunError::Backend("interpreter not implemented yet".into()))
+    /// Runs the plan's IR (map, meshes, the units' kernels, residents), not
+    /// its derived parts, so that lowering bugs show up as disagreements.
+    fn run(&mut self, plan: &LaunchPlan, args: &CallArgs, options: &RunOptions) -> Result<CallOutputs, RunError> {
+        let kernels = (0..plan.map.programs.len())
+            .map(|i| {
+                plan.unit_of_program(i)
+                    .map(|u| &u.kernel)
+                    .ok_or_else(|| RunError::Backend(format!("the plan has no unit for program {i}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let interp = InterpOptions { run: options.clone(), detect: options.mode == Mode::Checked, extra_schedules: 0 };
+        self.run_map(&plan.map, &plan.meshes, &kernels, &plan.residents, args, &interp)
     }
 
     fn resident(&self, name: &str) -> Option<HostTensor> {
-        self.residents.get(name).cloned()
+        self.residents.get(name).map(|r| r.tensor.clone())
     }
 }

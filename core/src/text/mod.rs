@@ -7,7 +7,11 @@ use std::collections::HashMap;
 
 use thiserror::Error;
 
-use crate::ir::{IrPath, Module};
+use crate::ir::{Expr, IrPath, Literal, Module, Stmt, Type};
+
+mod lexer;
+mod parser;
+mod printer;
 
 /// A place in source text. Lines and columns are 1-based; offsets are bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -38,8 +42,8 @@ impl SourceMap {
     }
 }
 
-/// A syntax error. `Display` renders line, column, the source line with a
-/// caret under the column, and what was expected.
+/// A syntax error. `Display` gives `line:column: message`;
+/// [`ParseError::render`] gives the rustc-style report with the excerpt.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error("{line}:{column}: {message}")]
 pub struct ParseError {
@@ -50,23 +54,111 @@ pub struct ParseError {
     pub excerpt: String,
 }
 
+impl ParseError {
+    /// The error as rustc prints one, naming `file`:
+    ///
+    /// ```text
+    /// error: expected `;` after statement, found `}`
+    ///  --> scale.mpmd:3:18
+    ///   |
+    /// 3 |   let x: u32 = 1u
+    ///   |                  ^
+    /// ```
+    pub fn render(&self, file: &str) -> String {
+        render_diagnostic(
+            "error",
+            &self.message,
+            file,
+            self.line,
+            self.column,
+            &self.excerpt,
+        )
+    }
+}
+
+/// The source line `line` of `src` and a caret line under `column` (both
+/// 1-based; a column past the end points just after the line). Tabs before
+/// the column are kept in the caret line so that the caret lines up.
+pub fn excerpt(src: &str, line: u32, column: u32) -> String {
+    let text = src
+        .split('\n')
+        .nth(line.saturating_sub(1) as usize)
+        .unwrap_or("")
+        .trim_end_matches('\r');
+    let pad: String = text
+        .chars()
+        .chain(std::iter::repeat(' '))
+        .take(column.saturating_sub(1) as usize)
+        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .collect();
+    format!("{text}\n{pad}^")
+}
+
+/// A rustc-style report: `{severity}: {message}`, ` --> file:line:column`,
+/// and `excerpt` (as made by [`excerpt`]) under a line-number gutter.
+pub fn render_diagnostic(
+    severity: &str,
+    message: &str,
+    file: &str,
+    line: u32,
+    column: u32,
+    excerpt: &str,
+) -> String {
+    let number = line.to_string();
+    let gutter = " ".repeat(number.len());
+    let mut out =
+        format!("{severity}: {message}\n{gutter}--> {file}:{line}:{column}\n{gutter} |\n");
+    let mut lines = excerpt.lines();
+    if let Some(source) = lines.next() {
+        out.push_str(&format!("{number} | {source}\n"));
+    }
+    for caret in lines {
+        out.push_str(&format!("{gutter} | {caret}\n"));
+    }
+    out
+}
+
 /// Parses a whole `.mpmd` file.
 pub fn parse(src: &str) -> Result<(Module, SourceMap), ParseError> {
-    let _ = src;
-    Err(ParseError {
-        line: 1,
-        column: 1,
-        message: "parser not implemented yet".into(),
-        excerpt: String::new(),
-    })
+    parser::parse_module(src)
+}
+
+/// Parses a single expression (the whole of `src`), as [`print_expr`] prints it.
+pub fn parse_expr(src: &str) -> Result<Expr, ParseError> {
+    parser::parse_expr_only(src)
 }
 
 /// Prints a module in canonical form.
 pub fn print(module: &Module) -> String {
-    format!("{module:?}")
+    printer::write_module(module)
 }
 
 /// Prints one expression in canonical form (used by diagnostics).
-pub fn print_expr(expr: &crate::ir::Expr) -> String {
-    format!("{expr:?}")
+pub fn print_expr(expr: &Expr) -> String {
+    let mut out = String::new();
+    printer::write_expr(&mut out, expr);
+    out
+}
+
+/// Prints one statement in canonical form, without indentation; an `if` or
+/// `for` spans several lines. No trailing newline.
+pub fn print_stmt(stmt: &Stmt) -> String {
+    let mut out = String::new();
+    printer::write_stmt(&mut out, stmt, 0);
+    out.pop();
+    out
+}
+
+/// Prints a parameter or operand type (`u32`, `gmem<f32[4, 256]> @ m`).
+pub fn print_type(ty: &Type) -> String {
+    let mut out = String::new();
+    printer::write_type(&mut out, ty);
+    out
+}
+
+/// Prints a literal (`1.0`, `-7`, `7u`, `true`, `nan`, `f32_bits(0x7fc00001)`).
+pub fn print_literal(lit: Literal) -> String {
+    let mut out = String::new();
+    printer::write_literal(&mut out, lit);
+    out
 }

@@ -1,0 +1,355 @@
+//! Runs `mpmd check` and `mpmd run --backend interp` on every example and
+//! checks every output value exactly (the examples use `iota` inputs, so the
+//! expected values are closed forms of the index).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use mpmd_cli::npy;
+use mpmd_core::ir::ScalarType;
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+fn example(name: &str) -> PathBuf {
+    examples_dir().join(format!("{name}.mpmd"))
+}
+
+fn mpmd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mpmd"))
+        .args(args)
+        .output()
+        .expect("the mpmd binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Every example with the checker of its outputs (files written by `--out`).
+const EXAMPLES: &[(&str, fn(&Path))] = &[
+    ("elementwise", check_elementwise),
+    ("block_reduce", check_block_reduce),
+    ("histogram", check_histogram),
+    ("split_grids", check_split_grids),
+    ("producer_consumer", check_producer_consumer),
+    ("pipeline", check_pipeline),
+    ("handshake", check_handshake),
+    ("handoff", check_handoff),
+];
+
+fn read_f32(dir: &Path, file: &str) -> (Vec<u32>, Vec<f32>) {
+    let tensor = npy::read(&dir.join(file)).expect("output file");
+    assert_eq!(tensor.elem, ScalarType::F32, "{file}");
+    (tensor.shape.clone(), tensor.to_f32())
+}
+
+fn read_u32(dir: &Path, file: &str) -> (Vec<u32>, Vec<u32>) {
+    let tensor = npy::read(&dir.join(file)).expect("output file");
+    assert_eq!(tensor.elem, ScalarType::U32, "{file}");
+    (tensor.shape, tensor.words)
+}
+
+fn expect_f32(dir: &Path, file: &str, len: usize, value: impl Fn(usize) -> f32) {
+    let (shape, values) = read_f32(dir, file);
+    assert_eq!(shape, vec![len as u32], "{file}");
+    let expected: Vec<f32> = (0..len).map(value).collect();
+    assert_eq!(values, expected, "{file}");
+}
+
+fn check_elementwise(dir: &Path) {
+    expect_f32(dir, "y.npy", 256, |i| 2.0 * i as f32 + 1.0);
+}
+
+fn check_block_reduce(dir: &Path) {
+    expect_f32(dir, "sums.npy", 4, |b| (4096 * b + 2016) as f32);
+}
+
+fn check_histogram(dir: &Path) {
+    assert_eq!(read_u32(dir, "hist.npy"), (vec![16], vec![64; 16]));
+}
+
+fn check_split_grids(dir: &Path) {
+    expect_f32(dir, "y.npy", 512, |i| {
+        if i < 256 {
+            2.0 * i as f32
+        } else {
+            i as f32 + 100.0
+        }
+    });
+}
+
+fn check_producer_consumer(dir: &Path) {
+    expect_f32(dir, "y.npy", 256, |i| 3.0 * i as f32 + 1.0);
+}
+
+fn check_pipeline(dir: &Path) {
+    expect_f32(dir, "y.npy", 128, |i| ((2 * i + 1) * (2 * i + 1)) as f32);
+}
+
+fn check_handshake(dir: &Path) {
+    expect_f32(dir, "y.npy", 64, |i| 2.0 * i as f32 + 2.5);
+}
+
+fn check_handoff(dir: &Path) {
+    assert_eq!(read_u32(dir, "0_send_sent.npy"), (vec![2], vec![1, 2]));
+    expect_f32(dir, "1_receive_y.npy", 128, |i| 10.0 * i as f32 + 1.0);
+}
+
+#[test]
+fn every_example_file_is_listed() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(examples_dir())
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.unwrap().path();
+            (path.extension()? == "mpmd").then(|| path.file_stem()?.to_str().map(String::from))?
+        })
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = EXAMPLES.iter().map(|(n, _)| n.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed);
+    assert!(listed.len() >= 8);
+}
+
+#[test]
+fn every_example_checks() {
+    let files: Vec<String> = EXAMPLES
+        .iter()
+        .map(|(n, _)| example(n).display().to_string())
+        .collect();
+    let mut args = vec!["check"];
+    args.extend(files.iter().map(String::as_str));
+    let output = mpmd(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let expected: String = files.iter().map(|f| format!("{f}: ok\n")).collect();
+    assert_eq!(stdout(&output), expected);
+}
+
+#[test]
+fn every_example_runs_on_the_interpreter_with_exact_outputs() {
+    for (name, check) in EXAMPLES {
+        for checked in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let file = example(name);
+            let mut args = vec![
+                "run",
+                file.to_str().unwrap(),
+                "--backend",
+                "interp",
+                "--seed",
+                "7",
+                "--out",
+                dir.path().to_str().unwrap(),
+            ];
+            if checked {
+                args.push("--checked");
+            }
+            let output = mpmd(&args);
+            assert!(
+                output.status.success(),
+                "{name} (checked: {checked}): {}",
+                stderr(&output)
+            );
+            check(dir.path());
+        }
+    }
+}
+
+#[test]
+fn run_prints_a_summary_per_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let output = mpmd(&["run", example("histogram").to_str().unwrap(), "--out", out]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let path = dir.path().join("hist.npy");
+    assert_eq!(
+        stdout(&output),
+        format!(
+            "call 0: map `histogram`\n  hist: u32[16] first [64, 64, 64, 64, 64, 64, 64, 64, ...] min 64 max 64 sum 1024 -> {}\n",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn run_takes_inputs_from_npy_files_and_scalars_from_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let x: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();
+    let x_path = dir.path().join("x.npy");
+    npy::write(&x_path, &mpmd_core::HostTensor::from_f32(vec![256], &x)).unwrap();
+    let out = dir.path().join("out");
+    let output = mpmd(&[
+        "run",
+        example("elementwise").to_str().unwrap(),
+        "--input",
+        &format!("x={}", x_path.display()),
+        "--scalar",
+        "alpha=-0.5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    expect_f32(&out, "y.npy", 256, |i| x[i] * -0.5 + 1.0);
+}
+
+#[test]
+fn generated_inputs_depend_only_on_the_seed() {
+    // Without a case generator the default is uniform in [-1, 1).
+    let dir = tempfile::tempdir().unwrap();
+    let source = std::fs::read_to_string(example("elementwise")).unwrap();
+    let file = dir.path().join("random.mpmd");
+    std::fs::write(&file, source.replace("generate x = iota;", "")).unwrap();
+    let run = |seed: &str, out: &str| {
+        let out = dir.path().join(out);
+        let output = mpmd(&[
+            "run",
+            file.to_str().unwrap(),
+            "--seed",
+            seed,
+            "--scalar",
+            "alpha=1.0",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        read_f32(&out, "y.npy").1
+    };
+    let first = run("5", "a");
+    assert_eq!(first, run("5", "b"));
+    assert_ne!(first, run("6", "c"));
+    assert!(first.iter().all(|y| (0.0..2.0).contains(y)));
+}
+
+#[test]
+fn run_errors_are_one_line_and_exit_1() {
+    let file = example("elementwise");
+    let file = file.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", file, "--backend", "wgpu"],
+            "error: backend `wgpu` is not built yet\n",
+        ),
+        (
+            &["run", file, "--scalar", "beta=1.0"],
+            "error: --scalar `beta`: no called map has a scalar of that name\n",
+        ),
+        (
+            &["run", file, "--scalar", "alpha=abc"],
+            "error: --scalar `alpha=abc`: not a f32 value\n",
+        ),
+        (
+            &["run", file, "--input", "x"],
+            "error: --input `x` is not NAME=VALUE\n",
+        ),
+    ];
+    for (args, message) in cases {
+        let output = mpmd(args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr(&output), *message, "{args:?}");
+    }
+}
+
+#[test]
+fn lower_prints_the_plan_in_topological_order() {
+    let output = mpmd(&[
+        "lower",
+        "--target",
+        "plan",
+        example("pipeline").to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("plan for map `pipeline`: 3 program(s)\n"),
+        "{text}"
+    );
+    assert!(text.contains(
+        "  unit 0: program 1 `scale` on mesh `m1`: 2 block(s) x 64 thread(s), smem 0 bytes\n"
+    ));
+    assert!(text.contains("  edges: unit 0 -> unit 1 via `s12`, unit 1 -> unit 2 via `s23`\n"));
+    assert!(text.contains("  cycle: no\n"));
+
+    let handshake = stdout(&mpmd(&["lower", example("handshake").to_str().unwrap()]));
+    assert!(
+        handshake.contains("  cycle: yes\n  needs co-residency: yes\n"),
+        "{handshake}"
+    );
+
+    let handoff = stdout(&mpmd(&[
+        "lower",
+        example("handoff").to_str().unwrap(),
+        "--map",
+        "send",
+    ]));
+    assert!(handoff.contains("external meshes: ext\n"), "{handoff}");
+    assert!(!handoff.contains("map `receive`"));
+}
+
+#[test]
+fn lower_to_an_unbuilt_target_exits_2() {
+    for target in ["cuda", "wgsl"] {
+        let output = mpmd(&[
+            "lower",
+            "--target",
+            target,
+            example("elementwise").to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(2));
+        assert_eq!(
+            stderr(&output),
+            format!("error: target `{target}` is not built yet\n")
+        );
+    }
+}
+
+#[test]
+fn check_reports_syntax_errors_with_line_and_caret() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broken.mpmd");
+    std::fs::write(&file, "mesh m {\n  grid [b = 4]\n  threads t = 64;\n}\n").unwrap();
+    let output = mpmd(&["check", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "error: expected `;` after the `grid` axes, found keyword `threads`\n \
+             --> {}:2:15\n  |\n2 |   grid [b = 4]\n  |               ^\n\
+             error: 1 of 1 file(s) rejected\n",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn check_reports_validation_errors_and_keeps_going() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.mpmd");
+    let source = std::fs::read_to_string(example("elementwise")).unwrap();
+    std::fs::write(
+        &bad,
+        source.replace("programs [m: axpb]", "programs [nowhere: axpb]"),
+    )
+    .unwrap();
+    let good = example("histogram");
+    let output = mpmd(&["check", bad.to_str().unwrap(), good.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(stdout(&output), format!("{}: ok\n", good.display()));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "error[E0002]: program 0 of map `axpb` runs on `nowhere`, which is not a mesh of the module\n  \
+             --> {file}:18:13\n   |\n18 |   programs [nowhere: axpb];\n   |             ^^^^^^^^^^^^^\n   \
+             = rule: a program, operand owner or resident owner names a mesh declared in the module\n   \
+             = help: declare `mesh nowhere {{ ... }}` or name an existing mesh\n\
+             error: `{file}` has 1 error(s)\n\
+             error: 1 of 2 file(s) rejected\n",
+            file = bad.display()
+        )
+    );
+}

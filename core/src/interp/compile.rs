@@ -1,0 +1,702 @@
+//! Compiles a kernel body to a flat, register-based bytecode.
+//!
+//! Every register is a vector with one 32-bit word per thread of the block;
+//! every instruction processes all lanes of the block in one tight loop, so
+//! dispatch overhead is paid once per block, not once per thread. Control flow
+//! is flat (jumps plus a mask stack) so that a block can suspend at any
+//! instruction, e.g. a semaphore wait, and resume from its program counter.
+
+use std::collections::HashMap;
+
+use crate::backend::RunError;
+use crate::ir::{
+    AtomicOp, BinaryOp, Expr, Kernel, MathFn, MemorySpace, Mesh, RefAccess, RefType, ScalarType,
+    SemOp, Stmt, UnaryOp,
+};
+
+pub(crate) type Reg = usize;
+
+/// How a register is filled before a block runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RegInit {
+    /// A temporary or variable: written by instructions.
+    Temp,
+    /// The same value on every lane (literal, scalar parameter, axis size).
+    Const(u32),
+    /// The lane (thread) index.
+    Lane,
+    /// `(block_id / stride) % size`: a grid or cluster axis index.
+    BlockAxis { stride: u64, size: u32 },
+}
+
+/// Which memory an access reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A device buffer of the call (index into the call's buffers).
+    Global(usize),
+    /// A per-block `smem` slot of this program.
+    Smem(usize),
+    /// A per-thread local array.
+    Local(usize),
+}
+
+/// Which instance of an owned ref plain indexing reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OwnInstance {
+    /// Unowned refs, `smem` and locals: the only instance.
+    Zero,
+    /// Owned by the program's own mesh: the block's own instance.
+    Block,
+}
+
+/// A compiled ref access: the target, its per-dimension index registers and,
+/// for `@[coords]`, the owner's block-coordinate registers.
+#[derive(Clone, Debug)]
+pub(crate) struct Access {
+    pub target: Target,
+    pub name: String,
+    /// (index register, extent, index type is signed).
+    pub dims: Vec<(Reg, u32, bool)>,
+    pub coords: Option<Vec<(Reg, u32, bool)>>,
+    pub own: OwnInstance,
+    /// Elements in one instance.
+    pub inst_len: u64,
+    pub elem: ScalarType,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BinKind {
+    IAdd,
+    ISub,
+    IMul,
+    SDiv,
+    UDiv,
+    SRem,
+    URem,
+    FAdd,
+    FSub,
+    FMul,
+    FDiv,
+    FRem,
+    And,
+    Or,
+    Xor,
+    Shl,
+    SShr,
+    UShr,
+    LogicAnd,
+    LogicOr,
+    Eq,
+    Ne,
+    BEq,
+    BNe,
+    FEq,
+    FNe,
+    SLt,
+    ULt,
+    FLt,
+    SLe,
+    ULe,
+    FLe,
+    SMin,
+    UMin,
+    FMin,
+    SMax,
+    UMax,
+    FMax,
+    FPow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnKind {
+    Copy,
+    INeg,
+    FNeg,
+    LogicNot,
+    BitNot,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    FAbs,
+    IAbs,
+    Floor,
+    Ceil,
+    F2I,
+    F2U,
+    I2F,
+    U2F,
+    F2B,
+    I2B,
+    B2F,
+    B2I,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Instr {
+    Bin { op: BinKind, dst: Reg, a: Reg, b: Reg },
+    Un { op: UnKind, dst: Reg, a: Reg },
+    Select { dst: Reg, c: Reg, a: Reg, b: Reg },
+    Fma { dst: Reg, a: Reg, b: Reg, c: Reg },
+    /// Masked copy (assignment to a variable).
+    Mov { dst: Reg, src: Reg },
+    /// Masked `var += 1` (loop step).
+    Inc { var: Reg },
+    Load { dst: Reg, acc: Box<Access> },
+    Store { acc: Box<Access>, src: Reg },
+    Atomic { op: AtomicOp, signed: bool, acc: Box<Access>, args: [Reg; 2], dst: Option<Reg> },
+    /// A `local` array declaration: its elements become unwritten.
+    LocalDecl { id: usize },
+    /// Push the mask, narrow it to `cond`; jump to `else_pc` when no lane is left.
+    IfThen { cond: Reg, else_pc: usize },
+    /// Mask = saved & !cond; jump to `end_pc` when no lane is left.
+    Else { cond: Reg, end_pc: usize },
+    PushMask,
+    PopMask,
+    /// Narrow the mask to lanes with `var < end`; leave the loop when none is left.
+    LoopTest { var: Reg, end: Reg, signed: bool, exit_pc: usize },
+    Jump { pc: usize },
+    Barrier,
+    Sem { op: SemOp, acc: Box<Access>, amount: Reg },
+    SemRead { dst: Reg, acc: Box<Access> },
+    End,
+}
+
+impl Instr {
+    /// Block-collective instructions: warp groups synchronise here.
+    pub fn is_boundary(&self) -> bool {
+        matches!(self, Instr::Barrier | Instr::Sem { .. } | Instr::SemRead { .. } | Instr::End)
+    }
+}
+
+/// A local array of the kernel.
+#[derive(Clone, Debug)]
+pub(crate) struct LocalInfo {
+    pub len: u64,
+}
+
+/// How a kernel parameter is bound in this call.
+#[derive(Clone, Debug)]
+pub(crate) enum ParamBinding {
+    Scalar { ty: ScalarType, bits: u32 },
+    Global { buffer: usize, ty: RefType },
+    Smem { slot: usize, ty: RefType },
+    /// `smem` of another program: not reachable from this one.
+    Foreign,
+}
+
+/// One program compiled for one call.
+#[derive(Debug)]
+pub(crate) struct ProgramCode {
+    pub program: usize,
+    pub kernel: String,
+    pub code: Vec<Instr>,
+    pub regs: Vec<RegInit>,
+    pub locals: Vec<LocalInfo>,
+    /// Elements per `smem` slot.
+    pub smem: Vec<u64>,
+    pub threads: usize,
+    pub block_count: u64,
+    /// Whether it uses atomics or semaphores (then blocks are not independent).
+    pub synchronises: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Sym {
+    Scalar { reg: Reg, ty: ScalarType },
+    Ref { target: Target, ty: RefType },
+    Foreign,
+}
+
+struct Compiler<'a> {
+    kernel: &'a Kernel,
+    mesh: &'a Mesh,
+    meshes: &'a [Mesh],
+    code: Vec<Instr>,
+    regs: Vec<RegInit>,
+    mutable: Vec<bool>,
+    consts: HashMap<u32, Reg>,
+    lane_reg: Option<Reg>,
+    block_axis_regs: HashMap<String, Reg>,
+    scope: Vec<(String, Sym)>,
+    locals: Vec<LocalInfo>,
+    synchronises: bool,
+}
+
+fn invalid(kernel: &str, msg: impl std::fmt::Display) -> RunError {
+    RunError::Backend(format!("cannot run kernel `{kernel}`: {msg} (the validator should reject this)"))
+}
+
+/// Compiles `kernel` for a program on `mesh`, with parameters bound as given.
+pub(crate) fn compile(
+    program: usize,
+    kernel: &Kernel,
+    mesh: &Mesh,
+    meshes: &[Mesh],
+    bindings: &[ParamBinding],
+    smem: Vec<u64>,
+) -> Result<ProgramCode, RunError> {
+    if kernel.params.len() != bindings.len() {
+        return Err(invalid(
+            &kernel.name,
+            format!("it has {} parameters but the map has {} operands", kernel.params.len(), bindings.len()),
+        ));
+    }
+    let threads = mesh.threads.size as usize;
+    if threads == 0 || threads > 1024 {
+        return Err(invalid(&kernel.name, format!("mesh `{}` has {threads} threads per block", mesh.name)));
+    }
+    let mut c = Compiler {
+        kernel,
+        mesh,
+        meshes,
+        code: vec![],
+        regs: vec![],
+        mutable: vec![],
+        consts: HashMap::new(),
+        lane_reg: None,
+        block_axis_regs: HashMap::new(),
+        scope: vec![],
+        locals: vec![],
+        synchronises: false,
+    };
+    for (param, binding) in kernel.params.iter().zip(bindings) {
+        let sym = match binding {
+            ParamBinding::Scalar { ty, bits } => Sym::Scalar { reg: c.constant(*bits), ty: *ty },
+            ParamBinding::Global { buffer, ty } => Sym::Ref { target: Target::Global(*buffer), ty: ty.clone() },
+            ParamBinding::Smem { slot, ty } => Sym::Ref { target: Target::Smem(*slot), ty: ty.clone() },
+            ParamBinding::Foreign => Sym::Foreign,
+        };
+        c.scope.push((param.name.clone(), sym));
+    }
+    c.body(&kernel.body)?;
+    c.code.push(Instr::End);
+    Ok(ProgramCode {
+        program,
+        kernel: kernel.name.clone(),
+        code: c.code,
+        regs: c.regs,
+        locals: c.locals,
+        smem,
+        threads,
+        block_count: mesh.block_count(),
+        synchronises: c.synchronises,
+    })
+}
+
+impl Compiler<'_> {
+    fn err(&self, msg: impl std::fmt::Display) -> RunError {
+        invalid(&self.kernel.name, msg)
+    }
+
+    fn new_reg(&mut self, init: RegInit, mutable: bool) -> Reg {
+        self.regs.push(init);
+        self.mutable.push(mutable);
+        self.regs.len() - 1
+    }
+
+    fn temp(&mut self) -> Reg {
+        self.new_reg(RegInit::Temp, false)
+    }
+
+    fn constant(&mut self, bits: u32) -> Reg {
+        if let Some(&r) = self.consts.get(&bits) {
+            return r;
+        }
+        let r = self.new_reg(RegInit::Const(bits), false);
+        self.consts.insert(bits, r);
+        r
+    }
+
+    /// A register whose value will not change while the caller relies on it.
+    fn stable(&mut self, reg: Reg) -> Reg {
+        if !self.mutable[reg] {
+            return reg;
+        }
+        let t = self.temp();
+        self.code.push(Instr::Mov { dst: t, src: reg });
+        t
+    }
+
+    fn lookup(&self, name: &str) -> Option<&Sym> {
+        self.scope.iter().rev().find(|(n, _)| n == name).map(|(_, s)| s)
+    }
+
+    fn find_axis_size(&self, name: &str) -> Option<u32> {
+        self.mesh
+            .axis(name)
+            .or_else(|| self.meshes.iter().find_map(|m| m.axis(name)))
+            .map(|a| a.size)
+    }
+
+    fn body(&mut self, stmts: &[Stmt]) -> Result<(), RunError> {
+        let depth = self.scope.len();
+        for s in stmts {
+            self.stmt(s)?;
+        }
+        self.scope.truncate(depth);
+        Ok(())
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) -> Result<(), RunError> {
+        match stmt {
+            Stmt::Let { var, value } => {
+                let (r, _) = self.expr(value)?;
+                let r = self.stable(r);
+                self.scope.push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
+            }
+            Stmt::Var { var, init } => {
+                let (src, _) = self.expr(init)?;
+                let r = self.new_reg(RegInit::Temp, true);
+                self.code.push(Instr::Mov { dst: r, src });
+                self.scope.push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
+            }
+            Stmt::Assign { name, value } => {
+                let (src, _) = self.expr(value)?;
+                let dst = match self.lookup(name) {
+                    Some(Sym::Scalar { reg, .. }) if self.mutable[*reg] => *reg,
+                    _ => return Err(self.err(format!("`{name}` is not a variable"))),
+                };
+                if dst != src {
+                    self.code.push(Instr::Mov { dst, src });
+                }
+            }
+            Stmt::LocalArray { name, elem, shape } => {
+                let id = self.locals.len();
+                let ty = RefType { space: MemorySpace::Local, elem: *elem, shape: shape.clone(), owner: None };
+                self.locals.push(LocalInfo { len: ty.len() });
+                self.code.push(Instr::LocalDecl { id });
+                self.scope.push((name.clone(), Sym::Ref { target: Target::Local(id), ty }));
+            }
+            Stmt::Store { target, value } => {
+                let (src, _) = self.expr(value)?;
+                let acc = self.access(target)?;
+                self.code.push(Instr::Store { acc: Box::new(acc), src });
+            }
+            Stmt::Atomic { dest, op, target, args } => {
+                if args.len() != op.arity() {
+                    return Err(self.err(format!("`{}` takes {} operands", op.name(), op.arity())));
+                }
+                let mut regs = [0; 2];
+                for (i, a) in args.iter().enumerate() {
+                    regs[i] = self.expr(a)?.0;
+                }
+                let acc = self.access(target)?;
+                let signed = acc.elem == ScalarType::I32;
+                self.synchronises = true;
+                let dst = dest.as_ref().map(|_| self.temp());
+                self.code.push(Instr::Atomic { op: *op, signed, acc: Box::new(acc), args: regs, dst });
+                if let (Some(d), Some(b)) = (dst, dest) {
+                    self.scope.push((b.name.clone(), Sym::Scalar { reg: d, ty: b.ty }));
+                }
+            }
+            Stmt::If { cond, then_body, else_body } => {
+                let (c, _) = self.expr(cond)?;
+                let c = self.stable(c);
+                let if_at = self.code.len();
+                self.code.push(Instr::IfThen { cond: c, else_pc: 0 });
+                self.body(then_body)?;
+                let else_pc = self.code.len();
+                if !else_body.is_empty() {
+                    self.code.push(Instr::Else { cond: c, end_pc: 0 });
+                    self.body(else_body)?;
+                    let end = self.code.len();
+                    if let Instr::Else { end_pc, .. } = &mut self.code[else_pc] {
+                        *end_pc = end;
+                    }
+                }
+                if let Instr::IfThen { else_pc: e, .. } = &mut self.code[if_at] {
+                    *e = else_pc;
+                }
+                self.code.push(Instr::PopMask);
+            }
+            Stmt::For { var, start, end, body } => {
+                let signed = match var.ty {
+                    ScalarType::I32 => true,
+                    ScalarType::U32 => false,
+                    t => return Err(self.err(format!("loop variable `{}` has type `{t}`", var.name))),
+                };
+                let (s, _) = self.expr(start)?;
+                let (e, _) = self.expr(end)?;
+                let e = self.stable(e);
+                let v = self.new_reg(RegInit::Temp, true);
+                self.code.push(Instr::Mov { dst: v, src: s });
+                self.code.push(Instr::PushMask);
+                let head = self.code.len();
+                self.code.push(Instr::LoopTest { var: v, end: e, signed, exit_pc: 0 });
+                self.scope.push((var.name.clone(), Sym::Scalar { reg: v, ty: var.ty }));
+                self.body(body)?;
+                self.scope.pop();
+                self.code.push(Instr::Inc { var: v });
+                self.code.push(Instr::Jump { pc: head });
+                let exit = self.code.len();
+                if let Instr::LoopTest { exit_pc, .. } = &mut self.code[head] {
+                    *exit_pc = exit;
+                }
+                self.code.push(Instr::PopMask);
+            }
+            Stmt::Barrier => self.code.push(Instr::Barrier),
+            Stmt::Sem { op, sem, amount } => {
+                let (amount, _) = self.expr(amount)?;
+                let acc = self.access(sem)?;
+                self.synchronises = true;
+                self.code.push(Instr::Sem { op: *op, acc: Box::new(acc), amount });
+            }
+            Stmt::SemRead { dest, sem } => {
+                let acc = self.access(sem)?;
+                self.synchronises = true;
+                let d = self.temp();
+                self.code.push(Instr::SemRead { dst: d, acc: Box::new(acc) });
+                self.scope.push((dest.clone(), Sym::Scalar { reg: d, ty: ScalarType::I32 }));
+            }
+        }
+        Ok(())
+    }
+
+    fn access(&mut self, ra: &RefAccess) -> Result<Access, RunError> {
+        let (target, ty) = match self.lookup(&ra.base) {
+            Some(Sym::Ref { target, ty }) => (*target, ty.clone()),
+            Some(Sym::Foreign) => {
+                return Err(self.err(format!("`{}` is smem of another program's mesh", ra.base)))
+            }
+            _ => return Err(self.err(format!("`{}` is not a ref", ra.base))),
+        };
+        if ra.index.len() != ty.shape.len() {
+            return Err(self.err(format!(
+                "`{}` has {} dimensions but is indexed with {}",
+                ra.base,
+                ty.shape.len(),
+                ra.index.len()
+            )));
+        }
+        let mut dims = Vec::with_capacity(ra.index.len());
+        for (e, &extent) in ra.index.iter().zip(&ty.shape) {
+            let (r, t) = self.expr(e)?;
+            dims.push((r, extent, t == ScalarType::I32));
+        }
+        let mut own = OwnInstance::Zero;
+        let coords = match (&ra.block, &ty.owner) {
+            (Some(cs), Some(owner)) => {
+                if matches!(target, Target::Smem(_) | Target::Local(_)) {
+                    return Err(RunError::Unsupported {
+                        reason: format!("`{}@[...]`: access to another block's smem", ra.base),
+                    });
+                }
+                let sizes: Vec<u32> = match self.meshes.iter().find(|m| &m.name == owner) {
+                    Some(m) => m.block_axes().map(|a| a.size).collect(),
+                    None => return Err(self.err(format!("unknown owner mesh `{owner}`"))),
+                };
+                if sizes.len() != cs.len() {
+                    return Err(self.err(format!(
+                        "`{}@[...]` needs {} block coordinates, found {}",
+                        ra.base,
+                        sizes.len(),
+                        cs.len()
+                    )));
+                }
+                let mut out = Vec::with_capacity(cs.len());
+                for (e, size) in cs.iter().zip(sizes) {
+                    let (r, t) = self.expr(e)?;
+                    out.push((r, size, t == ScalarType::I32));
+                }
+                Some(out)
+            }
+            (Some(_), None) => return Err(self.err(format!("`{}` has no owner mesh to index with `@[...]`", ra.base))),
+            (None, Some(owner)) => {
+                if owner != &self.mesh.name {
+                    return Err(self.err(format!(
+                        "`{}` is owned by mesh `{owner}`; a program on `{}` must use `{}@[...]`",
+                        ra.base, self.mesh.name, ra.base
+                    )));
+                }
+                if matches!(target, Target::Global(_)) {
+                    own = OwnInstance::Block;
+                }
+                None
+            }
+            (None, None) => None,
+        };
+        Ok(Access { target, name: ra.base.clone(), dims, coords, own, inst_len: ty.len(), elem: ty.elem })
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<(Reg, ScalarType), RunError> {
+        use ScalarType::*;
+        Ok(match e {
+            Expr::Lit(l) => (self.constant(l.to_bits()), l.ty()),
+            Expr::Var(name) => match self.lookup(name) {
+                Some(Sym::Scalar { reg, ty }) => (*reg, *ty),
+                _ => return Err(self.err(format!("unknown scalar `{name}`"))),
+            },
+            Expr::AxisIndex(name) => {
+                if *name == self.mesh.threads.name {
+                    let r = match self.lane_reg {
+                        Some(r) => r,
+                        None => {
+                            let r = self.new_reg(RegInit::Lane, false);
+                            self.lane_reg = Some(r);
+                            r
+                        }
+                    };
+                    return Ok((r, U32));
+                }
+                if let Some(&r) = self.block_axis_regs.get(name) {
+                    return Ok((r, U32));
+                }
+                let axes: Vec<_> = self.mesh.block_axes().collect();
+                let Some(k) = axes.iter().position(|a| &a.name == name) else {
+                    return Err(self.err(format!("`{name}` is not an axis of mesh `{}`", self.mesh.name)));
+                };
+                let stride: u64 = axes[k + 1..].iter().map(|a| a.size as u64).product();
+                let r = self.new_reg(RegInit::BlockAxis { stride, size: axes[k].size }, false);
+                self.block_axis_regs.insert(name.clone(), r);
+                (r, U32)
+            }
+            Expr::AxisSize(name) => match self.find_axis_size(name) {
+                Some(s) => (self.constant(s), U32),
+                None => return Err(self.err(format!("unknown axis `{name}`"))),
+            },
+            Expr::Load(ra) => {
+                let acc = self.access(ra)?;
+                let ty = acc.elem;
+                let dst = self.temp();
+                self.code.push(Instr::Load { dst, acc: Box::new(acc) });
+                (dst, ty)
+            }
+            Expr::Unary(op, a) => {
+                let (a, t) = self.expr(a)?;
+                let k = match (op, t) {
+                    (UnaryOp::Neg, F32) => UnKind::FNeg,
+                    (UnaryOp::Neg, _) => UnKind::INeg,
+                    (UnaryOp::Not, _) => UnKind::LogicNot,
+                    (UnaryOp::BitNot, _) => UnKind::BitNot,
+                };
+                (self.un(k, a), t)
+            }
+            Expr::Binary(op, a, b) => {
+                let (ra, t) = self.expr(a)?;
+                let (rb, _) = self.expr(b)?;
+                let (k, swap) = bin_kind(*op, t);
+                let (x, y) = if swap { (rb, ra) } else { (ra, rb) };
+                let dst = self.temp();
+                self.code.push(Instr::Bin { op: k, dst, a: x, b: y });
+                (dst, if op.is_comparison() { Bool } else { t })
+            }
+            Expr::Select(c, a, b) => {
+                let (c, _) = self.expr(c)?;
+                let (a, t) = self.expr(a)?;
+                let (b, _) = self.expr(b)?;
+                let dst = self.temp();
+                self.code.push(Instr::Select { dst, c, a, b });
+                (dst, t)
+            }
+            Expr::Cast(to, a) => {
+                let (a, from) = self.expr(a)?;
+                let k = cast_kind(from, *to);
+                (self.un(k, a), *to)
+            }
+            Expr::Bitcast(to, a) => {
+                let (a, _) = self.expr(a)?;
+                (self.un(UnKind::Copy, a), *to)
+            }
+            Expr::Math(f, args) => {
+                if args.len() != f.arity() {
+                    return Err(self.err(format!("`{}` takes {} arguments", f.name(), f.arity())));
+                }
+                let mut regs = Vec::with_capacity(3);
+                let mut ty = F32;
+                for (i, a) in args.iter().enumerate() {
+                    let (r, t) = self.expr(a)?;
+                    if i == 0 {
+                        ty = t;
+                    }
+                    regs.push(r);
+                }
+                let float = ty == F32;
+                let signed = ty == I32;
+                let un = |k: UnKind| Some(k);
+                let unary = match f {
+                    MathFn::Exp => un(UnKind::Exp),
+                    MathFn::Log => un(UnKind::Log),
+                    MathFn::Sqrt => un(UnKind::Sqrt),
+                    MathFn::Rsqrt => un(UnKind::Rsqrt),
+                    MathFn::Sin => un(UnKind::Sin),
+                    MathFn::Cos => un(UnKind::Cos),
+                    MathFn::Tanh => un(UnKind::Tanh),
+                    MathFn::Floor => un(UnKind::Floor),
+                    MathFn::Ceil => un(UnKind::Ceil),
+                    MathFn::Abs if float => un(UnKind::FAbs),
+                    MathFn::Abs if signed => un(UnKind::IAbs),
+                    MathFn::Abs => un(UnKind::Copy),
+                    _ => None,
+                };
+                if let Some(k) = unary {
+                    return Ok((self.un(k, regs[0]), ty));
+                }
+                let dst = self.temp();
+                let bin = |k| Instr::Bin { op: k, dst, a: regs[0], b: regs[1] };
+                let instr = match f {
+                    MathFn::Min => bin(if float { BinKind::FMin } else if signed { BinKind::SMin } else { BinKind::UMin }),
+                    MathFn::Max => bin(if float { BinKind::FMax } else if signed { BinKind::SMax } else { BinKind::UMax }),
+                    MathFn::Pow => bin(BinKind::FPow),
+                    _ => Instr::Fma { dst, a: regs[0], b: regs[1], c: regs[2] },
+                };
+                self.code.push(instr);
+                (dst, ty)
+            }
+        })
+    }
+
+    fn un(&mut self, k: UnKind, a: Reg) -> Reg {
+        let dst = self.temp();
+        self.code.push(Instr::Un { op: k, dst, a });
+        dst
+    }
+}
+
+/// The typed operation for `op` on operands of type `t`, and whether the
+/// operands are swapped (`a > b` is `b < a`).
+fn bin_kind(op: BinaryOp, t: ScalarType) -> (BinKind, bool) {
+    use BinKind as K;
+    use ScalarType::*;
+    let f = t == F32;
+    let s = t == I32;
+    let pick = |fk, sk, uk| if f { fk } else if s { sk } else { uk };
+    match op {
+        BinaryOp::Add => (if f { K::FAdd } else { K::IAdd }, false),
+        BinaryOp::Sub => (if f { K::FSub } else { K::ISub }, false),
+        BinaryOp::Mul => (if f { K::FMul } else { K::IMul }, false),
+        BinaryOp::Div => (pick(K::FDiv, K::SDiv, K::UDiv), false),
+        BinaryOp::Rem => (pick(K::FRem, K::SRem, K::URem), false),
+        BinaryOp::BitAnd => (K::And, false),
+        BinaryOp::BitOr => (K::Or, false),
+        BinaryOp::BitXor => (K::Xor, false),
+        BinaryOp::Shl => (K::Shl, false),
+        BinaryOp::Shr => (if s { K::SShr } else { K::UShr }, false),
+        BinaryOp::LogicAnd => (K::LogicAnd, false),
+        BinaryOp::LogicOr => (K::LogicOr, false),
+        BinaryOp::Eq => (if f { K::FEq } else if t == Bool { K::BEq } else { K::Eq }, false),
+        BinaryOp::Ne => (if f { K::FNe } else if t == Bool { K::BNe } else { K::Ne }, false),
+        BinaryOp::Lt => (pick(K::FLt, K::SLt, K::ULt), false),
+        BinaryOp::Le => (pick(K::FLe, K::SLe, K::ULe), false),
+        BinaryOp::Gt => (pick(K::FLt, K::SLt, K::ULt), true),
+        BinaryOp::Ge => (pick(K::FLe, K::SLe, K::ULe), true),
+    }
+}
+
+fn cast_kind(from: ScalarType, to: ScalarType) -> UnKind {
+    use ScalarType::*;
+    match (from, to) {
+        (F32, I32) => UnKind::F2I,
+        (F32, U32) => UnKind::F2U,
+        (I32, F32) => UnKind::I2F,
+        (U32, F32) => UnKind::U2F,
+        (F32, Bool) => UnKind::F2B,
+        (I32 | U32 | Bool, Bool) => UnKind::I2B,
+        (Bool, F32) => UnKind::B2F,
+        (Bool, I32 | U32) => UnKind::B2I,
+        _ => UnKind::Copy,
+    }
+}

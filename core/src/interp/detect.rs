@@ -1,0 +1,112 @@
+//! Race and uninitialised-read detection.
+//!
+//! Scheme (sound for the happens-before of DESIGN.md, "Semantics"):
+//! - every block is a *task* with an epoch counter that advances at each
+//!   barrier (semaphore operations include one);
+//! - each task carries a sparse vector clock: for other tasks, the last epoch
+//!   whose accesses are ordered before the task's current point. A signal
+//!   releases the signaller's clock (its own entry = the epoch before the
+//!   signal's barrier) into the semaphore element; a completed wait joins the
+//!   semaphore element's clock into the waiter's. This joins every signal ever
+//!   made to that element, a slight over-approximation of "the signals it
+//!   consumed";
+//! - every memory word keeps the accesses since its last ordered plain write
+//!   (task, epoch, thread, write?, atomic?). Two accesses conflict when one
+//!   writes and not both are atomic; they are ordered when they come from the
+//!   same task and either an epoch boundary separates them or the same thread
+//!   made both, or, across tasks, when the later task's clock covers the
+//!   earlier epoch. Each call starts with empty shadows (call order).
+
+use std::collections::HashMap;
+
+/// One recorded access to a memory word.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rec {
+    pub task: u32,
+    pub epoch: u32,
+    pub thread: u32,
+    /// Several threads of the task made this access in this epoch.
+    pub many: bool,
+    pub write: bool,
+    pub atomic: bool,
+}
+
+/// A sparse vector clock: task -> last epoch ordered before the holder.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Clock {
+    entries: HashMap<u32, u32>,
+}
+
+impl Clock {
+    pub fn covers(&self, task: u32, epoch: u32) -> bool {
+        self.entries.get(&task).is_some_and(|&e| e >= epoch)
+    }
+
+    pub fn join(&mut self, other: &Clock) {
+        for (&t, &e) in &other.entries {
+            self.raise(t, e);
+        }
+    }
+
+    pub fn raise(&mut self, task: u32, epoch: u32) {
+        let slot = self.entries.entry(task).or_insert(epoch);
+        *slot = (*slot).max(epoch);
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// Where the current access comes from.
+pub(crate) struct Accessor<'a> {
+    pub task: u32,
+    pub epoch: u32,
+    pub thread: u32,
+    pub clock: &'a Clock,
+}
+
+impl Accessor<'_> {
+    fn ordered_after(&self, r: &Rec) -> bool {
+        if r.task == self.task {
+            r.epoch < self.epoch || (!r.many && r.thread == self.thread)
+        } else {
+            self.clock.covers(r.task, r.epoch)
+        }
+    }
+}
+
+/// Checks an access against a word's history and records it; returns the
+/// conflicting earlier access if there is a race.
+pub(crate) fn record(history: &mut Vec<Rec>, who: &Accessor, write: bool, atomic: bool) -> Result<(), Rec> {
+    for r in history.iter() {
+        let conflicting = (r.write || write) && !(r.atomic && atomic);
+        if conflicting && !who.ordered_after(r) {
+            return Err(*r);
+        }
+    }
+    // An earlier access that is ordered before this one and no stronger can
+    // be forgotten: any later access racing with it races with this one too.
+    history.retain(|r| !(who.ordered_after(r) && (!r.write || write) && (!atomic || r.atomic)));
+    for r in history.iter_mut() {
+        if r.task == who.task && r.epoch == who.epoch && r.write == write && r.atomic == atomic {
+            if r.thread != who.thread {
+                r.many = true;
+            }
+            return Ok(());
+        }
+    }
+    history.push(Rec { task: who.task, epoch: who.epoch, thread: who.thread, many: false, write, atomic });
+    Ok(())
+}
+
+/// Detection state of one call's device buffers.
+#[derive(Default)]
+pub(crate) struct Detector {
+    /// Per buffer: which words were ever written (or initialised).
+    pub init: Vec<Vec<bool>>,
+    /// Per buffer: access history per word (allocated on first use).
+    pub shadow: Vec<Vec<Vec<Rec>>>,
+    /// Released clocks per semaphore element (buffer, element).
+    pub sem_clock: HashMap<(usize, u64), Clock>,
+}

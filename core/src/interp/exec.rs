@@ -1,0 +1,935 @@
+//! Executes compiled programs block by block, all lanes of a block in lockstep.
+
+use std::mem::take;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use super::compile::{Access, BinKind, Instr, OwnInstance, ProgramCode, RegInit, Target, UnKind};
+use super::detect::{self, Accessor, Clock, Detector, Rec};
+use super::{LateWait, Rng};
+use crate::backend::{RunError, Site};
+use crate::ir::{AtomicOp, SemOp};
+
+/// A device buffer of one call. Words are atomics so that independent blocks
+/// can run on several host threads; relaxed loads and stores cost the same as
+/// plain ones.
+pub(crate) struct GlobalBuf {
+    pub words: Vec<AtomicU32>,
+}
+
+/// How an alternative schedule perturbs execution.
+pub(crate) struct AltSchedule {
+    pub rng: Rng,
+    pub preempt: bool,
+    pub warps: bool,
+    pub shuffle_lanes: bool,
+    perm: Vec<usize>,
+}
+
+impl AltSchedule {
+    pub fn new(rng: Rng, preempt: bool, warps: bool, shuffle_lanes: bool) -> Self {
+        AltSchedule { rng, preempt, warps, shuffle_lanes, perm: vec![] }
+    }
+}
+
+/// What a block run slice needs from the scheduler.
+pub(crate) struct Env<'a> {
+    pub bufs: &'a [GlobalBuf],
+    pub detect: Option<&'a mut Detector>,
+    pub alt: Option<&'a mut AltSchedule>,
+    /// Set when a semaphore was signalled (the scheduler wakes waiters).
+    pub signalled: bool,
+    pub late_waits: Option<&'a mut Vec<LateWait>>,
+    /// All programs of the call and the first task id of each (for race reports).
+    pub codes: &'a [ProgramCode],
+    pub task_offsets: &'a [u64],
+}
+
+/// Why a block stopped running.
+#[derive(Debug)]
+pub(crate) enum Status {
+    Done,
+    /// Waiting on semaphore element `addr` of buffer `buf` for `amount`.
+    Blocked { buf: usize, addr: u64, amount: i32, name: String },
+    Yielded,
+}
+
+/// Warp-group execution of one segment between block-collective operations.
+struct WarpSegment {
+    start_pc: usize,
+    mask: Vec<bool>,
+    stack: Vec<Vec<bool>>,
+    order: Vec<usize>,
+    next: usize,
+    merged_mask: Vec<bool>,
+    merged_stack: Vec<Vec<bool>>,
+}
+
+/// Detection state local to a block.
+#[derive(Default)]
+struct BlockDetect {
+    smem_init: Vec<Vec<bool>>,
+    smem_shadow: Vec<Vec<Vec<Rec>>>,
+    local_init: Vec<Vec<bool>>,
+}
+
+/// The state of one block: registers, program counter, masks, smem, locals.
+pub(crate) struct BlockState {
+    pub task: u32,
+    pub block: u64,
+    regs: Vec<Vec<u32>>,
+    pc: usize,
+    mask: Vec<bool>,
+    full: bool,
+    stack: Vec<(Vec<bool>, bool)>,
+    spare_masks: Vec<Vec<bool>>,
+    smem: Vec<Vec<u32>>,
+    locals: Vec<Vec<u32>>,
+    det: BlockDetect,
+    epoch: u32,
+    clock: Clock,
+    warp: Option<WarpSegment>,
+    /// The wait this block yielded on, if any (for the co-residency report).
+    blocked: bool,
+}
+
+fn count_full(mask: &[bool]) -> bool {
+    mask.iter().all(|&m| m)
+}
+
+impl BlockState {
+    pub fn new(code: &ProgramCode, detect: bool) -> Self {
+        let t = code.threads;
+        let regs = code
+            .regs
+            .iter()
+            .map(|init| match *init {
+                RegInit::Const(v) => vec![v; t],
+                RegInit::Lane => (0..t as u32).collect(),
+                _ => vec![0; t],
+            })
+            .collect();
+        let det = if detect {
+            BlockDetect {
+                smem_init: code.smem.iter().map(|&n| vec![false; n as usize]).collect(),
+                smem_shadow: code.smem.iter().map(|&n| vec![vec![]; n as usize]).collect(),
+                local_init: code.locals.iter().map(|l| vec![false; l.len as usize * t]).collect(),
+            }
+        } else {
+            BlockDetect::default()
+        };
+        BlockState {
+            task: 0,
+            block: 0,
+            regs,
+            pc: 0,
+            mask: vec![true; t],
+            full: true,
+            stack: vec![],
+            spare_masks: vec![],
+            smem: code.smem.iter().map(|&n| vec![0; n as usize]).collect(),
+            locals: code.locals.iter().map(|l| vec![0; l.len as usize * t]).collect(),
+            det,
+            epoch: 0,
+            clock: Clock::default(),
+            warp: None,
+            blocked: false,
+        }
+    }
+
+    /// Prepares this (possibly reused) state to run block `block` as `task`.
+    pub fn reset(&mut self, code: &ProgramCode, task: u32, block: u64) {
+        self.task = task;
+        self.block = block;
+        self.pc = 0;
+        self.mask.fill(true);
+        self.full = true;
+        while let Some((m, _)) = self.stack.pop() {
+            self.spare_masks.push(m);
+        }
+        for (r, init) in code.regs.iter().enumerate() {
+            if let RegInit::BlockAxis { stride, size } = *init {
+                let v = ((block / stride) % size as u64) as u32;
+                self.regs[r].fill(v);
+            }
+        }
+        for v in &mut self.det.smem_init {
+            v.fill(false);
+        }
+        for v in &mut self.det.smem_shadow {
+            v.iter_mut().for_each(Vec::clear);
+        }
+        self.epoch = 0;
+        self.clock.clear();
+        self.warp = None;
+        self.blocked = false;
+    }
+
+    fn site(&self, code: &ProgramCode, thread: Option<u32>) -> Site {
+        Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread }
+    }
+
+    fn push_mask(&mut self) {
+        let mut saved = self.spare_masks.pop().unwrap_or_default();
+        saved.clear();
+        saved.extend_from_slice(&self.mask);
+        self.stack.push((saved, self.full));
+    }
+
+    fn begin_segment(&mut self, rng: &mut Rng) {
+        let t = self.mask.len();
+        let warps = t.div_ceil(32);
+        if warps <= 1 {
+            return;
+        }
+        let mut order: Vec<usize> = (0..warps).collect();
+        rng.shuffle(&mut order);
+        let seg = WarpSegment {
+            start_pc: self.pc,
+            mask: self.mask.clone(),
+            stack: self.stack.iter().map(|(m, _)| m.clone()).collect(),
+            order,
+            next: 0,
+            merged_mask: vec![false; t],
+            merged_stack: self.stack.iter().map(|(m, _)| vec![false; m.len()]).collect(),
+        };
+        self.warp = Some(seg);
+        self.next_warp();
+    }
+
+    /// Switches to the next warp of the segment; false when none is left.
+    fn next_warp(&mut self) -> bool {
+        let Some(seg) = self.warp.as_mut() else { return false };
+        let Some(&w) = seg.order.get(seg.next) else { return false };
+        seg.next += 1;
+        let lanes = w * 32..(w * 32 + 32).min(self.mask.len());
+        let restrict = |dst: &mut Vec<bool>, src: &[bool]| {
+            for (l, (d, s)) in dst.iter_mut().zip(src).enumerate() {
+                *d = *s && lanes.contains(&l);
+            }
+        };
+        restrict(&mut self.mask, &seg.mask);
+        self.full = false;
+        self.stack.truncate(seg.stack.len());
+        for (i, src) in seg.stack.iter().enumerate() {
+            if i >= self.stack.len() {
+                self.stack.push((vec![false; src.len()], false));
+            }
+            restrict(&mut self.stack[i].0, src);
+            self.stack[i].1 = false;
+        }
+        self.pc = seg.start_pc;
+        true
+    }
+
+    /// At a block-collective instruction in warp mode: folds in the warp that
+    /// got here; returns true when another warp must run the segment first.
+    fn warp_arrived(&mut self, code: &ProgramCode) -> Result<bool, RunError> {
+        let Some(seg) = self.warp.as_mut() else { return Ok(false) };
+        if self.stack.len() != seg.merged_stack.len() {
+            return Err(RunError::Backend(format!(
+                "kernel `{}`: a block-collective operation is reached in divergent control flow",
+                code.kernel
+            )));
+        }
+        for (d, s) in seg.merged_mask.iter_mut().zip(&self.mask) {
+            *d |= *s;
+        }
+        for (d, (s, _)) in seg.merged_stack.iter_mut().zip(&self.stack) {
+            for (x, y) in d.iter_mut().zip(s) {
+                *x |= *y;
+            }
+        }
+        if seg.next < seg.order.len() {
+            self.next_warp();
+            return Ok(true);
+        }
+        let seg = self.warp.take().expect("segment present");
+        self.mask = seg.merged_mask;
+        self.full = count_full(&self.mask);
+        for ((m, full), merged) in self.stack.iter_mut().zip(seg.merged_stack) {
+            *full = count_full(&merged);
+            *m = merged;
+        }
+        Ok(false)
+    }
+
+    /// Runs until the block finishes, waits on a semaphore or is preempted.
+    pub fn run(&mut self, code: &ProgramCode, env: &mut Env) -> Result<Status, RunError> {
+        if self.pc == 0 && self.warp.is_none() {
+            if let Some(alt) = env.alt.as_deref_mut() {
+                if alt.warps {
+                    self.begin_segment(&mut alt.rng);
+                }
+            }
+        }
+        let t = code.threads;
+        loop {
+            let instr = &code.code[self.pc];
+            if self.warp.is_some() && instr.is_boundary() && self.warp_arrived(code)? {
+                continue;
+            }
+            let mask = if self.full { None } else { Some(&self.mask[..]) };
+            match instr {
+                Instr::Bin { op, dst, a, b } => {
+                    let mut d = take(&mut self.regs[*dst]);
+                    binary(*op, &mut d, &self.regs[*a], &self.regs[*b], mask);
+                    self.regs[*dst] = d;
+                }
+                Instr::Un { op, dst, a } => {
+                    let mut d = take(&mut self.regs[*dst]);
+                    unary(*op, &mut d, &self.regs[*a], mask);
+                    self.regs[*dst] = d;
+                }
+                Instr::Select { dst, c, a, b } => {
+                    let mut d = take(&mut self.regs[*dst]);
+                    let (c, a, b) = (&self.regs[*c], &self.regs[*a], &self.regs[*b]);
+                    for l in 0..t {
+                        if mask.is_none_or(|m| m[l]) {
+                            d[l] = if c[l] != 0 { a[l] } else { b[l] };
+                        }
+                    }
+                    self.regs[*dst] = d;
+                }
+                Instr::Fma { dst, a, b, c } => {
+                    let mut d = take(&mut self.regs[*dst]);
+                    let (a, b, c) = (&self.regs[*a], &self.regs[*b], &self.regs[*c]);
+                    for l in 0..t {
+                        if mask.is_none_or(|m| m[l]) {
+                            let r = f32::from_bits(a[l]).mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
+                            d[l] = r.to_bits();
+                        }
+                    }
+                    self.regs[*dst] = d;
+                }
+                Instr::Mov { dst, src } => {
+                    let mut d = take(&mut self.regs[*dst]);
+                    let s = &self.regs[*src];
+                    match mask {
+                        None => d.copy_from_slice(s),
+                        Some(m) => {
+                            for l in 0..t {
+                                if m[l] {
+                                    d[l] = s[l];
+                                }
+                            }
+                        }
+                    }
+                    self.regs[*dst] = d;
+                }
+                Instr::Inc { var } => {
+                    let v = &mut self.regs[*var];
+                    for l in 0..t {
+                        if mask.is_none_or(|m| m[l]) {
+                            v[l] = v[l].wrapping_add(1);
+                        }
+                    }
+                }
+                Instr::LocalDecl { id } => {
+                    if let Some(init) = self.det.local_init.get_mut(*id) {
+                        init.fill(false);
+                    }
+                }
+                Instr::IfThen { cond, else_pc } => {
+                    self.push_mask();
+                    let c = &self.regs[*cond];
+                    let mut any = false;
+                    for l in 0..t {
+                        self.mask[l] &= c[l] != 0;
+                        any |= self.mask[l];
+                    }
+                    self.full = count_full(&self.mask);
+                    if !any {
+                        self.pc = *else_pc;
+                        continue;
+                    }
+                }
+                Instr::Else { cond, end_pc } => {
+                    let Some((saved, _)) = self.stack.last() else {
+                        return Err(corrupt(code));
+                    };
+                    let c = &self.regs[*cond];
+                    let mut any = false;
+                    for l in 0..t {
+                        self.mask[l] = saved[l] && c[l] == 0;
+                        any |= self.mask[l];
+                    }
+                    self.full = count_full(&self.mask);
+                    if !any {
+                        self.pc = *end_pc;
+                        continue;
+                    }
+                }
+                Instr::PushMask => self.push_mask(),
+                Instr::PopMask => {
+                    let Some((saved, full)) = self.stack.pop() else {
+                        return Err(corrupt(code));
+                    };
+                    let old = std::mem::replace(&mut self.mask, saved);
+                    self.spare_masks.push(old);
+                    self.full = full;
+                }
+                Instr::LoopTest { var, end, signed, exit_pc } => {
+                    let (v, e) = (&self.regs[*var], &self.regs[*end]);
+                    let mut any = false;
+                    for l in 0..t {
+                        let go = if *signed { (v[l] as i32) < (e[l] as i32) } else { v[l] < e[l] };
+                        self.mask[l] &= go;
+                        any |= self.mask[l];
+                    }
+                    self.full = count_full(&self.mask);
+                    if !any {
+                        self.pc = *exit_pc;
+                        continue;
+                    }
+                }
+                Instr::Jump { pc } => {
+                    self.pc = *pc;
+                    continue;
+                }
+                Instr::Load { dst, acc } => {
+                    self.load(code, env, *dst, acc)?;
+                    if self.maybe_preempt(env, acc) {
+                        return Ok(Status::Yielded);
+                    }
+                }
+                Instr::Store { acc, src } => {
+                    self.store(code, env, *src, acc)?;
+                    if self.maybe_preempt(env, acc) {
+                        return Ok(Status::Yielded);
+                    }
+                }
+                Instr::Atomic { op, signed, acc, args, dst } => {
+                    self.atomic(code, env, *op, *signed, acc, *args, *dst)?;
+                    if self.maybe_preempt(env, acc) {
+                        return Ok(Status::Yielded);
+                    }
+                }
+                Instr::Barrier => {
+                    self.epoch += 1;
+                    self.after_boundary(env);
+                    continue;
+                }
+                Instr::Sem { op, acc, amount } => {
+                    let Some(lane) = self.mask.iter().position(|&m| m) else {
+                        self.after_boundary(env);
+                        continue;
+                    };
+                    let (buf, addr) = self.sem_address(code, acc, lane)?;
+                    let n = self.regs[*amount][lane] as i32;
+                    let word = &env.bufs[buf].words[addr as usize];
+                    match op {
+                        SemOp::Signal => {
+                            self.epoch += 1;
+                            if let Some(det) = env.detect.as_deref_mut() {
+                                let c = det.sem_clock.entry((buf, addr)).or_default();
+                                c.join(&self.clock);
+                                c.raise(self.task, self.epoch - 1);
+                            }
+                            word.store((word.load(Relaxed) as i32).wrapping_add(n) as u32, Relaxed);
+                            env.signalled = true;
+                        }
+                        SemOp::Wait | SemOp::WaitNodec => {
+                            let value = word.load(Relaxed) as i32;
+                            if value < n {
+                                self.blocked = true;
+                                return Ok(Status::Blocked { buf, addr, amount: n, name: acc.name.clone() });
+                            }
+                            if *op == SemOp::Wait {
+                                word.store(value.wrapping_sub(n) as u32, Relaxed);
+                            }
+                            if let Some(det) = env.detect.as_deref_mut() {
+                                if let Some(c) = det.sem_clock.get(&(buf, addr)) {
+                                    self.clock.join(c);
+                                }
+                            }
+                            if std::mem::take(&mut self.blocked) {
+                                if let Some(late) = env.late_waits.as_deref_mut() {
+                                    late.push(LateWait {
+                                        site: self.site(code, None),
+                                        semaphore: acc.name.clone(),
+                                        element: addr,
+                                        amount: n,
+                                    });
+                                }
+                            }
+                            self.epoch += 1;
+                        }
+                    }
+                    self.after_boundary(env);
+                    if env.alt.as_deref_mut().is_some_and(|a| a.preempt && a.rng.below(3) == 0) {
+                        return Ok(Status::Yielded);
+                    }
+                    continue;
+                }
+                Instr::SemRead { dst, acc } => {
+                    let lane = self.mask.iter().position(|&m| m).unwrap_or(0);
+                    let (buf, addr) = self.sem_address(code, acc, lane)?;
+                    let v = env.bufs[buf].words[addr as usize].load(Relaxed);
+                    self.regs[*dst].fill(v);
+                    self.after_boundary(env);
+                    continue;
+                }
+                Instr::End => return Ok(Status::Done),
+            }
+            self.pc += 1;
+        }
+    }
+
+    /// Steps past a block-collective instruction; in warp mode starts the next segment.
+    fn after_boundary(&mut self, env: &mut Env) {
+        self.pc += 1;
+        if let Some(alt) = env.alt.as_deref_mut() {
+            if alt.warps {
+                self.begin_segment(&mut alt.rng);
+            }
+        }
+    }
+
+    fn maybe_preempt(&mut self, env: &mut Env, acc: &Access) -> bool {
+        let Some(alt) = env.alt.as_deref_mut() else { return false };
+        if alt.preempt && matches!(acc.target, Target::Global(_)) && alt.rng.below(4) == 0 {
+            self.pc += 1;
+            return true;
+        }
+        false
+    }
+
+    fn sem_address(&self, code: &ProgramCode, acc: &Access, lane: usize) -> Result<(usize, u64), RunError> {
+        let Target::Global(buf) = acc.target else {
+            return Err(RunError::Backend(format!("`{}` is not a semaphore", acc.name)));
+        };
+        let addr = self.address(code, acc, lane).map_err(|e| e.with_thread(None))?;
+        Ok((buf, addr))
+    }
+
+    /// Element address of `acc` for `lane`, or the out-of-bounds error.
+    fn address(&self, code: &ProgramCode, acc: &Access, lane: usize) -> Result<u64, Box<RunError>> {
+        let mut flat = 0u64;
+        let mut ok = true;
+        for &(r, extent, _) in &acc.dims {
+            let i = self.regs[r][lane];
+            ok &= i < extent;
+            flat = flat * extent as u64 + i as u64;
+        }
+        let inst = match &acc.coords {
+            Some(cs) => {
+                let mut inst = 0u64;
+                for &(r, extent, _) in cs {
+                    let c = self.regs[r][lane];
+                    ok &= c < extent;
+                    inst = inst * extent as u64 + c as u64;
+                }
+                inst
+            }
+            None if acc.own == OwnInstance::Block => self.block,
+            None => 0,
+        };
+        if ok {
+            return Ok(inst * acc.inst_len + flat);
+        }
+        Err(Box::new(self.oob(code, acc, lane)))
+    }
+
+    fn oob(&self, code: &ProgramCode, acc: &Access, lane: usize) -> RunError {
+        let show = |list: &[(usize, u32, bool)]| {
+            let vals: Vec<String> = list
+                .iter()
+                .map(|&(r, _, signed)| {
+                    let v = self.regs[r][lane];
+                    if signed { (v as i32).to_string() } else { v.to_string() }
+                })
+                .collect();
+            let ext: Vec<String> = list.iter().map(|&(_, e, _)| e.to_string()).collect();
+            (format!("[{}]", vals.join(", ")), format!("[{}]", ext.join(", ")))
+        };
+        let (mut index, mut shape) = show(&acc.dims);
+        if let Some(cs) = &acc.coords {
+            let (ci, cs) = show(cs);
+            index = format!("@{ci}{index}");
+            shape = format!("@{cs}{shape}");
+        }
+        RunError::OutOfBounds { site: self.site(code, Some(lane as u32)), reference: acc.name.clone(), index, shape }
+    }
+
+    fn lane_order(&self, env: &mut Env, t: usize) -> Option<Vec<usize>> {
+        let alt = env.alt.as_deref_mut()?;
+        if !alt.shuffle_lanes {
+            return None;
+        }
+        let mut perm = take(&mut alt.perm);
+        perm.clear();
+        perm.extend(0..t);
+        alt.rng.shuffle(&mut perm);
+        Some(perm)
+    }
+
+    fn return_order(env: &mut Env, order: Option<Vec<usize>>) {
+        if let (Some(alt), Some(o)) = (env.alt.as_deref_mut(), order) {
+            alt.perm = o;
+        }
+    }
+
+    /// Checks and records one access when detection is on.
+    #[allow(clippy::too_many_arguments)]
+    fn detect_access(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        acc: &Access,
+        addr: u64,
+        lane: usize,
+        read: bool,
+        write: bool,
+        atomic: bool,
+    ) -> Result<(), RunError> {
+        let Some(det) = env.detect.as_deref_mut() else { return Ok(()) };
+        let t = code.threads;
+        let (init, history): (&mut Vec<bool>, Option<&mut Vec<Rec>>) = match acc.target {
+            Target::Global(b) => {
+                let shadow = &mut det.shadow[b];
+                if shadow.is_empty() {
+                    shadow.resize_with(det.init[b].len(), Vec::new);
+                }
+                (&mut det.init[b], shadow.get_mut(addr as usize))
+            }
+            Target::Smem(s) => (&mut self.det.smem_init[s], self.det.smem_shadow[s].get_mut(addr as usize)),
+            Target::Local(id) => (&mut self.det.local_init[id], None),
+        };
+        let slot = match acc.target {
+            Target::Local(_) => addr as usize * t + lane,
+            _ => addr as usize,
+        };
+        if read && !init.get(slot).copied().unwrap_or(false) {
+            return Err(RunError::UninitializedRead {
+                site: Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread: Some(lane as u32) },
+                reference: acc.name.clone(),
+                element: addr,
+            });
+        }
+        if write {
+            if let Some(b) = init.get_mut(slot) {
+                *b = true;
+            }
+        }
+        if let Some(history) = history {
+            let who = Accessor { task: self.task, epoch: self.epoch, thread: lane as u32, clock: &self.clock };
+            if let Err(first) = detect::record(history, &who, write, atomic) {
+                let first_site = match acc.target {
+                    Target::Global(_) => env_site(env, first),
+                    _ => Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread: None },
+                };
+                let first_site = Site { thread: Some(first.thread), ..first_site };
+                return Err(RunError::DataRace {
+                    reference: acc.name.clone(),
+                    element: addr,
+                    first: first_site,
+                    second: self.site(code, Some(lane as u32)),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn load(&mut self, code: &ProgramCode, env: &mut Env, dst: usize, acc: &Access) -> Result<(), RunError> {
+        let t = code.threads;
+        let mut d = take(&mut self.regs[dst]);
+        let result = (|| {
+            // Fast path: a one-dimensional global load over all lanes.
+            if let (Target::Global(b), true, true, None, [(r, extent, _)]) =
+                (acc.target, self.full, env.detect.is_none(), &acc.coords, &acc.dims[..])
+            {
+                let base = match acc.own {
+                    OwnInstance::Block => self.block * acc.inst_len,
+                    OwnInstance::Zero => 0,
+                } as usize;
+                let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
+                    return Err(corrupt(code));
+                };
+                let idx = &self.regs[*r];
+                for l in 0..t {
+                    let i = idx[l];
+                    if i >= *extent {
+                        return Err(self.oob(code, acc, l));
+                    }
+                    d[l] = words[i as usize].load(Relaxed);
+                }
+                return Ok(());
+            }
+            for l in 0..t {
+                if !self.mask[l] {
+                    continue;
+                }
+                let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                d[l] = self.read_word(env, acc.target, addr, l, t);
+            }
+            Ok(())
+        })();
+        self.regs[dst] = d;
+        result
+    }
+
+    fn read_word(&self, env: &Env, target: Target, addr: u64, lane: usize, t: usize) -> u32 {
+        match target {
+            Target::Global(b) => env.bufs[b].words[addr as usize].load(Relaxed),
+            Target::Smem(s) => self.smem[s][addr as usize],
+            Target::Local(id) => self.locals[id][addr as usize * t + lane],
+        }
+    }
+
+    fn write_word(&mut self, env: &Env, target: Target, addr: u64, lane: usize, t: usize, v: u32) {
+        match target {
+            Target::Global(b) => env.bufs[b].words[addr as usize].store(v, Relaxed),
+            Target::Smem(s) => self.smem[s][addr as usize] = v,
+            Target::Local(id) => self.locals[id][addr as usize * t + lane] = v,
+        }
+    }
+
+    fn store(&mut self, code: &ProgramCode, env: &mut Env, src: usize, acc: &Access) -> Result<(), RunError> {
+        let t = code.threads;
+        if let (Target::Global(b), true, true, None, [(r, extent, _)], None) =
+            (acc.target, self.full, env.detect.is_none(), &acc.coords, &acc.dims[..], env.alt.as_ref())
+        {
+            let base = match acc.own {
+                OwnInstance::Block => self.block * acc.inst_len,
+                OwnInstance::Zero => 0,
+            } as usize;
+            let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
+                return Err(corrupt(code));
+            };
+            let (idx, s) = (&self.regs[*r], &self.regs[src]);
+            for l in 0..t {
+                let i = idx[l];
+                if i >= *extent {
+                    return Err(self.oob(code, acc, l));
+                }
+                words[i as usize].store(s[l], Relaxed);
+            }
+            return Ok(());
+        }
+        let order = self.lane_order(env, t);
+        let result = (|| {
+            for k in 0..t {
+                let l = order.as_ref().map_or(k, |o| o[k]);
+                if !self.mask[l] {
+                    continue;
+                }
+                let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                self.detect_access(code, env, acc, addr, l, false, true, false)?;
+                let v = self.regs[src][l];
+                self.write_word(env, acc.target, addr, l, t, v);
+            }
+            Ok(())
+        })();
+        Self::return_order(env, order);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        op: AtomicOp,
+        signed: bool,
+        acc: &Access,
+        args: [usize; 2],
+        dst: Option<usize>,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let order = self.lane_order(env, t);
+        let result = (|| {
+            for k in 0..t {
+                let l = order.as_ref().map_or(k, |o| o[k]);
+                if !self.mask[l] {
+                    continue;
+                }
+                let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                let reads = op != AtomicOp::Store;
+                let writes = op != AtomicOp::Load;
+                self.detect_access(code, env, acc, addr, l, reads, writes, true)?;
+                let old = self.read_word(env, acc.target, addr, l, t);
+                let a = self.regs[args[0]][l];
+                let b = self.regs[args[1]][l];
+                let new = match op {
+                    AtomicOp::Load => None,
+                    AtomicOp::Store | AtomicOp::Exchange => Some(a),
+                    AtomicOp::Add => Some(old.wrapping_add(a)),
+                    AtomicOp::Min if signed => Some((old as i32).min(a as i32) as u32),
+                    AtomicOp::Min => Some(old.min(a)),
+                    AtomicOp::Max if signed => Some((old as i32).max(a as i32) as u32),
+                    AtomicOp::Max => Some(old.max(a)),
+                    AtomicOp::And => Some(old & a),
+                    AtomicOp::Or => Some(old | a),
+                    AtomicOp::Xor => Some(old ^ a),
+                    AtomicOp::CompareExchange => (old == a).then_some(b),
+                };
+                if let Some(v) = new {
+                    self.write_word(env, acc.target, addr, l, t, v);
+                }
+                if let Some(d) = dst {
+                    self.regs[d][l] = old;
+                }
+            }
+            Ok(())
+        })();
+        Self::return_order(env, order);
+        result
+    }
+}
+
+/// The site of a recorded access (of any block of the call).
+fn env_site(env: &Env, rec: Rec) -> Site {
+    let task = rec.task as u64;
+    let p = env.task_offsets.iter().rposition(|&o| o <= task).unwrap_or(0);
+    let code = &env.codes[p.min(env.codes.len().saturating_sub(1))];
+    Site { program: code.program, kernel: code.kernel.clone(), block: task - env.task_offsets[p], thread: None }
+}
+
+fn corrupt(code: &ProgramCode) -> RunError {
+    RunError::Backend(format!("kernel `{}`: corrupt compiled control flow", code.kernel))
+}
+
+trait WithThread {
+    fn with_thread(self, thread: Option<u32>) -> RunError;
+}
+
+impl WithThread for Box<RunError> {
+    fn with_thread(self, thread: Option<u32>) -> RunError {
+        match *self {
+            RunError::OutOfBounds { site, reference, index, shape } => {
+                RunError::OutOfBounds { site: Site { thread, ..site }, reference, index, shape }
+            }
+            e => e,
+        }
+    }
+}
+
+#[inline(always)]
+fn map2(d: &mut [u32], a: &[u32], b: &[u32], mask: Option<&[bool]>, f: impl Fn(u32, u32) -> u32) {
+    match mask {
+        None => {
+            for ((d, &a), &b) in d.iter_mut().zip(a).zip(b) {
+                *d = f(a, b);
+            }
+        }
+        Some(m) => {
+            for (((d, &a), &b), &m) in d.iter_mut().zip(a).zip(b).zip(m) {
+                if m {
+                    *d = f(a, b);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn map1(d: &mut [u32], a: &[u32], mask: Option<&[bool]>, f: impl Fn(u32) -> u32) {
+    match mask {
+        None => {
+            for (d, &a) in d.iter_mut().zip(a) {
+                *d = f(a);
+            }
+        }
+        Some(m) => {
+            for ((d, &a), &m) in d.iter_mut().zip(a).zip(m) {
+                if m {
+                    *d = f(a);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn ff(f: impl Fn(f32, f32) -> f32) -> impl Fn(u32, u32) -> u32 {
+    move |a, b| f(f32::from_bits(a), f32::from_bits(b)).to_bits()
+}
+
+#[inline(always)]
+fn fcmp(f: impl Fn(f32, f32) -> bool) -> impl Fn(u32, u32) -> u32 {
+    move |a, b| f(f32::from_bits(a), f32::from_bits(b)) as u32
+}
+
+#[inline(always)]
+fn f1(f: impl Fn(f32) -> f32) -> impl Fn(u32) -> u32 {
+    move |a| f(f32::from_bits(a)).to_bits()
+}
+
+/// One binary operation over all (active) lanes, with DESIGN.md's numerics.
+fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Option<&[bool]>) {
+    use BinKind::*;
+    match op {
+        IAdd => map2(d, a, b, m, u32::wrapping_add),
+        ISub => map2(d, a, b, m, u32::wrapping_sub),
+        IMul => map2(d, a, b, m, u32::wrapping_mul),
+        SDiv => map2(d, a, b, m, |x, y| if y == 0 { x } else { (x as i32).wrapping_div(y as i32) as u32 }),
+        UDiv => map2(d, a, b, m, |x, y| if y == 0 { x } else { x / y }),
+        SRem => map2(d, a, b, m, |x, y| if y == 0 { 0 } else { (x as i32).wrapping_rem(y as i32) as u32 }),
+        URem => map2(d, a, b, m, |x, y| if y == 0 { 0 } else { x % y }),
+        FAdd => map2(d, a, b, m, ff(|x, y| x + y)),
+        FSub => map2(d, a, b, m, ff(|x, y| x - y)),
+        FMul => map2(d, a, b, m, ff(|x, y| x * y)),
+        FDiv => map2(d, a, b, m, ff(|x, y| x / y)),
+        FRem => map2(d, a, b, m, ff(|x, y| x % y)),
+        And => map2(d, a, b, m, |x, y| x & y),
+        Or => map2(d, a, b, m, |x, y| x | y),
+        Xor => map2(d, a, b, m, |x, y| x ^ y),
+        Shl => map2(d, a, b, m, u32::wrapping_shl),
+        SShr => map2(d, a, b, m, |x, y| (x as i32).wrapping_shr(y) as u32),
+        UShr => map2(d, a, b, m, u32::wrapping_shr),
+        LogicAnd => map2(d, a, b, m, |x, y| (x != 0 && y != 0) as u32),
+        LogicOr => map2(d, a, b, m, |x, y| (x != 0 || y != 0) as u32),
+        Eq => map2(d, a, b, m, |x, y| (x == y) as u32),
+        Ne => map2(d, a, b, m, |x, y| (x != y) as u32),
+        BEq => map2(d, a, b, m, |x, y| ((x != 0) == (y != 0)) as u32),
+        BNe => map2(d, a, b, m, |x, y| ((x != 0) != (y != 0)) as u32),
+        FEq => map2(d, a, b, m, fcmp(|x, y| x == y)),
+        FNe => map2(d, a, b, m, fcmp(|x, y| x != y)),
+        SLt => map2(d, a, b, m, |x, y| ((x as i32) < (y as i32)) as u32),
+        ULt => map2(d, a, b, m, |x, y| (x < y) as u32),
+        FLt => map2(d, a, b, m, fcmp(|x, y| x < y)),
+        SLe => map2(d, a, b, m, |x, y| ((x as i32) <= (y as i32)) as u32),
+        ULe => map2(d, a, b, m, |x, y| (x <= y) as u32),
+        FLe => map2(d, a, b, m, fcmp(|x, y| x <= y)),
+        SMin => map2(d, a, b, m, |x, y| (x as i32).min(y as i32) as u32),
+        UMin => map2(d, a, b, m, u32::min),
+        // f32::min/max return the other operand when exactly one is NaN.
+        FMin => map2(d, a, b, m, ff(f32::min)),
+        SMax => map2(d, a, b, m, |x, y| (x as i32).max(y as i32) as u32),
+        UMax => map2(d, a, b, m, u32::max),
+        FMax => map2(d, a, b, m, ff(f32::max)),
+        FPow => map2(d, a, b, m, ff(f32::powf)),
+    }
+}
+
+/// One unary operation or conversion over all (active) lanes.
+fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Option<&[bool]>) {
+    use UnKind::*;
+    match op {
+        Copy => map1(d, a, m, |x| x),
+        INeg => map1(d, a, m, u32::wrapping_neg),
+        FNeg => map1(d, a, m, f1(|x| -x)),
+        LogicNot => map1(d, a, m, |x| (x == 0) as u32),
+        BitNot => map1(d, a, m, |x| !x),
+        Exp => map1(d, a, m, f1(f32::exp)),
+        Log => map1(d, a, m, f1(f32::ln)),
+        Sqrt => map1(d, a, m, f1(f32::sqrt)),
+        Rsqrt => map1(d, a, m, f1(|x| 1.0 / x.sqrt())),
+        Sin => map1(d, a, m, f1(f32::sin)),
+        Cos => map1(d, a, m, f1(f32::cos)),
+        Tanh => map1(d, a, m, f1(f32::tanh)),
+        FAbs => map1(d, a, m, f1(f32::abs)),
+        IAbs => map1(d, a, m, |x| (x as i32).wrapping_abs() as u32),
+        Floor => map1(d, a, m, f1(f32::floor)),
+        Ceil => map1(d, a, m, f1(f32::ceil)),
+        F2I => map1(d, a, m, |x| f32::from_bits(x) as i32 as u32),
+        F2U => map1(d, a, m, |x| f32::from_bits(x) as u32),
+        I2F => map1(d, a, m, |x| (x as i32 as f32).to_bits()),
+        U2F => map1(d, a, m, |x| (x as f32).to_bits()),
+        F2B => map1(d, a, m, |x| (f32::from_bits(x) != 0.0) as u32),
+        I2B => map1(d, a, m, |x| (x != 0) as u32),
+        B2F => map1(d, a, m, |x| if x != 0 { 1.0f32.to_bits() } else { 0 }),
+        B2I => map1(d, a, m, |x| (x != 0) as u32),
+    }
+}

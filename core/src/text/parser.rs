@@ -1,0 +1,1207 @@
+//! The recursive-descent parser (docs/text-format.md).
+
+use super::lexer::{is_keyword, tokenize, IntToken, Token, TokenKind};
+use super::printer::{binary_level, UNARY_LEVEL};
+use super::{excerpt, ParseError, SourceMap, Span};
+use crate::ir::*;
+
+type PResult<T> = Result<T, ParseError>;
+
+pub(crate) fn parse_module(src: &str) -> PResult<(Module, SourceMap)> {
+    let mut parser = Parser {
+        src,
+        tokens: tokenize(src),
+        pos: 0,
+        spans: SourceMap::default(),
+    };
+    let module = parser.module()?;
+    Ok((module, parser.spans))
+}
+
+/// Parses one expression that makes up the whole of `src`.
+pub(crate) fn parse_expr_only(src: &str) -> PResult<Expr> {
+    let mut parser = Parser {
+        src,
+        tokens: tokenize(src),
+        pos: 0,
+        spans: SourceMap::default(),
+    };
+    let expr = parser.expr()?;
+    if !parser.at_eof() {
+        return Err(parser.expected("end of expression"));
+    }
+    Ok(expr)
+}
+
+struct Parser<'s> {
+    src: &'s str,
+    tokens: Vec<Token>,
+    pos: usize,
+    spans: SourceMap,
+}
+
+const SCALAR_TYPES: [(&str, ScalarType); 4] = [
+    ("f32", ScalarType::F32),
+    ("i32", ScalarType::I32),
+    ("u32", ScalarType::U32),
+    ("bool", ScalarType::Bool),
+];
+
+fn scalar_type(word: &str) -> Option<ScalarType> {
+    SCALAR_TYPES
+        .iter()
+        .find(|(k, _)| *k == word)
+        .map(|(_, t)| *t)
+}
+
+fn binary_op(punct: &str) -> Option<BinaryOp> {
+    use BinaryOp::*;
+    Some(match punct {
+        "||" => LogicOr,
+        "&&" => LogicAnd,
+        "==" => Eq,
+        "!=" => Ne,
+        "<" => Lt,
+        "<=" => Le,
+        ">" => Gt,
+        ">=" => Ge,
+        "|" => BitOr,
+        "^" => BitXor,
+        "&" => BitAnd,
+        "<<" => Shl,
+        ">>" => Shr,
+        "+" => Add,
+        "-" => Sub,
+        "*" => Mul,
+        "/" => Div,
+        "%" => Rem,
+        _ => return None,
+    })
+}
+
+fn math_fn(word: &str) -> Option<MathFn> {
+    MathFn::ALL.into_iter().find(|f| f.name() == word)
+}
+
+fn atomic_op(word: &str) -> Option<AtomicOp> {
+    AtomicOp::ALL.into_iter().find(|f| f.name() == word)
+}
+
+fn sem_op(word: &str) -> Option<SemOp> {
+    [SemOp::Signal, SemOp::Wait, SemOp::WaitNodec]
+        .into_iter()
+        .find(|f| f.name() == word)
+}
+
+impl Parser<'_> {
+    // ---- token access -------------------------------------------------
+
+    fn peek(&self) -> &Token {
+        &self.tokens[self.pos]
+    }
+
+    fn peek_nth(&self, n: usize) -> &Token {
+        &self.tokens[(self.pos + n).min(self.tokens.len() - 1)]
+    }
+
+    fn bump(&mut self) -> Token {
+        let token = self.tokens[self.pos].clone();
+        if self.pos + 1 < self.tokens.len() {
+            self.pos += 1;
+        }
+        token
+    }
+
+    fn at_eof(&self) -> bool {
+        self.peek().kind == TokenKind::Eof
+    }
+
+    fn is_punct_at(&self, n: usize, p: &str) -> bool {
+        matches!(&self.peek_nth(n).kind, TokenKind::Punct(q) if *q == p)
+    }
+
+    fn is_punct(&self, p: &str) -> bool {
+        self.is_punct_at(0, p)
+    }
+
+    fn word_at(&self, n: usize) -> Option<&str> {
+        match &self.peek_nth(n).kind {
+            TokenKind::Word(w) => Some(w),
+            _ => None,
+        }
+    }
+
+    fn is_word(&self, w: &str) -> bool {
+        self.word_at(0) == Some(w)
+    }
+
+    fn eat_punct(&mut self, p: &str) -> bool {
+        let found = self.is_punct(p);
+        if found {
+            self.bump();
+        }
+        found
+    }
+
+    fn eat_word(&mut self, w: &str) -> bool {
+        let found = self.is_word(w);
+        if found {
+            self.bump();
+        }
+        found
+    }
+
+    // ---- errors ---------------------------------------------------------
+
+    /// An error at (line, column), unless the current token is malformed, in
+    /// which case that is the real error.
+    fn error_at(&self, line: u32, column: u32, message: String) -> ParseError {
+        let (line, column, message) = match &self.peek().kind {
+            TokenKind::Error(lex) => (self.peek().line, self.peek().column, lex.clone()),
+            _ => (line, column, message),
+        };
+        ParseError {
+            line,
+            column,
+            excerpt: excerpt(self.src, line, column),
+            message,
+        }
+    }
+
+    fn error_at_token(&self, token: &Token, message: String) -> ParseError {
+        self.error_at(token.line, token.column, message)
+    }
+
+    /// How the current token is named in messages.
+    fn found(&self) -> String {
+        let token = self.peek();
+        match &token.kind {
+            TokenKind::Eof => "end of file".to_string(),
+            TokenKind::Word(w) if is_keyword(w) => format!("keyword `{w}`"),
+            _ => format!("`{}`", &self.src[token.start..token.end]),
+        }
+    }
+
+    /// "expected {what}, found {current token}", at the current token.
+    fn expected(&self, what: &str) -> ParseError {
+        let token = self.peek();
+        self.error_at(
+            token.line,
+            token.column,
+            format!("expected {what}, found {}", self.found()),
+        )
+    }
+
+    fn expect_punct(&mut self, p: &str, context: &str) -> PResult<Token> {
+        if self.is_punct(p) {
+            return Ok(self.bump());
+        }
+        Err(self.expected(&format!("`{p}` {context}")))
+    }
+
+    /// Like [`Self::expect_punct`] for a `;`, but a missing `;` is reported
+    /// just after the previous token, where it belongs (as rustc does).
+    fn expect_semicolon(&mut self, context: &str) -> PResult<()> {
+        if self.eat_punct(";") {
+            return Ok(());
+        }
+        let (line, column) = match self.pos.checked_sub(1) {
+            Some(prev) => self.position_of(self.tokens[prev].end),
+            None => (self.peek().line, self.peek().column),
+        };
+        Err(self.error_at(
+            line,
+            column,
+            format!("expected `;` {context}, found {}", self.found()),
+        ))
+    }
+
+    fn expect_word(&mut self, w: &str, context: &str) -> PResult<Token> {
+        if self.is_word(w) {
+            return Ok(self.bump());
+        }
+        Err(self.expected(&format!("`{w}` {context}")))
+    }
+
+    /// 1-based line and column of a byte offset.
+    fn position_of(&self, offset: usize) -> (u32, u32) {
+        let before = &self.src[..offset];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let line = before.matches('\n').count() + 1;
+        let column = before[line_start..].chars().count() + 1;
+        (line as u32, column as u32)
+    }
+
+    /// A name (an identifier that is not a keyword); `what` says which.
+    fn name(&mut self, what: &str) -> PResult<(Name, Token)> {
+        match &self.peek().kind {
+            TokenKind::Word(w) if !is_keyword(w) => {
+                let name = w.clone();
+                Ok((name, self.bump()))
+            }
+            _ => Err(self.expected(what)),
+        }
+    }
+
+    fn span_from(&self, start: &Token) -> Span {
+        let end = match self.pos.checked_sub(1) {
+            Some(prev) => self.tokens[prev].end.max(start.end),
+            None => start.end,
+        };
+        Span {
+            start: start.start,
+            end,
+            line: start.line,
+            column: start.column,
+        }
+    }
+
+    fn record(&mut self, path: IrPath, start: &Token) {
+        let span = self.span_from(start);
+        self.spans.spans.insert(path, span);
+    }
+
+    /// `open item, item, ... close`, with an optional trailing comma.
+    fn list<T>(
+        &mut self,
+        open: &str,
+        close: &str,
+        context: &str,
+        mut item: impl FnMut(&mut Self) -> PResult<T>,
+    ) -> PResult<Vec<T>> {
+        self.expect_punct(open, context)?;
+        let mut items = Vec::new();
+        if self.eat_punct(close) {
+            return Ok(items);
+        }
+        loop {
+            items.push(item(self)?);
+            if self.eat_punct(",") {
+                if self.eat_punct(close) {
+                    return Ok(items);
+                }
+                continue;
+            }
+            if self.eat_punct(close) {
+                return Ok(items);
+            }
+            return Err(self.expected(&format!("`,` or `{close}`")));
+        }
+    }
+
+    // ---- literals and numbers -----------------------------------------
+
+    /// A non-negative count (shape extents, axis sizes, `ulp(n)`, dims).
+    fn count(&mut self, what: &str) -> PResult<u32> {
+        let token = self.peek().clone();
+        if let TokenKind::Int(IntToken {
+            magnitude,
+            negative: false,
+            ..
+        }) = &token.kind
+        {
+            let text = &self.src[token.start..token.end];
+            return match magnitude.and_then(|m| u32::try_from(m).ok()) {
+                Some(v) => {
+                    self.bump();
+                    Ok(v)
+                }
+                None => Err(self
+                    .error_at_token(&token, format!("{what} `{text}` is out of range for `u32`"))),
+            };
+        }
+        Err(self.expected(what))
+    }
+
+    fn int_literal(&self, token: &Token, int: &IntToken) -> PResult<Literal> {
+        let text = &self.src[token.start..token.end];
+        let out_of_range = |ty: &str| {
+            self.error_at_token(
+                token,
+                format!("integer literal `{text}` is out of range for `{ty}`"),
+            )
+        };
+        if int.unsigned {
+            if int.negative {
+                return Err(self
+                    .error_at_token(token, format!("`u32` literal `{text}` cannot be negative")));
+            }
+            let v = int.magnitude.and_then(|m| u32::try_from(m).ok());
+            return v.map(Literal::U32).ok_or_else(|| out_of_range("u32"));
+        }
+        let value = int.magnitude.and_then(|m| {
+            let m = i64::try_from(m).ok()?;
+            i32::try_from(if int.negative { -m } else { m }).ok()
+        });
+        value.map(Literal::I32).ok_or_else(|| out_of_range("i32"))
+    }
+
+    /// A literal if the current token starts one: numbers, `true`, `false`,
+    /// `inf`, `nan`, `f32_bits(0x...)`.
+    fn try_literal(&mut self) -> PResult<Option<Literal>> {
+        let token = self.peek().clone();
+        let lit = match &token.kind {
+            TokenKind::Int(int) => self.int_literal(&token, int)?,
+            TokenKind::Float(bits) => Literal::F32(F32Bits(*bits)),
+            TokenKind::Word(w) if w == "true" => Literal::Bool(true),
+            TokenKind::Word(w) if w == "false" => Literal::Bool(false),
+            TokenKind::Word(w) if w == "f32_bits" && self.is_punct_at(1, "(") => {
+                self.bump();
+                self.bump();
+                let bits = self.count("bit pattern of `f32_bits`")?;
+                self.expect_punct(")", "after the bit pattern of `f32_bits`")?;
+                return Ok(Some(Literal::F32(F32Bits(bits))));
+            }
+            _ => return Ok(None),
+        };
+        self.bump();
+        Ok(Some(lit))
+    }
+
+    fn literal(&mut self) -> PResult<Literal> {
+        match self.try_literal()? {
+            Some(lit) => Ok(lit),
+            None => Err(self.expected("a literal")),
+        }
+    }
+
+    // ---- types ----------------------------------------------------------
+
+    fn scalar_type(&mut self, context: &str) -> PResult<ScalarType> {
+        if let Some(ty) = self.word_at(0).and_then(scalar_type) {
+            self.bump();
+            return Ok(ty);
+        }
+        Err(self.expected(&format!(
+            "a scalar type (`f32`, `i32`, `u32`, `bool`) {context}"
+        )))
+    }
+
+    fn shape(&mut self) -> PResult<Vec<u32>> {
+        self.list("[", "]", "before the shape", |p| p.count("an extent"))
+    }
+
+    fn space(&self) -> Option<MemorySpace> {
+        match self.word_at(0)? {
+            "gmem" => Some(MemorySpace::Gmem),
+            "smem" => Some(MemorySpace::Smem),
+            "sem" => Some(MemorySpace::Sem),
+            "local" => Some(MemorySpace::Local),
+            _ => None,
+        }
+    }
+
+    fn ref_type(&mut self, space: MemorySpace) -> PResult<RefType> {
+        let keyword = self.bump();
+        let keyword = &self.src[keyword.start..keyword.end];
+        self.expect_punct("<", &format!("after `{keyword}`"))?;
+        let elem = if space == MemorySpace::Sem && self.is_punct("[") {
+            ScalarType::I32
+        } else {
+            self.scalar_type("as the element type")?
+        };
+        let shape = self.shape()?;
+        self.expect_punct(">", "after the shape")?;
+        let owner = if self.eat_punct("@") {
+            Some(self.name("an owner mesh name after `@`")?.0)
+        } else {
+            None
+        };
+        Ok(RefType {
+            space,
+            elem,
+            shape,
+            owner,
+        })
+    }
+
+    fn ty(&mut self) -> PResult<Type> {
+        if let Some(space) = self.space() {
+            return Ok(Type::Ref(self.ref_type(space)?));
+        }
+        if let Some(ty) = self.word_at(0).and_then(scalar_type) {
+            self.bump();
+            return Ok(Type::Scalar(ty));
+        }
+        Err(self.expected("a type"))
+    }
+
+    // ---- expressions ----------------------------------------------------
+
+    fn expr(&mut self) -> PResult<Expr> {
+        self.binary(1)
+    }
+
+    fn peek_binary_op(&self) -> Option<BinaryOp> {
+        match &self.peek().kind {
+            TokenKind::Punct(p) => binary_op(p),
+            _ => None,
+        }
+    }
+
+    /// Precedence climbing over operators of level `min` and tighter.
+    fn binary(&mut self, min: u8) -> PResult<Expr> {
+        let mut lhs = self.unary()?;
+        let mut after_comparison = false;
+        while let Some(op) = self.peek_binary_op() {
+            let level = binary_level(op);
+            if level < min {
+                break;
+            }
+            if after_comparison && op.is_comparison() {
+                let token = self.peek().clone();
+                return Err(self.error_at_token(
+                    &token,
+                    "comparison operators cannot be chained; add parentheses".to_string(),
+                ));
+            }
+            self.bump();
+            let rhs = self.binary(level + 1)?;
+            after_comparison = op.is_comparison();
+            lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs));
+        }
+        Ok(lhs)
+    }
+
+    fn unary(&mut self) -> PResult<Expr> {
+        let op = match &self.peek().kind {
+            TokenKind::Punct("-") => UnaryOp::Neg,
+            TokenKind::Punct("!") => UnaryOp::Not,
+            TokenKind::Punct("~") => UnaryOp::BitNot,
+            _ => return self.primary(),
+        };
+        debug_assert!(UNARY_LEVEL > binary_level(BinaryOp::Mul));
+        self.bump();
+        Ok(Expr::Unary(op, Box::new(self.unary()?)))
+    }
+
+    fn args(&mut self, function: &str) -> PResult<Vec<Expr>> {
+        self.list("(", ")", &format!("after `{function}`"), |p| p.expr())
+    }
+
+    /// `name(arg)` where the single argument is a name (axis functions).
+    fn axis_arg(&mut self, function: &str) -> PResult<Name> {
+        self.expect_punct("(", &format!("after `{function}`"))?;
+        let (axis, _) = self.name("an axis name")?;
+        self.expect_punct(")", "after the axis name")?;
+        Ok(axis)
+    }
+
+    fn one_arg(&mut self, function: &str) -> PResult<Box<Expr>> {
+        self.expect_punct("(", &format!("after `{function}`"))?;
+        let e = self.expr()?;
+        self.expect_punct(")", &format!("after the argument of `{function}`"))?;
+        Ok(Box::new(e))
+    }
+
+    fn primary(&mut self) -> PResult<Expr> {
+        if let Some(lit) = self.try_literal()? {
+            return Ok(Expr::Lit(lit));
+        }
+        if self.eat_punct("(") {
+            let e = self.expr()?;
+            self.expect_punct(")", "to close the parenthesis")?;
+            return Ok(e);
+        }
+        let token = self.peek().clone();
+        let Some(word) = self.word_at(0).map(str::to_string) else {
+            return Err(self.expected("an expression"));
+        };
+        if let Some(ty) = scalar_type(&word) {
+            self.bump();
+            return Ok(Expr::Cast(ty, self.one_arg(&word)?));
+        }
+        if is_keyword(&word) {
+            return Err(self.expected("an expression"));
+        }
+        let is_bitcast = word == "bitcast"
+            && self.is_punct_at(1, "<")
+            && self.word_at(2).and_then(scalar_type).is_some()
+            && self.is_punct_at(3, ">");
+        if is_bitcast {
+            self.bump();
+            self.bump();
+            let ty = self.scalar_type("")?;
+            self.bump();
+            return Ok(Expr::Bitcast(ty, self.one_arg("bitcast")?));
+        }
+        if self.is_punct_at(1, "[") || self.is_punct_at(1, "@") {
+            return Ok(Expr::Load(Box::new(self.access()?)));
+        }
+        if !self.is_punct_at(1, "(") {
+            self.bump();
+            return Ok(Expr::Var(word));
+        }
+        self.bump();
+        match word.as_str() {
+            "axis_index" => Ok(Expr::AxisIndex(self.axis_arg(&word)?)),
+            "axis_size" => Ok(Expr::AxisSize(self.axis_arg(&word)?)),
+            "select" => {
+                self.expect_punct("(", "after `select`")?;
+                let cond = self.expr()?;
+                self.expect_punct(",", "after the condition of `select`")?;
+                let if_true = self.expr()?;
+                self.expect_punct(",", "after the second argument of `select`")?;
+                let if_false = self.expr()?;
+                self.expect_punct(")", "after the third argument of `select`")?;
+                Ok(Expr::Select(
+                    Box::new(cond),
+                    Box::new(if_true),
+                    Box::new(if_false),
+                ))
+            }
+            _ => {
+                if let Some(f) = math_fn(&word) {
+                    return Ok(Expr::Math(f, self.args(&word)?));
+                }
+                let hint = if atomic_op(&word).is_some() || word == "read" {
+                    format!(
+                        "`{word}` is a statement, not an expression: write `let x: i32 = {word}(...);`"
+                    )
+                } else {
+                    format!("unknown function `{word}`")
+                };
+                Err(self.error_at_token(&token, hint))
+            }
+        }
+    }
+
+    /// `base[i, ...]` or `base@[c, ...][i, ...]`.
+    fn access(&mut self) -> PResult<RefAccess> {
+        let (base, _) = self.name("a ref name")?;
+        let block = if self.eat_punct("@") {
+            Some(self.list("[", "]", "after `@`", |p| p.expr())?)
+        } else {
+            None
+        };
+        let index = self.list("[", "]", &format!("after `{base}`"), |p| p.expr())?;
+        Ok(RefAccess { base, block, index })
+    }
+
+    // ---- statements -----------------------------------------------------
+
+    fn block(&mut self, path: &IrPath, context: &str) -> PResult<Vec<Stmt>> {
+        self.expect_punct("{", context)?;
+        let mut body = Vec::new();
+        while !self.eat_punct("}") {
+            if self.at_eof() {
+                return Err(self.expected("`}` to close the block"));
+            }
+            let stmt_path = path.child(PathStep::Stmt(body.len()));
+            body.push(self.stmt(&stmt_path)?);
+        }
+        Ok(body)
+    }
+
+    fn binding(&mut self, keyword: &str) -> PResult<Binding> {
+        let (name, _) = self.name(&format!("a name after `{keyword}`"))?;
+        self.expect_punct(":", &format!("after the name `{name}`"))?;
+        let ty = self.scalar_type("")?;
+        Ok(Binding { name, ty })
+    }
+
+    fn stmt(&mut self, path: &IrPath) -> PResult<Stmt> {
+        let start = self.peek().clone();
+        let stmt = self.stmt_inner(path)?;
+        self.record(path.clone(), &start);
+        Ok(stmt)
+    }
+
+    fn stmt_inner(&mut self, path: &IrPath) -> PResult<Stmt> {
+        const END: &str = "after statement";
+        let Some(word) = self.word_at(0).map(str::to_string) else {
+            return Err(self.expected("a statement"));
+        };
+        let calls = self.is_punct_at(1, "(");
+        match word.as_str() {
+            "let" => {
+                self.bump();
+                let var = self.binding("let")?;
+                let type_token = self.tokens[self.pos - 1].clone();
+                self.expect_punct("=", &format!("after the type of `{}`", var.name))?;
+                let value_word = self.word_at(0).map(str::to_string);
+                let value_calls = self.is_punct_at(1, "(");
+                let stmt = match value_word.as_deref() {
+                    Some(w) if value_calls && atomic_op(w).is_some() => self.atomic(Some(var))?,
+                    Some("read") if value_calls => {
+                        if var.ty != ScalarType::I32 {
+                            return Err(self.error_at_token(
+                                &type_token,
+                                format!(
+                                    "`read` returns `i32`, but `{}` is declared `{}`",
+                                    var.name, var.ty
+                                ),
+                            ));
+                        }
+                        self.bump();
+                        self.expect_punct("(", "after `read`")?;
+                        let sem = self.access()?;
+                        self.expect_punct(")", "after the semaphore of `read`")?;
+                        Stmt::SemRead {
+                            dest: var.name,
+                            sem,
+                        }
+                    }
+                    _ => Stmt::Let {
+                        var,
+                        value: self.expr()?,
+                    },
+                };
+                self.expect_semicolon(END)?;
+                Ok(stmt)
+            }
+            "var" => {
+                self.bump();
+                let var = self.binding("var")?;
+                self.expect_punct("=", &format!("after the type of `{}`", var.name))?;
+                let init = self.expr()?;
+                self.expect_semicolon(END)?;
+                Ok(Stmt::Var { var, init })
+            }
+            "local" => {
+                self.bump();
+                let (name, _) = self.name("a name after `local`")?;
+                self.expect_punct(":", &format!("after the name `{name}`"))?;
+                let elem = self.scalar_type("as the element type")?;
+                let shape = self.shape()?;
+                self.expect_semicolon(END)?;
+                Ok(Stmt::LocalArray { name, elem, shape })
+            }
+            "if" => self.if_stmt(path),
+            "for" => {
+                self.bump();
+                let var = self.binding("for")?;
+                self.expect_word("in", "after the loop variable's type")?;
+                let start = self.expr()?;
+                self.expect_punct("..", "between the loop bounds")?;
+                let end = self.expr()?;
+                let body = self.block(&path.child(PathStep::Body), "before the loop body")?;
+                Ok(Stmt::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                })
+            }
+            "barrier" => {
+                self.bump();
+                self.expect_semicolon(END)?;
+                Ok(Stmt::Barrier)
+            }
+            w if calls && atomic_op(w).is_some() => {
+                let stmt = self.atomic(None)?;
+                self.expect_semicolon(END)?;
+                Ok(stmt)
+            }
+            w if calls && sem_op(w).is_some() => {
+                let op = sem_op(w).unwrap_or(SemOp::Signal);
+                self.bump();
+                self.expect_punct("(", &format!("after `{w}`"))?;
+                let sem = self.access()?;
+                self.expect_punct(",", "after the semaphore")?;
+                let amount = self.expr()?;
+                self.expect_punct(")", &format!("after the amount of `{w}`"))?;
+                self.expect_semicolon(END)?;
+                Ok(Stmt::Sem { op, sem, amount })
+            }
+            w if is_keyword(w) => Err(self.expected("a statement")),
+            _ if self.is_punct_at(1, "=") => {
+                self.bump();
+                self.bump();
+                let value = self.expr()?;
+                self.expect_semicolon(END)?;
+                Ok(Stmt::Assign { name: word, value })
+            }
+            _ if self.is_punct_at(1, "[") || self.is_punct_at(1, "@") => {
+                let target = self.access()?;
+                self.expect_punct("=", "after the store target")?;
+                let value = self.expr()?;
+                self.expect_semicolon(END)?;
+                Ok(Stmt::Store { target, value })
+            }
+            _ => {
+                self.bump();
+                Err(self.expected(&format!("`=`, `[` or `@` after `{word}`")))
+            }
+        }
+    }
+
+    /// `atomic_op(target, args...)`, without the `;`.
+    fn atomic(&mut self, dest: Option<Binding>) -> PResult<Stmt> {
+        let token = self.bump();
+        let word = self.src[token.start..token.end].to_string();
+        let op = atomic_op(&word).unwrap_or(AtomicOp::Load);
+        self.expect_punct("(", &format!("after `{word}`"))?;
+        let target = self.access()?;
+        let mut args = Vec::new();
+        while self.eat_punct(",") {
+            args.push(self.expr()?);
+        }
+        self.expect_punct(")", &format!("after the arguments of `{word}`"))?;
+        Ok(Stmt::Atomic {
+            dest,
+            op,
+            target,
+            args,
+        })
+    }
+
+    fn if_stmt(&mut self, path: &IrPath) -> PResult<Stmt> {
+        self.bump();
+        let cond = self.expr()?;
+        let then_body = self.block(&path.child(PathStep::Then), "after the condition")?;
+        let mut else_body = Vec::new();
+        if self.eat_word("else") {
+            let else_path = path.child(PathStep::Else);
+            if self.is_word("if") {
+                // `else if` is sugar for an `else` block holding one `if`.
+                let nested_path = else_path.child(PathStep::Stmt(0));
+                else_body.push(self.stmt(&nested_path)?);
+            } else {
+                else_body = self.block(&else_path, "or `if` after `else`")?;
+            }
+        }
+        Ok(Stmt::If {
+            cond,
+            then_body,
+            else_body,
+        })
+    }
+
+    // ---- items ----------------------------------------------------------
+
+    fn module(&mut self) -> PResult<Module> {
+        let mut module = Module::default();
+        loop {
+            let start = self.peek().clone();
+            match self.word_at(0) {
+                None if self.at_eof() => return Ok(module),
+                Some("mesh") => {
+                    let mesh = self.mesh()?;
+                    self.record(IrPath(vec![PathStep::Mesh(mesh.name.clone())]), &start);
+                    module.meshes.push(mesh);
+                }
+                Some("resident") => {
+                    let resident = self.resident()?;
+                    self.record(
+                        IrPath(vec![PathStep::Resident(resident.name.clone())]),
+                        &start,
+                    );
+                    module.residents.push(resident);
+                }
+                Some("kernel") => {
+                    let kernel = self.kernel()?;
+                    self.record(IrPath(vec![PathStep::Kernel(kernel.name.clone())]), &start);
+                    module.kernels.push(kernel);
+                }
+                Some("map") => {
+                    let map = self.map()?;
+                    self.record(IrPath(vec![PathStep::Map(map.name.clone())]), &start);
+                    module.maps.push(map);
+                }
+                Some("call") => {
+                    let call = self.call()?;
+                    self.record(IrPath(vec![PathStep::Call(module.calls.len())]), &start);
+                    module.calls.push(call);
+                }
+                Some("case") => {
+                    if module.case.is_some() {
+                        return Err(self.error_at_token(
+                            &start,
+                            "a file has at most one `case` section".to_string(),
+                        ));
+                    }
+                    module.case = Some(self.case()?);
+                    self.record(IrPath(vec![PathStep::Case]), &start);
+                }
+                _ => {
+                    return Err(self.expected(
+                        "an item (`mesh`, `resident`, `kernel`, `map`, `call` or `case`)",
+                    ))
+                }
+            }
+        }
+    }
+
+    fn axis(&mut self) -> PResult<Axis> {
+        let (name, _) = self.name("an axis name")?;
+        self.expect_punct("=", &format!("after the axis name `{name}`"))?;
+        let size = self.count("an axis size")?;
+        Ok(Axis { name, size })
+    }
+
+    fn mesh(&mut self) -> PResult<Mesh> {
+        self.bump();
+        let (name, _) = self.name("a mesh name after `mesh`")?;
+        self.expect_punct("{", "after the mesh name")?;
+        let (mut grid, mut cluster, mut threads) = (None, None, None);
+        loop {
+            let token = self.peek().clone();
+            let word = self.word_at(0).map(str::to_string);
+            match word.as_deref() {
+                Some(w @ ("grid" | "cluster")) => {
+                    self.bump();
+                    let axes = self.list("[", "]", &format!("after `{w}`"), |p| p.axis())?;
+                    self.expect_semicolon(&format!("after the `{w}` axes"))?;
+                    let slot = if w == "grid" { &mut grid } else { &mut cluster };
+                    if slot.replace(axes).is_some() {
+                        return Err(self.error_at_token(
+                            &token,
+                            format!("duplicate `{w}` line in mesh `{name}`"),
+                        ));
+                    }
+                }
+                Some("threads") => {
+                    self.bump();
+                    let axis = self.axis()?;
+                    self.expect_semicolon("after the thread axis")?;
+                    if threads.replace(axis).is_some() {
+                        return Err(self.error_at_token(
+                            &token,
+                            format!("duplicate `threads` line in mesh `{name}`"),
+                        ));
+                    }
+                }
+                _ if self.is_punct("}") => {
+                    let Some(threads) = threads else {
+                        return Err(self.expected(&format!("a `threads` line in mesh `{name}`")));
+                    };
+                    self.bump();
+                    return Ok(Mesh {
+                        name,
+                        grid: grid.unwrap_or_default(),
+                        cluster: cluster.unwrap_or_default(),
+                        threads,
+                    });
+                }
+                _ => return Err(self.expected("`grid`, `cluster`, `threads` or `}` in a mesh")),
+            }
+        }
+    }
+
+    fn resident(&mut self) -> PResult<Resident> {
+        self.bump();
+        let (name, _) = self.name("a name after `resident`")?;
+        self.expect_punct(":", &format!("after the name `{name}`"))?;
+        let Some(space) = self.space() else {
+            return Err(self.expected("a ref type (`gmem`, `smem`, `sem` or `local`)"));
+        };
+        let ty = self.ref_type(space)?;
+        let zeroed = self.eat_word("zeroed");
+        self.expect_semicolon("after the resident")?;
+        Ok(Resident { name, ty, zeroed })
+    }
+
+    fn kernel(&mut self) -> PResult<Kernel> {
+        self.bump();
+        let (name, _) = self.name("a kernel name after `kernel`")?;
+        let kernel_path = IrPath(vec![PathStep::Kernel(name.clone())]);
+        let params = self.list("(", ")", "after the kernel name", |p| {
+            let (param, start) = p.name("a parameter name")?;
+            p.expect_punct(":", &format!("after the parameter name `{param}`"))?;
+            let ty = p.ty()?;
+            p.record(kernel_path.child(PathStep::Param(param.clone())), &start);
+            Ok(Param { name: param, ty })
+        })?;
+        let body = self.block(&kernel_path, "before the kernel body")?;
+        Ok(Kernel { name, params, body })
+    }
+
+    fn operand(&mut self, map_path: &IrPath) -> PResult<Operand> {
+        let (name, start) = self.name("an operand name")?;
+        self.expect_punct(":", &format!("after the operand name `{name}`"))?;
+        let ty = self.ty()?;
+        let mut operand = Operand {
+            name,
+            ty,
+            zeroed: false,
+            resident: false,
+        };
+        loop {
+            if self.eat_word("zeroed") {
+                operand.zeroed = true;
+            } else if self.eat_word("resident") {
+                operand.resident = true;
+            } else {
+                break;
+            }
+        }
+        self.record(
+            map_path.child(PathStep::Operand(operand.name.clone())),
+            &start,
+        );
+        Ok(operand)
+    }
+
+    fn map(&mut self) -> PResult<MpmdMap> {
+        self.bump();
+        let (name, _) = self.name("a map name after `map`")?;
+        let path = IrPath(vec![PathStep::Map(name.clone())]);
+        self.expect_punct("{", "after the map name")?;
+        let mut map = MpmdMap {
+            name,
+            programs: vec![],
+            inputs: vec![],
+            outputs: vec![],
+            scalars: vec![],
+            scratch: vec![],
+            aliases: vec![],
+            fast_math: false,
+            debug: false,
+        };
+        let mut seen: Vec<String> = Vec::new();
+        while !self.eat_punct("}") {
+            let token = self.peek().clone();
+            let Some(word) = self.word_at(0).map(str::to_string) else {
+                return Err(self.expected("a map line (`programs`, `inputs`, ...) or `}`"));
+            };
+            if seen.contains(&word) {
+                return Err(self.error_at_token(
+                    &token,
+                    format!("duplicate `{word}` line in map `{}`", map.name),
+                ));
+            }
+            match word.as_str() {
+                "programs" => {
+                    self.bump();
+                    let mut index = 0;
+                    map.programs = self.list("[", "]", "after `programs`", |p| {
+                        let (mesh, start) = p.name("a mesh name")?;
+                        p.expect_punct(":", &format!("after the mesh name `{mesh}`"))?;
+                        let (kernel, _) = p.name("a kernel name")?;
+                        index += 1;
+                        p.record(path.child(PathStep::Program(index - 1)), &start);
+                        Ok(Program { mesh, kernel })
+                    })?;
+                }
+                "inputs" | "outputs" | "scalars" | "scratch" => {
+                    self.bump();
+                    let list = self.list("[", "]", &format!("after `{word}`"), |p| {
+                        p.operand(&path)
+                    })?;
+                    match word.as_str() {
+                        "inputs" => map.inputs = list,
+                        "outputs" => map.outputs = list,
+                        "scalars" => map.scalars = list,
+                        _ => map.scratch = list,
+                    }
+                }
+                "aliases" => {
+                    self.bump();
+                    map.aliases = self.list("[", "]", "after `aliases`", |p| {
+                        let (input, _) = p.name("an input name")?;
+                        p.expect_punct("->", &format!("after the input `{input}`"))?;
+                        let (output, _) = p.name("an output name")?;
+                        Ok(Alias { input, output })
+                    })?;
+                }
+                "fast_math" => {
+                    self.bump();
+                    map.fast_math = true;
+                }
+                "debug" => {
+                    self.bump();
+                    map.debug = true;
+                }
+                _ => {
+                    return Err(self.expected(
+                        "`programs`, `inputs`, `outputs`, `scalars`, `scratch`, `aliases`, `fast_math`, `debug` or `}` in a map",
+                    ))
+                }
+            }
+            self.expect_semicolon(&format!("after the `{word}` line"))?;
+            seen.push(word);
+        }
+        Ok(map)
+    }
+
+    fn call(&mut self) -> PResult<Call> {
+        self.bump();
+        let (map, _) = self.name("a map name after `call`")?;
+        let scalars = self.list("(", ")", "after the map name", |p| {
+            let (name, _) = p.name("a scalar name")?;
+            p.expect_punct("=", &format!("after the scalar name `{name}`"))?;
+            Ok((name, p.literal()?))
+        })?;
+        self.expect_semicolon("after the call")?;
+        Ok(Call { map, scalars })
+    }
+
+    fn generator(&mut self) -> PResult<Generator> {
+        let token = self.peek().clone();
+        let word = self.word_at(0).map(str::to_string);
+        let range = |p: &mut Self, f: &str| -> PResult<(Literal, Literal)> {
+            p.expect_punct("(", &format!("after `{f}`"))?;
+            let lo = p.literal()?;
+            p.expect_punct(",", "after the lower bound")?;
+            let hi = p.literal()?;
+            p.expect_punct(")", "after the upper bound")?;
+            Ok((lo, hi))
+        };
+        let generator = match word.as_deref() {
+            Some("uniform") => {
+                self.bump();
+                let (lo, hi) = range(self, "uniform")?;
+                Generator::Uniform { lo, hi }
+            }
+            Some("nonzero") => {
+                self.bump();
+                let (lo, hi) = range(self, "nonzero")?;
+                Generator::NonZero { lo, hi }
+            }
+            Some("special") => {
+                self.bump();
+                Generator::Special
+            }
+            Some("iota") => {
+                self.bump();
+                Generator::Iota
+            }
+            Some("constant") => {
+                self.bump();
+                self.expect_punct("(", "after `constant`")?;
+                let value = self.literal()?;
+                self.expect_punct(")", "after the constant")?;
+                Generator::Constant(value)
+            }
+            Some("index_into") => {
+                self.bump();
+                self.expect_punct("(", "after `index_into`")?;
+                let (operand, _) = self.name("an operand name")?;
+                self.expect_punct(",", "after the operand name")?;
+                let dim = self.count("a dimension")?;
+                self.expect_punct(")", "after the dimension")?;
+                Generator::IndexInto { operand, dim }
+            }
+            _ => {
+                return Err(self.error_at_token(
+                    &token,
+                    format!(
+                        "expected a generator (`uniform`, `nonzero`, `special`, `constant`, `iota` or `index_into`), found {}",
+                        self.found()
+                    ),
+                ))
+            }
+        };
+        Ok(generator)
+    }
+
+    fn compare_mode(&mut self) -> PResult<CompareMode> {
+        let mode = match self.word_at(0) {
+            Some("exact") => CompareMode::Exact,
+            Some("profile") => CompareMode::Profile,
+            Some("multiset") => CompareMode::Multiset,
+            Some("ignore") => CompareMode::Ignore,
+            Some("ulp") => {
+                self.bump();
+                self.expect_punct("(", "after `ulp`")?;
+                let n = self.count("a number of ULPs")?;
+                self.expect_punct(")", "after the number of ULPs")?;
+                return Ok(CompareMode::Ulp(n));
+            }
+            _ => {
+                return Err(self.expected(
+                    "a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset` or `ignore`)",
+                ))
+            }
+        };
+        self.bump();
+        Ok(mode)
+    }
+
+    fn expectation(&mut self) -> PResult<Expectation> {
+        match self.word_at(0) {
+            Some("ok") => {
+                self.bump();
+                Ok(Expectation::Ok)
+            }
+            Some("fails") => {
+                self.bump();
+                self.expect_punct("(", "after `fails`")?;
+                let class = ErrorClass::ALL
+                    .into_iter()
+                    .find(|c| self.word_at(0) == Some(c.keyword()));
+                let Some(class) = class else {
+                    let all: Vec<String> = ErrorClass::ALL
+                        .iter()
+                        .map(|c| format!("`{}`", c.keyword()))
+                        .collect();
+                    return Err(self.expected(&format!("an error class ({})", all.join(", "))));
+                };
+                self.bump();
+                self.expect_punct(")", "after the error class")?;
+                Ok(Expectation::Fails(class))
+            }
+            Some("reject") => {
+                self.bump();
+                self.expect_punct("(", "after `reject`")?;
+                let Some(code) = self.word_at(0).map(str::to_string) else {
+                    return Err(self.expected("an error code (`E0001`, ...)"));
+                };
+                self.bump();
+                self.expect_punct(")", "after the error code")?;
+                Ok(Expectation::Reject(code))
+            }
+            _ => Err(self.expected("an expectation (`ok`, `fails(class)` or `reject(code)`)")),
+        }
+    }
+
+    fn case(&mut self) -> PResult<CaseSpec> {
+        self.bump();
+        self.expect_punct("{", "after `case`")?;
+        let mut case = CaseSpec::default();
+        let (mut expect_seen, mut tags_seen) = (false, false);
+        while !self.eat_punct("}") {
+            let token = self.peek().clone();
+            let word = self.word_at(0).map(str::to_string);
+            match word.as_deref() {
+                Some(w @ ("generate" | "compare")) => {
+                    self.bump();
+                    let (name, _) = self.name(&format!("an operand name after `{w}`"))?;
+                    self.expect_punct("=", &format!("after the operand name `{name}`"))?;
+                    if w == "generate" {
+                        let generator = self.generator()?;
+                        case.generators.push((name, generator));
+                    } else {
+                        let mode = self.compare_mode()?;
+                        case.compares.push((name, mode));
+                    }
+                    self.expect_semicolon(&format!("after the `{w}` line"))?;
+                }
+                Some(w @ ("expect" | "tags")) => {
+                    let seen = if w == "expect" {
+                        &mut expect_seen
+                    } else {
+                        &mut tags_seen
+                    };
+                    if std::mem::replace(seen, true) {
+                        return Err(self
+                            .error_at_token(&token, format!("duplicate `{w}` line in the case")));
+                    }
+                    self.bump();
+                    if w == "expect" {
+                        case.expect = self.expectation()?;
+                    } else {
+                        // Tags are free-form words; keywords are fine.
+                        case.tags = self.list("[", "]", "after `tags`", |p| {
+                            match p.word_at(0).map(str::to_string) {
+                                Some(tag) => {
+                                    p.bump();
+                                    Ok(tag)
+                                }
+                                None => Err(p.expected("a tag")),
+                            }
+                        })?;
+                    }
+                    self.expect_semicolon(&format!("after the `{w}` line"))?;
+                }
+                _ => {
+                    return Err(
+                        self.expected("`generate`, `compare`, `expect`, `tags` or `}` in the case")
+                    )
+                }
+            }
+        }
+        Ok(case)
+    }
+}

@@ -1,0 +1,585 @@
+//! The canonical printer (docs/text-format.md).
+
+use std::fmt::Write;
+
+use super::lexer::CANONICAL_NAN;
+use crate::ir::*;
+
+/// Binding strength of a binary operator, loosest first (docs/text-format.md).
+pub(crate) fn binary_level(op: BinaryOp) -> u8 {
+    use BinaryOp::*;
+    match op {
+        LogicOr => 1,
+        LogicAnd => 2,
+        Eq | Ne | Lt | Le | Gt | Ge => 3,
+        BitOr => 4,
+        BitXor => 5,
+        BitAnd => 6,
+        Shl | Shr => 7,
+        Add | Sub => 8,
+        Mul | Div | Rem => 9,
+    }
+}
+
+/// Unary operators bind tighter than every binary operator.
+pub(crate) const UNARY_LEVEL: u8 = 10;
+
+pub(crate) fn binary_symbol(op: BinaryOp) -> &'static str {
+    use BinaryOp::*;
+    match op {
+        Add => "+",
+        Sub => "-",
+        Mul => "*",
+        Div => "/",
+        Rem => "%",
+        BitAnd => "&",
+        BitOr => "|",
+        BitXor => "^",
+        Shl => "<<",
+        Shr => ">>",
+        LogicAnd => "&&",
+        LogicOr => "||",
+        Eq => "==",
+        Ne => "!=",
+        Lt => "<",
+        Le => "<=",
+        Gt => ">",
+        Ge => ">=",
+    }
+}
+
+pub(crate) fn unary_symbol(op: UnaryOp) -> &'static str {
+    match op {
+        UnaryOp::Neg => "-",
+        UnaryOp::Not => "!",
+        UnaryOp::BitNot => "~",
+    }
+}
+
+/// Whether the literal's text starts with `-`.
+fn is_negative(lit: Literal) -> bool {
+    match lit {
+        Literal::I32(v) => v < 0,
+        Literal::F32(bits) => bits.to_f32().is_sign_negative() && !bits.to_f32().is_nan(),
+        Literal::U32(_) | Literal::Bool(_) => false,
+    }
+}
+
+pub(crate) fn write_literal(out: &mut String, lit: Literal) {
+    match lit {
+        Literal::I32(v) => write!(out, "{v}").unwrap(),
+        Literal::U32(v) => write!(out, "{v}u").unwrap(),
+        Literal::Bool(v) => write!(out, "{v}").unwrap(),
+        Literal::F32(bits) => {
+            let v = bits.to_f32();
+            if bits.0 == CANONICAL_NAN {
+                out.push_str("nan");
+            } else if v.is_nan() {
+                write!(out, "f32_bits({:#010x})", bits.0).unwrap();
+            } else if v.is_infinite() {
+                out.push_str(if v < 0.0 { "-inf" } else { "inf" });
+            } else {
+                // `{:?}` is the shortest text that parses back to the same bits
+                // and always has a `.` or an exponent.
+                write!(out, "{v:?}").unwrap();
+            }
+        }
+    }
+}
+
+/// Prints `expr` where the context needs binding strength at least `min`.
+/// `guard_sign`: a literal that starts with `-` here must be parenthesised.
+fn write_expr_in(out: &mut String, expr: &Expr, min: u8, guard_sign: bool) {
+    match expr {
+        Expr::Lit(lit) => {
+            let paren = guard_sign && is_negative(*lit);
+            if paren {
+                out.push('(');
+            }
+            write_literal(out, *lit);
+            if paren {
+                out.push(')');
+            }
+        }
+        Expr::Var(name) => out.push_str(name),
+        Expr::AxisIndex(axis) => write!(out, "axis_index({axis})").unwrap(),
+        Expr::AxisSize(axis) => write!(out, "axis_size({axis})").unwrap(),
+        Expr::Load(access) => write_access(out, access),
+        Expr::Unary(op, operand) => {
+            let paren = UNARY_LEVEL < min;
+            if paren {
+                out.push('(');
+            }
+            out.push_str(unary_symbol(*op));
+            // `-(1)` is negation of a literal; `-1` would be the literal itself.
+            let operand_is_number =
+                matches!(**operand, Expr::Lit(l) if !matches!(l, Literal::Bool(_)));
+            if *op == UnaryOp::Neg && operand_is_number {
+                out.push('(');
+                write_expr_in(out, operand, 0, false);
+                out.push(')');
+            } else {
+                write_expr_in(out, operand, UNARY_LEVEL, true);
+            }
+            if paren {
+                out.push(')');
+            }
+        }
+        Expr::Binary(op, lhs, rhs) => {
+            let level = binary_level(*op);
+            let paren = level < min;
+            if paren {
+                out.push('(');
+            }
+            // Left-associative, except comparisons, which do not chain at all.
+            let lhs_min = if op.is_comparison() { level + 1 } else { level };
+            write_expr_in(out, lhs, lhs_min, false);
+            write!(out, " {} ", binary_symbol(*op)).unwrap();
+            write_expr_in(out, rhs, level + 1, true);
+            if paren {
+                out.push(')');
+            }
+        }
+        Expr::Select(cond, if_true, if_false) => {
+            out.push_str("select");
+            write_args(out, [&**cond, &**if_true, &**if_false]);
+        }
+        Expr::Cast(ty, operand) => {
+            out.push_str(ty.keyword());
+            write_args(out, [&**operand]);
+        }
+        Expr::Bitcast(ty, operand) => {
+            write!(out, "bitcast<{ty}>").unwrap();
+            write_args(out, [&**operand]);
+        }
+        Expr::Math(f, args) => {
+            out.push_str(f.name());
+            write_args(out, args);
+        }
+    }
+}
+
+pub(crate) fn write_expr(out: &mut String, expr: &Expr) {
+    write_expr_in(out, expr, 0, false);
+}
+
+fn write_expr_list<'e>(out: &mut String, exprs: impl IntoIterator<Item = &'e Expr>) {
+    for (i, e) in exprs.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_expr(out, e);
+    }
+}
+
+fn write_args<'e>(out: &mut String, args: impl IntoIterator<Item = &'e Expr>) {
+    out.push('(');
+    write_expr_list(out, args);
+    out.push(')');
+}
+
+fn write_access(out: &mut String, access: &RefAccess) {
+    out.push_str(&access.base);
+    if let Some(block) = &access.block {
+        out.push_str("@[");
+        write_expr_list(out, block);
+        out.push(']');
+    }
+    out.push('[');
+    write_expr_list(out, &access.index);
+    out.push(']');
+}
+
+fn write_shape(out: &mut String, shape: &[u32]) {
+    out.push('[');
+    for (i, d) in shape.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write!(out, "{d}").unwrap();
+    }
+    out.push(']');
+}
+
+pub(crate) fn write_ref_type(out: &mut String, ty: &RefType) {
+    write!(out, "{}<", ty.space.keyword()).unwrap();
+    // Semaphores are `i32` counters, so the element type is left out.
+    if !(ty.space == MemorySpace::Sem && ty.elem == ScalarType::I32) {
+        out.push_str(ty.elem.keyword());
+    }
+    write_shape(out, &ty.shape);
+    out.push('>');
+    if let Some(owner) = &ty.owner {
+        write!(out, " @ {owner}").unwrap();
+    }
+}
+
+pub(crate) fn write_type(out: &mut String, ty: &Type) {
+    match ty {
+        Type::Scalar(s) => out.push_str(s.keyword()),
+        Type::Ref(r) => write_ref_type(out, r),
+    }
+}
+
+fn indent(out: &mut String, depth: usize) {
+    for _ in 0..depth {
+        out.push_str("  ");
+    }
+}
+
+/// `{}` or `{`, one statement per line, `}` at `depth`.
+fn write_block(out: &mut String, body: &[Stmt], depth: usize) {
+    if body.is_empty() {
+        out.push_str("{}");
+        return;
+    }
+    out.push_str("{\n");
+    for stmt in body {
+        write_stmt(out, stmt, depth + 1);
+    }
+    indent(out, depth);
+    out.push('}');
+}
+
+fn write_binding(out: &mut String, keyword: &str, var: &Binding) {
+    write!(out, "{keyword} {}: {} = ", var.name, var.ty).unwrap();
+}
+
+/// Writes one statement at `depth`, with its indentation and final newline.
+pub(crate) fn write_stmt(out: &mut String, stmt: &Stmt, depth: usize) {
+    indent(out, depth);
+    match stmt {
+        Stmt::Let { var, value } => {
+            write_binding(out, "let", var);
+            write_expr(out, value);
+            out.push(';');
+        }
+        Stmt::Var { var, init } => {
+            write_binding(out, "var", var);
+            write_expr(out, init);
+            out.push(';');
+        }
+        Stmt::Assign { name, value } => {
+            write!(out, "{name} = ").unwrap();
+            write_expr(out, value);
+            out.push(';');
+        }
+        Stmt::LocalArray { name, elem, shape } => {
+            write!(out, "local {name}: {elem}").unwrap();
+            write_shape(out, shape);
+            out.push(';');
+        }
+        Stmt::Store { target, value } => {
+            write_access(out, target);
+            out.push_str(" = ");
+            write_expr(out, value);
+            out.push(';');
+        }
+        Stmt::Atomic {
+            dest,
+            op,
+            target,
+            args,
+        } => {
+            if let Some(dest) = dest {
+                write_binding(out, "let", dest);
+            }
+            write!(out, "{}(", op.name()).unwrap();
+            write_access(out, target);
+            for arg in args {
+                out.push_str(", ");
+                write_expr(out, arg);
+            }
+            out.push_str(");");
+        }
+        Stmt::If {
+            cond,
+            then_body,
+            else_body,
+        } => {
+            out.push_str("if ");
+            write_expr(out, cond);
+            out.push(' ');
+            write_block(out, then_body, depth);
+            if !else_body.is_empty() {
+                out.push_str(" else ");
+                write_block(out, else_body, depth);
+            }
+        }
+        Stmt::For {
+            var,
+            start,
+            end,
+            body,
+        } => {
+            write!(out, "for {}: {} in ", var.name, var.ty).unwrap();
+            write_expr(out, start);
+            out.push_str("..");
+            write_expr(out, end);
+            out.push(' ');
+            write_block(out, body, depth);
+        }
+        Stmt::Barrier => out.push_str("barrier;"),
+        Stmt::Sem { op, sem, amount } => {
+            write!(out, "{}(", op.name()).unwrap();
+            write_access(out, sem);
+            out.push_str(", ");
+            write_expr(out, amount);
+            out.push_str(");");
+        }
+        Stmt::SemRead { dest, sem } => {
+            write!(out, "let {dest}: i32 = read(").unwrap();
+            write_access(out, sem);
+            out.push_str(");");
+        }
+    }
+    out.push('\n');
+}
+
+fn write_axes(out: &mut String, keyword: &str, axes: &[Axis]) {
+    if axes.is_empty() {
+        return;
+    }
+    write!(out, "  {keyword} [").unwrap();
+    for (i, a) in axes.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write!(out, "{} = {}", a.name, a.size).unwrap();
+    }
+    out.push_str("];\n");
+}
+
+fn write_mesh(out: &mut String, mesh: &Mesh) {
+    writeln!(out, "mesh {} {{", mesh.name).unwrap();
+    write_axes(out, "grid", &mesh.grid);
+    write_axes(out, "cluster", &mesh.cluster);
+    writeln!(
+        out,
+        "  threads {} = {};",
+        mesh.threads.name, mesh.threads.size
+    )
+    .unwrap();
+    out.push_str("}\n");
+}
+
+fn write_resident(out: &mut String, resident: &Resident) {
+    write!(out, "resident {}: ", resident.name).unwrap();
+    write_ref_type(out, &resident.ty);
+    if resident.zeroed {
+        out.push_str(" zeroed");
+    }
+    out.push_str(";\n");
+}
+
+fn write_kernel(out: &mut String, kernel: &Kernel) {
+    write!(out, "kernel {}(", kernel.name).unwrap();
+    for (i, p) in kernel.params.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write!(out, "{}: ", p.name).unwrap();
+        write_type(out, &p.ty);
+    }
+    out.push_str(") ");
+    write_block(out, &kernel.body, 0);
+    out.push('\n');
+}
+
+fn write_list<T>(
+    out: &mut String,
+    keyword: &str,
+    items: &[T],
+    always: bool,
+    mut item: impl FnMut(&mut String, &T),
+) {
+    if items.is_empty() && !always {
+        return;
+    }
+    write!(out, "  {keyword} [").unwrap();
+    for (i, x) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        item(out, x);
+    }
+    out.push_str("];\n");
+}
+
+fn write_operand(out: &mut String, operand: &Operand) {
+    write!(out, "{}: ", operand.name).unwrap();
+    write_type(out, &operand.ty);
+    if operand.zeroed {
+        out.push_str(" zeroed");
+    }
+    if operand.resident {
+        out.push_str(" resident");
+    }
+}
+
+fn write_map(out: &mut String, map: &MpmdMap) {
+    writeln!(out, "map {} {{", map.name).unwrap();
+    write_list(out, "programs", &map.programs, true, |out, p| {
+        write!(out, "{}: {}", p.mesh, p.kernel).unwrap()
+    });
+    for (kind, list) in [
+        (OperandKind::Input, &map.inputs),
+        (OperandKind::Output, &map.outputs),
+        (OperandKind::Scalar, &map.scalars),
+        (OperandKind::Scratch, &map.scratch),
+    ] {
+        write_list(out, kind.keyword(), list, false, write_operand);
+    }
+    write_list(out, "aliases", &map.aliases, false, |out, a| {
+        write!(out, "{} -> {}", a.input, a.output).unwrap()
+    });
+    if map.fast_math {
+        out.push_str("  fast_math;\n");
+    }
+    if map.debug {
+        out.push_str("  debug;\n");
+    }
+    out.push_str("}\n");
+}
+
+fn write_call(out: &mut String, call: &Call) {
+    write!(out, "call {}(", call.map).unwrap();
+    for (i, (name, value)) in call.scalars.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write!(out, "{name} = ").unwrap();
+        write_literal(out, *value);
+    }
+    out.push_str(");\n");
+}
+
+fn write_generator(out: &mut String, generator: &Generator) {
+    match generator {
+        Generator::Uniform { lo, hi } | Generator::NonZero { lo, hi } => {
+            let f = if matches!(generator, Generator::Uniform { .. }) {
+                "uniform"
+            } else {
+                "nonzero"
+            };
+            write!(out, "{f}(").unwrap();
+            write_literal(out, *lo);
+            out.push_str(", ");
+            write_literal(out, *hi);
+            out.push(')');
+        }
+        Generator::Special => out.push_str("special"),
+        Generator::Constant(value) => {
+            out.push_str("constant(");
+            write_literal(out, *value);
+            out.push(')');
+        }
+        Generator::Iota => out.push_str("iota"),
+        Generator::IndexInto { operand, dim } => {
+            write!(out, "index_into({operand}, {dim})").unwrap()
+        }
+    }
+}
+
+pub(crate) fn write_compare_mode(out: &mut String, mode: &CompareMode) {
+    match mode {
+        CompareMode::Exact => out.push_str("exact"),
+        CompareMode::Ulp(n) => write!(out, "ulp({n})").unwrap(),
+        CompareMode::Profile => out.push_str("profile"),
+        CompareMode::Multiset => out.push_str("multiset"),
+        CompareMode::Ignore => out.push_str("ignore"),
+    }
+}
+
+pub(crate) fn write_expectation(out: &mut String, expect: &Expectation) {
+    match expect {
+        Expectation::Ok => out.push_str("ok"),
+        Expectation::Fails(class) => write!(out, "fails({})", class.keyword()).unwrap(),
+        Expectation::Reject(code) => write!(out, "reject({code})").unwrap(),
+    }
+}
+
+fn write_case(out: &mut String, case: &CaseSpec) {
+    out.push_str("case {\n");
+    for (name, generator) in &case.generators {
+        write!(out, "  generate {name} = ").unwrap();
+        write_generator(out, generator);
+        out.push_str(";\n");
+    }
+    for (name, mode) in &case.compares {
+        write!(out, "  compare {name} = ").unwrap();
+        write_compare_mode(out, mode);
+        out.push_str(";\n");
+    }
+    out.push_str("  expect ");
+    write_expectation(out, &case.expect);
+    out.push_str(";\n");
+    write_list(out, "tags", &case.tags, false, |out, t| out.push_str(t));
+    out.push_str("}\n");
+}
+
+/// The whole module: groups in the order meshes, residents, kernels, maps,
+/// calls, case, separated by blank lines; multi-line items are separated by
+/// blank lines too, one-line items (residents, calls) are not.
+pub(crate) fn write_module(module: &Module) -> String {
+    let mut groups: Vec<String> = Vec::new();
+    let mut group = |items: Vec<String>, separator: &str| {
+        if !items.is_empty() {
+            groups.push(items.join(separator));
+        }
+    };
+    let each = |f: &dyn Fn(&mut String)| {
+        let mut s = String::new();
+        f(&mut s);
+        s
+    };
+    group(
+        module
+            .meshes
+            .iter()
+            .map(|m| each(&|o| write_mesh(o, m)))
+            .collect(),
+        "\n",
+    );
+    group(
+        module
+            .residents
+            .iter()
+            .map(|r| each(&|o| write_resident(o, r)))
+            .collect(),
+        "",
+    );
+    group(
+        module
+            .kernels
+            .iter()
+            .map(|k| each(&|o| write_kernel(o, k)))
+            .collect(),
+        "\n",
+    );
+    group(
+        module
+            .maps
+            .iter()
+            .map(|m| each(&|o| write_map(o, m)))
+            .collect(),
+        "\n",
+    );
+    group(
+        module
+            .calls
+            .iter()
+            .map(|c| each(&|o| write_call(o, c)))
+            .collect(),
+        "",
+    );
+    group(
+        module
+            .case
+            .iter()
+            .map(|c| each(&|o| write_case(o, c)))
+            .collect(),
+        "",
+    );
+    groups.join("\n")
+}

@@ -1,0 +1,217 @@
+//! A hand-written file, its exact canonical print, and canonical printing of
+//! literals and parenthesisation.
+
+use mpmd_core::ir::*;
+use mpmd_core::text::{
+    parse, parse_expr, print, print_expr, print_literal, print_stmt, print_type,
+};
+
+/// Written loosely: sugar (`else if`, hex, `n-1u`, redundant parentheses,
+/// comments, trailing commas, lists out of order) that the printer normalises.
+const HAND_WRITTEN: &str = r#"
+// A producer/consumer pipeline.
+mesh consumer { grid [b = 4]; threads t = 64; }
+mesh producer {
+  grid [bx = 4, by = 2,];
+  cluster [cx = 2];
+  threads t = 128;
+}
+
+kernel produce(x: gmem<f32[1024]>, y: gmem<f32[1024]>, n: u32, ready: sem<[4]> @ consumer) {
+  let i: u32 = (axis_index(bx) * axis_size(t)) + axis_index(t);
+  if i < n { y[i] = x[i] * 2.0; }
+  else if i == 0x10u { barrier; }
+  else { var acc: f32 = -0.0; acc = acc - -1.0; }
+  for k: u32 in 0u..n-1u {
+    let old: u32 = atomic_add(y@[0u, 1u][k], 1u);
+    signal(ready@[k][0], 1);
+  }
+}
+
+resident hand: gmem<f32[256]> @ ext zeroed;
+
+map pipeline {
+  outputs [y: gmem<f32[1024]> zeroed];
+  programs [producer: produce];
+  inputs [x: gmem<f32[1024]>];
+  scalars [n: u32];
+  scratch [ready: sem<[4]> @ consumer, hand: gmem<f32[256]> @ ext resident zeroed];
+  debug;
+}
+
+call pipeline(n = 256u);
+case {
+  generate x = uniform(-1.0, 1.0);
+  compare y = ulp(2);
+  tags [stress];
+}
+"#;
+
+const CANONICAL: &str = "\
+mesh consumer {
+  grid [b = 4];
+  threads t = 64;
+}
+
+mesh producer {
+  grid [bx = 4, by = 2];
+  cluster [cx = 2];
+  threads t = 128;
+}
+
+resident hand: gmem<f32[256]> @ ext zeroed;
+
+kernel produce(x: gmem<f32[1024]>, y: gmem<f32[1024]>, n: u32, ready: sem<[4]> @ consumer) {
+  let i: u32 = axis_index(bx) * axis_size(t) + axis_index(t);
+  if i < n {
+    y[i] = x[i] * 2.0;
+  } else {
+    if i == 16u {
+      barrier;
+    } else {
+      var acc: f32 = -0.0;
+      acc = acc - (-1.0);
+    }
+  }
+  for k: u32 in 0u..n - 1u {
+    let old: u32 = atomic_add(y@[0u, 1u][k], 1u);
+    signal(ready@[k][0], 1);
+  }
+}
+
+map pipeline {
+  programs [producer: produce];
+  inputs [x: gmem<f32[1024]>];
+  outputs [y: gmem<f32[1024]> zeroed];
+  scalars [n: u32];
+  scratch [ready: sem<[4]> @ consumer, hand: gmem<f32[256]> @ ext zeroed resident];
+  debug;
+}
+
+call pipeline(n = 256u);
+
+case {
+  generate x = uniform(-1.0, 1.0);
+  compare y = ulp(2);
+  expect ok;
+  tags [stress];
+}
+";
+
+#[test]
+fn hand_written_file_prints_canonically_and_round_trips() {
+    let (module, _) = parse(HAND_WRITTEN).unwrap_or_else(|e| panic!("{}", e.render("hand")));
+    assert_eq!(print(&module), CANONICAL);
+    let (reparsed, _) = parse(CANONICAL).unwrap();
+    assert_eq!(reparsed, module);
+    assert_eq!(module.meshes[1].cluster[0].size, 2);
+    assert!(module.maps[0].scratch[1].zeroed);
+    assert!(module.maps[0].scratch[1].resident);
+}
+
+#[test]
+fn empty_module_prints_as_nothing() {
+    assert_eq!(print(&Module::default()), "");
+    assert_eq!(parse("// nothing\n").unwrap().0, Module::default());
+}
+
+fn lit(l: Literal) -> String {
+    print_literal(l)
+}
+
+#[test]
+fn literal_edge_values() {
+    assert_eq!(lit(Literal::f32(1.0)), "1.0");
+    assert_eq!(lit(Literal::f32(-0.0)), "-0.0");
+    assert_eq!(lit(Literal::f32(0.1)), "0.1");
+    assert_eq!(lit(Literal::f32(1e-45)), "1e-45");
+    assert_eq!(lit(Literal::f32(1e16)), "1e16");
+    assert_eq!(lit(Literal::f32(f32::MAX)), "3.4028235e38");
+    assert_eq!(lit(Literal::f32(f32::INFINITY)), "inf");
+    assert_eq!(lit(Literal::f32(f32::NEG_INFINITY)), "-inf");
+    assert_eq!(lit(Literal::F32(F32Bits(0x7fc0_0000))), "nan");
+    assert_eq!(
+        lit(Literal::F32(F32Bits(0x7fc0_0001))),
+        "f32_bits(0x7fc00001)"
+    );
+    assert_eq!(
+        lit(Literal::F32(F32Bits(0xffc0_0000))),
+        "f32_bits(0xffc00000)"
+    );
+    assert_eq!(lit(Literal::I32(i32::MIN)), "-2147483648");
+    assert_eq!(lit(Literal::U32(u32::MAX)), "4294967295u");
+    assert_eq!(lit(Literal::Bool(false)), "false");
+
+    let parsed = |s: &str| match parse_expr(s).unwrap() {
+        Expr::Lit(l) => l,
+        other => panic!("`{s}` parsed as {other:?}"),
+    };
+    assert_eq!(parsed("-0.0"), Literal::F32(F32Bits(0x8000_0000)));
+    assert_eq!(parsed("1e-45"), Literal::F32(F32Bits(1)));
+    assert_eq!(parsed("-nan"), Literal::F32(F32Bits(0xffc0_0000)));
+    assert_eq!(parsed("-2147483648"), Literal::I32(i32::MIN));
+    assert_eq!(parsed("0xFFFFFFFFu"), Literal::U32(u32::MAX));
+    assert_eq!(parsed("-0x10"), Literal::I32(-16));
+    assert_eq!(parsed("2.5e-3"), Literal::f32(2.5e-3));
+    assert_eq!(parsed("1e10"), Literal::f32(1e10));
+}
+
+#[test]
+fn parenthesisation_is_minimal_and_canonical() {
+    let (a, b, c) = (var("a"), var("b"), var("c"));
+    let cases: Vec<(Expr, &str)> = vec![
+        (a.clone() - b.clone() - c.clone(), "a - b - c"),
+        (a.clone() - (b.clone() - c.clone()), "a - (b - c)"),
+        (a.clone() + b.clone() * c.clone(), "a + b * c"),
+        ((a.clone() + b.clone()) * c.clone(), "(a + b) * c"),
+        (a.clone() - Expr::from(-1), "a - (-1)"),
+        (Expr::from(-1) - a.clone(), "-1 - a"),
+        (-Expr::from(1), "-(1)"),
+        (-Expr::from(-1.0f32), "-(-1.0)"),
+        (-(a.clone() + b.clone()), "-(a + b)"),
+        (-a.clone() * b.clone(), "-a * b"),
+        (a.clone().lt(b.clone()).eq(c.clone()), "(a < b) == c"),
+        (a.clone().lt(b.clone()).and(c.clone().not()), "a < b && !c"),
+        (a.clone().or(b.clone()).and(c.clone()), "(a || b) && c"),
+        ((a.clone() | b.clone()) ^ c.clone(), "(a | b) ^ c"),
+        (a.clone() | b.clone() ^ c.clone(), "a | b ^ c"),
+        ((a.clone() << b.clone()) + c.clone(), "(a << b) + c"),
+        (a.clone() << (b.clone() + c.clone()), "a << b + c"),
+        (
+            select(
+                a.clone(),
+                b.clone().bitcast(ScalarType::F32),
+                c.clone().cast(ScalarType::I32),
+            ),
+            "select(a, bitcast<f32>(b), i32(c))",
+        ),
+        (math(MathFn::Fma, [a.clone(), b, c]), "fma(a, b, c)"),
+    ];
+    for (expr, text) in cases {
+        assert_eq!(print_expr(&expr), text);
+        assert_eq!(parse_expr(text).unwrap(), expr, "parsing `{text}`");
+    }
+    // Accepted sugar: `n-1` is a subtraction, not `n` followed by `-1`.
+    assert_eq!(parse_expr("n-1").unwrap(), var("n") - Expr::from(1));
+    assert_eq!(parse_expr("- 1").unwrap(), -Expr::from(1));
+}
+
+#[test]
+fn statements_and_types_print_on_their_own() {
+    let stmt = Stmt::For {
+        var: Binding {
+            name: "k".into(),
+            ty: ScalarType::U32,
+        },
+        start: 0u32.into(),
+        end: var("n"),
+        body: vec![Stmt::Barrier],
+    };
+    assert_eq!(print_stmt(&stmt), "for k: u32 in 0u..n {\n  barrier;\n}");
+    let ty: Type = sem([2, 3]).owned_by("m").into();
+    assert_eq!(print_type(&ty), "sem<[2, 3]> @ m");
+    assert_eq!(
+        print_type(&gmem(ScalarType::F32, [4]).into()),
+        "gmem<f32[4]>"
+    );
+}

@@ -275,3 +275,72 @@ fn spans_of_items_params_operands_and_statements() {
     let deeper = path(&[kernel, PathStep::Stmt(0), PathStep::Then]);
     assert_eq!(line_col(map.span_of(&deeper)), (6, 3));
 }
+
+#[test]
+fn statement_calls_that_are_not_statements() {
+    assert_eq!(
+        located("kernel k() {\n  read(s[0]);\n}"),
+        (
+            2,
+            3,
+            "`read` returns a value: write `let v: i32 = read(s[i]);`".to_string()
+        )
+    );
+    assert_eq!(
+        located("kernel k() {\n  exp(1.0);\n}"),
+        (
+            2,
+            3,
+            "`exp` cannot be called as a statement; only atomics (`atomic_add`, ...) and `signal`, `wait`, `wait_nodec` can"
+                .to_string()
+        )
+    );
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    const TOO_DEEP: &str = "nesting deeper than 64 levels is not supported";
+    let deep = format!("call m(n = {}1{});", "(".repeat(5000), ")".repeat(5000));
+    // Calls take literals only: there the parenthesis itself is the error.
+    assert_eq!(located(&deep).2, "expected a literal, found `(`");
+    let deep = format!(
+        "kernel k() {{ let x: i32 = {}1{}; }}",
+        "(".repeat(5000),
+        ")".repeat(5000)
+    );
+    // The kernel body and the `let` value are levels too; the error points
+    // at the first token past the limit.
+    assert_eq!(located(&deep), (1, 27 + 63, TOO_DEEP.to_string()));
+    for (open, close) in [("-", ""), ("exp(", ")"), ("x[", "]"), ("f32(", ")")] {
+        let deep = format!(
+            "kernel k() {{ let x: i32 = {}1{}; }}",
+            open.repeat(5000),
+            close.repeat(5000)
+        );
+        assert_eq!(located(&deep).2, TOO_DEEP, "nesting `{open}`");
+    }
+    let deep = format!("kernel k() {{ {} }}", "if true { ".repeat(5000));
+    assert_eq!(located(&deep).2, TOO_DEEP);
+    let fine = format!(
+        "kernel k() {{ {} }}",
+        "for i: u32 in 0u..1u { ".repeat(40) + &"}".repeat(40)
+    );
+    assert!(parse(&fine).is_ok());
+}
+
+#[test]
+fn damaged_files_give_errors_inside_the_source_not_panics() {
+    let lines = SPANS.lines().count() as u32;
+    let chars: Vec<(usize, char)> = SPANS.char_indices().collect();
+    for &(i, c) in &chars {
+        let prefix = &SPANS[..i];
+        let without = format!("{}{}", &SPANS[..i], &SPANS[i + c.len_utf8()..]);
+        for src in [prefix, without.as_str()] {
+            if let Err(e) = parse(src) {
+                assert!(e.line >= 1 && e.line <= lines + 1, "{e} in {src:?}");
+                assert!(e.column >= 1, "{e}");
+                assert!(e.excerpt.ends_with('^'), "{e}");
+            }
+        }
+    }
+}

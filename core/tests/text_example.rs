@@ -215,3 +215,150 @@ fn statements_and_types_print_on_their_own() {
         "gmem<f32[4]>"
     );
 }
+
+/// The item examples in docs/text-format.md parse, and those without
+/// comments are already in canonical form.
+#[test]
+fn examples_in_the_format_doc_are_canonical() {
+    let doc = include_str!("../../docs/text-format.md");
+    let mut checked = 0;
+    for block in doc.split("```").skip(1).step_by(2) {
+        let block = block.trim_start_matches('\n');
+        let first_word = block.split_whitespace().next().unwrap_or("");
+        if !["mesh", "resident", "kernel", "map", "call", "case"].contains(&first_word) {
+            continue;
+        }
+        let (module, _) = parse(block).unwrap_or_else(|e| panic!("{}", e.render("doc")));
+        if !block.contains("//") {
+            assert_eq!(print(&module), block);
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
+}
+
+#[test]
+fn every_operator_function_and_case_option_round_trips() {
+    let (a, b, c) = (var("a"), var("b"), var("c"));
+    let mut exprs: Vec<Expr> = Vec::new();
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Rem,
+        BinaryOp::BitAnd,
+        BinaryOp::BitOr,
+        BinaryOp::BitXor,
+        BinaryOp::Shl,
+        BinaryOp::Shr,
+        BinaryOp::LogicAnd,
+        BinaryOp::LogicOr,
+        BinaryOp::Eq,
+        BinaryOp::Ne,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+    ] {
+        let inner = Expr::Binary(op, Box::new(a.clone()), Box::new(b.clone()));
+        exprs.push(Expr::Binary(
+            op,
+            Box::new(inner.clone()),
+            Box::new(c.clone()),
+        ));
+        exprs.push(Expr::Binary(op, Box::new(c.clone()), Box::new(inner)));
+    }
+    for op in [UnaryOp::Neg, UnaryOp::Not, UnaryOp::BitNot] {
+        exprs.push(Expr::Unary(op, Box::new(a.clone() + b.clone())));
+        exprs.push(Expr::Unary(op, Box::new(Expr::from(-1))));
+    }
+    for f in MathFn::ALL {
+        exprs.push(math(f, vec![a.clone(); f.arity()]));
+    }
+    for ty in ScalarType::ALL {
+        exprs.push(a.clone().cast(ty));
+        exprs.push(a.clone().bitcast(ty));
+    }
+    let mut body: Vec<Stmt> = exprs
+        .into_iter()
+        .map(|value| Stmt::Let {
+            var: Binding {
+                name: "v".into(),
+                ty: ScalarType::U32,
+            },
+            value,
+        })
+        .collect();
+    for op in AtomicOp::ALL {
+        body.push(Stmt::Atomic {
+            dest: op.returns_value().then(|| Binding {
+                name: "old".into(),
+                ty: ScalarType::I32,
+            }),
+            op,
+            target: at("c", [Expr::from(0u32)]),
+            args: vec![Expr::from(1); op.arity()],
+        });
+    }
+    for op in [SemOp::Signal, SemOp::Wait, SemOp::WaitNodec] {
+        body.push(Stmt::Sem {
+            op,
+            sem: at_block("s", [axis_index("b")], [Expr::from(0u32)]),
+            amount: 1.into(),
+        });
+    }
+    let generators = [
+        Generator::Uniform {
+            lo: Literal::f32(-1.0),
+            hi: Literal::f32(1.0),
+        },
+        Generator::NonZero {
+            lo: Literal::I32(i32::MIN),
+            hi: Literal::I32(i32::MAX),
+        },
+        Generator::Special,
+        Generator::Constant(Literal::U32(u32::MAX)),
+        Generator::Iota,
+        Generator::IndexInto {
+            operand: "x".into(),
+            dim: 1,
+        },
+    ];
+    let compares = [
+        CompareMode::Exact,
+        CompareMode::Ulp(4),
+        CompareMode::Profile,
+        CompareMode::Multiset,
+        CompareMode::Ignore,
+    ];
+    let mut expectations: Vec<Expectation> = ErrorClass::ALL
+        .into_iter()
+        .map(Expectation::Fails)
+        .collect();
+    expectations.extend([Expectation::Ok, Expectation::Reject("E0007".into())]);
+    for expect in expectations {
+        let module = Module {
+            kernels: vec![Kernel {
+                name: "k".into(),
+                params: vec![],
+                body: body.clone(),
+            }],
+            case: Some(CaseSpec {
+                generators: generators
+                    .iter()
+                    .map(|g| ("x".to_string(), g.clone()))
+                    .collect(),
+                compares: compares
+                    .iter()
+                    .map(|m| ("y".to_string(), m.clone()))
+                    .collect(),
+                expect,
+                tags: vec!["t".into()],
+            }),
+            ..Module::default()
+        };
+        let text = print(&module);
+        assert_eq!(parse(&text).unwrap().0, module, "{text}");
+    }
+}

@@ -343,7 +343,10 @@ fn expectation() -> impl Strategy<Value = Expectation> {
 fn case_spec() -> impl Strategy<Value = CaseSpec> {
     // Tags are free-form words, keywords included.
     let tags = vec(
-        select(vec!["stress", "atomics", "map", "debug", "sem", "x1"]).prop_map(str::to_string),
+        select(vec![
+            "stress", "atomics", "map", "debug", "sem", "x1", "inf", "nan", "true",
+        ])
+        .prop_map(str::to_string),
         0..3,
     );
     (

@@ -1,7 +1,7 @@
 //! The recursive-descent parser (docs/text-format.md).
 
 use super::lexer::{is_keyword, tokenize, IntToken, Token, TokenKind};
-use super::printer::{binary_level, UNARY_LEVEL};
+use super::printer::binary_level;
 use super::{excerpt, ParseError, SourceMap, Span};
 use crate::ir::*;
 
@@ -13,6 +13,7 @@ pub(crate) fn parse_module(src: &str) -> PResult<(Module, SourceMap)> {
         tokens: tokenize(src),
         pos: 0,
         spans: SourceMap::default(),
+        depth: 0,
     };
     let module = parser.module()?;
     Ok((module, parser.spans))
@@ -25,6 +26,7 @@ pub(crate) fn parse_expr_only(src: &str) -> PResult<Expr> {
         tokens: tokenize(src),
         pos: 0,
         spans: SourceMap::default(),
+        depth: 0,
     };
     let expr = parser.expr()?;
     if !parser.at_eof() {
@@ -38,7 +40,12 @@ struct Parser<'s> {
     tokens: Vec<Token>,
     pos: usize,
     spans: SourceMap,
+    /// Current nesting of expressions and blocks (see [`MAX_NESTING`]).
+    depth: usize,
 }
+
+/// Deeper nesting is refused, so that hostile input cannot overflow the stack.
+const MAX_NESTING: usize = 64;
 
 const SCALAR_TYPES: [(&str, ScalarType); 4] = [
     ("f32", ScalarType::F32),
@@ -243,6 +250,23 @@ impl Parser<'_> {
         }
     }
 
+    /// Any word, keywords included (`inf` and `nan` too, which lex as numbers).
+    fn any_word(&mut self, what: &str) -> PResult<String> {
+        let token = self.peek();
+        let text = &self.src[token.start..token.end];
+        let is_word = match &token.kind {
+            TokenKind::Word(_) => true,
+            TokenKind::Float(_) => text == "inf" || text == "nan",
+            _ => false,
+        };
+        if !is_word {
+            return Err(self.expected(what));
+        }
+        let word = text.to_string();
+        self.bump();
+        Ok(word)
+    }
+
     fn span_from(&self, start: &Token) -> Span {
         let end = match self.pos.checked_sub(1) {
             Some(prev) => self.tokens[prev].end.max(start.end),
@@ -429,7 +453,21 @@ impl Parser<'_> {
     // ---- expressions ----------------------------------------------------
 
     fn expr(&mut self) -> PResult<Expr> {
-        self.binary(1)
+        self.nested(|p| p.binary(1))
+    }
+
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
+        if self.depth >= MAX_NESTING {
+            let token = self.peek().clone();
+            return Err(self.error_at_token(
+                &token,
+                format!("nesting deeper than {MAX_NESTING} levels is not supported"),
+            ));
+        }
+        self.depth += 1;
+        let result = f(self);
+        self.depth -= 1;
+        result
     }
 
     fn peek_binary_op(&self) -> Option<BinaryOp> {
@@ -470,9 +508,9 @@ impl Parser<'_> {
             TokenKind::Punct("~") => UnaryOp::BitNot,
             _ => return self.primary(),
         };
-        debug_assert!(UNARY_LEVEL > binary_level(BinaryOp::Mul));
         self.bump();
-        Ok(Expr::Unary(op, Box::new(self.unary()?)))
+        let operand = self.nested(|p| p.unary())?;
+        Ok(Expr::Unary(op, Box::new(operand)))
     }
 
     fn args(&mut self, function: &str) -> PResult<Vec<Expr>> {
@@ -503,6 +541,12 @@ impl Parser<'_> {
             self.expect_punct(")", "to close the parenthesis")?;
             return Ok(e);
         }
+        self.named_primary()
+    }
+
+    /// Casts, function calls, loads and variables.
+    #[inline(never)]
+    fn named_primary(&mut self) -> PResult<Expr> {
         let token = self.peek().clone();
         let Some(word) = self.word_at(0).map(str::to_string) else {
             return Err(self.expected("an expression"));
@@ -582,15 +626,17 @@ impl Parser<'_> {
 
     fn block(&mut self, path: &IrPath, context: &str) -> PResult<Vec<Stmt>> {
         self.expect_punct("{", context)?;
-        let mut body = Vec::new();
-        while !self.eat_punct("}") {
-            if self.at_eof() {
-                return Err(self.expected("`}` to close the block"));
+        self.nested(|p| {
+            let mut body = Vec::new();
+            while !p.eat_punct("}") {
+                if p.at_eof() {
+                    return Err(p.expected("`}` to close the block"));
+                }
+                let stmt_path = path.child(PathStep::Stmt(body.len()));
+                body.push(p.stmt(&stmt_path)?);
             }
-            let stmt_path = path.child(PathStep::Stmt(body.len()));
-            body.push(self.stmt(&stmt_path)?);
-        }
-        Ok(body)
+            Ok(body)
+        })
     }
 
     fn binding(&mut self, keyword: &str) -> PResult<Binding> {
@@ -607,12 +653,55 @@ impl Parser<'_> {
         Ok(stmt)
     }
 
+    /// Compound statements recurse into blocks; everything else is parsed
+    /// in [`Self::simple_stmt`], whose large frame then stays off the
+    /// recursion (deeply nested blocks would otherwise need a big stack).
     fn stmt_inner(&mut self, path: &IrPath) -> PResult<Stmt> {
+        match self.word_at(0) {
+            Some("if") => self.if_stmt(path),
+            Some("for") => self.for_stmt(path),
+            _ => self.simple_stmt(),
+        }
+    }
+
+    fn for_stmt(&mut self, path: &IrPath) -> PResult<Stmt> {
+        self.bump();
+        let var = self.binding("for")?;
+        self.expect_word("in", "after the loop variable's type")?;
+        let start = self.expr()?;
+        self.expect_punct("..", "between the loop bounds")?;
+        let end = self.expr()?;
+        let body = self.block(&path.child(PathStep::Body), "before the loop body")?;
+        Ok(Stmt::For {
+            var,
+            start,
+            end,
+            body,
+        })
+    }
+
+    #[inline(never)]
+    fn simple_stmt(&mut self) -> PResult<Stmt> {
         const END: &str = "after statement";
         let Some(word) = self.word_at(0).map(str::to_string) else {
             return Err(self.expected("a statement"));
         };
         let calls = self.is_punct_at(1, "(");
+        if let Some(op) = atomic_op(&word).filter(|_| calls) {
+            let stmt = self.atomic(op, None)?;
+            self.expect_semicolon(END)?;
+            return Ok(stmt);
+        }
+        if let Some(op) = sem_op(&word).filter(|_| calls) {
+            self.bump();
+            self.expect_punct("(", &format!("after `{word}`"))?;
+            let sem = self.access()?;
+            self.expect_punct(",", "after the semaphore")?;
+            let amount = self.expr()?;
+            self.expect_punct(")", &format!("after the amount of `{word}`"))?;
+            self.expect_semicolon(END)?;
+            return Ok(Stmt::Sem { op, sem, amount });
+        }
         match word.as_str() {
             "let" => {
                 self.bump();
@@ -621,9 +710,10 @@ impl Parser<'_> {
                 self.expect_punct("=", &format!("after the type of `{}`", var.name))?;
                 let value_word = self.word_at(0).map(str::to_string);
                 let value_calls = self.is_punct_at(1, "(");
-                let stmt = match value_word.as_deref() {
-                    Some(w) if value_calls && atomic_op(w).is_some() => self.atomic(Some(var))?,
-                    Some("read") if value_calls => {
+                let value_atomic = value_word.as_deref().and_then(atomic_op);
+                let stmt = match (value_atomic, value_word.as_deref()) {
+                    (Some(op), _) if value_calls => self.atomic(op, Some(var))?,
+                    (_, Some("read")) if value_calls => {
                         if var.ty != ScalarType::I32 {
                             return Err(self.error_at_token(
                                 &type_token,
@@ -667,44 +757,22 @@ impl Parser<'_> {
                 self.expect_semicolon(END)?;
                 Ok(Stmt::LocalArray { name, elem, shape })
             }
-            "if" => self.if_stmt(path),
-            "for" => {
-                self.bump();
-                let var = self.binding("for")?;
-                self.expect_word("in", "after the loop variable's type")?;
-                let start = self.expr()?;
-                self.expect_punct("..", "between the loop bounds")?;
-                let end = self.expr()?;
-                let body = self.block(&path.child(PathStep::Body), "before the loop body")?;
-                Ok(Stmt::For {
-                    var,
-                    start,
-                    end,
-                    body,
-                })
-            }
             "barrier" => {
                 self.bump();
                 self.expect_semicolon(END)?;
                 Ok(Stmt::Barrier)
             }
-            w if calls && atomic_op(w).is_some() => {
-                let stmt = self.atomic(None)?;
-                self.expect_semicolon(END)?;
-                Ok(stmt)
-            }
-            w if calls && sem_op(w).is_some() => {
-                let op = sem_op(w).unwrap_or(SemOp::Signal);
-                self.bump();
-                self.expect_punct("(", &format!("after `{w}`"))?;
-                let sem = self.access()?;
-                self.expect_punct(",", "after the semaphore")?;
-                let amount = self.expr()?;
-                self.expect_punct(")", &format!("after the amount of `{w}`"))?;
-                self.expect_semicolon(END)?;
-                Ok(Stmt::Sem { op, sem, amount })
-            }
             w if is_keyword(w) => Err(self.expected("a statement")),
+            "read" if calls => Err(self.error_at_token(
+                &self.peek().clone(),
+                "`read` returns a value: write `let v: i32 = read(s[i]);`".to_string(),
+            )),
+            w if calls => Err(self.error_at_token(
+                &self.peek().clone(),
+                format!(
+                    "`{w}` cannot be called as a statement; only atomics (`atomic_add`, ...) and `signal`, `wait`, `wait_nodec` can"
+                ),
+            )),
             _ if self.is_punct_at(1, "=") => {
                 self.bump();
                 self.bump();
@@ -727,10 +795,9 @@ impl Parser<'_> {
     }
 
     /// `atomic_op(target, args...)`, without the `;`.
-    fn atomic(&mut self, dest: Option<Binding>) -> PResult<Stmt> {
-        let token = self.bump();
-        let word = self.src[token.start..token.end].to_string();
-        let op = atomic_op(&word).unwrap_or(AtomicOp::Load);
+    fn atomic(&mut self, op: AtomicOp, dest: Option<Binding>) -> PResult<Stmt> {
+        self.bump();
+        let word = op.name();
         self.expect_punct("(", &format!("after `{word}`"))?;
         let target = self.access()?;
         let mut args = Vec::new();
@@ -1135,10 +1202,7 @@ impl Parser<'_> {
             Some("reject") => {
                 self.bump();
                 self.expect_punct("(", "after `reject`")?;
-                let Some(code) = self.word_at(0).map(str::to_string) else {
-                    return Err(self.expected("an error code (`E0001`, ...)"));
-                };
-                self.bump();
+                let code = self.any_word("an error code (`E0001`, ...)")?;
                 self.expect_punct(")", "after the error code")?;
                 Ok(Expectation::Reject(code))
             }
@@ -1183,15 +1247,7 @@ impl Parser<'_> {
                         case.expect = self.expectation()?;
                     } else {
                         // Tags are free-form words; keywords are fine.
-                        case.tags = self.list("[", "]", "after `tags`", |p| {
-                            match p.word_at(0).map(str::to_string) {
-                                Some(tag) => {
-                                    p.bump();
-                                    Ok(tag)
-                                }
-                                None => Err(p.expected("a tag")),
-                            }
-                        })?;
+                        case.tags = self.list("[", "]", "after `tags`", |p| p.any_word("a tag"))?;
                     }
                     self.expect_semicolon(&format!("after the `{w}` line"))?;
                 }

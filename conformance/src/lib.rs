@@ -1,1 +1,2 @@
 //! mpmd-conformance
+pub mod fuzz;

@@ -218,3 +218,12 @@ fn reduce_check_failure() {
     println!("{}", mpmd_core::text::print(&best));
     println!("{:?}", check_module(&best, seed).err());
 }
+
+/// Runs `check_module` on the file `$FILE` (for triage).
+#[test]
+#[ignore]
+fn check_file() {
+    let text = std::fs::read_to_string(std::env::var("FILE").unwrap()).unwrap();
+    let (m, _) = mpmd_core::text::parse(&text).unwrap();
+    println!("{:?}", check_module(&m, 1).err());
+}

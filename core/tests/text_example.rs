@@ -171,7 +171,7 @@ fn parenthesisation_is_minimal_and_canonical() {
         (-(a.clone() + b.clone()), "-(a + b)"),
         (-a.clone() * b.clone(), "-a * b"),
         (a.clone().lt(b.clone()).eq(c.clone()), "(a < b) == c"),
-        (a.clone().lt(b.clone()).and(c.clone().not()), "a < b && !c"),
+        (a.clone().lt(b.clone()).and(!c.clone()), "a < b && !c"),
         (a.clone().or(b.clone()).and(c.clone()), "(a || b) && c"),
         ((a.clone() | b.clone()) ^ c.clone(), "(a | b) ^ c"),
         (a.clone() | b.clone() ^ c.clone(), "a | b ^ c"),

@@ -137,38 +137,99 @@ pub(crate) enum UnKind {
 
 #[derive(Clone, Debug)]
 pub(crate) enum Instr {
-    Bin { op: BinKind, dst: Reg, a: Reg, b: Reg },
-    Un { op: UnKind, dst: Reg, a: Reg },
-    Select { dst: Reg, c: Reg, a: Reg, b: Reg },
-    Fma { dst: Reg, a: Reg, b: Reg, c: Reg },
+    Bin {
+        op: BinKind,
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+    },
+    Un {
+        op: UnKind,
+        dst: Reg,
+        a: Reg,
+    },
+    Select {
+        dst: Reg,
+        c: Reg,
+        a: Reg,
+        b: Reg,
+    },
+    Fma {
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+        c: Reg,
+    },
     /// Masked copy (assignment to a variable).
-    Mov { dst: Reg, src: Reg },
+    Mov {
+        dst: Reg,
+        src: Reg,
+    },
     /// Masked `var += 1` (loop step).
-    Inc { var: Reg },
-    Load { dst: Reg, acc: Box<Access> },
-    Store { acc: Box<Access>, src: Reg },
-    Atomic { op: AtomicOp, signed: bool, acc: Box<Access>, args: [Reg; 2], dst: Option<Reg> },
+    Inc {
+        var: Reg,
+    },
+    Load {
+        dst: Reg,
+        acc: Box<Access>,
+    },
+    Store {
+        acc: Box<Access>,
+        src: Reg,
+    },
+    Atomic {
+        op: AtomicOp,
+        signed: bool,
+        acc: Box<Access>,
+        args: [Reg; 2],
+        dst: Option<Reg>,
+    },
     /// A `local` array declaration: its elements become unwritten.
-    LocalDecl { id: usize },
+    LocalDecl {
+        id: usize,
+    },
     /// Push the mask, narrow it to `cond`; jump to `else_pc` when no lane is left.
-    IfThen { cond: Reg, else_pc: usize },
+    IfThen {
+        cond: Reg,
+        else_pc: usize,
+    },
     /// Mask = saved & !cond; jump to `end_pc` when no lane is left.
-    Else { cond: Reg, end_pc: usize },
+    Else {
+        cond: Reg,
+        end_pc: usize,
+    },
     PushMask,
     PopMask,
     /// Narrow the mask to lanes with `var < end`; leave the loop when none is left.
-    LoopTest { var: Reg, end: Reg, signed: bool, exit_pc: usize },
-    Jump { pc: usize },
+    LoopTest {
+        var: Reg,
+        end: Reg,
+        signed: bool,
+        exit_pc: usize,
+    },
+    Jump {
+        pc: usize,
+    },
     Barrier,
-    Sem { op: SemOp, acc: Box<Access>, amount: Reg },
-    SemRead { dst: Reg, acc: Box<Access> },
+    Sem {
+        op: SemOp,
+        acc: Box<Access>,
+        amount: Reg,
+    },
+    SemRead {
+        dst: Reg,
+        acc: Box<Access>,
+    },
     End,
 }
 
 impl Instr {
     /// Block-collective instructions: warp groups synchronise here.
     pub fn is_boundary(&self) -> bool {
-        matches!(self, Instr::Barrier | Instr::Sem { .. } | Instr::SemRead { .. } | Instr::End)
+        matches!(
+            self,
+            Instr::Barrier | Instr::Sem { .. } | Instr::SemRead { .. } | Instr::End
+        )
     }
 }
 
@@ -181,9 +242,18 @@ pub(crate) struct LocalInfo {
 /// How a kernel parameter is bound in this call.
 #[derive(Clone, Debug)]
 pub(crate) enum ParamBinding {
-    Scalar { ty: ScalarType, bits: u32 },
-    Global { buffer: usize, ty: RefType },
-    Smem { slot: usize, ty: RefType },
+    Scalar {
+        ty: ScalarType,
+        bits: u32,
+    },
+    Global {
+        buffer: usize,
+        ty: RefType,
+    },
+    Smem {
+        slot: usize,
+        ty: RefType,
+    },
     /// `smem` of another program: not reachable from this one.
     Foreign,
 }
@@ -226,8 +296,20 @@ struct Compiler<'a> {
     synchronises: bool,
 }
 
+/// Largest memory, in 32-bit words, one buffer or per-block array may have.
+pub(crate) const MAX_WORDS: u64 = 1 << 31;
+
+/// Elements of a shape, or `None` when the count overflows.
+pub(crate) fn checked_len(shape: &[u32]) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+}
+
 fn invalid(kernel: &str, msg: impl std::fmt::Display) -> RunError {
-    RunError::Backend(format!("cannot run kernel `{kernel}`: {msg} (the validator should reject this)"))
+    RunError::Backend(format!(
+        "cannot run kernel `{kernel}`: {msg} (the validator should reject this)"
+    ))
 }
 
 /// Compiles `kernel` for a program on `mesh`, with parameters bound as given.
@@ -242,13 +324,26 @@ pub(crate) fn compile(
     if kernel.params.len() != bindings.len() {
         return Err(invalid(
             &kernel.name,
-            format!("it has {} parameters but the map has {} operands", kernel.params.len(), bindings.len()),
+            format!(
+                "it has {} parameters but the map has {} operands",
+                kernel.params.len(),
+                bindings.len()
+            ),
         ));
     }
     let threads = mesh.threads.size as usize;
     if threads == 0 || threads > 1024 {
-        return Err(invalid(&kernel.name, format!("mesh `{}` has {threads} threads per block", mesh.name)));
+        return Err(invalid(
+            &kernel.name,
+            format!("mesh `{}` has {threads} threads per block", mesh.name),
+        ));
     }
+    let block_axes: Vec<u32> = mesh.block_axes().map(|a| a.size).collect();
+    let block_count = checked_len(&block_axes)
+        .filter(|&n| n <= u32::MAX as u64)
+        .ok_or_else(|| RunError::Refused {
+            reason: format!("mesh `{}` has more than {} blocks", mesh.name, u32::MAX),
+        })?;
     let mut c = Compiler {
         kernel,
         mesh,
@@ -265,9 +360,18 @@ pub(crate) fn compile(
     };
     for (param, binding) in kernel.params.iter().zip(bindings) {
         let sym = match binding {
-            ParamBinding::Scalar { ty, bits } => Sym::Scalar { reg: c.constant(*bits), ty: *ty },
-            ParamBinding::Global { buffer, ty } => Sym::Ref { target: Target::Global(*buffer), ty: ty.clone() },
-            ParamBinding::Smem { slot, ty } => Sym::Ref { target: Target::Smem(*slot), ty: ty.clone() },
+            ParamBinding::Scalar { ty, bits } => Sym::Scalar {
+                reg: c.constant(*bits),
+                ty: *ty,
+            },
+            ParamBinding::Global { buffer, ty } => Sym::Ref {
+                target: Target::Global(*buffer),
+                ty: ty.clone(),
+            },
+            ParamBinding::Smem { slot, ty } => Sym::Ref {
+                target: Target::Smem(*slot),
+                ty: ty.clone(),
+            },
             ParamBinding::Foreign => Sym::Foreign,
         };
         c.scope.push((param.name.clone(), sym));
@@ -282,7 +386,7 @@ pub(crate) fn compile(
         locals: c.locals,
         smem,
         threads,
-        block_count: mesh.block_count(),
+        block_count,
         synchronises: c.synchronises,
     })
 }
@@ -322,7 +426,11 @@ impl Compiler<'_> {
     }
 
     fn lookup(&self, name: &str) -> Option<&Sym> {
-        self.scope.iter().rev().find(|(n, _)| n == name).map(|(_, s)| s)
+        self.scope
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s)
     }
 
     fn find_axis_size(&self, name: &str) -> Option<u32> {
@@ -346,13 +454,15 @@ impl Compiler<'_> {
             Stmt::Let { var, value } => {
                 let (r, _) = self.expr(value)?;
                 let r = self.stable(r);
-                self.scope.push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
+                self.scope
+                    .push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
             }
             Stmt::Var { var, init } => {
                 let (src, _) = self.expr(init)?;
                 let r = self.new_reg(RegInit::Temp, true);
                 self.code.push(Instr::Mov { dst: r, src });
-                self.scope.push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
+                self.scope
+                    .push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
             }
             Stmt::Assign { name, value } => {
                 let (src, _) = self.expr(value)?;
@@ -366,17 +476,43 @@ impl Compiler<'_> {
             }
             Stmt::LocalArray { name, elem, shape } => {
                 let id = self.locals.len();
-                let ty = RefType { space: MemorySpace::Local, elem: *elem, shape: shape.clone(), owner: None };
-                self.locals.push(LocalInfo { len: ty.len() });
+                let ty = RefType {
+                    space: MemorySpace::Local,
+                    elem: *elem,
+                    shape: shape.clone(),
+                    owner: None,
+                };
+                let len = checked_len(&ty.shape)
+                    .filter(|&n| n * self.mesh.threads.size as u64 <= MAX_WORDS)
+                    .ok_or_else(|| RunError::Refused {
+                        reason: format!(
+                            "local array `{name}` is larger than {MAX_WORDS} words per block"
+                        ),
+                    })?;
+                self.locals.push(LocalInfo { len });
                 self.code.push(Instr::LocalDecl { id });
-                self.scope.push((name.clone(), Sym::Ref { target: Target::Local(id), ty }));
+                self.scope.push((
+                    name.clone(),
+                    Sym::Ref {
+                        target: Target::Local(id),
+                        ty,
+                    },
+                ));
             }
             Stmt::Store { target, value } => {
                 let (src, _) = self.expr(value)?;
                 let acc = self.access(target)?;
-                self.code.push(Instr::Store { acc: Box::new(acc), src });
+                self.code.push(Instr::Store {
+                    acc: Box::new(acc),
+                    src,
+                });
             }
-            Stmt::Atomic { dest, op, target, args } => {
+            Stmt::Atomic {
+                dest,
+                op,
+                target,
+                args,
+            } => {
                 if args.len() != op.arity() {
                     return Err(self.err(format!("`{}` takes {} operands", op.name(), op.arity())));
                 }
@@ -388,16 +524,30 @@ impl Compiler<'_> {
                 let signed = acc.elem == ScalarType::I32;
                 self.synchronises = true;
                 let dst = dest.as_ref().map(|_| self.temp());
-                self.code.push(Instr::Atomic { op: *op, signed, acc: Box::new(acc), args: regs, dst });
+                self.code.push(Instr::Atomic {
+                    op: *op,
+                    signed,
+                    acc: Box::new(acc),
+                    args: regs,
+                    dst,
+                });
                 if let (Some(d), Some(b)) = (dst, dest) {
-                    self.scope.push((b.name.clone(), Sym::Scalar { reg: d, ty: b.ty }));
+                    self.scope
+                        .push((b.name.clone(), Sym::Scalar { reg: d, ty: b.ty }));
                 }
             }
-            Stmt::If { cond, then_body, else_body } => {
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
                 let (c, _) = self.expr(cond)?;
                 let c = self.stable(c);
                 let if_at = self.code.len();
-                self.code.push(Instr::IfThen { cond: c, else_pc: 0 });
+                self.code.push(Instr::IfThen {
+                    cond: c,
+                    else_pc: 0,
+                });
                 self.body(then_body)?;
                 let else_pc = self.code.len();
                 if !else_body.is_empty() {
@@ -413,11 +563,18 @@ impl Compiler<'_> {
                 }
                 self.code.push(Instr::PopMask);
             }
-            Stmt::For { var, start, end, body } => {
+            Stmt::For {
+                var,
+                start,
+                end,
+                body,
+            } => {
                 let signed = match var.ty {
                     ScalarType::I32 => true,
                     ScalarType::U32 => false,
-                    t => return Err(self.err(format!("loop variable `{}` has type `{t}`", var.name))),
+                    t => {
+                        return Err(self.err(format!("loop variable `{}` has type `{t}`", var.name)))
+                    }
                 };
                 let (s, _) = self.expr(start)?;
                 let (e, _) = self.expr(end)?;
@@ -426,8 +583,14 @@ impl Compiler<'_> {
                 self.code.push(Instr::Mov { dst: v, src: s });
                 self.code.push(Instr::PushMask);
                 let head = self.code.len();
-                self.code.push(Instr::LoopTest { var: v, end: e, signed, exit_pc: 0 });
-                self.scope.push((var.name.clone(), Sym::Scalar { reg: v, ty: var.ty }));
+                self.code.push(Instr::LoopTest {
+                    var: v,
+                    end: e,
+                    signed,
+                    exit_pc: 0,
+                });
+                self.scope
+                    .push((var.name.clone(), Sym::Scalar { reg: v, ty: var.ty }));
                 self.body(body)?;
                 self.scope.pop();
                 self.code.push(Instr::Inc { var: v });
@@ -443,14 +606,27 @@ impl Compiler<'_> {
                 let (amount, _) = self.expr(amount)?;
                 let acc = self.access(sem)?;
                 self.synchronises = true;
-                self.code.push(Instr::Sem { op: *op, acc: Box::new(acc), amount });
+                self.code.push(Instr::Sem {
+                    op: *op,
+                    acc: Box::new(acc),
+                    amount,
+                });
             }
             Stmt::SemRead { dest, sem } => {
                 let acc = self.access(sem)?;
                 self.synchronises = true;
                 let d = self.temp();
-                self.code.push(Instr::SemRead { dst: d, acc: Box::new(acc) });
-                self.scope.push((dest.clone(), Sym::Scalar { reg: d, ty: ScalarType::I32 }));
+                self.code.push(Instr::SemRead {
+                    dst: d,
+                    acc: Box::new(acc),
+                });
+                self.scope.push((
+                    dest.clone(),
+                    Sym::Scalar {
+                        reg: d,
+                        ty: ScalarType::I32,
+                    },
+                ));
             }
         }
         Ok(())
@@ -504,7 +680,12 @@ impl Compiler<'_> {
                 }
                 Some(out)
             }
-            (Some(_), None) => return Err(self.err(format!("`{}` has no owner mesh to index with `@[...]`", ra.base))),
+            (Some(_), None) => {
+                return Err(self.err(format!(
+                    "`{}` has no owner mesh to index with `@[...]`",
+                    ra.base
+                )))
+            }
             (None, Some(owner)) => {
                 if owner != &self.mesh.name {
                     return Err(self.err(format!(
@@ -519,7 +700,15 @@ impl Compiler<'_> {
             }
             (None, None) => None,
         };
-        Ok(Access { target, name: ra.base.clone(), dims, coords, own, inst_len: ty.len(), elem: ty.elem })
+        Ok(Access {
+            target,
+            name: ra.base.clone(),
+            dims,
+            coords,
+            own,
+            inst_len: checked_len(&ty.shape).unwrap_or(u64::MAX),
+            elem: ty.elem,
+        })
     }
 
     fn expr(&mut self, e: &Expr) -> Result<(Reg, ScalarType), RunError> {
@@ -547,10 +736,19 @@ impl Compiler<'_> {
                 }
                 let axes: Vec<_> = self.mesh.block_axes().collect();
                 let Some(k) = axes.iter().position(|a| &a.name == name) else {
-                    return Err(self.err(format!("`{name}` is not an axis of mesh `{}`", self.mesh.name)));
+                    return Err(self.err(format!(
+                        "`{name}` is not an axis of mesh `{}`",
+                        self.mesh.name
+                    )));
                 };
                 let stride: u64 = axes[k + 1..].iter().map(|a| a.size as u64).product();
-                let r = self.new_reg(RegInit::BlockAxis { stride, size: axes[k].size }, false);
+                let r = self.new_reg(
+                    RegInit::BlockAxis {
+                        stride,
+                        size: axes[k].size,
+                    },
+                    false,
+                );
                 self.block_axis_regs.insert(name.clone(), r);
                 (r, U32)
             }
@@ -562,7 +760,10 @@ impl Compiler<'_> {
                 let acc = self.access(ra)?;
                 let ty = acc.elem;
                 let dst = self.temp();
-                self.code.push(Instr::Load { dst, acc: Box::new(acc) });
+                self.code.push(Instr::Load {
+                    dst,
+                    acc: Box::new(acc),
+                });
                 (dst, ty)
             }
             Expr::Unary(op, a) => {
@@ -581,7 +782,12 @@ impl Compiler<'_> {
                 let (k, swap) = bin_kind(*op, t);
                 let (x, y) = if swap { (rb, ra) } else { (ra, rb) };
                 let dst = self.temp();
-                self.code.push(Instr::Bin { op: k, dst, a: x, b: y });
+                self.code.push(Instr::Bin {
+                    op: k,
+                    dst,
+                    a: x,
+                    b: y,
+                });
                 (dst, if op.is_comparison() { Bool } else { t })
             }
             Expr::Select(c, a, b) => {
@@ -636,12 +842,34 @@ impl Compiler<'_> {
                     return Ok((self.un(k, regs[0]), ty));
                 }
                 let dst = self.temp();
-                let bin = |k| Instr::Bin { op: k, dst, a: regs[0], b: regs[1] };
+                let bin = |k| Instr::Bin {
+                    op: k,
+                    dst,
+                    a: regs[0],
+                    b: regs[1],
+                };
                 let instr = match f {
-                    MathFn::Min => bin(if float { BinKind::FMin } else if signed { BinKind::SMin } else { BinKind::UMin }),
-                    MathFn::Max => bin(if float { BinKind::FMax } else if signed { BinKind::SMax } else { BinKind::UMax }),
+                    MathFn::Min => bin(if float {
+                        BinKind::FMin
+                    } else if signed {
+                        BinKind::SMin
+                    } else {
+                        BinKind::UMin
+                    }),
+                    MathFn::Max => bin(if float {
+                        BinKind::FMax
+                    } else if signed {
+                        BinKind::SMax
+                    } else {
+                        BinKind::UMax
+                    }),
                     MathFn::Pow => bin(BinKind::FPow),
-                    _ => Instr::Fma { dst, a: regs[0], b: regs[1], c: regs[2] },
+                    _ => Instr::Fma {
+                        dst,
+                        a: regs[0],
+                        b: regs[1],
+                        c: regs[2],
+                    },
                 };
                 self.code.push(instr);
                 (dst, ty)
@@ -663,7 +891,15 @@ fn bin_kind(op: BinaryOp, t: ScalarType) -> (BinKind, bool) {
     use ScalarType::*;
     let f = t == F32;
     let s = t == I32;
-    let pick = |fk, sk, uk| if f { fk } else if s { sk } else { uk };
+    let pick = |fk, sk, uk| {
+        if f {
+            fk
+        } else if s {
+            sk
+        } else {
+            uk
+        }
+    };
     match op {
         BinaryOp::Add => (if f { K::FAdd } else { K::IAdd }, false),
         BinaryOp::Sub => (if f { K::FSub } else { K::ISub }, false),
@@ -677,8 +913,26 @@ fn bin_kind(op: BinaryOp, t: ScalarType) -> (BinKind, bool) {
         BinaryOp::Shr => (if s { K::SShr } else { K::UShr }, false),
         BinaryOp::LogicAnd => (K::LogicAnd, false),
         BinaryOp::LogicOr => (K::LogicOr, false),
-        BinaryOp::Eq => (if f { K::FEq } else if t == Bool { K::BEq } else { K::Eq }, false),
-        BinaryOp::Ne => (if f { K::FNe } else if t == Bool { K::BNe } else { K::Ne }, false),
+        BinaryOp::Eq => (
+            if f {
+                K::FEq
+            } else if t == Bool {
+                K::BEq
+            } else {
+                K::Eq
+            },
+            false,
+        ),
+        BinaryOp::Ne => (
+            if f {
+                K::FNe
+            } else if t == Bool {
+                K::BNe
+            } else {
+                K::Ne
+            },
+            false,
+        ),
         BinaryOp::Lt => (pick(K::FLt, K::SLt, K::ULt), false),
         BinaryOp::Le => (pick(K::FLe, K::SLe, K::ULe), false),
         BinaryOp::Gt => (pick(K::FLt, K::SLt, K::ULt), true),

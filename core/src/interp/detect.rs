@@ -76,27 +76,70 @@ impl Accessor<'_> {
     }
 }
 
+/// The accesses of one word that still matter; most words have one.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum History {
+    #[default]
+    Empty,
+    One(Rec),
+    Many(Vec<Rec>),
+}
+
+fn conflicts(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
+    (r.write || write) && !(r.atomic && atomic) && !who.ordered_after(r)
+}
+
+/// An earlier access that is ordered before this one and no stronger can be
+/// forgotten: any later access racing with it races with this one too.
+fn subsumed(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
+    who.ordered_after(r) && (!r.write || write) && (!atomic || r.atomic)
+}
+
+fn same_kind(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
+    r.task == who.task && r.epoch == who.epoch && r.write == write && r.atomic == atomic
+}
+
 /// Checks an access against a word's history and records it; returns the
 /// conflicting earlier access if there is a race.
-pub(crate) fn record(history: &mut Vec<Rec>, who: &Accessor, write: bool, atomic: bool) -> Result<(), Rec> {
-    for r in history.iter() {
-        let conflicting = (r.write || write) && !(r.atomic && atomic);
-        if conflicting && !who.ordered_after(r) {
-            return Err(*r);
-        }
-    }
-    // An earlier access that is ordered before this one and no stronger can
-    // be forgotten: any later access racing with it races with this one too.
-    history.retain(|r| !(who.ordered_after(r) && (!r.write || write) && (!atomic || r.atomic)));
-    for r in history.iter_mut() {
-        if r.task == who.task && r.epoch == who.epoch && r.write == write && r.atomic == atomic {
-            if r.thread != who.thread {
-                r.many = true;
+pub(crate) fn record(
+    history: &mut History,
+    who: &Accessor,
+    write: bool,
+    atomic: bool,
+) -> Result<(), Rec> {
+    let new = Rec {
+        task: who.task,
+        epoch: who.epoch,
+        thread: who.thread,
+        many: false,
+        write,
+        atomic,
+    };
+    match history {
+        History::Empty => *history = History::One(new),
+        History::One(r) => {
+            if conflicts(r, who, write, atomic) {
+                return Err(*r);
             }
-            return Ok(());
+            if subsumed(r, who, write, atomic) {
+                *r = new;
+            } else if same_kind(r, who, write, atomic) {
+                r.many |= r.thread != who.thread;
+            } else {
+                *history = History::Many(vec![*r, new]);
+            }
+        }
+        History::Many(list) => {
+            if let Some(r) = list.iter().find(|r| conflicts(r, who, write, atomic)) {
+                return Err(*r);
+            }
+            list.retain(|r| !subsumed(r, who, write, atomic));
+            match list.iter_mut().find(|r| same_kind(r, who, write, atomic)) {
+                Some(r) => r.many |= r.thread != who.thread,
+                None => list.push(new),
+            }
         }
     }
-    history.push(Rec { task: who.task, epoch: who.epoch, thread: who.thread, many: false, write, atomic });
     Ok(())
 }
 
@@ -106,7 +149,7 @@ pub(crate) struct Detector {
     /// Per buffer: which words were ever written (or initialised).
     pub init: Vec<Vec<bool>>,
     /// Per buffer: access history per word (allocated on first use).
-    pub shadow: Vec<Vec<Vec<Rec>>>,
+    pub shadow: Vec<Vec<History>>,
     /// Released clocks per semaphore element (buffer, element).
     pub sem_clock: HashMap<(usize, u64), Clock>,
 }

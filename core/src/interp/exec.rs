@@ -1,10 +1,13 @@
 //! Executes compiled programs block by block, all lanes of a block in lockstep.
 
+// Lane loops index several per-lane vectors at once.
+#![allow(clippy::needless_range_loop)]
+
 use std::mem::take;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::compile::{Access, BinKind, Instr, OwnInstance, ProgramCode, RegInit, Target, UnKind};
-use super::detect::{self, Accessor, Clock, Detector, Rec};
+use super::detect::{self, Accessor, Clock, Detector, History, Rec};
 use super::{LateWait, Rng};
 use crate::backend::{RunError, Site};
 use crate::ir::{AtomicOp, SemOp};
@@ -27,7 +30,13 @@ pub(crate) struct AltSchedule {
 
 impl AltSchedule {
     pub fn new(rng: Rng, preempt: bool, warps: bool, shuffle_lanes: bool) -> Self {
-        AltSchedule { rng, preempt, warps, shuffle_lanes, perm: vec![] }
+        AltSchedule {
+            rng,
+            preempt,
+            warps,
+            shuffle_lanes,
+            perm: vec![],
+        }
     }
 }
 
@@ -49,9 +58,17 @@ pub(crate) struct Env<'a> {
 pub(crate) enum Status {
     Done,
     /// Waiting on semaphore element `addr` of buffer `buf` for `amount`.
-    Blocked { buf: usize, addr: u64, amount: i32, name: String },
+    Blocked {
+        buf: usize,
+        addr: u64,
+        amount: i32,
+        name: String,
+    },
     Yielded,
 }
+
+/// `Some((lo, hi))` when exactly the lanes `lo..hi` are active.
+type Span = Option<(usize, usize)>;
 
 /// Warp-group execution of one segment between block-collective operations.
 struct WarpSegment {
@@ -60,15 +77,18 @@ struct WarpSegment {
     stack: Vec<Vec<bool>>,
     order: Vec<usize>,
     next: usize,
-    merged_mask: Vec<bool>,
-    merged_stack: Vec<Vec<bool>>,
+    /// Union of the masks the warps arrived with (set by the first arrival;
+    /// the depth may differ from the segment start's, e.g. after a loop exit).
+    merged: Option<(Vec<bool>, Vec<Vec<bool>>)>,
+    /// Where the first warp arrived; the others must arrive at the same operation.
+    arrival_pc: usize,
 }
 
 /// Detection state local to a block.
 #[derive(Default)]
 struct BlockDetect {
     smem_init: Vec<Vec<bool>>,
-    smem_shadow: Vec<Vec<Vec<Rec>>>,
+    smem_shadow: Vec<Vec<History>>,
     local_init: Vec<Vec<bool>>,
 }
 
@@ -80,7 +100,11 @@ pub(crate) struct BlockState {
     pc: usize,
     mask: Vec<bool>,
     full: bool,
-    stack: Vec<(Vec<bool>, bool)>,
+    /// When the active lanes are exactly `lo..hi`: loops then run over a
+    /// plain range (vectorised) instead of testing every lane's bit.
+    span: Option<(usize, usize)>,
+    /// Saved masks with their spans.
+    stack: Vec<(Vec<bool>, Span)>,
     spare_masks: Vec<Vec<bool>>,
     smem: Vec<Vec<u32>>,
     locals: Vec<Vec<u32>>,
@@ -90,10 +114,6 @@ pub(crate) struct BlockState {
     warp: Option<WarpSegment>,
     /// The wait this block yielded on, if any (for the co-residency report).
     blocked: bool,
-}
-
-fn count_full(mask: &[bool]) -> bool {
-    mask.iter().all(|&m| m)
 }
 
 impl BlockState {
@@ -111,8 +131,16 @@ impl BlockState {
         let det = if detect {
             BlockDetect {
                 smem_init: code.smem.iter().map(|&n| vec![false; n as usize]).collect(),
-                smem_shadow: code.smem.iter().map(|&n| vec![vec![]; n as usize]).collect(),
-                local_init: code.locals.iter().map(|l| vec![false; l.len as usize * t]).collect(),
+                smem_shadow: code
+                    .smem
+                    .iter()
+                    .map(|&n| vec![History::Empty; n as usize])
+                    .collect(),
+                local_init: code
+                    .locals
+                    .iter()
+                    .map(|l| vec![false; l.len as usize * t])
+                    .collect(),
             }
         } else {
             BlockDetect::default()
@@ -124,10 +152,15 @@ impl BlockState {
             pc: 0,
             mask: vec![true; t],
             full: true,
+            span: Some((0, t)),
             stack: vec![],
             spare_masks: vec![],
             smem: code.smem.iter().map(|&n| vec![0; n as usize]).collect(),
-            locals: code.locals.iter().map(|l| vec![0; l.len as usize * t]).collect(),
+            locals: code
+                .locals
+                .iter()
+                .map(|l| vec![0; l.len as usize * t])
+                .collect(),
             det,
             epoch: 0,
             clock: Clock::default(),
@@ -143,6 +176,7 @@ impl BlockState {
         self.pc = 0;
         self.mask.fill(true);
         self.full = true;
+        self.span = Some((0, self.mask.len()));
         while let Some((m, _)) = self.stack.pop() {
             self.spare_masks.push(m);
         }
@@ -156,7 +190,7 @@ impl BlockState {
             v.fill(false);
         }
         for v in &mut self.det.smem_shadow {
-            v.iter_mut().for_each(Vec::clear);
+            v.fill(History::Empty);
         }
         self.epoch = 0;
         self.clock.clear();
@@ -165,14 +199,29 @@ impl BlockState {
     }
 
     fn site(&self, code: &ProgramCode, thread: Option<u32>) -> Site {
-        Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread }
+        Site {
+            program: code.program,
+            kernel: code.kernel.clone(),
+            block: self.block,
+            thread,
+        }
+    }
+
+    /// Recomputes `full` and `span` after the mask changed.
+    fn refresh_mask(&mut self) {
+        self.set_span(span_of(&self.mask));
+    }
+
+    fn set_span(&mut self, span: Option<(usize, usize)>) {
+        self.span = span;
+        self.full = span == Some((0, self.mask.len()));
     }
 
     fn push_mask(&mut self) {
         let mut saved = self.spare_masks.pop().unwrap_or_default();
         saved.clear();
         saved.extend_from_slice(&self.mask);
-        self.stack.push((saved, self.full));
+        self.stack.push((saved, self.span));
     }
 
     fn begin_segment(&mut self, rng: &mut Rng) {
@@ -189,8 +238,8 @@ impl BlockState {
             stack: self.stack.iter().map(|(m, _)| m.clone()).collect(),
             order,
             next: 0,
-            merged_mask: vec![false; t],
-            merged_stack: self.stack.iter().map(|(m, _)| vec![false; m.len()]).collect(),
+            merged: None,
+            arrival_pc: 0,
         };
         self.warp = Some(seg);
         self.next_warp();
@@ -198,8 +247,12 @@ impl BlockState {
 
     /// Switches to the next warp of the segment; false when none is left.
     fn next_warp(&mut self) -> bool {
-        let Some(seg) = self.warp.as_mut() else { return false };
-        let Some(&w) = seg.order.get(seg.next) else { return false };
+        let Some(seg) = self.warp.as_mut() else {
+            return false;
+        };
+        let Some(&w) = seg.order.get(seg.next) else {
+            return false;
+        };
         seg.next += 1;
         let lanes = w * 32..(w * 32 + 32).min(self.mask.len());
         let restrict = |dst: &mut Vec<bool>, src: &[bool]| {
@@ -208,46 +261,67 @@ impl BlockState {
             }
         };
         restrict(&mut self.mask, &seg.mask);
-        self.full = false;
         self.stack.truncate(seg.stack.len());
         for (i, src) in seg.stack.iter().enumerate() {
             if i >= self.stack.len() {
-                self.stack.push((vec![false; src.len()], false));
+                self.stack.push((vec![false; src.len()], None));
             }
             restrict(&mut self.stack[i].0, src);
-            self.stack[i].1 = false;
+            self.stack[i].1 = None;
         }
         self.pc = seg.start_pc;
+        self.refresh_mask();
         true
     }
 
     /// At a block-collective instruction in warp mode: folds in the warp that
     /// got here; returns true when another warp must run the segment first.
     fn warp_arrived(&mut self, code: &ProgramCode) -> Result<bool, RunError> {
-        let Some(seg) = self.warp.as_mut() else { return Ok(false) };
-        if self.stack.len() != seg.merged_stack.len() {
+        let Some(seg) = self.warp.as_mut() else {
+            return Ok(false);
+        };
+        if seg.merged.is_some() && seg.arrival_pc != self.pc {
             return Err(RunError::Backend(format!(
-                "kernel `{}`: a block-collective operation is reached in divergent control flow",
+                "kernel `{}`: warps of one block reached different block-collective operations",
                 code.kernel
             )));
         }
-        for (d, s) in seg.merged_mask.iter_mut().zip(&self.mask) {
-            *d |= *s;
-        }
-        for (d, (s, _)) in seg.merged_stack.iter_mut().zip(&self.stack) {
-            for (x, y) in d.iter_mut().zip(s) {
-                *x |= *y;
+        seg.arrival_pc = self.pc;
+        match &mut seg.merged {
+            None => {
+                seg.merged = Some((
+                    self.mask.clone(),
+                    self.stack.iter().map(|(m, _)| m.clone()).collect(),
+                ))
+            }
+            Some((mask, stack)) => {
+                if stack.len() != self.stack.len() {
+                    return Err(RunError::Backend(format!(
+                        "kernel `{}`: a block-collective operation is reached in divergent control flow",
+                        code.kernel
+                    )));
+                }
+                for (d, s) in mask.iter_mut().zip(&self.mask) {
+                    *d |= *s;
+                }
+                for (d, (s, _)) in stack.iter_mut().zip(&self.stack) {
+                    for (x, y) in d.iter_mut().zip(s) {
+                        *x |= *y;
+                    }
+                }
             }
         }
         if seg.next < seg.order.len() {
             self.next_warp();
             return Ok(true);
         }
-        let seg = self.warp.take().expect("segment present");
-        self.mask = seg.merged_mask;
-        self.full = count_full(&self.mask);
-        for ((m, full), merged) in self.stack.iter_mut().zip(seg.merged_stack) {
-            *full = count_full(&merged);
+        let Some((mask, stack)) = self.warp.take().and_then(|seg| seg.merged) else {
+            return Err(corrupt(code));
+        };
+        self.mask = mask;
+        self.refresh_mask();
+        for ((m, span), merged) in self.stack.iter_mut().zip(stack) {
+            *span = span_of(&merged);
             *m = merged;
         }
         Ok(false)
@@ -262,67 +336,51 @@ impl BlockState {
                 }
             }
         }
-        let t = code.threads;
         loop {
             let instr = &code.code[self.pc];
             if self.warp.is_some() && instr.is_boundary() && self.warp_arrived(code)? {
                 continue;
             }
-            let mask = if self.full { None } else { Some(&self.mask[..]) };
+            let lanes = lanes_of(self.span, &self.mask);
             match instr {
                 Instr::Bin { op, dst, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    binary(*op, &mut d, &self.regs[*a], &self.regs[*b], mask);
+                    binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes);
                     self.regs[*dst] = d;
                 }
                 Instr::Un { op, dst, a } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    unary(*op, &mut d, &self.regs[*a], mask);
+                    unary(*op, &mut d, &self.regs[*a], lanes);
                     self.regs[*dst] = d;
                 }
                 Instr::Select { dst, c, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (c, a, b) = (&self.regs[*c], &self.regs[*a], &self.regs[*b]);
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            d[l] = if c[l] != 0 { a[l] } else { b[l] };
-                        }
-                    }
+                    each(lanes, |l| d[l] = if c[l] != 0 { a[l] } else { b[l] });
                     self.regs[*dst] = d;
                 }
                 Instr::Fma { dst, a, b, c } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (a, b, c) = (&self.regs[*a], &self.regs[*b], &self.regs[*c]);
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            let r = f32::from_bits(a[l]).mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
-                            d[l] = r.to_bits();
-                        }
-                    }
+                    each(lanes, |l| {
+                        let r = f32::from_bits(a[l])
+                            .mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
+                        d[l] = r.to_bits();
+                    });
                     self.regs[*dst] = d;
                 }
                 Instr::Mov { dst, src } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let s = &self.regs[*src];
-                    match mask {
-                        None => d.copy_from_slice(s),
-                        Some(m) => {
-                            for l in 0..t {
-                                if m[l] {
-                                    d[l] = s[l];
-                                }
-                            }
-                        }
+                    match lanes {
+                        Lanes::Range(lo, hi) => d[lo..hi].copy_from_slice(&s[lo..hi]),
+                        Lanes::Mask(_) => each(lanes, |l| d[l] = s[l]),
                     }
                     self.regs[*dst] = d;
                 }
                 Instr::Inc { var } => {
                     let v = &mut self.regs[*var];
-                    for l in 0..t {
-                        if mask.is_none_or(|m| m[l]) {
-                            v[l] = v[l].wrapping_add(1);
-                        }
-                    }
+                    each(lanes, |l| v[l] = v[l].wrapping_add(1));
                 }
                 Instr::LocalDecl { id } => {
                     if let Some(init) = self.det.local_init.get_mut(*id) {
@@ -331,13 +389,8 @@ impl BlockState {
                 }
                 Instr::IfThen { cond, else_pc } => {
                     self.push_mask();
-                    let c = &self.regs[*cond];
-                    let mut any = false;
-                    for l in 0..t {
-                        self.mask[l] &= c[l] != 0;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    let (any, span) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c != 0);
+                    self.set_span(span);
                     if !any {
                         self.pc = *else_pc;
                         continue;
@@ -347,13 +400,9 @@ impl BlockState {
                     let Some((saved, _)) = self.stack.last() else {
                         return Err(corrupt(code));
                     };
-                    let c = &self.regs[*cond];
-                    let mut any = false;
-                    for l in 0..t {
-                        self.mask[l] = saved[l] && c[l] == 0;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    self.mask.copy_from_slice(saved);
+                    let (any, span) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c == 0);
+                    self.set_span(span);
                     if !any {
                         self.pc = *end_pc;
                         continue;
@@ -361,22 +410,26 @@ impl BlockState {
                 }
                 Instr::PushMask => self.push_mask(),
                 Instr::PopMask => {
-                    let Some((saved, full)) = self.stack.pop() else {
+                    let Some((saved, span)) = self.stack.pop() else {
                         return Err(corrupt(code));
                     };
                     let old = std::mem::replace(&mut self.mask, saved);
                     self.spare_masks.push(old);
-                    self.full = full;
+                    self.set_span(span);
                 }
-                Instr::LoopTest { var, end, signed, exit_pc } => {
+                Instr::LoopTest {
+                    var,
+                    end,
+                    signed,
+                    exit_pc,
+                } => {
                     let (v, e) = (&self.regs[*var], &self.regs[*end]);
-                    let mut any = false;
-                    for l in 0..t {
-                        let go = if *signed { (v[l] as i32) < (e[l] as i32) } else { v[l] < e[l] };
-                        self.mask[l] &= go;
-                        any |= self.mask[l];
-                    }
-                    self.full = count_full(&self.mask);
+                    let (any, span) = if *signed {
+                        narrow2(&mut self.mask, v, e, |m, v, e| m && (v as i32) < (e as i32))
+                    } else {
+                        narrow2(&mut self.mask, v, e, |m, v, e| m && v < e)
+                    };
+                    self.set_span(span);
                     if !any {
                         self.pc = *exit_pc;
                         continue;
@@ -398,7 +451,13 @@ impl BlockState {
                         return Ok(Status::Yielded);
                     }
                 }
-                Instr::Atomic { op, signed, acc, args, dst } => {
+                Instr::Atomic {
+                    op,
+                    signed,
+                    acc,
+                    args,
+                    dst,
+                } => {
                     self.atomic(code, env, *op, *signed, acc, *args, *dst)?;
                     if self.maybe_preempt(env, acc) {
                         return Ok(Status::Yielded);
@@ -432,7 +491,12 @@ impl BlockState {
                             let value = word.load(Relaxed) as i32;
                             if value < n {
                                 self.blocked = true;
-                                return Ok(Status::Blocked { buf, addr, amount: n, name: acc.name.clone() });
+                                return Ok(Status::Blocked {
+                                    buf,
+                                    addr,
+                                    amount: n,
+                                    name: acc.name.clone(),
+                                });
                             }
                             if *op == SemOp::Wait {
                                 word.store(value.wrapping_sub(n) as u32, Relaxed);
@@ -456,7 +520,11 @@ impl BlockState {
                         }
                     }
                     self.after_boundary(env);
-                    if env.alt.as_deref_mut().is_some_and(|a| a.preempt && a.rng.below(3) == 0) {
+                    if env
+                        .alt
+                        .as_deref_mut()
+                        .is_some_and(|a| a.preempt && a.rng.below(3) == 0)
+                    {
                         return Ok(Status::Yielded);
                     }
                     continue;
@@ -486,7 +554,9 @@ impl BlockState {
     }
 
     fn maybe_preempt(&mut self, env: &mut Env, acc: &Access) -> bool {
-        let Some(alt) = env.alt.as_deref_mut() else { return false };
+        let Some(alt) = env.alt.as_deref_mut() else {
+            return false;
+        };
         if alt.preempt && matches!(acc.target, Target::Global(_)) && alt.rng.below(4) == 0 {
             self.pc += 1;
             return true;
@@ -494,11 +564,21 @@ impl BlockState {
         false
     }
 
-    fn sem_address(&self, code: &ProgramCode, acc: &Access, lane: usize) -> Result<(usize, u64), RunError> {
+    fn sem_address(
+        &self,
+        code: &ProgramCode,
+        acc: &Access,
+        lane: usize,
+    ) -> Result<(usize, u64), RunError> {
         let Target::Global(buf) = acc.target else {
-            return Err(RunError::Backend(format!("`{}` is not a semaphore", acc.name)));
+            return Err(RunError::Backend(format!(
+                "`{}` is not a semaphore",
+                acc.name
+            )));
         };
-        let addr = self.address(code, acc, lane).map_err(|e| e.with_thread(None))?;
+        let addr = self
+            .address(code, acc, lane)
+            .map_err(|e| e.with_thread(None))?;
         Ok((buf, addr))
     }
 
@@ -536,11 +616,18 @@ impl BlockState {
                 .iter()
                 .map(|&(r, _, signed)| {
                     let v = self.regs[r][lane];
-                    if signed { (v as i32).to_string() } else { v.to_string() }
+                    if signed {
+                        (v as i32).to_string()
+                    } else {
+                        v.to_string()
+                    }
                 })
                 .collect();
             let ext: Vec<String> = list.iter().map(|&(_, e, _)| e.to_string()).collect();
-            (format!("[{}]", vals.join(", ")), format!("[{}]", ext.join(", ")))
+            (
+                format!("[{}]", vals.join(", ")),
+                format!("[{}]", ext.join(", ")),
+            )
         };
         let (mut index, mut shape) = show(&acc.dims);
         if let Some(cs) = &acc.coords {
@@ -548,7 +635,12 @@ impl BlockState {
             index = format!("@{ci}{index}");
             shape = format!("@{cs}{shape}");
         }
-        RunError::OutOfBounds { site: self.site(code, Some(lane as u32)), reference: acc.name.clone(), index, shape }
+        RunError::OutOfBounds {
+            site: self.site(code, Some(lane as u32)),
+            reference: acc.name.clone(),
+            index,
+            shape,
+        }
     }
 
     fn lane_order(&self, env: &mut Env, t: usize) -> Option<Vec<usize>> {
@@ -582,17 +674,22 @@ impl BlockState {
         write: bool,
         atomic: bool,
     ) -> Result<(), RunError> {
-        let Some(det) = env.detect.as_deref_mut() else { return Ok(()) };
+        let Some(det) = env.detect.as_deref_mut() else {
+            return Ok(());
+        };
         let t = code.threads;
-        let (init, history): (&mut Vec<bool>, Option<&mut Vec<Rec>>) = match acc.target {
+        let (init, history): (&mut Vec<bool>, Option<&mut History>) = match acc.target {
             Target::Global(b) => {
                 let shadow = &mut det.shadow[b];
                 if shadow.is_empty() {
-                    shadow.resize_with(det.init[b].len(), Vec::new);
+                    shadow.resize_with(det.init[b].len(), History::default);
                 }
                 (&mut det.init[b], shadow.get_mut(addr as usize))
             }
-            Target::Smem(s) => (&mut self.det.smem_init[s], self.det.smem_shadow[s].get_mut(addr as usize)),
+            Target::Smem(s) => (
+                &mut self.det.smem_init[s],
+                self.det.smem_shadow[s].get_mut(addr as usize),
+            ),
             Target::Local(id) => (&mut self.det.local_init[id], None),
         };
         let slot = match acc.target {
@@ -601,7 +698,12 @@ impl BlockState {
         };
         if read && !init.get(slot).copied().unwrap_or(false) {
             return Err(RunError::UninitializedRead {
-                site: Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread: Some(lane as u32) },
+                site: Site {
+                    program: code.program,
+                    kernel: code.kernel.clone(),
+                    block: self.block,
+                    thread: Some(lane as u32),
+                },
                 reference: acc.name.clone(),
                 element: addr,
             });
@@ -612,13 +714,26 @@ impl BlockState {
             }
         }
         if let Some(history) = history {
-            let who = Accessor { task: self.task, epoch: self.epoch, thread: lane as u32, clock: &self.clock };
+            let who = Accessor {
+                task: self.task,
+                epoch: self.epoch,
+                thread: lane as u32,
+                clock: &self.clock,
+            };
             if let Err(first) = detect::record(history, &who, write, atomic) {
                 let first_site = match acc.target {
                     Target::Global(_) => env_site(env, first),
-                    _ => Site { program: code.program, kernel: code.kernel.clone(), block: self.block, thread: None },
+                    _ => Site {
+                        program: code.program,
+                        kernel: code.kernel.clone(),
+                        block: self.block,
+                        thread: None,
+                    },
                 };
-                let first_site = Site { thread: Some(first.thread), ..first_site };
+                let first_site = Site {
+                    thread: Some(first.thread),
+                    ..first_site
+                };
                 return Err(RunError::DataRace {
                     reference: acc.name.clone(),
                     element: addr,
@@ -630,14 +745,48 @@ impl BlockState {
         Ok(())
     }
 
-    fn load(&mut self, code: &ProgramCode, env: &mut Env, dst: usize, acc: &Access) -> Result<(), RunError> {
+    fn load(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        dst: usize,
+        acc: &Access,
+    ) -> Result<(), RunError> {
         let t = code.threads;
         let mut d = take(&mut self.regs[dst]);
-        let result = (|| {
-            // Fast path: a one-dimensional global load over all lanes.
-            if let (Target::Global(b), true, true, None, [(r, extent, _)]) =
-                (acc.target, self.full, env.detect.is_none(), &acc.coords, &acc.dims[..])
-            {
+        let result = if env.detect.is_none() && acc.coords.is_none() && acc.dims.len() == 1 {
+            self.load_1d(code, env, acc, &mut d)
+        } else {
+            (|| {
+                for l in 0..t {
+                    if !self.mask[l] {
+                        continue;
+                    }
+                    let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                    self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                    d[l] = self.read_word(env, acc.target, addr, l, t);
+                }
+                Ok(())
+            })()
+        };
+        self.regs[dst] = d;
+        result
+    }
+
+    /// A one-dimensional load of the block's own instance without detection.
+    fn load_1d(
+        &self,
+        code: &ProgramCode,
+        env: &Env,
+        acc: &Access,
+        d: &mut [u32],
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let (r, extent, _) = acc.dims[0];
+        let idx = &self.regs[r];
+        let lanes = lanes_of(self.span, &self.mask);
+        let result = match acc.target {
+            Target::Global(b) => {
                 let base = match acc.own {
                     OwnInstance::Block => self.block * acc.inst_len,
                     OwnInstance::Zero => 0,
@@ -645,28 +794,39 @@ impl BlockState {
                 let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
                     return Err(corrupt(code));
                 };
-                let idx = &self.regs[*r];
-                for l in 0..t {
+                try_each(lanes, |l| {
                     let i = idx[l];
-                    if i >= *extent {
-                        return Err(self.oob(code, acc, l));
+                    if i >= extent {
+                        return Err(l);
                     }
                     d[l] = words[i as usize].load(Relaxed);
-                }
-                return Ok(());
+                    Ok(())
+                })
             }
-            for l in 0..t {
-                if !self.mask[l] {
-                    continue;
-                }
-                let addr = self.address(code, acc, l).map_err(|e| *e)?;
-                self.detect_access(code, env, acc, addr, l, true, false, false)?;
-                d[l] = self.read_word(env, acc.target, addr, l, t);
+            Target::Smem(s) => {
+                let words = &self.smem[s];
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    d[l] = words[i as usize];
+                    Ok(())
+                })
             }
-            Ok(())
-        })();
-        self.regs[dst] = d;
-        result
+            Target::Local(id) => {
+                let words = &self.locals[id];
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
+                    }
+                    d[l] = words[i as usize * t + l];
+                    Ok(())
+                })
+            }
+        };
+        result.map_err(|l| self.oob(code, acc, l))
     }
 
     fn read_word(&self, env: &Env, target: Target, addr: u64, lane: usize, t: usize) -> u32 {
@@ -685,27 +845,17 @@ impl BlockState {
         }
     }
 
-    fn store(&mut self, code: &ProgramCode, env: &mut Env, src: usize, acc: &Access) -> Result<(), RunError> {
+    fn store(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        src: usize,
+        acc: &Access,
+    ) -> Result<(), RunError> {
         let t = code.threads;
-        if let (Target::Global(b), true, true, None, [(r, extent, _)], None) =
-            (acc.target, self.full, env.detect.is_none(), &acc.coords, &acc.dims[..], env.alt.as_ref())
-        {
-            let base = match acc.own {
-                OwnInstance::Block => self.block * acc.inst_len,
-                OwnInstance::Zero => 0,
-            } as usize;
-            let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
-                return Err(corrupt(code));
-            };
-            let (idx, s) = (&self.regs[*r], &self.regs[src]);
-            for l in 0..t {
-                let i = idx[l];
-                if i >= *extent {
-                    return Err(self.oob(code, acc, l));
-                }
-                words[i as usize].store(s[l], Relaxed);
-            }
-            return Ok(());
+        let shuffled = env.alt.as_ref().is_some_and(|a| a.shuffle_lanes);
+        if env.detect.is_none() && !shuffled && acc.coords.is_none() && acc.dims.len() == 1 {
+            return self.store_1d(code, env, src, acc);
         }
         let order = self.lane_order(env, t);
         let result = (|| {
@@ -723,6 +873,59 @@ impl BlockState {
         })();
         Self::return_order(env, order);
         result
+    }
+
+    /// A one-dimensional store to the block's own instance without detection
+    /// or lane shuffling; lanes before an out-of-bounds one still store.
+    fn store_1d(
+        &mut self,
+        code: &ProgramCode,
+        env: &Env,
+        src: usize,
+        acc: &Access,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let (r, extent, _) = acc.dims[0];
+        let lanes = lanes_of(self.span, &self.mask);
+        let (idx, s) = (&self.regs[r], &self.regs[src]);
+        let first_bad = try_each(lanes, |l| if idx[l] >= extent { Err(l) } else { Ok(()) }).err();
+        let limit = first_bad.unwrap_or(t);
+        match acc.target {
+            Target::Global(b) => {
+                let base = match acc.own {
+                    OwnInstance::Block => self.block * acc.inst_len,
+                    OwnInstance::Zero => 0,
+                } as usize;
+                let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
+                    return Err(corrupt(code));
+                };
+                each(lanes, |l| {
+                    if l < limit {
+                        words[idx[l] as usize].store(s[l], Relaxed);
+                    }
+                });
+            }
+            Target::Smem(k) => {
+                let words = &mut self.smem[k];
+                each(lanes, |l| {
+                    if l < limit {
+                        words[idx[l] as usize] = s[l];
+                    }
+                });
+            }
+            Target::Local(id) => {
+                let words = &mut self.locals[id];
+                each(lanes, |l| {
+                    if l < limit {
+                        words[idx[l] as usize * t + l] = s[l];
+                    }
+                });
+            }
+        }
+        match first_bad {
+            Some(l) => Err(self.oob(code, acc, l)),
+            None => Ok(()),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -781,13 +984,25 @@ impl BlockState {
 /// The site of a recorded access (of any block of the call).
 fn env_site(env: &Env, rec: Rec) -> Site {
     let task = rec.task as u64;
-    let p = env.task_offsets.iter().rposition(|&o| o <= task).unwrap_or(0);
+    let p = env
+        .task_offsets
+        .iter()
+        .rposition(|&o| o <= task)
+        .unwrap_or(0);
     let code = &env.codes[p.min(env.codes.len().saturating_sub(1))];
-    Site { program: code.program, kernel: code.kernel.clone(), block: task - env.task_offsets[p], thread: None }
+    Site {
+        program: code.program,
+        kernel: code.kernel.clone(),
+        block: task - env.task_offsets[p],
+        thread: None,
+    }
 }
 
 fn corrupt(code: &ProgramCode) -> RunError {
-    RunError::Backend(format!("kernel `{}`: corrupt compiled control flow", code.kernel))
+    RunError::Backend(format!(
+        "kernel `{}`: corrupt compiled control flow",
+        code.kernel
+    ))
 }
 
 trait WithThread {
@@ -797,45 +1012,140 @@ trait WithThread {
 impl WithThread for Box<RunError> {
     fn with_thread(self, thread: Option<u32>) -> RunError {
         match *self {
-            RunError::OutOfBounds { site, reference, index, shape } => {
-                RunError::OutOfBounds { site: Site { thread, ..site }, reference, index, shape }
-            }
+            RunError::OutOfBounds {
+                site,
+                reference,
+                index,
+                shape,
+            } => RunError::OutOfBounds {
+                site: Site { thread, ..site },
+                reference,
+                index,
+                shape,
+            },
             e => e,
         }
     }
 }
 
+/// The active lanes of an operation.
+#[derive(Clone, Copy)]
+enum Lanes<'a> {
+    /// Exactly the lanes `lo..hi`.
+    Range(usize, usize),
+    /// The lanes whose bit is set.
+    Mask(&'a [bool]),
+}
+
+fn lanes_of(span: Option<(usize, usize)>, mask: &[bool]) -> Lanes<'_> {
+    match span {
+        Some((lo, hi)) => Lanes::Range(lo, hi),
+        None => Lanes::Mask(mask),
+    }
+}
+
 #[inline(always)]
-fn map2(d: &mut [u32], a: &[u32], b: &[u32], mask: Option<&[bool]>, f: impl Fn(u32, u32) -> u32) {
-    match mask {
-        None => {
-            for ((d, &a), &b) in d.iter_mut().zip(a).zip(b) {
-                *d = f(a, b);
-            }
-        }
-        Some(m) => {
-            for (((d, &a), &b), &m) in d.iter_mut().zip(a).zip(b).zip(m) {
-                if m {
-                    *d = f(a, b);
+fn each(lanes: Lanes, mut f: impl FnMut(usize)) {
+    match lanes {
+        Lanes::Range(lo, hi) => (lo..hi).for_each(f),
+        Lanes::Mask(m) => {
+            for (l, &on) in m.iter().enumerate() {
+                if on {
+                    f(l);
                 }
             }
         }
     }
 }
 
+/// Like [`each`]; stops at the first lane for which `f` fails.
 #[inline(always)]
-fn map1(d: &mut [u32], a: &[u32], mask: Option<&[bool]>, f: impl Fn(u32) -> u32) {
-    match mask {
-        None => {
-            for (d, &a) in d.iter_mut().zip(a) {
+fn try_each(lanes: Lanes, mut f: impl FnMut(usize) -> Result<(), usize>) -> Result<(), usize> {
+    match lanes {
+        Lanes::Range(lo, hi) => (lo..hi).try_for_each(f),
+        Lanes::Mask(m) => {
+            for (l, &on) in m.iter().enumerate() {
+                if on {
+                    f(l)?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The span of a mask: `Some((lo, hi))` when exactly the lanes `lo..hi` are
+/// set. The count vectorises and the two scans stop at the first set lane
+/// from either end, so full and prefix masks cost little.
+fn span_of(mask: &[bool]) -> Option<(usize, usize)> {
+    let count: usize = mask.iter().map(|&m| m as usize).sum();
+    if count == 0 {
+        return Some((0, 0));
+    }
+    let lo = mask.iter().position(|&m| m).unwrap_or(0);
+    let hi = mask.iter().rposition(|&m| m).map_or(0, |h| h + 1);
+    (count == hi - lo).then_some((lo, hi))
+}
+
+/// Updates every lane's mask bit from one register; returns whether any
+/// lane is left, and the new span.
+#[inline(always)]
+fn narrow(
+    mask: &mut [bool],
+    c: &[u32],
+    f: impl Fn(bool, u32) -> bool,
+) -> (bool, Option<(usize, usize)>) {
+    for (m, &c) in mask.iter_mut().zip(c) {
+        *m = f(*m, c);
+    }
+    let span = span_of(mask);
+    (span != Some((0, 0)), span)
+}
+
+#[inline(always)]
+fn narrow2(
+    mask: &mut [bool],
+    a: &[u32],
+    b: &[u32],
+    f: impl Fn(bool, u32, u32) -> bool,
+) -> (bool, Option<(usize, usize)>) {
+    for ((m, &a), &b) in mask.iter_mut().zip(a).zip(b) {
+        *m = f(*m, a, b);
+    }
+    let span = span_of(mask);
+    (span != Some((0, 0)), span)
+}
+
+#[inline(always)]
+fn map2(d: &mut [u32], a: &[u32], b: &[u32], lanes: Lanes, f: impl Fn(u32, u32) -> u32) {
+    match lanes {
+        Lanes::Range(lo, hi) => {
+            for ((d, &a), &b) in d[lo..hi].iter_mut().zip(&a[lo..hi]).zip(&b[lo..hi]) {
+                *d = f(a, b);
+            }
+        }
+        Lanes::Mask(m) => {
+            // Pure operations cannot fail: compute every lane, keep the active ones.
+            for (((d, &a), &b), &m) in d.iter_mut().zip(a).zip(b).zip(m) {
+                let v = f(a, b);
+                *d = if m { v } else { *d };
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn map1(d: &mut [u32], a: &[u32], lanes: Lanes, f: impl Fn(u32) -> u32) {
+    match lanes {
+        Lanes::Range(lo, hi) => {
+            for (d, &a) in d[lo..hi].iter_mut().zip(&a[lo..hi]) {
                 *d = f(a);
             }
         }
-        Some(m) => {
+        Lanes::Mask(m) => {
             for ((d, &a), &m) in d.iter_mut().zip(a).zip(m) {
-                if m {
-                    *d = f(a);
-                }
+                let v = f(a);
+                *d = if m { v } else { *d };
             }
         }
     }
@@ -857,16 +1167,28 @@ fn f1(f: impl Fn(f32) -> f32) -> impl Fn(u32) -> u32 {
 }
 
 /// One binary operation over all (active) lanes, with DESIGN.md's numerics.
-fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Option<&[bool]>) {
+fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes) {
     use BinKind::*;
     match op {
         IAdd => map2(d, a, b, m, u32::wrapping_add),
         ISub => map2(d, a, b, m, u32::wrapping_sub),
         IMul => map2(d, a, b, m, u32::wrapping_mul),
-        SDiv => map2(d, a, b, m, |x, y| if y == 0 { x } else { (x as i32).wrapping_div(y as i32) as u32 }),
-        UDiv => map2(d, a, b, m, |x, y| if y == 0 { x } else { x / y }),
-        SRem => map2(d, a, b, m, |x, y| if y == 0 { 0 } else { (x as i32).wrapping_rem(y as i32) as u32 }),
-        URem => map2(d, a, b, m, |x, y| if y == 0 { 0 } else { x % y }),
+        SDiv => map2(d, a, b, m, |x, y| {
+            if y == 0 {
+                x
+            } else {
+                (x as i32).wrapping_div(y as i32) as u32
+            }
+        }),
+        UDiv => map2(d, a, b, m, |x, y| x.checked_div(y).unwrap_or(x)),
+        SRem => map2(d, a, b, m, |x, y| {
+            if y == 0 {
+                0
+            } else {
+                (x as i32).wrapping_rem(y as i32) as u32
+            }
+        }),
+        URem => map2(d, a, b, m, |x, y| x.checked_rem(y).unwrap_or(0)),
         FAdd => map2(d, a, b, m, ff(|x, y| x + y)),
         FSub => map2(d, a, b, m, ff(|x, y| x - y)),
         FMul => map2(d, a, b, m, ff(|x, y| x * y)),
@@ -904,7 +1226,7 @@ fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Option<&[bool]>) 
 }
 
 /// One unary operation or conversion over all (active) lanes.
-fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Option<&[bool]>) {
+fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes) {
     use UnKind::*;
     match op {
         Copy => map1(d, a, m, |x| x),

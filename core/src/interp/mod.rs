@@ -16,6 +16,11 @@
 //!   so with detection off their blocks run on all host cores;
 //! - detection ([`detect`]) checks out-of-bounds accesses (always), reads of
 //!   unwritten memory and data races (vector clocks per block and epoch);
+//! - the first schedule is deterministic: blocks start in program order, then
+//!   linear block order, each running until it finishes or waits (woken
+//!   waiters run first); `RunOptions::seed` drives the extra schedules;
+//! - outputs of refs owned by a mesh `M` have the host shape `M`'s block axes
+//!   followed by the ref's shape (instances in linear block order);
 //! - extra schedules rerun the call with random block order and preemption,
 //!   warp-sized thread groups run one after another between barriers, and
 //!   random lane order inside stores and atomics; any difference in outputs is
@@ -28,12 +33,15 @@ mod exec;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use compile::{ParamBinding, ProgramCode};
+use compile::{checked_len, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{CallArgs, CallOutputs, HostTensor};
-use crate::ir::{Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident, ScalarType, Type};
+use crate::ir::{
+    Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident,
+    ScalarType, Type,
+};
 use crate::plan::LaunchPlan;
 
 /// Interpreter options beyond [`RunOptions`].
@@ -115,6 +123,8 @@ struct ResidentState {
 pub struct Interpreter {
     residents: BTreeMap<String, ResidentState>,
     last_report: Option<InterpReport>,
+    /// Device buffers of earlier calls, reused by later ones.
+    pool: Vec<Vec<AtomicU32>>,
 }
 
 /// Where a buffer's contents come from at the start of a call.
@@ -128,7 +138,6 @@ enum Init {
 
 #[derive(Clone, Debug)]
 struct BufferSpec {
-    name: Name,
     ty: RefType,
     len: u64,
     /// Host shape: the owner's block axes, then the ref's shape.
@@ -142,9 +151,6 @@ struct Layout {
     /// Output name and buffer, in map order.
     outputs: Vec<(Name, usize)>,
 }
-
-/// Largest total device memory, in 32-bit words, the interpreter allocates.
-const MAX_WORDS: u64 = 1 << 31;
 
 impl Interpreter {
     pub fn new() -> Self {
@@ -171,12 +177,19 @@ impl Interpreter {
             .programs
             .iter()
             .map(|p| {
-                module
-                    .kernel(&p.kernel)
-                    .ok_or_else(|| RunError::BadArguments(format!("no kernel named `{}` in the module", p.kernel)))
+                module.kernel(&p.kernel).ok_or_else(|| {
+                    RunError::BadArguments(format!("no kernel named `{}` in the module", p.kernel))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.run_map(map, &module.meshes, &kernels, &module.residents, args, options)
+        self.run_map(
+            map,
+            &module.meshes,
+            &kernels,
+            &module.residents,
+            args,
+            options,
+        )
     }
 
     fn run_map(
@@ -192,7 +205,7 @@ impl Interpreter {
         let (layout, codes) = prepare(map, meshes, kernels, residents, args)?;
         let detect = options.detect;
 
-        let (bufs, init) = self.make_buffers(&layout, args, residents)?;
+        let (bufs, init) = self.make_buffers(&layout, args, residents, detect)?;
         let mut detector = detect.then(|| detect::Detector {
             shadow: vec![vec![]; bufs.len()],
             init,
@@ -202,11 +215,21 @@ impl Interpreter {
             && codes.iter().all(|c| !c.synchronises)
             && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
             && codes.iter().map(|c| c.block_count).sum::<u64>() > 1;
-        let mut report = InterpReport { schedules_run: 1, parallel, ..Default::default() };
+        let mut report = InterpReport {
+            schedules_run: 1,
+            parallel,
+            ..Default::default()
+        };
         let first = if parallel {
             run_parallel(&codes, &bufs)
         } else {
-            run_sequential(&codes, &bufs, detector.as_mut(), None, Some(&mut report.late_waits))
+            run_sequential(
+                &codes,
+                &bufs,
+                detector.as_mut(),
+                None,
+                Some(&mut report.late_waits),
+            )
         };
         let blocks = match first {
             Ok(b) => b,
@@ -216,25 +239,44 @@ impl Interpreter {
             }
         };
         report.blocks_run = blocks;
-        let outputs = collect_outputs(&layout, &bufs);
+        let outputs = (options.extra_schedules > 0).then(|| collect_outputs(&layout, &bufs));
 
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
-            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents)?;
+            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents, detect)?;
             let mut alt_detector = detect.then(|| detect::Detector {
                 shadow: vec![vec![]; alt_bufs.len()],
                 init: alt_init,
                 ..Default::default()
             });
-            let seed = options.run.seed.wrapping_add(k as u64).wrapping_mul(0x2545_F491_4F6C_DD1D);
-            let mut alt = AltSchedule::new(Rng::new(seed), true, k % 2 == 1 || codes.iter().all(|c| c.threads <= 32), true);
-            let result = run_sequential(&codes, &alt_bufs, alt_detector.as_mut(), Some(&mut alt), None);
+            let seed = options
+                .run
+                .seed
+                .wrapping_add(k as u64)
+                .wrapping_mul(0x2545_F491_4F6C_DD1D);
+            let mut alt = AltSchedule::new(
+                Rng::new(seed),
+                true,
+                k % 2 == 1 || codes.iter().all(|c| c.threads <= 32),
+                true,
+            );
+            let result = run_sequential(
+                &codes,
+                &alt_bufs,
+                alt_detector.as_mut(),
+                Some(&mut alt),
+                None,
+            );
             if let Err(e) = result {
                 self.last_report = Some(report);
                 return Err(e);
             }
             let alt_outputs = collect_outputs(&layout, &alt_bufs);
-            if let Some(detail) = first_difference(&outputs, &alt_outputs, k, options.run.seed) {
+            self.recycle(alt_bufs);
+            let difference = outputs
+                .as_ref()
+                .and_then(|o| first_difference(o, &alt_outputs, k, options.run.seed));
+            if let Some(detail) = difference {
                 self.last_report = Some(report);
                 return Err(RunError::Nondeterministic { detail });
             }
@@ -249,26 +291,86 @@ impl Interpreter {
                     // Without detection nothing tracks writes: count every word as written.
                     None => vec![true; words.len()],
                 };
-                let tensor = HostTensor { elem: spec.ty.elem, shape: spec.shape.clone(), words };
-                self.residents.insert(name.clone(), ResidentState { tensor, init });
+                let tensor = HostTensor {
+                    elem: spec.ty.elem,
+                    shape: spec.shape.clone(),
+                    words,
+                };
+                self.residents
+                    .insert(name.clone(), ResidentState { tensor, init });
             }
         }
+        // Outputs take their buffers without a copy; the rest are reused.
+        let mut slots: Vec<Option<Vec<AtomicU32>>> =
+            bufs.into_iter().map(|b| Some(b.words)).collect();
+        let mut outputs = BTreeMap::new();
+        for (name, i) in &layout.outputs {
+            let spec = &layout.buffers[*i];
+            let words: Vec<u32> = match slots[*i].take() {
+                Some(w) => w.into_iter().map(AtomicU32::into_inner).collect(),
+                None => outputs
+                    .get(name)
+                    .map(|t: &HostTensor| t.words.clone())
+                    .unwrap_or_default(),
+            };
+            outputs.insert(
+                name.clone(),
+                HostTensor {
+                    elem: spec.ty.elem,
+                    shape: spec.shape.clone(),
+                    words,
+                },
+            );
+        }
+        self.recycle(
+            slots
+                .into_iter()
+                .flatten()
+                .map(|words| GlobalBuf { words })
+                .collect(),
+        );
         self.last_report = Some(report);
         Ok(CallOutputs { outputs })
     }
 
     /// Fresh device buffers for one schedule, and which words start initialised.
+    /// Keeps a call's buffers for reuse, so that repeated calls do not pay
+    /// for fresh pages.
+    fn recycle(&mut self, bufs: Vec<GlobalBuf>) {
+        for b in bufs {
+            if self.pool.len() < 16 && !b.words.is_empty() {
+                self.pool.push(b.words);
+            }
+        }
+    }
+
+    /// A buffer of `len` words filled by `fill` (from the pool when one fits).
+    fn buffer(&mut self, len: usize, fill: impl Fn(usize) -> u32) -> Vec<AtomicU32> {
+        match self.pool.iter().position(|b| b.len() == len) {
+            Some(i) => {
+                let mut words = self.pool.swap_remove(i);
+                for (k, w) in words.iter_mut().enumerate() {
+                    *w.get_mut() = fill(k);
+                }
+                words
+            }
+            None => (0..len).map(|k| AtomicU32::new(fill(k))).collect(),
+        }
+    }
+
     fn make_buffers(
-        &self,
+        &mut self,
         layout: &Layout,
         args: &CallArgs,
         residents: &[Resident],
+        detect: bool,
     ) -> Result<(Vec<GlobalBuf>, Vec<Vec<bool>>), RunError> {
         let mut bufs = Vec::with_capacity(layout.buffers.len());
         let mut inits = Vec::with_capacity(layout.buffers.len());
         for spec in &layout.buffers {
             let len = spec.len as usize;
-            let (words, init): (Vec<u32>, Vec<bool>) = match &spec.init {
+            let bits = |v: bool| if detect { vec![v; len] } else { vec![] };
+            let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
                     let t = args
                         .inputs
@@ -280,12 +382,16 @@ impl Interpreter {
                             t.words.len()
                         )));
                     }
-                    (t.words.clone(), vec![true; len])
+                    (self.buffer(len, |k| t.words[k]), bits(true))
                 }
-                Init::Zeroed => (vec![0; len], vec![true; len]),
-                Init::Uninitialized => (vec![0; len], vec![false; len]),
+                Init::Zeroed => (self.buffer(len, |_| 0), bits(true)),
+                Init::Uninitialized => (self.buffer(len, |_| 0), bits(false)),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
-                    Some(r) if r.tensor.words.len() == len => (r.tensor.words.clone(), r.init.clone()),
+                    Some(r) if r.tensor.words.len() == len => {
+                        let words = r.tensor.words.clone();
+                        let init = if detect { r.init.clone() } else { vec![] };
+                        (self.buffer(len, |k| words[k]), init)
+                    }
                     Some(r) => {
                         return Err(RunError::BadArguments(format!(
                             "resident `{name}` holds {} elements, the map binds {len}",
@@ -296,11 +402,11 @@ impl Interpreter {
                         let zeroed = *zeroed
                             || spec.ty.space == MemorySpace::Sem
                             || residents.iter().any(|r| &r.name == name && r.zeroed);
-                        (vec![0; len], vec![zeroed; len])
+                        (self.buffer(len, |_| 0), bits(zeroed))
                     }
                 },
             };
-            bufs.push(GlobalBuf { words: words.into_iter().map(AtomicU32::new).collect() });
+            bufs.push(GlobalBuf { words });
             inits.push(init);
         }
         Ok((bufs, inits))
@@ -335,10 +441,9 @@ fn prepare(
     for (kind, op) in map.operands() {
         let r = match &op.ty {
             Type::Scalar(t) => {
-                let v = args
-                    .scalars
-                    .get(&op.name)
-                    .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{}`", op.name)))?;
+                let v = args.scalars.get(&op.name).ok_or_else(|| {
+                    RunError::BadArguments(format!("missing scalar `{}`", op.name))
+                })?;
                 if v.ty() != *t {
                     return Err(RunError::BadArguments(format!(
                         "scalar `{}` is `{t}`, the call passes a `{}`",
@@ -357,34 +462,64 @@ fn prepare(
                 continue;
             }
             MemorySpace::Local => {
-                return Err(RunError::Backend(format!("operand `{}` is in local memory", op.name)));
+                return Err(RunError::Backend(format!(
+                    "operand `{}` is in local memory",
+                    op.name
+                )));
             }
             MemorySpace::Gmem | MemorySpace::Sem => {}
         }
-        let alias = map.aliases.iter().find(|a| a.output == op.name).map(|a| a.input.as_str());
+        let alias = map
+            .aliases
+            .iter()
+            .find(|a| a.output == op.name)
+            .map(|a| a.input.as_str());
         let index = if let (OperandKind::Output, Some(input)) = (kind, alias) {
-            *by_name
-                .get(input)
-                .ok_or_else(|| RunError::BadArguments(format!("output `{}` aliases unknown input `{input}`", op.name)))?
+            *by_name.get(input).ok_or_else(|| {
+                RunError::BadArguments(format!(
+                    "output `{}` aliases unknown input `{input}`",
+                    op.name
+                ))
+            })?
         } else {
             let (instances, mut shape) = match &r.owner {
                 Some(owner) => {
                     let m = find_mesh(owner)?;
-                    (m.block_count(), m.block_axes().map(|a| a.size).collect::<Vec<_>>())
+                    (
+                        checked_len(&m.block_axes().map(|a| a.size).collect::<Vec<_>>())
+                            .unwrap_or(u64::MAX),
+                        m.block_axes().map(|a| a.size).collect::<Vec<_>>(),
+                    )
                 }
                 None => (1, vec![]),
             };
             shape.extend_from_slice(&r.shape);
-            let len = instances * r.len();
+            let len = checked_len(&r.shape)
+                .and_then(|n| n.checked_mul(instances))
+                .filter(|&n| n <= MAX_WORDS)
+                .ok_or_else(|| RunError::Refused {
+                    reason: format!("operand `{}` is larger than {MAX_WORDS} words", op.name),
+                })?;
             total_words += len;
             if total_words > MAX_WORDS {
-                return Err(RunError::Refused { reason: format!("operands need more than {MAX_WORDS} words") });
+                return Err(RunError::Refused {
+                    reason: format!("operands need more than {MAX_WORDS} words"),
+                });
             }
             let init = if op.resident {
-                let decl = residents.iter().find(|d| d.name == op.name).ok_or_else(|| {
-                    RunError::BadArguments(format!("`{}` is bound to a resident the module does not declare", op.name))
-                })?;
-                Init::Resident { name: op.name.clone(), zeroed: decl.zeroed }
+                let decl = residents
+                    .iter()
+                    .find(|d| d.name == op.name)
+                    .ok_or_else(|| {
+                        RunError::BadArguments(format!(
+                            "`{}` is bound to a resident the module does not declare",
+                            op.name
+                        ))
+                    })?;
+                Init::Resident {
+                    name: op.name.clone(),
+                    zeroed: decl.zeroed,
+                }
             } else if r.space == MemorySpace::Sem || op.zeroed {
                 Init::Zeroed
             } else if kind == OperandKind::Input {
@@ -392,7 +527,12 @@ fn prepare(
             } else {
                 Init::Uninitialized
             };
-            buffers.push(BufferSpec { name: op.name.clone(), ty: r.clone(), len, shape, init });
+            buffers.push(BufferSpec {
+                ty: r.clone(),
+                len,
+                shape,
+                init,
+            });
             buffers.len() - 1
         };
         by_name.insert(&op.name, index);
@@ -408,21 +548,39 @@ fn prepare(
         let mut smem = vec![];
         let bindings = bound
             .iter()
-            .map(|b| match b {
-                Bound::Scalar(ty, bits) => ParamBinding::Scalar { ty: *ty, bits: *bits },
-                Bound::Buffer(buffer, ty) => ParamBinding::Global { buffer: *buffer, ty: ty.clone() },
-                Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
-                    smem.push(ty.len());
-                    ParamBinding::Smem { slot: smem.len() - 1, ty: ty.clone() }
-                }
-                Bound::Smem(_) => ParamBinding::Foreign,
+            .map(|b| -> Result<ParamBinding, RunError> {
+                Ok(match b {
+                    Bound::Scalar(ty, bits) => ParamBinding::Scalar {
+                        ty: *ty,
+                        bits: *bits,
+                    },
+                    Bound::Buffer(buffer, ty) => ParamBinding::Global {
+                        buffer: *buffer,
+                        ty: ty.clone(),
+                    },
+                    Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
+                        let len = checked_len(&ty.shape)
+                            .filter(|&n| n <= MAX_WORDS)
+                            .ok_or_else(|| RunError::Refused {
+                                reason: format!("an smem operand is larger than {MAX_WORDS} words"),
+                            })?;
+                        smem.push(len);
+                        ParamBinding::Smem {
+                            slot: smem.len() - 1,
+                            ty: ty.clone(),
+                        }
+                    }
+                    Bound::Smem(_) => ParamBinding::Foreign,
+                })
             })
-            .collect::<Vec<_>>();
+            .collect::<Result<Vec<_>, _>>()?;
         codes.push(compile::compile(i, kernel, mesh, meshes, &bindings, smem)?);
     }
     let tasks: u64 = codes.iter().map(|c| c.block_count).sum();
     if tasks > u32::MAX as u64 {
-        return Err(RunError::Refused { reason: format!("{tasks} blocks in one call (at most {})", u32::MAX) });
+        return Err(RunError::Refused {
+            reason: format!("{tasks} blocks in one call (at most {})", u32::MAX),
+        });
     }
     Ok((Layout { buffers, outputs }, codes))
 }
@@ -434,7 +592,14 @@ fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<Name, HostTe
         .map(|(name, i)| {
             let spec = &layout.buffers[*i];
             let words = bufs[*i].words.iter().map(|w| w.load(Relaxed)).collect();
-            (name.clone(), HostTensor { elem: spec.ty.elem, shape: spec.shape.clone(), words })
+            (
+                name.clone(),
+                HostTensor {
+                    elem: spec.ty.elem,
+                    shape: spec.shape.clone(),
+                    words,
+                },
+            )
         })
         .collect()
 }
@@ -494,7 +659,10 @@ fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
 fn run_parallel(codes: &[ProgramCode], bufs: &[GlobalBuf]) -> Result<u64, RunError> {
     let offsets = task_offsets(codes);
     let total: u64 = codes.iter().map(|c| c.block_count).sum();
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(total as usize).max(1) as u64;
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(total as usize)
+        .max(1) as u64;
     let offsets = &offsets;
     let results: Vec<Result<u64, RunError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
@@ -531,7 +699,11 @@ fn run_parallel(codes: &[ProgramCode], bufs: &[GlobalBuf]) -> Result<u64, RunErr
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Backend("interpreter worker panicked".into()))))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(RunError::Backend("interpreter worker panicked".into()))
+                })
+            })
             .collect()
     });
     let mut blocks = 0;
@@ -588,13 +760,16 @@ fn run_sequential(
                 None => break,
             },
             Some(a) => {
-                let prefer_ready = !ready.is_empty() && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
+                let prefer_ready = !ready.is_empty()
+                    && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
                 if prefer_ready {
                     let i = a.rng.below(ready.len() as u64) as usize;
                     ready.swap_remove_back(i).expect("index in range")
                 } else if can_start {
                     next_start += 1;
-                    start_order.as_ref().map_or(next_start as u32 - 1, |o| o[next_start as usize - 1])
+                    start_order
+                        .as_ref()
+                        .map_or(next_start as u32 - 1, |o| o[next_start as usize - 1])
                 } else {
                     break;
                 }
@@ -605,7 +780,9 @@ fn run_sequential(
         let mut st = match live.remove(&task) {
             Some(st) => st,
             None => {
-                let mut st = pools[p].pop().unwrap_or_else(|| BlockState::new(code, detecting));
+                let mut st = pools[p]
+                    .pop()
+                    .unwrap_or_else(|| BlockState::new(code, detecting));
                 st.reset(code, task, task as u64 - offsets[p]);
                 st
             }
@@ -638,14 +815,28 @@ fn run_sequential(
 
 /// The wait-for graph of a deadlock: every waiting block, what it waits for,
 /// and the semaphore's count.
-fn deadlock(codes: &[ProgramCode], offsets: &[u64], bufs: &[GlobalBuf], waiting: &[(u32, Status)]) -> RunError {
+fn deadlock(
+    codes: &[ProgramCode],
+    offsets: &[u64],
+    bufs: &[GlobalBuf],
+    waiting: &[(u32, Status)],
+) -> RunError {
     let mut lines = vec!["wait-for graph (no live block can signal):".to_string()];
     let mut sorted: Vec<&(u32, Status)> = waiting.iter().collect();
     sorted.sort_by_key(|(t, _)| *t);
     for (task, status) in sorted {
-        let p = offsets.iter().rposition(|&o| o <= *task as u64).unwrap_or(0);
+        let p = offsets
+            .iter()
+            .rposition(|&o| o <= *task as u64)
+            .unwrap_or(0);
         let code = &codes[p];
-        if let Status::Blocked { buf, addr, amount, name } = status {
+        if let Status::Blocked {
+            buf,
+            addr,
+            amount,
+            name,
+        } = status
+        {
             let count = bufs[*buf].words[*addr as usize].load(Relaxed) as i32;
             lines.push(format!(
                 "  program {} ({}), block {} waits on `{name}` element {addr} for {amount} (count is {count})",
@@ -655,7 +846,9 @@ fn deadlock(codes: &[ProgramCode], offsets: &[u64], bufs: &[GlobalBuf], waiting:
             ));
         }
     }
-    RunError::Deadlock { wait_for_graph: lines.join("\n") }
+    RunError::Deadlock {
+        wait_for_graph: lines.join("\n"),
+    }
 }
 
 impl Backend for Interpreter {
@@ -665,16 +858,32 @@ impl Backend for Interpreter {
 
     /// Runs the plan's IR (map, meshes, the units' kernels, residents), not
     /// its derived parts, so that lowering bugs show up as disagreements.
-    fn run(&mut self, plan: &LaunchPlan, args: &CallArgs, options: &RunOptions) -> Result<CallOutputs, RunError> {
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
         let kernels = (0..plan.map.programs.len())
             .map(|i| {
-                plan.unit_of_program(i)
-                    .map(|u| &u.kernel)
-                    .ok_or_else(|| RunError::Backend(format!("the plan has no unit for program {i}")))
+                plan.unit_of_program(i).map(|u| &u.kernel).ok_or_else(|| {
+                    RunError::Backend(format!("the plan has no unit for program {i}"))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let interp = InterpOptions { run: options.clone(), detect: options.mode == Mode::Checked, extra_schedules: 0 };
-        self.run_map(&plan.map, &plan.meshes, &kernels, &plan.residents, args, &interp)
+        let interp = InterpOptions {
+            run: options.clone(),
+            detect: options.mode == Mode::Checked,
+            extra_schedules: 0,
+        };
+        self.run_map(
+            &plan.map,
+            &plan.meshes,
+            &kernels,
+            &plan.residents,
+            args,
+            &interp,
+        )
     }
 
     fn resident(&self, name: &str) -> Option<HostTensor> {

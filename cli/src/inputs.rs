@@ -247,7 +247,7 @@ impl Range {
 /// Edge values half of the time, ordinary values otherwise.
 fn special(elem: ScalarType, rng: &mut Rng) -> u32 {
     let pick = |rng: &mut Rng, list: &[u32]| list[(rng.next_u64() % list.len() as u64) as usize];
-    let edge = rng.next_u64() % 2 == 0;
+    let edge = rng.next_u64().is_multiple_of(2);
     match elem {
         ScalarType::F32 => {
             if edge {

@@ -36,6 +36,7 @@ pub struct Cli {
 pub enum Command {
     /// Parse and validate each file; print diagnostics for those that are wrong.
     Check {
+        /// The .mpmd files to check.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -43,6 +44,7 @@ pub enum Command {
     Lower {
         #[arg(long, value_enum, default_value_t = Target::Plan)]
         target: Target,
+        /// The .mpmd file to lower.
         file: PathBuf,
         /// The map to lower (default: every map of the file, in order).
         #[arg(long)]
@@ -50,6 +52,7 @@ pub enum Command {
     },
     /// Run the file's calls in order on one backend and summarise the outputs.
     Run {
+        /// The .mpmd file whose calls to run.
         file: PathBuf,
         #[arg(long, value_enum, default_value_t = BackendKind::Interp)]
         backend: BackendKind,
@@ -86,7 +89,9 @@ pub enum Target {
 pub enum BackendKind {
     /// The reference interpreter.
     Interp,
+    /// WebGPU through wgpu (any adapter).
     Wgpu,
+    /// CUDA through NVRTC (NVIDIA GPUs).
     Cuda,
 }
 
@@ -132,7 +137,7 @@ pub enum CliError {
     Run {
         index: usize,
         map: String,
-        error: RunError,
+        error: Box<RunError>,
     },
     #[error(transparent)]
     Npy(#[from] npy::NpyError),
@@ -446,7 +451,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             .map_err(|error| CliError::Run {
                 index,
                 map: map.name.clone(),
-                error,
+                error: Box::new(error),
             })?;
         let _ = writeln!(summary, "call {index}: map `{}`", map.name);
         for output in &map.outputs {
@@ -456,10 +461,10 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 .ok_or_else(|| CliError::Run {
                     index,
                     map: map.name.clone(),
-                    error: RunError::Backend(format!(
+                    error: Box::new(RunError::Backend(format!(
                         "no value returned for output `{}`",
                         output.name
-                    )),
+                    ))),
                 })?;
             let _ = write!(summary, "  {}", summarize(&output.name, tensor));
             if let Some(dir) = &request.out {

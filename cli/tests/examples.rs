@@ -31,8 +31,11 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Checks the output files an example's run wrote into a folder.
+type OutputCheck = fn(&Path);
+
 /// Every example with the checker of its outputs (files written by `--out`).
-const EXAMPLES: &[(&str, fn(&Path))] = &[
+const EXAMPLES: &[(&str, OutputCheck)] = &[
     ("elementwise", check_elementwise),
     ("block_reduce", check_block_reduce),
     ("histogram", check_histogram),
@@ -41,6 +44,8 @@ const EXAMPLES: &[(&str, fn(&Path))] = &[
     ("pipeline", check_pipeline),
     ("handshake", check_handshake),
     ("handoff", check_handoff),
+    ("accumulate", check_accumulate),
+    ("chained_scan", check_chained_scan),
 ];
 
 fn read_f32(dir: &Path, file: &str) -> (Vec<u32>, Vec<f32>) {
@@ -99,6 +104,25 @@ fn check_handshake(dir: &Path) {
 fn check_handoff(dir: &Path) {
     assert_eq!(read_u32(dir, "0_send_sent.npy"), (vec![2], vec![1, 2]));
     expect_f32(dir, "1_receive_y.npy", 128, |i| 10.0 * i as f32 + 1.0);
+}
+
+fn read_i32(dir: &Path, file: &str) -> (Vec<u32>, Vec<i32>) {
+    let tensor = npy::read(&dir.join(file)).expect("output file");
+    assert_eq!(tensor.elem, ScalarType::I32, "{file}");
+    (tensor.shape.clone(), tensor.to_i32())
+}
+
+fn check_accumulate(dir: &Path) {
+    let expected: Vec<i32> = (0..128).map(|i| i - 15).collect();
+    assert_eq!(read_i32(dir, "acc_out.npy"), (vec![128], expected));
+    assert_eq!(read_u32(dir, "negatives.npy"), (vec![1], vec![15]));
+}
+
+fn check_chained_scan(dir: &Path) {
+    assert_eq!(
+        read_i32(dir, "prefix.npy"),
+        (vec![4], vec![496, 2016, 4560, 8128])
+    );
 }
 
 #[test]

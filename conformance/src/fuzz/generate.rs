@@ -148,7 +148,12 @@ struct Gen {
     next_name: u32,
     cur: usize,
     loop_depth: u32,
+    /// Expression nesting of the value being built; past [`MAX_NEST`] only
+    /// leaves that do not recurse are made (the parser nests at most 64 deep).
+    nest: u32,
 }
+
+const MAX_NEST: u32 = 7;
 
 fn clamp(e: Expr, b: f32) -> Expr {
     math(MathFn::Min, [math(MathFn::Max, [e, Expr::from(-b)]), Expr::from(b)])
@@ -178,6 +183,7 @@ impl Gen {
             next_name: 0,
             cur: 0,
             loop_depth: 0,
+            nest: 0,
         }
     }
 
@@ -972,6 +978,17 @@ impl Gen {
     }
 
     fn float(&mut self, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
+        self.nest += 1;
+        let v = if self.nest > MAX_NEST {
+            self.flat_leaf(F32)
+        } else {
+            self.float_inner(depth, inexact_ok, uniform)
+        };
+        self.nest -= 1;
+        v
+    }
+
+    fn float_inner(&mut self, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
         if depth == 0 || self.rng.chance(25) {
             return self.float_leaf(inexact_ok, uniform);
         }
@@ -1075,6 +1092,24 @@ impl Gen {
         }
     }
 
+    /// A literal or a value in scope: no recursion.
+    fn flat_leaf(&mut self, ty: ScalarType) -> Val {
+        if self.rng.chance(50) {
+            if let Some(v) = self.scope_val(ty, false, true) {
+                return v;
+            }
+        }
+        match ty {
+            F32 => {
+                let v = (self.rng.below(33) as f32 - 16.0) / 4.0;
+                Val::new(Expr::from(v), F32, true, true, v.abs())
+            }
+            I32 => Val::new(Expr::from(self.int_literal(I32)), I32, true, true, 0.0),
+            U32 => Val::new(lit_u32(self.int_literal(U32) as u32), U32, true, true, 0.0),
+            Bool => Val::new(Expr::from(self.rng.chance(50)), Bool, true, true, 0.0),
+        }
+    }
+
     fn int_literal(&mut self, ty: ScalarType) -> i32 {
         if self.rng.chance(50) {
             let edges: &[i32] = if ty == I32 {
@@ -1142,6 +1177,17 @@ impl Gen {
     }
 
     fn int(&mut self, ty: ScalarType, depth: u32, uniform: bool) -> Val {
+        self.nest += 1;
+        let v = if self.nest > MAX_NEST {
+            self.flat_leaf(ty)
+        } else {
+            self.int_inner(ty, depth, uniform)
+        };
+        self.nest -= 1;
+        v
+    }
+
+    fn int_inner(&mut self, ty: ScalarType, depth: u32, uniform: bool) -> Val {
         if depth == 0 || self.rng.chance(25) {
             return self.int_leaf(ty, uniform);
         }
@@ -1191,6 +1237,17 @@ impl Gen {
     }
 
     fn boolean(&mut self, depth: u32, uniform: bool) -> Val {
+        self.nest += 1;
+        let v = if self.nest > MAX_NEST {
+            self.flat_leaf(Bool)
+        } else {
+            self.boolean_inner(depth, uniform)
+        };
+        self.nest -= 1;
+        v
+    }
+
+    fn boolean_inner(&mut self, depth: u32, uniform: bool) -> Val {
         if depth == 0 || self.rng.chance(15) {
             if let Some(v) = self.scope_val(Bool, false, uniform) {
                 return v;

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use mpmd_conformance::fuzz::{
-    check_module, generate, reduce, run_fuzz, statement_count, BackendFactory, FuzzConfig, Signature,
+    check_module, generate, reduce, run_fuzz, statement_count, BackendFactory, FuzzConfig,
+    Signature,
 };
 use mpmd_core::backend::{Backend, RunError, RunOptions};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
@@ -32,7 +33,12 @@ fn generated_programs_are_valid_round_trip_and_race_free() {
         elapsed.as_secs_f64(),
         PROGRAMS as f64 / elapsed.as_secs_f64()
     );
-    assert!(failures.is_empty(), "{} generator bugs:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} generator bugs:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -57,13 +63,37 @@ fn generator_covers_the_ir() {
         text.push_str(&mpmd_core::text::print(&m));
     }
     for f in MathFn::ALL {
-        assert!(text.contains(&format!("{}(", f.name())), "{} never generated", f.name());
+        assert!(
+            text.contains(&format!("{}(", f.name())),
+            "{} never generated",
+            f.name()
+        );
     }
     for word in [
-        "barrier;", "signal(", "wait(", "wait_nodec(", "read(", "atomic_add(", "atomic_xor(", "atomic_or(",
-        "atomic_min(", "atomic_max(", "atomic_and(", "atomic_exchange(", "atomic_compare_exchange(",
-        "atomic_load(", "atomic_store(", "local ", "smem<", "bitcast<f32>", "for ", "else", "select(",
-        "multiset", "profile", "resident",
+        "barrier;",
+        "signal(",
+        "wait(",
+        "wait_nodec(",
+        "read(",
+        "atomic_add(",
+        "atomic_xor(",
+        "atomic_or(",
+        "atomic_min(",
+        "atomic_max(",
+        "atomic_and(",
+        "atomic_exchange(",
+        "atomic_compare_exchange(",
+        "atomic_load(",
+        "atomic_store(",
+        "local ",
+        "smem<",
+        "bitcast<f32>",
+        "for ",
+        "else",
+        "select(",
+        "multiset",
+        "profile",
+        "resident",
     ] {
         assert!(text.contains(word), "`{word}` never generated");
     }
@@ -89,7 +119,9 @@ fn has_tanh(e: &Expr) -> bool {
 
 fn body_has_tanh(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
-        Stmt::Let { value, .. } | Stmt::Var { init: value, .. } | Stmt::Assign { value, .. } => has_tanh(value),
+        Stmt::Let { value, .. } | Stmt::Var { init: value, .. } | Stmt::Assign { value, .. } => {
+            has_tanh(value)
+        }
         Stmt::Store { value, .. } => has_tanh(value),
         Stmt::If {
             cond,
@@ -105,7 +137,12 @@ impl Backend for TanhCorrupter {
     fn name(&self) -> &'static str {
         "tanh-corrupter"
     }
-    fn run(&mut self, plan: &LaunchPlan, args: &CallArgs, options: &RunOptions) -> Result<CallOutputs, RunError> {
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
         let mut out = self.0.run(plan, args, options)?;
         if plan.units.iter().any(|u| body_has_tanh(&u.kernel.body)) {
             if let Some(first) = plan.map.outputs.first() {
@@ -122,7 +159,9 @@ impl Backend for TanhCorrupter {
 }
 
 fn corrupter() -> BackendFactory {
-    BackendFactory::new("tanh-corrupter", || Ok(Box::new(TanhCorrupter(Interpreter::new())) as Box<dyn Backend>))
+    BackendFactory::new("tanh-corrupter", || {
+        Ok(Box::new(TanhCorrupter(Interpreter::new())) as Box<dyn Backend>)
+    })
 }
 
 /// The first generated module that the corrupter disagrees on.
@@ -156,15 +195,26 @@ fn reducer_shrinks_an_injected_disagreement() {
         matches!(&finding.signature, Signature::WrongValue { output } if output == &module.maps[0].outputs[0].name),
         "{summary}"
     );
-    let path = finding.reduced_path.clone().expect("a reduced case is written");
+    let path = finding
+        .reduced_path
+        .clone()
+        .expect("a reduced case is written");
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.starts_with("// Found by `cargo xtask fuzz`"), "{text}");
-    assert!(text.contains("Backend `tanh-corrupter` disagrees with the interpreter: wrong value in output"));
+    assert!(text.contains(
+        "Backend `tanh-corrupter` disagrees with the interpreter: wrong value in output"
+    ));
     let (reduced, _) = mpmd_core::text::parse(&text).expect("the reduced case parses");
     assert!(reduced.case.is_some());
     let after = statement_count(&reduced);
-    assert!(after <= 6 && after < before, "reduced from {before} to {after} statements:\n{text}");
-    assert!(reduced.kernels.iter().any(|k| body_has_tanh(&k.body)), "{text}");
+    assert!(
+        after <= 6 && after < before,
+        "reduced from {before} to {after} statements:\n{text}"
+    );
+    assert!(
+        reduced.kernels.iter().any(|k| body_has_tanh(&k.body)),
+        "{text}"
+    );
     // The reduced module still shows the disagreement.
     let again = reduce::reproduces(&reduced, seed, &corrupter(), &finding.signature, &config);
     assert!(again.is_some(), "{text}");
@@ -178,7 +228,9 @@ fn interpreter_backend_agrees_with_itself() {
         iterations: Some(20),
         ..FuzzConfig::default()
     };
-    let interp = BackendFactory::new("interp", || Ok(Box::new(Interpreter::new()) as Box<dyn Backend>));
+    let interp = BackendFactory::new("interp", || {
+        Ok(Box::new(Interpreter::new()) as Box<dyn Backend>)
+    });
     let summary = run_fuzz(&config, &[interp], &mut |_| {});
     assert!(summary.ok(), "{summary}");
     assert_eq!(summary.programs, 20);
@@ -201,7 +253,8 @@ fn print_seed() {
 fn reduce_check_failure() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
     let needle = std::env::var("NEEDLE").unwrap();
-    let fails = |m: &Module| matches!(check_module(m, seed), Err((_, msg)) if msg.contains(&needle));
+    let fails =
+        |m: &Module| matches!(check_module(m, seed), Err((_, msg)) if msg.contains(&needle));
     let mut best = generate(seed);
     assert!(fails(&best));
     let mut i = 0;

@@ -156,7 +156,10 @@ struct Gen {
 const MAX_NEST: u32 = 7;
 
 fn clamp(e: Expr, b: f32) -> Expr {
-    math(MathFn::Min, [math(MathFn::Max, [e, Expr::from(-b)]), Expr::from(b)])
+    math(
+        MathFn::Min,
+        [math(MathFn::Max, [e, Expr::from(-b)]), Expr::from(b)],
+    )
 }
 
 /// `abs(e) + 1.0`: a positive guard for log, rsqrt, pow and divisors.
@@ -264,8 +267,14 @@ impl Gen {
             out_ty,
             out_layout,
             out_inexact: self.rng.chance(50),
-            smem: self.rng.chance(40).then(|| *self.rng.pick(&[F32, I32, U32])),
-            gscratch: self.rng.chance(25).then(|| *self.rng.pick(&[F32, I32, U32])),
+            smem: self
+                .rng
+                .chance(40)
+                .then(|| *self.rng.pick(&[F32, I32, U32])),
+            gscratch: self
+                .rng
+                .chance(25)
+                .then(|| *self.rng.pick(&[F32, I32, U32])),
             owned_atomics: self.rng.chance(30),
             uses_counters: self.rng.chance(40),
         }
@@ -342,7 +351,11 @@ impl Gen {
             if let Some(ty) = p.smem {
                 let t = smem(ty, [p.threads]);
                 // Single-program maps may leave smem unowned; use both forms.
-                let t = if multi || i % 2 == 0 { t.owned_by(&p.mesh.name) } else { t };
+                let t = if multi || i % 2 == 0 {
+                    t.owned_by(&p.mesh.name)
+                } else {
+                    t
+                };
                 b = b.scratch(&format!("sm{i}"), t);
             }
             if let Some(ty) = p.gscratch {
@@ -385,9 +398,24 @@ impl Gen {
         let threads = *self.rng.pick(&[1u32, 17, 32, 48]);
         let hand = gmem(F32, [threads]).owned_by("hx");
         let credit = sem([1]).owned_by("hx");
-        module.meshes.push(MeshBuilder::new("hs").grid("hs_b", blocks).threads("hs_t", threads).build());
-        module.meshes.push(MeshBuilder::new("hr").grid("hr_b", blocks).threads("hr_t", threads).build());
-        module.meshes.push(MeshBuilder::new("hx").grid("hx_b", blocks).threads("hx_t", 1).build());
+        module.meshes.push(
+            MeshBuilder::new("hs")
+                .grid("hs_b", blocks)
+                .threads("hs_t", threads)
+                .build(),
+        );
+        module.meshes.push(
+            MeshBuilder::new("hr")
+                .grid("hr_b", blocks)
+                .threads("hr_t", threads)
+                .build(),
+        );
+        module.meshes.push(
+            MeshBuilder::new("hx")
+                .grid("hx_b", blocks)
+                .threads("hx_t", 1)
+                .build(),
+        );
         module.residents.push(Resident {
             name: "hand".into(),
             ty: hand.clone(),
@@ -416,14 +444,23 @@ impl Gen {
             .resident()
             .build();
         let scale = (self.rng.below(9) as f32 - 4.0) / 2.0;
-        let exact_fn = *self.rng.pick(&[MathFn::Floor, MathFn::Ceil, MathFn::Abs, MathFn::Sqrt]);
+        let exact_fn = *self
+            .rng
+            .pick(&[MathFn::Floor, MathFn::Ceil, MathFn::Abs, MathFn::Sqrt]);
         let send_k = KernelBuilder::new("send_k", send.params()).body(|b| {
             let blk = b.let_("b", U32, axis_index("hs_b"));
             let t = b.let_("t", U32, axis_index("hs_t"));
             let gid = b.let_("gid", U32, blk.clone() * axis_size("hs_t") + t.clone());
             let x = b.let_("x", F32, load("hin", [gid.clone()]));
-            let arg = if exact_fn == MathFn::Sqrt { math(MathFn::Abs, [x.clone()]) } else { x.clone() };
-            b.store(at_block("hand", [blk.clone()], [t]), math(exact_fn, [arg]) * scale);
+            let arg = if exact_fn == MathFn::Sqrt {
+                math(MathFn::Abs, [x.clone()])
+            } else {
+                x.clone()
+            };
+            b.store(
+                at_block("hand", [blk.clone()], [t]),
+                math(exact_fn, [arg]) * scale,
+            );
             b.store(at("hecho", [gid]), x);
             b.signal(at_block("credit", [blk], [lit_u32(0)]), 1i32);
         });
@@ -431,7 +468,11 @@ impl Gen {
             let blk = b.let_("b", U32, axis_index("hr_b"));
             let t = b.let_("t", U32, axis_index("hr_t"));
             b.wait(at_block("credit", [blk.clone()], [lit_u32(0)]), 1i32);
-            let v = b.let_("v", F32, at_block("hand", [blk.clone()], [t.clone()]).load());
+            let v = b.let_(
+                "v",
+                F32,
+                at_block("hand", [blk.clone()], [t.clone()]).load(),
+            );
             b.store(at("hout", [blk * axis_size("hr_t") + t]), v.clone() + v);
         });
         module.kernels.push(send_k);
@@ -507,7 +548,10 @@ impl Gen {
         let block_axes: Vec<Axis> = p.mesh.block_axes().cloned().collect();
 
         body.push(Stmt::Let {
-            var: Binding { name: "t".into(), ty: U32 },
+            var: Binding {
+                name: "t".into(),
+                ty: U32,
+            },
             value: axis_index(&tn),
         });
         let mut lin: Option<Expr> = None;
@@ -518,11 +562,17 @@ impl Gen {
             });
         }
         body.push(Stmt::Let {
-            var: Binding { name: "lin".into(), ty: U32 },
+            var: Binding {
+                name: "lin".into(),
+                ty: U32,
+            },
             value: lin.unwrap_or(lit_u32(0)),
         });
         body.push(Stmt::Let {
-            var: Binding { name: "gid".into(), ty: U32 },
+            var: Binding {
+                name: "gid".into(),
+                ty: U32,
+            },
             value: var("lin") * axis_size(&tn) + var("t"),
         });
         self.vals.push(Val::new(var("t"), U32, false, true, 0.0));
@@ -534,7 +584,10 @@ impl Gen {
 
         if i == 0 && self.has_tick {
             body.push(Stmt::Atomic {
-                dest: Some(Binding { name: "tk".into(), ty: U32 }),
+                dest: Some(Binding {
+                    name: "tk".into(),
+                    ty: U32,
+                }),
                 op: AtomicOp::Add,
                 target: at("tick", [lit_u32(0)]),
                 args: vec![lit_u32(1)],
@@ -593,7 +646,11 @@ impl Gen {
         let producer_blocks = self.programs[e.from].blocks as i32;
         let producer_len = self.programs[e.from].blocks * self.programs[e.from].threads;
         body.push(Stmt::Sem {
-            op: if e.nodec { SemOp::WaitNodec } else { SemOp::Wait },
+            op: if e.nodec {
+                SemOp::WaitNodec
+            } else {
+                SemOp::Wait
+            },
             sem: at(&e.sem(), [lit_u32(0)]),
             amount: Expr::from(producer_blocks),
         });
@@ -609,10 +666,14 @@ impl Gen {
         let index = self.index(producer_len);
         let name = self.fresh("w");
         body.push(Stmt::Let {
-            var: Binding { name: name.clone(), ty: e.buf_ty },
+            var: Binding {
+                name: name.clone(),
+                ty: e.buf_ty,
+            },
             value: load(&e.buf(), [index]),
         });
-        self.vals.push(Val::new(var(&name), e.buf_ty, false, e.exact, FLOAT_CLAMP));
+        self.vals
+            .push(Val::new(var(&name), e.buf_ty, false, e.exact, FLOAT_CLAMP));
     }
 
     /// Appends up to `budget` random statements. `uniform`: control flow here
@@ -643,10 +704,14 @@ impl Gen {
                 let v = self.value(ty, 3, inexact, uni);
                 let name = self.fresh("v");
                 body.push(Stmt::Let {
-                    var: Binding { name: name.clone(), ty },
+                    var: Binding {
+                        name: name.clone(),
+                        ty,
+                    },
                     value: v.e,
                 });
-                self.vals.push(Val::new(var(&name), ty, v.uniform, v.exact, v.bound));
+                self.vals
+                    .push(Val::new(var(&name), ty, v.uniform, v.exact, v.bound));
             }
             3 => {
                 let ty = *self.rng.pick(&[F32, I32, U32]);
@@ -654,11 +719,15 @@ impl Gen {
                 let v = self.value(ty, 2, !exact, false);
                 let name = self.fresh("acc");
                 body.push(Stmt::Var {
-                    var: Binding { name: name.clone(), ty },
+                    var: Binding {
+                        name: name.clone(),
+                        ty,
+                    },
                     init: v.e,
                 });
                 self.vars.push((name.clone(), ty, exact));
-                self.vals.push(Val::new(var(&name), ty, false, exact, FLOAT_CLAMP));
+                self.vals
+                    .push(Val::new(var(&name), ty, false, exact, FLOAT_CLAMP));
             }
             4 | 5 => self.assign(body),
             6 if nested_ok => {
@@ -677,13 +746,18 @@ impl Gen {
             }
             7 | 8 if nested_ok && self.loop_depth < 2 => {
                 let name = self.fresh("i");
-                let (ty, start, end) = if self.scalars.iter().any(|(n, _)| n == "sn") && self.rng.chance(40) {
-                    (U32, lit_u32(0), var("sn"))
-                } else if self.rng.chance(50) {
-                    (I32, Expr::from(-1i32), Expr::from(self.rng.range(0, 3) as i32))
-                } else {
-                    (U32, lit_u32(0), lit_u32(self.rng.range(1, 4)))
-                };
+                let (ty, start, end) =
+                    if self.scalars.iter().any(|(n, _)| n == "sn") && self.rng.chance(40) {
+                        (U32, lit_u32(0), var("sn"))
+                    } else if self.rng.chance(50) {
+                        (
+                            I32,
+                            Expr::from(-1i32),
+                            Expr::from(self.rng.range(0, 3) as i32),
+                        )
+                    } else {
+                        (U32, lit_u32(0), lit_u32(self.rng.range(1, 4)))
+                    };
                 self.loop_depth += 1;
                 let loop_body = self.scoped(|g, b| {
                     g.vals.push(Val::new(var(&name), ty, true, true, 4.0));
@@ -720,10 +794,14 @@ impl Gen {
                 let v = self.value(ty, 3, true, false);
                 let name = self.fresh("v");
                 body.push(Stmt::Let {
-                    var: Binding { name: name.clone(), ty },
+                    var: Binding {
+                        name: name.clone(),
+                        ty,
+                    },
                     value: v.e,
                 });
-                self.vals.push(Val::new(var(&name), ty, v.uniform, v.exact, v.bound));
+                self.vals
+                    .push(Val::new(var(&name), ty, v.uniform, v.exact, v.bound));
             }
         }
     }
@@ -774,17 +852,25 @@ impl Gen {
         let index = self.index(len);
         let v = self.fresh("v");
         body.push(Stmt::Let {
-            var: Binding { name: v.clone(), ty },
+            var: Binding {
+                name: v.clone(),
+                ty,
+            },
             value: load(&name, [index]),
         });
-        self.vals.push(Val::new(var(&v), ty, false, exact, FLOAT_CLAMP));
+        self.vals
+            .push(Val::new(var(&v), ty, false, exact, FLOAT_CLAMP));
     }
 
     fn counter_atomic(&mut self, body: &mut Vec<Stmt>) {
         let signed = self.rng.chance(35);
         let (target, op, ty) = if signed {
             let c = self.rng.below(SIGNED_COUNTER_OPS.len() as u64) as u32;
-            (at("icnt", [lit_u32(c)]), SIGNED_COUNTER_OPS[c as usize], I32)
+            (
+                at("icnt", [lit_u32(c)]),
+                SIGNED_COUNTER_OPS[c as usize],
+                I32,
+            )
         } else {
             let c = self.rng.below(COUNTER_OPS.len() as u64) as u32;
             (at("cnt", [lit_u32(c)]), COUNTER_OPS[c as usize], U32)
@@ -808,13 +894,16 @@ impl Gen {
         let name = format!("a{}", self.cur);
         let target = at(&name, [var("gid")]);
         let op = *self.rng.pick(&AtomicOp::ALL);
-        let args: Vec<Expr> = (0..op.arity()).map(|_| self.value(U32, 2, false, false).e).collect();
+        let args: Vec<Expr> = (0..op.arity())
+            .map(|_| self.value(U32, 2, false, false).e)
+            .collect();
         let dest = (op.returns_value()).then(|| Binding {
             name: self.fresh("at"),
             ty: U32,
         });
         if let Some(d) = &dest {
-            self.vals.push(Val::new(var(&d.name), U32, false, true, 0.0));
+            self.vals
+                .push(Val::new(var(&d.name), U32, false, true, 0.0));
         }
         body.push(Stmt::Atomic {
             dest,
@@ -839,10 +928,14 @@ impl Gen {
             let off = self.rng.range(0, p.threads);
             let name = self.fresh("n");
             body.push(Stmt::Let {
-                var: Binding { name: name.clone(), ty },
+                var: Binding {
+                    name: name.clone(),
+                    ty,
+                },
                 value: load(&sm, [(var("t") + lit_u32(off)) % lit_u32(p.threads)]),
             });
-            self.vals.push(Val::new(var(&name), ty, false, exact, v.bound));
+            self.vals
+                .push(Val::new(var(&name), ty, false, exact, v.bound));
         } else {
             // Thread 0 reduces the block's values in a fixed order.
             let acc = self.fresh("red");
@@ -853,13 +946,19 @@ impl Gen {
                 _ => lit_u32(0),
             };
             body.push(Stmt::Var {
-                var: Binding { name: acc.clone(), ty },
+                var: Binding {
+                    name: acc.clone(),
+                    ty,
+                },
                 init: zero,
             });
             body.push(Stmt::If {
                 cond: var("t").eq(lit_u32(0)),
                 then_body: vec![Stmt::For {
-                    var: Binding { name: j.clone(), ty: U32 },
+                    var: Binding {
+                        name: j.clone(),
+                        ty: U32,
+                    },
                     start: lit_u32(0),
                     end: axis_size(&p.mesh.threads.name),
                     body: vec![Stmt::Assign {
@@ -893,12 +992,17 @@ impl Gen {
         body.push(Stmt::Barrier);
         let off = self.rng.range(1, p.threads.max(2));
         let name = self.fresh("n");
-        let neighbour = var("lin") * axis_size(&p.mesh.threads.name) + (var("t") + lit_u32(off)) % lit_u32(p.threads);
+        let neighbour = var("lin") * axis_size(&p.mesh.threads.name)
+            + (var("t") + lit_u32(off)) % lit_u32(p.threads);
         body.push(Stmt::Let {
-            var: Binding { name: name.clone(), ty },
+            var: Binding {
+                name: name.clone(),
+                ty,
+            },
             value: load(&g, [neighbour]),
         });
-        self.vals.push(Val::new(var(&name), ty, false, exact, v.bound));
+        self.vals
+            .push(Val::new(var(&name), ty, false, exact, v.bound));
         body.push(Stmt::Barrier);
     }
 
@@ -959,7 +1063,11 @@ impl Gen {
                 4 => {
                     let ty = *self.rng.pick(&[I32, U32]);
                     let i = self.int(ty, 1, uniform);
-                    let m = if ty == I32 { Expr::from(64i32) } else { lit_u32(64) };
+                    let m = if ty == I32 {
+                        Expr::from(64i32)
+                    } else {
+                        lit_u32(64)
+                    };
                     Some(Val::new((i.e % m).cast(F32), F32, i.uniform, true, 64.0))
                 }
                 5 => {
@@ -995,16 +1103,30 @@ impl Gen {
         let d = depth - 1;
         let v = match self.rng.below(22) {
             0..=2 => {
-                let (a, b) = (self.float(d, inexact_ok, uniform), self.float(d, inexact_ok, uniform));
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
                 let op = *self.rng.pick(&[BinaryOp::Add, BinaryOp::Sub]);
-                combine(Expr::Binary(op, Box::new(a.e.clone()), Box::new(b.e.clone())), &a, &b, a.bound + b.bound)
+                combine(
+                    Expr::Binary(op, Box::new(a.e.clone()), Box::new(b.e.clone())),
+                    &a,
+                    &b,
+                    a.bound + b.bound,
+                )
             }
             3 | 4 => {
-                let (a, b) = (self.float(d, inexact_ok, uniform), self.float(d, inexact_ok, uniform));
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
                 combine(a.e.clone() * b.e.clone(), &a, &b, a.bound * b.bound)
             }
             5 => {
-                let (a, b) = (self.float(d, inexact_ok, uniform), self.float(d, inexact_ok, uniform));
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
                 combine(a.e.clone() / guard(b.e.clone()), &a, &b, a.bound)
             }
             6 => {
@@ -1017,8 +1139,16 @@ impl Gen {
             }
             8 => {
                 let c = self.boolean(d, uniform);
-                let (a, b) = (self.float(d, inexact_ok, uniform), self.float(d, inexact_ok, uniform));
-                let mut v = combine(select(c.e, a.e.clone(), b.e.clone()), &a, &b, a.bound.max(b.bound));
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
+                let mut v = combine(
+                    select(c.e, a.e.clone(), b.e.clone()),
+                    &a,
+                    &b,
+                    a.bound.max(b.bound),
+                );
                 v.uniform &= c.uniform;
                 v
             }
@@ -1035,11 +1165,23 @@ impl Gen {
             11 => {
                 let a = self.float(d, inexact_ok, uniform);
                 let b = a.bound.sqrt() + 1.0;
-                Val::new(math(MathFn::Sqrt, [math(MathFn::Abs, [a.e])]), F32, a.uniform, a.exact, b)
+                Val::new(
+                    math(MathFn::Sqrt, [math(MathFn::Abs, [a.e])]),
+                    F32,
+                    a.uniform,
+                    a.exact,
+                    b,
+                )
             }
             12 if inexact_ok => {
                 let a = self.float(d, true, uniform);
-                Val::new(math(MathFn::Rsqrt, [guard(a.e)]), F32, a.uniform, false, 1.0)
+                Val::new(
+                    math(MathFn::Rsqrt, [guard(a.e)]),
+                    F32,
+                    a.uniform,
+                    false,
+                    1.0,
+                )
             }
             13 if inexact_ok => {
                 let f = *self.rng.pick(&[MathFn::Sin, MathFn::Cos, MathFn::Tanh]);
@@ -1054,8 +1196,16 @@ impl Gen {
             }
             15 | 16 => {
                 let f = *self.rng.pick(&[MathFn::Min, MathFn::Max]);
-                let (a, b) = (self.float(d, inexact_ok, uniform), self.float(d, inexact_ok, uniform));
-                combine(math(f, [a.e.clone(), b.e.clone()]), &a, &b, a.bound.max(b.bound))
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
+                combine(
+                    math(f, [a.e.clone(), b.e.clone()]),
+                    &a,
+                    &b,
+                    a.bound.max(b.bound),
+                )
             }
             17 => {
                 let (a, b, c) = (
@@ -1132,18 +1282,29 @@ impl Gen {
             let got = match self.rng.below(9) {
                 0 => {
                     let v = self.int_literal(ty);
-                    let e = if ty == I32 { Expr::from(v) } else { lit_u32(v as u32) };
+                    let e = if ty == I32 {
+                        Expr::from(v)
+                    } else {
+                        lit_u32(v as u32)
+                    };
                     Some(Val::new(e, ty, true, true, 0.0))
                 }
                 1 if !uniform => self.input_load(ty),
                 2 | 3 => self.scope_val(ty, false, uniform),
                 4 => {
-                    let a = self.rng.pick(&p.mesh.axes().cloned().collect::<Vec<_>>()).clone();
+                    let a = self
+                        .rng
+                        .pick(&p.mesh.axes().cloned().collect::<Vec<_>>())
+                        .clone();
                     let is_thread = a.name == p.mesh.threads.name;
                     if uniform && is_thread {
                         None
                     } else {
-                        let e = if self.rng.chance(70) { axis_index(&a.name) } else { axis_size(&a.name) };
+                        let e = if self.rng.chance(70) {
+                            axis_index(&a.name)
+                        } else {
+                            axis_size(&a.name)
+                        };
                         let uni = !matches!(&e, Expr::AxisIndex(_)) || !is_thread;
                         Some(Val::new(cast_to(e, U32, ty), ty, uni, true, 0.0))
                     }
@@ -1155,7 +1316,13 @@ impl Gen {
                 6 => {
                     // `+ 0.0` turns -0.0 into +0.0, whose sign is unspecified.
                     let f = self.float(1, false, uniform);
-                    Some(Val::new((f.e + 0.0f32).bitcast(ty), ty, f.uniform, true, 0.0))
+                    Some(Val::new(
+                        (f.e + 0.0f32).bitcast(ty),
+                        ty,
+                        f.uniform,
+                        true,
+                        0.0,
+                    ))
                 }
                 7 => {
                     let b = self.boolean(1, uniform);
@@ -1163,7 +1330,11 @@ impl Gen {
                 }
                 8 => {
                     let o = self.int(other, 1, uniform);
-                    let e = if self.rng.chance(50) { o.e.cast(ty) } else { o.e.bitcast(ty) };
+                    let e = if self.rng.chance(50) {
+                        o.e.cast(ty)
+                    } else {
+                        o.e.bitcast(ty)
+                    };
                     Some(Val::new(e, ty, o.uniform, true, 0.0))
                 }
                 _ => None,
@@ -1172,7 +1343,11 @@ impl Gen {
                 return v;
             }
         }
-        let e = if ty == I32 { Expr::from(3i32) } else { lit_u32(3) };
+        let e = if ty == I32 {
+            Expr::from(3i32)
+        } else {
+            lit_u32(3)
+        };
         Val::new(e, ty, true, true, 0.0)
     }
 
@@ -1260,7 +1435,10 @@ impl Gen {
         match self.rng.below(6) {
             0..=2 => {
                 let ty = *self.rng.pick(&[F32, I32, U32]);
-                let (a, b) = (self.value(ty, d, false, uniform), self.value(ty, d, false, uniform));
+                let (a, b) = (
+                    self.value(ty, d, false, uniform),
+                    self.value(ty, d, false, uniform),
+                );
                 let op = *self.rng.pick(&[
                     BinaryOp::Eq,
                     BinaryOp::Ne,
@@ -1318,7 +1496,9 @@ fn cast_to(e: Expr, from: ScalarType, to: ScalarType) -> Expr {
 /// block of `consumer`.
 fn signal_all(consumer: &Mesh, sem_name: &str) -> Stmt {
     let axes: Vec<Axis> = consumer.block_axes().cloned().collect();
-    let coords: Vec<Expr> = (0..axes.len()).map(|k| var(&format!("c_{sem_name}_{k}"))).collect();
+    let coords: Vec<Expr> = (0..axes.len())
+        .map(|k| var(&format!("c_{sem_name}_{k}")))
+        .collect();
     let mut stmt = Stmt::Sem {
         op: SemOp::Signal,
         sem: at_block(sem_name, coords, [lit_u32(0)]),

@@ -85,7 +85,12 @@ fn element(g: &Generator, elem: ScalarType, i: usize, module: &Module, rng: &mut
                 .maps
                 .iter()
                 .flat_map(|m| m.operands().map(|(_, o)| o.ty.clone()))
-                .zip(module.maps.iter().flat_map(|m| m.operands().map(|(_, o)| o.name.clone())))
+                .zip(
+                    module
+                        .maps
+                        .iter()
+                        .flat_map(|m| m.operands().map(|(_, o)| o.name.clone())),
+                )
                 .find(|(_, n)| n == operand)
                 .and_then(|(t, _)| match t {
                     Type::Ref(r) => r.shape.get(*dim as usize).copied(),
@@ -124,7 +129,15 @@ fn uniform(lo: Literal, hi: Literal, rng: &mut Rng) -> u32 {
 fn special(elem: ScalarType, rng: &mut Rng) -> u32 {
     let edges: &[u32] = match elem {
         ScalarType::F32 => &[
-            0, 0x8000_0000, 0x7F80_0000, 0xFF80_0000, 0x7FC0_0000, 1, 0x007F_FFFF, 0x3F80_0000, 0xBF80_0000,
+            0,
+            0x8000_0000,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0000,
+            1,
+            0x007F_FFFF,
+            0x3F80_0000,
+            0xBF80_0000,
             0x7F7F_FFFF,
         ],
         ScalarType::I32 => &[0, 1, u32::MAX, 0x8000_0000, 0x7FFF_FFFF, 2, 31, 32],

@@ -86,7 +86,9 @@ pub fn compare(expected: &HostTensor, got: &HostTensor, mode: &CompareMode) -> R
         CompareMode::Exact if !float => first_bad(&|e, g| e == g),
         CompareMode::Exact => first_bad(&|e, g| floats_within(e, g, 0, 0.0)),
         CompareMode::Ulp(n) if float => first_bad(&|e, g| floats_within(e, g, *n, 0.0)),
-        CompareMode::Profile if float => first_bad(&|e, g| floats_within(e, g, PROFILE_ULP, PROFILE_ABS)),
+        CompareMode::Profile if float => {
+            first_bad(&|e, g| floats_within(e, g, PROFILE_ULP, PROFILE_ABS))
+        }
         CompareMode::Ulp(_) | CompareMode::Profile => first_bad(&|e, g| e == g),
     };
     match bad {
@@ -134,15 +136,35 @@ mod tests {
         assert!(floats_within(0, 0x8000_0000, 0, 0.0));
         assert!(floats_within(0x7FC0_0000, 0x7FC0_0001, 0, 0.0));
         assert!(floats_within(1, 0, 0, 0.0));
-        assert!(!floats_within(1.0f32.to_bits(), 1.0000001f32.to_bits(), 0, 0.0));
-        assert!(floats_within(1.0f32.to_bits(), 1.0000001f32.to_bits(), 1, 0.0));
+        assert!(!floats_within(
+            1.0f32.to_bits(),
+            1.0000001f32.to_bits(),
+            0,
+            0.0
+        ));
+        assert!(floats_within(
+            1.0f32.to_bits(),
+            1.0000001f32.to_bits(),
+            1,
+            0.0
+        ));
     }
 
     #[test]
     fn ulp_distance_crosses_zero() {
         let tiny = f32::from_bits(0x0080_0000); // smallest normal
-        assert!(floats_within(tiny.to_bits(), (-tiny).to_bits(), 0x0100_0000, 0.0));
-        assert!(!floats_within(tiny.to_bits(), (-tiny).to_bits(), 0x00FF_FFFF, 0.0));
+        assert!(floats_within(
+            tiny.to_bits(),
+            (-tiny).to_bits(),
+            0x0100_0000,
+            0.0
+        ));
+        assert!(!floats_within(
+            tiny.to_bits(),
+            (-tiny).to_bits(),
+            0x00FF_FFFF,
+            0.0
+        ));
     }
 
     #[test]

@@ -190,10 +190,18 @@ impl std::fmt::Display for FuzzSummary {
             }
         }
         for g in &self.generator_bugs {
-            writeln!(f, "  GENERATOR BUG seed {} at {}: {}", g.seed, g.stage, g.message)?;
+            writeln!(
+                f,
+                "  GENERATOR BUG seed {} at {}: {}",
+                g.seed, g.stage, g.message
+            )?;
         }
         for x in &self.findings {
-            write!(f, "  seed {}: `{}` {}: {}", x.seed, x.backend, x.signature, x.detail)?;
+            write!(
+                f,
+                "  seed {}: `{}` {}: {}",
+                x.seed, x.backend, x.signature, x.detail
+            )?;
             if let Some(p) = &x.reduced_path {
                 write!(f, " -> {} ({} statements)", p.display(), x.statements)?;
             }
@@ -284,7 +292,14 @@ pub fn judge_backend(
     for p in &oracle.plans {
         match p {
             Ok(p) => plans.push(p.clone()),
-            Err(e) => return Verdict::Disagrees(Signature::Error { class: "lower".into() }, e.clone()),
+            Err(e) => {
+                return Verdict::Disagrees(
+                    Signature::Error {
+                        class: "lower".into(),
+                    },
+                    e.clone(),
+                )
+            }
         }
     }
     let args = oracle.args.clone();
@@ -305,7 +320,12 @@ pub fn judge_backend(
             let _ = tx.send(result);
         });
     if worker.is_err() {
-        return Verdict::Disagrees(Signature::Error { class: "backend".into() }, "cannot start a worker thread".into());
+        return Verdict::Disagrees(
+            Signature::Error {
+                class: "backend".into(),
+            },
+            "cannot start a worker thread".into(),
+        );
     }
     let result = match rx.recv_timeout(timeout) {
         Ok(r) => r,
@@ -320,15 +340,26 @@ pub fn judge_backend(
     let outputs = match result {
         Ok(o) => o,
         Err(Err(e)) => {
-            return Verdict::Disagrees(Signature::Error { class: "backend".into() }, format!("cannot make the backend: {e}"))
+            return Verdict::Disagrees(
+                Signature::Error {
+                    class: "backend".into(),
+                },
+                format!("cannot make the backend: {e}"),
+            )
         }
-        Err(Ok(e @ (RunError::Unsupported { .. } | RunError::Refused { .. }))) => return Verdict::Skipped(e.to_string()),
+        Err(Ok(e @ (RunError::Unsupported { .. } | RunError::Refused { .. }))) => {
+            return Verdict::Skipped(e.to_string())
+        }
         Err(Ok(e)) => {
             let class = e.class().map_or("backend", |c| c.keyword()).to_string();
             return Verdict::Disagrees(Signature::Error { class }, e.to_string());
         }
     };
-    let compares = module.case.as_ref().map(|c| c.compares.clone()).unwrap_or_default();
+    let compares = module
+        .case
+        .as_ref()
+        .map(|c| c.compares.clone())
+        .unwrap_or_default();
     for (expected, got) in oracle.outputs.iter().zip(&outputs) {
         for (name, want) in &expected.outputs {
             let mode = compares
@@ -337,12 +368,19 @@ pub fn judge_backend(
                 .map_or(CompareMode::Exact, |(_, m)| m.clone());
             let Some(have) = got.outputs.get(name) else {
                 return Verdict::Disagrees(
-                    Signature::WrongValue { output: name.clone() },
+                    Signature::WrongValue {
+                        output: name.clone(),
+                    },
                     format!("output `{name}` missing"),
                 );
             };
             if let Err(detail) = judge::compare(want, have, &mode) {
-                return Verdict::Disagrees(Signature::WrongValue { output: name.clone() }, detail);
+                return Verdict::Disagrees(
+                    Signature::WrongValue {
+                        output: name.clone(),
+                    },
+                    detail,
+                );
             }
         }
     }
@@ -373,7 +411,11 @@ pub fn statement_count(module: &Module) -> usize {
 
 /// Generates, checks and runs programs until a limit; reduces and writes
 /// every disagreement. `progress` receives one line per event worth showing.
-pub fn run_fuzz(config: &FuzzConfig, backends: &[BackendFactory], progress: &mut dyn FnMut(&str)) -> FuzzSummary {
+pub fn run_fuzz(
+    config: &FuzzConfig,
+    backends: &[BackendFactory],
+    progress: &mut dyn FnMut(&str),
+) -> FuzzSummary {
     let start = Instant::now();
     let mut summary = FuzzSummary::default();
     let limit = match (config.iterations, config.time_limit) {
@@ -395,14 +437,25 @@ pub fn run_fuzz(config: &FuzzConfig, backends: &[BackendFactory], progress: &mut
             Ok(o) => o,
             Err((stage, message)) => {
                 progress(&format!("GENERATOR BUG seed {seed} at {stage}: {message}"));
-                summary.generator_bugs.push(GeneratorBug { seed, stage, message });
+                summary.generator_bugs.push(GeneratorBug {
+                    seed,
+                    stage,
+                    message,
+                });
                 summary.programs += 1;
                 continue;
             }
         };
         summary.programs += 1;
         for factory in backends {
-            match judge_backend(&module, &oracle, factory, config.mode, seed, config.per_program_timeout) {
+            match judge_backend(
+                &module,
+                &oracle,
+                factory,
+                config.mode,
+                seed,
+                config.per_program_timeout,
+            ) {
                 Verdict::Agrees => *summary.agreed.entry(factory.name.clone()).or_default() += 1,
                 Verdict::Skipped(reason) => {
                     *summary
@@ -413,7 +466,10 @@ pub fn run_fuzz(config: &FuzzConfig, backends: &[BackendFactory], progress: &mut
                         .or_default() += 1
                 }
                 Verdict::Disagrees(signature, detail) => {
-                    progress(&format!("seed {seed}: `{}` {signature}: {detail}", factory.name));
+                    progress(&format!(
+                        "seed {seed}: `{}` {signature}: {detail}",
+                        factory.name
+                    ));
                     let mut finding = Finding {
                         seed,
                         backend: factory.name.clone(),
@@ -428,7 +484,11 @@ pub fn run_fuzz(config: &FuzzConfig, backends: &[BackendFactory], progress: &mut
                         finding.detail = reduced.detail.clone();
                         match reduce::write_found(&reduced, &finding, &config.found_dir) {
                             Ok(path) => {
-                                progress(&format!("  reduced to {} statements: {}", finding.statements, path.display()));
+                                progress(&format!(
+                                    "  reduced to {} statements: {}",
+                                    finding.statements,
+                                    path.display()
+                                ));
                                 finding.reduced_path = Some(path);
                             }
                             Err(e) => progress(&format!("  cannot write the reduced case: {e}")),

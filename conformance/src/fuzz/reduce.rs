@@ -38,7 +38,14 @@ pub fn reproduces(
     config: &FuzzConfig,
 ) -> Option<String> {
     let oracle = check_module(module, seed).ok()?;
-    match judge_backend(module, &oracle, factory, config.mode, seed, config.per_program_timeout) {
+    match judge_backend(
+        module,
+        &oracle,
+        factory,
+        config.mode,
+        seed,
+        config.per_program_timeout,
+    ) {
         Verdict::Disagrees(sig, detail) if sig == *target => Some(detail),
         _ => None,
     }
@@ -126,16 +133,38 @@ pub fn write_found(reduced: &Reduced, finding: &Finding, dir: &Path) -> std::io:
 /// One simplification step, cheap to list and applied on demand.
 #[derive(Clone, Debug)]
 pub enum Edit {
-    DropProgram { map: usize, program: usize },
+    DropProgram {
+        map: usize,
+        program: usize,
+    },
     DropCall(usize),
-    DropStmt { kernel: usize, path: Vec<usize> },
+    DropStmt {
+        kernel: usize,
+        path: Vec<usize>,
+    },
     /// Replace an `if` by its then (`branch` 0) or else (1) body, or a `for`
     /// by `let var = start;` and its body.
-    Unwrap { kernel: usize, path: Vec<usize>, branch: usize },
+    Unwrap {
+        kernel: usize,
+        path: Vec<usize>,
+        branch: usize,
+    },
     /// Replace expression node `node` (pre-order) by replacement `choice`.
-    Expr { kernel: usize, node: usize, choice: usize },
-    AxisSize { mesh: usize, axis: usize, size: u32 },
-    Shape { operand: String, dim: usize, extent: u32 },
+    Expr {
+        kernel: usize,
+        node: usize,
+        choice: usize,
+    },
+    AxisSize {
+        mesh: usize,
+        axis: usize,
+        size: u32,
+    },
+    Shape {
+        operand: String,
+        dim: usize,
+        extent: u32,
+    },
 }
 
 /// Every one-step simplification of `m`, most aggressive first.
@@ -143,7 +172,9 @@ pub fn edits(m: &Module) -> Vec<Edit> {
     let mut out = vec![];
     for (mi, map) in m.maps.iter().enumerate() {
         if map.programs.len() > 1 {
-            out.extend((0..map.programs.len()).map(|program| Edit::DropProgram { map: mi, program }));
+            out.extend(
+                (0..map.programs.len()).map(|program| Edit::DropProgram { map: mi, program }),
+            );
         }
     }
     if m.calls.len() > 1 {
@@ -156,8 +187,15 @@ pub fn edits(m: &Module) -> Vec<Edit> {
                 Stmt::For { .. } => 1,
                 _ => 0,
             };
-            out.push(Edit::DropStmt { kernel: ki, path: path.clone() });
-            out.extend((0..branches).map(|branch| Edit::Unwrap { kernel: ki, path: path.clone(), branch }));
+            out.push(Edit::DropStmt {
+                kernel: ki,
+                path: path.clone(),
+            });
+            out.extend((0..branches).map(|branch| Edit::Unwrap {
+                kernel: ki,
+                path: path.clone(),
+                branch,
+            }));
         }
     }
     for (ki, k) in m.kernels.iter().enumerate() {
@@ -167,12 +205,20 @@ pub fn edits(m: &Module) -> Vec<Edit> {
             false
         });
         for (node, n) in nodes.into_iter().enumerate() {
-            out.extend((0..n).map(|choice| Edit::Expr { kernel: ki, node, choice }));
+            out.extend((0..n).map(|choice| Edit::Expr {
+                kernel: ki,
+                node,
+                choice,
+            }));
         }
     }
     for (mi, mesh) in m.meshes.iter().enumerate() {
         for (axis, a) in mesh.axes().enumerate() {
-            out.extend(smaller(a.size).into_iter().map(|size| Edit::AxisSize { mesh: mi, axis, size }));
+            out.extend(smaller(a.size).into_iter().map(|size| Edit::AxisSize {
+                mesh: mi,
+                axis,
+                size,
+            }));
         }
     }
     let mut seen = vec![];
@@ -208,8 +254,14 @@ pub fn apply(m: &Module, edit: &Edit) -> Module {
                 c.maps.retain(|x| x.name != call.map);
             }
         }
-        Edit::DropStmt { kernel, path } => edit_stmt(&mut c.kernels[*kernel].body, path, &mut |_| vec![]),
-        Edit::Unwrap { kernel, path, branch } => edit_stmt(&mut c.kernels[*kernel].body, path, &mut |s| match s {
+        Edit::DropStmt { kernel, path } => {
+            edit_stmt(&mut c.kernels[*kernel].body, path, &mut |_| vec![])
+        }
+        Edit::Unwrap {
+            kernel,
+            path,
+            branch,
+        } => edit_stmt(&mut c.kernels[*kernel].body, path, &mut |s| match s {
             Stmt::If {
                 then_body,
                 else_body,
@@ -230,7 +282,11 @@ pub fn apply(m: &Module, edit: &Edit) -> Module {
             }
             other => vec![other],
         }),
-        Edit::Expr { kernel, node, choice } => {
+        Edit::Expr {
+            kernel,
+            node,
+            choice,
+        } => {
             let mut seen = 0;
             for_each_expr(&mut c.kernels[*kernel].body, &mut |e| {
                 if seen == *node {
@@ -255,7 +311,11 @@ pub fn apply(m: &Module, edit: &Edit) -> Module {
             };
             a.size = *size;
         }
-        Edit::Shape { operand, dim, extent } => {
+        Edit::Shape {
+            operand,
+            dim,
+            extent,
+        } => {
             let ty = m
                 .maps
                 .iter()
@@ -307,7 +367,12 @@ fn replacements(e: &Expr) -> Vec<Expr> {
 fn retype(m: &Module, name: &str, ty: &RefType) -> Module {
     let mut c = m.clone();
     for map in &mut c.maps {
-        for list in [&mut map.inputs, &mut map.outputs, &mut map.scalars, &mut map.scratch] {
+        for list in [
+            &mut map.inputs,
+            &mut map.outputs,
+            &mut map.scalars,
+            &mut map.scratch,
+        ] {
             for op in list.iter_mut().filter(|o| o.name == name) {
                 op.ty = Type::Ref(ty.clone());
             }
@@ -340,13 +405,16 @@ pub fn cleanup(mut m: Module) -> Module {
         .collect();
 
     for mi in 0..m.maps.len() {
-        let kernel_names: Vec<String> = m.maps[mi].programs.iter().map(|p| p.kernel.clone()).collect();
-        // Only maps whose kernels serve no other map can lose operands.
-        let shared = m
-            .maps
+        let kernel_names: Vec<String> = m.maps[mi]
+            .programs
             .iter()
-            .enumerate()
-            .any(|(j, x)| j != mi && x.programs.iter().any(|p| kernel_names.contains(&p.kernel)));
+            .map(|p| p.kernel.clone())
+            .collect();
+        // Only maps whose kernels serve no other map can lose operands.
+        let shared =
+            m.maps.iter().enumerate().any(|(j, x)| {
+                j != mi && x.programs.iter().any(|p| kernel_names.contains(&p.kernel))
+            });
         if shared {
             continue;
         }
@@ -360,12 +428,21 @@ pub fn cleanup(mut m: Module) -> Module {
                 continue;
             }
             let map = &mut m.maps[mi];
-            for list in [&mut map.inputs, &mut map.outputs, &mut map.scalars, &mut map.scratch] {
+            for list in [
+                &mut map.inputs,
+                &mut map.outputs,
+                &mut map.scalars,
+                &mut map.scratch,
+            ] {
                 list.retain(|o| o.name != name);
             }
             map.aliases.retain(|a| a.input != name && a.output != name);
             let map_name = map.name.clone();
-            for k in m.kernels.iter_mut().filter(|k| kernel_names.contains(&k.name)) {
+            for k in m
+                .kernels
+                .iter_mut()
+                .filter(|k| kernel_names.contains(&k.name))
+            {
                 k.params.retain(|p| p.name != name);
             }
             for c in m.calls.iter_mut().filter(|c| c.map == map_name) {
@@ -391,7 +468,11 @@ pub fn cleanup(mut m: Module) -> Module {
     let bound: Vec<String> = m
         .maps
         .iter()
-        .flat_map(|x| x.operands().filter(|(_, o)| o.resident).map(|(_, o)| o.name.clone()))
+        .flat_map(|x| {
+            x.operands()
+                .filter(|(_, o)| o.resident)
+                .map(|(_, o)| o.name.clone())
+        })
         .collect();
     m.residents.retain(|r| bound.contains(&r.name));
     let mut used_meshes: Vec<String> = m
@@ -480,20 +561,22 @@ fn edit_stmt(body: &mut Vec<Stmt>, path: &[usize], f: &mut dyn FnMut(Stmt) -> Ve
 fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> bool {
     for s in body {
         let stop = match s {
-            Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Var { init: value, .. } => {
-                expr_walk(value, f)
-            }
+            Stmt::Let { value, .. }
+            | Stmt::Assign { value, .. }
+            | Stmt::Var { init: value, .. } => expr_walk(value, f),
             Stmt::LocalArray { .. } | Stmt::Barrier => false,
             Stmt::Store { target, value } => access_walk(target, f) || expr_walk(value, f),
-            Stmt::Atomic { target, args, .. } => access_walk(target, f) || args.iter_mut().any(|a| expr_walk(a, f)),
+            Stmt::Atomic { target, args, .. } => {
+                access_walk(target, f) || args.iter_mut().any(|a| expr_walk(a, f))
+            }
             Stmt::If {
                 cond,
                 then_body,
                 else_body,
             } => expr_walk(cond, f) || for_each_expr(then_body, f) || for_each_expr(else_body, f),
-            Stmt::For { start, end, body, .. } => {
-                expr_walk(start, f) || expr_walk(end, f) || for_each_expr(body, f)
-            }
+            Stmt::For {
+                start, end, body, ..
+            } => expr_walk(start, f) || expr_walk(end, f) || for_each_expr(body, f),
             Stmt::Sem { sem, amount, .. } => access_walk(sem, f) || expr_walk(amount, f),
             Stmt::SemRead { sem, .. } => access_walk(sem, f),
         };
@@ -505,7 +588,8 @@ fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> boo
 }
 
 fn access_walk(a: &mut RefAccess, f: &mut dyn FnMut(&mut Expr) -> bool) -> bool {
-    a.block.iter_mut().flatten().any(|e| expr_walk(e, f)) || a.index.iter_mut().any(|e| expr_walk(e, f))
+    a.block.iter_mut().flatten().any(|e| expr_walk(e, f))
+        || a.index.iter_mut().any(|e| expr_walk(e, f))
 }
 
 fn expr_walk(e: &mut Expr, f: &mut dyn FnMut(&mut Expr) -> bool) -> bool {
@@ -574,7 +658,10 @@ mod tests {
             b.barrier();
             b.if_else(Expr::from(true), |t| t.barrier(), |e| e.barrier());
         });
-        assert_eq!(stmt_paths(&body), vec![vec![0], vec![1], vec![1, 0, 0], vec![1, 1, 0]]);
+        assert_eq!(
+            stmt_paths(&body),
+            vec![vec![0], vec![1], vec![1, 0, 0], vec![1, 1, 0]]
+        );
         let mut edited = body.clone();
         edit_stmt(&mut edited, &[1, 1, 0], &mut |_| vec![]);
         assert_eq!(

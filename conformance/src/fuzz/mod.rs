@@ -308,13 +308,13 @@ pub fn judge_backend(
     let worker = std::thread::Builder::new()
         .name(format!("fuzz-{}", factory.name))
         .spawn(move || {
-            let result = (|| -> Result<Vec<CallOutputs>, Result<RunError, String>> {
-                let mut backend = make().map_err(Err)?;
+            let result = (|| -> Result<Vec<CallOutputs>, Box<Result<RunError, String>>> {
+                let mut backend = make().map_err(|e| Box::new(Err(e)))?;
                 let options = RunOptions { mode, seed };
                 plans
                     .iter()
                     .zip(&args)
-                    .map(|(plan, a)| backend.run(plan, a, &options).map_err(Ok))
+                    .map(|(plan, a)| backend.run(plan, a, &options).map_err(|e| Box::new(Ok(e))))
                     .collect()
             })();
             let _ = tx.send(result);
@@ -337,7 +337,7 @@ pub fn judge_backend(
             return Verdict::Disagrees(Signature::Panic, "the backend panicked".into())
         }
     };
-    let outputs = match result {
+    let outputs = match result.map_err(|e| *e) {
         Ok(o) => o,
         Err(Err(e)) => {
             return Verdict::Disagrees(

@@ -67,8 +67,7 @@ pub fn reduce(
         let mut improved = false;
         let mut index = 0;
         let mut list = edits(&best);
-        loop {
-            let Some(edit) = list.get(index) else { break };
+        while let Some(edit) = list.get(index) {
             if Instant::now() >= deadline {
                 break 'rounds;
             }

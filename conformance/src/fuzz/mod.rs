@@ -458,6 +458,8 @@ pub fn run_fuzz(
             ) {
                 Verdict::Agrees => *summary.agreed.entry(factory.name.clone()).or_default() += 1,
                 Verdict::Skipped(reason) => {
+                    // Group by the reason's first clause, not its program names.
+                    let reason = reason.split(" (").next().unwrap_or_default().to_string();
                     *summary
                         .skipped
                         .entry(factory.name.clone())
@@ -478,8 +480,18 @@ pub fn run_fuzz(
                         reduced_path: None,
                         statements: statement_count(&module),
                     };
-                    if config.reduce && signature != Signature::Hang {
-                        let reduced = reduce::reduce(&module, seed, factory, &signature, config);
+                    if config.reduce {
+                        // A hang costs a timeout per candidate: write it unreduced.
+                        let reduced = if signature == Signature::Hang {
+                            reduce::Reduced {
+                                module: module.clone(),
+                                detail: finding.detail.clone(),
+                                tried: 0,
+                                accepted: 0,
+                            }
+                        } else {
+                            reduce::reduce(&module, seed, factory, &signature, config)
+                        };
                         finding.statements = statement_count(&reduced.module);
                         finding.detail = reduced.detail.clone();
                         match reduce::write_found(&reduced, &finding, &config.found_dir) {

@@ -107,8 +107,8 @@ pub fn write_found(reduced: &Reduced, finding: &Finding, dir: &Path) -> std::io:
     let mut f = std::fs::File::create(&path)?;
     writeln!(
         f,
-        "// Found by `cargo xtask fuzz` (generator seed {}), reduced.",
-        finding.seed
+        "// Found by `cargo xtask fuzz` (generator seed {}), reduced in {} steps.",
+        finding.seed, reduced.accepted
     )?;
     writeln!(
         f,

@@ -127,9 +127,34 @@ struct Input {
     len: u32,
 }
 
-/// Generates the module of `seed`.
+/// Choices that change what the generator promises about floats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenOptions {
+    /// Treat `/`, `%`, `sqrt` and `fma` as correctly rounded (single rounding),
+    /// as the design requires and IEEE backends (CUDA, the interpreter) do: their
+    /// float results are compared bit-exactly and may feed floor, ceil, casts,
+    /// bitcasts and comparisons. Off for WGSL, whose specification bounds these
+    /// only loosely (2.5 ulp division; sqrt, fma and `%` inherited from other
+    /// operations): they then count as inexact.
+    pub ieee: bool,
+}
+
+impl Default for GenOptions {
+    fn default() -> Self {
+        GenOptions { ieee: true }
+    }
+}
+
+/// Generates the module of `seed` with the default options.
 pub fn generate(seed: u64) -> Module {
-    Gen::new(seed).module()
+    generate_with(seed, &GenOptions::default())
+}
+
+/// Generates the module of `seed`.
+pub fn generate_with(seed: u64, options: &GenOptions) -> Module {
+    let mut gen = Gen::new(seed);
+    gen.ieee = options.ieee;
+    gen.module()
 }
 
 struct Gen {
@@ -151,6 +176,7 @@ struct Gen {
     /// Expression nesting of the value being built; past [`MAX_NEST`] only
     /// leaves that do not recurse are made (the parser nests at most 64 deep).
     nest: u32,
+    ieee: bool,
 }
 
 const MAX_NEST: u32 = 7;
@@ -187,6 +213,7 @@ impl Gen {
             cur: 0,
             loop_depth: 0,
             nest: 0,
+            ieee: true,
         }
     }
 
@@ -1122,16 +1149,18 @@ impl Gen {
                 );
                 combine(a.e.clone() * b.e.clone(), &a, &b, a.bound * b.bound)
             }
-            5 => {
+            5 if inexact_ok || self.ieee => {
                 let (a, b) = (
                     self.float(d, inexact_ok, uniform),
                     self.float(d, inexact_ok, uniform),
                 );
-                combine(a.e.clone() / guard(b.e.clone()), &a, &b, a.bound)
+                let v = combine(a.e.clone() / guard(b.e.clone()), &a, &b, a.bound);
+                self.rounded(v)
             }
-            6 => {
+            6 if inexact_ok || self.ieee => {
                 let (a, b) = (self.float(d, false, uniform), self.float(d, false, uniform));
-                combine(a.e.clone() % guard(b.e.clone()), &a, &b, a.bound)
+                let v = combine(a.e.clone() % guard(b.e.clone()), &a, &b, a.bound);
+                self.rounded(v)
             }
             7 => {
                 let a = self.float(d, inexact_ok, uniform);
@@ -1162,16 +1191,16 @@ impl Gen {
                 let b = (a.bound + 1.0).ln() + 1.0;
                 Val::new(math(MathFn::Log, [guard(a.e)]), F32, a.uniform, false, b)
             }
-            11 => {
+            11 if inexact_ok || self.ieee => {
                 let a = self.float(d, inexact_ok, uniform);
                 let b = a.bound.sqrt() + 1.0;
-                Val::new(
+                self.rounded(Val::new(
                     math(MathFn::Sqrt, [math(MathFn::Abs, [a.e])]),
                     F32,
                     a.uniform,
                     a.exact,
                     b,
-                )
+                ))
             }
             12 if inexact_ok => {
                 let a = self.float(d, true, uniform);
@@ -1207,7 +1236,7 @@ impl Gen {
                     a.bound.max(b.bound),
                 )
             }
-            17 => {
+            17 if inexact_ok || self.ieee => {
                 let (a, b, c) = (
                     self.float(d, inexact_ok, uniform),
                     self.float(d, inexact_ok, uniform),
@@ -1221,7 +1250,7 @@ impl Gen {
                 );
                 v.uniform &= c.uniform;
                 v.exact &= c.exact;
-                v
+                self.rounded(v)
             }
             18 if inexact_ok => {
                 let (a, b) = (self.float(d, true, uniform), self.float(d, true, uniform));
@@ -1239,6 +1268,14 @@ impl Gen {
             }
         } else {
             v
+        }
+    }
+
+    /// The result of `/`, `%`, `sqrt` or `fma`: exact only on IEEE backends.
+    fn rounded(&self, v: Val) -> Val {
+        Val {
+            exact: v.exact && self.ieee,
+            ..v
         }
     }
 

@@ -1,6 +1,7 @@
 //! Judging a backend's outputs against the interpreter's.
 //!
 //! Bounds (documented in ARCHITECTURE.md by the lead at merge):
+//! Float bounds come from the backend's [`FloatPolicy`]; for IEEE backends:
 //! - `exact`: bit-equal, except that +0.0 equals -0.0, any NaN equals any NaN,
 //!   and a subnormal equals a zero of either sign (backends may flush);
 //! - `ulp(n)`: floats within `n` units in the last place (same rules for zeros
@@ -15,6 +16,8 @@
 
 use mpmd_core::host::HostTensor;
 use mpmd_core::ir::{CompareMode, ScalarType};
+
+use super::FloatPolicy;
 
 /// Units in the last place for `ulp` mode in `profile`.
 pub const PROFILE_ULP: u32 = 4;
@@ -49,7 +52,12 @@ impl std::fmt::Display for Mismatch {
 }
 
 /// Compares `got` against `expected` under `mode`.
-pub fn compare(expected: &HostTensor, got: &HostTensor, mode: &CompareMode) -> Result<(), String> {
+pub fn compare(
+    expected: &HostTensor,
+    got: &HostTensor,
+    mode: &CompareMode,
+    floats: &FloatPolicy,
+) -> Result<(), String> {
     if expected.words.len() != got.words.len() {
         return Err(format!(
             "{} elements, expected {}",
@@ -84,7 +92,9 @@ pub fn compare(expected: &HostTensor, got: &HostTensor, mode: &CompareMode) -> R
             None
         }
         CompareMode::Exact if !float => first_bad(&|e, g| e == g),
-        CompareMode::Exact => first_bad(&|e, g| floats_within(e, g, 0, 0.0)),
+        CompareMode::Exact => {
+            first_bad(&|e, g| floats_within(e, g, floats.exact_ulps, floats.exact_abs))
+        }
         CompareMode::Ulp(n) if float => first_bad(&|e, g| floats_within(e, g, *n, 0.0)),
         CompareMode::Profile if float => {
             first_bad(&|e, g| floats_within(e, g, PROFILE_ULP, PROFILE_ABS))
@@ -172,9 +182,12 @@ mod tests {
         let a = HostTensor::from_i32(vec![3], &[1, 2, 3]);
         let b = HostTensor::from_i32(vec![3], &[1, 5, 4]);
         assert_eq!(
-            compare(&a, &b, &CompareMode::Exact),
+            compare(&a, &b, &CompareMode::Exact, &FloatPolicy::IEEE),
             Err("element 1: expected 2, got 5".to_string())
         );
-        assert_eq!(compare(&a, &b, &CompareMode::Ignore), Ok(()));
+        assert_eq!(
+            compare(&a, &b, &CompareMode::Ignore, &FloatPolicy::IEEE),
+            Ok(())
+        );
     }
 }

@@ -34,17 +34,50 @@ use mpmd_core::ir::{CompareMode, Module};
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::validate::{validate, ValidateOptions};
 
-pub use generate::generate;
+pub use generate::{generate, generate_with, GenOptions};
 
 /// Makes a fresh backend (fresh device-resident state) for one module. It is
 /// called on a worker thread, so the backend itself need not be `Send`.
 pub type MakeBackend = Arc<dyn Fn() -> Result<Box<dyn Backend>, String> + Send + Sync>;
 
-/// A backend under test: its report name and how to make one.
+/// How closely a backend's floats must match the interpreter's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FloatPolicy {
+    /// Slack for `exact` float outputs, whose values the generator built from
+    /// operations the design calls correctly rounded (+ - * / sqrt fma, fmod,
+    /// floor, ceil, min, max, abs, conversions): 0 for IEEE backends.
+    pub exact_ulps: u32,
+    pub exact_abs: f32,
+    /// Bound for `profile` outputs (values that went through exp, log, rsqrt,
+    /// sin, cos, tanh or pow, each bounded by 64 in magnitude).
+    pub profile_ulps: u32,
+    pub profile_abs: f32,
+}
+
+impl FloatPolicy {
+    /// CUDA with `--prec-div=true --prec-sqrt=true --fmad=false`, and the interpreter.
+    pub const IEEE: FloatPolicy = FloatPolicy {
+        exact_ulps: 0,
+        exact_abs: 0.0,
+        profile_ulps: judge::PROFILE_ULP,
+        profile_abs: judge::PROFILE_ABS,
+    };
+    /// WGSL: `/` is within 2.5 ulp, sqrt and fma are inherited from other
+    /// operations, `%` from `x - y * trunc(x / y)`: everything gets the profile bound.
+    pub const WGSL: FloatPolicy = FloatPolicy {
+        exact_ulps: judge::PROFILE_ULP,
+        exact_abs: judge::PROFILE_ABS,
+        profile_ulps: judge::PROFILE_ULP,
+        profile_abs: judge::PROFILE_ABS,
+    };
+}
+
+/// A backend under test: its report name, how to make one, and its float bounds.
 #[derive(Clone)]
 pub struct BackendFactory {
     pub name: String,
     pub make: MakeBackend,
+    pub floats: FloatPolicy,
 }
 
 impl BackendFactory {
@@ -55,7 +88,13 @@ impl BackendFactory {
         BackendFactory {
             name: name.to_string(),
             make: Arc::new(make),
+            floats: FloatPolicy::IEEE,
         }
+    }
+
+    pub fn with_floats(mut self, floats: FloatPolicy) -> Self {
+        self.floats = floats;
+        self
     }
 }
 
@@ -80,6 +119,8 @@ pub struct FuzzConfig {
     pub reduce_time_limit: Duration,
     /// Stop after this many disagreements.
     pub max_findings: usize,
+    /// Generator options; set `ieee: false` when a WGSL backend is under test.
+    pub generator: GenOptions,
 }
 
 impl Default for FuzzConfig {
@@ -94,6 +135,7 @@ impl Default for FuzzConfig {
             reduce: true,
             reduce_time_limit: Duration::from_secs(120),
             max_findings: 10,
+            generator: GenOptions::default(),
         }
     }
 }
@@ -374,7 +416,7 @@ pub fn judge_backend(
                     format!("output `{name}` missing"),
                 );
             };
-            if let Err(detail) = judge::compare(want, have, &mode) {
+            if let Err(detail) = judge::compare(want, have, &mode, &factory.floats) {
                 return Verdict::Disagrees(
                     Signature::WrongValue {
                         output: name.clone(),
@@ -432,7 +474,7 @@ pub fn run_fuzz(
         }
         let seed = config.seed.wrapping_add(i);
         i += 1;
-        let module = generate(seed);
+        let module = generate_with(seed, &config.generator);
         let oracle = match check_module(&module, seed) {
             Ok(o) => o,
             Err((stage, message)) => {

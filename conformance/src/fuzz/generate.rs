@@ -27,7 +27,9 @@
 //!   *inexact*: they never feed a discontinuous operation (floor, ceil, `%`,
 //!   float-to-int casts, bitcasts, comparisons), so integers are always exact
 //!   and float outputs are compared bit-exactly unless an inexact value
-//!   reaches them (then `profile`);
+//!   reaches them (then `profile`). With [`GenOptions::ieee`] off (WGSL), `/`,
+//!   `%`, `sqrt` and `fma` count as inexact too. Floats are bitcast to integers
+//!   only through `abs`, since the sign of zero is unspecified;
 //! - loops have literal bounds up to 4 or the scalar `sn` (at most 5), nested
 //!   at most twice: far below 65,535 iterations per invocation.
 
@@ -1351,10 +1353,11 @@ impl Gen {
                     Some(Val::new(f.e.cast(ty), ty, f.uniform, true, 0.0))
                 }
                 6 => {
-                    // `+ 0.0` turns -0.0 into +0.0, whose sign is unspecified.
+                    // The sign of zero is unspecified (and `x + 0.0` is folded to
+                    // `x` on lavapipe, keeping -0.0): bitcast the magnitude.
                     let f = self.float(1, false, uniform);
                     Some(Val::new(
-                        (f.e + 0.0f32).bitcast(ty),
+                        math(MathFn::Abs, [f.e]).bitcast(ty),
                         ty,
                         f.uniform,
                         true,

@@ -84,17 +84,10 @@ fn element(g: &Generator, elem: ScalarType, i: usize, module: &Module, rng: &mut
             let extent = module
                 .maps
                 .iter()
-                .flat_map(|m| m.operands().map(|(_, o)| o.ty.clone()))
-                .zip(
-                    module
-                        .maps
-                        .iter()
-                        .flat_map(|m| m.operands().map(|(_, o)| o.name.clone())),
-                )
-                .find(|(_, n)| n == operand)
-                .and_then(|(t, _)| match t {
-                    Type::Ref(r) => r.shape.get(*dim as usize).copied(),
-                    Type::Scalar(_) => None,
+                .find_map(|m| m.operand(operand))
+                .and_then(|(_, o)| {
+                    o.ty.as_ref_type()
+                        .and_then(|r| r.shape.get(*dim as usize).copied())
                 })
                 .unwrap_or(1);
             let v = rng.below(extent as u64) as u32;

@@ -3,6 +3,31 @@
 //! interpreter and then run on every backend given; any disagreement is shrunk
 //! ([`reduce`]) and written as an ordinary conformance case.
 //!
+//! Pipeline per module ([`run_fuzz`]): [`generate_with`] → [`check_module`]
+//! (validation, `parse(print(m)) == m`, the interpreter with detection and two
+//! extra schedules; any failure here is a GENERATOR bug and fails the run) →
+//! every backend through [`judge_backend`] (a fresh backend per module from its
+//! [`BackendFactory`], on a worker thread, abandoned after
+//! `per_program_timeout` and reported as a hang) → on a disagreement
+//! [`reduce::reduce`] and [`reduce::write_found`].
+//!
+//! Generator coverage (see [`generate`] for how each stays race-free):
+//! 1 to 4 programs on meshes with 1 to 3 grid axes, sometimes a cluster axis,
+//! 1 to 1024 threads (1, 17, 32, 33, 48, 64, 96, 128, 200, 256); outputs flat,
+//! 2-D or owned by the program's mesh; `f32`/`i32`/`u32` inputs and scalar
+//! parameters; expressions over every unary and binary operator, `select`,
+//! casts, bitcasts and all 14 math functions; `let`, `var`/assignment, local
+//! arrays, `if`/`else`, `for` over literals, negative `i32` ranges and a scalar
+//! bound; barriers in block-uniform `if`s and loops; smem and gmem scratch
+//! exchanges between barriers and thread-0 smem reductions; commuting atomics
+//! (add, xor, or, max on `u32`; min, max, add on `i32`) on shared counters, a
+//! ticket counter whose old values are used only through an order-independent
+//! check, and all ten atomics on a thread-owned element; acyclic semaphore
+//! edges (signal every block of an owned `sem @ consumer`, `wait` or
+//! `wait_nodec` for one credit per producer block, then `read`), cycles (a
+//! back edge: bidirectional handshake, which a backend may refuse); and a
+//! two-call hand-off through `gmem`/`sem` residents owned by an external mesh.
+//!
 //! The xtask is a thin wrapper:
 //! ```no_run
 //! use mpmd_conformance::fuzz::{run_fuzz, BackendFactory, FuzzConfig};

@@ -672,4 +672,49 @@ mod tests {
             }
         );
     }
+
+    #[test]
+    fn dropping_a_program_drops_its_kernel_mesh_and_operands() {
+        let seed = (0..)
+            .find(|&s| {
+                let m = crate::fuzz::generate(s);
+                m.maps.len() == 1 && m.maps[0].programs.len() == 2
+            })
+            .unwrap();
+        let m = crate::fuzz::generate(seed);
+        let c = apply(&m, &Edit::DropProgram { map: 0, program: 1 });
+        assert_eq!(
+            c.kernels
+                .iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>(),
+            ["k0"]
+        );
+        // m1 stays only as the owner of an operand k0 still uses (an external mesh).
+        let owners: Vec<String> = c.maps[0]
+            .operands()
+            .filter_map(|(_, o)| o.ty.as_ref_type().and_then(|r| r.owner.clone()))
+            .collect();
+        for mesh in &c.meshes {
+            assert!(
+                mesh.name == "m0" || owners.contains(&mesh.name),
+                "{}",
+                mesh.name
+            );
+        }
+        assert!(c.maps[0].operand("o1").is_none());
+        assert!(c.maps[0].operand("o0").is_some());
+        let params: Vec<&str> = c.kernels[0]
+            .params
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        let operands: Vec<&str> = c.maps[0].operands().map(|(_, o)| o.name.as_str()).collect();
+        assert_eq!(params, operands);
+        let case = c.case.unwrap();
+        assert!(case
+            .compares
+            .iter()
+            .all(|(n, _)| operands.contains(&n.as_str())));
+    }
 }

@@ -890,3 +890,55 @@ fn backend_run_uses_the_plans_ir_and_checked_mode_detects() {
     let e = interp.run(&plan, &a, &checked).unwrap_err();
     assert_eq!(e.class(), Some(ErrorClass::DataRace));
 }
+
+#[test]
+fn wait_nodec_keeps_the_count_and_read_sees_it() {
+    let p = MeshBuilder::new("p").grid("b", 4).threads("t", 2).build();
+    let c = MeshBuilder::new("c").grid("b", 2).threads("t", 2).build();
+    let map = MapBuilder::new("nodec")
+        .program("c", "look")
+        .program("p", "post")
+        .output("y", gmem(I32, [4]))
+        .scratch("s", sem([1]))
+        .build();
+    let post = KernelBuilder::new("post", map.params()).body(|b| b.signal(at("s", [u(0)]), 1i32));
+    let look = KernelBuilder::new("look", map.params()).body(|b| {
+        b.wait_nodec(at("s", [u(0)]), 4i32);
+        let seen = b.sem_read("seen", at("s", [u(0)]));
+        b.store(at("y", [gid()]), seen);
+    });
+    let m = module(vec![p, c], vec![look, post], vec![map]);
+    for o in [opts(false, 0), opts(true, 3)] {
+        assert_eq!(
+            run(&m, "nodec", &args(&[], &[]), &o).unwrap().outputs["y"].to_i32(),
+            vec![4; 4]
+        );
+    }
+}
+
+#[test]
+fn grid_and_cluster_axes_index_blocks_row_major() {
+    let mesh = MeshBuilder::new("m")
+        .grid("g", 3)
+        .cluster("c", 2)
+        .threads("t", 2)
+        .build();
+    let map = MapBuilder::new("ids")
+        .program("m", "ids")
+        .output("y", gmem(U32, [2]).owned_by("m"))
+        .build();
+    let kernel = KernelBuilder::new("ids", map.params()).body(|b| {
+        let v = axis_index("g") * 100u32 + axis_index("c") * 10u32 + axis_index("t");
+        b.store(at("y", [axis_index("t")]), v);
+    });
+    let m = module(vec![mesh], vec![kernel], vec![map]);
+    let y = run(&m, "ids", &args(&[], &[]), &opts(true, 0))
+        .unwrap()
+        .outputs["y"]
+        .clone();
+    assert_eq!(y.shape, vec![3, 2, 2]);
+    assert_eq!(
+        y.words,
+        vec![0, 1, 10, 11, 100, 101, 110, 111, 200, 201, 210, 211]
+    );
+}

@@ -535,6 +535,13 @@ impl BlockState {
                     let v = env.bufs[buf].words[addr as usize].load(Relaxed);
                     self.regs[*dst].fill(v);
                     self.after_boundary(env);
+                    if env
+                        .alt
+                        .as_deref_mut()
+                        .is_some_and(|a| a.preempt && a.rng.below(3) == 0)
+                    {
+                        return Ok(Status::Yielded);
+                    }
                     continue;
                 }
                 Instr::End => return Ok(Status::Done),
@@ -888,9 +895,7 @@ impl BlockState {
         let (r, extent, _) = acc.dims[0];
         let lanes = lanes_of(self.span, &self.mask);
         let (idx, s) = (&self.regs[r], &self.regs[src]);
-        let first_bad = try_each(lanes, |l| if idx[l] >= extent { Err(l) } else { Ok(()) }).err();
-        let limit = first_bad.unwrap_or(t);
-        match acc.target {
+        let result = match acc.target {
             Target::Global(b) => {
                 let base = match acc.own {
                     OwnInstance::Block => self.block * acc.inst_len,
@@ -899,33 +904,40 @@ impl BlockState {
                 let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
                     return Err(corrupt(code));
                 };
-                each(lanes, |l| {
-                    if l < limit {
-                        words[idx[l] as usize].store(s[l], Relaxed);
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
                     }
-                });
+                    words[i as usize].store(s[l], Relaxed);
+                    Ok(())
+                })
             }
             Target::Smem(k) => {
                 let words = &mut self.smem[k];
-                each(lanes, |l| {
-                    if l < limit {
-                        words[idx[l] as usize] = s[l];
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
                     }
-                });
+                    words[i as usize] = s[l];
+                    Ok(())
+                })
             }
             Target::Local(id) => {
                 let words = &mut self.locals[id];
-                each(lanes, |l| {
-                    if l < limit {
-                        words[idx[l] as usize * t + l] = s[l];
+                try_each(lanes, |l| {
+                    let i = idx[l];
+                    if i >= extent {
+                        return Err(l);
                     }
-                });
+                    words[i as usize * t + l] = s[l];
+                    Ok(())
+                })
             }
-        }
-        match first_bad {
-            Some(l) => Err(self.oob(code, acc, l)),
-            None => Ok(()),
-        }
+        };
+        // Lanes before an out-of-bounds one have stored, as on a GPU.
+        result.map_err(|l| self.oob(code, acc, l))
     }
 
     #[allow(clippy::too_many_arguments)]

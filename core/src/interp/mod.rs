@@ -1,7 +1,7 @@
 //! The reference interpreter: the oracle every backend is judged against.
 //!
 //! Design (see also ARCHITECTURE.md):
-//! - each call compiles every program's kernel once ([`compile`]) to a flat,
+//! - each call compiles every program's kernel once (`compile.rs`) to a flat,
 //!   register-based bytecode; a register holds one 32-bit word per thread of a
 //!   block and every instruction runs over all lanes in a tight loop under the
 //!   block's active mask (lockstep; `if`/`else` and per-lane loop bounds are
@@ -14,7 +14,7 @@
 //!   returns [`RunError::Deadlock`] with the wait-for graph;
 //! - maps without atomics or semaphores have no cross-block order to respect,
 //!   so with detection off their blocks run on all host cores;
-//! - detection ([`detect`]) checks out-of-bounds accesses (always), reads of
+//! - detection (`detect.rs`) checks out-of-bounds accesses (always), reads of
 //!   unwritten memory and data races (vector clocks per block and epoch);
 //! - the first schedule is deterministic: blocks start in program order, then
 //!   linear block order, each running until it finishes or waits (woken
@@ -344,18 +344,32 @@ impl Interpreter {
         }
     }
 
-    /// A buffer of `len` words filled by `fill` (from the pool when one fits).
-    fn buffer(&mut self, len: usize, fill: impl Fn(usize) -> u32) -> Vec<AtomicU32> {
-        match self.pool.iter().position(|b| b.len() == len) {
-            Some(i) => {
-                let mut words = self.pool.swap_remove(i);
-                for (k, w) in words.iter_mut().enumerate() {
-                    *w.get_mut() = fill(k);
-                }
-                words
+    /// A buffer of `len` words filled by `fill` (from the pool when one fits);
+    /// large buffers are filled on all host cores.
+    fn buffer(&mut self, len: usize, fill: impl Fn(usize) -> u32 + Sync) -> Vec<AtomicU32> {
+        let mut words = match self.pool.iter().position(|b| b.len() == len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => (0..len).map(|_| AtomicU32::new(0)).collect(),
+        };
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if len < 1 << 18 || workers < 2 {
+            for (k, w) in words.iter_mut().enumerate() {
+                *w.get_mut() = fill(k);
             }
-            None => (0..len).map(|k| AtomicU32::new(fill(k))).collect(),
+            return words;
         }
+        let chunk = len.div_ceil(workers);
+        std::thread::scope(|s| {
+            for (c, part) in words.chunks_mut(chunk).enumerate() {
+                let fill = &fill;
+                s.spawn(move || {
+                    for (k, w) in part.iter_mut().enumerate() {
+                        *w.get_mut() = fill(c * chunk + k);
+                    }
+                });
+            }
+        });
+        words
     }
 
     fn make_buffers(
@@ -764,7 +778,10 @@ fn run_sequential(
                     && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
                 if prefer_ready {
                     let i = a.rng.below(ready.len() as u64) as usize;
-                    ready.swap_remove_back(i).expect("index in range")
+                    match ready.swap_remove_back(i) {
+                        Some(t) => t,
+                        None => break,
+                    }
                 } else if can_start {
                     next_start += 1;
                     start_order

@@ -280,3 +280,19 @@ fn check_file() {
     let (m, _) = mpmd_core::text::parse(&text).unwrap();
     println!("{:?}", check_module(&m, 1).err());
 }
+
+/// `check_module` over `$N` seeds from `$START` (a longer run for triage).
+#[test]
+#[ignore]
+fn check_range() {
+    let start: u64 = std::env::var("START").unwrap().parse().unwrap();
+    let n: u64 = std::env::var("N").unwrap().parse().unwrap();
+    let mut bad = 0;
+    for seed in start..start + n {
+        if let Err((stage, msg)) = check_module(&generate(seed), seed) {
+            bad += 1;
+            println!("seed {seed} at {stage}: {msg}");
+        }
+    }
+    assert_eq!(bad, 0);
+}

@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod backends;
 pub mod case;
 pub mod compare;
+pub mod fuzz;
 pub mod generate;
 pub mod report;
 pub mod rng;

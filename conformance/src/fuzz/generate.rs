@@ -1,0 +1,1570 @@
+//! The random program generator: modules that are valid, race-free and
+//! deterministic BY CONSTRUCTION, and the same for a seed on every platform.
+//!
+//! How the construction keeps its promises:
+//! - every thread writes only the output elements of its own global id (or, for
+//!   outputs owned by its mesh, of its own block instance and thread id); each
+//!   program has its own outputs;
+//! - shared memory and gmem scratch are written at the thread's own slot and
+//!   read at a neighbour's slot only between two barriers (write, barrier, read,
+//!   barrier), in block-uniform control flow;
+//! - semaphore edges go from a lower to a higher program index (acyclic): the
+//!   producer writes its scratch buffer at its global ids, then signals every
+//!   block instance of the consumer's semaphore once; each consumer block waits
+//!   for as many credits as the producer has blocks. A cycle adds one edge back
+//!   (bidirectional handshake); a block signals all its outgoing edges before it
+//!   waits on any back edge, so the handshake cannot deadlock when co-resident;
+//! - counters are updated only by atomics of one kind per element (add, and,
+//!   or, xor, min, max commute), and are read back only as outputs; the old
+//!   values of a shared ticket counter go to an output compared as a multiset;
+//! - atomics on an element owned by one thread (exchange, compare-exchange,
+//!   load, store) have deterministic results and are used as values;
+//! - floats stay in ranges where comparisons mean something: inputs in
+//!   [-4, 4], results clamped to [-64, 64] with min/max, log/sqrt/rsqrt/pow
+//!   guarded by `abs(x) + 1.0`, exp arguments clamped to [-4, 4], division and
+//!   remainder by `abs(y) + 1.0`. Values that went through a function that is
+//!   not correctly rounded (exp, log, rsqrt, sin, cos, tanh, pow) are
+//!   *inexact*: they never feed a discontinuous operation (floor, ceil, `%`,
+//!   float-to-int casts, bitcasts, comparisons), so integers are always exact
+//!   and float outputs are compared bit-exactly unless an inexact value
+//!   reaches them (then `profile`). With [`GenOptions::ieee`] off (WGSL), `/`,
+//!   `%`, `sqrt` and `fma` count as inexact too. Floats are bitcast to integers
+//!   only through `abs`, since the sign of zero is unspecified;
+//! - loops have literal bounds up to 4 or the scalar `sn` (at most 5), nested
+//!   at most twice: far below 65,535 iterations per invocation.
+
+use mpmd_core::ir::*;
+use ScalarType::{Bool, F32, I32, U32};
+
+use super::rng::Rng;
+
+/// Largest magnitude a float value may reach before it is clamped.
+const FLOAT_CLAMP: f32 = 64.0;
+/// Thread counts, including ones that are not multiples of 32.
+const THREAD_COUNTS: [u32; 10] = [1, 17, 32, 33, 48, 64, 96, 128, 200, 256];
+const INPUT_LENGTHS: [u32; 5] = [16, 33, 64, 100, 256];
+/// Counter elements and the (commuting) atomic each element is updated with.
+const COUNTER_OPS: [AtomicOp; 4] = [AtomicOp::Add, AtomicOp::Xor, AtomicOp::Or, AtomicOp::Max];
+const SIGNED_COUNTER_OPS: [AtomicOp; 3] = [AtomicOp::Min, AtomicOp::Max, AtomicOp::Add];
+
+/// Name of the main map of every generated module.
+pub const MAIN_MAP: &str = "main";
+
+/// A value in scope, with what the generator knows about it.
+#[derive(Clone, Debug)]
+struct Val {
+    e: Expr,
+    ty: ScalarType,
+    /// Depends only on literals, scalars, grid axes and other uniform values.
+    uniform: bool,
+    /// Computed only with correctly rounded float operations.
+    exact: bool,
+    /// Largest magnitude (floats only).
+    bound: f32,
+}
+
+impl Val {
+    fn new(e: Expr, ty: ScalarType, uniform: bool, exact: bool, bound: f32) -> Self {
+        Val {
+            e,
+            ty,
+            uniform,
+            exact,
+            bound,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum OutLayout {
+    /// `o[gid]`, shape `[blocks * threads]`.
+    Flat,
+    /// `o[t]`, shape `[threads] @ mesh`.
+    Owned,
+    /// `o[lin, t]`, shape `[blocks, threads]`.
+    TwoD,
+}
+
+#[derive(Clone, Debug)]
+struct ProgramPlan {
+    mesh: Mesh,
+    blocks: u32,
+    threads: u32,
+    out_ty: ScalarType,
+    out_layout: OutLayout,
+    /// Whether the output may receive inexact floats.
+    out_inexact: bool,
+    smem: Option<ScalarType>,
+    gscratch: Option<ScalarType>,
+    /// A `u32` output whose element `gid` this thread also updates atomically.
+    owned_atomics: bool,
+    uses_counters: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Edge {
+    from: usize,
+    to: usize,
+    buf_ty: ScalarType,
+    /// Consumers use `wait_nodec` instead of `wait`.
+    nodec: bool,
+    /// The value the producer stores is exact.
+    exact: bool,
+    back: bool,
+}
+
+impl Edge {
+    fn buf(&self) -> String {
+        format!("b{}_{}", self.from, self.to)
+    }
+    fn sem(&self) -> String {
+        format!("r{}_{}", self.from, self.to)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Input {
+    name: String,
+    ty: ScalarType,
+    len: u32,
+}
+
+/// Choices that change what the generator promises about floats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenOptions {
+    /// Treat `/`, `%`, `sqrt` and `fma` as correctly rounded (single rounding),
+    /// as the design requires and IEEE backends (CUDA, the interpreter) do: their
+    /// float results are compared bit-exactly and may feed floor, ceil, casts,
+    /// bitcasts and comparisons. Off for WGSL, whose specification bounds these
+    /// only loosely (2.5 ulp division; sqrt, fma and `%` inherited from other
+    /// operations): they then count as inexact.
+    pub ieee: bool,
+}
+
+impl Default for GenOptions {
+    fn default() -> Self {
+        GenOptions { ieee: true }
+    }
+}
+
+/// Generates the module of `seed` with the default options.
+pub fn generate(seed: u64) -> Module {
+    generate_with(seed, &GenOptions::default())
+}
+
+/// Generates the module of `seed`.
+pub fn generate_with(seed: u64, options: &GenOptions) -> Module {
+    let mut gen = Gen::new(seed);
+    gen.ieee = options.ieee;
+    gen.module()
+}
+
+struct Gen {
+    rng: Rng,
+    programs: Vec<ProgramPlan>,
+    edges: Vec<Edge>,
+    inputs: Vec<Input>,
+    /// Scalars of the main map: `sf: f32`, `si: i32`, `sn: u32` (a loop bound).
+    scalars: Vec<(String, ScalarType)>,
+    sn_value: u32,
+    has_tick: bool,
+    // Per-kernel state.
+    vals: Vec<Val>,
+    /// Mutable locals: name, type, whether only exact values are assigned.
+    vars: Vec<(String, ScalarType, bool)>,
+    next_name: u32,
+    cur: usize,
+    loop_depth: u32,
+    /// Expression nesting of the value being built; past [`MAX_NEST`] only
+    /// leaves that do not recurse are made (the parser nests at most 64 deep).
+    nest: u32,
+    ieee: bool,
+}
+
+const MAX_NEST: u32 = 7;
+
+fn clamp(e: Expr, b: f32) -> Expr {
+    math(
+        MathFn::Min,
+        [math(MathFn::Max, [e, Expr::from(-b)]), Expr::from(b)],
+    )
+}
+
+/// `abs(e) + 1.0`: a positive guard for log, rsqrt, pow and divisors.
+fn guard(e: Expr) -> Expr {
+    math(MathFn::Abs, [e]) + 1.0f32
+}
+
+fn lit_u32(v: u32) -> Expr {
+    Expr::Lit(Literal::U32(v))
+}
+
+impl Gen {
+    fn new(seed: u64) -> Self {
+        Gen {
+            rng: Rng::new(seed),
+            programs: vec![],
+            edges: vec![],
+            inputs: vec![],
+            scalars: vec![],
+            sn_value: 0,
+            has_tick: false,
+            vals: vec![],
+            vars: vec![],
+            next_name: 0,
+            cur: 0,
+            loop_depth: 0,
+            nest: 0,
+            ieee: true,
+        }
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.next_name += 1;
+        format!("{prefix}{}", self.next_name)
+    }
+
+    // ---- the module ------------------------------------------------------
+
+    fn module(mut self) -> Module {
+        let program_count = *self.rng.pick(&[1u32, 1, 2, 2, 3, 4]) as usize;
+        for i in 0..program_count {
+            let plan = self.program_plan(i);
+            self.programs.push(plan);
+        }
+        for k in 0..self.rng.range(1, 3) {
+            let ty = *self.rng.pick(&[F32, F32, I32, U32]);
+            let len = *self.rng.pick(&INPUT_LENGTHS);
+            self.inputs.push(Input {
+                name: format!("x{k}"),
+                ty,
+                len,
+            });
+        }
+        for (name, ty) in [("sf", F32), ("si", I32), ("sn", U32)] {
+            if self.rng.chance(60) {
+                self.scalars.push((name.to_string(), ty));
+            }
+        }
+        self.sn_value = self.rng.range(0, 5);
+        self.plan_edges();
+        self.has_tick = self.rng.chance(30);
+
+        let map = self.main_map();
+        let params = map.params();
+        let mut kernels = vec![];
+        for i in 0..self.programs.len() {
+            kernels.push(self.kernel(i, &params));
+        }
+        let mut module = Module {
+            meshes: self.programs.iter().map(|p| p.mesh.clone()).collect(),
+            kernels,
+            maps: vec![map],
+            ..Default::default()
+        };
+        module.calls.push(self.main_call());
+        if self.rng.chance(20) {
+            self.add_handoff(&mut module);
+        }
+        module.case = Some(self.case(&module));
+        module
+    }
+
+    fn program_plan(&mut self, i: usize) -> ProgramPlan {
+        let threads = *self.rng.pick(&THREAD_COUNTS);
+        let max_blocks = if threads >= 128 { 4 } else { 8 };
+        let mut b = MeshBuilder::new(&format!("m{i}"));
+        let mut blocks = 1u32;
+        for a in 0..self.rng.range(1, 3) {
+            let size = self.rng.range(1, (max_blocks / blocks).clamp(1, 3));
+            blocks *= size;
+            b = b.grid(&format!("m{i}_g{a}"), size);
+        }
+        if blocks * 2 <= max_blocks && self.rng.chance(15) {
+            blocks *= 2;
+            b = b.cluster(&format!("m{i}_c0"), 2);
+        }
+        let mesh = b.threads(&format!("m{i}_t"), threads).build();
+        let out_ty = *self.rng.pick(&[F32, F32, I32, U32]);
+        let out_layout = *self
+            .rng
+            .pick(&[OutLayout::Flat, OutLayout::Owned, OutLayout::TwoD]);
+        ProgramPlan {
+            mesh,
+            blocks,
+            threads,
+            out_ty,
+            out_layout,
+            out_inexact: self.rng.chance(50),
+            smem: self
+                .rng
+                .chance(40)
+                .then(|| *self.rng.pick(&[F32, I32, U32])),
+            gscratch: self
+                .rng
+                .chance(25)
+                .then(|| *self.rng.pick(&[F32, I32, U32])),
+            owned_atomics: self.rng.chance(30),
+            uses_counters: self.rng.chance(40),
+        }
+    }
+
+    fn plan_edges(&mut self) {
+        let n = self.programs.len();
+        for from in 0..n {
+            for to in from + 1..n {
+                if self.edges.len() < 3 && self.rng.chance(45) {
+                    self.push_edge(from, to, false);
+                }
+            }
+        }
+        let forward: Vec<(usize, usize)> = self.edges.iter().map(|e| (e.from, e.to)).collect();
+        if !forward.is_empty() && self.rng.chance(25) {
+            let (a, b) = *self.rng.pick(&forward);
+            self.push_edge(b, a, true);
+        }
+    }
+
+    fn push_edge(&mut self, from: usize, to: usize, back: bool) {
+        let edge = Edge {
+            from,
+            to,
+            buf_ty: *self.rng.pick(&[F32, I32, U32]),
+            nodec: self.rng.chance(30),
+            exact: self.rng.chance(60),
+            back,
+        };
+        self.edges.push(edge);
+    }
+
+    fn out_name(i: usize) -> String {
+        format!("o{i}")
+    }
+
+    fn out_type(p: &ProgramPlan) -> RefType {
+        match p.out_layout {
+            OutLayout::Flat => gmem(p.out_ty, [p.blocks * p.threads]),
+            OutLayout::Owned => gmem(p.out_ty, [p.threads]).owned_by(&p.mesh.name),
+            OutLayout::TwoD => gmem(p.out_ty, [p.blocks, p.threads]),
+        }
+    }
+
+    fn main_map(&mut self) -> MpmdMap {
+        let mut b = MapBuilder::new(MAIN_MAP);
+        for (i, p) in self.programs.iter().enumerate() {
+            b = b.program(&p.mesh.name, &format!("k{i}"));
+        }
+        for x in &self.inputs {
+            b = b.input(&x.name, gmem(x.ty, [x.len]));
+        }
+        for (i, p) in self.programs.iter().enumerate() {
+            b = b.output_zeroed(&Self::out_name(i), Self::out_type(p));
+            if p.owned_atomics {
+                b = b.output_zeroed(&format!("a{i}"), gmem(U32, [p.blocks * p.threads]));
+            }
+        }
+        if self.programs.iter().any(|p| p.uses_counters) {
+            b = b.output_zeroed("cnt", gmem(U32, [COUNTER_OPS.len() as u32]));
+            b = b.output_zeroed("icnt", gmem(I32, [SIGNED_COUNTER_OPS.len() as u32]));
+        }
+        if self.has_tick {
+            let p = &self.programs[0];
+            b = b.output_zeroed("tick", gmem(U32, [1]));
+            b = b.output_zeroed("obs", gmem(U32, [p.blocks * p.threads]));
+        }
+        for (name, ty) in &self.scalars {
+            b = b.scalar(name, *ty);
+        }
+        let multi = self.programs.len() > 1;
+        for (i, p) in self.programs.iter().enumerate() {
+            if let Some(ty) = p.smem {
+                let t = smem(ty, [p.threads]);
+                // Single-program maps may leave smem unowned; use both forms.
+                let t = if multi || i % 2 == 0 {
+                    t.owned_by(&p.mesh.name)
+                } else {
+                    t
+                };
+                b = b.scratch(&format!("sm{i}"), t);
+            }
+            if let Some(ty) = p.gscratch {
+                b = b.scratch(&format!("g{i}"), gmem(ty, [p.blocks * p.threads]));
+            }
+        }
+        for e in &self.edges {
+            let from = &self.programs[e.from];
+            b = b.scratch(&e.buf(), gmem(e.buf_ty, [from.blocks * from.threads]));
+            b = b.scratch(&e.sem(), sem([1]).owned_by(&self.programs[e.to].mesh.name));
+        }
+        b.build()
+    }
+
+    fn main_call(&mut self) -> Call {
+        let scalars = self
+            .scalars
+            .clone()
+            .into_iter()
+            .map(|(name, ty)| {
+                let v = match ty {
+                    F32 => Literal::f32((self.rng.below(33) as f32 - 16.0) / 4.0),
+                    I32 => Literal::I32(self.int_literal(I32)),
+                    _ => Literal::U32(self.sn_value),
+                };
+                (name, v)
+            })
+            .collect();
+        Call {
+            map: MAIN_MAP.into(),
+            scalars,
+        }
+    }
+
+    /// Two calls hand data and semaphore credits over through residents owned
+    /// by an external mesh `hx`: `send` writes `hand@[b]` and signals
+    /// `credit@[b]`; `recv` waits for the credit and reads the data.
+    fn add_handoff(&mut self, module: &mut Module) {
+        let blocks = self.rng.range(1, 3);
+        let threads = *self.rng.pick(&[1u32, 17, 32, 48]);
+        let hand = gmem(F32, [threads]).owned_by("hx");
+        let credit = sem([1]).owned_by("hx");
+        module.meshes.push(
+            MeshBuilder::new("hs")
+                .grid("hs_b", blocks)
+                .threads("hs_t", threads)
+                .build(),
+        );
+        module.meshes.push(
+            MeshBuilder::new("hr")
+                .grid("hr_b", blocks)
+                .threads("hr_t", threads)
+                .build(),
+        );
+        module.meshes.push(
+            MeshBuilder::new("hx")
+                .grid("hx_b", blocks)
+                .threads("hx_t", 1)
+                .build(),
+        );
+        module.residents.push(Resident {
+            name: "hand".into(),
+            ty: hand.clone(),
+            zeroed: false,
+        });
+        module.residents.push(Resident {
+            name: "credit".into(),
+            ty: credit.clone(),
+            zeroed: true,
+        });
+        let send = MapBuilder::new("send")
+            .program("hs", "send_k")
+            .input("hin", gmem(F32, [blocks * threads]))
+            .output_zeroed("hecho", gmem(F32, [blocks * threads]))
+            .scratch("hand", hand.clone())
+            .resident()
+            .scratch("credit", credit.clone())
+            .resident()
+            .build();
+        let recv = MapBuilder::new("recv")
+            .program("hr", "recv_k")
+            .output_zeroed("hout", gmem(F32, [blocks * threads]))
+            .scratch("hand", hand)
+            .resident()
+            .scratch("credit", credit)
+            .resident()
+            .build();
+        let scale = (self.rng.below(9) as f32 - 4.0) / 2.0;
+        let exact_fn = *self
+            .rng
+            .pick(&[MathFn::Floor, MathFn::Ceil, MathFn::Abs, MathFn::Sqrt]);
+        let send_k = KernelBuilder::new("send_k", send.params()).body(|b| {
+            let blk = b.let_("b", U32, axis_index("hs_b"));
+            let t = b.let_("t", U32, axis_index("hs_t"));
+            let gid = b.let_("gid", U32, blk.clone() * axis_size("hs_t") + t.clone());
+            let x = b.let_("x", F32, load("hin", [gid.clone()]));
+            let arg = if exact_fn == MathFn::Sqrt {
+                math(MathFn::Abs, [x.clone()])
+            } else {
+                x.clone()
+            };
+            b.store(
+                at_block("hand", [blk.clone()], [t]),
+                math(exact_fn, [arg]) * scale,
+            );
+            b.store(at("hecho", [gid]), x);
+            b.signal(at_block("credit", [blk], [lit_u32(0)]), 1i32);
+        });
+        let recv_k = KernelBuilder::new("recv_k", recv.params()).body(|b| {
+            let blk = b.let_("b", U32, axis_index("hr_b"));
+            let t = b.let_("t", U32, axis_index("hr_t"));
+            b.wait(at_block("credit", [blk.clone()], [lit_u32(0)]), 1i32);
+            let v = b.let_(
+                "v",
+                F32,
+                at_block("hand", [blk.clone()], [t.clone()]).load(),
+            );
+            b.store(at("hout", [blk * axis_size("hr_t") + t]), v.clone() + v);
+        });
+        module.kernels.push(send_k);
+        module.kernels.push(recv_k);
+        module.maps.push(send);
+        module.maps.push(recv);
+        module.calls.push(Call {
+            map: "send".into(),
+            scalars: vec![],
+        });
+        module.calls.push(Call {
+            map: "recv".into(),
+            scalars: vec![],
+        });
+    }
+
+    fn case(&mut self, module: &Module) -> CaseSpec {
+        let mut case = CaseSpec::default();
+        for map in &module.maps {
+            for x in &map.inputs {
+                let Type::Ref(r) = &x.ty else { continue };
+                let g = match r.elem {
+                    F32 => Generator::Uniform {
+                        lo: Literal::f32(-4.0),
+                        hi: Literal::f32(4.0),
+                    },
+                    I32 if self.rng.chance(50) => Generator::Special,
+                    I32 => Generator::Uniform {
+                        lo: Literal::I32(-1000),
+                        hi: Literal::I32(1000),
+                    },
+                    _ if self.rng.chance(50) => Generator::Special,
+                    _ => Generator::Uniform {
+                        lo: Literal::U32(0),
+                        hi: Literal::U32(u32::MAX),
+                    },
+                };
+                case.generators.push((x.name.clone(), g));
+            }
+            for o in &map.outputs {
+                let Type::Ref(r) = &o.ty else { continue };
+                let mode = match o.name.as_str() {
+                    "obs" => CompareMode::Multiset,
+                    _ if r.elem != F32 => CompareMode::Exact,
+                    "hout" | "hecho" => CompareMode::Exact,
+                    name => {
+                        let i: usize = name[1..].parse().unwrap_or(0);
+                        if self.programs.get(i).is_some_and(|p| p.out_inexact) {
+                            CompareMode::Profile
+                        } else {
+                            CompareMode::Exact
+                        }
+                    }
+                };
+                case.compares.push((o.name.clone(), mode));
+            }
+        }
+        case.tags.push("fuzz".into());
+        case
+    }
+
+    // ---- kernels ---------------------------------------------------------
+
+    fn kernel(&mut self, i: usize, params: &[Param]) -> Kernel {
+        self.cur = i;
+        self.vals.clear();
+        self.vars.clear();
+        self.next_name = 0;
+        self.loop_depth = 0;
+        let p = self.programs[i].clone();
+        let mut body = vec![];
+        let tn = p.mesh.threads.name.clone();
+        let block_axes: Vec<Axis> = p.mesh.block_axes().cloned().collect();
+
+        body.push(Stmt::Let {
+            var: Binding {
+                name: "t".into(),
+                ty: U32,
+            },
+            value: axis_index(&tn),
+        });
+        let mut lin: Option<Expr> = None;
+        for a in &block_axes {
+            lin = Some(match lin {
+                None => axis_index(&a.name),
+                Some(l) => l * axis_size(&a.name) + axis_index(&a.name),
+            });
+        }
+        body.push(Stmt::Let {
+            var: Binding {
+                name: "lin".into(),
+                ty: U32,
+            },
+            value: lin.unwrap_or(lit_u32(0)),
+        });
+        body.push(Stmt::Let {
+            var: Binding {
+                name: "gid".into(),
+                ty: U32,
+            },
+            value: var("lin") * axis_size(&tn) + var("t"),
+        });
+        self.vals.push(Val::new(var("t"), U32, false, true, 0.0));
+        self.vals.push(Val::new(var("lin"), U32, true, true, 0.0));
+        self.vals.push(Val::new(var("gid"), U32, false, true, 0.0));
+        for (name, ty) in self.scalars.clone() {
+            self.vals.push(Val::new(var(&name), ty, true, true, 4.0));
+        }
+
+        if i == 0 && self.has_tick {
+            body.push(Stmt::Atomic {
+                dest: Some(Binding {
+                    name: "tk".into(),
+                    ty: U32,
+                }),
+                op: AtomicOp::Add,
+                target: at("tick", [lit_u32(0)]),
+                args: vec![lit_u32(1)],
+            });
+            // The ticket itself depends on the schedule; that it is below
+            // the number of tickets does not.
+            let total = p.blocks * p.threads;
+            body.push(Stmt::Store {
+                target: at("obs", [var("gid")]),
+                value: var("tk").lt(lit_u32(total)).cast(U32) + var("tk") / lit_u32(total),
+            });
+        }
+
+        // Incoming forward edges: wait for every producer block, then read.
+        for e in self.edges.clone().iter().filter(|e| e.to == i && !e.back) {
+            self.consume_edge(e, &mut body);
+        }
+
+        let budget = self.rng.range(2, 7);
+        self.stmts(&mut body, budget, 0, true);
+
+        // Outgoing edges: write the hand-off buffer at gid, then signal every
+        // block of the consumer.
+        for e in self.edges.clone().iter().filter(|e| e.from == i) {
+            let v = self.value(e.buf_ty, 3, !e.exact, false);
+            body.push(Stmt::Store {
+                target: at(&e.buf(), [var("gid")]),
+                value: v.e,
+            });
+            let consumer = self.programs[e.to].mesh.clone();
+            body.push(signal_all(&consumer, &e.sem()));
+        }
+        for e in self.edges.clone().iter().filter(|e| e.to == i && e.back) {
+            self.consume_edge(e, &mut body);
+        }
+
+        // The final store: every element of the output written once.
+        let v = self.value(p.out_ty, 4, p.out_inexact, false);
+        let index = match p.out_layout {
+            OutLayout::Flat => vec![var("gid")],
+            OutLayout::Owned => vec![var("t")],
+            OutLayout::TwoD => vec![var("lin"), var("t")],
+        };
+        body.push(Stmt::Store {
+            target: at(&Self::out_name(i), index),
+            value: v.e,
+        });
+        Kernel {
+            name: format!("k{i}"),
+            params: params.to_vec(),
+            body,
+        }
+    }
+
+    fn consume_edge(&mut self, e: &Edge, body: &mut Vec<Stmt>) {
+        let producer_blocks = self.programs[e.from].blocks as i32;
+        let producer_len = self.programs[e.from].blocks * self.programs[e.from].threads;
+        body.push(Stmt::Sem {
+            op: if e.nodec {
+                SemOp::WaitNodec
+            } else {
+                SemOp::Wait
+            },
+            sem: at(&e.sem(), [lit_u32(0)]),
+            amount: Expr::from(producer_blocks),
+        });
+        if self.rng.chance(40) {
+            // Deterministic: every credit has arrived; `wait` took them all.
+            let name = self.fresh("sv");
+            body.push(Stmt::SemRead {
+                dest: name.clone(),
+                sem: at(&e.sem(), [lit_u32(0)]),
+            });
+            self.vals.push(Val::new(var(&name), I32, false, true, 0.0));
+        }
+        let index = self.index(producer_len);
+        let name = self.fresh("w");
+        body.push(Stmt::Let {
+            var: Binding {
+                name: name.clone(),
+                ty: e.buf_ty,
+            },
+            value: load(&e.buf(), [index]),
+        });
+        self.vals
+            .push(Val::new(var(&name), e.buf_ty, false, e.exact, FLOAT_CLAMP));
+    }
+
+    /// Appends up to `budget` random statements. `uniform`: control flow here
+    /// is block-uniform (barriers and block-collective phases allowed).
+    fn stmts(&mut self, body: &mut Vec<Stmt>, budget: u32, depth: u32, uniform: bool) {
+        for _ in 0..budget {
+            self.stmt(body, depth, uniform);
+        }
+    }
+
+    fn scoped(&mut self, f: impl FnOnce(&mut Self, &mut Vec<Stmt>)) -> Vec<Stmt> {
+        let (nv, nr) = (self.vals.len(), self.vars.len());
+        let mut body = vec![];
+        f(self, &mut body);
+        self.vals.truncate(nv);
+        self.vars.truncate(nr);
+        body
+    }
+
+    fn stmt(&mut self, body: &mut Vec<Stmt>, depth: u32, uniform: bool) {
+        let p = self.programs[self.cur].clone();
+        let nested_ok = depth < 2;
+        match self.rng.below(16) {
+            0..=2 => {
+                let ty = *self.rng.pick(&[F32, F32, I32, U32, Bool]);
+                let uni = self.rng.chance(20);
+                let inexact = self.rng.chance(50);
+                let v = self.value(ty, 3, inexact, uni);
+                let name = self.fresh("v");
+                body.push(Stmt::Let {
+                    var: Binding {
+                        name: name.clone(),
+                        ty,
+                    },
+                    value: v.e,
+                });
+                self.vals
+                    .push(Val::new(var(&name), ty, v.uniform, v.exact, v.bound));
+            }
+            3 => {
+                let ty = *self.rng.pick(&[F32, I32, U32]);
+                let exact = self.rng.chance(50);
+                let v = self.value(ty, 2, !exact, false);
+                let name = self.fresh("acc");
+                body.push(Stmt::Var {
+                    var: Binding {
+                        name: name.clone(),
+                        ty,
+                    },
+                    init: v.e,
+                });
+                self.vars.push((name.clone(), ty, exact));
+                self.vals
+                    .push(Val::new(var(&name), ty, false, exact, FLOAT_CLAMP));
+            }
+            4 | 5 => self.assign(body),
+            6 if nested_ok => {
+                let cond = self.boolean(2, false);
+                let then_body = self.scoped(|g, b| g.stmts(b, 2, depth + 1, false));
+                let else_body = if self.rng.chance(50) {
+                    self.scoped(|g, b| g.stmts(b, 2, depth + 1, false))
+                } else {
+                    vec![]
+                };
+                body.push(Stmt::If {
+                    cond: cond.e,
+                    then_body,
+                    else_body,
+                });
+            }
+            7 | 8 if nested_ok && self.loop_depth < 2 => {
+                let name = self.fresh("i");
+                let (ty, start, end) =
+                    if self.scalars.iter().any(|(n, _)| n == "sn") && self.rng.chance(40) {
+                        (U32, lit_u32(0), var("sn"))
+                    } else if self.rng.chance(50) {
+                        (
+                            I32,
+                            Expr::from(-1i32),
+                            Expr::from(self.rng.range(0, 3) as i32),
+                        )
+                    } else {
+                        (U32, lit_u32(0), lit_u32(self.rng.range(1, 4)))
+                    };
+                self.loop_depth += 1;
+                let loop_body = self.scoped(|g, b| {
+                    g.vals.push(Val::new(var(&name), ty, true, true, 4.0));
+                    g.stmts(b, 2, depth + 1, uniform);
+                    if g.rng.chance(60) {
+                        g.assign(b);
+                    }
+                });
+                self.loop_depth -= 1;
+                body.push(Stmt::For {
+                    var: Binding { name, ty },
+                    start,
+                    end,
+                    body: loop_body,
+                });
+            }
+            9 if nested_ok && uniform => {
+                let cond = self.boolean(2, true);
+                let then_body = self.scoped(|g, b| g.stmts(b, 2, depth + 1, true));
+                body.push(Stmt::If {
+                    cond: cond.e,
+                    then_body,
+                    else_body: vec![],
+                });
+            }
+            10 if uniform => body.push(Stmt::Barrier),
+            11 => self.local_array(body),
+            12 if p.uses_counters => self.counter_atomic(body),
+            13 if p.owned_atomics => self.owned_atomics(body),
+            14 if uniform && p.smem.is_some() => self.smem_phase(body, &p),
+            15 if uniform && p.gscratch.is_some() => self.gscratch_phase(body, &p),
+            _ => {
+                let ty = *self.rng.pick(&[F32, I32, U32]);
+                let v = self.value(ty, 3, true, false);
+                let name = self.fresh("v");
+                body.push(Stmt::Let {
+                    var: Binding {
+                        name: name.clone(),
+                        ty,
+                    },
+                    value: v.e,
+                });
+                self.vals
+                    .push(Val::new(var(&name), ty, v.uniform, v.exact, v.bound));
+            }
+        }
+    }
+
+    fn assign(&mut self, body: &mut Vec<Stmt>) {
+        if self.vars.is_empty() {
+            return;
+        }
+        let (name, ty, exact) = self.rng.pick(&self.vars).clone();
+        let other = self.value(ty, 2, !exact, false);
+        let cur = var(&name);
+        let value = match ty {
+            F32 => clamp(cur + other.e, FLOAT_CLAMP),
+            _ => match self.rng.below(3) {
+                0 => cur + other.e,
+                1 => cur ^ other.e,
+                _ => cur * other.e,
+            },
+        };
+        body.push(Stmt::Assign { name, value });
+    }
+
+    fn local_array(&mut self, body: &mut Vec<Stmt>) {
+        let ty = *self.rng.pick(&[F32, I32, U32]);
+        let len = self.rng.range(1, 4);
+        let name = self.fresh("la");
+        let k = self.fresh("k");
+        body.push(Stmt::LocalArray {
+            name: name.clone(),
+            elem: ty,
+            shape: vec![len],
+        });
+        let exact = self.rng.chance(50);
+        let fill = self.scoped(|g, b| {
+            g.vals.push(Val::new(var(&k), U32, true, true, 4.0));
+            let v = g.value(ty, 2, !exact, false);
+            b.push(Stmt::Store {
+                target: at(&name, [var(&k)]),
+                value: v.e,
+            });
+        });
+        body.push(Stmt::For {
+            var: Binding { name: k, ty: U32 },
+            start: lit_u32(0),
+            end: lit_u32(len),
+            body: fill,
+        });
+        let index = self.index(len);
+        let v = self.fresh("v");
+        body.push(Stmt::Let {
+            var: Binding {
+                name: v.clone(),
+                ty,
+            },
+            value: load(&name, [index]),
+        });
+        self.vals
+            .push(Val::new(var(&v), ty, false, exact, FLOAT_CLAMP));
+    }
+
+    fn counter_atomic(&mut self, body: &mut Vec<Stmt>) {
+        let signed = self.rng.chance(35);
+        let (target, op, ty) = if signed {
+            let c = self.rng.below(SIGNED_COUNTER_OPS.len() as u64) as u32;
+            (
+                at("icnt", [lit_u32(c)]),
+                SIGNED_COUNTER_OPS[c as usize],
+                I32,
+            )
+        } else {
+            let c = self.rng.below(COUNTER_OPS.len() as u64) as u32;
+            (at("cnt", [lit_u32(c)]), COUNTER_OPS[c as usize], U32)
+        };
+        let v = self.value(ty, 2, false, false);
+        // The old value depends on the schedule: bound but never used.
+        let dest = self.rng.chance(30).then(|| Binding {
+            name: self.fresh("old"),
+            ty,
+        });
+        body.push(Stmt::Atomic {
+            dest,
+            op,
+            target,
+            args: vec![v.e],
+        });
+    }
+
+    /// Atomics on the element this thread owns: results are deterministic.
+    fn owned_atomics(&mut self, body: &mut Vec<Stmt>) {
+        let name = format!("a{}", self.cur);
+        let target = at(&name, [var("gid")]);
+        let op = *self.rng.pick(&AtomicOp::ALL);
+        let args: Vec<Expr> = (0..op.arity())
+            .map(|_| self.value(U32, 2, false, false).e)
+            .collect();
+        let dest = (op.returns_value()).then(|| Binding {
+            name: self.fresh("at"),
+            ty: U32,
+        });
+        if let Some(d) = &dest {
+            self.vals
+                .push(Val::new(var(&d.name), U32, false, true, 0.0));
+        }
+        body.push(Stmt::Atomic {
+            dest,
+            op,
+            target,
+            args,
+        });
+    }
+
+    /// `sm[t] = v; barrier; read a neighbour (or thread 0 sums all); barrier`.
+    fn smem_phase(&mut self, body: &mut Vec<Stmt>, p: &ProgramPlan) {
+        let ty = p.smem.expect("smem phase needs smem");
+        let sm = format!("sm{}", self.cur);
+        let exact = self.rng.chance(50);
+        let v = self.value(ty, 3, !exact, false);
+        body.push(Stmt::Store {
+            target: at(&sm, [var("t")]),
+            value: v.e,
+        });
+        body.push(Stmt::Barrier);
+        if self.rng.chance(50) {
+            let off = self.rng.range(0, p.threads);
+            let name = self.fresh("n");
+            body.push(Stmt::Let {
+                var: Binding {
+                    name: name.clone(),
+                    ty,
+                },
+                value: load(&sm, [(var("t") + lit_u32(off)) % lit_u32(p.threads)]),
+            });
+            self.vals
+                .push(Val::new(var(&name), ty, false, exact, v.bound));
+        } else {
+            // Thread 0 reduces the block's values in a fixed order.
+            let acc = self.fresh("red");
+            let j = self.fresh("j");
+            let zero = match ty {
+                F32 => Expr::from(0.0f32),
+                I32 => Expr::from(0i32),
+                _ => lit_u32(0),
+            };
+            body.push(Stmt::Var {
+                var: Binding {
+                    name: acc.clone(),
+                    ty,
+                },
+                init: zero,
+            });
+            body.push(Stmt::If {
+                cond: var("t").eq(lit_u32(0)),
+                then_body: vec![Stmt::For {
+                    var: Binding {
+                        name: j.clone(),
+                        ty: U32,
+                    },
+                    start: lit_u32(0),
+                    end: axis_size(&p.mesh.threads.name),
+                    body: vec![Stmt::Assign {
+                        name: acc.clone(),
+                        value: var(&acc) + load(&sm, [var(&j)]),
+                    }],
+                }],
+                else_body: vec![],
+            });
+            self.vals.push(Val::new(
+                var(&acc),
+                ty,
+                false,
+                exact,
+                v.bound.max(1.0) * p.threads as f32,
+            ));
+        }
+        body.push(Stmt::Barrier);
+    }
+
+    /// The same pattern on the program's gmem scratch, within the block.
+    fn gscratch_phase(&mut self, body: &mut Vec<Stmt>, p: &ProgramPlan) {
+        let ty = p.gscratch.expect("gscratch phase needs gmem scratch");
+        let g = format!("g{}", self.cur);
+        let exact = self.rng.chance(50);
+        let v = self.value(ty, 3, !exact, false);
+        body.push(Stmt::Store {
+            target: at(&g, [var("gid")]),
+            value: v.e,
+        });
+        body.push(Stmt::Barrier);
+        let off = self.rng.range(1, p.threads.max(2));
+        let name = self.fresh("n");
+        let neighbour = var("lin") * axis_size(&p.mesh.threads.name)
+            + (var("t") + lit_u32(off)) % lit_u32(p.threads);
+        body.push(Stmt::Let {
+            var: Binding {
+                name: name.clone(),
+                ty,
+            },
+            value: load(&g, [neighbour]),
+        });
+        self.vals
+            .push(Val::new(var(&name), ty, false, exact, v.bound));
+        body.push(Stmt::Barrier);
+    }
+
+    // ---- expressions -----------------------------------------------------
+
+    /// An in-bounds `u32` index below `len`.
+    fn index(&mut self, len: u32) -> Expr {
+        match self.rng.below(4) {
+            0 => var("gid") % lit_u32(len),
+            1 => (var("gid") + lit_u32(self.rng.range(0, 1000))) % lit_u32(len),
+            2 => lit_u32(self.rng.range(0, len - 1)),
+            _ => {
+                let v = self.int(U32, 2, false);
+                v.e % lit_u32(len)
+            }
+        }
+    }
+
+    fn value(&mut self, ty: ScalarType, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
+        match ty {
+            F32 => self.float(depth, inexact_ok, uniform),
+            Bool => self.boolean(depth, uniform),
+            _ => self.int(ty, depth, uniform),
+        }
+    }
+
+    fn scope_val(&mut self, ty: ScalarType, inexact_ok: bool, uniform: bool) -> Option<Val> {
+        let found: Vec<&Val> = self
+            .vals
+            .iter()
+            .filter(|v| v.ty == ty && (inexact_ok || v.exact) && (!uniform || v.uniform))
+            .collect();
+        if found.is_empty() {
+            return None;
+        }
+        Some(found[self.rng.below(found.len() as u64) as usize].clone())
+    }
+
+    fn input_load(&mut self, ty: ScalarType) -> Option<Val> {
+        let found: Vec<Input> = self.inputs.iter().filter(|x| x.ty == ty).cloned().collect();
+        if found.is_empty() {
+            return None;
+        }
+        let x = self.rng.pick(&found).clone();
+        let index = self.index(x.len);
+        Some(Val::new(load(&x.name, [index]), ty, false, true, 4.0))
+    }
+
+    fn float_leaf(&mut self, inexact_ok: bool, uniform: bool) -> Val {
+        for _ in 0..4 {
+            let got = match self.rng.below(6) {
+                0 => {
+                    let v = (self.rng.below(33) as f32 - 16.0) / 4.0;
+                    Some(Val::new(Expr::from(v), F32, true, true, v.abs()))
+                }
+                1 if !uniform => self.input_load(F32),
+                2 | 3 => self.scope_val(F32, inexact_ok, uniform),
+                4 => {
+                    let ty = *self.rng.pick(&[I32, U32]);
+                    let i = self.int(ty, 1, uniform);
+                    let m = if ty == I32 {
+                        Expr::from(64i32)
+                    } else {
+                        lit_u32(64)
+                    };
+                    Some(Val::new((i.e % m).cast(F32), F32, i.uniform, true, 64.0))
+                }
+                5 => {
+                    let i = self.int(U32, 1, uniform);
+                    let bits = (i.e & lit_u32(0x007F_FFFF)) | lit_u32(0x3F80_0000);
+                    Some(Val::new(bits.bitcast(F32), F32, i.uniform, true, 2.0))
+                }
+                _ => None,
+            };
+            if let Some(v) = got {
+                return v;
+            }
+        }
+        let v = (self.rng.below(17) as f32 - 8.0) / 2.0;
+        Val::new(Expr::from(v), F32, true, true, v.abs())
+    }
+
+    fn float(&mut self, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
+        self.nest += 1;
+        let v = if self.nest > MAX_NEST {
+            self.flat_leaf(F32)
+        } else {
+            self.float_inner(depth, inexact_ok, uniform)
+        };
+        self.nest -= 1;
+        v
+    }
+
+    fn float_inner(&mut self, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
+        if depth == 0 || self.rng.chance(25) {
+            return self.float_leaf(inexact_ok, uniform);
+        }
+        let d = depth - 1;
+        let v = match self.rng.below(22) {
+            0..=2 => {
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
+                let op = *self.rng.pick(&[BinaryOp::Add, BinaryOp::Sub]);
+                combine(
+                    Expr::Binary(op, Box::new(a.e.clone()), Box::new(b.e.clone())),
+                    &a,
+                    &b,
+                    a.bound + b.bound,
+                )
+            }
+            3 | 4 => {
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
+                combine(a.e.clone() * b.e.clone(), &a, &b, a.bound * b.bound)
+            }
+            5 if inexact_ok || self.ieee => {
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
+                let v = combine(a.e.clone() / guard(b.e.clone()), &a, &b, a.bound);
+                self.rounded(v)
+            }
+            6 if inexact_ok || self.ieee => {
+                let (a, b) = (self.float(d, false, uniform), self.float(d, false, uniform));
+                let v = combine(a.e.clone() % guard(b.e.clone()), &a, &b, a.bound);
+                self.rounded(v)
+            }
+            7 => {
+                let a = self.float(d, inexact_ok, uniform);
+                Val { e: -a.e, ..a }
+            }
+            8 => {
+                let c = self.boolean(d, uniform);
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
+                let mut v = combine(
+                    select(c.e, a.e.clone(), b.e.clone()),
+                    &a,
+                    &b,
+                    a.bound.max(b.bound),
+                );
+                v.uniform &= c.uniform;
+                v
+            }
+            9 if inexact_ok => {
+                let a = self.float(d, true, uniform);
+                let e = math(MathFn::Exp, [clamp(a.e, 4.0)]);
+                Val::new(e, F32, a.uniform, false, 55.0)
+            }
+            10 if inexact_ok => {
+                let a = self.float(d, true, uniform);
+                let b = (a.bound + 1.0).ln() + 1.0;
+                Val::new(math(MathFn::Log, [guard(a.e)]), F32, a.uniform, false, b)
+            }
+            11 if inexact_ok || self.ieee => {
+                let a = self.float(d, inexact_ok, uniform);
+                let b = a.bound.sqrt() + 1.0;
+                self.rounded(Val::new(
+                    math(MathFn::Sqrt, [math(MathFn::Abs, [a.e])]),
+                    F32,
+                    a.uniform,
+                    a.exact,
+                    b,
+                ))
+            }
+            12 if inexact_ok => {
+                let a = self.float(d, true, uniform);
+                Val::new(
+                    math(MathFn::Rsqrt, [guard(a.e)]),
+                    F32,
+                    a.uniform,
+                    false,
+                    1.0,
+                )
+            }
+            13 if inexact_ok => {
+                let f = *self.rng.pick(&[MathFn::Sin, MathFn::Cos, MathFn::Tanh]);
+                let a = self.float(d, true, uniform);
+                Val::new(math(f, [a.e]), F32, a.uniform, false, 1.0)
+            }
+            14 => {
+                let f = *self.rng.pick(&[MathFn::Abs, MathFn::Floor, MathFn::Ceil]);
+                let exact_only = f != MathFn::Abs;
+                let a = self.float(d, inexact_ok && !exact_only, uniform);
+                Val::new(math(f, [a.e]), F32, a.uniform, a.exact, a.bound + 1.0)
+            }
+            15 | 16 => {
+                let f = *self.rng.pick(&[MathFn::Min, MathFn::Max]);
+                let (a, b) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
+                combine(
+                    math(f, [a.e.clone(), b.e.clone()]),
+                    &a,
+                    &b,
+                    a.bound.max(b.bound),
+                )
+            }
+            17 if inexact_ok || self.ieee => {
+                let (a, b, c) = (
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                    self.float(d, inexact_ok, uniform),
+                );
+                let mut v = combine(
+                    math(MathFn::Fma, [a.e.clone(), b.e.clone(), c.e.clone()]),
+                    &a,
+                    &b,
+                    a.bound * b.bound + c.bound,
+                );
+                v.uniform &= c.uniform;
+                v.exact &= c.exact;
+                self.rounded(v)
+            }
+            18 if inexact_ok => {
+                let (a, b) = (self.float(d, true, uniform), self.float(d, true, uniform));
+                let e = math(MathFn::Pow, [guard(a.e), clamp(b.e, 2.0)]);
+                let bound = (a.bound + 1.0).powi(2);
+                Val::new(e, F32, a.uniform && b.uniform, false, bound)
+            }
+            _ => self.float_leaf(inexact_ok, uniform),
+        };
+        if v.bound > FLOAT_CLAMP {
+            Val {
+                e: clamp(v.e, FLOAT_CLAMP),
+                bound: FLOAT_CLAMP,
+                ..v
+            }
+        } else {
+            v
+        }
+    }
+
+    /// The result of `/`, `%`, `sqrt` or `fma`: exact only on IEEE backends.
+    fn rounded(&self, v: Val) -> Val {
+        Val {
+            exact: v.exact && self.ieee,
+            ..v
+        }
+    }
+
+    /// A literal or a value in scope: no recursion.
+    fn flat_leaf(&mut self, ty: ScalarType) -> Val {
+        if self.rng.chance(50) {
+            if let Some(v) = self.scope_val(ty, false, true) {
+                return v;
+            }
+        }
+        match ty {
+            F32 => {
+                let v = (self.rng.below(33) as f32 - 16.0) / 4.0;
+                Val::new(Expr::from(v), F32, true, true, v.abs())
+            }
+            I32 => Val::new(Expr::from(self.int_literal(I32)), I32, true, true, 0.0),
+            U32 => Val::new(lit_u32(self.int_literal(U32) as u32), U32, true, true, 0.0),
+            Bool => Val::new(Expr::from(self.rng.chance(50)), Bool, true, true, 0.0),
+        }
+    }
+
+    fn int_literal(&mut self, ty: ScalarType) -> i32 {
+        if self.rng.chance(50) {
+            let edges: &[i32] = if ty == I32 {
+                &[0, 1, -1, 2, 7, -7, 31, 32, 33, i32::MIN, i32::MAX, 100_000]
+            } else {
+                &[0, 1, 2, 7, 31, 32, 33, -1, i32::MIN, i32::MAX, 65_535]
+            };
+            *self.rng.pick(edges)
+        } else if self.rng.chance(50) {
+            self.rng.range(0, 20) as i32 - 10
+        } else {
+            self.rng.next_u32() as i32
+        }
+    }
+
+    fn int_leaf(&mut self, ty: ScalarType, uniform: bool) -> Val {
+        let p = self.programs[self.cur].clone();
+        let other = if ty == I32 { U32 } else { I32 };
+        for _ in 0..4 {
+            let got = match self.rng.below(9) {
+                0 => {
+                    let v = self.int_literal(ty);
+                    let e = if ty == I32 {
+                        Expr::from(v)
+                    } else {
+                        lit_u32(v as u32)
+                    };
+                    Some(Val::new(e, ty, true, true, 0.0))
+                }
+                1 if !uniform => self.input_load(ty),
+                2 | 3 => self.scope_val(ty, false, uniform),
+                4 => {
+                    let a = self
+                        .rng
+                        .pick(&p.mesh.axes().cloned().collect::<Vec<_>>())
+                        .clone();
+                    let is_thread = a.name == p.mesh.threads.name;
+                    if uniform && is_thread {
+                        None
+                    } else {
+                        let e = if self.rng.chance(70) {
+                            axis_index(&a.name)
+                        } else {
+                            axis_size(&a.name)
+                        };
+                        let uni = !matches!(&e, Expr::AxisIndex(_)) || !is_thread;
+                        Some(Val::new(cast_to(e, U32, ty), ty, uni, true, 0.0))
+                    }
+                }
+                5 => {
+                    let f = self.float(1, false, uniform);
+                    Some(Val::new(f.e.cast(ty), ty, f.uniform, true, 0.0))
+                }
+                6 => {
+                    // The sign of zero is unspecified (and `x + 0.0` is folded to
+                    // `x` on lavapipe, keeping -0.0): bitcast the magnitude.
+                    let f = self.float(1, false, uniform);
+                    Some(Val::new(
+                        math(MathFn::Abs, [f.e]).bitcast(ty),
+                        ty,
+                        f.uniform,
+                        true,
+                        0.0,
+                    ))
+                }
+                7 => {
+                    let b = self.boolean(1, uniform);
+                    Some(Val::new(b.e.cast(ty), ty, b.uniform, true, 0.0))
+                }
+                8 => {
+                    let o = self.int(other, 1, uniform);
+                    let e = if self.rng.chance(50) {
+                        o.e.cast(ty)
+                    } else {
+                        o.e.bitcast(ty)
+                    };
+                    Some(Val::new(e, ty, o.uniform, true, 0.0))
+                }
+                _ => None,
+            };
+            if let Some(v) = got {
+                return v;
+            }
+        }
+        let e = if ty == I32 {
+            Expr::from(3i32)
+        } else {
+            lit_u32(3)
+        };
+        Val::new(e, ty, true, true, 0.0)
+    }
+
+    fn int(&mut self, ty: ScalarType, depth: u32, uniform: bool) -> Val {
+        self.nest += 1;
+        let v = if self.nest > MAX_NEST {
+            self.flat_leaf(ty)
+        } else {
+            self.int_inner(ty, depth, uniform)
+        };
+        self.nest -= 1;
+        v
+    }
+
+    fn int_inner(&mut self, ty: ScalarType, depth: u32, uniform: bool) -> Val {
+        if depth == 0 || self.rng.chance(25) {
+            return self.int_leaf(ty, uniform);
+        }
+        let d = depth - 1;
+        match self.rng.below(8) {
+            0..=3 => {
+                let op = *self.rng.pick(&[
+                    BinaryOp::Add,
+                    BinaryOp::Sub,
+                    BinaryOp::Mul,
+                    BinaryOp::Div,
+                    BinaryOp::Rem,
+                    BinaryOp::BitAnd,
+                    BinaryOp::BitOr,
+                    BinaryOp::BitXor,
+                    BinaryOp::Shl,
+                    BinaryOp::Shr,
+                ]);
+                let (a, b) = (self.int(ty, d, uniform), self.int(ty, d, uniform));
+                Val::new(
+                    Expr::Binary(op, Box::new(a.e), Box::new(b.e)),
+                    ty,
+                    a.uniform && b.uniform,
+                    true,
+                    0.0,
+                )
+            }
+            4 => {
+                let op = *self.rng.pick(&[UnaryOp::Neg, UnaryOp::BitNot]);
+                let a = self.int(ty, d, uniform);
+                Val::new(Expr::Unary(op, Box::new(a.e)), ty, a.uniform, true, 0.0)
+            }
+            5 => {
+                let f = *self.rng.pick(&[MathFn::Abs, MathFn::Min, MathFn::Max]);
+                let args: Vec<Val> = (0..f.arity()).map(|_| self.int(ty, d, uniform)).collect();
+                let uni = args.iter().all(|a| a.uniform);
+                Val::new(math(f, args.into_iter().map(|a| a.e)), ty, uni, true, 0.0)
+            }
+            6 => {
+                let c = self.boolean(d, uniform);
+                let (a, b) = (self.int(ty, d, uniform), self.int(ty, d, uniform));
+                let uni = c.uniform && a.uniform && b.uniform;
+                Val::new(select(c.e, a.e, b.e), ty, uni, true, 0.0)
+            }
+            _ => self.int_leaf(ty, uniform),
+        }
+    }
+
+    fn boolean(&mut self, depth: u32, uniform: bool) -> Val {
+        self.nest += 1;
+        let v = if self.nest > MAX_NEST {
+            self.flat_leaf(Bool)
+        } else {
+            self.boolean_inner(depth, uniform)
+        };
+        self.nest -= 1;
+        v
+    }
+
+    fn boolean_inner(&mut self, depth: u32, uniform: bool) -> Val {
+        if depth == 0 || self.rng.chance(15) {
+            if let Some(v) = self.scope_val(Bool, false, uniform) {
+                return v;
+            }
+            if self.rng.chance(20) {
+                return Val::new(Expr::from(self.rng.chance(50)), Bool, true, true, 0.0);
+            }
+        }
+        let d = depth.saturating_sub(1);
+        match self.rng.below(6) {
+            0..=2 => {
+                let ty = *self.rng.pick(&[F32, I32, U32]);
+                let (a, b) = (
+                    self.value(ty, d, false, uniform),
+                    self.value(ty, d, false, uniform),
+                );
+                let op = *self.rng.pick(&[
+                    BinaryOp::Eq,
+                    BinaryOp::Ne,
+                    BinaryOp::Lt,
+                    BinaryOp::Le,
+                    BinaryOp::Gt,
+                    BinaryOp::Ge,
+                ]);
+                Val::new(
+                    Expr::Binary(op, Box::new(a.e), Box::new(b.e)),
+                    Bool,
+                    a.uniform && b.uniform,
+                    true,
+                    0.0,
+                )
+            }
+            3 if depth > 0 => {
+                let op = *self.rng.pick(&[BinaryOp::LogicAnd, BinaryOp::LogicOr]);
+                let (a, b) = (self.boolean(d, uniform), self.boolean(d, uniform));
+                Val::new(
+                    Expr::Binary(op, Box::new(a.e), Box::new(b.e)),
+                    Bool,
+                    a.uniform && b.uniform,
+                    true,
+                    0.0,
+                )
+            }
+            4 if depth > 0 => {
+                let a = self.boolean(d, uniform);
+                Val::new(!a.e, Bool, a.uniform, true, 0.0)
+            }
+            _ => {
+                let ty = *self.rng.pick(&[I32, U32]);
+                let a = self.int(ty, d, uniform);
+                Val::new(a.e.cast(Bool), Bool, a.uniform, true, 0.0)
+            }
+        }
+    }
+}
+
+/// A binary float combination: uniform and exact when both operands are.
+fn combine(e: Expr, a: &Val, b: &Val, bound: f32) -> Val {
+    Val::new(e, F32, a.uniform && b.uniform, a.exact && b.exact, bound)
+}
+
+fn cast_to(e: Expr, from: ScalarType, to: ScalarType) -> Expr {
+    if from == to {
+        e
+    } else {
+        e.cast(to)
+    }
+}
+
+/// `for c0 in 0..axis_size(a0) { ... signal(sem@[c0, ...][0], 1); }` over every
+/// block of `consumer`.
+fn signal_all(consumer: &Mesh, sem_name: &str) -> Stmt {
+    let axes: Vec<Axis> = consumer.block_axes().cloned().collect();
+    let coords: Vec<Expr> = (0..axes.len())
+        .map(|k| var(&format!("c_{sem_name}_{k}")))
+        .collect();
+    let mut stmt = Stmt::Sem {
+        op: SemOp::Signal,
+        sem: at_block(sem_name, coords, [lit_u32(0)]),
+        amount: Expr::from(1i32),
+    };
+    for (k, a) in axes.iter().enumerate().rev() {
+        stmt = Stmt::For {
+            var: Binding {
+                name: format!("c_{sem_name}_{k}"),
+                ty: U32,
+            },
+            start: lit_u32(0),
+            end: axis_size(&a.name),
+            body: vec![stmt],
+        };
+    }
+    stmt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_module() {
+        assert_eq!(generate(42), generate(42));
+        assert_ne!(generate(42), generate(43));
+    }
+}

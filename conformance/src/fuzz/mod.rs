@@ -1,0 +1,583 @@
+//! Differential fuzzing: random programs that are valid, race-free and
+//! deterministic by construction ([`generate`]), checked on the reference
+//! interpreter and then run on every backend given; any disagreement is shrunk
+//! ([`reduce`]) and written as an ordinary conformance case.
+//!
+//! Pipeline per module ([`run_fuzz`]): [`generate_with`] → [`check_module`]
+//! (validation, `parse(print(m)) == m`, the interpreter with detection and two
+//! extra schedules; any failure here is a GENERATOR bug and fails the run) →
+//! every backend through [`judge_backend`] (a fresh backend per module from its
+//! [`BackendFactory`], on a worker thread, abandoned after
+//! `per_program_timeout` and reported as a hang) → on a disagreement
+//! [`reduce::reduce`] and [`reduce::write_found`].
+//!
+//! Generator coverage (see [`generate`] for how each stays race-free):
+//! 1 to 4 programs on meshes with 1 to 3 grid axes, sometimes a cluster axis,
+//! 1 to 1024 threads (1, 17, 32, 33, 48, 64, 96, 128, 200, 256); outputs flat,
+//! 2-D or owned by the program's mesh; `f32`/`i32`/`u32` inputs and scalar
+//! parameters; expressions over every unary and binary operator, `select`,
+//! casts, bitcasts and all 14 math functions; `let`, `var`/assignment, local
+//! arrays, `if`/`else`, `for` over literals, negative `i32` ranges and a scalar
+//! bound; barriers in block-uniform `if`s and loops; smem and gmem scratch
+//! exchanges between barriers and thread-0 smem reductions; commuting atomics
+//! (add, xor, or, max on `u32`; min, max, add on `i32`) on shared counters, a
+//! ticket counter whose old values are used only through an order-independent
+//! check, and all ten atomics on a thread-owned element; acyclic semaphore
+//! edges (signal every block of an owned `sem @ consumer`, `wait` or
+//! `wait_nodec` for one credit per producer block, then `read`), cycles (a
+//! back edge: bidirectional handshake, which a backend may refuse); and a
+//! two-call hand-off through `gmem`/`sem` residents owned by an external mesh.
+//!
+//! The xtask is a thin wrapper:
+//! ```no_run
+//! use mpmd_conformance::fuzz::{run_fuzz, BackendFactory, FuzzConfig};
+//! let config = FuzzConfig { seed: 1, iterations: Some(100), ..FuzzConfig::default() };
+//! let backends = vec![BackendFactory::new("interp", || {
+//!     Ok(Box::new(mpmd_core::interp::Interpreter::new()) as Box<dyn mpmd_core::backend::Backend>)
+//! })];
+//! let summary = run_fuzz(&config, &backends, &mut |line| eprintln!("{line}"));
+//! println!("{summary}");
+//! std::process::exit(if summary.ok() { 0 } else { 1 });
+//! ```
+
+pub mod generate;
+pub mod inputs;
+pub mod judge;
+pub mod reduce;
+pub mod rng;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mpmd_core::backend::{Backend, Mode, RunError, RunOptions};
+use mpmd_core::host::{CallArgs, CallOutputs};
+use mpmd_core::interp::{InterpOptions, Interpreter};
+use mpmd_core::ir::{CompareMode, Module};
+use mpmd_core::plan::{lower, LaunchPlan};
+use mpmd_core::validate::{validate, ValidateOptions};
+
+pub use generate::{generate, generate_with, GenOptions};
+
+/// Makes a fresh backend (fresh device-resident state) for one module. It is
+/// called on a worker thread, so the backend itself need not be `Send`.
+pub type MakeBackend = Arc<dyn Fn() -> Result<Box<dyn Backend>, String> + Send + Sync>;
+
+/// How closely a backend's floats must match the interpreter's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FloatPolicy {
+    /// Slack for `exact` float outputs, whose values the generator built from
+    /// operations the design calls correctly rounded (+ - * / sqrt fma, fmod,
+    /// floor, ceil, min, max, abs, conversions): 0 for IEEE backends.
+    pub exact_ulps: u32,
+    pub exact_abs: f32,
+    /// Bound for `profile` outputs (values that went through exp, log, rsqrt,
+    /// sin, cos, tanh or pow, each bounded by 64 in magnitude).
+    pub profile_ulps: u32,
+    pub profile_abs: f32,
+}
+
+impl FloatPolicy {
+    /// CUDA with `--prec-div=true --prec-sqrt=true --fmad=false`, and the interpreter.
+    pub const IEEE: FloatPolicy = FloatPolicy {
+        exact_ulps: 0,
+        exact_abs: 0.0,
+        profile_ulps: judge::PROFILE_ULP,
+        profile_abs: judge::PROFILE_ABS,
+    };
+    /// WGSL: `/` is within 2.5 ulp, sqrt and fma are inherited from other
+    /// operations, `%` from `x - y * trunc(x / y)`: everything gets the profile bound.
+    pub const WGSL: FloatPolicy = FloatPolicy {
+        exact_ulps: judge::PROFILE_ULP,
+        exact_abs: judge::PROFILE_ABS,
+        profile_ulps: judge::PROFILE_ULP,
+        profile_abs: judge::PROFILE_ABS,
+    };
+}
+
+/// A backend under test: its report name, how to make one, and its float bounds.
+#[derive(Clone)]
+pub struct BackendFactory {
+    pub name: String,
+    pub make: MakeBackend,
+    pub floats: FloatPolicy,
+}
+
+impl BackendFactory {
+    pub fn new(
+        name: &str,
+        make: impl Fn() -> Result<Box<dyn Backend>, String> + Send + Sync + 'static,
+    ) -> Self {
+        BackendFactory {
+            name: name.to_string(),
+            make: Arc::new(make),
+            floats: FloatPolicy::IEEE,
+        }
+    }
+
+    pub fn with_floats(mut self, floats: FloatPolicy) -> Self {
+        self.floats = floats;
+        self
+    }
+}
+
+/// What `cargo xtask fuzz` passes in.
+#[derive(Clone, Debug)]
+pub struct FuzzConfig {
+    /// Module `i` of the run is `generate(seed + i)`.
+    pub seed: u64,
+    /// Stop after this many programs (`--iterations`).
+    pub iterations: Option<u64>,
+    /// Stop after this long (`--time`); with neither limit, 100 programs.
+    pub time_limit: Option<Duration>,
+    /// Where reduced disagreements are written (`conformance/cases/found`).
+    pub found_dir: PathBuf,
+    /// How long to wait for one backend on one module before reporting a hang.
+    pub per_program_timeout: Duration,
+    /// Mode of the backend runs.
+    pub mode: Mode,
+    /// Shrink disagreements and write them to `found_dir`.
+    pub reduce: bool,
+    /// Time budget of one reduction.
+    pub reduce_time_limit: Duration,
+    /// Stop after this many disagreements.
+    pub max_findings: usize,
+    /// Generator options; set `ieee: false` when a WGSL backend is under test.
+    pub generator: GenOptions,
+}
+
+impl Default for FuzzConfig {
+    fn default() -> Self {
+        FuzzConfig {
+            seed: 0,
+            iterations: None,
+            time_limit: None,
+            found_dir: PathBuf::from("conformance/cases/found"),
+            per_program_timeout: Duration::from_secs(30),
+            mode: Mode::Fast,
+            reduce: true,
+            reduce_time_limit: Duration::from_secs(120),
+            max_findings: 10,
+            generator: GenOptions::default(),
+        }
+    }
+}
+
+/// How a backend disagrees with the interpreter; the reducer keeps this fixed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Signature {
+    /// The output `output` differs beyond its compare mode.
+    WrongValue { output: String },
+    /// The run failed with this error class (`deadlock`, ..., or `backend` for
+    /// errors without a class, `lower` when lowering refused a valid module).
+    Error { class: String },
+    /// No answer within the per-program timeout.
+    Hang,
+    /// The backend (or its factory) panicked.
+    Panic,
+}
+
+impl std::fmt::Display for Signature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Signature::WrongValue { output } => write!(f, "wrong value in output `{output}`"),
+            Signature::Error { class } => write!(f, "fails with error class `{class}`"),
+            Signature::Hang => f.write_str("hangs (no answer within the timeout)"),
+            Signature::Panic => f.write_str("panics"),
+        }
+    }
+}
+
+/// A disagreement between a backend and the interpreter.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// The generator seed of the module.
+    pub seed: u64,
+    pub backend: String,
+    pub signature: Signature,
+    /// First differing element or the error message.
+    pub detail: String,
+    /// The reduced case, when written.
+    pub reduced_path: Option<PathBuf>,
+    /// Statements left in the reduced module (before reduction when not reduced).
+    pub statements: usize,
+}
+
+/// A module the pipeline rejected before any backend ran: a generator bug.
+#[derive(Clone, Debug)]
+pub struct GeneratorBug {
+    pub seed: u64,
+    pub stage: &'static str,
+    pub message: String,
+}
+
+/// The result of a fuzzing run.
+#[derive(Clone, Debug, Default)]
+pub struct FuzzSummary {
+    /// Modules generated and checked on the interpreter.
+    pub programs: u64,
+    pub elapsed: Duration,
+    pub generator_bugs: Vec<GeneratorBug>,
+    pub findings: Vec<Finding>,
+    /// Per backend: modules that agreed with the interpreter.
+    pub agreed: BTreeMap<String, u64>,
+    /// Per backend and reason: modules the backend declined (unsupported, refused).
+    pub skipped: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+impl FuzzSummary {
+    pub fn ok(&self) -> bool {
+        self.generator_bugs.is_empty() && self.findings.is_empty()
+    }
+
+    pub fn programs_per_second(&self) -> f64 {
+        self.programs as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+impl std::fmt::Display for FuzzSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "fuzz: {} programs in {:.1} s ({:.1} programs/s), {} generator bugs, {} disagreements",
+            self.programs,
+            self.elapsed.as_secs_f64(),
+            self.programs_per_second(),
+            self.generator_bugs.len(),
+            self.findings.len()
+        )?;
+        for (b, n) in &self.agreed {
+            writeln!(f, "  {b}: {n} agreed")?;
+        }
+        for (b, reasons) in &self.skipped {
+            for (r, n) in reasons {
+                writeln!(f, "  {b}: {n} skipped: {r}")?;
+            }
+        }
+        for g in &self.generator_bugs {
+            writeln!(
+                f,
+                "  GENERATOR BUG seed {} at {}: {}",
+                g.seed, g.stage, g.message
+            )?;
+        }
+        for x in &self.findings {
+            write!(
+                f,
+                "  seed {}: `{}` {}: {}",
+                x.seed, x.backend, x.signature, x.detail
+            )?;
+            if let Some(p) = &x.reduced_path {
+                write!(f, " -> {} ({} statements)", p.display(), x.statements)?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+/// The interpreter's verdict on a module: everything a backend run needs.
+#[derive(Clone, Debug)]
+pub struct Oracle {
+    /// Per call of `Module::effective_calls`.
+    pub args: Vec<CallArgs>,
+    pub plans: Vec<Result<LaunchPlan, String>>,
+    pub outputs: Vec<CallOutputs>,
+}
+
+/// Seed of the inputs of a module (fixed, so that a reduction sees the same data).
+pub fn input_seed(module_seed: u64) -> u64 {
+    module_seed ^ 0x5EED_1A7A
+}
+
+/// Checks what the generator promises: the module validates, round-trips
+/// through the text format, and runs on the interpreter with detection and
+/// extra schedules without error. `Err((stage, message))` otherwise.
+pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str, String)> {
+    if let Err(diags) = validate(module, &ValidateOptions::default()) {
+        let text = diags
+            .iter()
+            .map(|d| format!("{}: {}", d.code, d.message))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(("validate", text));
+    }
+    let printed = mpmd_core::text::print(module);
+    match mpmd_core::text::parse(&printed) {
+        Ok((parsed, _)) if parsed == *module => {}
+        Ok(_) => return Err(("round-trip", "parse(print(m)) != m".into())),
+        Err(e) => return Err(("round-trip", format!("printed module does not parse: {e}"))),
+    }
+    let args = inputs::call_args(module, input_seed(seed));
+    let calls = module.effective_calls();
+    let mut interp = Interpreter::new();
+    let options = InterpOptions {
+        run: RunOptions {
+            mode: Mode::Checked,
+            seed,
+        },
+        detect: true,
+        extra_schedules: 2,
+    };
+    let mut outputs = vec![];
+    let mut plans = vec![];
+    for (call, a) in calls.iter().zip(&args) {
+        let out = interp
+            .call(module, &call.map, a, &options)
+            .map_err(|e| ("interpreter", format!("call of `{}`: {e}", call.map)))?;
+        outputs.push(out);
+        plans.push(lower(module, &call.map).map_err(|e| e.to_string()));
+    }
+    Ok(Oracle {
+        args,
+        plans,
+        outputs,
+    })
+}
+
+/// What one backend did with one module.
+#[derive(Clone, Debug)]
+pub enum Verdict {
+    Agrees,
+    /// Declined (unsupported on this adapter, refused before launch): a skip.
+    Skipped(String),
+    Disagrees(Signature, String),
+}
+
+/// Runs `module` on a fresh backend from `factory` and judges it against `oracle`.
+pub fn judge_backend(
+    module: &Module,
+    oracle: &Oracle,
+    factory: &BackendFactory,
+    mode: Mode,
+    seed: u64,
+    timeout: Duration,
+) -> Verdict {
+    let mut plans = vec![];
+    for p in &oracle.plans {
+        match p {
+            Ok(p) => plans.push(p.clone()),
+            Err(e) => {
+                return Verdict::Disagrees(
+                    Signature::Error {
+                        class: "lower".into(),
+                    },
+                    e.clone(),
+                )
+            }
+        }
+    }
+    let args = oracle.args.clone();
+    let make = factory.make.clone();
+    let (tx, rx) = mpsc::channel();
+    let worker = std::thread::Builder::new()
+        .name(format!("fuzz-{}", factory.name))
+        .spawn(move || {
+            let result = (|| -> Result<Vec<CallOutputs>, Box<Result<RunError, String>>> {
+                let mut backend = make().map_err(|e| Box::new(Err(e)))?;
+                let options = RunOptions { mode, seed };
+                plans
+                    .iter()
+                    .zip(&args)
+                    .map(|(plan, a)| backend.run(plan, a, &options).map_err(|e| Box::new(Ok(e))))
+                    .collect()
+            })();
+            let _ = tx.send(result);
+        });
+    if worker.is_err() {
+        return Verdict::Disagrees(
+            Signature::Error {
+                class: "backend".into(),
+            },
+            "cannot start a worker thread".into(),
+        );
+    }
+    let result = match rx.recv_timeout(timeout) {
+        Ok(r) => r,
+        // The worker is left behind: a hung backend cannot be stopped from here.
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            return Verdict::Disagrees(Signature::Hang, format!("no answer within {timeout:?}"))
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            return Verdict::Disagrees(Signature::Panic, "the backend panicked".into())
+        }
+    };
+    let outputs = match result.map_err(|e| *e) {
+        Ok(o) => o,
+        Err(Err(e)) => {
+            return Verdict::Disagrees(
+                Signature::Error {
+                    class: "backend".into(),
+                },
+                format!("cannot make the backend: {e}"),
+            )
+        }
+        Err(Ok(e @ (RunError::Unsupported { .. } | RunError::Refused { .. }))) => {
+            return Verdict::Skipped(e.to_string())
+        }
+        Err(Ok(e)) => {
+            let class = e.class().map_or("backend", |c| c.keyword()).to_string();
+            return Verdict::Disagrees(Signature::Error { class }, e.to_string());
+        }
+    };
+    let compares = module
+        .case
+        .as_ref()
+        .map(|c| c.compares.clone())
+        .unwrap_or_default();
+    for (expected, got) in oracle.outputs.iter().zip(&outputs) {
+        for (name, want) in &expected.outputs {
+            let mode = compares
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(CompareMode::Exact, |(_, m)| m.clone());
+            let Some(have) = got.outputs.get(name) else {
+                return Verdict::Disagrees(
+                    Signature::WrongValue {
+                        output: name.clone(),
+                    },
+                    format!("output `{name}` missing"),
+                );
+            };
+            if let Err(detail) = judge::compare(want, have, &mode, &factory.floats) {
+                return Verdict::Disagrees(
+                    Signature::WrongValue {
+                        output: name.clone(),
+                    },
+                    detail,
+                );
+            }
+        }
+    }
+    Verdict::Agrees
+}
+
+/// Number of statements of every kernel of a module, nested ones included.
+pub fn statement_count(module: &Module) -> usize {
+    fn count(stmts: &[mpmd_core::ir::Stmt]) -> usize {
+        use mpmd_core::ir::Stmt;
+        stmts
+            .iter()
+            .map(|s| {
+                1 + match s {
+                    Stmt::If {
+                        then_body,
+                        else_body,
+                        ..
+                    } => count(then_body) + count(else_body),
+                    Stmt::For { body, .. } => count(body),
+                    _ => 0,
+                }
+            })
+            .sum()
+    }
+    module.kernels.iter().map(|k| count(&k.body)).sum()
+}
+
+/// Generates, checks and runs programs until a limit; reduces and writes
+/// every disagreement. `progress` receives one line per event worth showing.
+pub fn run_fuzz(
+    config: &FuzzConfig,
+    backends: &[BackendFactory],
+    progress: &mut dyn FnMut(&str),
+) -> FuzzSummary {
+    let start = Instant::now();
+    let mut summary = FuzzSummary::default();
+    let limit = match (config.iterations, config.time_limit) {
+        (None, None) => Some(100),
+        (n, _) => n,
+    };
+    let mut i = 0u64;
+    loop {
+        if limit.is_some_and(|n| i >= n)
+            || config.time_limit.is_some_and(|t| start.elapsed() >= t)
+            || summary.findings.len() >= config.max_findings
+        {
+            break;
+        }
+        let seed = config.seed.wrapping_add(i);
+        i += 1;
+        let module = generate_with(seed, &config.generator);
+        let oracle = match check_module(&module, seed) {
+            Ok(o) => o,
+            Err((stage, message)) => {
+                progress(&format!("GENERATOR BUG seed {seed} at {stage}: {message}"));
+                summary.generator_bugs.push(GeneratorBug {
+                    seed,
+                    stage,
+                    message,
+                });
+                summary.programs += 1;
+                continue;
+            }
+        };
+        summary.programs += 1;
+        for factory in backends {
+            match judge_backend(
+                &module,
+                &oracle,
+                factory,
+                config.mode,
+                seed,
+                config.per_program_timeout,
+            ) {
+                Verdict::Agrees => *summary.agreed.entry(factory.name.clone()).or_default() += 1,
+                Verdict::Skipped(reason) => {
+                    // Group by the reason's first clause, not its program names.
+                    let reason = reason.split(" (").next().unwrap_or_default().to_string();
+                    *summary
+                        .skipped
+                        .entry(factory.name.clone())
+                        .or_default()
+                        .entry(reason)
+                        .or_default() += 1
+                }
+                Verdict::Disagrees(signature, detail) => {
+                    progress(&format!(
+                        "seed {seed}: `{}` {signature}: {detail}",
+                        factory.name
+                    ));
+                    let mut finding = Finding {
+                        seed,
+                        backend: factory.name.clone(),
+                        signature: signature.clone(),
+                        detail,
+                        reduced_path: None,
+                        statements: statement_count(&module),
+                    };
+                    if config.reduce {
+                        // A hang costs a timeout per candidate: write it unreduced.
+                        let reduced = if signature == Signature::Hang {
+                            reduce::Reduced {
+                                module: module.clone(),
+                                detail: finding.detail.clone(),
+                                tried: 0,
+                                accepted: 0,
+                            }
+                        } else {
+                            reduce::reduce(&module, seed, factory, &signature, config)
+                        };
+                        finding.statements = statement_count(&reduced.module);
+                        finding.detail = reduced.detail.clone();
+                        match reduce::write_found(&reduced, &finding, &config.found_dir) {
+                            Ok(path) => {
+                                progress(&format!(
+                                    "  reduced to {} statements: {}",
+                                    finding.statements,
+                                    path.display()
+                                ));
+                                finding.reduced_path = Some(path);
+                            }
+                            Err(e) => progress(&format!("  cannot write the reduced case: {e}")),
+                        }
+                    }
+                    summary.findings.push(finding);
+                }
+            }
+        }
+    }
+    summary.elapsed = start.elapsed();
+    summary
+}

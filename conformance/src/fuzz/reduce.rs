@@ -1,0 +1,720 @@
+//! The reducer: shrinks a module while the same disagreement persists (same
+//! backend, same [`Signature`]), keeping every candidate valid and race-free
+//! per the interpreter ([`check_module`]).
+//!
+//! Candidates, most aggressive first: drop a program, drop a call (and its
+//! map), drop a statement, replace an `if`/`for` by its body, simplify an
+//! expression (a subtree becomes one of its children or a literal), shrink a
+//! mesh axis, shrink a ref's shape. After each change, kernels, operands,
+//! residents, meshes and case entries that nothing uses any more are removed.
+//! The search is greedy: the first candidate that keeps the disagreement
+//! becomes the new module, until a full round finds none or time runs out.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use mpmd_core::ir::*;
+
+use super::{check_module, judge_backend, BackendFactory, Finding, FuzzConfig, Signature, Verdict};
+
+/// A reduced module and the disagreement it still shows.
+#[derive(Clone, Debug)]
+pub struct Reduced {
+    pub module: Module,
+    pub detail: String,
+    /// Candidates tried and accepted.
+    pub tried: usize,
+    pub accepted: usize,
+}
+
+/// Whether `module` still shows `target` on `factory`; the detail if so.
+pub fn reproduces(
+    module: &Module,
+    seed: u64,
+    factory: &BackendFactory,
+    target: &Signature,
+    config: &FuzzConfig,
+) -> Option<String> {
+    let oracle = check_module(module, seed).ok()?;
+    match judge_backend(
+        module,
+        &oracle,
+        factory,
+        config.mode,
+        seed,
+        config.per_program_timeout,
+    ) {
+        Verdict::Disagrees(sig, detail) if sig == *target => Some(detail),
+        _ => None,
+    }
+}
+
+/// Shrinks `module` while it reproduces `target`.
+pub fn reduce(
+    module: &Module,
+    seed: u64,
+    factory: &BackendFactory,
+    target: &Signature,
+    config: &FuzzConfig,
+) -> Reduced {
+    let deadline = Instant::now() + config.reduce_time_limit;
+    let mut best = module.clone();
+    let mut detail = reproduces(&best, seed, factory, target, config).unwrap_or_default();
+    let (mut tried, mut accepted) = (0, 0);
+    'rounds: loop {
+        let mut improved = false;
+        let mut index = 0;
+        let mut list = edits(&best);
+        while let Some(edit) = list.get(index) {
+            if Instant::now() >= deadline {
+                break 'rounds;
+            }
+            tried += 1;
+            let candidate = apply(&best, edit);
+            if candidate != best {
+                if let Some(d) = reproduces(&candidate, seed, factory, target, config) {
+                    best = candidate;
+                    list = edits(&best);
+                    detail = d;
+                    accepted += 1;
+                    improved = true;
+                    // The list changed; the same index now names the next idea.
+                    continue;
+                }
+            }
+            index += 1;
+        }
+        if !improved {
+            break;
+        }
+    }
+    Reduced {
+        module: best,
+        detail,
+        tried,
+        accepted,
+    }
+}
+
+/// Writes the reduced case as `<dir>/fuzz_<seed>_<backend>.mpmd` with a leading
+/// comment that says who disagrees and how.
+pub fn write_found(reduced: &Reduced, finding: &Finding, dir: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let name = format!("fuzz_{}_{}.mpmd", finding.seed, finding.backend);
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&path)?;
+    writeln!(
+        f,
+        "// Found by `cargo xtask fuzz` (generator seed {}), reduced in {} steps.",
+        finding.seed, reduced.accepted
+    )?;
+    writeln!(
+        f,
+        "// Backend `{}` disagrees with the interpreter: {}.",
+        finding.backend, finding.signature
+    )?;
+    for line in reduced.detail.lines() {
+        writeln!(f, "// {line}")?;
+    }
+    writeln!(
+        f,
+        "// The fuzzer's inputs came from seed {}; the case generators below give others.",
+        super::input_seed(finding.seed)
+    )?;
+    f.write_all(mpmd_core::text::print(&reduced.module).as_bytes())?;
+    Ok(path)
+}
+
+// ---- candidates ----------------------------------------------------------
+
+/// One simplification step, cheap to list and applied on demand.
+#[derive(Clone, Debug)]
+pub enum Edit {
+    DropProgram {
+        map: usize,
+        program: usize,
+    },
+    DropCall(usize),
+    DropStmt {
+        kernel: usize,
+        path: Vec<usize>,
+    },
+    /// Replace an `if` by its then (`branch` 0) or else (1) body, or a `for`
+    /// by `let var = start;` and its body.
+    Unwrap {
+        kernel: usize,
+        path: Vec<usize>,
+        branch: usize,
+    },
+    /// Replace expression node `node` (pre-order) by replacement `choice`.
+    Expr {
+        kernel: usize,
+        node: usize,
+        choice: usize,
+    },
+    AxisSize {
+        mesh: usize,
+        axis: usize,
+        size: u32,
+    },
+    Shape {
+        operand: String,
+        dim: usize,
+        extent: u32,
+    },
+}
+
+/// Every one-step simplification of `m`, most aggressive first.
+pub fn edits(m: &Module) -> Vec<Edit> {
+    let mut out = vec![];
+    for (mi, map) in m.maps.iter().enumerate() {
+        if map.programs.len() > 1 {
+            out.extend(
+                (0..map.programs.len()).map(|program| Edit::DropProgram { map: mi, program }),
+            );
+        }
+    }
+    if m.calls.len() > 1 {
+        out.extend((0..m.calls.len()).map(Edit::DropCall));
+    }
+    for (ki, k) in m.kernels.iter().enumerate() {
+        for path in stmt_paths(&k.body) {
+            let branches = match stmt_at(&k.body, &path) {
+                Stmt::If { .. } => 2,
+                Stmt::For { .. } => 1,
+                _ => 0,
+            };
+            out.push(Edit::DropStmt {
+                kernel: ki,
+                path: path.clone(),
+            });
+            out.extend((0..branches).map(|branch| Edit::Unwrap {
+                kernel: ki,
+                path: path.clone(),
+                branch,
+            }));
+        }
+    }
+    for (ki, k) in m.kernels.iter().enumerate() {
+        let mut nodes = vec![];
+        for_each_expr(&mut k.body.clone(), &mut |e| {
+            nodes.push(replacements(e).len());
+            false
+        });
+        for (node, n) in nodes.into_iter().enumerate() {
+            out.extend((0..n).map(|choice| Edit::Expr {
+                kernel: ki,
+                node,
+                choice,
+            }));
+        }
+    }
+    for (mi, mesh) in m.meshes.iter().enumerate() {
+        for (axis, a) in mesh.axes().enumerate() {
+            out.extend(smaller(a.size).into_iter().map(|size| Edit::AxisSize {
+                mesh: mi,
+                axis,
+                size,
+            }));
+        }
+    }
+    let mut seen = vec![];
+    for map in &m.maps {
+        for (_, op) in map.operands() {
+            let Type::Ref(r) = &op.ty else { continue };
+            if seen.contains(&op.name) {
+                continue;
+            }
+            seen.push(op.name.clone());
+            for (dim, &extent) in r.shape.iter().enumerate() {
+                out.extend(smaller(extent).into_iter().map(|extent| Edit::Shape {
+                    operand: op.name.clone(),
+                    dim,
+                    extent,
+                }));
+            }
+        }
+    }
+    out
+}
+
+/// `m` with `edit` applied (and what it left unused removed).
+pub fn apply(m: &Module, edit: &Edit) -> Module {
+    let mut c = m.clone();
+    match edit {
+        Edit::DropProgram { map, program } => {
+            c.maps[*map].programs.remove(*program);
+        }
+        Edit::DropCall(ci) => {
+            let call = c.calls.remove(*ci);
+            if !c.calls.iter().any(|k| k.map == call.map) {
+                c.maps.retain(|x| x.name != call.map);
+            }
+        }
+        Edit::DropStmt { kernel, path } => {
+            edit_stmt(&mut c.kernels[*kernel].body, path, &mut |_| vec![])
+        }
+        Edit::Unwrap {
+            kernel,
+            path,
+            branch,
+        } => edit_stmt(&mut c.kernels[*kernel].body, path, &mut |s| match s {
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                if *branch == 0 {
+                    then_body
+                } else {
+                    else_body
+                }
+            }
+            Stmt::For {
+                var, start, body, ..
+            } => {
+                let mut b = vec![Stmt::Let { var, value: start }];
+                b.extend(body);
+                b
+            }
+            other => vec![other],
+        }),
+        Edit::Expr {
+            kernel,
+            node,
+            choice,
+        } => {
+            let mut seen = 0;
+            for_each_expr(&mut c.kernels[*kernel].body, &mut |e| {
+                if seen == *node {
+                    if let Some(r) = replacements(e).into_iter().nth(*choice) {
+                        *e = r;
+                    }
+                    return true;
+                }
+                seen += 1;
+                false
+            });
+        }
+        Edit::AxisSize { mesh, axis, size } => {
+            let mesh = &mut c.meshes[*mesh];
+            let (g, cl) = (mesh.grid.len(), mesh.cluster.len());
+            let a = if *axis < g {
+                &mut mesh.grid[*axis]
+            } else if *axis < g + cl {
+                &mut mesh.cluster[*axis - g]
+            } else {
+                &mut mesh.threads
+            };
+            a.size = *size;
+        }
+        Edit::Shape {
+            operand,
+            dim,
+            extent,
+        } => {
+            let ty = m
+                .maps
+                .iter()
+                .find_map(|x| x.operand(operand))
+                .and_then(|(_, o)| o.ty.as_ref_type().cloned());
+            if let Some(mut ty) = ty {
+                ty.shape[*dim] = *extent;
+                c = retype(m, operand, &ty);
+            }
+        }
+    }
+    cleanup(c)
+}
+
+fn smaller(size: u32) -> Vec<u32> {
+    let mut v = vec![];
+    if size > 1 {
+        v.push(1);
+    }
+    if size > 3 {
+        v.push(size / 2);
+    }
+    if size > 2 {
+        v.push(size - 1);
+    }
+    v
+}
+
+/// Replacements for an expression: its children, then small literals.
+fn replacements(e: &Expr) -> Vec<Expr> {
+    let mut r: Vec<Expr> = match e {
+        Expr::Lit(_) => return vec![],
+        Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) | Expr::Load(_) => vec![],
+        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => vec![(**a).clone()],
+        Expr::Binary(_, a, b) => vec![(**a).clone(), (**b).clone()],
+        Expr::Select(c, a, b) => vec![(**a).clone(), (**b).clone(), (**c).clone()],
+        Expr::Math(_, args) => args.clone(),
+    };
+    r.extend([
+        Expr::Lit(Literal::U32(0)),
+        Expr::Lit(Literal::I32(0)),
+        Expr::Lit(Literal::f32(1.0)),
+        Expr::Lit(Literal::Bool(false)),
+    ]);
+    r
+}
+
+/// `m` with operand `name` retyped in every map, kernel parameter and resident.
+fn retype(m: &Module, name: &str, ty: &RefType) -> Module {
+    let mut c = m.clone();
+    for map in &mut c.maps {
+        for list in [
+            &mut map.inputs,
+            &mut map.outputs,
+            &mut map.scalars,
+            &mut map.scratch,
+        ] {
+            for op in list.iter_mut().filter(|o| o.name == name) {
+                op.ty = Type::Ref(ty.clone());
+            }
+        }
+    }
+    for k in &mut c.kernels {
+        for p in k.params.iter_mut().filter(|p| p.name == name) {
+            p.ty = Type::Ref(ty.clone());
+        }
+    }
+    for r in c.residents.iter_mut().filter(|r| r.name == name) {
+        r.ty = ty.clone();
+    }
+    c
+}
+
+/// Removes what nothing uses any more: kernels, operands (with their
+/// parameters, aliases, call values and case entries), residents, meshes.
+pub fn cleanup(mut m: Module) -> Module {
+    let used_kernels: Vec<String> = m
+        .maps
+        .iter()
+        .flat_map(|x| x.programs.iter().map(|p| p.kernel.clone()))
+        .collect();
+    m.kernels.retain(|k| used_kernels.contains(&k.name));
+    let calls = m.calls.clone();
+    m.calls = calls
+        .into_iter()
+        .filter(|c| m.maps.iter().any(|x| x.name == c.map))
+        .collect();
+
+    for mi in 0..m.maps.len() {
+        let kernel_names: Vec<String> = m.maps[mi]
+            .programs
+            .iter()
+            .map(|p| p.kernel.clone())
+            .collect();
+        // Only maps whose kernels serve no other map can lose operands.
+        let shared =
+            m.maps.iter().enumerate().any(|(j, x)| {
+                j != mi && x.programs.iter().any(|p| kernel_names.contains(&p.kernel))
+            });
+        if shared {
+            continue;
+        }
+        let names: Vec<String> = m.maps[mi].operands().map(|(_, o)| o.name.clone()).collect();
+        let mut used = HashSet::new();
+        for k in m.kernels.iter().filter(|k| kernel_names.contains(&k.name)) {
+            names_used(&k.body, &mut used);
+        }
+        for name in names {
+            if used.contains(&name) {
+                continue;
+            }
+            let map = &mut m.maps[mi];
+            for list in [
+                &mut map.inputs,
+                &mut map.outputs,
+                &mut map.scalars,
+                &mut map.scratch,
+            ] {
+                list.retain(|o| o.name != name);
+            }
+            map.aliases.retain(|a| a.input != name && a.output != name);
+            let map_name = map.name.clone();
+            for k in m
+                .kernels
+                .iter_mut()
+                .filter(|k| kernel_names.contains(&k.name))
+            {
+                k.params.retain(|p| p.name != name);
+            }
+            for c in m.calls.iter_mut().filter(|c| c.map == map_name) {
+                c.scalars.retain(|(n, _)| n != &name);
+            }
+        }
+    }
+    let operand_names: Vec<String> = m
+        .maps
+        .iter()
+        .flat_map(|x| x.operands().map(|(_, o)| o.name.clone()))
+        .collect();
+    if let Some(case) = &mut m.case {
+        case.generators.retain(|(n, g)| {
+            operand_names.contains(n)
+                && match g {
+                    Generator::IndexInto { operand, .. } => operand_names.contains(operand),
+                    _ => true,
+                }
+        });
+        case.compares.retain(|(n, _)| operand_names.contains(n));
+    }
+    let bound: Vec<String> = m
+        .maps
+        .iter()
+        .flat_map(|x| {
+            x.operands()
+                .filter(|(_, o)| o.resident)
+                .map(|(_, o)| o.name.clone())
+        })
+        .collect();
+    m.residents.retain(|r| bound.contains(&r.name));
+    let mut used_meshes: Vec<String> = m
+        .maps
+        .iter()
+        .flat_map(|x| x.programs.iter().map(|p| p.mesh.clone()))
+        .collect();
+    for x in &m.maps {
+        for (_, o) in x.operands() {
+            if let Some(owner) = o.ty.as_ref_type().and_then(|r| r.owner.clone()) {
+                used_meshes.push(owner);
+            }
+        }
+    }
+    used_meshes.extend(m.residents.iter().filter_map(|r| r.ty.owner.clone()));
+    m.meshes.retain(|x| used_meshes.contains(&x.name));
+    m
+}
+
+// ---- IR walking ----------------------------------------------------------
+
+/// Paths (indices through nested bodies; `If` else bodies after then bodies)
+/// of every statement, outer statements first.
+fn stmt_paths(body: &[Stmt]) -> Vec<Vec<usize>> {
+    let mut out = vec![];
+    for (i, s) in body.iter().enumerate() {
+        out.push(vec![i]);
+        for (j, inner) in nested(s).into_iter().enumerate() {
+            for p in stmt_paths(inner) {
+                let mut full = vec![i, j];
+                full.extend(p);
+                out.push(full);
+            }
+        }
+    }
+    out
+}
+
+fn nested(s: &Stmt) -> Vec<&Vec<Stmt>> {
+    match s {
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => vec![then_body, else_body],
+        Stmt::For { body, .. } => vec![body],
+        _ => vec![],
+    }
+}
+
+fn nested_mut(s: &mut Stmt) -> Vec<&mut Vec<Stmt>> {
+    match s {
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => vec![then_body, else_body],
+        Stmt::For { body, .. } => vec![body],
+        _ => vec![],
+    }
+}
+
+fn stmt_at<'a>(body: &'a [Stmt], path: &[usize]) -> &'a Stmt {
+    let s = &body[path[0]];
+    if path.len() == 1 {
+        s
+    } else {
+        stmt_at(nested(s)[path[1]], &path[2..])
+    }
+}
+
+/// Replaces the statement at `path` by what `f` returns.
+fn edit_stmt(body: &mut Vec<Stmt>, path: &[usize], f: &mut dyn FnMut(Stmt) -> Vec<Stmt>) {
+    if path.len() == 1 {
+        let old = body.remove(path[0]);
+        for (k, s) in f(old).into_iter().enumerate() {
+            body.insert(path[0] + k, s);
+        }
+    } else {
+        let mut inner = nested_mut(&mut body[path[0]]);
+        edit_stmt(inner[path[1]], &path[2..], f);
+    }
+}
+
+/// Visits every expression of `body` in pre-order until `f` returns true.
+fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> bool {
+    for s in body {
+        let stop = match s {
+            Stmt::Let { value, .. }
+            | Stmt::Assign { value, .. }
+            | Stmt::Var { init: value, .. } => expr_walk(value, f),
+            Stmt::LocalArray { .. } | Stmt::Barrier => false,
+            Stmt::Store { target, value } => access_walk(target, f) || expr_walk(value, f),
+            Stmt::Atomic { target, args, .. } => {
+                access_walk(target, f) || args.iter_mut().any(|a| expr_walk(a, f))
+            }
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => expr_walk(cond, f) || for_each_expr(then_body, f) || for_each_expr(else_body, f),
+            Stmt::For {
+                start, end, body, ..
+            } => expr_walk(start, f) || expr_walk(end, f) || for_each_expr(body, f),
+            Stmt::Sem { sem, amount, .. } => access_walk(sem, f) || expr_walk(amount, f),
+            Stmt::SemRead { sem, .. } => access_walk(sem, f),
+        };
+        if stop {
+            return true;
+        }
+    }
+    false
+}
+
+fn access_walk(a: &mut RefAccess, f: &mut dyn FnMut(&mut Expr) -> bool) -> bool {
+    a.block.iter_mut().flatten().any(|e| expr_walk(e, f))
+        || a.index.iter_mut().any(|e| expr_walk(e, f))
+}
+
+fn expr_walk(e: &mut Expr, f: &mut dyn FnMut(&mut Expr) -> bool) -> bool {
+    if f(e) {
+        return true;
+    }
+    match e {
+        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => false,
+        Expr::Load(a) => access_walk(a, f),
+        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => expr_walk(a, f),
+        Expr::Binary(_, a, b) => expr_walk(a, f) || expr_walk(b, f),
+        Expr::Select(c, a, b) => expr_walk(c, f) || expr_walk(a, f) || expr_walk(b, f),
+        Expr::Math(_, args) => args.iter_mut().any(|x| expr_walk(x, f)),
+    }
+}
+
+/// Adds every variable and ref name that `body` mentions to `used`.
+fn names_used(body: &[Stmt], used: &mut HashSet<String>) {
+    let mut body = body.to_vec();
+    for_each_expr(&mut body, &mut |e| {
+        match e {
+            Expr::Var(n) => {
+                used.insert(n.clone());
+            }
+            Expr::Load(a) => {
+                used.insert(a.base.clone());
+            }
+            _ => {}
+        }
+        false
+    });
+    targets(&body, used);
+}
+
+/// Adds the refs that statements of `body` target (stores, atomics, semaphores).
+fn targets(body: &[Stmt], used: &mut HashSet<String>) {
+    for s in body {
+        match s {
+            Stmt::Store { target, .. } | Stmt::Atomic { target, .. } => {
+                used.insert(target.base.clone());
+            }
+            Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
+                used.insert(sem.base.clone());
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                targets(then_body, used);
+                targets(else_body, used);
+            }
+            Stmt::For { body, .. } => targets(body, used),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statement_paths_reach_nested_bodies() {
+        let body = BodyBuilder::nested(|b| {
+            b.barrier();
+            b.if_else(Expr::from(true), |t| t.barrier(), |e| e.barrier());
+        });
+        assert_eq!(
+            stmt_paths(&body),
+            vec![vec![0], vec![1], vec![1, 0, 0], vec![1, 1, 0]]
+        );
+        let mut edited = body.clone();
+        edit_stmt(&mut edited, &[1, 1, 0], &mut |_| vec![]);
+        assert_eq!(
+            edited[1],
+            Stmt::If {
+                cond: Expr::from(true),
+                then_body: vec![Stmt::Barrier],
+                else_body: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn dropping_a_program_drops_its_kernel_mesh_and_operands() {
+        let seed = (0..)
+            .find(|&s| {
+                let m = crate::fuzz::generate(s);
+                m.maps.len() == 1 && m.maps[0].programs.len() == 2
+            })
+            .unwrap();
+        let m = crate::fuzz::generate(seed);
+        let c = apply(&m, &Edit::DropProgram { map: 0, program: 1 });
+        assert_eq!(
+            c.kernels
+                .iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>(),
+            ["k0"]
+        );
+        // m1 stays only as the owner of an operand k0 still uses (an external mesh).
+        let owners: Vec<String> = c.maps[0]
+            .operands()
+            .filter_map(|(_, o)| o.ty.as_ref_type().and_then(|r| r.owner.clone()))
+            .collect();
+        for mesh in &c.meshes {
+            assert!(
+                mesh.name == "m0" || owners.contains(&mesh.name),
+                "{}",
+                mesh.name
+            );
+        }
+        assert!(c.maps[0].operand("o1").is_none());
+        assert!(c.maps[0].operand("o0").is_some());
+        let params: Vec<&str> = c.kernels[0]
+            .params
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        let operands: Vec<&str> = c.maps[0].operands().map(|(_, o)| o.name.as_str()).collect();
+        assert_eq!(params, operands);
+        let case = c.case.unwrap();
+        assert!(case
+            .compares
+            .iter()
+            .all(|(n, _)| operands.contains(&n.as_str())));
+    }
+}

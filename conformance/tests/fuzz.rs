@@ -1,0 +1,298 @@
+//! The fuzzer's promises: generated modules validate, round-trip and run
+//! race-free and deterministically on the interpreter; the same seed gives the
+//! same module; the reducer shrinks an injected disagreement.
+
+use std::time::{Duration, Instant};
+
+use mpmd_conformance::fuzz::{
+    check_module, generate, reduce, run_fuzz, statement_count, BackendFactory, FuzzConfig,
+    Signature,
+};
+use mpmd_core::backend::{Backend, RunError, RunOptions};
+use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
+use mpmd_core::interp::Interpreter;
+use mpmd_core::ir::{Expr, MathFn, Module, Stmt};
+use mpmd_core::plan::LaunchPlan;
+
+const SEED: u64 = 20_261_129;
+const PROGRAMS: u64 = 300;
+
+#[test]
+fn generated_programs_are_valid_round_trip_and_race_free() {
+    let start = Instant::now();
+    let mut failures = vec![];
+    for seed in SEED..SEED + PROGRAMS {
+        let module = generate(seed);
+        if let Err((stage, message)) = check_module(&module, seed) {
+            failures.push(format!("seed {seed} at {stage}: {message}"));
+        }
+    }
+    let elapsed = start.elapsed();
+    eprintln!(
+        "{PROGRAMS} programs in {:.1} s ({:.1} programs/s)",
+        elapsed.as_secs_f64(),
+        PROGRAMS as f64 / elapsed.as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} generator bugs:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn same_seed_same_module() {
+    for seed in [0, 1, 77, u64::MAX] {
+        assert_eq!(generate(seed), generate(seed));
+    }
+    assert_ne!(generate(5), generate(6));
+}
+
+/// Coverage: over the test's seeds the generator uses every math function,
+/// semaphores, barriers, atomics, several programs, cycles and hand-offs.
+#[test]
+fn generator_covers_the_ir() {
+    let mut text = String::new();
+    let mut multi = 0;
+    let mut handoff = 0;
+    for seed in SEED..SEED + PROGRAMS {
+        let m = generate(seed);
+        multi += (m.maps[0].programs.len() > 1) as u32;
+        handoff += (m.maps.len() == 3) as u32;
+        text.push_str(&mpmd_core::text::print(&m));
+    }
+    for f in MathFn::ALL {
+        assert!(
+            text.contains(&format!("{}(", f.name())),
+            "{} never generated",
+            f.name()
+        );
+    }
+    for word in [
+        "barrier;",
+        "signal(",
+        "wait(",
+        "wait_nodec(",
+        "read(",
+        "atomic_add(",
+        "atomic_xor(",
+        "atomic_or(",
+        "atomic_min(",
+        "atomic_max(",
+        "atomic_and(",
+        "atomic_exchange(",
+        "atomic_compare_exchange(",
+        "atomic_load(",
+        "atomic_store(",
+        "local ",
+        "smem<",
+        "bitcast<f32>",
+        "for ",
+        "else",
+        "select(",
+        "multiset",
+        "profile",
+        "resident",
+    ] {
+        assert!(text.contains(word), "`{word}` never generated");
+    }
+    assert!(multi > 50, "only {multi} multi-program modules");
+    assert!(handoff > 10, "only {handoff} hand-off modules");
+}
+
+/// Runs on the interpreter (through the plan) and corrupts element 0 of the
+/// first output of the plan's map when any kernel calls `tanh`.
+struct TanhCorrupter(Interpreter);
+
+fn has_tanh(e: &Expr) -> bool {
+    match e {
+        Expr::Math(MathFn::Tanh, _) => true,
+        Expr::Math(_, args) => args.iter().any(has_tanh),
+        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => has_tanh(a),
+        Expr::Binary(_, a, b) => has_tanh(a) || has_tanh(b),
+        Expr::Select(c, a, b) => has_tanh(c) || has_tanh(a) || has_tanh(b),
+        Expr::Load(a) => a.index.iter().any(has_tanh),
+        _ => false,
+    }
+}
+
+fn body_has_tanh(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Let { value, .. } | Stmt::Var { init: value, .. } | Stmt::Assign { value, .. } => {
+            has_tanh(value)
+        }
+        Stmt::Store { value, .. } => has_tanh(value),
+        Stmt::If {
+            cond,
+            then_body,
+            else_body,
+        } => has_tanh(cond) || body_has_tanh(then_body) || body_has_tanh(else_body),
+        Stmt::For { body, .. } => body_has_tanh(body),
+        _ => false,
+    })
+}
+
+impl Backend for TanhCorrupter {
+    fn name(&self) -> &'static str {
+        "tanh-corrupter"
+    }
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
+        let mut out = self.0.run(plan, args, options)?;
+        if plan.units.iter().any(|u| body_has_tanh(&u.kernel.body)) {
+            if let Some(first) = plan.map.outputs.first() {
+                if let Some(t) = out.outputs.get_mut(&first.name) {
+                    t.words[0] ^= 0x0040_0000;
+                }
+            }
+        }
+        Ok(out)
+    }
+    fn resident(&self, name: &str) -> Option<HostTensor> {
+        self.0.resident(name)
+    }
+}
+
+fn corrupter() -> BackendFactory {
+    BackendFactory::new("tanh-corrupter", || {
+        Ok(Box::new(TanhCorrupter(Interpreter::new())) as Box<dyn Backend>)
+    })
+}
+
+/// The first generated module that the corrupter disagrees on.
+fn first_disagreement() -> (u64, Module) {
+    for seed in SEED.. {
+        let m = generate(seed);
+        if m.kernels.iter().any(|k| body_has_tanh(&k.body)) && statement_count(&m) > 15 {
+            return (seed, m);
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn reducer_shrinks_an_injected_disagreement() {
+    let (seed, module) = first_disagreement();
+    let dir = std::env::temp_dir().join(format!("mpmd-fuzz-test-{}", std::process::id()));
+    let config = FuzzConfig {
+        seed,
+        iterations: Some(1),
+        found_dir: dir.clone(),
+        per_program_timeout: Duration::from_secs(60),
+        ..FuzzConfig::default()
+    };
+    let summary = run_fuzz(&config, &[corrupter()], &mut |_| {});
+    assert_eq!(summary.programs, 1);
+    assert_eq!(summary.findings.len(), 1, "{summary}");
+    let finding = &summary.findings[0];
+    let before = statement_count(&module);
+    assert!(
+        matches!(&finding.signature, Signature::WrongValue { output } if output == &module.maps[0].outputs[0].name),
+        "{summary}"
+    );
+    let path = finding
+        .reduced_path
+        .clone()
+        .expect("a reduced case is written");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("// Found by `cargo xtask fuzz`"), "{text}");
+    assert!(text.contains(
+        "Backend `tanh-corrupter` disagrees with the interpreter: wrong value in output"
+    ));
+    let (reduced, _) = mpmd_core::text::parse(&text).expect("the reduced case parses");
+    assert!(reduced.case.is_some());
+    let after = statement_count(&reduced);
+    assert!(
+        after <= 6 && after < before,
+        "reduced from {before} to {after} statements:\n{text}"
+    );
+    assert!(
+        reduced.kernels.iter().any(|k| body_has_tanh(&k.body)),
+        "{text}"
+    );
+    // The reduced module still shows the disagreement.
+    let again = reduce::reproduces(&reduced, seed, &corrupter(), &finding.signature, &config);
+    assert!(again.is_some(), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn interpreter_backend_agrees_with_itself() {
+    let config = FuzzConfig {
+        seed: 9_000,
+        iterations: Some(20),
+        ..FuzzConfig::default()
+    };
+    let interp = BackendFactory::new("interp", || {
+        Ok(Box::new(Interpreter::new()) as Box<dyn Backend>)
+    });
+    let summary = run_fuzz(&config, &[interp], &mut |_| {});
+    assert!(summary.ok(), "{summary}");
+    assert_eq!(summary.programs, 20);
+    assert_eq!(summary.agreed.get("interp"), Some(&20));
+}
+
+#[test]
+#[ignore]
+fn print_seed() {
+    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
+    let m = generate(seed);
+    println!("{}", mpmd_core::text::print(&m));
+    println!("{:?}", check_module(&m, seed).err());
+}
+
+/// Shrinks a generated module while `check_module` fails with a message
+/// containing `$NEEDLE` (for triaging generator or interpreter bugs).
+#[test]
+#[ignore]
+fn reduce_check_failure() {
+    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
+    let needle = std::env::var("NEEDLE").unwrap();
+    let fails =
+        |m: &Module| matches!(check_module(m, seed), Err((_, msg)) if msg.contains(&needle));
+    let mut best = generate(seed);
+    assert!(fails(&best));
+    let mut i = 0;
+    let mut list = reduce::edits(&best);
+    while let Some(e) = list.get(i) {
+        let c = reduce::apply(&best, e);
+        if c != best && fails(&c) {
+            best = c;
+            list = reduce::edits(&best);
+        } else {
+            i += 1;
+        }
+    }
+    println!("{}", mpmd_core::text::print(&best));
+    println!("{:?}", check_module(&best, seed).err());
+}
+
+/// Runs `check_module` on the file `$FILE` (for triage).
+#[test]
+#[ignore]
+fn check_file() {
+    let text = std::fs::read_to_string(std::env::var("FILE").unwrap()).unwrap();
+    let (m, _) = mpmd_core::text::parse(&text).unwrap();
+    println!("{:?}", check_module(&m, 1).err());
+}
+
+/// `check_module` over `$N` seeds from `$START` (a longer run for triage).
+#[test]
+#[ignore]
+fn check_range() {
+    let start: u64 = std::env::var("START").unwrap().parse().unwrap();
+    let n: u64 = std::env::var("N").unwrap().parse().unwrap();
+    let mut bad = 0;
+    for seed in start..start + n {
+        if let Err((stage, msg)) = check_module(&generate(seed), seed) {
+            bad += 1;
+            println!("seed {seed} at {stage}: {msg}");
+        }
+    }
+    assert_eq!(bad, 0);
+}

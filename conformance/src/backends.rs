@@ -3,9 +3,10 @@
 //! "backend X not available in this build" as a skip, never a pass.
 
 use mpmd_core::plan::LaunchPlan;
-use mpmd_core::Backend;
+use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
 
 use crate::analysis::BackendId;
+use crate::fuzz::{BackendFactory, FloatPolicy};
 
 /// What a backend can do in this process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +26,8 @@ pub struct Environment {
     pub header: Vec<(String, String)>,
     /// Measured accuracy of the wgpu adapter, `(operation, ulp)`.
     pub wgpu_measured_ulp: Vec<(&'static str, f64)>,
+    /// The WGSL adapter's documented deviations: (case tag, behaviour).
+    pub wgpu_deviations: Vec<(&'static str, &'static str)>,
     pub wgpu: Availability,
     pub cuda: Availability,
 }
@@ -65,6 +68,7 @@ pub fn probe(selected: &[BackendId]) -> Environment {
         wgpu,
         cuda,
         wgpu_measured_ulp: wgpu_glue::measured_ulp(),
+        wgpu_deviations: wgpu_glue::deviations(),
     }
 }
 
@@ -117,6 +121,10 @@ mod wgpu_glue {
         accuracy_profile().ulp
     }
 
+    pub fn deviations() -> Vec<(&'static str, &'static str)> {
+        accuracy_profile().deviations
+    }
+
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {
         WgpuBackend::new(WgpuOptions::default())
             .map(|b| Box::new(b) as Box<dyn Backend>)
@@ -135,6 +143,10 @@ mod wgpu_glue {
     }
 
     pub fn measured_ulp() -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+
+    pub fn deviations() -> Vec<(&'static str, &'static str)> {
         Vec::new()
     }
 
@@ -218,4 +230,54 @@ mod cuda_glue {
         let _ = plan;
         Err(not_in_build(BackendId::Cuda))
     }
+}
+
+/// CUDA where no GPU is present: every plan is compiled with NVRTC and
+/// assembled by ptxas for sm_90. A compile failure is a disagreement (and is
+/// reduced); a successful compile is counted as a skip with that reason,
+/// never as agreement, since nothing ran.
+struct CudaCompileOnly;
+
+impl Backend for CudaCompileOnly {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        _args: &CallArgs,
+        _options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
+        cuda_check_plan(plan).map_err(RunError::Backend)?;
+        Err(RunError::Unsupported {
+            reason: "compiled and assembled for sm_90 only (no GPU)".into(),
+        })
+    }
+
+    fn resident(&self, _name: &str) -> Option<HostTensor> {
+        None
+    }
+}
+
+/// The fuzzer's factory for backend `name`; `None` for `interp`, which the
+/// fuzzer always runs as the oracle. Without a GPU, `cuda` compiles only.
+pub fn fuzz_factory(name: &str) -> Result<Option<BackendFactory>, String> {
+    Ok(match name {
+        "interp" => None,
+        "wgpu" => {
+            new_backend(BackendId::Wgpu)?;
+            Some(
+                BackendFactory::new("wgpu", || new_backend(BackendId::Wgpu))
+                    .with_floats(FloatPolicy::WGSL),
+            )
+        }
+        "cuda" => Some(match new_backend(BackendId::Cuda) {
+            Ok(_) => BackendFactory::new("cuda", || new_backend(BackendId::Cuda)),
+            Err(_) => {
+                BackendFactory::new("cuda", || Ok(Box::new(CudaCompileOnly) as Box<dyn Backend>))
+            }
+        }),
+        other => return Err(format!("unknown backend `{other}` (interp, wgpu, cuda)")),
+    })
 }

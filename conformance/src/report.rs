@@ -234,6 +234,7 @@ mod tests {
         Environment {
             header: vec![("wgpu adapter".into(), "llvmpipe".into())],
             wgpu_measured_ulp: vec![],
+            wgpu_deviations: vec![],
             wgpu: Availability::Runs,
             cuda: Availability::CompileOnly("no device".into()),
         }

@@ -62,7 +62,9 @@ fn every_validation_code_has_a_reject_case_that_triggers_only_it() {
         covered.insert(code);
     }
     let mut missing: Vec<String> = documented_codes().difference(&covered).cloned().collect();
-    missing.retain(|c| c != "E0024");
+    // The text format cannot express these two (they arise only through the
+    // Rust builder API): a `local` operand, and a name that is not an identifier.
+    missing.retain(|c| c != "E0024" && c != "E0056");
     assert!(
         missing.is_empty(),
         "codes without a reject case: {missing:?}"

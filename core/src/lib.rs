@@ -17,3 +17,8 @@ pub mod validate;
 
 pub use backend::{Backend, Mode, RunError, RunOptions};
 pub use host::{CallArgs, CallOutputs, HostTensor};
+
+/// The README's Rust examples run as doctests, so the README cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -35,6 +35,16 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Set up the tools, then fuzz: random valid programs on every backend,
+    /// judged against the interpreter (arguments go to the fuzzer: --seed,
+    /// --iterations, --time, --backends, --checked; try `cargo xtask fuzz --help`).
+    Fuzz {
+        /// Build the fuzzer with optimisations.
+        #[arg(long)]
+        release: bool,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Only set up (or check) the tools and print what was found.
     Setup,
 }
@@ -70,15 +80,29 @@ fn main() -> ExitCode {
         }
         Task::Test { args } => run_tests(&root, &setup, &args),
         Task::Conformance { release, args } => {
-            let mut cmd = cargo(&root, &setup);
-            cmd.args(["run", "--quiet", "--package", "mpmd-conformance"]);
-            if release {
-                cmd.arg("--release");
-            }
-            cmd.args(["--bin", "mpmd-conformance", "--"]).args(&args);
-            exit_code_of(&mut cmd)
+            run_conformance_binary(&root, &setup, "mpmd-conformance", release, &args)
+        }
+        Task::Fuzz { release, args } => {
+            run_conformance_binary(&root, &setup, "mpmd-fuzz", release, &args)
         }
     }
+}
+
+/// Runs one binary of the `mpmd-conformance` crate with the tools' environment.
+fn run_conformance_binary(
+    root: &Path,
+    setup: &tools::Setup,
+    binary: &str,
+    release: bool,
+    args: &[String],
+) -> ExitCode {
+    let mut cmd = cargo(root, setup);
+    cmd.args(["run", "--quiet", "--package", "mpmd-conformance"]);
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.args(["--bin", binary, "--"]).args(args);
+    exit_code_of(&mut cmd)
 }
 
 /// The workspace root: the parent of this crate's manifest directory.
@@ -109,10 +133,10 @@ fn run_tests(root: &Path, setup: &tools::Setup, extra: &[String]) -> ExitCode {
     };
     let mut cmd = cargo(root, setup);
     if nextest {
-        cmd.args(["nextest", "run"]);
+        cmd.args(["nextest", "run", "--no-fail-fast"]);
     } else {
         eprintln!("xtask: cargo-nextest not installed; using `cargo test`");
-        cmd.arg("test");
+        cmd.args(["test", "--no-fail-fast"]);
     }
     cmd.args(scope).args(extra);
     eprintln!("xtask: running {}", describe(&cmd));

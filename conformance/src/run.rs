@@ -222,62 +222,16 @@ fn collect_residents(module: &Module, backend: &dyn Backend, observed: &mut Vec<
     }
 }
 
-/// The oracle's run: what it observed, and a caveat when the schedules could
-/// not be fully compared.
-#[derive(Clone, Debug)]
-pub struct OracleRun {
-    pub observed: Vec<Observed>,
-    pub caveat: Option<String>,
-}
-
-/// The output a `Nondeterministic` detail names (`output `NAME` element ...`).
-fn named_output(detail: &str) -> Option<&str> {
-    let rest = detail.strip_prefix("output `")?;
-    rest.split('`').next()
-}
-
-/// The oracle: the interpreter with detection on and extra schedules.
-///
-/// The interpreter compares schedules word by word; an output the case
-/// compares as a multiset or ignores may legitimately differ. Then the case
-/// is rerun on the lockstep schedule alone and the result carries a caveat
-/// (reported as `unverified`), since outputs after the first difference were
-/// not compared across schedules.
+/// The oracle: the interpreter with detection on and extra schedules, which
+/// compares the schedules' outputs per the case's compare modes.
 pub fn run_interp(
     module: &Module,
     calls: &[PreparedCall],
     mode: Mode,
     seed: u64,
     extra_schedules: u32,
-) -> Result<OracleRun, SequenceError> {
-    match run_interp_once(module, calls, mode, seed, extra_schedules) {
-        Err(SequenceError::Run(e)) => {
-            let RunError::Nondeterministic { detail } = e.as_ref() else {
-                return Err(SequenceError::Run(e));
-            };
-            let order_dependent = named_output(detail).is_some_and(|name| {
-                module.case.as_ref().is_some_and(|c| {
-                    c.compares.iter().any(|(n, m)| {
-                        n == name && matches!(m, CompareMode::Multiset | CompareMode::Ignore)
-                    })
-                })
-            });
-            if !order_dependent {
-                return Err(SequenceError::Run(e));
-            }
-            let observed = run_interp_once(module, calls, mode, seed, 0)?;
-            Ok(OracleRun {
-                observed,
-                caveat: Some(format!(
-                    "schedules differ in an output compared as multiset/ignore ({detail}); later outputs were not compared across schedules"
-                )),
-            })
-        }
-        other => other.map(|observed| OracleRun {
-            observed,
-            caveat: None,
-        }),
-    }
+) -> Result<Vec<Observed>, SequenceError> {
+    run_interp_once(module, calls, mode, seed, extra_schedules)
 }
 
 fn run_interp_once(
@@ -292,6 +246,11 @@ fn run_interp_once(
         run: RunOptions { mode, seed },
         detect: true,
         extra_schedules,
+        output_compare: module
+            .case
+            .as_ref()
+            .map(|c| c.compares.clone())
+            .unwrap_or_default(),
     };
     let mut observed = Vec::new();
     for (i, call) in calls.iter().enumerate() {
@@ -379,7 +338,7 @@ fn judge(
     backend: BackendId,
     mode: Mode,
     outcome: Result<Vec<Observed>, SequenceError>,
-    oracle: Option<&Result<OracleRun, SequenceError>>,
+    oracle: Option<&Result<Vec<Observed>, SequenceError>>,
     tolerance: Tolerance,
 ) -> Status {
     let spec = module.case.clone().unwrap_or_default();
@@ -423,7 +382,7 @@ fn judge(
                 return Status::Pass;
             };
             let expected = match oracle {
-                Ok(o) => &o.observed,
+                Ok(o) => o,
                 Err(e) => {
                     return Status::Skip(format!(
                         "no reference result ({m} mode): the interpreter failed: {e}"
@@ -557,7 +516,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         Expectation::Fails(c) => Some(*c),
         _ => None,
     };
-    let oracle: Vec<Result<OracleRun, SequenceError>> = modes
+    let oracle: Vec<Result<Vec<Observed>, SequenceError>> = modes
         .iter()
         .map(|&mode| run_interp(module, &calls, mode, config.seed, config.extra_schedules))
         .collect();
@@ -569,23 +528,14 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
                 .iter()
                 .zip(&oracle)
                 .map(|(&mode, outcome)| {
-                    let status = judge(
+                    judge(
                         module,
                         backend,
                         mode,
-                        outcome.clone().map(|o| o.observed),
+                        outcome.clone(),
                         None,
                         Tolerance::EXACT,
-                    );
-                    match (status, outcome) {
-                        (
-                            Status::Pass,
-                            Ok(OracleRun {
-                                caveat: Some(c), ..
-                            }),
-                        ) => Status::Unverified(c.clone()),
-                        (status, _) => status,
-                    }
+                    )
                 })
                 .reduce(Status::combine)
                 .unwrap_or(Status::Pass),
@@ -613,7 +563,7 @@ fn run_on_gpu(
     calls: &[PreparedCall],
     env: &Environment,
     modes: &[Mode],
-    oracle: &[Result<OracleRun, SequenceError>],
+    oracle: &[Result<Vec<Observed>, SequenceError>],
     expected_class: Option<ErrorClass>,
     seed: u64,
     ops: &std::collections::BTreeSet<crate::analysis::BoundedOp>,

@@ -320,6 +320,11 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
         },
         detect: true,
         extra_schedules: 2,
+        output_compare: module
+            .case
+            .as_ref()
+            .map(|c| c.compares.clone())
+            .unwrap_or_default(),
     };
     let mut outputs = vec![];
     let mut plans = vec![];

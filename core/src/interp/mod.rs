@@ -39,8 +39,8 @@ use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{CallArgs, CallOutputs, HostTensor};
 use crate::ir::{
-    Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident,
-    ScalarType, Type,
+    CompareMode, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType,
+    Resident, ScalarType, Type,
 };
 use crate::plan::LaunchPlan;
 
@@ -53,6 +53,10 @@ pub struct InterpOptions {
     /// Extra seeded schedules to run; differing results are reported as
     /// nondeterminism (0: the lockstep schedule only).
     pub extra_schedules: u32,
+    /// How outputs are compared across schedules (a case's `compare` lines):
+    /// `multiset` outputs as sorted multisets, `ignore` outputs not at all,
+    /// every other output element by element.
+    pub output_compare: Vec<(Name, CompareMode)>,
 }
 
 /// A semaphore wait that could not be met when first reached and was
@@ -273,9 +277,15 @@ impl Interpreter {
             }
             let alt_outputs = collect_outputs(&layout, &alt_bufs);
             self.recycle(alt_bufs);
-            let difference = outputs
-                .as_ref()
-                .and_then(|o| first_difference(o, &alt_outputs, k, options.run.seed));
+            let difference = outputs.as_ref().and_then(|o| {
+                first_difference(
+                    o,
+                    &alt_outputs,
+                    &options.output_compare,
+                    k,
+                    options.run.seed,
+                )
+            });
             if let Some(detail) = difference {
                 self.last_report = Some(report);
                 return Err(RunError::Nondeterministic { detail });
@@ -623,19 +633,42 @@ fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<Name, HostTe
 fn first_difference(
     a: &BTreeMap<Name, HostTensor>,
     b: &BTreeMap<Name, HostTensor>,
+    compare: &[(Name, CompareMode)],
     schedule: u32,
     seed: u64,
 ) -> Option<String> {
+    // Sign of zero and NaN payloads are unspecified: compare canonical words.
+    let canonical = |elem: ScalarType, w: u32| -> u32 {
+        let f = f32::from_bits(w);
+        match elem {
+            ScalarType::F32 if f.is_nan() => f32::NAN.to_bits(),
+            ScalarType::F32 if f == 0.0 => 0,
+            _ => w,
+        }
+    };
     for (name, x) in a {
         let y = b.get(name)?;
-        for (i, (&u, &v)) in x.words.iter().zip(&y.words).enumerate() {
-            let same = if x.elem == ScalarType::F32 {
-                let (f, g) = (f32::from_bits(u), f32::from_bits(v));
-                u == v || f == g || (f.is_nan() && g.is_nan())
-            } else {
-                u == v
-            };
-            if !same {
+        let mode = compare.iter().find(|(n, _)| n == name).map(|(_, m)| m);
+        let (mut xs, mut ys): (Vec<u32>, Vec<u32>) = (
+            x.words.iter().map(|&w| canonical(x.elem, w)).collect(),
+            y.words.iter().map(|&w| canonical(y.elem, w)).collect(),
+        );
+        match mode {
+            Some(CompareMode::Ignore) => continue,
+            Some(CompareMode::Multiset) => {
+                xs.sort_unstable();
+                ys.sort_unstable();
+                if xs != ys {
+                    return Some(format!(
+                        "output `{name}` differs as a multiset between the lockstep schedule and extra schedule {schedule} (seed {seed})"
+                    ));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        for (i, (&u, &v)) in xs.iter().zip(&ys).enumerate() {
+            if u != v {
                 return Some(format!(
                     "output `{name}` element {i} is {} in the lockstep schedule and {} in extra schedule {schedule} (seed {seed})",
                     show(x.get(i)),
@@ -891,7 +924,7 @@ impl Backend for Interpreter {
         let interp = InterpOptions {
             run: options.clone(),
             detect: options.mode == Mode::Checked,
-            extra_schedules: 0,
+            ..Default::default()
         };
         self.run_map(
             &plan.map,

@@ -73,21 +73,34 @@ pub fn default_corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cases")
 }
 
-/// Loads every `*.mpmd` file of `dir`, sorted by name.
+/// Where the fuzzer writes reduced disagreements, under the corpus directory;
+/// they run as ordinary cases named `found/<file>`.
+pub const FOUND_SUBDIR: &str = "found";
+
+/// Loads every `*.mpmd` file of `dir` and of `dir/found`, sorted by name.
 pub fn load_dir(dir: &Path) -> std::io::Result<Vec<Case>> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
-        .collect();
-    paths.sort();
-    paths
+    let mpmd_files = |d: &Path| -> std::io::Result<Vec<PathBuf>> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(d)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
+            .collect();
+        paths.sort();
+        Ok(paths)
+    };
+    let found = dir.join(FOUND_SUBDIR);
+    let mut named: Vec<(String, PathBuf)> = Vec::new();
+    for (prefix, d) in [("", dir), ("found/", found.as_path())] {
+        if prefix.is_empty() || d.is_dir() {
+            for p in mpmd_files(d)? {
+                let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned());
+                named.push((format!("{prefix}{}", stem.unwrap_or_default()), p));
+            }
+        }
+    }
+    named
         .into_iter()
-        .map(|p| {
+        .map(|(name, p)| {
             let source = std::fs::read_to_string(&p)?;
-            let name = p
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
             Ok(Case::from_source(&name, p, source))
         })
         .collect()
@@ -127,5 +140,27 @@ mod tests {
         assert!(!matches_filter("sem_fan_in", "*out"));
         assert!(!matches_filter("ab", "ab*b"));
         assert!(matches_filter("anything", "*"));
+    }
+}
+
+#[cfg(test)]
+mod load_tests {
+    use super::*;
+
+    #[test]
+    fn reduced_fuzz_findings_load_as_ordinary_cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let found = dir.path().join(FOUND_SUBDIR);
+        std::fs::create_dir(&found).unwrap();
+        std::fs::write(dir.path().join("b.mpmd"), "").unwrap();
+        std::fs::write(dir.path().join("a.mpmd"), "").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "").unwrap();
+        std::fs::write(found.join("seed_7.mpmd"), "").unwrap();
+        let names: Vec<String> = load_dir(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["a", "b", "found/seed_7"]);
     }
 }

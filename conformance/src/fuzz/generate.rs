@@ -36,7 +36,7 @@
 use mpmd_core::ir::*;
 use ScalarType::{Bool, F32, I32, U32};
 
-use super::rng::Rng;
+use mpmd_core::inputs::Rng;
 
 /// Largest magnitude a float value may reach before it is clamped.
 const FLOAT_CLAMP: f32 = 64.0;

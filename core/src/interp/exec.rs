@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::compile::{Access, BinKind, Instr, OwnInstance, ProgramCode, RegInit, Target, UnKind};
 use super::detect::{self, Accessor, Clock, Detector, History, Rec};
-use super::{LateWait, Rng};
+use super::LateWait;
 use crate::backend::{RunError, Site};
+use crate::inputs::Rng;
 use crate::ir::{AtomicOp, SemOp};
 
 /// A device buffer of one call. Words are atomics so that independent blocks

@@ -7,7 +7,7 @@ use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{CompareMode, ErrorClass, Expectation, Literal, Module};
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::validate::{validate, ValidateOptions};
-use mpmd_core::{Backend, CallArgs, HostTensor, Mode, RunError, RunOptions};
+use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunOptions};
 
 use crate::analysis::{bounded_ops, profile_tolerance, tags, BackendId};
 use crate::backends::{cuda_check_plan, new_backend, Availability, Environment};
@@ -245,16 +245,19 @@ fn run_interp_once(
         let out = interp
             .call(module, &call.map, &call.args, &options)
             .map_err(|e| SequenceError::Run(Box::new(e)))?;
-        for (name, tensor) in out.outputs {
-            observed.push(Observed {
-                call: Some(i),
-                name,
-                tensor,
-            });
-        }
+        observe_outputs(i, out, &mut observed);
     }
     collect_residents(module, &interp, &mut observed);
     Ok(observed)
+}
+
+/// Records the outputs of call `call`.
+fn observe_outputs(call: usize, outputs: CallOutputs, observed: &mut Vec<Observed>) {
+    observed.extend(outputs.outputs.into_iter().map(|(name, tensor)| Observed {
+        call: Some(call),
+        name,
+        tensor,
+    }));
 }
 
 fn lower_all(module: &Module, calls: &[PreparedCall]) -> Result<Vec<LaunchPlan>, String> {
@@ -283,13 +286,7 @@ fn run_backend(
         let out = backend
             .run(plan, &call.args, &options)
             .map_err(|e| SequenceError::Run(Box::new(e)))?;
-        for (name, tensor) in out.outputs {
-            observed.push(Observed {
-                call: Some(i),
-                name,
-                tensor,
-            });
-        }
+        observe_outputs(i, out, &mut observed);
     }
     collect_residents(module, backend.as_ref(), &mut observed);
     Ok(observed)

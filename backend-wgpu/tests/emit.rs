@@ -192,14 +192,7 @@ fn too_few_bindings_is_an_error_with_the_numbers() {
 /// modes, with and without the loop cap and with packed bindings.
 #[test]
 fn every_example_emits_valid_wgsl() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no examples in {}", dir.display());
+    let files = example_files();
     let mut emitted = 0;
     for file in &files {
         let m = module(&std::fs::read_to_string(file).unwrap());

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use mpmd_core::backend::{Backend, RunError};
 use mpmd_core::host::CallArgs;
+use mpmd_core::inputs::{generate_input, Generation};
 use mpmd_core::interp::Interpreter;
 use mpmd_core::ir::{CompareMode, Expectation};
 use mpmd_wgpu::WgpuOptions;
@@ -15,13 +16,7 @@ fn every_example_matches_the_interpreter() {
     if backend(WgpuOptions::default()).is_none() {
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
-        .collect();
-    files.sort();
+    let files = example_files();
     let mut compared = 0;
     for file in &files {
         let m = module(&std::fs::read_to_string(file).unwrap());
@@ -36,7 +31,7 @@ fn every_example_matches_the_interpreter() {
                 if input.resident {
                     continue;
                 }
-                let t = mpmd_cli::inputs::generate(&m, map, input, 7).unwrap();
+                let t = generate_input(&m, map, input, &Generation::with_defaults(7)).unwrap();
                 args.inputs.insert(input.name.clone(), t);
             }
             args.scalars = call.scalars.iter().cloned().collect();

@@ -19,22 +19,28 @@ kernel count(y: gmem<u32[1]>, n: u32, one: u32) {
 map count { programs [m: count]; outputs [y: gmem<u32[1]>]; scalars [n: u32, one: u32]; }
 ";
 
-#[test]
-fn llvmpipe_ends_loops_after_65535_header_visits() {
-    // The backend's cap effectively off, to see the driver's own behaviour.
-    let Some(mut wgpu) = backend(WgpuOptions {
+/// A backend on llvmpipe with the backend's loop cap effectively off, to see
+/// the driver's own behaviour; `None` (with a message) on other adapters.
+fn uncapped_llvmpipe() -> Option<mpmd_wgpu::WgpuBackend> {
+    let wgpu = backend(WgpuOptions {
         loop_cap: Some(u32::MAX),
         ..Default::default()
-    }) else {
-        return;
-    };
+    })?;
     if !wgpu.is_llvmpipe() {
         eprintln!(
             "NOT RUN: the adapter is {}, not llvmpipe",
             wgpu.adapter_info()
         );
-        return;
+        return None;
     }
+    Some(wgpu)
+}
+
+#[test]
+fn llvmpipe_ends_loops_after_65535_header_visits() {
+    let Some(mut wgpu) = uncapped_llvmpipe() else {
+        return;
+    };
     let p = plan(&module(NESTED), "count");
     let count = |wgpu: &mut mpmd_wgpu::WgpuBackend, n: u32| {
         let a = args(
@@ -108,19 +114,9 @@ map count { programs [m: count]; outputs [y: gmem<u32[8]>]; scalars [n: u32]; }
 
 #[test]
 fn divergent_loops_share_the_llvmpipe_budget() {
-    let Some(mut wgpu) = backend(WgpuOptions {
-        loop_cap: Some(u32::MAX),
-        ..Default::default()
-    }) else {
+    let Some(mut wgpu) = uncapped_llvmpipe() else {
         return;
     };
-    if !wgpu.is_llvmpipe() {
-        eprintln!(
-            "NOT RUN: the adapter is {}, not llvmpipe",
-            wgpu.adapter_info()
-        );
-        return;
-    }
     let p = plan(&module(DIVERGENT), "count");
     let n = |n: u32| args(vec![], vec![("n", Literal::U32(n))]);
     // Lanes 1..7 share a SIMD vector with lane 0: the two branches' loops

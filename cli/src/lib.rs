@@ -4,7 +4,6 @@
 //! other tools can run the same code.
 
 pub mod describe;
-pub mod inputs;
 pub mod npy;
 
 use std::collections::BTreeMap;
@@ -14,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use mpmd_core::inputs::{self, Generation};
 use mpmd_core::interp::Interpreter;
 use mpmd_core::ir::{Literal, Module, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan, LowerError};
@@ -432,6 +432,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         mode: request.mode,
         seed: request.seed,
     };
+    let generation = Generation::with_defaults(request.seed);
     let mut summary = String::new();
     for (index, call) in calls.iter().enumerate() {
         let map = module
@@ -442,7 +443,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         for input in map.inputs.iter().filter(|o| !o.resident) {
             let tensor = match input_files.get(input.name.as_str()) {
                 Some(path) => read_input(&module, input, Path::new(path))?,
-                None => inputs::generate(&module, map, input, request.seed)?,
+                None => inputs::generate_input(&module, map, input, &generation)?,
             };
             args.inputs.insert(input.name.clone(), tensor);
         }

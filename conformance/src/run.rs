@@ -2,18 +2,17 @@
 
 use std::collections::BTreeMap;
 
+use mpmd_core::inputs::{call_args, Fallback, Generation};
 use mpmd_core::interp::{InterpOptions, Interpreter};
-use mpmd_core::ir::{CompareMode, ErrorClass, Expectation, Literal, Module, Type};
+use mpmd_core::ir::{CompareMode, ErrorClass, Expectation, Literal, Module};
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::validate::{validate, ValidateOptions};
-use mpmd_core::{Backend, CallArgs, HostTensor, Mode, RunError, RunOptions};
+use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunOptions};
 
 use crate::analysis::{bounded_ops, profile_tolerance, tags, BackendId};
 use crate::backends::{cuda_check_plan, new_backend, Availability, Environment};
 use crate::case::{Case, CaseKind};
 use crate::compare::{compare, default_mode, Tolerance};
-use crate::generate::{generate_scalar, generate_tensor};
-use crate::rng::SplitMix64;
 
 /// The result of one case on one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,84 +111,32 @@ pub struct PreparedCall {
     pub args: CallArgs,
 }
 
-/// Generates every call's arguments for `seed`. An input name gets the same
-/// data in every call.
+/// Generates every call's arguments for `seed`. An input's stream depends
+/// only on the seed, the case and its name, so an input name gets the same
+/// data in every call (where its type and shape are the same).
 pub fn prepare_calls(
     case_name: &str,
     module: &Module,
     seed: u64,
 ) -> Result<Vec<PreparedCall>, String> {
-    let spec = module.case.clone().unwrap_or_default();
-    let generator_of = |name: &str| {
-        spec.generators
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, g)| g)
-    };
     let calls = module.effective_calls();
     if calls.is_empty() {
         return Err("no calls: the module has several maps and no `call` lines".into());
     }
-    let mut cache: BTreeMap<String, HostTensor> = BTreeMap::new();
-    let mut prepared = Vec::new();
-    for call in calls {
-        let map = module
-            .map(&call.map)
-            .ok_or_else(|| format!("call of unknown map `{}`", call.map))?;
-        let mut args = CallArgs::default();
-        for input in &map.inputs {
-            if input.resident {
-                continue;
-            }
-            let Type::Ref(r) = &input.ty else { continue };
-            let tensor = match cache.get(&input.name) {
-                Some(t) if t.elem == r.elem => t.clone(),
-                _ => {
-                    let gen = generator_of(&input.name)
-                        .ok_or_else(|| format!("input `{}` has no `generate` line", input.name))?;
-                    let mut rng = SplitMix64::for_stream(seed, &[case_name, &input.name]);
-                    // Host shape of an owned ref: the owner's block axes, then the ref's shape.
-                    let mut shape: Vec<u32> = match &r.owner {
-                        Some(owner) => module
-                            .mesh(owner)
-                            .map(|m| m.block_axes().map(|a| a.size).collect())
-                            .unwrap_or_default(),
-                        None => Vec::new(),
-                    };
-                    shape.extend(&r.shape);
-                    let t = generate_tensor(gen, &input.name, r.elem, &shape, map, &mut rng)
-                        .map_err(|e| e.to_string())?;
-                    cache.insert(input.name.clone(), t.clone());
-                    t
-                }
-            };
-            args.inputs.insert(input.name.clone(), tensor);
-        }
-        for scalar in &map.scalars {
-            let Type::Scalar(ty) = scalar.ty else {
-                continue;
-            };
-            let value = match call.scalars.iter().find(|(n, _)| n == &scalar.name) {
-                Some((_, v)) => *v,
-                None => {
-                    let gen = generator_of(&scalar.name).ok_or_else(|| {
-                        format!(
-                            "scalar `{}` has no value in the call and no `generate` line",
-                            scalar.name
-                        )
-                    })?;
-                    let mut rng = SplitMix64::for_stream(seed, &[case_name, &scalar.name]);
-                    generate_scalar(gen, &scalar.name, ty, map, &mut rng)
-                        .map_err(|e| e.to_string())?
-                }
-            };
-            args.scalars.insert(scalar.name.clone(), value);
-        }
-        prepared.push(PreparedCall {
-            map: call.map.clone(),
+    let generation = Generation {
+        seed,
+        stream: &[case_name],
+        fallback: Fallback::Required,
+    };
+    let args = call_args(module, &generation).map_err(|e| e.to_string())?;
+    let prepared = calls
+        .into_iter()
+        .zip(args)
+        .map(|(call, args)| PreparedCall {
+            map: call.map,
             args,
-        });
-    }
+        })
+        .collect();
     Ok(prepared)
 }
 
@@ -257,16 +204,19 @@ fn run_interp_once(
         let out = interp
             .call(module, &call.map, &call.args, &options)
             .map_err(|e| SequenceError::Run(Box::new(e)))?;
-        for (name, tensor) in out.outputs {
-            observed.push(Observed {
-                call: Some(i),
-                name,
-                tensor,
-            });
-        }
+        observe_outputs(i, out, &mut observed);
     }
     collect_residents(module, &interp, &mut observed);
     Ok(observed)
+}
+
+/// Records the outputs of call `call`.
+fn observe_outputs(call: usize, outputs: CallOutputs, observed: &mut Vec<Observed>) {
+    observed.extend(outputs.outputs.into_iter().map(|(name, tensor)| Observed {
+        call: Some(call),
+        name,
+        tensor,
+    }));
 }
 
 fn lower_all(module: &Module, calls: &[PreparedCall]) -> Result<Vec<LaunchPlan>, String> {
@@ -295,13 +245,7 @@ fn run_backend(
         let out = backend
             .run(plan, &call.args, &options)
             .map_err(|e| SequenceError::Run(Box::new(e)))?;
-        for (name, tensor) in out.outputs {
-            observed.push(Observed {
-                call: Some(i),
-                name,
-                tensor,
-            });
-        }
+        observe_outputs(i, out, &mut observed);
     }
     collect_residents(module, backend.as_ref(), &mut observed);
     Ok(observed)

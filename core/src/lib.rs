@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod host;
+pub mod inputs;
 pub mod interp;
 pub mod ir;
 pub mod plan;

@@ -24,6 +24,19 @@ pub fn backend(options: WgpuOptions) -> Option<WgpuBackend> {
     }
 }
 
+/// The repository's `examples/*.mpmd` files, sorted.
+pub fn example_files() -> Vec<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no examples in {}", dir.display());
+    files
+}
+
 /// Parses and validates a module; panics with the diagnostics otherwise.
 pub fn module(src: &str) -> Module {
     let (module, _) = mpmd_core::text::parse(src).unwrap_or_else(|e| panic!("parse error: {e:?}"));

@@ -36,7 +36,7 @@
 use mpmd_core::ir::*;
 use ScalarType::{Bool, F32, I32, U32};
 
-use super::rng::Rng;
+use mpmd_core::inputs::Rng;
 
 /// Largest magnitude a float value may reach before it is clamped.
 const FLOAT_CLAMP: f32 = 64.0;
@@ -1114,15 +1114,20 @@ impl Gen {
         Val::new(Expr::from(v), F32, true, true, v.abs())
     }
 
-    fn float(&mut self, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
+    /// `inner` one level deeper, or a flat leaf of `ty` past [`MAX_NEST`].
+    fn nested(&mut self, ty: ScalarType, inner: impl FnOnce(&mut Self) -> Val) -> Val {
         self.nest += 1;
         let v = if self.nest > MAX_NEST {
-            self.flat_leaf(F32)
+            self.flat_leaf(ty)
         } else {
-            self.float_inner(depth, inexact_ok, uniform)
+            inner(self)
         };
         self.nest -= 1;
         v
+    }
+
+    fn float(&mut self, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
+        self.nested(F32, |g| g.float_inner(depth, inexact_ok, uniform))
     }
 
     fn float_inner(&mut self, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
@@ -1392,14 +1397,7 @@ impl Gen {
     }
 
     fn int(&mut self, ty: ScalarType, depth: u32, uniform: bool) -> Val {
-        self.nest += 1;
-        let v = if self.nest > MAX_NEST {
-            self.flat_leaf(ty)
-        } else {
-            self.int_inner(ty, depth, uniform)
-        };
-        self.nest -= 1;
-        v
+        self.nested(ty, |g| g.int_inner(ty, depth, uniform))
     }
 
     fn int_inner(&mut self, ty: ScalarType, depth: u32, uniform: bool) -> Val {
@@ -1452,14 +1450,7 @@ impl Gen {
     }
 
     fn boolean(&mut self, depth: u32, uniform: bool) -> Val {
-        self.nest += 1;
-        let v = if self.nest > MAX_NEST {
-            self.flat_leaf(Bool)
-        } else {
-            self.boolean_inner(depth, uniform)
-        };
-        self.nest -= 1;
-        v
+        self.nested(Bool, |g| g.boolean_inner(depth, uniform))
     }
 
     fn boolean_inner(&mut self, depth: u32, uniform: bool) -> Val {

@@ -41,10 +41,7 @@
 //! ```
 
 pub mod generate;
-pub mod inputs;
-pub mod judge;
 pub mod reduce;
-pub mod rng;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -54,46 +51,62 @@ use std::time::{Duration, Instant};
 
 use mpmd_core::backend::{Backend, Mode, RunError, RunOptions};
 use mpmd_core::host::{CallArgs, CallOutputs};
+use mpmd_core::inputs::{call_args, Fallback, Generation};
 use mpmd_core::interp::{InterpOptions, Interpreter};
-use mpmd_core::ir::{CompareMode, Module};
+use mpmd_core::ir::{CompareMode, Generator, Literal, Module};
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::validate::{validate, ValidateOptions};
 
 pub use generate::{generate, generate_with, GenOptions};
 
+use crate::compare::{compare_within, Tolerance};
+
 /// Makes a fresh backend (fresh device-resident state) for one module. It is
 /// called on a worker thread, so the backend itself need not be `Send`.
 pub type MakeBackend = Arc<dyn Fn() -> Result<Box<dyn Backend>, String> + Send + Sync>;
 
-/// How closely a backend's floats must match the interpreter's.
+/// Units in the last place of the `profile` bound.
+pub const PROFILE_ULP: u64 = 4;
+/// Absolute slack of the `profile` bound.
+pub const PROFILE_ABS: f32 = 2e-3;
+
+/// How closely a backend's floats must match the interpreter's; outputs are
+/// judged by [`crate::compare::compare_within`] (+0 equals -0, any NaN equals
+/// any NaN, a subnormal equals a zero; `ulp(n)` allows `n` units in the last
+/// place; `multiset` compares the sorted values; `ignore` compares nothing).
+///
+/// The generator sends a value through a function that is not correctly
+/// rounded only when it is bounded by 64 in magnitude, and never through a
+/// discontinuous operation afterwards; the `profile` bound for that mix is 4
+/// ulp plus an absolute 2e-3 (errors of a few math functions, each within a
+/// few ulp of values up to 64, added or multiplied a few times).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FloatPolicy {
     /// Slack for `exact` float outputs, whose values the generator built from
     /// operations the design calls correctly rounded (+ - * / sqrt fma, fmod,
-    /// floor, ceil, min, max, abs, conversions): 0 for IEEE backends.
-    pub exact_ulps: u32,
-    pub exact_abs: f32,
+    /// floor, ceil, min, max, abs, conversions): none for IEEE backends.
+    pub exact: Tolerance,
     /// Bound for `profile` outputs (values that went through exp, log, rsqrt,
     /// sin, cos, tanh or pow, each bounded by 64 in magnitude).
-    pub profile_ulps: u32,
-    pub profile_abs: f32,
+    pub profile: Tolerance,
 }
+
+const PROFILE: Tolerance = Tolerance {
+    ulp: PROFILE_ULP,
+    abs: PROFILE_ABS,
+};
 
 impl FloatPolicy {
     /// CUDA with `--prec-div=true --prec-sqrt=true --fmad=false`, and the interpreter.
     pub const IEEE: FloatPolicy = FloatPolicy {
-        exact_ulps: 0,
-        exact_abs: 0.0,
-        profile_ulps: judge::PROFILE_ULP,
-        profile_abs: judge::PROFILE_ABS,
+        exact: Tolerance::EXACT,
+        profile: PROFILE,
     };
     /// WGSL: `/` is within 2.5 ulp, sqrt and fma are inherited from other
     /// operations, `%` from `x - y * trunc(x / y)`: everything gets the profile bound.
     pub const WGSL: FloatPolicy = FloatPolicy {
-        exact_ulps: judge::PROFILE_ULP,
-        exact_abs: judge::PROFILE_ABS,
-        profile_ulps: judge::PROFILE_ULP,
-        profile_abs: judge::PROFILE_ABS,
+        exact: PROFILE,
+        profile: PROFILE,
     };
 }
 
@@ -310,7 +323,17 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
         Ok(_) => return Err(("round-trip", "parse(print(m)) != m".into())),
         Err(e) => return Err(("round-trip", format!("printed module does not parse: {e}"))),
     }
-    let args = inputs::call_args(module, input_seed(seed));
+    // An input without a generator gets values in the range that the
+    // generator's promises assume for floats.
+    let generation = Generation {
+        seed: input_seed(seed),
+        stream: &[],
+        fallback: Fallback::Same(Generator::Uniform {
+            lo: Literal::f32(-4.0),
+            hi: Literal::f32(4.0),
+        }),
+    };
+    let args = call_args(module, &generation).map_err(|e| ("inputs", e.to_string()))?;
     let calls = module.effective_calls();
     let mut interp = Interpreter::new();
     let options = InterpOptions {
@@ -446,12 +469,13 @@ pub fn judge_backend(
                     format!("output `{name}` missing"),
                 );
             };
-            if let Err(detail) = judge::compare(want, have, &mode, &factory.floats) {
+            let floats = factory.floats;
+            if let Err(mismatch) = compare_within(&mode, want, have, floats.exact, floats.profile) {
                 return Verdict::Disagrees(
                     Signature::WrongValue {
                         output: name.clone(),
                     },
-                    detail,
+                    mismatch.to_string(),
                 );
             }
         }

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::compile::{Access, BinKind, Instr, OwnInstance, ProgramCode, RegInit, Target, UnKind};
 use super::detect::{self, Accessor, Clock, Detector, History, Rec};
-use super::{LateWait, Rng};
+use super::LateWait;
 use crate::backend::{RunError, Site};
+use crate::inputs::Rng;
 use crate::ir::{AtomicOp, SemOp};
 
 /// A device buffer of one call. Words are atomics so that independent blocks
@@ -780,6 +781,25 @@ impl BlockState {
         result
     }
 
+    /// The words of the instance of buffer `b` that a one-dimensional access
+    /// of this block reaches.
+    fn own_instance<'e>(
+        &self,
+        code: &ProgramCode,
+        env: &'e Env,
+        acc: &Access,
+        b: usize,
+    ) -> Result<&'e [AtomicU32], RunError> {
+        let base = match acc.own {
+            OwnInstance::Block => self.block * acc.inst_len,
+            OwnInstance::Zero => 0,
+        } as usize;
+        env.bufs[b]
+            .words
+            .get(base..base + acc.inst_len as usize)
+            .ok_or_else(|| corrupt(code))
+    }
+
     /// A one-dimensional load of the block's own instance without detection.
     fn load_1d(
         &self,
@@ -794,43 +814,16 @@ impl BlockState {
         let lanes = lanes_of(self.span, &self.mask);
         let result = match acc.target {
             Target::Global(b) => {
-                let base = match acc.own {
-                    OwnInstance::Block => self.block * acc.inst_len,
-                    OwnInstance::Zero => 0,
-                } as usize;
-                let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
-                    return Err(corrupt(code));
-                };
-                try_each(lanes, |l| {
-                    let i = idx[l];
-                    if i >= extent {
-                        return Err(l);
-                    }
-                    d[l] = words[i as usize].load(Relaxed);
-                    Ok(())
-                })
+                let words = self.own_instance(code, env, acc, b)?;
+                try_each_index(lanes, idx, extent, |l, i| d[l] = words[i].load(Relaxed))
             }
             Target::Smem(s) => {
                 let words = &self.smem[s];
-                try_each(lanes, |l| {
-                    let i = idx[l];
-                    if i >= extent {
-                        return Err(l);
-                    }
-                    d[l] = words[i as usize];
-                    Ok(())
-                })
+                try_each_index(lanes, idx, extent, |l, i| d[l] = words[i])
             }
             Target::Local(id) => {
                 let words = &self.locals[id];
-                try_each(lanes, |l| {
-                    let i = idx[l];
-                    if i >= extent {
-                        return Err(l);
-                    }
-                    d[l] = words[i as usize * t + l];
-                    Ok(())
-                })
+                try_each_index(lanes, idx, extent, |l, i| d[l] = words[i * t + l])
             }
         };
         result.map_err(|l| self.oob(code, acc, l))
@@ -897,43 +890,16 @@ impl BlockState {
         let (idx, s) = (&self.regs[r], &self.regs[src]);
         let result = match acc.target {
             Target::Global(b) => {
-                let base = match acc.own {
-                    OwnInstance::Block => self.block * acc.inst_len,
-                    OwnInstance::Zero => 0,
-                } as usize;
-                let Some(words) = env.bufs[b].words.get(base..base + acc.inst_len as usize) else {
-                    return Err(corrupt(code));
-                };
-                try_each(lanes, |l| {
-                    let i = idx[l];
-                    if i >= extent {
-                        return Err(l);
-                    }
-                    words[i as usize].store(s[l], Relaxed);
-                    Ok(())
-                })
+                let words = self.own_instance(code, env, acc, b)?;
+                try_each_index(lanes, idx, extent, |l, i| words[i].store(s[l], Relaxed))
             }
             Target::Smem(k) => {
                 let words = &mut self.smem[k];
-                try_each(lanes, |l| {
-                    let i = idx[l];
-                    if i >= extent {
-                        return Err(l);
-                    }
-                    words[i as usize] = s[l];
-                    Ok(())
-                })
+                try_each_index(lanes, idx, extent, |l, i| words[i] = s[l])
             }
             Target::Local(id) => {
                 let words = &mut self.locals[id];
-                try_each(lanes, |l| {
-                    let i = idx[l];
-                    if i >= extent {
-                        return Err(l);
-                    }
-                    words[i as usize * t + l] = s[l];
-                    Ok(())
-                })
+                try_each_index(lanes, idx, extent, |l, i| words[i * t + l] = s[l])
             }
         };
         // Lanes before an out-of-bounds one have stored, as on a GPU.
@@ -1071,14 +1037,29 @@ fn each(lanes: Lanes, mut f: impl FnMut(usize)) {
 }
 
 /// Like [`each`]; stops at the first lane for which `f` fails.
+/// Runs `f(lane, index)` for each lane whose index `idx[lane]` is below
+/// `extent`; stops at the first lane out of bounds and returns it.
 #[inline(always)]
-fn try_each(lanes: Lanes, mut f: impl FnMut(usize) -> Result<(), usize>) -> Result<(), usize> {
+fn try_each_index(
+    lanes: Lanes,
+    idx: &[u32],
+    extent: u32,
+    mut f: impl FnMut(usize, usize),
+) -> Result<(), usize> {
+    let mut one = |l: usize| {
+        let i = idx[l];
+        if i >= extent {
+            return Err(l);
+        }
+        f(l, i as usize);
+        Ok(())
+    };
     match lanes {
-        Lanes::Range(lo, hi) => (lo..hi).try_for_each(f),
+        Lanes::Range(lo, hi) => (lo..hi).try_for_each(one),
         Lanes::Mask(m) => {
             for (l, &on) in m.iter().enumerate() {
                 if on {
-                    f(l)?;
+                    one(l)?;
                 }
             }
             Ok(())

@@ -38,6 +38,7 @@ use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{CallArgs, CallOutputs, HostTensor};
+use crate::inputs::Rng;
 use crate::ir::{
     CompareMode, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType,
     Resident, ScalarType, Type,
@@ -83,35 +84,6 @@ pub struct InterpReport {
     pub parallel: bool,
     /// Waits of the first schedule satisfied by a block scheduled after the waiter.
     pub late_waits: Vec<LateWait>,
-}
-
-/// A small seeded generator (SplitMix64) for schedules.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            items.swap(i, j);
-        }
-    }
 }
 
 /// A device-resident ref's contents, kept across calls.
@@ -259,7 +231,8 @@ impl Interpreter {
                 .wrapping_add(k as u64)
                 .wrapping_mul(0x2545_F491_4F6C_DD1D);
             let mut alt = AltSchedule::new(
-                Rng::new(seed),
+                // The offset keeps every seed's schedules as they were.
+                Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15),
                 true,
                 k % 2 == 1 || codes.iter().all(|c| c.threads <= 32),
                 true,

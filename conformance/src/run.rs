@@ -11,7 +11,7 @@ use mpmd_core::{Backend, CallArgs, HostTensor, Mode, RunError, RunOptions};
 use crate::analysis::{bounded_ops, profile_tolerance, tags, BackendId};
 use crate::backends::{cuda_check_plan, new_backend, Availability, Environment};
 use crate::case::{Case, CaseKind};
-use crate::compare::{compare, default_mode, show, Mismatch, Tolerance};
+use crate::compare::{compare, default_mode, Tolerance};
 use crate::generate::{generate_scalar, generate_tensor};
 use crate::rng::SplitMix64;
 
@@ -737,7 +737,12 @@ fn triage_mode(
 }
 
 /// A mismatch where CUDA's tensor was the expected side, in CUDA/WGSL terms.
-fn describe_disagreement(mismatch: &Mismatch, cuda: &HostTensor, wgpu: &HostTensor) -> String {
+fn describe_disagreement(
+    mismatch: &crate::compare::Mismatch,
+    cuda: &HostTensor,
+    wgpu: &HostTensor,
+) -> String {
+    use crate::compare::show;
     if mismatch.detail.is_some() {
         return format!("shapes differ: cuda {:?} wgpu {:?}", cuda.shape, wgpu.shape);
     }

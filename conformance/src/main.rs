@@ -14,7 +14,7 @@ use mpmd_conformance::analysis::BackendId;
 use mpmd_conformance::backends::{probe, Environment};
 use mpmd_conformance::case::{default_corpus_dir, load_dir, matches_filter, Case};
 use mpmd_conformance::report::{header, render_json, render_text, Summary};
-use mpmd_conformance::run::{run_case, CaseResult, RunConfig, Status};
+use mpmd_conformance::run::{run_case, triage_selected, CaseResult, RunConfig, Status};
 
 #[derive(Parser)]
 #[command(
@@ -173,6 +173,8 @@ fn run_all(
                             (b, Status::Fail(why))
                         })
                         .collect(),
+                    triage: triage_selected(&config.backends)
+                        .then(|| Status::Skip("not run: the case did not finish".into())),
                 });
                 if done_tx.send((i, result)).is_err() {
                     break;

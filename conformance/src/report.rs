@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::analysis::BackendId;
 use crate::backends::Environment;
-use crate::run::{CaseResult, Status};
+use crate::run::{CaseResult, Status, TRIAGE};
 
 /// Counts over every (case, backend) cell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +44,44 @@ impl Summary {
     }
 }
 
+/// Counts over the triage (`cuda~wgpu`) cells, which the summary line leaves out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TriageSummary {
+    pub agree: usize,
+    pub disagree: usize,
+    pub not_compared: usize,
+}
+
+impl TriageSummary {
+    /// `None` when no case has a triage cell (not both GPU backends selected).
+    pub fn of(results: &[CaseResult]) -> Option<TriageSummary> {
+        let mut s = TriageSummary::default();
+        let mut any = false;
+        for status in results.iter().filter_map(|r| r.triage.as_ref()) {
+            any = true;
+            match status {
+                Status::Pass => s.agree += 1,
+                Status::Fail(_) => s.disagree += 1,
+                _ => s.not_compared += 1,
+            }
+        }
+        any.then_some(s)
+    }
+
+    /// `triage: N agree, N disagree, N not compared`.
+    pub fn line(&self) -> String {
+        format!(
+            "triage: {} agree, {} disagree, {} not compared",
+            self.agree, self.disagree, self.not_compared
+        )
+    }
+}
+
+/// The command that reruns a case's triage alone.
+pub fn reproduce_triage_command(case: &str, seed: u64) -> String {
+    format!("cargo xtask conformance --filter {case} --seed {seed} --backends wgpu,cuda")
+}
+
 pub fn reproduce_command(case: &str, seed: u64, backend: BackendId) -> String {
     format!(
         "cargo xtask conformance --filter {case} --seed {seed} --backends {}",
@@ -75,15 +113,23 @@ pub fn render_text(results: &[CaseResult], backends: &[BackendId], seed: u64) ->
         .max()
         .unwrap_or(4)
         .max(4);
+    let triage = TriageSummary::of(results);
     let _ = write!(out, "{:<width$}", "case");
     for b in backends {
         let _ = write!(out, "  {:<10}", b.name());
+    }
+    if triage.is_some() {
+        let _ = write!(out, "  {TRIAGE:<10}");
     }
     out.push('\n');
     for r in results {
         let _ = write!(out, "{:<width$}", r.name);
         for b in backends {
             let cell = r.results.get(b).map(|s| s.keyword()).unwrap_or("-");
+            let _ = write!(out, "  {cell:<10}");
+        }
+        if triage.is_some() {
+            let cell = r.triage.as_ref().map(|s| s.keyword()).unwrap_or("-");
             let _ = write!(out, "  {cell:<10}");
         }
         out.push('\n');
@@ -110,11 +156,35 @@ pub fn render_text(results: &[CaseResult], backends: &[BackendId], seed: u64) ->
             }
         }
     }
+    let mut disagreements = String::new();
+    let mut triage_skips: BTreeMap<String, usize> = BTreeMap::new();
+    for r in results {
+        match &r.triage {
+            Some(Status::Fail(detail)) => {
+                let _ = writeln!(
+                    disagreements,
+                    "DISAGREE {} on {TRIAGE} (triage): {detail}",
+                    r.name
+                );
+                let _ = writeln!(
+                    disagreements,
+                    "  reproduce: {}",
+                    reproduce_triage_command(&r.name, seed)
+                );
+            }
+            Some(Status::Skip(reason)) => *triage_skips.entry(reason.clone()).or_default() += 1,
+            _ => {}
+        }
+    }
     if !failures.is_empty() {
         out.push('\n');
         out.push_str(&failures);
     }
-    if !skips.is_empty() {
+    if !disagreements.is_empty() {
+        out.push('\n');
+        out.push_str(&disagreements);
+    }
+    if !skips.is_empty() || !triage_skips.is_empty() {
         out.push_str("\nskipped:\n");
         for ((b, reason), n) in &skips {
             let _ = writeln!(
@@ -123,6 +193,10 @@ pub fn render_text(results: &[CaseResult], backends: &[BackendId], seed: u64) ->
                 b.name(),
                 if *n == 1 { "" } else { "s" }
             );
+        }
+        for (reason, n) in &triage_skips {
+            let plural = if *n == 1 { "" } else { "s" };
+            let _ = writeln!(out, "  {TRIAGE}: {reason} ({n} case{plural})");
         }
     }
     if !unverified.is_empty() {
@@ -138,6 +212,9 @@ pub fn render_text(results: &[CaseResult], backends: &[BackendId], seed: u64) ->
     }
     let summary = Summary::of(results);
     out.push('\n');
+    if let Some(triage) = triage {
+        let _ = writeln!(out, "{}", triage.line());
+    }
     if summary.compiled + summary.unverified > 0 {
         let _ = writeln!(
             out,
@@ -169,11 +246,18 @@ pub fn render_json(results: &[CaseResult], env: &Environment, seed: u64) -> Valu
     let cases: Vec<Value> = results
         .iter()
         .map(|r| {
-            let per_backend: serde_json::Map<String, Value> = r
+            let mut per_backend: serde_json::Map<String, Value> = r
                 .results
                 .iter()
                 .map(|(b, s)| (b.name().to_string(), status_json(s, &r.name, seed, *b)))
                 .collect();
+            if let Some(triage) = &r.triage {
+                let mut cell = status_json(triage, &r.name, seed, BackendId::Cuda);
+                if let Status::Fail(_) = triage {
+                    cell["reproduce"] = Value::String(reproduce_triage_command(&r.name, seed));
+                }
+                per_backend.insert(TRIAGE.to_string(), cell);
+            }
             json!({
                 "name": r.name,
                 "kind": r.kind.name(),
@@ -187,12 +271,17 @@ pub fn render_json(results: &[CaseResult], env: &Environment, seed: u64) -> Valu
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
-    json!({
+    let mut report = json!({
         "summary": { "passed": summary.passed, "failed": summary.failed, "skipped": summary.skipped },
         "seed": seed,
         "environment": environment,
         "cases": cases,
-    })
+    });
+    if let Some(t) = TriageSummary::of(results) {
+        report["triage"] =
+            json!({ "agree": t.agree, "disagree": t.disagree, "not compared": t.not_compared });
+    }
+    report
 }
 
 #[cfg(test)]
@@ -214,6 +303,7 @@ mod tests {
                 ]
                 .into_iter()
                 .collect(),
+                triage: None,
             },
             CaseResult {
                 name: "bad".into(),
@@ -226,6 +316,7 @@ mod tests {
                 ]
                 .into_iter()
                 .collect(),
+                triage: None,
             },
         ]
     }
@@ -289,5 +380,114 @@ mod tests {
             json!({"status": "skip", "reason": "no adapter"})
         );
         assert_eq!(v["environment"]["wgpu adapter"], "llvmpipe");
+        assert!(v["cases"][0]["results"].get(TRIAGE).is_none());
+        assert!(v.get("triage").is_none());
+    }
+
+    /// Three run cases with a triage cell each (agree, disagree, not
+    /// compared) and a reject case without one.
+    fn results_with_triage() -> Vec<CaseResult> {
+        let run = |name: &str, triage: Status| CaseResult {
+            name: name.into(),
+            kind: CaseKind::Run,
+            tags: vec![],
+            results: [
+                (BackendId::Interp, Status::Pass),
+                (BackendId::Wgpu, Status::Pass),
+                (BackendId::Cuda, Status::Pass),
+            ]
+            .into_iter()
+            .collect(),
+            triage: Some(triage),
+        };
+        let mut bad = results().remove(1);
+        bad.results.insert(BackendId::Wgpu, Status::Pass);
+        vec![
+            run("same", Status::Pass),
+            run(
+                "apart",
+                Status::Fail(
+                    "fast mode: call 0: output `y` (exact): 1 of 4 elements differ".into(),
+                ),
+            ),
+            run("nogpu", Status::Skip("cuda compiled only (no GPU)".into())),
+            bad,
+        ]
+    }
+
+    #[test]
+    fn text_report_has_a_triage_column_disagreements_and_a_triage_line() {
+        let text = render_text(&results_with_triage(), &BackendId::ALL, 3);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .take(5)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows[0], ["case", "interp", "wgpu", "cuda", "cuda~wgpu"]);
+        assert_eq!(rows[1], ["same", "pass", "pass", "pass", "pass"]);
+        assert_eq!(rows[2], ["apart", "pass", "pass", "pass", "fail"]);
+        assert_eq!(rows[3], ["nogpu", "pass", "pass", "pass", "skip"]);
+        assert_eq!(rows[4], ["bad", "pass", "pass", "pass", "-"]);
+        assert!(text.contains(
+            "\nDISAGREE apart on cuda~wgpu (triage): fast mode: call 0: output `y` (exact): 1 of 4 elements differ\n  reproduce: cargo xtask conformance --filter apart --seed 3 --backends wgpu,cuda\n"
+        ));
+        assert!(!text.contains("FAIL"));
+        assert!(text.contains("\nskipped:\n  cuda~wgpu: cuda compiled only (no GPU) (1 case)\n"));
+        let tail: Vec<&str> = text.lines().rev().take(2).collect();
+        assert_eq!(
+            tail,
+            [
+                "12 passed, 0 failed, 0 skipped",
+                "triage: 1 agree, 1 disagree, 1 not compared"
+            ]
+        );
+    }
+
+    #[test]
+    fn triage_never_counts_in_the_summary() {
+        let with_triage = results_with_triage();
+        assert_eq!(
+            Summary::of(&with_triage),
+            Summary {
+                passed: 12,
+                ..Summary::default()
+            }
+        );
+        assert_eq!(
+            TriageSummary::of(&with_triage),
+            Some(TriageSummary {
+                agree: 1,
+                disagree: 1,
+                not_compared: 1
+            })
+        );
+        assert_eq!(TriageSummary::of(&results()), None);
+    }
+
+    #[test]
+    fn json_report_has_the_triage_cells_and_counts() {
+        let v = render_json(&results_with_triage(), &env(), 3);
+        assert_eq!(
+            v["summary"],
+            json!({"passed": 12, "failed": 0, "skipped": 0})
+        );
+        assert_eq!(
+            v["triage"],
+            json!({"agree": 1, "disagree": 1, "not compared": 1})
+        );
+        assert_eq!(v["cases"][0]["results"][TRIAGE], json!({"status": "pass"}));
+        assert_eq!(
+            v["cases"][1]["results"][TRIAGE],
+            json!({
+                "status": "fail",
+                "detail": "fast mode: call 0: output `y` (exact): 1 of 4 elements differ",
+                "reproduce": "cargo xtask conformance --filter apart --seed 3 --backends wgpu,cuda"
+            })
+        );
+        assert_eq!(
+            v["cases"][2]["results"][TRIAGE],
+            json!({"status": "skip", "reason": "cuda compiled only (no GPU)"})
+        );
+        assert!(v["cases"][3]["results"].get(TRIAGE).is_none());
     }
 }

@@ -75,6 +75,45 @@ pub struct CaseResult {
     pub kind: CaseKind,
     pub tags: Vec<String>,
     pub results: BTreeMap<BackendId, Status>,
+    /// CUDA compared with WGSL directly (the `cuda~wgpu` column): set for run
+    /// cases when both GPU backends are selected; never changes the exit code.
+    pub triage: Option<Status>,
+}
+
+/// The name of the triage column and JSON key.
+pub const TRIAGE: &str = "cuda~wgpu";
+
+/// Whether the selection has a triage column: both GPU backends are selected.
+pub fn triage_selected(backends: &[BackendId]) -> bool {
+    backends.contains(&BackendId::Wgpu) && backends.contains(&BackendId::Cuda)
+}
+
+/// What one GPU backend did with a case in one mode, kept for triage.
+#[derive(Clone, Debug)]
+pub enum Execution {
+    /// It ran the calls: what it observed, or the error it stopped with.
+    Ran(Result<Vec<Observed>, Box<RunError>>),
+    /// It did not run them, and why (for the triage column's skip reason).
+    NotRun(String),
+}
+
+impl Execution {
+    /// Keeps a backend run's outcome for triage: refusals and failed set-ups
+    /// did not execute the program.
+    fn of(backend: BackendId, outcome: &Result<Vec<Observed>, SequenceError>) -> Execution {
+        let b = backend.name();
+        match outcome {
+            Ok(observed) => Execution::Ran(Ok(observed.clone())),
+            Err(SequenceError::Run(e)) => match e.as_ref() {
+                RunError::Refused { reason } => Execution::NotRun(format!("{b} refused: {reason}")),
+                RunError::Unsupported { reason } => {
+                    Execution::NotRun(format!("{b} unsupported: {reason}"))
+                }
+                _ => Execution::Ran(Err(e.clone())),
+            },
+            Err(SequenceError::Setup(s)) => Execution::NotRun(format!("{b} did not start: {s}")),
+        }
+    }
 }
 
 /// Settings for a whole run.
@@ -396,11 +435,16 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         kind: case.kind(),
         tags: vec![],
         results: BTreeMap::new(),
+        triage: None,
+    };
+    let not_compared = |why: &str| {
+        triage_selected(&config.backends).then(|| Status::Skip(format!("not run: {why}")))
     };
     let module = match &case.parsed {
         Ok(m) => m,
         Err(e) => {
             result.results = all(config, Status::Fail(format!("does not parse: {e}")));
+            result.triage = not_compared("the case does not parse");
             return result;
         }
     };
@@ -445,12 +489,14 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
             config,
             Status::Fail(format!("rejected by validation: {list}")),
         );
+        result.triage = not_compared("rejected by validation");
         return result;
     }
     let calls = match prepare_calls(&case.name, module, config.seed) {
         Ok(c) => c,
         Err(e) => {
             result.results = all(config, Status::Fail(format!("case set-up: {e}")));
+            result.triage = not_compared("case set-up failed");
             return result;
         }
     };
@@ -465,6 +511,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         .map(|&mode| run_interp(module, &calls, mode, config.seed, config.extra_schedules))
         .collect();
     let ops = bounded_ops(module);
+    let mut executions: BTreeMap<BackendId, Vec<Execution>> = BTreeMap::new();
 
     for &backend in &config.backends {
         let status = match backend {
@@ -483,21 +530,179 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
                 })
                 .reduce(Status::combine)
                 .unwrap_or(Status::Pass),
-            _ => run_on_gpu(
-                backend,
-                module,
-                &calls,
-                env,
-                &modes,
-                &oracle,
-                expected_class,
-                config.seed,
-                &ops,
-            ),
+            _ => {
+                let mut ran = Vec::new();
+                let status = run_on_gpu(
+                    backend,
+                    module,
+                    &calls,
+                    env,
+                    &modes,
+                    &oracle,
+                    expected_class,
+                    config.seed,
+                    &ops,
+                    &mut ran,
+                );
+                if ran.is_empty() {
+                    // It stopped before running in any mode: the status says why.
+                    ran = vec![Execution::NotRun(not_run_reason(backend, &status)); modes.len()];
+                }
+                executions.insert(backend, ran);
+                status
+            }
         };
         result.results.insert(backend, status);
     }
+    if let (Some(cuda), Some(wgpu)) = (
+        executions.get(&BackendId::Cuda),
+        executions.get(&BackendId::Wgpu),
+    ) {
+        let tolerance = looser(
+            profile_tolerance(BackendId::Cuda, &ops, &[]),
+            profile_tolerance(BackendId::Wgpu, &ops, &env.wgpu_measured_ulp),
+        );
+        result.triage = Some(triage(&spec.compares, &modes, cuda, wgpu, tolerance));
+    }
     result
+}
+
+/// The triage skip reason of a GPU backend that stopped before running.
+fn not_run_reason(backend: BackendId, status: &Status) -> String {
+    let b = backend.name();
+    match status {
+        Status::Compiled => format!("{b} compiled only (no GPU)"),
+        Status::Skip(why) | Status::Fail(why) | Status::Unverified(why) => {
+            format!("{b} not run: {why}")
+        }
+        Status::Pass => format!("{b} not run"),
+    }
+}
+
+/// The looser of two tolerances, bound by bound.
+pub fn looser(a: Tolerance, b: Tolerance) -> Tolerance {
+    Tolerance {
+        ulp: a.ulp.max(b.ulp),
+        abs: a.abs.max(b.abs),
+    }
+}
+
+/// Triage: CUDA's runs against WGSL's, mode by mode (`modes[i]` gave
+/// `cuda[i]` and `wgpu[i]`), each output by the case's compare mode with
+/// `tolerance` for `profile`. Pass when they agree, fail with the first
+/// differences when they do not, skip when either did not run; the modes
+/// combine like a backend's.
+pub fn triage(
+    compares: &[(String, CompareMode)],
+    modes: &[Mode],
+    cuda: &[Execution],
+    wgpu: &[Execution],
+    tolerance: Tolerance,
+) -> Status {
+    modes
+        .iter()
+        .zip(cuda.iter().zip(wgpu))
+        .map(|(&mode, (c, w))| triage_mode(compares, mode, c, w, tolerance))
+        .reduce(Status::combine)
+        .unwrap_or_else(|| Status::Skip("no mode ran".into()))
+}
+
+fn triage_mode(
+    compares: &[(String, CompareMode)],
+    mode: Mode,
+    cuda: &Execution,
+    wgpu: &Execution,
+    tolerance: Tolerance,
+) -> Status {
+    let m = mode_name(mode);
+    let (cuda, wgpu) = match (cuda, wgpu) {
+        (Execution::NotRun(why), _) | (_, Execution::NotRun(why)) => {
+            return Status::Skip(why.clone())
+        }
+        (Execution::Ran(c), Execution::Ran(w)) => (c, w),
+    };
+    let (cuda, wgpu) = match (cuda, wgpu) {
+        (Ok(c), Ok(w)) => (c, w),
+        (Err(c), Err(w)) => {
+            // Equal classes agree; a deadlock and a wait timeout are the same finding.
+            let agree = match (c.class(), w.class()) {
+                (Some(a), Some(b)) => class_matches(a, Some(b)) || class_matches(b, Some(a)),
+                _ => false,
+            };
+            return if agree {
+                Status::Pass
+            } else {
+                Status::Fail(format!(
+                    "{m} mode: cuda stopped with: {c}; wgpu stopped with: {w}"
+                ))
+            };
+        }
+        (Err(c), Ok(_)) => {
+            return Status::Fail(format!(
+                "{m} mode: cuda stopped with: {c}; wgpu ran to completion"
+            ))
+        }
+        (Ok(_), Err(w)) => {
+            return Status::Fail(format!(
+                "{m} mode: cuda ran to completion; wgpu stopped with: {w}"
+            ))
+        }
+    };
+    let mut problems = Vec::new();
+    for c in cuda {
+        let Some(w) = wgpu.iter().find(|w| w.call == c.call && w.name == c.name) else {
+            problems.push(format!("{}: missing from wgpu's results", c.label()));
+            continue;
+        };
+        let compare_mode = compares
+            .iter()
+            .find(|(n, _)| n == &c.name)
+            .map(|(_, mode)| mode.clone())
+            .unwrap_or_else(|| default_mode(c.tensor.elem));
+        if let Err(mismatch) = compare(&compare_mode, &c.tensor, &w.tensor, tolerance) {
+            problems.push(format!(
+                "{} ({}): {}",
+                c.label(),
+                describe_mode(&compare_mode, tolerance),
+                describe_disagreement(&mismatch, &c.tensor, &w.tensor)
+            ));
+        }
+    }
+    for w in wgpu {
+        if !cuda.iter().any(|c| c.call == w.call && c.name == w.name) {
+            problems.push(format!("{}: missing from cuda's results", w.label()));
+        }
+    }
+    if problems.is_empty() {
+        Status::Pass
+    } else {
+        Status::Fail(format!("{m} mode: {}", problems.join("\n    ")))
+    }
+}
+
+/// A mismatch where CUDA's tensor was the expected side, in CUDA/WGSL terms.
+fn describe_disagreement(
+    mismatch: &crate::compare::Mismatch,
+    cuda: &HostTensor,
+    wgpu: &HostTensor,
+) -> String {
+    use crate::compare::show;
+    if mismatch.detail.is_some() {
+        return format!("shapes differ: cuda {:?} wgpu {:?}", cuda.shape, wgpu.shape);
+    }
+    let mut text = format!("{} of {} elements differ", mismatch.count, mismatch.total);
+    for d in &mismatch.first {
+        text += &format!(
+            "\n      [{}] cuda {} wgpu {}",
+            d.index,
+            show(d.elem, d.expected),
+            show(d.elem, d.actual)
+        );
+        if let Some(u) = d.ulp {
+            text += &format!(" ({u} ulp)");
+        }
+    }
+    text
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -511,6 +716,7 @@ fn run_on_gpu(
     expected_class: Option<ErrorClass>,
     seed: u64,
     ops: &std::collections::BTreeSet<crate::analysis::BoundedOp>,
+    executions: &mut Vec<Execution>,
 ) -> Status {
     let availability = env.availability(backend);
     if let Availability::Unavailable(reason) = &availability {
@@ -556,9 +762,12 @@ fn run_on_gpu(
     let mut status: Option<Status> = None;
     for (&mode, oracle) in modes.iter().zip(oracle) {
         let s = if expected_class == Some(ErrorClass::OutOfBounds) && mode == Mode::Fast {
-            Status::Skip("out-of-bounds accesses are undefined in fast mode".into())
+            let why = "out-of-bounds accesses are undefined in fast mode";
+            executions.push(Execution::NotRun(why.into()));
+            Status::Skip(why.into())
         } else {
             let outcome = run_backend(backend, module, calls, &plans, mode, seed);
+            executions.push(Execution::of(backend, &outcome));
             judge(module, backend, mode, outcome, Some(oracle), tolerance)
         };
         status = Some(match status {
@@ -623,5 +832,232 @@ mod tests {
             Some(ErrorClass::Deadlock)
         ));
         assert!(!class_matches(ErrorClass::DataRace, None));
+    }
+
+    fn output(call: usize, name: &str, tensor: HostTensor) -> Observed {
+        Observed {
+            call: Some(call),
+            name: name.into(),
+            tensor,
+        }
+    }
+
+    fn ran(observed: Vec<Observed>) -> Execution {
+        Execution::Ran(Ok(observed))
+    }
+
+    fn stopped(e: RunError) -> Execution {
+        Execution::Ran(Err(Box::new(e)))
+    }
+
+    fn f32s(values: &[f32]) -> HostTensor {
+        HostTensor::from_f32(vec![values.len() as u32], values)
+    }
+
+    /// `ulps` units in the last place above 1.0.
+    fn above_one(ulps: u32) -> f32 {
+        f32::from_bits(1.0f32.to_bits() + ulps)
+    }
+
+    fn one_mode(cuda: Execution, wgpu: Execution, tolerance: Tolerance) -> Status {
+        triage(&[], &[Mode::Fast], &[cuda], &[wgpu], tolerance)
+    }
+
+    const TWO_ULP: Tolerance = Tolerance { ulp: 2, abs: 0.0 };
+
+    #[test]
+    fn triage_passes_when_the_outputs_agree() {
+        let outputs = vec![
+            output(0, "y", f32s(&[1.0, -0.0, f32::NAN])),
+            output(0, "n", HostTensor::from_i32(vec![2], &[-7, 9])),
+        ];
+        // The sign of zero and NaN payloads are ignored, as against the oracle.
+        let mut wgpu = outputs.clone();
+        wgpu[0].tensor.words[1] = 0;
+        wgpu[0].tensor.words[2] = 0x7fc0_0001;
+        let status = one_mode(ran(outputs), ran(wgpu), Tolerance::EXACT);
+        assert_eq!(status, Status::Pass);
+    }
+
+    #[test]
+    fn triage_passes_within_the_tolerance() {
+        let cuda = ran(vec![output(0, "y", f32s(&[1.0, 2.0]))]);
+        let wgpu = ran(vec![output(0, "y", f32s(&[above_one(2), 2.0]))]);
+        assert_eq!(one_mode(cuda, wgpu, TWO_ULP), Status::Pass);
+    }
+
+    #[test]
+    fn triage_fails_beyond_the_tolerance_with_the_first_differences() {
+        let cuda = ran(vec![output(1, "y", f32s(&[1.0, 2.0, 1.0]))]);
+        let wgpu = ran(vec![output(1, "y", f32s(&[above_one(3), 2.0, 1.0]))]);
+        assert_eq!(
+            one_mode(cuda, wgpu, TWO_ULP),
+            Status::Fail(
+                "fast mode: call 1: output `y` (profile: 2 ulp or 0 absolute): 1 of 3 elements differ\n      [0] cuda 1.0 (0x3f800000) wgpu 1.0000004 (0x3f800003) (3 ulp)"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn triage_compares_integers_exactly_and_follows_the_case_compare_modes() {
+        let cuda = ran(vec![output(0, "n", HostTensor::from_u32(vec![2], &[1, 2]))]);
+        let wgpu = ran(vec![output(0, "n", HostTensor::from_u32(vec![2], &[1, 3]))]);
+        let loose = Tolerance {
+            ulp: 1000,
+            abs: 1000.0,
+        };
+        assert_eq!(
+            one_mode(cuda.clone(), wgpu.clone(), loose),
+            Status::Fail(
+                "fast mode: call 0: output `n` (exact): 1 of 2 elements differ\n      [1] cuda 2u wgpu 3u"
+                    .into()
+            )
+        );
+        let ignored = [("n".to_string(), CompareMode::Ignore)];
+        assert_eq!(
+            triage(&ignored, &[Mode::Fast], &[cuda], &[wgpu], loose),
+            Status::Pass
+        );
+        let counts = |w: &[i32]| ran(vec![output(0, "c", HostTensor::from_i32(vec![3], w))]);
+        let multiset = [("c".to_string(), CompareMode::Multiset)];
+        assert_eq!(
+            triage(
+                &multiset,
+                &[Mode::Fast],
+                &[counts(&[3, 1, 2])],
+                &[counts(&[1, 2, 3])],
+                Tolerance::EXACT
+            ),
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn triage_reports_an_output_missing_on_either_side() {
+        let y = output(0, "y", f32s(&[1.0]));
+        let resident = Observed {
+            call: None,
+            name: "acc".into(),
+            tensor: f32s(&[2.0]),
+        };
+        let status = one_mode(
+            ran(vec![y.clone(), resident]),
+            ran(vec![y, output(1, "z", f32s(&[0.0]))]),
+            Tolerance::EXACT,
+        );
+        assert_eq!(
+            status,
+            Status::Fail(
+                "fast mode: after the last call: resident `acc`: missing from wgpu's results\n    call 1: output `z`: missing from cuda's results"
+                    .into()
+            )
+        );
+        let shapes = one_mode(
+            ran(vec![output(0, "y", f32s(&[1.0]))]),
+            ran(vec![output(0, "y", f32s(&[1.0, 1.0]))]),
+            Tolerance::EXACT,
+        );
+        assert_eq!(
+            shapes,
+            Status::Fail(
+                "fast mode: call 0: output `y` (profile: 0 ulp or 0 absolute): shapes differ: cuda [1] wgpu [2]"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn triage_skips_when_either_side_did_not_run() {
+        let y = ran(vec![output(0, "y", f32s(&[1.0]))]);
+        let no_gpu = Execution::NotRun("cuda compiled only (no GPU)".into());
+        assert_eq!(
+            one_mode(no_gpu.clone(), y.clone(), Tolerance::EXACT),
+            Status::Skip("cuda compiled only (no GPU)".into())
+        );
+        let refused = Execution::NotRun("wgpu refused: needs co-residency".into());
+        assert_eq!(
+            one_mode(y.clone(), refused.clone(), Tolerance::EXACT),
+            Status::Skip("wgpu refused: needs co-residency".into())
+        );
+        // Both missing: CUDA's reason.
+        assert_eq!(
+            one_mode(no_gpu.clone(), refused, Tolerance::EXACT),
+            Status::Skip("cuda compiled only (no GPU)".into())
+        );
+        // A mode that ran on both decides over one that did not.
+        let modes = [Mode::Fast, Mode::Checked];
+        assert_eq!(
+            triage(&[], &modes, &[no_gpu, y.clone()], &[y.clone(), y], TWO_ULP),
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn triage_compares_error_classes_when_a_run_stops() {
+        let timeout = || {
+            stopped(RunError::WaitTimeout {
+                site: mpmd_core::backend::Site {
+                    program: 0,
+                    kernel: "k".into(),
+                    block: 3,
+                    thread: None,
+                },
+                semaphore: "s".into(),
+            })
+        };
+        let deadlock = stopped(RunError::Deadlock {
+            wait_for_graph: "b0 -> b1 -> b0".into(),
+        });
+        assert_eq!(
+            one_mode(deadlock, timeout(), Tolerance::EXACT),
+            Status::Pass
+        );
+        let broken = stopped(RunError::Backend("lost the device".into()));
+        assert_eq!(
+            one_mode(broken.clone(), broken, Tolerance::EXACT),
+            Status::Fail(
+                "fast mode: cuda stopped with: backend error: lost the device; wgpu stopped with: backend error: lost the device"
+                    .into()
+            )
+        );
+        assert_eq!(
+            one_mode(timeout(), ran(vec![]), Tolerance::EXACT),
+            Status::Fail(
+                "fast mode: cuda stopped with: wait on `s` timed out at program 0 (k), block 3; wgpu ran to completion"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn refusals_and_failed_set_ups_are_not_executions() {
+        let refused = Err(SequenceError::Run(Box::new(RunError::Refused {
+            reason: "waits need co-resident workgroups".into(),
+        })));
+        let Execution::NotRun(why) = Execution::of(BackendId::Wgpu, &refused) else {
+            panic!("a refusal counted as an execution");
+        };
+        assert_eq!(why, "wgpu refused: waits need co-resident workgroups");
+        let setup = Err(SequenceError::Setup("no context".into()));
+        let Execution::NotRun(why) = Execution::of(BackendId::Cuda, &setup) else {
+            panic!("a failed set-up counted as an execution");
+        };
+        assert_eq!(why, "cuda did not start: no context");
+        assert!(matches!(
+            Execution::of(BackendId::Cuda, &Ok(vec![])),
+            Execution::Ran(Ok(v)) if v.is_empty()
+        ));
+        assert_eq!(
+            not_run_reason(BackendId::Cuda, &Status::Compiled),
+            "cuda compiled only (no GPU)"
+        );
+    }
+
+    #[test]
+    fn the_looser_tolerance_takes_each_bound_at_its_largest() {
+        let cuda = Tolerance { ulp: 4, abs: 0.0 };
+        let wgpu = Tolerance { ulp: 3, abs: 1e-6 };
+        assert_eq!(looser(cuda, wgpu), Tolerance { ulp: 4, abs: 1e-6 });
     }
 }

@@ -38,7 +38,30 @@ impl Setup {
                 prepend_paths(&self.bin_dirs, std::env::var_os("PATH")),
             );
         }
+        // Mesa's Vulkan loader prints "error: XDG_RUNTIME_DIR is invalid" on
+        // every adapter probe when it is unset (as under CI and `sudo`).
+        #[cfg(unix)]
+        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+            let dir = std::env::temp_dir().join(format!("mpmd-xdg-runtime-{}", uid()));
+            if std::fs::create_dir_all(&dir).is_ok() {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+                cmd.env("XDG_RUNTIME_DIR", dir);
+            }
+        }
     }
+}
+
+/// The real user id (from /proc, to avoid a libc dependency for one call).
+fn uid() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|rest| rest.split_whitespace().next().map(str::to_string))
+        })
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn prepend_paths(dirs: &[PathBuf], existing: Option<OsString>) -> OsString {

@@ -921,9 +921,13 @@ fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
                         out,
                         "// Semaphore wait on {global}, run by thread 0 of the block, when every program
 // that signals it ran in an earlier dispatch: the count can no longer grow, so one
-// look decides. Short: nothing is taken and the deadlock is reported.
-// A take that fails gives its amount back; only a take that found the count already
-// short can fail, so a failure is always a real one (the first one seen is exact).
+// look decides. Short: nothing is taken and the deadlock is reported. A take that
+// fails gives its amount back; only a take that found the count already short can
+// fail, so the first failure is always a real one.
+// Kept small: llvmpipe runs a branch's atomics for every SIMD vector of the block,
+// lanes masked off or not, so each atomic here costs every block. The report relies
+// on the status buffer being zero at the start of the call (thread 0, other values)
+// and the host takes the unit from the site.
 fn mpmd_take_{global}(index: u32, amount: i32, take: bool, site: u32) {{
   if (take) {{
     let before = atomicSub(&{global}[index], amount);
@@ -932,7 +936,11 @@ fn mpmd_take_{global}(index: u32, amount: i32, take: bool, site: u32) {{
   }} else if (atomicLoad(&{global}[index]) >= amount) {{
     return;
   }}
-  mpmd_report({ERROR_WAIT_TIMEOUT}u, site, 1u, array<u32, {MAX_RECORDED_VALUES}>(index, 0u, 0u, 0u, 0u, 0u, 0u, 0u));
+  if (atomicAdd(&mpmd_status[0], 1u) != 0u) {{ return; }}
+  atomicStore(&mpmd_status[1], {ERROR_WAIT_TIMEOUT}u);
+  atomicStore(&mpmd_status[3], mpmd_block_id);
+  atomicStore(&mpmd_status[5], site);
+  atomicStore(&mpmd_status[7], index);
 }}
 
 "
@@ -1763,7 +1771,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                     "if (thread_id == 0u) {{ mpmd_take_{global}({idx}, {amt}, {take}, {site}u); }}"
                 ));
                 if self.sem_barrier_unobservable {
-                    self.line("// No memory access precedes it in this block: no barrier to observe.");
+                    self.line(
+                        "// No memory access precedes it in this block: no barrier to observe.",
+                    );
                 } else {
                     self.line("workgroupBarrier();");
                     self.line("storageBarrier();");
@@ -2262,8 +2272,31 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 /// so: waits with no memory access before them (only loads-free `let`, `var`
 /// and assignments, and other such waits), and signals with none after them.
 /// Only used when the plan orders every signal before its waits by dispatch
-/// boundaries, which also order the data for waiters of other programs.
+/// boundaries, which also order the data for waiters of other programs. A
+/// signal of a semaphore the program also `read`s keeps its barrier: another
+/// block of the same dispatch may look at the count.
 fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
+    fn reads(body: &[Stmt], out: &mut HashSet<Name>) {
+        for stmt in body {
+            match stmt {
+                Stmt::SemRead { sem, .. } => {
+                    out.insert(sem.base.clone());
+                }
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    reads(then_body, out);
+                    reads(else_body, out);
+                }
+                Stmt::For { body, .. } => reads(body, out),
+                _ => {}
+            }
+        }
+    }
+    let mut read = HashSet::new();
+    reads(body, &mut read);
     fn private(stmt: &Stmt) -> bool {
         match stmt {
             Stmt::Let { value, .. } | Stmt::Assign { value, .. } => !has_load(value),
@@ -2276,7 +2309,12 @@ fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
             Stmt::Sem { op, sem, amount } => {
                 wanted.contains(op)
                     && !has_load(amount)
-                    && !sem.block.iter().flatten().chain(sem.index.iter()).any(has_load)
+                    && !sem
+                        .block
+                        .iter()
+                        .flatten()
+                        .chain(sem.index.iter())
+                        .any(has_load)
             }
             _ => false,
         }
@@ -2290,7 +2328,8 @@ fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
         }
     }
     for (k, stmt) in body.iter().enumerate().rev() {
-        if sem_without_loads(stmt, &[SemOp::Signal]) {
+        let read_here = matches!(stmt, Stmt::Sem { sem, .. } if read.contains(&sem.base));
+        if sem_without_loads(stmt, &[SemOp::Signal]) && !read_here {
             quiet[k] = true;
         } else if !private(stmt) {
             break;

@@ -385,6 +385,7 @@ enum Helper {
     Fmod,
     Check(usize),
     SemWait(String),
+    SemTake(String),
     Saturating,
 }
 
@@ -915,6 +916,37 @@ fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
                     )
                     .unwrap();
                 }
+                Helper::SemTake(global) => {
+                    write!(
+                        out,
+                        "// Semaphore wait on {global}, run by thread 0 of the block, when every program
+// that signals it ran in an earlier dispatch: the count can no longer grow, so one
+// look decides. Short: nothing is taken and the deadlock is reported. A take that
+// fails gives its amount back; only a take that found the count already short can
+// fail, so the first failure is always a real one.
+// Kept small: llvmpipe runs a branch's atomics for every SIMD vector of the block,
+// lanes masked off or not, so each atomic here costs every block. The report relies
+// on the status buffer being zero at the start of the call (thread 0, other values)
+// and the host takes the unit from the site.
+fn mpmd_take_{global}(index: u32, amount: i32, take: bool, site: u32) {{
+  if (take) {{
+    let before = atomicSub(&{global}[index], amount);
+    if (before >= amount) {{ return; }}
+    atomicAdd(&{global}[index], amount);
+  }} else if (atomicLoad(&{global}[index]) >= amount) {{
+    return;
+  }}
+  if (atomicAdd(&mpmd_status[0], 1u) != 0u) {{ return; }}
+  atomicStore(&mpmd_status[1], {ERROR_WAIT_TIMEOUT}u);
+  atomicStore(&mpmd_status[3], mpmd_block_id);
+  atomicStore(&mpmd_status[5], site);
+  atomicStore(&mpmd_status[7], index);
+}}
+
+"
+                    )
+                    .unwrap();
+                }
             }
         }
     }
@@ -994,6 +1026,12 @@ struct UnitEmitter<'s, 'p> {
     temp: usize,
     /// Inside a region whose loop cost was paid at its entry (no ticks).
     paid: bool,
+    /// Every semaphore's signallers run in earlier dispatches than its
+    /// waiters (the plan needs no co-residency): a wait looks once.
+    ordered_by_dispatch: bool,
+    /// The statement being emitted is a top-level semaphore operation whose
+    /// barrier no thread of the block can observe (see `unobservable_sem_barriers`).
+    sem_barrier_unobservable: bool,
 }
 
 fn contains_collective(body: &[Stmt]) -> bool {
@@ -1101,6 +1139,8 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             depth: 1,
             temp: 0,
             paid: false,
+            ordered_by_dispatch: !plan.needs_co_residency(),
+            sem_barrier_unobservable: false,
         })
     }
 
@@ -1323,7 +1363,17 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             }
         }
         let body = unit.kernel.body.clone();
-        self.stmts(&body)?;
+        let quiet = if self.ordered_by_dispatch {
+            unobservable_sem_barriers(&body)
+        } else {
+            vec![false; body.len()]
+        };
+        for (stmt, quiet) in body.iter().zip(quiet) {
+            self.sem_barrier_unobservable = quiet;
+            let r = self.stmt(stmt);
+            self.sem_barrier_unobservable = false;
+            r?;
+        }
 
         let mut out = String::new();
         let mesh = &unit.mesh;
@@ -1684,11 +1734,20 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         let what = describe_access(sem);
         match op {
             SemOp::Signal => {
-                self.line(&format!(
-                    "// signal({what}, n): the block's writes first, then one add."
-                ));
-                self.line("workgroupBarrier();");
-                self.line("storageBarrier();");
+                if self.sem_barrier_unobservable {
+                    self.line(&format!(
+                        "// signal({what}, n): one add. Every waiter runs in a later dispatch, which sees all of"
+                    ));
+                    self.line(
+                        "// this one's writes, and nothing follows in this block: no barrier to observe.",
+                    );
+                } else {
+                    self.line(&format!(
+                        "// signal({what}, n): the block's writes first, then one add."
+                    ));
+                    self.line("workgroupBarrier();");
+                    self.line("storageBarrier();");
+                }
                 let idx = self.temp("sem");
                 let amt = self.temp("amount");
                 self.line(&format!("let {idx}: u32 = {index};"));
@@ -1696,6 +1755,29 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.line(&format!(
                     "if (thread_id == 0u) {{ atomicAdd(&{global}[{idx}], {amt}); }}"
                 ));
+            }
+            SemOp::Wait | SemOp::WaitNodec if self.ordered_by_dispatch => {
+                let take = op == SemOp::Wait;
+                self.state.helpers.insert(Helper::SemTake(global.clone()));
+                self.line(&format!(
+                    "// {}({what}, n): every signaller ran in an earlier dispatch; thread 0 looks once.",
+                    op.name()
+                ));
+                let idx = self.temp("sem");
+                let amt = self.temp("amount");
+                self.line(&format!("let {idx}: u32 = {index};"));
+                self.line(&format!("let {amt}: i32 = {n};"));
+                self.line(&format!(
+                    "if (thread_id == 0u) {{ mpmd_take_{global}({idx}, {amt}, {take}, {site}u); }}"
+                ));
+                if self.sem_barrier_unobservable {
+                    self.line(
+                        "// No memory access precedes it in this block: no barrier to observe.",
+                    );
+                } else {
+                    self.line("workgroupBarrier();");
+                    self.line("storageBarrier();");
+                }
             }
             SemOp::Wait | SemOp::WaitNodec => {
                 let take = op == SemOp::Wait;
@@ -2182,6 +2264,78 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             _ => format!("{}({})", f.name(), v.join(", ")),
         })
     }
+}
+
+/// For each top-level statement of a kernel body: whether it is a semaphore
+/// operation whose barrier no thread of the block can observe. A barrier only
+/// orders the block's own memory accesses before it against those after it,
+/// so: waits with no memory access before them (only loads-free `let`, `var`
+/// and assignments, and other such waits), and signals with none after them.
+/// Only used when the plan orders every signal before its waits by dispatch
+/// boundaries, which also order the data for waiters of other programs. A
+/// signal of a semaphore the program also `read`s keeps its barrier: another
+/// block of the same dispatch may look at the count.
+fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
+    fn reads(body: &[Stmt], out: &mut HashSet<Name>) {
+        for stmt in body {
+            match stmt {
+                Stmt::SemRead { sem, .. } => {
+                    out.insert(sem.base.clone());
+                }
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    reads(then_body, out);
+                    reads(else_body, out);
+                }
+                Stmt::For { body, .. } => reads(body, out),
+                _ => {}
+            }
+        }
+    }
+    let mut read = HashSet::new();
+    reads(body, &mut read);
+    fn private(stmt: &Stmt) -> bool {
+        match stmt {
+            Stmt::Let { value, .. } | Stmt::Assign { value, .. } => !has_load(value),
+            Stmt::Var { init, .. } => !has_load(init),
+            _ => false,
+        }
+    }
+    fn sem_without_loads(stmt: &Stmt, wanted: &[SemOp]) -> bool {
+        match stmt {
+            Stmt::Sem { op, sem, amount } => {
+                wanted.contains(op)
+                    && !has_load(amount)
+                    && !sem
+                        .block
+                        .iter()
+                        .flatten()
+                        .chain(sem.index.iter())
+                        .any(has_load)
+            }
+            _ => false,
+        }
+    }
+    let mut quiet = vec![false; body.len()];
+    for (k, stmt) in body.iter().enumerate() {
+        if sem_without_loads(stmt, &[SemOp::Wait, SemOp::WaitNodec]) {
+            quiet[k] = true;
+        } else if !private(stmt) {
+            break;
+        }
+    }
+    for (k, stmt) in body.iter().enumerate().rev() {
+        let read_here = matches!(stmt, Stmt::Sem { sem, .. } if read.contains(&sem.base));
+        if sem_without_loads(stmt, &[SemOp::Signal]) && !read_here {
+            quiet[k] = true;
+        } else if !private(stmt) {
+            break;
+        }
+    }
+    quiet
 }
 
 fn contains_loop(body: &[Stmt]) -> bool {

@@ -797,7 +797,11 @@ impl Backend for WgpuBackend {
 impl WgpuBackend {
     fn decode_error(&self, plan: &LaunchPlan, emitted: &EmittedModule, status: &[u32]) -> RunError {
         let kind = status[1];
-        let unit_index = status[2] as usize;
+        // A wait's record may leave the unit out (see `mpmd_take_*`): its site names it.
+        let unit_index = match (kind, emitted.sites.get(status[5] as usize)) {
+            (ERROR_WAIT_TIMEOUT, Some(site)) => site.unit,
+            _ => status[2] as usize,
+        };
         let block = status[3] as u64;
         let thread = status[4];
         let site_index = status[5] as usize;

@@ -8,6 +8,7 @@ use mpmd_core::backend::{Backend, RunError};
 use mpmd_core::host::{CallOutputs, HostTensor};
 use mpmd_core::interp::Interpreter;
 use mpmd_core::ir::{ErrorClass, Literal};
+use mpmd_core::Mode;
 use mpmd_wgpu::WgpuOptions;
 
 /// Equal words, except that NaN payloads and the sign of zero are ignored
@@ -829,4 +830,83 @@ fn bad_arguments_are_errors() {
         err,
         RunError::BadArguments("input `x` has 3 elements; the map declares 480".into())
     );
+}
+
+/// Semaphore operations between smem accesses: their barriers order the
+/// block's own threads, so they stay even though dispatch order makes the
+/// waits look once. The pipeline's tail signal and head wait drop theirs.
+const SEM_AS_BARRIER: &str = "
+mesh producer {
+  grid [pb = 4];
+  threads t = 64;
+}
+mesh consumer {
+  grid [cb = 4];
+  threads t = 64;
+}
+kernel produce(x: gmem<f32[256]>, y: gmem<f32[256]>, z: gmem<f32[256]>, buf: gmem<f32[256]>, ready: sem<[4]>, accp: smem<f32[64]> @ producer, accc: smem<f32[64]> @ consumer) {
+  let t: u32 = axis_index(t);
+  let i: u32 = axis_index(pb) * 64u + t;
+  accp[t] = x[i] * 2.0;
+  buf[i] = x[i] * 2.0;
+  signal(ready[axis_index(pb)], 1);
+  z[i] = accp[63u - t];
+}
+kernel consume(x: gmem<f32[256]>, y: gmem<f32[256]>, z: gmem<f32[256]>, buf: gmem<f32[256]>, ready: sem<[4]>, accp: smem<f32[64]> @ producer, accc: smem<f32[64]> @ consumer) {
+  let t: u32 = axis_index(t);
+  let i: u32 = axis_index(cb) * 64u + t;
+  accc[t] = x[i] + 0.5;
+  wait(ready[axis_index(cb)], 1);
+  y[i] = buf[i] + accc[63u - t];
+}
+map pipeline {
+  programs [consumer: consume, producer: produce];
+  inputs [x: gmem<f32[256]>];
+  outputs [y: gmem<f32[256]>, z: gmem<f32[256]>];
+  scratch [buf: gmem<f32[256]>, ready: sem<[4]>, accp: smem<f32[64]> @ producer, accc: smem<f32[64]> @ consumer];
+}
+";
+
+#[test]
+fn ordered_semaphores_keep_the_barriers_the_block_can_observe() {
+    let m = module(SEM_AS_BARRIER);
+    let p = plan(&m, "pipeline");
+    let wgsl = mpmd_wgpu::emit(&p, Mode::Fast).unwrap();
+    let unit = |name: &str| {
+        let start = wgsl.find(&format!("fn {name}(")).unwrap();
+        let end = wgsl[start..].find("\n}\n").unwrap();
+        wgsl[start..start + end].to_string()
+    };
+    // unit 0 is the producer (topological order), unit 1 the consumer.
+    let produce = unit("unit0_produce");
+    let consume = unit("unit1_consume");
+    assert_eq!(
+        produce.matches("workgroupBarrier();").count(),
+        1,
+        "{produce}"
+    );
+    assert_eq!(
+        consume.matches("workgroupBarrier();").count(),
+        1,
+        "{consume}"
+    );
+    assert!(consume.contains("mpmd_take_g_ready("), "{consume}");
+    assert!(!wgsl.contains("fn mpmd_wait_"), "{wgsl}");
+    // The plain pipeline: a head wait and a tail signal, no barrier at all.
+    let plain = mpmd_wgpu::emit(&plan(&module(PIPELINE), "pipeline"), Mode::Fast).unwrap();
+    assert!(!plain.contains("workgroupBarrier();"), "{plain}");
+    // A plan that needs co-residency keeps the polling protocol.
+    let cycle = mpmd_wgpu::emit(&plan(&module(CYCLE), "cycle"), Mode::Fast).unwrap();
+    assert!(cycle.contains("fn mpmd_wait_"), "{cycle}");
+    assert!(!cycle.contains("fn mpmd_take_"), "{cycle}");
+
+    let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
+    let a = args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]);
+    let Some(out) = run_and_compare(SEM_AS_BARRIER, "pipeline", &a) else {
+        return;
+    };
+    // Block 1, thread 5: buf = 2 * 69, acc = x[64 + 58] + 0.5.
+    assert_eq!(out.outputs["y"].to_f32()[69], 138.0 + 122.5);
+    // z[69] = acc[58] of producer block 1 = 2 * x[122].
+    assert_eq!(out.outputs["z"].to_f32()[69], 244.0);
 }

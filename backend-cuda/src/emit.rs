@@ -11,8 +11,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use mpmd_core::ir::{
-    AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, RefAccess, RefType, ScalarType, SemOp,
-    Stmt, Type, UnaryOp,
+    type_of, AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, RefAccess, RefType,
+    ScalarType, Scope, SemOp, Stmt, Type, UnaryOp,
 };
 use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
@@ -498,40 +498,27 @@ impl UnitContext<'_> {
             .ok_or_else(|| self.unsupported(format!("unknown name `{name}`")))
     }
 
+    /// The type of `e`, by the IR's one typing rule over the names in scope.
     fn scalar_type(&self, e: &Expr) -> Result<ScalarType, EmitError> {
-        Ok(match e {
-            Expr::Lit(l) => l.ty(),
-            Expr::Var(n) => match self.symbol(n)? {
-                Symbol::Scalar { ty, .. } => *ty,
-                _ => return Err(self.unsupported(format!("`{n}` is a ref, not a value"))),
-            },
-            Expr::AxisIndex(_) | Expr::AxisSize(_) => ScalarType::U32,
-            Expr::Load(access) => self.element_type(&access.base)?,
-            Expr::Unary(_, a) => self.scalar_type(a)?,
-            Expr::Binary(op, a, _) => {
-                if op.is_comparison() {
-                    ScalarType::Bool
-                } else {
-                    self.scalar_type(a)?
+        let mut scope = Scope::new();
+        for (name, symbol) in &self.symbols {
+            match symbol {
+                Symbol::Scalar { ty, .. } => scope.bind_scalar(name, *ty),
+                Symbol::Buffer { ty, .. } | Symbol::Smem { ty, .. } => {
+                    scope.bind_ref(name, ty.clone())
                 }
+                Symbol::Local { elem, shape, .. } => scope.bind_ref(
+                    name,
+                    RefType {
+                        space: MemorySpace::Local,
+                        elem: *elem,
+                        shape: shape.clone(),
+                        owner: None,
+                    },
+                ),
             }
-            Expr::Select(_, a, _) => self.scalar_type(a)?,
-            Expr::Cast(t, _) | Expr::Bitcast(t, _) => *t,
-            Expr::Math(_, args) => match args.first() {
-                Some(a) => self.scalar_type(a)?,
-                None => return Err(self.unsupported("math function without arguments")),
-            },
-        })
-    }
-
-    fn element_type(&self, base: &str) -> Result<ScalarType, EmitError> {
-        Ok(match self.symbol(base)? {
-            Symbol::Buffer { ty, .. } | Symbol::Smem { ty, .. } => ty.elem,
-            Symbol::Local { elem, .. } => *elem,
-            Symbol::Scalar { .. } => {
-                return Err(self.unsupported(format!("`{base}` is not a ref and cannot be indexed")))
-            }
-        })
+        }
+        type_of(e, &scope).map_err(|err| self.unsupported(err.to_string()))
     }
 }
 

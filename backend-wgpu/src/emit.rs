@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use mpmd_core::ir::{
-    AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, Name, RefAccess, RefType, ScalarType,
-    SemOp, Stmt, Type, UnaryOp,
+    type_of, AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, Name, RefAccess, RefType,
+    ScalarType, Scope, SemOp, Stmt, Type, UnaryOp,
 };
 use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
@@ -2014,31 +2014,17 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 
     // ---- expressions ----
 
+    /// The type of `e`, by the IR's one typing rule over the names in scope
+    /// (inner scopes shadow outer ones).
     fn ty(&self, e: &Expr) -> Result<ScalarType, EmitError> {
-        Ok(match e {
-            Expr::Lit(l) => l.ty(),
-            Expr::Var(name) => match self.lookup(name) {
-                Some(Named::Scalar { ty, .. }) => *ty,
-                _ => return Err(self.invalid(format!("unknown variable `{name}`"))),
-            },
-            Expr::AxisIndex(_) | Expr::AxisSize(_) => ScalarType::U32,
-            Expr::Load(access) => self.ref_info(&access.base)?.ty.elem,
-            Expr::Unary(UnaryOp::Not, _) => ScalarType::Bool,
-            Expr::Unary(_, e) => self.ty(e)?,
-            Expr::Binary(op, a, _) => {
-                if op.is_comparison() {
-                    ScalarType::Bool
-                } else {
-                    self.ty(a)?
-                }
+        let mut scope = Scope::new();
+        for (name, named) in self.scopes.iter().flatten() {
+            match named {
+                Named::Scalar { ty, .. } => scope.bind_scalar(name, *ty),
+                Named::Ref(info) => scope.bind_ref(name, info.ty.clone()),
             }
-            Expr::Select(_, t, _) => self.ty(t)?,
-            Expr::Cast(t, _) | Expr::Bitcast(t, _) => *t,
-            Expr::Math(_, args) => match args.first() {
-                Some(a) => self.ty(a)?,
-                None => return Err(self.invalid("math function without arguments")),
-            },
-        })
+        }
+        type_of(e, &scope).map_err(|err| self.invalid(err.to_string()))
     }
 
     fn expr(&mut self, e: &Expr) -> Result<String, EmitError> {

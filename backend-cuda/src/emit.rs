@@ -10,6 +10,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
+use mpmd_core::ir::visit::{for_each_expr, for_each_stmt};
 use mpmd_core::ir::{
     type_of, AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, RefAccess, RefType,
     ScalarType, Scope, SemOp, Stmt, Type, UnaryOp,
@@ -372,26 +373,15 @@ fn written_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
 }
 
 fn collect_written(body: &[Stmt], names: &mut BTreeSet<String>) {
-    for stmt in body {
-        match stmt {
-            Stmt::Store { target, .. } | Stmt::Atomic { target, .. } => {
-                names.insert(target.base.clone());
-            }
-            Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
-                names.insert(sem.base.clone());
-            }
-            Stmt::If {
-                then_body,
-                else_body,
-                ..
-            } => {
-                collect_written(then_body, names);
-                collect_written(else_body, names);
-            }
-            Stmt::For { body, .. } => collect_written(body, names),
-            _ => {}
+    for_each_stmt(body, &mut |stmt| match stmt {
+        Stmt::Store { target, .. } | Stmt::Atomic { target, .. } => {
+            names.insert(target.base.clone());
         }
-    }
+        Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
+            names.insert(sem.base.clone());
+        }
+        _ => {}
+    });
 }
 
 /// Whether a body waits on a semaphore (then blocks need ordered tickets).
@@ -408,73 +398,12 @@ fn has_wait(body: &[Stmt]) -> bool {
     })
 }
 
-fn collect_axes_expr(e: &Expr, axes: &mut BTreeSet<String>) {
-    match e {
-        Expr::AxisIndex(a) => {
+fn collect_axes(body: &[Stmt], axes: &mut BTreeSet<String>) {
+    for_each_expr(body, &mut |e| {
+        if let Expr::AxisIndex(a) = e {
             axes.insert(a.clone());
         }
-        Expr::Lit(_) | Expr::Var(_) | Expr::AxisSize(_) => {}
-        Expr::Load(access) => collect_axes_access(access, axes),
-        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => collect_axes_expr(a, axes),
-        Expr::Binary(_, a, b) => {
-            collect_axes_expr(a, axes);
-            collect_axes_expr(b, axes);
-        }
-        Expr::Select(a, b, c) => {
-            collect_axes_expr(a, axes);
-            collect_axes_expr(b, axes);
-            collect_axes_expr(c, axes);
-        }
-        Expr::Math(_, args) => args.iter().for_each(|a| collect_axes_expr(a, axes)),
-    }
-}
-
-fn collect_axes_access(access: &RefAccess, axes: &mut BTreeSet<String>) {
-    access
-        .block
-        .iter()
-        .flatten()
-        .chain(access.index.iter())
-        .for_each(|e| collect_axes_expr(e, axes));
-}
-
-fn collect_axes(body: &[Stmt], axes: &mut BTreeSet<String>) {
-    for stmt in body {
-        match stmt {
-            Stmt::Let { value, .. } | Stmt::Assign { value, .. } => collect_axes_expr(value, axes),
-            Stmt::Var { init, .. } => collect_axes_expr(init, axes),
-            Stmt::LocalArray { .. } | Stmt::Barrier => {}
-            Stmt::Store { target, value } => {
-                collect_axes_access(target, axes);
-                collect_axes_expr(value, axes);
-            }
-            Stmt::Atomic { target, args, .. } => {
-                collect_axes_access(target, axes);
-                args.iter().for_each(|a| collect_axes_expr(a, axes));
-            }
-            Stmt::If {
-                cond,
-                then_body,
-                else_body,
-            } => {
-                collect_axes_expr(cond, axes);
-                collect_axes(then_body, axes);
-                collect_axes(else_body, axes);
-            }
-            Stmt::For {
-                start, end, body, ..
-            } => {
-                collect_axes_expr(start, axes);
-                collect_axes_expr(end, axes);
-                collect_axes(body, axes);
-            }
-            Stmt::Sem { sem, amount, .. } => {
-                collect_axes_access(sem, axes);
-                collect_axes_expr(amount, axes);
-            }
-            Stmt::SemRead { sem, .. } => collect_axes_access(sem, axes),
-        }
-    }
+    });
 }
 
 /// Per-program state while emitting its body.

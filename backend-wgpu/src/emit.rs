@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
+use mpmd_core::ir::visit::for_each_stmt;
 use mpmd_core::ir::{
     type_of, AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, Name, RefAccess, RefType,
     ScalarType, Scope, SemOp, Stmt, Type, UnaryOp,
@@ -266,26 +267,15 @@ fn atomic_buffers(plan: &LaunchPlan) -> Vec<bool> {
 }
 
 fn collect_atomic_targets(body: &[Stmt], out: &mut HashSet<Name>) {
-    for stmt in body {
-        match stmt {
-            Stmt::Atomic { target, .. } => {
-                out.insert(target.base.clone());
-            }
-            Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
-                out.insert(sem.base.clone());
-            }
-            Stmt::If {
-                then_body,
-                else_body,
-                ..
-            } => {
-                collect_atomic_targets(then_body, out);
-                collect_atomic_targets(else_body, out);
-            }
-            Stmt::For { body, .. } => collect_atomic_targets(body, out),
-            _ => {}
+    for_each_stmt(body, &mut |stmt| match stmt {
+        Stmt::Atomic { target, .. } => {
+            out.insert(target.base.clone());
         }
-    }
+        Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
+            out.insert(sem.base.clone());
+        }
+        _ => {}
+    });
 }
 
 /// Assigns bindings: one per buffer, or shared arenas by word type when

@@ -3,9 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use mpmd_core::ir::{
-    BinaryOp, Expectation, Expr, MathFn, MemorySpace, Module, RefAccess, Stmt, Type,
-};
+use mpmd_core::ir::{BinaryOp, Expectation, Expr, MathFn, MemorySpace, Module, Type};
+
+use mpmd_core::ir::visit::for_each_expr;
 
 use crate::compare::Tolerance;
 
@@ -82,7 +82,7 @@ impl MathFnKey {
 pub fn bounded_ops(module: &Module) -> BTreeSet<BoundedOp> {
     let mut ops = BTreeSet::new();
     for k in &module.kernels {
-        walk_stmts(&k.body, &mut |e| match e {
+        for_each_expr(&k.body, &mut |e| match e {
             Expr::Binary(BinaryOp::Div, ..) => {
                 ops.insert(BoundedOp::Div);
             }
@@ -96,70 +96,6 @@ pub fn bounded_ops(module: &Module) -> BTreeSet<BoundedOp> {
         });
     }
     ops
-}
-
-fn walk_access(a: &RefAccess, f: &mut dyn FnMut(&Expr)) {
-    for e in a.block.iter().flatten().chain(&a.index) {
-        walk_expr(e, f);
-    }
-}
-
-fn walk_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
-    f(e);
-    match e {
-        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
-        Expr::Load(a) => walk_access(a, f),
-        Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => walk_expr(x, f),
-        Expr::Binary(_, a, b) => {
-            walk_expr(a, f);
-            walk_expr(b, f);
-        }
-        Expr::Select(a, b, c) => {
-            walk_expr(a, f);
-            walk_expr(b, f);
-            walk_expr(c, f);
-        }
-        Expr::Math(_, args) => args.iter().for_each(|a| walk_expr(a, f)),
-    }
-}
-
-fn walk_stmts(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
-    for s in body {
-        match s {
-            Stmt::Let { value, .. } | Stmt::Assign { value, .. } => walk_expr(value, f),
-            Stmt::Var { init, .. } => walk_expr(init, f),
-            Stmt::LocalArray { .. } | Stmt::Barrier => {}
-            Stmt::Store { target, value } => {
-                walk_access(target, f);
-                walk_expr(value, f);
-            }
-            Stmt::Atomic { target, args, .. } => {
-                walk_access(target, f);
-                args.iter().for_each(|a| walk_expr(a, f));
-            }
-            Stmt::If {
-                cond,
-                then_body,
-                else_body,
-            } => {
-                walk_expr(cond, f);
-                walk_stmts(then_body, f);
-                walk_stmts(else_body, f);
-            }
-            Stmt::For {
-                start, end, body, ..
-            } => {
-                walk_expr(start, f);
-                walk_expr(end, f);
-                walk_stmts(body, f);
-            }
-            Stmt::Sem { sem, amount, .. } => {
-                walk_access(sem, f);
-                walk_expr(amount, f);
-            }
-            Stmt::SemRead { sem, .. } => walk_access(sem, f),
-        }
-    }
 }
 
 /// The backends a result can come from.

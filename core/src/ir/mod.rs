@@ -16,6 +16,7 @@
 mod builder;
 mod path;
 mod typing;
+pub mod visit;
 
 pub use builder::*;
 pub use path::{IrPath, PathStep};

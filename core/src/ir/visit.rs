@@ -1,0 +1,113 @@
+//! Walks over kernel bodies, shared by lowering, the backends and the harness
+//! so that each new statement or expression kind is handled in one place.
+
+use super::{Expr, RefAccess, Stmt};
+
+/// Calls `f` on every statement of `body`, outer before inner, descending
+/// into `if` branches and `for` bodies.
+pub fn for_each_stmt(body: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
+    for stmt in body {
+        f(stmt);
+        match stmt {
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                for_each_stmt(then_body, f);
+                for_each_stmt(else_body, f);
+            }
+            Stmt::For { body, .. } => for_each_stmt(body, f),
+            _ => {}
+        }
+    }
+}
+
+/// Calls `f` on every expression of `body` (sub-expressions and index,
+/// coordinate and amount expressions included), parents before children.
+pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
+    for_each_stmt(body, &mut |stmt| match stmt {
+        Stmt::Let { value, .. } | Stmt::Assign { value, .. } => walk_expr(value, f),
+        Stmt::Var { init, .. } => walk_expr(init, f),
+        Stmt::LocalArray { .. } | Stmt::Barrier => {}
+        Stmt::Store { target, value } => {
+            walk_access(target, f);
+            walk_expr(value, f);
+        }
+        Stmt::Atomic { target, args, .. } => {
+            walk_access(target, f);
+            args.iter().for_each(|a| walk_expr(a, f));
+        }
+        Stmt::If { cond, .. } => walk_expr(cond, f),
+        Stmt::For { start, end, .. } => {
+            walk_expr(start, f);
+            walk_expr(end, f);
+        }
+        Stmt::Sem { sem, amount, .. } => {
+            walk_access(sem, f);
+            walk_expr(amount, f);
+        }
+        Stmt::SemRead { sem, .. } => walk_access(sem, f),
+    });
+}
+
+/// Calls `f` on `e` and each of its sub-expressions, parents first.
+pub fn walk_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    f(e);
+    match e {
+        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+        Expr::Load(a) => walk_access(a, f),
+        Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => walk_expr(x, f),
+        Expr::Binary(_, a, b) => {
+            walk_expr(a, f);
+            walk_expr(b, f);
+        }
+        Expr::Select(a, b, c) => {
+            walk_expr(a, f);
+            walk_expr(b, f);
+            walk_expr(c, f);
+        }
+        Expr::Math(_, args) => args.iter().for_each(|a| walk_expr(a, f)),
+    }
+}
+
+/// Calls `f` on the block coordinates and indices of an access.
+pub fn walk_access(a: &RefAccess, f: &mut dyn FnMut(&Expr)) {
+    for e in a.block.iter().flatten().chain(&a.index) {
+        walk_expr(e, f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::*;
+
+    #[test]
+    fn visits_nested_statements_and_every_expression() {
+        let body = BodyBuilder::nested(|b| {
+            b.if_(axis_index("x").lt(4u32), |b| {
+                b.for_("k", ScalarType::U32, 0u32, axis_size("t"), |b, k| {
+                    b.store(at("y", [k]), load("x", [axis_index("t")]));
+                });
+            });
+        });
+        let mut kinds = vec![];
+        for_each_stmt(&body, &mut |s| {
+            kinds.push(match s {
+                Stmt::If { .. } => "if",
+                Stmt::For { .. } => "for",
+                Stmt::Store { .. } => "store",
+                _ => "other",
+            })
+        });
+        assert_eq!(kinds, ["if", "for", "store"]);
+        let mut axes = vec![];
+        for_each_expr(&body, &mut |e| {
+            if let Expr::AxisIndex(a) | Expr::AxisSize(a) = e {
+                axes.push(a.clone());
+            }
+        });
+        assert_eq!(axes, ["x", "t", "t"]);
+    }
+}

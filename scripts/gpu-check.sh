@@ -9,17 +9,21 @@
 #                     is on PATH, since `xtask conformance` runs cargo)
 #   cuda-bench        the CUDA benchmarks (backend-cuda/src/bin/cuda-bench.rs)
 #   mpmd              the CLI (optional: a smoke run of `mpmd run --backend cuda`)
+#   gpu_run           the backend's GPU tests (optional: the test binary of
+#                     `cargo test --release -p mpmd-cuda --test gpu_run --no-run`)
 # and NVRTC (libnvrtc.so.13 + libnvrtc-builtins.so.13.*), searched in order:
 #   $MPMD_NVRTC_DIR, BIN_DIR/lib, BIN_DIR/nvidia/cu13/lib,
 #   target/mpmd-tools/python/nvidia/cu13/lib, any python's nvidia/cu13/lib,
-#   /usr/local/cuda/lib64, the ld.so cache. A BIN_DIR/libnvrtc.so.13.xz or .gz
+#   /usr/local/cuda/lib64, the ld.so cache, then a search of /opt, /usr and
+#   /root. A BIN_DIR/libnvrtc.so.13.xz or .gz
 #   (with libnvrtc-builtins.so.13.*.xz or .gz) is unpacked to a temporary folder.
 #
 # Runs, from the repository root (so that conformance finds its corpus):
 #   1. device and driver facts (nvidia-smi);
-#   2. the conformance corpus with CUDA executing (backends interp,cuda),
-#      at most 280 s;
-#   3. the benchmarks, at most 140 s (the CLI smoke run at most 30 s);
+#   2. the GPU tests, at most 90 s (the CLI smoke run at most 30 s);
+#   3. the conformance corpus with CUDA executing (backends interp,cuda),
+#      at most 240 s;
+#   4. the benchmarks, at most 140 s;
 # and writes every figure to OUT_FILE (default gpu-check-report.txt). The
 # whole run stays under 8 minutes. Exit status: 0 when every step passed,
 # 1 when a step failed, 2 when the set-up is missing something.
@@ -92,6 +96,12 @@ find_nvrtc_dir() {
     echo "system"
     return 0
   fi
+  local found
+  found=$(find /opt /usr /root -maxdepth 8 -name libnvrtc.so.13 2>/dev/null | head -n 1)
+  if [ -n "$found" ]; then
+    dirname "$found"
+    return 0
+  fi
   return 1
 }
 
@@ -106,7 +116,7 @@ else
   exit 2
 fi
 # ptxas is only needed for compile-only checks; runs load CUBINs from NVRTC.
-for dir in "$BIN_DIR/bin" "$BIN_DIR/nvidia/cu13/bin" "$REPO_ROOT/target/mpmd-tools/python/nvidia/cu13/bin"; do
+for dir in "$BIN_DIR/bin" "$BIN_DIR/nvidia/cu13/bin" "$REPO_ROOT/target/mpmd-tools/python/nvidia/cu13/bin" /usr/local/cuda/bin; do
   if [ -x "$dir/ptxas" ]; then export PATH="$dir:$PATH"; break; fi
 done
 say "ptxas $(command -v ptxas || echo 'not found (compile-only figures will fail; runs do not need it)')"
@@ -145,6 +155,23 @@ else
   say "cli not run: no mpmd binary in $BIN_DIR"
 fi
 
+# ---- GPU tests ------------------------------------------------------------
+section "gpu tests"
+if TESTS=$(bin gpu_run); then
+  (cd "$REPO_ROOT/backend-cuda" && timeout 90 "$TESTS" --test-threads 1) >"$WORK/tests.txt" 2>&1
+  rc=$?
+  tee -a "$OUT" <"$WORK/tests.txt" >/dev/null
+  grep -E '^test result' "$WORK/tests.txt" | sed 's/^/tests /' | tee -a "$OUT" >/dev/null
+  if [ $rc -ne 0 ]; then
+    say "gpu tests FAILED (exit $rc)"
+    STATUS=1
+  else
+    say "gpu tests ok"
+  fi
+else
+  say "gpu tests not run: no gpu_run test binary in $BIN_DIR"
+fi
+
 # ---- conformance ----------------------------------------------------------
 section "conformance (interp,cuda)"
 CONF_ARGS=(--backends interp,cuda --json "$WORK/conformance.json")
@@ -161,11 +188,11 @@ else
 fi
 if [ ${#CONF_CMD[@]} -gt 0 ]; then
   say "conformance command: ${CONF_CMD[*]}"
-  (cd "$REPO_ROOT" && timeout 280 "${CONF_CMD[@]}") >"$WORK/conformance.txt" 2>&1
+  (cd "$REPO_ROOT" && timeout 240 "${CONF_CMD[@]}") >"$WORK/conformance.txt" 2>&1
   rc=$?
   cat "$WORK/conformance.txt" >>"$OUT"
   if [ $rc -eq 124 ]; then
-    say "conformance TIMED OUT after 280 s"
+    say "conformance TIMED OUT after 240 s"
     STATUS=1
   elif [ $rc -ne 0 ]; then
     say "conformance FAILED (exit $rc)"
@@ -185,8 +212,9 @@ fi
 
 # ---- benchmarks -----------------------------------------------------------
 section "benchmarks"
+ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
 if BENCH=$(bin cuda-bench); then
-  timeout 140 "$BENCH" >"$WORK/bench.txt" 2>&1
+  MPMD_BENCH_ARCH="${ARCH:-90}" timeout 140 "$BENCH" --examples "$REPO_ROOT/examples" >"$WORK/bench.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/bench.txt"
   if [ $rc -eq 124 ]; then

@@ -10,13 +10,13 @@ use cudarc::driver::sys::{
     CUdevice_attribute, CUevent, CUevent_flags, CUfunction_attribute_enum, CUresult,
 };
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError,
-    LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr,
+    DriverError, LaunchConfig, PushKernelArg,
 };
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, ScalarType, Type};
 use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
-use mpmd_core::{Backend, RunError, RunOptions};
+use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use thiserror::Error;
 
 use crate::control;
@@ -46,6 +46,9 @@ pub struct CudaOptions {
     /// Time limit of every semaphore wait (default 10 s, or
     /// `$MPMD_CUDA_WAIT_TIMEOUT_MS`).
     pub wait_timeout: Duration,
+    /// Time every kernel with a pair of events (`CudaBackend::last_kernel_ms`);
+    /// off by default, since the events cost a few microseconds per call.
+    pub time_kernels: bool,
 }
 
 impl Default for CudaOptions {
@@ -58,6 +61,7 @@ impl Default for CudaOptions {
         CudaOptions {
             device: 0,
             wait_timeout,
+            time_kernels: false,
         }
     }
 }
@@ -80,8 +84,10 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
 
 /// Whether the CUDA driver library can be loaded.
 pub fn driver_present() -> bool {
+    // Asked once per process: each probe is a dlopen and dlclose.
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: only tries to dlopen the candidate names.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
 }
 
 /// Milliseconds between two recorded events. cudarc's wrapper calls
@@ -126,6 +132,80 @@ struct DeviceResident {
     words: CudaSlice<u32>,
 }
 
+/// Where each buffer of a plan lives in the call's device arena (one
+/// allocation per plan, reused by later calls of the same plan). Outputs
+/// come first and the control block right after them, so that one copy
+/// reads back everything a call returns.
+#[derive(Debug)]
+struct ArenaLayout {
+    /// Word offset of each plan buffer; `None` for device-resident refs.
+    offsets: Vec<Option<usize>>,
+    /// Word offset of the control block.
+    control: usize,
+    /// Words copied back after the launch: the outputs, then the control block.
+    readback: usize,
+    total: usize,
+}
+
+/// Buffers start on 256-byte boundaries, as separate allocations would.
+const ARENA_ALIGN_WORDS: usize = 64;
+
+fn align_words(offset: usize) -> usize {
+    offset.div_ceil(ARENA_ALIGN_WORDS) * ARENA_ALIGN_WORDS
+}
+
+impl ArenaLayout {
+    fn new(plan: &LaunchPlan) -> Self {
+        let mut offsets = vec![None; plan.buffers.len()];
+        let mut next = 0usize;
+        let arena_buffers = |outputs: bool| {
+            plan.buffers.iter().enumerate().filter(move |(_, b)| {
+                !matches!(b.init, BufferInit::Resident(_)) && b.output.is_some() == outputs
+            })
+        };
+        for (index, buffer) in arena_buffers(true) {
+            offsets[index] = Some(next);
+            next = align_words(next + buffer.len.max(1) as usize);
+        }
+        let control = next;
+        let readback = control + control::WORDS;
+        next = align_words(readback);
+        for (index, buffer) in arena_buffers(false) {
+            offsets[index] = Some(next);
+            next = align_words(next + buffer.len.max(1) as usize);
+        }
+        ArenaLayout {
+            offsets,
+            control,
+            readback,
+            total: next,
+        }
+    }
+
+    fn range(&self, plan: &LaunchPlan, buffer: usize) -> Option<std::ops::Range<usize>> {
+        let start = self.offsets[buffer]?;
+        Some(start..start + plan.buffers[buffer].len.max(1) as usize)
+    }
+}
+
+/// A plan ready to launch again: the generated kernel, loaded, with the
+/// checks that do not change between calls already done.
+struct PreparedPlan {
+    plan: LaunchPlan,
+    mode: Mode,
+    module: EmittedModule,
+    function: CudaFunction,
+    cooperative: bool,
+    layout: ArenaLayout,
+    /// Dropped when the plan falls out of the most recently used few.
+    arena: Option<CudaSlice<u32>>,
+}
+
+/// Prepared plans kept (compiled kernels are cheap to keep).
+const PREPARED_PLANS: usize = 64;
+/// Prepared plans that keep their device arena between calls.
+const PLANS_WITH_ARENA: usize = 4;
+
 /// The CUDA backend: a context on one device, loaded kernels, and the
 /// device-resident refs, which live as long as this value.
 pub struct CudaBackend {
@@ -134,8 +214,12 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     arch: u32,
     sm_count: u32,
+    smem_optin_limit: u32,
+    cooperative_launch: bool,
     device_name: String,
     kernels: HashMap<String, LoadedKernel>,
+    /// Most recently used first.
+    prepared: Vec<PreparedPlan>,
     residents: BTreeMap<String, DeviceResident>,
     last_kernel_ms: Option<f32>,
 }
@@ -182,12 +266,20 @@ impl CudaBackend {
             ordinal: options.device,
             detail: describe(&e),
         })?;
+        // SAFETY: this backend uses one stream, so cudarc's cross-stream
+        // events (two per allocation, more per launch) only cost time.
+        unsafe { context.disable_event_tracking() };
         let (major, minor) = context
             .compute_capability()
             .map_err(driver("cuDeviceGetAttribute"))?;
-        let sm_count = context
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(driver("cuDeviceGetAttribute"))? as u32;
+        let attribute = |a| context.attribute(a).map_err(driver("cuDeviceGetAttribute"));
+        let sm_count =
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let smem_optin_limit =
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as u32;
+        let cooperative_launch =
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0;
         let device_name = context.name().map_err(driver("cuDeviceGetName"))?;
         // Every run compiles with NVRTC: check now rather than at the first call.
         crate::nvrtc::nvrtc_version()?;
@@ -198,8 +290,11 @@ impl CudaBackend {
             stream,
             arch: (major * 10 + minor) as u32,
             sm_count,
+            smem_optin_limit,
+            cooperative_launch,
             device_name,
             kernels: HashMap::new(),
+            prepared: Vec::new(),
             residents: BTreeMap::new(),
             last_kernel_ms: None,
         })
@@ -226,7 +321,13 @@ impl CudaBackend {
         &self.context
     }
 
-    /// Kernel time of the last successful call, from events around the launch.
+    /// Whether calls time their kernel with events (`last_kernel_ms`).
+    pub fn set_time_kernels(&mut self, on: bool) {
+        self.options.time_kernels = on;
+    }
+
+    /// Kernel time of the last successful call, from events around the
+    /// launch; `None` unless `CudaOptions::time_kernels` is on.
     pub fn last_kernel_ms(&self) -> Option<f32> {
         self.last_kernel_ms
     }
@@ -247,66 +348,57 @@ impl CudaBackend {
         )
     }
 
-    fn kernel(
+    fn load_kernel(
         &mut self,
         module: &EmittedModule,
         fast_math: bool,
-    ) -> Result<&LoadedKernel, RunError> {
+    ) -> Result<CudaFunction, RunError> {
         let key = format!("{fast_math}\n{}", module.source);
-        if !self.kernels.contains_key(&key) {
-            let cubin = self
-                .cubin_for(module, fast_math)
-                .map_err(|e| RunError::Backend(e.to_string()))?;
-            let loaded = self
-                .context
-                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
-                .map_err(|e| {
-                    // The usual cause: a CUBIN from a newer NVRTC than the driver supports.
-                    let driver = driver_version()
-                        .map(|(a, b)| format!("{a}.{b}"))
-                        .unwrap_or_else(|| "?".into());
-                    let nvrtc = crate::nvrtc::nvrtc_version()
-                        .map(|(a, b)| format!("{a}.{b}"))
-                        .unwrap_or_else(|_| "?".into());
-                    RunError::Backend(format!(
-                        "CUDA module load (cuModuleLoadData) for sm_{}: {} (driver supports CUDA {driver}, NVRTC is {nvrtc}; NVRTC must not be newer than the driver)",
-                        self.arch,
-                        describe(&e)
-                    ))
-                })?;
-            let function = loaded
-                .load_function(&module.kernel_name)
-                .map_err(run_err("cuModuleGetFunction"))?;
-            self.kernels.insert(
-                key.clone(),
-                LoadedKernel {
-                    _module: loaded,
-                    function,
-                },
-            );
+        if let Some(loaded) = self.kernels.get(&key) {
+            return Ok(loaded.function.clone());
         }
-        Ok(&self.kernels[&key])
+        let cubin = self
+            .cubin_for(module, fast_math)
+            .map_err(|e| RunError::Backend(e.to_string()))?;
+        let loaded = self
+            .context
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
+            .map_err(|e| {
+                // The usual cause: a CUBIN from a newer NVRTC than the driver supports.
+                let driver = driver_version()
+                    .map(|(a, b)| format!("{a}.{b}"))
+                    .unwrap_or_else(|| "?".into());
+                let nvrtc = crate::nvrtc::nvrtc_version()
+                    .map(|(a, b)| format!("{a}.{b}"))
+                    .unwrap_or_else(|_| "?".into());
+                RunError::Backend(format!(
+                    "CUDA module load (cuModuleLoadData) for sm_{}: {} (driver supports CUDA {driver}, NVRTC is {nvrtc}; NVRTC must not be newer than the driver)",
+                    self.arch,
+                    describe(&e)
+                ))
+            })?;
+        let function = loaded
+            .load_function(&module.kernel_name)
+            .map_err(run_err("cuModuleGetFunction"))?;
+        self.kernels.insert(
+            key,
+            LoadedKernel {
+                _module: loaded,
+                function: function.clone(),
+            },
+        );
+        Ok(function)
     }
 
-    fn run_inner(
-        &mut self,
-        plan: &LaunchPlan,
-        args: &CallArgs,
-        options: &RunOptions,
-    ) -> Result<CallOutputs, RunError> {
-        let module = emit_module(plan, options.mode).map_err(|e| RunError::Unsupported {
+    /// Emits, compiles and loads `plan`, and makes the launch checks that
+    /// do not depend on the call's arguments.
+    fn prepare(&mut self, plan: &LaunchPlan, mode: Mode) -> Result<PreparedPlan, RunError> {
+        let module = emit_module(plan, mode).map_err(|e| RunError::Unsupported {
             reason: e.to_string(),
         })?;
-        let scalars = scalar_args(plan, args)?;
-        let inputs = input_words(plan, args)?;
-        let stream = self.stream.clone();
-
         // Shared memory beyond the default 48 KiB needs an opt-in, up to the device's limit.
         let smem = module.dynamic_smem_bytes;
-        let smem_limit = self
-            .context
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-            .map_err(run_err("cuDeviceGetAttribute"))? as u32;
+        let smem_limit = self.smem_optin_limit;
         if smem > smem_limit.saturating_sub(64) {
             return Err(RunError::Refused {
                 reason: format!(
@@ -314,14 +406,7 @@ impl CudaBackend {
                 ),
             });
         }
-        let cooperative = plan.needs_co_residency();
-        let sm_count = self.sm_count;
-        let coop_supported = self
-            .context
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)
-            .map_err(run_err("cuDeviceGetAttribute"))?
-            != 0;
-        let function = self.kernel(&module, plan.map.fast_math)?.function.clone();
+        let function = self.load_kernel(&module, plan.map.fast_math)?;
         if smem > 48 * 1024 {
             function
                 .set_attribute(
@@ -330,8 +415,9 @@ impl CudaBackend {
                 )
                 .map_err(run_err("cuFuncSetAttribute"))?;
         }
+        let cooperative = plan.needs_co_residency();
         if cooperative {
-            if !coop_supported {
+            if !self.cooperative_launch {
                 return Err(RunError::Refused {
                     reason: "the map needs all its blocks resident at once (a semaphore cycle or a program that waits on itself), and this GPU has no cooperative launch".into(),
                 });
@@ -343,6 +429,7 @@ impl CudaBackend {
                     None,
                 )
                 .map_err(run_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+            let sm_count = self.sm_count;
             let resident = per_sm as u64 * sm_count as u64;
             if module.total_blocks > resident {
                 return Err(RunError::Refused {
@@ -353,79 +440,130 @@ impl CudaBackend {
                 });
             }
         }
+        Ok(PreparedPlan {
+            plan: plan.clone(),
+            mode,
+            layout: ArenaLayout::new(plan),
+            module,
+            function,
+            cooperative,
+            arena: None,
+        })
+    }
 
-        // Device buffers, in plan order.
-        for buffer in &plan.buffers {
-            if let BufferInit::Resident(name) = &buffer.init {
-                if let Some(existing) = self.residents.get(name) {
-                    if existing.words.len() as u64 != buffer.len.max(1) {
-                        return Err(RunError::BadArguments(format!(
-                            "resident `{name}` already holds {} elements; map `{}` declares {}",
-                            existing.words.len(),
-                            plan.map.name,
-                            buffer.len
-                        )));
-                    }
-                } else {
-                    let words = stream
-                        .alloc_zeros::<u32>(buffer.len.max(1) as usize)
-                        .map_err(run_err("allocation"))?;
-                    self.residents.insert(
-                        name.clone(),
-                        DeviceResident {
-                            elem: buffer.ty.elem,
-                            shape: host_shape(plan, buffer),
-                            words,
-                        },
-                    );
-                }
+    /// The prepared form of `plan`, moved to the front of the cache.
+    fn prepared(&mut self, plan: &LaunchPlan, mode: Mode) -> Result<(), RunError> {
+        let found = self
+            .prepared
+            .iter()
+            .position(|p| p.mode == mode && p.plan == *plan);
+        match found {
+            Some(index) => self.prepared[..=index].rotate_right(1),
+            None => {
+                let prepared = self.prepare(plan, mode)?;
+                self.prepared.insert(0, prepared);
+                self.prepared.truncate(PREPARED_PLANS);
             }
         }
-        let mut call_buffers: Vec<Option<CudaSlice<u32>>> = Vec::with_capacity(plan.buffers.len());
-        for (index, buffer) in plan.buffers.iter().enumerate() {
-            let len = buffer.len.max(1) as usize;
-            let slice = match &buffer.init {
-                BufferInit::Resident(_) => None,
-                BufferInit::Input(_) => Some(
-                    stream
-                        .clone_htod(inputs[&index].as_slice())
-                        .map_err(run_err("upload"))?,
-                ),
-                BufferInit::Zeroed => Some(
-                    stream
-                        .alloc_zeros::<u32>(len)
-                        .map_err(run_err("allocation"))?,
-                ),
-                // SAFETY: uninitialised outputs and scratch are allowed to hold anything.
-                BufferInit::Uninitialized => {
-                    Some(unsafe { stream.alloc::<u32>(len) }.map_err(run_err("allocation"))?)
-                }
-            };
-            call_buffers.push(slice);
+        for stale in self.prepared.iter_mut().skip(PLANS_WITH_ARENA) {
+            stale.arena = None;
         }
-        let control_block = stream
-            .alloc_zeros::<u32>(control::WORDS)
-            .map_err(run_err("allocation"))?;
-        let timeout_ns: u64 = self.options.wait_timeout.as_nanos().min(u64::MAX as u128) as u64;
+        Ok(())
+    }
 
-        let buffer_refs: Vec<&CudaSlice<u32>> = plan
-            .buffers
-            .iter()
-            .enumerate()
-            .map(
-                |(index, buffer)| match (&buffer.init, &call_buffers[index]) {
-                    (BufferInit::Resident(name), _) => &self.residents[name].words,
-                    (_, Some(slice)) => slice,
-                    (_, None) => unreachable!("every non-resident buffer is allocated above"),
-                },
-            )
-            .collect();
-        let mut launch = stream.launch_builder(&function);
-        for param in &module.params {
-            match param {
-                KernelParam::Buffer(index) => {
-                    launch.arg(buffer_refs[*index]);
+    /// Allocates the device-resident refs the plan binds that do not exist yet.
+    fn bind_residents(&mut self, plan: &LaunchPlan) -> Result<(), RunError> {
+        for buffer in &plan.buffers {
+            let BufferInit::Resident(name) = &buffer.init else {
+                continue;
+            };
+            if let Some(existing) = self.residents.get(name) {
+                if existing.words.len() as u64 != buffer.len.max(1) {
+                    return Err(RunError::BadArguments(format!(
+                        "resident `{name}` already holds {} elements; map `{}` declares {}",
+                        existing.words.len(),
+                        plan.map.name,
+                        buffer.len
+                    )));
                 }
+            } else {
+                let words = self
+                    .stream
+                    .alloc_zeros::<u32>(buffer.len.max(1) as usize)
+                    .map_err(run_err("allocation"))?;
+                self.residents.insert(
+                    name.clone(),
+                    DeviceResident {
+                        elem: buffer.ty.elem,
+                        shape: host_shape(plan, buffer),
+                        words,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn run_inner(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
+        let scalars = scalar_args(plan, args)?;
+        let inputs = input_words(plan, args)?;
+        self.prepared(plan, options.mode)?;
+        self.bind_residents(plan)?;
+        let stream = self.stream.clone();
+        let time_kernels = self.options.time_kernels;
+        let timeout_ns: u64 = self.options.wait_timeout.as_nanos().min(u64::MAX as u128) as u64;
+        let prepared = &mut self.prepared[0];
+        let layout = &prepared.layout;
+
+        // The call's arena: inputs uploaded, zeroed buffers and the control
+        // block cleared; everything else keeps whatever it holds.
+        if prepared.arena.is_none() {
+            // SAFETY: every word the kernel may read before writing is set below.
+            let arena =
+                unsafe { stream.alloc::<u32>(layout.total) }.map_err(run_err("allocation"))?;
+            prepared.arena = Some(arena);
+        }
+        let arena = prepared.arena.as_mut().expect("allocated above");
+        for (index, buffer) in plan.buffers.iter().enumerate() {
+            let Some(range) = layout.range(plan, index) else {
+                continue;
+            };
+            match &buffer.init {
+                BufferInit::Input(_) => stream
+                    .memcpy_htod(inputs[&index].as_slice(), &mut arena.slice_mut(range))
+                    .map_err(run_err("upload"))?,
+                BufferInit::Zeroed => stream
+                    .memset_zeros(&mut arena.slice_mut(range))
+                    .map_err(run_err("memset"))?,
+                BufferInit::Uninitialized | BufferInit::Resident(_) => {}
+            }
+        }
+        stream
+            .memset_zeros(&mut arena.slice_mut(layout.control..layout.control + control::WORDS))
+            .map_err(run_err("memset"))?;
+
+        let arena = prepared.arena.as_ref().expect("allocated above");
+        let views: Vec<Option<CudaView<u32>>> = (0..plan.buffers.len())
+            .map(|index| layout.range(plan, index).map(|range| arena.slice(range)))
+            .collect();
+        let control_view = arena.slice(layout.control..layout.control + control::WORDS);
+        let mut launch = stream.launch_builder(&prepared.function);
+        for param in &prepared.module.params {
+            match param {
+                KernelParam::Buffer(index) => match (&plan.buffers[*index].init, &views[*index]) {
+                    (BufferInit::Resident(name), _) => {
+                        launch.arg(&self.residents[name].words);
+                    }
+                    (_, Some(view)) => {
+                        launch.arg(view);
+                    }
+                    (_, None) => unreachable!("the arena holds every non-resident buffer"),
+                },
                 KernelParam::Scalar(index) => {
                     match &scalars[index] {
                         ScalarArg::F32(v) => launch.arg(v),
@@ -434,42 +572,60 @@ impl CudaBackend {
                     };
                 }
                 KernelParam::Control => {
-                    launch.arg(&control_block);
+                    launch.arg(&control_view);
                 }
                 KernelParam::WaitTimeoutNs => {
                     launch.arg(&timeout_ns);
                 }
             }
         }
-        launch.record_kernel_launch(CUevent_flags::CU_EVENT_DEFAULT);
+        if time_kernels {
+            launch.record_kernel_launch(CUevent_flags::CU_EVENT_DEFAULT);
+        }
         let config = LaunchConfig {
-            grid_dim: (module.total_blocks as u32, 1, 1),
-            block_dim: (module.block_dim, 1, 1),
-            shared_mem_bytes: smem,
+            grid_dim: (prepared.module.total_blocks as u32, 1, 1),
+            block_dim: (prepared.module.block_dim, 1, 1),
+            shared_mem_bytes: prepared.module.dynamic_smem_bytes,
         };
         // SAFETY: the parameters match the generated kernel's signature
         // (module.params), and every buffer holds the elements the kernel
         // indexes (checked mode checks every index).
         let events = unsafe {
-            if cooperative {
+            if prepared.cooperative {
                 launch.launch_cooperative(config)
             } else {
                 launch.launch(config)
             }
         }
         .map_err(run_err("launch"))?;
-        stream.synchronize().map_err(run_err("kernel execution"))?;
+        // One copy brings back the outputs and the control block.
+        let readback = download(
+            &stream,
+            &arena.slice(0..layout.readback),
+            "kernel execution or read-back",
+        )?;
         self.last_kernel_ms = events.and_then(|(start, end)| event_elapsed_ms(&start, &end));
-
-        let control_words = download(&stream, &control_block)?;
-        if let Some(error) = control::decode_for_plan(&control_words, &module, plan) {
+        if let Some(error) = control::decode_for_plan(
+            &readback[layout.control..layout.readback],
+            &prepared.module,
+            plan,
+        ) {
             return Err(error);
         }
         let mut outputs = BTreeMap::new();
         for (index, buffer) in plan.buffers.iter().enumerate() {
             let Some(name) = &buffer.output else { continue };
-            let mut words = download(&stream, buffer_refs[index])?;
-            words.truncate(buffer.len as usize);
+            let words = match (&buffer.init, layout.range(plan, index)) {
+                (BufferInit::Resident(resident), _) => {
+                    let mut words = download(&stream, &self.residents[resident].words, "download")?;
+                    words.truncate(buffer.len as usize);
+                    words
+                }
+                (_, Some(range)) => {
+                    readback[range.start..range.start + buffer.len as usize].to_vec()
+                }
+                (_, None) => unreachable!("the arena holds every non-resident buffer"),
+            };
             outputs.insert(
                 name.clone(),
                 HostTensor {
@@ -506,7 +662,7 @@ impl Backend for CudaBackend {
 
     fn resident(&self, name: &str) -> Option<HostTensor> {
         let resident = self.residents.get(name)?;
-        let mut words = download(&self.stream, &resident.words).ok()?;
+        let mut words = download(&self.stream, &resident.words, "download").ok()?;
         words.truncate(resident.shape.iter().map(|&d| d as usize).product());
         Some(HostTensor {
             elem: resident.elem,
@@ -517,10 +673,16 @@ impl Backend for CudaBackend {
 }
 
 /// Copies a device buffer to the host and waits for the copy.
-fn download(stream: &Arc<CudaStream>, slice: &CudaSlice<u32>) -> Result<Vec<u32>, RunError> {
-    let words = stream.clone_dtoh(slice).map_err(run_err("download"))?;
-    stream.synchronize().map_err(run_err("download"))?;
-    stream.context().check_err().map_err(run_err("download"))?;
+/// `what` names the step in the error (a kernel's fault surfaces at the
+/// first copy after it).
+fn download(
+    stream: &Arc<CudaStream>,
+    slice: &impl DevicePtr<u32>,
+    what: &str,
+) -> Result<Vec<u32>, RunError> {
+    let words = stream.clone_dtoh(slice).map_err(run_err(what))?;
+    stream.synchronize().map_err(run_err(what))?;
+    stream.context().check_err().map_err(run_err(what))?;
     Ok(words)
 }
 

@@ -108,8 +108,10 @@ pub struct Cubin {
 
 /// Whether `libnvrtc` can be loaded (through LD_LIBRARY_PATH or the system).
 pub fn nvrtc_present() -> bool {
+    // Asked once per process: each probe is a dlopen and dlclose.
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: only tries to dlopen the candidate names.
-    unsafe { sys::is_culib_present() }
+    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
 }
 
 fn check_library() -> Result<(), CompileError> {
@@ -132,6 +134,12 @@ fn api(call: &'static str, result: sys::nvrtcResult) -> Result<(), CompileError>
 
 /// NVRTC's version, e.g. `(13, 0)`.
 pub fn nvrtc_version() -> Result<(i32, i32), CompileError> {
+    static VERSION: std::sync::OnceLock<Result<(i32, i32), CompileError>> =
+        std::sync::OnceLock::new();
+    VERSION.get_or_init(query_nvrtc_version).clone()
+}
+
+fn query_nvrtc_version() -> Result<(i32, i32), CompileError> {
     check_library()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: the library is present; the pointers are valid.
@@ -163,18 +171,30 @@ fn compile_cached(
     options: &CompileOptions,
     output: Output,
 ) -> Result<Vec<u8>, CompileError> {
+    if options.use_cache {
+        compile_with_cache(source, options, output, ModuleCache::global())
+    } else {
+        check_library()?;
+        compile_uncached(source, options, output)
+    }
+}
+
+/// Compiles through `cache` (a hit costs no NVRTC call); the process-wide
+/// cache is [`ModuleCache::global`].
+pub fn compile_with_cache(
+    source: &str,
+    options: &CompileOptions,
+    output: Output,
+    cache: &ModuleCache,
+) -> Result<Vec<u8>, CompileError> {
     check_library()?;
     let version = nvrtc_version()?;
     let key = cache::key_text(source, &options.nvrtc_args(output), version);
-    if options.use_cache {
-        if let Some(hit) = ModuleCache::global().get(&key) {
-            return Ok(hit);
-        }
+    if let Some(hit) = cache.get(&key) {
+        return Ok(hit);
     }
     let bytes = compile_uncached(source, options, output)?;
-    if options.use_cache {
-        ModuleCache::global().put(&key, &bytes);
-    }
+    cache.put(&key, &bytes);
     Ok(bytes)
 }
 

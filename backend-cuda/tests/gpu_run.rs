@@ -21,6 +21,7 @@ fn backend(wait_timeout: Duration) -> Option<CudaBackend> {
     let result = CudaBackend::new(CudaOptions {
         device: 0,
         wait_timeout,
+        time_kernels: true,
     });
     if driver_present() {
         Some(result.unwrap_or_else(|e| panic!("this machine has a CUDA driver, but: {e}")))
@@ -64,6 +65,57 @@ fn scale_matches_the_interpreter() {
     for mode in [Mode::Fast, Mode::Checked] {
         let (got, want) = both(&plan, &args, mode, &mut cuda);
         assert_eq!(got["y"], want["y"], "{mode:?}");
+    }
+}
+
+/// Later calls of a plan reuse its device arena: inputs, zeroed outputs and
+/// semaphores must be fresh in every call all the same.
+#[test]
+fn repeated_calls_start_from_fresh_inputs_and_zeroed_buffers() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    let mesh = MeshBuilder::new("m").grid("b", 4).threads("t", 64).build();
+    let map = MapBuilder::new("acc")
+        .program("m", "acc")
+        .input("x", gmem(U32, [256]))
+        .output_zeroed("sum", gmem(U32, [1]))
+        .output("y", gmem(U32, [256]))
+        .build();
+    let kernel = KernelBuilder::new("acc", map.params()).body(|b| {
+        let i = b.let_(
+            "i",
+            U32,
+            axis_index("b") * Expr::from(64u32) + axis_index("t"),
+        );
+        b.atomic(
+            AtomicOp::Add,
+            at("sum", [Expr::from(0u32)]),
+            [load("x", [i.clone()])],
+        );
+        b.store(at("y", [i.clone()]), load("x", [i]) + Expr::from(1u32));
+    });
+    let plan = plan_of(&module(vec![mesh], vec![kernel], map));
+    for (call, base) in [1u32, 7, 3].into_iter().enumerate() {
+        let x: Vec<u32> = (0..256).map(|i| base * i).collect();
+        let mut args = CallArgs::default();
+        args.inputs
+            .insert("x".into(), HostTensor::from_u32(vec![256], &x));
+        let out = cuda
+            .run(&plan, &args, &RunOptions::default())
+            .unwrap_or_else(|e| panic!("call {call}: {e}"));
+        assert_eq!(
+            out.outputs["sum"].words,
+            vec![base * 255 * 256 / 2],
+            "call {call}"
+        );
+        let want: Vec<u32> = x.iter().map(|v| v + 1).collect();
+        assert_eq!(out.outputs["y"].words, want, "call {call}");
+        assert!(
+            cuda.last_kernel_ms().is_some(),
+            "call {call}: no kernel time"
+        );
     }
 }
 

@@ -1,7 +1,9 @@
 //! `cuda-bench`: benchmarks of the CUDA backend.
 //!
 //! Always prints ptxas registers and spills (sm_90) of every benchmark
-//! kernel. With a GPU (and unless `--compile-only`), also runs:
+//! kernel, and the cold-compile and cache-hit times of every example
+//! (`--examples DIR`, default the repository's `examples/`). With a GPU
+//! (and unless `--compile-only`), also runs:
 //! - copy and elementwise over 256 MiB, against cuMemcpyDtoD bandwidth;
 //! - a block reduction;
 //! - a two-program map, fused, against its slower program alone;
@@ -10,6 +12,7 @@
 //!
 //! Output: one `key value` line per figure, for scripts/gpu-check.sh.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -18,6 +21,10 @@ use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::{Backend, Mode, RunOptions};
+use mpmd_cuda::cache::ModuleCache;
+use mpmd_cuda::control;
+use mpmd_cuda::emit::KernelParam;
+use mpmd_cuda::nvrtc::{compile_with_cache, CompileOptions, Output};
 use mpmd_cuda::{check_plan, emit_module, CudaBackend, CudaOptions};
 
 /// 256 MiB of f32.
@@ -340,6 +347,93 @@ fn compile_figures() -> bool {
     ok
 }
 
+/// Every map of every example, lowered: `(file stem, map name, plan)`.
+fn example_plans(dir: &Path) -> Result<Vec<(String, LaunchPlan)>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "mpmd"))
+        .collect();
+    files.sort();
+    let mut plans = Vec::new();
+    for file in files {
+        let stem = file
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        let source =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let (module, _) = mpmd_core::text::parse(&source).map_err(|e| format!("{stem}: {e}"))?;
+        for map in &module.maps {
+            let plan =
+                lower(&module, &map.name).map_err(|e| format!("{stem}/{}: {e}", map.name))?;
+            plans.push((format!("{stem}/{}", map.name), plan));
+        }
+    }
+    Ok(plans)
+}
+
+/// Cold NVRTC compile to a CUBIN, then a hit in a fresh process's cache
+/// (disk) and a hit in memory, for each example map.
+fn compile_cache_figures(dir: &Path, arch: u32) -> bool {
+    let plans = match example_plans(dir) {
+        Ok(plans) => plans,
+        Err(e) => {
+            println!("compile.examples error={e}");
+            return false;
+        }
+    };
+    let cache_dir = std::env::temp_dir().join(format!("mpmd-bench-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache_dir);
+    let options = CompileOptions {
+        arch,
+        ..CompileOptions::default()
+    };
+    let (mut cold_total, mut disk_total, mut memory_total) = (0.0, 0.0, 0.0);
+    let mut ok = true;
+    for (name, plan) in &plans {
+        let module = match emit_module(plan, Mode::Fast) {
+            Ok(module) => module,
+            Err(e) => {
+                println!("compile.{name} error={e}");
+                ok = false;
+                continue;
+            }
+        };
+        let time = |cache: &ModuleCache| {
+            let start = Instant::now();
+            compile_with_cache(&module.source, &options, Output::Cubin, cache)
+                .map(|_| start.elapsed().as_secs_f64() * 1e3)
+        };
+        let writer = ModuleCache::new(Some(cache_dir.clone()));
+        let reader = ModuleCache::new(Some(cache_dir.clone()));
+        match (time(&writer), time(&reader), time(&reader)) {
+            (Ok(cold), Ok(disk), Ok(memory)) => {
+                println!(
+                    "compile.{name} sm_{arch} cold_ms={cold:.1} disk_hit_ms={disk:.3} memory_hit_ms={memory:.4}"
+                );
+                cold_total += cold;
+                disk_total += disk;
+                memory_total += memory;
+            }
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                println!(
+                    "compile.{name} error={}",
+                    e.to_string().replace('\n', " | ")
+                );
+                ok = false;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&cache_dir);
+    println!(
+        "compile.examples maps={} cold_total_ms={cold_total:.1} disk_hit_total_ms={disk_total:.3} memory_hit_total_ms={memory_total:.4}",
+        plans.len()
+    );
+    ok
+}
+
 fn f32_input(len: u32) -> HostTensor {
     HostTensor::from_f32(
         vec![len],
@@ -372,7 +466,11 @@ fn gbps(bytes: f64, ms: f64) -> f64 {
 }
 
 fn run_gpu() -> Result<(), String> {
-    let mut backend = CudaBackend::new(CudaOptions::default()).map_err(|e| e.to_string())?;
+    let mut backend = CudaBackend::new(CudaOptions {
+        time_kernels: true,
+        ..CudaOptions::default()
+    })
+    .map_err(|e| e.to_string())?;
     println!(
         "device name={:?} sm_{} sms={}",
         backend.device_name(),
@@ -483,18 +581,22 @@ fn run_gpu() -> Result<(), String> {
         pipe_ms / best_sum
     );
 
-    // Call overhead: whole `run` (compile cached, alloc, launch, sync,
-    // read-back) against a raw launch of the same CUBIN (control block
-    // reset, launch, sync).
+    // Call overhead of a tiny kernel: the whole `run` (plan cached,
+    // upload, launch, wait, read-back, error check) against raw cudarc
+    // launches of the same CUBIN, with and without reading the output back.
+    backend.set_time_kernels(false);
     let tiny_plan = &plans(&tiny())[0];
     let calls = 2000;
-    backend
-        .run(tiny_plan, &CallArgs::default(), &RunOptions::default())
-        .map_err(|e| e.to_string())?;
+    let no_args = CallArgs::default();
+    for _ in 0..50 {
+        backend
+            .run(tiny_plan, &no_args, &RunOptions::default())
+            .map_err(|e| e.to_string())?;
+    }
     let start = Instant::now();
     for _ in 0..calls {
         backend
-            .run(tiny_plan, &CallArgs::default(), &RunOptions::default())
+            .run(tiny_plan, &no_args, &RunOptions::default())
             .map_err(|e| e.to_string())?;
     }
     let run_us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
@@ -514,7 +616,7 @@ fn run_gpu() -> Result<(), String> {
         .alloc_zeros::<u32>(32)
         .map_err(|e| format!("{e:?}"))?;
     let mut ctl = stream
-        .alloc_zeros::<u32>(mpmd_cuda::control::WORDS)
+        .alloc_zeros::<u32>(control::WORDS)
         .map_err(|e| format!("{e:?}"))?;
     let timeout: u64 = 10_000_000_000;
     let config = LaunchConfig {
@@ -522,21 +624,43 @@ fn run_gpu() -> Result<(), String> {
         block_dim: (32, 1, 1),
         shared_mem_bytes: 0,
     };
-    let start = Instant::now();
-    for _ in 0..calls {
+    let mut raw_call = |read_back: bool| -> Result<(), String> {
         stream
             .memset_zeros(&mut ctl)
             .map_err(|e| format!("{e:?}"))?;
         let mut launch = stream.launch_builder(&function);
-        launch.arg(&y).arg(&ctl).arg(&timeout);
-        // SAFETY: the tiny kernel takes (u32* y, u32* ctl, u64 timeout).
+        for param in &emitted.params {
+            match param {
+                KernelParam::Buffer(_) => launch.arg(&y),
+                KernelParam::Control => launch.arg(&ctl),
+                KernelParam::WaitTimeoutNs => launch.arg(&timeout),
+                KernelParam::Scalar(_) => return Err("the tiny kernel takes no scalars".into()),
+            };
+        }
+        // SAFETY: the arguments follow the kernel's parameter list.
         unsafe { launch.launch(config) }.map_err(|e| format!("{e:?}"))?;
-        stream.synchronize().map_err(|e| format!("{e:?}"))?;
+        if read_back {
+            stream.clone_dtoh(&y).map_err(|e| format!("{e:?}"))?;
+        }
+        stream.synchronize().map_err(|e| format!("{e:?}"))
+    };
+    let mut raw_us = [0.0f64; 2];
+    for (slot, read_back) in [false, true].into_iter().enumerate() {
+        for _ in 0..50 {
+            raw_call(read_back)?;
+        }
+        let start = Instant::now();
+        for _ in 0..calls {
+            raw_call(read_back)?;
+        }
+        raw_us[slot] = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
     }
-    let raw_us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
     println!(
-        "bench.call_overhead run_us={run_us:.2} raw_launch_us={raw_us:.2} extra_us={:.2}",
-        run_us - raw_us
+        "bench.call_overhead run_us={run_us:.2} raw_launch_us={:.2} raw_launch_readback_us={:.2} ratio_vs_raw={:.3} ratio_vs_raw_readback={:.3}",
+        raw_us[0],
+        raw_us[1],
+        run_us / raw_us[0],
+        run_us / raw_us[1]
     );
     Ok(())
 }
@@ -544,7 +668,17 @@ fn run_gpu() -> Result<(), String> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let compile_only = args.iter().any(|a| a == "--compile-only");
-    let compiled = compile_figures();
+    let examples = args
+        .iter()
+        .position(|a| a == "--examples")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples"));
+    let arch = std::env::var("MPMD_BENCH_ARCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(mpmd_cuda::CHECK_ARCH);
+    let compiled = compile_figures() & compile_cache_figures(&examples, arch);
     let mut status = if compiled { 0 } else { 1 };
     if compile_only {
         std::process::exit(status);

@@ -11,7 +11,7 @@ use cudarc::driver::sys::{
 };
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr,
-    DriverError, LaunchConfig, PushKernelArg,
+    DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, ScalarType, Type};
@@ -20,7 +20,7 @@ use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use thiserror::Error;
 
 use crate::control;
-use crate::emit::{emit_module, EmittedModule, KernelParam};
+use crate::emit::{emit_module_with, BlockSchedule, EmittedModule, KernelParam};
 use crate::nvrtc::{compile_cubin, CompileError, CompileOptions, Cubin};
 
 /// Why the backend could not start.
@@ -49,6 +49,10 @@ pub struct CudaOptions {
     /// Time every kernel with a pair of events (`CudaBackend::last_kernel_ms`);
     /// off by default, since the events cost a few microseconds per call.
     pub time_kernels: bool,
+    /// At most this many blocks for a resident walk (default: as many as
+    /// fit on the device); tests use a small number to make every block
+    /// walk several logical blocks.
+    pub max_resident_blocks: Option<u32>,
 }
 
 impl Default for CudaOptions {
@@ -62,6 +66,7 @@ impl Default for CudaOptions {
             device: 0,
             wait_timeout,
             time_kernels: false,
+            max_resident_blocks: None,
         }
     }
 }
@@ -196,10 +201,19 @@ struct PreparedPlan {
     module: EmittedModule,
     function: CudaFunction,
     cooperative: bool,
+    /// Physical blocks launched (fewer than the logical blocks for a resident walk).
+    grid_blocks: u32,
     layout: ArenaLayout,
     /// Dropped when the plan falls out of the most recently used few.
     arena: Option<CudaSlice<u32>>,
+    /// Page-locked host memory for the read-back, when it is small (with the arena).
+    staging: Option<PinnedHostSlice<u32>>,
 }
+
+/// Read-backs up to this many words go through page-locked memory: a
+/// pageable copy costs a few microseconds more, most of a tiny call's
+/// overhead.
+const STAGING_MAX_WORDS: usize = 1 << 20;
 
 /// Prepared plans kept (compiled kernels are cheap to keep).
 const PREPARED_PLANS: usize = 64;
@@ -393,7 +407,76 @@ impl CudaBackend {
     /// Emits, compiles and loads `plan`, and makes the launch checks that
     /// do not depend on the call's arguments.
     fn prepare(&mut self, plan: &LaunchPlan, mode: Mode) -> Result<PreparedPlan, RunError> {
-        let module = emit_module(plan, mode).map_err(|e| RunError::Unsupported {
+        let schedule = BlockSchedule::for_plan(plan, self.cooperative_launch);
+        let (module, function) = self.compile_and_load(plan, mode, schedule)?;
+        if schedule == BlockSchedule::ResidentWalk {
+            let per_sm = self.blocks_per_sm(&module, &function)?;
+            if per_sm > 0 {
+                let resident = (per_sm as u64 * self.sm_count as u64)
+                    .min(self.options.max_resident_blocks.map_or(u64::MAX, u64::from))
+                    .max(1);
+                let grid_blocks = module.total_blocks.min(resident) as u32;
+                return Ok(self.prepared_plan(plan, mode, module, function, true, grid_blocks));
+            }
+            // Not even one block fits: take tickets instead, which then fail
+            // with the launch's own error.
+            let (module, function) = self.compile_and_load(plan, mode, BlockSchedule::Tickets)?;
+            let grid = module.total_blocks as u32;
+            return Ok(self.prepared_plan(plan, mode, module, function, false, grid));
+        }
+        let cooperative = plan.needs_co_residency();
+        if cooperative {
+            if !self.cooperative_launch {
+                return Err(RunError::Refused {
+                    reason: "the map needs all its blocks resident at once (a semaphore cycle or a program that waits on itself), and this GPU has no cooperative launch".into(),
+                });
+            }
+            let per_sm = self.blocks_per_sm(&module, &function)?;
+            let sm_count = self.sm_count;
+            let resident = per_sm as u64 * sm_count as u64;
+            if module.total_blocks > resident {
+                return Err(RunError::Refused {
+                    reason: format!(
+                        "the map needs all {} blocks resident at once (a semaphore cycle or a program that waits on itself), but only {resident} fit on this GPU ({per_sm} per SM x {sm_count} SMs at {} threads and {} bytes of shared memory per block)",
+                        module.total_blocks, module.block_dim, module.dynamic_smem_bytes
+                    ),
+                });
+            }
+        }
+        let grid = module.total_blocks as u32;
+        Ok(self.prepared_plan(plan, mode, module, function, cooperative, grid))
+    }
+
+    fn prepared_plan(
+        &self,
+        plan: &LaunchPlan,
+        mode: Mode,
+        module: EmittedModule,
+        function: CudaFunction,
+        cooperative: bool,
+        grid_blocks: u32,
+    ) -> PreparedPlan {
+        PreparedPlan {
+            plan: plan.clone(),
+            mode,
+            layout: ArenaLayout::new(plan),
+            module,
+            function,
+            cooperative,
+            grid_blocks,
+            arena: None,
+            staging: None,
+        }
+    }
+
+    /// Emits `plan` with `schedule`, compiles and loads it.
+    fn compile_and_load(
+        &mut self,
+        plan: &LaunchPlan,
+        mode: Mode,
+        schedule: BlockSchedule,
+    ) -> Result<(EmittedModule, CudaFunction), RunError> {
+        let module = emit_module_with(plan, mode, schedule).map_err(|e| RunError::Unsupported {
             reason: e.to_string(),
         })?;
         // Shared memory beyond the default 48 KiB needs an opt-in, up to the device's limit.
@@ -415,40 +498,23 @@ impl CudaBackend {
                 )
                 .map_err(run_err("cuFuncSetAttribute"))?;
         }
-        let cooperative = plan.needs_co_residency();
-        if cooperative {
-            if !self.cooperative_launch {
-                return Err(RunError::Refused {
-                    reason: "the map needs all its blocks resident at once (a semaphore cycle or a program that waits on itself), and this GPU has no cooperative launch".into(),
-                });
-            }
-            let per_sm = function
-                .occupancy_max_active_blocks_per_multiprocessor(
-                    module.block_dim,
-                    smem as usize,
-                    None,
-                )
-                .map_err(run_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
-            let sm_count = self.sm_count;
-            let resident = per_sm as u64 * sm_count as u64;
-            if module.total_blocks > resident {
-                return Err(RunError::Refused {
-                    reason: format!(
-                        "the map needs all {} blocks resident at once (a semaphore cycle or a program that waits on itself), but only {resident} fit on this GPU ({per_sm} per SM x {sm_count} SMs at {} threads and {smem} bytes of shared memory per block)",
-                        module.total_blocks, module.block_dim
-                    ),
-                });
-            }
-        }
-        Ok(PreparedPlan {
-            plan: plan.clone(),
-            mode,
-            layout: ArenaLayout::new(plan),
-            module,
-            function,
-            cooperative,
-            arena: None,
-        })
+        Ok((module, function))
+    }
+
+    /// Blocks of the kernel that fit on one multiprocessor at once.
+    fn blocks_per_sm(
+        &self,
+        module: &EmittedModule,
+        function: &CudaFunction,
+    ) -> Result<u32, RunError> {
+        function
+            .occupancy_max_active_blocks_per_multiprocessor(
+                module.block_dim,
+                module.dynamic_smem_bytes as usize,
+                None,
+            )
+            .map(|n| n.max(0) as u32)
+            .map_err(run_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))
     }
 
     /// The prepared form of `plan`, moved to the front of the cache.
@@ -467,6 +533,7 @@ impl CudaBackend {
         }
         for stale in self.prepared.iter_mut().skip(PLANS_WITH_ARENA) {
             stale.arena = None;
+            stale.staging = None;
         }
         Ok(())
     }
@@ -527,6 +594,17 @@ impl CudaBackend {
             let arena =
                 unsafe { stream.alloc::<u32>(layout.total) }.map_err(run_err("allocation"))?;
             prepared.arena = Some(arena);
+            if layout.readback <= STAGING_MAX_WORDS {
+                // SAFETY: plain page-locked memory (flags 0: readable by the
+                // host, unlike write-combined memory); only read after a copy.
+                let staging = unsafe {
+                    stream
+                        .context()
+                        .alloc_pinned_with_flags::<u32>(layout.readback, 0)
+                }
+                .map_err(run_err("page-locked allocation"))?;
+                prepared.staging = Some(staging);
+            }
         }
         let arena = prepared.arena.as_mut().expect("allocated above");
         for (index, buffer) in plan.buffers.iter().enumerate() {
@@ -583,7 +661,7 @@ impl CudaBackend {
             launch.record_kernel_launch(CUevent_flags::CU_EVENT_DEFAULT);
         }
         let config = LaunchConfig {
-            grid_dim: (prepared.module.total_blocks as u32, 1, 1),
+            grid_dim: (prepared.grid_blocks, 1, 1),
             block_dim: (prepared.module.block_dim, 1, 1),
             shared_mem_bytes: prepared.module.dynamic_smem_bytes,
         };
@@ -599,11 +677,18 @@ impl CudaBackend {
         }
         .map_err(run_err("launch"))?;
         // One copy brings back the outputs and the control block.
-        let readback = download(
-            &stream,
-            &arena.slice(0..layout.readback),
-            "kernel execution or read-back",
-        )?;
+        let what = "kernel execution or read-back";
+        let readback = match prepared.staging.as_mut() {
+            Some(staging) => {
+                stream
+                    .memcpy_dtoh(&arena.slice(0..layout.readback), staging)
+                    .map_err(run_err(what))?;
+                stream.synchronize().map_err(run_err(what))?;
+                stream.context().check_err().map_err(run_err(what))?;
+                staging.as_slice().map_err(run_err(what))?.to_vec()
+            }
+            None => download(&stream, &arena.slice(0..layout.readback), what)?,
+        };
         self.last_kernel_ms = events.and_then(|(start, end)| event_elapsed_ms(&start, &end));
         if let Some(error) = control::decode_for_plan(
             &readback[layout.control..layout.readback],

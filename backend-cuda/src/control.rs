@@ -139,6 +139,7 @@ mod tests {
         EmittedModule {
             source: String::new(),
             kernel_name: "mpmd_m".into(),
+            schedule: crate::emit::BlockSchedule::Tickets,
             block_dim: 128,
             total_blocks: 4,
             dynamic_smem_bytes: 0,

@@ -1,11 +1,20 @@
 //! Launch plan → CUDA C: one kernel per call.
 //!
-//! Each block takes a ticket from a per-call counter and derives (program,
-//! block) from it, with programs in the plan's unit order (topological), so
-//! that a block only ever waits on blocks that took earlier tickets and are
-//! therefore already running or finished. The block size is the largest
-//! thread count of any program; threads beyond their own program's count exit
-//! at entry (barriers on sm_70+ wait for non-exited threads only).
+//! Logical blocks are numbered in the plan's unit order (topological), so a
+//! block only ever waits on lower-numbered blocks. How physical blocks become
+//! logical ones is the kernel's [`BlockSchedule`]:
+//! - no program waits: `blockIdx.x` is the logical block;
+//! - waits, and every program has the block's thread count: a grid of
+//!   resident blocks (cooperative launch) walks the logical blocks in
+//!   increasing order (`blockIdx.x`, `+ gridDim.x`, ...), which needs no
+//!   counter and cannot deadlock (the lowest unfinished logical block only
+//!   waits on finished ones);
+//! - otherwise each block takes a ticket from a per-call counter, so every
+//!   block a wait depends on took an earlier ticket and is already running
+//!   or finished.
+//! The block size is the largest thread count of any program; threads beyond
+//! their own program's count exit at entry (barriers on sm_70+ wait for
+//! non-exited threads only).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -78,6 +87,7 @@ pub struct TicketRange {
 pub struct EmittedModule {
     pub source: String,
     pub kernel_name: String,
+    pub schedule: BlockSchedule,
     /// Threads per block: the largest thread count of any program.
     pub block_dim: u32,
     /// Blocks (tickets) of all programs together.
@@ -187,8 +197,50 @@ struct Emitter<'a> {
     next_offset: u32,
 }
 
-/// Generates the module.
+/// How the kernel's physical blocks become the plan's logical blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockSchedule {
+    /// `blockIdx.x` is the logical block (no program waits).
+    BlockIndex,
+    /// Resident blocks walk the logical blocks in increasing order; launched
+    /// cooperatively with at most as many blocks as fit on the device.
+    ResidentWalk,
+    /// Each block takes the next ticket from the control block's counter.
+    Tickets,
+}
+
+impl BlockSchedule {
+    /// The schedule `plan` gets when the device can launch cooperatively
+    /// (`resident_walk`).
+    pub fn for_plan(plan: &LaunchPlan, resident_walk: bool) -> Self {
+        let block_dim = plan.units.iter().map(|u| u.threads_per_block).max();
+        if !plan.units.iter().any(|u| has_wait(&u.kernel.body)) {
+            BlockSchedule::BlockIndex
+        } else if resident_walk
+            // Plans that need every block resident at once keep one block per
+            // logical block; uneven thread counts would leave threads out of barriers.
+            && !plan.needs_co_residency()
+            && plan.units.iter().all(|u| Some(u.threads_per_block) == block_dim)
+        {
+            BlockSchedule::ResidentWalk
+        } else {
+            BlockSchedule::Tickets
+        }
+    }
+}
+
+/// Generates the module, with the resident walk where the plan allows it
+/// (what GPUs with cooperative launch run).
 pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitError> {
+    emit_module_with(plan, mode, BlockSchedule::for_plan(plan, true))
+}
+
+/// Generates the module with the given block schedule.
+pub fn emit_module_with(
+    plan: &LaunchPlan,
+    mode: Mode,
+    schedule: BlockSchedule,
+) -> Result<EmittedModule, EmitError> {
     if plan.units.is_empty() {
         return Err(EmitError::NoUnits);
     }
@@ -278,8 +330,8 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
          \x20 __shared__ u32 mpmd_stop;\n\
          \x20 __shared__ int mpmd_value;\n",
     );
-    if plan.units.iter().any(|u| has_wait(&u.kernel.body)) {
-        e.out.push_str(
+    match schedule {
+        BlockSchedule::Tickets => e.out.push_str(
             "  // A ticket, not blockIdx, picks the (program, block): tickets are taken in\n\
              \x20 // start order, so every block a wait depends on is already running.\n\
              \x20 if (threadIdx.x == 0u) {\n\
@@ -289,21 +341,32 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
              \x20 __syncthreads();\n\
              \x20 if (mpmd_stop != 0u) return;\n\
              \x20 const u32 mpmd_ticket_id = mpmd_ticket;\n",
-        );
-    } else {
-        e.out.push_str(
+        ),
+        BlockSchedule::ResidentWalk => {
+            let _ = write!(
+                e.out,
+                "  // Every block is resident (cooperative launch) and walks the logical blocks\n\
+                 \x20 // in increasing order; a wait only depends on lower ones, so the walk cannot\n\
+                 \x20 // deadlock and needs no ticket counter.\n\
+                 \x20 __shared__ u32 mpmd_aborted;\n\
+                 \x20 if (threadIdx.x == 0u) mpmd_stop = 0u;\n\
+                 \x20 for (u32 mpmd_ticket_id = blockIdx.x; mpmd_ticket_id < {total_blocks}u; mpmd_ticket_id += gridDim.x) {{\n"
+            );
+        }
+        BlockSchedule::BlockIndex => e.out.push_str(
             "  // No program waits, so blocks may run in any order: blockIdx is the ticket.\n\
              \x20 const u32 mpmd_ticket_id = blockIdx.x;\n",
-        );
+        ),
     }
 
     let mut tickets = Vec::new();
     let mut first = 0u64;
+    let unit_source_start = e.out.len();
     for (unit_index, unit) in plan.units.iter().enumerate() {
         let keyword = if unit_index == 0 { "if" } else { "} else if" };
         let _ = writeln!(
             e.out,
-            "  {keyword} (mpmd_ticket_id < {}u) {{\n    // program {} `{}` on mesh `{}`: {} block(s) x {} thread(s)\n    const u32 mpmd_block = mpmd_ticket_id - {}u;\n    if (threadIdx.x >= {}u) return;",
+            "  {keyword} (mpmd_ticket_id < {}u) {{\n    // program {} `{}` on mesh `{}`: {} block(s) x {} thread(s)\n    const u32 mpmd_block = mpmd_ticket_id - {}u;",
             first + unit.block_count,
             unit.program,
             unit.kernel.name,
@@ -311,8 +374,14 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
             unit.block_count,
             unit.threads_per_block,
             first,
-            unit.threads_per_block
         );
+        if unit.threads_per_block < block_dim {
+            let _ = writeln!(
+                e.out,
+                "    if (threadIdx.x >= {}u) return;",
+                unit.threads_per_block
+            );
+        }
         e.emit_unit(unit)?;
         tickets.push(TicketRange {
             program: unit.program,
@@ -322,11 +391,32 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
         });
         first += unit.block_count;
     }
-    e.out.push_str("  }\n}\n");
+    e.out.push_str("  }\n");
+    if schedule == BlockSchedule::ResidentWalk {
+        // The units, one level deeper inside the walk.
+        let units = e.out.split_off(unit_source_start);
+        for line in units.lines() {
+            if !line.is_empty() {
+                e.out.push_str("  ");
+            }
+            e.out.push_str(line);
+            e.out.push('\n');
+        }
+        e.out.push_str(
+            "    // The next logical block reuses shared memory, so the block finishes this\n\
+             \x20   // one together; it stops early when the call aborts.\n\
+             \x20   if (threadIdx.x == 0u) mpmd_aborted = *(volatile u32*)&mpmd_ctl[MPMD_CTL_ABORT];\n\
+             \x20   __syncthreads();\n\
+             \x20   if (mpmd_aborted != 0u) return;\n\
+             \x20 }\n",
+        );
+    }
+    e.out.push_str("}\n");
 
     Ok(EmittedModule {
         source: e.out,
         kernel_name,
+        schedule,
         block_dim,
         total_blocks,
         dynamic_smem_bytes,

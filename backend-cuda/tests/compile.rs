@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use mpmd_core::Mode;
+use mpmd_cuda::emit::{emit_module_with, BlockSchedule};
 use mpmd_cuda::{check_plan, compile_ptx, emit, CompileError, CompileOptions};
 
 #[test]
@@ -56,12 +57,81 @@ fn ticket_dispatch_covers_units_in_order() {
     );
     assert!(src.contains("if (mpmd_ticket_id < 4u) {"), "{src}");
     assert!(src.contains("} else if (mpmd_ticket_id < 8u) {"), "{src}");
-    // Threads beyond each program's own count exit at entry.
+    // Threads beyond each program's own count exit at entry; the widest
+    // program uses every thread.
     assert!(src.contains("if (threadIdx.x >= 48u) return;"), "{src}");
     assert!(src.contains("if (threadIdx.x >= 96u) return;"), "{src}");
-    assert!(src.contains("if (threadIdx.x >= 128u) return;"), "{src}");
+    assert!(!src.contains("if (threadIdx.x >= 128u) return;"), "{src}");
+    // Uneven thread counts keep tickets even where cooperative launch exists.
+    assert_eq!(module.schedule, BlockSchedule::Tickets);
     // smem arena sized by the largest program.
     assert_eq!(module.dynamic_smem_bytes, 384);
+}
+
+/// Which physical-to-logical block mapping each kind of plan gets.
+#[test]
+fn block_schedule_follows_waits_thread_counts_and_co_residency() {
+    let even = even_pipeline();
+    assert_eq!(
+        BlockSchedule::for_plan(&even, true),
+        BlockSchedule::ResidentWalk
+    );
+    // Without cooperative launch the walk's residency is not guaranteed.
+    assert_eq!(
+        BlockSchedule::for_plan(&even, false),
+        BlockSchedule::Tickets
+    );
+    assert_eq!(
+        BlockSchedule::for_plan(&plan_of(&pipeline()), true),
+        BlockSchedule::Tickets
+    );
+    // A cycle needs every logical block resident: one block each, no walk.
+    assert_eq!(
+        BlockSchedule::for_plan(&plan_of(&cycle()), true),
+        BlockSchedule::Tickets
+    );
+    assert_eq!(
+        BlockSchedule::for_plan(&plan_of(&scale()), true),
+        BlockSchedule::BlockIndex
+    );
+
+    let walk = mpmd_cuda::emit_module(&even, Mode::Fast).unwrap();
+    assert_eq!(walk.schedule, BlockSchedule::ResidentWalk);
+    let src = &walk.source;
+    assert!(
+        src.contains("for (u32 mpmd_ticket_id = blockIdx.x; mpmd_ticket_id < 6u; mpmd_ticket_id += gridDim.x) {"),
+        "{src}"
+    );
+    assert!(
+        !src.contains("atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET]"),
+        "{src}"
+    );
+    assert!(!src.contains("if (threadIdx.x >= 64u) return;"), "{src}");
+    // Both forms compile for sm_90 without spills.
+    for schedule in [BlockSchedule::ResidentWalk, BlockSchedule::Tickets] {
+        for mode in [Mode::Fast, Mode::Checked] {
+            let module = emit_module_with(&even, mode, schedule).unwrap();
+            let ptx = compile_ptx(&module.source, &CompileOptions::default()).unwrap();
+            let report = mpmd_cuda::assemble(&ptx, 90).unwrap();
+            let kernel = report.kernel(&module.kernel_name).unwrap();
+            assert_eq!(
+                (kernel.spill_store_bytes, kernel.spill_load_bytes),
+                (0, 0),
+                "{schedule:?} {mode:?}"
+            );
+        }
+    }
+}
+
+/// examples/pipeline.mpmd: three programs of 64 threads chained by semaphores.
+fn even_pipeline() -> mpmd_core::plan::LaunchPlan {
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/pipeline.mpmd"
+    ))
+    .unwrap();
+    let (module, _) = mpmd_core::text::parse(&source).unwrap();
+    mpmd_core::plan::lower(&module, "pipeline").unwrap()
 }
 
 #[test]

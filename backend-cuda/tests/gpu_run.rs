@@ -22,6 +22,7 @@ fn backend(wait_timeout: Duration) -> Option<CudaBackend> {
         device: 0,
         wait_timeout,
         time_kernels: true,
+        max_resident_blocks: None,
     });
     if driver_present() {
         Some(result.unwrap_or_else(|e| panic!("this machine has a CUDA driver, but: {e}")))
@@ -228,4 +229,47 @@ fn checked_mode_reports_out_of_bounds_on_the_gpu() {
         (0, 1, "y", "[32]")
     );
     assert_eq!(index, &format!("[{}]", 40 + site.thread.unwrap()));
+}
+
+/// Waits on a device that launches cooperatively run as a resident walk:
+/// with one or two resident blocks, each block walks several logical blocks
+/// of all three programs in order, and the result is the interpreter's.
+#[test]
+fn resident_walk_with_few_blocks_matches_the_interpreter() {
+    require_tools();
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/pipeline.mpmd"
+    ))
+    .unwrap();
+    let (module, _) = mpmd_core::text::parse(&source).unwrap();
+    let plan = mpmd_core::plan::lower(&module, "pipeline").unwrap();
+    assert_eq!(
+        mpmd_cuda::emit::BlockSchedule::for_plan(&plan, true),
+        mpmd_cuda::emit::BlockSchedule::ResidentWalk
+    );
+    let generation = mpmd_core::inputs::Generation::with_defaults(7);
+    let args = mpmd_core::inputs::call_args(&module, &generation).unwrap();
+    let options = RunOptions::default();
+    let want = Interpreter::new().run(&plan, &args[0], &options).unwrap();
+    for resident in [1, 2] {
+        let cuda = CudaBackend::new(CudaOptions {
+            max_resident_blocks: Some(resident),
+            ..CudaOptions::default()
+        });
+        if !driver_present() {
+            assert_eq!(cuda.err(), Some(CudaError::DriverMissing));
+            return;
+        }
+        let mut cuda = cuda.unwrap();
+        for mode in [Mode::Fast, Mode::Checked] {
+            let got = cuda
+                .run(&plan, &args[0], &RunOptions { mode, seed: 0 })
+                .unwrap_or_else(|e| panic!("{resident} resident block(s), {mode:?}: {e}"));
+            assert_eq!(
+                got.outputs, want.outputs,
+                "{resident} resident block(s), {mode:?}"
+            );
+        }
+    }
 }

@@ -12,6 +12,7 @@
 //!
 //! Output: one `key value` line per figure, for scripts/gpu-check.sh.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -45,32 +46,84 @@ fn module(
     }
 }
 
-fn global_index(block_axis: &str, thread_axis: &str) -> Expr {
-    axis_index(block_axis) * axis_size(thread_axis) + axis_index(thread_axis)
+/// Work split of a bandwidth-bound program: each thread handles `per_thread`
+/// elements, `threads` apart, so every step of the loop is coalesced.
+#[derive(Clone, Copy)]
+struct Split {
+    per_thread: u32,
+    threads: u32,
 }
 
-fn copy() -> Module {
-    let mesh = MeshBuilder::new("m")
-        .grid("b", BIG / 1024)
-        .threads("t", 1024)
-        .build();
+impl Split {
+    const fn new(per_thread: u32, threads: u32) -> Self {
+        Split {
+            per_thread,
+            threads,
+        }
+    }
+
+    fn per_block(self) -> u32 {
+        self.per_thread * self.threads
+    }
+
+    fn blocks(self, len: u32) -> u32 {
+        len / self.per_block()
+    }
+
+    fn label(self) -> String {
+        format!("e{}t{}", self.per_thread, self.threads)
+    }
+
+    /// A one-axis mesh covering `len` elements.
+    fn mesh(self, name: &str, block_axis: &str, thread_axis: &str, len: u32) -> Mesh {
+        MeshBuilder::new(name)
+            .grid(block_axis, self.blocks(len))
+            .threads(thread_axis, self.threads)
+            .build()
+    }
+
+    /// `body(b, i)` for each element `i` of this thread.
+    fn each(
+        self,
+        b: &mut BodyBuilder,
+        block_axis: &str,
+        thread_axis: &str,
+        mut body: impl FnMut(&mut BodyBuilder, Expr),
+    ) {
+        let base = b.let_(
+            "base",
+            U32,
+            axis_index(block_axis) * Expr::from(self.per_block()) + axis_index(thread_axis),
+        );
+        let threads = self.threads;
+        b.for_("k", U32, 0u32, self.per_thread, |b, k| {
+            let i = b.let_("i", U32, base.clone() + k * Expr::from(threads));
+            body(b, i);
+        });
+    }
+}
+
+/// The one-element-per-thread form (1024 threads) and the coarsened form a
+/// bandwidth-bound kernel is usually written in.
+const SPLITS: [Split; 2] = [Split::new(1, 1024), Split::new(8, 256)];
+
+fn copy(split: Split) -> Module {
+    let mesh = split.mesh("m", "b", "t", BIG);
     let map = MapBuilder::new("copy")
         .program("m", "copy")
         .input("x", gmem(F32, [BIG]))
         .output("y", gmem(F32, [BIG]))
         .build();
     let k = KernelBuilder::new("copy", map.params()).body(|b| {
-        let i = b.let_("i", U32, global_index("b", "t"));
-        b.store(at("y", [i.clone()]), load("x", [i]));
+        split.each(b, "b", "t", |b, i| {
+            b.store(at("y", [i.clone()]), load("x", [i]))
+        });
     });
     module(vec![mesh], vec![k], vec![map], vec![])
 }
 
-fn elementwise() -> Module {
-    let mesh = MeshBuilder::new("m")
-        .grid("b", BIG / 1024)
-        .threads("t", 1024)
-        .build();
+fn elementwise(split: Split) -> Module {
+    let mesh = split.mesh("m", "b", "t", BIG);
     let map = MapBuilder::new("axpb")
         .program("m", "axpb")
         .input("x", gmem(F32, [BIG]))
@@ -79,40 +132,33 @@ fn elementwise() -> Module {
         .scalar("c", F32)
         .build();
     let k = KernelBuilder::new("axpb", map.params()).body(|b| {
-        let i = b.let_("i", U32, global_index("b", "t"));
-        b.store(at("y", [i.clone()]), load("x", [i]) * var("a") + var("c"));
+        split.each(b, "b", "t", |b, i| {
+            b.store(at("y", [i.clone()]), load("x", [i]) * var("a") + var("c"))
+        });
     });
     module(vec![mesh], vec![k], vec![map], vec![])
 }
 
-/// Sums 1024 elements per block of 256 threads through smem.
+/// Each thread sums its elements, then the block sums its threads through
+/// an smem tree and thread 0 writes the block's sum.
 fn reduce_kernel(
     name: &str,
     params: Vec<Param>,
-    x: &str,
-    y: &str,
-    tile: &str,
-    b_axis: &str,
-    t_axis: &str,
+    split: Split,
+    [x, y, tile]: [&str; 3],
+    [b_axis, t_axis]: [&str; 2],
 ) -> Kernel {
     KernelBuilder::new(name, params).body(|b| {
         let t = b.let_("t", U32, axis_index(t_axis));
-        let blk = b.let_("blk", U32, axis_index(b_axis));
         let acc = b.var("acc", F32, 0.0f32);
-        b.for_("k", U32, 0u32, 4u32, |b, k| {
-            b.assign(
-                "acc",
-                acc.clone()
-                    + load(
-                        x,
-                        [blk.clone() * Expr::from(1024u32) + k * Expr::from(256u32) + t.clone()],
-                    ),
-            );
+        split.each(b, b_axis, t_axis, |b, i| {
+            b.assign("acc", acc.clone() + load(x, [i]));
         });
         b.store(at(tile, [t.clone()]), acc);
         b.barrier();
-        b.for_("s", U32, 0u32, 8u32, |b, s| {
-            let stride = b.let_("stride", U32, Expr::from(128u32) >> s);
+        let steps = split.threads.trailing_zeros();
+        b.for_("s", U32, 1u32, steps + 1, |b, s| {
+            let stride = b.let_("stride", U32, Expr::from(split.threads) >> s);
             b.if_(t.clone().lt(stride.clone()), |b| {
                 b.store(
                     at(tile, [t.clone()]),
@@ -122,39 +168,41 @@ fn reduce_kernel(
             b.barrier();
         });
         b.if_(t.eq(Expr::from(0u32)), |b| {
-            b.store(at(y, [blk]), load(tile, [Expr::from(0u32)]));
+            b.store(at(y, [axis_index(b_axis)]), load(tile, [Expr::from(0u32)]));
         });
     })
 }
 
-fn reduction() -> Module {
-    let blocks = BIG / 1024;
-    let mesh = MeshBuilder::new("m")
-        .grid("b", blocks)
-        .threads("t", 256)
-        .build();
+const REDUCE_SPLITS: [Split; 2] = [Split::new(4, 256), Split::new(16, 256)];
+
+fn reduction(split: Split) -> Module {
+    let blocks = split.blocks(BIG);
+    let mesh = split.mesh("m", "b", "t", BIG);
     let map = MapBuilder::new("reduce")
         .program("m", "reduce")
         .input("x", gmem(F32, [BIG]))
         .output("y", gmem(F32, [blocks]))
-        .scratch("tile", smem(F32, [256]))
+        .scratch("tile", smem(F32, [split.threads]))
         .build();
-    let k = reduce_kernel("reduce", map.params(), "x", "y", "tile", "b", "t");
+    let k = reduce_kernel(
+        "reduce",
+        map.params(),
+        split,
+        ["x", "y", "tile"],
+        ["b", "t"],
+    );
     module(vec![mesh], vec![k], vec![map], vec![])
 }
+
+const TWO_EW: Split = Split::new(8, 256);
+const TWO_RED: Split = Split::new(16, 256);
 
 /// Elementwise over 256 MiB (the slower program) and a reduction over
 /// 64 MiB, fused into one map; and the elementwise program alone.
 fn two_program(fused: bool) -> Module {
     let small = BIG / 4;
-    let ew_mesh = MeshBuilder::new("ew")
-        .grid("eb", BIG / 1024)
-        .threads("et", 1024)
-        .build();
-    let red_mesh = MeshBuilder::new("red")
-        .grid("rb", small / 1024)
-        .threads("rt", 256)
-        .build();
+    let ew_mesh = TWO_EW.mesh("ew", "eb", "et", BIG);
+    let red_mesh = TWO_RED.mesh("red", "rb", "rt", small);
     let mut builder = MapBuilder::new(if fused { "fused" } else { "alone" }).program("ew", "ew");
     if fused {
         builder = builder.program("red", "red");
@@ -163,42 +211,46 @@ fn two_program(fused: bool) -> Module {
         .input("xa", gmem(F32, [BIG]))
         .input("xb", gmem(F32, [small]))
         .output("ya", gmem(F32, [BIG]))
-        .output("yb", gmem(F32, [small / 1024]))
-        .scratch("tile", smem(F32, [256]).owned_by("red"))
+        .output("yb", gmem(F32, [TWO_RED.blocks(small)]))
+        .scratch("tile", smem(F32, [TWO_RED.threads]).owned_by("red"))
         .build();
-    let ew = KernelBuilder::new("ew", map.params()).body(|b| {
-        let i = b.let_("i", U32, global_index("eb", "et"));
-        b.store(at("ya", [i.clone()]), load("xa", [i]) * 2.0f32 + 1.0f32);
-    });
-    let red = reduce_kernel("red", map.params(), "xb", "yb", "tile", "rb", "rt");
-    // `tile` is owned by `red`: without that program it would be smem of an
-    // external mesh, so the lone map drops it.
-    let (map, ew, meshes) = if fused {
-        (map, ew, vec![ew_mesh, red_mesh])
+    let ew_body = |b: &mut BodyBuilder| {
+        TWO_EW.each(b, "eb", "et", |b, i| {
+            b.store(at("ya", [i.clone()]), load("xa", [i]) * 2.0f32 + 1.0f32)
+        });
+    };
+    let red = reduce_kernel(
+        "red",
+        map.params(),
+        TWO_RED,
+        ["xb", "yb", "tile"],
+        ["rb", "rt"],
+    );
+    if fused {
+        let ew = KernelBuilder::new("ew", map.params()).body(ew_body);
+        module(vec![ew_mesh, red_mesh], vec![ew, red], vec![map], vec![])
     } else {
+        // `tile` is owned by `red`: without that program it would be smem
+        // of an external mesh, so the lone map drops it.
         let mut map = map;
         map.scratch.clear();
-        let ew = Kernel {
-            params: map.params(),
-            ..ew
-        };
-        (map, ew, vec![ew_mesh])
-    };
-    let kernels = if fused { vec![ew, red] } else { vec![ew] };
-    module(meshes, kernels, vec![map], vec![])
+        let ew = KernelBuilder::new("ew", map.params()).body(ew_body);
+        module(vec![ew_mesh], vec![ew], vec![map], vec![])
+    }
 }
 
-const PIPE_BLOCKS: u32 = 4096;
 const PIPE_THREADS: u32 = 256;
-const PIPE_LEN: u32 = PIPE_BLOCKS * PIPE_THREADS;
+/// Elements per stage: 4 MiB and 64 MiB of f32.
+const PIPE_LENS: [u32; 2] = [1 << 20, 1 << 24];
 
 /// Three stages, each block of a stage handing its rows to the same block of
 /// the next stage through a semaphore owned by that block.
-fn pipeline_fused() -> Module {
+fn pipeline_fused(len: u32) -> Module {
+    let blocks = len / PIPE_THREADS;
     let meshes: Vec<Mesh> = (1..=3)
         .map(|s| {
             MeshBuilder::new(&format!("s{s}"))
-                .grid(&format!("b{s}"), PIPE_BLOCKS)
+                .grid(&format!("b{s}"), blocks)
                 .threads(&format!("t{s}"), PIPE_THREADS)
                 .build()
         })
@@ -207,16 +259,17 @@ fn pipeline_fused() -> Module {
         .program("s1", "stage1")
         .program("s2", "stage2")
         .program("s3", "stage3")
-        .input("x", gmem(F32, [PIPE_LEN]))
-        .output("y", gmem(F32, [PIPE_LEN]))
-        .scratch("a", gmem(F32, [PIPE_LEN]))
-        .scratch("b", gmem(F32, [PIPE_LEN]))
+        .input("x", gmem(F32, [len]))
+        .output("y", gmem(F32, [len]))
+        .scratch("a", gmem(F32, [len]))
+        .scratch("b", gmem(F32, [len]))
         .scratch("ready2", sem([1]).owned_by("s2"))
         .scratch("ready3", sem([1]).owned_by("s3"))
         .build();
     let p = map.params();
+    let global = |b: &str, t: &str| axis_index(b) * axis_size(t) + axis_index(t);
     let s1 = KernelBuilder::new("stage1", p.clone()).body(|b| {
-        let i = b.let_("i", U32, global_index("b1", "t1"));
+        let i = b.let_("i", U32, global("b1", "t1"));
         b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32);
         b.signal(
             at_block("ready2", [axis_index("b1")], [Expr::from(0u32)]),
@@ -225,7 +278,7 @@ fn pipeline_fused() -> Module {
     });
     let s2 = KernelBuilder::new("stage2", p.clone()).body(|b| {
         b.wait(at("ready2", [Expr::from(0u32)]), 1);
-        let i = b.let_("i", U32, global_index("b2", "t2"));
+        let i = b.let_("i", U32, global("b2", "t2"));
         b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32);
         b.signal(
             at_block("ready3", [axis_index("b2")], [Expr::from(0u32)]),
@@ -234,7 +287,7 @@ fn pipeline_fused() -> Module {
     });
     let s3 = KernelBuilder::new("stage3", p).body(|b| {
         b.wait(at("ready3", [Expr::from(0u32)]), 1);
-        let i = b.let_("i", U32, global_index("b3", "t3"));
+        let i = b.let_("i", U32, global("b3", "t3"));
         let v = b.let_("v", F32, load("b", [i.clone()]));
         b.store(at("y", [i]), v.clone() * v);
     });
@@ -243,45 +296,46 @@ fn pipeline_fused() -> Module {
 
 /// The same three stages as three maps (three launches), handing data on
 /// through device-resident refs.
-fn pipeline_separate() -> Module {
+fn pipeline_separate(len: u32) -> Module {
     let mesh = MeshBuilder::new("s")
-        .grid("b", PIPE_BLOCKS)
+        .grid("b", len / PIPE_THREADS)
         .threads("t", PIPE_THREADS)
         .build();
     let resident = |name: &str| Resident {
         name: name.into(),
-        ty: gmem(F32, [PIPE_LEN]),
+        ty: gmem(F32, [len]),
         zeroed: true,
     };
     let m1 = MapBuilder::new("stage1")
         .program("s", "stage1")
-        .input("x", gmem(F32, [PIPE_LEN]))
-        .scratch("a", gmem(F32, [PIPE_LEN]))
+        .input("x", gmem(F32, [len]))
+        .scratch("a", gmem(F32, [len]))
         .resident()
         .build();
     let m2 = MapBuilder::new("stage2")
         .program("s", "stage2")
-        .scratch("a", gmem(F32, [PIPE_LEN]))
+        .scratch("a", gmem(F32, [len]))
         .resident()
-        .scratch("b", gmem(F32, [PIPE_LEN]))
+        .scratch("b", gmem(F32, [len]))
         .resident()
         .build();
     let m3 = MapBuilder::new("stage3")
         .program("s", "stage3")
-        .output("y", gmem(F32, [PIPE_LEN]))
-        .scratch("b", gmem(F32, [PIPE_LEN]))
+        .output("y", gmem(F32, [len]))
+        .scratch("b", gmem(F32, [len]))
         .resident()
         .build();
+    let global = || axis_index("b") * axis_size("t") + axis_index("t");
     let k1 = KernelBuilder::new("stage1", m1.params()).body(|b| {
-        let i = b.let_("i", U32, global_index("b", "t"));
+        let i = b.let_("i", U32, global());
         b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32);
     });
     let k2 = KernelBuilder::new("stage2", m2.params()).body(|b| {
-        let i = b.let_("i", U32, global_index("b", "t"));
+        let i = b.let_("i", U32, global());
         b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32);
     });
     let k3 = KernelBuilder::new("stage3", m3.params()).body(|b| {
-        let i = b.let_("i", U32, global_index("b", "t"));
+        let i = b.let_("i", U32, global());
         let v = b.let_("v", F32, load("b", [i.clone()]));
         b.store(at("y", [i]), v.clone() * v);
     });
@@ -315,17 +369,21 @@ fn plans(m: &Module) -> Vec<LaunchPlan> {
         .collect()
 }
 
-fn benchmarks() -> Vec<(&'static str, Module)> {
-    vec![
-        ("copy", copy()),
-        ("elementwise", elementwise()),
-        ("reduction", reduction()),
-        ("two_program_fused", two_program(true)),
-        ("two_program_alone", two_program(false)),
-        ("pipeline_fused", pipeline_fused()),
-        ("pipeline_separate", pipeline_separate()),
-        ("tiny", tiny()),
-    ]
+fn benchmarks() -> Vec<(String, Module)> {
+    let mut all = Vec::new();
+    for split in SPLITS {
+        all.push((format!("copy.{}", split.label()), copy(split)));
+        all.push((format!("elementwise.{}", split.label()), elementwise(split)));
+    }
+    for split in REDUCE_SPLITS {
+        all.push((format!("reduction.{}", split.label()), reduction(split)));
+    }
+    all.push(("two_program_fused".into(), two_program(true)));
+    all.push(("two_program_alone".into(), two_program(false)));
+    all.push(("pipeline_fused".into(), pipeline_fused(PIPE_LENS[0])));
+    all.push(("pipeline_separate".into(), pipeline_separate(PIPE_LENS[0])));
+    all.push(("tiny".into(), tiny()));
+    all
 }
 
 fn compile_figures() -> bool {
@@ -465,6 +523,100 @@ fn gbps(bytes: f64, ms: f64) -> f64 {
     bytes / (ms * 1e-3) / 1e9
 }
 
+/// A timing event (cudarc's default events cannot be timed).
+fn timing_event(backend: &CudaBackend) -> Result<cudarc::driver::CudaEvent, String> {
+    backend
+        .context()
+        .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// The separate stage maps' kernels launched back to back on one stream,
+/// as three ordinary launches would be, timed by one pair of events around
+/// all three (so the gaps between launches count, as they do for a user).
+fn three_launches_ms(
+    backend: &CudaBackend,
+    stages: &[LaunchPlan],
+    len: u32,
+    reps: usize,
+) -> Result<f64, String> {
+    let stream = backend.stream().clone();
+    let err = |e: cudarc::driver::DriverError| format!("{e:?}");
+    let mut buffers: HashMap<String, cudarc::driver::CudaSlice<u32>> = HashMap::new();
+    let x: Vec<u32> = f32_input(len).words;
+    let mut kernels = Vec::new();
+    for plan in stages {
+        for buffer in &plan.buffers {
+            let name = buffer.operands[0].clone();
+            if !buffers.contains_key(&name) {
+                let slice = if name == "x" {
+                    stream.clone_htod(&x).map_err(err)?
+                } else {
+                    stream.alloc_zeros::<u32>(len as usize).map_err(err)?
+                };
+                buffers.insert(name, slice);
+            }
+        }
+        let emitted = emit_module(plan, Mode::Fast).map_err(|e| e.to_string())?;
+        let cubin = backend
+            .cubin_for(&emitted, false)
+            .map_err(|e| e.to_string())?;
+        let loaded = backend
+            .context()
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
+            .map_err(err)?;
+        let function = loaded.load_function(&emitted.kernel_name).map_err(err)?;
+        let ctl = stream.alloc_zeros::<u32>(control::WORDS).map_err(err)?;
+        kernels.push((plan, emitted, function, ctl, loaded));
+    }
+    let timeout: u64 = 10_000_000_000;
+    let launch_all = || -> Result<(), String> {
+        for (plan, emitted, function, ctl, _) in &kernels {
+            let mut launch = stream.launch_builder(function);
+            for param in &emitted.params {
+                match param {
+                    KernelParam::Buffer(index) => {
+                        launch.arg(&buffers[&plan.buffers[*index].operands[0]])
+                    }
+                    KernelParam::Control => launch.arg(ctl),
+                    KernelParam::WaitTimeoutNs => launch.arg(&timeout),
+                    KernelParam::Scalar(_) => return Err("the stages take no scalars".into()),
+                };
+            }
+            let config = LaunchConfig {
+                grid_dim: (emitted.total_blocks as u32, 1, 1),
+                block_dim: (emitted.block_dim, 1, 1),
+                shared_mem_bytes: emitted.dynamic_smem_bytes,
+            };
+            // SAFETY: the arguments follow the kernel's parameter list and
+            // every buffer holds `len` elements.
+            unsafe { launch.launch(config) }.map_err(err)?;
+        }
+        Ok(())
+    };
+    launch_all()?;
+    stream.synchronize().map_err(err)?;
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let (start, end) = (timing_event(backend)?, timing_event(backend)?);
+        start.record(&stream).map_err(err)?;
+        launch_all()?;
+        end.record(&stream).map_err(err)?;
+        let ms = mpmd_cuda::backend::event_elapsed_ms(&start, &end).ok_or("no event time")?;
+        best = best.min(ms as f64);
+    }
+    let y = stream.clone_dtoh(&buffers["y"]).map_err(err)?;
+    let x1 = f32::from_bits(x[1]);
+    let want = (x1 * 2.0 + 1.0) * (x1 * 2.0 + 1.0);
+    if f32::from_bits(y[1]) != want {
+        return Err(format!(
+            "three launches: y[1] = {}, expected {want}",
+            f32::from_bits(y[1])
+        ));
+    }
+    Ok(best)
+}
+
 fn run_gpu() -> Result<(), String> {
     let mut backend = CudaBackend::new(CudaOptions {
         time_kernels: true,
@@ -486,7 +638,7 @@ fn run_gpu() -> Result<(), String> {
     let big_bytes = BIG as f64 * 4.0;
 
     // cuMemcpyDtoD of 256 MiB.
-    {
+    let memcpy_ms = {
         let stream = backend.stream().clone();
         let src = stream
             .alloc_zeros::<u32>(BIG as usize)
@@ -496,14 +648,7 @@ fn run_gpu() -> Result<(), String> {
             .map_err(|e| format!("{e:?}"))?;
         let mut best = f64::INFINITY;
         for _ in 0..reps {
-            let start = backend
-                .context()
-                .new_event(None)
-                .map_err(|e| format!("{e:?}"))?;
-            let end = backend
-                .context()
-                .new_event(None)
-                .map_err(|e| format!("{e:?}"))?;
+            let (start, end) = (timing_event(&backend)?, timing_event(&backend)?);
             start.record(&stream).map_err(|e| format!("{e:?}"))?;
             stream
                 .memcpy_dtod(&src, &mut dst)
@@ -517,29 +662,43 @@ fn run_gpu() -> Result<(), String> {
             "bench.memcpy_dtod ms={best:.4} gbps={:.1}",
             gbps(2.0 * big_bytes, best)
         );
-    }
+        best
+    };
+
+    let memcpy_gbps = gbps(2.0 * big_bytes, memcpy_ms);
+    let pct = |g: f64| 100.0 * g / memcpy_gbps;
 
     let x = f32_input(BIG);
     let mut args = CallArgs::default();
     args.inputs.insert("x".into(), x.clone());
-    let copy_ms = best_kernel_ms(&mut backend, &plans(&copy())[0], &args, reps)?;
-    println!(
-        "bench.copy ms={copy_ms:.4} gbps={:.1}",
-        gbps(2.0 * big_bytes, copy_ms)
-    );
     let mut ew_args = args.clone();
     ew_args.scalars.insert("a".into(), Literal::f32(2.0));
     ew_args.scalars.insert("c".into(), Literal::f32(1.0));
-    let ew_ms = best_kernel_ms(&mut backend, &plans(&elementwise())[0], &ew_args, reps)?;
-    println!(
-        "bench.elementwise ms={ew_ms:.4} gbps={:.1}",
-        gbps(2.0 * big_bytes, ew_ms)
-    );
-    let red_ms = best_kernel_ms(&mut backend, &plans(&reduction())[0], &args, reps)?;
-    println!(
-        "bench.reduction ms={red_ms:.4} gbps={:.1}",
-        gbps(big_bytes, red_ms)
-    );
+    for split in SPLITS {
+        let ms = best_kernel_ms(&mut backend, &plans(&copy(split))[0], &args, reps)?;
+        let g = gbps(2.0 * big_bytes, ms);
+        println!(
+            "bench.copy.{} ms={ms:.4} gbps={g:.1} pct_of_memcpy={:.1}",
+            split.label(),
+            pct(g)
+        );
+        let ms = best_kernel_ms(&mut backend, &plans(&elementwise(split))[0], &ew_args, reps)?;
+        let g = gbps(2.0 * big_bytes, ms);
+        println!(
+            "bench.elementwise.{} ms={ms:.4} gbps={g:.1} pct_of_memcpy={:.1}",
+            split.label(),
+            pct(g)
+        );
+    }
+    for split in REDUCE_SPLITS {
+        let ms = best_kernel_ms(&mut backend, &plans(&reduction(split))[0], &args, reps)?;
+        let g = gbps(big_bytes, ms);
+        println!(
+            "bench.reduction.{} ms={ms:.4} gbps={g:.1} pct_of_memcpy={:.1}",
+            split.label(),
+            pct(g)
+        );
+    }
 
     let mut two_args = CallArgs::default();
     two_args.inputs.insert("xa".into(), x);
@@ -556,30 +715,35 @@ fn run_gpu() -> Result<(), String> {
         fused_ms / alone_ms
     );
 
-    let mut pipe_args = CallArgs::default();
-    pipe_args.inputs.insert("x".into(), f32_input(PIPE_LEN));
-    let pipe_ms = best_kernel_ms(&mut backend, &plans(&pipeline_fused())[0], &pipe_args, reps)?;
-    let separate = plans(&pipeline_separate());
-    let mut best_sum = f64::INFINITY;
-    for _ in 0..reps {
-        let mut sum = 0.0;
-        for (k, plan) in separate.iter().enumerate() {
-            let call_args = if k == 0 {
-                pipe_args.clone()
-            } else {
-                CallArgs::default()
-            };
-            backend
-                .run(plan, &call_args, &RunOptions::default())
-                .map_err(|e| format!("{}: {e}", plan.map.name))?;
-            sum += backend.last_kernel_ms().ok_or("no kernel time")? as f64;
+    for len in PIPE_LENS {
+        let mut pipe_args = CallArgs::default();
+        pipe_args.inputs.insert("x".into(), f32_input(len));
+        let fused_plan = &plans(&pipeline_fused(len))[0];
+        let pipe_ms = best_kernel_ms(&mut backend, fused_plan, &pipe_args, reps)?;
+        // The fused result must be the three stages' result.
+        let fused_y = backend
+            .run(fused_plan, &pipe_args, &RunOptions::default())
+            .map_err(|e| e.to_string())?
+            .outputs["y"]
+            .to_f32();
+        let want = |i: usize| {
+            let v = (i % 1000) as f32 * 0.5 * 2.0 + 1.0;
+            v * v
+        };
+        if let Some(i) = (0..len as usize).find(|&i| fused_y[i] != want(i)) {
+            return Err(format!(
+                "fused pipeline: y[{i}] = {}, expected {}",
+                fused_y[i],
+                want(i)
+            ));
         }
-        best_sum = best_sum.min(sum);
+        let separate_ms = three_launches_ms(&backend, &plans(&pipeline_separate(len)), len, reps)?;
+        println!(
+            "bench.pipeline.{}M fused_ms={pipe_ms:.4} three_launches_ms={separate_ms:.4} ratio={:.3}",
+            len >> 20,
+            pipe_ms / separate_ms
+        );
     }
-    println!(
-        "bench.pipeline fused_ms={pipe_ms:.4} three_launches_ms={best_sum:.4} ratio={:.3}",
-        pipe_ms / best_sum
-    );
 
     // Call overhead of a tiny kernel: the whole `run` (plan cached,
     // upload, launch, wait, read-back, error check) against raw cudarc

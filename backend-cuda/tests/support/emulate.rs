@@ -32,6 +32,7 @@ const SHIM: &str = r#"
 struct mpmd_dim3 { unsigned x, y, z; };
 static thread_local mpmd_dim3 threadIdx;
 static thread_local mpmd_dim3 blockIdx;
+static thread_local mpmd_dim3 gridDim;
 static thread_local std::barrier<>* mpmd_block_barrier;
 alignas(16) unsigned char mpmd_smem[1 << 16];
 static unsigned long long mpmd_host_nanoseconds() {
@@ -128,7 +129,7 @@ pub fn emulate(
         });
     }
     program.push_str(&format!(
-        "  for (unsigned block = 0; block < {total}u; block++) {{\n    std::barrier<> bar({dim});\n    std::vector<std::thread> threads;\n    for (unsigned t = 0; t < {dim}u; t++) {{\n      threads.emplace_back([&, t] {{\n        threadIdx = mpmd_dim3{{t, 0, 0}};\n        blockIdx = mpmd_dim3{{block, 0, 0}};\n        mpmd_block_barrier = &bar;\n        {kernel}({args});\n        bar.arrive_and_drop();\n      }});\n    }}\n    for (auto& th : threads) th.join();\n  }}\n",
+        "  for (unsigned block = 0; block < {total}u; block++) {{\n    std::barrier<> bar({dim});\n    std::vector<std::thread> threads;\n    for (unsigned t = 0; t < {dim}u; t++) {{\n      threads.emplace_back([&, t] {{\n        threadIdx = mpmd_dim3{{t, 0, 0}};\n        blockIdx = mpmd_dim3{{block, 0, 0}};\n        gridDim = mpmd_dim3{{{total}u, 1, 1}};\n        mpmd_block_barrier = &bar;\n        {kernel}({args});\n        bar.arrive_and_drop();\n      }});\n    }}\n    for (auto& th : threads) th.join();\n  }}\n",
         total = module.total_blocks,
         dim = module.block_dim,
         kernel = module.kernel_name,

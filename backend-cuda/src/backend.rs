@@ -513,7 +513,6 @@ impl CudaBackend {
                 module.dynamic_smem_bytes as usize,
                 None,
             )
-            .map(|n| n.max(0) as u32)
             .map_err(run_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))
     }
 

@@ -12,6 +12,7 @@
 //! - otherwise each block takes a ticket from a per-call counter, so every
 //!   block a wait depends on took an earlier ticket and is already running
 //!   or finished.
+//!
 //! The block size is the largest thread count of any program; threads beyond
 //! their own program's count exit at entry (barriers on sm_70+ wait for
 //! non-exited threads only).
@@ -293,10 +294,12 @@ pub fn emit_module_with(
             memory_type(buffer.ty.elem)
         };
         let name = buffer_c_name(plan, index);
-        // Buffers no program writes are read-only for the whole call, so they
-        // may go through the non-coherent read-only cache.
+        // Plan buffers never overlap (aliased operands share one buffer), so
+        // every pointer is `__restrict__`: loads may be batched ahead of
+        // stores to other buffers. Buffers no program writes are read-only for
+        // the whole call and may go through the non-coherent read-only cache.
         let decl = if written.contains(&index) {
-            format!("{elem}* {name}")
+            format!("{elem}* __restrict__ {name}")
         } else {
             format!("const {elem}* __restrict__ {name}")
         };
@@ -348,7 +351,6 @@ pub fn emit_module_with(
                 "  // Every block is resident (cooperative launch) and walks the logical blocks\n\
                  \x20 // in increasing order; a wait only depends on lower ones, so the walk cannot\n\
                  \x20 // deadlock and needs no ticket counter.\n\
-                 \x20 __shared__ u32 mpmd_aborted;\n\
                  \x20 if (threadIdx.x == 0u) mpmd_stop = 0u;\n\
                  \x20 for (u32 mpmd_ticket_id = blockIdx.x; mpmd_ticket_id < {total_blocks}u; mpmd_ticket_id += gridDim.x) {{\n"
             );
@@ -402,14 +404,16 @@ pub fn emit_module_with(
             e.out.push_str(line);
             e.out.push('\n');
         }
-        e.out.push_str(
-            "    // The next logical block reuses shared memory, so the block finishes this\n\
-             \x20   // one together; it stops early when the call aborts.\n\
-             \x20   if (threadIdx.x == 0u) mpmd_aborted = *(volatile u32*)&mpmd_ctl[MPMD_CTL_ABORT];\n\
-             \x20   __syncthreads();\n\
-             \x20   if (mpmd_aborted != 0u) return;\n\
-             \x20 }\n",
-        );
+        if plan.units.iter().any(|u| u.smem_bytes > 0) {
+            // Without smem nothing carries over: barriers pair up in order
+            // (every thread runs the same barriers per logical block), and the
+            // shared words are guarded by the barriers around their uses.
+            e.out.push_str(
+                "    // The next logical block reuses shared memory: finish this one together.\n\
+                 \x20   __syncthreads();\n",
+            );
+        }
+        e.out.push_str("  }\n");
     }
     e.out.push_str("}\n");
 

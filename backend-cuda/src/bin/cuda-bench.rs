@@ -105,7 +105,13 @@ impl Split {
 
 /// The one-element-per-thread form (1024 threads) and the coarsened form a
 /// bandwidth-bound kernel is usually written in.
-const SPLITS: [Split; 2] = [Split::new(1, 1024), Split::new(8, 256)];
+const SPLITS: [Split; 5] = [
+    Split::new(1, 1024),
+    Split::new(8, 256),
+    Split::new(16, 256),
+    Split::new(8, 512),
+    Split::new(4, 1024),
+];
 
 fn copy(split: Split) -> Module {
     let mesh = split.mesh("m", "b", "t", BIG);
@@ -173,7 +179,12 @@ fn reduce_kernel(
     })
 }
 
-const REDUCE_SPLITS: [Split; 2] = [Split::new(4, 256), Split::new(16, 256)];
+const REDUCE_SPLITS: [Split; 4] = [
+    Split::new(4, 256),
+    Split::new(16, 256),
+    Split::new(32, 256),
+    Split::new(16, 512),
+];
 
 fn reduction(split: Split) -> Module {
     let blocks = split.blocks(BIG);
@@ -239,21 +250,23 @@ fn two_program(fused: bool) -> Module {
     }
 }
 
-const PIPE_THREADS: u32 = 256;
-/// Elements per stage: 4 MiB and 64 MiB of f32.
-const PIPE_LENS: [u32; 2] = [1 << 20, 1 << 24];
+/// Pipeline sizes (elements per stage) and splits: 4 MiB and 64 MiB of f32,
+/// one element per thread and eight.
+const PIPELINES: [(u32, Split); 3] = [
+    (1 << 20, Split::new(1, 256)),
+    (1 << 24, Split::new(1, 256)),
+    (1 << 24, Split::new(8, 256)),
+];
+
+fn pipeline_label(len: u32, split: Split) -> String {
+    format!("{}M.{}", len >> 20, split.label())
+}
 
 /// Three stages, each block of a stage handing its rows to the same block of
 /// the next stage through a semaphore owned by that block.
-fn pipeline_fused(len: u32) -> Module {
-    let blocks = len / PIPE_THREADS;
+fn pipeline_fused(len: u32, split: Split) -> Module {
     let meshes: Vec<Mesh> = (1..=3)
-        .map(|s| {
-            MeshBuilder::new(&format!("s{s}"))
-                .grid(&format!("b{s}"), blocks)
-                .threads(&format!("t{s}"), PIPE_THREADS)
-                .build()
-        })
+        .map(|s| split.mesh(&format!("s{s}"), &format!("b{s}"), &format!("t{s}"), len))
         .collect();
     let map = MapBuilder::new("pipeline")
         .program("s1", "stage1")
@@ -267,10 +280,10 @@ fn pipeline_fused(len: u32) -> Module {
         .scratch("ready3", sem([1]).owned_by("s3"))
         .build();
     let p = map.params();
-    let global = |b: &str, t: &str| axis_index(b) * axis_size(t) + axis_index(t);
     let s1 = KernelBuilder::new("stage1", p.clone()).body(|b| {
-        let i = b.let_("i", U32, global("b1", "t1"));
-        b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32);
+        split.each(b, "b1", "t1", |b, i| {
+            b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32)
+        });
         b.signal(
             at_block("ready2", [axis_index("b1")], [Expr::from(0u32)]),
             1,
@@ -278,8 +291,9 @@ fn pipeline_fused(len: u32) -> Module {
     });
     let s2 = KernelBuilder::new("stage2", p.clone()).body(|b| {
         b.wait(at("ready2", [Expr::from(0u32)]), 1);
-        let i = b.let_("i", U32, global("b2", "t2"));
-        b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32);
+        split.each(b, "b2", "t2", |b, i| {
+            b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32)
+        });
         b.signal(
             at_block("ready3", [axis_index("b2")], [Expr::from(0u32)]),
             1,
@@ -287,20 +301,18 @@ fn pipeline_fused(len: u32) -> Module {
     });
     let s3 = KernelBuilder::new("stage3", p).body(|b| {
         b.wait(at("ready3", [Expr::from(0u32)]), 1);
-        let i = b.let_("i", U32, global("b3", "t3"));
-        let v = b.let_("v", F32, load("b", [i.clone()]));
-        b.store(at("y", [i]), v.clone() * v);
+        split.each(b, "b3", "t3", |b, i| {
+            let v = b.let_("v", F32, load("b", [i.clone()]));
+            b.store(at("y", [i]), v.clone() * v);
+        });
     });
     module(meshes, vec![s1, s2, s3], vec![map], vec![])
 }
 
 /// The same three stages as three maps (three launches), handing data on
 /// through device-resident refs.
-fn pipeline_separate(len: u32) -> Module {
-    let mesh = MeshBuilder::new("s")
-        .grid("b", len / PIPE_THREADS)
-        .threads("t", PIPE_THREADS)
-        .build();
+fn pipeline_separate(len: u32, split: Split) -> Module {
+    let mesh = split.mesh("s", "b", "t", len);
     let resident = |name: &str| Resident {
         name: name.into(),
         ty: gmem(F32, [len]),
@@ -325,19 +337,21 @@ fn pipeline_separate(len: u32) -> Module {
         .scratch("b", gmem(F32, [len]))
         .resident()
         .build();
-    let global = || axis_index("b") * axis_size("t") + axis_index("t");
     let k1 = KernelBuilder::new("stage1", m1.params()).body(|b| {
-        let i = b.let_("i", U32, global());
-        b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32);
+        split.each(b, "b", "t", |b, i| {
+            b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32)
+        });
     });
     let k2 = KernelBuilder::new("stage2", m2.params()).body(|b| {
-        let i = b.let_("i", U32, global());
-        b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32);
+        split.each(b, "b", "t", |b, i| {
+            b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32)
+        });
     });
     let k3 = KernelBuilder::new("stage3", m3.params()).body(|b| {
-        let i = b.let_("i", U32, global());
-        let v = b.let_("v", F32, load("b", [i.clone()]));
-        b.store(at("y", [i]), v.clone() * v);
+        split.each(b, "b", "t", |b, i| {
+            let v = b.let_("v", F32, load("b", [i.clone()]));
+            b.store(at("y", [i]), v.clone() * v);
+        });
     });
     module(
         vec![mesh],
@@ -380,8 +394,17 @@ fn benchmarks() -> Vec<(String, Module)> {
     }
     all.push(("two_program_fused".into(), two_program(true)));
     all.push(("two_program_alone".into(), two_program(false)));
-    all.push(("pipeline_fused".into(), pipeline_fused(PIPE_LENS[0])));
-    all.push(("pipeline_separate".into(), pipeline_separate(PIPE_LENS[0])));
+    for (len, split) in PIPELINES {
+        let label = pipeline_label(len, split);
+        all.push((
+            format!("pipeline_fused.{label}"),
+            pipeline_fused(len, split),
+        ));
+        all.push((
+            format!("pipeline_separate.{label}"),
+            pipeline_separate(len, split),
+        ));
+    }
     all.push(("tiny".into(), tiny()));
     all
 }
@@ -547,14 +570,13 @@ fn three_launches_ms(
     let mut kernels = Vec::new();
     for plan in stages {
         for buffer in &plan.buffers {
-            let name = buffer.operands[0].clone();
-            if !buffers.contains_key(&name) {
-                let slice = if name == "x" {
+            let name = &buffer.operands[0];
+            if let std::collections::hash_map::Entry::Vacant(slot) = buffers.entry(name.clone()) {
+                slot.insert(if name == "x" {
                     stream.clone_htod(&x).map_err(err)?
                 } else {
                     stream.alloc_zeros::<u32>(len as usize).map_err(err)?
-                };
-                buffers.insert(name, slice);
+                });
             }
         }
         let emitted = emit_module(plan, Mode::Fast).map_err(|e| e.to_string())?;
@@ -715,10 +737,10 @@ fn run_gpu() -> Result<(), String> {
         fused_ms / alone_ms
     );
 
-    for len in PIPE_LENS {
+    for (len, split) in PIPELINES {
         let mut pipe_args = CallArgs::default();
         pipe_args.inputs.insert("x".into(), f32_input(len));
-        let fused_plan = &plans(&pipeline_fused(len))[0];
+        let fused_plan = &plans(&pipeline_fused(len, split))[0];
         let pipe_ms = best_kernel_ms(&mut backend, fused_plan, &pipe_args, reps)?;
         // The fused result must be the three stages' result.
         let fused_y = backend
@@ -737,10 +759,11 @@ fn run_gpu() -> Result<(), String> {
                 want(i)
             ));
         }
-        let separate_ms = three_launches_ms(&backend, &plans(&pipeline_separate(len)), len, reps)?;
+        let separate_ms =
+            three_launches_ms(&backend, &plans(&pipeline_separate(len, split)), len, reps)?;
         println!(
-            "bench.pipeline.{}M fused_ms={pipe_ms:.4} three_launches_ms={separate_ms:.4} ratio={:.3}",
-            len >> 20,
+            "bench.pipeline.{} fused_ms={pipe_ms:.4} three_launches_ms={separate_ms:.4} ratio={:.3}",
+            pipeline_label(len, split),
             pipe_ms / separate_ms
         );
     }

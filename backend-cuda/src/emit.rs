@@ -294,12 +294,13 @@ pub fn emit_module_with(
             memory_type(buffer.ty.elem)
         };
         let name = buffer_c_name(plan, index);
-        // Plan buffers never overlap (aliased operands share one buffer), so
-        // every pointer is `__restrict__`: loads may be batched ahead of
-        // stores to other buffers. Buffers no program writes are read-only for
-        // the whole call and may go through the non-coherent read-only cache.
+        // Buffers no program writes are read-only for the whole call, so they
+        // may go through the non-coherent read-only cache. Written buffers stay
+        // plain pointers: `__restrict__` would tell the compiler that no call
+        // it cannot see through (a barrier, a semaphore wait) changes them, so
+        // a load after a wait could be moved before it.
         let decl = if written.contains(&index) {
-            format!("{elem}* __restrict__ {name}")
+            format!("{elem}* {name}")
         } else {
             format!("const {elem}* __restrict__ {name}")
         };

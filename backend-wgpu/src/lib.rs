@@ -11,6 +11,8 @@ pub mod accuracy;
 pub mod emit;
 mod runtime;
 
-pub use accuracy::{accuracy_profile, AccuracyProfile};
+pub use accuracy::{
+    accuracy_profile, probe_adapter, profile_for, AccuracyProfile, FloatBehaviour, SUBNORMAL_TAG,
+};
 pub use emit::{emit, emit_module, validate_wgsl, EmitError, EmitOptions, EmittedModule};
 pub use runtime::{AdapterInfo, WgpuBackend, WgpuError, WgpuOptions};

@@ -387,3 +387,25 @@ fn special_values_on_this_adapter() {
         assert_eq!(o[9], 0.0);
     }
 }
+
+/// The start-up probe conformance uses agrees with this adapter's profile
+/// (lavapipe keeps subnormals), so no subnormal case is skipped here.
+#[test]
+fn float_probe_matches_the_profile() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let behaviour = mpmd_wgpu::probe_adapter(&mut wgpu).unwrap();
+    let profile = mpmd_wgpu::accuracy_profile();
+    assert_eq!(
+        (
+            behaviour.flushes_subnormal_inputs,
+            behaviour.flushes_subnormal_results
+        ),
+        (
+            profile.flushes_subnormal_inputs,
+            profile.flushes_subnormal_results
+        )
+    );
+    assert_eq!(mpmd_wgpu::profile_for(behaviour), profile);
+}

@@ -53,10 +53,14 @@ pub fn not_in_build(id: BackendId) -> String {
 /// Probes the selected backends once, for the header and availability.
 pub fn probe(selected: &[BackendId]) -> Environment {
     let mut header = Vec::new();
-    let wgpu = if selected.contains(&BackendId::Wgpu) {
+    let (wgpu, wgpu_measured_ulp, wgpu_deviations) = if selected.contains(&BackendId::Wgpu) {
         wgpu_glue::probe(&mut header)
     } else {
-        Availability::Unavailable("not selected".into())
+        (
+            Availability::Unavailable("not selected".into()),
+            Vec::new(),
+            Vec::new(),
+        )
     };
     let cuda = if selected.contains(&BackendId::Cuda) {
         cuda_glue::probe(&mut header)
@@ -67,10 +71,18 @@ pub fn probe(selected: &[BackendId]) -> Environment {
         header,
         wgpu,
         cuda,
-        wgpu_measured_ulp: wgpu_glue::measured_ulp(),
-        wgpu_deviations: wgpu_glue::deviations(),
+        wgpu_measured_ulp,
+        wgpu_deviations,
     }
 }
+
+/// What probing the WGSL adapter gives: availability, accuracy bounds
+/// `(operation, ulp)`, deviations `(case tag, behaviour)`.
+type WgpuProbe = (
+    Availability,
+    Vec<(&'static str, f64)>,
+    Vec<(&'static str, &'static str)>,
+);
 
 /// A fresh backend value (device-resident refs start empty).
 pub fn new_backend(id: BackendId) -> Result<Box<dyn Backend>, String> {
@@ -89,40 +101,49 @@ pub fn cuda_check_plan(plan: &LaunchPlan) -> Result<(), String> {
 #[cfg(feature = "wgpu")]
 mod wgpu_glue {
     use super::*;
-    use mpmd_wgpu::{accuracy_profile, WgpuBackend, WgpuOptions};
+    use mpmd_wgpu::{probe_adapter, profile_for, WgpuBackend, WgpuOptions};
 
-    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
-        match WgpuBackend::new(WgpuOptions::default()) {
-            Ok(backend) => {
-                let info = backend.adapter_info();
-                header.push((
-                    "wgpu adapter".into(),
-                    format!("{} ({}, {})", info.name, info.backend, info.device_type),
-                ));
-                header.push((
-                    "wgpu driver".into(),
-                    format!("{} {}", info.driver, info.driver_info),
-                ));
-                header.push((
-                    "wgpu accuracy profile".into(),
-                    accuracy_profile().adapter.to_string(),
-                ));
-                Availability::Runs
-            }
+    /// Opens the adapter and measures its subnormal handling, which decides
+    /// the deviations conformance applies.
+    pub fn probe(header: &mut Vec<(String, String)>) -> WgpuProbe {
+        let mut backend = match WgpuBackend::new(WgpuOptions::default()) {
+            Ok(backend) => backend,
             Err(e) => {
                 let reason = format!("no WebGPU adapter: {e}");
                 header.push(("wgpu adapter".into(), reason.clone()));
-                Availability::Unavailable(reason)
+                return (Availability::Unavailable(reason), Vec::new(), Vec::new());
             }
-        }
-    }
-
-    pub fn measured_ulp() -> Vec<(&'static str, f64)> {
-        accuracy_profile().ulp
-    }
-
-    pub fn deviations() -> Vec<(&'static str, &'static str)> {
-        accuracy_profile().deviations
+        };
+        let info = backend.adapter_info();
+        header.push((
+            "wgpu adapter".into(),
+            format!("{} ({}, {})", info.name, info.backend, info.device_type),
+        ));
+        header.push((
+            "wgpu driver".into(),
+            format!("{} {}", info.driver, info.driver_info),
+        ));
+        let profile = match probe_adapter(&mut backend) {
+            Ok(behaviour) => profile_for(behaviour),
+            Err(e) => {
+                let reason = format!("the float probe failed on this adapter: {e}");
+                header.push(("wgpu accuracy profile".into(), reason.clone()));
+                return (Availability::Unavailable(reason), Vec::new(), Vec::new());
+            }
+        };
+        let subnormals = if profile.flushes_subnormal_inputs || profile.flushes_subnormal_results {
+            "flushed to zero"
+        } else {
+            "kept"
+        };
+        header.push((
+            "wgpu accuracy profile".into(),
+            format!(
+                "bounds measured on {}; subnormals {subnormals} (measured on this adapter)",
+                profile.adapter
+            ),
+        ));
+        (Availability::Runs, profile.ulp, profile.deviations)
     }
 
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {
@@ -136,18 +157,10 @@ mod wgpu_glue {
 mod wgpu_glue {
     use super::*;
 
-    pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
+    pub fn probe(header: &mut Vec<(String, String)>) -> WgpuProbe {
         let reason = not_in_build(BackendId::Wgpu);
         header.push(("wgpu adapter".into(), reason.clone()));
-        Availability::Unavailable(reason)
-    }
-
-    pub fn measured_ulp() -> Vec<(&'static str, f64)> {
-        Vec::new()
-    }
-
-    pub fn deviations() -> Vec<(&'static str, &'static str)> {
-        Vec::new()
+        (Availability::Unavailable(reason), Vec::new(), Vec::new())
     }
 
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {

@@ -79,6 +79,7 @@ struct GpuContext {
 struct CompiledModule {
     emitted: EmittedModule,
     layout: wgpu::BindGroupLayout,
+    /// One per dispatch of `emitted.schedule`.
     pipelines: Vec<wgpu::ComputePipeline>,
 }
 
@@ -408,9 +409,10 @@ impl WgpuBackend {
             immediate_size: 0,
         });
         let pipelines = emitted
-            .entry_points
+            .schedule
             .iter()
-            .map(|entry| {
+            .map(|step| {
+                let entry = step.entry_point.as_str();
                 device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(entry),
                     layout: Some(&pipeline_layout),
@@ -729,13 +731,13 @@ impl Backend for WgpuBackend {
             layout: &compiled.layout,
             entries: &entries,
         });
-        // One dispatch per launch unit, in plan order: dispatch boundaries are
-        // WGSL's only ordering between workgroups.
-        for (unit, (pipeline, dims)) in compiled.pipelines.iter().zip(&emitted.dispatch).enumerate()
-        {
-            let label = &emitted.entry_points[unit];
+        // One dispatch per launch unit, in plan order, with the semaphore
+        // dispatches between them: dispatch boundaries are WGSL's only
+        // ordering between workgroups.
+        for (pipeline, step) in compiled.pipelines.iter().zip(&emitted.schedule) {
+            let dims = step.workgroups;
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(label),
+                label: Some(&step.entry_point),
                 timestamp_writes: None,
             });
             pass.set_pipeline(pipeline);

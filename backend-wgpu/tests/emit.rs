@@ -218,3 +218,94 @@ fn every_example_emits_valid_wgsl() {
     }
     assert!(emitted >= 4 * files.len());
 }
+
+/// The benchmark's producer/consumer pair (README, "Benchmark"), smaller.
+const PIPELINE: &str = "
+mesh producer {
+  grid [pb = 8];
+  threads t = 256;
+}
+mesh consumer {
+  grid [cb = 8];
+  threads t = 256;
+}
+kernel produce(x: gmem<f32[2048]>, y: gmem<f32[2048]>, buf: gmem<f32[2048]>, ready: sem<[8]>) {
+  let i: u32 = axis_index(pb) * 256u + axis_index(t);
+  buf[i] = x[i] * 2.0;
+  signal(ready[axis_index(pb)], 1);
+}
+kernel consume(x: gmem<f32[2048]>, y: gmem<f32[2048]>, buf: gmem<f32[2048]>, ready: sem<[8]>) {
+  wait(ready[axis_index(cb)], 1);
+  let i: u32 = axis_index(cb) * 256u + axis_index(t);
+  y[i] = buf[i] + 1.0;
+}
+map pipeline {
+  programs [producer: produce, consumer: consume];
+  inputs [x: gmem<f32[2048]>];
+  outputs [y: gmem<f32[2048]>];
+  scratch [buf: gmem<f32[2048]>, ready: sem<[8]>];
+}
+";
+
+/// The text of function `name` in `wgsl`.
+fn function<'a>(wgsl: &'a str, name: &str) -> &'a str {
+    let start = wgsl
+        .find(&format!("fn {name}("))
+        .unwrap_or_else(|| panic!("no fn {name} in:\n{wgsl}"));
+    let end = wgsl[start..].find("\n}\n").unwrap();
+    &wgsl[start..start + end]
+}
+
+/// The signal and the wait run in semaphore dispatches between the units:
+/// the units' own kernels hold no atomic (llvmpipe would run it for every
+/// SIMD vector of every block).
+#[test]
+fn producer_consumer_kernels_hold_no_atomic() {
+    let p = plan(&module(PIPELINE), "pipeline");
+    for mode in [Mode::Fast, Mode::Checked] {
+        for loop_cap in [None, Some(65_000)] {
+            let options = EmitOptions {
+                mode,
+                loop_cap,
+                ..EmitOptions::default()
+            };
+            let emitted = emit_module(&p, &options).unwrap();
+            let wgsl = &emitted.wgsl;
+            if mode == Mode::Fast && loop_cap.is_none() {
+                println!("{wgsl}");
+            }
+            for entry in ["unit0_produce", "unit1_consume"] {
+                let text = function(wgsl, entry);
+                assert!(!text.contains("atomic"), "{mode:?}: {text}");
+                assert!(!text.contains("mpmd_take"), "{mode:?}: {text}");
+                assert!(!text.contains("Barrier"), "{mode:?}: {text}");
+            }
+            let order: Vec<(&str, [u32; 3], Option<usize>)> = emitted
+                .schedule
+                .iter()
+                .map(|d| (d.entry_point.as_str(), d.workgroups, d.unit))
+                .collect();
+            // The producer's signals and the consumer's waits touch the same
+            // semaphore: two dispatches, the signals first.
+            assert_eq!(
+                order,
+                vec![
+                    ("unit0_produce", [8, 1, 1], Some(0)),
+                    ("mpmd_sems0", [1, 1, 1], None),
+                    ("mpmd_sems1", [1, 1, 1], None),
+                    ("unit1_consume", [8, 1, 1], Some(1)),
+                ]
+            );
+            let signals = function(wgsl, "mpmd_unit0_signals");
+            assert!(
+                signals.contains("atomicAdd(&g_ready[ax_pb], 1i);")
+                    || signals.contains("atomicAdd(&g_ready[mpmd_check1("),
+                "{signals}"
+            );
+            let waits = function(wgsl, "mpmd_unit1_waits");
+            assert!(waits.contains("mpmd_take_g_ready("), "{waits}");
+            assert!(function(wgsl, "mpmd_sems0").contains("mpmd_unit0_signals(slot);"));
+            assert!(function(wgsl, "mpmd_sems1").contains("mpmd_unit1_waits(slot);"));
+        }
+    }
+}

@@ -833,8 +833,9 @@ fn bad_arguments_are_errors() {
 }
 
 /// Semaphore operations between smem accesses: their barriers order the
-/// block's own threads, so they stay even though dispatch order makes the
-/// waits look once. The pipeline's tail signal and head wait drop theirs.
+/// block's own threads, so they stay in the kernel even where the operation
+/// itself moves to a semaphore dispatch. The pipeline's tail signal and head
+/// wait drop theirs.
 const SEM_AS_BARRIER: &str = "
 mesh producer {
   grid [pb = 4];
@@ -890,8 +891,24 @@ fn ordered_semaphores_keep_the_barriers_the_block_can_observe() {
         1,
         "{consume}"
     );
-    assert!(consume.contains("mpmd_take_g_ready("), "{consume}");
+    // The semaphore operations themselves run in semaphore dispatches.
+    for text in [&produce, &consume] {
+        assert!(!text.contains("atomic"), "{text}");
+    }
+    assert!(wgsl.contains("fn mpmd_unit1_waits("), "{wgsl}");
+    assert!(wgsl.contains("mpmd_take_g_ready("), "{wgsl}");
     assert!(!wgsl.contains("fn mpmd_wait_"), "{wgsl}");
+    // In checked mode the store before the wait may report out of bounds,
+    // which must come first: the wait stays in the kernel, barrier included.
+    let checked = mpmd_wgpu::emit(&p, Mode::Checked).unwrap();
+    let start = checked.find("fn unit1_consume(").unwrap();
+    let end = checked[start..].find("\n}\n").unwrap();
+    let consume_checked = &checked[start..start + end];
+    assert!(
+        consume_checked.contains("mpmd_take_g_ready("),
+        "{consume_checked}"
+    );
+    assert!(!checked.contains("fn mpmd_unit1_waits("), "{checked}");
     // The plain pipeline: a head wait and a tail signal, no barrier at all.
     let plain = mpmd_wgpu::emit(&plan(&module(PIPELINE), "pipeline"), Mode::Fast).unwrap();
     assert!(!plain.contains("workgroupBarrier();"), "{plain}");

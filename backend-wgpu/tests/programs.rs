@@ -991,10 +991,11 @@ fn a_short_count_of_a_moved_wait_is_a_deadlock_naming_block_and_element() {
         assert_eq!(
             err,
             RunError::Deadlock {
-                wait_for_graph: "program 0 (take), block 3 waits on `ready@[1, 1][1]`, whose count \
+                wait_for_graph:
+                    "program 0 (take), block 3 waits on `ready@[1, 1][1]`, whose count \
                                  is too low and can no longer grow: every program that signals it \
                                  has finished"
-                    .into()
+                        .into()
             }
         );
     }
@@ -1142,7 +1143,10 @@ fn moved_and_kept_semaphore_operations_in_one_plan() {
     assert!(!function(wgsl, "unit1_second").contains("atomic"), "{wgsl}");
     let third = function(wgsl, "unit2_third");
     assert!(third.contains("mpmd_take_g_s2("), "{third}");
-    assert!(!third.contains("g_s1") && !third.contains("g_credits"), "{third}");
+    assert!(
+        !third.contains("g_s1") && !third.contains("g_credits"),
+        "{third}"
+    );
     let waits = function(wgsl, "mpmd_unit2_waits");
     assert!(
         waits.find("mpmd_take_g_s1(").unwrap() < waits.find("mpmd_take_g_credits(").unwrap(),
@@ -1177,7 +1181,10 @@ fn moved_and_kept_semaphore_operations_in_one_plan() {
         wait_for_graph.starts_with("program 1 (second), block "),
         "{wait_for_graph}"
     );
-    assert!(wait_for_graph.contains("waits on `credits["), "{wait_for_graph}");
+    assert!(
+        wait_for_graph.contains("waits on `credits["),
+        "{wait_for_graph}"
+    );
     assert_eq!(
         interp.run(&main, &a, &fast()).unwrap_err().class(),
         Some(ErrorClass::Deadlock)

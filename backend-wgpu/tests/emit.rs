@@ -309,3 +309,80 @@ fn producer_consumer_kernels_hold_no_atomic() {
         }
     }
 }
+
+/// A loop before a wait may report the loop cap first (llvmpipe): the wait
+/// then stays in the kernel so that errors keep their order; without a cap
+/// it moves. Many blocks give a 2-D semaphore dispatch.
+const LOOP_THEN_WAIT: &str = "
+mesh producer {
+  grid [pb = 80000];
+  threads t = 32;
+}
+mesh consumer {
+  grid [cb = 80000];
+  threads t = 32;
+}
+kernel give(y: gmem<u32[80000]>, n: u32, ready: sem<[80000]>) {
+  signal(ready[axis_index(pb)], 1);
+}
+kernel take(y: gmem<u32[80000]>, n: u32, ready: sem<[80000]>) {
+  var s: u32 = 0u;
+  for k: u32 in 0u..n {
+    s = s + k;
+  }
+  wait(ready[axis_index(cb)], 1);
+  if axis_index(t) == 0u {
+    y[axis_index(cb)] = s;
+  }
+}
+map loop_then_wait {
+  programs [producer: give, consumer: take];
+  outputs [y: gmem<u32[80000]>];
+  scalars [n: u32];
+  scratch [ready: sem<[80000]>];
+}
+";
+
+#[test]
+fn a_wait_after_a_capped_loop_stays_in_the_kernel() {
+    let p = plan(&module(LOOP_THEN_WAIT), "loop_then_wait");
+    let options = |loop_cap| EmitOptions {
+        loop_cap,
+        max_workgroups_per_dimension: 300,
+        ..EmitOptions::default()
+    };
+    let capped = emit_module(&p, &options(Some(65_000))).unwrap();
+    let take = function(&capped.wgsl, "unit1_take");
+    assert!(take.contains("mpmd_take_g_ready("), "{take}");
+    assert!(
+        !capped.wgsl.contains("fn mpmd_unit1_waits("),
+        "{}",
+        capped.wgsl
+    );
+    // The signal still moves: in fast mode it cannot report anything.
+    assert!(!function(&capped.wgsl, "unit0_give").contains("atomic"));
+
+    let uncapped = emit_module(&p, &options(None)).unwrap();
+    assert!(!function(&uncapped.wgsl, "unit1_take").contains("atomic"));
+    let order: Vec<(&str, [u32; 3])> = uncapped
+        .schedule
+        .iter()
+        .map(|d| (d.entry_point.as_str(), d.workgroups))
+        .collect();
+    // 80000 blocks: 313 workgroups of 256, at most 300 per dimension.
+    assert_eq!(
+        order,
+        vec![
+            ("unit0_give", [300, 267, 1]),
+            ("mpmd_sems0", [300, 2, 1]),
+            ("mpmd_sems1", [300, 2, 1]),
+            ("unit1_take", [300, 267, 1]),
+        ]
+    );
+    let sems = function(&uncapped.wgsl, "mpmd_sems1");
+    assert!(
+        sems.contains("let slot: u32 = (mpmd_wid.x + mpmd_wid.y * 300u) * 256u + mpmd_lid.x;"),
+        "{sems}"
+    );
+    assert!(sems.contains("if (slot < 80000u) {"), "{sems}");
+}

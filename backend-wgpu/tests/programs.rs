@@ -1190,3 +1190,92 @@ fn moved_and_kept_semaphore_operations_in_one_plan() {
         Some(ErrorClass::Deadlock)
     );
 }
+
+/// Four programs of 300 blocks: `a`'s signals and `b`'s waits share one
+/// semaphore dispatch (600 invocations, `b`'s blocks from slot 300 on, in
+/// the middle of a workgroup).
+fn shared_dispatch_source(last_signal: u32) -> String {
+    let mesh = |name: &str, axis: &str| {
+        format!("mesh {name} {{\n  grid [{axis} = 300];\n  threads t = 32;\n}}\n")
+    };
+    let params = "y: gmem<u32[9600]>, w: gmem<u32[9600]>, s0: sem<[300]>, s1: sem<[300]>";
+    format!(
+        "{}{}{}{}
+kernel z({params}) {{
+  signal(s0[min(axis_index(zb), {last_signal}u)], 1);
+}}
+kernel a({params}) {{
+  signal(s1[axis_index(ab)], 1);
+}}
+kernel b({params}) {{
+  wait(s0[axis_index(bb)], 1);
+  y[axis_index(bb) * 32u + axis_index(t)] = axis_index(bb) + 1u;
+}}
+kernel c({params}) {{
+  wait(s1[axis_index(cb)], 1);
+  w[axis_index(cb) * 32u + axis_index(t)] = axis_index(cb) + 2u;
+}}
+map shared {{
+  programs [mz: z, ma: a, mb: b, mc: c];
+  outputs [y: gmem<u32[9600]>, w: gmem<u32[9600]>];
+  scratch [s0: sem<[300]>, s1: sem<[300]>];
+}}
+",
+        mesh("mz", "zb"),
+        mesh("ma", "ab"),
+        mesh("mb", "bb"),
+        mesh("mc", "cb")
+    )
+}
+
+#[test]
+fn signals_and_waits_of_different_semaphores_share_a_dispatch() {
+    let src = shared_dispatch_source(299);
+    let p = plan(&module(&src), "shared");
+    let emitted = mpmd_wgpu::emit_module(&p, &mpmd_wgpu::EmitOptions::default()).unwrap();
+    let order: Vec<(&str, [u32; 3])> = emitted
+        .schedule
+        .iter()
+        .map(|d| (d.entry_point.as_str(), d.workgroups))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("unit0_z", [300, 1, 1]),
+            ("mpmd_sems0", [2, 1, 1]),
+            ("unit1_a", [300, 1, 1]),
+            ("mpmd_sems1", [3, 1, 1]),
+            ("unit2_b", [300, 1, 1]),
+            ("mpmd_sems2", [2, 1, 1]),
+            ("unit3_c", [300, 1, 1]),
+        ]
+    );
+    let sems1 = function(&emitted.wgsl, "mpmd_sems1");
+    assert!(sems1.contains("mpmd_unit2_waits(slot - 300u);"), "{sems1}");
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let out = assert_same(&mut wgpu, &module(&src), "shared", &args(vec![], vec![]));
+    assert_eq!(out.outputs["y"].words[299 * 32], 300);
+    assert_eq!(out.outputs["w"].words[299 * 32 + 5], 301);
+
+    // Block 299 of `b` (slot 599 of the shared dispatch) finds its count short.
+    let short = shared_dispatch_source(298);
+    let p = plan(&module(&short), "shared");
+    let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
+    assert_eq!(
+        err,
+        RunError::Deadlock {
+            wait_for_graph: "program 2 (b), block 299 waits on `s0[299]`, whose count is too low \
+                             and can no longer grow: every program that signals it has finished"
+                .into()
+        }
+    );
+    assert_eq!(
+        Interpreter::new()
+            .run(&p, &args(vec![], vec![]), &fast())
+            .unwrap_err()
+            .class(),
+        Some(ErrorClass::Deadlock)
+    );
+}

@@ -1,6 +1,8 @@
 //! mpmd's generated WGSL against hand-written WGSL through plain wgpu, on
 //! the same adapter. Each figure is the median of several calls, each call
 //! end to end: upload inputs, dispatch, read the output back (both sides).
+//! The two sides' calls alternate, so that a change in the machine's load
+//! reaches both alike.
 //!
 //! Run: `cargo bench -p mpmd-wgpu --bench wgsl_vs_handwritten`.
 
@@ -13,24 +15,29 @@ use mpmd_wgpu::{WgpuBackend, WgpuOptions};
 
 const ELEMENTS: u32 = 4 * 1024 * 1024;
 const REDUCE_ELEMENTS: u32 = 1024 * 1024;
-const ITERATIONS: usize = 5;
+const ITERATIONS: usize = 9;
 
 fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
     times[times.len() / 2]
 }
 
-fn time(mut f: impl FnMut()) -> Duration {
-    f(); // warm-up: compiles and caches
-    median(
-        (0..ITERATIONS)
-            .map(|_| {
-                let start = Instant::now();
-                f();
-                start.elapsed()
-            })
-            .collect(),
-    )
+/// Medians of `mpmd` and `hand` over alternating calls.
+fn time(mut mpmd: impl FnMut(), mut hand: impl FnMut()) -> (Duration, Duration) {
+    // Warm-up: compiles and caches.
+    mpmd();
+    hand();
+    let clock = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        f();
+        start.elapsed()
+    };
+    let (mut m, mut h) = (Vec::new(), Vec::new());
+    for _ in 0..ITERATIONS {
+        m.push(clock(&mut mpmd));
+        h.push(clock(&mut hand));
+    }
+    (median(m), median(h))
 }
 
 fn plan(src: &str, map: &str) -> mpmd_core::plan::LaunchPlan {
@@ -236,9 +243,6 @@ map axpb {{ programs [m: axpb]; inputs [x: gmem<f32[{ELEMENTS}]>]; outputs [y: g
         ]
         .into(),
     };
-    let mpmd = time(|| {
-        backend.run(&p, &args, &options).expect("run");
-    });
     let hand = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @compute @workgroup_size(256)
@@ -257,9 +261,14 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
         expected,
         "hand-written and mpmd disagree"
     );
-    let hand_time = time(|| {
-        plain.call(&k, &[&x_words]);
-    });
+    let (mpmd, hand_time) = time(
+        || {
+            backend.run(&p, &args, &options).expect("run");
+        },
+        || {
+            plain.call(&k, &[&x_words]);
+        },
+    );
     report("elementwise y = 2x + 1, 4M f32", mpmd, hand_time, 2 * bytes);
 
     // ---- block reduction: 1M f32, one sum per 256-thread block ----
@@ -293,9 +302,6 @@ map bsum {{ programs [m: bsum]; inputs [x: gmem<f32[{REDUCE_ELEMENTS}]>]; output
         .into(),
         scalars: Default::default(),
     };
-    let mpmd = time(|| {
-        backend.run(&p, &args, &options).expect("run");
-    });
     let hand = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 var<workgroup> acc: array<f32, 256>;
@@ -325,9 +331,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         expected,
         "hand-written and mpmd disagree"
     );
-    let hand_time = time(|| {
-        plain.call(&k, &[&x_words]);
-    });
+    let (mpmd, hand_time) = time(
+        || {
+            backend.run(&p, &args, &options).expect("run");
+        },
+        || {
+            plain.call(&k, &[&x_words]);
+        },
+    );
     report(
         "block reduction, 1M f32 -> 4096 sums",
         mpmd,
@@ -359,9 +370,6 @@ map pipeline {{ programs [producer: produce, consumer: consume]; inputs [x: gmem
         inputs: [("x".to_string(), HostTensor::from_f32(vec![n], &x))].into(),
         scalars: Default::default(),
     };
-    let mpmd = time(|| {
-        backend.run(&p, &args, &options).expect("run");
-    });
     let hand = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @group(0) @binding(2) var<storage, read_write> buf: array<f32>;
@@ -386,9 +394,14 @@ fn consume(@builtin(global_invocation_id) id: vec3<u32>) { y[id.x] = buf[id.x] +
         expected,
         "hand-written and mpmd disagree"
     );
-    let hand_time = time(|| {
-        plain.call(&k, &[&x_words]);
-    });
+    let (mpmd, hand_time) = time(
+        || {
+            backend.run(&p, &args, &options).expect("run");
+        },
+        || {
+            plain.call(&k, &[&x_words]);
+        },
+    );
     report(
         "producer/consumer, 1M f32, 2 programs",
         mpmd,
@@ -402,16 +415,18 @@ kernel one(y: gmem<u32[1]>) { y[0] = 1u; }
 map one { programs [m: one]; outputs [y: gmem<u32[1]>]; }";
     let p = plan(src, "one");
     let args = CallArgs::default();
-    let mpmd = time(|| {
-        backend.run(&p, &args, &options).expect("run");
-    });
     let hand = "@group(0) @binding(0) var<storage, read_write> y: array<u32>;
 @compute @workgroup_size(1)
 fn main() { y[0] = 1u; }";
     let k = plain.kernel(hand, &[("main", [1, 1, 1])], &[], 4, &[]);
-    let hand_time = time(|| {
-        plain.call(&k, &[]);
-    });
+    let (mpmd, hand_time) = time(
+        || {
+            backend.run(&p, &args, &options).expect("run");
+        },
+        || {
+            plain.call(&k, &[]);
+        },
+    );
     println!(
         "{:<44} mpmd {:>9.3} ms   hand-written {:>9.3} ms   overhead {:.3} ms per call",
         "per-call overhead, 1 thread",

@@ -168,6 +168,19 @@ pub struct AccessSite {
     pub signed: Vec<bool>,
 }
 
+/// One compute dispatch of a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dispatch {
+    pub entry_point: String,
+    pub workgroups: [u32; 3],
+    /// The launch unit it runs; `None` for a semaphore dispatch (semaphore
+    /// operations moved out of the units next to it, see `Hoisting`).
+    pub unit: Option<usize>,
+}
+
+/// Invocations per workgroup of a semaphore dispatch (one per block).
+pub const SEMAPHORE_WORKGROUP_SIZE: u32 = 256;
+
 /// The generated module and everything the host needs to run it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmittedModule {
@@ -176,6 +189,9 @@ pub struct EmittedModule {
     pub entry_points: Vec<String>,
     /// Workgroup counts per unit.
     pub dispatch: Vec<[u32; 3]>,
+    /// Every dispatch of a call, in order: the units in plan order, with the
+    /// semaphore dispatches between them.
+    pub schedule: Vec<Dispatch>,
     pub layout: BindingLayout,
     /// Scalar operand names in `mpmd_params` word order.
     pub scalar_slots: Vec<(Name, ScalarType)>,
@@ -477,6 +493,11 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
     };
 
     let per_dim = options.max_workgroups_per_dimension.max(1);
+    let hoistings: Vec<Hoisting> = plan
+        .units
+        .iter()
+        .map(|unit| hoisting(plan, unit, options))
+        .collect();
     let mut entries = Vec::new();
     let mut entry_points = Vec::new();
     let mut dispatch = Vec::new();
@@ -491,16 +512,60 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
                 per_dim,
             });
         }
-        let (x, y) = if unit.block_count <= per_dim as u64 {
-            (unit.block_count as u32, 1)
-        } else {
-            (per_dim, unit.block_count.div_ceil(per_dim as u64) as u32)
-        };
-        dispatch.push([x.max(1), y, 1]);
+        let (x, y) = workgroup_grid(unit.block_count, per_dim);
+        dispatch.push([x, y, 1]);
         let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
-        let text = UnitEmitter::new(&mut state, index, unit, name.clone())?.emit_entry(y > 1)?;
+        let text = UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?
+            .emit_entry(y > 1)?;
         entries.push(text);
         entry_points.push(name);
+    }
+
+    // Semaphore dispatches: before each unit the waits moved out of it,
+    // after it the signals; a unit's signals and the next unit's waits share
+    // one dispatch unless they touch the same semaphore (one dispatch does
+    // not order its invocations).
+    let mut schedule = Vec::new();
+    let mut moved_fns = Vec::new();
+    let mut sem_entries = Vec::new();
+    for gap in 0..=plan.units.len() {
+        let signals = match gap.checked_sub(1) {
+            Some(before) => moved_ops(&mut state, &hoistings, before, true, &mut moved_fns)?,
+            None => None,
+        };
+        let waits = match gap < plan.units.len() {
+            true => moved_ops(&mut state, &hoistings, gap, false, &mut moved_fns)?,
+            false => None,
+        };
+        let groups = match (signals, waits) {
+            (Some(s), Some(w))
+                if s.buffers.is_disjoint(&w.buffers)
+                    && s.blocks + w.blocks <= u32::MAX as u64 - SEMAPHORE_WORKGROUP_SIZE as u64
+                    && (s.blocks + w.blocks).div_ceil(SEMAPHORE_WORKGROUP_SIZE as u64)
+                        <= per_dim as u64 * per_dim as u64 =>
+            {
+                vec![vec![s, w]]
+            }
+            (s, w) => [s, w].into_iter().flatten().map(|m| vec![m]).collect(),
+        };
+        for group in groups {
+            let name = format!("mpmd_sems{}", sem_entries.len());
+            let total: u64 = group.iter().map(|m| m.blocks).sum();
+            let (x, y) = workgroup_grid(total.div_ceil(SEMAPHORE_WORKGROUP_SIZE as u64), per_dim);
+            sem_entries.push(semaphore_entry(plan, &name, &group, y > 1, per_dim));
+            schedule.push(Dispatch {
+                entry_point: name,
+                workgroups: [x, y, 1],
+                unit: None,
+            });
+        }
+        if gap < plan.units.len() {
+            schedule.push(Dispatch {
+                entry_point: entry_points[gap].clone(),
+                workgroups: dispatch[gap],
+                unit: Some(gap),
+            });
+        }
     }
 
     let mut out = String::new();
@@ -519,10 +584,17 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
         }
     )
     .unwrap();
-    out.push_str("// One entry point per launch unit; the host dispatches them in this order.\n\n");
+    out.push_str(
+        "// One entry point per launch unit, and semaphore dispatches (`mpmd_sems<k>`) that\n",
+    );
+    out.push_str(
+        "// run the units' block-level semaphore operations next to them. Dispatch order:\n",
+    );
+    let order: Vec<&str> = schedule.iter().map(|d| d.entry_point.as_str()).collect();
+    writeln!(out, "// {}.\n", order.join(", ")).unwrap();
     state.write_globals(&mut out);
     state.write_helpers(&mut out);
-    for entry in entries {
+    for entry in entries.into_iter().chain(moved_fns).chain(sem_entries) {
         out.push_str(&entry);
         out.push('\n');
     }
@@ -530,11 +602,135 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
         wgsl: out,
         entry_points,
         dispatch,
+        schedule,
         layout: state.layout,
         scalar_slots: state.scalar_slots,
         literal_words: state.literals.iter().map(|l| l.to_bits()).collect(),
         sites: state.sites,
     })
+}
+
+/// The moved signals (or waits) of unit `index`, emitted as a function into
+/// `functions`; `None` when it has none.
+fn moved_ops(
+    state: &mut ModuleState<'_>,
+    hoistings: &[Hoisting],
+    index: usize,
+    signals: bool,
+    functions: &mut Vec<String>,
+) -> Result<Option<MovedOps>, EmitError> {
+    let plan = state.plan;
+    let h = &hoistings[index];
+    let unit = &plan.units[index];
+    let any = unit.kernel.body.iter().zip(&h.moved).any(|(stmt, &m)| {
+        m && matches!(stmt, Stmt::Sem { op, .. } if (*op == SemOp::Signal) == signals)
+    });
+    if !any {
+        return Ok(None);
+    }
+    let name = moved_function(index, signals);
+    let text = UnitEmitter::new(state, index, unit, name.clone(), h)?.emit_moved(signals)?;
+    functions.push(text);
+    Ok(Some(MovedOps {
+        function: name,
+        unit: index,
+        blocks: unit.block_count,
+        buffers: h.buffers(plan, unit, signals),
+        signals,
+    }))
+}
+
+/// The function that runs unit `index`'s moved signals (or waits) for one block.
+fn moved_function(index: usize, signals: bool) -> String {
+    format!(
+        "mpmd_unit{index}_{}",
+        if signals { "signals" } else { "waits" }
+    )
+}
+
+/// Workgroups `(x, y)` for `count` workgroups: 1-D up to the per-dimension
+/// limit, then 2-D (the entry point linearises and skips the extra ones).
+fn workgroup_grid(count: u64, per_dim: u32) -> (u32, u32) {
+    if count <= per_dim as u64 {
+        (count.max(1) as u32, 1)
+    } else {
+        (per_dim, count.div_ceil(per_dim as u64) as u32)
+    }
+}
+
+/// The semaphore operations of one unit run in a semaphore dispatch.
+struct MovedOps {
+    /// `fn <function>(block_id: u32)` runs them for one block.
+    function: String,
+    unit: usize,
+    blocks: u64,
+    /// The plan buffers they touch.
+    buffers: BTreeSet<usize>,
+    signals: bool,
+}
+
+/// A semaphore dispatch: one invocation per block of each unit in `group`.
+fn semaphore_entry(
+    plan: &LaunchPlan,
+    name: &str,
+    group: &[MovedOps],
+    two_d: bool,
+    per_dim: u32,
+) -> String {
+    let mut out = String::new();
+    let what: Vec<String> = group
+        .iter()
+        .map(|m| {
+            let unit = &plan.units[m.unit];
+            format!(
+                "the {} of unit {} (program {} `{}`)",
+                if m.signals { "signals" } else { "waits" },
+                m.unit,
+                unit.program,
+                unit.kernel.name
+            )
+        })
+        .collect();
+    writeln!(
+        out,
+        "// ---- semaphore dispatch: {}; one invocation per block.",
+        what.join(", then ")
+    )
+    .unwrap();
+    writeln!(out, "@compute @workgroup_size({SEMAPHORE_WORKGROUP_SIZE})").unwrap();
+    writeln!(
+        out,
+        "fn {name}(@builtin(workgroup_id) mpmd_wid: vec3<u32>, @builtin(local_invocation_id) mpmd_lid: vec3<u32>) {{"
+    )
+    .unwrap();
+    let workgroup = if two_d {
+        format!("(mpmd_wid.x + mpmd_wid.y * {per_dim}u)")
+    } else {
+        "mpmd_wid.x".to_string()
+    };
+    writeln!(
+        out,
+        "  let slot: u32 = {workgroup} * {SEMAPHORE_WORKGROUP_SIZE}u + mpmd_lid.x;"
+    )
+    .unwrap();
+    let mut start = 0u64;
+    for m in group {
+        let end = start + m.blocks;
+        let block = if start == 0 {
+            "slot".to_string()
+        } else {
+            format!("slot - {start}u")
+        };
+        writeln!(
+            out,
+            "  if (slot < {end}u) {{\n    {}({block});\n    return;\n  }}",
+            m.function
+        )
+        .unwrap();
+        start = end;
+    }
+    out.push_str("}\n");
+    out
 }
 
 impl ModuleState<'_> {
@@ -909,8 +1105,9 @@ fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
                 Helper::SemTake(global) => {
                     write!(
                         out,
-                        "// Semaphore wait on {global}, run by thread 0 of the block, when every program
-// that signals it ran in an earlier dispatch: the count can no longer grow, so one
+                        "// Semaphore wait on {global}, run once per block (by thread 0, or by the block's
+// invocation of a semaphore dispatch), when every program that signals it ran in
+// an earlier dispatch: the count can no longer grow, so one
 // look decides. Short: nothing is taken and the deadlock is reported. A take that
 // fails gives its amount back; only a take that found the count already short can
 // fail, so the first failure is always a real one.
@@ -1022,6 +1219,8 @@ struct UnitEmitter<'s, 'p> {
     /// The statement being emitted is a top-level semaphore operation whose
     /// barrier no thread of the block can observe (see `unobservable_sem_barriers`).
     sem_barrier_unobservable: bool,
+    /// The top-level semaphore operations that run in semaphore dispatches.
+    hoisting: Hoisting,
 }
 
 fn contains_collective(body: &[Stmt]) -> bool {
@@ -1043,6 +1242,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         index: usize,
         unit: &'p LaunchUnit,
         entry: String,
+        hoisting: &Hoisting,
     ) -> Result<Self, EmitError> {
         let plan = state.plan;
         let mut smem_atomics = HashSet::new();
@@ -1131,6 +1331,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             paid: false,
             ordered_by_dispatch: !plan.needs_co_residency(),
             sem_barrier_unobservable: false,
+            hoisting: hoisting.clone(),
         })
     }
 
@@ -1334,31 +1535,17 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 
     fn emit_entry(mut self, two_d: bool) -> Result<String, EmitError> {
         let unit = self.unit;
-        let plan = self.state.plan;
-        // Scalars first: they are read at the top of the entry point.
-        let mut preamble = String::new();
-        let mut slot = 0usize;
-        for (param, _) in unit.kernel.params.iter().zip(&plan.operands) {
-            if let Type::Scalar(t) = &param.ty {
-                let word = format!("mpmd_params[{slot}]");
-                let value = from_word(*t, &word);
-                writeln!(
-                    preamble,
-                    "  let v_{}: {} = {value};",
-                    sanitize(&param.name),
-                    wgsl_scalar(*t)
-                )
-                .unwrap();
-                slot += 1;
-            }
-        }
         let body = unit.kernel.body.clone();
         let quiet = if self.ordered_by_dispatch {
             unobservable_sem_barriers(&body)
         } else {
             vec![false; body.len()]
         };
-        for (stmt, quiet) in body.iter().zip(quiet) {
+        for (k, (stmt, quiet)) in body.iter().zip(quiet).enumerate() {
+            if self.hoisting.moved.get(k) == Some(&true) {
+                self.moved_placeholder(stmt, self.hoisting.barrier_kept[k]);
+                continue;
+            }
             self.sem_barrier_unobservable = quiet;
             let r = self.stmt(stmt);
             self.sem_barrier_unobservable = false;
@@ -1381,7 +1568,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         writeln!(out, "@compute @workgroup_size({})", unit.threads_per_block).unwrap();
         writeln!(
             out,
-            "fn {}(@builtin(workgroup_id) mpmd_wid: vec3<u32>, @builtin(local_invocation_index) mpmd_lid: u32) {{",
+            "fn {}(@builtin(workgroup_id) mpmd_wid: vec3<u32>, @builtin(local_invocation_id) mpmd_lid: vec3<u32>) {{",
             self.entry
         )
         .unwrap();
@@ -1404,14 +1591,29 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         } else {
             out.push_str("  let block_id: u32 = mpmd_wid.x;\n");
         }
-        out.push_str("  let thread_id: u32 = mpmd_lid;\n");
+        // Workgroups are 1-D: the x component is the thread id. (llvmpipe computes
+        // `local_invocation_index` at a measurable cost: about 3% of a
+        // memory-bound kernel.)
+        out.push_str("  let thread_id: u32 = mpmd_lid.x;\n");
         writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
         out.push_str("  mpmd_block_id = block_id;\n  mpmd_thread_id = thread_id;\n");
+        self.prologue(&mut out, true);
+        out.push_str("  // Kernel body.\n");
+        out.push_str(&self.body);
+        out.push_str("}\n");
+        Ok(out)
+    }
+
+    /// Axis indices (thread axes only with `threads`), scalar parameters and
+    /// the literals the body read at run time.
+    fn prologue(&self, out: &mut String, threads: bool) {
+        let unit = self.unit;
         out.push_str("  // Axis indices: (id / stride) % size.\n");
         for axis in &unit.axes {
             let id = match axis.source {
                 IdSource::Block => "block_id",
-                IdSource::Thread => "thread_id",
+                IdSource::Thread if threads => "thread_id",
+                IdSource::Thread => continue,
             };
             let divided = if axis.stride == 1 {
                 id.to_string()
@@ -1426,9 +1628,23 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             )
             .unwrap();
         }
-        if !preamble.is_empty() {
-            out.push_str("  // Scalar parameters.\n");
-            out.push_str(&preamble);
+        let mut slot = 0usize;
+        for param in &unit.kernel.params {
+            if let Type::Scalar(t) = &param.ty {
+                if slot == 0 {
+                    out.push_str("  // Scalar parameters.\n");
+                }
+                let word = format!("mpmd_params[{slot}]");
+                writeln!(
+                    out,
+                    "  let v_{}: {} = {};",
+                    sanitize(&param.name),
+                    wgsl_scalar(*t),
+                    from_word(*t, &word)
+                )
+                .unwrap();
+                slot += 1;
+            }
         }
         if !self.rt_used.is_empty() {
             out.push_str("  // Literals read at run time (operations on literals alone would be folded by WGSL).\n");
@@ -1446,10 +1662,103 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 .unwrap();
             }
         }
-        out.push_str("  // Kernel body.\n");
+    }
+
+    /// What stays in the kernel of a semaphore operation that moved to a
+    /// semaphore dispatch: a note, and its barrier where the block can see it.
+    fn moved_placeholder(&mut self, stmt: &Stmt, barrier: bool) {
+        let Stmt::Sem { op, sem, amount } = stmt else {
+            return;
+        };
+        let when = if *op == SemOp::Signal {
+            "after"
+        } else {
+            "before"
+        };
+        self.line(&format!(
+            "// {}({}, {}): in the semaphore dispatch {when} this one (`{}`).",
+            op.name(),
+            describe_access(sem),
+            mpmd_core::text::print_expr(amount),
+            moved_function(self.index, *op == SemOp::Signal)
+        ));
+        if barrier {
+            self.line(
+                "// Its barrier orders this block's accesses before it against those after it.",
+            );
+            self.line("storageBarrier();");
+            self.line("workgroupBarrier();");
+        }
+    }
+
+    /// `fn <entry>(block_id: u32)`: the moved signals (or waits) of one block,
+    /// in program order, with the `let`s they use; run by one invocation of
+    /// a semaphore dispatch.
+    fn emit_moved(mut self, signals: bool) -> Result<String, EmitError> {
+        let unit = self.unit;
+        let hoisting = self.hoisting.clone();
+        for (k, stmt) in unit.kernel.body.iter().enumerate() {
+            match stmt {
+                Stmt::Let { .. } if hoisting.pure_lets[k] => self.stmt(stmt)?,
+                Stmt::Sem { op, sem, amount }
+                    if hoisting.moved[k] && (*op == SemOp::Signal) == signals =>
+                {
+                    self.moved_sem_op(*op, sem, amount)?
+                }
+                _ => {}
+            }
+        }
+        let mut out = String::new();
+        writeln!(
+            out,
+            "// The {} of unit {} (program {} `{}`) for one block, moved out of its dispatch",
+            if signals { "signals" } else { "waits" },
+            self.index,
+            unit.program,
+            unit.kernel.name
+        )
+        .unwrap();
+        writeln!(
+            out,
+            "// into the semaphore dispatch {} it, whose boundary orders counts and data.",
+            if signals { "after" } else { "before" }
+        )
+        .unwrap();
+        writeln!(out, "fn {}(block_id: u32) {{", self.entry).unwrap();
+        writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
+        out.push_str("  mpmd_block_id = block_id;\n  mpmd_thread_id = 0u;\n");
+        self.prologue(&mut out, false);
+        out.push_str("  // The block's semaphore operations.\n");
         out.push_str(&self.body);
         out.push_str("}\n");
         Ok(out)
+    }
+
+    /// A moved semaphore operation, run once for its block.
+    fn moved_sem_op(&mut self, op: SemOp, sem: &RefAccess, amount: &Expr) -> Result<(), EmitError> {
+        let amount_ty = self.ty(amount)?;
+        let mut n = self.expr(amount)?;
+        if amount_ty != ScalarType::I32 {
+            n = format!("bitcast<i32>({n})");
+        }
+        let (global, index, site) = self.sem_place(sem)?;
+        self.line(&format!(
+            "// {}({}, {})",
+            op.name(),
+            describe_access(sem),
+            mpmd_core::text::print_expr(amount)
+        ));
+        match op {
+            SemOp::Signal => self.line(&format!("atomicAdd(&{global}[{index}], {n});")),
+            SemOp::Wait | SemOp::WaitNodec => {
+                self.state.helpers.insert(Helper::SemTake(global.clone()));
+                self.line(&format!(
+                    "mpmd_take_{global}({index}, {n}, {}, {site}u);",
+                    op == SemOp::Wait
+                ));
+            }
+        }
+        Ok(())
     }
 
     // ---- statements ----
@@ -2312,6 +2621,256 @@ fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
         }
     }
     quiet
+}
+
+/// Which top-level semaphore operations of a unit leave its dispatch.
+///
+/// When the plan needs no co-residency, every semaphore's signallers run in
+/// earlier dispatches than its waiters, so a block's semaphore operation
+/// need not run inside its own dispatch: a signal can run right after it
+/// (in a semaphore dispatch with one invocation per block) and a wait right
+/// before it, where the dispatch boundary orders both the count and the
+/// data. The unit's own kernel then holds no atomic, which matters on
+/// llvmpipe: it runs a branch's atomics for every SIMD vector of a block,
+/// lanes masked off or not.
+///
+/// An operation moves when nothing can tell: it is at the top level of the
+/// body (unconditional), its element and amount depend only on block
+/// coordinates, scalar parameters, constants and `let`s of those (no thread
+/// index, no load, no `var`); every operation of the program on that
+/// semaphore moves (so their order within a block is kept) and the program
+/// does not `read` it (a read would see a count that moved); and errors keep
+/// their order: no statement before a moved wait (other moved waits aside)
+/// can report an error, and no statement after a moved signal that can
+/// itself report one (checked mode: its index) can either. The operation's
+/// barrier stays in the kernel where the block can observe it.
+#[derive(Clone, Debug, Default)]
+struct Hoisting {
+    /// Per top-level statement: a semaphore operation that runs in a semaphore dispatch.
+    moved: Vec<bool>,
+    /// Per top-level statement: a `let` the moved operations may use.
+    pure_lets: Vec<bool>,
+    /// Per top-level statement: a moved operation whose barrier stays in the kernel.
+    barrier_kept: Vec<bool>,
+}
+
+impl Hoisting {
+    /// Plan buffers of the moved signals (or waits).
+    fn buffers(&self, plan: &LaunchPlan, unit: &LaunchUnit, signals: bool) -> BTreeSet<usize> {
+        unit.kernel
+            .body
+            .iter()
+            .zip(&self.moved)
+            .filter_map(|(stmt, &moved)| match stmt {
+                Stmt::Sem { op, sem, .. } if moved && (*op == SemOp::Signal) == signals => {
+                    sem_buffer(plan, unit, &sem.base)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The plan buffer of semaphore parameter `name` of `unit`'s kernel.
+fn sem_buffer(plan: &LaunchPlan, unit: &LaunchUnit, name: &str) -> Option<usize> {
+    let position = unit.kernel.params.iter().position(|p| p.name == name)?;
+    match &unit.kernel.params[position].ty {
+        Type::Ref(r) if r.space == MemorySpace::Sem => plan.operands.get(position)?.buffer,
+        _ => None,
+    }
+}
+
+fn hoisting(plan: &LaunchPlan, unit: &LaunchUnit, options: &EmitOptions) -> Hoisting {
+    let body = &unit.kernel.body;
+    let n = body.len();
+    let mut h = Hoisting {
+        moved: vec![false; n],
+        pure_lets: vec![false; n],
+        barrier_kept: vec![false; n],
+    };
+    if plan.needs_co_residency() {
+        return h;
+    }
+    let block_axes: HashSet<&str> = unit
+        .axes
+        .iter()
+        .filter(|a| a.source == IdSource::Block)
+        .map(|a| a.axis.as_str())
+        .collect();
+    let block_level = |e: &Expr, pure: &HashSet<Name>| {
+        let mut ok = true;
+        mpmd_core::ir::visit::walk_expr(e, &mut |e| match e {
+            Expr::Load(_) => ok = false,
+            Expr::Var(name) if !pure.contains(name) => ok = false,
+            Expr::AxisIndex(axis) if !block_axes.contains(axis.as_str()) => ok = false,
+            _ => {}
+        });
+        ok
+    };
+    // Names bound to block-level values at each top-level statement.
+    let mut pure: HashSet<Name> = unit
+        .kernel
+        .params
+        .iter()
+        .filter(|p| matches!(p.ty, Type::Scalar(_)))
+        .map(|p| p.name.clone())
+        .collect();
+    let mut candidate = vec![None; n];
+    let mut pinned: HashSet<usize> = HashSet::new();
+    let mut unknown = false;
+    for (k, stmt) in body.iter().enumerate() {
+        match stmt {
+            Stmt::Let { var, value } => {
+                if block_level(value, &pure) {
+                    h.pure_lets[k] = true;
+                    pure.insert(var.name.clone());
+                } else {
+                    pure.remove(&var.name);
+                }
+            }
+            Stmt::Var { var, .. } => {
+                pure.remove(&var.name);
+            }
+            Stmt::Atomic { dest: Some(d), .. } => {
+                pure.remove(&d.name);
+            }
+            Stmt::SemRead { dest, .. } => {
+                pure.remove(dest);
+            }
+            Stmt::LocalArray { name, .. } => {
+                pure.remove(name);
+            }
+            Stmt::Sem { sem, amount, .. } => {
+                let operands_ok = sem
+                    .block
+                    .iter()
+                    .flatten()
+                    .chain(&sem.index)
+                    .chain([amount])
+                    .all(|e| block_level(e, &pure));
+                match sem_buffer(plan, unit, &sem.base) {
+                    Some(buffer) if operands_ok => candidate[k] = Some(buffer),
+                    Some(buffer) => {
+                        pinned.insert(buffer);
+                    }
+                    None => unknown = true,
+                }
+            }
+            _ => {}
+        }
+        // Semaphores used below the top level, or read, stay in the kernel.
+        let nested = match stmt {
+            Stmt::If { .. } | Stmt::For { .. } | Stmt::SemRead { .. } => std::slice::from_ref(stmt),
+            _ => &[],
+        };
+        for_each_stmt(nested, &mut |s| {
+            if let Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } = s {
+                match sem_buffer(plan, unit, &sem.base) {
+                    Some(buffer) => {
+                        pinned.insert(buffer);
+                    }
+                    None => unknown = true,
+                }
+            }
+        });
+    }
+    if unknown {
+        // Something the emitter will reject anyway: leave everything in place.
+        return h;
+    }
+    let checked = options.mode == Mode::Checked;
+    let capped = options.loop_cap.is_some();
+    let reports: Vec<bool> = body
+        .iter()
+        .map(|s| may_report(s, checked, capped))
+        .collect();
+    let op_of = |k: usize| match &body[k] {
+        Stmt::Sem { op, .. } => Some(*op),
+        _ => None,
+    };
+    loop {
+        for (moved, candidate) in h.moved.iter_mut().zip(&candidate) {
+            *moved = candidate.is_some_and(|b| !pinned.contains(&b));
+        }
+        let mut changed = false;
+        for k in 0..n {
+            if !h.moved[k] {
+                continue;
+            }
+            let in_order = if op_of(k) == Some(SemOp::Signal) {
+                !reports[k]
+                    || (k + 1..n)
+                        .all(|j| !reports[j] || (h.moved[j] && op_of(j) == Some(SemOp::Signal)))
+            } else {
+                (0..k).all(|j| !reports[j] || (h.moved[j] && op_of(j) != Some(SemOp::Signal)))
+            };
+            if !in_order {
+                pinned.extend(candidate[k]);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // A moved operation's barrier orders the block's accesses before it
+    // against those after it: kept only where both exist.
+    let touches: Vec<bool> = body
+        .iter()
+        .zip(&h.moved)
+        .map(|(s, &moved)| !moved && touches_memory(s))
+        .collect();
+    for k in 0..n {
+        h.barrier_kept[k] =
+            h.moved[k] && touches[..k].iter().any(|&t| t) && touches[k + 1..].iter().any(|&t| t);
+    }
+    h
+}
+
+/// Whether running `stmt` may record an error: a wait (deadlock), in checked
+/// mode any memory access (out of bounds), with a loop cap any loop of its own
+/// or of the backend's (`for`, strong compare-exchange, the float `%`).
+fn may_report(stmt: &Stmt, checked: bool, capped: bool) -> bool {
+    let one = std::slice::from_ref(stmt);
+    let mut reports = false;
+    for_each_stmt(one, &mut |s| match s {
+        Stmt::Sem { op, .. } if *op != SemOp::Signal || checked => reports = true,
+        Stmt::Store { .. } | Stmt::Atomic { .. } | Stmt::SemRead { .. } if checked => {
+            reports = true
+        }
+        Stmt::For { .. }
+        | Stmt::Atomic {
+            op: AtomicOp::CompareExchange,
+            ..
+        } if capped => reports = true,
+        _ => {}
+    });
+    mpmd_core::ir::visit::for_each_expr(one, &mut |e| match e {
+        Expr::Load(_) if checked => reports = true,
+        Expr::Binary(BinaryOp::Rem, ..) if capped => reports = true,
+        _ => {}
+    });
+    reports
+}
+
+/// Whether `stmt` accesses memory another thread of the block may see.
+fn touches_memory(stmt: &Stmt) -> bool {
+    let one = std::slice::from_ref(stmt);
+    let mut touches = false;
+    for_each_stmt(one, &mut |s| {
+        if matches!(
+            s,
+            Stmt::Store { .. } | Stmt::Atomic { .. } | Stmt::Sem { .. } | Stmt::SemRead { .. }
+        ) {
+            touches = true;
+        }
+    });
+    mpmd_core::ir::visit::for_each_expr(one, &mut |e| {
+        if matches!(e, Expr::Load(_)) {
+            touches = true;
+        }
+    });
+    touches
 }
 
 fn contains_loop(body: &[Stmt]) -> bool {

@@ -79,6 +79,7 @@ struct GpuContext {
 struct CompiledModule {
     emitted: EmittedModule,
     layout: wgpu::BindGroupLayout,
+    /// One per dispatch of `emitted.schedule`.
     pipelines: Vec<wgpu::ComputePipeline>,
 }
 
@@ -201,6 +202,9 @@ pub struct WgpuBackend {
     options: WgpuOptions,
     residents: BTreeMap<Name, ResidentBuffer>,
     pool: Arc<BufferPool>,
+    /// The module of the last call, by mode and plan: a repeated call skips
+    /// building the cache key (the plan's debug text).
+    last_compiled: Mutex<Option<(Mode, LaunchPlan, Arc<CompiledModule>)>>,
 }
 
 impl WgpuBackend {
@@ -211,6 +215,7 @@ impl WgpuBackend {
             options,
             residents: BTreeMap::new(),
             pool: Arc::new(BufferPool::default()),
+            last_compiled: Mutex::new(None),
         })
     }
 
@@ -341,6 +346,22 @@ impl WgpuBackend {
     }
 
     fn compile(&self, plan: &LaunchPlan, mode: Mode) -> Result<Arc<CompiledModule>, RunError> {
+        let mut last = self.last_compiled.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((last_mode, last_plan, module)) = last.as_ref() {
+            if *last_mode == mode && last_plan == plan {
+                return Ok(module.clone());
+            }
+        }
+        let module = self.compile_cached(plan, mode)?;
+        *last = Some((mode, plan.clone(), module.clone()));
+        Ok(module)
+    }
+
+    fn compile_cached(
+        &self,
+        plan: &LaunchPlan,
+        mode: Mode,
+    ) -> Result<Arc<CompiledModule>, RunError> {
         let options = self.emit_options(mode);
         let key = format!("{options:?}\n{plan:?}");
         if let Some(m) = self
@@ -408,9 +429,10 @@ impl WgpuBackend {
             immediate_size: 0,
         });
         let pipelines = emitted
-            .entry_points
+            .schedule
             .iter()
-            .map(|entry| {
+            .map(|step| {
+                let entry = step.entry_point.as_str();
                 device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(entry),
                     layout: Some(&pipeline_layout),
@@ -482,7 +504,22 @@ impl WgpuBackend {
         let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("mpmd readback"),
         });
-        let staging: Vec<wgpu::Buffer> = buffers
+        let staging = self.stage_reads(&mut encoder, buffers);
+        self.ctx.queue.submit([encoder.finish()]);
+        let words = map_and_read(device, &staging, buffers.iter().map(|b| b.2).collect());
+        self.pool.put(staging);
+        words
+    }
+
+    /// Staging buffers (from the pool) and the copies into them, for
+    /// `(buffer, byte offset, words)` reads.
+    fn stage_reads(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        buffers: &[(&wgpu::Buffer, u64, u64)],
+    ) -> Vec<wgpu::Buffer> {
+        let device = &self.ctx.device;
+        buffers
             .iter()
             .map(|&(src, offset, words)| {
                 let dst = self
@@ -493,11 +530,7 @@ impl WgpuBackend {
                 }
                 dst
             })
-            .collect();
-        self.ctx.queue.submit([encoder.finish()]);
-        let words = map_and_read(device, &staging, buffers.iter().map(|b| b.2).collect());
-        self.pool.put(staging);
-        words
+            .collect()
     }
 }
 
@@ -729,13 +762,13 @@ impl Backend for WgpuBackend {
             layout: &compiled.layout,
             entries: &entries,
         });
-        // One dispatch per launch unit, in plan order: dispatch boundaries are
-        // WGSL's only ordering between workgroups.
-        for (unit, (pipeline, dims)) in compiled.pipelines.iter().zip(&emitted.dispatch).enumerate()
-        {
-            let label = &emitted.entry_points[unit];
+        // One dispatch per launch unit, in plan order, with the semaphore
+        // dispatches between them: dispatch boundaries are WGSL's only
+        // ordering between workgroups.
+        for (pipeline, step) in compiled.pipelines.iter().zip(&emitted.schedule) {
+            let dims = step.workgroups;
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(label),
+                label: Some(&step.entry_point),
                 timestamp_writes: None,
             });
             pass.set_pipeline(pipeline);
@@ -745,14 +778,7 @@ impl Backend for WgpuBackend {
         for (arena, offset, resident, bytes) in &copy_back {
             encoder.copy_buffer_to_buffer(arena, *offset, resident, 0, *bytes);
         }
-        ctx.queue.submit([encoder.finish()]);
-        if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(RunError::Backend(format!(
-                "wgpu rejected the launch: {err}"
-            )));
-        }
-
-        // Read back the status and every output.
+        // Copy the status and every output out in the same submission.
         let mut reads: Vec<(&wgpu::Buffer, u64, u64)> = vec![(&status, 0, STATUS_WORDS as u64)];
         let mut outputs = Vec::new();
         for (index, buf) in plan.buffers.iter().enumerate() {
@@ -762,7 +788,16 @@ impl Backend for WgpuBackend {
                 outputs.push((name.clone(), buf));
             }
         }
-        let words = self.read_words(&reads);
+        let staging = self.stage_reads(&mut encoder, &reads);
+        let lengths: Vec<u64> = reads.iter().map(|r| r.2).collect();
+        ctx.queue.submit([encoder.finish()]);
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(RunError::Backend(format!(
+                "wgpu rejected the launch: {err}"
+            )));
+        }
+        let words = map_and_read(device, &staging, lengths);
+        self.pool.put(staging);
         self.pool.put(lent);
         let mut words = words?;
         let status_words = words.remove(0);

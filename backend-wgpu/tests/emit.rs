@@ -218,3 +218,171 @@ fn every_example_emits_valid_wgsl() {
     }
     assert!(emitted >= 4 * files.len());
 }
+
+/// The benchmark's producer/consumer pair (README, "Benchmark"), smaller.
+const PIPELINE: &str = "
+mesh producer {
+  grid [pb = 8];
+  threads t = 256;
+}
+mesh consumer {
+  grid [cb = 8];
+  threads t = 256;
+}
+kernel produce(x: gmem<f32[2048]>, y: gmem<f32[2048]>, buf: gmem<f32[2048]>, ready: sem<[8]>) {
+  let i: u32 = axis_index(pb) * 256u + axis_index(t);
+  buf[i] = x[i] * 2.0;
+  signal(ready[axis_index(pb)], 1);
+}
+kernel consume(x: gmem<f32[2048]>, y: gmem<f32[2048]>, buf: gmem<f32[2048]>, ready: sem<[8]>) {
+  wait(ready[axis_index(cb)], 1);
+  let i: u32 = axis_index(cb) * 256u + axis_index(t);
+  y[i] = buf[i] + 1.0;
+}
+map pipeline {
+  programs [producer: produce, consumer: consume];
+  inputs [x: gmem<f32[2048]>];
+  outputs [y: gmem<f32[2048]>];
+  scratch [buf: gmem<f32[2048]>, ready: sem<[8]>];
+}
+";
+
+/// The text of function `name` in `wgsl`.
+fn function<'a>(wgsl: &'a str, name: &str) -> &'a str {
+    let start = wgsl
+        .find(&format!("fn {name}("))
+        .unwrap_or_else(|| panic!("no fn {name} in:\n{wgsl}"));
+    let end = wgsl[start..].find("\n}\n").unwrap();
+    &wgsl[start..start + end]
+}
+
+/// The signal and the wait run in semaphore dispatches between the units:
+/// the units' own kernels hold no atomic (llvmpipe would run it for every
+/// SIMD vector of every block).
+#[test]
+fn producer_consumer_kernels_hold_no_atomic() {
+    let p = plan(&module(PIPELINE), "pipeline");
+    for mode in [Mode::Fast, Mode::Checked] {
+        for loop_cap in [None, Some(65_000)] {
+            let options = EmitOptions {
+                mode,
+                loop_cap,
+                ..EmitOptions::default()
+            };
+            let emitted = emit_module(&p, &options).unwrap();
+            let wgsl = &emitted.wgsl;
+            if mode == Mode::Fast && loop_cap.is_none() {
+                println!("{wgsl}");
+            }
+            for entry in ["unit0_produce", "unit1_consume"] {
+                let text = function(wgsl, entry);
+                assert!(!text.contains("atomic"), "{mode:?}: {text}");
+                assert!(!text.contains("mpmd_take"), "{mode:?}: {text}");
+                assert!(!text.contains("Barrier"), "{mode:?}: {text}");
+            }
+            let order: Vec<(&str, [u32; 3], Option<usize>)> = emitted
+                .schedule
+                .iter()
+                .map(|d| (d.entry_point.as_str(), d.workgroups, d.unit))
+                .collect();
+            // The producer's signals and the consumer's waits touch the same
+            // semaphore: two dispatches, the signals first.
+            assert_eq!(
+                order,
+                vec![
+                    ("unit0_produce", [8, 1, 1], Some(0)),
+                    ("mpmd_sems0", [1, 1, 1], None),
+                    ("mpmd_sems1", [1, 1, 1], None),
+                    ("unit1_consume", [8, 1, 1], Some(1)),
+                ]
+            );
+            let signals = function(wgsl, "mpmd_unit0_signals");
+            assert!(
+                signals.contains("atomicAdd(&g_ready[ax_pb], 1i);")
+                    || signals.contains("atomicAdd(&g_ready[mpmd_check1("),
+                "{signals}"
+            );
+            let waits = function(wgsl, "mpmd_unit1_waits");
+            assert!(waits.contains("mpmd_take_g_ready("), "{waits}");
+            assert!(function(wgsl, "mpmd_sems0").contains("mpmd_unit0_signals(slot);"));
+            assert!(function(wgsl, "mpmd_sems1").contains("mpmd_unit1_waits(slot);"));
+        }
+    }
+}
+
+/// A loop before a wait may report the loop cap first (llvmpipe): the wait
+/// then stays in the kernel so that errors keep their order; without a cap
+/// it moves. Many blocks give a 2-D semaphore dispatch.
+const LOOP_THEN_WAIT: &str = "
+mesh producer {
+  grid [pb = 80000];
+  threads t = 32;
+}
+mesh consumer {
+  grid [cb = 80000];
+  threads t = 32;
+}
+kernel give(y: gmem<u32[80000]>, n: u32, ready: sem<[80000]>) {
+  signal(ready[axis_index(pb)], 1);
+}
+kernel take(y: gmem<u32[80000]>, n: u32, ready: sem<[80000]>) {
+  var s: u32 = 0u;
+  for k: u32 in 0u..n {
+    s = s + k;
+  }
+  wait(ready[axis_index(cb)], 1);
+  if axis_index(t) == 0u {
+    y[axis_index(cb)] = s;
+  }
+}
+map loop_then_wait {
+  programs [producer: give, consumer: take];
+  outputs [y: gmem<u32[80000]>];
+  scalars [n: u32];
+  scratch [ready: sem<[80000]>];
+}
+";
+
+#[test]
+fn a_wait_after_a_capped_loop_stays_in_the_kernel() {
+    let p = plan(&module(LOOP_THEN_WAIT), "loop_then_wait");
+    let options = |loop_cap| EmitOptions {
+        loop_cap,
+        max_workgroups_per_dimension: 300,
+        ..EmitOptions::default()
+    };
+    let capped = emit_module(&p, &options(Some(65_000))).unwrap();
+    let take = function(&capped.wgsl, "unit1_take");
+    assert!(take.contains("mpmd_take_g_ready("), "{take}");
+    assert!(
+        !capped.wgsl.contains("fn mpmd_unit1_waits("),
+        "{}",
+        capped.wgsl
+    );
+    // The signal still moves: in fast mode it cannot report anything.
+    assert!(!function(&capped.wgsl, "unit0_give").contains("atomic"));
+
+    let uncapped = emit_module(&p, &options(None)).unwrap();
+    assert!(!function(&uncapped.wgsl, "unit1_take").contains("atomic"));
+    let order: Vec<(&str, [u32; 3])> = uncapped
+        .schedule
+        .iter()
+        .map(|d| (d.entry_point.as_str(), d.workgroups))
+        .collect();
+    // 80000 blocks: 313 workgroups of 256, at most 300 per dimension.
+    assert_eq!(
+        order,
+        vec![
+            ("unit0_give", [300, 267, 1]),
+            ("mpmd_sems0", [300, 2, 1]),
+            ("mpmd_sems1", [300, 2, 1]),
+            ("unit1_take", [300, 267, 1]),
+        ]
+    );
+    let sems = function(&uncapped.wgsl, "mpmd_sems1");
+    assert!(
+        sems.contains("let slot: u32 = (mpmd_wid.x + mpmd_wid.y * 300u) * 256u + mpmd_lid.x;"),
+        "{sems}"
+    );
+    assert!(sems.contains("if (slot < 80000u) {"), "{sems}");
+}

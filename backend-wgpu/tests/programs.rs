@@ -833,8 +833,9 @@ fn bad_arguments_are_errors() {
 }
 
 /// Semaphore operations between smem accesses: their barriers order the
-/// block's own threads, so they stay even though dispatch order makes the
-/// waits look once. The pipeline's tail signal and head wait drop theirs.
+/// block's own threads, so they stay in the kernel even where the operation
+/// itself moves to a semaphore dispatch. The pipeline's tail signal and head
+/// wait drop theirs.
 const SEM_AS_BARRIER: &str = "
 mesh producer {
   grid [pb = 4];
@@ -890,8 +891,24 @@ fn ordered_semaphores_keep_the_barriers_the_block_can_observe() {
         1,
         "{consume}"
     );
-    assert!(consume.contains("mpmd_take_g_ready("), "{consume}");
+    // The semaphore operations themselves run in semaphore dispatches.
+    for text in [&produce, &consume] {
+        assert!(!text.contains("atomic"), "{text}");
+    }
+    assert!(wgsl.contains("fn mpmd_unit1_waits("), "{wgsl}");
+    assert!(wgsl.contains("mpmd_take_g_ready("), "{wgsl}");
     assert!(!wgsl.contains("fn mpmd_wait_"), "{wgsl}");
+    // In checked mode the store before the wait may report out of bounds,
+    // which must come first: the wait stays in the kernel, barrier included.
+    let checked = mpmd_wgpu::emit(&p, Mode::Checked).unwrap();
+    let start = checked.find("fn unit1_consume(").unwrap();
+    let end = checked[start..].find("\n}\n").unwrap();
+    let consume_checked = &checked[start..start + end];
+    assert!(
+        consume_checked.contains("mpmd_take_g_ready("),
+        "{consume_checked}"
+    );
+    assert!(!checked.contains("fn mpmd_unit1_waits("), "{checked}");
     // The plain pipeline: a head wait and a tail signal, no barrier at all.
     let plain = mpmd_wgpu::emit(&plan(&module(PIPELINE), "pipeline"), Mode::Fast).unwrap();
     assert!(!plain.contains("workgroupBarrier();"), "{plain}");
@@ -909,4 +926,356 @@ fn ordered_semaphores_keep_the_barriers_the_block_can_observe() {
     assert_eq!(out.outputs["y"].to_f32()[69], 138.0 + 122.5);
     // z[69] = acc[58] of producer block 1 = 2 * x[122].
     assert_eq!(out.outputs["z"].to_f32()[69], 244.0);
+}
+
+/// The text of function `name` in `wgsl`.
+fn function<'a>(wgsl: &'a str, name: &str) -> &'a str {
+    let start = wgsl
+        .find(&format!("fn {name}("))
+        .unwrap_or_else(|| panic!("no fn {name} in:\n{wgsl}"));
+    let end = wgsl[start..].find("\n}\n").unwrap();
+    &wgsl[start..start + end]
+}
+
+/// Three producer blocks, four consumer blocks: block 3's count stays short.
+/// `ready` is owned by the consumer, so the element names block coordinates.
+const SHORT: &str = "
+mesh producer {
+  grid [pb = 3];
+  threads t = 64;
+}
+mesh consumer {
+  grid [cb = 2, cc = 2];
+  threads t = 64;
+}
+kernel give(y: gmem<u32[256]>, ready: sem<[2]> @ consumer) {
+  signal(ready@[axis_index(pb) / 2u, axis_index(pb) % 2u][1], 1);
+}
+kernel take(y: gmem<u32[256]>, ready: sem<[2]> @ consumer) {
+  let me: u32 = axis_index(cb) * 2u + axis_index(cc);
+  wait(ready[1], 1);
+  y[me * 64u + axis_index(t)] = me;
+}
+map short {
+  programs [consumer: take, producer: give];
+  outputs [y: gmem<u32[256]>];
+  scratch [ready: sem<[2]> @ consumer];
+}
+";
+
+#[test]
+fn a_short_count_of_a_moved_wait_is_a_deadlock_naming_block_and_element() {
+    let m = module(SHORT);
+    let p = plan(&m, "short");
+    let wgsl = mpmd_wgpu::emit(&p, Mode::Fast).unwrap();
+    assert!(
+        function(&wgsl, "mpmd_unit1_waits").contains("mpmd_take_g_ready("),
+        "{wgsl}"
+    );
+    assert!(!function(&wgsl, "unit1_take").contains("atomic"), "{wgsl}");
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    for options in [fast(), checked()] {
+        let expected = Interpreter::new()
+            .run(&p, &args(vec![], vec![]), &options)
+            .unwrap_err();
+        assert_eq!(expected.class(), Some(ErrorClass::Deadlock));
+        assert!(
+            expected.to_string().contains(
+                "program 0 (take), block 3 waits on `ready` element 7 for 1 (count is 0)"
+            ),
+            "{expected}"
+        );
+        let err = wgpu.run(&p, &args(vec![], vec![]), &options).unwrap_err();
+        assert_eq!(
+            err,
+            RunError::Deadlock {
+                wait_for_graph:
+                    "program 0 (take), block 3 waits on `ready@[1, 1][1]`, whose count \
+                                 is too low and can no longer grow: every program that signals it \
+                                 has finished"
+                        .into()
+            }
+        );
+    }
+}
+
+/// A moved signal's element out of bounds (checked mode) is reported with
+/// the program and block, like the interpreter.
+const SIGNAL_OOB: &str = "
+mesh producer {
+  grid [pb = 4];
+  threads t = 32;
+}
+mesh consumer {
+  threads t = 32;
+}
+kernel give(y: gmem<u32[32]>, ready: sem<[4]>) {
+  signal(ready[axis_index(pb) + 1u], 1);
+}
+kernel take(y: gmem<u32[32]>, ready: sem<[4]>) {
+  wait(ready[1], 1);
+  y[axis_index(t)] = 5u;
+}
+map oob {
+  programs [producer: give, consumer: take];
+  outputs [y: gmem<u32[32]>];
+  scratch [ready: sem<[4]>];
+}
+";
+
+#[test]
+fn a_moved_signal_out_of_bounds_is_reported_in_checked_mode() {
+    let m = module(SIGNAL_OOB);
+    let p = plan(&m, "oob");
+    let wgsl = mpmd_wgpu::emit(&p, Mode::Checked).unwrap();
+    assert!(
+        function(&wgsl, "mpmd_unit0_signals").contains("atomicAdd(&g_ready[mpmd_check1("),
+        "{wgsl}"
+    );
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let expected = Interpreter::new()
+        .run(&p, &args(vec![], vec![]), &checked())
+        .unwrap_err();
+    let err = wgpu.run(&p, &args(vec![], vec![]), &checked()).unwrap_err();
+    assert_eq!(err.class(), expected.class(), "{err} / {expected}");
+    let RunError::OutOfBounds {
+        site,
+        reference,
+        index,
+        shape,
+    } = &err
+    else {
+        panic!("expected out of bounds, got {err}")
+    };
+    assert_eq!((site.program, site.block), (0, 3), "{err}");
+    assert_eq!(
+        (reference.as_str(), index.as_str(), shape.as_str()),
+        ("ready", "[4]", "[4]")
+    );
+}
+
+/// Moved and kept semaphore operations in one plan: `s1` and the resident
+/// `credits` move to semaphore dispatches, `s2` (used under an `if`) stays
+/// in the kernels. The first program's signals and the second's waits touch
+/// different semaphores and share one dispatch.
+const MIXED: &str = "
+mesh a {
+  grid [x = 4];
+  threads t = 32;
+}
+mesh b {
+  grid [y = 4];
+  threads t = 32;
+}
+mesh c {
+  grid [z = 4];
+  threads t = 32;
+}
+resident credits: sem<[4]>;
+kernel fill(credits: sem<[4]>) {
+  signal(credits[axis_index(x)], 2);
+}
+kernel first(inp: gmem<u32[128]>, o: gmem<u32[128]>, q: gmem<u32[128]>, buf: gmem<u32[128]>, s1: sem<[4]>, s2: sem<[4]>, credits: sem<[4]>) {
+  let i: u32 = axis_index(x) * 32u + axis_index(t);
+  buf[i] = inp[i] + 1u;
+  signal(s1[axis_index(x)], 1);
+  if axis_index(x) < 2u {
+    signal(s2[axis_index(x)], 1);
+  }
+}
+kernel second(inp: gmem<u32[128]>, o: gmem<u32[128]>, q: gmem<u32[128]>, buf: gmem<u32[128]>, s1: sem<[4]>, s2: sem<[4]>, credits: sem<[4]>) {
+  wait_nodec(credits[axis_index(y)], 1);
+  o[axis_index(y) * 32u + axis_index(t)] = axis_index(y) + 100u;
+}
+kernel third(inp: gmem<u32[128]>, o: gmem<u32[128]>, q: gmem<u32[128]>, buf: gmem<u32[128]>, s1: sem<[4]>, s2: sem<[4]>, credits: sem<[4]>) {
+  wait(s1[axis_index(z)], 1);
+  wait(credits[axis_index(z)], 1);
+  if axis_index(z) < 2u {
+    wait(s2[axis_index(z)], 1);
+  }
+  let i: u32 = axis_index(z) * 32u + axis_index(t);
+  q[i] = buf[i] * 3u;
+}
+map fill {
+  programs [a: fill];
+  scratch [credits: sem<[4]> resident];
+}
+map main {
+  programs [a: first, b: second, c: third];
+  inputs [inp: gmem<u32[128]>];
+  outputs [o: gmem<u32[128]>, q: gmem<u32[128]>];
+  scratch [buf: gmem<u32[128]>, s1: sem<[4]>, s2: sem<[4]>, credits: sem<[4]> resident];
+}
+";
+
+#[test]
+fn moved_and_kept_semaphore_operations_in_one_plan() {
+    let m = module(MIXED);
+    let fill = plan(&m, "fill");
+    let main = plan(&m, "main");
+    let emitted = mpmd_wgpu::emit_module(&main, &mpmd_wgpu::EmitOptions::default()).unwrap();
+    let order: Vec<&str> = emitted
+        .schedule
+        .iter()
+        .map(|d| d.entry_point.as_str())
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "unit0_first",
+            "mpmd_sems0",
+            "unit1_second",
+            "mpmd_sems1",
+            "unit2_third"
+        ]
+    );
+    let wgsl = &emitted.wgsl;
+    let sems0 = function(wgsl, "mpmd_sems0");
+    assert!(sems0.contains("mpmd_unit0_signals(slot);"), "{sems0}");
+    assert!(sems0.contains("mpmd_unit1_waits(slot - 4u);"), "{sems0}");
+    let first = function(wgsl, "unit0_first");
+    assert!(first.contains("atomicAdd(&g_s2["), "{first}");
+    assert!(!first.contains("g_s1"), "{first}");
+    assert!(!function(wgsl, "unit1_second").contains("atomic"), "{wgsl}");
+    let third = function(wgsl, "unit2_third");
+    assert!(third.contains("mpmd_take_g_s2("), "{third}");
+    assert!(
+        !third.contains("g_s1") && !third.contains("g_credits"),
+        "{third}"
+    );
+    let waits = function(wgsl, "mpmd_unit2_waits");
+    assert!(
+        waits.find("mpmd_take_g_s1(").unwrap() < waits.find("mpmd_take_g_credits(").unwrap(),
+        "{waits}"
+    );
+
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let mut interp = Interpreter::new();
+    let none = args(vec![], vec![]);
+    wgpu.run(&fill, &none, &fast()).unwrap();
+    interp.run(&fill, &none, &fast()).unwrap();
+    let inp: Vec<u32> = (0..128).collect();
+    let a = args(vec![("inp", HostTensor::from_u32(vec![128], &inp))], vec![]);
+    // Each call takes one credit per element; the resident keeps the count.
+    for remaining in [1, 0] {
+        let expected = interp.run(&main, &a, &fast()).unwrap();
+        let got = wgpu.run(&main, &a, &fast()).unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(got.outputs["q"].words[70], 71 * 3);
+        assert_eq!(got.outputs["o"].words[70], 102);
+        assert_eq!(wgpu.resident("credits").unwrap().words, vec![remaining; 4]);
+        assert_eq!(wgpu.resident("credits"), interp.resident("credits"));
+    }
+    // No credits left: the second program's `wait_nodec` can never pass.
+    let err = wgpu.run(&main, &a, &fast()).unwrap_err();
+    let RunError::Deadlock { wait_for_graph } = &err else {
+        panic!("expected a deadlock, got {err}")
+    };
+    assert!(
+        wait_for_graph.starts_with("program 1 (second), block "),
+        "{wait_for_graph}"
+    );
+    assert!(
+        wait_for_graph.contains("waits on `credits["),
+        "{wait_for_graph}"
+    );
+    assert_eq!(
+        interp.run(&main, &a, &fast()).unwrap_err().class(),
+        Some(ErrorClass::Deadlock)
+    );
+}
+
+/// Four programs of 300 blocks: `a`'s signals and `b`'s waits share one
+/// semaphore dispatch (600 invocations, `b`'s blocks from slot 300 on, in
+/// the middle of a workgroup).
+fn shared_dispatch_source(last_signal: u32) -> String {
+    let mesh = |name: &str, axis: &str| {
+        format!("mesh {name} {{\n  grid [{axis} = 300];\n  threads t = 32;\n}}\n")
+    };
+    let params = "y: gmem<u32[9600]>, w: gmem<u32[9600]>, s0: sem<[300]>, s1: sem<[300]>";
+    format!(
+        "{}{}{}{}
+kernel z({params}) {{
+  signal(s0[min(axis_index(zb), {last_signal}u)], 1);
+}}
+kernel a({params}) {{
+  signal(s1[axis_index(ab)], 1);
+}}
+kernel b({params}) {{
+  wait(s0[axis_index(bb)], 1);
+  y[axis_index(bb) * 32u + axis_index(t)] = axis_index(bb) + 1u;
+}}
+kernel c({params}) {{
+  wait(s1[axis_index(cb)], 1);
+  w[axis_index(cb) * 32u + axis_index(t)] = axis_index(cb) + 2u;
+}}
+map shared {{
+  programs [mz: z, ma: a, mb: b, mc: c];
+  outputs [y: gmem<u32[9600]>, w: gmem<u32[9600]>];
+  scratch [s0: sem<[300]>, s1: sem<[300]>];
+}}
+",
+        mesh("mz", "zb"),
+        mesh("ma", "ab"),
+        mesh("mb", "bb"),
+        mesh("mc", "cb")
+    )
+}
+
+#[test]
+fn signals_and_waits_of_different_semaphores_share_a_dispatch() {
+    let src = shared_dispatch_source(299);
+    let p = plan(&module(&src), "shared");
+    let emitted = mpmd_wgpu::emit_module(&p, &mpmd_wgpu::EmitOptions::default()).unwrap();
+    let order: Vec<(&str, [u32; 3])> = emitted
+        .schedule
+        .iter()
+        .map(|d| (d.entry_point.as_str(), d.workgroups))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("unit0_z", [300, 1, 1]),
+            ("mpmd_sems0", [2, 1, 1]),
+            ("unit1_a", [300, 1, 1]),
+            ("mpmd_sems1", [3, 1, 1]),
+            ("unit2_b", [300, 1, 1]),
+            ("mpmd_sems2", [2, 1, 1]),
+            ("unit3_c", [300, 1, 1]),
+        ]
+    );
+    let sems1 = function(&emitted.wgsl, "mpmd_sems1");
+    assert!(sems1.contains("mpmd_unit2_waits(slot - 300u);"), "{sems1}");
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let out = assert_same(&mut wgpu, &module(&src), "shared", &args(vec![], vec![]));
+    assert_eq!(out.outputs["y"].words[299 * 32], 300);
+    assert_eq!(out.outputs["w"].words[299 * 32 + 5], 301);
+
+    // Block 299 of `b` (slot 599 of the shared dispatch) finds its count short.
+    let short = shared_dispatch_source(298);
+    let p = plan(&module(&short), "shared");
+    let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
+    assert_eq!(
+        err,
+        RunError::Deadlock {
+            wait_for_graph: "program 2 (b), block 299 waits on `s0[299]`, whose count is too low \
+                             and can no longer grow: every program that signals it has finished"
+                .into()
+        }
+    );
+    assert_eq!(
+        Interpreter::new()
+            .run(&p, &args(vec![], vec![]), &fast())
+            .unwrap_err()
+            .class(),
+        Some(ErrorClass::Deadlock)
+    );
 }

@@ -3,14 +3,18 @@
 
 use std::collections::BTreeSet;
 
-use mpmd_core::ir::{BinaryOp, Expectation, Expr, MathFn, MemorySpace, Module, Type};
+use mpmd_core::ir::{
+    BinaryOp, Expectation, Expr, Generator, Literal, MathFn, MemorySpace, Module, ScalarType, Type,
+};
 
 use mpmd_core::ir::visit::for_each_expr;
 
 use crate::compare::Tolerance;
 
 /// Tags derived from the program: `multi-program`, `semaphore`,
-/// `external-mesh`, `scratch`, `reject`, then the case's own tags.
+/// `external-mesh`, `scratch`, `reject`, `subnormal` (an f32 input generated
+/// with `special`, or a subnormal f32 constant or literal), then the case's
+/// own tags.
 pub fn tags(module: &Module) -> Vec<String> {
     let mut tags = Vec::new();
     let mut add = |t: &str, cond: bool| {
@@ -47,6 +51,7 @@ pub fn tags(module: &Module) -> Vec<String> {
         Some(Expectation::Reject(_))
     );
     add("reject", reject);
+    add(SUBNORMAL_TAG, uses_subnormals(module));
     if let Some(case) = &module.case {
         for t in &case.tags {
             if !tags.contains(t) {
@@ -55,6 +60,44 @@ pub fn tags(module: &Module) -> Vec<String> {
         }
     }
     tags
+}
+
+/// The tag adapters that flush subnormals name in their deviations
+/// (`mpmd_wgpu::SUBNORMAL_TAG`, spelled here too so that builds without
+/// wgpu derive it; a test keeps the two equal).
+pub const SUBNORMAL_TAG: &str = "subnormal";
+
+fn is_subnormal(literal: &Literal) -> bool {
+    matches!(literal, Literal::F32(bits) if bits.0 & 0x7f80_0000 == 0 && bits.0 & 0x007f_ffff != 0)
+}
+
+/// Whether the case feeds subnormal f32 values to the program.
+fn uses_subnormals(module: &Module) -> bool {
+    let f32_inputs: BTreeSet<&str> = module
+        .maps
+        .iter()
+        .flat_map(|m| m.inputs.iter())
+        .filter(|o| matches!(&o.ty, Type::Ref(r) if r.elem == ScalarType::F32))
+        .map(|o| o.name.as_str())
+        .collect();
+    let generated = module.case.as_ref().is_some_and(|case| {
+        case.generators
+            .iter()
+            .any(|(name, generator)| match generator {
+                Generator::Special => f32_inputs.contains(name.as_str()),
+                Generator::Constant(value) => is_subnormal(value),
+                _ => false,
+            })
+    });
+    let mut literal = false;
+    for kernel in &module.kernels {
+        for_each_expr(&kernel.body, &mut |e| {
+            if let Expr::Lit(l) = e {
+                literal |= is_subnormal(l);
+            }
+        });
+    }
+    generated || literal
 }
 
 /// A float operation with a backend-specific accuracy bound.

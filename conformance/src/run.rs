@@ -735,14 +735,14 @@ fn run_on_gpu(
         return Status::Compiled;
     }
     if backend == BackendId::Wgpu {
-        let tags = module.case.as_ref().map_or(&[][..], |c| &c.tags[..]);
+        let tags = tags(module);
         if let Some((tag, behaviour)) = env
             .wgpu_deviations
             .iter()
             .find(|(tag, _)| tags.iter().any(|t| t == tag))
         {
             return Status::Skip(format!(
-                "documented adapter deviation `{tag}` (backend-wgpu/ACCURACY.md): {behaviour}"
+                "adapter deviation `{tag}` (backend-wgpu/ACCURACY.md): {behaviour}"
             ));
         }
     }

@@ -67,7 +67,8 @@ pub fn accuracy_profile() -> AccuracyProfile {
 /// Float behaviour measured on the adapter itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FloatBehaviour {
-    /// `x * 1.0` of a subnormal `x` (from a buffer, so nothing folds it) is 0.
+    /// `x + x` of a subnormal `x` (from a buffer, so nothing folds it) is 0
+    /// instead of a normal number.
     pub flushes_subnormal_inputs: bool,
     /// `2^-126 * 0.5` (both normal) is 0 instead of the subnormal 2^-127.
     pub flushes_subnormal_results: bool,

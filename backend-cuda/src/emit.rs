@@ -32,6 +32,10 @@ use thiserror::Error;
 /// The helpers every generated module starts with.
 pub const PRELUDE: &str = include_str!("prelude.cu");
 
+/// Most iterations of a loop whose loads are issued before its stores
+/// (each store keeps a pointer and a value per iteration in registers).
+pub const BATCH_MAX_TRIPS: u32 = 16;
+
 /// Largest total block count of one call (CUDA's grid x limit).
 pub const MAX_BLOCKS: u64 = (1 << 31) - 1;
 
@@ -196,6 +200,8 @@ struct Emitter<'a> {
     ref_ids: HashMap<(usize, String), u32>,
     /// Counter for the names of checked-offset temporaries.
     next_offset: u32,
+    /// Counter for the names of batched loops' temporaries.
+    next_batch: u32,
 }
 
 /// How the kernel's physical blocks become the plan's logical blocks.
@@ -268,6 +274,7 @@ pub fn emit_module_with(
         refs: Vec::new(),
         ref_ids: HashMap::new(),
         next_offset: 0,
+        next_batch: 0,
     };
     let _ = writeln!(
         e.out,
@@ -763,6 +770,15 @@ impl Emitter<'_> {
                 start,
                 end,
                 body,
+            } if self.mode == Mode::Fast && self.batchable(cx, start, end, body).is_some() => {
+                let trips = self.batchable(cx, start, end, body).unwrap_or_default();
+                self.emit_batched_loop(cx, var, start, trips, body, depth)?;
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                body,
             } => {
                 let s = self.expr(cx, start)?;
                 let e = self.expr(cx, end)?;
@@ -1039,6 +1055,161 @@ impl Emitter<'_> {
             ScalarType::U32 => v,
             _ => format!("(u32)({v})"),
         })
+    }
+
+    /// The trip count of a loop whose loads can all be issued before its
+    /// stores: literal bounds, 2 to [`BATCH_MAX_TRIPS`] iterations, a body of
+    /// `let`s and stores only, and no buffer both loaded and stored in it
+    /// (by C name, so aliased operands count as one). Plain `ld.global` and
+    /// `st.global` are never reordered by NVVM or ptxas (PTX carries no
+    /// aliasing facts), so without this a thread fetches one element per
+    /// memory round trip; mpmd knows distinct plan buffers never overlap.
+    fn batchable(&self, cx: &UnitContext, start: &Expr, end: &Expr, body: &[Stmt]) -> Option<u32> {
+        let bound = |e: &Expr| match e {
+            Expr::Lit(Literal::U32(v)) => Some(*v as i64),
+            Expr::Lit(Literal::I32(v)) => Some(*v as i64),
+            _ => None,
+        };
+        let trips = bound(end)? - bound(start)?;
+        if !(2..=BATCH_MAX_TRIPS as i64).contains(&trips) {
+            return None;
+        }
+        let c_name = |name: &str| match cx.symbols.get(name) {
+            Some(Symbol::Buffer { c_name, .. })
+            | Some(Symbol::Smem { c_name, .. })
+            | Some(Symbol::Local { c_name, .. }) => Some(c_name.clone()),
+            _ => None,
+        };
+        let mut stored = BTreeSet::new();
+        let mut loaded = BTreeSet::new();
+        let mut simple = true;
+        for stmt in body {
+            match stmt {
+                Stmt::Let { .. } => {}
+                Stmt::Store { target, .. } => {
+                    stored.insert(c_name(&target.base)?);
+                }
+                _ => simple = false,
+            }
+        }
+        if !simple || stored.is_empty() {
+            return None;
+        }
+        for stmt in body {
+            let mut missing = false;
+            for_each_expr(std::slice::from_ref(stmt), &mut |e| {
+                if let Expr::Load(access) = e {
+                    match c_name(&access.base) {
+                        Some(name) => {
+                            loaded.insert(name);
+                        }
+                        None => missing = true,
+                    }
+                }
+            });
+            if missing {
+                return None;
+            }
+        }
+        loaded.is_disjoint(&stored).then_some(trips as u32)
+    }
+
+    /// A [`batchable`](Self::batchable) loop as two unrolled loops: the first
+    /// runs the `let`s and evaluates every store's address and value (all
+    /// loads), the second does the stores in the original order.
+    fn emit_batched_loop(
+        &mut self,
+        cx: &mut UnitContext,
+        var: &mpmd_core::ir::Binding,
+        start: &Expr,
+        trips: u32,
+        body: &[Stmt],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        self.next_batch += 1;
+        let id = self.next_batch;
+        let s = self.expr(cx, start)?;
+        let c_name = sanitize("v_", &var.name);
+        let ty = c_type(var.ty);
+        self.line(depth, "{");
+        self.line(
+            depth + 1,
+            "// Every load of the loop is issued before its first store (no buffer is both",
+        );
+        self.line(
+            depth + 1,
+            "// loaded and stored here, and plan buffers never overlap).",
+        );
+        let stores: Vec<(&RefAccess, &Expr)> = body
+            .iter()
+            .filter_map(|stmt| match stmt {
+                Stmt::Store { target, value } => Some((target, value)),
+                _ => None,
+            })
+            .collect();
+        let mut declared = Vec::new();
+        for (j, (target, _)) in stores.iter().enumerate() {
+            let elem = match cx.symbol(&target.base)? {
+                Symbol::Buffer { ty, .. } | Symbol::Smem { ty, .. } => memory_type(ty.elem),
+                Symbol::Local { elem, .. } => c_type(*elem),
+                Symbol::Scalar { .. } => {
+                    return Err(cx.unsupported(format!("`{}` is not a ref", target.base)))
+                }
+            };
+            self.line(
+                depth + 1,
+                &format!("{elem}* mpmd_p{id}_{j}[{trips}]; {elem} mpmd_x{id}_{j}[{trips}];"),
+            );
+            declared.push(elem);
+        }
+        self.line(depth + 1, "#pragma unroll");
+        self.line(
+            depth + 1,
+            &format!("for (u32 mpmd_k{id} = 0u; mpmd_k{id} < {trips}u; mpmd_k{id}++) {{"),
+        );
+        self.line(
+            depth + 2,
+            &format!("const {ty} {c_name} = ({ty})({s} + ({ty})mpmd_k{id});"),
+        );
+        cx.symbols
+            .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
+        let mut j = 0;
+        for stmt in body {
+            match stmt {
+                Stmt::Store { target, value } => {
+                    let place = self.place(cx, target)?;
+                    let v = self.expr(cx, value)?;
+                    let v = if place.is_bool_in_memory {
+                        format!("(u32)({v})")
+                    } else {
+                        v
+                    };
+                    let (elem, pointer) = (declared[j], place.pointer);
+                    self.line(
+                        depth + 2,
+                        &format!("mpmd_p{id}_{j}[mpmd_k{id}] = ({elem}*){pointer};"),
+                    );
+                    self.line(depth + 2, &format!("mpmd_x{id}_{j}[mpmd_k{id}] = {v};"));
+                    j += 1;
+                }
+                other => self.emit_stmt(cx, other, depth + 2)?,
+            }
+        }
+        self.line(depth + 1, "}");
+        self.line(depth + 1, "#pragma unroll");
+        self.line(
+            depth + 1,
+            &format!("for (u32 mpmd_k{id} = 0u; mpmd_k{id} < {trips}u; mpmd_k{id}++) {{"),
+        );
+        for j in 0..stores.len() {
+            self.line(
+                depth + 2,
+                &format!("*mpmd_p{id}_{j}[mpmd_k{id}] = mpmd_x{id}_{j}[mpmd_k{id}];"),
+            );
+        }
+        self.line(depth + 1, "}");
+        self.line(depth, "}");
+        Ok(())
     }
 
     fn place(&mut self, cx: &UnitContext, access: &RefAccess) -> Result<Place, EmitError> {

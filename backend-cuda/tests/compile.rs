@@ -270,3 +270,51 @@ fn fast_math_maps_compile_with_fast_math() {
     let exact = check_plan(&plan_of(&scale()), Mode::Fast).unwrap();
     assert!(exact.nvrtc_options.contains(&"--fmad=false".to_string()));
 }
+
+/// Loops are emitted loads-first only when that cannot change a result.
+#[test]
+fn loads_first_only_where_no_loaded_buffer_is_stored() {
+    let emitted = |body: &str, extra: &str| {
+        let source = format!(
+            "
+mesh m {{ grid [b = 1]; threads t = 32; }}
+kernel k(x: gmem<f32[256]>, y: gmem<f32[256]>) {{
+  {body}
+}}
+map m1 {{
+  programs [m: k];
+  inputs [x: gmem<f32[256]>];
+  outputs [y: gmem<f32[256]>];
+  {extra}
+}}
+"
+        );
+        let (module, _) = mpmd_core::text::parse(&source).unwrap();
+        let plan = mpmd_core::plan::lower(&module, "m1").unwrap();
+        emit(&plan, Mode::Fast).unwrap()
+    };
+    let batched = |src: &str| src.contains("// Every load of the loop is issued before");
+    let copy = "for j: u32 in 0u..8u { let i: u32 = j * 32u + axis_index(t); y[i] = x[i]; }";
+    assert!(batched(&emitted(copy, "")));
+    // Aliased: x and y are one buffer, so a later load could read an earlier store.
+    assert!(!batched(&emitted(copy, "aliases [x -> y];")));
+    // Loads and stores of one buffer.
+    assert!(!batched(&emitted(
+        "for j: u32 in 0u..8u { let i: u32 = j * 32u + axis_index(t); y[i] = y[255u - i] + x[i]; }",
+        ""
+    )));
+    // A var carried between iterations, a trip count over the limit, bounds
+    // that are not literals.
+    assert!(!batched(&emitted(
+        "var s: f32 = 0.0; for j: u32 in 0u..8u { s = s + x[j]; } y[axis_index(t)] = s;",
+        ""
+    )));
+    assert!(!batched(&emitted(
+        "for j: u32 in 0u..17u { y[j] = x[j]; }",
+        ""
+    )));
+    assert!(!batched(&emitted(
+        "for j: u32 in axis_index(t)..8u { y[j] = x[j]; }",
+        ""
+    )));
+}

@@ -11,6 +11,7 @@
 #   mpmd              the CLI (optional: a smoke run of `mpmd run --backend cuda`)
 #   gpu_run           the backend's GPU tests (optional: the test binary of
 #                     `cargo test --release -p mpmd-cuda --test gpu_run --no-run`)
+#   mpmd-fuzz         the differential fuzzer (optional: 30 s against CUDA)
 # and NVRTC (libnvrtc.so.13 + libnvrtc-builtins.so.13.*), searched in order:
 #   $MPMD_NVRTC_DIR, BIN_DIR/lib, BIN_DIR/nvidia/cu13/lib,
 #   target/mpmd-tools/python/nvidia/cu13/lib, any python's nvidia/cu13/lib,
@@ -20,10 +21,11 @@
 #
 # Runs, from the repository root (so that conformance finds its corpus):
 #   1. device and driver facts (nvidia-smi);
-#   2. the GPU tests, at most 90 s (the CLI smoke run at most 30 s);
+#   2. the GPU tests, at most 60 s (the CLI smoke run at most 30 s);
 #   3. the conformance corpus with CUDA executing (backends interp,cuda),
-#      at most 240 s;
-#   4. the benchmarks, at most 140 s;
+#      at most 200 s;
+#   4. the benchmarks, at most 120 s;
+#   5. the fuzzer with CUDA executing, 30 s (at most 60 s);
 # and writes every figure to OUT_FILE (default gpu-check-report.txt). The
 # whole run stays under 8 minutes. Exit status: 0 when every step passed,
 # 1 when a step failed, 2 when the set-up is missing something.
@@ -158,7 +160,7 @@ fi
 # ---- GPU tests ------------------------------------------------------------
 section "gpu tests"
 if TESTS=$(bin gpu_run); then
-  (cd "$REPO_ROOT/backend-cuda" && timeout 90 "$TESTS" --test-threads 1) >"$WORK/tests.txt" 2>&1
+  (cd "$REPO_ROOT/backend-cuda" && timeout 60 "$TESTS" --test-threads 1) >"$WORK/tests.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/tests.txt" >/dev/null
   grep -E '^test result' "$WORK/tests.txt" | sed 's/^/tests /' | tee -a "$OUT" >/dev/null
@@ -188,11 +190,11 @@ else
 fi
 if [ ${#CONF_CMD[@]} -gt 0 ]; then
   say "conformance command: ${CONF_CMD[*]}"
-  (cd "$REPO_ROOT" && timeout 240 "${CONF_CMD[@]}") >"$WORK/conformance.txt" 2>&1
+  (cd "$REPO_ROOT" && timeout 200 "${CONF_CMD[@]}") >"$WORK/conformance.txt" 2>&1
   rc=$?
   cat "$WORK/conformance.txt" >>"$OUT"
   if [ $rc -eq 124 ]; then
-    say "conformance TIMED OUT after 240 s"
+    say "conformance TIMED OUT after 200 s"
     STATUS=1
   elif [ $rc -ne 0 ]; then
     say "conformance FAILED (exit $rc)"
@@ -214,11 +216,11 @@ fi
 section "benchmarks"
 ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
 if BENCH=$(bin cuda-bench); then
-  MPMD_BENCH_ARCH="${ARCH:-90}" timeout 140 "$BENCH" --examples "$REPO_ROOT/examples" >"$WORK/bench.txt" 2>&1
+  MPMD_BENCH_ARCH="${ARCH:-90}" timeout 120 "$BENCH" --examples "$REPO_ROOT/examples" >"$WORK/bench.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/bench.txt"
   if [ $rc -eq 124 ]; then
-    say "benchmarks TIMED OUT after 140 s"
+    say "benchmarks TIMED OUT after 120 s"
     STATUS=1
   elif [ $rc -ne 0 ]; then
     say "benchmarks FAILED (exit $rc)"
@@ -230,6 +232,21 @@ if BENCH=$(bin cuda-bench); then
 else
   say "benchmarks not run: no cuda-bench binary in $BIN_DIR"
   STATUS=1
+fi
+
+# ---- fuzzing --------------------------------------------------------------
+section "fuzz (cuda)"
+if FUZZ=$(bin mpmd-fuzz); then
+  (cd "$REPO_ROOT" && timeout 60 "$FUZZ" --seed "$(date +%s)" --time 30 --backends cuda --timeout 10 --found-dir "$WORK/found") >"$WORK/fuzz.txt" 2>&1
+  rc=$?
+  tail -n 20 "$WORK/fuzz.txt" | tee -a "$OUT"
+  if [ $rc -ne 0 ]; then
+    say "fuzz FAILED (exit $rc); reproducers were written to $WORK/found (copied below)"
+    for f in "$WORK"/found/*.mpmd; do [ -f "$f" ] && { say "--- $(basename "$f")"; cat "$f" >>"$OUT"; }; done
+    STATUS=1
+  fi
+else
+  say "fuzz not run: no mpmd-fuzz binary in $BIN_DIR"
 fi
 
 section "done"

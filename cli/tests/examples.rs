@@ -343,7 +343,17 @@ fn lower_to_wgsl_prints_one_entry_point_per_program() {
     let output = mpmd(&["lower", "--target", "wgsl", file.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let source = String::from_utf8(output.stdout).unwrap();
-    assert_eq!(source.matches("@compute").count(), 3, "{source}");
+    // One entry point per program, and one per semaphore dispatch between them.
+    for entry in ["unit0_scale", "unit1_shift", "unit2_square"] {
+        assert_eq!(source.matches(&format!("fn {entry}(")).count(), 1, "{source}");
+    }
+    assert!(
+        source.contains(
+            "// unit0_scale, mpmd_sems0, mpmd_sems1, unit1_shift, mpmd_sems2, mpmd_sems3, unit2_square.\n"
+        ),
+        "{source}"
+    );
+    assert_eq!(source.matches("@compute").count(), 7, "{source}");
 }
 
 #[test]

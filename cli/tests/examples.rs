@@ -345,7 +345,11 @@ fn lower_to_wgsl_prints_one_entry_point_per_program() {
     let source = String::from_utf8(output.stdout).unwrap();
     // One entry point per program, and one per semaphore dispatch between them.
     for entry in ["unit0_scale", "unit1_shift", "unit2_square"] {
-        assert_eq!(source.matches(&format!("fn {entry}(")).count(), 1, "{source}");
+        assert_eq!(
+            source.matches(&format!("fn {entry}(")).count(),
+            1,
+            "{source}"
+        );
     }
     assert!(
         source.contains(

@@ -1477,6 +1477,53 @@ fn e0056_invalid_names() {
     );
 }
 
+/// An expression `depth` levels deep: `-(-(...(1u)))` with `depth - 1` negations.
+fn nested_negations(depth: usize) -> Expr {
+    let mut e = Expr::from(1i32);
+    for _ in 1..depth {
+        e = -e;
+    }
+    e
+}
+
+#[test]
+fn e0057_nesting_the_text_format_cannot_read() {
+    // The kernel body is level 1; the parser enters the expression (1), each
+    // negation (1) and the parenthesised literal of `-(1)` (1): 61 negations
+    // need 1 + 1 + 61 + 1 = 64 levels.
+    let fits = scale(|b| {
+        b.let_("v", I32, nested_negations(62));
+    });
+    assert_valid(&fits);
+    let printed = mpmd_core::text::print(&fits);
+    assert_eq!(mpmd_core::text::parse(&printed).unwrap().0, fits);
+
+    let too_deep = scale(|b| {
+        b.let_("v", I32, nested_negations(63));
+    });
+    assert_exact(
+        &one(&too_deep),
+        "E0057",
+        kstmt("kern", [s(0)]),
+        "this statement needs 65 levels of nesting (blocks and expressions); the text format reads at most 64",
+    );
+    // ...and the parser indeed refuses what it would print.
+    assert!(mpmd_core::text::parse(&mpmd_core::text::print(&too_deep)).is_err());
+
+    // Blocks count too: the expression that fits, one `if` deeper.
+    let in_block = scale(|b| {
+        b.if_(Expr::from(true), |b| {
+            b.let_("v", I32, nested_negations(62));
+        });
+    });
+    assert_exact(
+        &one(&in_block),
+        "E0057",
+        kstmt("kern", [s(0), PathStep::Then, s(0)]),
+        "this statement needs 65 levels of nesting (blocks and expressions); the text format reads at most 64",
+    );
+}
+
 // ---- reporting ----------------------------------------------------------------
 
 #[test]

@@ -11,6 +11,8 @@ use crate::ir::{Expr, IrPath, Literal, Module, Stmt, Type};
 
 mod lexer;
 mod parser;
+
+pub use parser::MAX_NESTING;
 mod printer;
 
 /// A place in source text. Lines and columns are 1-based; offsets are bytes.
@@ -136,6 +138,16 @@ pub fn parse(src: &str) -> Result<(Module, SourceMap), ParseError> {
 /// Parses a single expression (the whole of `src`), as [`print_expr`] prints it.
 pub fn parse_expr(src: &str) -> Result<Expr, ParseError> {
     parser::parse_expr_only(src)
+}
+
+/// Levels of nesting the parser needs for `expr` as [`print_expr`] prints it
+/// (at most [`MAX_NESTING`], together with the enclosing blocks, in a file).
+pub fn printed_nesting(expr: &Expr) -> usize {
+    // Our own output, so no limit beyond the stack the caller already used
+    // to build and print the expression.
+    parser::parse_expr_with_limit(&print_expr(expr), usize::MAX)
+        .map(|(_, deepest)| deepest)
+        .unwrap_or(usize::MAX)
 }
 
 /// Prints a module in canonical form.

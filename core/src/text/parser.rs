@@ -8,31 +8,25 @@ use crate::ir::*;
 type PResult<T> = Result<T, ParseError>;
 
 pub(crate) fn parse_module(src: &str) -> PResult<(Module, SourceMap)> {
-    let mut parser = Parser {
-        src,
-        tokens: tokenize(src),
-        pos: 0,
-        spans: SourceMap::default(),
-        depth: 0,
-    };
+    let mut parser = Parser::new(src, MAX_NESTING);
     let module = parser.module()?;
     Ok((module, parser.spans))
 }
 
 /// Parses one expression that makes up the whole of `src`.
 pub(crate) fn parse_expr_only(src: &str) -> PResult<Expr> {
-    let mut parser = Parser {
-        src,
-        tokens: tokenize(src),
-        pos: 0,
-        spans: SourceMap::default(),
-        depth: 0,
-    };
+    parse_expr_with_limit(src, MAX_NESTING).map(|(expr, _)| expr)
+}
+
+/// Parses one expression allowing `limit` levels of nesting; also returns
+/// the deepest level reached.
+pub(crate) fn parse_expr_with_limit(src: &str, limit: usize) -> PResult<(Expr, usize)> {
+    let mut parser = Parser::new(src, limit);
     let expr = parser.expr()?;
     if !parser.at_eof() {
         return Err(parser.expected("end of expression"));
     }
-    Ok(expr)
+    Ok((expr, parser.deepest))
 }
 
 struct Parser<'s> {
@@ -42,10 +36,28 @@ struct Parser<'s> {
     spans: SourceMap,
     /// Current nesting of expressions and blocks (see [`MAX_NESTING`]).
     depth: usize,
+    /// The deepest nesting reached so far.
+    deepest: usize,
+    /// Nesting beyond this is refused ([`MAX_NESTING`] for input files).
+    limit: usize,
+}
+
+impl<'s> Parser<'s> {
+    fn new(src: &'s str, limit: usize) -> Self {
+        Parser {
+            src,
+            tokens: tokenize(src),
+            pos: 0,
+            spans: SourceMap::default(),
+            depth: 0,
+            deepest: 0,
+            limit,
+        }
+    }
 }
 
 /// Deeper nesting is refused, so that hostile input cannot overflow the stack.
-const MAX_NESTING: usize = 64;
+pub const MAX_NESTING: usize = 64;
 
 const SCALAR_TYPES: [(&str, ScalarType); 4] = [
     ("f32", ScalarType::F32),
@@ -457,14 +469,15 @@ impl Parser<'_> {
     }
 
     fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
-        if self.depth >= MAX_NESTING {
+        if self.depth >= self.limit {
             let token = self.peek().clone();
             return Err(self.error_at_token(
                 &token,
-                format!("nesting deeper than {MAX_NESTING} levels is not supported"),
+                format!("nesting deeper than {} levels is not supported", self.limit),
             ));
         }
         self.depth += 1;
+        self.deepest = self.deepest.max(self.depth);
         let result = f(self);
         self.depth -= 1;
         result

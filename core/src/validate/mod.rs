@@ -10,6 +10,7 @@
 mod body;
 mod items;
 mod names;
+mod nesting;
 mod render;
 
 use std::collections::HashSet;
@@ -106,6 +107,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0054", "non-uniform semaphore index, coordinate or amount", "a semaphore operation's index, block coordinates and amount are block-uniform"),
     ("E0055", "semaphore amount below 1", "a semaphore amount n is at least 1"),
     ("E0056", "invalid name", "names are identifiers that are not keywords"),
+    ("E0057", "nested too deeply", "blocks and expressions together nest at most 64 levels, what the text format reads back"),
 ];
 
 /// The rule text of `code`.
@@ -148,6 +150,7 @@ impl Sink {
 pub fn validate(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
     let mut sink = Sink { diags: Vec::new() };
     names::check_names(module, &mut sink);
+    nesting::check_nesting(module, &mut sink);
     items::check_module(module, options, &mut sink);
     // A kernel run by several programs is walked once per program; its
     // context-free findings come out identical each time.

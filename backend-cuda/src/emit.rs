@@ -723,12 +723,7 @@ impl Emitter<'_> {
             }
             Stmt::Store { target, value } => {
                 let place = self.place(cx, target)?;
-                let v = self.expr(cx, value)?;
-                let v = if place.is_bool_in_memory {
-                    format!("(u32)({v})")
-                } else {
-                    v
-                };
+                let v = self.stored_value(cx, &place, value)?;
                 match &place.checked {
                     None => self.line(depth, &format!("{} = {v};", place.element)),
                     Some((compute, offset)) => {
@@ -1178,12 +1173,7 @@ impl Emitter<'_> {
             match stmt {
                 Stmt::Store { target, value } => {
                     let place = self.place(cx, target)?;
-                    let v = self.expr(cx, value)?;
-                    let v = if place.is_bool_in_memory {
-                        format!("(u32)({v})")
-                    } else {
-                        v
-                    };
+                    let v = self.stored_value(cx, &place, value)?;
                     let (elem, pointer) = (declared[j], place.pointer);
                     self.line(
                         depth + 2,
@@ -1210,6 +1200,21 @@ impl Emitter<'_> {
         self.line(depth + 1, "}");
         self.line(depth, "}");
         Ok(())
+    }
+
+    /// `value` as it is stored at `place` (bools are u32 words in memory).
+    fn stored_value(
+        &mut self,
+        cx: &UnitContext,
+        place: &Place,
+        value: &Expr,
+    ) -> Result<String, EmitError> {
+        let v = self.expr(cx, value)?;
+        Ok(if place.is_bool_in_memory {
+            format!("(u32)({v})")
+        } else {
+            v
+        })
     }
 
     fn place(&mut self, cx: &UnitContext, access: &RefAccess) -> Result<Place, EmitError> {

@@ -546,6 +546,34 @@ fn gbps(bytes: f64, ms: f64) -> f64 {
     bytes / (ms * 1e-3) / 1e9
 }
 
+/// The plan's kernel (fast mode, the schedule `run` would use), compiled and
+/// loaded outside the backend, for raw launches; the module must outlive
+/// the function's use.
+fn raw_kernel(
+    backend: &CudaBackend,
+    plan: &LaunchPlan,
+) -> Result<
+    (
+        mpmd_cuda::EmittedModule,
+        cudarc::driver::CudaFunction,
+        std::sync::Arc<cudarc::driver::CudaModule>,
+    ),
+    String,
+> {
+    let emitted = emit_module(plan, Mode::Fast).map_err(|e| e.to_string())?;
+    let cubin = backend
+        .cubin_for(&emitted, false)
+        .map_err(|e| e.to_string())?;
+    let loaded = backend
+        .context()
+        .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
+        .map_err(|e| format!("{e:?}"))?;
+    let function = loaded
+        .load_function(&emitted.kernel_name)
+        .map_err(|e| format!("{e:?}"))?;
+    Ok((emitted, function, loaded))
+}
+
 /// A timing event (cudarc's default events cannot be timed).
 fn timing_event(backend: &CudaBackend) -> Result<cudarc::driver::CudaEvent, String> {
     backend
@@ -579,15 +607,7 @@ fn three_launches_ms(
                 });
             }
         }
-        let emitted = emit_module(plan, Mode::Fast).map_err(|e| e.to_string())?;
-        let cubin = backend
-            .cubin_for(&emitted, false)
-            .map_err(|e| e.to_string())?;
-        let loaded = backend
-            .context()
-            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
-            .map_err(err)?;
-        let function = loaded.load_function(&emitted.kernel_name).map_err(err)?;
+        let (emitted, function, loaded) = raw_kernel(backend, plan)?;
         let ctl = stream.alloc_zeros::<u32>(control::WORDS).map_err(err)?;
         kernels.push((plan, emitted, function, ctl, loaded));
     }
@@ -787,17 +807,7 @@ fn run_gpu() -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     let run_us = start.elapsed().as_secs_f64() * 1e6 / calls as f64;
-    let emitted = emit_module(tiny_plan, Mode::Fast).map_err(|e| e.to_string())?;
-    let cubin = backend
-        .cubin_for(&emitted, false)
-        .map_err(|e| e.to_string())?;
-    let loaded = backend
-        .context()
-        .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
-        .map_err(|e| format!("{e:?}"))?;
-    let function = loaded
-        .load_function(&emitted.kernel_name)
-        .map_err(|e| format!("{e:?}"))?;
+    let (emitted, function, _loaded) = raw_kernel(&backend, tiny_plan)?;
     let stream = backend.stream().clone();
     let y = stream
         .alloc_zeros::<u32>(32)

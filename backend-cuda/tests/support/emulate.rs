@@ -1,7 +1,8 @@
 //! Runs generated CUDA C on CPU threads: a shim maps CUDA's built-ins to C++
 //! (one thread per CUDA thread, a std::barrier per block, `__shared__` as
 //! static storage), and blocks run one after another in ticket order. Shared
-//! by tests/host_emulation.rs. Needs a C++20 compiler (`c++`) on PATH.
+//! by tests/host_emulation.rs and conformance/tests/cuda_emulation.rs (which
+//! fuzzes through it). Needs a C++20 compiler (`c++`) on PATH.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -89,6 +90,19 @@ pub fn emulate(
     scalars: &BTreeMap<&str, Literal>,
     timeout_ns: u64,
 ) -> Emulated {
+    emulate_with_residents(plan, mode, inputs, scalars, &BTreeMap::new(), timeout_ns)
+}
+
+/// [`emulate`] with the words device-resident refs start from (zero when
+/// absent); their words after the call are in `Emulated::buffers`.
+pub fn emulate_with_residents(
+    plan: &LaunchPlan,
+    mode: Mode,
+    inputs: &BTreeMap<&str, Vec<u32>>,
+    scalars: &BTreeMap<&str, Literal>,
+    residents: &BTreeMap<&str, Vec<u32>>,
+    timeout_ns: u64,
+) -> Emulated {
     let module = emit_module(plan, mode).expect("emits");
     let mut program = String::from(SHIM);
     // The dynamic smem arena is the shim's global array.
@@ -100,6 +114,10 @@ pub fn emulate(
         let len = buffer.len.max(1) as usize;
         let words: Vec<u32> = match &buffer.init {
             BufferInit::Input(name) => inputs[name.as_str()].clone(),
+            BufferInit::Resident(name) => residents
+                .get(name.as_str())
+                .cloned()
+                .unwrap_or_else(|| vec![0; len]),
             // Uninitialised memory reads as a marker, so tests see unwritten words.
             BufferInit::Uninitialized => vec![0xdead_beef; len],
             _ => vec![0; len],
@@ -144,8 +162,13 @@ pub fn emulate(
     }
     program.push_str("  return 0;\n}\n");
 
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("host-emulation-{}-{mode:?}", plan.map.name));
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run_id = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "host-emulation-{}-{mode:?}-{}-{run_id}",
+        plan.map.name,
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let source = dir.join("kernel.cpp");
     let binary = dir.join("kernel");

@@ -660,10 +660,33 @@ impl Gen {
             OutLayout::Owned => vec![var("t")],
             OutLayout::TwoD => vec![var("lin"), var("t")],
         };
-        body.push(Stmt::Store {
-            target: at(&Self::out_name(i), index),
-            value: v.e,
-        });
+        let target = at(&Self::out_name(i), index);
+        if self.rng.chance(30) {
+            // The same element written on every iteration of a short literal
+            // loop, the last value kept: the CUDA backend emits such loops
+            // loads-first, and the stores must keep their order.
+            let trips = self.rng.range(2, 5);
+            let k = self.fresh("k");
+            let zero = match p.out_ty {
+                F32 => Expr::from(0.0f32),
+                I32 => Expr::from(0i32),
+                _ => lit_u32(0),
+            };
+            body.push(Stmt::For {
+                var: Binding {
+                    name: k.clone(),
+                    ty: U32,
+                },
+                start: lit_u32(0),
+                end: lit_u32(trips),
+                body: vec![Stmt::Store {
+                    target,
+                    value: select(var(&k).eq(lit_u32(trips - 1)), v.e, zero),
+                }],
+            });
+        } else {
+            body.push(Stmt::Store { target, value: v.e });
+        }
         Kernel {
             name: format!("k{i}"),
             params: params.to_vec(),

@@ -45,8 +45,29 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Set up the tools, then run the benchmarks: the interpreter's, WGSL
+    /// against hand-written WGSL, and CUDA (ptxas and compile figures
+    /// everywhere, the GPU benchmarks where there is a GPU).
+    Bench {
+        /// Which: interp, wgpu, cuda (default: all three, in that order).
+        #[arg(value_delimiter = ',')]
+        which: Vec<BenchTarget>,
+    },
+    /// Build the release binaries `scripts/gpu-check.sh` runs on a machine
+    /// with an NVIDIA GPU but no Rust toolchain, into DIR (stripped).
+    GpuBundle {
+        /// Folder to fill (created if missing).
+        dir: PathBuf,
+    },
     /// Only set up (or check) the tools and print what was found.
     Setup,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BenchTarget {
+    Interp,
+    Wgpu,
+    Cuda,
 }
 
 fn main() -> ExitCode {
@@ -85,7 +106,141 @@ fn main() -> ExitCode {
         Task::Fuzz { release, args } => {
             run_conformance_binary(&root, &setup, "mpmd-fuzz", release, &args)
         }
+        Task::Bench { which } => run_benches(&root, &setup, &which),
+        Task::GpuBundle { dir } => gpu_bundle(&root, &setup, &dir),
     }
+}
+
+fn run_benches(root: &Path, setup: &tools::Setup, which: &[BenchTarget]) -> ExitCode {
+    let all = [BenchTarget::Interp, BenchTarget::Wgpu, BenchTarget::Cuda];
+    let which = if which.is_empty() { &all[..] } else { which };
+    let mut failed = Vec::new();
+    for target in which {
+        let mut cmd = cargo(root, setup);
+        match target {
+            BenchTarget::Interp => cmd.args(["bench", "-p", "mpmd-core", "--bench", "interp"]),
+            BenchTarget::Wgpu => {
+                cmd.args(["bench", "-p", "mpmd-wgpu", "--bench", "wgsl_vs_handwritten"])
+            }
+            BenchTarget::Cuda => cmd
+                .args([
+                    "run",
+                    "--release",
+                    "-p",
+                    "mpmd-cuda",
+                    "--bin",
+                    "cuda-bench",
+                    "--",
+                ])
+                .arg("--examples")
+                .arg(root.join("examples")),
+        };
+        eprintln!("xtask: running {}", describe(&cmd));
+        if exit_code_of(&mut cmd) != ExitCode::SUCCESS {
+            failed.push(format!("{target:?}").to_lowercase());
+        }
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("xtask: benchmarks failed: {}", failed.join(", "));
+        ExitCode::FAILURE
+    }
+}
+
+/// The binaries `scripts/gpu-check.sh` looks for.
+const BUNDLE_BINARIES: [&str; 4] = ["mpmd", "mpmd-conformance", "mpmd-fuzz", "cuda-bench"];
+
+fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
+    let mut build = cargo(root, setup);
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "mpmd-conformance",
+        "-p",
+        "mpmd-cuda",
+        "-p",
+        "mpmd-cli",
+        "--bins",
+    ]);
+    eprintln!("xtask: running {}", describe(&build));
+    if exit_code_of(&mut build) != ExitCode::SUCCESS {
+        return ExitCode::FAILURE;
+    }
+    // The GPU test binary: its path is only in cargo's JSON messages.
+    let mut tests = cargo(root, setup);
+    tests.args([
+        "test",
+        "--release",
+        "-p",
+        "mpmd-cuda",
+        "--test",
+        "gpu_run",
+        "--no-run",
+        "--message-format=json",
+    ]);
+    eprintln!("xtask: running {}", describe(&tests));
+    let output = match tests.output() {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("xtask: cannot start {}: {e}", describe(&tests));
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(gpu_run) = test_executable(&String::from_utf8_lossy(&output.stdout), "gpu_run") else {
+        eprintln!("xtask: cargo did not report the gpu_run test executable");
+        return ExitCode::FAILURE;
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("xtask: cannot create {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    let release = root.join("target").join("release");
+    let mut files: Vec<(PathBuf, &str)> = BUNDLE_BINARIES
+        .iter()
+        .map(|name| (release.join(name), *name))
+        .collect();
+    files.push((PathBuf::from(gpu_run), "gpu_run"));
+    let mut total = 0;
+    for (from, name) in files {
+        let to = dir.join(name);
+        if let Err(e) = std::fs::copy(&from, &to) {
+            eprintln!(
+                "xtask: cannot copy {} to {}: {e}",
+                from.display(),
+                to.display()
+            );
+            return ExitCode::FAILURE;
+        }
+        // Smaller to carry; a missing `strip` only costs size.
+        let _ = Command::new("strip").arg(&to).status();
+        total += std::fs::metadata(&to).map(|m| m.len()).unwrap_or(0);
+    }
+    eprintln!(
+        "xtask: {} holds the GPU check's binaries ({:.1} MB); on the GPU machine, from a checkout of this commit: scripts/gpu-check.sh {} [REPORT]",
+        dir.display(),
+        total as f64 / 1e6,
+        dir.display()
+    );
+    ExitCode::SUCCESS
+}
+
+/// The `"executable"` of the test target `name` in cargo's JSON messages.
+fn test_executable(messages: &str, name: &str) -> Option<String> {
+    let target = format!("\"name\":\"{name}\"");
+    messages
+        .lines()
+        .filter(|line| line.contains("\"reason\":\"compiler-artifact\"") && line.contains(&target))
+        .find_map(|line| {
+            let start = line.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let end = start + line[start..].find('"')?;
+            Some(line[start..end].to_string())
+        })
 }
 
 /// Runs one binary of the `mpmd-conformance` crate with the tools' environment.
@@ -200,6 +355,22 @@ fn exit_code_of(cmd: &mut Command) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_test_executable_is_read_from_cargo_messages() {
+        let messages = concat!(
+            r#"{"reason":"compiler-artifact","target":{"kind":["lib"],"name":"mpmd_cuda"},"executable":null}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","target":{"kind":["test"],"name":"gpu_run"},"profile":{},"executable":"/r/target/release/deps/gpu_run-0123"}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+        );
+        assert_eq!(
+            test_executable(messages, "gpu_run").as_deref(),
+            Some("/r/target/release/deps/gpu_run-0123")
+        );
+        assert_eq!(test_executable(messages, "compile"), None);
+    }
 
     #[test]
     fn package_args_keeps_only_package_selection() {

@@ -4,7 +4,8 @@
 #
 #   scripts/gpu-check.sh BIN_DIR [OUT_FILE]
 #
-# BIN_DIR holds release binaries built elsewhere (`cargo build --release`):
+# BIN_DIR holds release binaries built elsewhere (`cargo xtask gpu-bundle
+# BIN_DIR` on a machine with Rust builds all of them):
 #   mpmd-conformance  the conformance runner (or: xtask, used only when cargo
 #                     is on PATH, since `xtask conformance` runs cargo)
 #   cuda-bench        the CUDA benchmarks (backend-cuda/src/bin/cuda-bench.rs)

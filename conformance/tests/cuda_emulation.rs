@@ -5,6 +5,7 @@
 //! interpreter like any backend. This checks the generated logic (schedules,
 //! addressing, numerics, semaphores, loads-first loops) on every CI run; the
 //! GPU memory model and co-residency need a GPU. Needs `c++` (C++20).
+//! `MPMD_EMULATED_FUZZ=N` runs N programs per mode instead of the few CI runs.
 #![cfg(feature = "cuda")]
 
 #[path = "../../backend-cuda/tests/support/emulate.rs"]
@@ -107,6 +108,10 @@ impl Backend for EmulatedCuda {
 }
 
 fn fuzz(seed: u64, iterations: u64, mode: Mode) {
+    let iterations = std::env::var("MPMD_EMULATED_FUZZ")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(iterations);
     let factory = BackendFactory::new("cuda-emulated", || {
         Ok(Box::new(EmulatedCuda::default()) as Box<dyn Backend>)
     });

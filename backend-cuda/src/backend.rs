@@ -15,7 +15,7 @@ use cudarc::driver::{
 };
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, ScalarType, Type};
-use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
+use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use thiserror::Error;
 
@@ -561,7 +561,7 @@ impl CudaBackend {
                     name.clone(),
                     DeviceResident {
                         elem: buffer.ty.elem,
-                        shape: host_shape(plan, buffer),
+                        shape: plan.host_shape(buffer),
                         words,
                     },
                 );
@@ -714,7 +714,7 @@ impl CudaBackend {
                 name.clone(),
                 HostTensor {
                     elem: buffer.ty.elem,
-                    shape: host_shape(plan, buffer),
+                    shape: plan.host_shape(buffer),
                     words,
                 },
             );
@@ -770,20 +770,6 @@ fn download(
     Ok(words)
 }
 
-/// Host shape of a buffer: the owner mesh's block axes, then the ref's shape
-/// (unowned refs: the ref's shape).
-pub fn host_shape(plan: &LaunchPlan, buffer: &BufferPlan) -> Vec<u32> {
-    let mut shape: Vec<u32> = match &buffer.ty.owner {
-        Some(owner) => plan
-            .mesh(owner)
-            .map(|m| m.block_axes().map(|a| a.size).collect())
-            .unwrap_or_default(),
-        None => Vec::new(),
-    };
-    shape.extend(&buffer.ty.shape);
-    shape
-}
-
 enum ScalarArg {
     F32(f32),
     I32(i32),
@@ -823,17 +809,7 @@ fn input_words(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, Vec<
         let BufferInit::Input(name) = &buffer.init else {
             continue;
         };
-        let tensor = args
-            .inputs
-            .get(name)
-            .ok_or_else(|| RunError::BadArguments(format!("missing input `{name}`")))?;
-        if tensor.words.len() as u64 != buffer.len {
-            return Err(RunError::BadArguments(format!(
-                "input `{name}` has {} elements; its type needs {}",
-                tensor.words.len(),
-                buffer.len
-            )));
-        }
+        let tensor = args.input(name, buffer.len)?;
         let mut words = tensor.words.clone();
         if buffer.ty.space == MemorySpace::Gmem && buffer.ty.elem == ScalarType::Bool {
             // Any non-zero word is `true`; the kernel compares with 0.

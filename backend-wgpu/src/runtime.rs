@@ -491,7 +491,7 @@ impl WgpuBackend {
             ResidentBuffer {
                 buffer: buffer.clone(),
                 elem: buf.ty.elem,
-                shape: tensor_shape(plan, buf),
+                shape: plan.host_shape(buf),
                 words: buf.len,
             },
         );
@@ -588,18 +588,6 @@ fn map_and_read(
     Ok(out)
 }
 
-/// Host shape of a buffer: the owner's block axes, then the instance shape.
-fn tensor_shape(plan: &LaunchPlan, buf: &BufferPlan) -> Vec<u32> {
-    let mut shape = Vec::new();
-    if let Some(owner) = &buf.ty.owner {
-        if let Some(mesh) = plan.mesh(owner) {
-            shape.extend(mesh.block_axes().map(|a| a.size));
-        }
-    }
-    shape.extend(&buf.ty.shape);
-    shape
-}
-
 fn scalar_word(name: &str, ty: ScalarType, value: Option<&Literal>) -> Result<u32, RunError> {
     match value {
         None => Err(RunError::BadArguments(format!(
@@ -657,17 +645,7 @@ impl Backend for WgpuBackend {
         // Inputs must match their buffers.
         for buf in &plan.buffers {
             if let BufferInit::Input(name) = &buf.init {
-                let t = args
-                    .inputs
-                    .get(name)
-                    .ok_or_else(|| RunError::BadArguments(format!("missing input `{name}`")))?;
-                if t.words.len() as u64 != buf.len {
-                    return Err(RunError::BadArguments(format!(
-                        "input `{name}` has {} elements; the map declares {}",
-                        t.words.len(),
-                        buf.len
-                    )));
-                }
+                let t = args.input(name, buf.len)?;
                 if t.elem != buf.ty.elem {
                     return Err(RunError::BadArguments(format!(
                         "input `{name}` holds `{}` elements; the map declares `{}`",
@@ -810,7 +788,7 @@ impl Backend for WgpuBackend {
                 name,
                 HostTensor {
                     elem: buf.ty.elem,
-                    shape: tensor_shape(plan, buf),
+                    shape: plan.host_shape(buf),
                     words: data,
                 },
             );

@@ -19,7 +19,6 @@ use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{MemorySpace, ScalarType};
 use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, Mode, RunError, RunOptions};
-use mpmd_cuda::backend::host_shape;
 use mpmd_cuda::emit_module;
 
 /// The CUDA backend's generated code, run on CPU threads.
@@ -47,10 +46,7 @@ impl Backend for EmulatedCuda {
         let mut inputs = BTreeMap::new();
         for buffer in &plan.buffers {
             if let BufferInit::Input(name) = &buffer.init {
-                let tensor = args
-                    .inputs
-                    .get(name)
-                    .ok_or_else(|| RunError::BadArguments(format!("missing input `{name}`")))?;
+                let tensor = args.input(name, buffer.len)?;
                 let mut words = tensor.words.clone();
                 if buffer.ty.space == MemorySpace::Gmem && buffer.ty.elem == ScalarType::Bool {
                     // As the CUDA backend uploads them: any non-zero word is `true`.
@@ -89,7 +85,7 @@ impl Backend for EmulatedCuda {
             words.truncate(buffer.len as usize);
             let tensor = HostTensor {
                 elem: buffer.ty.elem,
-                shape: host_shape(plan, buffer),
+                shape: plan.host_shape(buffer),
                 words,
             };
             if let BufferInit::Resident(name) = &buffer.init {

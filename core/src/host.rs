@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::backend::RunError;
 use crate::ir::{Literal, Name, ScalarType};
 
 /// A host array of 32-bit elements, stored as raw words so that every backend
@@ -76,6 +77,24 @@ pub struct CallArgs {
     pub inputs: BTreeMap<Name, HostTensor>,
     /// A value for each scalar parameter.
     pub scalars: BTreeMap<Name, Literal>,
+}
+
+impl CallArgs {
+    /// The tensor of input `name`, which fills a buffer of `len` elements:
+    /// every backend's check that the call gives it, with that many elements.
+    pub fn input(&self, name: &str, len: u64) -> Result<&HostTensor, RunError> {
+        let tensor = self
+            .inputs
+            .get(name)
+            .ok_or_else(|| RunError::BadArguments(format!("missing input `{name}`")))?;
+        if tensor.words.len() as u64 != len {
+            return Err(RunError::BadArguments(format!(
+                "input `{name}` has {} elements; the map declares {len}",
+                tensor.words.len()
+            )));
+        }
+        Ok(tensor)
+    }
 }
 
 /// What one call returns.

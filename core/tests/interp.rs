@@ -102,7 +102,7 @@ fn bad_arguments_are_errors() {
     let e = run(&m, "axpb", &short, &opts(false, 0)).unwrap_err();
     assert_eq!(
         e,
-        RunError::BadArguments("input `x` has 3 elements, expected 256".into())
+        RunError::BadArguments("input `x` has 3 elements; the map declares 256".into())
     );
     let wrong_type = args(
         &[("x", HostTensor::zeros(F32, vec![256]))],

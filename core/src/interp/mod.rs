@@ -369,16 +369,7 @@ impl Interpreter {
             let bits = |v: bool| if detect { vec![v; len] } else { vec![] };
             let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
-                    let t = args
-                        .inputs
-                        .get(name)
-                        .ok_or_else(|| RunError::BadArguments(format!("missing input `{name}`")))?;
-                    if t.words.len() != len {
-                        return Err(RunError::BadArguments(format!(
-                            "input `{name}` has {} elements, expected {len}",
-                            t.words.len()
-                        )));
-                    }
+                    let t = args.input(name, len as u64)?;
                     (self.buffer(len, |k| t.words[k]), bits(true))
                 }
                 Init::Zeroed => (self.buffer(len, |_| 0), bits(true)),

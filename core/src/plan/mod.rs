@@ -163,6 +163,20 @@ impl LaunchPlan {
         self.meshes.iter().find(|m| m.name == name)
     }
 
+    /// Host shape of a buffer: the owner mesh's block axes (grid, then
+    /// cluster), then the ref's shape; unowned refs: the ref's shape.
+    pub fn host_shape(&self, buffer: &BufferPlan) -> Vec<u32> {
+        let mut shape: Vec<u32> = match &buffer.ty.owner {
+            Some(owner) => self
+                .mesh(owner)
+                .map(|m| m.block_axes().map(|a| a.size).collect())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        shape.extend(&buffer.ty.shape);
+        shape
+    }
+
     /// Whether every wait's signal comes from an earlier unit (or from the
     /// resident count): then launching units in order needs no co-residency.
     pub fn needs_co_residency(&self) -> bool {

@@ -244,12 +244,13 @@ pub fn compare_within(
     }
 }
 
-/// The compare mode used when a case names none for an output: exact for
-/// integers and bools, the backend's profile for floats.
-pub fn default_mode(elem: ScalarType) -> CompareMode {
-    match elem {
-        ScalarType::F32 => CompareMode::Profile,
-        _ => CompareMode::Exact,
+/// The compare mode of output `name`: the case's own (`compares`), else
+/// exact for integers and bools and the backend's profile for floats.
+pub fn mode_for(compares: &[(String, CompareMode)], name: &str, elem: ScalarType) -> CompareMode {
+    match compares.iter().find(|(n, _)| n == name) {
+        Some((_, mode)) => mode.clone(),
+        None if elem == ScalarType::F32 => CompareMode::Profile,
+        None => CompareMode::Exact,
     }
 }
 

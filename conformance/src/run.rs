@@ -12,7 +12,7 @@ use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunO
 use crate::analysis::{bounded_ops, profile_tolerance, tags, BackendId};
 use crate::backends::{cuda_check_plan, new_backend, Availability, Environment};
 use crate::case::{Case, CaseKind};
-use crate::compare::{compare, default_mode, Tolerance};
+use crate::compare::{compare, mode_for, Tolerance};
 
 /// The result of one case on one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -384,12 +384,7 @@ fn judge(
                     ));
                     continue;
                 };
-                let mode = spec
-                    .compares
-                    .iter()
-                    .find(|(n, _)| n == &exp.name)
-                    .map(|(_, c)| c.clone())
-                    .unwrap_or_else(|| default_mode(exp.tensor.elem));
+                let mode = mode_for(&spec.compares, &exp.name, exp.tensor.elem);
                 if let Err(mismatch) = compare(&mode, &exp.tensor, &act.tensor, tolerance) {
                     problems.push(format!(
                         "{} ({}): {mismatch}",
@@ -654,11 +649,7 @@ fn triage_mode(
             problems.push(format!("{}: missing from wgpu's results", c.label()));
             continue;
         };
-        let compare_mode = compares
-            .iter()
-            .find(|(n, _)| n == &c.name)
-            .map(|(_, mode)| mode.clone())
-            .unwrap_or_else(|| default_mode(c.tensor.elem));
+        let compare_mode = mode_for(compares, &c.name, c.tensor.elem);
         if let Err(mismatch) = compare(&compare_mode, &c.tensor, &w.tensor, tolerance) {
             problems.push(format!(
                 "{} ({}): {}",

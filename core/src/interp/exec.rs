@@ -521,11 +521,7 @@ impl BlockState {
                         }
                     }
                     self.after_boundary(env);
-                    if env
-                        .alt
-                        .as_deref_mut()
-                        .is_some_and(|a| a.preempt && a.rng.below(3) == 0)
-                    {
+                    if preempt_here(env) {
                         return Ok(Status::Yielded);
                     }
                     continue;
@@ -536,11 +532,7 @@ impl BlockState {
                     let v = env.bufs[buf].words[addr as usize].load(Relaxed);
                     self.regs[*dst].fill(v);
                     self.after_boundary(env);
-                    if env
-                        .alt
-                        .as_deref_mut()
-                        .is_some_and(|a| a.preempt && a.rng.below(3) == 0)
-                    {
+                    if preempt_here(env) {
                         return Ok(Status::Yielded);
                     }
                     continue;
@@ -1147,6 +1139,14 @@ fn map1(d: &mut [u32], a: &[u32], lanes: Lanes, f: impl Fn(u32) -> u32) {
 #[inline(always)]
 fn ff(f: impl Fn(f32, f32) -> f32) -> impl Fn(u32, u32) -> u32 {
     move |a, b| f(f32::from_bits(a), f32::from_bits(b)).to_bits()
+}
+
+/// Under an extra schedule with preemption, whether the block yields at this
+/// semaphore boundary (one draw in three).
+fn preempt_here(env: &mut Env) -> bool {
+    env.alt
+        .as_deref_mut()
+        .is_some_and(|a| a.preempt && a.rng.below(3) == 0)
 }
 
 #[inline(always)]

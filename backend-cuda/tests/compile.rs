@@ -318,3 +318,30 @@ map m1 {{
         ""
     )));
 }
+
+/// The hand-written kernels `cuda-bench` times beside the generated ones
+/// compile for sm_90 without spills (the bench only runs on a GPU machine,
+/// where a compile error would cost a device run).
+#[test]
+fn benchmark_reference_kernels_compile() {
+    require_tools();
+    let source = include_str!("../src/bin/reference_kernels.cu");
+    let ptx = compile_ptx(source, &CompileOptions::default()).unwrap();
+    let report = mpmd_cuda::assemble(&ptx, 90).unwrap();
+    for name in [
+        "ref_copy_scalar8",
+        "ref_copy_vec4x2",
+        "ref_copy_vec4x4",
+        "ref_reduce_scalar16",
+        "ref_reduce_vec4x4",
+    ] {
+        let kernel = report
+            .kernel(name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(
+            (kernel.spill_store_bytes, kernel.spill_load_bytes),
+            (0, 0),
+            "{name}"
+        );
+    }
+}

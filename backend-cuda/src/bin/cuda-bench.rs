@@ -10,7 +10,11 @@
 //! - a three-stage semaphore pipeline, against three separate launches;
 //! - the call overhead of a tiny kernel, against a raw launch of the same CUBIN.
 //!
+//! - hand-written CUDA C copies and reductions (`reference_kernels.cu`), to
+//!   show what the device reaches with 4- and 16-byte accesses and shuffles.
+//!
 //! Output: one `key value` line per figure, for scripts/gpu-check.sh.
+//! `--source NAME` prints the generated CUDA C of one benchmark.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -179,11 +183,13 @@ fn reduce_kernel(
     })
 }
 
-const REDUCE_SPLITS: [Split; 4] = [
+const REDUCE_SPLITS: [Split; 6] = [
     Split::new(4, 256),
     Split::new(16, 256),
     Split::new(32, 256),
+    Split::new(64, 256),
     Split::new(16, 512),
+    Split::new(32, 512),
 ];
 
 fn reduction(split: Split) -> Module {
@@ -659,6 +665,120 @@ fn three_launches_ms(
     Ok(best)
 }
 
+/// Hand-written kernels (`reference_kernels.cu`): what the device reaches
+/// with 4-byte and 16-byte accesses and with warp shuffles, timed beside the
+/// generated kernels.
+const REFERENCE_SOURCE: &str = include_str!("reference_kernels.cu");
+
+/// One hand-written kernel: name, threads per block, floats per thread,
+/// and whether it reads and writes `BIG` floats (copy) or only reads them.
+struct Reference {
+    kernel: &'static str,
+    threads: u32,
+    floats_per_thread: u32,
+    copies: bool,
+}
+
+const REFERENCES: [Reference; 7] = [
+    Reference {
+        kernel: "ref_copy_scalar8",
+        threads: 256,
+        floats_per_thread: 8,
+        copies: true,
+    },
+    Reference {
+        kernel: "ref_copy_scalar8",
+        threads: 512,
+        floats_per_thread: 8,
+        copies: true,
+    },
+    Reference {
+        kernel: "ref_copy_vec4x2",
+        threads: 256,
+        floats_per_thread: 8,
+        copies: true,
+    },
+    Reference {
+        kernel: "ref_copy_vec4x4",
+        threads: 256,
+        floats_per_thread: 16,
+        copies: true,
+    },
+    Reference {
+        kernel: "ref_reduce_scalar16",
+        threads: 512,
+        floats_per_thread: 16,
+        copies: false,
+    },
+    Reference {
+        kernel: "ref_reduce_vec4x4",
+        threads: 256,
+        floats_per_thread: 16,
+        copies: false,
+    },
+    Reference {
+        kernel: "ref_reduce_vec4x4",
+        threads: 512,
+        floats_per_thread: 16,
+        copies: false,
+    },
+];
+
+/// Times every [`Reference`] kernel (best of `reps`, events) and prints its
+/// bandwidth as a share of `memcpy_gbps`.
+fn reference_figures(backend: &CudaBackend, memcpy_gbps: f64, reps: usize) -> Result<(), String> {
+    let err = |e: cudarc::driver::DriverError| format!("{e:?}");
+    let options = CompileOptions {
+        arch: backend.arch(),
+        ..CompileOptions::default()
+    };
+    let cubin = compile_with_cache(
+        REFERENCE_SOURCE,
+        &options,
+        Output::Cubin,
+        ModuleCache::global(),
+    )
+    .map_err(|e| format!("reference kernels: {e}"))?;
+    let module = backend
+        .context()
+        .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+        .map_err(err)?;
+    let stream = backend.stream().clone();
+    let x = stream.clone_htod(&f32_input(BIG).words).map_err(err)?;
+    let y = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
+    for reference in &REFERENCES {
+        let function = module.load_function(reference.kernel).map_err(err)?;
+        let per_block = reference.threads * reference.floats_per_thread;
+        let config = LaunchConfig {
+            grid_dim: (BIG / per_block, 1, 1),
+            block_dim: (reference.threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut best = f64::INFINITY;
+        for _ in 0..=reps {
+            let (start, end) = (timing_event(backend)?, timing_event(backend)?);
+            start.record(&stream).map_err(err)?;
+            let mut launch = stream.launch_builder(&function);
+            launch.arg(&x).arg(&y);
+            // SAFETY: both buffers hold `BIG` floats and the grid covers
+            // exactly `BIG` floats (a sum per block fits in `y` too).
+            unsafe { launch.launch(config) }.map_err(err)?;
+            end.record(&stream).map_err(err)?;
+            let ms = mpmd_cuda::backend::event_elapsed_ms(&start, &end).ok_or("no event time")?;
+            best = best.min(ms as f64);
+        }
+        let factor = if reference.copies { 2.0 } else { 1.0 };
+        let g = gbps(factor * BIG as f64 * 4.0, best);
+        println!(
+            "bench.reference.{}.t{} ms={best:.4} gbps={g:.1} pct_of_memcpy={:.1}",
+            reference.kernel,
+            reference.threads,
+            100.0 * g / memcpy_gbps
+        );
+    }
+    Ok(())
+}
+
 fn run_gpu() -> Result<(), String> {
     let mut backend = CudaBackend::new(CudaOptions {
         time_kernels: true,
@@ -709,6 +829,7 @@ fn run_gpu() -> Result<(), String> {
 
     let memcpy_gbps = gbps(2.0 * big_bytes, memcpy_ms);
     let pct = |g: f64| 100.0 * g / memcpy_gbps;
+    reference_figures(&backend, memcpy_gbps, reps)?;
 
     let x = f32_input(BIG);
     let mut args = CallArgs::default();
@@ -862,9 +983,36 @@ fn run_gpu() -> Result<(), String> {
     Ok(())
 }
 
+/// `--source NAME`: the generated CUDA C of benchmark `NAME` (one of the
+/// `ptxas.NAME.*` lines), for reading what is being timed.
+fn print_source(name: &str) -> i32 {
+    let Some((_, m)) = benchmarks().into_iter().find(|(n, _)| n == name) else {
+        let names: Vec<String> = benchmarks().into_iter().map(|(n, _)| n).collect();
+        eprintln!("no benchmark `{name}`; one of: {}", names.join(", "));
+        return 2;
+    };
+    for plan in plans(&m) {
+        match emit_module(&plan, Mode::Fast) {
+            Ok(module) => println!("{}", module.source),
+            Err(e) => {
+                eprintln!("{}: {e}", plan.map.name);
+                return 1;
+            }
+        }
+    }
+    0
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let compile_only = args.iter().any(|a| a == "--compile-only");
+    if let Some(name) = args
+        .iter()
+        .position(|a| a == "--source")
+        .and_then(|i| args.get(i + 1))
+    {
+        std::process::exit(print_source(name));
+    }
     let examples = args
         .iter()
         .position(|a| a == "--examples")

@@ -202,6 +202,8 @@ struct Emitter<'a> {
     next_offset: u32,
     /// Counter for the names of batched loops' temporaries.
     next_batch: u32,
+    /// Buffers of semaphores some program reads.
+    read_semaphores: BTreeSet<usize>,
 }
 
 /// How the kernel's physical blocks become the plan's logical blocks.
@@ -275,6 +277,7 @@ pub fn emit_module_with(
         ref_ids: HashMap::new(),
         next_offset: 0,
         next_batch: 0,
+        read_semaphores: read_semaphores(plan),
     };
     let _ = writeln!(
         e.out,
@@ -472,6 +475,28 @@ fn written_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
         }
     }
     written
+}
+
+/// Buffers of the semaphores some program `read`s: their waits must not let
+/// the count dip below what the semantics allow (see `MPMD_WAIT_OPTIMISTIC`).
+fn read_semaphores(plan: &LaunchPlan) -> BTreeSet<usize> {
+    let mut buffers = BTreeSet::new();
+    for unit in &plan.units {
+        let mut names = BTreeSet::new();
+        for_each_stmt(&unit.kernel.body, &mut |stmt| {
+            if let Stmt::SemRead { sem, .. } = stmt {
+                names.insert(sem.base.clone());
+            }
+        });
+        for (position, param) in unit.kernel.params.iter().enumerate() {
+            if names.contains(&param.name) {
+                if let Some(b) = plan.operands.get(position).and_then(|o| o.buffer) {
+                    buffers.insert(b);
+                }
+            }
+        }
+    }
+    buffers
 }
 
 fn collect_written(body: &[Stmt], names: &mut BTreeSet<String>) {
@@ -954,7 +979,11 @@ impl Emitter<'_> {
                 self.line(depth, "}");
             }
             SemOp::Wait | SemOp::WaitNodec => {
-                let decrement = op == SemOp::Wait;
+                let how = match op {
+                    SemOp::WaitNodec => "MPMD_WAIT_NODEC",
+                    _ if self.is_read_semaphore(cx, &sem.base) => "MPMD_WAIT_EXACT",
+                    _ => "MPMD_WAIT_OPTIMISTIC",
+                };
                 let (ref_id, coords, index) = self.site_values(cx, sem)?;
                 self.line(depth, &format!("// {}({}, ...)", op.name(), sem.base));
                 self.line(depth, "if (threadIdx.x == 0u) {");
@@ -972,7 +1001,7 @@ impl Emitter<'_> {
                 self.line(
                     depth + 1,
                     &format!(
-                        "if ({failed}!mpmd_sem_wait({pointer}, {n}, {decrement}, mpmd_ctl, mpmd_wait_timeout_ns, {}u, mpmd_block, {ref_id}u, {coords}, {index})) mpmd_stop = 1u;",
+                        "if ({failed}!mpmd_sem_wait({pointer}, {n}, {how}, mpmd_ctl, mpmd_wait_timeout_ns, {}u, mpmd_block, {ref_id}u, {coords}, {index})) mpmd_stop = 1u;",
                         cx.unit.program
                     ),
                 );
@@ -982,6 +1011,18 @@ impl Emitter<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether kernel parameter `name` of this unit is a semaphore some program reads.
+    fn is_read_semaphore(&self, cx: &UnitContext, name: &str) -> bool {
+        cx.unit
+            .kernel
+            .params
+            .iter()
+            .position(|p| p.name == name)
+            .and_then(|position| self.plan.operands.get(position))
+            .and_then(|operand| operand.buffer)
+            .is_some_and(|buffer| self.read_semaphores.contains(&buffer))
     }
 
     /// The ref id and the coordinate and index values of an access, as

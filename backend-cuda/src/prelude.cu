@@ -144,49 +144,92 @@ static __device__ __forceinline__ u64 mpmd_checked_offset(u32* ctl, u32 program,
   return instance * instance_len + flat;
 }
 
-// signal: called by thread 0 after a block barrier. The fence makes the add a
-// release at device scope (cumulative over the block's writes that the
-// barrier ordered before it).
-static __device__ __forceinline__ void mpmd_sem_signal(int* s, int n) {
-  __threadfence();
-  atomicAdd(s, n);
+// Semaphore primitives with their memory order at device scope: PTX
+// release/acquire atomics on the GPU (no separate fence), sequentially
+// consistent atomics under host emulation.
+#ifdef MPMD_HOST_EMULATION
+static int mpmd_sem_add_acquire(int* s, int n) { return atomicAdd(s, n); }
+static void mpmd_sem_add_release(int* s, int n) { atomicAdd(s, n); }
+static void mpmd_sem_add_relaxed(int* s, int n) { atomicAdd(s, n); }
+static int mpmd_sem_cas_acquire(int* s, int expected, int desired) { return atomicCAS(s, expected, desired); }
+static int mpmd_sem_load_acquire(const int* s) { return *(volatile const int*)s; }
+static int mpmd_sem_load_relaxed(const int* s) { return *(volatile const int*)s; }
+#else
+static __device__ __forceinline__ int mpmd_sem_add_acquire(int* s, int n) {
+  int old;
+  asm volatile("atom.acquire.gpu.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(s), "r"(n) : "memory");
+  return old;
 }
+static __device__ __forceinline__ void mpmd_sem_add_release(int* s, int n) {
+  asm volatile("red.release.gpu.add.s32 [%0], %1;" ::"l"(s), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void mpmd_sem_add_relaxed(int* s, int n) {
+  asm volatile("red.relaxed.gpu.add.s32 [%0], %1;" ::"l"(s), "r"(n) : "memory");
+}
+static __device__ __forceinline__ int mpmd_sem_cas_acquire(int* s, int expected, int desired) {
+  int old;
+  asm volatile("atom.acquire.gpu.cas.b32 %0, [%1], %2, %3;"
+               : "=r"(old)
+               : "l"(s), "r"(expected), "r"(desired)
+               : "memory");
+  return old;
+}
+static __device__ __forceinline__ int mpmd_sem_load_acquire(const int* s) {
+  int v;
+  asm volatile("ld.acquire.gpu.s32 %0, [%1];" : "=r"(v) : "l"(s) : "memory");
+  return v;
+}
+static __device__ __forceinline__ int mpmd_sem_load_relaxed(const int* s) {
+  int v;
+  asm volatile("ld.relaxed.gpu.s32 %0, [%1];" : "=r"(v) : "l"(s) : "memory");
+  return v;
+}
+#endif
 
-// wait / wait_nodec: called by thread 0 only. Returns false when the call is
-// aborting: this wait timed out (reported here) or another block reported an
-// error. The fence after the successful read or exchange makes it an acquire.
-static __device__ __noinline__ bool mpmd_sem_wait(int* s, int n, bool decrement, u32* ctl,
+// signal: called by thread 0 after a block barrier. A release at device
+// scope, cumulative over the block's writes that the barrier ordered before it.
+static __device__ __forceinline__ void mpmd_sem_signal(int* s, int n) { mpmd_sem_add_release(s, n); }
+
+// How a wait takes its amount.
+#define MPMD_WAIT_NODEC 0u     // wait_nodec: only look
+#define MPMD_WAIT_EXACT 1u     // compare-and-swap: the count never dips below zero
+#define MPMD_WAIT_OPTIMISTIC 2u  // subtract first, give back when short: one round trip
+                                  // when the count is there; the dip is visible to no one
+                                  // (the map never `read`s this semaphore)
+
+// wait / wait_nodec: called by thread 0 only, acquire at device scope.
+// Returns false when the call is aborting: this wait timed out (reported
+// here) or another block reported an error.
+static __device__ __noinline__ bool mpmd_sem_wait(int* s, int n, u32 how, u32* ctl,
                                                    u64 timeout_ns, u32 program, u32 block, u32 ref,
                                                    mpmd_idx coords, mpmd_idx index) {
   const u64 start = mpmd_globaltimer();
   u32 backoff = 32u;
   for (;;) {
-    const int current = *(volatile int*)s;
-    if (current >= n) {
-      if (!decrement) {
-        __threadfence();
-        return true;
+    if (how == MPMD_WAIT_OPTIMISTIC) {
+      if (mpmd_sem_add_acquire(s, mpmd_sub_i32(0, n)) >= n) return true;
+      mpmd_sem_add_relaxed(s, n);
+    } else {
+      const int current = mpmd_sem_load_acquire(s);
+      if (current >= n) {
+        if (how == MPMD_WAIT_NODEC) return true;
+        if (mpmd_sem_cas_acquire(s, current, mpmd_sub_i32(current, n)) == current) return true;
+        continue;
       }
-      if (atomicCAS(s, current, mpmd_sub_i32(current, n)) == current) {
-        __threadfence();
-        return true;
+    }
+    // Short: poll until the count looks sufficient, then try again.
+    while (mpmd_sem_load_relaxed(s) < n) {
+      if (*(volatile u32*)&ctl[MPMD_CTL_ABORT] != 0u) return false;
+      if (mpmd_globaltimer() - start > timeout_ns) {
+        mpmd_report(ctl, MPMD_ERR_WAIT_TIMEOUT, program, block, ref, coords, index);
+        return false;
       }
-      continue;
+      __nanosleep(backoff);
+      if (backoff < 1024u) backoff *= 2u;
     }
-    if (*(volatile u32*)&ctl[MPMD_CTL_ABORT] != 0u) return false;
-    if (mpmd_globaltimer() - start > timeout_ns) {
-      mpmd_report(ctl, MPMD_ERR_WAIT_TIMEOUT, program, block, ref, coords, index);
-      return false;
-    }
-    __nanosleep(backoff);
-    if (backoff < 1024u) backoff *= 2u;
   }
 }
 
 // read: thread 0's view of the counter.
-static __device__ __forceinline__ int mpmd_sem_read(const int* s) {
-  const int v = *(volatile const int*)s;
-  __threadfence();
-  return v;
-}
+static __device__ __forceinline__ int mpmd_sem_read(const int* s) { return mpmd_sem_load_acquire(s); }
 // ---- end of prelude ---------------------------------------------------------

@@ -123,6 +123,45 @@ fn block_schedule_follows_waits_thread_counts_and_co_residency() {
     }
 }
 
+/// A wait may subtract first and give back when short, unless some program
+/// reads the semaphore (it could see the dip); wait_nodec only looks.
+#[test]
+fn waits_take_optimistically_unless_the_semaphore_is_read() {
+    let source = "
+mesh p { grid [pb = 1]; threads pt = 32; }
+mesh c { grid [cb = 1]; threads ct = 32; }
+kernel post(y: gmem<i32[32]>, s: sem<[1]>, t: sem<[1]>) {
+  signal(s[0], 2);
+  signal(t[0], 1);
+}
+kernel take(y: gmem<i32[32]>, s: sem<[1]>, t: sem<[1]>) {
+  wait(t[0], 1);
+  wait(s[0], 1);
+  wait_nodec(s[0], 1);
+  let v: i32 = read(s[0]);
+  y[axis_index(ct)] = v;
+}
+map m {
+  programs [p: post, c: take];
+  outputs [y: gmem<i32[32]>];
+  scratch [s: sem<[1]>, t: sem<[1]>];
+}
+";
+    let (module, _) = mpmd_core::text::parse(source).unwrap();
+    let plan = mpmd_core::plan::lower(&module, "m").unwrap();
+    let src = emit(&plan, Mode::Fast).unwrap();
+    let wait_on = |sem: &str| {
+        let at = src
+            .find(&format!("mpmd_sem_wait(&mpmd_b{sem}"))
+            .unwrap_or_else(|| panic!("{src}"));
+        src[at..].split(',').nth(2).unwrap().trim().to_string()
+    };
+    // Buffers: y = 0, s = 1, t = 2.
+    assert_eq!(wait_on("2_t"), "MPMD_WAIT_OPTIMISTIC");
+    assert_eq!(wait_on("1_s"), "MPMD_WAIT_EXACT");
+    assert!(src.contains("MPMD_WAIT_NODEC"), "{src}");
+}
+
 /// examples/pipeline.mpmd: three programs of 64 threads chained by semaphores.
 fn even_pipeline() -> mpmd_core::plan::LaunchPlan {
     let source = std::fs::read_to_string(concat!(

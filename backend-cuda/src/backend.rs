@@ -141,7 +141,7 @@ struct DeviceResident {
 /// allocation per plan, reused by later calls of the same plan). Outputs
 /// come first and the control block right after them, so that one copy
 /// reads back everything a call returns.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct ArenaLayout {
     /// Word offset of each plan buffer; `None` for device-resident refs.
     offsets: Vec<Option<usize>>,
@@ -208,6 +208,8 @@ struct PreparedPlan {
     arena: Option<CudaSlice<u32>>,
     /// Page-locked host memory for the read-back, when it is small (with the arena).
     staging: Option<PinnedHostSlice<u32>>,
+    /// The scalar arguments of the latest call, by operand index.
+    scalars: HashMap<usize, ScalarArg>,
 }
 
 /// Read-backs up to this many words go through page-locked memory: a
@@ -466,6 +468,7 @@ impl CudaBackend {
             grid_blocks,
             arena: None,
             staging: None,
+            scalars: HashMap::new(),
         }
     }
 
@@ -624,57 +627,9 @@ impl CudaBackend {
             .memset_zeros(&mut arena.slice_mut(layout.control..layout.control + control::WORDS))
             .map_err(run_err("memset"))?;
 
+        prepared.scalars = scalars;
+        let events = launch_prepared(&stream, prepared, &self.residents, timeout_ns, time_kernels)?;
         let arena = prepared.arena.as_ref().expect("allocated above");
-        let views: Vec<Option<CudaView<u32>>> = (0..plan.buffers.len())
-            .map(|index| layout.range(plan, index).map(|range| arena.slice(range)))
-            .collect();
-        let control_view = arena.slice(layout.control..layout.control + control::WORDS);
-        let mut launch = stream.launch_builder(&prepared.function);
-        for param in &prepared.module.params {
-            match param {
-                KernelParam::Buffer(index) => match (&plan.buffers[*index].init, &views[*index]) {
-                    (BufferInit::Resident(name), _) => {
-                        launch.arg(&self.residents[name].words);
-                    }
-                    (_, Some(view)) => {
-                        launch.arg(view);
-                    }
-                    (_, None) => unreachable!("the arena holds every non-resident buffer"),
-                },
-                KernelParam::Scalar(index) => {
-                    match &scalars[index] {
-                        ScalarArg::F32(v) => launch.arg(v),
-                        ScalarArg::I32(v) => launch.arg(v),
-                        ScalarArg::U32(v) => launch.arg(v),
-                    };
-                }
-                KernelParam::Control => {
-                    launch.arg(&control_view);
-                }
-                KernelParam::WaitTimeoutNs => {
-                    launch.arg(&timeout_ns);
-                }
-            }
-        }
-        if time_kernels {
-            launch.record_kernel_launch(CUevent_flags::CU_EVENT_DEFAULT);
-        }
-        let config = LaunchConfig {
-            grid_dim: (prepared.grid_blocks, 1, 1),
-            block_dim: (prepared.module.block_dim, 1, 1),
-            shared_mem_bytes: prepared.module.dynamic_smem_bytes,
-        };
-        // SAFETY: the parameters match the generated kernel's signature
-        // (module.params), and every buffer holds the elements the kernel
-        // indexes (checked mode checks every index).
-        let events = unsafe {
-            if prepared.cooperative {
-                launch.launch_cooperative(config)
-            } else {
-                launch.launch(config)
-            }
-        }
-        .map_err(run_err("launch"))?;
         // One copy brings back the outputs and the control block.
         let what = "kernel execution or read-back";
         let readback = match prepared.staging.as_mut() {
@@ -723,6 +678,71 @@ impl CudaBackend {
     }
 }
 
+impl CudaBackend {
+    /// For benchmarks: launches the latest call's kernel `reps` more times,
+    /// back to back on the device memory as that call left it (no uploads,
+    /// no read-back; the control block and the zeroed atomic buffers, which
+    /// hold semaphores and counters, are cleared before each launch), and
+    /// returns the best kernel time in ms. This is the kernel's speed when
+    /// its data is already on the device, measured the way a raw launch or
+    /// `cuMemcpyDtoD` is. The outputs are not read; an error a launch
+    /// records (a timed-out wait) is returned.
+    pub fn time_relaunch(&mut self, reps: usize) -> Result<f64, RunError> {
+        let timeout_ns: u64 = self.options.wait_timeout.as_nanos().min(u64::MAX as u128) as u64;
+        let stream = self.stream.clone();
+        let Some(prepared) = self.prepared.first_mut() else {
+            return Err(RunError::Backend(
+                "time_relaunch: no call to launch again".into(),
+            ));
+        };
+        if prepared.arena.is_none() {
+            return Err(RunError::Backend(
+                "time_relaunch: no call to launch again".into(),
+            ));
+        }
+        let layout = prepared.layout.clone();
+        let control_words = layout.control..layout.control + control::WORDS;
+        let cleared: Vec<std::ops::Range<usize>> = prepared
+            .plan
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, buffer)| buffer.atomic && buffer.init == BufferInit::Zeroed)
+            .filter_map(|(index, _)| layout.range(&prepared.plan, index))
+            .chain([control_words.clone()])
+            .collect();
+        let mut best = f64::INFINITY;
+        for _ in 0..reps {
+            let arena = prepared.arena.as_mut().expect("checked above");
+            for range in &cleared {
+                stream
+                    .memset_zeros(&mut arena.slice_mut(range.clone()))
+                    .map_err(run_err("memset"))?;
+            }
+            let events = launch_prepared(&stream, prepared, &self.residents, timeout_ns, true)?;
+            let control_words = download(
+                &stream,
+                &prepared
+                    .arena
+                    .as_ref()
+                    .expect("checked above")
+                    .slice(control_words.clone()),
+                "kernel execution",
+            )?;
+            if let Some(error) =
+                control::decode_for_plan(&control_words, &prepared.module, &prepared.plan)
+            {
+                return Err(error);
+            }
+            let ms = events
+                .and_then(|(start, end)| event_elapsed_ms(&start, &end))
+                .ok_or_else(|| RunError::Backend("time_relaunch: no kernel time".into()))?;
+            best = best.min(ms as f64);
+        }
+        Ok(best)
+    }
+}
+
 impl Backend for CudaBackend {
     fn name(&self) -> &'static str {
         "cuda"
@@ -754,6 +774,76 @@ impl Backend for CudaBackend {
             words,
         })
     }
+}
+
+/// Launches `prepared`'s kernel once on its arena and the residents, with
+/// the scalars of its latest call; with `time_kernels`, between two events.
+fn launch_prepared(
+    stream: &Arc<CudaStream>,
+    prepared: &PreparedPlan,
+    residents: &BTreeMap<String, DeviceResident>,
+    timeout_ns: u64,
+    time_kernels: bool,
+) -> Result<Option<(CudaEvent, CudaEvent)>, RunError> {
+    let plan = &prepared.plan;
+    let layout = &prepared.layout;
+    let scalars = &prepared.scalars;
+    let Some(arena) = prepared.arena.as_ref() else {
+        return Err(RunError::Backend(
+            "internal: launch without an arena".into(),
+        ));
+    };
+    let views: Vec<Option<CudaView<u32>>> = (0..plan.buffers.len())
+        .map(|index| layout.range(plan, index).map(|range| arena.slice(range)))
+        .collect();
+    let control_view = arena.slice(layout.control..layout.control + control::WORDS);
+    let mut launch = stream.launch_builder(&prepared.function);
+    for param in &prepared.module.params {
+        match param {
+            KernelParam::Buffer(index) => match (&plan.buffers[*index].init, &views[*index]) {
+                (BufferInit::Resident(name), _) => {
+                    launch.arg(&residents[name].words);
+                }
+                (_, Some(view)) => {
+                    launch.arg(view);
+                }
+                (_, None) => unreachable!("the arena holds every non-resident buffer"),
+            },
+            KernelParam::Scalar(index) => {
+                match &scalars[index] {
+                    ScalarArg::F32(v) => launch.arg(v),
+                    ScalarArg::I32(v) => launch.arg(v),
+                    ScalarArg::U32(v) => launch.arg(v),
+                };
+            }
+            KernelParam::Control => {
+                launch.arg(&control_view);
+            }
+            KernelParam::WaitTimeoutNs => {
+                launch.arg(&timeout_ns);
+            }
+        }
+    }
+    if time_kernels {
+        launch.record_kernel_launch(CUevent_flags::CU_EVENT_DEFAULT);
+    }
+    let config = LaunchConfig {
+        grid_dim: (prepared.grid_blocks, 1, 1),
+        block_dim: (prepared.module.block_dim, 1, 1),
+        shared_mem_bytes: prepared.module.dynamic_smem_bytes,
+    };
+    // SAFETY: the parameters match the generated kernel's signature
+    // (module.params), and every buffer holds the elements the kernel
+    // indexes (checked mode checks every index).
+    let events = unsafe {
+        if prepared.cooperative {
+            launch.launch_cooperative(config)
+        } else {
+            launch.launch(config)
+        }
+    }
+    .map_err(run_err("launch"))?;
+    Ok(events)
 }
 
 /// Copies a device buffer to the host and waits for the copy.

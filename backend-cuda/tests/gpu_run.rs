@@ -161,6 +161,28 @@ fn cycle_runs_cooperatively() {
     }
 }
 
+/// `time_relaunch` (cuda-bench's resident figures) launches the latest
+/// call's kernel again: its semaphores are cleared first, so the cycle's
+/// waits are met again instead of timing out.
+#[test]
+fn relaunching_the_latest_call_times_its_kernel() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_millis(500)) else {
+        return;
+    };
+    let err = cuda.time_relaunch(1).unwrap_err();
+    assert!(err.to_string().contains("no call to launch again"), "{err}");
+    let plan = plan_of(&cycle());
+    cuda.run(&plan, &CallArgs::default(), &RunOptions::default())
+        .unwrap();
+    let ms = cuda.time_relaunch(3).unwrap();
+    assert!(ms > 0.0 && ms < 400.0, "{ms} ms");
+    let out = cuda
+        .run(&plan, &CallArgs::default(), &RunOptions::default())
+        .unwrap();
+    assert_eq!(out.outputs["y"].words, vec![1, 1, 2, 2]);
+}
+
 #[test]
 fn unmet_wait_is_a_deadlock_after_the_time_limit() {
     require_tools();

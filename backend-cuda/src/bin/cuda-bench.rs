@@ -530,22 +530,46 @@ fn f32_input(len: u32) -> HostTensor {
     )
 }
 
-/// Runs `plan` `reps` times and returns the best kernel time in ms.
-fn best_kernel_ms(
+/// Best kernel times in ms of a plan, two ways: inside `run` (each call
+/// uploads its inputs first), and launched again on the data the calls left
+/// on the device (`time_relaunch`), the way the raw launches, the reference
+/// kernels and `cuMemcpyDtoD` are timed.
+#[derive(Clone, Copy)]
+struct KernelMs {
+    in_run: f64,
+    resident: f64,
+}
+
+fn kernel_ms(
     backend: &mut CudaBackend,
     plan: &LaunchPlan,
     args: &CallArgs,
     reps: usize,
-) -> Result<f64, String> {
-    let mut best = f64::INFINITY;
+) -> Result<KernelMs, String> {
+    let mut in_run = f64::INFINITY;
     for _ in 0..reps {
         backend
             .run(plan, args, &RunOptions::default())
             .map_err(|e| format!("{}: {e}", plan.map.name))?;
         let ms = backend.last_kernel_ms().ok_or("no kernel time")? as f64;
-        best = best.min(ms);
+        in_run = in_run.min(ms);
     }
-    Ok(best)
+    let resident = backend
+        .time_relaunch(reps + 5)
+        .map_err(|e| format!("{} launched again: {e}", plan.map.name))?;
+    Ok(KernelMs { in_run, resident })
+}
+
+/// `key=value` fields of a bandwidth figure, both ways.
+fn bandwidth_fields(bytes: f64, ms: KernelMs, memcpy_gbps: f64) -> String {
+    let (run_g, resident_g) = (gbps(bytes, ms.in_run), gbps(bytes, ms.resident));
+    format!(
+        "ms={:.4} gbps={run_g:.1} pct_of_memcpy={:.1} resident_ms={:.4} resident_gbps={resident_g:.1} resident_pct_of_memcpy={:.1}",
+        ms.in_run,
+        100.0 * run_g / memcpy_gbps,
+        ms.resident,
+        100.0 * resident_g / memcpy_gbps
+    )
 }
 
 fn gbps(bytes: f64, ms: f64) -> f64 {
@@ -828,7 +852,6 @@ fn run_gpu() -> Result<(), String> {
     };
 
     let memcpy_gbps = gbps(2.0 * big_bytes, memcpy_ms);
-    let pct = |g: f64| 100.0 * g / memcpy_gbps;
     reference_figures(&backend, memcpy_gbps, reps)?;
 
     let x = f32_input(BIG);
@@ -838,51 +861,53 @@ fn run_gpu() -> Result<(), String> {
     ew_args.scalars.insert("a".into(), Literal::f32(2.0));
     ew_args.scalars.insert("c".into(), Literal::f32(1.0));
     for split in SPLITS {
-        let ms = best_kernel_ms(&mut backend, &plans(&copy(split))[0], &args, reps)?;
-        let g = gbps(2.0 * big_bytes, ms);
+        let ms = kernel_ms(&mut backend, &plans(&copy(split))[0], &args, reps)?;
         println!(
-            "bench.copy.{} ms={ms:.4} gbps={g:.1} pct_of_memcpy={:.1}",
+            "bench.copy.{} {}",
             split.label(),
-            pct(g)
+            bandwidth_fields(2.0 * big_bytes, ms, memcpy_gbps)
         );
-        let ms = best_kernel_ms(&mut backend, &plans(&elementwise(split))[0], &ew_args, reps)?;
-        let g = gbps(2.0 * big_bytes, ms);
+        let ms = kernel_ms(&mut backend, &plans(&elementwise(split))[0], &ew_args, reps)?;
         println!(
-            "bench.elementwise.{} ms={ms:.4} gbps={g:.1} pct_of_memcpy={:.1}",
+            "bench.elementwise.{} {}",
             split.label(),
-            pct(g)
+            bandwidth_fields(2.0 * big_bytes, ms, memcpy_gbps)
         );
     }
     for split in REDUCE_SPLITS {
-        let ms = best_kernel_ms(&mut backend, &plans(&reduction(split))[0], &args, reps)?;
-        let g = gbps(big_bytes, ms);
+        let ms = kernel_ms(&mut backend, &plans(&reduction(split))[0], &args, reps)?;
         println!(
-            "bench.reduction.{} ms={ms:.4} gbps={g:.1} pct_of_memcpy={:.1}",
+            "bench.reduction.{} {}",
             split.label(),
-            pct(g)
+            bandwidth_fields(big_bytes, ms, memcpy_gbps)
         );
     }
 
     let mut two_args = CallArgs::default();
     two_args.inputs.insert("xa".into(), x);
     two_args.inputs.insert("xb".into(), f32_input(BIG / 4));
-    let fused_ms = best_kernel_ms(&mut backend, &plans(&two_program(true))[0], &two_args, reps)?;
-    let alone_ms = best_kernel_ms(
+    let fused = kernel_ms(&mut backend, &plans(&two_program(true))[0], &two_args, reps)?;
+    let alone = kernel_ms(
         &mut backend,
         &plans(&two_program(false))[0],
         &two_args,
         reps,
     )?;
     println!(
-        "bench.two_program fused_ms={fused_ms:.4} slower_alone_ms={alone_ms:.4} ratio={:.3}",
-        fused_ms / alone_ms
+        "bench.two_program fused_ms={:.4} slower_alone_ms={:.4} ratio={:.3} resident_fused_ms={:.4} resident_alone_ms={:.4} resident_ratio={:.3}",
+        fused.in_run,
+        alone.in_run,
+        fused.in_run / alone.in_run,
+        fused.resident,
+        alone.resident,
+        fused.resident / alone.resident
     );
 
     for (len, split) in PIPELINES {
         let mut pipe_args = CallArgs::default();
         pipe_args.inputs.insert("x".into(), f32_input(len));
         let fused_plan = &plans(&pipeline_fused(len, split))[0];
-        let pipe_ms = best_kernel_ms(&mut backend, fused_plan, &pipe_args, reps)?;
+        let pipe = kernel_ms(&mut backend, fused_plan, &pipe_args, reps)?;
         // The fused result must be the three stages' result.
         let fused_y = backend
             .run(fused_plan, &pipe_args, &RunOptions::default())
@@ -903,9 +928,12 @@ fn run_gpu() -> Result<(), String> {
         let separate_ms =
             three_launches_ms(&backend, &plans(&pipeline_separate(len, split)), len, reps)?;
         println!(
-            "bench.pipeline.{} fused_ms={pipe_ms:.4} three_launches_ms={separate_ms:.4} ratio={:.3}",
+            "bench.pipeline.{} fused_ms={:.4} three_launches_ms={separate_ms:.4} ratio={:.3} resident_fused_ms={:.4} resident_ratio={:.3}",
             pipeline_label(len, split),
-            pipe_ms / separate_ms
+            pipe.in_run,
+            pipe.in_run / separate_ms,
+            pipe.resident,
+            pipe.resident / separate_ms
         );
     }
 

@@ -11,7 +11,7 @@ use cudarc::driver::sys::{
 };
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr,
-    DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    DriverError, LaunchConfig, PushKernelArg,
 };
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, ScalarType, Type};
@@ -19,8 +19,9 @@ use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use thiserror::Error;
 
+use crate::arena::{ArenaLayout, HostBlock, Place, STATUS_WORD};
 use crate::control;
-use crate::emit::{emit_module_with, BlockSchedule, EmittedModule, KernelParam};
+use crate::emit::{emit_module_with, loaded_buffers, BlockSchedule, EmittedModule, KernelParam};
 use crate::nvrtc::{compile_cubin, CompileError, CompileOptions, Cubin};
 
 /// Why the backend could not start.
@@ -137,62 +138,6 @@ struct DeviceResident {
     words: CudaSlice<u32>,
 }
 
-/// Where each buffer of a plan lives in the call's device arena (one
-/// allocation per plan, reused by later calls of the same plan). Outputs
-/// come first and the control block right after them, so that one copy
-/// reads back everything a call returns.
-#[derive(Clone, Debug)]
-struct ArenaLayout {
-    /// Word offset of each plan buffer; `None` for device-resident refs.
-    offsets: Vec<Option<usize>>,
-    /// Word offset of the control block.
-    control: usize,
-    /// Words copied back after the launch: the outputs, then the control block.
-    readback: usize,
-    total: usize,
-}
-
-/// Buffers start on 256-byte boundaries, as separate allocations would.
-const ARENA_ALIGN_WORDS: usize = 64;
-
-fn align_words(offset: usize) -> usize {
-    offset.div_ceil(ARENA_ALIGN_WORDS) * ARENA_ALIGN_WORDS
-}
-
-impl ArenaLayout {
-    fn new(plan: &LaunchPlan) -> Self {
-        let mut offsets = vec![None; plan.buffers.len()];
-        let mut next = 0usize;
-        let arena_buffers = |outputs: bool| {
-            plan.buffers.iter().enumerate().filter(move |(_, b)| {
-                !matches!(b.init, BufferInit::Resident(_)) && b.output.is_some() == outputs
-            })
-        };
-        for (index, buffer) in arena_buffers(true) {
-            offsets[index] = Some(next);
-            next = align_words(next + buffer.len.max(1) as usize);
-        }
-        let control = next;
-        let readback = control + control::WORDS;
-        next = align_words(readback);
-        for (index, buffer) in arena_buffers(false) {
-            offsets[index] = Some(next);
-            next = align_words(next + buffer.len.max(1) as usize);
-        }
-        ArenaLayout {
-            offsets,
-            control,
-            readback,
-            total: next,
-        }
-    }
-
-    fn range(&self, plan: &LaunchPlan, buffer: usize) -> Option<std::ops::Range<usize>> {
-        let start = self.offsets[buffer]?;
-        Some(start..start + plan.buffers[buffer].len.max(1) as usize)
-    }
-}
-
 /// A plan ready to launch again: the generated kernel, loaded, with the
 /// checks that do not change between calls already done.
 struct PreparedPlan {
@@ -205,16 +150,21 @@ struct PreparedPlan {
     grid_blocks: u32,
     layout: ArenaLayout,
     /// Dropped when the plan falls out of the most recently used few.
-    arena: Option<CudaSlice<u32>>,
-    /// Page-locked host memory for the read-back, when it is small (with the arena).
-    staging: Option<PinnedHostSlice<u32>>,
+    memory: Option<CallMemory>,
     /// The scalar arguments of the latest call, by operand index.
     scalars: HashMap<usize, ScalarArg>,
 }
 
-/// Read-backs up to this many words go through page-locked memory: a
-/// pageable copy costs a few microseconds more, most of a tiny call's
-/// overhead.
+/// A prepared plan's memory, kept between its calls (see `arena`).
+struct CallMemory {
+    arena: CudaSlice<u32>,
+    mapped: HostBlock,
+    /// Page-locked landing place of the arena's outputs, when they are not
+    /// too large (a pageable copy costs a few microseconds more).
+    staging: Option<HostBlock>,
+}
+
+/// Read-backs up to this many words go through page-locked memory.
 const STAGING_MAX_WORDS: usize = 1 << 20;
 
 /// Prepared plans kept (compiled kernels are cheap to keep).
@@ -238,6 +188,8 @@ pub struct CudaBackend {
     prepared: Vec<PreparedPlan>,
     residents: BTreeMap<String, DeviceResident>,
     last_kernel_ms: Option<f32>,
+    /// A kernel was launched and its call has not synchronised yet.
+    in_flight: bool,
 }
 
 fn driver(call: &'static str) -> impl Fn(DriverError) -> CudaError {
@@ -313,6 +265,7 @@ impl CudaBackend {
             prepared: Vec::new(),
             residents: BTreeMap::new(),
             last_kernel_ms: None,
+            in_flight: false,
         })
     }
 
@@ -461,13 +414,12 @@ impl CudaBackend {
         PreparedPlan {
             plan: plan.clone(),
             mode,
-            layout: ArenaLayout::new(plan),
+            layout: ArenaLayout::new(plan, &loaded_buffers(plan)),
             module,
             function,
             cooperative,
             grid_blocks,
-            arena: None,
-            staging: None,
+            memory: None,
             scalars: HashMap::new(),
         }
     }
@@ -534,8 +486,7 @@ impl CudaBackend {
             }
         }
         for stale in self.prepared.iter_mut().skip(PLANS_WITH_ARENA) {
-            stale.arena = None;
-            stale.staging = None;
+            stale.memory = None;
         }
         Ok(())
     }
@@ -573,6 +524,23 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// The wait time limit as the kernel takes it.
+    fn timeout_ns(&self) -> u64 {
+        self.options.wait_timeout.as_nanos().min(u64::MAX as u128) as u64
+    }
+
+    /// Waits for a kernel that a failed call left running: the host writes
+    /// the mapped block directly, outside the stream's order.
+    fn settle(&mut self) -> Result<(), RunError> {
+        if self.in_flight {
+            self.stream
+                .synchronize()
+                .map_err(run_err("an earlier call's kernel"))?;
+            self.in_flight = false;
+        }
+        Ok(())
+    }
+
     fn run_inner(
         &mut self,
         plan: &LaunchPlan,
@@ -583,87 +551,95 @@ impl CudaBackend {
         let inputs = input_words(plan, args)?;
         self.prepared(plan, options.mode)?;
         self.bind_residents(plan)?;
+        self.settle()?;
         let stream = self.stream.clone();
         let time_kernels = self.options.time_kernels;
-        let timeout_ns: u64 = self.options.wait_timeout.as_nanos().min(u64::MAX as u128) as u64;
+        let timeout_ns = self.timeout_ns();
         let prepared = &mut self.prepared[0];
+        if prepared.memory.is_none() {
+            prepared.memory = Some(CallMemory::new(&stream, &prepared.layout)?);
+        }
         let layout = &prepared.layout;
+        let memory = prepared.memory.as_mut().expect("allocated above");
 
-        // The call's arena: inputs uploaded, zeroed buffers and the control
-        // block cleared; everything else keeps whatever it holds.
-        if prepared.arena.is_none() {
-            // SAFETY: every word the kernel may read before writing is set below.
-            let arena =
-                unsafe { stream.alloc::<u32>(layout.total) }.map_err(run_err("allocation"))?;
-            prepared.arena = Some(arena);
-            if layout.readback <= STAGING_MAX_WORDS {
-                // SAFETY: plain page-locked memory (flags 0: readable by the
-                // host, unlike write-combined memory); only read after a copy.
-                let staging = unsafe {
-                    stream
-                        .context()
-                        .alloc_pinned_with_flags::<u32>(layout.readback, 0)
-                }
-                .map_err(run_err("page-locked allocation"))?;
-                prepared.staging = Some(staging);
-            }
-        }
-        let arena = prepared.arena.as_mut().expect("allocated above");
+        // Inputs uploaded, zeroed buffers and the control block cleared;
+        // everything else keeps whatever it holds.
         for (index, buffer) in plan.buffers.iter().enumerate() {
-            let Some(range) = layout.range(plan, index) else {
-                continue;
-            };
-            match &buffer.init {
-                BufferInit::Input(_) => stream
-                    .memcpy_htod(inputs[&index].as_slice(), &mut arena.slice_mut(range))
+            match (layout.place(index), &buffer.init) {
+                (Some(Place::Device(range)), BufferInit::Input(_)) => stream
+                    .memcpy_htod(
+                        inputs[&index].as_slice(),
+                        &mut memory.arena.slice_mut(range.clone()),
+                    )
                     .map_err(run_err("upload"))?,
-                BufferInit::Zeroed => stream
-                    .memset_zeros(&mut arena.slice_mut(range))
+                (Some(Place::Device(range)), BufferInit::Zeroed) => stream
+                    .memset_zeros(&mut memory.arena.slice_mut(range.clone()))
                     .map_err(run_err("memset"))?,
-                BufferInit::Uninitialized | BufferInit::Resident(_) => {}
+                // SAFETY: no kernel is in flight (settled above).
+                (Some(Place::Mapped(range)), BufferInit::Zeroed) => {
+                    unsafe { memory.mapped.words_mut(range.clone()) }.fill(0)
+                }
+                _ => {}
             }
         }
-        stream
-            .memset_zeros(&mut arena.slice_mut(layout.control..layout.control + control::WORDS))
-            .map_err(run_err("memset"))?;
-
+        memory.clear_control(&stream, layout)?;
         prepared.scalars = scalars;
+        self.in_flight = true;
         let events = launch_prepared(&stream, prepared, &self.residents, timeout_ns, time_kernels)?;
-        let arena = prepared.arena.as_ref().expect("allocated above");
-        // One copy brings back the outputs and the control block.
+
+        // One copy brings back the arena's outputs (none when all are mapped).
+        let layout = &prepared.layout;
+        let memory = prepared.memory.as_mut().expect("allocated above");
         let what = "kernel execution or read-back";
-        let readback = match prepared.staging.as_mut() {
+        let arena_outputs = match memory.staging.as_mut() {
             Some(staging) => {
-                stream
-                    .memcpy_dtoh(&arena.slice(0..layout.readback), staging)
-                    .map_err(run_err(what))?;
+                // SAFETY: the staging block holds `readback` words and is
+                // only read after the synchronisation below.
+                unsafe {
+                    let (source, _) = memory.arena.slice(0..layout.readback).device_ptr(&stream);
+                    cudarc::driver::result::memcpy_dtoh_async(
+                        staging.words_mut(0..layout.readback),
+                        source,
+                        stream.cu_stream(),
+                    )
+                }
+                .map_err(run_err(what))?;
                 stream.synchronize().map_err(run_err(what))?;
-                stream.context().check_err().map_err(run_err(what))?;
-                staging.as_slice().map_err(run_err(what))?.to_vec()
+                // SAFETY: synchronised.
+                unsafe { staging.words(0..layout.readback) }.to_vec()
             }
-            None => download(&stream, &arena.slice(0..layout.readback), what)?,
+            None if layout.readback > 0 => {
+                download(&stream, &memory.arena.slice(0..layout.readback), what)?
+            }
+            None => {
+                stream.synchronize().map_err(run_err(what))?;
+                Vec::new()
+            }
         };
+        stream.context().check_err().map_err(run_err(what))?;
+        self.in_flight = false;
         self.last_kernel_ms = events.and_then(|(start, end)| event_elapsed_ms(&start, &end));
-        if let Some(error) = control::decode_for_plan(
-            &readback[layout.control..layout.readback],
-            &prepared.module,
-            plan,
-        ) {
+        if let Some(error) = memory.recorded_error(&stream, layout, &prepared.module, plan)? {
             return Err(error);
         }
         let mut outputs = BTreeMap::new();
         for (index, buffer) in plan.buffers.iter().enumerate() {
             let Some(name) = &buffer.output else { continue };
-            let words = match (&buffer.init, layout.range(plan, index)) {
+            let len = buffer.len as usize;
+            let words = match (&buffer.init, layout.place(index)) {
                 (BufferInit::Resident(resident), _) => {
                     let mut words = download(&stream, &self.residents[resident].words, "download")?;
-                    words.truncate(buffer.len as usize);
+                    words.truncate(len);
                     words
                 }
-                (_, Some(range)) => {
-                    readback[range.start..range.start + buffer.len as usize].to_vec()
+                (_, Some(Place::Device(range))) => {
+                    arena_outputs[range.start..range.start + len].to_vec()
                 }
-                (_, None) => unreachable!("the arena holds every non-resident buffer"),
+                // SAFETY: synchronised above.
+                (_, Some(Place::Mapped(range))) => {
+                    unsafe { memory.mapped.words(range.start..range.start + len) }.to_vec()
+                }
+                (_, None) => return Err(unplaced(index)),
             };
             outputs.insert(
                 name.clone(),
@@ -680,58 +656,50 @@ impl CudaBackend {
 
 impl CudaBackend {
     /// For benchmarks: launches the latest call's kernel `reps` more times,
-    /// back to back on the device memory as that call left it (no uploads,
-    /// no read-back; the control block and the zeroed atomic buffers, which
+    /// back to back on the memory as that call left it (no uploads, no
+    /// read-back; the control block and the zeroed atomic buffers, which
     /// hold semaphores and counters, are cleared before each launch), and
     /// returns the best kernel time in ms. This is the kernel's speed when
     /// its data is already on the device, measured the way a raw launch or
     /// `cuMemcpyDtoD` is. The outputs are not read; an error a launch
     /// records (a timed-out wait) is returned.
     pub fn time_relaunch(&mut self, reps: usize) -> Result<f64, RunError> {
-        let timeout_ns: u64 = self.options.wait_timeout.as_nanos().min(u64::MAX as u128) as u64;
+        self.settle()?;
+        let timeout_ns = self.timeout_ns();
         let stream = self.stream.clone();
-        let Some(prepared) = self.prepared.first_mut() else {
+        let Some(prepared) = self.prepared.first_mut().filter(|p| p.memory.is_some()) else {
             return Err(RunError::Backend(
                 "time_relaunch: no call to launch again".into(),
             ));
         };
-        if prepared.arena.is_none() {
-            return Err(RunError::Backend(
-                "time_relaunch: no call to launch again".into(),
-            ));
-        }
-        let layout = prepared.layout.clone();
-        let control_words = layout.control..layout.control + control::WORDS;
         let cleared: Vec<std::ops::Range<usize>> = prepared
             .plan
             .buffers
             .iter()
             .enumerate()
             .filter(|(_, buffer)| buffer.atomic && buffer.init == BufferInit::Zeroed)
-            .filter_map(|(index, _)| layout.range(&prepared.plan, index))
-            .chain([control_words.clone()])
+            .filter_map(|(index, _)| prepared.layout.device_range(index))
             .collect();
         let mut best = f64::INFINITY;
         for _ in 0..reps {
-            let arena = prepared.arena.as_mut().expect("checked above");
+            let memory = prepared.memory.as_mut().expect("checked above");
             for range in &cleared {
                 stream
-                    .memset_zeros(&mut arena.slice_mut(range.clone()))
+                    .memset_zeros(&mut memory.arena.slice_mut(range.clone()))
                     .map_err(run_err("memset"))?;
             }
+            memory.clear_control(&stream, &prepared.layout)?;
+            self.in_flight = true;
             let events = launch_prepared(&stream, prepared, &self.residents, timeout_ns, true)?;
-            let control_words = download(
+            stream.synchronize().map_err(run_err("kernel execution"))?;
+            self.in_flight = false;
+            let memory = prepared.memory.as_ref().expect("checked above");
+            if let Some(error) = memory.recorded_error(
                 &stream,
-                &prepared
-                    .arena
-                    .as_ref()
-                    .expect("checked above")
-                    .slice(control_words.clone()),
-                "kernel execution",
-            )?;
-            if let Some(error) =
-                control::decode_for_plan(&control_words, &prepared.module, &prepared.plan)
-            {
+                &prepared.layout,
+                &prepared.module,
+                &prepared.plan,
+            )? {
                 return Err(error);
             }
             let ms = events
@@ -740,6 +708,90 @@ impl CudaBackend {
             best = best.min(ms as f64);
         }
         Ok(best)
+    }
+}
+
+fn unplaced(buffer: usize) -> RunError {
+    RunError::Backend(format!("internal: plan buffer {buffer} has no memory"))
+}
+
+impl CallMemory {
+    fn new(stream: &Arc<CudaStream>, layout: &ArenaLayout) -> Result<Self, RunError> {
+        // SAFETY: every word a kernel may read before writing is set before
+        // each launch (inputs uploaded, zeroed buffers and control cleared).
+        let mut arena =
+            unsafe { stream.alloc::<u32>(layout.device_words) }.map_err(run_err("allocation"))?;
+        let mapped = HostBlock::new(stream.context(), layout.mapped_words, true)
+            .map_err(run_err("mapped page-locked allocation"))?;
+        let staging = if (1..=STAGING_MAX_WORDS).contains(&layout.readback) {
+            Some(
+                HostBlock::new(stream.context(), layout.readback, false)
+                    .map_err(run_err("page-locked allocation"))?,
+            )
+        } else {
+            None
+        };
+        // The kernel finds the status word through the control block; the
+        // per-call clear leaves these two words alone.
+        let status = mapped.device_address(STATUS_WORD);
+        let address = [status as u32, (status >> 32) as u32];
+        let at = layout.control + control::STATUS_LO..layout.control + control::STATUS_HI + 1;
+        stream
+            .memcpy_htod(&address, &mut arena.slice_mut(at))
+            .map_err(run_err("upload"))?;
+        Ok(CallMemory {
+            arena,
+            mapped,
+            staging,
+        })
+    }
+
+    /// Clears the control block (but the status address) and the status word.
+    fn clear_control(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        layout: &ArenaLayout,
+    ) -> Result<(), RunError> {
+        stream
+            .memset_zeros(
+                &mut self
+                    .arena
+                    .slice_mut(layout.control..layout.control + control::CLEARED_WORDS),
+            )
+            .map_err(run_err("memset"))?;
+        // SAFETY: no kernel is in flight (callers settle first).
+        unsafe { self.mapped.words_mut(STATUS_WORD..STATUS_WORD + 1) }.fill(0);
+        // The launch must see the host's writes to the mapped block.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// After the launch synchronised: the error the kernel recorded, if any.
+    /// The control block is copied back only when the status word is set.
+    fn recorded_error(
+        &self,
+        stream: &Arc<CudaStream>,
+        layout: &ArenaLayout,
+        module: &EmittedModule,
+        plan: &LaunchPlan,
+    ) -> Result<Option<RunError>, RunError> {
+        // SAFETY: the stream is synchronised; the device wrote the word.
+        let status = unsafe {
+            std::ptr::read_volatile(self.mapped.words(STATUS_WORD..STATUS_WORD + 1).as_ptr())
+        };
+        if status == 0 {
+            return Ok(None);
+        }
+        let words = download(
+            stream,
+            &self.arena.slice(layout.control_words()),
+            "control block read-back",
+        )?;
+        Ok(Some(
+            control::decode_for_plan(&words, module, plan).unwrap_or_else(|| {
+                RunError::Backend("the kernel flagged an error but recorded none".into())
+            }),
+        ))
     }
 }
 
@@ -776,7 +828,7 @@ impl Backend for CudaBackend {
     }
 }
 
-/// Launches `prepared`'s kernel once on its arena and the residents, with
+/// Launches `prepared`'s kernel once on its memory and the residents, with
 /// the scalars of its latest call; with `time_kernels`, between two events.
 fn launch_prepared(
     stream: &Arc<CudaStream>,
@@ -788,27 +840,44 @@ fn launch_prepared(
     let plan = &prepared.plan;
     let layout = &prepared.layout;
     let scalars = &prepared.scalars;
-    let Some(arena) = prepared.arena.as_ref() else {
-        return Err(RunError::Backend(
-            "internal: launch without an arena".into(),
-        ));
+    let Some(memory) = prepared.memory.as_ref() else {
+        return Err(RunError::Backend("internal: launch without memory".into()));
     };
     let views: Vec<Option<CudaView<u32>>> = (0..plan.buffers.len())
-        .map(|index| layout.range(plan, index).map(|range| arena.slice(range)))
+        .map(|index| {
+            layout
+                .device_range(index)
+                .map(|range| memory.arena.slice(range))
+        })
         .collect();
-    let control_view = arena.slice(layout.control..layout.control + control::WORDS);
+    let mapped_addresses: Vec<u64> = (0..plan.buffers.len())
+        .map(|index| match layout.place(index) {
+            Some(Place::Mapped(range)) => memory.mapped.device_address(range.start),
+            _ => 0,
+        })
+        .collect();
+    let control_view = memory.arena.slice(layout.control_words());
     let mut launch = stream.launch_builder(&prepared.function);
     for param in &prepared.module.params {
         match param {
-            KernelParam::Buffer(index) => match (&plan.buffers[*index].init, &views[*index]) {
-                (BufferInit::Resident(name), _) => {
-                    launch.arg(&residents[name].words);
+            KernelParam::Buffer(index) => {
+                match (
+                    &plan.buffers[*index].init,
+                    layout.place(*index),
+                    &views[*index],
+                ) {
+                    (BufferInit::Resident(name), _, _) => {
+                        launch.arg(&residents[name].words);
+                    }
+                    (_, Some(Place::Device(_)), Some(view)) => {
+                        launch.arg(view);
+                    }
+                    (_, Some(Place::Mapped(_)), _) => {
+                        launch.arg(&mapped_addresses[*index]);
+                    }
+                    _ => return Err(unplaced(*index)),
                 }
-                (_, Some(view)) => {
-                    launch.arg(view);
-                }
-                (_, None) => unreachable!("the arena holds every non-resident buffer"),
-            },
+            }
             KernelParam::Scalar(index) => {
                 match &scalars[index] {
                     ScalarArg::F32(v) => launch.arg(v),
@@ -833,8 +902,9 @@ fn launch_prepared(
         shared_mem_bytes: prepared.module.dynamic_smem_bytes,
     };
     // SAFETY: the parameters match the generated kernel's signature
-    // (module.params), and every buffer holds the elements the kernel
-    // indexes (checked mode checks every index).
+    // (module.params), every buffer holds the elements the kernel indexes
+    // (checked mode checks every index), and a mapped buffer's address is
+    // a device pointer to its words (a pointer-sized argument).
     let events = unsafe {
         if prepared.cooperative {
             launch.launch_cooperative(config)

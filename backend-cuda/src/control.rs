@@ -19,8 +19,14 @@ pub const NCOORDS: usize = 8;
 pub const NINDEX: usize = 9;
 pub const COORDS: usize = 10;
 pub const INDEX: usize = 16;
+/// The device address (low word, high word) of the call's status word in
+/// host-mapped memory: the kernel sets it to 1 when it records an error.
+pub const STATUS_LO: usize = 24;
+pub const STATUS_HI: usize = 25;
+/// Words cleared before each launch (all but the status address).
+pub const CLEARED_WORDS: usize = 24;
 /// Words in the control block.
-pub const WORDS: usize = 24;
+pub const WORDS: usize = 26;
 
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 pub const ERR_OUT_OF_BOUNDS: u32 = 2;

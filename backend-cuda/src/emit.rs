@@ -454,40 +454,15 @@ fn scalar_c_name(operand: &str) -> String {
     sanitize("p_", operand)
 }
 
-/// Buffers that some program stores to, or accesses atomically.
-fn written_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
-    let mut written: BTreeSet<usize> = plan
-        .buffers
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.atomic)
-        .map(|(i, _)| i)
-        .collect();
-    for unit in &plan.units {
-        let mut names = BTreeSet::new();
-        collect_written(&unit.kernel.body, &mut names);
-        for (position, param) in unit.kernel.params.iter().enumerate() {
-            if names.contains(&param.name) {
-                if let Some(b) = plan.operands.get(position).and_then(|o| o.buffer) {
-                    written.insert(b);
-                }
-            }
-        }
-    }
-    written
-}
-
-/// Buffers of the semaphores some program `read`s: their waits must not let
-/// the count dip below what the semantics allow (see `MPMD_WAIT_OPTIMISTIC`).
-fn read_semaphores(plan: &LaunchPlan) -> BTreeSet<usize> {
+/// The plan buffers bound to the kernel parameters that `names_in(body)`
+/// names, over every program.
+fn buffers_named(
+    plan: &LaunchPlan,
+    names_in: impl Fn(&[Stmt]) -> BTreeSet<String>,
+) -> BTreeSet<usize> {
     let mut buffers = BTreeSet::new();
     for unit in &plan.units {
-        let mut names = BTreeSet::new();
-        for_each_stmt(&unit.kernel.body, &mut |stmt| {
-            if let Stmt::SemRead { sem, .. } = stmt {
-                names.insert(sem.base.clone());
-            }
-        });
+        let names = names_in(&unit.kernel.body);
         for (position, param) in unit.kernel.params.iter().enumerate() {
             if names.contains(&param.name) {
                 if let Some(b) = plan.operands.get(position).and_then(|o| o.buffer) {
@@ -497,6 +472,50 @@ fn read_semaphores(plan: &LaunchPlan) -> BTreeSet<usize> {
         }
     }
     buffers
+}
+
+/// Buffers that some program stores to, or accesses atomically.
+fn written_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
+    let mut written = buffers_named(plan, |body| {
+        let mut names = BTreeSet::new();
+        collect_written(body, &mut names);
+        names
+    });
+    written.extend(
+        plan.buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.atomic)
+            .map(|(i, _)| i),
+    );
+    written
+}
+
+/// Buffers that some program loads from (atomics and semaphores aside).
+pub fn loaded_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
+    buffers_named(plan, |body| {
+        let mut names = BTreeSet::new();
+        for_each_expr(body, &mut |e| {
+            if let Expr::Load(access) = e {
+                names.insert(access.base.clone());
+            }
+        });
+        names
+    })
+}
+
+/// Buffers of the semaphores some program `read`s: their waits must not let
+/// the count dip below what the semantics allow (see `MPMD_WAIT_OPTIMISTIC`).
+fn read_semaphores(plan: &LaunchPlan) -> BTreeSet<usize> {
+    buffers_named(plan, |body| {
+        let mut names = BTreeSet::new();
+        for_each_stmt(body, &mut |stmt| {
+            if let Stmt::SemRead { sem, .. } = stmt {
+                names.insert(sem.base.clone());
+            }
+        });
+        names
+    })
 }
 
 fn collect_written(body: &[Stmt], names: &mut BTreeSet<String>) {

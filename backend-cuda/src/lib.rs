@@ -17,6 +17,7 @@
 // RunError is the shared error type of every backend; boxing it is not ours to decide.
 #![allow(clippy::result_large_err)]
 
+pub mod arena;
 pub mod backend;
 pub mod cache;
 pub mod control;

@@ -18,6 +18,10 @@ typedef unsigned long long u64;
 #define MPMD_CTL_NINDEX 9
 #define MPMD_CTL_COORDS 10
 #define MPMD_CTL_INDEX 16
+// Words 24-25: the device address of the call's status word in host-mapped
+// memory (set once per arena; the per-call clear stops at word 24).
+#define MPMD_CTL_STATUS_LO 24
+#define MPMD_CTL_STATUS_HI 25
 #define MPMD_ERR_WAIT_TIMEOUT 1u
 #define MPMD_ERR_OUT_OF_BOUNDS 2u
 
@@ -115,6 +119,13 @@ static __device__ __noinline__ void mpmd_report(u32* ctl, u32 kind, u32 program,
   }
   __threadfence();
   atomicExch(&ctl[MPMD_CTL_ABORT], 1u);
+  // Tell the host, which reads the control block back only when this word
+  // is set (it lives in host memory, so an error-free call copies nothing).
+  const u64 status = (u64)ctl[MPMD_CTL_STATUS_LO] | ((u64)ctl[MPMD_CTL_STATUS_HI] << 32);
+  if (status != 0u) {
+    *(volatile u32*)status = 1u;
+    __threadfence_system();
+  }
 }
 
 // Checked mode: the element offset of an access, or MPMD_BAD_OFFSET after

@@ -42,6 +42,7 @@ static unsigned long long mpmd_host_nanoseconds() {
 }
 static void __syncthreads() { mpmd_block_barrier->arrive_and_wait(); }
 static void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+static void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 static void __nanosleep(unsigned) { std::this_thread::yield(); }
 template <class T> static T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 template <class T> static T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }

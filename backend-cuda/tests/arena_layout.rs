@@ -1,0 +1,139 @@
+//! Where a call's buffers live (`mpmd_cuda::arena`): small outputs no
+//! program loads go to host-mapped memory, so an error-free call copies
+//! nothing back; everything else stays in the device arena.
+
+mod common;
+
+use common::*;
+use mpmd_core::ir::ScalarType::*;
+use mpmd_core::ir::*;
+use mpmd_core::plan::LaunchPlan;
+use mpmd_cuda::arena::{ArenaLayout, Place, MAPPED_OUTPUT_MAX_WORDS};
+use mpmd_cuda::control;
+use mpmd_cuda::emit::loaded_buffers;
+
+fn layout(plan: &LaunchPlan) -> ArenaLayout {
+    ArenaLayout::new(plan, &loaded_buffers(plan))
+}
+
+fn buffer(plan: &LaunchPlan, operand: &str) -> usize {
+    plan.buffers
+        .iter()
+        .position(|b| b.operands.iter().any(|o| o == operand))
+        .unwrap_or_else(|| panic!("no buffer for `{operand}`"))
+}
+
+/// Every placed range starts on a 256-byte boundary and no two overlap
+/// within the same memory; the control block overlaps no buffer.
+fn assert_disjoint_and_aligned(plan: &LaunchPlan, layout: &ArenaLayout) {
+    let mut device = vec![layout.control_words()];
+    let mut mapped = vec![0..1];
+    for index in 0..plan.buffers.len() {
+        match layout.place(index) {
+            Some(Place::Device(r)) => device.push(r.clone()),
+            Some(Place::Mapped(r)) => mapped.push(r.clone()),
+            None => {}
+        }
+    }
+    for ranges in [&device, &mapped] {
+        for (i, a) in ranges.iter().enumerate() {
+            assert_eq!(a.start % 64, 0, "{a:?} is not 256-byte aligned");
+            for b in &ranges[i + 1..] {
+                assert!(a.end <= b.start || b.end <= a.start, "{a:?} overlaps {b:?}");
+            }
+        }
+    }
+    assert!(device.iter().all(|r| r.end <= layout.device_words));
+    assert!(mapped.iter().all(|r| r.end <= layout.mapped_words));
+}
+
+#[test]
+fn a_store_only_output_is_mapped_and_nothing_is_copied_back() {
+    let plan = plan_of(&scale());
+    let layout = layout(&plan);
+    assert_eq!(
+        layout.place(buffer(&plan, "y")),
+        Some(&Place::Mapped(64..576))
+    );
+    assert_eq!(
+        layout.place(buffer(&plan, "x")),
+        Some(&Place::Device(64..576))
+    );
+    assert_eq!(layout.readback, 0);
+    assert_eq!(layout.control_words(), 0..control::WORDS);
+    assert_eq!(layout.mapped_words, 576);
+    assert_disjoint_and_aligned(&plan, &layout);
+}
+
+#[test]
+fn outputs_that_are_loaded_atomic_or_too_large_stay_on_the_device() {
+    let mesh = MeshBuilder::new("m").grid("b", 1).threads("t", 32).build();
+    let big = MAPPED_OUTPUT_MAX_WORDS as u32 - 100;
+    let map = MapBuilder::new("mix")
+        .program("m", "mix")
+        .output("stored", gmem(U32, [200]))
+        .output("reread", gmem(U32, [32]))
+        .output_zeroed("counted", gmem(U32, [1]))
+        .output("large", gmem(U32, [big]))
+        .input("given", gmem(U32, [32]))
+        .output("updated", gmem(U32, [32]))
+        .alias("given", "updated")
+        .build();
+    let kernel = KernelBuilder::new("mix", map.params()).body(|b| {
+        let t = axis_index("t");
+        b.store(at("stored", [t.clone()]), t.clone());
+        b.store(at("reread", [t.clone()]), t.clone());
+        b.store(at("large", [t.clone()]), load("reread", [t.clone()]));
+        b.atomic(
+            AtomicOp::Add,
+            at("counted", [Expr::from(0u32)]),
+            [Expr::from(1u32)],
+        );
+        b.store(at("updated", [t.clone()]), t.clone());
+    });
+    let plan = plan_of(&module(vec![mesh], vec![kernel], map));
+    let layout = layout(&plan);
+    // `stored` (200 words) fits; `large` would pass the limit after it.
+    assert_eq!(
+        layout.place(buffer(&plan, "stored")),
+        Some(&Place::Mapped(64..264))
+    );
+    assert!(matches!(
+        layout.place(buffer(&plan, "reread")),
+        Some(Place::Device(_))
+    ));
+    assert!(matches!(
+        layout.place(buffer(&plan, "counted")),
+        Some(Place::Device(_))
+    ));
+    assert!(matches!(
+        layout.place(buffer(&plan, "large")),
+        Some(Place::Device(_))
+    ));
+    // Stored only, but its words arrive as an input: uploaded to the device.
+    assert!(matches!(
+        layout.place(buffer(&plan, "updated")),
+        Some(Place::Device(_))
+    ));
+    // The arena's outputs come first and are what is copied back.
+    assert_eq!(layout.readback, layout.control);
+    let large = layout.device_range(buffer(&plan, "large")).unwrap();
+    assert!(large.end <= layout.readback);
+    assert_disjoint_and_aligned(&plan, &layout);
+}
+
+#[test]
+fn inputs_and_device_residents_are_not_mapped() {
+    let plan = plan_of(&pipeline());
+    let layout = layout(&plan);
+    for (index, buffer) in plan.buffers.iter().enumerate() {
+        match &buffer.init {
+            mpmd_core::plan::BufferInit::Resident(_) => assert_eq!(layout.place(index), None),
+            mpmd_core::plan::BufferInit::Input(_) => {
+                assert!(matches!(layout.place(index), Some(Place::Device(_))))
+            }
+            _ => assert!(layout.place(index).is_some()),
+        }
+    }
+    assert_disjoint_and_aligned(&plan, &layout);
+}

@@ -26,8 +26,10 @@ fn buffer(plan: &LaunchPlan, operand: &str) -> usize {
 /// Every placed range starts on a 256-byte boundary and no two overlap
 /// within the same memory; the control block overlaps no buffer.
 fn assert_disjoint_and_aligned(plan: &LaunchPlan, layout: &ArenaLayout) {
-    let mut device = vec![layout.control_words()];
-    let mut mapped = vec![0..1];
+    // The control block and the status word are taken from the start.
+    let status_word = 0..1;
+    let mut device = Vec::from([layout.control_words()]);
+    let mut mapped = Vec::from([status_word]);
     for index in 0..plan.buffers.len() {
         match layout.place(index) {
             Some(Place::Device(r)) => device.push(r.clone()),

@@ -13,6 +13,10 @@
 #   gpu_run           the backend's GPU tests (optional: the test binary of
 #                     `cargo test --release -p mpmd-cuda --test gpu_run --no-run`)
 #   mpmd-fuzz         the differential fuzzer (optional: 30 s against CUDA)
+#   vulkan/*.deb      Debian packages of the Vulkan loader and GLVND
+#                     (optional: unpacked when the machine has no
+#                     libvulkan.so.1, so that WGSL runs on the GPU's own
+#                     Vulkan driver)
 # and NVRTC (libnvrtc.so.13 + libnvrtc-builtins.so.13.*), searched in order:
 #   $MPMD_NVRTC_DIR, BIN_DIR/lib, BIN_DIR/nvidia/cu13/lib,
 #   target/mpmd-tools/python/nvidia/cu13/lib, any python's nvidia/cu13/lib,
@@ -25,8 +29,12 @@
 #   2. the GPU tests, at most 60 s (the CLI smoke run at most 30 s);
 #   3. the conformance corpus with CUDA executing (backends interp,cuda),
 #      at most 200 s;
-#   4. the benchmarks, at most 120 s;
-#   5. the fuzzer with CUDA executing, 30 s (at most 60 s);
+#   4. when a Vulkan loader and the NVIDIA Vulkan driver are there, the
+#      corpus again with WGSL on the GPU as well (interp,cuda,wgpu: CUDA and
+#      WGSL judged against the interpreter and compared with each other), at
+#      most 200 s;
+#   5. the benchmarks, at most 120 s;
+#   6. the fuzzer with CUDA executing, 30 s (at most 60 s);
 # and writes every figure to OUT_FILE (default gpu-check-report.txt). The
 # whole run stays under 8 minutes. Exit status: 0 when every step passed,
 # 1 when a step failed, 2 when the set-up is missing something.
@@ -211,6 +219,48 @@ if [ ${#CONF_CMD[@]} -gt 0 ]; then
 else
   say "conformance not run: no mpmd-conformance in $BIN_DIR (xtask needs cargo, which is not on PATH)"
   STATUS=1
+fi
+
+# ---- WGSL on the GPU (Vulkan) ---------------------------------------------
+section "conformance (interp,cuda,wgpu) on the GPU's Vulkan driver"
+has_vulkan_loader() { ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1 '; }
+if ! has_vulkan_loader && ls "$BIN_DIR"/vulkan/*.deb >/dev/null 2>&1; then
+  mkdir -p "$WORK/vulkan"
+  for deb in "$BIN_DIR"/vulkan/*.deb; do
+    if command -v dpkg-deb >/dev/null 2>&1; then
+      dpkg-deb -x "$deb" "$WORK/vulkan"
+    else
+      # A .deb is an ar archive whose data.tar.* holds the files.
+      mkdir -p "$WORK/deb" && (cd "$WORK/deb" && rm -f data.tar.* && ar x "$deb" && tar -xf data.tar.* -C "$WORK/vulkan")
+    fi
+  done
+  VK_LIBS=$(dirname "$(find "$WORK/vulkan" -name 'libvulkan.so.1*' | head -n 1)")
+  export LD_LIBRARY_PATH="$VK_LIBS:${LD_LIBRARY_PATH:-}"
+  say "vulkan loader unpacked from $BIN_DIR/vulkan into $VK_LIBS"
+fi
+VK_ICD=$(ls /usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -n 1)
+if [ -z "${CONF:-}" ]; then
+  say "wgsl not run: no mpmd-conformance in $BIN_DIR"
+elif ! has_vulkan_loader && [ -z "${VK_LIBS:-}" ]; then
+  say "wgsl not run: no Vulkan loader (libvulkan.so.1) and no $BIN_DIR/vulkan/*.deb"
+elif [ -z "$VK_ICD" ]; then
+  say "wgsl not run: no NVIDIA Vulkan driver manifest (nvidia_icd.json) under /usr/share/vulkan or /etc/vulkan"
+else
+  say "vulkan driver manifest $VK_ICD"
+  WGSL_ARGS=(--backends interp,cuda,wgpu --json "$WORK/conformance-wgsl.json")
+  [ -d "$REPO_ROOT/conformance/cases" ] && WGSL_ARGS+=(--cases "$REPO_ROOT/conformance/cases")
+  (cd "$REPO_ROOT" && VK_ICD_FILENAMES="$VK_ICD" timeout 200 "$CONF" "${WGSL_ARGS[@]}") >"$WORK/conformance-wgsl.txt" 2>&1
+  rc=$?
+  cat "$WORK/conformance-wgsl.txt" >>"$OUT"
+  if [ $rc -eq 124 ]; then
+    say "wgsl conformance TIMED OUT after 200 s"
+    STATUS=1
+  elif [ $rc -ne 0 ]; then
+    say "wgsl conformance FAILED (exit $rc)"
+    STATUS=1
+  else
+    say "wgsl conformance ok"
+  fi
 fi
 
 # ---- benchmarks -----------------------------------------------------------

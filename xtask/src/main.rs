@@ -151,6 +151,50 @@ fn run_benches(root: &Path, setup: &tools::Setup, which: &[BenchTarget]) -> Exit
 /// The binaries `scripts/gpu-check.sh` looks for.
 const BUNDLE_BINARIES: [&str; 4] = ["mpmd", "mpmd-conformance", "mpmd-fuzz", "cuda-bench"];
 
+/// Debian packages that let WGSL run on the GPU machine's own Vulkan driver
+/// when that machine has no Vulkan loader: the loader, and the GLVND
+/// libraries NVIDIA's Vulkan driver library links against.
+const BUNDLE_VULKAN_PACKAGES: [&str; 7] = [
+    "libvulkan1",
+    "libglvnd0",
+    "libgl1",
+    "libglx0",
+    "libegl1",
+    "libgles2",
+    "libopengl0",
+];
+
+/// Downloads [`BUNDLE_VULKAN_PACKAGES`] into `dir` (`apt-get download`,
+/// after one `apt-get update` when the package lists lack them). Optional:
+/// without them the GPU check skips WGSL and says why.
+fn download_vulkan_packages(dir: &Path) -> Result<usize, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let download = || {
+        Command::new("apt-get")
+            .arg("download")
+            .args(BUNDLE_VULKAN_PACKAGES)
+            .current_dir(dir)
+            .output()
+    };
+    let mut output = download().map_err(|e| format!("cannot run apt-get: {e}"))?;
+    if !output.status.success() {
+        let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+        output = download().map_err(|e| format!("cannot run apt-get: {e}"))?;
+    }
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).trim().to_string());
+    }
+    let debs = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "deb"))
+        })
+        .count();
+    Ok(debs)
+}
+
 fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
     let mut build = cargo(root, setup);
     build.args([
@@ -220,6 +264,15 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
         // Smaller to carry; a missing `strip` only costs size.
         let _ = Command::new("strip").arg(&to).status();
         total += std::fs::metadata(&to).map(|m| m.len()).unwrap_or(0);
+    }
+    match download_vulkan_packages(&dir.join("vulkan")) {
+        Ok(debs) => eprintln!(
+            "xtask: {} holds {debs} Vulkan loader packages (WGSL on the GPU's Vulkan driver)",
+            dir.join("vulkan").display()
+        ),
+        Err(e) => eprintln!(
+            "xtask: no Vulkan loader packages in the bundle ({e}); the GPU check will run WGSL only where the GPU machine has libvulkan.so.1"
+        ),
     }
     eprintln!(
         "xtask: {} holds the GPU check's binaries ({:.1} MB); on the GPU machine, from a checkout of this commit: scripts/gpu-check.sh {} [REPORT]",

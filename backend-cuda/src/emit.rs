@@ -4,18 +4,21 @@
 //! block only ever waits on lower-numbered blocks. How physical blocks become
 //! logical ones is the kernel's [`BlockSchedule`]:
 //! - no program waits: `blockIdx.x` is the logical block;
-//! - waits, and every program has the block's thread count: a grid of
-//!   resident blocks (cooperative launch) walks the logical blocks in
-//!   increasing order (`blockIdx.x`, `+ gridDim.x`, ...), which needs no
-//!   counter and cannot deadlock (the lowest unfinished logical block only
-//!   waits on finished ones);
+//! - waits, and every program has the block's thread count or a multiple of
+//!   the warp size: a grid of resident blocks (cooperative launch) walks the
+//!   logical blocks in increasing order (`blockIdx.x`, `+ gridDim.x`, ...),
+//!   which needs no counter and cannot deadlock (the lowest unfinished
+//!   logical block only waits on finished ones). A program with fewer
+//!   threads than the block runs on its first threads, which synchronise at
+//!   named barrier 1 (`bar.sync 1, n`); the others go on to the end of the
+//!   logical block, where all threads meet before the next one;
 //! - otherwise each block takes a ticket from a per-call counter, so every
 //!   block a wait depends on took an earlier ticket and is already running
 //!   or finished.
 //!
-//! The block size is the largest thread count of any program; threads beyond
-//! their own program's count exit at entry (barriers on sm_70+ wait for
-//! non-exited threads only).
+//! The block size is the largest thread count of any program; outside the
+//! walk, threads beyond their own program's count exit at entry (barriers on
+//! sm_70+ wait for non-exited threads only).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -204,6 +207,36 @@ struct Emitter<'a> {
     next_batch: u32,
     /// Buffers of semaphores some program reads.
     read_semaphores: BTreeSet<usize>,
+    /// How the unit being emitted synchronises its block and stops.
+    unit_sync: UnitSync,
+}
+
+/// How a unit's code synchronises its threads and leaves when the call aborts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UnitSync {
+    /// All of the block's threads run the unit: `__syncthreads()`, and `return`.
+    WholeBlock,
+    /// Inside a resident walk, a unit with fewer threads than the block: its
+    /// first `threads` threads meet at named barrier 1 (`mpmd_bar_sync`), the
+    /// others skip it; a stop jumps to the end of the logical block, where
+    /// all threads meet and leave together.
+    Partial { threads: u32 },
+}
+
+impl UnitSync {
+    fn barrier(self) -> String {
+        match self {
+            UnitSync::WholeBlock => "__syncthreads();".into(),
+            UnitSync::Partial { threads } => format!("mpmd_bar_sync({threads}u);"),
+        }
+    }
+
+    fn stop(self) -> &'static str {
+        match self {
+            UnitSync::WholeBlock => "if (mpmd_stop != 0u) return;",
+            UnitSync::Partial { .. } => "if (mpmd_stop != 0u) goto mpmd_next_logical_block;",
+        }
+    }
 }
 
 /// How the kernel's physical blocks become the plan's logical blocks.
@@ -227,9 +260,14 @@ impl BlockSchedule {
             BlockSchedule::BlockIndex
         } else if resident_walk
             // Plans that need every block resident at once keep one block per
-            // logical block; uneven thread counts would leave threads out of barriers.
+            // logical block. A program with fewer threads than the block
+            // synchronises through a named barrier, whose thread count must
+            // be a multiple of the warp size.
             && !plan.needs_co_residency()
-            && plan.units.iter().all(|u| Some(u.threads_per_block) == block_dim)
+            && plan
+                .units
+                .iter()
+                .all(|u| Some(u.threads_per_block) == block_dim || u.threads_per_block % 32 == 0)
         {
             BlockSchedule::ResidentWalk
         } else {
@@ -278,6 +316,7 @@ pub fn emit_module_with(
         next_offset: 0,
         next_batch: 0,
         read_semaphores: read_semaphores(plan),
+        unit_sync: UnitSync::WholeBlock,
     };
     let _ = writeln!(
         e.out,
@@ -388,14 +427,32 @@ pub fn emit_module_with(
             unit.threads_per_block,
             first,
         );
-        if unit.threads_per_block < block_dim {
+        if unit.threads_per_block == block_dim {
+            e.unit_sync = UnitSync::WholeBlock;
+            e.emit_unit(unit)?;
+        } else if schedule == BlockSchedule::ResidentWalk {
+            // The block's other threads go on to the next logical block.
+            e.unit_sync = UnitSync::Partial {
+                threads: unit.threads_per_block,
+            };
+            let _ = writeln!(
+                e.out,
+                "    if (threadIdx.x < {}u) {{",
+                unit.threads_per_block
+            );
+            let body_start = e.out.len();
+            e.emit_unit(unit)?;
+            indent_from(&mut e.out, body_start);
+            e.out.push_str("    }\n");
+        } else {
+            e.unit_sync = UnitSync::WholeBlock;
             let _ = writeln!(
                 e.out,
                 "    if (threadIdx.x >= {}u) return;",
                 unit.threads_per_block
             );
+            e.emit_unit(unit)?;
         }
-        e.emit_unit(unit)?;
         tickets.push(TicketRange {
             program: unit.program,
             kernel: unit.kernel.name.clone(),
@@ -407,15 +464,17 @@ pub fn emit_module_with(
     e.out.push_str("  }\n");
     if schedule == BlockSchedule::ResidentWalk {
         // The units, one level deeper inside the walk.
-        let units = e.out.split_off(unit_source_start);
-        for line in units.lines() {
-            if !line.is_empty() {
-                e.out.push_str("  ");
-            }
-            e.out.push_str(line);
-            e.out.push('\n');
-        }
-        if plan.units.iter().any(|u| u.smem_bytes > 0) {
+        indent_from(&mut e.out, unit_source_start);
+        if plan.units.iter().any(|u| u.threads_per_block < block_dim) {
+            // Named barrier 1 may be reused only once every thread is done
+            // with this logical block; a stop in a partial unit lands here.
+            e.out.push_str(
+                "  mpmd_next_logical_block:\n\
+                 \x20   // Threads left out of a smaller program wait here for the others.\n\
+                 \x20   __syncthreads();\n\
+                 \x20   if (mpmd_stop != 0u) return;\n",
+            );
+        } else if plan.units.iter().any(|u| u.smem_bytes > 0) {
             // Without smem nothing carries over: barriers pair up in order
             // (every thread runs the same barriers per logical block), and the
             // shared words are guarded by the barriers around their uses.
@@ -452,6 +511,18 @@ fn buffer_c_name(plan: &LaunchPlan, index: usize) -> String {
 
 fn scalar_c_name(operand: &str) -> String {
     sanitize("p_", operand)
+}
+
+/// Indents every non-empty line of `out` from byte `start` by two spaces.
+fn indent_from(out: &mut String, start: usize) {
+    let tail = out.split_off(start);
+    for line in tail.lines() {
+        if !line.is_empty() {
+            out.push_str("  ");
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
 }
 
 /// The plan buffers bound to the kernel parameters that `names_in(body)`
@@ -837,7 +908,7 @@ impl Emitter<'_> {
                 self.line(depth + 1, "}");
                 self.line(depth, "}");
             }
-            Stmt::Barrier => self.line(depth, "__syncthreads();"),
+            Stmt::Barrier => self.line(depth, &self.unit_sync.barrier()),
             Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
             Stmt::SemRead { dest, sem } => {
                 let place = self.place(cx, sem)?;
@@ -845,7 +916,7 @@ impl Emitter<'_> {
                 // Thread 0 reads and shares the value, so that it is
                 // block-uniform. The first barrier keeps the slot from being
                 // overwritten before every thread has read an earlier value.
-                self.line(depth, "__syncthreads();");
+                self.line(depth, &self.unit_sync.barrier());
                 self.line(depth, "if (threadIdx.x == 0u) {");
                 match &place.checked {
                     None => self.line(
@@ -864,7 +935,7 @@ impl Emitter<'_> {
                     }
                 }
                 self.line(depth, "}");
-                self.line(depth, "__syncthreads();");
+                self.line(depth, &self.unit_sync.barrier());
                 self.line(depth, &format!("const int {c_name} = mpmd_value;"));
                 cx.symbols.insert(
                     dest.clone(),
@@ -983,7 +1054,7 @@ impl Emitter<'_> {
         match op {
             SemOp::Signal => {
                 self.line(depth, &format!("// signal({}, ...)", sem.base));
-                self.line(depth, "__syncthreads();");
+                self.line(depth, &self.unit_sync.barrier());
                 self.line(depth, "if (threadIdx.x == 0u) {");
                 if let Some(c) = &compute {
                     self.line(depth + 1, c);
@@ -1025,8 +1096,8 @@ impl Emitter<'_> {
                     ),
                 );
                 self.line(depth, "}");
-                self.line(depth, "__syncthreads();");
-                self.line(depth, "if (mpmd_stop != 0u) return;");
+                self.line(depth, &self.unit_sync.barrier());
+                self.line(depth, self.unit_sync.stop());
             }
         }
         Ok(())

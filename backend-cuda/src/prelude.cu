@@ -92,6 +92,17 @@ static __device__ __forceinline__ T mpmd_atomic_load(T* p) { return *(volatile T
 template <typename T>
 static __device__ __forceinline__ void mpmd_atomic_store(T* p, T v) { *(volatile T*)p = v; }
 
+// A barrier of the block's first `n` threads (a multiple of the warp size):
+// a program with fewer threads than the block, inside a resident walk, where
+// the block's other threads have gone on to the next logical block.
+static __device__ __forceinline__ void mpmd_bar_sync(u32 n) {
+#ifdef MPMD_HOST_EMULATION
+  mpmd_partial_barrier(n);
+#else
+  asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory");
+#endif
+}
+
 static __device__ __forceinline__ u64 mpmd_globaltimer() {
 #ifdef MPMD_HOST_EMULATION
   return mpmd_host_nanoseconds();  // tests/host_emulation.rs runs kernels on CPU threads

@@ -384,3 +384,49 @@ fn benchmark_reference_kernels_compile() {
         );
     }
 }
+
+/// Programs with fewer threads than the block still walk when their thread
+/// counts are warp multiples: their threads meet at named barrier 1, the
+/// block's other threads skip to the end of the logical block, and a stop
+/// jumps there so that all threads leave together. 48 threads keep tickets.
+#[test]
+fn uneven_warp_multiples_walk_with_named_barriers() {
+    require_tools();
+    let plan = plan_of(&pipeline_in_warps());
+    assert_eq!(
+        BlockSchedule::for_plan(&plan, true),
+        BlockSchedule::ResidentWalk
+    );
+    assert_eq!(
+        BlockSchedule::for_plan(&plan_of(&pipeline()), true),
+        BlockSchedule::Tickets
+    );
+    for mode in [Mode::Fast, Mode::Checked] {
+        let module = emit_module_with(&plan, mode, BlockSchedule::ResidentWalk).unwrap();
+        let src = &module.source;
+        // producer (32 threads) and consumer (96) are guarded; the finisher
+        // has the whole block of 128.
+        assert!(src.contains("      if (threadIdx.x < 32u) {\n"), "{src}");
+        assert!(src.contains("      if (threadIdx.x < 96u) {\n"), "{src}");
+        assert!(!src.contains("threadIdx.x < 128u"), "{src}");
+        assert!(!src.contains("return;\n      if (threadIdx.x"), "{src}");
+        // The consumer's barrier, its wait and its signal use its named barrier.
+        assert!(src.matches("mpmd_bar_sync(96u);").count() >= 3, "{src}");
+        assert!(
+            src.contains("if (mpmd_stop != 0u) goto mpmd_next_logical_block;"),
+            "{src}"
+        );
+        assert!(
+            src.contains("  mpmd_next_logical_block:\n    // Threads left out of a smaller program wait here for the others.\n    __syncthreads();\n    if (mpmd_stop != 0u) return;\n  }\n}"),
+            "{src}"
+        );
+        let ptx = compile_ptx(src, &CompileOptions::default()).unwrap();
+        let report = mpmd_cuda::assemble(&ptx, 90).unwrap();
+        let kernel = report.kernel(&module.kernel_name).unwrap();
+        assert_eq!(
+            (kernel.spill_store_bytes, kernel.spill_load_bytes),
+            (0, 0),
+            "{mode:?}"
+        );
+    }
+}

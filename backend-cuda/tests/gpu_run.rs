@@ -161,6 +161,53 @@ fn cycle_runs_cooperatively() {
     }
 }
 
+/// Programs of 32, 96 and 128 threads in one resident walk (named barriers
+/// for the smaller two), with one, two and all resident blocks: each
+/// physical block runs logical blocks of every program, and the result,
+/// residents included, is the interpreter's.
+#[test]
+fn uneven_resident_walk_matches_the_interpreter() {
+    require_tools();
+    let plan = plan_of(&pipeline_in_warps());
+    assert_eq!(
+        mpmd_cuda::emit::BlockSchedule::for_plan(&plan, true),
+        mpmd_cuda::emit::BlockSchedule::ResidentWalk
+    );
+    let mut args = CallArgs::default();
+    let x: Vec<f32> = (0..384).map(|i| (i % 29) as f32 * 0.25).collect();
+    args.inputs
+        .insert("x".into(), HostTensor::from_f32(vec![4, 96], &x));
+    args.scalars.insert("scale".into(), Literal::f32(1.5));
+    for resident in [Some(1), Some(2), None] {
+        let cuda = CudaBackend::new(CudaOptions {
+            max_resident_blocks: resident,
+            ..CudaOptions::default()
+        });
+        if !driver_present() {
+            assert_eq!(cuda.err(), Some(CudaError::DriverMissing));
+            return;
+        }
+        let mut cuda = cuda.unwrap();
+        let mut interpreter = Interpreter::new();
+        for mode in [Mode::Fast, Mode::Checked] {
+            let options = RunOptions { mode, seed: 0 };
+            let want = interpreter
+                .run(&plan, &args, &options)
+                .expect("interpreter");
+            let got = cuda
+                .run(&plan, &args, &options)
+                .unwrap_or_else(|e| panic!("{resident:?} resident block(s), {mode:?}: {e}"));
+            assert_eq!(
+                got.outputs, want.outputs,
+                "{resident:?} resident block(s), {mode:?}"
+            );
+            for name in ["hand", "credits"] {
+                assert_eq!(cuda.resident(name), interpreter.resident(name), "{name}");
+            }
+        }
+    }
+}
+
 /// `time_relaunch` (cuda-bench's resident figures) launches the latest
 /// call's kernel again: its semaphores are cleared first, so the cycle's
 /// waits are met again instead of timing out.

@@ -19,7 +19,7 @@ use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::{Mode, RunError};
-use mpmd_cuda::emit::emit_module;
+use mpmd_cuda::emit::{emit_module, BlockSchedule};
 
 fn buffer_of<'a>(plan: &LaunchPlan, out: &'a Emulated, name: &str) -> &'a [u32] {
     let index = plan.operand(name).and_then(|o| o.buffer).unwrap();
@@ -56,16 +56,28 @@ fn scale_runs_elementwise() {
 
 #[test]
 fn pipeline_hands_data_through_semaphores_owned_refs_and_smem() {
-    let plan = plan_of(&pipeline());
+    // 48 producer threads: tickets; 32: the resident walk, whose smaller
+    // programs synchronise through named barriers.
+    for (module, schedule) in [
+        (pipeline(), BlockSchedule::Tickets),
+        (pipeline_in_warps(), BlockSchedule::ResidentWalk),
+    ] {
+        let plan = plan_of(&module);
+        assert_eq!(BlockSchedule::for_plan(&plan, true), schedule);
+        pipeline_results_are_right(&plan);
+    }
+}
+
+fn pipeline_results_are_right(plan: &LaunchPlan) {
     let x: Vec<f32> = (0..4 * 96).map(|i| (i % 17) as f32 + 0.5).collect();
     let inputs = BTreeMap::from([("x", x.iter().map(|v| v.to_bits()).collect())]);
     let scalars = BTreeMap::from([("scale", Literal::f32(3.0))]);
     for mode in [Mode::Fast, Mode::Checked] {
-        let out = emulate(&plan, mode, &inputs, &scalars, 1_000_000_000);
-        assert_eq!(error_of(&plan, mode, &out), None, "{mode:?}");
+        let out = emulate(plan, mode, &inputs, &scalars, 1_000_000_000);
+        assert_eq!(error_of(plan, mode, &out), None, "{mode:?}");
         // mid@[block k] = row k of x times scale; y of consumer block k is
         // mid reversed (through smem) plus sqrt(mid).
-        let y = f32s(buffer_of(&plan, &out, "y"));
+        let y = f32s(buffer_of(plan, &out, "y"));
         for k in 0..4 {
             for t in 0..96 {
                 let mid = |c: usize| x[k * 96 + c] * 3.0;
@@ -73,15 +85,15 @@ fn pipeline_hands_data_through_semaphores_owned_refs_and_smem() {
                 assert_eq!(y[k * 96 + t], want, "y@[{k}][{t}] ({mode:?})");
             }
         }
-        assert_eq!(buffer_of(&plan, &out, "total"), &[4]);
+        assert_eq!(buffer_of(plan, &out, "total"), &[4]);
         // wait_nodec left the 4 signals in `done`; `finish` read 4.
-        assert_eq!(buffer_of(&plan, &out, "done"), &[4]);
-        assert_eq!(buffer_of(&plan, &out, "ready"), &[0, 0, 0, 0]);
+        assert_eq!(buffer_of(plan, &out, "done"), &[4]);
+        assert_eq!(buffer_of(plan, &out, "ready"), &[0, 0, 0, 0]);
         assert_eq!(
-            f32s(&buffer_of(&plan, &out, "hand")[4..]),
+            f32s(&buffer_of(plan, &out, "hand")[4..]),
             vec![4.0, 4.0, 4.0, 4.0]
         );
-        assert_eq!(buffer_of(&plan, &out, "credits"), &[0, 0, 1, 0]);
+        assert_eq!(buffer_of(plan, &out, "credits"), &[0, 0, 1, 0]);
     }
 }
 

@@ -28,7 +28,7 @@ use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::{Backend, Mode, RunOptions};
 use mpmd_cuda::cache::ModuleCache;
 use mpmd_cuda::control;
-use mpmd_cuda::emit::KernelParam;
+use mpmd_cuda::emit::{emit_module_with, BlockSchedule, KernelParam};
 use mpmd_cuda::nvrtc::{compile_with_cache, CompileOptions, Output};
 use mpmd_cuda::{check_plan, emit_module, CudaBackend, CudaOptions};
 
@@ -258,21 +258,38 @@ fn two_program(fused: bool) -> Module {
 
 /// Pipeline sizes (elements per stage) and splits: 4 MiB and 64 MiB of f32,
 /// one element per thread and eight.
-const PIPELINES: [(u32, Split); 3] = [
-    (1 << 20, Split::new(1, 256)),
-    (1 << 24, Split::new(1, 256)),
-    (1 << 24, Split::new(8, 256)),
+/// The middle stage of the last one has half the threads, each handling
+/// twice the elements (the same 2048 per block): programs of different
+/// thread counts in one walk.
+const PIPELINES: [(u32, [Split; 3]); 4] = [
+    (1 << 20, [Split::new(1, 256); 3]),
+    (1 << 24, [Split::new(1, 256); 3]),
+    (1 << 24, [Split::new(8, 256); 3]),
+    (
+        1 << 24,
+        [Split::new(8, 256), Split::new(16, 128), Split::new(8, 256)],
+    ),
 ];
 
-fn pipeline_label(len: u32, split: Split) -> String {
-    format!("{}M.{}", len >> 20, split.label())
+fn pipeline_label(len: u32, stages: [Split; 3]) -> String {
+    let splits = if stages.iter().all(|s| s.label() == stages[0].label()) {
+        stages[0].label()
+    } else {
+        stages.map(|s| s.label()).join("-")
+    };
+    format!("{}M.{splits}", len >> 20)
 }
 
 /// Three stages, each block of a stage handing its rows to the same block of
 /// the next stage through a semaphore owned by that block.
-fn pipeline_fused(len: u32, split: Split) -> Module {
-    let meshes: Vec<Mesh> = (1..=3)
-        .map(|s| split.mesh(&format!("s{s}"), &format!("b{s}"), &format!("t{s}"), len))
+fn pipeline_fused(len: u32, [split1, split2, split3]: [Split; 3]) -> Module {
+    let meshes: Vec<Mesh> = [split1, split2, split3]
+        .iter()
+        .enumerate()
+        .map(|(i, split)| {
+            let s = i + 1;
+            split.mesh(&format!("s{s}"), &format!("b{s}"), &format!("t{s}"), len)
+        })
         .collect();
     let map = MapBuilder::new("pipeline")
         .program("s1", "stage1")
@@ -287,7 +304,7 @@ fn pipeline_fused(len: u32, split: Split) -> Module {
         .build();
     let p = map.params();
     let s1 = KernelBuilder::new("stage1", p.clone()).body(|b| {
-        split.each(b, "b1", "t1", |b, i| {
+        split1.each(b, "b1", "t1", |b, i| {
             b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32)
         });
         b.signal(
@@ -297,7 +314,7 @@ fn pipeline_fused(len: u32, split: Split) -> Module {
     });
     let s2 = KernelBuilder::new("stage2", p.clone()).body(|b| {
         b.wait(at("ready2", [Expr::from(0u32)]), 1);
-        split.each(b, "b2", "t2", |b, i| {
+        split2.each(b, "b2", "t2", |b, i| {
             b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32)
         });
         b.signal(
@@ -307,7 +324,7 @@ fn pipeline_fused(len: u32, split: Split) -> Module {
     });
     let s3 = KernelBuilder::new("stage3", p).body(|b| {
         b.wait(at("ready3", [Expr::from(0u32)]), 1);
-        split.each(b, "b3", "t3", |b, i| {
+        split3.each(b, "b3", "t3", |b, i| {
             let v = b.let_("v", F32, load("b", [i.clone()]));
             b.store(at("y", [i]), v.clone() * v);
         });
@@ -317,50 +334,54 @@ fn pipeline_fused(len: u32, split: Split) -> Module {
 
 /// The same three stages as three maps (three launches), handing data on
 /// through device-resident refs.
-fn pipeline_separate(len: u32, split: Split) -> Module {
-    let mesh = split.mesh("s", "b", "t", len);
+fn pipeline_separate(len: u32, [split1, split2, split3]: [Split; 3]) -> Module {
+    let meshes = vec![
+        split1.mesh("s1", "b", "t", len),
+        split2.mesh("s2", "b", "t", len),
+        split3.mesh("s3", "b", "t", len),
+    ];
     let resident = |name: &str| Resident {
         name: name.into(),
         ty: gmem(F32, [len]),
         zeroed: true,
     };
     let m1 = MapBuilder::new("stage1")
-        .program("s", "stage1")
+        .program("s1", "stage1")
         .input("x", gmem(F32, [len]))
         .scratch("a", gmem(F32, [len]))
         .resident()
         .build();
     let m2 = MapBuilder::new("stage2")
-        .program("s", "stage2")
+        .program("s2", "stage2")
         .scratch("a", gmem(F32, [len]))
         .resident()
         .scratch("b", gmem(F32, [len]))
         .resident()
         .build();
     let m3 = MapBuilder::new("stage3")
-        .program("s", "stage3")
+        .program("s3", "stage3")
         .output("y", gmem(F32, [len]))
         .scratch("b", gmem(F32, [len]))
         .resident()
         .build();
     let k1 = KernelBuilder::new("stage1", m1.params()).body(|b| {
-        split.each(b, "b", "t", |b, i| {
+        split1.each(b, "b", "t", |b, i| {
             b.store(at("a", [i.clone()]), load("x", [i]) * 2.0f32)
         });
     });
     let k2 = KernelBuilder::new("stage2", m2.params()).body(|b| {
-        split.each(b, "b", "t", |b, i| {
+        split2.each(b, "b", "t", |b, i| {
             b.store(at("b", [i.clone()]), load("a", [i]) + 1.0f32)
         });
     });
     let k3 = KernelBuilder::new("stage3", m3.params()).body(|b| {
-        split.each(b, "b", "t", |b, i| {
+        split3.each(b, "b", "t", |b, i| {
             let v = b.let_("v", F32, load("b", [i.clone()]));
             b.store(at("y", [i]), v.clone() * v);
         });
     });
     module(
-        vec![mesh],
+        meshes,
         vec![k1, k2, k3],
         vec![m1, m2, m3],
         vec![resident("a"), resident("b")],
@@ -400,15 +421,15 @@ fn benchmarks() -> Vec<(String, Module)> {
     }
     all.push(("two_program_fused".into(), two_program(true)));
     all.push(("two_program_alone".into(), two_program(false)));
-    for (len, split) in PIPELINES {
-        let label = pipeline_label(len, split);
+    for (len, stages) in PIPELINES {
+        let label = pipeline_label(len, stages);
         all.push((
             format!("pipeline_fused.{label}"),
-            pipeline_fused(len, split),
+            pipeline_fused(len, stages),
         ));
         all.push((
             format!("pipeline_separate.{label}"),
-            pipeline_separate(len, split),
+            pipeline_separate(len, stages),
         ));
     }
     all.push(("tiny".into(), tiny()));
@@ -612,12 +633,15 @@ fn timing_event(backend: &CudaBackend) -> Result<cudarc::driver::CudaEvent, Stri
         .map_err(|e| format!("{e:?}"))
 }
 
-/// The separate stage maps' kernels launched back to back on one stream,
-/// as three ordinary launches would be, timed by one pair of events around
-/// all three (so the gaps between launches count, as they do for a user).
-fn three_launches_ms(
+/// Kernels launched back to back on one stream, the way a user launches
+/// kernels by hand, timed by one pair of events around all of them (so the
+/// gaps between launches count, as they do for a user). Each is a plan with
+/// its generated module (block-index or ticket schedule; ticket kernels get
+/// their counter cleared before each launch); buffers are shared by operand
+/// name, `x` holds the pipeline input and `y` is checked at the end.
+fn raw_launches_ms(
     backend: &CudaBackend,
-    stages: &[LaunchPlan],
+    launches: &[(LaunchPlan, mpmd_cuda::EmittedModule)],
     len: u32,
     reps: usize,
 ) -> Result<f64, String> {
@@ -626,31 +650,46 @@ fn three_launches_ms(
     let mut buffers: HashMap<String, cudarc::driver::CudaSlice<u32>> = HashMap::new();
     let x: Vec<u32> = f32_input(len).words;
     let mut kernels = Vec::new();
-    for plan in stages {
+    for (plan, emitted) in launches {
+        if emitted.schedule == mpmd_cuda::emit::BlockSchedule::ResidentWalk {
+            return Err("raw launches take block-index or ticket kernels".into());
+        }
         for buffer in &plan.buffers {
             let name = &buffer.operands[0];
             if let std::collections::hash_map::Entry::Vacant(slot) = buffers.entry(name.clone()) {
                 slot.insert(if name == "x" {
                     stream.clone_htod(&x).map_err(err)?
                 } else {
-                    stream.alloc_zeros::<u32>(len as usize).map_err(err)?
+                    stream
+                        .alloc_zeros::<u32>(buffer.len.max(1) as usize)
+                        .map_err(err)?
                 });
             }
         }
-        let (emitted, function, loaded) = raw_kernel(backend, plan)?;
+        let cubin = backend
+            .cubin_for(emitted, false)
+            .map_err(|e| e.to_string())?;
+        let loaded = backend
+            .context()
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
+            .map_err(err)?;
+        let function = loaded.load_function(&emitted.kernel_name).map_err(err)?;
         let ctl = stream.alloc_zeros::<u32>(control::WORDS).map_err(err)?;
         kernels.push((plan, emitted, function, ctl, loaded));
     }
     let timeout: u64 = 10_000_000_000;
-    let launch_all = || -> Result<(), String> {
-        for (plan, emitted, function, ctl, _) in &kernels {
+    let mut launch_all = || -> Result<(), String> {
+        for (plan, emitted, function, ctl, _) in &mut kernels {
+            if emitted.schedule == mpmd_cuda::emit::BlockSchedule::Tickets {
+                stream.memset_zeros(ctl).map_err(err)?;
+            }
             let mut launch = stream.launch_builder(function);
             for param in &emitted.params {
                 match param {
                     KernelParam::Buffer(index) => {
                         launch.arg(&buffers[&plan.buffers[*index].operands[0]])
                     }
-                    KernelParam::Control => launch.arg(ctl),
+                    KernelParam::Control => launch.arg(&*ctl),
                     KernelParam::WaitTimeoutNs => launch.arg(&timeout),
                     KernelParam::Scalar(_) => return Err("the stages take no scalars".into()),
                 };
@@ -661,7 +700,7 @@ fn three_launches_ms(
                 shared_mem_bytes: emitted.dynamic_smem_bytes,
             };
             // SAFETY: the arguments follow the kernel's parameter list and
-            // every buffer holds `len` elements.
+            // every buffer holds its plan buffer's elements.
             unsafe { launch.launch(config) }.map_err(err)?;
         }
         Ok(())
@@ -682,7 +721,7 @@ fn three_launches_ms(
     let want = (x1 * 2.0 + 1.0) * (x1 * 2.0 + 1.0);
     if f32::from_bits(y[1]) != want {
         return Err(format!(
-            "three launches: y[1] = {}, expected {want}",
+            "raw launches: y[1] = {}, expected {want}",
             f32::from_bits(y[1])
         ));
     }
@@ -903,10 +942,10 @@ fn run_gpu() -> Result<(), String> {
         fused.resident / alone.resident
     );
 
-    for (len, split) in PIPELINES {
+    for (len, stages) in PIPELINES {
         let mut pipe_args = CallArgs::default();
         pipe_args.inputs.insert("x".into(), f32_input(len));
-        let fused_plan = &plans(&pipeline_fused(len, split))[0];
+        let fused_plan = &plans(&pipeline_fused(len, stages))[0];
         let pipe = kernel_ms(&mut backend, fused_plan, &pipe_args, reps)?;
         // The fused result must be the three stages' result.
         let fused_y = backend
@@ -925,15 +964,28 @@ fn run_gpu() -> Result<(), String> {
                 want(i)
             ));
         }
-        let separate_ms =
-            three_launches_ms(&backend, &plans(&pipeline_separate(len, split)), len, reps)?;
+        let separate: Vec<(LaunchPlan, mpmd_cuda::EmittedModule)> =
+            plans(&pipeline_separate(len, stages))
+                .into_iter()
+                .map(|plan| {
+                    let module = emit_module(&plan, Mode::Fast).map_err(|e| e.to_string())?;
+                    Ok((plan, module))
+                })
+                .collect::<Result<_, String>>()?;
+        let separate_ms = raw_launches_ms(&backend, &separate, len, reps)?;
+        // The same fused kernel with per-block tickets instead of the walk
+        // (what GPUs without cooperative launch run).
+        let tickets = emit_module_with(fused_plan, Mode::Fast, BlockSchedule::Tickets)
+            .map_err(|e| e.to_string())?;
+        let tickets_ms = raw_launches_ms(&backend, &[(fused_plan.clone(), tickets)], len, reps)?;
         println!(
-            "bench.pipeline.{} fused_ms={:.4} three_launches_ms={separate_ms:.4} ratio={:.3} resident_fused_ms={:.4} resident_ratio={:.3}",
-            pipeline_label(len, split),
+            "bench.pipeline.{} fused_ms={:.4} three_launches_ms={separate_ms:.4} ratio={:.3} resident_fused_ms={:.4} resident_ratio={:.3} tickets_ms={tickets_ms:.4} tickets_ratio={:.3}",
+            pipeline_label(len, stages),
             pipe.in_run,
             pipe.in_run / separate_ms,
             pipe.resident,
-            pipe.resident / separate_ms
+            pipe.resident / separate_ms,
+            tickets_ms / separate_ms
         );
     }
 

@@ -229,10 +229,24 @@ pub fn atomics() -> Module {
 /// through smem with barriers, and signals `finish`; `finish` uses
 /// `wait_nodec` and `read`, and writes to a resident ref owned by an
 /// external mesh through `@[coords]`.
+/// Three programs of 48, 96 and 128 threads handing data on through
+/// semaphores, owned refs, smem and device-resident refs.
 pub fn pipeline() -> Module {
+    pipeline_with_producer_threads(48)
+}
+
+/// [`pipeline`] with 32 producer threads: every thread count is a multiple of
+/// the warp size, so the resident walk runs it (named barriers for the
+/// programs smaller than the block).
+pub fn pipeline_in_warps() -> Module {
+    pipeline_with_producer_threads(32)
+}
+
+/// `producer_threads` must divide 96.
+fn pipeline_with_producer_threads(producer_threads: u32) -> Module {
     let produce = MeshBuilder::new("producer")
         .grid("pb", 4)
-        .threads("pt", 48)
+        .threads("pt", producer_threads)
         .build();
     let consume = MeshBuilder::new("consumer")
         .grid("cb", 2)
@@ -269,7 +283,7 @@ pub fn pipeline() -> Module {
         let pb = b.let_("pb", U32, axis_index("pb"));
         let c0 = b.let_("c0", U32, pb.clone() / Expr::from(2u32));
         let c1 = b.let_("c1", U32, pb.clone() % Expr::from(2u32));
-        b.for_("k", U32, 0u32, 2u32, |b, k| {
+        b.for_("k", U32, 0u32, 96 / producer_threads, |b, k| {
             let col = b.let_("col", U32, k * axis_size("pt") + axis_index("pt"));
             b.store(
                 at_block("mid", [c0.clone(), c1.clone()], [col.clone()]),

@@ -17,6 +17,7 @@ const SHIM: &str = r#"
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,15 @@ static unsigned long long mpmd_host_nanoseconds() {
       std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 static void __syncthreads() { mpmd_block_barrier->arrive_and_wait(); }
+// Named barrier 1 of the block's first n threads: one std::barrier per
+// thread count the kernel uses, made by main for each block.
+static thread_local std::vector<std::pair<unsigned, std::barrier<>*>>* mpmd_partial_barriers;
+static void mpmd_partial_barrier(unsigned n) {
+  for (auto& [threads, barrier] : *mpmd_partial_barriers) {
+    if (threads == n) { barrier->arrive_and_wait(); return; }
+  }
+  std::abort();
+}
 static void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 static void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 static void __nanosleep(unsigned) { std::this_thread::yield(); }
@@ -147,12 +157,24 @@ pub fn emulate_with_residents(
             KernelParam::WaitTimeoutNs => format!("{timeout_ns}ull"),
         });
     }
+    // One barrier per smaller thread count (the walk's named barriers).
+    let partial_counts: std::collections::BTreeSet<u32> = plan
+        .units
+        .iter()
+        .map(|u| u.threads_per_block)
+        .filter(|&n| n < module.block_dim)
+        .collect();
+    let partial: Vec<String> = partial_counts
+        .iter()
+        .map(|n| format!("{{{n}u, new std::barrier<>({n})}}"))
+        .collect();
     program.push_str(&format!(
-        "  for (unsigned block = 0; block < {total}u; block++) {{\n    std::barrier<> bar({dim});\n    std::vector<std::thread> threads;\n    for (unsigned t = 0; t < {dim}u; t++) {{\n      threads.emplace_back([&, t] {{\n        threadIdx = mpmd_dim3{{t, 0, 0}};\n        blockIdx = mpmd_dim3{{block, 0, 0}};\n        gridDim = mpmd_dim3{{{total}u, 1, 1}};\n        mpmd_block_barrier = &bar;\n        {kernel}({args});\n        bar.arrive_and_drop();\n      }});\n    }}\n    for (auto& th : threads) th.join();\n  }}\n",
+        "  for (unsigned block = 0; block < {total}u; block++) {{\n    std::barrier<> bar({dim});\n    std::vector<std::pair<unsigned, std::barrier<>*>> partial{{{partial}}};\n    std::vector<std::thread> threads;\n    for (unsigned t = 0; t < {dim}u; t++) {{\n      threads.emplace_back([&, t] {{\n        threadIdx = mpmd_dim3{{t, 0, 0}};\n        blockIdx = mpmd_dim3{{block, 0, 0}};\n        gridDim = mpmd_dim3{{{total}u, 1, 1}};\n        mpmd_block_barrier = &bar;\n        mpmd_partial_barriers = &partial;\n        {kernel}({args});\n        bar.arrive_and_drop();\n      }});\n    }}\n    for (auto& th : threads) th.join();\n    for (auto& [n, b] : partial) delete b;\n  }}\n",
         total = module.total_blocks,
         dim = module.block_dim,
         kernel = module.kernel_name,
-        args = args.join(", ")
+        args = args.join(", "),
+        partial = partial.join(", ")
     ));
     program.push_str("  printf(\"ctl\"); for (int k = 0; k < 64; k++) printf(\" %u\", ctl[k]); printf(\"\\n\");\n");
     for (index, buffer) in plan.buffers.iter().enumerate() {

@@ -37,6 +37,26 @@ pub enum CudaError {
     Compile(#[from] CompileError),
     #[error("the CUDA driver library panicked in {call}: {detail}")]
     Panicked { call: &'static str, detail: String },
+    #[error("{device} is sm_{arch}, but NVRTC {nvrtc_major}.{nvrtc_minor} compiles for {supported} only, so the CUDA backend cannot run on it; the WGSL backend can (`--backend wgpu`)")]
+    UnsupportedArch {
+        device: String,
+        arch: u32,
+        nvrtc_major: i32,
+        nvrtc_minor: i32,
+        supported: String,
+    },
+}
+
+/// `sm_75 to sm_121`, or the list when it has gaps.
+fn describe_archs(archs: &[u32]) -> String {
+    match (archs.first(), archs.last()) {
+        (Some(first), Some(last)) if archs.len() > 2 => format!("sm_{first} to sm_{last}"),
+        _ => archs
+            .iter()
+            .map(|a| format!("sm_{a}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// Backend settings.
@@ -249,14 +269,27 @@ impl CudaBackend {
         let cooperative_launch =
             attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0;
         let device_name = context.name().map_err(driver("cuDeviceGetName"))?;
-        // Every run compiles with NVRTC: check now rather than at the first call.
-        crate::nvrtc::nvrtc_version()?;
+        // Every run compiles with NVRTC for this device: check now rather
+        // than fail at the first call with NVRTC's "invalid value for
+        // --gpu-architecture".
+        let (nvrtc_major, nvrtc_minor) = crate::nvrtc::nvrtc_version()?;
+        let arch = (major * 10 + minor) as u32;
+        let supported = crate::nvrtc::supported_archs()?;
+        if !supported.contains(&arch) {
+            return Err(CudaError::UnsupportedArch {
+                device: device_name,
+                arch,
+                nvrtc_major,
+                nvrtc_minor,
+                supported: describe_archs(&supported),
+            });
+        }
         let stream = context.default_stream();
         Ok(CudaBackend {
             options,
             context,
             stream,
-            arch: (major * 10 + minor) as u32,
+            arch,
             sm_count,
             smem_optin_limit,
             cooperative_launch,
@@ -981,4 +1014,25 @@ fn input_words(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, Vec<
         out.insert(index, words);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_nvrtc_cannot_compile_for_is_named_with_what_it_can() {
+        let error = CudaError::UnsupportedArch {
+            device: "NVIDIA GeForce GTX 1080".into(),
+            arch: 61,
+            nvrtc_major: 13,
+            nvrtc_minor: 0,
+            supported: describe_archs(&[75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121]),
+        };
+        assert_eq!(
+            error.to_string(),
+            "NVIDIA GeForce GTX 1080 is sm_61, but NVRTC 13.0 compiles for sm_75 to sm_121 only, so the CUDA backend cannot run on it; the WGSL backend can (`--backend wgpu`)"
+        );
+        assert_eq!(describe_archs(&[90, 100]), "sm_90, sm_100");
+    }
 }

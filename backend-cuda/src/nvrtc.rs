@@ -149,6 +149,27 @@ fn query_nvrtc_version() -> Result<(i32, i32), CompileError> {
     Ok((major, minor))
 }
 
+/// The `sm_XY` architectures this NVRTC compiles for, as numbers `XY`.
+pub fn supported_archs() -> Result<Vec<u32>, CompileError> {
+    static ARCHS: std::sync::OnceLock<Result<Vec<u32>, CompileError>> = std::sync::OnceLock::new();
+    ARCHS.get_or_init(query_supported_archs).clone()
+}
+
+fn query_supported_archs() -> Result<Vec<u32>, CompileError> {
+    check_library()?;
+    let mut count = 0;
+    // SAFETY: the library is present; the pointer is valid.
+    api("nvrtcGetNumSupportedArchs", unsafe {
+        sys::nvrtcGetNumSupportedArchs(&mut count)
+    })?;
+    let mut archs = vec![0; count.max(0) as usize];
+    // SAFETY: `archs` holds the `count` entries NVRTC writes.
+    api("nvrtcGetSupportedArchs", unsafe {
+        sys::nvrtcGetSupportedArchs(archs.as_mut_ptr())
+    })?;
+    Ok(archs.into_iter().map(|a| a.max(0) as u32).collect())
+}
+
 /// Compiles CUDA C to PTX (through the module cache).
 pub fn compile_ptx(source: &str, options: &CompileOptions) -> Result<Ptx, CompileError> {
     let bytes = compile_cached(source, options, Output::Ptx)?;

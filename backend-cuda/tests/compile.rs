@@ -430,3 +430,14 @@ fn uneven_warp_multiples_walk_with_named_barriers() {
         );
     }
 }
+
+/// The backend refuses devices NVRTC cannot compile for (CUDA 13 dropped
+/// everything before Turing) with the supported list, asked of NVRTC.
+#[test]
+fn nvrtc_lists_the_architectures_it_compiles_for() {
+    require_tools();
+    let archs = mpmd_cuda::nvrtc::supported_archs().unwrap();
+    assert!(archs.contains(&75) && archs.contains(&90), "{archs:?}");
+    assert!(!archs.contains(&70), "{archs:?}");
+    assert!(archs.windows(2).all(|w| w[0] < w[1]), "{archs:?}");
+}

@@ -842,7 +842,70 @@ fn reference_figures(backend: &CudaBackend, memcpy_gbps: f64, reps: usize) -> Re
     Ok(())
 }
 
+/// The speed goals, each as its best benchmark figure: printed last
+/// as `goal.NAME figure=... target=... met|NOT met (the benchmark)`.
+#[derive(Default)]
+struct Goals {
+    /// (name, best figure so far, the benchmark it came from)
+    rows: Vec<(&'static str, f64, String)>,
+}
+
+impl Goals {
+    /// Keeps the higher figure of a goal met from above (bandwidth shares).
+    fn at_least(&mut self, name: &'static str, figure: f64, from: String) {
+        self.keep(name, figure, from, |new, old| new > old);
+    }
+
+    /// Keeps the lower figure of a goal met from below (time ratios).
+    fn at_most(&mut self, name: &'static str, figure: f64, from: String) {
+        self.keep(name, figure, from, |new, old| new < old);
+    }
+
+    fn keep(
+        &mut self,
+        name: &'static str,
+        figure: f64,
+        from: String,
+        better: fn(f64, f64) -> bool,
+    ) {
+        match self.rows.iter_mut().find(|(n, _, _)| *n == name) {
+            Some(row) if better(figure, row.1) => *row = (name, figure, from),
+            Some(_) => {}
+            None => self.rows.push((name, figure, from)),
+        }
+    }
+
+    fn print(&self) {
+        // (name, target, whether the figure must be at least the target)
+        let targets: [(&str, f64, bool); 6] = [
+            ("copy_pct_of_memcpy", 90.0, true),
+            ("elementwise_pct_of_memcpy", 90.0, true),
+            ("reduction_pct_of_memcpy", 80.0, true),
+            ("two_program_fused_ratio", 1.2, false),
+            ("pipeline_ratio", 1.2, false),
+            ("call_overhead_ratio", 1.5, false),
+        ];
+        for (name, target, at_least) in targets {
+            match self.rows.iter().find(|(n, _, _)| *n == name) {
+                Some((_, figure, from)) => {
+                    let met = if at_least {
+                        *figure >= target
+                    } else {
+                        *figure <= target
+                    };
+                    println!(
+                        "goal.{name} figure={figure:.3} target={target} {} ({from})",
+                        if met { "met" } else { "NOT met" }
+                    );
+                }
+                None => println!("goal.{name} not measured"),
+            }
+        }
+    }
+}
+
 fn run_gpu() -> Result<(), String> {
+    let mut goals = Goals::default();
     let mut backend = CudaBackend::new(CudaOptions {
         time_kernels: true,
         ..CudaOptions::default()
@@ -906,6 +969,9 @@ fn run_gpu() -> Result<(), String> {
     let mut ew_args = args.clone();
     ew_args.scalars.insert("a".into(), Literal::f32(2.0));
     ew_args.scalars.insert("c".into(), Literal::f32(1.0));
+    // Bandwidth goals are judged on the resident figure: the kernel timed
+    // as the memcpy baseline is, on data already on the device.
+    let resident_pct = |bytes: f64, ms: KernelMs| 100.0 * gbps(bytes, ms.resident) / memcpy_gbps;
     for split in SPLITS {
         let ms = kernel_ms(&mut backend, &plans(&copy(split))[0], &args, reps)?;
         println!(
@@ -913,11 +979,23 @@ fn run_gpu() -> Result<(), String> {
             split.label(),
             bandwidth_fields(2.0 * big_bytes, ms, memcpy_gbps)
         );
+        let from = format!("copy.{}, resident", split.label());
+        goals.at_least(
+            "copy_pct_of_memcpy",
+            resident_pct(2.0 * big_bytes, ms),
+            from,
+        );
         let ms = kernel_ms(&mut backend, &plans(&elementwise(split))[0], &ew_args, reps)?;
         println!(
             "bench.elementwise.{} {}",
             split.label(),
             bandwidth_fields(2.0 * big_bytes, ms, memcpy_gbps)
+        );
+        let from = format!("elementwise.{}, resident", split.label());
+        goals.at_least(
+            "elementwise_pct_of_memcpy",
+            resident_pct(2.0 * big_bytes, ms),
+            from,
         );
     }
     for split in REDUCE_SPLITS {
@@ -927,6 +1005,8 @@ fn run_gpu() -> Result<(), String> {
             split.label(),
             bandwidth_fields(big_bytes, ms, memcpy_gbps)
         );
+        let from = format!("reduction.{}, resident", split.label());
+        goals.at_least("reduction_pct_of_memcpy", resident_pct(big_bytes, ms), from);
     }
 
     let mut two_args = CallArgs::default();
@@ -947,6 +1027,11 @@ fn run_gpu() -> Result<(), String> {
         fused.resident,
         alone.resident,
         fused.resident / alone.resident
+    );
+    goals.at_most(
+        "two_program_fused_ratio",
+        fused.resident / alone.resident,
+        "two_program, resident".into(),
     );
 
     for (len, stages) in PIPELINES {
@@ -994,6 +1079,14 @@ fn run_gpu() -> Result<(), String> {
             pipe.resident / separate_ms,
             tickets_ms / separate_ms
         );
+        // Judged at 64 MiB per stage (the 4 MiB one is launch-bound).
+        if len == 1 << 24 {
+            goals.at_most(
+                "pipeline_ratio",
+                pipe.resident / separate_ms,
+                format!("pipeline.{}, resident", pipeline_label(len, stages)),
+            );
+        }
     }
 
     // Call overhead of a tiny kernel: the whole `run` (plan cached,
@@ -1065,6 +1158,12 @@ fn run_gpu() -> Result<(), String> {
         run_us / raw_us,
         run_us / raw_readback_us
     );
+    goals.at_most(
+        "call_overhead_ratio",
+        run_us / raw_us,
+        "call_overhead, run / raw launch + sync".into(),
+    );
+    goals.print();
     Ok(())
 }
 

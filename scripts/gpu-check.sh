@@ -35,7 +35,8 @@
 #      most 200 s;
 #   5. the benchmarks, at most 120 s;
 #   6. the fuzzer with CUDA executing, 30 s (at most 60 s);
-# and writes every figure to OUT_FILE (default gpu-check-report.txt). The
+# and writes every figure to OUT_FILE (default gpu-check-report.txt), ending
+# with a summary: test, corpus and fuzz counts and the speed goals. The
 # whole run stays under 8 minutes. Exit status: 0 when every step passed,
 # 1 when a step failed, 2 when the set-up is missing something.
 set -u -o pipefail
@@ -299,6 +300,11 @@ if FUZZ=$(bin mpmd-fuzz); then
 else
   say "fuzz not run: no mpmd-fuzz binary in $BIN_DIR"
 fi
+
+section "summary"
+grep -hE '^(test result|[0-9]+ passed, [0-9]+ failed|triage:|fuzz: )' \
+  "$WORK/tests.txt" "$WORK/conformance.txt" "$WORK/conformance-wgsl.txt" "$WORK/fuzz.txt" 2>/dev/null | tee -a "$OUT"
+grep -h '^goal\.' "$WORK/bench.txt" 2>/dev/null | tee -a "$OUT"
 
 section "done"
 say "status $STATUS elapsed $(( $(date +%s) - START ))s report $OUT"

@@ -971,3 +971,79 @@ fn grid_and_cluster_axes_index_blocks_row_major() {
         vec![0, 1, 10, 11, 100, 101, 110, 111, 200, 201, 210, 211]
     );
 }
+
+/// `flush_subnormals` computes as a flushing adapter does: subnormal f32
+/// operands and results of float operations become signed zeros, while
+/// moves, stores and bitcasts keep their bits. Without it, IEEE results.
+#[test]
+fn flushing_subnormals_changes_exactly_the_float_operations() {
+    let s = f32::from_bits(1 << 22); // 2^-127, subnormal
+    let t = f32::from_bits(1 << 21); // 2^-128, another subnormal
+    let mesh = MeshBuilder::new("m").grid("b", 1).threads("t", 1).build();
+    let map = MapBuilder::new("ftz")
+        .program("m", "ftz")
+        .input("x", gmem(F32, [2]))
+        .output("f", gmem(F32, [8]))
+        .output("c", gmem(U32, [2]))
+        .build();
+    let kernel = KernelBuilder::new("ftz", map.params()).body(|b| {
+        let s = b.let_("s", F32, load("x", [u(0)]));
+        let t = b.let_("t", F32, load("x", [u(1)]));
+        let min_normal = Expr::from(f32::MIN_POSITIVE);
+        let results = [
+            s.clone() + s.clone(),                   // 2^-126, or 0
+            s.clone() / s.clone(),                   // 1, or NaN
+            min_normal.clone() * Expr::from(0.5f32), // 2^-127, or 0
+            math(MathFn::Sqrt, [s.clone()]),         // 2^-63.5, or 0
+            -s.clone(),                              // -2^-127, or -0
+            s.clone(),                               // a move: kept
+            math(
+                MathFn::Fma,
+                [s.clone(), Expr::from(2.0f32.powi(126)), Expr::from(0.0f32)],
+            ), // 0.5, or 0
+            s.clone().bitcast(U32).bitcast(F32),     // bitcasts: kept
+        ];
+        for (k, value) in results.into_iter().enumerate() {
+            b.store(at("f", [u(k as u32)]), value);
+        }
+        b.store(at("c", [u(0)]), select(s.clone().eq(t.clone()), u(1), u(0)));
+        b.store(
+            at("c", [u(1)]),
+            select(s.lt(min_normal * Expr::from(0.25f32)), u(1), u(0)),
+        );
+    });
+    let m = module(vec![mesh], vec![kernel], vec![map]);
+    let a = args(&[("x", HostTensor::from_f32(vec![2], &[s, t]))], &[]);
+    let bits = |out: &CallOutputs, name: &str| out.outputs[name].words.clone();
+
+    let ieee = run(&m, "ftz", &a, &opts(true, 0)).unwrap();
+    let flushing = InterpOptions {
+        flush_subnormals: true,
+        ..opts(true, 0)
+    };
+    let ftz = run(&m, "ftz", &a, &flushing).unwrap();
+
+    let sqrt_s = s.sqrt().to_bits();
+    assert_eq!(
+        bits(&ieee, "f"),
+        vec![
+            f32::MIN_POSITIVE.to_bits(),
+            1.0f32.to_bits(),
+            s.to_bits(),
+            sqrt_s,
+            (-s).to_bits(),
+            s.to_bits(),
+            0.5f32.to_bits(),
+            s.to_bits()
+        ]
+    );
+    let f = bits(&ftz, "f");
+    assert_eq!(f[0], 0);
+    assert!(f32::from_bits(f[1]).is_nan(), "0 / 0");
+    assert_eq!(f[2..], [0, 0, 0x8000_0000, s.to_bits(), 0, s.to_bits()]);
+    // s == t: false in IEEE, true flushed (both become zero). s < 2^-126 *
+    // 0.25: false either way (IEEE: 2^-127 > 2^-128; flushed: the product
+    // is flushed too, and 0 < 0 is false).
+    assert_eq!(bits(&ieee, "c"), vec![0, 0]);
+    assert_eq!(bits(&ftz, "c"), vec![1, 0]);
+}

@@ -135,6 +135,67 @@ pub(crate) enum UnKind {
     B2I,
 }
 
+impl BinKind {
+    /// Whether its operands are f32 (a flushing adapter flushes them).
+    pub fn reads_f32(self) -> bool {
+        use BinKind::*;
+        matches!(
+            self,
+            FAdd | FSub | FMul | FDiv | FRem | FEq | FNe | FLt | FLe | FMin | FMax | FPow
+        )
+    }
+
+    /// Whether its result is an f32.
+    pub fn gives_f32(self) -> bool {
+        use BinKind::*;
+        matches!(self, FAdd | FSub | FMul | FDiv | FRem | FMin | FMax | FPow)
+    }
+}
+
+impl UnKind {
+    /// Whether its operand is an f32 (a flushing adapter flushes it).
+    pub fn reads_f32(self) -> bool {
+        use UnKind::*;
+        matches!(
+            self,
+            FNeg | Exp
+                | Log
+                | Sqrt
+                | Rsqrt
+                | Sin
+                | Cos
+                | Tanh
+                | FAbs
+                | Floor
+                | Ceil
+                | F2I
+                | F2U
+                | F2B
+        )
+    }
+
+    /// Whether its result is an f32.
+    pub fn gives_f32(self) -> bool {
+        use UnKind::*;
+        matches!(
+            self,
+            FNeg | Exp
+                | Log
+                | Sqrt
+                | Rsqrt
+                | Sin
+                | Cos
+                | Tanh
+                | FAbs
+                | Floor
+                | Ceil
+                | I2F
+                | U2F
+                | B2F
+        )
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum Instr {
     Bin {
@@ -272,6 +333,9 @@ pub(crate) struct ProgramCode {
     pub block_count: u64,
     /// Whether it uses atomics or semaphores (then blocks are not independent).
     pub synchronises: bool,
+    /// Flush subnormal f32 operands and results of float operations to zero
+    /// (`InterpOptions::flush_subnormals`).
+    pub flush_subnormals: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -388,6 +452,7 @@ pub(crate) fn compile(
         threads,
         block_count,
         synchronises: c.synchronises,
+        flush_subnormals: false,
     })
 }
 

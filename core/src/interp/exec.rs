@@ -346,12 +346,27 @@ impl BlockState {
             match instr {
                 Instr::Bin { op, dst, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes);
+                    if code.flush_subnormals && op.reads_f32() {
+                        let (a, b) = (flushed(&self.regs[*a]), flushed(&self.regs[*b]));
+                        binary(*op, &mut d, &a, &b, lanes);
+                    } else {
+                        binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes);
+                    }
+                    if code.flush_subnormals && op.gives_f32() {
+                        each(lanes, |l| d[l] = flush(d[l]));
+                    }
                     self.regs[*dst] = d;
                 }
                 Instr::Un { op, dst, a } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    unary(*op, &mut d, &self.regs[*a], lanes);
+                    if code.flush_subnormals && op.reads_f32() {
+                        unary(*op, &mut d, &flushed(&self.regs[*a]), lanes);
+                    } else {
+                        unary(*op, &mut d, &self.regs[*a], lanes);
+                    }
+                    if code.flush_subnormals && op.gives_f32() {
+                        each(lanes, |l| d[l] = flush(d[l]));
+                    }
                     self.regs[*dst] = d;
                 }
                 Instr::Select { dst, c, a, b } => {
@@ -363,10 +378,16 @@ impl BlockState {
                 Instr::Fma { dst, a, b, c } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (a, b, c) = (&self.regs[*a], &self.regs[*b], &self.regs[*c]);
+                    let f = |bits: u32| {
+                        f32::from_bits(if code.flush_subnormals {
+                            flush(bits)
+                        } else {
+                            bits
+                        })
+                    };
                     each(lanes, |l| {
-                        let r = f32::from_bits(a[l])
-                            .mul_add(f32::from_bits(b[l]), f32::from_bits(c[l]));
-                        d[l] = r.to_bits();
+                        let r = f(a[l]).mul_add(f(b[l]), f(c[l])).to_bits();
+                        d[l] = if code.flush_subnormals { flush(r) } else { r };
                     });
                     self.regs[*dst] = d;
                 }
@@ -1134,6 +1155,21 @@ fn map1(d: &mut [u32], a: &[u32], lanes: Lanes, f: impl Fn(u32) -> u32) {
             }
         }
     }
+}
+
+/// The bits of a subnormal f32 become a zero of the same sign; others stay.
+#[inline(always)]
+fn flush(bits: u32) -> u32 {
+    if bits & 0x7f80_0000 == 0 {
+        bits & 0x8000_0000
+    } else {
+        bits
+    }
+}
+
+/// A register's lanes with subnormal f32 values flushed.
+fn flushed(register: &[u32]) -> Vec<u32> {
+    register.iter().map(|&bits| flush(bits)).collect()
 }
 
 #[inline(always)]

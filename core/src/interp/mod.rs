@@ -58,6 +58,13 @@ pub struct InterpOptions {
     /// `multiset` outputs as sorted multisets, `ignore` outputs not at all,
     /// every other output element by element.
     pub output_compare: Vec<(Name, CompareMode)>,
+    /// Compute as an adapter that flushes subnormals does (DESIGN.md allows
+    /// it): every f32 operand of a float operation (arithmetic, comparison,
+    /// min/max, math function, conversion to an integer or bool) and every
+    /// f32 result of one becomes a zero of the same sign when it is
+    /// subnormal. Moves, selects, loads, stores, bitcasts and atomics keep
+    /// their bits. The conformance oracle for flushing adapters.
+    pub flush_subnormals: bool,
 }
 
 /// A semaphore wait that could not be met when first reached and was
@@ -178,7 +185,10 @@ impl Interpreter {
         options: &InterpOptions,
     ) -> Result<CallOutputs, RunError> {
         self.last_report = None;
-        let (layout, codes) = prepare(map, meshes, kernels, residents, args)?;
+        let (layout, mut codes) = prepare(map, meshes, kernels, residents, args)?;
+        for code in &mut codes {
+            code.flush_subnormals = options.flush_subnormals;
+        }
         let detect = options.detect;
 
         let (bufs, init) = self.make_buffers(&layout, args, residents, detect)?;

@@ -65,6 +65,19 @@ fn a_flushing_adapter_is_judged_and_other_deviations_still_skip() {
     assert_eq!(judged.results[&BackendId::Wgpu], Status::Pass);
     let judged = run_case(&corpus_case("i32_arith_edges"), &config, &env);
     assert_eq!(judged.results[&BackendId::Wgpu], Status::Pass);
+    // CUDA keeps subnormals, so it is not compared with this adapter there.
+    let with_cuda = RunConfig {
+        backends: vec![BackendId::Interp, BackendId::Wgpu, BackendId::Cuda],
+        ..config.clone()
+    };
+    let triaged = run_case(&corpus_case("f32_arith_special"), &with_cuda, &env);
+    assert_eq!(
+        triaged.triage,
+        Some(Status::Skip(
+            "wgpu flushes subnormals on this adapter and cuda keeps them (adapter deviation `subnormal`)"
+                .into()
+        ))
+    );
     // A deviation no oracle models still skips its cases, with the reason.
     let skipped = run_case(&corpus_case("math_log_subnormal"), &config, &env);
     match &skipped.results[&BackendId::Wgpu] {

@@ -13,6 +13,8 @@
 #   gpu_run           the backend's GPU tests (optional: the test binary of
 #                     `cargo test --release -p mpmd-cuda --test gpu_run --no-run`)
 #   mpmd-fuzz         the differential fuzzer (optional: 30 s against CUDA)
+#   wgsl_bench        the WGSL benchmark (optional: `cargo bench -p mpmd-wgpu
+#                     --bench wgsl_vs_handwritten --no-run`), run with step 4
 #   vulkan/*.deb      Debian packages of the Vulkan loader and GLVND
 #                     (optional: unpacked when the machine has no
 #                     libvulkan.so.1, so that WGSL runs on the GPU's own
@@ -32,7 +34,7 @@
 #   4. when a Vulkan loader and the NVIDIA Vulkan driver are there, the
 #      corpus again with WGSL on the GPU as well (interp,cuda,wgpu: CUDA and
 #      WGSL judged against the interpreter and compared with each other), at
-#      most 200 s;
+#      most 200 s, then the WGSL benchmark on that adapter, at most 120 s;
 #   5. the benchmarks, at most 120 s;
 #   6. the fuzzer with CUDA executing, 30 s (at most 60 s);
 # and writes every figure to OUT_FILE (default gpu-check-report.txt), ending
@@ -261,6 +263,15 @@ else
     STATUS=1
   else
     say "wgsl conformance ok"
+  fi
+  if WGSL_BENCH=$(bin wgsl_bench); then
+    say "wgsl benchmark (generated WGSL against hand-written WGSL, same adapter):"
+    VK_ICD_FILENAMES="$VK_ICD" timeout 120 "$WGSL_BENCH" --bench >"$WORK/wgsl-bench.txt" 2>&1
+    rc=$?
+    tee -a "$OUT" <"$WORK/wgsl-bench.txt" >/dev/null
+    [ $rc -ne 0 ] && say "wgsl benchmark FAILED (exit $rc)" && STATUS=1
+  else
+    say "wgsl benchmark not run: no wgsl_bench in $BIN_DIR"
   fi
 fi
 

@@ -212,32 +212,22 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
     if exit_code_of(&mut build) != ExitCode::SUCCESS {
         return ExitCode::FAILURE;
     }
-    // The GPU test binary: its path is only in cargo's JSON messages.
-    let mut tests = cargo(root, setup);
-    tests.args([
-        "test",
-        "--release",
-        "-p",
-        "mpmd-cuda",
-        "--test",
+    // The GPU test binary and the WGSL benchmark: their paths are only in
+    // cargo's JSON messages.
+    let Some(gpu_run) = built_executable(
+        root,
+        setup,
+        &["test", "--release", "-p", "mpmd-cuda", "--test", "gpu_run"],
         "gpu_run",
-        "--no-run",
-        "--message-format=json",
-    ]);
-    eprintln!("xtask: running {}", describe(&tests));
-    let output = match tests.output() {
-        Ok(o) if o.status.success() => o,
-        Ok(o) => {
-            eprintln!("{}", String::from_utf8_lossy(&o.stderr));
-            return ExitCode::FAILURE;
-        }
-        Err(e) => {
-            eprintln!("xtask: cannot start {}: {e}", describe(&tests));
-            return ExitCode::FAILURE;
-        }
+    ) else {
+        return ExitCode::FAILURE;
     };
-    let Some(gpu_run) = test_executable(&String::from_utf8_lossy(&output.stdout), "gpu_run") else {
-        eprintln!("xtask: cargo did not report the gpu_run test executable");
+    let Some(wgsl_bench) = built_executable(
+        root,
+        setup,
+        &["bench", "-p", "mpmd-wgpu", "--bench", "wgsl_vs_handwritten"],
+        "wgsl_vs_handwritten",
+    ) else {
         return ExitCode::FAILURE;
     };
     if let Err(e) = std::fs::create_dir_all(dir) {
@@ -250,6 +240,7 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
         .map(|name| (release.join(name), *name))
         .collect();
     files.push((PathBuf::from(gpu_run), "gpu_run"));
+    files.push((PathBuf::from(wgsl_bench), "wgsl_bench"));
     let mut total = 0;
     for (from, name) in files {
         let to = dir.join(name);
@@ -284,6 +275,35 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
 }
 
 /// The `"executable"` of the test target `name` in cargo's JSON messages.
+/// Builds a test or bench target without running it (`cargo ARGS --no-run`)
+/// and returns its executable; on failure says why and returns `None`.
+fn built_executable(
+    root: &Path,
+    setup: &tools::Setup,
+    args: &[&str],
+    name: &str,
+) -> Option<String> {
+    let mut build = cargo(root, setup);
+    build.args(args).args(["--no-run", "--message-format=json"]);
+    eprintln!("xtask: running {}", describe(&build));
+    let output = match build.output() {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+            return None;
+        }
+        Err(e) => {
+            eprintln!("xtask: cannot start {}: {e}", describe(&build));
+            return None;
+        }
+    };
+    let executable = test_executable(&String::from_utf8_lossy(&output.stdout), name);
+    if executable.is_none() {
+        eprintln!("xtask: cargo did not report the `{name}` executable");
+    }
+    executable
+}
+
 fn test_executable(messages: &str, name: &str) -> Option<String> {
     let target = format!("\"name\":\"{name}\"");
     messages

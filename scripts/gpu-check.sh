@@ -8,7 +8,7 @@
 # BIN_DIR` on a machine with Rust builds all of them):
 #   mpmd-conformance  the conformance runner (or: xtask, used only when cargo
 #                     is on PATH, since `xtask conformance` runs cargo)
-#   cuda-bench        the CUDA benchmarks (backend-cuda/src/bin/cuda-bench.rs)
+#   cuda-bench        the CUDA benchmarks (backend-cuda/src/bin/cuda-bench/)
 #   mpmd              the CLI (optional: a smoke run of `mpmd run --backend cuda`)
 #   gpu_run           the backend's GPU tests (optional: the test binary of
 #                     `cargo test --release -p mpmd-cuda --test gpu_run --no-run`)

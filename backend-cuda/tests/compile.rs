@@ -364,7 +364,7 @@ map m1 {{
 #[test]
 fn benchmark_reference_kernels_compile() {
     require_tools();
-    let source = include_str!("../src/bin/reference_kernels.cu");
+    let source = include_str!("../src/bin/cuda-bench/reference_kernels.cu");
     let ptx = compile_ptx(source, &CompileOptions::default()).unwrap();
     let report = mpmd_cuda::assemble(&ptx, 90).unwrap();
     for name in [

@@ -1,0 +1,368 @@
+//! `cuda-bench`: benchmarks of the CUDA backend.
+//!
+//! Always prints ptxas registers and spills (sm_90) of every benchmark
+//! kernel, and the cold-compile and cache-hit times of every example
+//! (`--examples DIR`, default the repository's `examples/`). With a GPU
+//! (and unless `--compile-only`), also runs, each beside its baseline:
+//! - `cuMemcpyDtoD` of 256 MiB (the baseline), also right after an upload;
+//! - hand-written CUDA C copies and reductions (`reference_kernels.cu`), to
+//!   show what the device reaches with 4- and 16-byte accesses and shuffles;
+//! - copy and elementwise over 256 MiB, and a block reduction;
+//! - a two-program map, fused, against its slower program alone;
+//! - three-stage semaphore pipelines, against three separate launches and
+//!   against the same fused kernel with per-block tickets;
+//! - the call overhead of a tiny kernel, against a raw launch of the same CUBIN;
+//!
+//! and ends with the speed goals (`goal.*` lines, `goals.rs`).
+//!
+//! Output: one `key value` line per figure, for scripts/gpu-check.sh.
+//! `--source NAME` prints the generated CUDA C of one benchmark.
+//!
+//! `benchmarks.rs` builds the maps, `timing.rs` times kernels,
+//! `reference.rs` the hand-written kernels, `compile_figures.rs` the figures
+//! that need no GPU.
+
+mod benchmarks;
+mod compile_figures;
+mod goals;
+mod reference;
+mod timing;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use mpmd_core::host::CallArgs;
+use mpmd_core::ir::Literal;
+use mpmd_core::plan::LaunchPlan;
+use mpmd_core::{Backend, Mode, RunOptions};
+use mpmd_cuda::control;
+use mpmd_cuda::emit::{emit_module_with, BlockSchedule, KernelParam};
+use mpmd_cuda::{emit_module, CudaBackend, CudaOptions};
+
+use benchmarks::*;
+use compile_figures::{compile_cache_figures, compile_figures};
+use goals::Goals;
+use reference::reference_figures;
+use timing::*;
+
+fn run_gpu() -> Result<(), String> {
+    let mut goals = Goals::default();
+    let mut backend = CudaBackend::new(CudaOptions {
+        time_kernels: true,
+        ..CudaOptions::default()
+    })
+    .map_err(|e| e.to_string())?;
+    println!(
+        "device name={:?} sm_{} sms={}",
+        backend.device_name(),
+        backend.arch(),
+        backend.sm_count()
+    );
+    let (major, minor) = mpmd_cuda::nvrtc_version().map_err(|e| e.to_string())?;
+    println!("nvrtc version={major}.{minor}");
+    if let Some((a, b)) = mpmd_cuda::backend::driver_version() {
+        println!("driver cuda_version={a}.{b}");
+    }
+    let reps = 5;
+    let big_bytes = BIG as f64 * 4.0;
+
+    // cuMemcpyDtoD of 256 MiB: back to back (the baseline), and each right
+    // after uploading its source, as a map's kernel runs inside `run` (does
+    // the GPU's state after a large upload slow any kernel down?).
+    let err = |e: cudarc::driver::DriverError| format!("{e:?}");
+    let stream = backend.stream().clone();
+    let mut src = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
+    let mut dst = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
+    let upload = f32_input(BIG).words;
+    let mut memcpy_best = [f64::INFINITY; 2];
+    for after_upload in [false, true] {
+        for _ in 0..reps {
+            if after_upload {
+                stream.memcpy_htod(&upload, &mut src).map_err(err)?;
+            }
+            let (start, end) = (timing_event(&backend)?, timing_event(&backend)?);
+            start.record(&stream).map_err(err)?;
+            stream.memcpy_dtod(&src, &mut dst).map_err(err)?;
+            end.record(&stream).map_err(err)?;
+            let ms = mpmd_cuda::backend::event_elapsed_ms(&start, &end).ok_or("no event time")?;
+            let best = &mut memcpy_best[after_upload as usize];
+            *best = best.min(ms as f64);
+        }
+    }
+    drop((src, dst, upload));
+    let [memcpy_ms, after_upload_ms] = memcpy_best;
+    println!(
+        "bench.memcpy_dtod ms={memcpy_ms:.4} gbps={:.1}",
+        gbps(2.0 * big_bytes, memcpy_ms)
+    );
+    println!(
+        "bench.memcpy_dtod_after_upload ms={after_upload_ms:.4} gbps={:.1} pct_of_memcpy={:.1}",
+        gbps(2.0 * big_bytes, after_upload_ms),
+        100.0 * memcpy_ms / after_upload_ms
+    );
+
+    let memcpy_gbps = gbps(2.0 * big_bytes, memcpy_ms);
+    reference_figures(&backend, memcpy_gbps, reps)?;
+
+    let x = f32_input(BIG);
+    let mut args = CallArgs::default();
+    args.inputs.insert("x".into(), x.clone());
+    let mut ew_args = args.clone();
+    ew_args.scalars.insert("a".into(), Literal::f32(2.0));
+    ew_args.scalars.insert("c".into(), Literal::f32(1.0));
+    // Bandwidth goals are judged on the resident figure: the kernel timed
+    // as the memcpy baseline is, on data already on the device.
+    let resident_pct = |bytes: f64, ms: KernelMs| 100.0 * gbps(bytes, ms.resident) / memcpy_gbps;
+    for split in SPLITS {
+        let ms = kernel_ms(&mut backend, &plans(&copy(split))[0], &args, reps)?;
+        println!(
+            "bench.copy.{} {}",
+            split.label(),
+            bandwidth_fields(2.0 * big_bytes, ms, memcpy_gbps)
+        );
+        let from = format!("copy.{}, resident", split.label());
+        goals.at_least(
+            "copy_pct_of_memcpy",
+            resident_pct(2.0 * big_bytes, ms),
+            from,
+        );
+        let ms = kernel_ms(&mut backend, &plans(&elementwise(split))[0], &ew_args, reps)?;
+        println!(
+            "bench.elementwise.{} {}",
+            split.label(),
+            bandwidth_fields(2.0 * big_bytes, ms, memcpy_gbps)
+        );
+        let from = format!("elementwise.{}, resident", split.label());
+        goals.at_least(
+            "elementwise_pct_of_memcpy",
+            resident_pct(2.0 * big_bytes, ms),
+            from,
+        );
+    }
+    for split in REDUCE_SPLITS {
+        let ms = kernel_ms(&mut backend, &plans(&reduction(split))[0], &args, reps)?;
+        println!(
+            "bench.reduction.{} {}",
+            split.label(),
+            bandwidth_fields(big_bytes, ms, memcpy_gbps)
+        );
+        let from = format!("reduction.{}, resident", split.label());
+        goals.at_least("reduction_pct_of_memcpy", resident_pct(big_bytes, ms), from);
+    }
+
+    let mut two_args = CallArgs::default();
+    two_args.inputs.insert("xa".into(), x);
+    two_args.inputs.insert("xb".into(), f32_input(BIG / 4));
+    let fused = kernel_ms(&mut backend, &plans(&two_program(true))[0], &two_args, reps)?;
+    let alone = kernel_ms(
+        &mut backend,
+        &plans(&two_program(false))[0],
+        &two_args,
+        reps,
+    )?;
+    println!(
+        "bench.two_program fused_ms={:.4} slower_alone_ms={:.4} ratio={:.3} resident_fused_ms={:.4} resident_alone_ms={:.4} resident_ratio={:.3}",
+        fused.in_run,
+        alone.in_run,
+        fused.in_run / alone.in_run,
+        fused.resident,
+        alone.resident,
+        fused.resident / alone.resident
+    );
+    goals.at_most(
+        "two_program_fused_ratio",
+        fused.resident / alone.resident,
+        "two_program, resident".into(),
+    );
+
+    for (len, stages) in PIPELINES {
+        let mut pipe_args = CallArgs::default();
+        pipe_args.inputs.insert("x".into(), f32_input(len));
+        let fused_plan = &plans(&pipeline_fused(len, stages))[0];
+        let pipe = kernel_ms(&mut backend, fused_plan, &pipe_args, reps)?;
+        // The fused result must be the three stages' result.
+        let fused_y = backend
+            .run(fused_plan, &pipe_args, &RunOptions::default())
+            .map_err(|e| e.to_string())?
+            .outputs["y"]
+            .to_f32();
+        let want = |i: usize| {
+            let v = (i % 1000) as f32 * 0.5 * 2.0 + 1.0;
+            v * v
+        };
+        if let Some(i) = (0..len as usize).find(|&i| fused_y[i] != want(i)) {
+            return Err(format!(
+                "fused pipeline: y[{i}] = {}, expected {}",
+                fused_y[i],
+                want(i)
+            ));
+        }
+        let separate: Vec<(LaunchPlan, mpmd_cuda::EmittedModule)> =
+            plans(&pipeline_separate(len, stages))
+                .into_iter()
+                .map(|plan| {
+                    let module = emit_module(&plan, Mode::Fast).map_err(|e| e.to_string())?;
+                    Ok((plan, module))
+                })
+                .collect::<Result<_, String>>()?;
+        let separate_ms = raw_launches_ms(&backend, &separate, len, reps)?;
+        // The same fused kernel with per-block tickets instead of the walk
+        // (what GPUs without cooperative launch run).
+        let tickets = emit_module_with(fused_plan, Mode::Fast, BlockSchedule::Tickets)
+            .map_err(|e| e.to_string())?;
+        let tickets_ms = raw_launches_ms(&backend, &[(fused_plan.clone(), tickets)], len, reps)?;
+        println!(
+            "bench.pipeline.{} fused_ms={:.4} three_launches_ms={separate_ms:.4} ratio={:.3} resident_fused_ms={:.4} resident_ratio={:.3} tickets_ms={tickets_ms:.4} tickets_ratio={:.3}",
+            pipeline_label(len, stages),
+            pipe.in_run,
+            pipe.in_run / separate_ms,
+            pipe.resident,
+            pipe.resident / separate_ms,
+            tickets_ms / separate_ms
+        );
+        // Judged at 64 MiB per stage (the 4 MiB one is launch-bound).
+        if len == 1 << 24 {
+            goals.at_most(
+                "pipeline_ratio",
+                pipe.resident / separate_ms,
+                format!("pipeline.{}, resident", pipeline_label(len, stages)),
+            );
+        }
+    }
+
+    // Call overhead of a tiny kernel: the whole `run` (plan cached,
+    // upload, launch, wait, read-back, error check) against raw cudarc
+    // launches of the same CUBIN, with and without reading the output back.
+    // The three alternate in rounds (the host's speed drifts), and each
+    // keeps its best round.
+    backend.set_time_kernels(false);
+    let tiny_plan = &plans(&tiny())[0];
+    let no_args = CallArgs::default();
+    let (emitted, function, _loaded) = raw_kernel(&backend, tiny_plan)?;
+    let stream = backend.stream().clone();
+    let y = stream
+        .alloc_zeros::<u32>(32)
+        .map_err(|e| format!("{e:?}"))?;
+    let mut ctl = stream
+        .alloc_zeros::<u32>(control::WORDS)
+        .map_err(|e| format!("{e:?}"))?;
+    let timeout: u64 = 10_000_000_000;
+    let config = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut raw_call = |read_back: bool| -> Result<(), String> {
+        stream
+            .memset_zeros(&mut ctl)
+            .map_err(|e| format!("{e:?}"))?;
+        let mut launch = stream.launch_builder(&function);
+        for param in &emitted.params {
+            match param {
+                KernelParam::Buffer(_) => launch.arg(&y),
+                KernelParam::Control => launch.arg(&ctl),
+                KernelParam::WaitTimeoutNs => launch.arg(&timeout),
+                KernelParam::Scalar(_) => return Err("the tiny kernel takes no scalars".into()),
+            };
+        }
+        // SAFETY: the arguments follow the kernel's parameter list.
+        unsafe { launch.launch(config) }.map_err(|e| format!("{e:?}"))?;
+        if read_back {
+            stream.clone_dtoh(&y).map_err(|e| format!("{e:?}"))?;
+        }
+        stream.synchronize().map_err(|e| format!("{e:?}"))
+    };
+    let (rounds, calls) = (5, 400);
+    // Best microseconds per call: `run`, raw launch, raw launch + read-back.
+    let mut best_us = [f64::INFINITY; 3];
+    for round in 0..=rounds {
+        for (slot, best) in best_us.iter_mut().enumerate() {
+            let start = Instant::now();
+            for _ in 0..calls {
+                match slot {
+                    0 => backend
+                        .run(tiny_plan, &no_args, &RunOptions::default())
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())?,
+                    _ => raw_call(slot == 2)?,
+                }
+            }
+            // Round 0 warms up.
+            if round > 0 {
+                *best = best.min(start.elapsed().as_secs_f64() * 1e6 / calls as f64);
+            }
+        }
+    }
+    let [run_us, raw_us, raw_readback_us] = best_us;
+    println!(
+        "bench.call_overhead run_us={run_us:.2} raw_launch_us={raw_us:.2} raw_launch_readback_us={raw_readback_us:.2} ratio_vs_raw={:.3} ratio_vs_raw_readback={:.3}",
+        run_us / raw_us,
+        run_us / raw_readback_us
+    );
+    goals.at_most(
+        "call_overhead_ratio",
+        run_us / raw_us,
+        "call_overhead, run / raw launch + sync".into(),
+    );
+    for line in goals.lines() {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// `--source NAME`: the generated CUDA C of benchmark `NAME` (one of the
+/// `ptxas.NAME.*` lines), for reading what is being timed.
+fn print_source(name: &str) -> i32 {
+    let Some((_, m)) = benchmarks().into_iter().find(|(n, _)| n == name) else {
+        let names: Vec<String> = benchmarks().into_iter().map(|(n, _)| n).collect();
+        eprintln!("no benchmark `{name}`; one of: {}", names.join(", "));
+        return 2;
+    };
+    for plan in plans(&m) {
+        match emit_module(&plan, Mode::Fast) {
+            Ok(module) => println!("{}", module.source),
+            Err(e) => {
+                eprintln!("{}: {e}", plan.map.name);
+                return 1;
+            }
+        }
+    }
+    0
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let compile_only = args.iter().any(|a| a == "--compile-only");
+    if let Some(name) = args
+        .iter()
+        .position(|a| a == "--source")
+        .and_then(|i| args.get(i + 1))
+    {
+        std::process::exit(print_source(name));
+    }
+    let examples = args
+        .iter()
+        .position(|a| a == "--examples")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples"));
+    let arch = std::env::var("MPMD_BENCH_ARCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(mpmd_cuda::CHECK_ARCH);
+    let compiled = compile_figures() & compile_cache_figures(&examples, arch);
+    let mut status = if compiled { 0 } else { 1 };
+    if compile_only {
+        std::process::exit(status);
+    }
+    if !mpmd_cuda::backend::driver_present() {
+        println!("gpu skipped: no CUDA driver (libcuda.so.1) on this machine");
+        std::process::exit(status);
+    }
+    if let Err(e) = run_gpu() {
+        println!("gpu error={}", e.replace('\n', " | "));
+        status = 1;
+    }
+    std::process::exit(status);
+}

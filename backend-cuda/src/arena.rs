@@ -57,8 +57,9 @@ pub struct ArenaLayout {
 
 impl ArenaLayout {
     /// `loaded`: the buffers some program loads from (they stay on the
-    /// device, where loads are fast).
-    pub fn new(plan: &LaunchPlan, loaded: &BTreeSet<usize>) -> Self {
+    /// device, where loads are fast). `map_outputs` false (the platform
+    /// cannot map host memory): every buffer on the device.
+    pub fn new(plan: &LaunchPlan, loaded: &BTreeSet<usize>, map_outputs: bool) -> Self {
         let words = |index: usize| plan.buffers[index].len.max(1) as usize;
         let in_memory = (0..plan.buffers.len())
             .filter(|&i| !matches!(plan.buffers[i].init, BufferInit::Resident(_)));
@@ -68,7 +69,8 @@ impl ArenaLayout {
             .filter(|&index| {
                 let buffer = &plan.buffers[index];
                 let fits = mapped_outputs + words(index) <= MAPPED_OUTPUT_MAX_WORDS;
-                let mappable = buffer.output.is_some()
+                let mappable = map_outputs
+                    && buffer.output.is_some()
                     && !buffer.atomic
                     && !loaded.contains(&index)
                     && matches!(buffer.init, BufferInit::Zeroed | BufferInit::Uninitialized);

@@ -74,6 +74,11 @@ pub struct CudaOptions {
     /// fit on the device); tests use a small number to make every block
     /// walk several logical blocks.
     pub max_resident_blocks: Option<u32>,
+    /// Put small outputs and the call's status word in host-mapped memory
+    /// (default on; off, or where the platform refuses mapped memory, every
+    /// output stays on the device and the control block is read back after
+    /// every call).
+    pub host_mapped_outputs: bool,
 }
 
 impl Default for CudaOptions {
@@ -88,6 +93,7 @@ impl Default for CudaOptions {
             wait_timeout,
             time_kernels: false,
             max_resident_blocks: None,
+            host_mapped_outputs: true,
         }
     }
 }
@@ -178,7 +184,10 @@ struct PreparedPlan {
 /// A prepared plan's memory, kept between its calls (see `arena`).
 struct CallMemory {
     arena: CudaSlice<u32>,
-    mapped: HostBlock,
+    /// `None` where the platform cannot map page-locked memory (WSL2 often
+    /// cannot): then no output is mapped and the control block is read back
+    /// after every call.
+    mapped: Option<HostBlock>,
     /// Page-locked landing place of the arena's outputs, when they are not
     /// too large (a pageable copy costs a few microseconds more).
     staging: Option<HostBlock>,
@@ -210,6 +219,8 @@ pub struct CudaBackend {
     last_kernel_ms: Option<f32>,
     /// A kernel was launched and its call has not synchronised yet.
     in_flight: bool,
+    /// Small outputs and the status word live in host-mapped memory.
+    host_mapping: bool,
 }
 
 fn driver(call: &'static str) -> impl Fn(DriverError) -> CudaError {
@@ -284,6 +295,9 @@ impl CudaBackend {
                 supported: describe_archs(&supported),
             });
         }
+        // Some platforms (WSL2 among them) refuse mapped page-locked memory:
+        // then every output stays on the device (see `arena`).
+        let host_mapping = options.host_mapped_outputs && HostBlock::new(&context, 1, true).is_ok();
         let stream = context.default_stream();
         Ok(CudaBackend {
             options,
@@ -299,7 +313,13 @@ impl CudaBackend {
             residents: BTreeMap::new(),
             last_kernel_ms: None,
             in_flight: false,
+            host_mapping,
         })
+    }
+
+    /// Whether small outputs go to host-mapped memory on this device.
+    pub fn host_mapping(&self) -> bool {
+        self.host_mapping
     }
 
     /// `sm_XY` of the device, as the number `XY`.
@@ -447,7 +467,7 @@ impl CudaBackend {
         PreparedPlan {
             plan: plan.clone(),
             mode,
-            layout: ArenaLayout::new(plan, &loaded_buffers(plan)),
+            layout: ArenaLayout::new(plan, &loaded_buffers(plan), self.host_mapping),
             module,
             function,
             cooperative,
@@ -588,9 +608,10 @@ impl CudaBackend {
         let stream = self.stream.clone();
         let time_kernels = self.options.time_kernels;
         let timeout_ns = self.timeout_ns();
+        let host_mapping = self.host_mapping;
         let prepared = &mut self.prepared[0];
         if prepared.memory.is_none() {
-            prepared.memory = Some(CallMemory::new(&stream, &prepared.layout)?);
+            prepared.memory = Some(CallMemory::new(&stream, &prepared.layout, host_mapping)?);
         }
         let layout = &prepared.layout;
         let memory = prepared.memory.as_mut().expect("allocated above");
@@ -608,9 +629,10 @@ impl CudaBackend {
                 (Some(Place::Device(range)), BufferInit::Zeroed) => stream
                     .memset_zeros(&mut memory.arena.slice_mut(range.clone()))
                     .map_err(run_err("memset"))?,
-                // SAFETY: no kernel is in flight (settled above).
                 (Some(Place::Mapped(range)), BufferInit::Zeroed) => {
-                    unsafe { memory.mapped.words_mut(range.clone()) }.fill(0)
+                    let mapped = memory.mapped.as_mut().ok_or_else(|| unplaced(index))?;
+                    // SAFETY: no kernel is in flight (settled above).
+                    unsafe { mapped.words_mut(range.clone()) }.fill(0)
                 }
                 _ => {}
             }
@@ -668,9 +690,10 @@ impl CudaBackend {
                 (_, Some(Place::Device(range))) => {
                     arena_outputs[range.start..range.start + len].to_vec()
                 }
-                // SAFETY: synchronised above.
                 (_, Some(Place::Mapped(range))) => {
-                    unsafe { memory.mapped.words(range.start..range.start + len) }.to_vec()
+                    let mapped = memory.mapped.as_ref().ok_or_else(|| unplaced(index))?;
+                    // SAFETY: synchronised above.
+                    unsafe { mapped.words(range.start..range.start + len) }.to_vec()
                 }
                 (_, None) => return Err(unplaced(index)),
             };
@@ -749,29 +772,40 @@ fn unplaced(buffer: usize) -> RunError {
 }
 
 impl CallMemory {
-    fn new(stream: &Arc<CudaStream>, layout: &ArenaLayout) -> Result<Self, RunError> {
+    fn new(
+        stream: &Arc<CudaStream>,
+        layout: &ArenaLayout,
+        host_mapping: bool,
+    ) -> Result<Self, RunError> {
         // SAFETY: every word a kernel may read before writing is set before
         // each launch (inputs uploaded, zeroed buffers and control cleared).
         let mut arena =
             unsafe { stream.alloc::<u32>(layout.device_words) }.map_err(run_err("allocation"))?;
-        let mapped = HostBlock::new(stream.context(), layout.mapped_words, true)
-            .map_err(run_err("mapped page-locked allocation"))?;
-        let staging = if (1..=STAGING_MAX_WORDS).contains(&layout.readback) {
+        let mapped = if host_mapping {
             Some(
-                HostBlock::new(stream.context(), layout.readback, false)
-                    .map_err(run_err("page-locked allocation"))?,
+                HostBlock::new(stream.context(), layout.mapped_words, true)
+                    .map_err(run_err("mapped page-locked allocation"))?,
             )
         } else {
             None
         };
+        // Without page-locked memory (some platforms refuse it) the read-back
+        // is a pageable copy, a few microseconds slower.
+        let staging = if (1..=STAGING_MAX_WORDS).contains(&layout.readback) {
+            HostBlock::new(stream.context(), layout.readback, false).ok()
+        } else {
+            None
+        };
         // The kernel finds the status word through the control block; the
-        // per-call clear leaves these two words alone.
-        let status = mapped.device_address(STATUS_WORD);
-        let address = [status as u32, (status >> 32) as u32];
-        let at = layout.control + control::STATUS_LO..layout.control + control::STATUS_HI + 1;
-        stream
-            .memcpy_htod(&address, &mut arena.slice_mut(at))
-            .map_err(run_err("upload"))?;
+        // per-call clear leaves these two words alone (zero: no status word).
+        if let Some(mapped) = &mapped {
+            let status = mapped.device_address(STATUS_WORD);
+            let address = [status as u32, (status >> 32) as u32];
+            let at = layout.control + control::STATUS_LO..layout.control + control::STATUS_HI + 1;
+            stream
+                .memcpy_htod(&address, &mut arena.slice_mut(at))
+                .map_err(run_err("upload"))?;
+        }
         Ok(CallMemory {
             arena,
             mapped,
@@ -792,15 +826,18 @@ impl CallMemory {
                     .slice_mut(layout.control..layout.control + control::CLEARED_WORDS),
             )
             .map_err(run_err("memset"))?;
-        // SAFETY: no kernel is in flight (callers settle first).
-        unsafe { self.mapped.words_mut(STATUS_WORD..STATUS_WORD + 1) }.fill(0);
+        if let Some(mapped) = self.mapped.as_mut() {
+            // SAFETY: no kernel is in flight (callers settle first).
+            unsafe { mapped.words_mut(STATUS_WORD..STATUS_WORD + 1) }.fill(0);
+        }
         // The launch must see the host's writes to the mapped block.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
     /// After the launch synchronised: the error the kernel recorded, if any.
-    /// The control block is copied back only when the status word is set.
+    /// With a status word, the control block is copied back only when the
+    /// word is set; without one, after every call.
     fn recorded_error(
         &self,
         stream: &Arc<CudaStream>,
@@ -808,23 +845,27 @@ impl CallMemory {
         module: &EmittedModule,
         plan: &LaunchPlan,
     ) -> Result<Option<RunError>, RunError> {
-        // SAFETY: the stream is synchronised; the device wrote the word.
-        let status = unsafe {
-            std::ptr::read_volatile(self.mapped.words(STATUS_WORD..STATUS_WORD + 1).as_ptr())
-        };
-        if status == 0 {
-            return Ok(None);
+        if let Some(mapped) = &self.mapped {
+            // SAFETY: the stream is synchronised; the device wrote the word.
+            let status = unsafe {
+                std::ptr::read_volatile(mapped.words(STATUS_WORD..STATUS_WORD + 1).as_ptr())
+            };
+            if status == 0 {
+                return Ok(None);
+            }
         }
         let words = download(
             stream,
             &self.arena.slice(layout.control_words()),
             "control block read-back",
         )?;
-        Ok(Some(
-            control::decode_for_plan(&words, module, plan).unwrap_or_else(|| {
-                RunError::Backend("the kernel flagged an error but recorded none".into())
-            }),
-        ))
+        let recorded = control::decode_for_plan(&words, module, plan);
+        if self.mapped.is_some() && recorded.is_none() {
+            return Err(RunError::Backend(
+                "the kernel flagged an error but recorded none".into(),
+            ));
+        }
+        Ok(recorded)
     }
 }
 
@@ -885,7 +926,10 @@ fn launch_prepared(
         .collect();
     let mapped_addresses: Vec<u64> = (0..plan.buffers.len())
         .map(|index| match layout.place(index) {
-            Some(Place::Mapped(range)) => memory.mapped.device_address(range.start),
+            Some(Place::Mapped(range)) => memory
+                .mapped
+                .as_ref()
+                .map_or(0, |mapped| mapped.device_address(range.start)),
             _ => 0,
         })
         .collect();
@@ -905,7 +949,7 @@ fn launch_prepared(
                     (_, Some(Place::Device(_)), Some(view)) => {
                         launch.arg(view);
                     }
-                    (_, Some(Place::Mapped(_)), _) => {
+                    (_, Some(Place::Mapped(_)), _) if mapped_addresses[*index] != 0 => {
                         launch.arg(&mapped_addresses[*index]);
                     }
                     _ => return Err(unplaced(*index)),

@@ -13,7 +13,7 @@ use mpmd_cuda::control;
 use mpmd_cuda::emit::loaded_buffers;
 
 fn layout(plan: &LaunchPlan) -> ArenaLayout {
-    ArenaLayout::new(plan, &loaded_buffers(plan))
+    ArenaLayout::new(plan, &loaded_buffers(plan), true)
 }
 
 fn buffer(plan: &LaunchPlan, operand: &str) -> usize {
@@ -64,6 +64,21 @@ fn a_store_only_output_is_mapped_and_nothing_is_copied_back() {
     assert_eq!(layout.readback, 0);
     assert_eq!(layout.control_words(), 0..control::WORDS);
     assert_eq!(layout.mapped_words, 576);
+    assert_disjoint_and_aligned(&plan, &layout);
+}
+
+/// Where the platform cannot map host memory (WSL2 often cannot), every
+/// output is in the arena and copied back.
+#[test]
+fn without_host_mapping_every_output_is_copied_back() {
+    let plan = plan_of(&scale());
+    let layout = ArenaLayout::new(&plan, &loaded_buffers(&plan), false);
+    assert_eq!(
+        layout.place(buffer(&plan, "y")),
+        Some(&Place::Device(0..512))
+    );
+    assert_eq!(layout.readback, 512);
+    assert_eq!(layout.control_words(), 512..512 + control::WORDS);
     assert_disjoint_and_aligned(&plan, &layout);
 }
 

@@ -18,12 +18,16 @@ use mpmd_cuda::{CudaBackend, CudaError, CudaOptions};
 
 /// The backend, or `None` after checking the no-driver error.
 fn backend(wait_timeout: Duration) -> Option<CudaBackend> {
-    let result = CudaBackend::new(CudaOptions {
-        device: 0,
+    backend_with(CudaOptions {
         wait_timeout,
         time_kernels: true,
-        max_resident_blocks: None,
-    });
+        ..CudaOptions::default()
+    })
+}
+
+/// The backend with `options`, or `None` after checking the no-driver error.
+fn backend_with(options: CudaOptions) -> Option<CudaBackend> {
+    let result = CudaBackend::new(options);
     if driver_present() {
         Some(result.unwrap_or_else(|e| panic!("this machine has a CUDA driver, but: {e}")))
     } else {
@@ -230,12 +234,45 @@ fn relaunching_the_latest_call_times_its_kernel() {
     assert_eq!(out.outputs["y"].words, vec![1, 1, 2, 2]);
 }
 
+/// Where the platform refuses mapped host memory (or the option is off),
+/// every output is copied back and the control block is read after every
+/// call; results and error reports are the same.
 #[test]
-fn unmet_wait_is_a_deadlock_after_the_time_limit() {
+fn without_host_mapping_results_and_errors_are_the_same() {
     require_tools();
-    let Some(mut cuda) = backend(Duration::from_millis(200)) else {
+    let Some(mut cuda) = backend_with(CudaOptions {
+        wait_timeout: Duration::from_millis(200),
+        host_mapped_outputs: false,
+        ..CudaOptions::default()
+    }) else {
         return;
     };
+    assert!(!cuda.host_mapping());
+    let plan = plan_of(&pipeline_in_warps());
+    let mut args = CallArgs::default();
+    let x: Vec<f32> = (0..384).map(|i| (i % 31) as f32 * 0.5).collect();
+    args.inputs
+        .insert("x".into(), HostTensor::from_f32(vec![4, 96], &x));
+    args.scalars.insert("scale".into(), Literal::f32(2.5));
+    for mode in [Mode::Fast, Mode::Checked] {
+        let (got, want) = both(&plan, &args, mode, &mut cuda);
+        assert_eq!(got, want, "{mode:?}");
+    }
+    let err = cuda
+        .run(
+            &plan_of(&stuck()),
+            &CallArgs::default(),
+            &RunOptions::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, RunError::Deadlock { .. }), "{err}");
+    // The default maps them wherever the platform allows (the H200 does).
+    let mapped = backend(Duration::from_secs(10)).expect("a driver, as above");
+    assert!(mapped.host_mapping());
+}
+
+/// A map whose only wait is never signalled.
+fn stuck() -> Module {
     let mesh = MeshBuilder::new("m").grid("b", 2).threads("t", 64).build();
     let map = MapBuilder::new("stuck")
         .program("m", "stuck")
@@ -246,7 +283,16 @@ fn unmet_wait_is_a_deadlock_after_the_time_limit() {
         b.wait(at("never", [Expr::from(2u32)]), 1);
         b.store(at("y", [axis_index("t")]), Expr::from(1u32));
     });
-    let plan = plan_of(&module(vec![mesh], vec![kernel], map));
+    module(vec![mesh], vec![kernel], map)
+}
+
+#[test]
+fn unmet_wait_is_a_deadlock_after_the_time_limit() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_millis(200)) else {
+        return;
+    };
+    let plan = plan_of(&stuck());
     let err = cuda
         .run(&plan, &CallArgs::default(), &RunOptions::default())
         .unwrap_err();

@@ -43,6 +43,7 @@ fn scale_runs_elementwise() {
     for mode in [Mode::Fast, Mode::Checked] {
         let out = emulate(&plan, mode, &inputs, &scalars, 1_000_000_000);
         assert_eq!(error_of(&plan, mode, &out), None);
+        assert_eq!(out.status, 0, "no error, no status ({mode:?})");
         let y = buffer_of(&plan, &out, "y");
         for i in 0..512 {
             if i < 500 {
@@ -153,8 +154,10 @@ fn unsignaled_wait_times_out_and_names_the_semaphore() {
                 .map(|e| e.to_string()),
             Some("deadlock: every live block waits\nprogram 0 (stuck), block 0 waits on `never[2]`, which no program of this call signals (and it is not device-resident)".to_string())
         );
-        // The abort flag stopped every block before its store.
+        // The abort flag stopped every block before its store; the status
+        // word tells the host to read the record.
         assert_eq!(out.control[mpmd_cuda::control::ABORT], 1);
+        assert_eq!(out.status, 1);
         assert!(buffer_of(&plan, &out, "y")
             .iter()
             .all(|&w| w == 0xdead_beef));
@@ -200,6 +203,8 @@ fn checked_mode_reports_out_of_bounds() {
         error_of(&plan, Mode::Checked, &out).map(|e| e.to_string()),
         Some("out-of-bounds access at program 0 (oob), block 1, thread 5: `y` index @[0, 1][40] (shape @[2, 2][32])".to_string())
     );
+    // The host reads the control block back because the status word says so.
+    assert_eq!(out.status, 1);
     // Every in-bounds store happened; the bad one was skipped.
     let y = buffer_of(&plan, &out, "y");
     let written = y.iter().filter(|&&w| w == 1.0f32.to_bits()).count();

@@ -76,8 +76,17 @@ impl Backend for EmulatedCuda {
         let module = emit_module(plan, options.mode).map_err(|e| RunError::Unsupported {
             reason: e.to_string(),
         })?;
-        if let Some(error) = mpmd_cuda::control::decode_for_plan(&out.control, &module, plan) {
-            return Err(error);
+        // As the backend does: the status word says whether to read the
+        // control block; the two must agree.
+        let recorded = mpmd_cuda::control::decode_for_plan(&out.control, &module, plan);
+        match (out.status, recorded) {
+            (0, None) => {}
+            (1, Some(error)) => return Err(error),
+            (status, recorded) => {
+                return Err(RunError::Backend(format!(
+                    "status word {status} but the control block records {recorded:?}"
+                )))
+            }
         }
         let mut outputs = BTreeMap::new();
         for (index, buffer) in plan.buffers.iter().enumerate() {

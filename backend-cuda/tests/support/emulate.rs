@@ -91,6 +91,9 @@ struct mpmd_any_ptr {
 /// Outputs of an emulated call: the control block and every buffer.
 pub struct Emulated {
     pub control: Vec<u32>,
+    /// The status word the control block points the kernel to (words
+    /// 24-25): 1 when the kernel recorded an error.
+    pub status: u32,
     pub buffers: Vec<Vec<u32>>,
 }
 
@@ -140,6 +143,12 @@ pub fn emulate_with_residents(
         ));
     }
     program.push_str("  static unsigned ctl[64] = {0};\n");
+    // The status word, found through the control block as on the GPU.
+    program.push_str(&format!(
+        "  static unsigned status_word = 0;\n  {{ unsigned long long a = (unsigned long long)&status_word; ctl[{}] = (unsigned)a; ctl[{}] = (unsigned)(a >> 32); }}\n",
+        mpmd_cuda::control::STATUS_LO,
+        mpmd_cuda::control::STATUS_HI
+    ));
     let mut args = Vec::new();
     for param in &module.params {
         args.push(match param {
@@ -177,6 +186,7 @@ pub fn emulate_with_residents(
         partial = partial.join(", ")
     ));
     program.push_str("  printf(\"ctl\"); for (int k = 0; k < 64; k++) printf(\" %u\", ctl[k]); printf(\"\\n\");\n");
+    program.push_str("  printf(\"status %u\\n\", status_word);\n");
     for (index, buffer) in plan.buffers.iter().enumerate() {
         program.push_str(&format!(
             "  printf(\"buf\"); for (int k = 0; k < {}; k++) printf(\" %u\", buf{index}[k]); printf(\"\\n\");\n",
@@ -226,8 +236,10 @@ pub fn emulate_with_residents(
             .collect::<Vec<u32>>()
     });
     let control = lines.next().unwrap();
+    let status = lines.next().unwrap()[0];
     Emulated {
         control,
+        status,
         buffers: lines.collect(),
     }
 }

@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use mpmd_core::host::CallArgs;
-use mpmd_core::ir::Literal;
+use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::{Backend, Mode, RunOptions};
 use mpmd_cuda::control;
@@ -113,42 +113,31 @@ fn run_gpu() -> Result<(), String> {
     ew_args.scalars.insert("c".into(), Literal::f32(1.0));
     // Bandwidth goals are judged on the resident figure: the kernel timed
     // as the memcpy baseline is, on data already on the device.
-    let resident_pct = |bytes: f64, ms: KernelMs| 100.0 * gbps(bytes, ms.resident) / memcpy_gbps;
+    let mut bandwidth = |name: &str, goal, module: Module, args: &CallArgs, bytes: f64| {
+        let ms = kernel_ms(&mut backend, &plans(&module)[0], args, reps)?;
+        println!("bench.{name} {}", bandwidth_fields(bytes, ms, memcpy_gbps));
+        let resident_pct = 100.0 * gbps(bytes, ms.resident) / memcpy_gbps;
+        goals.at_least(goal, resident_pct, format!("{name}, resident"));
+        Ok::<(), String>(())
+    };
     for split in SPLITS {
-        let ms = kernel_ms(&mut backend, &plans(&copy(split))[0], &args, reps)?;
-        println!(
-            "bench.copy.{} {}",
-            split.label(),
-            bandwidth_fields(2.0 * big_bytes, ms, memcpy_gbps)
-        );
-        let from = format!("copy.{}, resident", split.label());
-        goals.at_least(
+        let label = split.label();
+        let copied = 2.0 * big_bytes;
+        bandwidth(
+            &format!("copy.{label}"),
             "copy_pct_of_memcpy",
-            resident_pct(2.0 * big_bytes, ms),
-            from,
-        );
-        let ms = kernel_ms(&mut backend, &plans(&elementwise(split))[0], &ew_args, reps)?;
-        println!(
-            "bench.elementwise.{} {}",
-            split.label(),
-            bandwidth_fields(2.0 * big_bytes, ms, memcpy_gbps)
-        );
-        let from = format!("elementwise.{}, resident", split.label());
-        goals.at_least(
-            "elementwise_pct_of_memcpy",
-            resident_pct(2.0 * big_bytes, ms),
-            from,
-        );
+            copy(split),
+            &args,
+            copied,
+        )?;
+        let name = format!("elementwise.{label}");
+        let goal = "elementwise_pct_of_memcpy";
+        bandwidth(&name, goal, elementwise(split), &ew_args, copied)?;
     }
     for split in REDUCE_SPLITS {
-        let ms = kernel_ms(&mut backend, &plans(&reduction(split))[0], &args, reps)?;
-        println!(
-            "bench.reduction.{} {}",
-            split.label(),
-            bandwidth_fields(big_bytes, ms, memcpy_gbps)
-        );
-        let from = format!("reduction.{}, resident", split.label());
-        goals.at_least("reduction_pct_of_memcpy", resident_pct(big_bytes, ms), from);
+        let name = format!("reduction.{}", split.label());
+        let goal = "reduction_pct_of_memcpy";
+        bandwidth(&name, goal, reduction(split), &args, big_bytes)?;
     }
 
     let mut two_args = CallArgs::default();

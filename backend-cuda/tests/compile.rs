@@ -441,3 +441,40 @@ fn nvrtc_lists_the_architectures_it_compiles_for() {
     assert!(!archs.contains(&70), "{archs:?}");
     assert!(archs.windows(2).all(|w| w[0] < w[1]), "{archs:?}");
 }
+
+/// The generated code (semaphores through PTX release/acquire atomics,
+/// `__nanosleep`, named barriers) compiles for the oldest architecture
+/// NVRTC 13 supports, sm_75 (Turing workstation GPUs), and the newest it
+/// lists, in both modes and every schedule, without spills.
+#[test]
+fn the_corpus_compiles_for_the_oldest_and_newest_supported_architectures() {
+    require_tools();
+    let archs = mpmd_cuda::nvrtc::supported_archs().unwrap();
+    let (oldest, newest) = (archs[0], archs[archs.len() - 1]);
+    let mut programs = corpus();
+    programs.push(("pipeline_in_warps", pipeline_in_warps()));
+    for arch in [oldest, newest] {
+        let options = CompileOptions {
+            arch,
+            ..CompileOptions::default()
+        };
+        for (name, module) in &programs {
+            let plan = plan_of(module);
+            for schedule in [BlockSchedule::for_plan(&plan, true), BlockSchedule::Tickets] {
+                for mode in [Mode::Fast, Mode::Checked] {
+                    let emitted = emit_module_with(&plan, mode, schedule).unwrap();
+                    let ptx = compile_ptx(&emitted.source, &options)
+                        .unwrap_or_else(|e| panic!("{name} sm_{arch} {schedule:?} {mode:?}: {e}"));
+                    let report = mpmd_cuda::assemble(&ptx, arch)
+                        .unwrap_or_else(|e| panic!("{name} sm_{arch} {schedule:?} {mode:?}: {e}"));
+                    let kernel = report.kernel(&emitted.kernel_name).unwrap();
+                    assert_eq!(
+                        (kernel.spill_store_bytes, kernel.spill_load_bytes),
+                        (0, 0),
+                        "{name} sm_{arch} {schedule:?} {mode:?}"
+                    );
+                }
+            }
+        }
+    }
+}

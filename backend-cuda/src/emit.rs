@@ -531,18 +531,14 @@ fn buffers_named(
     plan: &LaunchPlan,
     names_in: impl Fn(&[Stmt]) -> BTreeSet<String>,
 ) -> BTreeSet<usize> {
-    let mut buffers = BTreeSet::new();
-    for unit in &plan.units {
-        let names = names_in(&unit.kernel.body);
-        for (position, param) in unit.kernel.params.iter().enumerate() {
-            if names.contains(&param.name) {
-                if let Some(b) = plan.operands.get(position).and_then(|o| o.buffer) {
-                    buffers.insert(b);
-                }
-            }
-        }
-    }
-    buffers
+    plan.units
+        .iter()
+        .flat_map(|unit| {
+            names_in(&unit.kernel.body)
+                .into_iter()
+                .filter_map(|name| plan.param_buffer(unit, &name))
+        })
+        .collect()
 }
 
 /// Buffers that some program stores to, or accesses atomically.
@@ -1105,13 +1101,8 @@ impl Emitter<'_> {
 
     /// Whether kernel parameter `name` of this unit is a semaphore some program reads.
     fn is_read_semaphore(&self, cx: &UnitContext, name: &str) -> bool {
-        cx.unit
-            .kernel
-            .params
-            .iter()
-            .position(|p| p.name == name)
-            .and_then(|position| self.plan.operands.get(position))
-            .and_then(|operand| operand.buffer)
+        self.plan
+            .param_buffer(cx.unit, name)
             .is_some_and(|buffer| self.read_semaphores.contains(&buffer))
     }
 

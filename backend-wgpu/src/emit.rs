@@ -271,11 +271,9 @@ fn atomic_buffers(plan: &LaunchPlan) -> Vec<bool> {
     for unit in &plan.units {
         let mut names = HashSet::new();
         collect_atomic_targets(&unit.kernel.body, &mut names);
-        for (i, param) in unit.kernel.params.iter().enumerate() {
-            if names.contains(&param.name) {
-                if let Some(buffer) = plan.operands.get(i).and_then(|o| o.buffer) {
-                    atomic[buffer] = true;
-                }
+        for name in &names {
+            if let Some(buffer) = plan.param_buffer(unit, name) {
+                atomic[buffer] = true;
             }
         }
     }
@@ -2673,9 +2671,9 @@ impl Hoisting {
 
 /// The plan buffer of semaphore parameter `name` of `unit`'s kernel.
 fn sem_buffer(plan: &LaunchPlan, unit: &LaunchUnit, name: &str) -> Option<usize> {
-    let position = unit.kernel.params.iter().position(|p| p.name == name)?;
-    match &unit.kernel.params[position].ty {
-        Type::Ref(r) if r.space == MemorySpace::Sem => plan.operands.get(position)?.buffer,
+    let param = unit.kernel.params.iter().find(|p| p.name == name)?;
+    match &param.ty {
+        Type::Ref(r) if r.space == MemorySpace::Sem => plan.param_buffer(unit, name),
         _ => None,
     }
 }

@@ -918,10 +918,7 @@ fn describe_sem_element(
     let Some(u) = plan.units.get(unit) else {
         return reference.to_string();
     };
-    let Some(pos) = u.kernel.params.iter().position(|p| p.name == reference) else {
-        return reference.to_string();
-    };
-    let Some(buffer) = plan.operands.get(pos).and_then(|o| o.buffer) else {
+    let Some(buffer) = plan.param_buffer(u, reference) else {
         return reference.to_string();
     };
     let buf = &plan.buffers[buffer];

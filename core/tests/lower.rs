@@ -92,6 +92,12 @@ fn elementwise_bindings_and_buffers() {
     assert_eq!(plan.units[0].block_count, 4);
     assert_eq!(plan.units[0].threads_per_block, 128);
     assert!(!plan.needs_co_residency());
+    // Kernel parameters reach their buffers by position.
+    let unit = &plan.units[0];
+    assert_eq!(plan.param_buffer(unit, "x"), Some(0));
+    assert_eq!(plan.param_buffer(unit, "y"), Some(1));
+    assert_eq!(plan.param_buffer(unit, "alpha"), None);
+    assert_eq!(plan.param_buffer(unit, "i"), None);
 }
 
 #[test]

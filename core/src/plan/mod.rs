@@ -155,6 +155,14 @@ impl LaunchPlan {
         self.units.iter().find(|u| u.program == program)
     }
 
+    /// The plan buffer bound to parameter `name` of `unit`'s kernel (kernel
+    /// parameters bind the map's operands by position); `None` for scalars,
+    /// `smem` and names that are not parameters.
+    pub fn param_buffer(&self, unit: &LaunchUnit, name: &str) -> Option<usize> {
+        let position = unit.kernel.params.iter().position(|p| p.name == name)?;
+        self.operands.get(position)?.buffer
+    }
+
     pub fn operand(&self, name: &str) -> Option<&OperandBinding> {
         self.operands.iter().find(|o| o.name == name)
     }

@@ -876,33 +876,17 @@ impl Emitter<'_> {
                 start,
                 end,
                 body,
-            } if self.mode == Mode::Fast && self.batchable(cx, start, end, body).is_some() => {
-                let trips = self.batchable(cx, start, end, body).unwrap_or_default();
-                self.emit_batched_loop(cx, var, start, trips, body, depth)?;
-            }
-            Stmt::For {
-                var,
-                start,
-                end,
-                body,
             } => {
-                let s = self.expr(cx, start)?;
-                let e = self.expr(cx, end)?;
-                let c_name = sanitize("v_", &var.name);
-                let ty = c_type(var.ty);
-                // The bound is evaluated once; `<` keeps the increment from
-                // overflowing.
-                self.line(depth, "{");
-                self.line(depth + 1, &format!("const {ty} {c_name}_end = {e};"));
-                self.line(
-                    depth + 1,
-                    &format!("for ({ty} {c_name} = {s}; {c_name} < {c_name}_end; {c_name}++) {{"),
-                );
-                cx.symbols
-                    .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
-                self.emit_body(cx, body, depth + 2)?;
-                self.line(depth + 1, "}");
-                self.line(depth, "}");
+                // Checked mode keeps the loop as written: its first
+                // out-of-bounds report must be the interpreter's.
+                let batched = match self.mode {
+                    Mode::Fast => self.batchable(cx, start, end, body),
+                    Mode::Checked => None,
+                };
+                match batched {
+                    Some(trips) => self.emit_batched_loop(cx, var, start, trips, body, depth)?,
+                    None => self.emit_loop(cx, var, start, end, body, depth)?,
+                }
             }
             Stmt::Barrier => self.line(depth, &self.unit_sync.barrier()),
             Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
@@ -1172,6 +1156,35 @@ impl Emitter<'_> {
             ScalarType::U32 => v,
             _ => format!("(u32)({v})"),
         })
+    }
+
+    /// A `for` loop as written: the bound is evaluated once, and `<` keeps
+    /// the increment from overflowing.
+    fn emit_loop(
+        &mut self,
+        cx: &mut UnitContext,
+        var: &mpmd_core::ir::Binding,
+        start: &Expr,
+        end: &Expr,
+        body: &[Stmt],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let s = self.expr(cx, start)?;
+        let e = self.expr(cx, end)?;
+        let c_name = sanitize("v_", &var.name);
+        let ty = c_type(var.ty);
+        self.line(depth, "{");
+        self.line(depth + 1, &format!("const {ty} {c_name}_end = {e};"));
+        self.line(
+            depth + 1,
+            &format!("for ({ty} {c_name} = {s}; {c_name} < {c_name}_end; {c_name}++) {{"),
+        );
+        cx.symbols
+            .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
+        self.emit_body(cx, body, depth + 2)?;
+        self.line(depth + 1, "}");
+        self.line(depth, "}");
+        Ok(())
     }
 
     /// The trip count of a loop whose loads can all be issued before its

@@ -646,29 +646,33 @@ impl CudaBackend {
         let layout = &prepared.layout;
         let memory = prepared.memory.as_mut().expect("allocated above");
         let what = "kernel execution or read-back";
-        let arena_outputs = match memory.staging.as_mut() {
+        if let Some(staging) = memory.staging.as_mut() {
+            // SAFETY: the staging block holds `readback` words and is only
+            // read after the synchronisation below.
+            unsafe {
+                let (source, _) = memory.arena.slice(0..layout.readback).device_ptr(&stream);
+                cudarc::driver::result::memcpy_dtoh_async(
+                    staging.words_mut(0..layout.readback),
+                    source,
+                    stream.cu_stream(),
+                )
+            }
+            .map_err(run_err(what))?;
+        }
+        let pageable;
+        let arena_outputs: &[u32] = match &memory.staging {
             Some(staging) => {
-                // SAFETY: the staging block holds `readback` words and is
-                // only read after the synchronisation below.
-                unsafe {
-                    let (source, _) = memory.arena.slice(0..layout.readback).device_ptr(&stream);
-                    cudarc::driver::result::memcpy_dtoh_async(
-                        staging.words_mut(0..layout.readback),
-                        source,
-                        stream.cu_stream(),
-                    )
-                }
-                .map_err(run_err(what))?;
                 stream.synchronize().map_err(run_err(what))?;
-                // SAFETY: synchronised.
-                unsafe { staging.words(0..layout.readback) }.to_vec()
+                // SAFETY: synchronised; each output is copied out of it below.
+                unsafe { staging.words(0..layout.readback) }
             }
             None if layout.readback > 0 => {
-                download(&stream, &memory.arena.slice(0..layout.readback), what)?
+                pageable = download(&stream, &memory.arena.slice(0..layout.readback), what)?;
+                &pageable
             }
             None => {
                 stream.synchronize().map_err(run_err(what))?;
-                Vec::new()
+                &[]
             }
         };
         stream.context().check_err().map_err(run_err(what))?;

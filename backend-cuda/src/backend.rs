@@ -1044,7 +1044,14 @@ fn scalar_args(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, Scal
     Ok(out)
 }
 
-fn input_words(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, Vec<u32>>, RunError> {
+/// The words a call uploads for each input buffer, by plan buffer index:
+/// each input checked against its type, `bool`s in gmem as 0 or 1 (the
+/// kernel compares with 0), an empty input as one word. Public for the CUDA
+/// emulation tests, which must upload what the backend uploads.
+pub fn input_words(
+    plan: &LaunchPlan,
+    args: &CallArgs,
+) -> Result<HashMap<usize, Vec<u32>>, RunError> {
     let mut out = HashMap::new();
     for (index, buffer) in plan.buffers.iter().enumerate() {
         let BufferInit::Input(name) = &buffer.init else {

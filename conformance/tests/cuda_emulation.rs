@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use mpmd_conformance::fuzz::{run_fuzz, BackendFactory, FuzzConfig};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
-use mpmd_core::ir::{MemorySpace, ScalarType};
 use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use mpmd_cuda::emit_module;
@@ -43,18 +42,17 @@ impl Backend for EmulatedCuda {
                 reason: "the emulator runs blocks one after another".into(),
             });
         }
-        let mut inputs = BTreeMap::new();
-        for buffer in &plan.buffers {
-            if let BufferInit::Input(name) = &buffer.init {
-                let tensor = args.input(name, buffer.len)?;
-                let mut words = tensor.words.clone();
-                if buffer.ty.space == MemorySpace::Gmem && buffer.ty.elem == ScalarType::Bool {
-                    // As the CUDA backend uploads them: any non-zero word is `true`.
-                    words.iter_mut().for_each(|w| *w = (*w != 0) as u32);
-                }
-                inputs.insert(name.as_str(), words);
-            }
-        }
+        // What the CUDA backend uploads.
+        let mut words = mpmd_cuda::backend::input_words(plan, args)?;
+        let inputs = plan
+            .buffers
+            .iter()
+            .enumerate()
+            .filter_map(|(index, buffer)| match &buffer.init {
+                BufferInit::Input(name) => Some((name.as_str(), words.remove(&index)?)),
+                _ => None,
+            })
+            .collect();
         let scalars = args
             .scalars
             .iter()

@@ -247,15 +247,6 @@ map pipeline {
 }
 ";
 
-/// The text of function `name` in `wgsl`.
-fn function<'a>(wgsl: &'a str, name: &str) -> &'a str {
-    let start = wgsl
-        .find(&format!("fn {name}("))
-        .unwrap_or_else(|| panic!("no fn {name} in:\n{wgsl}"));
-    let end = wgsl[start..].find("\n}\n").unwrap();
-    &wgsl[start..start + end]
-}
-
 /// The signal and the wait run in semaphore dispatches between the units:
 /// the units' own kernels hold no atomic (llvmpipe would run it for every
 /// SIMD vector of every block).

@@ -928,15 +928,6 @@ fn ordered_semaphores_keep_the_barriers_the_block_can_observe() {
     assert_eq!(out.outputs["z"].to_f32()[69], 244.0);
 }
 
-/// The text of function `name` in `wgsl`.
-fn function<'a>(wgsl: &'a str, name: &str) -> &'a str {
-    let start = wgsl
-        .find(&format!("fn {name}("))
-        .unwrap_or_else(|| panic!("no fn {name} in:\n{wgsl}"));
-    let end = wgsl[start..].find("\n}\n").unwrap();
-    &wgsl[start..start + end]
-}
-
 /// Three producer blocks, four consumer blocks: block 3's count stays short.
 /// `ready` is owned by the consumer, so the element names block coordinates.
 const SHORT: &str = "

@@ -102,3 +102,12 @@ pub fn assert_same(
     assert_eq!(got, expected);
     got
 }
+
+/// The text of function `name` in `wgsl`.
+pub fn function<'a>(wgsl: &'a str, name: &str) -> &'a str {
+    let start = wgsl
+        .find(&format!("fn {name}("))
+        .unwrap_or_else(|| panic!("no fn {name} in:\n{wgsl}"));
+    let end = wgsl[start..].find("\n}\n").unwrap();
+    &wgsl[start..start + end]
+}

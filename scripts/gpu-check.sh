@@ -59,6 +59,20 @@ STATUS=0
 : >"$OUT"
 say() { echo "$*" | tee -a "$OUT"; }
 section() { say ""; say "== $* (t=$(( $(date +%s) - START ))s)"; }
+# judge LABEL RC LIMIT: reports a step's exit status (124: its time limit ran
+# out), fails the check unless it is 0, and returns whether it was.
+judge() {
+  if [ "$2" -eq 124 ]; then
+    say "$1 TIMED OUT after $3 s"
+  elif [ "$2" -ne 0 ]; then
+    say "$1 FAILED (exit $2)"
+  else
+    say "$1 ok"
+    return 0
+  fi
+  STATUS=1
+  return 1
+}
 
 say "mpmd gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 say "bin_dir $BIN_DIR"
@@ -176,12 +190,7 @@ if TESTS=$(bin gpu_run); then
   rc=$?
   tee -a "$OUT" <"$WORK/tests.txt" >/dev/null
   grep -E '^test result' "$WORK/tests.txt" | sed 's/^/tests /' | tee -a "$OUT" >/dev/null
-  if [ $rc -ne 0 ]; then
-    say "gpu tests FAILED (exit $rc)"
-    STATUS=1
-  else
-    say "gpu tests ok"
-  fi
+  judge "gpu tests" $rc 60
 else
   say "gpu tests not run: no gpu_run test binary in $BIN_DIR"
 fi
@@ -205,15 +214,7 @@ if [ ${#CONF_CMD[@]} -gt 0 ]; then
   (cd "$REPO_ROOT" && timeout 200 "${CONF_CMD[@]}") >"$WORK/conformance.txt" 2>&1
   rc=$?
   cat "$WORK/conformance.txt" >>"$OUT"
-  if [ $rc -eq 124 ]; then
-    say "conformance TIMED OUT after 200 s"
-    STATUS=1
-  elif [ $rc -ne 0 ]; then
-    say "conformance FAILED (exit $rc)"
-    STATUS=1
-  else
-    say "conformance ok"
-  fi
+  judge conformance $rc 200
   if [ -f "$WORK/conformance.json" ]; then
     say "conformance json:"
     cat "$WORK/conformance.json" >>"$OUT"
@@ -255,21 +256,13 @@ else
   (cd "$REPO_ROOT" && VK_ICD_FILENAMES="$VK_ICD" timeout 200 "$CONF" "${WGSL_ARGS[@]}") >"$WORK/conformance-wgsl.txt" 2>&1
   rc=$?
   cat "$WORK/conformance-wgsl.txt" >>"$OUT"
-  if [ $rc -eq 124 ]; then
-    say "wgsl conformance TIMED OUT after 200 s"
-    STATUS=1
-  elif [ $rc -ne 0 ]; then
-    say "wgsl conformance FAILED (exit $rc)"
-    STATUS=1
-  else
-    say "wgsl conformance ok"
-  fi
+  judge "wgsl conformance" $rc 200
   if WGSL_BENCH=$(bin wgsl_bench); then
     say "wgsl benchmark (generated WGSL against hand-written WGSL, same adapter):"
     VK_ICD_FILENAMES="$VK_ICD" timeout 120 "$WGSL_BENCH" --bench >"$WORK/wgsl-bench.txt" 2>&1
     rc=$?
     tee -a "$OUT" <"$WORK/wgsl-bench.txt" >/dev/null
-    [ $rc -ne 0 ] && say "wgsl benchmark FAILED (exit $rc)" && STATUS=1
+    judge "wgsl benchmark" $rc 120
   else
     say "wgsl benchmark not run: no wgsl_bench in $BIN_DIR"
   fi
@@ -282,13 +275,7 @@ if BENCH=$(bin cuda-bench); then
   MPMD_BENCH_ARCH="${ARCH:-90}" timeout 120 "$BENCH" --examples "$REPO_ROOT/examples" >"$WORK/bench.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/bench.txt"
-  if [ $rc -eq 124 ]; then
-    say "benchmarks TIMED OUT after 120 s"
-    STATUS=1
-  elif [ $rc -ne 0 ]; then
-    say "benchmarks FAILED (exit $rc)"
-    STATUS=1
-  elif grep -q '^gpu skipped' "$WORK/bench.txt"; then
+  if judge benchmarks $rc 120 && grep -q '^gpu skipped' "$WORK/bench.txt"; then
     say "benchmarks did not reach the GPU"
     STATUS=1
   fi

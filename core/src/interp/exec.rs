@@ -378,16 +378,13 @@ impl BlockState {
                 Instr::Fma { dst, a, b, c } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (a, b, c) = (&self.regs[*a], &self.regs[*b], &self.regs[*c]);
-                    let f = |bits: u32| {
-                        f32::from_bits(if code.flush_subnormals {
-                            flush(bits)
-                        } else {
-                            bits
-                        })
+                    let ftz = |bits: u32| match code.flush_subnormals {
+                        true => flush(bits),
+                        false => bits,
                     };
+                    let f = |bits: u32| f32::from_bits(ftz(bits));
                     each(lanes, |l| {
-                        let r = f(a[l]).mul_add(f(b[l]), f(c[l])).to_bits();
-                        d[l] = if code.flush_subnormals { flush(r) } else { r };
+                        d[l] = ftz(f(a[l]).mul_add(f(b[l]), f(c[l])).to_bits());
                     });
                     self.regs[*dst] = d;
                 }

@@ -135,8 +135,7 @@ fn run_benches(root: &Path, setup: &tools::Setup, which: &[BenchTarget]) -> Exit
                 .arg("--examples")
                 .arg(root.join("examples")),
         };
-        eprintln!("xtask: running {}", describe(&cmd));
-        if exit_code_of(&mut cmd) != ExitCode::SUCCESS {
+        if run_announced(&mut cmd) != ExitCode::SUCCESS {
             failed.push(format!("{target:?}").to_lowercase());
         }
     }
@@ -208,8 +207,7 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
         "mpmd-cli",
         "--bins",
     ]);
-    eprintln!("xtask: running {}", describe(&build));
-    if exit_code_of(&mut build) != ExitCode::SUCCESS {
+    if run_announced(&mut build) != ExitCode::SUCCESS {
         return ExitCode::FAILURE;
     }
     // The GPU test binary and the WGSL benchmark: their paths are only in
@@ -367,8 +365,7 @@ fn run_tests(root: &Path, setup: &tools::Setup, extra: &[String]) -> ExitCode {
         cmd.args(["test", "--no-fail-fast"]);
     }
     cmd.args(scope).args(extra);
-    eprintln!("xtask: running {}", describe(&cmd));
-    let code = exit_code_of(&mut cmd);
+    let code = run_announced(&mut cmd);
     if code != ExitCode::SUCCESS || !nextest {
         return code;
     }
@@ -377,8 +374,7 @@ fn run_tests(root: &Path, setup: &tools::Setup, extra: &[String]) -> ExitCode {
     doc.args(["test", "--doc"])
         .args(scope)
         .args(package_args(extra));
-    eprintln!("xtask: running {}", describe(&doc));
-    exit_code_of(&mut doc)
+    run_announced(&mut doc)
 }
 
 /// The `-p NAME` / `--package NAME` / `--package=NAME` arguments of `args`
@@ -408,6 +404,12 @@ fn describe(cmd: &Command) -> String {
 
 /// Runs `cmd` with inherited stdio (so the runner's summary streams through)
 /// and returns its exit code.
+/// Says which command runs, then runs it ([`exit_code_of`]).
+fn run_announced(cmd: &mut Command) -> ExitCode {
+    eprintln!("xtask: running {}", describe(cmd));
+    exit_code_of(cmd)
+}
+
 fn exit_code_of(cmd: &mut Command) -> ExitCode {
     match cmd.status() {
         Ok(status) => match status.code() {

@@ -306,7 +306,11 @@ fn install_cuda_wheels(layout: &CudaToolsLayout, ci: bool, setup: &mut Setup) {
         "--no-deps",
         "--upgrade",
     ]);
-    if !ci {
+    if ci {
+        // A CI machine installs once and may be short of disk: keep no
+        // second copy of the 130 MB of wheels in pip's cache.
+        cmd.arg("--no-cache-dir");
+    } else {
         cmd.arg("--quiet");
     }
     cmd.arg("--target")

@@ -1057,7 +1057,7 @@ pub fn input_words(
         let BufferInit::Input(name) = &buffer.init else {
             continue;
         };
-        let tensor = args.input(name, buffer.len)?;
+        let tensor = args.input(name, buffer.ty.elem, buffer.len)?;
         let mut words = tensor.words.clone();
         if buffer.ty.space == MemorySpace::Gmem && buffer.ty.elem == ScalarType::Bool {
             // Any non-zero word is `true`; the kernel compares with 0.

@@ -154,3 +154,33 @@ fn inputs_and_device_residents_are_not_mapped() {
     }
     assert_disjoint_and_aligned(&plan, &layout);
 }
+
+/// What a call uploads into the arena's input ranges: the caller's words,
+/// once the element type and count match the map's declaration.
+#[test]
+fn inputs_are_uploaded_only_when_type_and_length_match() {
+    use mpmd_core::{CallArgs, HostTensor, RunError};
+    use mpmd_cuda::backend::input_words;
+
+    let plan = plan_of(&scale());
+    let x = buffer(&plan, "x");
+    let with_x = |tensor: HostTensor| CallArgs {
+        inputs: [("x".into(), tensor)].into(),
+        ..CallArgs::default()
+    };
+    let floats: Vec<f32> = (0..512).map(|i| i as f32 - 0.5).collect();
+    let words = input_words(&plan, &with_x(HostTensor::from_f32(vec![512], &floats))).unwrap();
+    let bits: Vec<u32> = floats.iter().map(|v| v.to_bits()).collect();
+    assert_eq!(words[&x], bits);
+
+    let ints = with_x(HostTensor::from_i32(vec![512], &[7; 512]));
+    assert_eq!(
+        input_words(&plan, &ints).unwrap_err(),
+        RunError::BadArguments("input `x` holds `i32` elements; the map declares `f32`".into())
+    );
+    let short = with_x(HostTensor::from_f32(vec![3], &[1.0; 3]));
+    assert_eq!(
+        input_words(&plan, &short).unwrap_err(),
+        RunError::BadArguments("input `x` has 3 elements; the map declares 512".into())
+    );
+}

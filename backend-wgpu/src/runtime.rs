@@ -645,13 +645,7 @@ impl Backend for WgpuBackend {
         // Inputs must match their buffers.
         for buf in &plan.buffers {
             if let BufferInit::Input(name) = &buf.init {
-                let t = args.input(name, buf.len)?;
-                if t.elem != buf.ty.elem {
-                    return Err(RunError::BadArguments(format!(
-                        "input `{name}` holds `{}` elements; the map declares `{}`",
-                        t.elem, buf.ty.elem
-                    )));
-                }
+                args.input(name, buf.ty.elem, buf.len)?;
             }
         }
 

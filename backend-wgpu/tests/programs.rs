@@ -830,6 +830,15 @@ fn bad_arguments_are_errors() {
         err,
         RunError::BadArguments("input `x` has 3 elements; the map declares 480".into())
     );
+    let ints = args(
+        vec![("x", HostTensor::from_i32(vec![480], &[1; 480]))],
+        vec![("alpha", Literal::f32(1.0)), ("n", Literal::U32(1))],
+    );
+    let err = wgpu.run(&p, &ints, &fast()).unwrap_err();
+    assert_eq!(
+        err,
+        RunError::BadArguments("input `x` holds `i32` elements; the map declares `f32`".into())
+    );
 }
 
 /// Semaphore operations between smem accesses: their barriers order the

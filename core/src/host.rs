@@ -80,13 +80,21 @@ pub struct CallArgs {
 }
 
 impl CallArgs {
-    /// The tensor of input `name`, which fills a buffer of `len` elements:
-    /// every backend's check that the call gives it, with that many elements.
-    pub fn input(&self, name: &str, len: u64) -> Result<&HostTensor, RunError> {
+    /// The tensor of input `name`, which fills a buffer of `len` elements of
+    /// type `elem`: every backend's check that the call gives it, with that
+    /// many elements of that type (a tensor of another type would have its
+    /// bits reinterpreted, which is never what the caller meant).
+    pub fn input(&self, name: &str, elem: ScalarType, len: u64) -> Result<&HostTensor, RunError> {
         let tensor = self
             .inputs
             .get(name)
             .ok_or_else(|| RunError::BadArguments(format!("missing input `{name}`")))?;
+        if tensor.elem != elem {
+            return Err(RunError::BadArguments(format!(
+                "input `{name}` holds `{}` elements; the map declares `{elem}`",
+                tensor.elem
+            )));
+        }
         if tensor.words.len() as u64 != len {
             return Err(RunError::BadArguments(format!(
                 "input `{name}` has {} elements; the map declares {len}",

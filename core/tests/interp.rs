@@ -104,6 +104,17 @@ fn bad_arguments_are_errors() {
         e,
         RunError::BadArguments("input `x` has 3 elements; the map declares 256".into())
     );
+    // The right number of words but the wrong element type: taking the bits
+    // of 256 integers as floats is never what the caller meant.
+    let ints = args(
+        &[("x", HostTensor::from_i32(vec![256], &[1; 256]))],
+        &[("alpha", Literal::f32(1.0))],
+    );
+    let e = run(&m, "axpb", &ints, &opts(false, 0)).unwrap_err();
+    assert_eq!(
+        e,
+        RunError::BadArguments("input `x` holds `i32` elements; the map declares `f32`".into())
+    );
     let wrong_type = args(
         &[("x", HostTensor::zeros(F32, vec![256]))],
         &[("alpha", Literal::I32(1))],

@@ -379,7 +379,7 @@ impl Interpreter {
             let bits = |v: bool| if detect { vec![v; len] } else { vec![] };
             let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
-                    let t = args.input(name, len as u64)?;
+                    let t = args.input(name, spec.ty.elem, len as u64)?;
                     (self.buffer(len, |k| t.words[k]), bits(true))
                 }
                 Init::Zeroed => (self.buffer(len, |_| 0), bits(true)),

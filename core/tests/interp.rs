@@ -734,6 +734,67 @@ fn a_wait_nobody_signals_is_a_deadlock_with_the_wait_for_graph() {
     }
 }
 
+/// Loads and stores whose lanes take consecutive indices are copied as one
+/// slice; every other pattern (shifted across the end, reversed, under a
+/// partial mask, through smem) must give the same values on every path:
+/// fast (no detection), detection and shuffled schedules.
+#[test]
+fn consecutive_and_scattered_accesses_agree_on_every_path() {
+    let mesh = MeshBuilder::new("m").grid("b", 2).threads("t", 64).build();
+    let map = MapBuilder::new("patterns")
+        .program("m", "patterns")
+        .input("x", gmem(U32, [128]))
+        .output("shifted", gmem(U32, [128]))
+        .output("reversed", gmem(U32, [128]))
+        .output_zeroed("upper", gmem(U32, [128]))
+        .output("through_smem", gmem(U32, [128]))
+        .output("smem_reversed", gmem(U32, [128]))
+        .scratch("buf", smem(U32, [64]).owned_by("m"))
+        .scratch("buf2", smem(U32, [64]).owned_by("m"))
+        .build();
+    let kernel = KernelBuilder::new("patterns", map.params()).body(|b| {
+        let g = b.let_("g", U32, gid());
+        let t = b.let_("t", U32, axis_index("t"));
+        // Consecutive except where it wraps round the end of `x`.
+        b.store(
+            at("shifted", [g.clone()]),
+            load("x", [(g.clone() + 100u32) % 128u32]),
+        );
+        b.store(at("reversed", [u(127) - g.clone()]), load("x", [g.clone()]));
+        b.if_(t.clone().ge(16u32), |b| {
+            b.store(at("upper", [g.clone()]), load("x", [g.clone()]) + 1u32)
+        });
+        b.store(at("buf", [u(63) - t.clone()]), load("x", [g.clone()]));
+        b.store(at("buf2", [t.clone()]), load("x", [g.clone()]));
+        b.barrier();
+        b.store(at("through_smem", [g.clone()]), load("buf", [t.clone()]));
+        b.store(
+            at("smem_reversed", [g.clone()]),
+            load("buf2", [u(63) - t.clone()]),
+        );
+    });
+    let m = module(vec![mesh], vec![kernel], vec![map]);
+    let x: Vec<u32> = (0..128).map(|k| k * 7 + 3).collect();
+    let a = args(&[("x", HostTensor::from_u32(vec![128], &x))], &[]);
+    let g = 0..128usize;
+    let shifted: Vec<u32> = g.clone().map(|k| x[(k + 100) % 128]).collect();
+    let reversed: Vec<u32> = g.clone().map(|k| x[127 - k]).collect();
+    let upper: Vec<u32> = g
+        .clone()
+        .map(|k| if k % 64 >= 16 { x[k] + 1 } else { 0 })
+        .collect();
+    let through_smem: Vec<u32> = g.map(|k| x[k - k % 64 + 63 - k % 64]).collect();
+    for o in [opts(false, 0), opts(true, 0), opts(false, 2)] {
+        let out = run(&m, "patterns", &a, &o).unwrap();
+        let words = |name: &str| out.outputs[name].words.clone();
+        assert_eq!(words("shifted"), shifted, "options {o:?}");
+        assert_eq!(words("reversed"), reversed, "options {o:?}");
+        assert_eq!(words("upper"), upper, "options {o:?}");
+        assert_eq!(words("through_smem"), through_smem, "options {o:?}");
+        assert_eq!(words("smem_reversed"), through_smem, "options {o:?}");
+    }
+}
+
 #[test]
 fn out_of_bounds_is_reported_with_its_place_in_every_mode() {
     let mesh = MeshBuilder::new("m").grid("b", 2).threads("t", 8).build();

@@ -822,13 +822,26 @@ impl BlockState {
         let (r, extent, _) = acc.dims[0];
         let idx = &self.regs[r];
         let lanes = lanes_of(self.span, &self.mask);
+        let run = consecutive_run(&lanes, idx, extent);
         let result = match acc.target {
             Target::Global(b) => {
                 let words = self.own_instance(code, env, acc, b)?;
+                if let Some(Run { lanes, first }) = run {
+                    let from = &words[first..first + lanes.len()];
+                    d[lanes]
+                        .iter_mut()
+                        .zip(from)
+                        .for_each(|(d, w)| *d = w.load(Relaxed));
+                    return Ok(());
+                }
                 try_each_index(lanes, idx, extent, |l, i| d[l] = words[i].load(Relaxed))
             }
             Target::Smem(s) => {
                 let words = &self.smem[s];
+                if let Some(Run { lanes, first }) = run {
+                    d[lanes.clone()].copy_from_slice(&words[first..first + lanes.len()]);
+                    return Ok(());
+                }
                 try_each_index(lanes, idx, extent, |l, i| d[l] = words[i])
             }
             Target::Local(id) => {
@@ -898,13 +911,25 @@ impl BlockState {
         let (r, extent, _) = acc.dims[0];
         let lanes = lanes_of(self.span, &self.mask);
         let (idx, s) = (&self.regs[r], &self.regs[src]);
+        let run = consecutive_run(&lanes, idx, extent);
         let result = match acc.target {
             Target::Global(b) => {
                 let words = self.own_instance(code, env, acc, b)?;
+                if let Some(Run { lanes, first }) = run {
+                    let to = &words[first..first + lanes.len()];
+                    to.iter()
+                        .zip(&s[lanes])
+                        .for_each(|(w, &v)| w.store(v, Relaxed));
+                    return Ok(());
+                }
                 try_each_index(lanes, idx, extent, |l, i| words[i].store(s[l], Relaxed))
             }
             Target::Smem(k) => {
                 let words = &mut self.smem[k];
+                if let Some(Run { lanes, first }) = run {
+                    words[first..first + lanes.len()].copy_from_slice(&s[lanes]);
+                    return Ok(());
+                }
                 try_each_index(lanes, idx, extent, |l, i| words[i] = s[l])
             }
             Target::Local(id) => {
@@ -1049,6 +1074,33 @@ fn each(lanes: Lanes, mut f: impl FnMut(usize)) {
 /// Like [`each`]; stops at the first lane for which `f` fails.
 /// Runs `f(lane, index)` for each lane whose index `idx[lane]` is below
 /// `extent`; stops at the first lane out of bounds and returns it.
+/// Active lanes `lanes` whose indices are `first, first + 1, ...`, all in
+/// bounds: the access is one slice copy (the common `x[base + t]`).
+struct Run {
+    lanes: std::ops::Range<usize>,
+    first: usize,
+}
+
+fn consecutive_run(lanes: &Lanes, idx: &[u32], extent: u32) -> Option<Run> {
+    let Lanes::Range(lo, hi) = *lanes else {
+        return None;
+    };
+    let first = *idx.get(lo)?;
+    if u64::from(first) + (hi - lo) as u64 > u64::from(extent) {
+        return None;
+    }
+    // A fold with no early exit vectorises; the check costs less than the
+    // per-lane bounds checks it saves.
+    let stray = idx[lo..hi]
+        .iter()
+        .zip(first..)
+        .fold(0, |acc, (&i, want)| acc | (i ^ want));
+    (stray == 0).then_some(Run {
+        lanes: lo..hi,
+        first: first as usize,
+    })
+}
+
 #[inline(always)]
 fn try_each_index(
     lanes: Lanes,

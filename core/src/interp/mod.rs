@@ -337,34 +337,6 @@ impl Interpreter {
         }
     }
 
-    /// A buffer of `len` words filled by `fill` (from the pool when one fits);
-    /// large buffers are filled on all host cores.
-    fn buffer(&mut self, len: usize, fill: impl Fn(usize) -> u32 + Sync) -> Vec<AtomicU32> {
-        let mut words = match self.pool.iter().position(|b| b.len() == len) {
-            Some(i) => self.pool.swap_remove(i),
-            None => (0..len).map(|_| AtomicU32::new(0)).collect(),
-        };
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if len < 1 << 18 || workers < 2 {
-            for (k, w) in words.iter_mut().enumerate() {
-                *w.get_mut() = fill(k);
-            }
-            return words;
-        }
-        let chunk = len.div_ceil(workers);
-        std::thread::scope(|s| {
-            for (c, part) in words.chunks_mut(chunk).enumerate() {
-                let fill = &fill;
-                s.spawn(move || {
-                    for (k, w) in part.iter_mut().enumerate() {
-                        *w.get_mut() = fill(c * chunk + k);
-                    }
-                });
-            }
-        });
-        words
-    }
-
     fn make_buffers(
         &mut self,
         layout: &Layout,
@@ -380,15 +352,14 @@ impl Interpreter {
             let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
                     let t = args.input(name, spec.ty.elem, len as u64)?;
-                    (self.buffer(len, |k| t.words[k]), bits(true))
+                    (buffer(&mut self.pool, len, Some(&t.words)), bits(true))
                 }
-                Init::Zeroed => (self.buffer(len, |_| 0), bits(true)),
-                Init::Uninitialized => (self.buffer(len, |_| 0), bits(false)),
+                Init::Zeroed => (buffer(&mut self.pool, len, None), bits(true)),
+                Init::Uninitialized => (buffer(&mut self.pool, len, None), bits(false)),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
                     Some(r) if r.tensor.words.len() == len => {
-                        let words = r.tensor.words.clone();
                         let init = if detect { r.init.clone() } else { vec![] };
-                        (self.buffer(len, |k| words[k]), init)
+                        (buffer(&mut self.pool, len, Some(&r.tensor.words)), init)
                     }
                     Some(r) => {
                         return Err(RunError::BadArguments(format!(
@@ -400,7 +371,7 @@ impl Interpreter {
                         let zeroed = *zeroed
                             || spec.ty.space == MemorySpace::Sem
                             || residents.iter().any(|r| &r.name == name && r.zeroed);
-                        (self.buffer(len, |_| 0), bits(zeroed))
+                        (buffer(&mut self.pool, len, None), bits(zeroed))
                     }
                 },
             };
@@ -409,6 +380,37 @@ impl Interpreter {
         }
         Ok((bufs, inits))
     }
+}
+
+/// A buffer of `len` words, a copy of `source` or zeros, taken from `pool`
+/// when one of that length is there; large buffers are filled on all host
+/// cores.
+fn buffer(pool: &mut Vec<Vec<AtomicU32>>, len: usize, source: Option<&[u32]>) -> Vec<AtomicU32> {
+    let mut words = match pool.iter().position(|b| b.len() == len) {
+        Some(i) => pool.swap_remove(i),
+        None => (0..len).map(|_| AtomicU32::new(0)).collect(),
+    };
+    // Plain loops over exclusive slices: they compile to memcpy and memset.
+    let fill = |part: &mut [AtomicU32], from: usize| match source {
+        Some(source) => part
+            .iter_mut()
+            .zip(&source[from..])
+            .for_each(|(w, &v)| *w.get_mut() = v),
+        None => part.iter_mut().for_each(|w| *w.get_mut() = 0),
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if len < 1 << 18 || workers < 2 {
+        fill(&mut words, 0);
+        return words;
+    }
+    let chunk = len.div_ceil(workers);
+    std::thread::scope(|s| {
+        for (c, part) in words.chunks_mut(chunk).enumerate() {
+            let fill = &fill;
+            s.spawn(move || fill(part, c * chunk));
+        }
+    });
+    words
 }
 
 /// Binds operands to buffers and compiles every program.

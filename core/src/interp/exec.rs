@@ -1130,16 +1130,18 @@ fn try_each_index(
 }
 
 /// The span of a mask: `Some((lo, hi))` when exactly the lanes `lo..hi` are
-/// set. The count vectorises and the two scans stop at the first set lane
-/// from either end, so full and prefix masks cost little.
+/// set. Counting vectorises; only the scan for the first set lane stops
+/// early (a scan from the end made prefix masks such as `if t < half` walk
+/// every unset lane byte by byte).
 fn span_of(mask: &[bool]) -> Option<(usize, usize)> {
-    let count: usize = mask.iter().map(|&m| m as usize).sum();
+    let ones = |lanes: &[bool]| lanes.iter().map(|&m| m as u32).sum::<u32>() as usize;
+    let count = ones(mask);
     if count == 0 {
         return Some((0, 0));
     }
     let lo = mask.iter().position(|&m| m).unwrap_or(0);
-    let hi = mask.iter().rposition(|&m| m).map_or(0, |h| h + 1);
-    (count == hi - lo).then_some((lo, hi))
+    let hi = lo + count;
+    (hi <= mask.len() && ones(&mask[lo..hi]) == count).then_some((lo, hi))
 }
 
 /// Updates every lane's mask bit from one register; returns whether any
@@ -1331,5 +1333,28 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes) {
         I2B => map1(d, a, m, |x| (x != 0) as u32),
         B2F => map1(d, a, m, |x| if x != 0 { 1.0f32.to_bits() } else { 0 }),
         B2I => map1(d, a, m, |x| (x != 0) as u32),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::span_of;
+
+    fn mask(len: usize, on: impl Fn(usize) -> bool) -> Vec<bool> {
+        (0..len).map(on).collect()
+    }
+
+    #[test]
+    fn span_of_is_the_one_range_of_set_lanes_or_none() {
+        assert_eq!(span_of(&mask(128, |_| true)), Some((0, 128)));
+        assert_eq!(span_of(&mask(128, |_| false)), Some((0, 0)));
+        assert_eq!(span_of(&mask(128, |l| l < 16)), Some((0, 16)));
+        assert_eq!(span_of(&mask(128, |l| l >= 100)), Some((100, 128)));
+        assert_eq!(span_of(&mask(48, |l| (5..9).contains(&l))), Some((5, 9)));
+        assert_eq!(span_of(&mask(64, |l| l == 63)), Some((63, 64)));
+        // As many set lanes as a range would have, but with a gap.
+        assert_eq!(span_of(&mask(64, |l| l < 8 || l == 9)), None);
+        assert_eq!(span_of(&mask(64, |l| l % 2 == 0)), None);
+        assert_eq!(span_of(&[]), Some((0, 0)));
     }
 }

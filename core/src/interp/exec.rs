@@ -1071,9 +1071,6 @@ fn each(lanes: Lanes, mut f: impl FnMut(usize)) {
     }
 }
 
-/// Like [`each`]; stops at the first lane for which `f` fails.
-/// Runs `f(lane, index)` for each lane whose index `idx[lane]` is below
-/// `extent`; stops at the first lane out of bounds and returns it.
 /// Active lanes `lanes` whose indices are `first, first + 1, ...`, all in
 /// bounds: the access is one slice copy (the common `x[base + t]`).
 struct Run {
@@ -1101,6 +1098,9 @@ fn consecutive_run(lanes: &Lanes, idx: &[u32], extent: u32) -> Option<Run> {
     })
 }
 
+/// Like [`each`]; stops at the first lane for which `f` fails.
+/// Runs `f(lane, index)` for each lane whose index `idx[lane]` is below
+/// `extent`; stops at the first lane out of bounds and returns it.
 #[inline(always)]
 fn try_each_index(
     lanes: Lanes,

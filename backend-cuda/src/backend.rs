@@ -800,16 +800,19 @@ impl CallMemory {
         } else {
             None
         };
-        // The kernel finds the status word through the control block; the
-        // per-call clear leaves these two words alone (zero: no status word).
-        if let Some(mapped) = &mapped {
-            let status = mapped.device_address(STATUS_WORD);
-            let address = [status as u32, (status >> 32) as u32];
-            let at = layout.control + control::STATUS_LO..layout.control + control::STATUS_HI + 1;
-            stream
-                .memcpy_htod(&address, &mut arena.slice_mut(at))
-                .map_err(run_err("upload"))?;
-        }
+        // The kernel finds the status word through the control block (zero:
+        // there is none). The per-call clear leaves these two words alone, so
+        // they are written here, zeros included: the arena's memory may hold
+        // an earlier allocation's bytes, which the kernel would take for an
+        // address when it records an error.
+        let status = mapped
+            .as_ref()
+            .map_or(0, |mapped| mapped.device_address(STATUS_WORD));
+        let address = [status as u32, (status >> 32) as u32];
+        let at = layout.control + control::STATUS_LO..layout.control + control::STATUS_HI + 1;
+        stream
+            .memcpy_htod(&address, &mut arena.slice_mut(at))
+            .map_err(run_err("upload"))?;
         Ok(CallMemory {
             arena,
             mapped,

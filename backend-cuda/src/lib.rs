@@ -1,7 +1,8 @@
 //! mpmd-cuda: launch plan → CUDA C → NVRTC (through `cudarc`) → one driver
 //! launch per call (DESIGN.md, "Backends").
 //!
-//! - [`emit`] turns a plan into readable CUDA C (one kernel, ticket dispatch).
+//! - [`mod@emit`] turns a plan into readable CUDA C (one kernel; its blocks
+//!   become logical blocks by block index, a resident walk or tickets).
 //! - [`compile_ptx`] / [`nvrtc::compile_cubin`] run NVRTC with exact IEEE
 //!   options unless the map opts into fast math; results go through the
 //!   module cache ([`cache`]).

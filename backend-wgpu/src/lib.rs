@@ -1,6 +1,6 @@
 //! mpmd-wgpu: the portable WGSL backend (DESIGN.md, "Backends").
 //!
-//! [`emit`] turns a [`LaunchPlan`](mpmd_core::plan::LaunchPlan) into one WGSL
+//! [`mod@emit`] turns a [`LaunchPlan`](mpmd_core::plan::LaunchPlan) into one WGSL
 //! module (one entry point per launch unit), validated by naga;
 //! [`WgpuBackend`] runs it through wgpu on any adapter, lavapipe included.
 

@@ -1,5 +1,5 @@
 //! Differential fuzzing: random programs that are valid, race-free and
-//! deterministic by construction ([`generate`]), checked on the reference
+//! deterministic by construction ([`generate()`]), checked on the reference
 //! interpreter and then run on every backend given; any disagreement is shrunk
 //! ([`reduce`]) and written as an ordinary conformance case.
 //!
@@ -11,7 +11,7 @@
 //! `per_program_timeout` and reported as a hang) → on a disagreement
 //! [`reduce::reduce`] and [`reduce::write_found`].
 //!
-//! Generator coverage (see [`generate`] for how each stays race-free):
+//! Generator coverage (see [`mod@generate`] for how each stays race-free):
 //! 1 to 4 programs on meshes with 1 to 3 grid axes, sometimes a cluster axis,
 //! 1 to 1024 threads (1, 17, 32, 33, 48, 64, 96, 128, 200, 256); outputs flat,
 //! 2-D or owned by the program's mesh; `f32`/`i32`/`u32` inputs and scalar

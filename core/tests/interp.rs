@@ -846,6 +846,34 @@ fn block_coordinates_out_of_bounds_are_reported() {
     assert_eq!(e.to_string(), "out-of-bounds access at program 0 (oob), block 1, thread 0: `y` index @[2][0] (shape @[2][1])");
 }
 
+/// Detection starts afresh with every call, though one interpreter reuses
+/// the memory of earlier calls' access histories: block 0 writes the first
+/// half in one call, block 1 in the next, which is no race.
+#[test]
+fn detection_forgets_the_accesses_of_earlier_calls() {
+    let mesh = MeshBuilder::new("m").grid("b", 2).threads("t", 64).build();
+    let map = MapBuilder::new("halves")
+        .program("m", "halves")
+        .output("y", gmem(U32, [128]))
+        .scalar("flip", U32)
+        .build();
+    let kernel = KernelBuilder::new("halves", map.params()).body(|b| {
+        let half = b.let_("half", U32, axis_index("b") ^ var("flip"));
+        b.store(
+            at("y", [half * axis_size("t") + axis_index("t")]),
+            axis_index("b") + 1u32,
+        );
+    });
+    let m = module(vec![mesh], vec![kernel], vec![map]);
+    let mut interp = Interpreter::new();
+    for flip in [0u32, 1, 0, 1] {
+        let a = args(&[], &[("flip", Literal::U32(flip))]);
+        let out = interp.call(&m, "halves", &a, &opts(true, 2)).unwrap();
+        let want: Vec<u32> = (0..128u32).map(|k| ((k / 64) ^ flip) + 1).collect();
+        assert_eq!(out.outputs["y"].words, want, "flip {flip}");
+    }
+}
+
 #[test]
 fn residents_hand_data_and_credits_to_a_later_call() {
     let a = MeshBuilder::new("a").grid("b", 1).threads("t", 32).build();

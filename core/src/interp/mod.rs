@@ -101,6 +101,11 @@ struct ResidentState {
     init: Vec<bool>,
 }
 
+/// At most this many words of access histories (16 bytes each) are kept
+/// for later calls: 128 MiB, enough for repeated checked calls over a few
+/// million elements without faulting their pages in each time.
+const SHADOW_POOL_WORDS: usize = 8 << 20;
+
 /// Runs maps on host data; owns the device-resident refs across calls.
 #[derive(Default)]
 pub struct Interpreter {
@@ -108,6 +113,9 @@ pub struct Interpreter {
     last_report: Option<InterpReport>,
     /// Device buffers of earlier calls, reused by later ones.
     pool: Vec<Vec<AtomicU32>>,
+    /// Emptied access histories of earlier detectors: their pages stay
+    /// mapped, so a later call does not fault them in again.
+    shadow_pool: Vec<Vec<detect::History>>,
 }
 
 /// Where a buffer's contents come from at the start of a call.
@@ -192,11 +200,7 @@ impl Interpreter {
         let detect = options.detect;
 
         let (bufs, init) = self.make_buffers(&layout, args, residents, detect)?;
-        let mut detector = detect.then(|| detect::Detector {
-            shadow: vec![vec![]; bufs.len()],
-            init,
-            ..Default::default()
-        });
+        let mut detector = detect.then(|| self.detector(init));
         let parallel = !detect
             && codes.iter().all(|c| !c.synchronises)
             && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
@@ -230,11 +234,7 @@ impl Interpreter {
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
             let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents, detect)?;
-            let mut alt_detector = detect.then(|| detect::Detector {
-                shadow: vec![vec![]; alt_bufs.len()],
-                init: alt_init,
-                ..Default::default()
-            });
+            let mut alt_detector = detect.then(|| self.detector(alt_init));
             let seed = options
                 .run
                 .seed
@@ -260,6 +260,7 @@ impl Interpreter {
             }
             let alt_outputs = collect_outputs(&layout, &alt_bufs);
             self.recycle(alt_bufs);
+            self.recycle_detector(alt_detector);
             let difference = outputs.as_ref().and_then(|o| {
                 first_difference(
                     o,
@@ -293,6 +294,7 @@ impl Interpreter {
                     .insert(name.clone(), ResidentState { tensor, init });
             }
         }
+        self.recycle_detector(detector);
         // Outputs take their buffers without a copy; the rest are reused.
         let mut slots: Vec<Option<Vec<AtomicU32>>> =
             bufs.into_iter().map(|b| Some(b.words)).collect();
@@ -333,6 +335,42 @@ impl Interpreter {
         for b in bufs {
             if self.pool.len() < 16 && !b.words.is_empty() {
                 self.pool.push(b.words);
+            }
+        }
+    }
+
+    /// A detector for a call's buffers, with which words start initialised;
+    /// its access histories come from the pool and grow on first use.
+    fn detector(&mut self, init: Vec<Vec<bool>>) -> detect::Detector {
+        let shadow = init
+            .iter()
+            .map(|words| {
+                // The smallest pooled history that holds the buffer.
+                let pool = &mut self.shadow_pool;
+                pool.iter()
+                    .enumerate()
+                    .filter(|(_, h)| h.capacity() >= words.len())
+                    .min_by_key(|(_, h)| h.capacity())
+                    .map(|(k, _)| k)
+                    .map_or_else(Vec::new, |k| pool.swap_remove(k))
+            })
+            .collect();
+        detect::Detector {
+            shadow,
+            init,
+            ..Default::default()
+        }
+    }
+
+    /// Keeps a finished detector's histories, up to `SHADOW_POOL_WORDS` in all
+    /// (a pooled history holds 16 bytes per word of its buffer).
+    fn recycle_detector(&mut self, detector: Option<detect::Detector>) {
+        let mut kept: usize = self.shadow_pool.iter().map(Vec::capacity).sum();
+        for mut shadow in detector.into_iter().flat_map(|d| d.shadow) {
+            if shadow.capacity() > 0 && kept + shadow.capacity() <= SHADOW_POOL_WORDS {
+                kept += shadow.capacity();
+                shadow.clear();
+                self.shadow_pool.push(shadow);
             }
         }
     }

@@ -41,6 +41,20 @@ fn generated_programs_are_valid_round_trip_and_race_free() {
     );
 }
 
+/// Seeds whose modules were once invalid: seed 33484 named a loop variable
+/// `i` + 32, the keyword `i32` (found by `cargo xtask fuzz --backends interp
+/// --seed 31337`).
+#[test]
+fn generator_bugs_found_by_fuzzing_stay_fixed() {
+    const ONCE_INVALID: [u64; 1] = [33484];
+    for seed in ONCE_INVALID {
+        let module = generate(seed);
+        if let Err((stage, message)) = check_module(&module, seed) {
+            panic!("seed {seed} at {stage}: {message}");
+        }
+    }
+}
+
 #[test]
 fn same_seed_same_module() {
     for seed in [0, 1, 77, u64::MAX] {

@@ -220,8 +220,14 @@ impl Gen {
     }
 
     fn fresh(&mut self, prefix: &str) -> String {
-        self.next_name += 1;
-        format!("{prefix}{}", self.next_name)
+        loop {
+            self.next_name += 1;
+            let name = format!("{prefix}{}", self.next_name);
+            // `i` then 32 would be the keyword `i32`.
+            if mpmd_core::text::is_valid_name(&name) {
+                return name;
+            }
+        }
     }
 
     // ---- the module ------------------------------------------------------

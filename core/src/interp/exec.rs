@@ -191,7 +191,7 @@ impl BlockState {
             v.fill(false);
         }
         for v in &mut self.det.smem_shadow {
-            v.fill(History::Empty);
+            v.iter_mut().for_each(History::forget);
         }
         self.epoch = 0;
         self.clock.clear();

@@ -153,46 +153,25 @@ impl BinKind {
 }
 
 impl UnKind {
-    /// Whether its operand is an f32 (a flushing adapter flushes it).
-    pub fn reads_f32(self) -> bool {
+    /// Whether it takes an f32 to an f32 (negation, abs, rounding, math).
+    fn f32_to_f32(self) -> bool {
         use UnKind::*;
         matches!(
             self,
-            FNeg | Exp
-                | Log
-                | Sqrt
-                | Rsqrt
-                | Sin
-                | Cos
-                | Tanh
-                | FAbs
-                | Floor
-                | Ceil
-                | F2I
-                | F2U
-                | F2B
+            FNeg | Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | FAbs | Floor | Ceil
         )
+    }
+
+    /// Whether its operand is an f32 (a flushing adapter flushes it).
+    pub fn reads_f32(self) -> bool {
+        use UnKind::*;
+        self.f32_to_f32() || matches!(self, F2I | F2U | F2B)
     }
 
     /// Whether its result is an f32.
     pub fn gives_f32(self) -> bool {
         use UnKind::*;
-        matches!(
-            self,
-            FNeg | Exp
-                | Log
-                | Sqrt
-                | Rsqrt
-                | Sin
-                | Cos
-                | Tanh
-                | FAbs
-                | Floor
-                | Ceil
-                | I2F
-                | U2F
-                | B2F
-        )
+        self.f32_to_f32() || matches!(self, I2F | U2F | B2F)
     }
 }
 

@@ -826,11 +826,10 @@ impl BlockState {
         let result = match acc.target {
             Target::Global(b) => {
                 let words = self.own_instance(code, env, acc, b)?;
-                if let Some(Run { lanes, first }) = run {
-                    let from = &words[first..first + lanes.len()];
+                if let Some(Run { lanes, words: at }) = run {
                     d[lanes]
                         .iter_mut()
-                        .zip(from)
+                        .zip(&words[at])
                         .for_each(|(d, w)| *d = w.load(Relaxed));
                     return Ok(());
                 }
@@ -838,8 +837,8 @@ impl BlockState {
             }
             Target::Smem(s) => {
                 let words = &self.smem[s];
-                if let Some(Run { lanes, first }) = run {
-                    d[lanes.clone()].copy_from_slice(&words[first..first + lanes.len()]);
+                if let Some(Run { lanes, words: at }) = run {
+                    d[lanes].copy_from_slice(&words[at]);
                     return Ok(());
                 }
                 try_each_index(lanes, idx, extent, |l, i| d[l] = words[i])
@@ -915,9 +914,9 @@ impl BlockState {
         let result = match acc.target {
             Target::Global(b) => {
                 let words = self.own_instance(code, env, acc, b)?;
-                if let Some(Run { lanes, first }) = run {
-                    let to = &words[first..first + lanes.len()];
-                    to.iter()
+                if let Some(Run { lanes, words: at }) = run {
+                    words[at]
+                        .iter()
                         .zip(&s[lanes])
                         .for_each(|(w, &v)| w.store(v, Relaxed));
                     return Ok(());
@@ -926,8 +925,8 @@ impl BlockState {
             }
             Target::Smem(k) => {
                 let words = &mut self.smem[k];
-                if let Some(Run { lanes, first }) = run {
-                    words[first..first + lanes.len()].copy_from_slice(&s[lanes]);
+                if let Some(Run { lanes, words: at }) = run {
+                    words[at].copy_from_slice(&s[lanes]);
                     return Ok(());
                 }
                 try_each_index(lanes, idx, extent, |l, i| words[i] = s[l])
@@ -1071,11 +1070,11 @@ fn each(lanes: Lanes, mut f: impl FnMut(usize)) {
     }
 }
 
-/// Active lanes `lanes` whose indices are `first, first + 1, ...`, all in
-/// bounds: the access is one slice copy (the common `x[base + t]`).
+/// Active lanes `lanes` whose indices are the consecutive, in-bounds
+/// `words`: the access is one slice copy (the common `x[base + t]`).
 struct Run {
     lanes: std::ops::Range<usize>,
-    first: usize,
+    words: std::ops::Range<usize>,
 }
 
 fn consecutive_run(lanes: &Lanes, idx: &[u32], extent: u32) -> Option<Run> {
@@ -1092,9 +1091,10 @@ fn consecutive_run(lanes: &Lanes, idx: &[u32], extent: u32) -> Option<Run> {
         .iter()
         .zip(first..)
         .fold(0, |acc, (&i, want)| acc | (i ^ want));
+    let first = first as usize;
     (stray == 0).then_some(Run {
         lanes: lo..hi,
-        first: first as usize,
+        words: first..first + (hi - lo),
     })
 }
 

@@ -76,6 +76,15 @@ pub enum RunError {
     },
     #[error("wait on `{semaphore}` timed out at {site}")]
     WaitTimeout { site: Site, semaphore: String },
+    #[error("time limit of {limit_s} s reached at {site}; raise it with {option}")]
+    TimeLimit {
+        /// The block that was running when the limit passed.
+        site: Site,
+        limit_s: f64,
+        /// How the caller raises the limit (`--timeout SECONDS` in the CLI,
+        /// `InterpOptions::time_limit` in Rust).
+        option: String,
+    },
     #[error("results differ between schedules: {detail}")]
     Nondeterministic { detail: String },
     #[error("not supported on this adapter: {reason}")]
@@ -100,7 +109,9 @@ impl RunError {
             RunError::Nondeterministic { .. } => ErrorClass::Nondeterministic,
             RunError::Unsupported { .. } => ErrorClass::Unsupported,
             RunError::Refused { .. } => ErrorClass::Refused,
-            RunError::BadArguments(_) | RunError::Backend(_) => return None,
+            RunError::BadArguments(_) | RunError::Backend(_) | RunError::TimeLimit { .. } => {
+                return None
+            }
         })
     }
 }

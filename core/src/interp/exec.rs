@@ -402,8 +402,14 @@ impl BlockState {
                     each(lanes, |l| v[l] = v[l].wrapping_add(1));
                 }
                 Instr::LocalDecl { id } => {
+                    // Only the active lanes declare the array again: under the
+                    // warp-group schedule another warp re-runs the declaration
+                    // after this one has written (and will read) its own elements.
                     if let Some(init) = self.det.local_init.get_mut(*id) {
-                        init.fill(false);
+                        let t = code.threads;
+                        each(lanes, |l| {
+                            init.iter_mut().skip(l).step_by(t).for_each(|w| *w = false)
+                        });
                     }
                 }
                 Instr::IfThen { cond, else_pc } => {

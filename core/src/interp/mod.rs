@@ -46,8 +46,16 @@ use crate::ir::{
 use crate::plan::LaunchPlan;
 
 /// Interpreter options beyond [`RunOptions`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct InterpOptions {
+    /// Wall-clock bound on one call, all schedules together; past it the call
+    /// stops with [`RunError::TimeLimit`] naming the block that was running.
+    /// `None`: no bound. Default [`DEFAULT_TIME_LIMIT`].
+    pub time_limit: Option<std::time::Duration>,
+    /// Bound on the host memory one call may allocate (buffers, locals, smem,
+    /// detection state), in bytes; a call that would pass it is refused before
+    /// it allocates, with the size and the limit. Default [`DEFAULT_MEMORY_LIMIT`].
+    pub memory_limit: u64,
     pub run: RunOptions,
     /// Detect data races, reads of unwritten memory and out-of-bounds accesses.
     pub detect: bool,
@@ -65,6 +73,27 @@ pub struct InterpOptions {
     /// subnormal. Moves, selects, loads, stores, bitcasts and atomics keep
     /// their bits. The conformance oracle for flushing adapters.
     pub flush_subnormals: bool,
+}
+
+/// Default [`InterpOptions::time_limit`]: far beyond any test or corpus case
+/// (they take milliseconds), short enough that a runaway loop ends.
+pub const DEFAULT_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Default [`InterpOptions::memory_limit`]: 4 GiB.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
+
+impl Default for InterpOptions {
+    fn default() -> Self {
+        InterpOptions {
+            time_limit: Some(DEFAULT_TIME_LIMIT),
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            run: RunOptions::default(),
+            detect: false,
+            extra_schedules: 0,
+            output_compare: Vec::new(),
+            flush_subnormals: false,
+        }
+    }
 }
 
 /// A semaphore wait that could not be met when first reached and was

@@ -76,11 +76,11 @@ pub enum RunError {
     },
     #[error("wait on `{semaphore}` timed out at {site}")]
     WaitTimeout { site: Site, semaphore: String },
-    #[error("time limit of {limit_s} s reached at {site}; raise it with {option}")]
+    #[error("time limit of {limit_ms} ms reached at {site}; raise it with {option}")]
     TimeLimit {
         /// The block that was running when the limit passed.
         site: Site,
-        limit_s: f64,
+        limit_ms: u64,
         /// How the caller raises the limit (`--timeout SECONDS` in the CLI,
         /// `InterpOptions::time_limit` in Rust).
         option: String,

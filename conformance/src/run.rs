@@ -241,6 +241,7 @@ pub fn run_interp_with(
             .map(|c| c.compares.clone())
             .unwrap_or_default(),
         flush_subnormals,
+        ..Default::default()
     };
     let mut observed = Vec::new();
     for (i, call) in calls.iter().enumerate() {

@@ -24,7 +24,10 @@ fn short_fuzz_run_agrees_on_every_backend() {
         found_dir: found.path().to_path_buf(),
         per_program_timeout: Duration::from_secs(60),
         reduce: false,
-        generator: GenOptions { ieee: false },
+        generator: GenOptions {
+            ieee: false,
+            ..Default::default()
+        },
         ..FuzzConfig::default()
     };
     let summary = run_fuzz(&config, &factories, &mut |_| {});

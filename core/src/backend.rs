@@ -74,6 +74,12 @@ pub enum RunError {
         first: Site,
         second: Site,
     },
+    #[error("semaphore amount {amount} on `{semaphore}` at {site}: a signal or wait amount must be at least 1")]
+    BadSemaphoreAmount {
+        site: Site,
+        semaphore: String,
+        amount: i32,
+    },
     #[error("wait on `{semaphore}` timed out at {site}")]
     WaitTimeout { site: Site, semaphore: String },
     #[error("time limit of {limit_ms} ms reached at {site}; raise it with {option}")]
@@ -83,6 +89,15 @@ pub enum RunError {
         limit_ms: u64,
         /// How the caller raises the limit (`--timeout SECONDS` in the CLI,
         /// `InterpOptions::time_limit` in Rust).
+        option: String,
+    },
+    #[error("the interpreter needs {needed} bytes for {what}, more than its memory limit of {limit} bytes; raise it with {option}")]
+    MemoryLimit {
+        what: String,
+        needed: u64,
+        limit: u64,
+        /// How the caller raises the limit (`--memory-limit` in the CLI,
+        /// `InterpOptions::memory_limit` in Rust).
         option: String,
     },
     #[error("results differ between schedules: {detail}")]
@@ -106,9 +121,10 @@ impl RunError {
             RunError::UninitializedRead { .. } => ErrorClass::UninitializedRead,
             RunError::DataRace { .. } => ErrorClass::DataRace,
             RunError::WaitTimeout { .. } => ErrorClass::WaitTimeout,
+            RunError::BadSemaphoreAmount { .. } => ErrorClass::BadSemaphoreAmount,
             RunError::Nondeterministic { .. } => ErrorClass::Nondeterministic,
             RunError::Unsupported { .. } => ErrorClass::Unsupported,
-            RunError::Refused { .. } => ErrorClass::Refused,
+            RunError::Refused { .. } | RunError::MemoryLimit { .. } => ErrorClass::Refused,
             RunError::BadArguments(_) | RunError::Backend(_) | RunError::TimeLimit { .. } => {
                 return None
             }

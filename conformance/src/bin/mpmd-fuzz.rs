@@ -71,7 +71,10 @@ fn main() -> ExitCode {
         reduce: !args.no_reduce,
         // WGSL bounds `/`, `%`, sqrt and fma loosely, so they cannot feed
         // bit-exact comparisons when it is under test.
-        generator: GenOptions { ieee: !with_wgsl },
+        generator: GenOptions {
+            ieee: !with_wgsl,
+            ..Default::default()
+        },
         ..FuzzConfig::default()
     };
     let summary = run_fuzz(&config, &factories, &mut |line| eprintln!("{line}"));

@@ -139,11 +139,18 @@ pub struct GenOptions {
     /// only loosely (2.5 ulp division; sqrt, fma and `%` inherited from other
     /// operations): they then count as inexact.
     pub ieee: bool,
+    /// Replace some generated names by adversarial ones
+    /// ([`super::names::with_adversarial_names`]): keywords and builtins of
+    /// the emitted languages, generated-looking and very long names.
+    pub adversarial_names: bool,
 }
 
 impl Default for GenOptions {
     fn default() -> Self {
-        GenOptions { ieee: true }
+        GenOptions {
+            ieee: true,
+            adversarial_names: true,
+        }
     }
 }
 
@@ -156,7 +163,19 @@ pub fn generate(seed: u64) -> Module {
 pub fn generate_with(seed: u64, options: &GenOptions) -> Module {
     let mut gen = Gen::new(seed);
     gen.ieee = options.ieee;
-    gen.module()
+    let module = gen.module();
+    if !options.adversarial_names {
+        return module;
+    }
+    // A stream of its own: the program of a seed is the same with or without
+    // renaming, and only a quarter of the programs are renamed.
+    let mut rng = Rng::for_stream(seed, &["adversarial names"]);
+    if !rng.chance(25) {
+        return module;
+    }
+    // Renaming is injective onto fresh names, so it cannot fail on a valid
+    // module; keep the original if it ever did (the tests of `names` fail then).
+    super::names::with_adversarial_names(&module, &mut rng).unwrap_or(module)
 }
 
 struct Gen {
@@ -842,7 +861,8 @@ impl Gen {
                 });
             }
             10 if uniform => body.push(Stmt::Barrier),
-            11 => self.local_array(body),
+            10 if self.rng.chance(30) => self.deep_chain(body),
+            11 => self.local_array(body, uniform),
             12 if p.uses_counters => self.counter_atomic(body),
             13 if p.owned_atomics => self.owned_atomics(body),
             14 if uniform && p.smem.is_some() => self.smem_phase(body, &p),
@@ -864,6 +884,31 @@ impl Gen {
         }
     }
 
+    /// A long but legal flat operator chain (`((t + 3u) ^ 5u) * 7u ...`, a
+    /// tree as deep as it is long): every stage that walks expressions and
+    /// the emitted code's compilers must take it.
+    fn deep_chain(&mut self, body: &mut Vec<Stmt>) {
+        let terms = *self.rng.pick(&[40u32, 100, 199, 250]);
+        let mut e = var("t");
+        for _ in 0..terms {
+            let c = lit_u32(self.rng.range(1, 1000));
+            e = match self.rng.below(3) {
+                0 => e + c,
+                1 => e ^ c,
+                _ => e * c,
+            };
+        }
+        let name = self.fresh("deep");
+        body.push(Stmt::Let {
+            var: Binding {
+                name: name.clone(),
+                ty: U32,
+            },
+            value: e,
+        });
+        self.vals.push(Val::new(var(&name), U32, false, true, 0.0));
+    }
+
     fn assign(&mut self, body: &mut Vec<Stmt>) {
         if self.vars.is_empty() {
             return;
@@ -882,7 +927,10 @@ impl Gen {
         body.push(Stmt::Assign { name, value });
     }
 
-    fn local_array(&mut self, body: &mut Vec<Stmt>) {
+    /// A `local` array filled in a loop and read back; in block-uniform
+    /// control flow sometimes across a barrier (register tiling keeps
+    /// accumulators live across the barriers around its smem tiles).
+    fn local_array(&mut self, body: &mut Vec<Stmt>, uniform: bool) {
         let ty = *self.rng.pick(&[F32, I32, U32]);
         let len = self.rng.range(1, 4);
         let name = self.fresh("la");
@@ -907,6 +955,9 @@ impl Gen {
             end: lit_u32(len),
             body: fill,
         });
+        if uniform && self.rng.chance(40) {
+            body.push(Stmt::Barrier);
+        }
         let index = self.index(len);
         let v = self.fresh("v");
         body.push(Stmt::Let {
@@ -1097,6 +1148,30 @@ impl Gen {
             return None;
         }
         Some(found[self.rng.below(found.len() as u64) as usize].clone())
+    }
+
+    /// `j < len && x[j] > v` or `j >= len || x[j] < v` with an index that may
+    /// be out of bounds: `&&` and `||` short-circuit, so the load is made only
+    /// where it is in bounds (checked mode would report it otherwise).
+    fn guarded_load(&mut self, depth: u32) -> Val {
+        let x = self.rng.pick(&self.inputs).clone();
+        let j = self.int(U32, depth, false).e % lit_u32(x.len.saturating_mul(2).max(1));
+        let len = lit_u32(x.len);
+        let v = self.value(x.ty, depth, false, false);
+        let e = if self.rng.chance(50) {
+            j.clone().lt(len).and(Expr::Binary(
+                BinaryOp::Gt,
+                Box::new(load(&x.name, [j])),
+                Box::new(v.e),
+            ))
+        } else {
+            j.clone().ge(len).or(Expr::Binary(
+                BinaryOp::Lt,
+                Box::new(load(&x.name, [j])),
+                Box::new(v.e),
+            ))
+        };
+        Val::new(e, Bool, false, v.exact, 0.0)
     }
 
     fn input_load(&mut self, ty: ScalarType) -> Option<Val> {
@@ -1530,6 +1605,7 @@ impl Gen {
                 let a = self.boolean(d, uniform);
                 Val::new(!a.e, Bool, a.uniform, true, 0.0)
             }
+            5 if !uniform && !self.inputs.is_empty() => self.guarded_load(d),
             _ => {
                 let ty = *self.rng.pick(&[I32, U32]);
                 let a = self.int(ty, d, uniform);

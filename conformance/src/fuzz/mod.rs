@@ -41,6 +41,7 @@
 //! ```
 
 pub mod generate;
+pub mod names;
 pub mod reduce;
 
 use std::collections::BTreeMap;
@@ -350,6 +351,7 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
             .unwrap_or_default(),
         // The fuzzer's inputs avoid subnormals.
         flush_subnormals: false,
+        ..Default::default()
     };
     let mut outputs = vec![];
     let mut plans = vec![];

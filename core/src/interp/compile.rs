@@ -755,6 +755,58 @@ impl Compiler<'_> {
         })
     }
 
+    /// `a && b` / `a || b` whose right operand loads: the right operand runs
+    /// only on the lanes the left one does not decide (DESIGN.md: no load,
+    /// no out-of-bounds report, no race there). Without a load the right
+    /// operand cannot fail, so evaluating it everywhere gives the same values.
+    fn short_circuit(
+        &mut self,
+        op: BinaryOp,
+        a: &Expr,
+        b: &Expr,
+    ) -> Result<(Reg, ScalarType), RunError> {
+        let (ra, _) = self.expr(a)?;
+        let ra = self.stable(ra);
+        let dst = self.new_reg(RegInit::Temp, true);
+        self.code.push(Instr::Mov { dst, src: ra });
+        let if_at = self.code.len();
+        self.code.push(Instr::IfThen {
+            cond: ra,
+            else_pc: 0,
+        });
+        let else_pc = if op == BinaryOp::LogicOr {
+            // Nothing to do where `a` holds; `b` decides where it does not.
+            let else_pc = self.code.len();
+            self.code.push(Instr::Else {
+                cond: ra,
+                end_pc: 0,
+            });
+            else_pc
+        } else {
+            0
+        };
+        let (rb, _) = self.expr(b)?;
+        self.code.push(Instr::Mov { dst, src: rb });
+        let end = self.code.len();
+        match op {
+            BinaryOp::LogicOr => {
+                if let Instr::IfThen { else_pc: e, .. } = &mut self.code[if_at] {
+                    *e = else_pc;
+                }
+                if let Instr::Else { end_pc, .. } = &mut self.code[else_pc] {
+                    *end_pc = end;
+                }
+            }
+            _ => {
+                if let Instr::IfThen { else_pc: e, .. } = &mut self.code[if_at] {
+                    *e = end;
+                }
+            }
+        }
+        self.code.push(Instr::PopMask);
+        Ok((dst, ScalarType::Bool))
+    }
+
     fn expr(&mut self, e: &Expr) -> Result<(Reg, ScalarType), RunError> {
         use ScalarType::*;
         Ok(match e {
@@ -819,6 +871,11 @@ impl Compiler<'_> {
                     (UnaryOp::BitNot, _) => UnKind::BitNot,
                 };
                 (self.un(k, a), t)
+            }
+            Expr::Binary(op @ (BinaryOp::LogicAnd | BinaryOp::LogicOr), a, b)
+                if contains_load(b) =>
+            {
+                return self.short_circuit(*op, a, b);
             }
             Expr::Binary(op, a, b) => {
                 let (ra, t) = self.expr(a)?;
@@ -997,4 +1054,21 @@ fn cast_kind(from: ScalarType, to: ScalarType) -> UnKind {
         (Bool, I32 | U32) => UnKind::B2I,
         _ => UnKind::Copy,
     }
+}
+
+/// Whether evaluating `e` loads from memory (the only part of an expression
+/// that can fail or race).
+fn contains_load(e: &Expr) -> bool {
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        match e {
+            Expr::Load(_) => return true,
+            Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+            Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => stack.push(a),
+            Expr::Binary(_, a, b) => stack.extend([&**a, &**b]),
+            Expr::Select(c, a, b) => stack.extend([&**c, &**a, &**b]),
+            Expr::Math(_, args) => stack.extend(args),
+        }
+    }
+    false
 }

@@ -5,11 +5,15 @@
 //!   barrier (semaphore operations include one);
 //! - each task carries a sparse vector clock: for other tasks, the last epoch
 //!   whose accesses are ordered before the task's current point. A signal
-//!   releases the signaller's clock (its own entry = the epoch before the
-//!   signal's barrier) into the semaphore element; a completed wait joins the
-//!   semaphore element's clock into the waiter's. This joins every signal ever
-//!   made to that element, a slight over-approximation of "the signals it
-//!   consumed";
+//!   of `n` releases `n` units carrying the signaller's clock (its own entry =
+//!   the epoch before the signal's barrier) into the semaphore element's
+//!   queue of credits ([`SemCredits`]); a completed wait takes its `n` units
+//!   from the front of the queue and joins exactly their clocks (a
+//!   `wait_nodec` joins the first `n` units' clocks and leaves them). So a
+//!   wait is ordered after the signals it consumed and no others: a wait for
+//!   3 of 4 signals never looks ordered after the 4th, in any schedule.
+//!   Units counted before the call started carry no clock (call order
+//!   already orders them);
 //! - every memory word keeps the accesses since its last ordered plain write
 //!   (task, epoch, thread, write?, atomic?). Two accesses conflict when one
 //!   writes and not both are atomic; they are ordered when they come from the
@@ -17,18 +21,38 @@
 //!   made both, or, across tasks, when the later task's clock covers the
 //!   earlier epoch. Each call starts with empty shadows (call order).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// One recorded access to a memory word.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rec {
     pub task: u32,
     pub epoch: u32,
-    pub thread: u32,
-    /// Several threads of the task made this access in this epoch.
-    pub many: bool,
+    /// The first thread that made this access (threads per block are at most
+    /// 1,024, so 16 bits hold one and keep a history at 16 bytes).
+    pub thread: u16,
+    /// 0, or 1 + another thread of the task that made this access in this
+    /// epoch: a race report then names a thread other than the one racing.
+    pub other: u16,
     pub write: bool,
     pub atomic: bool,
+}
+
+impl Rec {
+    fn add_thread(&mut self, thread: u32) {
+        if self.other == 0 && u32::from(self.thread) != thread {
+            self.other = thread as u16 + 1;
+        }
+    }
+
+    /// A thread that made this access and is not `thread` (when one is
+    /// known): the one to name beside `thread` in a race report.
+    pub fn thread_other_than(&self, thread: u32) -> u32 {
+        match self.other {
+            o if o != 0 && u32::from(self.thread) == thread => u32::from(o - 1),
+            _ => u32::from(self.thread),
+        }
+    }
 }
 
 /// A sparse vector clock: task -> last epoch ordered before the holder.
@@ -69,7 +93,7 @@ pub(crate) struct Accessor<'a> {
 impl Accessor<'_> {
     fn ordered_after(&self, r: &Rec) -> bool {
         if r.task == self.task {
-            r.epoch < self.epoch || (!r.many && r.thread == self.thread)
+            r.epoch < self.epoch || (r.other == 0 && u32::from(r.thread) == self.thread)
         } else {
             self.clock.covers(r.task, r.epoch)
         }
@@ -126,8 +150,8 @@ pub(crate) fn record(
     let new = Rec {
         task: who.task,
         epoch: who.epoch,
-        thread: who.thread,
-        many: false,
+        thread: who.thread as u16,
+        other: 0,
         write,
         atomic,
     };
@@ -140,7 +164,7 @@ pub(crate) fn record(
             if subsumed(r, who, write, atomic) {
                 *r = new;
             } else if same_kind(r, who, write, atomic) {
-                r.many |= r.thread != who.thread;
+                r.add_thread(who.thread);
             } else {
                 *history = History::Many(Box::new(vec![*r, new]));
             }
@@ -151,7 +175,7 @@ pub(crate) fn record(
             }
             list.retain(|r| !subsumed(r, who, write, atomic));
             match list.iter_mut().find(|r| same_kind(r, who, write, atomic)) {
-                Some(r) => r.many |= r.thread != who.thread,
+                Some(r) => r.add_thread(who.thread),
                 None => list.push(new),
             }
         }
@@ -166,8 +190,60 @@ pub(crate) struct Detector {
     pub init: Vec<Vec<bool>>,
     /// Per buffer: access history per word (allocated on first use).
     pub shadow: Vec<Vec<History>>,
-    /// Released clocks per semaphore element (buffer, element).
-    pub sem_clock: HashMap<(usize, u64), Clock>,
+    /// Released units per semaphore element (buffer, element).
+    pub sem_credits: HashMap<(usize, u64), SemCredits>,
+}
+
+/// The units of one semaphore element in arrival order, each signal's with
+/// the clock it released.
+#[derive(Debug, Default)]
+pub(crate) struct SemCredits {
+    /// Units counted when the call first touched the element: made by
+    /// earlier calls, ordered by call order, so they carry no clock.
+    before_call: u64,
+    /// Units signalled in this call, oldest first: (units left, clock).
+    signals: VecDeque<(u64, Clock)>,
+}
+
+impl SemCredits {
+    /// The credits of an element whose counter reads `count` before this
+    /// call's first operation on it.
+    pub fn starting_at(count: i32) -> Self {
+        SemCredits {
+            before_call: count.max(0) as u64,
+            signals: VecDeque::new(),
+        }
+    }
+
+    pub fn signal(&mut self, units: u64, clock: Clock) {
+        self.signals.push_back((units, clock));
+    }
+
+    /// Joins the clocks of the first `units` units into `into`; `consume`
+    /// also takes them (a `wait`), otherwise they stay (`wait_nodec`).
+    pub fn take(&mut self, mut units: u64, consume: bool, into: &mut Clock) {
+        let old = units.min(self.before_call);
+        units -= old;
+        if consume {
+            self.before_call -= old;
+        }
+        let mut used = 0;
+        for (left, clock) in self.signals.iter_mut() {
+            if units == 0 {
+                break;
+            }
+            into.join(clock);
+            let k = units.min(*left);
+            units -= k;
+            if consume {
+                *left -= k;
+                if *left == 0 {
+                    used += 1;
+                }
+            }
+        }
+        self.signals.drain(..used);
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use std::mem::take;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::compile::{Access, BinKind, Instr, OwnInstance, ProgramCode, RegInit, Target, UnKind};
-use super::detect::{self, Accessor, Clock, Detector, History, Rec};
+use super::detect::{self, Accessor, Clock, Detector, History, Rec, SemCredits};
+use super::limits::Limits;
 use super::LateWait;
 use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
@@ -52,6 +53,9 @@ pub(crate) struct Env<'a> {
     /// All programs of the call and the first task id of each (for race reports).
     pub codes: &'a [ProgramCode],
     pub task_offsets: &'a [u64],
+    pub limits: &'a Limits,
+    /// Loop back-edges taken, for the time bound's clock checks.
+    pub ticks: u32,
 }
 
 /// Why a block stopped running.
@@ -118,6 +122,24 @@ pub(crate) struct BlockState {
 }
 
 impl BlockState {
+    /// Host memory one block's state takes: registers, locals and smem (and
+    /// their detection state), all per thread or per word of the block.
+    pub fn bytes(code: &ProgramCode, detect: bool) -> u64 {
+        let t = code.threads as u64;
+        let local_words: u64 = code
+            .locals
+            .iter()
+            .map(|l| l.len)
+            .sum::<u64>()
+            .saturating_mul(t);
+        let smem_words: u64 = code.smem.iter().sum();
+        let (local_bytes, smem_bytes) = if detect { (5, 4 + 1 + 16) } else { (4, 4) };
+        (code.regs.len() as u64)
+            .saturating_mul(t * 4)
+            .saturating_add(local_words.saturating_mul(local_bytes))
+            .saturating_add(smem_words.saturating_mul(smem_bytes))
+    }
+
     pub fn new(code: &ProgramCode, detect: bool) -> Self {
         let t = code.threads;
         let regs = code
@@ -461,6 +483,13 @@ impl BlockState {
                     }
                 }
                 Instr::Jump { pc } => {
+                    let (block, task) = (self.block, code);
+                    env.limits.tick(&mut env.ticks, || Site {
+                        program: task.program,
+                        kernel: task.kernel.clone(),
+                        block,
+                        thread: None,
+                    })?;
                     self.pc = *pc;
                     continue;
                 }
@@ -500,14 +529,25 @@ impl BlockState {
                     };
                     let (buf, addr) = self.sem_address(code, acc, lane)?;
                     let n = self.regs[*amount][lane] as i32;
+                    if n < 1 {
+                        return Err(RunError::BadSemaphoreAmount {
+                            site: self.site(code, None),
+                            semaphore: acc.name.clone(),
+                            amount: n,
+                        });
+                    }
                     let word = &env.bufs[buf].words[addr as usize];
                     match op {
                         SemOp::Signal => {
                             self.epoch += 1;
                             if let Some(det) = env.detect.as_deref_mut() {
-                                let c = det.sem_clock.entry((buf, addr)).or_default();
-                                c.join(&self.clock);
-                                c.raise(self.task, self.epoch - 1);
+                                let mut released = self.clock.clone();
+                                released.raise(self.task, self.epoch - 1);
+                                let count = word.load(Relaxed) as i32;
+                                det.sem_credits
+                                    .entry((buf, addr))
+                                    .or_insert_with(|| SemCredits::starting_at(count))
+                                    .signal(n as u64, released);
                             }
                             word.store((word.load(Relaxed) as i32).wrapping_add(n) as u32, Relaxed);
                             env.signalled = true;
@@ -523,13 +563,15 @@ impl BlockState {
                                     name: acc.name.clone(),
                                 });
                             }
-                            if *op == SemOp::Wait {
-                                word.store(value.wrapping_sub(n) as u32, Relaxed);
-                            }
+                            let consume = *op == SemOp::Wait;
                             if let Some(det) = env.detect.as_deref_mut() {
-                                if let Some(c) = det.sem_clock.get(&(buf, addr)) {
-                                    self.clock.join(c);
-                                }
+                                det.sem_credits
+                                    .entry((buf, addr))
+                                    .or_insert_with(|| SemCredits::starting_at(value))
+                                    .take(n as u64, consume, &mut self.clock);
+                            }
+                            if consume {
+                                word.store(value.wrapping_sub(n) as u32, Relaxed);
                             }
                             if std::mem::take(&mut self.blocked) {
                                 if let Some(late) = env.late_waits.as_deref_mut() {
@@ -755,7 +797,11 @@ impl BlockState {
                     },
                 };
                 let first_site = Site {
-                    thread: Some(first.thread),
+                    thread: Some(if first.task == self.task {
+                        first.thread_other_than(lane as u32)
+                    } else {
+                        u32::from(first.thread)
+                    }),
                     ..first_site
                 };
                 return Err(RunError::DataRace {

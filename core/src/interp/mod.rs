@@ -29,12 +29,14 @@
 mod compile;
 mod detect;
 mod exec;
+mod limits;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use compile::{checked_len, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
+use limits::Limits;
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{CallArgs, CallOutputs, HostTensor};
@@ -227,6 +229,8 @@ impl Interpreter {
             code.flush_subnormals = options.flush_subnormals;
         }
         let detect = options.detect;
+        let limits = Limits::new(options.time_limit, options.memory_limit);
+        charge_buffers(&limits, &layout, detect, options.extra_schedules > 0)?;
 
         let (bufs, init) = self.make_buffers(&layout, args, residents, detect)?;
         let mut detector = detect.then(|| self.detector(init));
@@ -240,11 +244,12 @@ impl Interpreter {
             ..Default::default()
         };
         let first = if parallel {
-            run_parallel(&codes, &bufs)
+            run_parallel(&codes, &bufs, &limits)
         } else {
             run_sequential(
                 &codes,
                 &bufs,
+                &limits,
                 detector.as_mut(),
                 None,
                 Some(&mut report.late_waits),
@@ -279,6 +284,7 @@ impl Interpreter {
             let result = run_sequential(
                 &codes,
                 &alt_bufs,
+                &limits,
                 alt_detector.as_mut(),
                 Some(&mut alt),
                 None,
@@ -746,7 +752,11 @@ fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
 
 /// Runs independent blocks (no atomics, no semaphores) on all host cores; the
 /// error of the lowest block wins so that reports do not depend on timing.
-fn run_parallel(codes: &[ProgramCode], bufs: &[GlobalBuf]) -> Result<u64, RunError> {
+fn run_parallel(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    limits: &Limits,
+) -> Result<u64, RunError> {
     let offsets = task_offsets(codes);
     let total: u64 = codes.iter().map(|c| c.block_count).sum();
     let workers = std::thread::available_parallelism()
@@ -767,13 +777,20 @@ fn run_parallel(codes: &[ProgramCode], bufs: &[GlobalBuf]) -> Result<u64, RunErr
                         late_waits: None,
                         codes,
                         task_offsets: offsets,
+                        limits,
+                        ticks: 0,
                     };
                     let mut states: Vec<Option<BlockState>> = codes.iter().map(|_| None).collect();
                     for task in range.clone() {
                         let p = offsets.iter().rposition(|&o| o <= task).unwrap_or(0);
                         let code = &codes[p];
-                        let st = states[p].get_or_insert_with(|| BlockState::new(code, false));
-                        st.reset(code, task as u32, task - offsets[p]);
+                        let block = task - offsets[p];
+                        limits.check_time(|| block_site(code, block))?;
+                        let st = match &mut states[p] {
+                            Some(st) => st,
+                            empty => empty.insert(new_block_state(limits, code, false)?),
+                        };
+                        st.reset(code, task as u32, block);
                         match st.run(code, &mut env)? {
                             Status::Done => {}
                             other => {
@@ -808,6 +825,7 @@ fn run_parallel(codes: &[ProgramCode], bufs: &[GlobalBuf]) -> Result<u64, RunErr
 fn run_sequential(
     codes: &[ProgramCode],
     bufs: &[GlobalBuf],
+    limits: &Limits,
     detect: Option<&mut detect::Detector>,
     mut alt: Option<&mut AltSchedule>,
     late_waits: Option<&mut Vec<LateWait>>,
@@ -830,6 +848,8 @@ fn run_sequential(
         late_waits,
         codes,
         task_offsets: &offsets,
+        limits,
+        ticks: 0,
     };
     let mut pools: Vec<Vec<BlockState>> = codes.iter().map(|_| vec![]).collect();
     let mut live: BTreeMap<u32, BlockState> = BTreeMap::new();
@@ -870,13 +890,16 @@ fn run_sequential(
         };
         let p = program_of(task);
         let code = &codes[p];
+        let block = task as u64 - offsets[p];
+        limits.check_time(|| block_site(code, block))?;
         let mut st = match live.remove(&task) {
             Some(st) => st,
             None => {
-                let mut st = pools[p]
-                    .pop()
-                    .unwrap_or_else(|| BlockState::new(code, detecting));
-                st.reset(code, task, task as u64 - offsets[p]);
+                let mut st = match pools[p].pop() {
+                    Some(st) => st,
+                    None => new_block_state(limits, code, detecting)?,
+                };
+                st.reset(code, task, block);
                 st
             }
         };
@@ -904,6 +927,62 @@ fn run_sequential(
         return Err(deadlock(codes, &offsets, bufs, &waiting));
     }
     Ok(done)
+}
+
+fn block_site(code: &ProgramCode, block: u64) -> Site {
+    Site {
+        program: code.program,
+        kernel: code.kernel.clone(),
+        block,
+        thread: None,
+    }
+}
+
+/// A block's state, charged to the memory budget (blocks that wait stay
+/// alive, so a call may hold many at once).
+fn new_block_state(
+    limits: &Limits,
+    code: &ProgramCode,
+    detect: bool,
+) -> Result<BlockState, RunError> {
+    limits.charge(BlockState::bytes(code, detect), || {
+        format!(
+            "the state of a block of program {} (`{}`: registers, locals, smem)",
+            code.program, code.kernel
+        )
+    })?;
+    Ok(BlockState::new(code, detect))
+}
+
+/// Charges the call's device buffers before any is allocated: their words,
+/// with detection a written bit and a 16-byte access history per word, and
+/// with extra schedules a second set beside the first schedule's outputs.
+fn charge_buffers(
+    limits: &Limits,
+    layout: &Layout,
+    detect: bool,
+    extra_schedules: bool,
+) -> Result<(), RunError> {
+    let words: u64 = layout
+        .buffers
+        .iter()
+        .fold(0u64, |sum, b| sum.saturating_add(b.len));
+    let per_word: u64 = match (detect, extra_schedules) {
+        (false, false) => 4,
+        (false, true) => 4 + 4 + 4,
+        (true, false) => 4 + 1 + 16,
+        (true, true) => 2 * (4 + 1 + 16) + 4,
+    };
+    limits.charge(words.saturating_mul(per_word), || {
+        format!(
+            "the call's buffers ({words} words{})",
+            if detect {
+                ", with race and uninitialised-read detection"
+            } else {
+                ""
+            }
+        )
+    })
 }
 
 /// The wait-for graph of a deadlock: every waiting block, what it waits for,

@@ -697,6 +697,8 @@ pub enum ErrorClass {
     UninitializedRead,
     DataRace,
     WaitTimeout,
+    /// A signal or wait amount below 1 at run time.
+    BadSemaphoreAmount,
     Nondeterministic,
     Unsupported,
     Refused,
@@ -710,18 +712,20 @@ impl ErrorClass {
             Self::UninitializedRead => "uninitialized_read",
             Self::DataRace => "data_race",
             Self::WaitTimeout => "wait_timeout",
+            Self::BadSemaphoreAmount => "bad_semaphore_amount",
             Self::Nondeterministic => "nondeterministic",
             Self::Unsupported => "unsupported",
             Self::Refused => "refused",
         }
     }
 
-    pub const ALL: [ErrorClass; 8] = [
+    pub const ALL: [ErrorClass; 9] = [
         Self::Deadlock,
         Self::OutOfBounds,
         Self::UninitializedRead,
         Self::DataRace,
         Self::WaitTimeout,
+        Self::BadSemaphoreAmount,
         Self::Nondeterministic,
         Self::Unsupported,
         Self::Refused,

@@ -888,7 +888,9 @@ impl Gen {
     /// tree as deep as it is long): every stage that walks expressions and
     /// the emitted code's compilers must take it.
     fn deep_chain(&mut self, body: &mut Vec<Stmt>) {
-        let terms = *self.rng.pick(&[40u32, 100, 199, 250]);
+        // Room for the blocks around the statement (the generator nests a few).
+        let most = (mpmd_core::text::MAX_NESTING as u32).saturating_sub(16);
+        let terms = (*self.rng.pick(&[40u32, 100, 199, 250])).min(most);
         let mut e = var("t");
         for _ in 0..terms {
             let c = lit_u32(self.rng.range(1, 1000));

@@ -37,7 +37,9 @@ use compile::{checked_len, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
-use crate::host::{CallArgs, CallOutputs, HostTensor};
+use crate::host::{
+    host_shape, resident_starts_zeroed, BufferStart, CallArgs, CallOutputs, HostTensor,
+};
 use crate::inputs::Rng;
 use crate::ir::{
     CompareMode, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType,
@@ -228,7 +230,7 @@ impl Interpreter {
         }
         let detect = options.detect;
 
-        let (bufs, init) = self.make_buffers(&layout, args, residents, detect)?;
+        let (bufs, init) = self.make_buffers(&layout, args, detect)?;
         let mut detector = detect.then(|| self.detector(init));
         let parallel = !detect
             && codes.iter().all(|c| !c.synchronises)
@@ -262,7 +264,7 @@ impl Interpreter {
 
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
-            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents, detect)?;
+            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, detect)?;
             let mut alt_detector = detect.then(|| self.detector(alt_init));
             let seed = options
                 .run
@@ -408,7 +410,6 @@ impl Interpreter {
         &mut self,
         layout: &Layout,
         args: &CallArgs,
-        residents: &[Resident],
         detect: bool,
     ) -> Result<(Vec<GlobalBuf>, Vec<Vec<bool>>), RunError> {
         let mut bufs = Vec::with_capacity(layout.buffers.len());
@@ -424,6 +425,12 @@ impl Interpreter {
                 Init::Zeroed => (buffer(&mut self.pool, len, None), bits(true)),
                 Init::Uninitialized => (buffer(&mut self.pool, len, None), bits(false)),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
+                    Some(r) if r.tensor.elem != spec.ty.elem => {
+                        return Err(RunError::BadArguments(format!(
+                            "resident `{name}` holds `{}` elements, the map binds `{}`",
+                            r.tensor.elem, spec.ty.elem
+                        )))
+                    }
                     Some(r) if r.tensor.words.len() == len => {
                         let init = if detect { r.init.clone() } else { vec![] };
                         (buffer(&mut self.pool, len, Some(&r.tensor.words)), init)
@@ -434,12 +441,7 @@ impl Interpreter {
                             r.tensor.words.len()
                         )))
                     }
-                    None => {
-                        let zeroed = *zeroed
-                            || spec.ty.space == MemorySpace::Sem
-                            || residents.iter().any(|r| &r.name == name && r.zeroed);
-                        (buffer(&mut self.pool, len, None), bits(zeroed))
-                    }
+                    None => (buffer(&mut self.pool, len, None), bits(*zeroed)),
                 },
             };
             bufs.push(GlobalBuf { words });
@@ -549,20 +551,11 @@ fn prepare(
                 ))
             })?
         } else {
-            let (instances, mut shape) = match &r.owner {
-                Some(owner) => {
-                    let m = find_mesh(owner)?;
-                    (
-                        checked_len(&m.block_axes().map(|a| a.size).collect::<Vec<_>>())
-                            .unwrap_or(u64::MAX),
-                        m.block_axes().map(|a| a.size).collect::<Vec<_>>(),
-                    )
-                }
-                None => (1, vec![]),
-            };
-            shape.extend_from_slice(&r.shape);
-            let len = checked_len(&r.shape)
-                .and_then(|n| n.checked_mul(instances))
+            if let Some(owner) = &r.owner {
+                find_mesh(owner)?;
+            }
+            let shape = host_shape(meshes, r).unwrap_or_default();
+            let len = checked_len(&shape)
                 .filter(|&n| n <= MAX_WORDS)
                 .ok_or_else(|| RunError::Refused {
                     reason: format!("operand `{}` is larger than {MAX_WORDS} words", op.name),
@@ -573,26 +566,25 @@ fn prepare(
                     reason: format!("operands need more than {MAX_WORDS} words"),
                 });
             }
-            let init = if op.resident {
-                let decl = residents
-                    .iter()
-                    .find(|d| d.name == op.name)
-                    .ok_or_else(|| {
-                        RunError::BadArguments(format!(
-                            "`{}` is bound to a resident the module does not declare",
-                            op.name
-                        ))
-                    })?;
-                Init::Resident {
-                    name: op.name.clone(),
-                    zeroed: decl.zeroed,
+            let init = match BufferStart::of(kind, op) {
+                Some(BufferStart::Resident) => {
+                    let decl = residents
+                        .iter()
+                        .find(|d| d.name == op.name)
+                        .ok_or_else(|| {
+                            RunError::BadArguments(format!(
+                                "`{}` is bound to a resident the module does not declare",
+                                op.name
+                            ))
+                        })?;
+                    Init::Resident {
+                        name: op.name.clone(),
+                        zeroed: resident_starts_zeroed(decl),
+                    }
                 }
-            } else if r.space == MemorySpace::Sem || op.zeroed {
-                Init::Zeroed
-            } else if kind == OperandKind::Input {
-                Init::Input(op.name.clone())
-            } else {
-                Init::Uninitialized
+                Some(BufferStart::Uploaded) => Init::Input(op.name.clone()),
+                Some(BufferStart::Zeroed) => Init::Zeroed,
+                Some(BufferStart::Uninitialized) | None => Init::Uninitialized,
             };
             buffers.push(BufferSpec {
                 ty: r.clone(),

@@ -217,7 +217,7 @@ pub fn generate_input_within(
 /// declaration says, [`crate::host::resident_starts_zeroed`]), in module
 /// order, with its host shape; each at most `limit_bytes`. Callers hand each
 /// to [`crate::Backend::set_resident`] before the first call. `index_into`
-/// names a resident or an operand of a map that binds this resident.
+/// names an operand of a map or a resident.
 pub fn resident_data(
     module: &Module,
     generation: &Generation,
@@ -236,17 +236,12 @@ pub fn resident_data(
         let shape = crate::host::host_shape(&module.meshes, &resident.ty).ok_or_else(not_a_ref)?;
         let index_bound = match gen {
             Generator::IndexInto { operand, dim } => {
-                let binds_it = |m: &&MpmdMap| {
-                    m.operands()
-                        .any(|(_, o)| o.resident && o.name == resident.name)
-                };
-                let found = module.resident(operand).map(|r| Some(&r.ty)).or_else(|| {
-                    module
-                        .maps
-                        .iter()
-                        .filter(binds_it)
-                        .find_map(|m| m.operand(operand).map(|(_, o)| o.ty.as_ref_type()))
-                });
+                // As validation looks it up: an operand of a map, else a resident.
+                let found = module
+                    .maps
+                    .iter()
+                    .find_map(|m| m.operand(operand).map(|(_, o)| o.ty.as_ref_type()))
+                    .or_else(|| module.resident(operand).map(|r| Some(&r.ty)));
                 Some(index_bound(&resident.name, operand, *dim, found)?)
             }
             _ => None,

@@ -81,6 +81,10 @@ pub struct InterpOptions {
 /// (they take milliseconds), short enough that a runaway loop ends.
 pub const DEFAULT_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Extra schedules the oracle runs by default: conformance and
+/// `mpmd run --checked`.
+pub const DEFAULT_EXTRA_SCHEDULES: u32 = 2;
+
 /// Default [`InterpOptions::memory_limit`]: 4 GiB.
 pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
 
@@ -147,6 +151,8 @@ pub struct Interpreter {
     /// Emptied access histories of earlier detectors: their pages stay
     /// mapped, so a later call does not fault them in again.
     shadow_pool: Vec<Vec<detect::History>>,
+    /// What [`Backend::run`] runs with beyond its [`RunOptions`].
+    backend_options: InterpOptions,
 }
 
 /// Where a buffer's contents come from at the start of a call.
@@ -177,6 +183,26 @@ struct Layout {
 impl Interpreter {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An interpreter whose [`Backend::run`] uses `options`: each call's
+    /// [`RunOptions`] replace `options.run`, and checked mode turns
+    /// detection on (`mpmd run` sets the schedules and limits this way).
+    pub fn with_options(options: InterpOptions) -> Self {
+        Interpreter {
+            backend_options: options,
+            ..Self::default()
+        }
+    }
+
+    /// Gives device-resident ref `name` the contents `tensor` (every word
+    /// counts as written), before or between calls. A call that binds the
+    /// resident with another element type or length fails with
+    /// [`RunError::BadArguments`].
+    pub fn set_resident(&mut self, name: &str, tensor: HostTensor) {
+        let init = vec![true; tensor.words.len()];
+        self.residents
+            .insert(name.to_string(), ResidentState { tensor, init });
     }
 
     /// The report of the last successful or failed call, if any.
@@ -958,8 +984,8 @@ impl Backend for Interpreter {
             .collect::<Result<Vec<_>, _>>()?;
         let interp = InterpOptions {
             run: options.clone(),
-            detect: options.mode == Mode::Checked,
-            ..Default::default()
+            detect: options.mode == Mode::Checked || self.backend_options.detect,
+            ..self.backend_options.clone()
         };
         self.run_map(
             &plan.map,
@@ -973,5 +999,10 @@ impl Backend for Interpreter {
 
     fn resident(&self, name: &str) -> Option<HostTensor> {
         self.residents.get(name).map(|r| r.tensor.clone())
+    }
+
+    fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
+        Interpreter::set_resident(self, name, tensor);
+        Ok(())
     }
 }

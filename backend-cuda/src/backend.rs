@@ -551,6 +551,12 @@ impl CudaBackend {
                 continue;
             };
             if let Some(existing) = self.residents.get(name) {
+                if existing.elem != buffer.ty.elem {
+                    return Err(RunError::BadArguments(format!(
+                        "resident `{name}` holds `{}` elements; map `{}` declares `{}`",
+                        existing.elem, plan.map.name, buffer.ty.elem
+                    )));
+                }
                 if existing.words.len() as u64 != buffer.len.max(1) {
                     return Err(RunError::BadArguments(format!(
                         "resident `{name}` already holds {} elements; map `{}` declares {}",
@@ -895,6 +901,29 @@ impl Backend for CudaBackend {
                 panic_text(payload)
             ))),
         }
+    }
+
+    fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
+        // A kernel of an earlier failed call may still use the old buffer.
+        self.settle()?;
+        // Residents hold at least one word, as `bind_residents` allocates them.
+        let mut data = tensor.words;
+        if data.is_empty() {
+            data.push(0);
+        }
+        let words = self
+            .stream
+            .clone_htod(&data)
+            .map_err(run_err("resident upload"))?;
+        self.residents.insert(
+            name.to_string(),
+            DeviceResident {
+                elem: tensor.elem,
+                shape: tensor.shape,
+                words,
+            },
+        );
+        Ok(())
     }
 
     fn resident(&self, name: &str) -> Option<HostTensor> {

@@ -469,6 +469,12 @@ impl WgpuBackend {
         buf: &BufferPlan,
     ) -> Result<wgpu::Buffer, RunError> {
         if let Some(r) = self.residents.get(name) {
+            if r.elem != buf.ty.elem {
+                return Err(RunError::BadArguments(format!(
+                    "resident `{name}` holds `{}` elements but this map binds it as `{}`",
+                    r.elem, buf.ty.elem
+                )));
+            }
             if r.words != buf.len {
                 return Err(RunError::BadArguments(format!(
                     "resident `{name}` has {} elements but this map binds it as {}",
@@ -788,6 +794,35 @@ impl Backend for WgpuBackend {
             );
         }
         Ok(result)
+    }
+
+    fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
+        let words = tensor.words.len() as u64;
+        let buffer = match self.residents.get(name) {
+            Some(r) if r.words == words => r.buffer.clone(),
+            _ => self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(name),
+                size: words.max(1) * 4,
+                usage: STORAGE_USAGE,
+                mapped_at_creation: false,
+            }),
+        };
+        // Queue writes land before any later submission: the next call sees them.
+        if words > 0 {
+            self.ctx
+                .queue
+                .write_buffer(&buffer, 0, bytemuck::cast_slice(&tensor.words));
+        }
+        self.residents.insert(
+            name.to_string(),
+            ResidentBuffer {
+                buffer,
+                elem: tensor.elem,
+                shape: tensor.shape,
+                words,
+            },
+        );
+        Ok(())
     }
 
     fn resident(&self, name: &str) -> Option<HostTensor> {

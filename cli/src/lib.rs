@@ -11,10 +11,15 @@ use std::ffi::OsString;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use mpmd_core::host::host_shape;
 use mpmd_core::inputs::{self, Generation};
-use mpmd_core::interp::Interpreter;
+use mpmd_core::interp::{
+    InterpOptions, Interpreter, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
+};
 use mpmd_core::ir::{Literal, Module, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan, LowerError};
 use mpmd_core::validate::{self, ValidateOptions};
@@ -46,9 +51,14 @@ pub enum Command {
         target: Target,
         /// The .mpmd file to lower.
         file: PathBuf,
-        /// The map to lower (default: every map of the file, in order).
+        /// The map to lower (default: every map of the file, in order; CUDA
+        /// and WGSL of several maps need --map or --out-dir).
         #[arg(long)]
         map: Option<String>,
+        /// Write one file per map into this folder, named after the map
+        /// (`NAME.cu`, `NAME.wgsl`, `NAME.plan.txt`), instead of printing.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
     },
     /// Run the file's calls in order on one backend and summarise the outputs.
     Run {
@@ -59,24 +69,120 @@ pub enum Command {
         /// Seed for generated inputs and for the backend's schedules.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// `NAME=PATH.npy`: data for an input instead of generating it.
+        /// `NAME=PATH.npy`: data for an input, or for a device-resident ref
+        /// before the first call, instead of generating it.
         #[arg(long = "input", value_name = "NAME=PATH")]
         inputs: Vec<String>,
         /// `NAME=VALUE`: a scalar parameter (overrides the call's value).
         #[arg(long = "scalar", value_name = "NAME=VALUE")]
         scalars: Vec<String>,
-        /// Write every output as .npy into this folder.
+        /// Write every output, and every device-resident ref after the last
+        /// call, as .npy into this folder (the summary names each file).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Check every access (out-of-bounds accesses are errors).
+        /// Check every access: out-of-bounds accesses are errors; the
+        /// interpreter also reports data races, reads of unwritten memory
+        /// and results that differ between schedules (see --schedules).
         #[arg(long)]
         checked: bool,
+        /// Interpreter: seeded schedules to run beyond the lockstep one
+        /// [default: 2 with --checked, as conformance runs, else 0].
+        #[arg(long, value_name = "N")]
+        schedules: Option<u32>,
+        /// Interpreter: wall-clock bound on one call, all schedules
+        /// together, in seconds (0: no bound).
+        #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Some(DEFAULT_TIME_LIMIT)))]
+        timeout: Seconds,
+        /// Bound on host memory: each generated input, and everything the
+        /// interpreter allocates for one call. BYTES, or with a binary
+        /// suffix: 512M, 4G.
+        #[arg(long, value_name = "BYTES", default_value_t = ByteSize(DEFAULT_MEMORY_LIMIT))]
+        memory_limit: ByteSize,
         /// wgpu: declare that every workgroup of a dispatch runs at once on
         /// this adapter, so that cycles and waits within one program may run.
         /// Such results are reported as unverified.
         #[arg(long)]
         co_resident: bool,
     },
+}
+
+/// `--timeout`: seconds as a decimal number; 0 is no bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seconds(pub Option<Duration>);
+
+impl FromStr for Seconds {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let seconds: f64 = text
+            .parse()
+            .ok()
+            .filter(|s: &f64| s.is_finite() && *s >= 0.0 && *s <= 1e12)
+            .ok_or_else(|| {
+                format!("`{text}` is not a number of seconds (such as 60, 0.5, or 0 for no bound)")
+            })?;
+        Ok(Seconds(
+            (seconds > 0.0).then(|| Duration::from_secs_f64(seconds)),
+        ))
+    }
+}
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            None => f.write_str("0"),
+            Some(d) => write!(f, "{}", d.as_secs_f64()),
+        }
+    }
+}
+
+/// `--memory-limit`: a byte count, optionally with a binary suffix
+/// (`K`, `M`, `G`, `T`: powers of 1024; `4G`, `512MiB`, `1024`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+const BYTE_SUFFIXES: [(char, u32); 4] = [('K', 10), ('M', 20), ('G', 30), ('T', 40)];
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("`{text}` is not a byte count (such as 1048576, 512M or 4G)");
+        let upper = text.trim().to_ascii_uppercase();
+        let trimmed = upper
+            .strip_suffix("IB")
+            .or_else(|| upper.strip_suffix('B'))
+            .unwrap_or(&upper);
+        let (digits, shift) = match trimmed.chars().last() {
+            Some(c) if c.is_ascii_alphabetic() => {
+                let shift = BYTE_SUFFIXES
+                    .iter()
+                    .find(|(s, _)| *s == c)
+                    .map(|(_, shift)| *shift)
+                    .ok_or_else(bad)?;
+                (&trimmed[..trimmed.len() - 1], shift)
+            }
+            _ => (trimmed, 0),
+        };
+        let value: u64 = digits.parse().map_err(|_| bad())?;
+        value
+            .checked_mul(1 << shift)
+            .map(ByteSize)
+            .ok_or_else(|| format!("`{text}` is more bytes than fit in 64 bits"))
+    }
+}
+
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let exact = BYTE_SUFFIXES
+            .iter()
+            .rev()
+            .find(|(_, shift)| self.0 != 0 && self.0 % (1 << shift) == 0);
+        match exact {
+            Some((suffix, shift)) => write!(f, "{}{suffix}", self.0 >> shift),
+            None => write!(f, "{}", self.0),
+        }
+    }
 }
 
 /// What `mpmd lower` prints.
@@ -149,13 +255,82 @@ pub enum CliError {
     },
     #[error(transparent)]
     Npy(#[from] npy::NpyError),
-    #[error(transparent)]
-    Generate(#[from] inputs::GenerateError),
+    #[error("{error}{}", limit_hint(error))]
+    Generate { error: inputs::GenerateError },
+    #[error("cannot give resident `{name}` its data: {error}")]
+    Resident { name: String, error: Box<RunError> },
     #[error("cannot create `{path}`: {source}")]
     CreateDir {
         path: String,
         source: std::io::Error,
     },
+    #[error("cannot write `{path}`: {source}")]
+    WriteFile {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl From<inputs::GenerateError> for CliError {
+    fn from(error: inputs::GenerateError) -> Self {
+        CliError::Generate { error }
+    }
+}
+
+/// How the CLI user raises the limit a generation error names.
+fn limit_hint(error: &inputs::GenerateError) -> &'static str {
+    match error {
+        inputs::GenerateError::TooLarge { .. } => "; raise it with --memory-limit BYTES",
+        _ => "",
+    }
+}
+
+/// The Rust options that messages of the library name, and the flag that
+/// sets each in the CLI: the one table that turns one into the other.
+pub const OPTION_FLAGS: &[(&str, &str)] = &[
+    ("InterpOptions::time_limit", "--timeout SECONDS"),
+    ("InterpOptions::memory_limit", "--memory-limit BYTES"),
+    ("InterpOptions::extra_schedules", "--schedules N"),
+    ("WgpuOptions::co_resident", "--co-resident"),
+];
+
+/// `text` with every Rust option of [`OPTION_FLAGS`] replaced by its flag.
+pub fn name_flags(text: &str) -> String {
+    OPTION_FLAGS
+        .iter()
+        .fold(text.to_string(), |t, (option, flag)| {
+            t.replace(option, flag)
+        })
+}
+
+/// A run error as the CLI reports it: options named by their flags.
+pub fn for_cli(error: RunError) -> RunError {
+    match error {
+        RunError::TimeLimit {
+            site,
+            limit_ms,
+            option,
+        } => RunError::TimeLimit {
+            site,
+            limit_ms,
+            option: name_flags(&option),
+        },
+        RunError::Deadlock { wait_for_graph } => RunError::Deadlock {
+            wait_for_graph: name_flags(&wait_for_graph),
+        },
+        RunError::Nondeterministic { detail } => RunError::Nondeterministic {
+            detail: name_flags(&detail),
+        },
+        RunError::Unsupported { reason } => RunError::Unsupported {
+            reason: name_flags(&reason),
+        },
+        RunError::Refused { reason } => RunError::Refused {
+            reason: name_flags(&reason),
+        },
+        RunError::BadArguments(text) => RunError::BadArguments(name_flags(&text)),
+        RunError::Backend(text) => RunError::Backend(name_flags(&text)),
+        other => other,
+    }
 }
 
 /// Parses `args` (the program name first) and runs the command: output on
@@ -187,7 +362,12 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 pub fn run_command(command: Command) -> Result<String, CliError> {
     match command {
         Command::Check { files } => check(&files),
-        Command::Lower { target, file, map } => lower_command(target, &file, map.as_deref()),
+        Command::Lower {
+            target,
+            file,
+            map,
+            out_dir,
+        } => lower_command(target, &file, map.as_deref(), out_dir.as_deref()),
         Command::Run {
             file,
             backend,
@@ -196,6 +376,9 @@ pub fn run_command(command: Command) -> Result<String, CliError> {
             scalars,
             out,
             checked,
+            schedules,
+            timeout,
+            memory_limit,
             co_resident,
         } => run(&RunRequest {
             file,
@@ -205,6 +388,9 @@ pub fn run_command(command: Command) -> Result<String, CliError> {
             scalars,
             out,
             mode: if checked { Mode::Checked } else { Mode::Fast },
+            schedules,
+            time_limit: timeout.0,
+            memory_limit: memory_limit.0,
             co_resident,
         }),
     }
@@ -293,7 +479,23 @@ pub fn emit(target: Target, plan: &LaunchPlan) -> Result<String, CliError> {
     }
 }
 
-fn lower_command(target: Target, file: &Path, map: Option<&str>) -> Result<String, CliError> {
+impl Target {
+    /// The file name ending of `lower --out-dir`.
+    fn extension(self) -> &'static str {
+        match self {
+            Self::Plan => "plan.txt",
+            Self::Cuda => "cu",
+            Self::Wgsl => "wgsl",
+        }
+    }
+}
+
+fn lower_command(
+    target: Target,
+    file: &Path,
+    map: Option<&str>,
+    out_dir: Option<&Path>,
+) -> Result<String, CliError> {
     let module = load_module(file)?;
     let maps: Vec<&str> = match map {
         Some(name) => vec![name],
@@ -305,11 +507,75 @@ fn lower_command(target: Target, file: &Path, map: Option<&str>) -> Result<Strin
             file.display()
         )));
     }
-    let mut out = Vec::new();
-    for name in maps {
-        out.push(emit(target, &lower(&module, name)?)?);
+    // Each CUDA or WGSL text is a whole translation unit (prelude included):
+    // two in one stream do not compile, so several maps go to several files.
+    if maps.len() > 1 && target != Target::Plan && out_dir.is_none() {
+        return Err(CliError::Usage(format!(
+            "`{}` has {} maps ({}), and the {} of each is a file of its own: \
+             pass --map NAME to print one map's source, or --out-dir DIR to write one file per map",
+            file.display(),
+            maps.len(),
+            maps.iter()
+                .map(|m| format!("`{m}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            target.language()
+        )));
     }
-    Ok(out.join("\n"))
+    let mut texts = Vec::new();
+    for name in &maps {
+        texts.push(emit(target, &lower(&module, name)?)?);
+    }
+    let Some(dir) = out_dir else {
+        return Ok(texts.join("\n"));
+    };
+    create_dir(dir)?;
+    let mut written = String::new();
+    for (name, text) in maps.iter().zip(texts) {
+        let path = dir.join(file_name(name, target.extension()));
+        std::fs::write(&path, text).map_err(|source| CliError::WriteFile {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let _ = writeln!(written, "map `{name}` -> {}", path.display());
+    }
+    Ok(written)
+}
+
+impl Target {
+    fn language(self) -> &'static str {
+        match self {
+            Self::Plan => "plan",
+            Self::Cuda => "CUDA C",
+            Self::Wgsl => "WGSL",
+        }
+    }
+}
+
+fn create_dir(dir: &Path) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(|source| CliError::CreateDir {
+        path: dir.display().to_string(),
+        source,
+    })
+}
+
+/// File names longer than this many bytes are shortened (file systems
+/// refuse names over 255 bytes).
+const MAX_FILE_STEM: usize = 200;
+
+/// `STEM.EXTENSION`, where a stem over [`MAX_FILE_STEM`] bytes becomes its
+/// first 100 characters, `-` and 16 hex digits of a 64-bit FNV-1a hash of the
+/// whole stem. Names in the text format never contain `-`, so a shortened
+/// name never equals an unshortened one; the summary prints each name.
+pub fn file_name(stem: &str, extension: &str) -> String {
+    if stem.len() <= MAX_FILE_STEM {
+        return format!("{stem}.{extension}");
+    }
+    let hash = stem.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let prefix: String = stem.chars().take(100).collect();
+    format!("{prefix}-{hash:016x}.{extension}")
 }
 
 /// The backend `mpmd run --backend` names. Each backend is one arm.
@@ -349,6 +615,12 @@ pub struct RunRequest {
     pub scalars: Vec<String>,
     pub out: Option<PathBuf>,
     pub mode: Mode,
+    /// See `--schedules` (`None`: the default for the mode).
+    pub schedules: Option<u32>,
+    /// See `--timeout` (`None`: no bound).
+    pub time_limit: Option<Duration>,
+    /// See `--memory-limit`, in bytes.
+    pub memory_limit: u64,
     /// See `--co-resident`.
     pub co_resident: bool,
 }
@@ -357,6 +629,24 @@ fn split_assignment<'a>(flag: &str, text: &'a str) -> Result<(&'a str, &'a str),
     text.split_once('=')
         .filter(|(name, value)| !name.is_empty() && !value.is_empty())
         .ok_or_else(|| CliError::Usage(format!("--{flag} `{text}` is not NAME=VALUE")))
+}
+
+/// The `NAME=VALUE` assignments of a repeated flag, by name; a name given
+/// twice is an error (which one was meant is not for the CLI to guess).
+fn assignments<'a>(
+    flag: &str,
+    texts: &'a [String],
+) -> Result<BTreeMap<&'a str, &'a str>, CliError> {
+    let mut by_name = BTreeMap::new();
+    for text in texts {
+        let (name, value) = split_assignment(flag, text)?;
+        if let Some(first) = by_name.insert(name, value) {
+            return Err(CliError::Usage(format!(
+                "--{flag} `{name}` is given twice (`{name}={first}` and `{name}={value}`): give it once"
+            )));
+        }
+    }
+    Ok(by_name)
 }
 
 /// Parses a scalar value of type `ty` (`7`, `7u`, `-1.5`, `inf`, `true`).
@@ -378,6 +668,29 @@ pub fn parse_scalar(ty: ScalarType, text: &str) -> Option<Literal> {
     }
 }
 
+/// The backend of one `mpmd run`: the interpreter is kept as itself so that
+/// its report (schedules run) can be shown.
+enum RunBackend {
+    Interp(Interpreter),
+    Other(Box<dyn Backend>),
+}
+
+impl RunBackend {
+    fn get(&mut self) -> &mut dyn Backend {
+        match self {
+            RunBackend::Interp(interp) => interp,
+            RunBackend::Other(backend) => backend.as_mut(),
+        }
+    }
+
+    fn resident(&self, name: &str) -> Option<HostTensor> {
+        match self {
+            RunBackend::Interp(interp) => interp.resident(name),
+            RunBackend::Other(backend) => backend.resident(name),
+        }
+    }
+}
+
 fn run(request: &RunRequest) -> Result<String, CliError> {
     let module = load_module(&request.file)?;
     let calls = module.effective_calls();
@@ -388,27 +701,36 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             module.maps.len()
         )));
     }
+    if request.backend != BackendKind::Interp && request.schedules.is_some() {
+        return Err(CliError::Usage(format!(
+            "--schedules: only the interpreter runs extra schedules, not --backend {}",
+            request.backend.name()
+        )));
+    }
 
-    let mut input_files: BTreeMap<&str, &str> = BTreeMap::new();
-    for text in &request.inputs {
-        let (name, path) = split_assignment("input", text)?;
-        input_files.insert(name, path);
-    }
-    let mut scalar_texts: BTreeMap<&str, &str> = BTreeMap::new();
-    for text in &request.scalars {
-        let (name, value) = split_assignment("scalar", text)?;
-        scalar_texts.insert(name, value);
-    }
+    let input_files = assignments("input", &request.inputs)?;
+    let scalar_texts = assignments("scalar", &request.scalars)?;
     let called_maps: Vec<_> = calls.iter().filter_map(|c| module.map(&c.map)).collect();
     for name in input_files.keys() {
-        let known = called_maps
+        let uploaded = called_maps
             .iter()
-            .any(|m| m.inputs.iter().any(|o| o.name == *name && !o.resident));
-        if !known {
-            return Err(CliError::Usage(format!(
-                "--input `{name}`: no called map has a non-resident input of that name"
-            )));
+            .any(|m| inputs::uploaded_inputs(m).any(|o| o.name == *name));
+        if uploaded || module.resident(name).is_some() {
+            continue;
         }
+        let starts_zeroed = called_maps
+            .iter()
+            .find(|m| m.inputs.iter().any(|o| o.name == *name));
+        return Err(CliError::Usage(match starts_zeroed {
+            Some(map) => format!(
+                "--input `{name}`: input `{name}` of map `{}` starts at zero in every call \
+                 (a semaphore, or declared `zeroed`) and takes no data",
+                map.name
+            ),
+            None => format!(
+                "--input `{name}`: no called map has an input of that name, and the module declares no resident of that name"
+            ),
+        }));
     }
     for name in scalar_texts.keys() {
         if !called_maps
@@ -421,18 +743,65 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         }
     }
     if let Some(dir) = &request.out {
-        std::fs::create_dir_all(dir).map_err(|source| CliError::CreateDir {
-            path: dir.display().to_string(),
-            source,
-        })?;
+        create_dir(dir)?;
     }
 
-    let mut backend = resolve_backend(request.backend, request.co_resident)?;
+    let generation = Generation::with_defaults(request.seed);
+    let checked = request.mode == Mode::Checked;
+    let mut backend = match request.backend {
+        BackendKind::Interp => RunBackend::Interp(Interpreter::with_options(InterpOptions {
+            time_limit: request.time_limit,
+            memory_limit: request.memory_limit,
+            detect: checked,
+            extra_schedules: request.schedules.unwrap_or(if checked {
+                DEFAULT_EXTRA_SCHEDULES
+            } else {
+                0
+            }),
+            output_compare: module
+                .case
+                .as_ref()
+                .map(|c| c.compares.clone())
+                .unwrap_or_default(),
+            ..InterpOptions::default()
+        })),
+        other => RunBackend::Other(resolve_backend(other, request.co_resident)?),
+    };
+
+    // Residents get their data before the first call: from --input, else
+    // from the case's `generate` line, else they start as declared.
+    let mut resident_data: BTreeMap<String, HostTensor> =
+        inputs::resident_data(&module, &generation, request.memory_limit)?
+            .into_iter()
+            .collect();
+    for resident in &module.residents {
+        if let Some(path) = input_files.get(resident.name.as_str()) {
+            let shape = host_shape(&module.meshes, &resident.ty).unwrap_or_default();
+            let what = format!("resident `{}`", resident.name);
+            let tensor = read_input(
+                &resident.name,
+                &what,
+                resident.ty.elem,
+                &shape,
+                Path::new(path),
+            )?;
+            resident_data.insert(resident.name.clone(), tensor);
+        }
+    }
+    for (name, tensor) in resident_data {
+        backend
+            .get()
+            .set_resident(&name, tensor)
+            .map_err(|error| CliError::Resident {
+                name: name.clone(),
+                error: Box::new(for_cli(error)),
+            })?;
+    }
+
     let options = RunOptions {
         mode: request.mode,
         seed: request.seed,
     };
-    let generation = Generation::with_defaults(request.seed);
     let mut summary = String::new();
     for (index, call) in calls.iter().enumerate() {
         let map = module
@@ -440,10 +809,22 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             .ok_or_else(|| CliError::Lower(LowerError::UnknownMap(call.map.clone())))?;
         let plan = lower(&module, &call.map)?;
         let mut args = CallArgs::default();
-        for input in map.inputs.iter().filter(|o| !o.resident) {
+        for input in inputs::uploaded_inputs(map) {
             let tensor = match input_files.get(input.name.as_str()) {
-                Some(path) => read_input(&module, input, Path::new(path))?,
-                None => inputs::generate_input(&module, map, input, &generation)?,
+                Some(path) => {
+                    let ty = input.ty.as_ref_type();
+                    let elem = ty.map_or(ScalarType::U32, |r| r.elem);
+                    let shape = inputs::host_shape(&module, input).unwrap_or_default();
+                    let what = format!("input `{}` of map `{}`", input.name, map.name);
+                    read_input(&input.name, &what, elem, &shape, Path::new(path))?
+                }
+                None => inputs::generate_input_within(
+                    &module,
+                    map,
+                    input,
+                    &generation,
+                    request.memory_limit,
+                )?,
             };
             args.inputs.insert(input.name.clone(), tensor);
         }
@@ -475,16 +856,27 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         }
 
         let outputs = backend
+            .get()
             .run(&plan, &args, &options)
             .map_err(|error| CliError::Run {
                 index,
                 map: map.name.clone(),
-                error: Box::new(error),
+                error: Box::new(for_cli(error)),
             })?;
         let _ = write!(summary, "call {index}: map `{}`", map.name);
         if request.backend == BackendKind::Wgpu && plan.needs_co_residency() {
             // The adapter's co-residency is the user's word, not something checked.
             summary.push_str(" (unverified: ran on a declared co-resident adapter)");
+        }
+        if let RunBackend::Interp(interp) = &backend {
+            let schedules = interp.last_report().map_or(1, |r| r.schedules_run);
+            if checked || schedules > 1 {
+                let _ = write!(
+                    summary,
+                    " ({}{schedules} schedule(s) agree)",
+                    if checked { "checked, " } else { "" }
+                );
+            }
         }
         summary.push('\n');
         for output in &map.outputs {
@@ -499,65 +891,100 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                         output.name
                     ))),
                 })?;
-            let _ = write!(summary, "  {}", summarize(&output.name, tensor));
-            if let Some(dir) = &request.out {
-                let file_name = if calls.len() == 1 {
-                    format!("{}.npy", output.name)
-                } else {
-                    format!("{index}_{}_{}.npy", map.name, output.name)
-                };
-                let path = dir.join(file_name);
-                npy::write(&path, tensor)?;
-                let _ = write!(summary, " -> {}", path.display());
-            }
-            summary.push('\n');
+            let stem = if calls.len() == 1 {
+                output.name.clone()
+            } else {
+                format!("{index}_{}_{}", map.name, output.name)
+            };
+            write_summary_line(&mut summary, &output.name, tensor, request, &stem)?;
         }
+    }
+
+    // Residents after the last call: outputs of the run, as the next run's
+    // call would find them.
+    let mut first = true;
+    for resident in &module.residents {
+        let Some(tensor) = backend.resident(&resident.name) else {
+            continue;
+        };
+        if std::mem::take(&mut first) {
+            summary.push_str("residents after the last call:\n");
+        }
+        let label = format!("resident {}", resident.name);
+        let stem = format!("resident.{}", resident.name);
+        write_summary_line(&mut summary, &label, &tensor, request, &stem)?;
     }
     Ok(summary)
 }
 
+/// One summary line, and with `--out` the `.npy` file (named from `stem`,
+/// see [`file_name`]; `resident.` and `_` keep outputs and residents apart).
+fn write_summary_line(
+    summary: &mut String,
+    label: &str,
+    tensor: &HostTensor,
+    request: &RunRequest,
+    stem: &str,
+) -> Result<(), CliError> {
+    let _ = write!(summary, "  {}", summarize(label, tensor));
+    if let Some(dir) = &request.out {
+        let path = dir.join(file_name(stem, "npy"));
+        npy::write(&path, tensor)?;
+        let _ = write!(summary, " -> {}", path.display());
+    }
+    summary.push('\n');
+    Ok(())
+}
+
+/// `(16, 16)`, `(256,)`, `()`: a shape as NumPy writes it.
+pub fn shape_text(shape: &[u32]) -> String {
+    npy::shape_text(shape)
+}
+
+/// Reads `--input NAME=PATH` for `what` (an input of a map, or a resident),
+/// whose tensor has element type `elem` and host shape `shape`: the file's
+/// shape must be exactly that, its dtype the element type's (bool takes
+/// `|b1`, or 0/1 integers).
 fn read_input(
-    module: &Module,
-    input: &mpmd_core::ir::Operand,
+    name: &str,
+    what: &str,
+    elem: ScalarType,
+    shape: &[u32],
     path: &Path,
 ) -> Result<HostTensor, CliError> {
     let mut tensor = npy::read(path)?;
-    let elem = input.ty.as_ref_type().map(|r| r.elem);
-    let shape = inputs::host_shape(module, input).unwrap_or_default();
-    let expected_len: usize = shape.iter().map(|&d| d as usize).product();
-    let compatible = match (elem, tensor.elem) {
-        (Some(want), got) if want == got => true,
-        // Bools may come as 0/1 integers.
-        (Some(ScalarType::Bool), ScalarType::U32 | ScalarType::I32) => true,
-        _ => false,
-    };
+    let prefix = format!("--input `{name}`: `{}`", path.display());
+    let compatible = tensor.elem == elem
+        || (elem == ScalarType::Bool && matches!(tensor.elem, ScalarType::U32 | ScalarType::I32));
     if !compatible {
         return Err(CliError::Usage(format!(
-            "--input `{}`: `{}` holds {} data, the input is {}",
-            input.name,
-            path.display(),
-            npy::descr_of(tensor.elem),
-            describe::type_text(&input.ty)
+            "{prefix} holds {} data, and {what} is {}: write the array as {}",
+            npy::read_descr_of(tensor.elem),
+            elem.keyword(),
+            npy::read_descr_of(elem)
         )));
     }
-    if tensor.words.len() != expected_len {
+    if tensor.shape != shape {
         return Err(CliError::Usage(format!(
-            "--input `{}`: `{}` has shape {:?} ({} elements), the input needs {:?} ({expected_len})",
-            input.name,
-            path.display(),
-            tensor.shape,
-            tensor.words.len(),
-            shape
+            "{prefix} has shape {}, and {what} needs shape {}: reshape the array to exactly that",
+            shape_text(&tensor.shape),
+            shape_text(shape)
         )));
     }
-    if let Some(ScalarType::Bool) = elem {
-        tensor
-            .words
-            .iter_mut()
-            .for_each(|w| *w = u32::from(*w != 0));
+    if elem == ScalarType::Bool {
+        if let Some((i, w)) = tensor.words.iter().enumerate().find(|(_, &w)| w > 1) {
+            return Err(CliError::Usage(format!(
+                "{prefix} holds {} data, and {what} is bool, but element {i} is {}, not 0 or 1",
+                npy::read_descr_of(tensor.elem),
+                if tensor.elem == ScalarType::I32 {
+                    (*w as i32).to_string()
+                } else {
+                    w.to_string()
+                }
+            )));
+        }
         tensor.elem = ScalarType::Bool;
     }
-    tensor.shape = shape;
     Ok(tensor)
 }
 

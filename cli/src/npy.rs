@@ -34,9 +34,17 @@ pub fn descr_of(elem: ScalarType) -> &'static str {
     }
 }
 
-/// The bytes of a `.npy` file holding `tensor`.
-pub fn encode(tensor: &HostTensor) -> Vec<u8> {
-    let shape = match tensor.shape.as_slice() {
+/// The `.npy` dtype a tensor read from a file came as (`bool` from `|b1`).
+pub fn read_descr_of(elem: ScalarType) -> &'static str {
+    match elem {
+        ScalarType::Bool => "|b1",
+        other => descr_of(other),
+    }
+}
+
+/// `(16, 16)`, `(256,)`, `()`: a shape as NumPy writes it.
+pub fn shape_text(shape: &[u32]) -> String {
+    match shape {
         [one] => format!("({one},)"),
         dims => format!(
             "({})",
@@ -45,7 +53,12 @@ pub fn encode(tensor: &HostTensor) -> Vec<u8> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-    };
+    }
+}
+
+/// The bytes of a `.npy` file holding `tensor`.
+pub fn encode(tensor: &HostTensor) -> Vec<u8> {
+    let shape = shape_text(&tensor.shape);
     let mut header = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
         descr_of(tensor.elem)
@@ -107,10 +120,9 @@ pub fn decode(bytes: &[u8]) -> Result<HostTensor, String> {
     if header_value(header, "fortran_order").is_some_and(|v| v.starts_with("True")) {
         return Err("Fortran-ordered arrays are not supported".into());
     }
-    let shape = parse_shape(header).ok_or("header has no valid 'shape'")?;
-    let count: usize = shape.iter().map(|&d| d as usize).product();
+    let dims = parse_shape(header).ok_or("header has no valid 'shape'")?;
     let (elem, width) = match descr {
-        "<f4" => (ScalarType::F32, 4),
+        "<f4" => (ScalarType::F32, 4u128),
         "<i4" => (ScalarType::I32, 4),
         "<u4" => (ScalarType::U32, 4),
         "|b1" => (ScalarType::Bool, 1),
@@ -120,10 +132,44 @@ pub fn decode(bytes: &[u8]) -> Result<HostTensor, String> {
             ))
         }
     };
+    // Sizes are checked, never wrapped: a header may declare anything.
+    let dims_text = || {
+        format!(
+            "({})",
+            dims.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+                + if dims.len() == 1 { "," } else { "" }
+        )
+    };
+    let shape: Vec<u32> = dims
+        .iter()
+        .map(|&d| u32::try_from(d))
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            format!(
+                "shape {} has a dimension larger than {}, more than any mpmd ref holds",
+                dims_text(),
+                u32::MAX
+            )
+        })?;
+    let count = dims
+        .iter()
+        .try_fold(1u128, |n, &d| n.checked_mul(u128::from(d)))
+        .filter(|&n| n <= u128::from(u64::MAX))
+        .ok_or_else(|| {
+            format!(
+                "shape {} has more than 2^64 elements, and the file holds {} data bytes",
+                dims_text(),
+                bytes.len() - header_end
+            )
+        })?;
     let data = &bytes[header_end..];
-    if data.len() != count * width {
+    if data.len() as u128 != count * width {
         return Err(format!(
-            "shape {shape:?} needs {} data bytes, the file has {}",
+            "shape {} needs {} data bytes, the file has {}",
+            dims_text(),
             count * width,
             data.len()
         ));
@@ -152,7 +198,7 @@ fn quoted_value<'h>(header: &'h str, key: &str) -> Option<&'h str> {
     Some(&rest[..rest.find(quote)?])
 }
 
-fn parse_shape(header: &str) -> Option<Vec<u32>> {
+fn parse_shape(header: &str) -> Option<Vec<u64>> {
     let rest = header_value(header, "shape")?.strip_prefix('(')?;
     let inner = &rest[..rest.find(')')?];
     inner
@@ -225,7 +271,7 @@ mod tests {
         bytes.pop();
         assert_eq!(
             decode(&bytes).unwrap_err(),
-            "shape [2] needs 8 data bytes, the file has 7"
+            "shape (2,) needs 8 data bytes, the file has 7"
         );
     }
 }

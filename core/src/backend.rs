@@ -149,4 +149,21 @@ pub trait Backend {
 
     /// Current contents of a device-resident ref, if it exists yet.
     fn resident(&self, name: &str) -> Option<HostTensor>;
+
+    /// Gives device-resident ref `name` the contents `tensor`, before the
+    /// first call that binds it or between calls (how a caller hands a
+    /// resident its data: `generate` lines and `mpmd run --input`). The
+    /// tensor has the resident's element type and host shape
+    /// ([`crate::host::host_shape`]); a later call that binds the resident
+    /// with another type or length fails with [`RunError::BadArguments`].
+    /// Backends that cannot do this say so with [`RunError::Unsupported`].
+    fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
+        let _ = tensor;
+        Err(RunError::Unsupported {
+            reason: format!(
+                "backend `{}` cannot give resident `{name}` data from the host",
+                self.name()
+            ),
+        })
+    }
 }

@@ -343,7 +343,7 @@ fn e0008_case_names_unknown_operands() {
         [
             (
                 "E0008",
-                "`generate y` names no input of a map in the module"
+                "`generate y` names no input and no resident of the module"
             ),
             (
                 "E0008",

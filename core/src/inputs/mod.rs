@@ -12,8 +12,10 @@ pub use rng::Rng;
 
 use thiserror::Error;
 
-use crate::host::{CallArgs, HostTensor};
-use crate::ir::{Generator, Literal, Module, MpmdMap, Operand, ScalarType, Type};
+use crate::host::{BufferStart, CallArgs, HostTensor};
+use crate::ir::{
+    Generator, Literal, Module, MpmdMap, Name, Operand, OperandKind, RefType, ScalarType, Type,
+};
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum GenerateError {
@@ -32,23 +34,33 @@ pub enum GenerateError {
         dim: u32,
         reason: String,
     },
-    #[error("generator for `{name}`: empty range [{lo}, {hi}]")]
+    #[error("generator `{generator}` for `{name}`: no `{elem}` value lies in the range; write the smaller bound first")]
     EmptyRange {
         name: String,
-        lo: String,
-        hi: String,
+        /// The generator as the text format writes it.
+        generator: String,
+        elem: ScalarType,
     },
-    #[error("generator for `{name}`: range [{lo}, {hi}] is not finite")]
-    NotFinite {
-        name: String,
-        lo: String,
-        hi: String,
-    },
-    #[error("generator for `{name}`: `nonzero` range [{lo}, {hi}] holds only zero")]
+    #[error("generator `{generator}` for `{name}`: a bound is not finite; give finite bounds")]
+    NotFinite { name: String, generator: String },
+    #[error("generator `{generator}` for `{name}`: every `{elem}` value in the range is zero; widen the range")]
     OnlyZero {
         name: String,
-        lo: String,
-        hi: String,
+        generator: String,
+        elem: ScalarType,
+    },
+    #[error("generator `{generator}` for `{name}`: {reason}")]
+    TypeMismatch {
+        name: String,
+        generator: String,
+        reason: String,
+    },
+    #[error("generated input `{name}`: {elements} elements take {bytes} bytes, more than the limit of {limit} bytes on generated data")]
+    TooLarge {
+        name: String,
+        elements: u64,
+        bytes: u64,
+        limit: u64,
     },
 }
 
@@ -107,8 +119,9 @@ impl Generation<'_> {
 }
 
 /// The arguments of every call of `module` ([`Module::effective_calls`]), in
-/// order: every non-resident input generated, every scalar from the call or
-/// else generated.
+/// order: every input the host uploads ([`BufferStart::Uploaded`]) generated,
+/// every scalar from the call or else generated. Generated data is bounded by
+/// [`DEFAULT_GENERATED_BYTES`] per input.
 pub fn call_args(module: &Module, generation: &Generation) -> Result<Vec<CallArgs>, GenerateError> {
     let mut all = Vec::new();
     for call in module.effective_calls() {
@@ -116,7 +129,7 @@ pub fn call_args(module: &Module, generation: &Generation) -> Result<Vec<CallArg
             .map(&call.map)
             .ok_or_else(|| GenerateError::UnknownMap(call.map.clone()))?;
         let mut args = CallArgs::default();
-        for input in map.inputs.iter().filter(|x| !x.resident) {
+        for input in uploaded_inputs(map) {
             let tensor = generate_input(module, map, input, generation)?;
             args.inputs.insert(input.name.clone(), tensor);
         }
@@ -141,12 +154,38 @@ pub fn call_args(module: &Module, generation: &Generation) -> Result<Vec<CallArg
     Ok(all)
 }
 
-/// Generates the data of `input` (a ref) of `map`, with its host shape.
+/// The inputs of `map` whose data the host uploads for each call
+/// ([`BufferStart::Uploaded`]): not resident, not `zeroed`, not semaphores.
+pub fn uploaded_inputs(map: &MpmdMap) -> impl Iterator<Item = &Operand> {
+    map.inputs
+        .iter()
+        .filter(|x| BufferStart::of(OperandKind::Input, x) == Some(BufferStart::Uploaded))
+}
+
+/// Default bound on the bytes of one generated tensor: the interpreter's
+/// default memory limit, so that generation refuses what no default run
+/// could hold before it allocates.
+pub const DEFAULT_GENERATED_BYTES: u64 = crate::interp::DEFAULT_MEMORY_LIMIT;
+
+/// Generates the data of `input` (a ref) of `map`, with its host shape, at
+/// most [`DEFAULT_GENERATED_BYTES`].
 pub fn generate_input(
     module: &Module,
     map: &MpmdMap,
     input: &Operand,
     generation: &Generation,
+) -> Result<HostTensor, GenerateError> {
+    generate_input_within(module, map, input, generation, DEFAULT_GENERATED_BYTES)
+}
+
+/// [`generate_input`] with a bound of `limit_bytes` on the tensor, refused
+/// with [`GenerateError::TooLarge`] before anything is allocated.
+pub fn generate_input_within(
+    module: &Module,
+    map: &MpmdMap,
+    input: &Operand,
+    generation: &Generation,
+    limit_bytes: u64,
 ) -> Result<HostTensor, GenerateError> {
     let not_a_ref = || GenerateError::NotARef(input.name.clone());
     let elem = input.ty.as_ref_type().ok_or_else(not_a_ref)?.elem;
@@ -154,21 +193,78 @@ pub fn generate_input(
     let gen = generation
         .generator(module, &input.name, elem)
         .ok_or_else(|| GenerateError::NoGenerator(input.name.clone()))?;
+    let index_bound = match &gen {
+        Generator::IndexInto { operand, dim } => {
+            let found = map.operand(operand).map(|(_, o)| o.ty.as_ref_type());
+            Some(index_bound(&input.name, operand, *dim, found)?)
+        }
+        _ => None,
+    };
     let mut rng = generation.rng(&input.name);
-    generate_tensor(&gen, &input.name, elem, &shape, map, &mut rng)
+    generate_words(
+        &gen,
+        &input.name,
+        elem,
+        &shape,
+        index_bound,
+        limit_bytes,
+        &mut rng,
+    )
 }
 
-/// The host shape of a ref operand's tensor: the ref's shape, preceded by the
-/// owner mesh's block axis sizes (grid then cluster) when the ref is owned.
+/// The data of every device-resident ref that the case gives a `generate`
+/// line (only a stated generator: a resident without one starts as its
+/// declaration says, [`crate::host::resident_starts_zeroed`]), in module
+/// order, with its host shape; each at most `limit_bytes`. Callers hand each
+/// to [`crate::Backend::set_resident`] before the first call. `index_into`
+/// names an operand of a map or a resident.
+pub fn resident_data(
+    module: &Module,
+    generation: &Generation,
+    limit_bytes: u64,
+) -> Result<Vec<(Name, HostTensor)>, GenerateError> {
+    let mut all = Vec::new();
+    for resident in &module.residents {
+        let stated = module
+            .case
+            .as_ref()
+            .and_then(|c| c.generators.iter().find(|(n, _)| *n == resident.name));
+        let Some((_, gen)) = stated else {
+            continue;
+        };
+        let not_a_ref = || GenerateError::NotARef(resident.name.clone());
+        let shape = crate::host::host_shape(&module.meshes, &resident.ty).ok_or_else(not_a_ref)?;
+        let index_bound = match gen {
+            Generator::IndexInto { operand, dim } => {
+                // As validation looks it up: an operand of a map, else a resident.
+                let found = module
+                    .maps
+                    .iter()
+                    .find_map(|m| m.operand(operand).map(|(_, o)| o.ty.as_ref_type()))
+                    .or_else(|| module.resident(operand).map(|r| Some(&r.ty)));
+                Some(index_bound(&resident.name, operand, *dim, found)?)
+            }
+            _ => None,
+        };
+        let mut rng = generation.rng(&resident.name);
+        let tensor = generate_words(
+            gen,
+            &resident.name,
+            resident.ty.elem,
+            &shape,
+            index_bound,
+            limit_bytes,
+            &mut rng,
+        )?;
+        all.push((resident.name.clone(), tensor));
+    }
+    Ok(all)
+}
+
+/// The host shape of a ref operand's tensor ([`crate::host::host_shape`]).
 /// `None` for scalars and refs owned by an unknown mesh.
 pub fn host_shape(module: &Module, operand: &Operand) -> Option<Vec<u32>> {
-    let ty = operand.ty.as_ref_type()?;
-    let mut shape: Vec<u32> = match &ty.owner {
-        Some(owner) => module.mesh(owner)?.block_axes().map(|a| a.size).collect(),
-        None => vec![],
-    };
-    shape.extend_from_slice(&ty.shape);
-    Some(shape)
+    crate::host::host_shape(&module.meshes, operand.ty.as_ref_type()?)
 }
 
 /// The generator of [`Fallback::ByType`].
@@ -274,6 +370,7 @@ fn type_bounds(elem: ScalarType) -> (i64, i64) {
 }
 
 /// A literal converted to another scalar type's word (as a value, not bits).
+/// Lossy (saturating, truncating); [`constant_word`] is the exact form.
 pub fn convert_literal(l: Literal, elem: ScalarType) -> u32 {
     if l.ty() == elem {
         return l.to_bits();
@@ -284,72 +381,182 @@ pub fn convert_literal(l: Literal, elem: ScalarType) -> u32 {
     }
 }
 
-/// The state one generator needs to produce consecutive elements.
+/// The word of `constant(l)` for an element of type `elem`: the literal's
+/// own type, or an integer literal whose value the type holds exactly; else
+/// why not (`constant(nan)` or `constant(1.0)` for an `i32`, `-1` for a
+/// `u32`, `16777217` for an `f32`, `2` for a `bool`, `true` for an `i32`).
+pub fn constant_word(l: Literal, elem: ScalarType) -> Result<u32, String> {
+    if l.ty() == elem {
+        return Ok(l.to_bits());
+    }
+    let value = lit_f64(l);
+    let fits = match (l, elem) {
+        // Only an exact integer value converts; a float or bool literal
+        // given for another type is a slip, never meant.
+        (Literal::Bool(_) | Literal::F32(_), _) => false,
+        (_, ScalarType::F32) => f64::from(value as f32) == value,
+        (_, _) => {
+            let (lo, hi) = type_bounds(elem);
+            value.is_finite() && value.fract() == 0.0 && (lo as f64..=hi as f64).contains(&value)
+        }
+    };
+    if fits {
+        Ok(match elem {
+            ScalarType::F32 => (value as f32).to_bits(),
+            _ => word_of_i64(elem, value as i64),
+        })
+    } else {
+        Err(format!(
+            "`{}` has no exact value of type `{elem}`; write one such as `{}`",
+            crate::text::print_literal(l),
+            crate::text::print_literal(Literal::from_bits(elem, 0)),
+        ))
+    }
+}
+
+/// A generator as the text format writes it (`uniform(1.0, -1.0)`).
+pub fn generator_text(gen: &Generator) -> String {
+    let lit = crate::text::print_literal;
+    match gen {
+        Generator::Uniform { lo, hi } => format!("uniform({}, {})", lit(*lo), lit(*hi)),
+        Generator::NonZero { lo, hi } => format!("nonzero({}, {})", lit(*lo), lit(*hi)),
+        Generator::Special => "special".into(),
+        Generator::Constant(v) => format!("constant({})", lit(*v)),
+        Generator::Iota => "iota".into(),
+        Generator::IndexInto { operand, dim } => format!("index_into({operand}, {dim})"),
+    }
+}
+
+/// Draws of a `nonzero` generator before it takes the range's non-zero value
+/// nearest its low end: a range where zero is likely still gets random data,
+/// and no range can make generation loop.
+const NONZERO_DRAWS: usize = 64;
+
+/// The smallest positive `f32` (a subnormal).
+const F32_MIN_SUBNORMAL: f64 = 1.401_298_464_324_817e-45;
+
+/// A checked generator: everything it needs to produce consecutive
+/// elements, each in a bounded number of steps.
 struct ElementSource<'a> {
-    name: &'a str,
     gen: &'a Generator,
     elem: ScalarType,
     /// For `index_into`: the exclusive bound.
     index_bound: Option<u32>,
+    /// `constant`: the element's word.
+    constant: u32,
+    /// `uniform` and `nonzero` on integers and bools: the range clamped to
+    /// the type, inclusive.
+    int_range: (i64, i64),
+    /// `nonzero`: a non-zero value of the range, taken when the draws found none.
+    nonzero_fallback: u32,
 }
 
-impl ElementSource<'_> {
-    fn check(&self) -> Result<(), GenerateError> {
-        let (Generator::Uniform { lo, hi } | Generator::NonZero { lo, hi }) = self.gen else {
-            return Ok(());
+impl<'a> ElementSource<'a> {
+    /// Checks `gen` for an element of type `elem`: every error a generator
+    /// can have is found here, before any element is made.
+    fn new(
+        gen: &'a Generator,
+        name: &str,
+        elem: ScalarType,
+        index_bound: Option<u32>,
+    ) -> Result<Self, GenerateError> {
+        let mut source = ElementSource {
+            gen,
+            elem,
+            index_bound,
+            constant: 0,
+            int_range: (0, 0),
+            nonzero_fallback: 0,
         };
-        let (name, lo_text, hi_text) =
-            (self.name.to_string(), format!("{lo:?}"), format!("{hi:?}"));
+        let generator = || generator_text(gen);
+        if let Generator::Constant(l) = gen {
+            source.constant =
+                constant_word(*l, elem).map_err(|reason| GenerateError::TypeMismatch {
+                    name: name.into(),
+                    generator: generator(),
+                    reason,
+                })?;
+        }
+        let (Generator::Uniform { lo, hi } | Generator::NonZero { lo, hi }) = gen else {
+            return Ok(source);
+        };
+        let nonzero = matches!(gen, Generator::NonZero { .. });
+        if matches!(lo, Literal::Bool(_)) != matches!(hi, Literal::Bool(_))
+            || (elem != ScalarType::Bool && matches!(lo, Literal::Bool(_)))
+        {
+            return Err(GenerateError::TypeMismatch {
+                name: name.into(),
+                generator: generator(),
+                reason: format!("the bounds are not `{elem}` values; write `{elem}` literals"),
+            });
+        }
         let (lo_v, hi_v) = (lit_f64(*lo), lit_f64(*hi));
-        if self.elem == ScalarType::F32 && !(lo_v.is_finite() && hi_v.is_finite()) {
+        if !(lo_v.is_finite() && hi_v.is_finite()) {
             return Err(GenerateError::NotFinite {
-                name,
-                lo: lo_text,
-                hi: hi_text,
+                name: name.into(),
+                generator: generator(),
             });
         }
-        let empty = if self.elem == ScalarType::F32 {
-            lo_v > hi_v
-        } else {
-            let (t_lo, t_hi) = type_bounds(self.elem);
-            lit_i64(*lo).max(t_lo) > lit_i64(*hi).min(t_hi)
+        let empty = || GenerateError::EmptyRange {
+            name: name.into(),
+            generator: generator(),
+            elem,
         };
-        if empty {
-            return Err(GenerateError::EmptyRange {
-                name,
-                lo: lo_text,
-                hi: hi_text,
-            });
+        let only_zero = || GenerateError::OnlyZero {
+            name: name.into(),
+            generator: generator(),
+            elem,
+        };
+        if elem == ScalarType::F32 {
+            if lo_v > hi_v {
+                return Err(empty());
+            }
+            // The range is [lo, hi) (just lo when lo == hi): its non-zero
+            // values are lo itself unless it is zero, else the smallest
+            // positive f32 when it lies below hi.
+            if nonzero {
+                source.nonzero_fallback = if lo_v != 0.0 {
+                    (lo_v as f32).to_bits()
+                } else if hi_v > F32_MIN_SUBNORMAL {
+                    (F32_MIN_SUBNORMAL as f32).to_bits()
+                } else {
+                    return Err(only_zero());
+                };
+            }
+        } else {
+            let (t_lo, t_hi) = type_bounds(elem);
+            let (lo_i, hi_i) = (lit_i64(*lo).max(t_lo), lit_i64(*hi).min(t_hi));
+            if lo_i > hi_i {
+                return Err(empty());
+            }
+            source.int_range = (lo_i, hi_i);
+            if nonzero {
+                source.nonzero_fallback = match (lo_i, hi_i) {
+                    (0, 0) => return Err(only_zero()),
+                    (0, hi) => word_of_i64(elem, hi.min(1)),
+                    (lo, _) => word_of_i64(elem, lo),
+                };
+            }
         }
-        if matches!(self.gen, Generator::NonZero { .. }) && lo_v == 0.0 && hi_v == 0.0 {
-            return Err(GenerateError::OnlyZero {
-                name,
-                lo: lo_text,
-                hi: hi_text,
-            });
-        }
-        Ok(())
+        Ok(source)
     }
 
     fn word(&self, i: usize, rng: &mut Rng) -> u32 {
         match self.gen {
-            Generator::Constant(l) => convert_literal(*l, self.elem),
+            Generator::Constant(_) => self.constant,
             Generator::Iota => word_of_i64(self.elem, i as i64),
             Generator::IndexInto { .. } => {
                 let bound = self.index_bound.unwrap_or(1).max(1);
                 word_of_i64(self.elem, rng.below(u64::from(bound)) as i64)
             }
             Generator::Uniform { lo, hi } => self.uniform(*lo, *hi, rng),
-            Generator::NonZero { lo, hi } => loop {
-                let w = self.uniform(*lo, *hi, rng);
-                let zero = match self.elem {
-                    ScalarType::F32 => f32::from_bits(w) == 0.0,
-                    _ => w == 0,
-                };
-                if !zero {
-                    break w;
-                }
-            },
+            Generator::NonZero { lo, hi } => (0..NONZERO_DRAWS)
+                .map(|_| self.uniform(*lo, *hi, rng))
+                .find(|&w| match self.elem {
+                    ScalarType::F32 => f32::from_bits(w) != 0.0,
+                    _ => w != 0,
+                })
+                .unwrap_or(self.nonzero_fallback),
             Generator::Special => self.special(i, rng),
         }
     }
@@ -366,9 +573,7 @@ impl ElementSource<'_> {
             };
             v.to_bits()
         } else {
-            let (t_lo, t_hi) = type_bounds(self.elem);
-            let lo = lit_i64(lo).max(t_lo);
-            let hi = lit_i64(hi).min(t_hi);
+            let (lo, hi) = self.int_range;
             word_of_i64(self.elem, rng.range_i64(lo, hi))
         }
     }
@@ -396,19 +601,24 @@ impl ElementSource<'_> {
     }
 }
 
-fn index_bound(name: &str, map: &MpmdMap, operand: &str, dim: u32) -> Result<u32, GenerateError> {
+/// The exclusive bound of `index_into(operand, dim)` in the generator of
+/// `name`; `found` is the operand's ref type (`Some(None)`: a scalar, `None`:
+/// no such operand).
+fn index_bound(
+    name: &str,
+    operand: &str,
+    dim: u32,
+    found: Option<Option<&RefType>>,
+) -> Result<u32, GenerateError> {
     let bad = |reason: &str| GenerateError::BadIndexInto {
         name: name.into(),
         operand: operand.into(),
         dim,
         reason: reason.into(),
     };
-    let (_, op) = map
-        .operand(operand)
-        .ok_or_else(|| bad("no such operand in the map"))?;
-    let Type::Ref(r) = &op.ty else {
-        return Err(bad("the operand is a scalar"));
-    };
+    let r = found
+        .ok_or_else(|| bad("no such operand in the map"))?
+        .ok_or_else(|| bad("the operand is a scalar"))?;
     match r.shape.get(dim as usize) {
         Some(0) => Err(bad("the dimension is empty")),
         Some(&extent) => Ok(extent),
@@ -419,7 +629,8 @@ fn index_bound(name: &str, map: &MpmdMap, operand: &str, dim: u32) -> Result<u32
     }
 }
 
-/// Generates the data of input `name` (of element type `elem`, shape `shape`) of `map`.
+/// Generates the data of input `name` (of element type `elem`, shape
+/// `shape`) of `map`, at most [`DEFAULT_GENERATED_BYTES`].
 pub fn generate_tensor(
     gen: &Generator,
     name: &str,
@@ -429,17 +640,45 @@ pub fn generate_tensor(
     rng: &mut Rng,
 ) -> Result<HostTensor, GenerateError> {
     let index_bound = match gen {
-        Generator::IndexInto { operand, dim } => Some(index_bound(name, map, operand, *dim)?),
+        Generator::IndexInto { operand, dim } => {
+            let found = map.operand(operand).map(|(_, o)| o.ty.as_ref_type());
+            Some(index_bound(name, operand, *dim, found)?)
+        }
         _ => None,
     };
-    let source = ElementSource {
-        name,
+    generate_words(
         gen,
+        name,
         elem,
+        shape,
         index_bound,
-    };
-    source.check()?;
-    let len: usize = shape.iter().map(|&d| d as usize).product();
+        DEFAULT_GENERATED_BYTES,
+        rng,
+    )
+}
+
+fn generate_words(
+    gen: &Generator,
+    name: &str,
+    elem: ScalarType,
+    shape: &[u32],
+    index_bound: Option<u32>,
+    limit_bytes: u64,
+    rng: &mut Rng,
+) -> Result<HostTensor, GenerateError> {
+    let source = ElementSource::new(gen, name, elem, index_bound)?;
+    let elements = crate::host::element_count(shape);
+    let bytes = elements.and_then(|n| n.checked_mul(4));
+    let len = match bytes {
+        Some(b) if b <= limit_bytes => usize::try_from(elements.unwrap_or(0)).ok(),
+        _ => None,
+    }
+    .ok_or(GenerateError::TooLarge {
+        name: name.into(),
+        elements: elements.unwrap_or(u64::MAX),
+        bytes: bytes.unwrap_or(u64::MAX),
+        limit: limit_bytes,
+    })?;
     let words = (0..len).map(|i| source.word(i, rng)).collect();
     Ok(HostTensor {
         elem,

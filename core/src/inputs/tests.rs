@@ -190,20 +190,125 @@ fn iota_and_constant() {
         gen(Generator::Constant(Literal::U32(7)), ScalarType::U32, 2, 0).words,
         vec![7, 7]
     );
-    // A literal of another type converts by value.
+    // An integer literal converts when the type holds its value exactly.
     assert_eq!(
         gen(Generator::Constant(Literal::I32(-2)), ScalarType::F32, 1, 0).to_f32(),
         vec![-2.0]
     );
     assert_eq!(
-        gen(
-            Generator::Constant(Literal::f32(3.7)),
-            ScalarType::I32,
-            1,
-            0
-        )
-        .to_i32(),
-        vec![3]
+        gen(Generator::Constant(Literal::I32(1)), ScalarType::Bool, 1, 0).words,
+        vec![1]
+    );
+}
+
+/// d24a: `constant(nan)` for an `i32` was 0, `constant(3.7)` was 3: a
+/// literal that the element type does not hold exactly is an error.
+#[test]
+fn constants_that_the_type_cannot_hold_are_type_mismatches() {
+    let cases = [
+        (Literal::f32(f32::NAN), ScalarType::I32, "generator `constant(nan)` for `n`: `nan` has no exact value of type `i32`; write one such as `0`"),
+        (Literal::f32(3.7), ScalarType::I32, "generator `constant(3.7)` for `n`: `3.7` has no exact value of type `i32`; write one such as `0`"),
+        (Literal::I32(-1), ScalarType::U32, "generator `constant(-1)` for `n`: `-1` has no exact value of type `u32`; write one such as `0u`"),
+        (Literal::U32(u32::MAX), ScalarType::I32, "generator `constant(4294967295u)` for `n`: `4294967295u` has no exact value of type `i32`; write one such as `0`"),
+        (Literal::I32(16_777_217), ScalarType::F32, "generator `constant(16777217)` for `n`: `16777217` has no exact value of type `f32`; write one such as `0.0`"),
+        (Literal::I32(2), ScalarType::Bool, "generator `constant(2)` for `n`: `2` has no exact value of type `bool`; write one such as `false`"),
+        (Literal::Bool(true), ScalarType::I32, "generator `constant(true)` for `n`: `true` has no exact value of type `i32`; write one such as `0`"),
+    ];
+    for (literal, elem, message) in cases {
+        let err = gen_err(Generator::Constant(literal), elem);
+        assert!(matches!(err, GenerateError::TypeMismatch { .. }), "{err}");
+        assert_eq!(err.to_string(), message);
+    }
+}
+
+/// d05a/b/c: `nonzero` on a range whose only value of the element type is
+/// zero drew forever; now an error naming the generator, and every other
+/// range gets non-zero values in a bounded number of draws.
+#[test]
+fn nonzero_never_loops() {
+    let cases = [
+        (Literal::I32(-5), Literal::I32(0), ScalarType::U32, "generator `nonzero(-5, 0)` for `n`: every `u32` value in the range is zero; widen the range"),
+        (Literal::I32(-1), Literal::I32(0), ScalarType::Bool, "generator `nonzero(-1, 0)` for `n`: every `bool` value in the range is zero; widen the range"),
+        (Literal::f32(0.0), Literal::f32(1e-45), ScalarType::F32, "generator `nonzero(0.0, 1e-45)` for `n`: every `f32` value in the range is zero; widen the range"),
+        (Literal::f32(0.0), Literal::f32(0.0), ScalarType::F32, "generator `nonzero(0.0, 0.0)` for `n`: every `f32` value in the range is zero; widen the range"),
+    ];
+    for (lo, hi, elem, message) in cases {
+        let err = gen_err(Generator::NonZero { lo, hi }, elem);
+        assert!(matches!(err, GenerateError::OnlyZero { .. }), "{err}");
+        assert_eq!(err.to_string(), message);
+    }
+    // Ranges where zero is likely or the only non-zero value is tiny.
+    let smallest = gen(
+        Generator::NonZero {
+            lo: Literal::f32(0.0),
+            hi: Literal::f32(3e-45),
+        },
+        ScalarType::F32,
+        64,
+        1,
+    );
+    assert!(
+        smallest.to_f32().iter().all(|&v| v == 1e-45),
+        "{smallest:?}"
+    );
+    let bits = gen(
+        Generator::NonZero {
+            lo: Literal::I32(-3),
+            hi: Literal::I32(1),
+        },
+        ScalarType::Bool,
+        64,
+        1,
+    );
+    assert_eq!(bits.words, vec![1; 64]);
+    let ints = gen(
+        Generator::NonZero {
+            lo: Literal::I32(0),
+            hi: Literal::I32(1),
+        },
+        ScalarType::U32,
+        64,
+        1,
+    );
+    assert_eq!(ints.words, vec![1; 64]);
+}
+
+/// d14b: an input of 2^31 - 1 words (8 GiB) was allocated and aborted the
+/// process; generation refuses it before allocating, with the size and the limit.
+#[test]
+fn generated_data_past_the_limit_is_refused_before_allocation() {
+    let err = generate_tensor(
+        &Generator::Iota,
+        "x",
+        ScalarType::F32,
+        &[2_147_483_647],
+        &map(),
+        &mut Rng::new(0),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "generated input `x`: 2147483647 elements take 8589934588 bytes, more than the limit of 4294967296 bytes on generated data"
+    );
+    // Element counts that overflow are refused too, not wrapped.
+    let err = generate_tensor(
+        &Generator::Iota,
+        "x",
+        ScalarType::F32,
+        &[u32::MAX, u32::MAX, 2],
+        &map(),
+        &mut Rng::new(0),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GenerateError::TooLarge {
+                elements: u64::MAX,
+                ..
+            }
+        ),
+        "{err}"
     );
 }
 
@@ -258,9 +363,14 @@ fn bad_ranges_are_errors() {
         },
         ScalarType::I32,
     );
+    // d06: the message shows the generator as the text format writes it.
     assert_eq!(
         err.to_string(),
-        "generator for `n`: empty range [I32(5), I32(1)]"
+        "generator `uniform(5, 1)` for `n`: no `i32` value lies in the range; write the smaller bound first"
+    );
+    assert_eq!(
+        gen_err(uniform_f32(1.0, -1.0), ScalarType::F32).to_string(),
+        "generator `uniform(1.0, -1.0)` for `n`: no `f32` value lies in the range; write the smaller bound first"
     );
     let err = gen_err(
         Generator::Uniform {

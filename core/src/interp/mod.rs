@@ -39,7 +39,9 @@ use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use limits::Limits;
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
-use crate::host::{CallArgs, CallOutputs, HostTensor};
+use crate::host::{
+    host_shape, resident_starts_zeroed, BufferStart, CallArgs, CallOutputs, HostTensor,
+};
 use crate::inputs::Rng;
 use crate::ir::{
     CompareMode, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType,
@@ -80,6 +82,10 @@ pub struct InterpOptions {
 /// Default [`InterpOptions::time_limit`]: far beyond any test or corpus case
 /// (they take milliseconds), short enough that a runaway loop ends.
 pub const DEFAULT_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Extra schedules the oracle runs by default: conformance and
+/// `mpmd run --checked`.
+pub const DEFAULT_EXTRA_SCHEDULES: u32 = 2;
 
 /// Default [`InterpOptions::memory_limit`]: 4 GiB.
 pub const DEFAULT_MEMORY_LIMIT: u64 = 4 << 30;
@@ -147,6 +153,8 @@ pub struct Interpreter {
     /// Emptied access histories of earlier detectors: their pages stay
     /// mapped, so a later call does not fault them in again.
     shadow_pool: Vec<Vec<detect::History>>,
+    /// What [`Backend::run`] runs with beyond its [`RunOptions`].
+    backend_options: InterpOptions,
 }
 
 /// Where a buffer's contents come from at the start of a call.
@@ -177,6 +185,26 @@ struct Layout {
 impl Interpreter {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An interpreter whose [`Backend::run`] uses `options`: each call's
+    /// [`RunOptions`] replace `options.run`, and checked mode turns
+    /// detection on (`mpmd run` sets the schedules and limits this way).
+    pub fn with_options(options: InterpOptions) -> Self {
+        Interpreter {
+            backend_options: options,
+            ..Self::default()
+        }
+    }
+
+    /// Gives device-resident ref `name` the contents `tensor` (every word
+    /// counts as written), before or between calls. A call that binds the
+    /// resident with another element type or length fails with
+    /// [`RunError::BadArguments`].
+    pub fn set_resident(&mut self, name: &str, tensor: HostTensor) {
+        let init = vec![true; tensor.words.len()];
+        self.residents
+            .insert(name.to_string(), ResidentState { tensor, init });
     }
 
     /// The report of the last successful or failed call, if any.
@@ -232,7 +260,7 @@ impl Interpreter {
         let limits = Limits::new(options.time_limit, options.memory_limit);
         charge_buffers(&limits, &layout, detect, options.extra_schedules > 0)?;
 
-        let (bufs, init) = self.make_buffers(&layout, args, residents, detect)?;
+        let (bufs, init) = self.make_buffers(&layout, args, detect)?;
         let mut detector = detect.then(|| self.detector(init));
         let parallel = !detect
             && codes.iter().all(|c| !c.synchronises)
@@ -267,7 +295,7 @@ impl Interpreter {
 
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
-            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, residents, detect)?;
+            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, detect)?;
             let mut alt_detector = detect.then(|| self.detector(alt_init));
             let seed = options
                 .run
@@ -414,7 +442,6 @@ impl Interpreter {
         &mut self,
         layout: &Layout,
         args: &CallArgs,
-        residents: &[Resident],
         detect: bool,
     ) -> Result<(Vec<GlobalBuf>, Vec<Vec<bool>>), RunError> {
         let mut bufs = Vec::with_capacity(layout.buffers.len());
@@ -430,6 +457,12 @@ impl Interpreter {
                 Init::Zeroed => (buffer(&mut self.pool, len, None), bits(true)),
                 Init::Uninitialized => (buffer(&mut self.pool, len, None), bits(false)),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
+                    Some(r) if r.tensor.elem != spec.ty.elem => {
+                        return Err(RunError::BadArguments(format!(
+                            "resident `{name}` holds `{}` elements, the map binds `{}`",
+                            r.tensor.elem, spec.ty.elem
+                        )))
+                    }
                     Some(r) if r.tensor.words.len() == len => {
                         let init = if detect { r.init.clone() } else { vec![] };
                         (buffer(&mut self.pool, len, Some(&r.tensor.words)), init)
@@ -440,12 +473,7 @@ impl Interpreter {
                             r.tensor.words.len()
                         )))
                     }
-                    None => {
-                        let zeroed = *zeroed
-                            || spec.ty.space == MemorySpace::Sem
-                            || residents.iter().any(|r| &r.name == name && r.zeroed);
-                        (buffer(&mut self.pool, len, None), bits(zeroed))
-                    }
+                    None => (buffer(&mut self.pool, len, None), bits(*zeroed)),
                 },
             };
             bufs.push(GlobalBuf { words });
@@ -555,20 +583,11 @@ fn prepare(
                 ))
             })?
         } else {
-            let (instances, mut shape) = match &r.owner {
-                Some(owner) => {
-                    let m = find_mesh(owner)?;
-                    (
-                        checked_len(&m.block_axes().map(|a| a.size).collect::<Vec<_>>())
-                            .unwrap_or(u64::MAX),
-                        m.block_axes().map(|a| a.size).collect::<Vec<_>>(),
-                    )
-                }
-                None => (1, vec![]),
-            };
-            shape.extend_from_slice(&r.shape);
-            let len = checked_len(&r.shape)
-                .and_then(|n| n.checked_mul(instances))
+            if let Some(owner) = &r.owner {
+                find_mesh(owner)?;
+            }
+            let shape = host_shape(meshes, r).unwrap_or_default();
+            let len = checked_len(&shape)
                 .filter(|&n| n <= MAX_WORDS)
                 .ok_or_else(|| RunError::Refused {
                     reason: format!("operand `{}` is larger than {MAX_WORDS} words", op.name),
@@ -579,26 +598,25 @@ fn prepare(
                     reason: format!("operands need more than {MAX_WORDS} words"),
                 });
             }
-            let init = if op.resident {
-                let decl = residents
-                    .iter()
-                    .find(|d| d.name == op.name)
-                    .ok_or_else(|| {
-                        RunError::BadArguments(format!(
-                            "`{}` is bound to a resident the module does not declare",
-                            op.name
-                        ))
-                    })?;
-                Init::Resident {
-                    name: op.name.clone(),
-                    zeroed: decl.zeroed,
+            let init = match BufferStart::of(kind, op) {
+                Some(BufferStart::Resident) => {
+                    let decl = residents
+                        .iter()
+                        .find(|d| d.name == op.name)
+                        .ok_or_else(|| {
+                            RunError::BadArguments(format!(
+                                "`{}` is bound to a resident the module does not declare",
+                                op.name
+                            ))
+                        })?;
+                    Init::Resident {
+                        name: op.name.clone(),
+                        zeroed: resident_starts_zeroed(decl),
+                    }
                 }
-            } else if r.space == MemorySpace::Sem || op.zeroed {
-                Init::Zeroed
-            } else if kind == OperandKind::Input {
-                Init::Input(op.name.clone())
-            } else {
-                Init::Uninitialized
+                Some(BufferStart::Uploaded) => Init::Input(op.name.clone()),
+                Some(BufferStart::Zeroed) => Init::Zeroed,
+                Some(BufferStart::Uninitialized) | None => Init::Uninitialized,
             };
             buffers.push(BufferSpec {
                 ty: r.clone(),
@@ -1045,8 +1063,8 @@ impl Backend for Interpreter {
             .collect::<Result<Vec<_>, _>>()?;
         let interp = InterpOptions {
             run: options.clone(),
-            detect: options.mode == Mode::Checked,
-            ..Default::default()
+            detect: options.mode == Mode::Checked || self.backend_options.detect,
+            ..self.backend_options.clone()
         };
         self.run_map(
             &plan.map,
@@ -1060,5 +1078,10 @@ impl Backend for Interpreter {
 
     fn resident(&self, name: &str) -> Option<HostTensor> {
         self.residents.get(name).map(|r| r.tensor.clone())
+    }
+
+    fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
+        Interpreter::set_resident(self, name, tensor);
+        Ok(())
     }
 }

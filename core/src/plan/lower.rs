@@ -12,6 +12,7 @@ use super::{
     AxisFormula, BufferInit, BufferPlan, DependencyEdge, DependencyGraph, IdSource, LaunchPlan,
     LaunchUnit, OperandBinding, SmemSlot, UnsignaledWait,
 };
+use crate::host::BufferStart;
 use crate::ir::{
     MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefAccess, Resident, SemOp, Stmt, Type,
 };
@@ -508,14 +509,12 @@ fn bind_operands(
             .ok_or_else(|| LowerError::BufferTooLarge {
                 operand: operand.name.clone(),
             })?;
-        let init = if operand.resident {
-            BufferInit::Resident(operand.name.clone())
-        } else if kind == OperandKind::Input {
-            BufferInit::Input(operand.name.clone())
-        } else if ref_type.space == MemorySpace::Sem || operand.zeroed {
-            BufferInit::Zeroed
-        } else {
-            BufferInit::Uninitialized
+        // The one rule (`BufferStart::of`); every operand here is gmem or sem.
+        let init = match BufferStart::of(kind, operand) {
+            Some(BufferStart::Resident) => BufferInit::Resident(operand.name.clone()),
+            Some(BufferStart::Uploaded) => BufferInit::Input(operand.name.clone()),
+            Some(BufferStart::Zeroed) => BufferInit::Zeroed,
+            Some(BufferStart::Uninitialized) | None => BufferInit::Uninitialized,
         };
         binding.buffer = Some(buffers.len());
         buffers.push(BufferPlan {

@@ -86,12 +86,14 @@ pub struct OperandBinding {
     pub buffer: Option<usize>,
 }
 
-/// Where a device buffer's initial contents come from.
+/// Where a device buffer's initial contents come from: the lowering's form of
+/// [`crate::host::BufferStart::of`], the one rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BufferInit {
     /// Uploaded from the host input of this name.
     Input(Name),
-    /// Zero-filled at the start of every call (zeroed outputs and scratch, semaphores).
+    /// Zero-filled at the start of every call (`zeroed` operands, inputs
+    /// included, and non-resident semaphores).
     Zeroed,
     /// Left as it is (uninitialised outputs and scratch).
     Uninitialized,
@@ -174,15 +176,7 @@ impl LaunchPlan {
     /// Host shape of a buffer: the owner mesh's block axes (grid, then
     /// cluster), then the ref's shape; unowned refs: the ref's shape.
     pub fn host_shape(&self, buffer: &BufferPlan) -> Vec<u32> {
-        let mut shape: Vec<u32> = match &buffer.ty.owner {
-            Some(owner) => self
-                .mesh(owner)
-                .map(|m| m.block_axes().map(|a| a.size).collect())
-                .unwrap_or_default(),
-            None => Vec::new(),
-        };
-        shape.extend(&buffer.ty.shape);
-        shape
+        crate::host::host_shape(&self.meshes, &buffer.ty).unwrap_or_else(|| buffer.ty.shape.clone())
     }
 
     /// Whether every wait's signal comes from an earlier unit (or from the

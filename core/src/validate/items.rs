@@ -715,19 +715,36 @@ fn check_case(module: &Module, sink: &mut Sink) {
     let operands = || module.maps.iter().flat_map(|m| m.operands());
     let is_kind =
         |name: &str, kind: OperandKind| operands().any(|(k, o)| k == kind && o.name == name);
+    // What takes host data is `BufferStart`'s rule, as in generation.
+    let takes_data = |name: &str| {
+        module.resident(name).is_some()
+            || module
+                .maps
+                .iter()
+                .any(|m| crate::inputs::uploaded_inputs(m).any(|o| o.name == name))
+    };
     for (name, generator) in &case.generators {
-        if !is_kind(name, OperandKind::Input) {
+        if takes_data(name) {
+        } else if is_kind(name, OperandKind::Input) {
             sink.report(
                 "E0008",
                 path.clone(),
-                format!("`generate {name}` names no input of a map in the module"),
-                "generate values for inputs only",
+                format!("`generate {name}` names an input that starts at zero in every call (a semaphore, or declared `zeroed`): nothing reads the values"),
+                "drop the `generate` line, or `zeroed` from the input",
+            );
+        } else {
+            sink.report(
+                "E0008",
+                path.clone(),
+                format!("`generate {name}` names no input and no resident of the module"),
+                "generate values for inputs and residents only",
             );
         }
         if let Generator::IndexInto { operand, dim } = generator {
             let rank = operands()
                 .find(|(_, o)| o.name == *operand)
                 .and_then(|(_, o)| o.ty.as_ref_type())
+                .or_else(|| module.resident(operand).map(|r| &r.ty))
                 .map(|r| r.shape.len());
             match rank {
                 None => sink.report(

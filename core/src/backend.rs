@@ -85,6 +85,16 @@ pub enum RunError {
         /// `InterpOptions::time_limit` in Rust).
         option: String,
     },
+    /// A semaphore operation's amount, computed at run time, is below 1
+    /// (DESIGN.md: `n >= 1`; literal amounts are a validation error, E0055).
+    #[error("semaphore amount {amount} at {site} on `{semaphore}`: an amount must be at least 1")]
+    SemaphoreAmount {
+        site: Site,
+        semaphore: String,
+        /// As the program computed it (a u32 amount of 2^31 or more does not
+        /// fit the i32 counters and is refused too).
+        amount: i64,
+    },
     #[error("results differ between schedules: {detail}")]
     Nondeterministic { detail: String },
     #[error("not supported on this adapter: {reason}")]
@@ -109,9 +119,10 @@ impl RunError {
             RunError::Nondeterministic { .. } => ErrorClass::Nondeterministic,
             RunError::Unsupported { .. } => ErrorClass::Unsupported,
             RunError::Refused { .. } => ErrorClass::Refused,
-            RunError::BadArguments(_) | RunError::Backend(_) | RunError::TimeLimit { .. } => {
-                return None
-            }
+            RunError::BadArguments(_)
+            | RunError::Backend(_)
+            | RunError::TimeLimit { .. }
+            | RunError::SemaphoreAmount { .. } => return None,
         })
     }
 }

@@ -1860,34 +1860,36 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     /// A moved semaphore operation, run once for its block.
     fn moved_sem_op(&mut self, op: SemOp, sem: &RefAccess, amount: &Expr) -> Result<(), EmitError> {
         let (n, check) = self.sem_amount(amount)?;
-        let (global, index, site) = self.sem_place(sem)?;
-        let (idx, amt) = (self.temp("sem"), self.temp("amount"));
-        self.line(&format!("let {idx}: u32 = {index};"));
-        self.line(&format!("let {amt}: i32 = {n};"));
-        let ok = self.amount_check(check, &amt, &idx, site);
-        let (global, index, n) = (global, idx, amt);
+        let (global, mut index, site) = self.sem_place(sem)?;
+        let mut n = n;
+        let mut ok = String::new();
+        if check != AmountCheck::Literal {
+            let (idx, amt) = (self.temp("sem"), self.temp("amount"));
+            self.line(&format!("let {idx}: u32 = {index};"));
+            self.line(&format!("let {amt}: i32 = {n};"));
+            ok = self.amount_check(check, &amt, &idx, site);
+            (index, n) = (idx, amt);
+        }
         self.line(&format!(
             "// {}({}, {})",
             op.name(),
             describe_access(sem),
             mpmd_core::text::print_expr(amount)
         ));
-        let guard = if ok.is_empty() {
-            String::new()
-        } else {
-            format!("if ({ok}) ")
-        };
-        match op {
-            SemOp::Signal => {
-                self.line(&format!("{guard}{{ atomicAdd(&{global}[{index}], {n}); }}"))
-            }
+        let call = match op {
+            SemOp::Signal => format!("atomicAdd(&{global}[{index}], {n});"),
             SemOp::Wait | SemOp::WaitNodec => {
                 self.state.helpers.insert(Helper::SemTake(global.clone()));
-                self.line(&format!(
-                    "{guard}{{ mpmd_take_{global}({index}, {n}, {}, {site}u); }}",
+                format!(
+                    "mpmd_take_{global}({index}, {n}, {}, {site}u);",
                     op == SemOp::Wait
-                ));
+                )
             }
+        };
+        if ok.is_empty() {
+            self.line(&call);
+        } else {
+            self.line(&format!("if ({ok}) {{ {call} }}"));
         }
         Ok(())
     }

@@ -905,11 +905,8 @@ impl WgpuBackend {
                              started the call with"
                                 .to_string()
                         }
-                        Some(names) => format!(
-                            "every program that signals it ({}) ran before this one and has finished",
-                            names.join(", ")
-                        ),
-                        None => "every program that signals it has finished".to_string(),
+                        // The interpreter's words, so both backends report alike.
+                        _ => "every program that signals it has finished".to_string(),
                     };
                     RunError::Deadlock {
                         wait_for_graph: format!(
@@ -963,13 +960,12 @@ impl WgpuBackend {
     }
 }
 
-/// The kernels of the programs that signal semaphore `reference` (as unit
-/// `unit` names it), from the plan's dependency graph; `None` when the graph
-/// does not say.
+/// The programs whose kernels signal the buffer that unit `unit` names
+/// `reference`; `None` when the unit or the buffer is unknown.
 fn signallers(plan: &LaunchPlan, unit: usize, reference: &str) -> Option<Vec<String>> {
     let u = plan.units.get(unit)?;
     let buffer = plan.param_buffer(u, reference)?;
-    let names: Vec<String> = plan
+    let names = plan
         .units
         .iter()
         .filter(|other| {

@@ -288,13 +288,14 @@ fn producer_consumer_kernels_hold_no_atomic() {
                 ]
             );
             let signals = function(wgsl, "mpmd_unit0_signals");
+            let ready = global(wgsl, "ready");
             assert!(
-                signals.contains("atomicAdd(&g1_ready[ax_pb], 1i);")
-                    || signals.contains("atomicAdd(&g1_ready[mpmd_check1("),
+                signals.contains(&format!("atomicAdd(&{ready}[ax_pb], 1i);"))
+                    || signals.contains(&format!("atomicAdd(&{ready}[mpmd_check1(")),
                 "{signals}"
             );
             let waits = function(wgsl, "mpmd_unit1_waits");
-            assert!(waits.contains("mpmd_take_g1_ready("), "{waits}");
+            assert!(waits.contains(&format!("mpmd_take_{ready}(")), "{waits}");
             assert!(function(wgsl, "mpmd_sems0").contains("mpmd_unit0_signals(slot);"));
             assert!(function(wgsl, "mpmd_sems1").contains("mpmd_unit1_waits(slot);"));
         }
@@ -344,7 +345,10 @@ fn a_wait_after_a_capped_loop_stays_in_the_kernel() {
     };
     let capped = emit_module(&p, &options(Some(65_000))).unwrap();
     let take = function(&capped.wgsl, "unit1_take");
-    assert!(take.contains("mpmd_take_g1_ready("), "{take}");
+    assert!(
+        take.contains(&format!("mpmd_take_{}(", global(&capped.wgsl, "ready"))),
+        "{take}"
+    );
     assert!(
         !capped.wgsl.contains("fn mpmd_unit1_waits("),
         "{}",

@@ -717,7 +717,7 @@ fn loop_cap_is_unsupported_not_a_wrong_answer() {
             panic!("expected unsupported, got {err}")
         };
         assert!(
-            reason.contains("more than 65,535 loop iterations"),
+            reason.contains("need 100001 loop-header visits, more than the 65000"),
             "{reason}"
         );
         assert!(err.to_string().starts_with("not supported on this adapter"));

@@ -7,8 +7,11 @@
 //!
 //! Names from the program are kept, with a prefix per kind so that no input
 //! name can collide with a WGSL keyword or a generated name: `v_` for scalars
-//! and locals, `g_` for device buffers, `s<k>_` for a unit's `smem`, `ax_` for
-//! axis indices. Everything generated starts with `mpmd_` or `rt_`.
+//! and locals, `g<buffer>_` for device buffers, `s<unit>_` for a unit's
+//! `smem`, `ax_` for axis indices, `unit<unit>_` for entry points. Everything
+//! generated starts with `mpmd_` or `rt_`. ARCHITECTURE.md ("WGSL names")
+//! has the argument why no two can meet; "WGSL nesting" how expressions and
+//! statements stay within what naga and tint read.
 //!
 //! Where WGSL differs from DESIGN.md's numerics the generated code says so
 //! explicitly (integer division, shifts, float→int, min/max with NaN, float
@@ -22,8 +25,8 @@ use std::fmt::Write as _;
 
 use mpmd_core::ir::visit::for_each_stmt;
 use mpmd_core::ir::{
-    type_of, AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, Name, RefAccess, RefType,
-    ScalarType, Scope, SemOp, Stmt, Type, UnaryOp,
+    AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, Name, RefAccess, RefType, ScalarType,
+    SemOp, Stmt, Type, UnaryOp,
 };
 use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
@@ -43,6 +46,7 @@ pub const MAX_RECORDED_VALUES: usize = 8;
 pub const ERROR_OUT_OF_BOUNDS: u32 = 1;
 pub const ERROR_WAIT_TIMEOUT: u32 = 2;
 pub const ERROR_LOOP_CAP: u32 = 3;
+pub const ERROR_SEM_AMOUNT: u32 = 4;
 
 /// Options of the code generator.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -89,6 +93,15 @@ pub enum EmitError {
     },
     #[error("the map needs {needed} storage buffers even when packed; the adapter allows {allowed} per shader stage")]
     TooManyBindings { needed: u32, allowed: u32 },
+    /// Statements nest deeper than WGSL compilers read, and no rewrite
+    /// applies (nested `for` loops, or `if`s with other statements between
+    /// them; `if`s without `else` and long else-if chains are flattened).
+    #[error("kernel `{kernel}`: {what} nest more than {limit} levels deep, which WGSL compilers (tint) do not read; move the inner levels into fewer nested statements")]
+    TooDeep {
+        kernel: Name,
+        what: String,
+        limit: usize,
+    },
     /// naga rejected the generated WGSL (a bug in this backend).
     #[error("generated WGSL failed naga validation:\n{message}")]
     Naga { message: String, wgsl: String },
@@ -314,7 +327,7 @@ pub fn binding_layout(
             .enumerate()
             .map(|(i, b)| StorageBinding {
                 binding: 2 + i as u32,
-                global: format!("g_{}", sanitize(&b.operands.join("_"))),
+                global: buffer_global(i, &b.operands),
                 word: words[i],
                 members: vec![(i, 0)],
                 words: b.len,
@@ -371,6 +384,16 @@ pub fn binding_layout(
     })
 }
 
+/// The WGSL global of plan buffer `index` in the unpacked layout:
+/// `g<index>_<first operand>`. The buffer index alone makes it unique (the
+/// operand name is a hint for readers; aliases are listed in a comment), so
+/// operands `x_y` and an alias `x -> y` cannot meet (see ARCHITECTURE.md,
+/// "WGSL names").
+fn buffer_global(index: usize, operands: &[Name]) -> String {
+    let hint = operands.first().map(|n| sanitize(n)).unwrap_or_default();
+    format!("g{index}_{hint}")
+}
+
 // ---- module state -----------------------------------------------------------
 
 /// Helper functions emitted once per module when used.
@@ -390,6 +413,7 @@ enum Helper {
     Check(usize),
     SemWait(String),
     SemTake(String),
+    SemAmount,
     Saturating,
 }
 
@@ -435,7 +459,12 @@ fn literal_text(lit: Literal) -> Option<String> {
             if !v.is_finite() {
                 return None;
             }
-            let text = format!("{v:?}");
+            // The exact value of the f32, in the shortest decimal that reads back
+            // as that value in f64: a compiler that reads the literal into f32
+            // directly and one that reads it through f64 (tint, which also rejects
+            // a decimal above f32::MAX, such as f32::MAX's own shortest form
+            // `3.4028235e38`) both get this f32.
+            let text = format!("{:?}", v as f64);
             if v.is_sign_negative() {
                 format!("({text}f)")
             } else {
@@ -845,8 +874,9 @@ fn mpmd_loop_pay(visits: u32) -> bool {{
     return true;
   }}
   if (visits > {cap}u - mpmd_loop_count) {{
+    // The record says what was used and what the next loop needed.
+    mpmd_report({ERROR_LOOP_CAP}u, 0u, 2u, array<u32, {MAX_RECORDED_VALUES}>(mpmd_loop_count, visits, 0u, 0u, 0u, 0u, 0u, 0u));
     mpmd_loop_count = {over}u;
-    mpmd_report({ERROR_LOOP_CAP}u, 0u, 0u, array<u32, {MAX_RECORDED_VALUES}>());
     return true;
   }}
   mpmd_loop_count = mpmd_loop_count + visits;
@@ -886,6 +916,19 @@ fn mpmd_sat_mul(a: u32, b: u32) -> u32 {
 
 ",
                 ),
+                Helper::SemAmount => write!(
+                    out,
+                    "// A semaphore amount below 1 is an error (DESIGN.md): report it (semaphore
+// element, amount, whether it is a u32) and skip the operation.
+fn mpmd_sem_amount_ok(amount: i32, index: u32, site: u32, unsigned: bool) -> bool {{
+  if (amount >= 1i) {{ return true; }}
+  mpmd_report({ERROR_SEM_AMOUNT}u, site, 3u, array<u32, {MAX_RECORDED_VALUES}>(index, bitcast<u32>(amount), u32(unsigned), 0u, 0u, 0u, 0u, 0u));
+  return false;
+}}
+
+"
+                )
+                .unwrap(),
                 Helper::IsNan => out.push_str(
                     "// NaN test on the bits: float comparisons may be optimised as if NaN never occurs.
 fn mpmd_is_nan(x: f32) -> bool {
@@ -1164,6 +1207,88 @@ fn smem_global(unit: usize, name: &str) -> String {
 }
 
 // ---- one unit -----------------------------------------------------------------
+
+/// How many blocks deep a kernel body's statements may nest in WGSL. tint
+/// counts two levels per `if` or `for` (the statement and its block) and
+/// stops at 127; the emitter adds at most a few levels of its own (loop-cap
+/// checks, short-circuit guards) below a user statement.
+pub const MAX_STATEMENT_NESTING: usize = 48;
+
+/// Else-if chains of this many arms or more are written flat
+/// (`UnitEmitter::else_if_chain`); shorter ones keep WGSL's `else if`.
+const FLAT_ELSE_IF: usize = 8;
+
+/// An `if` / `else if` chain: the arms in order and the final `else` body.
+struct ElseIfChain<'b> {
+    arms: Vec<(&'b Expr, &'b [Stmt])>,
+    last: &'b [Stmt],
+}
+
+/// Whether a semaphore amount is checked at run time (`UnitEmitter::amount_check`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AmountCheck {
+    Literal,
+    Signed,
+    Unsigned,
+}
+
+/// How deeply one WGSL expression may nest (parentheses, calls and unary
+/// operators, counted generously) before the emitter puts it in a `let`
+/// temporary. tint's parser stops at 127 levels of statements and
+/// expressions together and naga's at a few hundred; this leaves room for
+/// the statements around the expression (`MAX_STATEMENT_NESTING`).
+const MAX_EXPR_DEPTH: u32 = 24;
+
+/// An emitted expression.
+#[derive(Clone, Debug)]
+struct Value {
+    text: String,
+    ty: ScalarType,
+    /// How deeply `text` nests (see `MAX_EXPR_DEPTH`).
+    depth: u32,
+    /// Every leaf is a literal or an axis size (WGSL would fold it).
+    constant: bool,
+    /// A literal not yet written: its parent decides whether it is spelled
+    /// or read at run time (`UnitEmitter::spell`); `text` is empty until then.
+    leaf: Option<Literal>,
+}
+
+impl Value {
+    fn leaf(lit: Literal) -> Value {
+        Value {
+            text: String::new(),
+            ty: lit.ty(),
+            depth: 0,
+            constant: true,
+            leaf: Some(lit),
+        }
+    }
+
+    fn text(text: String, ty: ScalarType, constant: bool) -> Value {
+        Value {
+            text,
+            ty,
+            depth: 0,
+            constant,
+            leaf: None,
+        }
+    }
+
+    /// An operation on `operands` (already spelled).
+    fn op(text: String, ty: ScalarType, operands: &[&Value]) -> Value {
+        Value {
+            text,
+            ty,
+            depth: operands.iter().map(|v| v.depth).max().unwrap_or(0) + 4,
+            constant: operands.iter().all(|v| v.constant),
+            leaf: None,
+        }
+    }
+
+    fn is_f32_leaf(&self) -> bool {
+        matches!(self.leaf, Some(Literal::F32(_)))
+    }
+}
 
 /// How a ref is stored.
 #[derive(Clone, Debug)]
@@ -1734,29 +1859,67 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 
     /// A moved semaphore operation, run once for its block.
     fn moved_sem_op(&mut self, op: SemOp, sem: &RefAccess, amount: &Expr) -> Result<(), EmitError> {
-        let amount_ty = self.ty(amount)?;
-        let mut n = self.expr(amount)?;
-        if amount_ty != ScalarType::I32 {
-            n = format!("bitcast<i32>({n})");
+        let (n, check) = self.sem_amount(amount)?;
+        let (global, mut index, site) = self.sem_place(sem)?;
+        let mut n = n;
+        let mut ok = String::new();
+        if check != AmountCheck::Literal {
+            let (idx, amt) = (self.temp("sem"), self.temp("amount"));
+            self.line(&format!("let {idx}: u32 = {index};"));
+            self.line(&format!("let {amt}: i32 = {n};"));
+            ok = self.amount_check(check, &amt, &idx, site);
+            (index, n) = (idx, amt);
         }
-        let (global, index, site) = self.sem_place(sem)?;
         self.line(&format!(
             "// {}({}, {})",
             op.name(),
             describe_access(sem),
             mpmd_core::text::print_expr(amount)
         ));
-        match op {
-            SemOp::Signal => self.line(&format!("atomicAdd(&{global}[{index}], {n});")),
+        let call = match op {
+            SemOp::Signal => format!("atomicAdd(&{global}[{index}], {n});"),
             SemOp::Wait | SemOp::WaitNodec => {
                 self.state.helpers.insert(Helper::SemTake(global.clone()));
-                self.line(&format!(
+                format!(
                     "mpmd_take_{global}({index}, {n}, {}, {site}u);",
                     op == SemOp::Wait
-                ));
+                )
             }
+        };
+        if ok.is_empty() {
+            self.line(&call);
+        } else {
+            self.line(&format!("if ({ok}) {{ {call} }}"));
         }
         Ok(())
+    }
+
+    /// A semaphore amount as an i32 expression.
+    /// (`Expr::Lit` amounts need no check; the flag says whether it is a u32.)
+    fn sem_amount(&mut self, amount: &Expr) -> Result<(String, AmountCheck), EmitError> {
+        let v = self.value(amount)?;
+        let check = match (amount, v.ty) {
+            (Expr::Lit(_), _) => AmountCheck::Literal,
+            (_, ScalarType::U32) => AmountCheck::Unsigned,
+            _ => AmountCheck::Signed,
+        };
+        Ok(match v.ty {
+            ScalarType::I32 => (v.text, check),
+            _ => (format!("bitcast<i32>({})", v.text), check),
+        })
+    }
+
+    /// The run-time check that a semaphore amount is at least 1 (DESIGN.md),
+    /// as a condition that reports and is false when it is not; empty for a
+    /// literal amount (validation checks those, E0055). An amount that is a
+    /// u32 of 2^31 or more is refused too: the counters are i32.
+    fn amount_check(&mut self, check: AmountCheck, amt: &str, idx: &str, site: usize) -> String {
+        if check == AmountCheck::Literal {
+            return String::new();
+        }
+        let unsigned = check == AmountCheck::Unsigned;
+        self.state.helpers.insert(Helper::SemAmount);
+        format!("mpmd_sem_amount_ok({amt}, {idx}, {site}u, {unsigned})")
     }
 
     // ---- statements ----
@@ -1850,7 +2013,12 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 then_body,
                 else_body,
             } => {
-                let c = self.expr(cond)?;
+                self.check_nesting("`if` statements")?;
+                if let Some(chain) = self.flat_chain(stmt) {
+                    return self.else_if_chain(&chain);
+                }
+                let (cond, then_body) = self.merged_ifs(cond, then_body, else_body);
+                let c = self.expr(&cond)?;
                 self.line(&format!("if ({c}) {{"));
                 self.block(then_body)?;
                 if else_body.is_empty() {
@@ -1867,10 +2035,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 end,
                 body,
             } => {
+                self.check_nesting("`for` loops")?;
                 let s = self.expr(start)?;
                 let e = self.expr(end)?;
-                self.line("{");
-                self.depth += 1;
                 let end_name = self.temp("end");
                 self.line(&format!("let {end_name}: {} = {e};", wgsl_scalar(var.ty)));
                 self.scopes.push(HashMap::new());
@@ -1896,8 +2063,6 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.block(body)?;
                 self.scopes.pop();
                 self.line("}");
-                self.depth -= 1;
-                self.line("}");
             }
             Stmt::Barrier => {
                 self.line("// barrier: orders this block's smem and gmem accesses.");
@@ -1920,6 +2085,116 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 ));
                 self.line("workgroupBarrier();");
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses a statement that would open a block deeper than WGSL
+    /// compilers read (`MAX_STATEMENT_NESTING`).
+    fn check_nesting(&self, what: &str) -> Result<(), EmitError> {
+        if self.depth < MAX_STATEMENT_NESTING {
+            return Ok(());
+        }
+        Err(EmitError::TooDeep {
+            kernel: self.unit.kernel.name.clone(),
+            what: what.to_string(),
+            limit: MAX_STATEMENT_NESTING,
+        })
+    }
+
+    /// Whether a region may be restructured without changing what the loop
+    /// cap charges: only `paid_region` charges divergent regions up front,
+    /// so a region with loops keeps its shape unless its cost is paid.
+    fn restructurable(&self, body: &[Stmt]) -> bool {
+        self.state.options.loop_cap.is_none() || self.paid || !contains_loop(body)
+    }
+
+    /// `if a { if b { S } }` (no `else` on either) as `if (a && b) { S }`:
+    /// the same meaning (`&&` evaluates `b` only when `a` holds) one level
+    /// shallower, so `if`s nested past what tint reads still compile.
+    fn merged_ifs<'b>(
+        &self,
+        cond: &Expr,
+        mut then_body: &'b [Stmt],
+        else_body: &[Stmt],
+    ) -> (Expr, &'b [Stmt]) {
+        let mut cond = cond.clone();
+        if !else_body.is_empty() {
+            return (cond, then_body);
+        }
+        while let [Stmt::If {
+            cond: inner,
+            then_body: inner_then,
+            else_body: inner_else,
+        }] = then_body
+        {
+            if !inner_else.is_empty() || !self.restructurable(then_body) {
+                break;
+            }
+            cond = Expr::Binary(BinaryOp::LogicAnd, Box::new(cond), Box::new(inner.clone()));
+            then_body = inner_then;
+        }
+        (cond, then_body)
+    }
+
+    /// An `if` / `else if` chain of at least `FLAT_ELSE_IF` arms, as
+    /// (condition, body) arms and the final `else`; `None` otherwise.
+    fn flat_chain<'b>(&self, stmt: &'b Stmt) -> Option<ElseIfChain<'b>> {
+        let mut arms = Vec::new();
+        let mut at = stmt;
+        let last = loop {
+            let Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } = at
+            else {
+                unreachable!("the chain is made of `if`s");
+            };
+            arms.push((cond, then_body.as_slice()));
+            match else_body.as_slice() {
+                [next @ Stmt::If { .. }] => at = next,
+                rest => break rest,
+            }
+        };
+        if arms.len() < FLAT_ELSE_IF || !self.restructurable(std::slice::from_ref(stmt)) {
+            return None;
+        }
+        Some(ElseIfChain { arms, last })
+    }
+
+    /// An else-if chain written flat: each arm at the same nesting level,
+    /// guarded by a flag that says whether an earlier arm ran, so that its
+    /// condition is evaluated only when no earlier one held (as in the
+    /// nested form) and a chain of any length nests two levels deep.
+    fn else_if_chain(&mut self, chain: &ElseIfChain<'_>) -> Result<(), EmitError> {
+        let taken = self.temp("taken");
+        self.line(&format!(
+            "// An else-if chain of {} arms, flat: `{taken}` says whether an arm ran.",
+            chain.arms.len()
+        ));
+        self.line(&format!("var {taken}: bool = false;"));
+        for (k, (cond, body)) in chain.arms.iter().enumerate() {
+            if k > 0 {
+                self.line(&format!("if (!{taken}) {{"));
+                self.depth += 1;
+            }
+            let c = self.expr(cond)?;
+            self.line(&format!("if ({c}) {{"));
+            self.depth += 1;
+            self.line(&format!("{taken} = true;"));
+            self.depth -= 1;
+            self.block(body)?;
+            self.line("}");
+            if k > 0 {
+                self.depth -= 1;
+                self.line("}");
+            }
+        }
+        if !chain.last.is_empty() {
+            self.line(&format!("if (!{taken}) {{"));
+            self.block(chain.last)?;
+            self.line("}");
         }
         Ok(())
     }
@@ -2022,11 +2297,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     }
 
     fn sem_op(&mut self, op: SemOp, sem: &RefAccess, amount: &Expr) -> Result<(), EmitError> {
-        let amount_ty = self.ty(amount)?;
-        let mut n = self.expr(amount)?;
-        if amount_ty != ScalarType::I32 {
-            n = format!("bitcast<i32>({n})");
-        }
+        let (n, check) = self.sem_amount(amount)?;
         let (global, index, site) = self.sem_place(sem)?;
         let what = describe_access(sem);
         match op {
@@ -2049,8 +2320,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let amt = self.temp("amount");
                 self.line(&format!("let {idx}: u32 = {index};"));
                 self.line(&format!("let {amt}: i32 = {n};"));
+                let ok = self.thread0_and(check, &amt, &idx, site);
                 self.line(&format!(
-                    "if (thread_id == 0u) {{ atomicAdd(&{global}[{idx}], {amt}); }}"
+                    "if ({ok}) {{ atomicAdd(&{global}[{idx}], {amt}); }}"
                 ));
             }
             SemOp::Wait | SemOp::WaitNodec if self.ordered_by_dispatch => {
@@ -2064,8 +2336,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let amt = self.temp("amount");
                 self.line(&format!("let {idx}: u32 = {index};"));
                 self.line(&format!("let {amt}: i32 = {n};"));
+                let ok = self.thread0_and(check, &amt, &idx, site);
                 self.line(&format!(
-                    "if (thread_id == 0u) {{ mpmd_take_{global}({idx}, {amt}, {take}, {site}u); }}"
+                    "if ({ok}) {{ mpmd_take_{global}({idx}, {amt}, {take}, {site}u); }}"
                 ));
                 if self.sem_barrier_unobservable {
                     self.line(
@@ -2087,16 +2360,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let amt = self.temp("amount");
                 self.line(&format!("let {idx}: u32 = {index};"));
                 self.line(&format!("let {amt}: i32 = {n};"));
+                let ok = self.thread0_and(check, &amt, &idx, site);
                 if self.state.options.loop_cap.is_some() {
                     // Thread 0's polls count for its SIMD vector: share the count.
                     self.line(&format!(
-                        "if (thread_id == 0u) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); mpmd_shared_count = mpmd_loop_count; }}"
+                        "if ({ok}) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
                     ));
+                    self.line("if (thread_id == 0u) { mpmd_shared_count = mpmd_loop_count; }");
                     self.line("storageBarrier();");
                     self.line("mpmd_loop_count = max(mpmd_loop_count, workgroupUniformLoad(&mpmd_shared_count));");
                 } else {
                     self.line(&format!(
-                        "if (thread_id == 0u) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
+                        "if ({ok}) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
                     ));
                     self.line("workgroupBarrier();");
                     self.line("storageBarrier();");
@@ -2106,6 +2381,14 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         Ok(())
     }
 
+    /// `thread_id == 0u`, and the amount check when the amount needs one.
+    fn thread0_and(&mut self, check: AmountCheck, amt: &str, idx: &str, site: usize) -> String {
+        match self.amount_check(check, amt, idx, site) {
+            ok if ok.is_empty() => "thread_id == 0u".to_string(),
+            ok => format!("thread_id == 0u && {ok}"),
+        }
+    }
+
     /// Global, word index and site of a semaphore element.
     fn sem_place(&mut self, sem: &RefAccess) -> Result<(String, String, usize), EmitError> {
         let info = self.ref_info(&sem.base)?;
@@ -2113,7 +2396,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             Storage::Buffer { global, word, .. } if word.is_atomic() => global.clone(),
             _ => return Err(self.invalid(format!("`{}` is not a semaphore buffer", sem.base))),
         };
-        let (index, site) = self.index_of(sem, &info)?;
+        let (index, site, _) = self.index_of(sem, &info)?;
         Ok((global, index, site))
     }
 
@@ -2129,13 +2412,22 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 
     /// `array[index]` text for an access, with the ref's info.
     fn place(&mut self, access: &RefAccess) -> Result<(String, RefInfo), EmitError> {
+        let (place, info, _) = self.place_with_depth(access)?;
+        Ok((place, info))
+    }
+
+    /// `place`, and how deep the index's text nests.
+    fn place_with_depth(
+        &mut self,
+        access: &RefAccess,
+    ) -> Result<(String, RefInfo, u32), EmitError> {
         let info = self.ref_info(&access.base)?;
-        let (index, _) = self.index_of(access, &info)?;
+        let (index, _, depth) = self.index_of(access, &info)?;
         let array = match &info.storage {
             Storage::Buffer { global, .. } | Storage::Shared { global, .. } => global.clone(),
             Storage::Local { var } => var.clone(),
         };
-        Ok((format!("{array}[{index}]"), info))
+        Ok((format!("{array}[{index}]"), info, depth))
     }
 
     /// The element index expression of an access (and its checked-mode site id).
@@ -2143,7 +2435,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         &mut self,
         access: &RefAccess,
         info: &RefInfo,
-    ) -> Result<(String, usize), EmitError> {
+    ) -> Result<(String, usize, u32), EmitError> {
         let ty = &info.ty;
         if access.index.len() != ty.shape.len() {
             return Err(self.invalid(format!(
@@ -2218,13 +2510,30 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 format!("block_id * {len}u")
             });
         }
+        // Every coordinate once, folded when it is known here (see `const_u32`).
+        let mut known = Vec::new();
+        let mut values = Vec::new();
+        let mut signed = Vec::new();
+        let mut depth = 0;
+        for c in &coords {
+            match const_u32(c, |a| self.axis_size(a).ok()) {
+                Some(v) => {
+                    known.push(Some(v));
+                    values.push(None);
+                    signed.push(matches!(c, Expr::Lit(Literal::I32(_))));
+                }
+                None => {
+                    let v = self.value(c)?;
+                    signed.push(v.ty == ScalarType::I32);
+                    depth = depth.max(v.depth);
+                    known.push(None);
+                    values.push(Some(self.index_word(v)?));
+                }
+            }
+        }
         // Every access gets a site (error records name it: out-of-bounds
         // accesses in checked mode, semaphore waits in both modes).
         let site = self.state.sites.len();
-        let mut signed = Vec::new();
-        for c in &coords {
-            signed.push(self.ty(c)? == ScalarType::I32);
-        }
         self.state.sites.push(AccessSite {
             unit: self.index,
             reference: access.base.clone(),
@@ -2234,8 +2543,12 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         });
         if self.state.options.mode == Mode::Checked {
             let mut args = vec![format!("{site}u")];
-            for (c, &n) in coords.iter().zip(&extents) {
-                args.push(self.index_value(c)?);
+            for ((k, v), &n) in known.iter().zip(values).zip(&extents) {
+                args.push(match (k, v) {
+                    (Some(k), _) => format!("{k}u"),
+                    (None, Some(v)) => v,
+                    (None, None) => unreachable!("every coordinate is known or emitted"),
+                });
                 args.push(format!("{n}u"));
             }
             self.state.helpers.insert(Helper::Check(coords.len()));
@@ -2244,23 +2557,21 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             if base != 0 {
                 text = format!("{base}u + {text}");
             }
-            return Ok((text, site));
+            return Ok((text, site, depth));
         }
-        // Fast mode: row-major arithmetic, literal coordinates folded here.
+        // Fast mode: row-major arithmetic, known coordinates folded here.
         let mut stride: u64 = 1;
         let mut constant: u64 = base;
         let mut terms = Vec::new();
-        for (c, &n) in coords.iter().zip(&extents).rev() {
-            match const_u32(c) {
-                Some(v) => constant = constant.wrapping_add((v as u64).wrapping_mul(stride)),
-                None => {
-                    let v = self.index_value(c)?;
-                    terms.push(if stride == 1 {
-                        v
-                    } else {
-                        format!("{v} * {stride}u")
-                    });
-                }
+        for ((k, v), &n) in known.iter().zip(values).zip(&extents).rev() {
+            match (k, v) {
+                (Some(k), _) => constant = constant.wrapping_add((*k as u64).wrapping_mul(stride)),
+                (None, Some(v)) => terms.push(if stride == 1 {
+                    v
+                } else {
+                    format!("{v} * {stride}u")
+                }),
+                (None, None) => unreachable!("every coordinate is known or emitted"),
             }
             stride = stride.saturating_mul(n as u64);
         }
@@ -2276,29 +2587,27 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             // read it at run time instead (out of bounds is undefined in fast mode).
             if fixed_len.is_some_and(|l| c >= l) {
                 let k = self.runtime_literal(Literal::U32(c as u32));
-                return Ok((k, site));
+                return Ok((k, site, 0));
             }
-            return Ok((format!("{c}u"), site));
+            return Ok((format!("{c}u"), site, 0));
         }
         let mut text = dynamic_terms.join(" + ");
         if constant != 0 {
             text = format!("{text} + {}u", constant.min(u32::MAX as u64));
         }
-        Ok((text, site))
+        Ok((text, site, depth))
     }
 
-    /// A coordinate as a u32 expression (i32 coordinates are reinterpreted,
-    /// so negative ones are out of bounds).
-    fn index_value(&mut self, e: &Expr) -> Result<String, EmitError> {
-        let t = self.ty(e)?;
-        if let Some(v) = const_u32(e) {
-            return Ok(format!("{v}u"));
-        }
-        let v = self.expr(e)?;
-        Ok(match t {
-            ScalarType::U32 => v,
-            ScalarType::I32 => format!("bitcast<u32>({v})"),
-            ScalarType::Bool => format!("u32({v})"),
+    /// A coordinate that is not known here, as a u32 expression (i32
+    /// coordinates are reinterpreted, so negative ones are out of bounds).
+    /// Its text always holds a run-time operand: a literal or axis size is
+    /// known (`const_u32`), and an operation on constants alone reads its
+    /// literals at run time.
+    fn index_word(&mut self, v: Value) -> Result<String, EmitError> {
+        Ok(match v.ty {
+            ScalarType::U32 => v.text,
+            ScalarType::I32 => format!("bitcast<u32>({})", v.text),
+            ScalarType::Bool => format!("u32({})", v.text),
             ScalarType::F32 => return Err(self.invalid("an index must be an integer")),
         })
     }
@@ -2311,35 +2620,42 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 
     // ---- expressions ----
 
-    /// The type of `e`, by the IR's one typing rule over the names in scope
-    /// (inner scopes shadow outer ones).
-    fn ty(&self, e: &Expr) -> Result<ScalarType, EmitError> {
-        let mut scope = Scope::new();
-        for (name, named) in self.scopes.iter().flatten() {
-            match named {
-                Named::Scalar { ty, .. } => scope.bind_scalar(name, *ty),
-                Named::Ref(info) => scope.bind_ref(name, info.ty.clone()),
-            }
-        }
-        type_of(e, &scope).map_err(|err| self.invalid(err.to_string()))
-    }
-
+    /// The WGSL text of `e` (temporaries it needs are emitted before it).
     fn expr(&mut self, e: &Expr) -> Result<String, EmitError> {
-        self.expr_with(e, false)
+        Ok(self.value(e)?.text)
     }
 
-    /// Emits `e`; with `runtime_literals`, every literal in it is read at run time.
-    fn expr_with(&mut self, e: &Expr, runtime_literals: bool) -> Result<String, EmitError> {
-        // An operation whose operands are all constant would be evaluated by
-        // WGSL at shader creation: read its literals at run time instead.
-        let rt = runtime_literals || (is_operation(e) && is_constant(e));
-        Ok(match e {
-            Expr::Lit(l) => match literal_text(*l) {
-                Some(text) if !rt => text,
-                _ => self.runtime_literal(*l),
-            },
+    /// `e` emitted, its leaves spelled.
+    fn value(&mut self, e: &Expr) -> Result<Value, EmitError> {
+        let v = self.node(e)?;
+        Ok(self.spell(v, false))
+    }
+
+    /// A pending literal leaf written out: as WGSL text, or read from the
+    /// parameter buffer when `runtime` (or when WGSL cannot spell it).
+    fn spell(&mut self, mut v: Value, runtime: bool) -> Value {
+        if let Some(lit) = v.leaf.take() {
+            v.text = match literal_text(lit) {
+                Some(text) if !runtime => text,
+                _ => self.runtime_literal(lit),
+            };
+        }
+        v
+    }
+
+    /// Emits `e` bottom-up. A literal or axis size comes back pending
+    /// (`Value::leaf`): its parent decides how it is written. An operation
+    /// whose operands are all constant would be evaluated by WGSL at shader
+    /// creation, which makes overflow and division by zero errors there: its
+    /// literal operands are read at run time instead. A result nested deeper
+    /// than `MAX_EXPR_DEPTH` becomes a `let` temporary, so no WGSL
+    /// expression is deeper than naga and tint read.
+    fn node(&mut self, e: &Expr) -> Result<Value, EmitError> {
+        let v = match e {
+            Expr::Lit(l) => Value::leaf(*l),
+            Expr::AxisSize(axis) => Value::leaf(Literal::U32(self.axis_size(axis)?)),
             Expr::Var(name) => match self.lookup(name) {
-                Some(Named::Scalar { wgsl, .. }) => wgsl.clone(),
+                Some(Named::Scalar { wgsl, ty, .. }) => Value::text(wgsl.clone(), *ty, false),
                 _ => return Err(self.invalid(format!("unknown variable `{name}`"))),
             },
             Expr::AxisIndex(axis) => {
@@ -2349,64 +2665,96 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                         self.unit.mesh.name
                     )));
                 }
-                format!("ax_{}", sanitize(axis))
-            }
-            Expr::AxisSize(axis) => {
-                let size = self.axis_size(axis)?;
-                if rt {
-                    self.runtime_literal(Literal::U32(size))
-                } else {
-                    format!("{size}u")
-                }
+                Value::text(format!("ax_{}", sanitize(axis)), ScalarType::U32, false)
             }
             Expr::Load(access) => {
-                let (place, info) = self.place(access)?;
-                load_text(&info, &place)
+                let (place, info, depth) = self.place_with_depth(access)?;
+                let mut v = Value::text(load_text(&info, &place), info.ty.elem, false);
+                // The index, its check call and the load's own conversions.
+                v.depth = depth + 8;
+                v
             }
             Expr::Unary(op, a) => {
-                let t = self.ty(a)?;
-                let v = self.expr_with(a, rt)?;
-                match (op, t) {
-                    (UnaryOp::Neg, ScalarType::F32) => format!("(-{v})"),
-                    (UnaryOp::Neg, ScalarType::I32) => format!("(0i - {v})"),
-                    (UnaryOp::Neg, _) => format!("(0u - {v})"),
-                    (UnaryOp::Not, _) => format!("(!{v})"),
-                    (UnaryOp::BitNot, _) => format!("(~{v})"),
-                }
+                let a = self.node(a)?;
+                let constant = a.constant;
+                let a = self.spell(a, constant);
+                let text = match (op, a.ty) {
+                    (UnaryOp::Neg, ScalarType::F32) => format!("(-{})", a.text),
+                    (UnaryOp::Neg, ScalarType::I32) => format!("(0i - {})", a.text),
+                    (UnaryOp::Neg, _) => format!("(0u - {})", a.text),
+                    (UnaryOp::Not, _) => format!("(!{})", a.text),
+                    (UnaryOp::BitNot, _) => format!("(~{})", a.text),
+                };
+                Value::op(text, a.ty, &[&a])
             }
-            Expr::Binary(op, a, b) => self.binary(*op, a, b, rt)?,
+            Expr::Binary(op, a, b) => self.binary(*op, a, b)?,
             Expr::Select(c, t, f) => {
-                let c = self.expr_with(c, rt)?;
-                let t = self.expr_with(t, rt)?;
-                let f = self.expr_with(f, rt)?;
-                format!("select({f}, {t}, {c})")
+                let (c, t, f) = (self.node(c)?, self.node(t)?, self.node(f)?);
+                let constant = c.constant && t.constant && f.constant;
+                let c = self.spell(c, constant);
+                let t = self.spell(t, constant);
+                let f = self.spell(f, constant);
+                let text = format!("select({}, {}, {})", f.text, t.text, c.text);
+                Value::op(text, t.ty, &[&c, &t, &f])
             }
             Expr::Cast(to, a) => {
-                let from = self.ty(a)?;
-                let v = self.expr_with(a, rt)?;
-                self.cast(from, *to, v)
+                let a = self.node(a)?;
+                let constant = a.constant;
+                let a = self.spell(a, constant);
+                let text = self.cast(a.ty, *to, a.text.clone());
+                Value::op(text, *to, &[&a])
             }
             Expr::Bitcast(to, a) => {
-                let from = self.ty(a)?;
-                let v = self.expr_with(a, rt)?;
-                if from == *to {
-                    v
+                let a = self.node(a)?;
+                let constant = a.constant;
+                let a = self.spell(a, constant);
+                let text = if a.ty == *to {
+                    a.text.clone()
                 } else {
-                    format!("bitcast<{}>({v})", wgsl_scalar(*to))
-                }
+                    format!("bitcast<{}>({})", wgsl_scalar(*to), a.text)
+                };
+                Value::op(text, *to, &[&a])
             }
             Expr::Math(f, args) => {
-                let t = match args.first() {
-                    Some(a) => self.ty(a)?,
-                    None => return Err(self.invalid("math function without arguments")),
-                };
                 let mut vs = Vec::new();
                 for a in args {
-                    vs.push(self.expr_with(a, rt)?);
+                    vs.push(self.node(a)?);
                 }
-                self.math(*f, t, &vs)?
+                let Some(t) = vs.first().map(|v| v.ty) else {
+                    return Err(self.invalid("math function without arguments"));
+                };
+                let constant = vs.iter().all(|v| v.constant);
+                // An f32 literal operand of fma is read at run time like those
+                // of + - * / (see `binary`).
+                let vs: Vec<Value> = vs
+                    .into_iter()
+                    .map(|v| {
+                        let float_lit = *f == MathFn::Fma && v.is_f32_leaf();
+                        self.spell(v, constant || float_lit)
+                    })
+                    .collect();
+                let texts: Vec<String> = vs.iter().map(|v| v.text.clone()).collect();
+                let text = self.math(*f, t, &texts)?;
+                Value::op(text, t, &vs.iter().collect::<Vec<_>>())
             }
-        })
+        };
+        Ok(self.bounded(v))
+    }
+
+    /// `v`, or a `let` temporary holding it when it nests too deep.
+    fn bounded(&mut self, v: Value) -> Value {
+        if v.depth <= MAX_EXPR_DEPTH || v.leaf.is_some() {
+            return v;
+        }
+        let name = self.temp("e");
+        self.line(&format!("let {name}: {} = {};", wgsl_scalar(v.ty), v.text));
+        Value {
+            text: name,
+            ty: v.ty,
+            depth: 0,
+            constant: v.constant,
+            leaf: None,
+        }
     }
 
     fn axis_size(&self, axis: &str) -> Result<u32, EmitError> {
@@ -2426,85 +2774,156 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             })
     }
 
-    fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr, rt: bool) -> Result<String, EmitError> {
-        let t = self.ty(a)?;
-        let x = self.expr_with(a, rt)?;
+    /// `a && b` and `a || b` evaluate `b` only when `a` does not decide
+    /// (DESIGN.md: no load, no out-of-bounds report). WGSL's own operators
+    /// short-circuit; when `b` needed temporaries (statements), they run
+    /// under an `if` on `a` instead, so they too are skipped.
+    fn logic(&mut self, op: BinaryOp, a: &Expr, b: &Expr) -> Result<Value, EmitError> {
+        let x = self.node(a)?;
+        let mark = self.body.len();
+        let y = self.node(b)?;
+        let constant = x.constant && y.constant;
+        let x = self.spell(x, constant);
+        let y = self.spell(y, constant);
+        let sym = if op == BinaryOp::LogicAnd { "&&" } else { "||" };
+        if self.body.len() == mark {
+            return Ok(Value::op(
+                format!("({} {sym} {})", x.text, y.text),
+                ScalarType::Bool,
+                &[&x, &y],
+            ));
+        }
+        // `b` emitted statements: move them under `if (a)` (`if (!a)` for `||`).
+        let statements = self.body.split_off(mark);
+        let flag = self.temp(if op == BinaryOp::LogicAnd {
+            "and"
+        } else {
+            "or"
+        });
+        self.line(&format!("var {flag}: bool = {};", x.text));
+        let test = if op == BinaryOp::LogicAnd {
+            flag.clone()
+        } else {
+            format!("!{flag}")
+        };
+        self.line(&format!("if ({test}) {{"));
+        for line in statements.lines() {
+            self.body.push_str("  ");
+            self.body.push_str(line);
+            self.body.push('\n');
+        }
+        self.depth += 1;
+        self.line(&format!("{flag} = {};", y.text));
+        self.depth -= 1;
+        self.line("}");
+        Ok(Value::text(flag, ScalarType::Bool, false))
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr) -> Result<Value, EmitError> {
+        if matches!(op, BinaryOp::LogicAnd | BinaryOp::LogicOr) {
+            return self.logic(op, a, b);
+        }
+        let x = self.node(a)?;
+        let y = self.node(b)?;
+        let t = x.ty;
+        let constant = x.constant && y.constant;
         if matches!(op, BinaryOp::Shl | BinaryOp::Shr) {
+            let x = self.spell(x, constant);
             // Shift amounts are taken modulo 32; WGSL wants a u32 amount.
-            let amount = match b {
-                Expr::Lit(l) if !rt => format!("{}u", l.to_bits() & 31),
+            let (amount, y) = match (&y.leaf, b) {
+                (Some(l), Expr::Lit(_)) if !constant => (format!("{}u", l.to_bits() & 31), y),
                 _ => {
-                    let bt = self.ty(b)?;
-                    let y = self.expr_with(b, rt)?;
-                    let y = if bt == ScalarType::U32 {
-                        y
+                    let y = self.spell(y, constant);
+                    let word = if y.ty == ScalarType::U32 {
+                        y.text.clone()
                     } else {
-                        format!("bitcast<u32>({y})")
+                        format!("bitcast<u32>({})", y.text)
                     };
-                    format!("({y} & 31u)")
+                    (format!("({word} & 31u)"), y)
                 }
             };
             let sym = if op == BinaryOp::Shl { "<<" } else { ">>" };
-            return Ok(format!("({x} {sym} {amount})"));
+            return Ok(Value::op(
+                format!("({} {sym} {amount})", x.text),
+                t,
+                &[&x, &y],
+            ));
         }
-        let y = self.expr_with(b, rt)?;
-        let (x, y) = if t == ScalarType::F32 && op == BinaryOp::Mul {
-            // The driver folds `x * 0.0` to 0.0 (wrong for inf and NaN): a zero
-            // factor is read at run time.
-            (self.opaque_zero(a, x), self.opaque_zero(b, y))
+        if y.ty != t {
+            return Err(self.invalid(format!("`{op:?}` between {t:?} and {:?}", y.ty)));
+        }
+        let arithmetic = matches!(
+            op,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem
+        );
+        // f32 literal operands of arithmetic are read at run time: lavapipe
+        // reassociates operations on constants (`(1.0 + x) + -1.5` as
+        // `x + -0.5`, one ulp off), and folds `x * 0.0` to 0.0 (wrong for inf
+        // and NaN). A run-time value keeps every operation as written.
+        let float_arith = t == ScalarType::F32 && arithmetic;
+        let rx = constant || (float_arith && x.is_f32_leaf());
+        let ry = constant || (float_arith && y.is_f32_leaf());
+        let x = self.spell(x, rx);
+        let y = self.spell(y, ry);
+        let result = if op.is_comparison() {
+            ScalarType::Bool
         } else {
-            (x, y)
+            t
         };
-        if t == ScalarType::F32 && op == BinaryOp::Ne {
+        let (xt, yt) = (x.text.clone(), y.text.clone());
+        let text = if t == ScalarType::F32 && op == BinaryOp::Ne {
             // naga emits `!=` as an ordered comparison (false for NaN); IEEE
             // and Rust say NaN != NaN.
-            return Ok(format!("(!({x} == {y}))"));
-        }
-        let sym = match op {
-            BinaryOp::Add => "+",
-            BinaryOp::Sub => "-",
-            BinaryOp::Mul => {
-                if t == ScalarType::F32 && !self.state.plan.map.fast_math {
-                    // No contraction into fma: multiply the product by a 1.0 the
-                    // compiler cannot see, so a following add cannot fuse with
-                    // the rounding of x * y (fusing the outer multiply is exact).
-                    let one = self.runtime_literal(Literal::f32(1.0));
-                    return Ok(format!("(({x} * {y}) * {one})"));
+            format!("(!({xt} == {yt}))")
+        } else {
+            let sym = match op {
+                BinaryOp::Add => "+",
+                BinaryOp::Sub => "-",
+                BinaryOp::Mul => {
+                    if t == ScalarType::F32 && !self.state.plan.map.fast_math {
+                        // No contraction into fma: multiply the product by a 1.0 the
+                        // compiler cannot see, so a following add cannot fuse with
+                        // the rounding of x * y (fusing the outer multiply is exact).
+                        let one = self.runtime_literal(Literal::f32(1.0));
+                        return Ok(Value::op(format!("(({xt} * {yt}) * {one})"), t, &[&x, &y]));
+                    }
+                    "*"
                 }
-                "*"
-            }
-            BinaryOp::Div => match t {
-                ScalarType::I32 => return Ok(self.call(Helper::DivI32, "mpmd_div_i32", &[x, y])),
-                ScalarType::U32 => return Ok(self.call(Helper::DivU32, "mpmd_div_u32", &[x, y])),
-                _ => "/",
-            },
-            BinaryOp::Rem => match t {
-                ScalarType::I32 => return Ok(self.call(Helper::RemI32, "mpmd_rem_i32", &[x, y])),
-                ScalarType::U32 => return Ok(self.call(Helper::RemU32, "mpmd_rem_u32", &[x, y])),
-                _ => return Ok(self.call(Helper::Fmod, "mpmd_fmod", &[x, y])),
-            },
-            BinaryOp::BitAnd => "&",
-            BinaryOp::BitOr => "|",
-            BinaryOp::BitXor => "^",
-            BinaryOp::LogicAnd => "&&",
-            BinaryOp::LogicOr => "||",
-            BinaryOp::Eq => "==",
-            BinaryOp::Ne => "!=",
-            BinaryOp::Lt => "<",
-            BinaryOp::Le => "<=",
-            BinaryOp::Gt => ">",
-            BinaryOp::Ge => ">=",
-            BinaryOp::Shl | BinaryOp::Shr => unreachable!("handled above"),
+                BinaryOp::Div => match t {
+                    ScalarType::I32 => {
+                        let text = self.call(Helper::DivI32, "mpmd_div_i32", &[xt, yt]);
+                        return Ok(Value::op(text, t, &[&x, &y]));
+                    }
+                    ScalarType::U32 => {
+                        let text = self.call(Helper::DivU32, "mpmd_div_u32", &[xt, yt]);
+                        return Ok(Value::op(text, t, &[&x, &y]));
+                    }
+                    _ => "/",
+                },
+                BinaryOp::Rem => {
+                    let text = match t {
+                        ScalarType::I32 => self.call(Helper::RemI32, "mpmd_rem_i32", &[xt, yt]),
+                        ScalarType::U32 => self.call(Helper::RemU32, "mpmd_rem_u32", &[xt, yt]),
+                        _ => self.call(Helper::Fmod, "mpmd_fmod", &[xt, yt]),
+                    };
+                    return Ok(Value::op(text, t, &[&x, &y]));
+                }
+                BinaryOp::BitAnd => "&",
+                BinaryOp::BitOr => "|",
+                BinaryOp::BitXor => "^",
+                BinaryOp::Eq => "==",
+                BinaryOp::Ne => "!=",
+                BinaryOp::Lt => "<",
+                BinaryOp::Le => "<=",
+                BinaryOp::Gt => ">",
+                BinaryOp::Ge => ">=",
+                BinaryOp::LogicAnd | BinaryOp::LogicOr | BinaryOp::Shl | BinaryOp::Shr => {
+                    unreachable!("handled above")
+                }
+            };
+            format!("({xt} {sym} {yt})")
         };
-        Ok(format!("({x} {sym} {y})"))
-    }
-
-    /// `text` (the emission of `e`), or a run-time read when `e` is a zero literal.
-    fn opaque_zero(&mut self, e: &Expr, text: String) -> String {
-        match e {
-            Expr::Lit(l @ Literal::F32(bits)) if bits.to_f32() == 0.0 => self.runtime_literal(*l),
-            _ => text,
-        }
+        Ok(Value::op(text, result, &[&x, &y]))
     }
 
     fn call(&mut self, helper: Helper, name: &str, args: &[String]) -> String {
@@ -2914,30 +3333,18 @@ fn has_load(e: &Expr) -> bool {
     }
 }
 
-fn is_operation(e: &Expr) -> bool {
-    !matches!(
-        e,
-        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) | Expr::Load(_)
-    )
-}
-
-/// Whether WGSL would treat `e` as a const-expression (all leaves literals).
-fn is_constant(e: &Expr) -> bool {
-    match e {
-        Expr::Lit(_) | Expr::AxisSize(_) => true,
-        Expr::Var(_) | Expr::AxisIndex(_) | Expr::Load(_) => false,
-        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => is_constant(a),
-        Expr::Binary(_, a, b) => is_constant(a) && is_constant(b),
-        Expr::Select(c, t, f) => is_constant(c) && is_constant(t) && is_constant(f),
-        Expr::Math(_, args) => args.iter().all(is_constant),
-    }
-}
-
-/// A coordinate known here: an integer literal or an axis size.
-fn const_u32(e: &Expr) -> Option<u32> {
+/// A coordinate known here, as the u32 `index_value` would make of it: an
+/// integer or bool literal, or an axis size (`axis_size` gives it). These
+/// are exactly the coordinates whose WGSL text would be a constant
+/// expression (an operation on constants alone reads its literals at run
+/// time), so `index_of` folds all of them and range-checks the result
+/// against fixed-size arrays: no constant index reaches naga unchecked.
+fn const_u32(e: &Expr, axis_size: impl Fn(&str) -> Option<u32>) -> Option<u32> {
     match e {
         Expr::Lit(Literal::U32(v)) => Some(*v),
         Expr::Lit(Literal::I32(v)) => Some(*v as u32),
+        Expr::Lit(Literal::Bool(v)) => Some(*v as u32),
+        Expr::AxisSize(axis) => axis_size(axis),
         _ => None,
     }
 }

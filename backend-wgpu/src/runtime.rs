@@ -5,14 +5,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use mpmd_core::backend::{Backend, RunError, RunOptions, Site};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
-use mpmd_core::ir::{Literal, MemorySpace, Name, ScalarType};
+use mpmd_core::ir::{Literal, MemorySpace, Name, ScalarType, SemOp, Stmt};
 use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
 use mpmd_core::Mode;
 use thiserror::Error;
 
 use crate::emit::{
     emit_module, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP, ERROR_OUT_OF_BOUNDS,
-    ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
+    ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING,
+    STATUS_WORDS,
 };
 
 /// Loop header visits the backend allows on llvmpipe (measured: it stops an
@@ -379,6 +380,9 @@ impl WgpuBackend {
                     reason: e.to_string(),
                 }
             }
+            EmitError::TooDeep { .. } => RunError::Unsupported {
+                reason: e.to_string(),
+            },
             other => RunError::Backend(other.to_string()),
         })?;
         let limits = &self.ctx.limits;
@@ -390,8 +394,12 @@ impl WgpuBackend {
             if bytes > max {
                 return Err(RunError::Refused {
                     reason: format!(
-                        "buffer `{}` needs {bytes} bytes; the adapter binds at most {max} bytes per storage buffer",
-                        b.global.trim_start_matches("g_")
+                        "buffer of `{}` needs {bytes} bytes; the adapter binds at most {max} bytes per storage buffer",
+                        b.members
+                            .iter()
+                            .flat_map(|&(i, _)| plan.buffers[i].operands.iter().map(|n| n.as_str()))
+                            .collect::<Vec<_>>()
+                            .join("`, `")
                     ),
                 });
             }
@@ -869,7 +877,9 @@ impl WgpuBackend {
         match kind {
             ERROR_OUT_OF_BOUNDS => {
                 let Some(access) = emitted.sites.get(site_index) else {
-                    return RunError::Backend(format!("out-of-bounds record names unknown site {site_index}"));
+                    return RunError::Backend(format!(
+                        "out-of-bounds record names unknown site {site_index}"
+                    ));
                 };
                 let coords: Vec<String> = values[..count]
                     .iter()
@@ -884,14 +894,22 @@ impl WgpuBackend {
                     .collect();
                 let nb = access.block_extents.len().min(coords.len());
                 let index = if nb > 0 {
-                    format!("@[{}][{}]", coords[..nb].join(", "), coords[nb..].join(", "))
+                    format!(
+                        "@[{}][{}]",
+                        coords[..nb].join(", "),
+                        coords[nb..].join(", ")
+                    )
                 } else {
                     format!("[{}]", coords.join(", "))
                 };
                 let shape = if access.block_extents.is_empty() {
                     format!("[{}]", list(&access.shape))
                 } else {
-                    format!("@[{}][{}]", list(&access.block_extents), list(&access.shape))
+                    format!(
+                        "@[{}][{}]",
+                        list(&access.block_extents),
+                        list(&access.shape)
+                    )
                 };
                 RunError::OutOfBounds {
                     site: site(Some(thread)),
@@ -904,7 +922,9 @@ impl WgpuBackend {
                 let semaphore = emitted
                     .sites
                     .get(site_index)
-                    .map(|s| describe_sem_element(plan, emitted, &s.reference, unit_index, values[0]))
+                    .map(|s| {
+                        describe_sem_element(plan, emitted, &s.reference, unit_index, values[0])
+                    })
                     .unwrap_or_else(|| format!("site {site_index}"));
                 if plan.needs_co_residency() {
                     RunError::WaitTimeout {
@@ -913,26 +933,93 @@ impl WgpuBackend {
                     }
                 } else {
                     // Every signaller ran in an earlier dispatch: the count can never grow.
+                    let reference = emitted.sites.get(site_index).map(|s| s.reference.as_str());
+                    let why = match reference.and_then(|r| signallers(plan, unit_index, r)) {
+                        Some(names) if names.is_empty() => {
+                            "no program of this call signals it, so it holds only what it \
+                             started the call with"
+                                .to_string()
+                        }
+                        // The interpreter's words, so both backends report alike.
+                        _ => "every program that signals it has finished".to_string(),
+                    };
                     RunError::Deadlock {
                         wait_for_graph: format!(
-                            "{} waits on `{semaphore}`, whose count is too low and can no longer grow: \
-                             every program that signals it has finished",
+                            "{} waits on `{semaphore}`, whose count is too low and can no longer grow: {why}",
                             site(None)
                         ),
                     }
                 }
             }
-            ERROR_LOOP_CAP => RunError::Unsupported {
-                reason: format!(
-                    "more than 65,535 loop iterations in one invocation ({}); {} silently ends loops there, \
-                     so the result would be wrong",
-                    site(Some(thread)),
-                    self.ctx.info.name
-                ),
-            },
+            ERROR_SEM_AMOUNT => {
+                let semaphore = emitted
+                    .sites
+                    .get(site_index)
+                    .map(|s| {
+                        describe_sem_element(plan, emitted, &s.reference, unit_index, values[0])
+                    })
+                    .unwrap_or_else(|| format!("site {site_index}"));
+                let amount = if values[2] != 0 {
+                    values[1] as i64
+                } else {
+                    values[1] as i32 as i64
+                };
+                RunError::BadSemaphoreAmount {
+                    site: site(None),
+                    semaphore,
+                    amount,
+                }
+            }
+            ERROR_LOOP_CAP => {
+                let cap = self
+                    .emit_options(Mode::Fast)
+                    .loop_cap
+                    .unwrap_or(LLVMPIPE_LOOP_CAP);
+                let (used, needed) = (values[0] as u64, values[1] as u64);
+                RunError::Unsupported {
+                    reason: format!(
+                        "one invocation's loops need {} loop-header visits, more than the {cap} this backend \
+                         allows ({}; it had used {used} when the next loop needed {needed}). Every loop \
+                         iteration costs a visit and every loop one more for its exit test; the loops under a \
+                         branch that threads may take differently are charged up front, both branches included. \
+                         {} silently ends an invocation's loops after about 65,535 visits, so the result would \
+                         be wrong (WgpuOptions::loop_cap sets the allowance)",
+                        used + needed,
+                        site(Some(thread)),
+                        self.ctx.info.name
+                    ),
+                }
+            }
             other => RunError::Backend(format!("unknown error record kind {other}")),
         }
     }
+}
+
+/// The programs whose kernels signal the buffer that unit `unit` names
+/// `reference`; `None` when the unit or the buffer is unknown.
+fn signallers(plan: &LaunchPlan, unit: usize, reference: &str) -> Option<Vec<String>> {
+    let u = plan.units.get(unit)?;
+    let buffer = plan.param_buffer(u, reference)?;
+    let names = plan
+        .units
+        .iter()
+        .filter(|other| {
+            let mut signals = false;
+            mpmd_core::ir::visit::for_each_stmt(&other.kernel.body, &mut |stmt| {
+                if let Stmt::Sem {
+                    op: SemOp::Signal,
+                    sem,
+                    ..
+                } = stmt
+                {
+                    signals |= plan.param_buffer(other, &sem.base) == Some(buffer);
+                }
+            });
+            signals
+        })
+        .map(|other| format!("program {} `{}`", other.program, other.kernel.name))
+        .collect();
+    Some(names)
 }
 
 /// `name[i]` or `name@[c...][i...]` for a flat word index into a semaphore's binding.

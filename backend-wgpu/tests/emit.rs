@@ -55,14 +55,14 @@ fn user_names_are_prefixed_and_cannot_collide() {
     let wgsl = emit(&p, Mode::Fast).unwrap();
     for expected in [
         "fn unit0_fn(",
-        "var<storage, read_write> g_loop: array<f32>;",
-        "var<storage, read_write> g_return: array<f32>;",
+        "var<storage, read_write> g0_loop: array<f32>;",
+        "var<storage, read_write> g1_return: array<f32>;",
         "let v_const: f32 = bitcast<f32>(mpmd_params[0]);",
         "let v_mpmd_params: u32 = mpmd_params[1];",
         "let ax_block_id: u32 = block_id % 2u;",
         "let v_override: u32 = ((ax_block_id * 32u) + ax_thread_id);",
         "let v_rt_0: f32 = ",
-        "g_return[v_override] = v_struct;",
+        "g1_return[v_override] = v_struct;",
     ] {
         assert!(wgsl.contains(expected), "missing `{expected}` in:\n{wgsl}");
     }
@@ -288,13 +288,14 @@ fn producer_consumer_kernels_hold_no_atomic() {
                 ]
             );
             let signals = function(wgsl, "mpmd_unit0_signals");
+            let ready = global(wgsl, "ready");
             assert!(
-                signals.contains("atomicAdd(&g_ready[ax_pb], 1i);")
-                    || signals.contains("atomicAdd(&g_ready[mpmd_check1("),
+                signals.contains(&format!("atomicAdd(&{ready}[ax_pb], 1i);"))
+                    || signals.contains(&format!("atomicAdd(&{ready}[mpmd_check1(")),
                 "{signals}"
             );
             let waits = function(wgsl, "mpmd_unit1_waits");
-            assert!(waits.contains("mpmd_take_g_ready("), "{waits}");
+            assert!(waits.contains(&format!("mpmd_take_{ready}(")), "{waits}");
             assert!(function(wgsl, "mpmd_sems0").contains("mpmd_unit0_signals(slot);"));
             assert!(function(wgsl, "mpmd_sems1").contains("mpmd_unit1_waits(slot);"));
         }
@@ -344,7 +345,10 @@ fn a_wait_after_a_capped_loop_stays_in_the_kernel() {
     };
     let capped = emit_module(&p, &options(Some(65_000))).unwrap();
     let take = function(&capped.wgsl, "unit1_take");
-    assert!(take.contains("mpmd_take_g_ready("), "{take}");
+    assert!(
+        take.contains(&format!("mpmd_take_{}(", global(&capped.wgsl, "ready"))),
+        "{take}"
+    );
     assert!(
         !capped.wgsl.contains("fn mpmd_unit1_waits("),
         "{}",

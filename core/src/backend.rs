@@ -74,11 +74,15 @@ pub enum RunError {
         first: Site,
         second: Site,
     },
+    /// A semaphore operation's amount, computed at run time, is below 1
+    /// (DESIGN.md: `n >= 1`; literal amounts are a validation error, E0055).
     #[error("semaphore amount {amount} on `{semaphore}` at {site}: a signal or wait amount must be at least 1")]
     BadSemaphoreAmount {
         site: Site,
         semaphore: String,
-        amount: i32,
+        /// As the program computed it (a u32 amount of 2^31 or more does not
+        /// fit the i32 counters and is refused too).
+        amount: i64,
     },
     #[error("wait on `{semaphore}` timed out at {site}")]
     WaitTimeout { site: Site, semaphore: String },

@@ -111,3 +111,21 @@ pub fn function<'a>(wgsl: &'a str, name: &str) -> &'a str {
     let end = wgsl[start..].find("\n}\n").unwrap();
     &wgsl[start..start + end]
 }
+
+/// The WGSL global of the (unpacked) buffer whose first operand is
+/// `operand`: `g<index>_<operand>`.
+pub fn global(wgsl: &str, operand: &str) -> String {
+    wgsl.lines()
+        .filter_map(|l| l.strip_prefix("@group(0) @binding("))
+        .filter_map(|l| l.split("> ").nth(1))
+        .filter_map(|l| l.split(':').next())
+        .find(|g| {
+            g.strip_prefix('g')
+                .and_then(|r| r.split_once('_'))
+                .is_some_and(|(k, name)| {
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_digit()) && name == operand
+                })
+        })
+        .unwrap_or_else(|| panic!("no buffer global for `{operand}` in:\n{wgsl}"))
+        .to_string()
+}

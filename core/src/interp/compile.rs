@@ -255,6 +255,8 @@ pub(crate) enum Instr {
         op: SemOp,
         acc: Box<Access>,
         amount: Reg,
+        /// The amount is a `u32` (2^31 and more do not fit the counters).
+        unsigned: bool,
     },
     SemRead {
         dst: Reg,
@@ -647,13 +649,14 @@ impl Compiler<'_> {
             }
             Stmt::Barrier => self.code.push(Instr::Barrier),
             Stmt::Sem { op, sem, amount } => {
-                let (amount, _) = self.expr(amount)?;
+                let (amount, ty) = self.expr(amount)?;
                 let acc = self.access(sem)?;
                 self.synchronises = true;
                 self.code.push(Instr::Sem {
                     op: *op,
                     acc: Box::new(acc),
                     amount,
+                    unsigned: ty == ScalarType::U32,
                 });
             }
             Stmt::SemRead { dest, sem } => {

@@ -522,20 +522,30 @@ impl BlockState {
                     self.after_boundary(env);
                     continue;
                 }
-                Instr::Sem { op, acc, amount } => {
+                Instr::Sem {
+                    op,
+                    acc,
+                    amount,
+                    unsigned,
+                } => {
                     let Some(lane) = self.mask.iter().position(|&m| m) else {
                         self.after_boundary(env);
                         continue;
                     };
                     let (buf, addr) = self.sem_address(code, acc, lane)?;
-                    let n = self.regs[*amount][lane] as i32;
-                    if n < 1 {
+                    let bits = self.regs[*amount][lane];
+                    let value = if *unsigned {
+                        i64::from(bits)
+                    } else {
+                        i64::from(bits as i32)
+                    };
+                    let Some(n) = i32::try_from(value).ok().filter(|&n| n >= 1) else {
                         return Err(RunError::BadSemaphoreAmount {
                             site: self.site(code, None),
                             semaphore: acc.name.clone(),
-                            amount: n,
+                            amount: value,
                         });
-                    }
+                    };
                     let word = &env.bufs[buf].words[addr as usize];
                     match op {
                         SemOp::Signal => {

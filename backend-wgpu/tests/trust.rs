@@ -1,0 +1,735 @@
+//! Generated WGSL that every compiler reads and that keeps the program's
+//! meaning whatever the program looks like (issue 14): injective names,
+//! bounded nesting, literals tint reads, short-circuit `&&`/`||`, constant
+//! indices, f32 arithmetic as written, run-time semaphore amounts.
+//! Each program is checked by naga (the library), by the `naga` and `tint`
+//! command lines where installed (a note says when they are not), and, with
+//! an adapter, run on it and compared with the interpreter.
+
+mod common;
+
+use common::*;
+use mpmd_core::backend::{Backend, RunError};
+use mpmd_core::host::HostTensor;
+use mpmd_core::interp::Interpreter;
+use mpmd_core::ir::{BinaryOp, Binding, Expr, Literal, MathFn, ScalarType, Stmt, UnaryOp};
+use mpmd_core::Mode;
+use mpmd_wgpu::{emit, EmitError, WgpuOptions};
+
+/// Runs `tool args... file` on `wgsl`; `Some(report)` when it refuses it,
+/// `None` when it accepts it or is not installed (then a note is printed).
+fn tool_refuses(tool: &str, args: &[&str], wgsl: &str, tag: &str) -> Option<String> {
+    let path = std::env::temp_dir().join(format!(
+        "mpmd-trust-{tool}-{tag}-{}.wgsl",
+        std::process::id()
+    ));
+    std::fs::write(&path, wgsl).unwrap();
+    let result = std::process::Command::new(tool)
+        .args(args)
+        .arg(&path)
+        .output();
+    let _ = std::fs::remove_file(&path);
+    match result {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )),
+        Err(_) => {
+            eprintln!(
+                "SKIPPED: the `{tool}` command line is not installed; {tag} not checked by it"
+            );
+            None
+        }
+    }
+}
+
+/// naga (library, inside `emit`) and the naga and tint command lines accept `wgsl`.
+fn compilers_accept(wgsl: &str, tag: &str) {
+    if let Some(report) = tool_refuses("naga", &[], wgsl, tag) {
+        panic!("naga CLI refused {tag}:\n{report}");
+    }
+    if let Some(report) = tool_refuses("tint", &["--format", "wgsl", "-o", "/dev/null"], wgsl, tag)
+    {
+        panic!("tint refused {tag}:\n{report}");
+    }
+}
+
+/// Both modes' WGSL pass every compiler; with an adapter the run matches the
+/// interpreter's bit for bit.
+fn check_program(
+    module: &mpmd_core::ir::Module,
+    map: &str,
+    args: &mpmd_core::host::CallArgs,
+    tag: &str,
+) {
+    let p = plan(module, map);
+    for mode in [Mode::Fast, Mode::Checked] {
+        let start = std::time::Instant::now();
+        let wgsl = emit(&p, mode).unwrap_or_else(|e| panic!("{tag} ({mode:?}): {e}"));
+        let emitted = start.elapsed();
+        compilers_accept(&wgsl, &format!("{tag}-{mode:?}"));
+        eprintln!(
+            "{tag} {mode:?}: emit {emitted:?}, CLIs {:?}, {} bytes",
+            start.elapsed() - emitted,
+            wgsl.len()
+        );
+    }
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    for options in [fast(), checked()] {
+        let start = std::time::Instant::now();
+        let expected = Interpreter::new()
+            .run(&p, args, &options)
+            .unwrap_or_else(|e| panic!("{tag}: interpreter: {e}"));
+        let got = wgpu
+            .run(&p, args, &options)
+            .unwrap_or_else(|e| panic!("{tag}: wgpu: {e}"));
+        eprintln!("{tag} {:?}: both runs {:?}", options.mode, start.elapsed());
+        assert_eq!(got, expected, "{tag} ({:?})", options.mode);
+    }
+}
+
+// ---- item 1: names ------------------------------------------------------------
+
+/// Names chosen to meet generated names: an alias `x -> y` beside an operand
+/// `x_y` (buffers were named from their operands joined by `_`), names of
+/// the generated families (`g0_x`, `v_i`, `mpmd_e1`, `rt_0`, `s0_tile`,
+/// `unit0_k`, `block_id`, `thread_id`), WGSL keywords and builtins, and
+/// 10,000-character names.
+fn adversarial_names() -> String {
+    let long_a = "a".repeat(10_000);
+    let long_b = format!("{}_{}", "b".repeat(9_998), "x");
+    format!(
+        "
+mesh m {{
+  grid [block_id = 2];
+  threads thread_id = 32;
+}}
+kernel unit0_k(x: gmem<f32[64]>, x_y: gmem<f32[64]>, y: gmem<f32[64]>, g0_x: gmem<f32[64]>,
+               {long_a}: gmem<f32[64]>, loop: u32, select: f32, s0_tile: smem<f32[32]>) {{
+  let i: u32 = axis_index(block_id) * 32u + axis_index(thread_id);
+  let v_i: f32 = x_y[i];
+  let mpmd_e1: f32 = y[i];
+  let rt_0: f32 = v_i + mpmd_e1 * select;
+  let array: u32 = i + loop;
+  s0_tile[axis_index(thread_id)] = rt_0;
+  barrier;
+  let {long_b}: f32 = s0_tile[31u - axis_index(thread_id)];
+  y[i] = {long_b} + 0.5;
+  g0_x[i] = rt_0 - 1.0;
+  {long_a}[i] = f32(array);
+}}
+map unit0_k {{
+  programs [m: unit0_k];
+  inputs [x: gmem<f32[64]>, x_y: gmem<f32[64]>];
+  outputs [y: gmem<f32[64]>, g0_x: gmem<f32[64]>, {long_a}: gmem<f32[64]>];
+  scalars [loop: u32, select: f32];
+  scratch [s0_tile: smem<f32[32]>];
+  aliases [x -> y];
+}}
+"
+    )
+}
+
+#[test]
+fn names_cannot_collide_whatever_the_user_writes() {
+    let src = adversarial_names();
+    let m = module(&src);
+    let p = plan(&m, "unit0_k");
+    let wgsl = emit(&p, Mode::Fast).unwrap_or_else(|e| panic!("{e}"));
+    // The alias's buffer and the operand `x_y` are distinct globals.
+    assert!(wgsl.contains("g0_x: array<f32>;"), "{}", &wgsl[..2000]);
+    assert!(wgsl.contains("g1_x_y: array<f32>;"), "{}", &wgsl[..2000]);
+    let x: Vec<f32> = (0..64).map(|i| i as f32 * 0.25).collect();
+    let xy: Vec<f32> = (0..64).map(|i| 100.0 - i as f32).collect();
+    let a = args(
+        vec![
+            ("x", HostTensor::from_f32(vec![64], &x)),
+            ("x_y", HostTensor::from_f32(vec![64], &xy)),
+        ],
+        vec![("loop", Literal::U32(7)), ("select", Literal::f32(3.0))],
+    );
+    check_program(&m, "unit0_k", &a, "names");
+}
+
+// ---- item 2: nesting --------------------------------------------------------
+
+const DEEP: &str = "
+mesh m {
+  grid [b = 1];
+  threads t = 32;
+}
+kernel k(y: gmem<i32[32]>, f: gmem<f32[32]>, n: i32) {
+  let v: i32 = 1;
+  y[axis_index(t)] = v;
+  f[axis_index(t)] = 0.0;
+}
+map k {
+  programs [m: k];
+  outputs [y: gmem<i32[32]>, f: gmem<f32[32]>];
+  scalars [n: i32];
+}
+";
+
+/// `DEEP` with its `let v` (statement 0) computing `value`, or with its
+/// first statement replaced by `stmt`.
+fn deep_module(value: Option<Expr>, stmt: Option<Stmt>) -> mpmd_core::ir::Module {
+    let mut m = module(DEEP);
+    let body = &mut m.kernels[0].body;
+    if let Some(value) = value {
+        body[0] = Stmt::Let {
+            var: Binding {
+                name: "v".into(),
+                ty: ScalarType::I32,
+            },
+            value,
+        };
+    }
+    if let Some(stmt) = stmt {
+        body.insert(0, stmt);
+    }
+    m
+}
+
+fn lit(v: i32) -> Expr {
+    Expr::Lit(Literal::I32(v))
+}
+
+fn var(name: &str) -> Expr {
+    Expr::Var(name.into())
+}
+
+fn bin(op: BinaryOp, a: Expr, b: Expr) -> Expr {
+    Expr::Binary(op, Box::new(a), Box::new(b))
+}
+
+fn thread() -> Expr {
+    Expr::Cast(ScalarType::I32, Box::new(Expr::AxisIndex("t".into())))
+}
+
+fn store_y(value: Expr) -> Stmt {
+    Stmt::Store {
+        target: mpmd_core::ir::RefAccess {
+            base: "y".into(),
+            block: None,
+            index: vec![Expr::AxisIndex("t".into())],
+        },
+        value,
+    }
+}
+
+/// Every shape of deep expression `gen_deep.py` makes (and longer flat
+/// chains than it does), at depths past tint's (127) and naga's (198 for
+/// a chain) limits: each compiles everywhere and computes the
+/// interpreter's result. Values depend on the thread and the scalar `n`,
+/// so nothing folds.
+/// Runs `f` on a thread with a large stack: parsing, validation, lowering
+/// and the interpreter recurse over the IR (the IR's nesting limit, not this
+/// backend, bounds that), and these programs are deeper than the default
+/// test thread's 2 MiB allow in a debug build.
+fn with_big_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(1 << 30)
+        .spawn(f)
+        .unwrap()
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+}
+
+#[test]
+fn deep_expressions_compile_everywhere_and_compute_the_same() {
+    with_big_stack(deep_expressions);
+}
+
+fn deep_expressions() {
+    let n = var("n");
+    let t = thread();
+    let shapes: Vec<(&str, Expr)> = vec![
+        // `n + t + 1 + 1 ...`: flat chains (d02 at 198 terms, d26 at 127).
+        ("binchain", {
+            let mut e = bin(BinaryOp::Add, n.clone(), t.clone());
+            for k in 0..2000 {
+                e = bin(
+                    if k % 3 == 0 {
+                        BinaryOp::Sub
+                    } else {
+                        BinaryOp::Add
+                    },
+                    e,
+                    lit(k),
+                );
+            }
+            e
+        }),
+        ("rbin", {
+            let mut e = t.clone();
+            for k in 0..300 {
+                e = bin(BinaryOp::Sub, lit(k), e);
+            }
+            e
+        }),
+        ("neg", {
+            let mut e = bin(BinaryOp::Add, n.clone(), t.clone());
+            for _ in 0..301 {
+                e = Expr::Unary(UnaryOp::Neg, Box::new(e));
+            }
+            e
+        }),
+        ("notn", {
+            let mut e = t.clone();
+            for _ in 0..301 {
+                e = Expr::Unary(UnaryOp::BitNot, Box::new(e));
+            }
+            e
+        }),
+        ("casts", {
+            let mut e = t.clone();
+            for k in 0..300 {
+                let to = if k % 2 == 0 {
+                    ScalarType::U32
+                } else {
+                    ScalarType::I32
+                };
+                e = Expr::Cast(to, Box::new(e));
+            }
+            e
+        }),
+        ("sel", {
+            let mut e = t.clone();
+            for k in 0..300 {
+                let c = bin(BinaryOp::Gt, t.clone(), lit(k % 32));
+                e = Expr::Select(Box::new(c), Box::new(lit(k)), Box::new(e));
+            }
+            e
+        }),
+        ("mathmax", {
+            let mut e = t.clone();
+            for k in 0..300 {
+                e = Expr::Math(MathFn::Max, vec![lit(k % 40 - 5), e]);
+            }
+            e
+        }),
+        ("idx", {
+            // y[(y[(... t ...) & 31] + t) & 31]: y holds the thread index,
+            // stored before these loads read it.
+            // (40 levels: each load nests 8, so temporaries are needed; the
+            // interpreter's checked mode is slow on deeper chains of loads.)
+            let mut e = t.clone();
+            for _ in 0..40 {
+                let i = bin(BinaryOp::BitAnd, e, lit(31));
+                let load = Expr::Load(Box::new(mpmd_core::ir::RefAccess {
+                    base: "y".into(),
+                    block: None,
+                    index: vec![i],
+                }));
+                e = bin(BinaryOp::Add, load, t.clone());
+            }
+            e
+        }),
+    ];
+    for (name, value) in shapes {
+        let mut m = deep_module(Some(value), None);
+        if name == "idx" {
+            // y must be written before the deep loads read it.
+            // (and every thread's loads done before any stores again).
+            let body = &mut m.kernels[0].body;
+            body.insert(0, store_y(thread()));
+            body.insert(1, Stmt::Barrier);
+            body.insert(3, Stmt::Barrier);
+        }
+        let a = args(vec![], vec![("n", Literal::I32(5))]);
+        check_program(&m, "k", &a, name);
+    }
+}
+
+/// Nested `if`s without `else` (merged with `&&`), long else-if chains
+/// (flattened) and 42 nested `for` loops (d26) compile everywhere and
+/// compute the interpreter's result; nested loops past what any compiler
+/// reads are refused with a clear error, not handed to naga.
+#[test]
+fn deep_statements_compile_everywhere_or_are_refused_clearly() {
+    with_big_stack(deep_statements);
+}
+
+fn deep_statements() {
+    let a = args(vec![], vec![("n", Literal::I32(7))]);
+    // 200 nested ifs: `if n > k { ... }`, innermost stores.
+    let mut s = store_y(bin(BinaryOp::Add, thread(), lit(100)));
+    for k in (0..200).rev() {
+        s = Stmt::If {
+            cond: bin(BinaryOp::Gt, var("n"), lit(k % 7 - 1)),
+            then_body: vec![s],
+            else_body: vec![],
+        };
+    }
+    check_program(&deep_module(None, Some(s)), "k", &a, "ifs");
+    // An else-if chain of 300 arms on `n + t`.
+    let key = bin(BinaryOp::Add, var("n"), thread());
+    let mut chain = vec![store_y(lit(-1))];
+    for k in (0..300).rev() {
+        chain = vec![Stmt::If {
+            cond: bin(BinaryOp::Eq, key.clone(), lit(k)),
+            then_body: vec![store_y(lit(k * 3))],
+            else_body: chain,
+        }];
+    }
+    check_program(&deep_module(None, chain.pop()), "k", &a, "elseif");
+    // 42 nested for loops (d26_tint_for_nesting_42).
+    let nest = |depth: usize| {
+        let mut s = store_y(bin(BinaryOp::Add, var("v0"), thread()));
+        for j in (0..depth).rev() {
+            s = Stmt::For {
+                var: Binding {
+                    name: format!("v{j}"),
+                    ty: ScalarType::I32,
+                },
+                start: lit(0),
+                end: lit(1),
+                body: vec![s],
+            };
+        }
+        s
+    };
+    check_program(&deep_module(None, Some(nest(42))), "k", &a, "fors");
+    // 200 nested loops: no rewrite keeps them; refused, naming the rule.
+    let m = deep_module(None, Some(nest(200)));
+    match emit(&plan(&m, "k"), Mode::Fast) {
+        Err(e @ EmitError::TooDeep { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("`for` loops nest more than"), "{text}");
+        }
+        other => panic!("expected TooDeep, got {other:?}"),
+    }
+}
+
+/// `f32::MAX` (d27) and other extreme literals are spelled so that tint
+/// reads them; the values arrive unchanged.
+#[test]
+fn extreme_float_literals_are_read_by_every_compiler() {
+    let src = "
+mesh m {
+  threads t = 1;
+}
+kernel k(y: gmem<f32[6]>) {
+  y[0] = 3.4028235e38;
+  y[1] = -3.4028235e38;
+  y[2] = 1e-45;
+  y[3] = 1.1754942e-38;
+  y[4] = 0.1;
+  y[5] = 16777217.0;
+}
+map k {
+  programs [m: k];
+  outputs [y: gmem<f32[6]>];
+}
+";
+    let m = module(src);
+    let wgsl = emit(&plan(&m, "k"), Mode::Fast).unwrap();
+    assert!(!wgsl.contains("3.4028235e38f"), "{wgsl}");
+    check_program(&m, "k", &args(vec![], vec![]), "f32max");
+}
+
+// ---- item 3: short-circuit ------------------------------------------------------
+
+/// `u_shortcircuit_and.mpmd`: the guarded load is not evaluated for thread 0
+/// (`i = -1`), so checked mode reports nothing; also when the right operand
+/// is deep enough to need temporaries, whose statements then run under the
+/// left operand.
+#[test]
+fn logic_operators_do_not_evaluate_their_right_operand() {
+    let base = |guard: &str| {
+        format!(
+            "
+mesh m {{
+  grid [b = 1];
+  threads t = 64;
+}}
+kernel k(x: gmem<f32[64]>, y: gmem<f32[64]>) {{
+  let i: i32 = i32(axis_index(t)) - 1;
+  var v: f32 = 0.0;
+  if {guard} {{
+    v = x[i];
+  }}
+  y[axis_index(t)] = v;
+}}
+map sc {{
+  programs [m: k];
+  inputs [x: gmem<f32[64]>];
+  outputs [y: gmem<f32[64]>];
+}}
+"
+        )
+    };
+    let deep = {
+        let mut e = "x[i]".to_string();
+        for _ in 0..40 {
+            e = format!("({e} + 1.0)");
+        }
+        e
+    };
+    let x: Vec<f32> = (0..64).map(|i| i as f32 - 20.0).collect();
+    let a = args(vec![("x", HostTensor::from_f32(vec![64], &x))], vec![]);
+    for (tag, guard) in [
+        ("and", "i >= 0 && x[i] > 0.0".to_string()),
+        ("or", "!(i < 0 || x[i] <= 0.0)".to_string()),
+        ("and-deep", format!("i >= 0 && {deep} > 30.0")),
+        ("or-deep", format!("!(i < 0 || {deep} <= 30.0)")),
+    ] {
+        let m = module(&base(&guard));
+        let p = plan(&m, "sc");
+        let wgsl = emit(&p, Mode::Checked).unwrap();
+        if tag.ends_with("deep") {
+            assert!(
+                wgsl.contains("mpmd_and") || wgsl.contains("mpmd_or"),
+                "{wgsl}"
+            );
+        }
+        compilers_accept(&wgsl, tag);
+        let deep = tag.ends_with("deep");
+        let expected: Vec<f32> = (0..64usize)
+            .map(|t| match t.checked_sub(1) {
+                Some(i) if (deep && x[i] + 40.0 > 30.0) || (!deep && x[i] > 0.0) => x[i],
+                _ => 0.0,
+            })
+            .collect();
+        let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+            continue;
+        };
+        for options in [fast(), checked()] {
+            let got = wgpu
+                .run(&p, &a, &options)
+                .unwrap_or_else(|e| panic!("{tag}: {e}"));
+            assert_eq!(got.outputs["y"].to_f32(), expected, "{tag}");
+        }
+    }
+    // `select` evaluates both operands: thread 0 reads x[-1], reported.
+    let m = module(&base("select(false, x[i] > 0.0, i >= 0)"));
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let p = plan(&m, "sc");
+    let expected = Interpreter::new().run(&p, &a, &checked());
+    let got = wgpu.run(&p, &a, &checked());
+    match (&expected, &got) {
+        (Err(RunError::OutOfBounds { .. }), Err(RunError::OutOfBounds { index, .. })) => {
+            assert_eq!(index, "[-1]", "{got:?}")
+        }
+        _ => panic!("expected out-of-bounds on both: {expected:?} / {got:?}"),
+    }
+}
+
+// ---- item 4: float arithmetic as written ------------------------------------------
+
+/// Fuzz program 90262: `(1.0 + x) + (-1.5)`; lavapipe reassociated the two
+/// constants (`x + -0.5`), one ulp off for some x. The literals are read at
+/// run time, so the sums are rounded as written.
+#[test]
+fn float_constants_are_not_reassociated() {
+    let src = "
+mesh m {
+  grid [b = 4];
+  threads t = 64;
+}
+kernel k(x: gmem<f32[256]>, y: gmem<f32[256]>, z: gmem<f32[256]>) {
+  let i: u32 = axis_index(b) * 64u + axis_index(t);
+  y[i] = (1.0 + x[i]) + -1.5;
+  z[i] = (x[i] * 3.0) * 0.1;
+}
+map k {
+  programs [m: k];
+  inputs [x: gmem<f32[256]>];
+  outputs [y: gmem<f32[256]>, z: gmem<f32[256]>];
+}
+";
+    let m = module(src);
+    let wgsl = emit(&plan(&m, "k"), Mode::Fast).unwrap();
+    assert!(!wgsl.contains("1.5f"), "{wgsl}");
+    // Values where `x + -0.5` and `(1 + x) - 1.5` differ.
+    let x: Vec<f32> = (0..256)
+        .map(|i| 1.0e-8 * (i as f32 + 1.0) + if i % 2 == 0 { 0.3 } else { -0.7 })
+        .collect();
+    let differ = x.iter().filter(|&&v| (1.0 + v) + -1.5 != v + -0.5).count();
+    assert!(differ > 0, "the inputs must tell the two orders apart");
+    check_program(
+        &m,
+        "k",
+        &args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]),
+        "reassoc",
+    );
+}
+
+// ---- item 5: run-time errors that say what happened ---------------------------------
+
+const D22: &str = "
+mesh p {
+  grid [pb = 1];
+  threads pt = 32;
+}
+mesh c {
+  grid [cb = 1];
+  threads ct = 32;
+}
+kernel produce(y: gmem<u32[32]>, n: i32, s: sem<[1]>) {
+  signal(s[0], 1);
+}
+kernel consume(y: gmem<u32[32]>, n: i32, s: sem<[1]>) {
+  wait(s[0], n);
+  let v: i32 = read(s[0]);
+  y[axis_index(ct)] = u32(v);
+}
+map dl {
+  programs [p: produce, c: consume];
+  outputs [y: gmem<u32[32]>];
+  scalars [n: i32];
+  scratch [s: sem<[1]>];
+}
+";
+
+/// d22: a run-time amount below 1 is an error naming program, block and
+/// semaphore (it used to add 1 to the count); 1 still runs.
+#[test]
+fn semaphore_amounts_below_one_are_run_time_errors() {
+    let m = module(D22);
+    let p = plan(&m, "dl");
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    for mode in [fast(), checked()] {
+        for n in [-1, 0] {
+            let err = wgpu
+                .run(&p, &args(vec![], vec![("n", Literal::I32(n))]), &mode)
+                .unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, RunError::BadSemaphoreAmount { .. }), "{text}");
+            assert!(text.contains(&format!("semaphore amount {n}")), "{text}");
+            assert!(text.contains("program 1 (consume), block 0"), "{text}");
+            assert!(text.contains("`s[0]`"), "{text}");
+        }
+        let ok = wgpu
+            .run(&p, &args(vec![], vec![("n", Literal::I32(1))]), &mode)
+            .unwrap();
+        assert_eq!(ok.outputs["y"].words, vec![0u32; 32]);
+    }
+}
+
+/// A wait on a semaphore no program signals says so (it used to say "every
+/// program that signals it has finished").
+#[test]
+fn deadlock_message_says_no_program_signals() {
+    let src = "
+mesh c {
+  grid [cb = 1];
+  threads ct = 32;
+}
+kernel consume(y: gmem<u32[32]>, s: sem<[1]>) {
+  wait(s[0], 1);
+  y[axis_index(ct)] = 1u;
+}
+map dl {
+  programs [c: consume];
+  outputs [y: gmem<u32[32]>];
+  scratch [s: sem<[1]>];
+}
+";
+    let m = module(src);
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let err = wgpu
+        .run(&plan(&m, "dl"), &args(vec![], vec![]), &fast())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, RunError::Deadlock { .. }), "{text}");
+    assert!(
+        text.contains("no program of this call signals it"),
+        "{text}"
+    );
+    assert!(!text.contains("every program that signals it"), "{text}");
+}
+
+/// d16: a 65,000-iteration loop passes the cap; the message states the
+/// visits it needed and the cap, not "more than 65,535 loop iterations".
+#[test]
+fn loop_cap_message_states_the_counts() {
+    let src = "
+mesh m {
+  grid [b = 1];
+  threads t = 1;
+}
+kernel k(y: gmem<u32[1]>) {
+  var acc: u32 = 0u;
+  for i: u32 in 0u..65000u {
+    acc = acc + 1u;
+  }
+  y[0] = acc;
+}
+map k {
+  programs [m: k];
+  outputs [y: gmem<u32[1]>];
+}
+";
+    let m = module(src);
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    if !wgpu.is_llvmpipe() {
+        eprintln!("SKIPPED: the loop cap applies on llvmpipe only");
+        return;
+    }
+    let err = wgpu
+        .run(&plan(&m, "k"), &args(vec![], vec![]), &fast())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, RunError::Unsupported { .. }), "{text}");
+    assert!(!text.contains("more than 65,535 loop iterations"), "{text}");
+    assert!(
+        text.contains("need 65001 loop-header visits, more than the 65000"),
+        "{text}"
+    );
+}
+
+// ---- item 6: constant indices -------------------------------------------------------
+
+/// d13: `tile[axis_size(t)]` folds to a constant out of range; the emitter
+/// reads such an index at run time (fast mode) or checks it (checked mode),
+/// so naga never sees a constant out-of-range index. Checked mode reports it.
+#[test]
+fn constant_out_of_range_indices_never_reach_naga() {
+    let src = "
+mesh m {
+  grid [b = 1];
+  threads t = 64;
+}
+kernel k(y: gmem<f32[64]>, tile: smem<f32[64]>) {
+  local acc: f32[4];
+  acc[axis_size(t) - 60u] = 2.0;
+  acc[axis_size(t)] = 1.0;
+  tile[axis_size(t)] = 1.0;
+  barrier;
+  y[axis_index(t)] = tile[axis_index(t) % 1u] + acc[0];
+}
+map k {
+  programs [m: k];
+  outputs [y: gmem<f32[64]>];
+  scratch [tile: smem<f32[64]>];
+}
+";
+    let m = module(src);
+    let p = plan(&m, "k");
+    for mode in [Mode::Fast, Mode::Checked] {
+        let wgsl = emit(&p, mode).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        assert!(!wgsl.contains("[64u]"), "{wgsl}");
+        compilers_accept(&wgsl, &format!("const-index-{mode:?}"));
+    }
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let err = wgpu.run(&p, &args(vec![], vec![]), &checked()).unwrap_err();
+    assert!(
+        matches!(&err, RunError::OutOfBounds { index, .. } if index == "[4]" || index == "[64]"),
+        "{err}"
+    );
+}

@@ -124,6 +124,13 @@ fn compiled() -> &'static Mutex<HashMap<String, PathBuf>> {
     COMPILED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// Programs this process has compiled (cache misses), for tests and reports.
+pub fn compilations() -> u64 {
+    COMPILATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static COMPILATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Compiles `program` once per source, compiler and flags; the binary's path.
 fn compile_cached(
     compiler: &HostCompiler,
@@ -151,6 +158,7 @@ fn compile_cached(
     // The key is written after the binary: a key that matches means the binary is whole.
     let cached = std::fs::read_to_string(&key_path).is_ok_and(|k| k == key) && binary.is_file();
     if !cached {
+        COMPILATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let suffix = unique_suffix();
         let source = dir.join(format!("{hash}.{suffix}.cpp"));
         let tmp_binary = dir.join(format!("{hash}.{suffix}.tmp"));

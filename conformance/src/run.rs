@@ -78,6 +78,9 @@ pub struct CaseResult {
     /// CUDA compared with WGSL directly (the `cuda~wgpu` column): set for run
     /// cases when both GPU backends are selected; never changes the exit code.
     pub triage: Option<Status>,
+    /// Time each backend took on the case, both modes together (the
+    /// interpreter's is the oracle's, with its extra schedules).
+    pub elapsed: BTreeMap<BackendId, std::time::Duration>,
 }
 
 /// The name of the triage column and JSON key.
@@ -241,6 +244,7 @@ pub fn run_interp_with(
             .map(|c| c.compares.clone())
             .unwrap_or_default(),
         flush_subnormals,
+        ..InterpOptions::default()
     };
     let mut observed = Vec::new();
     for (i, call) in calls.iter().enumerate() {
@@ -435,6 +439,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         tags: vec![],
         results: BTreeMap::new(),
         triage: None,
+        elapsed: BTreeMap::new(),
     };
     let not_compared = |why: &str| {
         triage_selected(&config.backends).then(|| Status::Skip(format!("not run: {why}")))
@@ -505,14 +510,19 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         Expectation::Fails(c) => Some(*c),
         _ => None,
     };
+    let oracle_start = std::time::Instant::now();
     let oracle: Vec<Result<Vec<Observed>, SequenceError>> = modes
         .iter()
         .map(|&mode| run_interp(module, &calls, mode, config.seed, config.extra_schedules))
         .collect();
+    result
+        .elapsed
+        .insert(BackendId::Interp, oracle_start.elapsed());
     let ops = bounded_ops(module);
     let mut executions: BTreeMap<BackendId, Vec<Execution>> = BTreeMap::new();
 
     for &backend in &config.backends {
+        let backend_start = std::time::Instant::now();
         let status = match backend {
             BackendId::Interp => modes
                 .iter()
@@ -553,6 +563,9 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
             }
         };
         result.results.insert(backend, status);
+        if backend != BackendId::Interp {
+            result.elapsed.insert(backend, backend_start.elapsed());
+        }
     }
     if let (Some(cuda), Some(wgpu)) = (
         executions.get(&BackendId::Cuda),
@@ -835,7 +848,7 @@ mod tests {
     /// pass against the flushing one, which `run_on_gpu` then consults.
     #[test]
     fn a_flushing_adapter_fails_the_ieee_oracle_and_passes_the_flushing_one() {
-        let case = crate::case::load_dir(&crate::case::default_corpus_dir())
+        let case = crate::case::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
             .unwrap()
             .into_iter()
             .find(|c| c.name == "f32_arith_special")

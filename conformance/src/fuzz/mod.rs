@@ -145,7 +145,8 @@ pub struct FuzzConfig {
     pub iterations: Option<u64>,
     /// Stop after this long (`--time`); with neither limit, 100 programs.
     pub time_limit: Option<Duration>,
-    /// Where reduced disagreements are written (`conformance/cases/found`).
+    /// Where reduced disagreements are written (relative paths from the
+    /// working directory; `mpmd-fuzz` defaults to the corpus's `found/`).
     pub found_dir: PathBuf,
     /// How long to wait for one backend on one module before reporting a hang.
     pub per_program_timeout: Duration,
@@ -350,6 +351,7 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
             .unwrap_or_default(),
         // The fuzzer's inputs avoid subnormals.
         flush_subnormals: false,
+        ..InterpOptions::default()
     };
     let mut outputs = vec![];
     let mut plans = vec![];

@@ -541,9 +541,9 @@ pub fn emulate_words(
     for param in &module.params {
         if let KernelParam::Scalar(i) = param {
             let name = &plan.operands[*i].name;
-            let value = scalars.get(name.as_str()).ok_or_else(|| {
-                RunError::BadArguments(format!("missing scalar `{name}`"))
-            })?;
+            let value = scalars
+                .get(name.as_str())
+                .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{name}`")))?;
             let bits = match *value {
                 Literal::F32(b) => b.0,
                 Literal::I32(v) => v as u32,

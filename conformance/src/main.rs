@@ -23,7 +23,11 @@ use mpmd_conformance::run::{run_case, triage_selected, CaseResult, RunConfig, St
 )]
 struct Args {
     /// Backends to run, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "interp,wgpu,cuda,cuda-host")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "interp,wgpu,cuda,cuda-host"
+    )]
     backends: Vec<String>,
     /// Only cases whose name contains PATTERN (or matches it, with `*`).
     #[arg(long, value_name = "PATTERN")]
@@ -57,7 +61,9 @@ fn main() -> ExitCode {
             Some(b) if !backends.contains(&b) => backends.push(b),
             Some(_) => {}
             None => {
-                eprintln!("error: unknown backend `{name}` (expected interp, wgpu, cuda or cuda-host)");
+                eprintln!(
+                    "error: unknown backend `{name}` (expected interp, wgpu, cuda or cuda-host)"
+                );
                 return ExitCode::from(2);
             }
         }

@@ -308,8 +308,32 @@ pub fn render_json(results: &[CaseResult], env: &Environment, seed: u64) -> Valu
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
+    let mut per_backend_figures = serde_json::Map::new();
+    let mut names: Vec<BackendId> = results
+        .iter()
+        .flat_map(|r| r.results.keys().copied())
+        .collect();
+    names.sort();
+    names.dedup();
+    for b in names {
+        let (mut passed, mut failed, mut skipped, mut seconds) = (0, 0, 0, 0.0);
+        for r in results {
+            match r.results.get(&b) {
+                Some(Status::Pass) => passed += 1,
+                Some(Status::Fail(_)) => failed += 1,
+                Some(Status::Skip(_)) => skipped += 1,
+                _ => {}
+            }
+            seconds += r.elapsed.get(&b).map_or(0.0, |d| d.as_secs_f64());
+        }
+        per_backend_figures.insert(
+            b.name().to_string(),
+            json!({ "passed": passed, "failed": failed, "skipped": skipped, "seconds": seconds }),
+        );
+    }
     let mut report = json!({
         "summary": { "passed": summary.passed, "failed": summary.failed, "skipped": summary.skipped },
+        "backends": per_backend_figures,
         "seed": seed,
         "environment": environment,
         "cases": cases,

@@ -155,7 +155,8 @@ pub struct PreparedCall {
 
 /// Generates every call's arguments for `seed`. An input's stream depends
 /// only on the seed, the case and its name, so an input name gets the same
-/// data in every call (where its type and shape are the same).
+/// data in every call (where its type and shape are the same). A found case
+/// tagged `fuzz_inputs_seed_N` gets the fuzzer's inputs from that seed.
 pub fn prepare_calls(
     case_name: &str,
     module: &Module,
@@ -165,10 +166,15 @@ pub fn prepare_calls(
     if calls.is_empty() {
         return Err("no calls: the module has several maps and no `call` lines".into());
     }
-    let generation = Generation {
-        seed,
-        stream: &[case_name],
-        fallback: Fallback::Required,
+    // A case the fuzzer found states the input seed it failed with: it gets
+    // exactly those inputs, whatever `seed`.
+    let generation = match crate::fuzz::stated_input_seed(module) {
+        Some(input_seed) => crate::fuzz::fuzz_generation(input_seed),
+        None => Generation {
+            seed,
+            stream: &[case_name],
+            fallback: Fallback::Required,
+        },
     };
     let args = call_args(module, &generation).map_err(|e| e.to_string())?;
     let prepared = calls
@@ -848,11 +854,12 @@ mod tests {
     /// pass against the flushing one, which `run_on_gpu` then consults.
     #[test]
     fn a_flushing_adapter_fails_the_ieee_oracle_and_passes_the_flushing_one() {
-        let case = crate::case::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
-            .unwrap()
-            .into_iter()
-            .find(|c| c.name == "f32_arith_special")
-            .unwrap();
+        let case =
+            crate::case::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
+                .unwrap()
+                .into_iter()
+                .find(|c| c.name == "f32_arith_special")
+                .unwrap();
         let module = case.parsed.as_ref().unwrap();
         let calls = prepare_calls(&case.name, module, 1).unwrap();
         let tolerance = profile_tolerance(BackendId::Wgpu, &bounded_ops(module), &[]);

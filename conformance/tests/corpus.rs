@@ -11,7 +11,8 @@ use mpmd_core::validate::{validate, ValidateOptions};
 use mpmd_core::Mode;
 
 fn corpus() -> Vec<Case> {
-    load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases")).expect("the corpus directory is readable")
+    load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
+        .expect("the corpus directory is readable")
 }
 
 fn module(case: &Case) -> &Module {

@@ -358,7 +358,10 @@ fn conformance_command(
 /// working directory whose `Cargo.toml` declares `[workspace]`.
 fn workspace_root() -> PathBuf {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    root_from(std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from), &cwd)
+    root_from(
+        std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
+        &cwd,
+    )
 }
 
 fn root_from(manifest_dir: Option<PathBuf>, cwd: &Path) -> PathBuf {

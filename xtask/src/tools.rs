@@ -105,9 +105,9 @@ fn host_compiler_works(compiler: &str) -> Option<String> {
 fn set_up_host_compiler(setup: &mut Setup) {
     let compiler = host_compiler_name();
     if let Some(version) = host_compiler_works(&compiler) {
-        setup
-            .notes
-            .push(format!("cuda-host: host C++ compiler `{compiler}` ({version})"));
+        setup.notes.push(format!(
+            "cuda-host: host C++ compiler `{compiler}` ({version})"
+        ));
         return;
     }
     if compiler == "c++" && is_root() && is_debian_like() {
@@ -121,9 +121,9 @@ fn set_up_host_compiler(setup: &mut Setup) {
                     .env("DEBIAN_FRONTEND", "noninteractive"),
             );
         if let Some(version) = ok.then(|| host_compiler_works(&compiler)).flatten() {
-            setup
-                .notes
-                .push(format!("cuda-host: installed {HOST_COMPILER_PACKAGE} ({version})"));
+            setup.notes.push(format!(
+                "cuda-host: installed {HOST_COMPILER_PACKAGE} ({version})"
+            ));
             return;
         }
     }

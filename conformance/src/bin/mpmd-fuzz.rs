@@ -70,10 +70,11 @@ fn main() -> ExitCode {
             }
         }
     }
-    let found_dir = match args.found_dir.clone().map_or_else(
-        || default_corpus_dir().map(|d| d.join(FOUND_SUBDIR)),
-        Ok,
-    ) {
+    let found_dir = match args
+        .found_dir
+        .clone()
+        .map_or_else(|| default_corpus_dir().map(|d| d.join(FOUND_SUBDIR)), Ok)
+    {
         Ok(dir) => dir,
         Err(e) => {
             eprintln!("error: where to write reduced cases: {e} (or pass --found-dir DIR)");

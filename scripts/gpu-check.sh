@@ -186,7 +186,7 @@ fi
 # ---- GPU tests ------------------------------------------------------------
 section "gpu tests"
 if TESTS=$(bin gpu_run); then
-  (cd "$REPO_ROOT/backend-cuda" && timeout 60 "$TESTS" --test-threads 1) >"$WORK/tests.txt" 2>&1
+  (cd "$REPO_ROOT/backend-cuda" && timeout 60 "$TESTS" --test-threads 1 --include-ignored) >"$WORK/tests.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/tests.txt" >/dev/null
   grep -E '^test result' "$WORK/tests.txt" | sed 's/^/tests /' | tee -a "$OUT" >/dev/null

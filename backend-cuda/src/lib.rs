@@ -23,6 +23,7 @@ pub mod backend;
 pub mod cache;
 pub mod control;
 pub mod emit;
+pub mod host_emulation;
 pub mod nvrtc;
 pub mod ptxas;
 

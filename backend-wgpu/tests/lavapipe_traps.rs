@@ -26,13 +26,15 @@ fn uncapped_llvmpipe() -> Option<mpmd_wgpu::WgpuBackend> {
         loop_cap: Some(u32::MAX),
         ..Default::default()
     })?;
-    if !wgpu.is_llvmpipe() {
-        eprintln!(
-            "NOT RUN: the adapter is {}, not llvmpipe",
-            wgpu.adapter_info()
-        );
-        return None;
-    }
+    let adapter = wgpu.adapter_info().to_string();
+    needs::setup(
+        "Mesa's lavapipe (llvmpipe) as the WebGPU adapter",
+        if wgpu.is_llvmpipe() {
+            Ok(())
+        } else {
+            Err(format!("the adapter is {adapter}, not llvmpipe"))
+        },
+    );
     Some(wgpu)
 }
 

@@ -147,16 +147,25 @@ pub enum BackendId {
     Interp,
     Wgpu,
     Cuda,
+    /// The CUDA backend's generated code run on CPU threads
+    /// (`mpmd_cuda::host_emulation`): what the CUDA text computes, without a GPU.
+    CudaHost,
 }
 
 impl BackendId {
-    pub const ALL: [BackendId; 3] = [BackendId::Interp, BackendId::Wgpu, BackendId::Cuda];
+    pub const ALL: [BackendId; 4] = [
+        BackendId::Interp,
+        BackendId::Wgpu,
+        BackendId::Cuda,
+        BackendId::CudaHost,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             BackendId::Interp => "interp",
             BackendId::Wgpu => "wgpu",
             BackendId::Cuda => "cuda",
+            BackendId::CudaHost => "cuda-host",
         }
     }
 
@@ -171,8 +180,9 @@ fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
     match backend {
         BackendId::Interp => Tolerance::EXACT,
         // CUDA math library (Programming Guide, "Mathematical Functions",
-        // single precision, without -use_fast_math).
-        BackendId::Cuda => match op {
+        // single precision, without -use_fast_math). cuda-host calls the host's
+        // libm (glibc: at most 1 ulp, tanhf 2), inside the same bounds.
+        BackendId::Cuda | BackendId::CudaHost => match op {
             BoundedOp::Div | BoundedOp::Rem => Tolerance::EXACT,
             BoundedOp::Math(f) => match f.get() {
                 MathFn::Exp | MathFn::Rsqrt | MathFn::Sin | MathFn::Cos | MathFn::Tanh => ulp(2),

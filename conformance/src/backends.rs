@@ -30,6 +30,7 @@ pub struct Environment {
     pub wgpu_deviations: Vec<(&'static str, &'static str)>,
     pub wgpu: Availability,
     pub cuda: Availability,
+    pub cuda_host: Availability,
 }
 
 impl Environment {
@@ -38,15 +39,20 @@ impl Environment {
             BackendId::Interp => Availability::Runs,
             BackendId::Wgpu => self.wgpu.clone(),
             BackendId::Cuda => self.cuda.clone(),
+            BackendId::CudaHost => self.cuda_host.clone(),
         }
     }
 }
 
 pub fn not_in_build(id: BackendId) -> String {
+    // cuda-host is part of the `cuda` feature.
+    let feature = match id {
+        BackendId::CudaHost => BackendId::Cuda.name(),
+        other => other.name(),
+    };
     format!(
-        "backend {} not available in this build (build mpmd-conformance with `--features {}`)",
+        "backend {} not available in this build (build mpmd-conformance with `--features {feature}`)",
         id.name(),
-        id.name()
     )
 }
 
@@ -67,10 +73,16 @@ pub fn probe(selected: &[BackendId]) -> Environment {
     } else {
         Availability::Unavailable("not selected".into())
     };
+    let cuda_host = if selected.contains(&BackendId::CudaHost) {
+        cuda_glue::probe_host(&mut header)
+    } else {
+        Availability::Unavailable("not selected".into())
+    };
     Environment {
         header,
         wgpu,
         cuda,
+        cuda_host,
         wgpu_measured_ulp,
         wgpu_deviations,
     }
@@ -90,6 +102,7 @@ pub fn new_backend(id: BackendId) -> Result<Box<dyn Backend>, String> {
         BackendId::Interp => Ok(Box::new(mpmd_core::interp::Interpreter::new())),
         BackendId::Wgpu => wgpu_glue::new_backend(),
         BackendId::Cuda => cuda_glue::new_backend(),
+        BackendId::CudaHost => cuda_glue::new_host_backend(),
     }
 }
 
@@ -217,6 +230,33 @@ mod cuda_glue {
             .map_err(|e| e.to_string())
     }
 
+    /// cuda-host runs where the host C++ compiler builds its shim.
+    pub fn probe_host(header: &mut Vec<(String, String)>) -> Availability {
+        match mpmd_cuda::host_emulation::host_compiler() {
+            Ok(compiler) => {
+                header.push((
+                    "cuda-host compiler".into(),
+                    format!(
+                        "`{}`: {}; flags {}",
+                        compiler.program,
+                        compiler.version,
+                        mpmd_cuda::host_emulation::CXX_FLAGS.join(" ")
+                    ),
+                ));
+                Availability::Runs
+            }
+            Err(e) => {
+                header.push(("cuda-host compiler".into(), e.to_string()));
+                Availability::Unavailable(e.to_string())
+            }
+        }
+    }
+
+    pub fn new_host_backend() -> Result<Box<dyn Backend>, String> {
+        mpmd_cuda::host_emulation::host_compiler().map_err(|e| e.to_string())?;
+        Ok(Box::new(mpmd_cuda::host_emulation::HostCudaBackend::new()))
+    }
+
     pub fn check_plan(plan: &LaunchPlan) -> Result<(), String> {
         for mode in [Mode::Fast, Mode::Checked] {
             cuda_check(plan, mode).map_err(|e| e.to_string())?;
@@ -237,6 +277,16 @@ mod cuda_glue {
 
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {
         Err(not_in_build(BackendId::Cuda))
+    }
+
+    pub fn probe_host(header: &mut Vec<(String, String)>) -> Availability {
+        let reason = not_in_build(BackendId::CudaHost);
+        header.push(("cuda-host compiler".into(), reason.clone()));
+        Availability::Unavailable(reason)
+    }
+
+    pub fn new_host_backend() -> Result<Box<dyn Backend>, String> {
+        Err(not_in_build(BackendId::CudaHost))
     }
 
     pub fn check_plan(plan: &LaunchPlan) -> Result<(), String> {
@@ -274,7 +324,8 @@ impl Backend for CudaCompileOnly {
 }
 
 /// The fuzzer's factory for backend `name`; `None` for `interp`, which the
-/// fuzzer always runs as the oracle. Without a GPU, `cuda` compiles only.
+/// fuzzer always runs as the oracle. Without a GPU, `cuda` compiles only;
+/// `cuda-host` runs the CUDA text on CPU threads where a host C++ compiler is.
 pub fn fuzz_factory(name: &str) -> Result<Option<BackendFactory>, String> {
     Ok(match name {
         "interp" => None,
@@ -291,6 +342,16 @@ pub fn fuzz_factory(name: &str) -> Result<Option<BackendFactory>, String> {
                 BackendFactory::new("cuda", || Ok(Box::new(CudaCompileOnly) as Box<dyn Backend>))
             }
         }),
-        other => return Err(format!("unknown backend `{other}` (interp, wgpu, cuda)")),
+        "cuda-host" => {
+            new_backend(BackendId::CudaHost)?;
+            Some(BackendFactory::new("cuda-host", || {
+                new_backend(BackendId::CudaHost)
+            }))
+        }
+        other => {
+            return Err(format!(
+                "unknown backend `{other}` (interp, wgpu, cuda, cuda-host)"
+            ))
+        }
     })
 }

@@ -68,9 +68,34 @@ impl Case {
     }
 }
 
-/// The corpus shipped with this crate.
-pub fn default_corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("cases")
+/// The variable that names the corpus folder.
+pub const CORPUS_DIR_VAR: &str = "MPMD_CORPUS_DIR";
+
+/// The corpus, found at run time, never where the binary was built:
+/// `$MPMD_CORPUS_DIR`, else `conformance/cases` in the working directory or
+/// the nearest folder above it that has one (a checkout's root or any folder
+/// inside it). `--cases DIR` overrides both.
+pub fn default_corpus_dir() -> Result<PathBuf, String> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| format!("cannot read the working directory: {e}"))?;
+    corpus_dir_from(std::env::var_os(CORPUS_DIR_VAR).map(PathBuf::from), &cwd)
+}
+
+/// [`default_corpus_dir`] for a given variable value and working directory.
+pub fn corpus_dir_from(var: Option<PathBuf>, cwd: &Path) -> Result<PathBuf, String> {
+    if let Some(dir) = var.filter(|d| !d.as_os_str().is_empty()) {
+        return Ok(if dir.is_absolute() { dir } else { cwd.join(dir) });
+    }
+    cwd.ancestors()
+        .map(|d| d.join("conformance").join("cases"))
+        .find(|d| d.is_dir())
+        .ok_or_else(|| {
+            format!(
+                "no corpus folder: none of {} and the folders above it has `conformance/cases`; \
+                 run from an mpmd checkout, pass `--cases DIR` or set {CORPUS_DIR_VAR}",
+                cwd.display()
+            )
+        })
 }
 
 /// Where the fuzzer writes reduced disagreements, under the corpus directory;

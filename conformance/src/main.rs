@@ -23,7 +23,11 @@ use mpmd_conformance::run::{run_case, triage_selected, CaseResult, RunConfig, St
 )]
 struct Args {
     /// Backends to run, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "interp,wgpu,cuda")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "interp,wgpu,cuda,cuda-host"
+    )]
     backends: Vec<String>,
     /// Only cases whose name contains PATTERN (or matches it, with `*`).
     #[arg(long, value_name = "PATTERN")]
@@ -40,7 +44,8 @@ struct Args {
     /// Seconds before a case counts as hung and fails.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
-    /// Directory of `.mpmd` cases.
+    /// Directory of `.mpmd` cases (default: `$MPMD_CORPUS_DIR`, else
+    /// `conformance/cases` in the working directory or a folder above it).
     #[arg(long, value_name = "DIR")]
     cases: Option<PathBuf>,
     /// Seeded interpreter schedules beyond the lockstep one.
@@ -56,13 +61,21 @@ fn main() -> ExitCode {
             Some(b) if !backends.contains(&b) => backends.push(b),
             Some(_) => {}
             None => {
-                eprintln!("error: unknown backend `{name}` (expected interp, wgpu or cuda)");
+                eprintln!(
+                    "error: unknown backend `{name}` (expected interp, wgpu, cuda or cuda-host)"
+                );
                 return ExitCode::from(2);
             }
         }
     }
     backends.sort();
-    let dir = args.cases.clone().unwrap_or_else(default_corpus_dir);
+    let dir = match args.cases.clone().map_or_else(default_corpus_dir, Ok) {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let cases = match load_dir(&dir) {
         Ok(c) => c,
         Err(e) => {
@@ -175,6 +188,7 @@ fn run_all(
                         .collect(),
                     triage: triage_selected(&config.backends)
                         .then(|| Status::Skip("not run: the case did not finish".into())),
+                    elapsed: Default::default(),
                 });
                 if done_tx.send((i, result)).is_err() {
                     break;

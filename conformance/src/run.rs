@@ -78,6 +78,9 @@ pub struct CaseResult {
     /// CUDA compared with WGSL directly (the `cuda~wgpu` column): set for run
     /// cases when both GPU backends are selected; never changes the exit code.
     pub triage: Option<Status>,
+    /// Time each backend took on the case, both modes together (the
+    /// interpreter's is the oracle's, with its extra schedules).
+    pub elapsed: BTreeMap<BackendId, std::time::Duration>,
 }
 
 /// The name of the triage column and JSON key.
@@ -152,7 +155,8 @@ pub struct PreparedCall {
 
 /// Generates every call's arguments for `seed`. An input's stream depends
 /// only on the seed, the case and its name, so an input name gets the same
-/// data in every call (where its type and shape are the same).
+/// data in every call (where its type and shape are the same). A found case
+/// tagged `fuzz_inputs_seed_N` gets the fuzzer's inputs from that seed.
 pub fn prepare_calls(
     case_name: &str,
     module: &Module,
@@ -162,10 +166,15 @@ pub fn prepare_calls(
     if calls.is_empty() {
         return Err("no calls: the module has several maps and no `call` lines".into());
     }
-    let generation = Generation {
-        seed,
-        stream: &[case_name],
-        fallback: Fallback::Required,
+    // A case the fuzzer found states the input seed it failed with: it gets
+    // exactly those inputs, whatever `seed`.
+    let generation = match crate::fuzz::stated_input_seed(module) {
+        Some(input_seed) => crate::fuzz::fuzz_generation(input_seed),
+        None => Generation {
+            seed,
+            stream: &[case_name],
+            fallback: Fallback::Required,
+        },
     };
     let args = call_args(module, &generation).map_err(|e| e.to_string())?;
     let prepared = calls
@@ -241,7 +250,7 @@ pub fn run_interp_with(
             .map(|c| c.compares.clone())
             .unwrap_or_default(),
         flush_subnormals,
-        ..Default::default()
+        ..InterpOptions::default()
     };
     let mut observed = Vec::new();
     for (i, call) in calls.iter().enumerate() {
@@ -436,6 +445,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         tags: vec![],
         results: BTreeMap::new(),
         triage: None,
+        elapsed: BTreeMap::new(),
     };
     let not_compared = |why: &str| {
         triage_selected(&config.backends).then(|| Status::Skip(format!("not run: {why}")))
@@ -506,14 +516,19 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         Expectation::Fails(c) => Some(*c),
         _ => None,
     };
+    let oracle_start = std::time::Instant::now();
     let oracle: Vec<Result<Vec<Observed>, SequenceError>> = modes
         .iter()
         .map(|&mode| run_interp(module, &calls, mode, config.seed, config.extra_schedules))
         .collect();
+    result
+        .elapsed
+        .insert(BackendId::Interp, oracle_start.elapsed());
     let ops = bounded_ops(module);
     let mut executions: BTreeMap<BackendId, Vec<Execution>> = BTreeMap::new();
 
     for &backend in &config.backends {
+        let backend_start = std::time::Instant::now();
         let status = match backend {
             BackendId::Interp => modes
                 .iter()
@@ -554,6 +569,9 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
             }
         };
         result.results.insert(backend, status);
+        if backend != BackendId::Interp {
+            result.elapsed.insert(backend, backend_start.elapsed());
+        }
     }
     if let (Some(cuda), Some(wgpu)) = (
         executions.get(&BackendId::Cuda),
@@ -836,11 +854,12 @@ mod tests {
     /// pass against the flushing one, which `run_on_gpu` then consults.
     #[test]
     fn a_flushing_adapter_fails_the_ieee_oracle_and_passes_the_flushing_one() {
-        let case = crate::case::load_dir(&crate::case::default_corpus_dir())
-            .unwrap()
-            .into_iter()
-            .find(|c| c.name == "f32_arith_special")
-            .unwrap();
+        let case =
+            crate::case::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
+                .unwrap()
+                .into_iter()
+                .find(|c| c.name == "f32_arith_special")
+                .unwrap();
         let module = case.parsed.as_ref().unwrap();
         let calls = prepare_calls(&case.name, module, 1).unwrap();
         let tolerance = profile_tolerance(BackendId::Wgpu, &bounded_ops(module), &[]);

@@ -4,14 +4,15 @@
 
 use std::collections::BTreeSet;
 
-use mpmd_conformance::case::{default_corpus_dir, load_dir, Case};
+use mpmd_conformance::case::{load_dir, Case};
 use mpmd_conformance::run::{prepare_calls, run_interp, SequenceError};
 use mpmd_core::ir::{Expectation, Module};
 use mpmd_core::validate::{validate, ValidateOptions};
 use mpmd_core::Mode;
 
 fn corpus() -> Vec<Case> {
-    load_dir(&default_corpus_dir()).expect("the corpus directory is readable")
+    load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
+        .expect("the corpus directory is readable")
 }
 
 fn module(case: &Case) -> &Module {

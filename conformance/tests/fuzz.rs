@@ -310,3 +310,51 @@ fn check_range() {
     }
     assert_eq!(bad, 0);
 }
+
+/// A found case carries what reproduces it: loaded from its folder as the
+/// conformance runner loads it, it gets exactly the inputs the fuzzer judged
+/// the reduced module with, whatever the runner's seed, and the corrupter
+/// still disagrees on them.
+#[test]
+fn a_found_case_reproduces_its_failing_inputs() {
+    let (seed, _) = first_disagreement();
+    let dir = tempfile::tempdir().unwrap();
+    let config = FuzzConfig {
+        seed,
+        iterations: Some(1),
+        found_dir: dir.path().join("found"),
+        per_program_timeout: Duration::from_secs(60),
+        reduce_time_limit: Duration::from_secs(30),
+        ..FuzzConfig::default()
+    };
+    let summary = run_fuzz(&config, &[corrupter()], &mut |_| {});
+    assert_eq!(summary.findings.len(), 1, "{summary}");
+    let finding = &summary.findings[0];
+    let cases = mpmd_conformance::case::load_dir(dir.path()).unwrap();
+    assert_eq!(cases.len(), 1);
+    let case = &cases[0];
+    assert_eq!(case.name, format!("found/fuzz_{seed}_tanh-corrupter"));
+    let module = case.parsed.as_ref().expect("the found case parses");
+    let text = std::fs::read_to_string(finding.reduced_path.as_ref().unwrap()).unwrap();
+    let input_seed = mpmd_conformance::fuzz::input_seed(seed);
+    assert!(
+        text.contains(&format!("fuzz_inputs_seed_{input_seed}")),
+        "{text}"
+    );
+    // What the fuzzer judged the reduced module with.
+    let judged = check_module(module, seed).expect("the reduced module checks");
+    for runner_seed in [1, 77] {
+        let calls = mpmd_conformance::run::prepare_calls(&case.name, module, runner_seed)
+            .expect("the runner generates the case's inputs");
+        assert_eq!(calls.len(), judged.args.len());
+        for (call, want) in calls.iter().zip(&judged.args) {
+            assert_eq!(call.args.inputs, want.inputs, "runner seed {runner_seed}");
+            assert_eq!(call.args.scalars, want.scalars, "runner seed {runner_seed}");
+        }
+    }
+    // And on those inputs the disagreement is there.
+    assert!(
+        reduce::reproduces(module, seed, &corrupter(), &finding.signature, &config).is_some(),
+        "{text}"
+    );
+}

@@ -1,20 +1,23 @@
 //! A short differential fuzz run on every backend available here (what
 //! `cargo xtask fuzz` does at length): wgpu runs on lavapipe, CUDA compiles
-//! and assembles for sm_90 without a GPU. Any disagreement fails the test.
+//! and assembles for sm_90 without a GPU, cuda-host runs the CUDA text on CPU
+//! threads. Any disagreement fails the test.
 
 use std::time::Duration;
+
+#[path = "../../test-support/needs.rs"]
+mod needs;
 
 use mpmd_conformance::backends::fuzz_factory;
 use mpmd_conformance::fuzz::{run_fuzz, FuzzConfig, GenOptions};
 
 #[test]
 fn short_fuzz_run_agrees_on_every_backend() {
-    let factories: Vec<_> = ["wgpu", "cuda"]
+    let factories: Vec<_> = ["wgpu", "cuda", "cuda-host"]
         .into_iter()
         .map(|name| {
-            fuzz_factory(name)
-                .unwrap_or_else(|e| panic!("backend `{name}` is needed here: {e}; run `cargo xtask test`, which sets it up"))
-                .expect("a GPU backend factory")
+            needs::setup(&format!("backend `{name}`"), fuzz_factory(name))
+                .expect("a backend factory, not the oracle")
         })
         .collect();
     let found = tempfile::tempdir().unwrap();
@@ -45,4 +48,9 @@ fn short_fuzz_run_agrees_on_every_backend() {
     };
     assert_eq!(reached("wgpu"), 40, "{summary}");
     assert_eq!(reached("cuda"), 40, "{summary}");
+    // cuda-host ran what the CUDA text computes: only plans that need
+    // co-resident blocks are declined.
+    assert_eq!(reached("cuda-host"), 40, "{summary}");
+    let host_agreed = summary.agreed.get("cuda-host").copied().unwrap_or(0);
+    assert!(host_agreed >= 30, "{summary}");
 }

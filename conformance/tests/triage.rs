@@ -5,7 +5,7 @@
 
 use mpmd_conformance::analysis::BackendId;
 use mpmd_conformance::backends::{probe, Availability};
-use mpmd_conformance::case::{default_corpus_dir, load_dir, matches_filter};
+use mpmd_conformance::case::{load_dir, matches_filter};
 use mpmd_conformance::report::{render_json, render_text};
 use mpmd_conformance::run::{run_case, RunConfig, Status, TRIAGE};
 
@@ -17,7 +17,7 @@ const CASES: [&str; 3] = [
 
 #[test]
 fn the_report_has_a_triage_column_for_run_cases() {
-    let cases: Vec<_> = load_dir(&default_corpus_dir())
+    let cases: Vec<_> = load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
         .expect("the corpus directory is readable")
         .into_iter()
         .filter(|c| CASES.iter().any(|p| matches_filter(&c.name, p)))

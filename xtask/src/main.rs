@@ -322,19 +322,63 @@ fn run_conformance_binary(
     release: bool,
     args: &[String],
 ) -> ExitCode {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| root.to_path_buf());
+    exit_code_of(&mut conformance_command(
+        root, setup, binary, release, args, &cwd,
+    ))
+}
+
+/// `cargo run` of a conformance binary in the caller's working directory
+/// `cwd`, so that relative paths (--json, --cases, --found-dir) and the
+/// corpus the binary finds from there mean what they say.
+fn conformance_command(
+    root: &Path,
+    setup: &tools::Setup,
+    binary: &str,
+    release: bool,
+    args: &[String],
+    cwd: &Path,
+) -> Command {
     let mut cmd = cargo(root, setup);
-    cmd.args(["run", "--quiet", "--package", "mpmd-conformance"]);
+    cmd.current_dir(cwd)
+        .arg("run")
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .args(["--quiet", "--package", "mpmd-conformance"]);
     if release {
         cmd.arg("--release");
     }
     cmd.args(["--bin", binary, "--"]).args(args);
-    exit_code_of(&mut cmd)
+    cmd
 }
 
-/// The workspace root: the parent of this crate's manifest directory.
+/// The workspace root, found at run time (never where xtask was built):
+/// the parent of `$CARGO_MANIFEST_DIR`, which `cargo xtask` (an alias of
+/// `cargo run -p xtask`) sets, else the nearest folder at or above the
+/// working directory whose `Cargo.toml` declares `[workspace]`.
 fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    root_from(
+        std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
+        &cwd,
+    )
+}
+
+fn root_from(manifest_dir: Option<PathBuf>, cwd: &Path) -> PathBuf {
+    if let Some(dir) = manifest_dir.filter(|d| d.join("Cargo.toml").is_file()) {
+        if let Some(parent) = dir.parent().filter(|p| is_workspace(p)) {
+            return parent.to_path_buf();
+        }
+    }
+    cwd.ancestors()
+        .find(|d| is_workspace(d))
+        .unwrap_or(cwd)
+        .to_path_buf()
+}
+
+fn is_workspace(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("Cargo.toml"))
+        .is_ok_and(|t| t.lines().any(|l| l.trim() == "[workspace]"))
 }
 
 /// A `cargo` command in the workspace root with the tools' environment.
@@ -445,6 +489,57 @@ mod tests {
             Some("/r/target/release/deps/gpu_run-0123")
         );
         assert_eq!(test_executable(messages, "compile"), None);
+    }
+
+    #[test]
+    fn the_root_comes_from_the_run_time_environment() {
+        let base = std::env::temp_dir().join(format!("xtask-root-{}", std::process::id()));
+        let crate_dir = base.join("xtask");
+        let deep = base.join("conformance").join("cases");
+        std::fs::create_dir_all(&crate_dir).unwrap();
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(base.join("Cargo.toml"), "[workspace]\nmembers = []\n").unwrap();
+        std::fs::write(crate_dir.join("Cargo.toml"), "[package]\n").unwrap();
+        // Cargo's variable at run time wins; without it, the working directory.
+        assert_eq!(root_from(Some(crate_dir.clone()), Path::new("/")), base);
+        assert_eq!(root_from(None, &deep), base);
+        assert_eq!(root_from(Some(PathBuf::from("/nonexistent")), &deep), base);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn conformance_binaries_run_in_the_callers_directory() {
+        let setup = tools::Setup::default();
+        let args = vec!["--json".to_string(), "out.json".to_string()];
+        let cmd = conformance_command(
+            Path::new("/repo"),
+            &setup,
+            "mpmd-fuzz",
+            false,
+            &args,
+            Path::new("/home/me/work"),
+        );
+        assert_eq!(cmd.get_current_dir(), Some(Path::new("/home/me/work")));
+        let argv: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            argv,
+            [
+                "run",
+                "--manifest-path",
+                "/repo/Cargo.toml",
+                "--quiet",
+                "--package",
+                "mpmd-conformance",
+                "--bin",
+                "mpmd-fuzz",
+                "--",
+                "--json",
+                "out.json"
+            ]
+        );
     }
 
     #[test]

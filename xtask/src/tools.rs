@@ -76,7 +76,62 @@ pub fn set_up(root: &Path, ci: bool) -> Setup {
     let mut setup = Setup::default();
     set_up_vulkan(&mut setup);
     set_up_cuda_tools(root, ci, &mut setup);
+    set_up_host_compiler(&mut setup);
     setup
+}
+
+/// The host C++ compiler behind `cuda-host` (the CUDA text run on CPU
+/// threads): `$MPMD_HOST_CXX`, else `c++`.
+pub fn host_compiler_name() -> String {
+    std::env::var("MPMD_HOST_CXX")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "c++".into())
+}
+
+const HOST_COMPILER_PACKAGE: &str = "g++";
+
+fn host_compiler_works(compiler: &str) -> Option<String> {
+    let out = Command::new(compiler).arg("--version").output().ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    })
+}
+
+fn set_up_host_compiler(setup: &mut Setup) {
+    let compiler = host_compiler_name();
+    if let Some(version) = host_compiler_works(&compiler) {
+        setup.notes.push(format!(
+            "cuda-host: host C++ compiler `{compiler}` ({version})"
+        ));
+        return;
+    }
+    if compiler == "c++" && is_root() && is_debian_like() {
+        setup.notes.push(format!(
+            "cuda-host: no `c++`; running `apt-get update` and `apt-get install -y {HOST_COMPILER_PACKAGE}`"
+        ));
+        let ok = run_visible(Command::new("apt-get").arg("update"))
+            && run_visible(
+                Command::new("apt-get")
+                    .args(["install", "-y", HOST_COMPILER_PACKAGE])
+                    .env("DEBIAN_FRONTEND", "noninteractive"),
+            );
+        if let Some(version) = ok.then(|| host_compiler_works(&compiler)).flatten() {
+            setup.notes.push(format!(
+                "cuda-host: installed {HOST_COMPILER_PACKAGE} ({version})"
+            ));
+            return;
+        }
+    }
+    setup.missing.push(format!(
+        "no host C++ compiler for cuda-host (`{compiler} --version` fails): install one \
+         (Debian/Ubuntu: `sudo apt-get install -y {HOST_COMPILER_PACKAGE}`; Fedora: `sudo dnf install gcc-c++`) \
+         or name it in MPMD_HOST_CXX; it must read C++17 with POSIX threads"
+    ));
 }
 
 pub fn has_nextest() -> bool {

@@ -6,17 +6,21 @@ use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
 use mpmd_core::plan::{lower, LaunchPlan};
 
+#[path = "../../../test-support/needs.rs"]
+pub mod needs;
+
 /// Fails (never skips) when the CUDA tools are not on the paths the backend
-/// searches.
+/// searches (`needs::setup`).
 pub fn require_tools() {
-    assert!(
-        mpmd_cuda::nvrtc::nvrtc_present(),
-        "libnvrtc.so.13 is not on LD_LIBRARY_PATH: run `cargo xtask test`, which installs the CUDA tools and sets the paths"
+    needs::setup(
+        "NVRTC (libnvrtc.so.13)",
+        if mpmd_cuda::nvrtc::nvrtc_present() {
+            Ok(())
+        } else {
+            Err("libnvrtc.so.13 is not on LD_LIBRARY_PATH")
+        },
     );
-    assert!(
-        mpmd_cuda::ptxas::ptxas_path().is_ok(),
-        "ptxas is not on PATH: run `cargo xtask test`, which installs the CUDA tools and sets the paths"
-    );
+    needs::setup("ptxas", mpmd_cuda::ptxas::ptxas_path().map(|_| ()));
 }
 
 pub fn module(meshes: Vec<Mesh>, kernels: Vec<Kernel>, map: MpmdMap) -> Module {

@@ -9,19 +9,17 @@ use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_wgpu::{WgpuBackend, WgpuOptions};
 
-/// The backend, or `None` with a clear message when this machine has no
-/// adapter. Under CI (`CI=true`) a missing adapter fails the test.
+#[path = "../../../test-support/needs.rs"]
+pub mod needs;
+
+/// The backend; a missing adapter fails the test (the README's set-up
+/// provides lavapipe: `needs::setup`). Always `Some`: the `Option` keeps
+/// the callers' `let Some(..) else` form.
 pub fn backend(options: WgpuOptions) -> Option<WgpuBackend> {
-    match WgpuBackend::new(options) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("CI=true and no WebGPU adapter: {e}");
-            }
-            eprintln!("NOT RUN: this test needs a WebGPU adapter: {e}");
-            None
-        }
-    }
+    Some(needs::setup(
+        "a WebGPU adapter (Mesa's lavapipe)",
+        WgpuBackend::new(options),
+    ))
 }
 
 /// The repository's `examples/*.mpmd` files, sorted.

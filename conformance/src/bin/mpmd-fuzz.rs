@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use mpmd_conformance::analysis::BackendId;
 use mpmd_conformance::backends::fuzz_factory;
+use mpmd_conformance::case::{default_corpus_dir, FOUND_SUBDIR};
 use mpmd_conformance::fuzz::{run_fuzz, FuzzConfig, GenOptions};
 use mpmd_core::Mode;
 
@@ -26,15 +28,19 @@ struct Args {
     #[arg(long)]
     time: Option<u64>,
     /// Backends to judge against the interpreter (interp alone checks the
-    /// generator: validity, round trip, race freedom, determinism).
-    #[arg(long, value_delimiter = ',', default_value = "interp,wgpu,cuda")]
-    backends: Vec<String>,
+    /// generator: validity, round trip, race freedom, determinism). Default:
+    /// interp,wgpu,cuda, and cuda-host where a host C++ compiler is.
+    #[arg(long, value_delimiter = ',')]
+    backends: Option<Vec<String>>,
     /// Run the backends in checked mode.
     #[arg(long)]
     checked: bool,
-    /// Where reduced disagreements are written.
-    #[arg(long, default_value = "conformance/cases/found")]
-    found_dir: PathBuf,
+    /// Where reduced disagreements are written (default: `found/` in the
+    /// corpus folder, found as `cargo xtask conformance` finds it:
+    /// `$MPMD_CORPUS_DIR`, else `conformance/cases` in the working directory
+    /// or a folder above it).
+    #[arg(long, value_name = "DIR")]
+    found_dir: Option<PathBuf>,
     /// Seconds one backend may take on one program before it counts as hung.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
@@ -46,7 +52,15 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let mut factories = vec![];
-    for name in &args.backends {
+    let backends = args.backends.clone().unwrap_or_else(|| {
+        let mut names: Vec<String> = ["interp", "wgpu", "cuda"].map(String::from).to_vec();
+        match mpmd_conformance::backends::new_backend(BackendId::CudaHost) {
+            Ok(_) => names.push("cuda-host".into()),
+            Err(reason) => eprintln!("note: cuda-host not run: {reason}"),
+        }
+        names
+    });
+    for name in &backends {
         match fuzz_factory(name) {
             Ok(Some(f)) => factories.push(f),
             Ok(None) => {}
@@ -56,12 +70,23 @@ fn main() -> ExitCode {
             }
         }
     }
+    let found_dir = match args
+        .found_dir
+        .clone()
+        .map_or_else(|| default_corpus_dir().map(|d| d.join(FOUND_SUBDIR)), Ok)
+    {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("error: where to write reduced cases: {e} (or pass --found-dir DIR)");
+            return ExitCode::FAILURE;
+        }
+    };
     let with_wgsl = factories.iter().any(|f| f.name == "wgpu");
     let config = FuzzConfig {
         seed: args.seed,
         iterations: args.iterations,
         time_limit: args.time.map(Duration::from_secs),
-        found_dir: args.found_dir,
+        found_dir,
         per_program_timeout: Duration::from_secs(args.timeout),
         mode: if args.checked {
             Mode::Checked

@@ -146,7 +146,8 @@ pub struct FuzzConfig {
     pub iterations: Option<u64>,
     /// Stop after this long (`--time`); with neither limit, 100 programs.
     pub time_limit: Option<Duration>,
-    /// Where reduced disagreements are written (`conformance/cases/found`).
+    /// Where reduced disagreements are written (relative paths from the
+    /// working directory; `mpmd-fuzz` defaults to the corpus's `found/`).
     pub found_dir: PathBuf,
     /// How long to wait for one backend on one module before reporting a hang.
     pub per_program_timeout: Duration,
@@ -306,6 +307,36 @@ pub fn input_seed(module_seed: u64) -> u64 {
     module_seed ^ 0x5EED_1A7A
 }
 
+/// The tag prefix of a found case: `fuzz_inputs_seed_N` says that its inputs
+/// are the fuzzer's, from input seed `N` ([`fuzz_generation`]), so the
+/// conformance runner gives the case exactly the inputs it failed with.
+pub const FUZZ_INPUTS_TAG: &str = "fuzz_inputs_seed_";
+
+/// How the fuzzer generates inputs from an input seed: streams keyed by the
+/// operand name alone; an input without a `generate` line gets values in the
+/// range that the generator's promises assume for floats. The one rule, used
+/// by [`check_module`] and by the runner for found cases.
+pub fn fuzz_generation(input_seed: u64) -> Generation<'static> {
+    Generation {
+        seed: input_seed,
+        stream: &[],
+        fallback: Fallback::Same(Generator::Uniform {
+            lo: Literal::f32(-4.0),
+            hi: Literal::f32(4.0),
+        }),
+    }
+}
+
+/// The input seed a found case's tags state (`fuzz_inputs_seed_N`), if any.
+pub fn stated_input_seed(module: &Module) -> Option<u64> {
+    module
+        .case
+        .as_ref()?
+        .tags
+        .iter()
+        .find_map(|t| t.strip_prefix(FUZZ_INPUTS_TAG)?.parse().ok())
+}
+
 /// Checks what the generator promises: the module validates, round-trips
 /// through the text format, and runs on the interpreter with detection and
 /// extra schedules without error. `Err((stage, message))` otherwise.
@@ -324,16 +355,7 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
         Ok(_) => return Err(("round-trip", "parse(print(m)) != m".into())),
         Err(e) => return Err(("round-trip", format!("printed module does not parse: {e}"))),
     }
-    // An input without a generator gets values in the range that the
-    // generator's promises assume for floats.
-    let generation = Generation {
-        seed: input_seed(seed),
-        stream: &[],
-        fallback: Fallback::Same(Generator::Uniform {
-            lo: Literal::f32(-4.0),
-            hi: Literal::f32(4.0),
-        }),
-    };
+    let generation = fuzz_generation(input_seed(seed));
     let args = call_args(module, &generation).map_err(|e| ("inputs", e.to_string()))?;
     let calls = module.effective_calls();
     let mut interp = Interpreter::new();
@@ -351,7 +373,7 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
             .unwrap_or_default(),
         // The fuzzer's inputs avoid subnormals.
         flush_subnormals: false,
-        ..Default::default()
+        ..InterpOptions::default()
     };
     let mut outputs = vec![];
     let mut plans = vec![];

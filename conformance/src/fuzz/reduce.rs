@@ -103,7 +103,7 @@ pub fn reduce(
 pub fn write_found(reduced: &Reduced, finding: &Finding, dir: &Path) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let name = format!("fuzz_{}_{}.mpmd", finding.seed, finding.backend);
-    let path = dir.join(name);
+    let path = dir.join(&name);
     let mut f = std::fs::File::create(&path)?;
     writeln!(
         f,
@@ -118,13 +118,30 @@ pub fn write_found(reduced: &Reduced, finding: &Finding, dir: &Path) -> std::io:
     for line in reduced.detail.lines() {
         writeln!(f, "// {line}")?;
     }
+    let input_seed = super::input_seed(finding.seed);
     writeln!(
         f,
-        "// The fuzzer's inputs came from seed {}; the case generators below give others.",
-        super::input_seed(finding.seed)
+        "// Its inputs are the fuzzer's, from input seed {input_seed} (tag `{}{input_seed}`):",
+        super::FUZZ_INPUTS_TAG
     )?;
-    f.write_all(mpmd_core::text::print(&reduced.module).as_bytes())?;
+    writeln!(
+        f,
+        "// cargo xtask conformance --filter found/{} reruns it with them.",
+        name.trim_end_matches(".mpmd")
+    )?;
+    f.write_all(mpmd_core::text::print(&with_input_seed(&reduced.module, input_seed)).as_bytes())?;
     Ok(path)
+}
+
+/// `module` with a case section whose tags state `input_seed`
+/// ([`super::FUZZ_INPUTS_TAG`]), replacing any earlier such tag.
+pub fn with_input_seed(module: &Module, input_seed: u64) -> Module {
+    let mut module = module.clone();
+    let case = module.case.get_or_insert_with(CaseSpec::default);
+    case.tags.retain(|t| !t.starts_with(super::FUZZ_INPUTS_TAG));
+    case.tags
+        .push(format!("{}{input_seed}", super::FUZZ_INPUTS_TAG));
+    module
 }
 
 // ---- candidates ----------------------------------------------------------

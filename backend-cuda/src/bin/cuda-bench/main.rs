@@ -28,7 +28,7 @@ mod goals;
 mod reference;
 mod timing;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -335,7 +335,15 @@ fn main() {
         .position(|a| a == "--examples")
         .and_then(|i| args.get(i + 1))
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples"));
+        // From the working directory (a checkout's root or backend-cuda),
+        // never from where the binary was built.
+        .unwrap_or_else(|| {
+            ["examples", "../examples"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_dir())
+                .unwrap_or_else(|| PathBuf::from("examples"))
+        });
     let arch = std::env::var("MPMD_BENCH_ARCH")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -1,0 +1,715 @@
+//! `cuda-host`: the emitted CUDA C run on CPU threads, so that every build
+//! checks what the CUDA text computes, not only that it compiles.
+//!
+//! A small shim maps CUDA's built-ins to C++ (one POSIX thread per CUDA
+//! thread, a barrier per block, `__shared__` as static storage, sequentially
+//! consistent atomics); the blocks run one after another in ticket order, so
+//! every acyclic wait finds its signals already made. Plans that need
+//! co-residency (cycles, waits on later tickets) are declined with that
+//! reason. The GPU memory model is not emulated: this checks the generated
+//! logic (schedules, addressing, numerics, semaphores, error records).
+//!
+//! Each program is compiled once: the binary depends only on the emitted
+//! source (inputs, scalars and resident words travel through stdin), and it is
+//! cached by a hash of source, compiler and flags, in memory and on disk next
+//! to the module cache ([`crate::cache::default_dir`]`/cuda-host`, else the
+//! system's temporary folder). The compiler is `$MPMD_HOST_CXX`, else `c++`;
+//! it must read C++17 (g++ 8 or clang 7 and later).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use mpmd_core::ir::{Literal, ScalarType, Type};
+use mpmd_core::plan::{BufferInit, LaunchPlan};
+use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunOptions};
+use thiserror::Error;
+
+use crate::cache::{default_dir, key_hash, unique_suffix};
+use crate::control;
+use crate::emit::{emit_module, EmittedModule, KernelParam};
+
+/// The name reports use for this backend.
+pub const NAME: &str = "cuda-host";
+
+/// Words an uninitialised buffer holds at the start of a call, so that
+/// results read from never-written memory stand out.
+pub const UNINITIALISED_WORD: u32 = 0xdead_beef;
+
+/// The flags every program is compiled with: optimised enough to run the
+/// corpus quickly, no contraction of `a*b+c` (DESIGN.md's numerics).
+pub const CXX_FLAGS: [&str; 5] = ["-std=c++17", "-O1", "-ffp-contract=off", "-pthread", "-w"];
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum HostEmulationError {
+    #[error("no host C++ compiler for cuda-host: `{compiler} --version` failed ({reason}); install g++ (`apt-get install g++`) or set MPMD_HOST_CXX")]
+    NoCompiler { compiler: String, reason: String },
+    #[error("the host C++ compiler `{compiler}` cannot build the cuda-host shim (C++17 with POSIX threads): {stderr}")]
+    CompilerUnfit { compiler: String, stderr: String },
+    #[error("cuda-host: `{compiler}` rejected the emitted CUDA C of map `{map}` (source kept at {source_path}):\n{stderr}")]
+    Compile {
+        compiler: String,
+        map: String,
+        source_path: String,
+        stderr: String,
+    },
+    #[error("cuda-host: cannot use the folder {dir}: {reason}")]
+    Io { dir: String, reason: String },
+}
+
+/// The host compiler, found once per process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostCompiler {
+    pub program: String,
+    /// The first line of `--version`.
+    pub version: String,
+}
+
+/// The compiler `$MPMD_HOST_CXX` or `c++` names, checked once per process by
+/// compiling the shim with an empty kernel.
+pub fn host_compiler() -> Result<HostCompiler, HostEmulationError> {
+    static FOUND: OnceLock<Result<HostCompiler, HostEmulationError>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let program = std::env::var("MPMD_HOST_CXX")
+                .ok()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "c++".to_string());
+            let output = Command::new(&program).arg("--version").output();
+            let version = match output {
+                Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+                Ok(o) => {
+                    return Err(HostEmulationError::NoCompiler {
+                        compiler: program,
+                        reason: format!("exit status {}", o.status),
+                    })
+                }
+                Err(e) => {
+                    return Err(HostEmulationError::NoCompiler {
+                        compiler: program,
+                        reason: e.to_string(),
+                    })
+                }
+            };
+            let compiler = HostCompiler { program, version };
+            let probe = format!("{SHIM}\nint main() {{ return 0; }}\n");
+            compile_cached(&compiler, &probe, "probe").map_err(|e| match e {
+                HostEmulationError::Compile {
+                    compiler, stderr, ..
+                } => HostEmulationError::CompilerUnfit { compiler, stderr },
+                other => other,
+            })?;
+            Ok(compiler)
+        })
+        .clone()
+}
+
+/// Where compiled programs are kept.
+fn cache_dir() -> PathBuf {
+    default_dir()
+        .map(|d| d.join("cuda-host"))
+        .unwrap_or_else(|| std::env::temp_dir().join("mpmd-cuda-host"))
+}
+
+/// Binaries compiled by this process, by key hash (each checked against its
+/// full key on disk once).
+fn compiled() -> &'static Mutex<HashMap<String, PathBuf>> {
+    static COMPILED: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    COMPILED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Programs this process has compiled (cache misses), for tests and reports.
+pub fn compilations() -> u64 {
+    COMPILATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static COMPILATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Compiles `program` once per source, compiler and flags; the binary's path.
+fn compile_cached(
+    compiler: &HostCompiler,
+    program: &str,
+    map: &str,
+) -> Result<PathBuf, HostEmulationError> {
+    let key = format!(
+        "{} | {}\n{}\n{program}",
+        compiler.program,
+        compiler.version,
+        CXX_FLAGS.join(" ")
+    );
+    let hash = key_hash(&key);
+    if let Some(path) = compiled().lock().ok().and_then(|m| m.get(&hash).cloned()) {
+        return Ok(path);
+    }
+    let dir = cache_dir();
+    let io = |e: std::io::Error| HostEmulationError::Io {
+        dir: dir.display().to_string(),
+        reason: e.to_string(),
+    };
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let binary = dir.join(&hash);
+    let key_path = dir.join(format!("{hash}.key"));
+    // The key is written after the binary: a key that matches means the binary is whole.
+    let cached = std::fs::read_to_string(&key_path).is_ok_and(|k| k == key) && binary.is_file();
+    if !cached {
+        COMPILATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let suffix = unique_suffix();
+        let source = dir.join(format!("{hash}.{suffix}.cpp"));
+        let tmp_binary = dir.join(format!("{hash}.{suffix}.tmp"));
+        std::fs::write(&source, program).map_err(io)?;
+        let output = Command::new(&compiler.program)
+            .args(CXX_FLAGS)
+            .arg("-o")
+            .arg(&tmp_binary)
+            .arg(&source)
+            .output()
+            .map_err(io)?;
+        if !output.status.success() {
+            return Err(HostEmulationError::Compile {
+                compiler: compiler.program.clone(),
+                map: map.to_string(),
+                source_path: source.display().to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        let _ = std::fs::remove_file(&source);
+        std::fs::rename(&tmp_binary, &binary).map_err(io)?;
+        write_atomically(&dir, &key_path, key.as_bytes()).map_err(io)?;
+    }
+    if let Ok(mut map) = compiled().lock() {
+        map.insert(hash, binary.clone());
+    }
+    Ok(binary)
+}
+
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("key.{}.tmp", unique_suffix()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The shim: CUDA's built-ins on POSIX threads. Only C headers, so a
+/// program compiles in a fraction of a second.
+pub const SHIM: &str = r#"
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#define MPMD_HOST_EMULATION 1
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+struct mpmd_dim3 { unsigned x, y, z; };
+static thread_local mpmd_dim3 threadIdx;
+static thread_local mpmd_dim3 blockIdx;
+static mpmd_dim3 gridDim;
+static mpmd_dim3 blockDim;
+// A barrier whose threads may leave for good (arrive_and_drop), as exited
+// threads leave a CUDA block barrier; `on_complete` runs in the last arrival.
+struct mpmd_host_barrier {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  unsigned expected, arrived;
+  unsigned long long phase;
+};
+static void mpmd_barrier_init(mpmd_host_barrier* b, unsigned n) {
+  pthread_mutex_init(&b->lock, 0);
+  pthread_cond_init(&b->cond, 0);
+  b->expected = n;
+  b->arrived = 0;
+  b->phase = 0;
+}
+static void mpmd_barrier_complete(mpmd_host_barrier* b) {
+  b->arrived = 0;
+  b->phase++;
+  pthread_cond_broadcast(&b->cond);
+}
+static void mpmd_barrier_wait(mpmd_host_barrier* b, void (*on_complete)()) {
+  pthread_mutex_lock(&b->lock);
+  if (++b->arrived >= b->expected) {
+    if (on_complete) on_complete();
+    mpmd_barrier_complete(b);
+  } else {
+    unsigned long long phase = b->phase;
+    while (phase == b->phase) pthread_cond_wait(&b->cond, &b->lock);
+  }
+  pthread_mutex_unlock(&b->lock);
+}
+static void mpmd_barrier_drop(mpmd_host_barrier* b) {
+  pthread_mutex_lock(&b->lock);
+  b->expected--;
+  if (b->arrived > 0 && b->arrived >= b->expected) mpmd_barrier_complete(b);
+  pthread_mutex_unlock(&b->lock);
+}
+static mpmd_host_barrier mpmd_block_barrier;
+static unsigned long long mpmd_host_nanoseconds() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+static void __syncthreads() { mpmd_barrier_wait(&mpmd_block_barrier, 0); }
+// Named barrier 1 of the block's first n threads: one barrier per thread
+// count the kernel uses, made by main.
+static unsigned mpmd_partial_count = 0;
+static unsigned mpmd_partial_threads[8];
+static mpmd_host_barrier mpmd_partial_barriers[8];
+static void mpmd_partial_barrier(unsigned n) {
+  for (unsigned k = 0; k < mpmd_partial_count; k++) {
+    if (mpmd_partial_threads[k] == n) { mpmd_barrier_wait(&mpmd_partial_barriers[k], 0); return; }
+  }
+  abort();
+}
+static void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static void __nanosleep(unsigned) { sched_yield(); }
+template <class T> static T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static float atomicAdd(float* p, float v) {
+  unsigned* w = (unsigned*)p;
+  unsigned old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+  for (;;) {
+    float f; memcpy(&f, &old, 4);
+    f += v;
+    unsigned next; memcpy(&next, &f, 4);
+    if (__atomic_compare_exchange_n(w, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+      memcpy(&f, &old, 4);
+      return f;
+    }
+  }
+}
+template <class T> static T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static T atomicCAS(T* p, T expected, T desired) {
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return expected;
+}
+template <class T> static T atomicMin(T* p, T v) {
+  T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  return old;
+}
+template <class T> static T atomicMax(T* p, T v) {
+  T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (v > old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  return old;
+}
+static int __float_as_int(float x) { int r; memcpy(&r, &x, 4); return r; }
+static unsigned __float_as_uint(float x) { unsigned r; memcpy(&r, &x, 4); return r; }
+static float __int_as_float(int x) { float r; memcpy(&r, &x, 4); return r; }
+static float __uint_as_float(unsigned x) { float r; memcpy(&r, &x, 4); return r; }
+static int __float2int_rz(float x) { return (int)x; }
+static unsigned __float2uint_rz(float x) { return (unsigned)x; }
+static float __int2float_rn(int x) { return (float)x; }
+static float __uint2float_rn(unsigned x) { return (float)x; }
+static float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+struct mpmd_any_ptr {
+  unsigned* p;
+  template <class T> operator T*() const { return (T*)p; }
+};
+static int mpmd_read(void* p, size_t words) { return fread(p, 4, words, stdin) == words; }
+static void mpmd_write(const void* p, size_t words) { fwrite(p, 4, words, stdout); }
+"#;
+
+/// The C++ program that runs `module` (emitted from `plan`): reads from
+/// stdin the time limit in seconds, the wait timeout, every buffer's words
+/// and every scalar's bits; writes to stdout the control block, the status
+/// word and every buffer's words (all little-endian `u32`, the timeouts `u64`).
+pub fn host_program(plan: &LaunchPlan, module: &EmittedModule) -> Result<String, String> {
+    // The dynamic smem arena becomes the shim's static array.
+    let marker = "extern __shared__";
+    let mut source = String::with_capacity(module.source.len() + 8192);
+    let mut arena = None;
+    for line in module.source.lines() {
+        if let Some(at) = line.find(marker) {
+            let decl = &line[at..];
+            let name = decl
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty())
+                .nth_back(0)
+                .filter(|_| decl.trim_end().ends_with("[];"))
+                .ok_or_else(|| format!("cuda-host cannot read the smem arena line `{line}`"))?;
+            arena = Some(name.to_string());
+            source.push_str(&format!("  unsigned char* {name} = mpmd_host_smem;\n"));
+        } else {
+            source.push_str(line);
+            source.push('\n');
+        }
+    }
+    if arena.is_none() {
+        return Err("cuda-host found no smem arena line in the emitted CUDA C".into());
+    }
+    let smem = module.dynamic_smem_bytes.max(16);
+    let mut program = String::from(SHIM);
+    program.push_str(&format!(
+        "alignas(16) static unsigned char mpmd_host_smem[{smem}];\n"
+    ));
+    program.push_str(&source);
+    let buffers = plan.buffers.len();
+    let mut scalar_slots = 0usize;
+    let mut args = Vec::new();
+    for param in &module.params {
+        args.push(match param {
+            KernelParam::Buffer(i) => format!("mpmd_any_ptr{{mpmd_buf[{i}]}}"),
+            KernelParam::Scalar(i) => {
+                let slot = scalar_slots;
+                scalar_slots += 1;
+                match &plan.operands[*i].ty {
+                    Type::Scalar(ScalarType::F32) => {
+                        format!("__uint_as_float(mpmd_scalar[{slot}])")
+                    }
+                    Type::Scalar(ScalarType::I32) => format!("(int)mpmd_scalar[{slot}]"),
+                    _ => format!("mpmd_scalar[{slot}]"),
+                }
+            }
+            KernelParam::Control => "mpmd_ctl".to_string(),
+            KernelParam::WaitTimeoutNs => "mpmd_timeout_ns".to_string(),
+        });
+    }
+    let partial: Vec<u32> = plan
+        .units
+        .iter()
+        .map(|u| u.threads_per_block)
+        .filter(|&n| n < module.block_dim)
+        .collect::<std::collections::BTreeSet<u32>>()
+        .into_iter()
+        .collect();
+    if partial.len() > 8 {
+        return Err(format!(
+            "cuda-host supports 8 thread counts below the block's, the plan has {}",
+            partial.len()
+        ));
+    }
+    let lens: Vec<String> = plan
+        .buffers
+        .iter()
+        .map(|b| format!("{}ull", b.len.max(1)))
+        .collect();
+    let dim = module.block_dim;
+    let total = module.total_blocks;
+    program.push_str(&format!(
+        r#"
+static const int mpmd_nbuf = {buffers};
+static unsigned* mpmd_buf[{nbuf}];
+static const unsigned long long mpmd_len[{nbuf}] = {{{lens}}};
+static unsigned mpmd_scalar[{nscalar}];
+static unsigned mpmd_ctl[64];
+static unsigned mpmd_status_word;
+static unsigned long long mpmd_timeout_ns;
+static mpmd_host_barrier mpmd_pool_barrier;
+// The last thread to finish a block readies the block barrier for the next.
+static void mpmd_next_block() {{ mpmd_block_barrier.expected = {dim}u; mpmd_block_barrier.arrived = 0; }}
+static void* mpmd_thread_main(void* arg) {{
+  threadIdx = mpmd_dim3{{(unsigned)(size_t)arg, 0u, 0u}};
+  for (unsigned long long block = 0; block < {total}ull; block++) {{
+    blockIdx = mpmd_dim3{{(unsigned)block, 0u, 0u}};
+    {kernel}({args});
+    mpmd_barrier_drop(&mpmd_block_barrier);
+    mpmd_barrier_wait(&mpmd_pool_barrier, mpmd_next_block);
+  }}
+  return 0;
+}}
+int main() {{
+  unsigned long long limits[2];
+  if (!mpmd_read(limits, 4)) return 3;
+  alarm((unsigned)limits[0]);
+  mpmd_timeout_ns = limits[1];
+  for (int k = 0; k < mpmd_nbuf; k++) {{
+    mpmd_buf[k] = (unsigned*)malloc(mpmd_len[k] * 4);
+    if (!mpmd_buf[k] || !mpmd_read(mpmd_buf[k], mpmd_len[k])) return 3;
+  }}
+  if ({nscalar} > 1 && !mpmd_read(mpmd_scalar, {nscalar} - 1)) return 3;
+  unsigned long long status_address = (unsigned long long)&mpmd_status_word;
+  mpmd_ctl[{status_lo}] = (unsigned)status_address;
+  mpmd_ctl[{status_hi}] = (unsigned)(status_address >> 32);
+  gridDim = mpmd_dim3{{(unsigned){total}ull, 1u, 1u}};
+  blockDim = mpmd_dim3{{{dim}u, 1u, 1u}};
+  mpmd_barrier_init(&mpmd_block_barrier, {dim}u);
+  mpmd_barrier_init(&mpmd_pool_barrier, {dim}u);
+  const unsigned partial[] = {{{partial_list}0u}};
+  mpmd_partial_count = {npartial};
+  for (unsigned k = 0; k < mpmd_partial_count; k++) {{
+    mpmd_partial_threads[k] = partial[k];
+    mpmd_barrier_init(&mpmd_partial_barriers[k], partial[k]);
+  }}
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 1u << 20);
+  static pthread_t threads[{dim}];
+  for (unsigned t = 0; t < {dim}u; t++) {{
+    if (pthread_create(&threads[t], &attr, mpmd_thread_main, (void*)(size_t)t) != 0) return 4;
+  }}
+  for (unsigned t = 0; t < {dim}u; t++) pthread_join(threads[t], 0);
+  mpmd_write(mpmd_ctl, 64);
+  mpmd_write(&mpmd_status_word, 1);
+  for (int k = 0; k < mpmd_nbuf; k++) mpmd_write(mpmd_buf[k], mpmd_len[k]);
+  fflush(stdout);
+  return 0;
+}}
+"#,
+        nbuf = buffers.max(1),
+        lens = if lens.is_empty() { "1ull".to_string() } else { lens.join(", ") },
+        nscalar = scalar_slots + 1,
+        kernel = module.kernel_name,
+        args = args.join(", "),
+        status_lo = control::STATUS_LO,
+        status_hi = control::STATUS_HI,
+        partial_list = partial.iter().map(|n| format!("{n}u, ")).collect::<String>(),
+        npartial = partial.len(),
+    ));
+    Ok(program)
+}
+
+/// What one emulated call gives back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Emulated {
+    /// The control block (64 words).
+    pub control: Vec<u32>,
+    /// The status word the kernel sets when it records an error.
+    pub status: u32,
+    /// Every plan buffer's words after the call (at least one word each).
+    pub buffers: Vec<Vec<u32>>,
+}
+
+/// Settings of an emulated call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostOptions {
+    /// The kernel's wait time limit. Blocks run in ticket order, so a wait
+    /// not met when it is reached is never met: a short limit loses nothing.
+    pub wait_timeout_ns: u64,
+    /// The program is killed after this many seconds.
+    pub time_limit_s: u32,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            wait_timeout_ns: 100_000_000,
+            time_limit_s: 120,
+        }
+    }
+}
+
+/// Runs `plan` once in `mode` with each buffer starting from `start`'s words
+/// (one entry per plan buffer, `len.max(1)` words each) and the scalars'
+/// bits in kernel-parameter order.
+pub fn emulate_words(
+    plan: &LaunchPlan,
+    mode: Mode,
+    start: &[Vec<u32>],
+    scalars: &BTreeMap<&str, Literal>,
+    options: HostOptions,
+) -> Result<(Emulated, EmittedModule), RunError> {
+    let backend_error = |e: String| RunError::Backend(e);
+    let compiler = host_compiler().map_err(|e| backend_error(e.to_string()))?;
+    let module = emit_module(plan, mode).map_err(|e| RunError::Unsupported {
+        reason: e.to_string(),
+    })?;
+    let program = host_program(plan, &module).map_err(backend_error)?;
+    let binary = compile_cached(&compiler, &program, &plan.map.name)
+        .map_err(|e| backend_error(e.to_string()))?;
+    let mut stdin = Vec::new();
+    stdin.extend_from_slice(&u64::from(options.time_limit_s).to_le_bytes());
+    stdin.extend_from_slice(&options.wait_timeout_ns.to_le_bytes());
+    for (index, buffer) in plan.buffers.iter().enumerate() {
+        let words = &start[index];
+        if words.len() as u64 != buffer.len.max(1) {
+            return Err(backend_error(format!(
+                "cuda-host: buffer {index} starts from {} words, the plan has {}",
+                words.len(),
+                buffer.len.max(1)
+            )));
+        }
+        for w in words {
+            stdin.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    for param in &module.params {
+        if let KernelParam::Scalar(i) = param {
+            let name = &plan.operands[*i].name;
+            let value = scalars
+                .get(name.as_str())
+                .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{name}`")))?;
+            let bits = match *value {
+                Literal::F32(b) => b.0,
+                Literal::I32(v) => v as u32,
+                Literal::U32(v) => v,
+                Literal::Bool(v) => v as u32,
+            };
+            stdin.extend_from_slice(&bits.to_le_bytes());
+        }
+    }
+    let mut child = Command::new(&binary)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| backend_error(format!("cuda-host cannot start {}: {e}", binary.display())))?;
+    let mut pipe = child.stdin.take();
+    let writer = std::thread::spawn(move || {
+        if let Some(pipe) = pipe.as_mut() {
+            let _ = pipe.write_all(&stdin);
+        }
+    });
+    let mut stdout = Vec::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_end(&mut stdout);
+    }
+    let _ = writer.join();
+    let output = child
+        .wait_with_output()
+        .map_err(|e| backend_error(format!("cuda-host: {e}")))?;
+    if !output.status.success() {
+        use std::os::unix::process::ExitStatusExt;
+        let what = match output.status.signal() {
+            Some(14) => format!(
+                "ran past its time limit of {} s and was stopped",
+                options.time_limit_s
+            ),
+            Some(signal) => format!("was killed by signal {signal}"),
+            None => format!("exited with {}", output.status),
+        };
+        return Err(backend_error(format!(
+            "cuda-host: the emulated kernel of map `{}` ({mode:?} mode) {what}{}",
+            plan.map.name,
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    let words: Vec<u32> = stdout
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let expected = 65 + plan.buffers.iter().map(|b| b.len.max(1)).sum::<u64>();
+    if words.len() as u64 != expected {
+        return Err(backend_error(format!(
+            "cuda-host: the emulated kernel wrote {} words, expected {expected}",
+            words.len()
+        )));
+    }
+    let control = words[..64].to_vec();
+    let status = words[64];
+    let mut at = 65usize;
+    let mut buffers = Vec::with_capacity(plan.buffers.len());
+    for buffer in &plan.buffers {
+        let n = buffer.len.max(1) as usize;
+        buffers.push(words[at..at + n].to_vec());
+        at += n;
+    }
+    Ok((
+        Emulated {
+            control,
+            status,
+            buffers,
+        },
+        module,
+    ))
+}
+
+/// The `cuda-host` backend: the CUDA backend's generated code and uploads,
+/// run on CPU threads. Device-resident refs live as long as the value.
+#[derive(Debug, Default)]
+pub struct HostCudaBackend {
+    residents: BTreeMap<String, HostTensor>,
+    pub options: HostOptions,
+}
+
+impl HostCudaBackend {
+    pub fn new() -> Self {
+        HostCudaBackend::default()
+    }
+}
+
+impl Backend for HostCudaBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
+        if plan.needs_co_residency() {
+            return Err(RunError::Unsupported {
+                reason: "cuda-host runs blocks one after another, and this plan needs co-resident blocks (a cycle or a wait on a later block)".into(),
+            });
+        }
+        // What the CUDA backend uploads.
+        let mut inputs = crate::backend::input_words(plan, args)?;
+        let start: Vec<Vec<u32>> = plan
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(index, buffer)| {
+                let len = buffer.len.max(1) as usize;
+                match &buffer.init {
+                    BufferInit::Input(_) => inputs.remove(&index).unwrap_or_else(|| vec![0; len]),
+                    BufferInit::Resident(name) => self
+                        .residents
+                        .get(name)
+                        .map(|t| {
+                            let mut w = t.words.clone();
+                            w.resize(len, 0);
+                            w
+                        })
+                        .unwrap_or_else(|| vec![0; len]),
+                    BufferInit::Uninitialized => vec![UNINITIALISED_WORD; len],
+                    BufferInit::Zeroed => vec![0; len],
+                }
+            })
+            .collect();
+        let scalars = args
+            .scalars
+            .iter()
+            .map(|(name, value)| (name.as_str(), *value))
+            .collect();
+        let (out, module) = emulate_words(plan, options.mode, &start, &scalars, self.options)?;
+        // As the backend does: the status word says whether to read the
+        // control block; the two must agree.
+        let recorded = control::decode_for_plan(&out.control, &module, plan);
+        match (out.status, recorded) {
+            (0, None) => {}
+            (1, Some(error)) => return Err(error),
+            (status, recorded) => {
+                return Err(RunError::Backend(format!(
+                    "cuda-host: status word {status} but the control block records {recorded:?}"
+                )))
+            }
+        }
+        let mut outputs = BTreeMap::new();
+        for (buffer, mut words) in plan.buffers.iter().zip(out.buffers) {
+            words.truncate(buffer.len as usize);
+            let tensor = HostTensor {
+                elem: buffer.ty.elem,
+                shape: plan.host_shape(buffer),
+                words,
+            };
+            if let BufferInit::Resident(name) = &buffer.init {
+                self.residents.insert(name.clone(), tensor.clone());
+            }
+            if let Some(name) = &buffer.output {
+                outputs.insert(name.clone(), tensor);
+            }
+        }
+        Ok(CallOutputs { outputs })
+    }
+
+    fn resident(&self, name: &str) -> Option<HostTensor> {
+        self.residents.get(name).cloned()
+    }
+}

@@ -1,0 +1,82 @@
+//! The `cuda-host` column: the emitted CUDA C run on CPU threads, judged
+//! against the interpreter like any backend in fast and checked mode, next
+//! to `cuda` (which, without a GPU, only compiles). Plans that need
+//! co-resident blocks are declined with the reason; an out-of-bounds case is
+//! caught by the CUDA text's own checked mode.
+#![cfg(feature = "cuda")]
+
+#[path = "../../test-support/needs.rs"]
+mod needs;
+
+use mpmd_conformance::analysis::BackendId;
+use mpmd_conformance::backends::{probe, Availability};
+use mpmd_conformance::case::{load_dir, matches_filter};
+use mpmd_conformance::report::{render_json, render_text};
+use mpmd_conformance::run::{run_case, RunConfig, Status};
+
+const CASES: [&str; 4] = [
+    "fail_out_of_bounds_checked",
+    "i32_arith_edges",
+    "sem_bidirectional_handshake",
+    "sem_producer_consumer",
+];
+
+#[test]
+fn cuda_host_is_a_column_judged_against_the_interpreter() {
+    let cases: Vec<_> = load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
+        .expect("the corpus directory is readable")
+        .into_iter()
+        .filter(|c| CASES.iter().any(|p| matches_filter(&c.name, p)))
+        .collect();
+    assert_eq!(cases.len(), CASES.len());
+    let backends = vec![BackendId::Interp, BackendId::Cuda, BackendId::CudaHost];
+    let env = probe(&backends);
+    if let Availability::Unavailable(why) = &env.cuda_host {
+        needs::setup::<(), _>("the host C++ compiler behind cuda-host", Err(why));
+    }
+    assert!(
+        env.header.iter().any(|(k, _)| k == "cuda-host compiler"),
+        "{:?}",
+        env.header
+    );
+    let config = RunConfig {
+        backends: backends.clone(),
+        seed: 1,
+        extra_schedules: 1,
+    };
+    let results: Vec<_> = cases.iter().map(|c| run_case(c, &config, &env)).collect();
+    let host = |name: &str| {
+        results
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.results[&BackendId::CudaHost].clone())
+            .unwrap()
+    };
+    assert_eq!(host("i32_arith_edges"), Status::Pass);
+    assert_eq!(host("sem_producer_consumer"), Status::Pass);
+    // Checked mode ran the CUDA text's bounds check, which reported the
+    // expected class (fast mode, where it is undefined, is a skip).
+    assert_eq!(host("fail_out_of_bounds_checked"), Status::Pass);
+    match host("sem_bidirectional_handshake") {
+        Status::Skip(why) => assert!(why.contains("needs co-resident blocks"), "{why}"),
+        other => panic!("a cycle must be declined, got {other:?}"),
+    }
+    for r in &results {
+        assert!(r.elapsed.contains_key(&BackendId::CudaHost), "{}", r.name);
+    }
+
+    let text = render_text(&results, &backends, 1);
+    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["case", "interp", "cuda", "cuda-host"]);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("cuda-host: 3 passed, 0 failed, 1 skipped in ")),
+        "{text}"
+    );
+    let json = render_json(&results, &env, 1);
+    assert_eq!(json["backends"]["cuda-host"]["passed"], 3);
+    assert_eq!(
+        json["cases"][1]["results"]["cuda-host"]["status"], "pass",
+        "{json}"
+    );
+}

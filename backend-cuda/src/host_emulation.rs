@@ -712,4 +712,9 @@ impl Backend for HostCudaBackend {
     fn resident(&self, name: &str) -> Option<HostTensor> {
         self.residents.get(name).cloned()
     }
+
+    fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
+        self.residents.insert(name.to_string(), tensor);
+        Ok(())
+    }
 }

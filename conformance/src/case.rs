@@ -76,15 +76,19 @@ pub const CORPUS_DIR_VAR: &str = "MPMD_CORPUS_DIR";
 /// the nearest folder above it that has one (a checkout's root or any folder
 /// inside it). `--cases DIR` overrides both.
 pub fn default_corpus_dir() -> Result<PathBuf, String> {
-    let cwd = std::env::current_dir()
-        .map_err(|e| format!("cannot read the working directory: {e}"))?;
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
     corpus_dir_from(std::env::var_os(CORPUS_DIR_VAR).map(PathBuf::from), &cwd)
 }
 
 /// [`default_corpus_dir`] for a given variable value and working directory.
 pub fn corpus_dir_from(var: Option<PathBuf>, cwd: &Path) -> Result<PathBuf, String> {
     if let Some(dir) = var.filter(|d| !d.as_os_str().is_empty()) {
-        return Ok(if dir.is_absolute() { dir } else { cwd.join(dir) });
+        return Ok(if dir.is_absolute() {
+            dir
+        } else {
+            cwd.join(dir)
+        });
     }
     cwd.ancestors()
         .map(|d| d.join("conformance").join("cases"))

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use mpmd_core::inputs::{call_args, Fallback, Generation};
+use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation};
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{CompareMode, ErrorClass, Expectation, Literal, Module};
 use mpmd_core::plan::LaunchPlan;
@@ -151,6 +151,9 @@ impl Observed {
 pub struct PreparedCall {
     pub map: String,
     pub args: CallArgs,
+    /// Device-resident refs given data before this call (the case's
+    /// `generate` lines for residents, before the first call).
+    pub residents: Vec<(String, HostTensor)>,
 }
 
 /// Generates every call's arguments for `seed`. An input's stream depends
@@ -177,15 +180,31 @@ pub fn prepare_calls(
         },
     };
     let args = call_args(module, &generation).map_err(|e| e.to_string())?;
+    let mut residents =
+        Some(resident_data(module, &generation, RESIDENT_DATA_LIMIT).map_err(|e| e.to_string())?);
     let prepared = calls
         .into_iter()
         .zip(args)
         .map(|(call, args)| PreparedCall {
             map: call.map,
             args,
+            residents: residents.take().unwrap_or_default(),
         })
         .collect();
     Ok(prepared)
+}
+
+/// Largest resident a case may generate data for (corpus cases are small).
+const RESIDENT_DATA_LIMIT: u64 = 1 << 30;
+
+/// Hands a call's resident data to `backend` before the call.
+fn give_residents(backend: &mut dyn Backend, call: &PreparedCall) -> Result<(), SequenceError> {
+    for (name, tensor) in &call.residents {
+        backend
+            .set_resident(name, tensor.clone())
+            .map_err(|e| SequenceError::Setup(format!("resident `{name}`: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Why a sequence of calls stopped.
@@ -254,6 +273,7 @@ pub fn run_interp_with(
     };
     let mut observed = Vec::new();
     for (i, call) in calls.iter().enumerate() {
+        give_residents(&mut interp, call)?;
         let out = interp
             .call(module, &call.map, &call.args, &options)
             .map_err(|e| SequenceError::Run(Box::new(e)))?;
@@ -295,6 +315,7 @@ fn run_backend(
     let options = RunOptions { mode, seed };
     let mut observed = Vec::new();
     for (i, (call, plan)) in calls.iter().zip(plans).enumerate() {
+        give_residents(backend.as_mut(), call)?;
         let out = backend
             .run(plan, &call.args, &options)
             .map_err(|e| SequenceError::Run(Box::new(e)))?;

@@ -177,7 +177,7 @@ impl std::fmt::Display for ByteSize {
         let exact = BYTE_SUFFIXES
             .iter()
             .rev()
-            .find(|(_, shift)| self.0 != 0 && self.0 % (1 << shift) == 0);
+            .find(|(_, shift)| self.0 != 0 && self.0.is_multiple_of(1 << shift));
         match exact {
             Some((suffix, shift)) => write!(f, "{}{suffix}", self.0 >> shift),
             None => write!(f, "{}", self.0),
@@ -885,12 +885,15 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         }
         if let RunBackend::Interp(interp) = &backend {
             let schedules = interp.last_report().map_or(1, |r| r.schedules_run);
-            if checked || schedules > 1 {
-                let _ = write!(
-                    summary,
-                    " ({}{schedules} schedule(s) agree)",
-                    if checked { "checked, " } else { "" }
-                );
+            match (checked, schedules) {
+                (true, 1) => summary.push_str(" (checked)"),
+                (true, n) => {
+                    let _ = write!(summary, " (checked, {n} schedules agree)");
+                }
+                (false, 1) => {}
+                (false, n) => {
+                    let _ = write!(summary, " ({n} schedules agree)");
+                }
             }
         }
         summary.push('\n');

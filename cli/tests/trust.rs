@@ -339,7 +339,7 @@ fn checked_runs_find_races_that_one_schedule_hides() {
         let message = stderr(&checked);
         let findings = [
             format!("data race on `{buffer}` element "),
-            format!("read of memory that was never written at "),
+            "read of memory that was never written at ".to_string(),
             "results differ between schedules: ".to_string(),
         ];
         let prefix = format!("error: call 0 (map `{map}`) failed: ");
@@ -360,11 +360,16 @@ fn checked_runs_say_how_many_schedules_agreed() {
     let file = file.to_str().unwrap();
     let default = stdout(&mpmd(&["run", file, "--checked"]));
     assert!(
-        default.starts_with("call 0: map `producer_consumer` (checked, 3 schedule(s) agree)\n"),
+        default.starts_with("call 0: map `producer_consumer` (checked, 3 schedules agree)\n"),
         "{default}"
     );
+    let lockstep = stdout(&mpmd(&["run", file, "--checked", "--schedules", "0"]));
+    assert!(
+        lockstep.starts_with("call 0: map `producer_consumer` (checked)\n"),
+        "{lockstep}"
+    );
     let more = stdout(&mpmd(&["run", file, "--checked", "--schedules", "5"]));
-    assert!(more.contains("(checked, 6 schedule(s) agree)\n"), "{more}");
+    assert!(more.contains("(checked, 6 schedules agree)\n"), "{more}");
     assert_fails(
         &["run", file, "--backend", "wgpu", "--schedules", "1"],
         "error: --schedules: only the interpreter runs extra schedules, not --backend wgpu\n",

@@ -177,7 +177,7 @@ impl std::fmt::Display for ByteSize {
         let exact = BYTE_SUFFIXES
             .iter()
             .rev()
-            .find(|(_, shift)| self.0 != 0 && self.0 % (1 << shift) == 0);
+            .find(|(_, shift)| self.0 != 0 && self.0.is_multiple_of(1 << shift));
         match exact {
             Some((suffix, shift)) => write!(f, "{}{suffix}", self.0 >> shift),
             None => write!(f, "{}", self.0),
@@ -691,6 +691,34 @@ impl RunBackend {
     }
 }
 
+/// The interpreter's options for `mpmd run`: `--checked` detects and runs
+/// [`DEFAULT_EXTRA_SCHEDULES`] unless `--schedules` says otherwise; the
+/// limits are `--timeout` and `--memory-limit`; schedules compare outputs
+/// as the file's `compare` lines say.
+pub fn interp_options(request: &RunRequest, module: &Module) -> InterpOptions {
+    let checked = request.mode == Mode::Checked;
+    InterpOptions {
+        time_limit: request.time_limit,
+        memory_limit: request.memory_limit,
+        run: RunOptions {
+            mode: request.mode,
+            seed: request.seed,
+        },
+        detect: checked,
+        extra_schedules: request.schedules.unwrap_or(if checked {
+            DEFAULT_EXTRA_SCHEDULES
+        } else {
+            0
+        }),
+        output_compare: module
+            .case
+            .as_ref()
+            .map(|c| c.compares.clone())
+            .unwrap_or_default(),
+        flush_subnormals: false,
+    }
+}
+
 fn run(request: &RunRequest) -> Result<String, CliError> {
     let module = load_module(&request.file)?;
     let calls = module.effective_calls();
@@ -749,22 +777,9 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
     let generation = Generation::with_defaults(request.seed);
     let checked = request.mode == Mode::Checked;
     let mut backend = match request.backend {
-        BackendKind::Interp => RunBackend::Interp(Interpreter::with_options(InterpOptions {
-            time_limit: request.time_limit,
-            memory_limit: request.memory_limit,
-            detect: checked,
-            extra_schedules: request.schedules.unwrap_or(if checked {
-                DEFAULT_EXTRA_SCHEDULES
-            } else {
-                0
-            }),
-            output_compare: module
-                .case
-                .as_ref()
-                .map(|c| c.compares.clone())
-                .unwrap_or_default(),
-            ..InterpOptions::default()
-        })),
+        BackendKind::Interp => {
+            RunBackend::Interp(Interpreter::with_options(interp_options(request, &module)))
+        }
         other => RunBackend::Other(resolve_backend(other, request.co_resident)?),
     };
 
@@ -870,12 +885,15 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         }
         if let RunBackend::Interp(interp) = &backend {
             let schedules = interp.last_report().map_or(1, |r| r.schedules_run);
-            if checked || schedules > 1 {
-                let _ = write!(
-                    summary,
-                    " ({}{schedules} schedule(s) agree)",
-                    if checked { "checked, " } else { "" }
-                );
+            match (checked, schedules) {
+                (true, 1) => summary.push_str(" (checked)"),
+                (true, n) => {
+                    let _ = write!(summary, " (checked, {n} schedules agree)");
+                }
+                (false, 1) => {}
+                (false, n) => {
+                    let _ = write!(summary, " ({n} schedules agree)");
+                }
             }
         }
         summary.push('\n');
@@ -1066,6 +1084,138 @@ mod tests {
             Some(Literal::Bool(true))
         );
         assert_eq!(parse_scalar(ScalarType::I32, "x"), None);
+    }
+
+    fn parse_run(extra: &[&str]) -> RunRequest {
+        let mut args = vec!["mpmd", "run", "f.mpmd"];
+        args.extend_from_slice(extra);
+        let Command::Run {
+            file,
+            backend,
+            seed,
+            inputs,
+            scalars,
+            out,
+            checked,
+            schedules,
+            timeout,
+            memory_limit,
+            co_resident,
+        } = Cli::try_parse_from(args).unwrap().command
+        else {
+            panic!("not a run command");
+        };
+        RunRequest {
+            file,
+            backend,
+            seed,
+            inputs,
+            scalars,
+            out,
+            mode: if checked { Mode::Checked } else { Mode::Fast },
+            schedules,
+            time_limit: timeout.0,
+            memory_limit: memory_limit.0,
+            co_resident,
+        }
+    }
+
+    /// `--timeout`, `--memory-limit` and `--schedules` reach the
+    /// interpreter's options; without them they are the library's defaults.
+    #[test]
+    fn run_flags_become_interpreter_options() {
+        let module = Module::default();
+        let fast = interp_options(&parse_run(&[]), &module);
+        let library = InterpOptions::default();
+        assert_eq!(
+            (
+                fast.time_limit,
+                fast.memory_limit,
+                fast.extra_schedules,
+                fast.detect
+            ),
+            (library.time_limit, library.memory_limit, 0, false)
+        );
+        let checked = interp_options(&parse_run(&["--checked"]), &module);
+        assert_eq!((checked.extra_schedules, checked.detect), (2, true));
+        let set = interp_options(
+            &parse_run(&[
+                "--checked",
+                "--schedules",
+                "5",
+                "--timeout",
+                "2.5",
+                "--memory-limit",
+                "512M",
+            ]),
+            &module,
+        );
+        assert_eq!(
+            (set.extra_schedules, set.time_limit, set.memory_limit),
+            (5, Some(Duration::from_millis(2500)), 512 << 20)
+        );
+        let unbounded = interp_options(&parse_run(&["--timeout", "0"]), &module);
+        assert_eq!(unbounded.time_limit, None);
+    }
+
+    #[test]
+    fn byte_sizes_and_seconds_parse_and_print() {
+        let bytes = |t: &str| t.parse::<ByteSize>().map(|b| b.0);
+        assert_eq!(bytes("4G"), Ok(4 << 30));
+        assert_eq!(bytes("4GiB"), Ok(4 << 30));
+        assert_eq!(bytes("512m"), Ok(512 << 20));
+        assert_eq!(bytes("1000"), Ok(1000));
+        assert_eq!(
+            bytes("4X"),
+            Err("`4X` is not a byte count (such as 1048576, 512M or 4G)".into())
+        );
+        assert_eq!(
+            bytes("99999999999T"),
+            Err("`99999999999T` is more bytes than fit in 64 bits".into())
+        );
+        assert_eq!(ByteSize(4 << 30).to_string(), "4G");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+        assert_eq!(
+            "60".parse::<Seconds>(),
+            Ok(Seconds(Some(Duration::from_secs(60))))
+        );
+        assert_eq!(
+            "-1".parse::<Seconds>(),
+            Err("`-1` is not a number of seconds (such as 60, 0.5, or 0 for no bound)".into())
+        );
+        assert_eq!(Seconds(Some(DEFAULT_TIME_LIMIT)).to_string(), "60");
+    }
+
+    /// Messages of the library name Rust options; the CLI names its flags.
+    #[test]
+    fn run_errors_name_cli_flags() {
+        let site = mpmd_core::backend::Site::default();
+        let error = for_cli(RunError::TimeLimit {
+            site,
+            limit_ms: 1000,
+            option: "InterpOptions::time_limit".into(),
+        });
+        assert_eq!(
+            error.to_string(),
+            "time limit of 1000 ms reached at program 0 (), block 0; raise it with --timeout SECONDS"
+        );
+        let error = for_cli(RunError::Refused {
+            reason: "2 GiB is more than InterpOptions::memory_limit".into(),
+        });
+        assert_eq!(
+            error.to_string(),
+            "refused before launch: 2 GiB is more than --memory-limit BYTES"
+        );
+    }
+
+    #[test]
+    fn long_file_names_are_shortened_with_a_hash() {
+        assert_eq!(file_name("y", "npy"), "y.npy");
+        let long = "a".repeat(300);
+        let name = file_name(&long, "npy");
+        assert_eq!(name.len(), 100 + 1 + 16 + 4);
+        assert!(name.starts_with(&"a".repeat(100)));
+        assert_ne!(name, file_name(&"a".repeat(301), "npy"));
     }
 
     #[test]

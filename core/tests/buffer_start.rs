@@ -5,6 +5,9 @@
 //! had them uploaded and generation made data for them). Device-resident
 //! refs take data from the host (`Backend::set_resident`, `generate`).
 
+// `RunError` carries whole sites; as in the library, its size is accepted.
+#![allow(clippy::result_large_err)]
+
 use mpmd_core::host::{host_shape, BufferStart};
 use mpmd_core::inputs::{call_args, resident_data, Generation};
 use mpmd_core::interp::{InterpOptions, Interpreter};

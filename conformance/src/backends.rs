@@ -321,6 +321,11 @@ impl Backend for CudaCompileOnly {
     fn resident(&self, _name: &str) -> Option<HostTensor> {
         None
     }
+
+    /// Nothing runs, so resident data has nowhere to go and is not needed.
+    fn set_resident(&mut self, _name: &str, _tensor: HostTensor) -> Result<(), RunError> {
+        Ok(())
+    }
 }
 
 /// The fuzzer's factory for backend `name`; `None` for `interp`, which the

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation};
+use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation, DEFAULT_GENERATED_BYTES};
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{CompareMode, ErrorClass, Expectation, Literal, Module};
 use mpmd_core::plan::LaunchPlan;
@@ -180,8 +180,9 @@ pub fn prepare_calls(
         },
     };
     let args = call_args(module, &generation).map_err(|e| e.to_string())?;
-    let mut residents =
-        Some(resident_data(module, &generation, RESIDENT_DATA_LIMIT).map_err(|e| e.to_string())?);
+    let mut residents = Some(
+        resident_data(module, &generation, DEFAULT_GENERATED_BYTES).map_err(|e| e.to_string())?,
+    );
     let prepared = calls
         .into_iter()
         .zip(args)
@@ -193,9 +194,6 @@ pub fn prepare_calls(
         .collect();
     Ok(prepared)
 }
-
-/// Largest resident a case may generate data for (corpus cases are small).
-const RESIDENT_DATA_LIMIT: u64 = 1 << 30;
 
 /// Hands a call's resident data to `backend` before the call.
 fn give_residents(backend: &mut dyn Backend, call: &PreparedCall) -> Result<(), SequenceError> {

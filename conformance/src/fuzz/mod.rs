@@ -51,8 +51,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mpmd_core::backend::{Backend, Mode, RunError, RunOptions};
-use mpmd_core::host::{CallArgs, CallOutputs};
-use mpmd_core::inputs::{call_args, Fallback, Generation};
+use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
+use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation, DEFAULT_GENERATED_BYTES};
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{CompareMode, Generator, Literal, Module};
 use mpmd_core::plan::{lower, LaunchPlan};
@@ -298,6 +298,8 @@ impl std::fmt::Display for FuzzSummary {
 pub struct Oracle {
     /// Per call of `Module::effective_calls`.
     pub args: Vec<CallArgs>,
+    /// Device-resident refs given data before the first call.
+    pub residents: Vec<(String, HostTensor)>,
     pub plans: Vec<Result<LaunchPlan, String>>,
     pub outputs: Vec<CallOutputs>,
 }
@@ -357,8 +359,13 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
     }
     let generation = fuzz_generation(input_seed(seed));
     let args = call_args(module, &generation).map_err(|e| ("inputs", e.to_string()))?;
+    let residents = resident_data(module, &generation, DEFAULT_GENERATED_BYTES)
+        .map_err(|e| ("inputs", e.to_string()))?;
     let calls = module.effective_calls();
     let mut interp = Interpreter::new();
+    for (name, tensor) in &residents {
+        interp.set_resident(name, tensor.clone());
+    }
     let options = InterpOptions {
         run: RunOptions {
             mode: Mode::Checked,
@@ -386,6 +393,7 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
     }
     Ok(Oracle {
         args,
+        residents,
         plans,
         outputs,
     })
@@ -424,6 +432,7 @@ pub fn judge_backend(
         }
     }
     let args = oracle.args.clone();
+    let residents = oracle.residents.clone();
     let make = factory.make.clone();
     let (tx, rx) = mpsc::channel();
     let worker = std::thread::Builder::new()
@@ -431,6 +440,11 @@ pub fn judge_backend(
         .spawn(move || {
             let result = (|| -> Result<Vec<CallOutputs>, Box<Result<RunError, String>>> {
                 let mut backend = make().map_err(|e| Box::new(Err(e)))?;
+                for (name, tensor) in residents {
+                    backend
+                        .set_resident(&name, tensor)
+                        .map_err(|e| Box::new(Ok(e)))?;
+                }
                 let options = RunOptions { mode, seed };
                 plans
                     .iter()

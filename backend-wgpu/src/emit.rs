@@ -236,12 +236,42 @@ pub fn emit(plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
 
 /// Generates the module for `plan` and validates it with naga.
 pub fn emit_module(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, EmitError> {
-    let module = generate(plan, options)?;
+    let module = on_deep_stack(|| generate(plan, options))?;
     validate_wgsl(&module.wgsl).map_err(|message| EmitError::Naga {
         message,
         wgsl: module.wgsl.clone(),
     })?;
     Ok(module)
+}
+
+/// Stack for code generation, which recurses over the IR: about 5 KiB per
+/// level of expression in a debug build, so the IR's deepest programs (and
+/// flat chains of thousands of terms, which are that deep) need more than a
+/// default 2 MiB thread has. Only the pages used are committed.
+const GENERATION_STACK_BYTES: usize = 512 << 20;
+
+/// Runs `f` on a scoped thread with `GENERATION_STACK_BYTES` of stack (on
+/// this thread if one cannot be started).
+fn on_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    let f = std::sync::Mutex::new(Some(f));
+    let run = || {
+        let f = f.lock().unwrap_or_else(|e| e.into_inner()).take();
+        f.map(|f| f())
+    };
+    let spawned = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("mpmd-wgsl-emit".into())
+            .stack_size(GENERATION_STACK_BYTES)
+            .spawn_scoped(scope, run)
+            .ok()
+            .map(|handle| handle.join())
+    });
+    match spawned {
+        Some(Ok(Some(value))) => value,
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        // No thread (or it never ran `f`): run here.
+        _ => run().expect("the generator runs once"),
+    }
 }
 
 /// Parses and validates WGSL with naga; the error is naga's rendered report.

@@ -339,8 +339,7 @@ pub fn host_program(plan: &LaunchPlan, module: &EmittedModule) -> Result<String,
             let decl = &line[at..];
             let name = decl
                 .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .filter(|w| !w.is_empty())
-                .nth_back(0)
+                .rfind(|w| !w.is_empty())
                 .filter(|_| decl.trim_end().ends_with("[];"))
                 .ok_or_else(|| format!("cuda-host cannot read the smem arena line `{line}`"))?;
             arena = Some(name.to_string());

@@ -1016,7 +1016,7 @@ pub fn summarize(name: &str, tensor: &HostTensor) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     let values: Vec<String> = (0..tensor.len().min(SHOWN))
-        .map(|i| value_text(tensor.get(i)))
+        .filter_map(|i| tensor.get(i).map(value_text))
         .collect();
     let more = if tensor.len() > SHOWN { ", ..." } else { "" };
     let mut text = format!(

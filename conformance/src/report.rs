@@ -404,7 +404,11 @@ mod tests {
 
     #[test]
     fn text_report_has_table_failure_reproduction_and_summary_line() {
-        let text = render_text(&results(), &BackendId::ALL, 7);
+        let text = render_text(
+            &results(),
+            &[BackendId::Interp, BackendId::Wgpu, BackendId::Cuda],
+            7,
+        );
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),
@@ -417,6 +421,15 @@ mod tests {
         assert!(text.contains("FAIL add on wgpu: [0] expected 1 got 2\n  reproduce: cargo xtask conformance --filter add --seed 7 --backends wgpu\n"));
         assert!(text.contains("  wgpu: no adapter (1 case)\n"));
         assert_eq!(lines.last(), Some(&"3 passed, 1 failed, 1 skipped"));
+        // One line of figures per backend.
+        assert!(
+            text.contains("\nwgpu: 0 passed, 1 failed, 1 skipped in 0.0 s\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ncuda: 1 passed, 0 failed, 0 skipped, 1 compiled in 0.0 s\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -482,7 +495,11 @@ mod tests {
 
     #[test]
     fn text_report_has_a_triage_column_disagreements_and_a_triage_line() {
-        let text = render_text(&results_with_triage(), &BackendId::ALL, 3);
+        let text = render_text(
+            &results_with_triage(),
+            &[BackendId::Interp, BackendId::Wgpu, BackendId::Cuda],
+            3,
+        );
         let rows: Vec<Vec<&str>> = text
             .lines()
             .take(5)

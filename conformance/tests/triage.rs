@@ -58,7 +58,10 @@ fn the_report_has_a_triage_column_for_run_cases() {
 
     let text = render_text(&results, &backends, 1);
     let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["case", "interp", "wgpu", "cuda", "cuda~wgpu"]);
+    assert_eq!(
+        header,
+        ["case", "interp", "wgpu", "cuda", "cuda-host", "cuda~wgpu"]
+    );
     for r in &results {
         let row: Vec<&str> = text
             .lines()

@@ -16,7 +16,58 @@ pub struct HostTensor {
     pub words: Vec<u32>,
 }
 
+/// A shape and a number of words that do not agree.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("a host tensor of shape {shape:?} holds {expected} elements, but {got} were given")]
+    Mismatch {
+        shape: Vec<u32>,
+        expected: u64,
+        got: usize,
+    },
+    #[error("a host tensor of shape {shape:?} has more elements than this machine can address")]
+    TooLarge { shape: Vec<u32> },
+}
+
+/// Elements of `shape`, checked, and addressable on this machine.
+fn addressable_count(shape: &[u32]) -> Result<u64, ShapeError> {
+    element_count(shape)
+        .filter(|&n| usize::try_from(n).is_ok())
+        .ok_or_else(|| ShapeError::TooLarge {
+            shape: shape.to_vec(),
+        })
+}
+
 impl HostTensor {
+    /// A tensor of `shape` holding `words`: an error unless the shape holds
+    /// exactly that many elements.
+    pub fn new(elem: ScalarType, shape: Vec<u32>, words: Vec<u32>) -> Result<Self, ShapeError> {
+        let expected = addressable_count(&shape)?;
+        if expected != words.len() as u64 {
+            return Err(ShapeError::Mismatch {
+                shape,
+                expected,
+                got: words.len(),
+            });
+        }
+        Ok(HostTensor { elem, shape, words })
+    }
+
+    /// Whether the shape and the words agree (the fields are public, so a
+    /// tensor built field by field is checked where it is used:
+    /// [`CallArgs::input`] refuses one that does not).
+    pub fn check(&self) -> Result<(), ShapeError> {
+        let expected = addressable_count(&self.shape)?;
+        if expected != self.words.len() as u64 {
+            return Err(ShapeError::Mismatch {
+                shape: self.shape.clone(),
+                expected,
+                got: self.words.len(),
+            });
+        }
+        Ok(())
+    }
+
     pub fn zeros(elem: ScalarType, shape: Vec<u32>) -> Self {
         let len = shape.iter().map(|&d| d as usize).product();
         HostTensor {
@@ -26,6 +77,9 @@ impl HostTensor {
         }
     }
 
+    /// `values` in `shape`, which must hold `values.len()` elements (checked
+    /// where the tensor is used, by [`CallArgs::input`]; [`HostTensor::new`]
+    /// checks at once).
     pub fn from_f32(shape: Vec<u32>, values: &[f32]) -> Self {
         HostTensor {
             elem: ScalarType::F32,
@@ -66,9 +120,9 @@ impl HostTensor {
         self.words.iter().map(|&w| w as i32).collect()
     }
 
-    /// Element `i` as a typed value.
-    pub fn get(&self, i: usize) -> Literal {
-        Literal::from_bits(self.elem, self.words[i])
+    /// Element `i` (row-major) as a typed value; `None` past the end.
+    pub fn get(&self, i: usize) -> Option<Literal> {
+        self.words.get(i).map(|&w| Literal::from_bits(self.elem, w))
     }
 }
 
@@ -97,6 +151,9 @@ impl CallArgs {
                 tensor.elem
             )));
         }
+        tensor
+            .check()
+            .map_err(|e| RunError::BadArguments(format!("input `{name}`: {e}")))?;
         if tensor.words.len() as u64 != len {
             return Err(RunError::BadArguments(format!(
                 "input `{name}` has {} elements; the map declares {len}",
@@ -189,4 +246,58 @@ pub fn element_count(shape: &[u32]) -> Option<u64> {
     shape
         .iter()
         .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_checks_that_shape_and_length_agree() {
+        let t = HostTensor::new(ScalarType::U32, vec![2, 3], vec![7; 6]).unwrap();
+        assert_eq!(t.len(), 6);
+        assert_eq!(
+            HostTensor::new(ScalarType::U32, vec![2, 3], vec![7; 5])
+                .unwrap_err()
+                .to_string(),
+            "a host tensor of shape [2, 3] holds 6 elements, but 5 were given"
+        );
+        assert_eq!(
+            HostTensor::new(ScalarType::F32, vec![u32::MAX, u32::MAX, u32::MAX], vec![]),
+            Err(ShapeError::TooLarge {
+                shape: vec![u32::MAX, u32::MAX, u32::MAX]
+            })
+        );
+        // A scalar-shaped tensor holds one element.
+        assert!(HostTensor::new(ScalarType::I32, vec![], vec![1]).is_ok());
+    }
+
+    #[test]
+    fn get_is_none_past_the_end() {
+        let t = HostTensor::from_i32(vec![2], &[-1, 5]);
+        assert_eq!(t.get(1), Some(Literal::I32(5)));
+        assert_eq!(t.get(2), None);
+        assert_eq!(t.get(usize::MAX), None);
+    }
+
+    #[test]
+    fn a_call_refuses_an_input_whose_shape_and_length_disagree() {
+        let mut args = CallArgs::default();
+        // Built field by field: 4 words in a [3] shape.
+        args.inputs.insert(
+            "x".into(),
+            HostTensor {
+                elem: ScalarType::U32,
+                shape: vec![3],
+                words: vec![0; 4],
+            },
+        );
+        assert_eq!(
+            args.input("x", ScalarType::U32, 4).unwrap_err().to_string(),
+            RunError::BadArguments(
+                "input `x`: a host tensor of shape [3] holds 3 elements, but 4 were given".into()
+            )
+            .to_string()
+        );
+    }
 }

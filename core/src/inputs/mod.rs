@@ -699,9 +699,13 @@ pub fn generate_scalar(
     if matches!(gen, Generator::Special) {
         let skip = rng.below(8) as usize;
         let tensor = generate_tensor(gen, name, ty, &[skip as u32 + 1], map, rng)?;
-        return Ok(tensor.get(skip));
+        // The tensor holds skip + 1 elements.
+        return Ok(tensor
+            .get(skip)
+            .unwrap_or_else(|| Literal::from_bits(ty, 0)));
     }
-    Ok(generate_tensor(gen, name, ty, &[1], map, rng)?.get(0))
+    let tensor = generate_tensor(gen, name, ty, &[1], map, rng)?;
+    Ok(tensor.get(0).unwrap_or_else(|| Literal::from_bits(ty, 0)))
 }
 
 #[cfg(test)]

@@ -738,8 +738,8 @@ fn first_difference(
             if u != v {
                 return Some(format!(
                     "output `{name}` element {i} is {} in the lockstep schedule and {} in extra schedule {schedule} (seed {seed})",
-                    show(x.get(i)),
-                    show(y.get(i))
+                    x.get(i).map(show).unwrap_or_default(),
+                    y.get(i).map(show).unwrap_or_default()
                 ));
             }
         }

@@ -315,6 +315,17 @@ pub fn for_cli(error: RunError) -> RunError {
             limit_ms,
             option: name_flags(&option),
         },
+        RunError::MemoryLimit {
+            what,
+            needed,
+            limit,
+            option,
+        } => RunError::MemoryLimit {
+            what,
+            needed,
+            limit,
+            option: name_flags(&option),
+        },
         RunError::Deadlock { wait_for_graph } => RunError::Deadlock {
             wait_for_graph: name_flags(&wait_for_graph),
         },

@@ -1488,24 +1488,23 @@ fn nested_negations(depth: usize) -> Expr {
 
 #[test]
 fn e0057_nesting_the_text_format_cannot_read() {
-    // The kernel body is level 1; the parser enters the expression (1), each
-    // negation (1) and the parenthesised literal of `-(1)` (1): 61 negations
-    // need 1 + 1 + 61 + 1 = 64 levels.
+    // The kernel body is level 1; each negation, the parentheses of `-(1)`
+    // and the literal are one level each: 253 negations make 256 levels.
     let fits = scale(|b| {
-        b.let_("v", I32, nested_negations(62));
+        b.let_("v", I32, nested_negations(254));
     });
     assert_valid(&fits);
     let printed = mpmd_core::text::print(&fits);
     assert_eq!(mpmd_core::text::parse(&printed).unwrap().0, fits);
 
     let too_deep = scale(|b| {
-        b.let_("v", I32, nested_negations(63));
+        b.let_("v", I32, nested_negations(255));
     });
     assert_exact(
         &one(&too_deep),
         "E0057",
         kstmt("kern", [s(0)]),
-        "this statement needs 65 levels of nesting (blocks and expressions); the text format reads at most 64",
+        "this statement of kernel `kern` nests 257 levels deep (blocks and expressions); at most 256 are allowed",
     );
     // ...and the parser indeed refuses what it would print.
     assert!(mpmd_core::text::parse(&mpmd_core::text::print(&too_deep)).is_err());
@@ -1513,14 +1512,14 @@ fn e0057_nesting_the_text_format_cannot_read() {
     // Blocks count too: the expression that fits, one `if` deeper.
     let in_block = scale(|b| {
         b.if_(Expr::from(true), |b| {
-            b.let_("v", I32, nested_negations(62));
+            b.let_("v", I32, nested_negations(254));
         });
     });
     assert_exact(
         &one(&in_block),
         "E0057",
         kstmt("kern", [s(0), PathStep::Then, s(0)]),
-        "this statement needs 65 levels of nesting (blocks and expressions); the text format reads at most 64",
+        "this statement of kernel `kern` nests 257 levels deep (blocks and expressions); at most 256 are allowed",
     );
 }
 

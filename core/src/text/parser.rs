@@ -33,12 +33,13 @@ fn with_enough_stack<T: Send>(
     src: &str,
     parse: impl Fn(&mut Parser) -> PResult<T> + Sync,
 ) -> PResult<T> {
-    let mut inline = Parser::new(src, INLINE_NESTING);
+    let tokens = tokenize(src);
+    let mut inline = Parser::new(src, &tokens, INLINE_NESTING);
     let result = parse(&mut inline);
     if !inline.needs_stack {
         return result;
     }
-    with_nesting_stack(|| parse(&mut Parser::new(src, MAX_NESTING)))
+    with_nesting_stack(|| parse(&mut Parser::new(src, &tokens, MAX_NESTING)))
 }
 
 /// An expression and its depth in nesting levels.
@@ -52,7 +53,7 @@ fn unzip_depths(subs: Vec<Sub>) -> (Vec<Expr>, usize) {
 
 struct Parser<'s> {
     src: &'s str,
-    tokens: Vec<Token>,
+    tokens: &'s [Token],
     pos: usize,
     spans: SourceMap,
     /// The level the parser is at: blocks, expressions and parentheses
@@ -68,10 +69,10 @@ struct Parser<'s> {
 }
 
 impl<'s> Parser<'s> {
-    fn new(src: &'s str, stack_limit: usize) -> Self {
+    fn new(src: &'s str, tokens: &'s [Token], stack_limit: usize) -> Self {
         Parser {
             src,
-            tokens: tokenize(src),
+            tokens,
             pos: 0,
             spans: SourceMap::default(),
             depth: 0,

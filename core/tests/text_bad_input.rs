@@ -195,7 +195,7 @@ fn a_byte_order_mark_at_the_start_is_skipped() {
     assert_eq!(parse(&with_bom).unwrap().0, parse(plain).unwrap().0);
     let e = parse(&with_bom.replace("4;", "4")).unwrap_err();
     assert_eq!((e.line, e.column), (3, 16));
-    let e = parse(&format!("\u{feff}mesh {{")).unwrap_err();
+    let e = parse("\u{feff}mesh {").unwrap_err();
     assert_eq!((e.line, e.column), (1, 6));
     assert_eq!(e.excerpt, "mesh {\n     ^");
     // Anywhere else it is a character that is named, not shown blank.

@@ -407,11 +407,17 @@ pub fn run_command(command: Command) -> Result<String, CliError> {
     }
 }
 
+/// The file's text; bytes that are not UTF-8 are a rendered error at their
+/// line and column.
 fn read_source(path: &Path) -> Result<String, CliError> {
-    std::fs::read_to_string(path).map_err(|source| CliError::ReadFile {
+    let bytes = std::fs::read(path).map_err(|source| CliError::ReadFile {
         path: path.display().to_string(),
         source,
-    })
+    })?;
+    match text::decode(&bytes) {
+        Ok(text) => Ok(text.to_string()),
+        Err(e) => Err(CliError::Rejected(e.render(&path.display().to_string()))),
+    }
 }
 
 /// Parses and validates a file; errors come back rendered.

@@ -1488,24 +1488,23 @@ fn nested_negations(depth: usize) -> Expr {
 
 #[test]
 fn e0057_nesting_the_text_format_cannot_read() {
-    // The kernel body is level 1; the parser enters the expression (1), each
-    // negation (1) and the parenthesised literal of `-(1)` (1): 61 negations
-    // need 1 + 1 + 61 + 1 = 64 levels.
+    // The kernel body is level 1; each negation, the parentheses of `-(1)`
+    // and the literal are one level each: 253 negations make 256 levels.
     let fits = scale(|b| {
-        b.let_("v", I32, nested_negations(62));
+        b.let_("v", I32, nested_negations(254));
     });
     assert_valid(&fits);
     let printed = mpmd_core::text::print(&fits);
     assert_eq!(mpmd_core::text::parse(&printed).unwrap().0, fits);
 
     let too_deep = scale(|b| {
-        b.let_("v", I32, nested_negations(63));
+        b.let_("v", I32, nested_negations(255));
     });
     assert_exact(
         &one(&too_deep),
         "E0057",
         kstmt("kern", [s(0)]),
-        "this statement needs 65 levels of nesting (blocks and expressions); the text format reads at most 64",
+        "this statement of kernel `kern` nests 257 levels deep (blocks and expressions); at most 256 are allowed",
     );
     // ...and the parser indeed refuses what it would print.
     assert!(mpmd_core::text::parse(&mpmd_core::text::print(&too_deep)).is_err());
@@ -1513,14 +1512,14 @@ fn e0057_nesting_the_text_format_cannot_read() {
     // Blocks count too: the expression that fits, one `if` deeper.
     let in_block = scale(|b| {
         b.if_(Expr::from(true), |b| {
-            b.let_("v", I32, nested_negations(62));
+            b.let_("v", I32, nested_negations(254));
         });
     });
     assert_exact(
         &one(&in_block),
         "E0057",
         kstmt("kern", [s(0), PathStep::Then, s(0)]),
-        "this statement needs 65 levels of nesting (blocks and expressions); the text format reads at most 64",
+        "this statement of kernel `kern` nests 257 levels deep (blocks and expressions); at most 256 are allowed",
     );
 }
 
@@ -1693,4 +1692,209 @@ fn two_programs_on_one_mesh_are_allowed_and_each_owns_its_smem() {
         ..Default::default()
     };
     assert_valid(&module);
+}
+
+// ---- limits: sizes, constant indices, nesting of builder-made modules ----------
+
+/// The diagnostics of a parsed module, as (code, message).
+fn parsed_diags(src: &str) -> Vec<(&'static str, String)> {
+    let (module, _) = mpmd_core::text::parse(src).unwrap();
+    match validate(&module, &ValidateOptions::default()) {
+        Ok(()) => vec![],
+        Err(ds) => ds.into_iter().map(|d| (d.code, d.message)).collect(),
+    }
+}
+
+/// ../shared/defects/d04a..d04d: element counts that wrap a u64 to 4 or 0.
+fn wrapping_ref(kernel: &str, map_extra: &str) -> String {
+    format!(
+        "mesh m {{\n  grid [b = 1];\n  threads t = 4;\n}}\n\n{kernel}\n\nmap k {{\n  programs [m: k];\n{map_extra}\n}}\n\ncall k();\n"
+    )
+}
+
+const HUGE: &str = "20, 5581, 8681, 49477, 384773";
+
+#[test]
+fn e0059_refs_whose_sizes_wrap_a_u64_are_refused_with_their_true_size() {
+    // d04a: 2^64 + 4 elements used to get a 4-word buffer.
+    let d04a = wrapping_ref(
+        &format!(
+            "kernel k(y: gmem<u32[{HUGE}]>) {{\n  y[19u, 5580u, 8680u, 49476u, 384772u] = 7u;\n}}"
+        ),
+        &format!("  outputs [y: gmem<u32[{HUGE}]>];"),
+    );
+    assert_eq!(
+        parsed_diags(&d04a),
+        [("E0059", format!("output operand `y` of map `k` has type `gmem<u32[{HUGE}]>`: 18446744073709551620 elements, 73786976294838206480 bytes in all; a buffer holds at most 1099511627776 bytes (1 TiB)"))]
+    );
+    // Lowering (which trusts validation) refuses it too, rather than wrap.
+    let module = mpmd_core::text::parse(&d04a).unwrap().0;
+    assert_eq!(
+        mpmd_core::plan::lower(&module, "k"),
+        Err(mpmd_core::plan::LowerError::BufferTooLarge {
+            operand: "y".into()
+        })
+    );
+    // d04b: 2^64 elements used to wrap to 0.
+    let d04b = wrapping_ref(
+        "kernel k(y: gmem<u32[65536, 65536, 65536, 65536]>) {\n  y[0u, 0u, 0u, axis_index(t)] = 7u;\n}",
+        "  outputs [y: gmem<u32[65536, 65536, 65536, 65536]>];",
+    );
+    assert_eq!(
+        parsed_diags(&d04b),
+        [("E0059", "output operand `y` of map `k` has type `gmem<u32[65536, 65536, 65536, 65536]>`: 18446744073709551616 elements, 73786976294838206464 bytes in all; a buffer holds at most 1099511627776 bytes (1 TiB)".to_string())]
+    );
+    // d04c: smem of 2^64 + 4 elements, counted exactly by E0030.
+    let d04c = wrapping_ref(
+        &format!("kernel k(y: gmem<u32[4]>, tile: smem<u32[{HUGE}]>) {{\n  tile[19u, 5580u, 8680u, 49476u, 384772u - axis_index(t)] = axis_index(t);\n  barrier;\n  y[axis_index(t)] = tile[0u, 0u, 0u, 0u, axis_index(t)];\n}}"),
+        &format!("  outputs [y: gmem<u32[4]>];\n  scratch [tile: smem<u32[{HUGE}]>];"),
+    );
+    assert_eq!(
+        parsed_diags(&d04c),
+        [("E0030", "program 0 of map `k` (kernel `k` on mesh `m`) needs 73786976294838206480 bytes of smem per block (`tile` 73786976294838206480); the limit is 49152".to_string())]
+    );
+    // d04d: a local array of 2^64 + 4 elements.
+    let d04d = wrapping_ref(
+        &format!("kernel k(y: gmem<u32[4]>) {{\n  local tmp: u32[{HUGE}];\n  tmp[19u, 5580u, 8680u, 49476u, 384772u] = 5u;\n  y[axis_index(t)] = tmp[0u, 0u, 0u, 0u, 3u];\n}}"),
+        "  outputs [y: gmem<u32[4]>];",
+    );
+    assert_eq!(
+        parsed_diags(&d04d),
+        [("E0059", format!("local array `tmp` in kernel `k` has type `local u32[{HUGE}]`: 18446744073709551620 elements, 73786976294838206480 bytes per thread; a local array holds at most 524288 bytes (512 KiB)"))]
+    );
+}
+
+#[test]
+fn e0059_owned_refs_count_every_instance() {
+    // 2^30 bytes per block times 2^11 blocks is 2^41 bytes.
+    let mut module = scale(|_| {});
+    module.meshes[0].grid[0].size = 2048;
+    let ty = gmem(F32, [1 << 28]).owned_by("m");
+    module.maps[0].outputs[0].ty = Type::Ref(ty.clone());
+    module.kernels[0].params[1].ty = Type::Ref(ty);
+    assert_exact(
+        &one(&module),
+        "E0059",
+        operand_path("scale", "y"),
+        "output operand `y` of map `scale` has type `gmem<f32[268435456]> @ m`: 268435456 elements per block, times 2048 blocks of mesh `m`, 2199023255552 bytes in all; a buffer holds at most 1099511627776 bytes (1 TiB)",
+    );
+}
+
+#[test]
+fn e0058_meshes_with_more_blocks_than_a_u32_counts() {
+    let mut module = scale(|_| {});
+    module.meshes[0].grid = vec![
+        Axis {
+            name: "a".into(),
+            size: 65536,
+        },
+        Axis {
+            name: "b".into(),
+            size: 65536,
+        },
+    ];
+    assert_exact(
+        &one(&module),
+        "E0058",
+        path([PathStep::Mesh("m".into())]),
+        "mesh `m` has 4294967296 blocks (65536 x 65536); a mesh has at most 4294967295",
+    );
+    module.meshes[0].grid[1].size = 65535;
+    assert_valid(&module);
+    // Past 2^64 the count is still exact.
+    module.meshes[0].grid = ["a", "b", "c"]
+        .iter()
+        .map(|n| Axis {
+            name: n.to_string(),
+            size: u32::MAX,
+        })
+        .collect();
+    assert!(one(&module)
+        .message
+        .starts_with("mesh `m` has 79228162458924105385300197375 blocks"));
+}
+
+#[test]
+fn e0047_indices_that_fold_to_a_constant_out_of_bounds() {
+    // ../shared/defects/d13_wgsl_const_oob.mpmd: naga refused the WGSL.
+    let d13 = "mesh m {\n  grid [b = 1];\n  threads t = 64;\n}\n\nkernel k(y: gmem<f32[64]>, tile: smem<f32[64]>) {\n  tile[axis_size(t)] = 1.0;\n  barrier;\n  y[axis_index(t)] = tile[axis_index(t)];\n}\n\nmap k {\n  programs [m: k];\n  outputs [y: gmem<f32[64]>];\n  scratch [tile: smem<f32[64]>];\n}\n\ncall k();\n";
+    assert_eq!(
+        parsed_diags(d13),
+        [("E0047", "index `axis_size(t)` (= 64) is out of bounds for dimension 0 of `tile` (extent 64) in kernel `k`".to_string())]
+    );
+    // Constant `let`s and operators fold; the last element is fine.
+    let folded = d13.replace(
+        "  tile[axis_size(t)] = 1.0;",
+        "  let n: u32 = axis_size(t) / 2u;\n  tile[n * 2u - 1u] = 1.0;\n  tile[min(n + n, 100u)] = 2.0;\n  tile[u32(-1)] = 3.0;",
+    );
+    assert_eq!(
+        parsed_diags(&folded),
+        [
+            ("E0047", "index `min(n + n, 100u)` (= 64) is out of bounds for dimension 0 of `tile` (extent 64) in kernel `k`".to_string()),
+            ("E0047", "index `u32(-1)` (= 4294967295) is out of bounds for dimension 0 of `tile` (extent 64) in kernel `k`".to_string()),
+        ]
+    );
+    // Values only known at run time are never constants.
+    let runtime = d13.replace(
+        "tile[axis_size(t)]",
+        "tile[axis_index(t) + axis_size(t) - 64u]",
+    );
+    assert_eq!(parsed_diags(&runtime), []);
+}
+
+/// `x0 + x0 + ...` with `terms` terms, built without recursion.
+fn flat_sum(terms: usize) -> Expr {
+    let mut e = Expr::from(1i32);
+    for _ in 1..terms {
+        e = e + 1i32;
+    }
+    e
+}
+
+#[test]
+fn e0057_modules_of_any_depth_are_measured_without_recursion() {
+    // binchain 12000 overflowed the stack in validation and lowering. Deep
+    // trees are leaked: dropping one recurses as deep as it is.
+    let chain = scale(|b| {
+        b.let_("v", I32, flat_sum(200_000));
+    });
+    assert_exact(
+        &one(&chain),
+        "E0057",
+        kstmt("kern", [s(0)]),
+        "this statement of kernel `kern` nests 200001 levels deep (blocks and expressions); at most 256 are allowed",
+    );
+    assert_eq!(
+        mpmd_core::plan::lower(&chain, "scale"),
+        Err(mpmd_core::plan::LowerError::TooDeep {
+            kernel: "kern".into(),
+            nesting: 200_001
+        })
+    );
+    std::mem::forget(chain);
+    // 100,000 nested `if`s: reported once, at the first statement past the limit.
+    let mut body = vec![Stmt::Barrier];
+    for _ in 0..100_000 {
+        body = vec![Stmt::If {
+            cond: Expr::from(true),
+            then_body: body,
+            else_body: vec![],
+        }];
+    }
+    let ifs = scale(|b| {
+        for stmt in std::mem::take(&mut body) {
+            b.push(stmt);
+        }
+    });
+    let mut at = vec![s(0)];
+    for _ in 0..255 {
+        at.extend([PathStep::Then, s(0)]);
+    }
+    assert_exact(
+        &one(&ifs),
+        "E0057",
+        kstmt("kern", at),
+        "this statement of kernel `kern` nests 257 levels deep (blocks and expressions); at most 256 are allowed",
+    );
+    std::mem::forget(ifs);
 }

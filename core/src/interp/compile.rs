@@ -346,9 +346,7 @@ pub(crate) const MAX_WORDS: u64 = 1 << 31;
 
 /// Elements of a shape, or `None` when the count overflows.
 pub(crate) fn checked_len(shape: &[u32]) -> Option<u64> {
-    shape
-        .iter()
-        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+    crate::ir::limits::checked_product(shape.iter().map(|&d| u64::from(d)))
 }
 
 fn invalid(kernel: &str, msg: impl std::fmt::Display) -> RunError {
@@ -529,7 +527,10 @@ impl Compiler<'_> {
                     owner: None,
                 };
                 let len = checked_len(&ty.shape)
-                    .filter(|&n| n * self.mesh.threads.size as u64 <= MAX_WORDS)
+                    .filter(|&n| {
+                        n.checked_mul(u64::from(self.mesh.threads.size))
+                            .is_some_and(|words| words <= MAX_WORDS)
+                    })
                     .ok_or_else(|| RunError::Refused {
                         reason: format!(
                             "local array `{name}` is larger than {MAX_WORDS} words per block"

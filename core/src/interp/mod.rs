@@ -232,14 +232,25 @@ impl Interpreter {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.run_map(
-            map,
-            &module.meshes,
-            &kernels,
-            &module.residents,
-            args,
-            options,
-        )
+        // The compiler recurses over bodies (ir::limits::INLINE_NESTING).
+        let deep = kernels
+            .iter()
+            .any(|k| crate::text::body_nesting(&k.body) > crate::ir::limits::INLINE_NESTING);
+        let mut run = || {
+            self.run_map(
+                map,
+                &module.meshes,
+                &kernels,
+                &module.residents,
+                args,
+                options,
+            )
+        };
+        if deep {
+            crate::ir::limits::with_nesting_stack(run)
+        } else {
+            run()
+        }
     }
 
     fn run_map(

@@ -14,6 +14,7 @@
 //!   by `M`'s linear block id, each instance row-major over `T`'s shape.
 
 mod builder;
+pub mod limits;
 mod path;
 mod typing;
 pub mod visit;
@@ -105,9 +106,10 @@ pub struct RefType {
 }
 
 impl RefType {
-    /// Elements in one instance.
+    /// Elements in one instance; `u64::MAX` when the count does not fit
+    /// (validation refuses such refs, see [`limits`]; never wraps).
     pub fn len(&self) -> u64 {
-        self.shape.iter().map(|&d| d as u64).product()
+        self.checked_len().unwrap_or(u64::MAX)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -153,9 +155,11 @@ impl Mesh {
         self.grid.iter().chain(self.cluster.iter())
     }
 
-    /// Number of blocks: the product of the grid and cluster axis sizes.
+    /// Number of blocks: the product of the grid and cluster axis sizes;
+    /// `u64::MAX` when it does not fit (validation refuses more than
+    /// [`limits::MAX_BLOCKS`]; never wraps).
     pub fn block_count(&self) -> u64 {
-        self.block_axes().map(|a| a.size as u64).product()
+        self.checked_block_count().unwrap_or(u64::MAX)
     }
 
     /// `shape()` of DESIGN.md: grid axes, then cluster axes, then the thread axis.

@@ -13,15 +13,13 @@ use super::{
     LaunchUnit, OperandBinding, SmemSlot, UnsignaledWait,
 };
 use crate::host::BufferStart;
+use crate::ir::limits::{buffer_len, MAX_BUFFER_BYTES, MAX_NESTING};
 use crate::ir::{
     MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefAccess, Resident, SemOp, Stmt, Type,
 };
 
 /// Byte alignment of every `smem` slot in a block's arena.
 pub const SMEM_ALIGN_BYTES: u32 = 16;
-
-/// Bytes of one element (every scalar is 32 bits).
-const ELEMENT_BYTES: u64 = 4;
 
 /// Why a map could not be lowered; every case is one validation would reject.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -57,10 +55,14 @@ pub enum LowerError {
     UnownedSmem { operand: Name },
     #[error("program {program} needs more than 4 GiB of smem per block")]
     SmemTooLarge { program: usize },
-    #[error("operand `{operand}` is too large to address")]
+    #[error("operand `{operand}` needs more than {MAX_BUFFER_BYTES} bytes (E0059)")]
     BufferTooLarge { operand: Name },
     #[error("kernel `{kernel}` uses `{name}` as a semaphore, but it is not a `sem` operand")]
     NotASemaphore { kernel: Name, name: Name },
+    #[error(
+        "kernel `{kernel}` nests {nesting} levels deep; at most {MAX_NESTING} are allowed (E0057)"
+    )]
+    TooDeep { kernel: Name, nesting: usize },
 }
 
 /// Lowers the map `map` of a module that has passed validation.
@@ -142,6 +144,14 @@ fn program_kernels(module: &Module, map: &MpmdMap) -> Result<Vec<crate::ir::Kern
                     map: map.name.clone(),
                     kernel: p.kernel.clone(),
                 })?;
+            // Before anything recurses over the body, cloning it included.
+            let nesting = crate::text::body_nesting(&kernel.body);
+            if nesting > MAX_NESTING {
+                return Err(LowerError::TooDeep {
+                    kernel: kernel.name.clone(),
+                    nesting,
+                });
+            }
             if kernel.params != params {
                 return Err(LowerError::KernelParameters {
                     map: map.name.clone(),
@@ -503,12 +513,9 @@ fn bind_operands(
                 .unwrap_or(1),
             None => 1,
         };
-        let len = instances
-            .checked_mul(ref_type.len())
-            .filter(|len| len.checked_mul(ELEMENT_BYTES).is_some())
-            .ok_or_else(|| LowerError::BufferTooLarge {
-                operand: operand.name.clone(),
-            })?;
+        let len = buffer_len(ref_type, instances).ok_or_else(|| LowerError::BufferTooLarge {
+            operand: operand.name.clone(),
+        })?;
         // The one rule (`BufferStart::of`); every operand here is gmem or sem.
         let init = match BufferStart::of(kind, operand) {
             Some(BufferStart::Resident) => BufferInit::Resident(operand.name.clone()),
@@ -575,9 +582,11 @@ fn smem_layout(
             continue;
         }
         let too_large = || LowerError::SmemTooLarge { program };
-        let offset = end.next_multiple_of(u64::from(SMEM_ALIGN_BYTES));
-        let size = ref_type.len() * ELEMENT_BYTES;
-        end = offset + size;
+        let offset = end
+            .checked_next_multiple_of(u64::from(SMEM_ALIGN_BYTES))
+            .ok_or_else(too_large)?;
+        let size = ref_type.checked_bytes().ok_or_else(too_large)?;
+        end = offset.checked_add(size).ok_or_else(too_large)?;
         slots.push(SmemSlot {
             operand: index,
             offset_bytes: u32::try_from(offset).map_err(|_| too_large())?,

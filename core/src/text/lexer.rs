@@ -113,11 +113,12 @@ struct Lexer<'s> {
 }
 
 /// Splits `src` into tokens, ending with [`TokenKind::Eof`]. Lexing stops
-/// at the first malformed token.
+/// at the first malformed token. A byte-order mark at the start is skipped;
+/// offsets stay those of `src`.
 pub(crate) fn tokenize(src: &str) -> Vec<Token> {
     let mut lexer = Lexer {
         src,
-        pos: 0,
+        pos: bom_len(src),
         line: 1,
         column: 1,
         tokens: Vec::new(),
@@ -138,11 +139,11 @@ impl Lexer<'_> {
     /// Moves past `bytes` bytes, keeping line and column up to date.
     fn advance(&mut self, bytes: usize) {
         let end = self.pos + bytes;
-        for c in self.src[self.pos..end].chars() {
-            if c == '\n' {
+        for (i, c) in self.src[self.pos..end].char_indices() {
+            if ends_line(self.src, self.pos + i, c) {
                 self.line += 1;
                 self.column = 1;
-            } else {
+            } else if !is_line_break(c) {
                 self.column += 1;
             }
         }
@@ -188,8 +189,13 @@ impl Lexer<'_> {
             } else if let Some(p) = PUNCTUATION.iter().find(|p| self.rest().starts_with(**p)) {
                 self.push(TokenKind::Punct(p), p.len());
             } else {
+                let shown = if c.is_ascii_graphic() {
+                    format!("`{c}`")
+                } else {
+                    format!("{c:?} (U+{:04X})", c as u32)
+                };
                 self.push(
-                    TokenKind::Error(format!("unexpected character `{c}`")),
+                    TokenKind::Error(format!("unexpected character {shown}")),
                     c.len_utf8(),
                 );
             }
@@ -209,7 +215,7 @@ impl Lexer<'_> {
             if ws > 0 {
                 self.advance(ws);
             } else if self.rest().starts_with("//") {
-                let len = self.rest().find('\n').unwrap_or(self.rest().len());
+                let len = self.rest().find(is_line_break).unwrap_or(self.rest().len());
                 self.advance(len);
             } else {
                 return;
@@ -315,10 +321,7 @@ impl Lexer<'_> {
             return;
         }
         let kind = if is_float {
-            match numeric_text.parse::<f32>() {
-                Ok(v) => TokenKind::Float(v.to_bits()),
-                Err(_) => TokenKind::Error(format!("invalid number `{numeric_text}`")),
-            }
+            float_literal(numeric_text)
         } else {
             TokenKind::Int(IntToken {
                 magnitude: u64::from_str_radix(digits, radix).ok(),
@@ -328,6 +331,49 @@ impl Lexer<'_> {
         };
         self.push(kind, sign_len + len);
     }
+}
+
+/// Bytes of a byte-order mark at the start of `src` (0 without one).
+pub(crate) fn bom_len(src: &str) -> usize {
+    if src.starts_with('\u{feff}') {
+        '\u{feff}'.len_utf8()
+    } else {
+        0
+    }
+}
+
+/// CR and LF: a line ends at LF, CR LF or a CR alone.
+pub(crate) fn is_line_break(c: char) -> bool {
+    c == '\n' || c == '\r'
+}
+
+/// Whether `c` at byte `at` of `src` ends a line (a CR followed by LF does
+/// not: the LF does).
+pub(crate) fn ends_line(src: &str, at: usize, c: char) -> bool {
+    c == '\n' || (c == '\r' && !src[at + 1..].starts_with('\n'))
+}
+
+/// A decimal float literal (docs/text-format.md, "Literals"): rounded to
+/// the nearest `f32`, ties to even; a value that rounds to infinity, or a
+/// non-zero value that rounds to zero, is an error.
+fn float_literal(text: &str) -> TokenKind {
+    let Ok(v) = text.parse::<f32>() else {
+        return TokenKind::Error(format!("invalid number `{text}`"));
+    };
+    if v.is_infinite() {
+        return TokenKind::Error(format!(
+            "float literal `{text}` is out of range for `f32` (its largest finite value is {:e}); write `inf` or `-inf` for infinity",
+            f32::MAX
+        ));
+    }
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    if v == 0.0 && mantissa.contains(|c: char| ('1'..='9').contains(&c)) {
+        return TokenKind::Error(format!(
+            "float literal `{text}` is too small for `f32`: it rounds to zero (the smallest non-zero `f32` is {:e}); write `0.0` for zero",
+            f32::from_bits(1)
+        ));
+    }
+    TokenKind::Float(v.to_bits())
 }
 
 #[cfg(test)]

@@ -10,10 +10,12 @@ use thiserror::Error;
 use crate::ir::{Expr, IrPath, Literal, Module, Stmt, Type};
 
 mod lexer;
+mod nesting;
 mod parser;
-
-pub use parser::MAX_NESTING;
 mod printer;
+
+pub use crate::ir::limits::MAX_NESTING;
+pub use nesting::{body_nesting, expr_nesting, statement_nesting, visit_nesting};
 
 /// A place in source text. Lines and columns are 1-based; offsets are bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -78,15 +80,34 @@ impl ParseError {
     }
 }
 
+/// Line `line` (1-based) of `src`, without its line end. Lines end at LF,
+/// CR LF or a CR alone; a byte-order mark at the start is not part of line 1.
+pub fn source_line(src: &str, line: u32) -> &str {
+    let bom = lexer::bom_len(src);
+    let mut start = bom;
+    let mut current = 1;
+    for (i, c) in src[bom..].char_indices().map(|(i, c)| (i + bom, c)) {
+        if !lexer::ends_line(src, i, c) {
+            continue;
+        }
+        if current == line {
+            return src[start..i].trim_end_matches('\r');
+        }
+        current += 1;
+        start = i + 1;
+    }
+    if current == line {
+        &src[start..]
+    } else {
+        ""
+    }
+}
+
 /// The source line `line` of `src` and a caret line under `column` (both
 /// 1-based; a column past the end points just after the line). Tabs before
 /// the column are kept in the caret line so that the caret lines up.
 pub fn excerpt(src: &str, line: u32, column: u32) -> String {
-    let text = src
-        .split('\n')
-        .nth(line.saturating_sub(1) as usize)
-        .unwrap_or("")
-        .trim_end_matches('\r');
+    let text = source_line(src, line);
     let pad: String = text
         .chars()
         .chain(std::iter::repeat(' '))
@@ -135,19 +156,60 @@ pub fn parse(src: &str) -> Result<(Module, SourceMap), ParseError> {
     parser::parse_module(src)
 }
 
+/// Parses a whole `.mpmd` file given as bytes: [`decode`], then [`parse`].
+pub fn parse_bytes(bytes: &[u8]) -> Result<(Module, SourceMap), ParseError> {
+    parse(decode(bytes)?)
+}
+
+/// The text of a `.mpmd` file, which is UTF-8; otherwise an error at the
+/// line and column of the first byte that is not.
+pub fn decode(bytes: &[u8]) -> Result<&str, ParseError> {
+    let error = match std::str::from_utf8(bytes) {
+        Ok(text) => return Ok(text),
+        Err(error) => error,
+    };
+    let valid = error.valid_up_to();
+    // The prefix is valid UTF-8, so it gives the line and column.
+    let before = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+    let (line, column) = position_of(before, valid);
+    let line_start = valid - source_line(before, line).len();
+    let line_end = bytes[valid..]
+        .iter()
+        .position(|&b| b == b'\n' || b == b'\r')
+        .map_or(bytes.len(), |n| valid + n);
+    let shown = String::from_utf8_lossy(&bytes[line_start..line_end]);
+    Err(ParseError {
+        line,
+        column,
+        message: format!(
+            "byte 0x{:02X} is not valid UTF-8; .mpmd files are UTF-8 (save the file as UTF-8)",
+            bytes[valid]
+        ),
+        excerpt: excerpt(&shown, 1, column),
+    })
+}
+
+/// The 1-based line and column (in characters) of byte `offset` of `src`,
+/// with the lexer's line ends and byte-order mark.
+pub(crate) fn position_of(src: &str, offset: usize) -> (u32, u32) {
+    let (mut line, mut column) = (1u32, 1u32);
+    for (i, c) in src[..offset].char_indices() {
+        if i < lexer::bom_len(src) {
+            continue;
+        }
+        if lexer::ends_line(src, i, c) {
+            line += 1;
+            column = 1;
+        } else if !lexer::is_line_break(c) {
+            column += 1;
+        }
+    }
+    (line, column)
+}
+
 /// Parses a single expression (the whole of `src`), as [`print_expr`] prints it.
 pub fn parse_expr(src: &str) -> Result<Expr, ParseError> {
     parser::parse_expr_only(src)
-}
-
-/// Levels of nesting the parser needs for `expr` as [`print_expr`] prints it
-/// (at most [`MAX_NESTING`], together with the enclosing blocks, in a file).
-pub fn printed_nesting(expr: &Expr) -> usize {
-    // Our own output, so no limit beyond the stack the caller already used
-    // to build and print the expression.
-    parser::parse_expr_with_limit(&print_expr(expr), usize::MAX)
-        .map(|(_, deepest)| deepest)
-        .unwrap_or(usize::MAX)
 }
 
 /// Prints a module in canonical form.

@@ -2,62 +2,86 @@
 
 use super::lexer::{is_keyword, tokenize, IntToken, Token, TokenKind};
 use super::printer::binary_level;
-use super::{excerpt, ParseError, SourceMap, Span};
+use super::{excerpt, position_of, ParseError, SourceMap, Span};
+use crate::ir::limits::{with_nesting_stack, INLINE_NESTING, MAX_NESTING};
 use crate::ir::*;
 
 type PResult<T> = Result<T, ParseError>;
 
 pub(crate) fn parse_module(src: &str) -> PResult<(Module, SourceMap)> {
-    let mut parser = Parser::new(src, MAX_NESTING);
-    let module = parser.module()?;
-    Ok((module, parser.spans))
+    with_enough_stack(src, |parser| {
+        let module = parser.module()?;
+        Ok((module, std::mem::take(&mut parser.spans)))
+    })
 }
 
 /// Parses one expression that makes up the whole of `src`.
 pub(crate) fn parse_expr_only(src: &str) -> PResult<Expr> {
-    parse_expr_with_limit(src, MAX_NESTING).map(|(expr, _)| expr)
+    with_enough_stack(src, |parser| {
+        let expr = parser.expr()?;
+        if !parser.at_eof() {
+            return Err(parser.expected("end of expression"));
+        }
+        Ok(expr)
+    })
 }
 
-/// Parses one expression allowing `limit` levels of nesting; also returns
-/// the deepest level reached.
-pub(crate) fn parse_expr_with_limit(src: &str, limit: usize) -> PResult<(Expr, usize)> {
-    let mut parser = Parser::new(src, limit);
-    let expr = parser.expr()?;
-    if !parser.at_eof() {
-        return Err(parser.expected("end of expression"));
+/// Runs `parse` on the caller's stack while the input nests at most
+/// [`INLINE_NESTING`] levels, and again from the start on a thread with
+/// stack for [`MAX_NESTING`] levels when it nests deeper.
+fn with_enough_stack<T: Send>(
+    src: &str,
+    parse: impl Fn(&mut Parser) -> PResult<T> + Sync,
+) -> PResult<T> {
+    let tokens = tokenize(src);
+    let mut inline = Parser::new(src, &tokens, INLINE_NESTING);
+    let result = parse(&mut inline);
+    if !inline.needs_stack {
+        return result;
     }
-    Ok((expr, parser.deepest))
+    with_nesting_stack(|| parse(&mut Parser::new(src, &tokens, MAX_NESTING)))
+}
+
+/// An expression and its depth in nesting levels.
+type Sub = (Expr, usize);
+
+/// The expressions of a list and the depth of the deepest (0 for none).
+fn unzip_depths(subs: Vec<Sub>) -> (Vec<Expr>, usize) {
+    let depth = subs.iter().map(|(_, d)| *d).max().unwrap_or(0);
+    (subs.into_iter().map(|(e, _)| e).collect(), depth)
 }
 
 struct Parser<'s> {
     src: &'s str,
-    tokens: Vec<Token>,
+    tokens: &'s [Token],
     pos: usize,
     spans: SourceMap,
-    /// Current nesting of expressions and blocks (see [`MAX_NESTING`]).
+    /// The level the parser is at: blocks, expressions and parentheses
+    /// entered and not yet left (see [`MAX_NESTING`]).
     depth: usize,
-    /// The deepest nesting reached so far.
-    deepest: usize,
-    /// Nesting beyond this is refused ([`MAX_NESTING`] for input files).
+    /// Nesting beyond this is refused: [`MAX_NESTING`].
     limit: usize,
+    /// Recursion beyond this stops the parse, which then runs again on a
+    /// thread with enough stack (see [`with_enough_stack`]).
+    stack_limit: usize,
+    /// Whether the parse stopped at `stack_limit`.
+    needs_stack: bool,
 }
 
 impl<'s> Parser<'s> {
-    fn new(src: &'s str, limit: usize) -> Self {
+    fn new(src: &'s str, tokens: &'s [Token], stack_limit: usize) -> Self {
         Parser {
             src,
-            tokens: tokenize(src),
+            tokens,
             pos: 0,
             spans: SourceMap::default(),
             depth: 0,
-            deepest: 0,
-            limit,
+            limit: MAX_NESTING,
+            stack_limit,
+            needs_stack: false,
         }
     }
 }
-
-/// Deeper nesting is refused, so that hostile input cannot overflow the stack.
-pub const MAX_NESTING: usize = 64;
 
 const SCALAR_TYPES: [(&str, ScalarType); 4] = [
     ("f32", ScalarType::F32),
@@ -225,7 +249,7 @@ impl Parser<'_> {
             return Ok(());
         }
         let (line, column) = match self.pos.checked_sub(1) {
-            Some(prev) => self.position_of(self.tokens[prev].end),
+            Some(prev) => position_of(self.src, self.tokens[prev].end),
             None => (self.peek().line, self.peek().column),
         };
         Err(self.error_at(
@@ -240,15 +264,6 @@ impl Parser<'_> {
             return Ok(self.bump());
         }
         Err(self.expected(&format!("`{w}` {context}")))
-    }
-
-    /// 1-based line and column of a byte offset.
-    fn position_of(&self, offset: usize) -> (u32, u32) {
-        let before = &self.src[..offset];
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let line = before.matches('\n').count() + 1;
-        let column = before[line_start..].chars().count() + 1;
-        (line as u32, column as u32)
     }
 
     /// A name (an identifier that is not a keyword); `what` says which.
@@ -463,24 +478,52 @@ impl Parser<'_> {
     }
 
     // ---- expressions ----------------------------------------------------
+    //
+    // Each expression comes back with its depth in nesting levels
+    // (docs/text-format.md, "Nesting"): a leaf is 1, an operator, call, cast,
+    // load or pair of parentheses is one more than its deepest operand. A
+    // node is refused when its deepest leaf would lie past the limit, so that
+    // flat operator chains, which the parser reads in a loop, are bounded
+    // like every other shape.
 
     fn expr(&mut self) -> PResult<Expr> {
+        Ok(self.sub_expr()?.0)
+    }
+
+    fn sub_expr(&mut self) -> PResult<Sub> {
         self.nested(|p| p.binary(1))
     }
 
+    fn too_deep(&self, token: &Token) -> ParseError {
+        self.error_at_token(
+            token,
+            format!(
+                "blocks and expressions nest deeper than {} levels here; bind inner parts of the expression to `let`s, or move inner blocks out (docs/text-format.md, \"Nesting\")",
+                self.limit
+            ),
+        )
+    }
+
     fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
-        if self.depth >= self.limit {
+        if self.depth >= self.limit.min(self.stack_limit) {
             let token = self.peek().clone();
-            return Err(self.error_at_token(
-                &token,
-                format!("nesting deeper than {} levels is not supported", self.limit),
-            ));
+            self.needs_stack = self.depth < self.limit;
+            return Err(self.too_deep(&token));
         }
         self.depth += 1;
-        self.deepest = self.deepest.max(self.depth);
         let result = f(self);
         self.depth -= 1;
         result
+    }
+
+    /// `expr` as a node `depth` levels deep at the current level, refused
+    /// (at `token`) when its deepest leaf would lie past the limit.
+    fn node(&self, expr: Expr, depth: usize, token: &Token) -> PResult<Sub> {
+        // The node itself is at the current level, its leaves `depth - 1` below.
+        if self.depth + depth - 1 > self.limit {
+            return Err(self.too_deep(token));
+        }
+        Ok((expr, depth))
     }
 
     fn peek_binary_op(&self) -> Option<BinaryOp> {
@@ -491,43 +534,50 @@ impl Parser<'_> {
     }
 
     /// Precedence climbing over operators of level `min` and tighter.
-    fn binary(&mut self, min: u8) -> PResult<Expr> {
-        let mut lhs = self.unary()?;
+    fn binary(&mut self, min: u8) -> PResult<Sub> {
+        let (mut lhs, mut lhs_depth) = self.unary()?;
         let mut after_comparison = false;
         while let Some(op) = self.peek_binary_op() {
             let level = binary_level(op);
             if level < min {
                 break;
             }
+            let token = self.peek().clone();
             if after_comparison && op.is_comparison() {
-                let token = self.peek().clone();
                 return Err(self.error_at_token(
                     &token,
                     "comparison operators cannot be chained; add parentheses".to_string(),
                 ));
             }
             self.bump();
-            let rhs = self.binary(level + 1)?;
+            let (rhs, rhs_depth) = self.binary(level + 1)?;
             after_comparison = op.is_comparison();
-            lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs));
+            let depth = 1 + lhs_depth.max(rhs_depth);
+            (lhs, lhs_depth) = self.node(
+                Expr::Binary(op, Box::new(lhs), Box::new(rhs)),
+                depth,
+                &token,
+            )?;
         }
-        Ok(lhs)
+        Ok((lhs, lhs_depth))
     }
 
-    fn unary(&mut self) -> PResult<Expr> {
+    fn unary(&mut self) -> PResult<Sub> {
         let op = match &self.peek().kind {
             TokenKind::Punct("-") => UnaryOp::Neg,
             TokenKind::Punct("!") => UnaryOp::Not,
             TokenKind::Punct("~") => UnaryOp::BitNot,
             _ => return self.primary(),
         };
-        self.bump();
-        let operand = self.nested(|p| p.unary())?;
-        Ok(Expr::Unary(op, Box::new(operand)))
+        let token = self.bump();
+        let (operand, depth) = self.nested(|p| p.unary())?;
+        self.node(Expr::Unary(op, Box::new(operand)), depth + 1, &token)
     }
 
-    fn args(&mut self, function: &str) -> PResult<Vec<Expr>> {
-        self.list("(", ")", &format!("after `{function}`"), |p| p.expr())
+    /// The arguments of a call and the depth of the deepest.
+    fn args(&mut self, function: &str) -> PResult<(Vec<Expr>, usize)> {
+        let args = self.list("(", ")", &format!("after `{function}`"), |p| p.sub_expr())?;
+        Ok(unzip_depths(args))
     }
 
     /// `name(arg)` where the single argument is a name (axis functions).
@@ -538,35 +588,37 @@ impl Parser<'_> {
         Ok(axis)
     }
 
-    fn one_arg(&mut self, function: &str) -> PResult<Box<Expr>> {
+    fn one_arg(&mut self, function: &str) -> PResult<(Box<Expr>, usize)> {
         self.expect_punct("(", &format!("after `{function}`"))?;
-        let e = self.expr()?;
+        let (e, depth) = self.sub_expr()?;
         self.expect_punct(")", &format!("after the argument of `{function}`"))?;
-        Ok(Box::new(e))
+        Ok((Box::new(e), depth))
     }
 
-    fn primary(&mut self) -> PResult<Expr> {
+    fn primary(&mut self) -> PResult<Sub> {
         if let Some(lit) = self.try_literal()? {
-            return Ok(Expr::Lit(lit));
+            return Ok((Expr::Lit(lit), 1));
         }
+        let token = self.peek().clone();
         if self.eat_punct("(") {
-            let e = self.expr()?;
+            let (e, depth) = self.sub_expr()?;
             self.expect_punct(")", "to close the parenthesis")?;
-            return Ok(e);
+            return self.node(e, depth + 1, &token);
         }
         self.named_primary()
     }
 
     /// Casts, function calls, loads and variables.
     #[inline(never)]
-    fn named_primary(&mut self) -> PResult<Expr> {
+    fn named_primary(&mut self) -> PResult<Sub> {
         let token = self.peek().clone();
         let Some(word) = self.word_at(0).map(str::to_string) else {
             return Err(self.expected("an expression"));
         };
         if let Some(ty) = scalar_type(&word) {
             self.bump();
-            return Ok(Expr::Cast(ty, self.one_arg(&word)?));
+            let (operand, depth) = self.one_arg(&word)?;
+            return self.node(Expr::Cast(ty, operand), depth + 1, &token);
         }
         if is_keyword(&word) {
             return Err(self.expected("an expression"));
@@ -580,36 +632,36 @@ impl Parser<'_> {
             self.bump();
             let ty = self.scalar_type("")?;
             self.bump();
-            return Ok(Expr::Bitcast(ty, self.one_arg("bitcast")?));
+            let (operand, depth) = self.one_arg("bitcast")?;
+            return self.node(Expr::Bitcast(ty, operand), depth + 1, &token);
         }
         if self.is_punct_at(1, "[") || self.is_punct_at(1, "@") {
-            return Ok(Expr::Load(Box::new(self.access()?)));
+            let (access, depth) = self.access()?;
+            return self.node(Expr::Load(Box::new(access)), depth + 1, &token);
         }
         if !self.is_punct_at(1, "(") {
             self.bump();
-            return Ok(Expr::Var(word));
+            return Ok((Expr::Var(word), 1));
         }
         self.bump();
         match word.as_str() {
-            "axis_index" => Ok(Expr::AxisIndex(self.axis_arg(&word)?)),
-            "axis_size" => Ok(Expr::AxisSize(self.axis_arg(&word)?)),
+            "axis_index" => Ok((Expr::AxisIndex(self.axis_arg(&word)?), 1)),
+            "axis_size" => Ok((Expr::AxisSize(self.axis_arg(&word)?), 1)),
             "select" => {
                 self.expect_punct("(", "after `select`")?;
-                let cond = self.expr()?;
+                let (cond, d0) = self.sub_expr()?;
                 self.expect_punct(",", "after the condition of `select`")?;
-                let if_true = self.expr()?;
+                let (if_true, d1) = self.sub_expr()?;
                 self.expect_punct(",", "after the second argument of `select`")?;
-                let if_false = self.expr()?;
+                let (if_false, d2) = self.sub_expr()?;
                 self.expect_punct(")", "after the third argument of `select`")?;
-                Ok(Expr::Select(
-                    Box::new(cond),
-                    Box::new(if_true),
-                    Box::new(if_false),
-                ))
+                let select = Expr::Select(Box::new(cond), Box::new(if_true), Box::new(if_false));
+                self.node(select, 1 + d0.max(d1).max(d2), &token)
             }
             _ => {
                 if let Some(f) = math_fn(&word) {
-                    return Ok(Expr::Math(f, self.args(&word)?));
+                    let (args, depth) = self.args(&word)?;
+                    return self.node(Expr::Math(f, args), depth + 1, &token);
                 }
                 let hint = if atomic_op(&word).is_some() || word == "read" {
                     format!(
@@ -623,16 +675,21 @@ impl Parser<'_> {
         }
     }
 
-    /// `base[i, ...]` or `base@[c, ...][i, ...]`.
-    fn access(&mut self) -> PResult<RefAccess> {
+    /// `base[i, ...]` or `base@[c, ...][i, ...]`, and the depth of its
+    /// deepest index or coordinate.
+    fn access(&mut self) -> PResult<(RefAccess, usize)> {
         let (base, _) = self.name("a ref name")?;
+        let mut depth = 0;
         let block = if self.eat_punct("@") {
-            Some(self.list("[", "]", "after `@`", |p| p.expr())?)
+            let (coords, d) = unzip_depths(self.list("[", "]", "after `@`", |p| p.sub_expr())?);
+            depth = d;
+            Some(coords)
         } else {
             None
         };
-        let index = self.list("[", "]", &format!("after `{base}`"), |p| p.expr())?;
-        Ok(RefAccess { base, block, index })
+        let (index, d) =
+            unzip_depths(self.list("[", "]", &format!("after `{base}`"), |p| p.sub_expr())?);
+        Ok((RefAccess { base, block, index }, depth.max(d)))
     }
 
     // ---- statements -----------------------------------------------------
@@ -708,7 +765,7 @@ impl Parser<'_> {
         if let Some(op) = sem_op(&word).filter(|_| calls) {
             self.bump();
             self.expect_punct("(", &format!("after `{word}`"))?;
-            let sem = self.access()?;
+            let (sem, _) = self.access()?;
             self.expect_punct(",", "after the semaphore")?;
             let amount = self.expr()?;
             self.expect_punct(")", &format!("after the amount of `{word}`"))?;
@@ -738,7 +795,7 @@ impl Parser<'_> {
                         }
                         self.bump();
                         self.expect_punct("(", "after `read`")?;
-                        let sem = self.access()?;
+                        let (sem, _) = self.access()?;
                         self.expect_punct(")", "after the semaphore of `read`")?;
                         Stmt::SemRead {
                             dest: var.name,
@@ -794,7 +851,7 @@ impl Parser<'_> {
                 Ok(Stmt::Assign { name: word, value })
             }
             _ if self.is_punct_at(1, "[") || self.is_punct_at(1, "@") => {
-                let target = self.access()?;
+                let (target, _) = self.access()?;
                 self.expect_punct("=", "after the store target")?;
                 let value = self.expr()?;
                 self.expect_semicolon(END)?;
@@ -812,7 +869,7 @@ impl Parser<'_> {
         self.bump();
         let word = op.name();
         self.expect_punct("(", &format!("after `{word}`"))?;
-        let target = self.access()?;
+        let (target, _) = self.access()?;
         let mut args = Vec::new();
         while self.eat_punct(",") {
             args.push(self.expr()?);
@@ -835,8 +892,9 @@ impl Parser<'_> {
             let else_path = path.child(PathStep::Else);
             if self.is_word("if") {
                 // `else if` is sugar for an `else` block holding one `if`.
+                // It is one level deeper, like the block it stands for.
                 let nested_path = else_path.child(PathStep::Stmt(0));
-                else_body.push(self.stmt(&nested_path)?);
+                else_body.push(self.nested(|p| p.stmt(&nested_path))?);
             } else {
                 else_body = self.block(&else_path, "or `if` after `else`")?;
             }

@@ -87,75 +87,121 @@ pub(crate) fn write_literal(out: &mut String, lit: Literal) {
     }
 }
 
-/// Prints `expr` where the context needs binding strength at least `min`.
-/// `guard_sign`: a literal that starts with `-` here must be parenthesised.
-fn write_expr_in(out: &mut String, expr: &Expr, min: u8, guard_sign: bool) {
+/// Whether the printer parenthesises `expr` where the context needs binding
+/// strength at least `min`; `guard_sign`: a literal that starts with `-`
+/// there must be parenthesised.
+pub(crate) fn parenthesized(expr: &Expr, min: u8, guard_sign: bool) -> bool {
     match expr {
-        Expr::Lit(lit) => {
-            let paren = guard_sign && is_negative(*lit);
-            if paren {
-                out.push('(');
-            }
-            write_literal(out, *lit);
-            if paren {
-                out.push(')');
-            }
-        }
-        Expr::Var(name) => out.push_str(name),
-        Expr::AxisIndex(axis) => write!(out, "axis_index({axis})").unwrap(),
-        Expr::AxisSize(axis) => write!(out, "axis_size({axis})").unwrap(),
-        Expr::Load(access) => write_access(out, access),
+        Expr::Lit(lit) => guard_sign && is_negative(*lit),
+        Expr::Unary(..) => UNARY_LEVEL < min,
+        Expr::Binary(op, ..) => binary_level(*op) < min,
+        _ => false,
+    }
+}
+
+/// The operands of `expr` in printing order, each with the context it is
+/// printed in (`min`, `guard_sign`) and whether the printer wraps it in
+/// parentheses of its own whatever the context.
+pub(crate) fn operand_contexts(expr: &Expr) -> Vec<(&Expr, u8, bool, bool)> {
+    let plain = |e| (e, 0, false, false);
+    match expr {
+        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => vec![],
+        Expr::Load(access) => access
+            .block
+            .iter()
+            .flatten()
+            .chain(&access.index)
+            .map(plain)
+            .collect(),
         Expr::Unary(op, operand) => {
-            let paren = UNARY_LEVEL < min;
-            if paren {
-                out.push('(');
-            }
-            out.push_str(unary_symbol(*op));
             // `-(1)` is negation of a literal; `-1` would be the literal itself.
             let operand_is_number =
                 matches!(**operand, Expr::Lit(l) if !matches!(l, Literal::Bool(_)));
             if *op == UnaryOp::Neg && operand_is_number {
-                out.push('(');
-                write_expr_in(out, operand, 0, false);
-                out.push(')');
+                vec![(&**operand, 0, false, true)]
             } else {
-                write_expr_in(out, operand, UNARY_LEVEL, true);
-            }
-            if paren {
-                out.push(')');
+                vec![(&**operand, UNARY_LEVEL, true, false)]
             }
         }
         Expr::Binary(op, lhs, rhs) => {
             let level = binary_level(*op);
-            let paren = level < min;
-            if paren {
-                out.push('(');
-            }
             // Left-associative, except comparisons, which do not chain at all.
             let lhs_min = if op.is_comparison() { level + 1 } else { level };
-            write_expr_in(out, lhs, lhs_min, false);
-            write!(out, " {} ", binary_symbol(*op)).unwrap();
-            write_expr_in(out, rhs, level + 1, true);
-            if paren {
-                out.push(')');
-            }
+            vec![
+                (&**lhs, lhs_min, false, false),
+                (&**rhs, level + 1, true, false),
+            ]
         }
         Expr::Select(cond, if_true, if_false) => {
+            vec![plain(&**cond), plain(&**if_true), plain(&**if_false)]
+        }
+        Expr::Cast(_, operand) | Expr::Bitcast(_, operand) => vec![plain(&**operand)],
+        Expr::Math(_, args) => args.iter().map(plain).collect(),
+    }
+}
+
+/// Prints `expr` where the context needs binding strength at least `min`.
+/// `guard_sign`: a literal that starts with `-` here must be parenthesised.
+fn write_expr_in(out: &mut String, expr: &Expr, min: u8, guard_sign: bool) {
+    let paren = parenthesized(expr, min, guard_sign);
+    if paren {
+        out.push('(');
+    }
+    let operands = operand_contexts(expr);
+    let write_operand = |out: &mut String, i: usize| {
+        let (operand, min, guard_sign, forced) = operands[i];
+        if forced {
+            out.push('(');
+        }
+        write_expr_in(out, operand, min, guard_sign);
+        if forced {
+            out.push(')');
+        }
+    };
+    let write_operands = |out: &mut String| {
+        out.push('(');
+        for i in 0..operands.len() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            write_operand(out, i);
+        }
+        out.push(')');
+    };
+    match expr {
+        Expr::Lit(lit) => write_literal(out, *lit),
+        Expr::Var(name) => out.push_str(name),
+        Expr::AxisIndex(axis) => write!(out, "axis_index({axis})").unwrap(),
+        Expr::AxisSize(axis) => write!(out, "axis_size({axis})").unwrap(),
+        Expr::Load(access) => write_access(out, access),
+        Expr::Unary(op, _) => {
+            out.push_str(unary_symbol(*op));
+            write_operand(out, 0);
+        }
+        Expr::Binary(op, ..) => {
+            write_operand(out, 0);
+            write!(out, " {} ", binary_symbol(*op)).unwrap();
+            write_operand(out, 1);
+        }
+        Expr::Select(..) => {
             out.push_str("select");
-            write_args(out, [&**cond, &**if_true, &**if_false]);
+            write_operands(out);
         }
-        Expr::Cast(ty, operand) => {
+        Expr::Cast(ty, _) => {
             out.push_str(ty.keyword());
-            write_args(out, [&**operand]);
+            write_operands(out);
         }
-        Expr::Bitcast(ty, operand) => {
+        Expr::Bitcast(ty, _) => {
             write!(out, "bitcast<{ty}>").unwrap();
-            write_args(out, [&**operand]);
+            write_operands(out);
         }
-        Expr::Math(f, args) => {
+        Expr::Math(f, _) => {
             out.push_str(f.name());
-            write_args(out, args);
+            write_operands(out);
         }
+    }
+    if paren {
+        out.push(')');
     }
 }
 
@@ -170,12 +216,6 @@ fn write_expr_list<'e>(out: &mut String, exprs: impl IntoIterator<Item = &'e Exp
         }
         write_expr(out, e);
     }
-}
-
-fn write_args<'e>(out: &mut String, args: impl IntoIterator<Item = &'e Expr>) {
-    out.push('(');
-    write_expr_list(out, args);
-    out.push(')');
 }
 
 fn write_access(out: &mut String, access: &RefAccess) {

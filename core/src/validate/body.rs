@@ -2,7 +2,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::constant::const_value;
+use super::items::{count_text, instance_bytes};
 use super::{ref_text, Sink};
+use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
     type_of, AtomicOp, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap,
     OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp, Stmt, Type, TypeError,
@@ -95,6 +98,9 @@ struct Walker<'a, 's> {
     nonuniform: HashSet<String>,
     /// The outermost enclosing non-uniform condition: (what, reason).
     control: Option<(String, String)>,
+    /// Values of the `let`s bound to compile-time constants (names are
+    /// unique per kernel, so one map serves every block).
+    constants: HashMap<String, Literal>,
 }
 
 /// Checks `kernel`'s body; with a program context also the rules that
@@ -116,6 +122,7 @@ pub(super) fn check_kernel(
         declared: HashSet::new(),
         nonuniform: HashSet::new(),
         control: None,
+        constants: HashMap::new(),
     };
     let kernel_path = IrPath::root().child(PathStep::Kernel(kernel.name.clone()));
     let mut scope = BlockScope::default();
@@ -144,17 +151,40 @@ pub(super) fn check_kernel(
     walker.walk_block(&kernel.body, &kernel_path, scope);
 }
 
-fn literal_index(e: &Expr) -> Option<i64> {
-    match e {
-        Expr::Lit(Literal::I32(v)) => Some(*v as i64),
-        Expr::Lit(Literal::U32(v)) => Some(*v as i64),
-        _ => None,
-    }
-}
-
 impl Walker<'_, '_> {
     fn kernel_name(&self) -> &str {
         &self.kernel.name
+    }
+
+    /// The value of `e` if it is a compile-time constant: literals, and
+    /// in a program's context also `axis_size` and constant `let`s.
+    fn const_value(&self, e: &Expr) -> Option<Literal> {
+        let name = |n: &str| self.constants.get(n).copied();
+        let axis_size = |axis: &str| {
+            let ctx = self.ctx?;
+            let mut axes = ctx.scope_meshes.iter().flat_map(|m| m.axes());
+            axes.find(|a| a.name == axis).map(|a| a.size)
+        };
+        match e {
+            Expr::Lit(lit) => Some(*lit),
+            _ if self.ctx.is_none() => None,
+            _ => const_value(e, &name, &axis_size),
+        }
+    }
+
+    /// An index or coordinate that is a compile-time integer constant, and
+    /// how to name it in a message: `5`, or `` `axis_size(t)` (= 64) ``.
+    fn constant_index(&self, e: &Expr) -> Option<(i64, String)> {
+        let v = match self.const_value(e)? {
+            Literal::I32(v) => i64::from(v),
+            Literal::U32(v) => i64::from(v),
+            _ => return None,
+        };
+        let shown = match e {
+            Expr::Lit(_) => v.to_string(),
+            _ => format!("`{}` (= {v})", print_expr(e)),
+        };
+        Some((v, shown))
     }
 
     fn declare(&mut self, name: &str, kind: NameKind, path: &IrPath, scope: &mut BlockScope) {
@@ -526,13 +556,13 @@ impl Walker<'_, '_> {
         }
         for (dim, e) in a.index.iter().enumerate() {
             self.check_index(e, "index", base, path, scope);
-            if let (true, Some(v)) = (rank_ok, literal_index(e)) {
+            if let (true, Some((v, shown))) = (rank_ok, self.constant_index(e)) {
                 if v < 0 || v >= r.shape[dim] as i64 {
                     self.sink.report(
                         "E0047",
                         path.clone(),
                         format!(
-                            "index {v} is out of bounds for dimension {dim} of `{base}` (extent {}) in kernel `{kernel}`",
+                            "index {shown} is out of bounds for dimension {dim} of `{base}` (extent {}) in kernel `{kernel}`",
                             r.shape[dim]
                         ),
                         format!("use an index in 0..{}", r.shape[dim]),
@@ -575,13 +605,13 @@ impl Walker<'_, '_> {
                             );
                         } else {
                             for (e, axis) in coords.iter().zip(&axes) {
-                                if let Some(v) = literal_index(e) {
+                                if let Some((v, shown)) = self.constant_index(e) {
                                     if v < 0 || v >= axis.size as i64 {
                                         self.sink.report(
                                             "E0047",
                                             path.clone(),
                                             format!(
-                                                "block coordinate {v} of `{base}` is out of bounds for axis `{}` of mesh `{owner}` (size {}) in kernel `{kernel}`",
+                                                "block coordinate {shown} of `{base}` is out of bounds for axis `{}` of mesh `{owner}` (size {}) in kernel `{kernel}`",
                                                 axis.name, axis.size
                                             ),
                                             format!("use a coordinate in 0..{}", axis.size),
@@ -734,6 +764,9 @@ impl Walker<'_, '_> {
                     value,
                     path,
                 );
+                if let Some(v) = self.const_value(value).filter(|v| v.ty() == var.ty) {
+                    self.constants.insert(var.name.clone(), v);
+                }
                 self.declare(&var.name, NameKind::Let, path, scope);
                 scope.types.bind_scalar(&var.name, var.ty);
             }
@@ -783,6 +816,22 @@ impl Walker<'_, '_> {
                         path.clone(),
                         format!("local array `{name}` in kernel `{}` has type `{}`, which has no elements", self.kernel.name, ref_text(&r)),
                         "give the array at least one dimension, each of extent at least 1",
+                    );
+                }
+                let bytes = instance_bytes(&r);
+                if bytes.is_none_or(|b| b > u128::from(MAX_LOCAL_BYTES)) {
+                    let elements = wide_product(shape.iter().map(|&d| u64::from(d)));
+                    self.sink.report(
+                        "E0059",
+                        path.clone(),
+                        format!(
+                            "local array `{name}` in kernel `{}` has type `{}`: {} elements, {} bytes per thread; a local array holds at most {MAX_LOCAL_BYTES} bytes (512 KiB)",
+                            self.kernel.name,
+                            ref_text(&r),
+                            count_text(elements),
+                            count_text(bytes)
+                        ),
+                        "keep large per-thread data in a gmem scratch operand indexed by the thread",
                     );
                 }
                 self.declare(name, NameKind::LocalArray, path, scope);

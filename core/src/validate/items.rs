@@ -4,12 +4,19 @@ use std::collections::{HashMap, HashSet};
 
 use super::body::{check_kernel, ProgramCtx};
 use super::{ref_text, type_text, Sink, ValidateOptions};
+use crate::ir::limits::{wide_product, ELEMENT_BYTES, MAX_BLOCKS, MAX_BUFFER_BYTES};
 use crate::ir::{
     Generator, IrPath, MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefType,
     ScalarType, Type,
 };
 
-pub(super) fn check_module(module: &Module, options: &ValidateOptions, sink: &mut Sink) {
+/// `too_deep`: kernels whose bodies are not walked (E0057).
+pub(super) fn check_module(
+    module: &Module,
+    options: &ValidateOptions,
+    too_deep: &HashSet<&str>,
+    sink: &mut Sink,
+) {
     check_duplicate_items(module, sink);
     for mesh in &module.meshes {
         check_mesh(mesh, sink);
@@ -34,7 +41,7 @@ pub(super) fn check_module(module: &Module, options: &ValidateOptions, sink: &mu
     }
     let mut used_kernels = HashSet::new();
     for map in &module.maps {
-        check_map(module, options, map, &mut used_kernels, sink);
+        check_map(module, options, map, too_deep, &mut used_kernels, sink);
     }
     for kernel in &module.kernels {
         if !used_kernels.contains(kernel.name.as_str()) {
@@ -49,13 +56,15 @@ pub(super) fn check_module(module: &Module, options: &ValidateOptions, sink: &mu
                 }
             }
         }
-        check_kernel(
-            module,
-            kernel,
-            None,
-            !used_kernels.contains(kernel.name.as_str()),
-            sink,
-        );
+        if !too_deep.contains(kernel.name.as_str()) {
+            check_kernel(
+                module,
+                kernel,
+                None,
+                !used_kernels.contains(kernel.name.as_str()),
+                sink,
+            );
+        }
     }
     check_calls(module, sink);
     check_case(module, sink);
@@ -148,6 +157,21 @@ fn check_mesh(mesh: &Mesh, sink: &mut Sink) {
             "use 1 to 1024 threads per block and spread more work over grid axes",
         );
     }
+    let blocks = wide_product(mesh.block_axes().map(|a| u64::from(a.size)));
+    if blocks.is_none_or(|n| n > u128::from(MAX_BLOCKS)) {
+        let sizes: Vec<String> = mesh.block_axes().map(|a| a.size.to_string()).collect();
+        sink.report(
+            "E0058",
+            path.clone(),
+            format!(
+                "mesh `{}` has {} blocks ({}); a mesh has at most {MAX_BLOCKS}",
+                mesh.name,
+                count_text(blocks),
+                sizes.join(" x ")
+            ),
+            "use fewer or smaller grid and cluster axes, and give each block more work",
+        );
+    }
     let mut seen = HashSet::new();
     for axis in mesh.axes() {
         if !seen.insert(axis.name.as_str()) {
@@ -200,6 +224,9 @@ fn check_ref_type(
             "give the ref at least one dimension, each of extent at least 1",
         );
     }
+    if r.space.is_device_resident() {
+        check_buffer_size(module, r, what, path, sink);
+    }
     if let Some(owner) = &r.owner {
         if module.mesh(owner).is_none() {
             sink.report(
@@ -211,6 +238,53 @@ fn check_ref_type(
         }
     }
     sink.count() == before
+}
+
+/// Bytes of one instance of `r`, or `None` past 128 bits.
+pub(super) fn instance_bytes(r: &RefType) -> Option<u128> {
+    wide_product(r.shape.iter().map(|&d| u64::from(d)).chain([ELEMENT_BYTES]))
+}
+
+/// A count for a message; `None` is one past 128 bits.
+pub(super) fn count_text(count: Option<u128>) -> String {
+    match count {
+        Some(n) => n.to_string(),
+        None => "more than 2^128".to_string(),
+    }
+}
+
+/// E0059 for a gmem or sem ref: all its instances (one per block of its
+/// owner mesh) together within [`MAX_BUFFER_BYTES`].
+fn check_buffer_size(module: &Module, r: &RefType, what: &str, path: &IrPath, sink: &mut Sink) {
+    let owner = r.owner.as_deref().and_then(|o| module.mesh(o));
+    let blocks = match owner {
+        Some(mesh) => match mesh.checked_block_count() {
+            Some(n) if n <= MAX_BLOCKS => n,
+            // E0058 is reported on the mesh.
+            _ => return,
+        },
+        None => 1,
+    };
+    let bytes = instance_bytes(r).and_then(|b| b.checked_mul(u128::from(blocks)));
+    if bytes.is_some_and(|b| b <= u128::from(MAX_BUFFER_BYTES)) {
+        return;
+    }
+    let elements = wide_product(r.shape.iter().map(|&d| u64::from(d)));
+    let instances = match owner {
+        Some(mesh) => format!(" per block, times {blocks} blocks of mesh `{}`", mesh.name),
+        None => String::new(),
+    };
+    sink.report(
+        "E0059",
+        path.clone(),
+        format!(
+            "{what} has type `{}`: {} elements{instances}, {} bytes in all; a buffer holds at most {MAX_BUFFER_BYTES} bytes (1 TiB)",
+            ref_text(r),
+            count_text(elements),
+            count_text(bytes)
+        ),
+        "shrink the ref, or split the data over several operands or calls",
+    );
 }
 
 fn kind_name(kind: OperandKind) -> &'static str {
@@ -226,6 +300,7 @@ fn check_map<'a>(
     module: &'a Module,
     options: &ValidateOptions,
     map: &'a MpmdMap,
+    too_deep: &HashSet<&str>,
     used_kernels: &mut HashSet<&'a str>,
     sink: &mut Sink,
 ) {
@@ -408,7 +483,10 @@ fn check_map<'a>(
         if let Some(mesh) = mesh {
             check_smem_budget(map, index, mesh, options, &program_path, sink);
         }
-        if let (Some(mesh), Some(kernel), true, true) = (mesh, kernel, params_match, map_sound) {
+        let walkable = kernel.is_some_and(|k| !too_deep.contains(k.name.as_str()));
+        if let (Some(mesh), Some(kernel), true, true, true) =
+            (mesh, kernel, params_match, map_sound, walkable)
+        {
             let ctx = ProgramCtx {
                 map,
                 mesh,
@@ -608,7 +686,7 @@ fn check_smem_budget(
     sink: &mut Sink,
 ) {
     let single = map.programs.len() == 1;
-    let mut total: u64 = 0;
+    let mut total: u128 = 0;
     let mut parts = Vec::new();
     for (_, op) in map.operands() {
         if let Some(r) = op.ty.as_ref_type() {
@@ -617,21 +695,23 @@ fn check_smem_budget(
                 None => single,
             };
             if r.space == MemorySpace::Smem && owned {
-                let bytes = r.len() * 4;
-                total += bytes;
-                parts.push(format!("`{}` {bytes}", op.name));
+                // Shapes of any size: 128 bits, saturating, never wrap.
+                let bytes = instance_bytes(r).unwrap_or(u128::MAX);
+                total = total.saturating_add(bytes);
+                parts.push(format!("`{}` {}", op.name, count_text(Some(bytes))));
             }
         }
     }
-    if total > options.smem_limit_bytes as u64 {
+    if total > u128::from(options.smem_limit_bytes) {
         sink.report(
             "E0030",
             path.clone(),
             format!(
-                "program {index} of map `{}` (kernel `{}` on mesh `{}`) needs {total} bytes of smem per block ({}); the limit is {}",
+                "program {index} of map `{}` (kernel `{}` on mesh `{}`) needs {} bytes of smem per block ({}); the limit is {}",
                 map.name,
                 map.programs[index].kernel,
                 mesh.name,
+                count_text(Some(total)),
                 parts.join(" + "),
                 options.smem_limit_bytes
             ),

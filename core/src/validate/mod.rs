@@ -8,6 +8,7 @@
 //! once per kernel regardless.
 
 mod body;
+mod constant;
 mod items;
 mod names;
 mod nesting;
@@ -15,7 +16,9 @@ mod render;
 
 use std::collections::HashSet;
 
+use crate::ir::limits::{with_nesting_stack, INLINE_NESTING};
 use crate::ir::{IrPath, MemorySpace, Module, RefType, Type};
+use crate::text::body_nesting;
 
 pub use render::render;
 
@@ -97,7 +100,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0044", "bad for-loop variable", "a loop variable is i32 or u32 and both bounds have its type"),
     ("E0045", "for-loop bound is not constant or a scalar parameter", "loop bounds are built only from literals, scalar parameters and axis_size"),
     ("E0046", "wrong number of indices", "an access has one index per dimension of the ref"),
-    ("E0047", "constant index out of bounds", "a literal index or block coordinate is below the extent it indexes"),
+    ("E0047", "constant index out of bounds", "an index or block coordinate that is a compile-time constant (literals, axis_size, constant lets and operators over them) is in 0..extent"),
     ("E0048", "memory access to a semaphore", "sem refs are used only through signal, wait, wait_nodec and read"),
     ("E0049", "semaphore operation on a ref that is not a semaphore", "signal, wait, wait_nodec and read apply to sem refs only"),
     ("E0050", "atomic on an unsupported ref", "atomics apply to i32 or u32 elements of gmem or smem"),
@@ -107,7 +110,9 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0054", "non-uniform semaphore index, coordinate or amount", "a semaphore operation's index, block coordinates and amount are block-uniform"),
     ("E0055", "semaphore amount below 1", "a semaphore amount n is at least 1"),
     ("E0056", "invalid name", "names are identifiers that are not keywords"),
-    ("E0057", "nested too deeply", "blocks and expressions together nest at most 64 levels, what the text format reads back"),
+    ("E0057", "nested too deeply", "blocks and expressions together nest at most 256 levels (MAX_NESTING)"),
+    ("E0058", "mesh with too many blocks", "a mesh's grid and cluster axes multiply to at most 4294967295 blocks (MAX_BLOCKS)"),
+    ("E0059", "ref too large", "a gmem or sem ref, all instances together, is at most 2^40 bytes (MAX_BUFFER_BYTES); a local array at most 512 KiB per thread (MAX_LOCAL_BYTES)"),
 ];
 
 /// The rule text of `code`.
@@ -148,10 +153,23 @@ impl Sink {
 
 /// Checks every rule; returns all diagnostics found.
 pub fn validate(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
+    let deep = module
+        .kernels
+        .iter()
+        .any(|k| body_nesting(&k.body) > INLINE_NESTING);
+    if deep {
+        with_nesting_stack(|| validate_here(module, options))
+    } else {
+        validate_here(module, options)
+    }
+}
+
+fn validate_here(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
     let mut sink = Sink { diags: Vec::new() };
-    names::check_names(module, &mut sink);
-    nesting::check_nesting(module, &mut sink);
-    items::check_module(module, options, &mut sink);
+    // Nesting first: the other checks recurse over the bodies it lets through.
+    let too_deep = nesting::check_nesting(module, &mut sink);
+    names::check_names(module, &too_deep, &mut sink);
+    items::check_module(module, options, &too_deep, &mut sink);
     // A kernel run by several programs is walked once per program; its
     // context-free findings come out identical each time.
     let mut seen = HashSet::new();

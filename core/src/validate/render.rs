@@ -14,7 +14,7 @@ pub fn render(diag: &Diagnostic, file: &str, source: Option<(&str, &SourceMap)>)
     match span {
         Some((text, span)) => {
             let line_no = span.line.max(1);
-            let line = text.lines().nth(line_no as usize - 1).unwrap_or("");
+            let line = crate::text::source_line(text, line_no);
             let gutter = " ".repeat(line_no.to_string().len());
             let column = (span.column.max(1) as usize).min(line.chars().count() + 1);
             // Underline the span, but never past the end of its first line.

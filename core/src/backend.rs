@@ -76,6 +76,14 @@ pub enum RunError {
     },
     #[error("wait on `{semaphore}` timed out at {site}")]
     WaitTimeout { site: Site, semaphore: String },
+    /// A `signal` or `wait` whose amount, computed at run time, is below 1
+    /// (validation refuses literal amounts below 1, E0055).
+    #[error("semaphore amount {amount} on `{semaphore}` at {site}: signal and wait take an amount of 1 or more")]
+    SemaphoreAmount {
+        site: Site,
+        semaphore: String,
+        amount: i32,
+    },
     #[error("time limit of {limit_ms} ms reached at {site}; raise it with {option}")]
     TimeLimit {
         /// The block that was running when the limit passed.
@@ -106,6 +114,7 @@ impl RunError {
             RunError::UninitializedRead { .. } => ErrorClass::UninitializedRead,
             RunError::DataRace { .. } => ErrorClass::DataRace,
             RunError::WaitTimeout { .. } => ErrorClass::WaitTimeout,
+            RunError::SemaphoreAmount { .. } => ErrorClass::SemaphoreAmount,
             RunError::Nondeterministic { .. } => ErrorClass::Nondeterministic,
             RunError::Unsupported { .. } => ErrorClass::Unsupported,
             RunError::Refused { .. } => ErrorClass::Refused,

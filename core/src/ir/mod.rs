@@ -697,6 +697,8 @@ pub enum ErrorClass {
     UninitializedRead,
     DataRace,
     WaitTimeout,
+    /// A run-time semaphore amount below 1.
+    SemaphoreAmount,
     Nondeterministic,
     Unsupported,
     Refused,
@@ -710,18 +712,20 @@ impl ErrorClass {
             Self::UninitializedRead => "uninitialized_read",
             Self::DataRace => "data_race",
             Self::WaitTimeout => "wait_timeout",
+            Self::SemaphoreAmount => "semaphore_amount",
             Self::Nondeterministic => "nondeterministic",
             Self::Unsupported => "unsupported",
             Self::Refused => "refused",
         }
     }
 
-    pub const ALL: [ErrorClass; 8] = [
+    pub const ALL: [ErrorClass; 9] = [
         Self::Deadlock,
         Self::OutOfBounds,
         Self::UninitializedRead,
         Self::DataRace,
         Self::WaitTimeout,
+        Self::SemaphoreAmount,
         Self::Nondeterministic,
         Self::Unsupported,
         Self::Refused,

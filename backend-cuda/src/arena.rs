@@ -151,8 +151,11 @@ pub struct HostBlock {
     device: u64,
 }
 
-// SAFETY: the block owns its allocation like a `Box<[u32]>`; the pointer is
-// only dereferenced through `&self` / `&mut self`.
+// SAFETY: the block owns its allocation like a `Box<[u32]>` (no other
+// handle to it exists on the host); the pointer is only dereferenced through
+// `&self` / `&mut self`, under the `unsafe fn`s' contract that no device work
+// writes it meanwhile, and device writes stay inside the block's buffers
+// (every kernel write is bounded to its ref, in fast mode too).
 unsafe impl Send for HostBlock {}
 
 impl HostBlock {
@@ -200,7 +203,9 @@ impl HostBlock {
     /// caller synchronised the stream after the last one).
     pub unsafe fn words(&self, range: Range<usize>) -> &[u32] {
         assert!(range.start <= range.end && range.end <= self.len);
-        std::slice::from_raw_parts(self.host.as_ptr().add(range.start), range.len())
+        // SAFETY: the range lies inside the allocation (asserted); the
+        // caller guarantees that nothing writes it meanwhile.
+        unsafe { std::slice::from_raw_parts(self.host.as_ptr().add(range.start), range.len()) }
     }
 
     /// # Safety
@@ -208,6 +213,9 @@ impl HostBlock {
     /// block meanwhile.
     pub unsafe fn words_mut(&mut self, range: Range<usize>) -> &mut [u32] {
         assert!(range.start <= range.end && range.end <= self.len);
-        std::slice::from_raw_parts_mut(self.host.as_ptr().add(range.start), range.len())
+        // SAFETY: the range lies inside the allocation (asserted), `&mut
+        // self` excludes other host borrows, and the caller guarantees that
+        // the device does not touch it meanwhile.
+        unsafe { std::slice::from_raw_parts_mut(self.host.as_ptr().add(range.start), range.len()) }
     }
 }

@@ -265,8 +265,9 @@ impl CudaBackend {
             ordinal: options.device,
             detail: describe(&e),
         })?;
-        // SAFETY: this backend uses one stream, so cudarc's cross-stream
-        // events (two per allocation, more per launch) only cost time.
+        // SAFETY: cudarc's events order work across streams; this backend
+        // issues everything on its one stream, and hands the context and the
+        // stream out only through `unsafe fn`s whose contract keeps it so.
         unsafe { context.disable_event_tracking() };
         let (major, minor) = context
             .compute_capability()
@@ -335,11 +336,27 @@ impl CudaBackend {
         self.sm_count
     }
 
-    pub fn stream(&self) -> &Arc<CudaStream> {
+    /// The backend's one stream.
+    ///
+    /// # Safety
+    /// The context's cross-stream event tracking is off (see
+    /// [`CudaBackend::context`]): memory allocated or used through this
+    /// stream must not be used on any other stream, and kernels launched on
+    /// it must not touch the backend's memory (its arena, host-mapped block
+    /// and residents) while a call may be running.
+    pub unsafe fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
-    pub fn context(&self) -> &Arc<CudaContext> {
+    /// The backend's CUDA context.
+    ///
+    /// # Safety
+    /// Event tracking is off in this context (`disable_event_tracking`: the
+    /// backend uses one stream, and the per-allocation events cost time), so
+    /// cudarc no longer orders work on different streams for its safe API.
+    /// The caller uses only [`CudaBackend::stream`] with what it creates
+    /// from this context, or synchronises streams itself.
+    pub unsafe fn context(&self) -> &Arc<CudaContext> {
         &self.context
     }
 
@@ -1015,9 +1032,13 @@ fn launch_prepared(
         shared_mem_bytes: prepared.module.dynamic_smem_bytes,
     };
     // SAFETY: the parameters match the generated kernel's signature
-    // (module.params), every buffer holds the elements the kernel indexes
-    // (checked mode checks every index), and a mapped buffer's address is
-    // a device pointer to its words (a pointer-sized argument).
+    // (module.params); every buffer holds the elements its ref declares
+    // (arena layout, residents checked by length), and the kernel writes
+    // no element outside its ref in either mode (emit: checked mode reports
+    // and skips such a write, fast mode skips it), so no host memory the
+    // device can address (the mapped block, page-locked staging, HMM) is
+    // written behind Rust's back; a mapped buffer's address is a device
+    // pointer to its words (a pointer-sized argument).
     let events = unsafe {
         if prepared.cooperative {
             launch.launch_cooperative(config)

@@ -30,6 +30,8 @@ pub const WORDS: usize = 26;
 
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 pub const ERR_OUT_OF_BOUNDS: u32 = 2;
+/// A run-time signal or wait amount below 1; word [`THREAD`] holds the amount.
+pub const ERR_SEM_AMOUNT: u32 = 3;
 
 fn list(values: &[u32]) -> String {
     let parts: Vec<String> = values.iter().map(|v| v.to_string()).collect();
@@ -73,6 +75,16 @@ pub fn decode(words: &[u32], module: &EmittedModule) -> Option<RunError> {
                 thread: None,
             },
             semaphore: format!("{reference}{access}"),
+        }),
+        ERR_SEM_AMOUNT => Some(RunError::BadSemaphoreAmount {
+            site: Site {
+                program,
+                kernel,
+                block: words[BLOCK] as u64,
+                thread: None,
+            },
+            semaphore: format!("{reference}{access}"),
+            amount: i64::from(words[THREAD] as i32),
         }),
         ERR_OUT_OF_BOUNDS => {
             let shape = info
@@ -198,5 +210,21 @@ mod tests {
             "wait on `ready[3]` timed out at program 1 (consume), block 2"
         );
         assert_eq!(decode(&[0u32; WORDS], &module()), None);
+    }
+
+    #[test]
+    fn decodes_a_semaphore_amount_below_one() {
+        let mut w = vec![0u32; WORDS];
+        w[CLAIMED] = 1;
+        w[KIND] = ERR_SEM_AMOUNT;
+        w[PROGRAM] = 1;
+        w[BLOCK] = 2;
+        w[THREAD] = -1i32 as u32;
+        w[NINDEX] = 1;
+        w[INDEX] = 3;
+        assert_eq!(
+            decode(&w, &module()).unwrap().to_string(),
+            "semaphore amount -1 on `ready[3]` at program 1 (consume), block 2: signal and wait take an amount of 1 or more"
+        );
     }
 }

@@ -25,8 +25,8 @@ use std::fmt::Write as _;
 
 use mpmd_core::ir::visit::{for_each_expr, for_each_stmt};
 use mpmd_core::ir::{
-    type_of, AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, RefAccess, RefType,
-    ScalarType, Scope, SemOp, Stmt, Type, UnaryOp,
+    AtomicOp, BinaryOp, Expr, Literal, MathFn, MemorySpace, RefAccess, RefType, ScalarType, SemOp,
+    Stmt, Type, UnaryOp,
 };
 use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
@@ -113,19 +113,51 @@ pub fn emit(plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
     Ok(emit_module(plan, mode)?.source)
 }
 
-/// A C identifier for a user name (`[A-Za-z_][A-Za-z0-9_]*`), with a prefix
-/// so that it never collides with CUDA or prelude names.
-pub fn sanitize(prefix: &str, name: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + name.len());
-    out.push_str(prefix);
-    for c in name.chars() {
-        out.push(if c.is_ascii_alphanumeric() || c == '_' {
-            c
-        } else {
-            '_'
-        });
+/// The C name of a user name of kind `kind` (one lowercase letter, see
+/// [`names`]): `{kind}_{name}`. Names of a valid module are identifiers
+/// (`[A-Za-z_][A-Za-z0-9_]*`, E0056) and are kept as they are; any other
+/// string becomes `{kind}0_` and the hex of its bytes, so the map stays
+/// injective even for plans built without validation.
+pub fn user_name(kind: char, name: &str) -> String {
+    debug_assert!(names::USER_KINDS.contains(kind));
+    if is_c_identifier(name) {
+        format!("{kind}_{name}")
+    } else {
+        format!("{kind}0_{}", hex(name))
     }
-    out
+}
+
+fn hex(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn is_c_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// How every identifier of a generated module is formed; ARCHITECTURE.md
+/// ("CUDA backend", names) has the argument why no two can be equal.
+///
+/// - **User names** are `<kind>_<name>` ([`user_name`]): `v` scalars of a
+///   body (`let`, `var`, `for`, atomic and `read` results), `p` scalar
+///   operands, `s` smem, `l` local arrays, `a` axis indices, `m` the
+///   kernel (from the map name). Buffers are `b<index>_<first operand>`,
+///   told apart by the index. The name is never extended by a suffix.
+/// - **Generated names** start with `mpmd_` or `MPMD_` (the prelude, the
+///   kernel's skeleton); per-site temporaries are exactly
+///   `mpmd_<letter><digits>`, a form no prelude or skeleton name has.
+pub mod names {
+    /// The kind letters of user names ([`super::user_name`]).
+    pub const USER_KINDS: &str = "vpslam";
+
+    /// The kernel's name for map `map`.
+    pub fn kernel(map: &str) -> String {
+        super::user_name('m', map)
+    }
 }
 
 fn c_type(t: ScalarType) -> &'static str {
@@ -201,10 +233,11 @@ struct Emitter<'a> {
     out: String,
     refs: Vec<RefInfo>,
     ref_ids: HashMap<(usize, String), u32>,
-    /// Counter for the names of checked-offset temporaries.
-    next_offset: u32,
-    /// Counter for the names of batched loops' temporaries.
-    next_batch: u32,
+    /// Counter of the generated temporaries (`mpmd_<letter><n>`).
+    next_temp: u32,
+    /// Indentation depth of the statement being emitted, where the
+    /// temporaries of its expressions go.
+    depth: usize,
     /// Buffers of semaphores some program reads.
     read_semaphores: BTreeSet<usize>,
     /// How the unit being emitted synchronises its block and stops.
@@ -282,8 +315,34 @@ pub fn emit_module(plan: &LaunchPlan, mode: Mode) -> Result<EmittedModule, EmitE
     emit_module_with(plan, mode, BlockSchedule::for_plan(plan, true))
 }
 
+/// Stack of the thread the emitter runs on: statements and expressions
+/// other than operator chains (walked in a loop) recurse once per nesting
+/// level, which the IR bounds; this keeps any allowed depth off the
+/// caller's stack (2 MiB on test threads). Reserved, not committed.
+const EMIT_STACK_BYTES: usize = 256 << 20;
+
 /// Generates the module with the given block schedule.
 pub fn emit_module_with(
+    plan: &LaunchPlan,
+    mode: Mode,
+    schedule: BlockSchedule,
+) -> Result<EmittedModule, EmitError> {
+    std::thread::scope(|scope| {
+        let emit = std::thread::Builder::new()
+            .name("mpmd-emit".into())
+            .stack_size(EMIT_STACK_BYTES)
+            .spawn_scoped(scope, || emit_on_this_thread(plan, mode, schedule));
+        match emit {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            // No thread to be had: emit here.
+            Err(_) => emit_on_this_thread(plan, mode, schedule),
+        }
+    })
+}
+
+fn emit_on_this_thread(
     plan: &LaunchPlan,
     mode: Mode,
     schedule: BlockSchedule,
@@ -304,7 +363,7 @@ pub fn emit_module_with(
         .max()
         .unwrap_or(1);
     let dynamic_smem_bytes = plan.units.iter().map(|u| u.smem_bytes).max().unwrap_or(0);
-    let kernel_name = sanitize("mpmd_", &plan.map.name);
+    let kernel_name = names::kernel(&plan.map.name);
     let written = written_buffers(plan);
 
     let mut e = Emitter {
@@ -313,8 +372,8 @@ pub fn emit_module_with(
         out: String::new(),
         refs: Vec::new(),
         ref_ids: HashMap::new(),
-        next_offset: 0,
-        next_batch: 0,
+        next_temp: 0,
+        depth: 2,
         read_semaphores: read_semaphores(plan),
         unit_sync: UnitSync::WholeBlock,
     };
@@ -506,11 +565,17 @@ fn buffer_c_name(plan: &LaunchPlan, index: usize) -> String {
         .first()
         .map(String::as_str)
         .unwrap_or("buffer");
-    sanitize(&format!("mpmd_b{index}_"), first)
+    // The index (ended by the first `_`) tells buffers apart; the operand
+    // name is only for the reader.
+    if is_c_identifier(first) {
+        format!("b{index}_{first}")
+    } else {
+        format!("b{index}_0{}", hex(first))
+    }
 }
 
 fn scalar_c_name(operand: &str) -> String {
-    sanitize("p_", operand)
+    user_name('p', operand)
 }
 
 /// Indents every non-empty line of `out` from byte `start` by two spaces.
@@ -639,46 +704,57 @@ impl UnitContext<'_> {
             .get(name)
             .ok_or_else(|| self.unsupported(format!("unknown name `{name}`")))
     }
+}
 
-    /// The type of `e`, by the IR's one typing rule over the names in scope.
-    fn scalar_type(&self, e: &Expr) -> Result<ScalarType, EmitError> {
-        let mut scope = Scope::new();
-        for (name, symbol) in &self.symbols {
-            match symbol {
-                Symbol::Scalar { ty, .. } => scope.bind_scalar(name, *ty),
-                Symbol::Buffer { ty, .. } | Symbol::Smem { ty, .. } => {
-                    scope.bind_ref(name, ty.clone())
-                }
-                Symbol::Local { elem, shape, .. } => scope.bind_ref(
-                    name,
-                    RefType {
-                        space: MemorySpace::Local,
-                        elem: *elem,
-                        shape: shape.clone(),
-                        owner: None,
-                    },
-                ),
-            }
-        }
-        type_of(e, &scope).map_err(|err| self.unsupported(err.to_string()))
+/// Nesting depth of C expression text past which it is bound to a
+/// temporary, so that the generated source stays shallow however deep the
+/// IR expression is (C++ promises 256 nested parentheses, no more).
+pub const MAX_EXPR_DEPTH: u32 = 32;
+
+/// C expression text with its IR type and how deeply it nests.
+#[derive(Clone, Debug)]
+struct Code {
+    text: String,
+    ty: ScalarType,
+    depth: u32,
+}
+
+impl Code {
+    fn new(text: String, ty: ScalarType, depth: u32) -> Self {
+        Code { text, ty, depth }
     }
 }
 
 /// A resolved memory access.
 struct Place {
-    /// C pointer expression of the element (`&p[o]`) or the offset variable
-    /// name in checked mode.
-    pointer: String,
-    /// `p[o]` in fast mode.
-    element: String,
-    /// Checked mode: the statement that computes `offset_var`, and its name.
-    checked: Option<(String, String)>,
     base: String,
+    /// `base[offset]` with the offset inline: what a fast-mode load reads.
+    element: String,
+    /// The statement binding the offset of a guarded access (every store,
+    /// atomic and semaphore operation, and checked loads) to `offset`.
+    compute: String,
+    offset: String,
+    /// True when the access may go ahead: in checked mode the offset passed
+    /// its check (which reported it otherwise); in fast mode it lies inside
+    /// the ref, so that no store reaches memory outside it.
+    ok: String,
+    /// The negation of `ok`.
+    bad: String,
+    /// Checked mode: the offset call alone, inline (a checked load).
+    checked_call: Option<String>,
     elem: ScalarType,
     is_bool_in_memory: bool,
+    depth: u32,
 }
 
 impl Emitter<'_> {
+    /// A fresh generated name `mpmd_<letter><n>` (see [`names`]).
+    fn temp(&mut self, letter: char) -> String {
+        debug_assert!(letter.is_ascii_lowercase());
+        self.next_temp += 1;
+        format!("mpmd_{letter}{}", self.next_temp)
+    }
+
     fn emit_unit(&mut self, unit: &LaunchUnit) -> Result<(), EmitError> {
         let mut cx = UnitContext {
             unit,
@@ -706,7 +782,7 @@ impl Emitter<'_> {
                         .map(|s| s.offset_bytes);
                     match slot {
                         Some(offset) => {
-                            let c_name = sanitize("s_", &param.name);
+                            let c_name = user_name('s', &param.name);
                             let _ = writeln!(
                                 self.out,
                                 "    {}* const {c_name} = ({}*)(mpmd_smem + {offset}u);",
@@ -759,7 +835,7 @@ impl Emitter<'_> {
             let _ = writeln!(
                 self.out,
                 "    const u32 {} = ({id} / {}u) % {}u;",
-                sanitize("a_", &axis.axis),
+                user_name('a', &axis.axis),
                 axis.stride,
                 axis.size
             );
@@ -793,18 +869,23 @@ impl Emitter<'_> {
         stmt: &Stmt,
         depth: usize,
     ) -> Result<(), EmitError> {
+        // Temporaries of this statement's expressions go just before it.
+        self.depth = depth;
         match stmt {
             Stmt::Let { var, value } => {
                 let v = self.expr(cx, value)?;
-                let c_name = sanitize("v_", &var.name);
-                self.line(depth, &format!("const {} {c_name} = {v};", c_type(var.ty)));
+                let c_name = user_name('v', &var.name);
+                self.line(
+                    depth,
+                    &format!("const {} {c_name} = {};", c_type(var.ty), v.text),
+                );
                 cx.symbols
                     .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
             }
             Stmt::Var { var, init } => {
                 let v = self.expr(cx, init)?;
-                let c_name = sanitize("v_", &var.name);
-                self.line(depth, &format!("{} {c_name} = {v};", c_type(var.ty)));
+                let c_name = user_name('v', &var.name);
+                self.line(depth, &format!("{} {c_name} = {};", c_type(var.ty), v.text));
                 cx.symbols
                     .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
             }
@@ -814,10 +895,10 @@ impl Emitter<'_> {
                     Symbol::Scalar { c_name, .. } => c_name.clone(),
                     _ => return Err(cx.unsupported(format!("cannot assign to ref `{name}`"))),
                 };
-                self.line(depth, &format!("{c_name} = {v};"));
+                self.line(depth, &format!("{c_name} = {};", v.text));
             }
             Stmt::LocalArray { name, elem, shape } => {
-                let c_name = sanitize("l_", name);
+                let c_name = user_name('l', name);
                 let len: u64 = shape.iter().map(|&d| d as u64).product();
                 self.line(
                     depth,
@@ -833,23 +914,28 @@ impl Emitter<'_> {
                 );
             }
             Stmt::Store { target, value } => {
-                let place = self.place(cx, target)?;
+                let place = self.place(cx, target, Access::Write)?;
                 let v = self.stored_value(cx, &place, value)?;
-                match &place.checked {
-                    None => self.line(depth, &format!("{} = {v};", place.element)),
-                    Some((compute, offset)) => {
-                        self.line(depth, "{");
-                        self.line(depth + 1, compute);
-                        self.line(
-                            depth + 1,
-                            &format!(
-                                "if ({offset} != MPMD_BAD_OFFSET) {}[{offset}] = {v};",
-                                place.base
-                            ),
-                        );
-                        self.line(depth, "}");
-                    }
-                }
+                // The value is bound before the bounds test: computed under
+                // it, long sums kept many values live across the branch and
+                // made ptxas spill.
+                let value_name = self.temp('v');
+                let ty = if place.is_bool_in_memory {
+                    "u32"
+                } else {
+                    c_type(place.elem)
+                };
+                self.line(depth, "{");
+                self.line(depth + 1, &place.compute);
+                self.line(depth + 1, &format!("const {ty} {value_name} = {v};"));
+                self.line(
+                    depth + 1,
+                    &format!(
+                        "if ({}) {}[{}] = {value_name};",
+                        place.ok, place.base, place.offset
+                    ),
+                );
+                self.line(depth, "}");
             }
             Stmt::Atomic {
                 dest,
@@ -863,7 +949,7 @@ impl Emitter<'_> {
                 else_body,
             } => {
                 let c = self.expr(cx, cond)?;
-                self.line(depth, &format!("if ({c}) {{"));
+                self.line(depth, &format!("if ({}) {{", c.text));
                 self.emit_body(cx, then_body, depth + 1)?;
                 if !else_body.is_empty() {
                     self.line(depth, "} else {");
@@ -891,29 +977,21 @@ impl Emitter<'_> {
             Stmt::Barrier => self.line(depth, &self.unit_sync.barrier()),
             Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
             Stmt::SemRead { dest, sem } => {
-                let place = self.place(cx, sem)?;
-                let c_name = sanitize("v_", dest);
+                let place = self.place(cx, sem, Access::Write)?;
+                let c_name = user_name('v', dest);
                 // Thread 0 reads and shares the value, so that it is
                 // block-uniform. The first barrier keeps the slot from being
                 // overwritten before every thread has read an earlier value.
                 self.line(depth, &self.unit_sync.barrier());
                 self.line(depth, "if (threadIdx.x == 0u) {");
-                match &place.checked {
-                    None => self.line(
-                        depth + 1,
-                        &format!("mpmd_value = mpmd_sem_read({});", place.pointer),
+                self.line(depth + 1, &place.compute);
+                self.line(
+                    depth + 1,
+                    &format!(
+                        "mpmd_value = ({}) ? mpmd_sem_read(&{}[{}]) : 0;",
+                        place.ok, place.base, place.offset
                     ),
-                    Some((compute, offset)) => {
-                        self.line(depth + 1, compute);
-                        self.line(
-                            depth + 1,
-                            &format!(
-                                "mpmd_value = {offset} == MPMD_BAD_OFFSET ? 0 : mpmd_sem_read(&{}[{offset}]);",
-                                place.base
-                            ),
-                        );
-                    }
-                }
+                );
                 self.line(depth, "}");
                 self.line(depth, &self.unit_sync.barrier());
                 self.line(depth, &format!("const int {c_name} = mpmd_value;"));
@@ -938,7 +1016,7 @@ impl Emitter<'_> {
         args: &[Expr],
         depth: usize,
     ) -> Result<(), EmitError> {
-        let place = self.place(cx, target)?;
+        let place = self.place(cx, target, Access::Write)?;
         if !place.elem.is_integer() {
             return Err(cx.unsupported(format!(
                 "{} on `{}` of type {}: atomics need i32 or u32",
@@ -957,16 +1035,10 @@ impl Emitter<'_> {
         }
         let values = args
             .iter()
-            .map(|a| self.expr(cx, a))
+            .map(|a| self.expr(cx, a).map(|c| c.text))
             .collect::<Result<Vec<_>, _>>()?;
         let ty = c_type(place.elem);
-        let (pointer, prefix) = match &place.checked {
-            None => (place.pointer.clone(), None),
-            Some((compute, offset)) => (
-                format!("&{}[{offset}]", place.base),
-                Some((compute.clone(), offset.clone())),
-            ),
-        };
+        let pointer = format!("&{}[{}]", place.base, place.offset);
         let call = match op {
             AtomicOp::Load => format!("mpmd_atomic_load({pointer})"),
             AtomicOp::Store => format!("mpmd_atomic_store({pointer}, ({ty})({}))", values[0]),
@@ -981,31 +1053,19 @@ impl Emitter<'_> {
                 format!("atomicCAS({pointer}, {}, {})", values[0], values[1])
             }
         };
-        let dest_name = dest.map(|d| (sanitize("v_", &d.name), d));
-        match (prefix, &dest_name) {
-            (None, Some((c_name, d))) if op.returns_value() => {
-                self.line(depth, &format!("const {} {c_name} = {call};", c_type(d.ty)));
-            }
-            (None, _) => self.line(depth, &format!("{call};")),
-            (Some((compute, offset)), dest_name) => {
-                if let Some((c_name, d)) = dest_name {
-                    self.line(depth, &format!("{} {c_name} = 0;", c_type(d.ty)));
-                }
-                self.line(depth, "{");
-                self.line(depth + 1, &compute);
-                match dest_name {
-                    Some((c_name, _)) if op.returns_value() => self.line(
-                        depth + 1,
-                        &format!("if ({offset} != MPMD_BAD_OFFSET) {c_name} = {call};"),
-                    ),
-                    _ => self.line(
-                        depth + 1,
-                        &format!("if ({offset} != MPMD_BAD_OFFSET) {call};"),
-                    ),
-                }
-                self.line(depth, "}");
-            }
+        let dest_name = dest.map(|d| (user_name('v', &d.name), d));
+        if let Some((c_name, d)) = &dest_name {
+            self.line(depth, &format!("{} {c_name} = 0;", c_type(d.ty)));
         }
+        self.line(depth, "{");
+        self.line(depth + 1, &place.compute);
+        match &dest_name {
+            Some((c_name, _)) if op.returns_value() => {
+                self.line(depth + 1, &format!("if ({}) {c_name} = {call};", place.ok))
+            }
+            _ => self.line(depth + 1, &format!("if ({}) {call};", place.ok)),
+        }
+        self.line(depth, "}");
         if let Some((c_name, d)) = dest_name {
             cx.symbols
                 .insert(d.name.clone(), Symbol::Scalar { c_name, ty: d.ty });
@@ -1021,31 +1081,25 @@ impl Emitter<'_> {
         amount: &Expr,
         depth: usize,
     ) -> Result<(), EmitError> {
-        let place = self.place(cx, sem)?;
-        let n = self.expr(cx, amount)?;
-        let (compute, pointer, guard) = match &place.checked {
-            None => (None, place.pointer.clone(), String::new()),
-            Some((compute, offset)) => (
-                Some(compute.clone()),
-                format!("&{}[{offset}]", place.base),
-                format!("{offset} != MPMD_BAD_OFFSET && "),
-            ),
-        };
+        let place = self.place(cx, sem, Access::Write)?;
+        let n = self.expr(cx, amount)?.text;
+        let (ref_id, coords, index) = self.site_values(cx, sem)?;
+        let pointer = format!("&{}[{}]", place.base, place.offset);
+        // What an amount below 1 reports (DESIGN.md: amounts are at least 1).
+        let site = format!(
+            "mpmd_ctl, {}u, mpmd_block, {ref_id}u, {coords}, {index}",
+            cx.unit.program
+        );
         match op {
             SemOp::Signal => {
                 self.line(depth, &format!("// signal({}, ...)", sem.base));
                 self.line(depth, &self.unit_sync.barrier());
                 self.line(depth, "if (threadIdx.x == 0u) {");
-                if let Some(c) = &compute {
-                    self.line(depth + 1, c);
-                }
-                let call = format!("mpmd_sem_signal({pointer}, {n});");
-                if guard.is_empty() {
-                    self.line(depth + 1, &call);
-                } else {
-                    let condition = guard.trim_end_matches(" && ");
-                    self.line(depth + 1, &format!("if ({condition}) {call}"));
-                }
+                self.line(depth + 1, &place.compute);
+                self.line(
+                    depth + 1,
+                    &format!("if ({}) mpmd_sem_signal({pointer}, {n}, {site});", place.ok),
+                );
                 self.line(depth, "}");
             }
             SemOp::Wait | SemOp::WaitNodec => {
@@ -1054,25 +1108,14 @@ impl Emitter<'_> {
                     _ if self.is_read_semaphore(cx, &sem.base) => "MPMD_WAIT_EXACT",
                     _ => "MPMD_WAIT_OPTIMISTIC",
                 };
-                let (ref_id, coords, index) = self.site_values(cx, sem)?;
                 self.line(depth, &format!("// {}({}, ...)", op.name(), sem.base));
                 self.line(depth, "if (threadIdx.x == 0u) {");
-                if let Some(c) = &compute {
-                    self.line(depth + 1, c);
-                }
-                let failed = if guard.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "{} == MPMD_BAD_OFFSET || ",
-                        guard.trim_end_matches(" != MPMD_BAD_OFFSET && ")
-                    )
-                };
+                self.line(depth + 1, &place.compute);
                 self.line(
                     depth + 1,
                     &format!(
-                        "if ({failed}!mpmd_sem_wait({pointer}, {n}, {how}, mpmd_ctl, mpmd_wait_timeout_ns, {}u, mpmd_block, {ref_id}u, {coords}, {index})) mpmd_stop = 1u;",
-                        cx.unit.program
+                        "if ({} || !mpmd_sem_wait({pointer}, {n}, {how}, mpmd_wait_timeout_ns, {site})) mpmd_stop = 1u;",
+                        place.bad
                     ),
                 );
                 self.line(depth, "}");
@@ -1101,14 +1144,14 @@ impl Emitter<'_> {
         let coords = match &access.block {
             Some(c) => c
                 .iter()
-                .map(|e| self.index_expr(cx, e))
+                .map(|e| self.index_expr(cx, e).map(|c| c.text))
                 .collect::<Result<Vec<_>, _>>()?,
             None => Vec::new(),
         };
         let index = access
             .index
             .iter()
-            .map(|e| self.index_expr(cx, e))
+            .map(|e| self.index_expr(cx, e).map(|c| c.text))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((ref_id, idx_init(&coords), idx_init(&index)))
     }
@@ -1150,11 +1193,11 @@ impl Emitter<'_> {
 
     /// An index or coordinate as a `u32` expression (i32 indices are
     /// reinterpreted, so negative ones fail the bounds check).
-    fn index_expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<String, EmitError> {
+    fn index_expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<Code, EmitError> {
         let v = self.expr(cx, e)?;
-        Ok(match cx.scalar_type(e)? {
+        Ok(match v.ty {
             ScalarType::U32 => v,
-            _ => format!("(u32)({v})"),
+            _ => Code::new(format!("(u32)({})", v.text), ScalarType::U32, v.depth + 1),
         })
     }
 
@@ -1169,15 +1212,17 @@ impl Emitter<'_> {
         body: &[Stmt],
         depth: usize,
     ) -> Result<(), EmitError> {
-        let s = self.expr(cx, start)?;
-        let e = self.expr(cx, end)?;
-        let c_name = sanitize("v_", &var.name);
+        let s = self.expr(cx, start)?.text;
+        let e = self.expr(cx, end)?.text;
+        let c_name = user_name('v', &var.name);
+        // A generated name: a user `let k_end` beside `for k` must not see it.
+        let end_name = self.temp('n');
         let ty = c_type(var.ty);
         self.line(depth, "{");
-        self.line(depth + 1, &format!("const {ty} {c_name}_end = {e};"));
+        self.line(depth + 1, &format!("const {ty} {end_name} = {e};"));
         self.line(
             depth + 1,
-            &format!("for ({ty} {c_name} = {s}; {c_name} < {c_name}_end; {c_name}++) {{"),
+            &format!("for ({ty} {c_name} = {s}; {c_name} < {end_name}; {c_name}++) {{"),
         );
         cx.symbols
             .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
@@ -1256,10 +1301,9 @@ impl Emitter<'_> {
         body: &[Stmt],
         depth: usize,
     ) -> Result<(), EmitError> {
-        self.next_batch += 1;
-        let id = self.next_batch;
-        let s = self.expr(cx, start)?;
-        let c_name = sanitize("v_", &var.name);
+        let s = self.expr(cx, start)?.text;
+        let counter = self.temp('k');
+        let c_name = user_name('v', &var.name);
         let ty = c_type(var.ty);
         self.line(depth, "{");
         self.line(
@@ -1277,8 +1321,9 @@ impl Emitter<'_> {
                 _ => None,
             })
             .collect();
+        // Per store: its element type, pointer array and value array.
         let mut declared = Vec::new();
-        for (j, (target, _)) in stores.iter().enumerate() {
+        for (target, _) in &stores {
             let elem = match cx.symbol(&target.base)? {
                 Symbol::Buffer { ty, .. } | Symbol::Smem { ty, .. } => memory_type(ty.elem),
                 Symbol::Local { elem, .. } => c_type(*elem),
@@ -1286,20 +1331,21 @@ impl Emitter<'_> {
                     return Err(cx.unsupported(format!("`{}` is not a ref", target.base)))
                 }
             };
+            let (pointers, values) = (self.temp('p'), self.temp('x'));
             self.line(
                 depth + 1,
-                &format!("{elem}* mpmd_p{id}_{j}[{trips}]; {elem} mpmd_x{id}_{j}[{trips}];"),
+                &format!("{elem}* {pointers}[{trips}]; {elem} {values}[{trips}];"),
             );
-            declared.push(elem);
+            declared.push((elem, pointers, values));
         }
         self.line(depth + 1, "#pragma unroll");
         self.line(
             depth + 1,
-            &format!("for (u32 mpmd_k{id} = 0u; mpmd_k{id} < {trips}u; mpmd_k{id}++) {{"),
+            &format!("for (u32 {counter} = 0u; {counter} < {trips}u; {counter}++) {{"),
         );
         self.line(
             depth + 2,
-            &format!("const {ty} {c_name} = ({ty})({s} + ({ty})mpmd_k{id});"),
+            &format!("const {ty} {c_name} = ({ty})({s} + ({ty}){counter});"),
         );
         cx.symbols
             .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
@@ -1307,14 +1353,20 @@ impl Emitter<'_> {
         for stmt in body {
             match stmt {
                 Stmt::Store { target, value } => {
-                    let place = self.place(cx, target)?;
+                    self.depth = depth + 2;
+                    let place = self.place(cx, target, Access::Write)?;
                     let v = self.stored_value(cx, &place, value)?;
-                    let (elem, pointer) = (declared[j], place.pointer);
+                    let (elem, pointers, values) = &declared[j];
+                    self.line(depth + 2, &place.compute);
+                    // A store outside the ref gets no pointer and is skipped.
                     self.line(
                         depth + 2,
-                        &format!("mpmd_p{id}_{j}[mpmd_k{id}] = ({elem}*){pointer};"),
+                        &format!(
+                            "{pointers}[{counter}] = ({}) ? ({elem}*)&{}[{}] : ({elem}*)0;",
+                            place.ok, place.base, place.offset
+                        ),
                     );
-                    self.line(depth + 2, &format!("mpmd_x{id}_{j}[mpmd_k{id}] = {v};"));
+                    self.line(depth + 2, &format!("{values}[{counter}] = {v};"));
                     j += 1;
                 }
                 other => self.emit_stmt(cx, other, depth + 2)?,
@@ -1324,12 +1376,14 @@ impl Emitter<'_> {
         self.line(depth + 1, "#pragma unroll");
         self.line(
             depth + 1,
-            &format!("for (u32 mpmd_k{id} = 0u; mpmd_k{id} < {trips}u; mpmd_k{id}++) {{"),
+            &format!("for (u32 {counter} = 0u; {counter} < {trips}u; {counter}++) {{"),
         );
-        for j in 0..stores.len() {
+        for (_, pointers, values) in &declared {
             self.line(
                 depth + 2,
-                &format!("*mpmd_p{id}_{j}[mpmd_k{id}] = mpmd_x{id}_{j}[mpmd_k{id}];"),
+                &format!(
+                    "if ({pointers}[{counter}] != 0) *{pointers}[{counter}] = {values}[{counter}];"
+                ),
             );
         }
         self.line(depth + 1, "}");
@@ -1344,7 +1398,7 @@ impl Emitter<'_> {
         place: &Place,
         value: &Expr,
     ) -> Result<String, EmitError> {
-        let v = self.expr(cx, value)?;
+        let v = self.expr(cx, value)?.text;
         Ok(if place.is_bool_in_memory {
             format!("(u32)({v})")
         } else {
@@ -1352,7 +1406,12 @@ impl Emitter<'_> {
         })
     }
 
-    fn place(&mut self, cx: &UnitContext, access: &RefAccess) -> Result<Place, EmitError> {
+    fn place(
+        &mut self,
+        cx: &UnitContext,
+        access: &RefAccess,
+        kind: Access,
+    ) -> Result<Place, EmitError> {
         let symbol = cx.symbol(&access.base)?.clone();
         let (base, elem, shape, owner_block_shape, in_memory_bool) = match &symbol {
             Symbol::Buffer {
@@ -1403,6 +1462,7 @@ impl Emitter<'_> {
         }
         let instance_len: u64 = shape.iter().map(|&d| d as u64).product();
         let owned = matches!(&symbol, Symbol::Buffer { ty, .. } if ty.owner.is_some());
+        let mut depth = 0;
         let coords: Option<Vec<String>> = match &access.block {
             Some(c) => {
                 if c.len() != owner_block_shape.len() {
@@ -1413,22 +1473,31 @@ impl Emitter<'_> {
                         owner_block_shape.len()
                     )));
                 }
-                Some(
-                    c.iter()
-                        .map(|e| self.index_expr(cx, e))
-                        .collect::<Result<Vec<_>, _>>()?,
-                )
+                let mut texts = Vec::new();
+                for e in c {
+                    let code = self.index_expr(cx, e)?;
+                    depth = depth.max(code.depth);
+                    texts.push(code.text);
+                }
+                Some(texts)
             }
             None => None,
         };
-        let index = access
-            .index
-            .iter()
-            .map(|e| self.index_expr(cx, e))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut index = Vec::new();
+        for e in &access.index {
+            let code = self.index_expr(cx, e)?;
+            depth = depth.max(code.depth);
+            index.push(code.text);
+        }
         // Own instance of an owned buffer: this block's (the program runs on
         // the owner mesh; validation guarantees it).
         let own_instance = if owned { "(u64)mpmd_block" } else { "0ull" };
+        // Loads compute their offset inline (`element`, `checked_call`);
+        // writes bind it to a temporary first.
+        let offset = match kind {
+            Access::Write => self.temp('o'),
+            Access::Read => String::new(),
+        };
         match self.mode {
             Mode::Fast => {
                 let instances: u64 = if owned {
@@ -1440,7 +1509,7 @@ impl Emitter<'_> {
                 // 32-bit offsets when the whole buffer fits; 64-bit otherwise.
                 let wide = total_len > u32::MAX as u64;
                 let flat = flatten(&index, &shape, wide);
-                let offset = match (&coords, owned) {
+                let flat_offset = match (&coords, owned) {
                     (Some(c), _) => {
                         let instance = flatten(c, &owner_block_shape, wide);
                         combine(&instance, instance_len, &flat, wide)
@@ -1455,19 +1524,28 @@ impl Emitter<'_> {
                     }
                     (None, false) => flat,
                 };
+                let (offset_type, suffix) = if wide { ("u64", "ull") } else { ("u32", "u") };
+                // Writes (`ok` guards them) never leave their ref, although
+                // fast mode leaves an out-of-bounds result undefined:
+                // host-mapped outputs and, with unified addressing, every
+                // page-locked host buffer are in the kernel's address space.
+                // Loads (`element`) read in place.
+                let limit = total_len.max(1);
                 Ok(Place {
-                    pointer: format!("&{base}[{offset}]"),
-                    element: format!("{base}[{offset}]"),
-                    checked: None,
+                    element: format!("{base}[{flat_offset}]"),
+                    compute: format!("const {offset_type} {offset} = {flat_offset};"),
+                    ok: format!("{offset} < {limit}{suffix}"),
+                    bad: format!("{offset} >= {limit}{suffix}"),
+                    offset,
+                    checked_call: None,
                     base,
                     elem,
                     is_bool_in_memory: in_memory_bool,
+                    depth: depth + 3,
                 })
             }
             Mode::Checked => {
                 let ref_id = self.ref_id(cx, &access.base)?;
-                self.next_offset += 1;
-                let offset_var = format!("mpmd_o{}", self.next_offset);
                 let coord_values = coords.clone().unwrap_or_default();
                 let coord_sizes: Vec<String> = if coords.is_some() {
                     owner_block_shape.iter().map(|d| format!("{d}u")).collect()
@@ -1475,8 +1553,8 @@ impl Emitter<'_> {
                     Vec::new()
                 };
                 let dims: Vec<String> = shape.iter().map(|d| format!("{d}u")).collect();
-                let compute = format!(
-                    "const u64 {offset_var} = mpmd_checked_offset(mpmd_ctl, {}u, mpmd_block, {ref_id}u, {}, {}, {}, {}, {own_instance}, {instance_len}ull);",
+                let call = format!(
+                    "mpmd_checked_offset(mpmd_ctl, {}u, mpmd_block, {ref_id}u, {}, {}, {}, {}, {own_instance}, {instance_len}ull)",
                     cx.unit.program,
                     idx_init(&coord_values),
                     idx_init(&coord_sizes),
@@ -1484,22 +1562,41 @@ impl Emitter<'_> {
                     idx_init(&dims),
                 );
                 Ok(Place {
-                    pointer: format!("&{base}[{offset_var}]"),
-                    element: format!("{base}[{offset_var}]"),
-                    checked: Some((compute, offset_var)),
+                    element: format!("{base}[{offset}]"),
+                    compute: format!("const u64 {offset} = {call};"),
+                    ok: format!("{offset} != MPMD_BAD_OFFSET"),
+                    bad: format!("{offset} == MPMD_BAD_OFFSET"),
+                    offset,
+                    checked_call: Some(call),
                     base,
                     elem,
                     is_bool_in_memory: in_memory_bool,
+                    depth: depth + 5,
                 })
             }
         }
     }
 
-    fn expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<String, EmitError> {
-        Ok(match e {
-            Expr::Lit(l) => literal(*l),
+    /// `code`, or a temporary holding it once it nests [`MAX_EXPR_DEPTH`]
+    /// deep (emitted just before the statement being written).
+    fn bounded(&mut self, code: Code) -> Code {
+        if code.depth < MAX_EXPR_DEPTH {
+            return code;
+        }
+        let name = self.temp('e');
+        let depth = self.depth;
+        self.line(
+            depth,
+            &format!("const {} {name} = {};", c_type(code.ty), code.text),
+        );
+        Code::new(name, code.ty, 1)
+    }
+
+    fn expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<Code, EmitError> {
+        let code = match e {
+            Expr::Lit(l) => Code::new(literal(*l), l.ty(), 1),
             Expr::Var(name) => match cx.symbol(name)? {
-                Symbol::Scalar { c_name, .. } => c_name.clone(),
+                Symbol::Scalar { c_name, ty } => Code::new(c_name.clone(), *ty, 1),
                 _ => return Err(cx.unsupported(format!("`{name}` is a ref, not a value"))),
             },
             Expr::AxisIndex(axis) => {
@@ -1509,7 +1606,7 @@ impl Emitter<'_> {
                         cx.unit.mesh.name
                     )));
                 }
-                sanitize("a_", axis)
+                Code::new(user_name('a', axis), ScalarType::U32, 1)
             }
             Expr::AxisSize(axis) => {
                 let size = std::iter::once(&cx.unit.mesh)
@@ -1519,57 +1616,66 @@ impl Emitter<'_> {
                     .ok_or_else(|| {
                         cx.unsupported(format!("axis_size({axis}): no mesh has axis `{axis}`"))
                     })?;
-                format!("{size}u")
+                Code::new(format!("{size}u"), ScalarType::U32, 1)
             }
             Expr::Load(access) => self.load(cx, access)?,
             Expr::Unary(op, a) => {
-                let t = cx.scalar_type(a)?;
                 let v = self.expr(cx, a)?;
-                match (op, t) {
-                    (UnaryOp::Neg, ScalarType::I32) => format!("mpmd_neg_i32({v})"),
-                    (UnaryOp::Neg, ScalarType::U32) => format!("(0u - {v})"),
-                    (UnaryOp::Neg, _) => format!("(-{v})"),
-                    (UnaryOp::Not, _) => format!("(!{v})"),
-                    (UnaryOp::BitNot, _) => format!("(~{v})"),
-                }
+                let text = match (op, v.ty) {
+                    (UnaryOp::Neg, ScalarType::I32) => format!("mpmd_neg_i32({})", v.text),
+                    (UnaryOp::Neg, ScalarType::U32) => format!("(0u - {})", v.text),
+                    (UnaryOp::Neg, _) => format!("(-{})", v.text),
+                    (UnaryOp::Not, _) => format!("(!{})", v.text),
+                    (UnaryOp::BitNot, _) => format!("(~{})", v.text),
+                };
+                Code::new(text, v.ty, v.depth + 1)
             }
-            Expr::Binary(op, a, b) => {
-                let t = cx.scalar_type(a)?;
-                let x = self.expr(cx, a)?;
-                let y = self.expr(cx, b)?;
-                match (op, self.mode) {
-                    (BinaryOp::LogicAnd, Mode::Checked) => format!("mpmd_and({x}, {y})"),
-                    (BinaryOp::LogicOr, Mode::Checked) => format!("mpmd_or({x}, {y})"),
-                    _ => binary(*op, t, &x, &y),
+            Expr::Binary(..) => {
+                // Operator chains nest to the left as deep as they are long
+                // (`a + b + c + ...`): walk the spine with a loop, not
+                // recursion, so that no chain length can exhaust the stack.
+                let mut spine = Vec::new();
+                let mut node = e;
+                while let Expr::Binary(op, a, b) = node {
+                    spine.push((*op, b.as_ref()));
+                    node = a;
                 }
+                let mut acc = self.expr(cx, node)?;
+                for (op, b) in spine.into_iter().rev() {
+                    acc = self.binary_step(cx, op, acc, b)?;
+                }
+                return Ok(acc);
             }
             Expr::Select(c, a, b) => {
                 let c = self.expr(cx, c)?;
                 let a = self.expr(cx, a)?;
                 let b = self.expr(cx, b)?;
-                match self.mode {
-                    Mode::Fast => format!("({c} ? {a} : {b})"),
-                    Mode::Checked => format!("mpmd_select({c}, {a}, {b})"),
-                }
+                let depth = c.depth.max(a.depth).max(b.depth) + 1;
+                // Both operands are evaluated (DESIGN.md): in checked mode a
+                // call, so that an out-of-bounds load in either is reported.
+                let text = match self.mode {
+                    Mode::Fast => format!("({} ? {} : {})", c.text, a.text, b.text),
+                    Mode::Checked => format!("mpmd_select({}, {}, {})", c.text, a.text, b.text),
+                };
+                Code::new(text, a.ty, depth)
             }
             Expr::Cast(to, a) => {
-                let from = cx.scalar_type(a)?;
                 let v = self.expr(cx, a)?;
-                cast(from, *to, &v)
+                Code::new(cast(v.ty, *to, &v.text), *to, v.depth + 2)
             }
             Expr::Bitcast(to, a) => {
-                let from = cx.scalar_type(a)?;
                 let v = self.expr(cx, a)?;
-                match (from, to) {
-                    (f, t) if f == *t => v,
-                    (ScalarType::F32, ScalarType::I32) => format!("__float_as_int({v})"),
-                    (ScalarType::F32, ScalarType::U32) => format!("__float_as_uint({v})"),
-                    (ScalarType::I32, ScalarType::F32) => format!("__int_as_float({v})"),
-                    (ScalarType::U32, ScalarType::F32) => format!("__uint_as_float({v})"),
-                    (ScalarType::I32, ScalarType::U32) => format!("((u32)({v}))"),
-                    (ScalarType::U32, ScalarType::I32) => format!("((int)({v}))"),
+                let text = match (v.ty, to) {
+                    (f, t) if f == *t => v.text.clone(),
+                    (ScalarType::F32, ScalarType::I32) => format!("__float_as_int({})", v.text),
+                    (ScalarType::F32, ScalarType::U32) => format!("__float_as_uint({})", v.text),
+                    (ScalarType::I32, ScalarType::F32) => format!("__int_as_float({})", v.text),
+                    (ScalarType::U32, ScalarType::F32) => format!("__uint_as_float({})", v.text),
+                    (ScalarType::I32, ScalarType::U32) => format!("((u32)({}))", v.text),
+                    (ScalarType::U32, ScalarType::I32) => format!("((int)({}))", v.text),
                     (f, t) => return Err(cx.unsupported(format!("bitcast from {f} to {t}"))),
-                }
+                };
+                Code::new(text, *to, v.depth + 2)
             }
             Expr::Math(f, args) => {
                 if args.len() != f.arity() {
@@ -1580,38 +1686,86 @@ impl Emitter<'_> {
                         args.len()
                     )));
                 }
-                let t = cx.scalar_type(&args[0])?;
                 let values = args
                     .iter()
                     .map(|a| self.expr(cx, a))
                     .collect::<Result<Vec<_>, _>>()?;
-                math(*f, t, &values).ok_or_else(|| {
+                let t = values[0].ty;
+                let depth = values.iter().map(|v| v.depth).max().unwrap_or(0) + 1;
+                let texts: Vec<String> = values.into_iter().map(|v| v.text).collect();
+                let text = math(*f, t, &texts).ok_or_else(|| {
                     cx.unsupported(format!("`{}` is not defined for {t}", f.name()))
-                })?
-            }
-        })
-    }
-
-    fn load(&mut self, cx: &UnitContext, access: &RefAccess) -> Result<String, EmitError> {
-        let place = self.place(cx, access)?;
-        let raw = match &place.checked {
-            None => place.element.clone(),
-            Some((compute, _)) => {
-                // Checked: the offset comes from an inline call so that the
-                // check stays lazy inside `&&`, `||` and `select`.
-                let call = compute
-                    .split_once(" = ")
-                    .map(|(_, rhs)| rhs.trim_end_matches(';').to_string())
-                    .unwrap_or_default();
-                format!("mpmd_load({}, {call})", place.base)
+                })?;
+                Code::new(text, t, depth)
             }
         };
-        Ok(if place.is_bool_in_memory {
+        Ok(self.bounded(code))
+    }
+
+    /// `x op b`. The right operand of `&&` and `||` is evaluated only when
+    /// the left does not decide, as in C: when it needs statements of its
+    /// own (temporaries), they run under an `if` on the left's value.
+    fn binary_step(
+        &mut self,
+        cx: &UnitContext,
+        op: BinaryOp,
+        x: Code,
+        b: &Expr,
+    ) -> Result<Code, EmitError> {
+        let lazy = matches!(op, BinaryOp::LogicAnd | BinaryOp::LogicOr);
+        let mark = self.out.len();
+        let y = self.expr(cx, b)?;
+        let ty = if op.is_comparison() {
+            ScalarType::Bool
+        } else {
+            x.ty
+        };
+        if lazy && self.out.len() > mark {
+            let right_statements = self.out.split_off(mark);
+            let name = self.temp('e');
+            let depth = self.depth;
+            self.line(depth, &format!("bool {name} = {};", x.text));
+            let decided = match op {
+                BinaryOp::LogicAnd => format!("if ({name}) {{"),
+                _ => format!("if (!{name}) {{"),
+            };
+            self.line(depth, &decided);
+            for line in right_statements.lines() {
+                self.out.push_str("  ");
+                self.out.push_str(line);
+                self.out.push('\n');
+            }
+            self.line(depth + 1, &format!("{name} = {};", y.text));
+            self.line(depth, "}");
+            return Ok(Code::new(name, ScalarType::Bool, 1));
+        }
+        let depth = x.depth.max(y.depth) + 1;
+        let code = Code::new(binary(op, x.ty, &x.text, &y.text), ty, depth);
+        Ok(self.bounded(code))
+    }
+
+    fn load(&mut self, cx: &UnitContext, access: &RefAccess) -> Result<Code, EmitError> {
+        let place = self.place(cx, access, Access::Read)?;
+        // Checked: the offset comes from an inline call, so that the check
+        // stays lazy inside `&&` and `||`.
+        let raw = match &place.checked_call {
+            None => place.element.clone(),
+            Some(call) => format!("mpmd_load({}, {call})", place.base),
+        };
+        let text = if place.is_bool_in_memory {
             format!("({raw} != 0u)")
         } else {
             raw
-        })
+        };
+        Ok(Code::new(text, place.elem, place.depth + 1))
     }
+}
+
+/// Whether an access reads or writes (what fast mode guards).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
 }
 
 fn idx_init(values: &[String]) -> String {
@@ -1764,8 +1918,73 @@ mod tests {
 
     #[test]
     fn names_are_prefixed() {
-        assert_eq!(sanitize("v_", "int"), "v_int");
-        assert_eq!(sanitize("mpmd_", "my map"), "mpmd_my_map");
+        assert_eq!(user_name('v', "int"), "v_int");
+        assert_eq!(names::kernel("idx"), "m_idx");
+        // Not an identifier: hex, in a form no identifier takes.
+        assert_eq!(user_name('v', "my map"), "v0_6d79206d6170");
+    }
+
+    /// Identifiers of `text` (maximal runs of `[A-Za-z0-9_]` not starting
+    /// with a digit).
+    fn identifiers(text: &str) -> BTreeSet<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.chars().next().is_some_and(|c| !c.is_ascii_digit()))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Generated temporaries are exactly `mpmd_<letter><digits>`; nothing else the
+    /// generated module declares may take that form, and every identifier
+    /// the prelude declares is generated (`mpmd_`/`MPMD_`) or CUDA's.
+    #[test]
+    fn prelude_names_are_outside_the_temporaries_and_user_names() {
+        let temporary = |name: &str| {
+            let rest = name.strip_prefix("mpmd_").unwrap_or("");
+            let mut chars = rest.chars();
+            chars.next().is_some_and(|c| c.is_ascii_lowercase())
+                && rest.len() > 1
+                && chars.all(|c| c.is_ascii_digit())
+        };
+        let user = |name: &str| {
+            let bytes = name.as_bytes();
+            bytes.len() >= 2
+                && ((names::USER_KINDS.contains(bytes[0] as char)
+                    && matches!(bytes[1], b'_' | b'0'))
+                    || (bytes[0] == b'b' && bytes[1].is_ascii_digit()))
+        };
+        let plan = {
+            let (module, _) = mpmd_core::text::parse(
+                "mesh m { grid [b = 2]; threads t = 64; }
+                 kernel k(x: gmem<f32[128]>, y: gmem<f32[128]>, s: sem<[1]>) { wait(s[0], 1); y[axis_index(t)] = x[axis_index(t)]; signal(s[0], 1); }
+                 map q { programs [m: k]; inputs [x: gmem<f32[128]>]; outputs [y: gmem<f32[128]>]; scratch [s: sem<[1]>]; }",
+            )
+            .unwrap();
+            mpmd_core::plan::lower(&module, "q").unwrap()
+        };
+        let mut skeleton = String::new();
+        for schedule in [
+            BlockSchedule::Tickets,
+            BlockSchedule::ResidentWalk,
+            BlockSchedule::BlockIndex,
+        ] {
+            for mode in [Mode::Fast, Mode::Checked] {
+                skeleton.push_str(&emit_module_with(&plan, mode, schedule).unwrap().source);
+            }
+        }
+        for name in identifiers(PRELUDE).union(&identifiers(&skeleton)) {
+            let generated = name.starts_with("mpmd_") || name.starts_with("MPMD_");
+            if generated {
+                assert!(
+                    !temporary(name) || !PRELUDE.contains(name.as_str()),
+                    "prelude name `{name}` has the form of a temporary"
+                );
+            } else if PRELUDE.contains(&format!(" {name}("))
+                || PRELUDE.contains(&format!(" {name} "))
+            {
+                // A CUDA or C++ name the prelude uses: never a user name.
+                assert!(!user(name), "`{name}` has the form of a user name");
+            }
+        }
     }
 
     #[test]

@@ -196,7 +196,7 @@ fn compile_cached(
         compile_with_cache(source, options, output, ModuleCache::global())
     } else {
         check_library()?;
-        compile_uncached(source, options, output)
+        compile_on_a_large_stack(source, options, output)
     }
 }
 
@@ -214,9 +214,36 @@ pub fn compile_with_cache(
     if let Some(hit) = cache.get(&key) {
         return Ok(hit);
     }
-    let bytes = compile_uncached(source, options, output)?;
+    let bytes = compile_on_a_large_stack(source, options, output)?;
     cache.put(&key, &bytes);
     Ok(bytes)
+}
+
+/// Stack of the thread NVRTC compiles on. NVRTC recurses over long chains
+/// of dependent values (a 5,000-term sum overflows a 2 MiB test thread even
+/// as shallow C); the memory is reserved, not committed.
+const NVRTC_STACK_BYTES: usize = 256 << 20;
+
+/// [`compile_uncached`] on a thread of its own with a large stack, so that
+/// no valid program overflows the caller's stack inside NVRTC.
+fn compile_on_a_large_stack(
+    source: &str,
+    options: &CompileOptions,
+    output: Output,
+) -> Result<Vec<u8>, CompileError> {
+    std::thread::scope(|scope| {
+        let compile = std::thread::Builder::new()
+            .name("mpmd-nvrtc".into())
+            .stack_size(NVRTC_STACK_BYTES)
+            .spawn_scoped(scope, || compile_uncached(source, options, output));
+        match compile {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            // No thread to be had: compile here.
+            Err(_) => compile_uncached(source, options, output),
+        }
+    })
 }
 
 /// Owns an `nvrtcProgram` and destroys it on drop.
@@ -273,22 +300,24 @@ fn compile_uncached(
     let mut size = 0usize;
     let bytes = match output {
         Output::Ptx => {
-            // SAFETY: program compiled; the buffer has the reported size.
+            // SAFETY: the program compiled; `size` is a valid pointer.
             api("nvrtcGetPTXSize", unsafe {
                 sys::nvrtcGetPTXSize(program.0, &mut size)
             })?;
             let mut buffer = vec![0u8; size];
+            // SAFETY: `buffer` holds the `size` bytes NVRTC reported.
             api("nvrtcGetPTX", unsafe {
                 sys::nvrtcGetPTX(program.0, buffer.as_mut_ptr() as *mut c_char)
             })?;
             buffer
         }
         Output::Cubin => {
-            // SAFETY: as above.
+            // SAFETY: the program compiled; `size` is a valid pointer.
             api("nvrtcGetCUBINSize", unsafe {
                 sys::nvrtcGetCUBINSize(program.0, &mut size)
             })?;
             let mut buffer = vec![0u8; size];
+            // SAFETY: `buffer` holds the `size` bytes NVRTC reported.
             api("nvrtcGetCUBIN", unsafe {
                 sys::nvrtcGetCUBIN(program.0, buffer.as_mut_ptr() as *mut c_char)
             })?;
@@ -300,11 +329,12 @@ fn compile_uncached(
 
 fn program_log(program: &Program) -> Result<String, CompileError> {
     let mut size = 0usize;
-    // SAFETY: program is live; the buffer has the reported size.
+    // SAFETY: the program is live; `size` is a valid pointer.
     api("nvrtcGetProgramLogSize", unsafe {
         sys::nvrtcGetProgramLogSize(program.0, &mut size)
     })?;
     let mut buffer = vec![0u8; size.max(1)];
+    // SAFETY: `buffer` holds at least the `size` bytes NVRTC reported.
     api("nvrtcGetProgramLog", unsafe {
         sys::nvrtcGetProgramLog(program.0, buffer.as_mut_ptr() as *mut c_char)
     })?;

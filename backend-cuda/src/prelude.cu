@@ -24,6 +24,7 @@ typedef unsigned long long u64;
 #define MPMD_CTL_STATUS_HI 25
 #define MPMD_ERR_WAIT_TIMEOUT 1u
 #define MPMD_ERR_OUT_OF_BOUNDS 2u
+#define MPMD_ERR_SEM_AMOUNT 3u  // a signal or wait amount below 1; word THREAD holds it
 
 // Up to 8 index values (block coordinates or element indices) of one access.
 struct mpmd_idx {
@@ -76,12 +77,10 @@ static __device__ __forceinline__ u32 mpmd_f32_to_u32(float x) {
 }
 // ---- numerics end
 
-// Checked mode evaluates both operands of `select`, `&&` and `||` (as the
-// interpreter does), so that an out-of-bounds load in either is reported.
+// Checked mode evaluates both operands of `select` (DESIGN.md), so that an
+// out-of-bounds load in either is reported; `&&` and `||` stay C's lazy forms.
 template <typename T>
 static __device__ __forceinline__ T mpmd_select(bool c, T a, T b) { return c ? a : b; }
-static __device__ __forceinline__ bool mpmd_and(bool a, bool b) { return a && b; }
-static __device__ __forceinline__ bool mpmd_or(bool a, bool b) { return a || b; }
 
 template <typename T>
 static __device__ __forceinline__ T mpmd_load(const T* p, u64 offset) {
@@ -114,14 +113,15 @@ static __device__ __forceinline__ u64 mpmd_globaltimer() {
 }
 
 // Records the first error of the call and raises the abort flag, which every
-// waiting block polls.
+// waiting block polls. `detail` goes to word THREAD: the thread, or the
+// amount of MPMD_ERR_SEM_AMOUNT.
 static __device__ __noinline__ void mpmd_report(u32* ctl, u32 kind, u32 program, u32 block, u32 ref,
-                                                 mpmd_idx coords, mpmd_idx index) {
+                                                 mpmd_idx coords, mpmd_idx index, u32 detail) {
   if (atomicCAS(&ctl[MPMD_CTL_CLAIMED], 0u, 1u) == 0u) {
     ctl[MPMD_CTL_KIND] = kind;
     ctl[MPMD_CTL_PROGRAM] = program;
     ctl[MPMD_CTL_BLOCK] = block;
-    ctl[MPMD_CTL_THREAD] = threadIdx.x;
+    ctl[MPMD_CTL_THREAD] = detail;
     ctl[MPMD_CTL_REF] = ref;
     ctl[MPMD_CTL_NCOORDS] = coords.n;
     ctl[MPMD_CTL_NINDEX] = index.n;
@@ -160,7 +160,7 @@ static __device__ __forceinline__ u64 mpmd_checked_offset(u32* ctl, u32 program,
     flat = flat * dims.v[k] + index.v[k];
   }
   if (!ok) {
-    mpmd_report(ctl, MPMD_ERR_OUT_OF_BOUNDS, program, block, ref, coords, index);
+    mpmd_report(ctl, MPMD_ERR_OUT_OF_BOUNDS, program, block, ref, coords, index, threadIdx.x);
     return MPMD_BAD_OFFSET;
   }
   return instance * instance_len + flat;
@@ -210,7 +210,17 @@ static __device__ __forceinline__ int mpmd_sem_load_relaxed(const int* s) {
 
 // signal: called by thread 0 after a block barrier. A release at device
 // scope, cumulative over the block's writes that the barrier ordered before it.
-static __device__ __forceinline__ void mpmd_sem_signal(int* s, int n) { mpmd_sem_add_release(s, n); }
+// An amount below 1 (a run-time value; validation refuses literal ones) is
+// an error, recorded like a wait timeout, and adds nothing.
+static __device__ __forceinline__ void mpmd_sem_signal(int* s, int n, u32* ctl, u32 program,
+                                                       u32 block, u32 ref, mpmd_idx coords,
+                                                       mpmd_idx index) {
+  if (n < 1) {
+    mpmd_report(ctl, MPMD_ERR_SEM_AMOUNT, program, block, ref, coords, index, (u32)n);
+    return;
+  }
+  mpmd_sem_add_release(s, n);
+}
 
 // How a wait takes its amount.
 #define MPMD_WAIT_NODEC 0u     // wait_nodec: only look
@@ -220,11 +230,15 @@ static __device__ __forceinline__ void mpmd_sem_signal(int* s, int n) { mpmd_sem
                                   // (the map never `read`s this semaphore)
 
 // wait / wait_nodec: called by thread 0 only, acquire at device scope.
-// Returns false when the call is aborting: this wait timed out (reported
-// here) or another block reported an error.
-static __device__ __noinline__ bool mpmd_sem_wait(int* s, int n, u32 how, u32* ctl,
-                                                   u64 timeout_ns, u32 program, u32 block, u32 ref,
+// Returns false when the call is aborting: this wait timed out or its amount
+// is below 1 (both reported here), or another block reported an error.
+static __device__ __noinline__ bool mpmd_sem_wait(int* s, int n, u32 how, u64 timeout_ns,
+                                                   u32* ctl, u32 program, u32 block, u32 ref,
                                                    mpmd_idx coords, mpmd_idx index) {
+  if (n < 1) {
+    mpmd_report(ctl, MPMD_ERR_SEM_AMOUNT, program, block, ref, coords, index, (u32)n);
+    return false;
+  }
   const u64 start = mpmd_globaltimer();
   u32 backoff = 32u;
   for (;;) {
@@ -243,7 +257,7 @@ static __device__ __noinline__ bool mpmd_sem_wait(int* s, int n, u32 how, u32* c
     while (mpmd_sem_load_relaxed(s) < n) {
       if (*(volatile u32*)&ctl[MPMD_CTL_ABORT] != 0u) return false;
       if (mpmd_globaltimer() - start > timeout_ns) {
-        mpmd_report(ctl, MPMD_ERR_WAIT_TIMEOUT, program, block, ref, coords, index);
+        mpmd_report(ctl, MPMD_ERR_WAIT_TIMEOUT, program, block, ref, coords, index, threadIdx.x);
         return false;
       }
       __nanosleep(backoff);

@@ -152,7 +152,7 @@ map m {
     let src = emit(&plan, Mode::Fast).unwrap();
     let wait_on = |sem: &str| {
         let at = src
-            .find(&format!("mpmd_sem_wait(&mpmd_b{sem}"))
+            .find(&format!("mpmd_sem_wait(&b{sem}["))
             .unwrap_or_else(|| panic!("{src}"));
         src[at..].split(',').nth(2).unwrap().trim().to_string()
     };
@@ -203,8 +203,11 @@ fn scale_kernel_reads_like_the_program() {
         "{body}"
     );
     assert!(body.contains("if ((v_i < p_n)) {"), "{body}");
+    // Stores are bounded to their ref in fast mode too (no write can leave
+    // it); loads read in place.
+    assert!(body.contains("const u32 mpmd_o"), "{body}");
     assert!(
-        body.contains("mpmd_b1_y[v_i] = (mpmd_b0_x[v_i] * p_alpha);"),
+        body.contains(" = (b0_x[v_i] * p_alpha);") && body.contains(" < 512u) b1_y[mpmd_o"),
         "{body}"
     );
     // No program waits: blocks take blockIdx as their ticket, no atomic.
@@ -217,9 +220,9 @@ fn scale_kernel_reads_like_the_program() {
         "{src}"
     );
     // x is never written: read-only cache.
-    assert!(src.contains("const float* __restrict__ mpmd_b0_x"), "{src}");
+    assert!(src.contains("const float* __restrict__ b0_x"), "{src}");
     // Written: a plain pointer, so loads stay behind waits and barriers.
-    assert!(src.contains("\n    float* mpmd_b1_y"), "{src}");
+    assert!(src.contains("\n    float* b1_y"), "{src}");
 }
 
 #[test]

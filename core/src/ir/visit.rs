@@ -51,29 +51,32 @@ pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
     });
 }
 
-/// Calls `f` on `e` and each of its sub-expressions, parents first.
+/// Calls `f` on `e` and each of its sub-expressions, parents first (then
+/// children left to right). An explicit stack, not recursion: operator
+/// chains (`a + b + c + ...`) nest as deep as they are long.
 pub fn walk_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
-    f(e);
-    match e {
-        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
-        Expr::Load(a) => walk_access(a, f),
-        Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => walk_expr(x, f),
-        Expr::Binary(_, a, b) => {
-            walk_expr(a, f);
-            walk_expr(b, f);
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        f(e);
+        match e {
+            Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+            Expr::Load(a) => stack.extend(access_exprs(a).rev()),
+            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => stack.push(x),
+            Expr::Binary(_, a, b) => stack.extend([b.as_ref(), a.as_ref()]),
+            Expr::Select(a, b, c) => stack.extend([c.as_ref(), b.as_ref(), a.as_ref()]),
+            Expr::Math(_, args) => stack.extend(args.iter().rev()),
         }
-        Expr::Select(a, b, c) => {
-            walk_expr(a, f);
-            walk_expr(b, f);
-            walk_expr(c, f);
-        }
-        Expr::Math(_, args) => args.iter().for_each(|a| walk_expr(a, f)),
     }
+}
+
+/// The block coordinates, then the indices, of an access.
+fn access_exprs(a: &RefAccess) -> impl DoubleEndedIterator<Item = &Expr> {
+    a.block.iter().flatten().chain(&a.index)
 }
 
 /// Calls `f` on the block coordinates and indices of an access.
 pub fn walk_access(a: &RefAccess, f: &mut dyn FnMut(&Expr)) {
-    for e in a.block.iter().flatten().chain(&a.index) {
+    for e in access_exprs(a) {
         walk_expr(e, f);
     }
 }

@@ -71,7 +71,8 @@ fn run_gpu() -> Result<(), String> {
     // after uploading its source, as a map's kernel runs inside `run` (does
     // the GPU's state after a large upload slow any kernel down?).
     let err = |e: cudarc::driver::DriverError| format!("{e:?}");
-    let stream = backend.stream().clone();
+    // SAFETY: the benchmark issues everything on this one stream.
+    let stream = unsafe { backend.stream() }.clone();
     let mut src = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
     let mut dst = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
     let upload = f32_input(BIG).words;
@@ -229,7 +230,8 @@ fn run_gpu() -> Result<(), String> {
     let tiny_plan = &plans(&tiny())[0];
     let no_args = CallArgs::default();
     let (emitted, function, _loaded) = raw_kernel(&backend, tiny_plan)?;
-    let stream = backend.stream().clone();
+    // SAFETY: the benchmark issues everything on this one stream.
+    let stream = unsafe { backend.stream() }.clone();
     let y = stream
         .alloc_zeros::<u32>(32)
         .map_err(|e| format!("{e:?}"))?;

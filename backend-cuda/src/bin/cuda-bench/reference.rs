@@ -86,11 +86,12 @@ pub fn reference_figures(
         ModuleCache::global(),
     )
     .map_err(|e| format!("reference kernels: {e}"))?;
-    let module = backend
-        .context()
+    // SAFETY: the benchmark uses only the backend's stream.
+    let module = unsafe { backend.context() }
         .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
         .map_err(err)?;
-    let stream = backend.stream().clone();
+    // SAFETY: the benchmark issues everything on this one stream.
+    let stream = unsafe { backend.stream() }.clone();
     let x = stream.clone_htod(&f32_input(BIG).words).map_err(err)?;
     let y = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
     for reference in &REFERENCES {

@@ -77,8 +77,8 @@ pub fn raw_kernel(
     let cubin = backend
         .cubin_for(&emitted, false)
         .map_err(|e| e.to_string())?;
-    let loaded = backend
-        .context()
+    // SAFETY: the benchmark uses only the backend's stream.
+    let loaded = unsafe { backend.context() }
         .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
         .map_err(|e| format!("{e:?}"))?;
     let function = loaded
@@ -89,8 +89,8 @@ pub fn raw_kernel(
 
 /// A timing event (cudarc's default events cannot be timed).
 pub fn timing_event(backend: &CudaBackend) -> Result<cudarc::driver::CudaEvent, String> {
-    backend
-        .context()
+    // SAFETY: the benchmark uses only the backend's stream.
+    unsafe { backend.context() }
         .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
         .map_err(|e| format!("{e:?}"))
 }
@@ -107,7 +107,8 @@ pub fn raw_launches_ms(
     len: u32,
     reps: usize,
 ) -> Result<f64, String> {
-    let stream = backend.stream().clone();
+    // SAFETY: the benchmark issues everything on this one stream.
+    let stream = unsafe { backend.stream() }.clone();
     let err = |e: cudarc::driver::DriverError| format!("{e:?}");
     let mut buffers: HashMap<String, cudarc::driver::CudaSlice<u32>> = HashMap::new();
     let x: Vec<u32> = f32_input(len).words;
@@ -131,8 +132,8 @@ pub fn raw_launches_ms(
         let cubin = backend
             .cubin_for(emitted, false)
             .map_err(|e| e.to_string())?;
-        let loaded = backend
-            .context()
+        // SAFETY: the benchmark uses only the backend's stream.
+        let loaded = unsafe { backend.context() }
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
             .map_err(err)?;
         let function = loaded.load_function(&emitted.kernel_name).map_err(err)?;

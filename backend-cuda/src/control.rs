@@ -224,7 +224,7 @@ mod tests {
         w[INDEX] = 3;
         assert_eq!(
             decode(&w, &module()).unwrap().to_string(),
-            "semaphore amount -1 on `ready[3]` at program 1 (consume), block 2: signal and wait take an amount of 1 or more"
+            "semaphore amount -1 on `ready[3]` at program 1 (consume), block 2: a signal or wait amount must be at least 1"
         );
     }
 }

@@ -319,8 +319,9 @@ fn chain(terms: usize) -> String {
 /// walks it without recursion and binds it to temporaries, so the C stays
 /// shallow, compiles and computes the interpreter's result.
 #[test]
-fn five_thousand_term_chains_become_shallow_c() {
-    let (_, plan, args) = prepare(&chain(5_000));
+fn chains_at_the_nesting_limit_become_shallow_c() {
+    // The longest chain the text format takes, with room for the statement.
+    let (_, plan, args) = prepare(&chain(mpmd_core::text::MAX_NESTING - 8));
     for mode in [Mode::Fast, Mode::Checked] {
         let source = emit(&plan, mode).unwrap();
         let depth = paren_depth(&source);
@@ -447,9 +448,9 @@ fn amounts(wait: &str, signal: &str) -> String {
 fn semaphore_amounts_below_one_at_run_time_are_errors() {
     common::require_tools();
     for (source, n, want) in [
-        (amounts("n", "1"), -1, "semaphore amount -1 on `s[0]` at program 1 (consume), block 0: signal and wait take an amount of 1 or more"),
-        (amounts("n", "1"), 0, "semaphore amount 0 on `s[0]` at program 1 (consume), block 0: signal and wait take an amount of 1 or more"),
-        (amounts("1", "n"), 0, "semaphore amount 0 on `s[0]` at program 0 (produce), block 0: signal and wait take an amount of 1 or more"),
+        (amounts("n", "1"), -1, "semaphore amount -1 on `s[0]` at program 1 (consume), block 0: a signal or wait amount must be at least 1"),
+        (amounts("n", "1"), 0, "semaphore amount 0 on `s[0]` at program 1 (consume), block 0: a signal or wait amount must be at least 1"),
+        (amounts("1", "n"), 0, "semaphore amount 0 on `s[0]` at program 0 (produce), block 0: a signal or wait amount must be at least 1"),
     ] {
         let (_, plan, _) = prepare(&format!("{source}call dl(n = 1);\n"));
         compiles(&plan);

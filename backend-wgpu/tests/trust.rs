@@ -239,6 +239,10 @@ fn with_big_stack(f: impl FnOnce() + Send + 'static) {
         .unwrap_or_else(|e| std::panic::resume_unwind(e));
 }
 
+/// As deep as the text format nests (`MAX_NESTING`), with room for the
+/// statement around the expression.
+const DEPTH: i32 = mpmd_core::text::MAX_NESTING as i32 - 10;
+
 #[test]
 fn deep_expressions_compile_everywhere_and_compute_the_same() {
     with_big_stack(deep_expressions);
@@ -251,7 +255,7 @@ fn deep_expressions() {
         // `n + t + 1 + 1 ...`: flat chains (d02 at 198 terms, d26 at 127).
         ("binchain", {
             let mut e = bin(BinaryOp::Add, n.clone(), t.clone());
-            for k in 0..2000 {
+            for k in 0..DEPTH {
                 e = bin(
                     if k % 3 == 0 {
                         BinaryOp::Sub
@@ -266,28 +270,28 @@ fn deep_expressions() {
         }),
         ("rbin", {
             let mut e = t.clone();
-            for k in 0..300 {
+            for k in 0..DEPTH {
                 e = bin(BinaryOp::Sub, lit(k), e);
             }
             e
         }),
         ("neg", {
             let mut e = bin(BinaryOp::Add, n.clone(), t.clone());
-            for _ in 0..301 {
+            for _ in 0..DEPTH {
                 e = Expr::Unary(UnaryOp::Neg, Box::new(e));
             }
             e
         }),
         ("notn", {
             let mut e = t.clone();
-            for _ in 0..301 {
+            for _ in 0..DEPTH {
                 e = Expr::Unary(UnaryOp::BitNot, Box::new(e));
             }
             e
         }),
         ("casts", {
             let mut e = t.clone();
-            for k in 0..300 {
+            for k in 0..DEPTH {
                 let to = if k % 2 == 0 {
                     ScalarType::U32
                 } else {
@@ -299,7 +303,7 @@ fn deep_expressions() {
         }),
         ("sel", {
             let mut e = t.clone();
-            for k in 0..300 {
+            for k in 0..DEPTH {
                 let c = bin(BinaryOp::Gt, t.clone(), lit(k % 32));
                 e = Expr::Select(Box::new(c), Box::new(lit(k)), Box::new(e));
             }
@@ -307,7 +311,7 @@ fn deep_expressions() {
         }),
         ("mathmax", {
             let mut e = t.clone();
-            for k in 0..300 {
+            for k in 0..DEPTH {
                 e = Expr::Math(MathFn::Max, vec![lit(k % 40 - 5), e]);
             }
             e
@@ -366,10 +370,10 @@ fn deep_statements() {
         };
     }
     check_program(&deep_module(None, Some(s)), "k", &a, "ifs");
-    // An else-if chain of 300 arms on `n + t`.
+    // An else-if chain of DEPTH arms on `n + t`.
     let key = bin(BinaryOp::Add, var("n"), thread());
     let mut chain = vec![store_y(lit(-1))];
-    for k in (0..300).rev() {
+    for k in (0..DEPTH).rev() {
         chain = vec![Stmt::If {
             cond: bin(BinaryOp::Eq, key.clone(), lit(k)),
             then_body: vec![store_y(lit(k * 3))],
@@ -717,8 +721,15 @@ map k {
   scratch [tile: smem<f32[64]>];
 }
 ";
-    let m = module(src);
-    let p = plan(&m, "k");
+    // Validation refuses constant out-of-range indices (E0047); the emitter
+    // must not rely on it, so the plan is lowered from the unvalidated module.
+    let m = mpmd_core::text::parse(src).unwrap().0;
+    let diagnostics = mpmd_core::validate::validate(&m, &Default::default()).unwrap_err();
+    assert!(
+        diagnostics.iter().all(|d| d.code == "E0047"),
+        "{diagnostics:?}"
+    );
+    let p = mpmd_core::plan::lower(&m, "k").unwrap();
     for mode in [Mode::Fast, Mode::Checked] {
         let wgsl = emit(&p, mode).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         assert!(!wgsl.contains("[64u]"), "{wgsl}");

@@ -1176,7 +1176,10 @@ impl Gen {
     /// where it is in bounds (checked mode would report it otherwise).
     fn guarded_load(&mut self, depth: u32) -> Val {
         let x = self.rng.pick(&self.inputs).clone();
-        let j = self.int(U32, depth, false).e % lit_u32(x.len.saturating_mul(2).max(1));
+        // `+ t` keeps the index from folding to a constant, which validation
+        // refuses out of bounds even where a guard makes the load unreachable.
+        let j =
+            (self.int(U32, depth, false).e + var("t")) % lit_u32(x.len.saturating_mul(2).max(1));
         let len = lit_u32(x.len);
         let v = self.value(x.ty, depth, false, false);
         let e = if self.rng.chance(50) {

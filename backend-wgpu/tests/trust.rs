@@ -240,7 +240,9 @@ fn with_big_stack(f: impl FnOnce() + Send + 'static) {
 }
 
 /// As deep as the text format nests (`MAX_NESTING`), with room for the
-/// statement around the expression.
+/// statement around the expression: a flat chain nests one level a term;
+/// operators that print parentheses or calls around their operand nest two
+/// a step, so those shapes take `DEPTH / 2` steps.
 const DEPTH: i32 = mpmd_core::text::MAX_NESTING as i32 - 10;
 
 #[test]
@@ -270,28 +272,29 @@ fn deep_expressions() {
         }),
         ("rbin", {
             let mut e = t.clone();
-            for k in 0..DEPTH {
+            for k in 0..DEPTH / 2 {
                 e = bin(BinaryOp::Sub, lit(k), e);
             }
             e
         }),
         ("neg", {
             let mut e = bin(BinaryOp::Add, n.clone(), t.clone());
-            for _ in 0..DEPTH {
+            for _ in 0..DEPTH / 2 {
                 e = Expr::Unary(UnaryOp::Neg, Box::new(e));
             }
             e
         }),
         ("notn", {
             let mut e = t.clone();
-            for _ in 0..DEPTH {
+            for _ in 0..DEPTH / 2 {
                 e = Expr::Unary(UnaryOp::BitNot, Box::new(e));
             }
             e
         }),
         ("casts", {
             let mut e = t.clone();
-            for k in 0..DEPTH {
+            // An even number of steps, so that the chain ends in `i32`.
+            for k in 0..DEPTH / 4 * 2 {
                 let to = if k % 2 == 0 {
                     ScalarType::U32
                 } else {
@@ -303,7 +306,7 @@ fn deep_expressions() {
         }),
         ("sel", {
             let mut e = t.clone();
-            for k in 0..DEPTH {
+            for k in 0..DEPTH / 2 {
                 let c = bin(BinaryOp::Gt, t.clone(), lit(k % 32));
                 e = Expr::Select(Box::new(c), Box::new(lit(k)), Box::new(e));
             }
@@ -311,7 +314,7 @@ fn deep_expressions() {
         }),
         ("mathmax", {
             let mut e = t.clone();
-            for k in 0..DEPTH {
+            for k in 0..DEPTH / 2 {
                 e = Expr::Math(MathFn::Max, vec![lit(k % 40 - 5), e]);
             }
             e
@@ -319,10 +322,10 @@ fn deep_expressions() {
         ("idx", {
             // y[(y[(... t ...) & 31] + t) & 31]: y holds the thread index,
             // stored before these loads read it.
-            // (40 levels: each load nests 8, so temporaries are needed; the
-            // interpreter's checked mode is slow on deeper chains of loads.)
+            // (25 loads: each nests 8 levels in the text format, so 200 in
+            // all; temporaries are needed.)
             let mut e = t.clone();
-            for _ in 0..40 {
+            for _ in 0..25 {
                 let i = bin(BinaryOp::BitAnd, e, lit(31));
                 let load = Expr::Load(Box::new(mpmd_core::ir::RefAccess {
                     base: "y".into(),

@@ -907,9 +907,10 @@ impl Gen {
     /// tree as deep as it is long): every stage that walks expressions and
     /// the emitted code's compilers must take it.
     fn deep_chain(&mut self, body: &mut Vec<Stmt>) {
-        // Room for the blocks around the statement (the generator nests a few).
-        let most = (mpmd_core::text::MAX_NESTING as u32).saturating_sub(16);
-        let terms = (*self.rng.pick(&[40u32, 100, 199, 250])).min(most);
+        // A term nests up to two levels in the text format (`(a + 3u ^ 5u) * 7u`
+        // prints parentheses), and the blocks around the statement nest a few.
+        let most = (mpmd_core::text::MAX_NESTING as u32 / 2).saturating_sub(8);
+        let terms = (*self.rng.pick(&[40u32, 80, 120, 199])).min(most);
         let mut e = var("t");
         for _ in 0..terms {
             let c = lit_u32(self.rng.range(1, 1000));

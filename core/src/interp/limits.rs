@@ -30,7 +30,7 @@ impl Limits {
     /// `TICKS_PER_CLOCK_CHECK` of them.
     pub fn tick(&self, ticks: &mut u32, site: impl FnOnce() -> Site) -> Result<(), RunError> {
         *ticks = ticks.wrapping_add(1);
-        if *ticks % TICKS_PER_CLOCK_CHECK == 0 {
+        if ticks.is_multiple_of(TICKS_PER_CLOCK_CHECK) {
             self.check_time(site)?;
         }
         Ok(())

@@ -327,18 +327,8 @@ pub fn emit_module_with(
     mode: Mode,
     schedule: BlockSchedule,
 ) -> Result<EmittedModule, EmitError> {
-    std::thread::scope(|scope| {
-        let emit = std::thread::Builder::new()
-            .name("mpmd-emit".into())
-            .stack_size(EMIT_STACK_BYTES)
-            .spawn_scoped(scope, || emit_on_this_thread(plan, mode, schedule));
-        match emit {
-            Ok(thread) => thread
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            // No thread to be had: emit here.
-            Err(_) => emit_on_this_thread(plan, mode, schedule),
-        }
+    mpmd_core::ir::limits::on_large_stack(EMIT_STACK_BYTES, || {
+        emit_on_this_thread(plan, mode, schedule)
     })
 }
 

@@ -231,18 +231,8 @@ fn compile_on_a_large_stack(
     options: &CompileOptions,
     output: Output,
 ) -> Result<Vec<u8>, CompileError> {
-    std::thread::scope(|scope| {
-        let compile = std::thread::Builder::new()
-            .name("mpmd-nvrtc".into())
-            .stack_size(NVRTC_STACK_BYTES)
-            .spawn_scoped(scope, || compile_uncached(source, options, output));
-        match compile {
-            Ok(thread) => thread
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            // No thread to be had: compile here.
-            Err(_) => compile_uncached(source, options, output),
-        }
+    mpmd_core::ir::limits::on_large_stack(NVRTC_STACK_BYTES, || {
+        compile_uncached(source, options, output)
     })
 }
 

@@ -250,28 +250,9 @@ pub fn emit_module(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedMo
 /// default 2 MiB thread has. Only the pages used are committed.
 const GENERATION_STACK_BYTES: usize = 512 << 20;
 
-/// Runs `f` on a scoped thread with `GENERATION_STACK_BYTES` of stack (on
-/// this thread if one cannot be started).
+/// Runs `f` with `GENERATION_STACK_BYTES` of stack.
 fn on_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    let f = std::sync::Mutex::new(Some(f));
-    let run = || {
-        let f = f.lock().unwrap_or_else(|e| e.into_inner()).take();
-        f.map(|f| f())
-    };
-    let spawned = std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("mpmd-wgsl-emit".into())
-            .stack_size(GENERATION_STACK_BYTES)
-            .spawn_scoped(scope, run)
-            .ok()
-            .map(|handle| handle.join())
-    });
-    match spawned {
-        Some(Ok(Some(value))) => value,
-        Some(Err(panic)) => std::panic::resume_unwind(panic),
-        // No thread (or it never ran `f`): run here.
-        _ => run().expect("the generator runs once"),
-    }
+    mpmd_core::ir::limits::on_large_stack(GENERATION_STACK_BYTES, f)
 }
 
 /// Parses and validates WGSL with naga; the error is naga's rendered report.

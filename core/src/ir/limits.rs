@@ -31,15 +31,23 @@ pub const NESTING_STACK_BYTES: usize = 64 << 20;
 
 /// Runs `f` on a thread with [`NESTING_STACK_BYTES`] of stack and returns
 /// its result, so that a walk over a body nested up to [`MAX_NESTING`] is
-/// safe whatever the caller's stack. Runs `f` here when no thread can be
-/// started. A panic in `f` is resumed here.
+/// safe whatever the caller's stack.
 pub fn with_nesting_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    on_large_stack(NESTING_STACK_BYTES, f)
+}
+
+/// Runs `f` on a scoped thread with `stack_bytes` of stack (reserved address
+/// space; pages are committed only as used) and returns its result: the one
+/// way every stage that recurses over deep programs (parser, validator,
+/// interpreter compile, the emitters, NVRTC) keeps off the caller's stack.
+/// Runs `f` here when no thread can be started. A panic in `f` is resumed here.
+pub fn on_large_stack<T: Send>(stack_bytes: usize, f: impl FnOnce() -> T + Send) -> T {
     let mut task = Some(f);
     let slot = &mut task;
     let result = std::thread::scope(|scope| {
         let spawned = std::thread::Builder::new()
-            .name("mpmd-nesting".into())
-            .stack_size(NESTING_STACK_BYTES)
+            .name("mpmd-deep".into())
+            .stack_size(stack_bytes)
             .spawn_scoped(scope, || slot.take().map(|f| f()));
         spawned.ok().map(|handle| {
             handle

@@ -61,49 +61,53 @@ pub enum Command {
         out_dir: Option<PathBuf>,
     },
     /// Run the file's calls in order on one backend and summarise the outputs.
-    Run {
-        /// The .mpmd file whose calls to run.
-        file: PathBuf,
-        #[arg(long, value_enum, default_value_t = BackendKind::Interp)]
-        backend: BackendKind,
-        /// Seed for generated inputs and for the backend's schedules.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// `NAME=PATH.npy`: data for an input, or for a device-resident ref
-        /// before the first call, instead of generating it.
-        #[arg(long = "input", value_name = "NAME=PATH")]
-        inputs: Vec<String>,
-        /// `NAME=VALUE`: a scalar parameter (overrides the call's value).
-        #[arg(long = "scalar", value_name = "NAME=VALUE")]
-        scalars: Vec<String>,
-        /// Write every output, and every device-resident ref after the last
-        /// call, as .npy into this folder (the summary names each file).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Check every access: out-of-bounds accesses are errors; the
-        /// interpreter also reports data races, reads of unwritten memory
-        /// and results that differ between schedules (see --schedules).
-        #[arg(long)]
-        checked: bool,
-        /// Interpreter: seeded schedules to run beyond the lockstep one
-        /// [default: 2 with --checked, as conformance runs, else 0].
-        #[arg(long, value_name = "N")]
-        schedules: Option<u32>,
-        /// Interpreter: wall-clock bound on one call, all schedules
-        /// together, in seconds (0: no bound).
-        #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Some(DEFAULT_TIME_LIMIT)))]
-        timeout: Seconds,
-        /// Bound on host memory: each generated input, and everything the
-        /// interpreter allocates for one call. BYTES, or with a binary
-        /// suffix: 512M, 4G.
-        #[arg(long, value_name = "BYTES", default_value_t = ByteSize(DEFAULT_MEMORY_LIMIT))]
-        memory_limit: ByteSize,
-        /// wgpu: declare that every workgroup of a dispatch runs at once on
-        /// this adapter, so that cycles and waits within one program may run.
-        /// Such results are reported as unverified.
-        #[arg(long)]
-        co_resident: bool,
-    },
+    Run(RunFlags),
+}
+
+/// The flags of `mpmd run`.
+#[derive(clap::Args, Debug)]
+pub struct RunFlags {
+    /// The .mpmd file whose calls to run.
+    pub file: PathBuf,
+    #[arg(long, value_enum, default_value_t = BackendKind::Interp)]
+    pub backend: BackendKind,
+    /// Seed for generated inputs and for the backend's schedules.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// `NAME=PATH.npy`: data for an input, or for a device-resident ref
+    /// before the first call, instead of generating it.
+    #[arg(long = "input", value_name = "NAME=PATH")]
+    pub inputs: Vec<String>,
+    /// `NAME=VALUE`: a scalar parameter (overrides the call's value).
+    #[arg(long = "scalar", value_name = "NAME=VALUE")]
+    pub scalars: Vec<String>,
+    /// Write every output, and every device-resident ref after the last
+    /// call, as .npy into this folder (the summary names each file).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Check every access: out-of-bounds accesses are errors; the
+    /// interpreter also reports data races, reads of unwritten memory
+    /// and results that differ between schedules (see --schedules).
+    #[arg(long)]
+    pub checked: bool,
+    /// Interpreter: seeded schedules to run beyond the lockstep one
+    /// [default: 2 with --checked, as conformance runs, else 0].
+    #[arg(long, value_name = "N")]
+    pub schedules: Option<u32>,
+    /// Interpreter: wall-clock bound on one call, all schedules
+    /// together, in seconds (0: no bound).
+    #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Some(DEFAULT_TIME_LIMIT)))]
+    pub timeout: Seconds,
+    /// Bound on host memory: each generated input, and everything the
+    /// interpreter allocates for one call. BYTES, or with a binary
+    /// suffix: 512M, 4G.
+    #[arg(long, value_name = "BYTES", default_value_t = ByteSize(DEFAULT_MEMORY_LIMIT))]
+    pub memory_limit: ByteSize,
+    /// wgpu: declare that every workgroup of a dispatch runs at once on
+    /// this adapter, so that cycles and waits within one program may run.
+    /// Such results are reported as unverified.
+    #[arg(long)]
+    pub co_resident: bool,
 }
 
 /// `--timeout`: seconds as a decimal number; 0 is no bound.
@@ -379,31 +383,7 @@ pub fn run_command(command: Command) -> Result<String, CliError> {
             map,
             out_dir,
         } => lower_command(target, &file, map.as_deref(), out_dir.as_deref()),
-        Command::Run {
-            file,
-            backend,
-            seed,
-            inputs,
-            scalars,
-            out,
-            checked,
-            schedules,
-            timeout,
-            memory_limit,
-            co_resident,
-        } => run(&RunRequest {
-            file,
-            backend,
-            seed,
-            inputs,
-            scalars,
-            out,
-            mode: if checked { Mode::Checked } else { Mode::Fast },
-            schedules,
-            time_limit: timeout.0,
-            memory_limit: memory_limit.0,
-            co_resident,
-        }),
+        Command::Run(flags) => run(&RunRequest::from(flags)),
     }
 }
 
@@ -640,6 +620,28 @@ pub struct RunRequest {
     pub memory_limit: u64,
     /// See `--co-resident`.
     pub co_resident: bool,
+}
+
+impl From<RunFlags> for RunRequest {
+    fn from(flags: RunFlags) -> Self {
+        RunRequest {
+            file: flags.file,
+            backend: flags.backend,
+            seed: flags.seed,
+            inputs: flags.inputs,
+            scalars: flags.scalars,
+            out: flags.out,
+            mode: if flags.checked {
+                Mode::Checked
+            } else {
+                Mode::Fast
+            },
+            schedules: flags.schedules,
+            time_limit: flags.timeout.0,
+            memory_limit: flags.memory_limit.0,
+            co_resident: flags.co_resident,
+        }
+    }
 }
 
 fn split_assignment<'a>(flag: &str, text: &'a str) -> Result<(&'a str, &'a str), CliError> {
@@ -1106,35 +1108,10 @@ mod tests {
     fn parse_run(extra: &[&str]) -> RunRequest {
         let mut args = vec!["mpmd", "run", "f.mpmd"];
         args.extend_from_slice(extra);
-        let Command::Run {
-            file,
-            backend,
-            seed,
-            inputs,
-            scalars,
-            out,
-            checked,
-            schedules,
-            timeout,
-            memory_limit,
-            co_resident,
-        } = Cli::try_parse_from(args).unwrap().command
-        else {
+        let Command::Run(flags) = Cli::try_parse_from(args).unwrap().command else {
             panic!("not a run command");
         };
-        RunRequest {
-            file,
-            backend,
-            seed,
-            inputs,
-            scalars,
-            out,
-            mode: if checked { Mode::Checked } else { Mode::Fast },
-            schedules,
-            time_limit: timeout.0,
-            memory_limit: memory_limit.0,
-            co_resident,
-        }
+        RunRequest::from(flags)
     }
 
     /// `--timeout`, `--memory-limit` and `--schedules` reach the

@@ -560,7 +560,7 @@ fn create_dir(dir: &Path) -> Result<(), CliError> {
 /// refuse names over 255 bytes).
 const MAX_FILE_STEM: usize = 200;
 
-/// `STEM.EXTENSION`, where a stem over [`MAX_FILE_STEM`] bytes becomes its
+/// `STEM.EXTENSION`, where a stem over `MAX_FILE_STEM` bytes becomes its
 /// first 100 characters, `-` and 16 hex digits of a 64-bit FNV-1a hash of the
 /// whole stem. Names in the text format never contain `-`, so a shortened
 /// name never equals an unshortened one; the summary prints each name.

@@ -7,7 +7,7 @@
 //! any disagreement it causes is a backend's naming bug.
 //!
 //! It works on the canonical text (`parse(print(m)) == m`): every name the
-//! generator makes contains a digit or is one of [`GENERATOR_NAMES`], and no
+//! generator makes contains a digit or is one of `GENERATOR_NAMES`, and no
 //! mpmd keyword or builtin is either, so renaming those identifiers renames
 //! exactly the generated names.
 

@@ -66,23 +66,20 @@ pub fn decode(words: &[u32], module: &EmittedModule) -> Option<RunError> {
     let coords = &words[COORDS..COORDS + ncoords];
     let index = &words[INDEX..INDEX + nindex];
     let access = format_access(coords, index);
+    // Semaphore operations are block-collective: their records name no thread.
+    let block_site = || Site {
+        program,
+        kernel: kernel.clone(),
+        block: words[BLOCK] as u64,
+        thread: None,
+    };
     match words[KIND] {
         ERR_WAIT_TIMEOUT => Some(RunError::WaitTimeout {
-            site: Site {
-                program,
-                kernel,
-                block: words[BLOCK] as u64,
-                thread: None,
-            },
+            site: block_site(),
             semaphore: format!("{reference}{access}"),
         }),
         ERR_SEM_AMOUNT => Some(RunError::BadSemaphoreAmount {
-            site: Site {
-                program,
-                kernel,
-                block: words[BLOCK] as u64,
-                thread: None,
-            },
+            site: block_site(),
             semaphore: format!("{reference}{access}"),
             amount: i64::from(words[THREAD] as i32),
         }),

@@ -483,13 +483,7 @@ impl BlockState {
                     }
                 }
                 Instr::Jump { pc } => {
-                    let (block, task) = (self.block, code);
-                    env.limits.tick(&mut env.ticks, || Site {
-                        program: task.program,
-                        kernel: task.kernel.clone(),
-                        block,
-                        thread: None,
-                    })?;
+                    env.limits.tick(&mut env.ticks, || self.site(code, None))?;
                     self.pc = *pc;
                     continue;
                 }

@@ -7,16 +7,22 @@ use crate::ir::{
     Literal, MemorySpace, Mesh, Name, Operand, OperandKind, RefType, Resident, ScalarType,
 };
 
-/// A host array of 32-bit elements, stored as raw words so that every backend
-/// uploads and compares the same bits (`bool` is 0 or 1).
+/// A host array: elements of their own size (4 bytes; 2 for `f16` and
+/// `bf16`), kept as the raw bits every backend uploads and compares (`bool`
+/// is a word holding 0 or 1). The storage is little-endian 32-bit words:
+/// one element a word, or two 16-bit elements a word (element `2k` in the
+/// low half), so [`HostTensor::bytes`] is exactly what a device buffer holds.
+/// The shape always holds exactly [`HostTensor::len`] elements.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostTensor {
-    pub elem: ScalarType,
-    pub shape: Vec<u32>,
-    pub words: Vec<u32>,
+    elem: ScalarType,
+    shape: Vec<u32>,
+    len: usize,
+    /// Packed elements; the unused half of a last 16-bit word is zero.
+    words: Vec<u32>,
 }
 
-/// A shape and a number of words that do not agree.
+/// A shape and a number of elements that do not agree.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShapeError {
     #[error("a host tensor of shape {shape:?} holds {expected} elements, but {got} were given")]
@@ -27,45 +33,144 @@ pub enum ShapeError {
     },
     #[error("a host tensor of shape {shape:?} has more elements than this machine can address")]
     TooLarge { shape: Vec<u32> },
+    #[error("{got} bytes do not hold whole `{elem}` elements ({size} bytes each)")]
+    PartialElement {
+        elem: ScalarType,
+        size: u32,
+        got: usize,
+    },
 }
 
 /// Elements of `shape`, checked, and addressable on this machine.
-fn addressable_count(shape: &[u32]) -> Result<u64, ShapeError> {
+fn addressable_count(shape: &[u32]) -> Result<usize, ShapeError> {
     element_count(shape)
-        .filter(|&n| usize::try_from(n).is_ok())
+        .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| ShapeError::TooLarge {
             shape: shape.to_vec(),
         })
 }
 
+fn check_count(shape: &[u32], got: usize) -> Result<(), ShapeError> {
+    let expected = addressable_count(shape)?;
+    if expected != got {
+        return Err(ShapeError::Mismatch {
+            shape: shape.to_vec(),
+            expected: expected as u64,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// Words that hold `len` elements of `elem`.
+pub(crate) fn words_for(elem: ScalarType, len: usize) -> usize {
+    if elem.is_16bit() {
+        len.div_ceil(2)
+    } else {
+        len
+    }
+}
+
 impl HostTensor {
-    /// A tensor of `shape` holding `words`: an error unless the shape holds
-    /// exactly that many elements.
-    pub fn new(elem: ScalarType, shape: Vec<u32>, words: Vec<u32>) -> Result<Self, ShapeError> {
-        let expected = addressable_count(&shape)?;
-        if expected != words.len() as u64 {
-            return Err(ShapeError::Mismatch {
-                shape,
-                expected,
-                got: words.len(),
-            });
-        }
-        Ok(HostTensor { elem, shape, words })
+    /// A tensor of `shape` holding one element per entry of `bits` (a 16-bit
+    /// float's bits in the low half; the high half is ignored): an error
+    /// unless the shape holds exactly that many elements.
+    pub fn new(elem: ScalarType, shape: Vec<u32>, bits: Vec<u32>) -> Result<Self, ShapeError> {
+        check_count(&shape, bits.len())?;
+        Ok(Self::from_bits_unchecked(elem, shape, bits))
     }
 
-    /// Whether the shape and the words agree (the fields are public, so a
-    /// tensor built field by field is checked where it is used:
-    /// [`CallArgs::input`] refuses one that does not).
-    pub fn check(&self) -> Result<(), ShapeError> {
-        let expected = addressable_count(&self.shape)?;
-        if expected != self.words.len() as u64 {
-            return Err(ShapeError::Mismatch {
-                shape: self.shape.clone(),
-                expected,
-                got: self.words.len(),
+    fn from_bits_unchecked(elem: ScalarType, shape: Vec<u32>, bits: Vec<u32>) -> Self {
+        let len = bits.len();
+        let words = if elem.is_16bit() {
+            bits.chunks(2)
+                .map(|pair| (pair[0] & 0xffff) | (pair.get(1).map_or(0, |h| h & 0xffff) << 16))
+                .collect()
+        } else {
+            bits
+        };
+        HostTensor {
+            elem,
+            shape,
+            len,
+            words,
+        }
+    }
+
+    /// A tensor of `shape` from the bytes a device buffer holds
+    /// (little-endian, [`ScalarType::byte_size`] bytes an element).
+    pub fn from_bytes(elem: ScalarType, shape: Vec<u32>, bytes: &[u8]) -> Result<Self, ShapeError> {
+        let size = elem.byte_size() as usize;
+        if bytes.len() % size != 0 {
+            return Err(ShapeError::PartialElement {
+                elem,
+                size: elem.byte_size(),
+                got: bytes.len(),
             });
         }
-        Ok(())
+        let len = bytes.len() / size;
+        check_count(&shape, len)?;
+        let words = bytes
+            .chunks(4)
+            .map(|c| {
+                let mut word = [0u8; 4];
+                word[..c.len()].copy_from_slice(c);
+                u32::from_le_bytes(word)
+            })
+            .collect();
+        Ok(HostTensor {
+            elem,
+            shape,
+            len,
+            words,
+        })
+    }
+
+    /// A tensor of `shape` from packed words as [`HostTensor::words`] gives
+    /// them (what a device buffer of `len` elements holds, read as words).
+    pub fn from_words(
+        elem: ScalarType,
+        shape: Vec<u32>,
+        mut words: Vec<u32>,
+    ) -> Result<Self, ShapeError> {
+        let len = addressable_count(&shape)?;
+        let needed = words_for(elem, len);
+        if words.len() != needed {
+            let got = if elem.is_16bit() {
+                words.len() * 2
+            } else {
+                words.len()
+            };
+            return Err(ShapeError::Mismatch {
+                shape,
+                expected: len as u64,
+                got,
+            });
+        }
+        if elem.is_16bit() && len % 2 == 1 {
+            if let Some(last) = words.last_mut() {
+                *last &= 0xffff;
+            }
+        }
+        Ok(HostTensor {
+            elem,
+            shape,
+            len,
+            words,
+        })
+    }
+
+    /// From packed words the crate produced itself for `shape` (a buffer of
+    /// exactly [`words_for`] words); the length comes from the shape.
+    pub(crate) fn from_packed(elem: ScalarType, shape: Vec<u32>, words: Vec<u32>) -> Self {
+        let len = shape.iter().map(|&d| d as usize).product();
+        debug_assert_eq!(words.len(), words_for(elem, len));
+        HostTensor {
+            elem,
+            shape,
+            len,
+            words,
+        }
     }
 
     pub fn zeros(elem: ScalarType, shape: Vec<u32>) -> Self {
@@ -73,7 +178,8 @@ impl HostTensor {
         HostTensor {
             elem,
             shape,
-            words: vec![0; len],
+            len,
+            words: vec![0; words_for(elem, len)],
         }
     }
 
@@ -81,48 +187,142 @@ impl HostTensor {
     /// where the tensor is used, by [`CallArgs::input`]; [`HostTensor::new`]
     /// checks at once).
     pub fn from_f32(shape: Vec<u32>, values: &[f32]) -> Self {
-        HostTensor {
-            elem: ScalarType::F32,
+        Self::from_bits_unchecked(
+            ScalarType::F32,
             shape,
-            words: values.iter().map(|v| v.to_bits()).collect(),
-        }
+            values.iter().map(|v| v.to_bits()).collect(),
+        )
     }
 
     pub fn from_i32(shape: Vec<u32>, values: &[i32]) -> Self {
-        HostTensor {
-            elem: ScalarType::I32,
+        Self::from_bits_unchecked(
+            ScalarType::I32,
             shape,
-            words: values.iter().map(|&v| v as u32).collect(),
-        }
+            values.iter().map(|&v| v as u32).collect(),
+        )
     }
 
     pub fn from_u32(shape: Vec<u32>, values: &[u32]) -> Self {
-        HostTensor {
-            elem: ScalarType::U32,
-            shape,
-            words: values.to_vec(),
-        }
+        Self::from_bits_unchecked(ScalarType::U32, shape, values.to_vec())
     }
 
+    pub fn from_f16(shape: Vec<u32>, values: &[half::f16]) -> Self {
+        Self::from_bits_unchecked(
+            ScalarType::F16,
+            shape,
+            values.iter().map(|v| u32::from(v.to_bits())).collect(),
+        )
+    }
+
+    pub fn from_bf16(shape: Vec<u32>, values: &[half::bf16]) -> Self {
+        Self::from_bits_unchecked(
+            ScalarType::BF16,
+            shape,
+            values.iter().map(|v| u32::from(v.to_bits())).collect(),
+        )
+    }
+
+    /// Whether the shape holds exactly [`HostTensor::len`] elements (the typed
+    /// constructors defer this check to [`CallArgs::input`]).
+    pub fn check(&self) -> Result<(), ShapeError> {
+        check_count(&self.shape, self.len)
+    }
+
+    pub fn elem(&self) -> ScalarType {
+        self.elem
+    }
+
+    pub fn shape(&self) -> &[u32] {
+        &self.shape
+    }
+
+    /// Number of elements.
     pub fn len(&self) -> usize {
-        self.words.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.words.is_empty()
+        self.len == 0
     }
 
+    /// The packed storage: for 32-bit types, element `i` is word `i`; for
+    /// 16-bit types, word `k` holds elements `2k` (low half) and `2k + 1`.
+    pub fn words(&self) -> &[u32] {
+        &self.words
+    }
+
+    /// The elements as a device buffer holds them (little-endian,
+    /// [`ScalarType::byte_size`] bytes an element, no padding).
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut bytes: Vec<u8> = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        bytes.truncate(self.len * self.elem.byte_size() as usize);
+        bytes
+    }
+
+    /// The bits of element `i` (a 16-bit float in the low half); `None` past the end.
+    pub fn bits(&self, i: usize) -> Option<u32> {
+        if i >= self.len {
+            return None;
+        }
+        Some(if self.elem.is_16bit() {
+            (self.words[i / 2] >> (16 * (i % 2))) & 0xffff
+        } else {
+            self.words[i]
+        })
+    }
+
+    /// The bits of every element, one `u32` each (16-bit floats in the low half).
+    pub fn to_bits(&self) -> Vec<u32> {
+        (0..self.len).filter_map(|i| self.bits(i)).collect()
+    }
+
+    /// The values of a float tensor as `f32` (exact for `f16` and `bf16`);
+    /// other types' bits are read as `f32` bits.
     pub fn to_f32(&self) -> Vec<f32> {
-        self.words.iter().map(|&w| f32::from_bits(w)).collect()
+        (0..self.len)
+            .filter_map(|i| self.bits(i))
+            .map(|b| {
+                Literal::from_bits(self.elem, b)
+                    .as_f32()
+                    .unwrap_or(f32::from_bits(b))
+            })
+            .collect()
     }
 
     pub fn to_i32(&self) -> Vec<i32> {
-        self.words.iter().map(|&w| w as i32).collect()
+        self.to_bits().into_iter().map(|w| w as i32).collect()
+    }
+
+    pub fn to_u32(&self) -> Vec<u32> {
+        self.to_bits()
+    }
+
+    /// The elements' low 16 bits as `f16` values.
+    pub fn to_f16(&self) -> Vec<half::f16> {
+        self.to_bits()
+            .into_iter()
+            .map(|b| half::f16::from_bits(b as u16))
+            .collect()
+    }
+
+    /// The elements' low 16 bits as `bf16` values.
+    pub fn to_bf16(&self) -> Vec<half::bf16> {
+        self.to_bits()
+            .into_iter()
+            .map(|b| half::bf16::from_bits(b as u16))
+            .collect()
     }
 
     /// Element `i` (row-major) as a typed value; `None` past the end.
     pub fn get(&self, i: usize) -> Option<Literal> {
-        self.words.get(i).map(|&w| Literal::from_bits(self.elem, w))
+        self.bits(i).map(|b| Literal::from_bits(self.elem, b))
+    }
+
+    /// The same elements under another shape with as many elements.
+    pub fn reshaped(mut self, shape: Vec<u32>) -> Result<Self, ShapeError> {
+        check_count(&shape, self.len)?;
+        self.shape = shape;
+        Ok(self)
     }
 }
 
@@ -154,10 +354,10 @@ impl CallArgs {
         tensor
             .check()
             .map_err(|e| RunError::BadArguments(format!("input `{name}`: {e}")))?;
-        if tensor.words.len() as u64 != len {
+        if tensor.len() as u64 != len {
             return Err(RunError::BadArguments(format!(
                 "input `{name}` has {} elements; the map declares {len}",
-                tensor.words.len()
+                tensor.len()
             )));
         }
         Ok(tensor)
@@ -283,15 +483,8 @@ mod tests {
     #[test]
     fn a_call_refuses_an_input_whose_shape_and_length_disagree() {
         let mut args = CallArgs::default();
-        // Built field by field: 4 words in a [3] shape.
-        args.inputs.insert(
-            "x".into(),
-            HostTensor {
-                elem: ScalarType::U32,
-                shape: vec![3],
-                words: vec![0; 4],
-            },
-        );
+        args.inputs
+            .insert("x".into(), HostTensor::from_u32(vec![3], &[0; 4]));
         assert_eq!(
             args.input("x", ScalarType::U32, 4).unwrap_err().to_string(),
             RunError::BadArguments(
@@ -299,5 +492,33 @@ mod tests {
             )
             .to_string()
         );
+    }
+
+    #[test]
+    fn sixteen_bit_elements_take_two_bytes() {
+        let t = HostTensor::new(ScalarType::F16, vec![3], vec![0x3c00, 0xbc00, 0x0001]).unwrap();
+        assert_eq!(t.bytes(), vec![0x00, 0x3c, 0x00, 0xbc, 0x01, 0x00]);
+        assert_eq!(t.words(), &[0xbc00_3c00, 0x0000_0001]);
+        assert_eq!(t.get(1), Some(Literal::F16(0xbc00)));
+        assert_eq!(t.to_f32(), vec![1.0, -1.0, f32::powi(2.0, -24)]);
+        let back = HostTensor::from_bytes(ScalarType::F16, vec![3], &t.bytes()).unwrap();
+        assert_eq!(back, t);
+        assert_eq!(
+            HostTensor::from_bytes(ScalarType::BF16, vec![1], &[1, 2, 3]).unwrap_err(),
+            ShapeError::PartialElement {
+                elem: ScalarType::BF16,
+                size: 2,
+                got: 3
+            }
+        );
+        let words =
+            HostTensor::from_words(ScalarType::BF16, vec![3], vec![0x3f80_3f80, 0xdead_3f00])
+                .unwrap();
+        assert_eq!(
+            words.to_bits(),
+            vec![0x3f80, 0x3f80, 0x3f00],
+            "padding is dropped"
+        );
+        assert_eq!(words.words()[1], 0x3f00);
     }
 }

@@ -12,6 +12,7 @@ pub mod host;
 pub mod inputs;
 pub mod interp;
 pub mod ir;
+pub mod numerics;
 pub mod plan;
 pub mod text;
 pub mod validate;

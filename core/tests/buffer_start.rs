@@ -87,7 +87,7 @@ fn zeroed_and_semaphore_inputs_start_at_zero_everywhere() {
         seed: 0,
     };
     let out = interp.run(&plan, &args[0], &checked).unwrap();
-    assert_eq!(out.outputs["y"].words, [0; 8]);
+    assert_eq!(out.outputs["y"].words(), [0; 8]);
 
     // One host shape: the plan's, generation's and the interpreter's.
     let owned = &map.outputs[1];
@@ -98,7 +98,7 @@ fn zeroed_and_semaphore_inputs_start_at_zero_everywhere() {
         mpmd_core::inputs::host_shape(&module, owned),
         Some(shape.clone())
     );
-    assert_eq!(out.outputs["o"].shape, shape);
+    assert_eq!(out.outputs["o"].shape(), shape);
 }
 
 #[test]

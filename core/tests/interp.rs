@@ -87,7 +87,7 @@ fn elementwise_with_scalar_is_exact_in_every_mode() {
     for o in [opts(false, 0), opts(true, 0), opts(true, 2)] {
         let out = run(&m, "axpb", &a, &o).unwrap();
         let y = &out.outputs["y"];
-        assert_eq!(y.shape, vec![n]);
+        assert_eq!(y.shape(), vec![n]);
         assert_eq!(y.to_f32(), expected, "options {o:?}");
     }
 }
@@ -207,7 +207,7 @@ fn loops_with_per_lane_bounds_run_under_masks() {
         .collect();
     for o in [opts(false, 0), opts(true, 2)] {
         let out = run(&m, "tri", &args(&[], &[]), &o).unwrap();
-        assert_eq!(out.outputs["y"].words, expected);
+        assert_eq!(out.outputs["y"].words(), expected);
     }
 }
 
@@ -422,9 +422,7 @@ fn integer_and_float_edge_numerics() {
             ("nan", Literal::f32(f32::NAN)),
         ],
     );
-    let y = run(&m, "edges", &a, &opts(true, 0)).unwrap().outputs["y"]
-        .words
-        .clone();
+    let y = run(&m, "edges", &a, &opts(true, 0)).unwrap().outputs["y"].to_bits();
     let min = i32::MIN as u32;
     let expected: Vec<u32> = vec![
         7,
@@ -615,7 +613,7 @@ fn local_arrays_are_per_thread_and_start_unwritten() {
         &opts(true, 0),
     )
     .unwrap();
-    assert_eq!(out.outputs["y"].words, vec![3, 13, 23, 33]);
+    assert_eq!(out.outputs["y"].words(), vec![3, 13, 23, 33]);
     let e = run(
         &m,
         "loc",
@@ -665,7 +663,7 @@ fn threads_of_one_block_race_on_smem_without_a_barrier() {
     );
     let fixed = module(vec![mesh], vec![body(true)], vec![map]);
     let out = run(&fixed, "r", &args(&[], &[]), &opts(true, 2)).unwrap();
-    assert_eq!(out.outputs["y"].words, vec![1, 2, 3, 4, 5, 6, 7, 0]);
+    assert_eq!(out.outputs["y"].words(), vec![1, 2, 3, 4, 5, 6, 7, 0]);
 }
 
 #[test]
@@ -786,7 +784,7 @@ fn consecutive_and_scattered_accesses_agree_on_every_path() {
     let through_smem: Vec<u32> = g.map(|k| x[k - k % 64 + 63 - k % 64]).collect();
     for o in [opts(false, 0), opts(true, 0), opts(false, 2)] {
         let out = run(&m, "patterns", &a, &o).unwrap();
-        let words = |name: &str| out.outputs[name].words.clone();
+        let words = |name: &str| out.outputs[name].to_bits();
         assert_eq!(words("shifted"), shifted, "options {o:?}");
         assert_eq!(words("reversed"), reversed, "options {o:?}");
         assert_eq!(words("upper"), upper, "options {o:?}");
@@ -870,7 +868,7 @@ fn detection_forgets_the_accesses_of_earlier_calls() {
         let a = args(&[], &[("flip", Literal::U32(flip))]);
         let out = interp.call(&m, "halves", &a, &opts(true, 2)).unwrap();
         let want: Vec<u32> = (0..128u32).map(|k| ((k / 64) ^ flip) + 1).collect();
-        assert_eq!(out.outputs["y"].words, want, "flip {flip}");
+        assert_eq!(out.outputs["y"].words(), want, "flip {flip}");
     }
 }
 
@@ -941,17 +939,17 @@ fn residents_hand_data_and_credits_to_a_later_call() {
             &o,
         )
         .unwrap();
-    assert_eq!(interp.resident("flag").unwrap().words, vec![0, 1]);
+    assert_eq!(interp.resident("flag").unwrap().words(), vec![0, 1]);
     let out = interp.call(&m, "consume", &args(&[], &[]), &o).unwrap();
     let expected: Vec<f32> = xs.iter().map(|x| x + 1.0).collect();
     assert_eq!(out.outputs["y"].to_f32(), expected);
     let flag = interp.resident("flag").unwrap();
     assert_eq!(
-        (flag.shape.clone(), flag.words.clone()),
+        (flag.shape().to_vec(), flag.to_bits()),
         (vec![2, 1], vec![0, 0])
     );
     assert_eq!(
-        interp.resident("buf").unwrap().words[32..].to_vec(),
+        interp.resident("buf").unwrap().words()[32..].to_vec(),
         expected.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
     // The credit was consumed: a second consume call deadlocks.
@@ -1065,9 +1063,9 @@ fn grid_and_cluster_axes_index_blocks_row_major() {
         .unwrap()
         .outputs["y"]
         .clone();
-    assert_eq!(y.shape, vec![3, 2, 2]);
+    assert_eq!(y.shape(), vec![3, 2, 2]);
     assert_eq!(
-        y.words,
+        y.words(),
         vec![0, 1, 10, 11, 100, 101, 110, 111, 200, 201, 210, 211]
     );
 }
@@ -1114,7 +1112,7 @@ fn flushing_subnormals_changes_exactly_the_float_operations() {
     });
     let m = module(vec![mesh], vec![kernel], vec![map]);
     let a = args(&[("x", HostTensor::from_f32(vec![2], &[s, t]))], &[]);
-    let bits = |out: &CallOutputs, name: &str| out.outputs[name].words.clone();
+    let bits = |out: &CallOutputs, name: &str| out.outputs[name].to_bits();
 
     let ieee = run(&m, "ftz", &a, &opts(true, 0)).unwrap();
     let flushing = InterpOptions {

@@ -138,7 +138,7 @@ map nodec {
 "#;
     for seed in 0..4 {
         let out = run(src, &checked(seed, 3)).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        let y = &out.outputs["y"].words;
+        let y = &out.outputs["y"].words();
         assert_eq!(y[3], 8);
         assert_eq!(y[35], 16);
     }
@@ -152,7 +152,7 @@ const SHORT_CIRCUIT: &str = include_str!("../../defects/u_shortcircuit_and.mpmd"
 fn logic_operators_short_circuit_and_select_does_not() {
     for extra in [0, 3] {
         let out = run(SHORT_CIRCUIT, &checked(2, extra)).expect("no out-of-bounds load");
-        assert_eq!(out.outputs["y"].words.len(), 64);
+        assert_eq!(out.outputs["y"].words().len(), 64);
     }
     let or = SHORT_CIRCUIT.replace(
         "if i >= 0 && x[i] > 0.0 {",
@@ -188,15 +188,15 @@ case { generate x = uniform(0u, 4u); }
     let args = call_args(&module, &Generation::with_defaults(3))
         .unwrap()
         .remove(0);
-    let x = args.inputs["x"].words.clone();
+    let x = args.inputs["x"].to_bits();
     let out = Interpreter::new()
         .call(&module, "k", &args, &checked(3, 2))
         .unwrap();
     for (t, &xt) in x.iter().enumerate() {
         let a = t % 2 == 1;
         let b = xt > 1;
-        assert_eq!(out.outputs["y"].words[t], (a && b) as u32, "thread {t}");
-        assert_eq!(out.outputs["z"].words[t], (a || b) as u32, "thread {t}");
+        assert_eq!(out.outputs["y"].words()[t], (a && b) as u32, "thread {t}");
+        assert_eq!(out.outputs["z"].words()[t], (a || b) as u32, "thread {t}");
     }
 }
 

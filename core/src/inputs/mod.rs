@@ -270,7 +270,7 @@ pub fn host_shape(module: &Module, operand: &Operand) -> Option<Vec<u32>> {
 /// The generator of [`Fallback::ByType`].
 pub fn default_generator(elem: ScalarType) -> Generator {
     match elem {
-        ScalarType::F32 => Generator::Uniform {
+        ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => Generator::Uniform {
             lo: Literal::f32(-1.0),
             hi: Literal::f32(1.0),
         },
@@ -305,6 +305,29 @@ pub const F32_SPECIALS: [f32; 16] = [
     -2_147_483_904.0, // below i32::MIN
 ];
 
+/// Edge values of `f16`, as bits: zeros, infinities, NaN, subnormals,
+/// extremes, ±1, and values next to rounding boundaries.
+pub const F16_SPECIALS: [u16; 18] = [
+    0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, // ±0, ±inf, NaN
+    0x0001, 0x8001, 0x03ff, 0x0400, // smallest and largest subnormal, smallest normal
+    0x7bff, 0xfbff, // ±65504, the largest finite
+    0x3c00, 0xbc00, 0x3800, // ±1, 0.5
+    0x3c01, // 1 + 2^-10, the next after 1
+    0x6800, 0x67ff, // 2048 (integers stop being exact past it), 2047
+    0x1400, // 2^-10
+];
+
+/// Edge values of `bf16`, as bits.
+pub const BF16_SPECIALS: [u16; 18] = [
+    0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, // ±0, ±inf, NaN
+    0x0001, 0x8001, 0x007f, 0x0080, // smallest and largest subnormal, smallest normal
+    0x7f7f, 0xff7f, // the largest finite, ±3.39e38
+    0x3f80, 0xbf80, 0x3f00, // ±1, 0.5
+    0x3f81, // 1 + 2^-7, the next after 1
+    0x4f00, 0xcf00, // ±2^31 (just out of i32 range)
+    0x4380, // 256 (integers stop being exact past it)
+];
+
 pub const I32_SPECIALS: [i32; 12] = [
     0,
     1,
@@ -335,7 +358,9 @@ pub const U32_SPECIALS: [u32; 10] = [
 
 fn lit_f64(l: Literal) -> f64 {
     match l {
-        Literal::F32(b) => f64::from(b.to_f32()),
+        Literal::F32(_) | Literal::F16(_) | Literal::BF16(_) => {
+            f64::from(l.as_f32().unwrap_or(f32::NAN))
+        }
         Literal::I32(v) => f64::from(v),
         Literal::U32(v) => f64::from(v),
         Literal::Bool(v) => f64::from(u8::from(v)),
@@ -344,7 +369,7 @@ fn lit_f64(l: Literal) -> f64 {
 
 fn lit_i64(l: Literal) -> i64 {
     match l {
-        Literal::F32(b) => b.to_f32() as i64,
+        Literal::F32(_) | Literal::F16(_) | Literal::BF16(_) => l.as_f32().unwrap_or(0.0) as i64,
         Literal::I32(v) => i64::from(v),
         Literal::U32(v) => i64::from(v),
         Literal::Bool(v) => i64::from(v),
@@ -354,6 +379,9 @@ fn lit_i64(l: Literal) -> i64 {
 fn word_of_i64(elem: ScalarType, v: i64) -> u32 {
     match elem {
         ScalarType::F32 => (v as f32).to_bits(),
+        ScalarType::F16 | ScalarType::BF16 => {
+            u32::from(crate::numerics::from_integer(elem, v).unwrap_or(0))
+        }
         ScalarType::I32 => v as i32 as u32,
         ScalarType::U32 => v as u32,
         ScalarType::Bool => u32::from(v != 0),
@@ -365,7 +393,7 @@ fn type_bounds(elem: ScalarType) -> (i64, i64) {
         ScalarType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
         ScalarType::U32 => (0, i64::from(u32::MAX)),
         ScalarType::Bool => (0, 1),
-        ScalarType::F32 => (i64::MIN, i64::MAX),
+        ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => (i64::MIN, i64::MAX),
     }
 }
 
@@ -376,7 +404,7 @@ pub fn convert_literal(l: Literal, elem: ScalarType) -> u32 {
         return l.to_bits();
     }
     match elem {
-        ScalarType::F32 => (lit_f64(l) as f32).to_bits(),
+        ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => float_word(elem, lit_f64(l)),
         _ => word_of_i64(elem, lit_i64(l)),
     }
 }
@@ -393,8 +421,10 @@ pub fn constant_word(l: Literal, elem: ScalarType) -> Result<u32, String> {
     let fits = match (l, elem) {
         // Only an exact integer value converts; a float or bool literal
         // given for another type is a slip, never meant.
-        (Literal::Bool(_) | Literal::F32(_), _) => false,
-        (_, ScalarType::F32) => f64::from(value as f32) == value,
+        (Literal::Bool(_) | Literal::F32(_) | Literal::F16(_) | Literal::BF16(_), _) => false,
+        (_, ScalarType::F32 | ScalarType::F16 | ScalarType::BF16) => {
+            float_value(elem, float_word(elem, value)) == value
+        }
         (_, _) => {
             let (lo, hi) = type_bounds(elem);
             value.is_finite() && value.fract() == 0.0 && (lo as f64..=hi as f64).contains(&value)
@@ -402,7 +432,7 @@ pub fn constant_word(l: Literal, elem: ScalarType) -> Result<u32, String> {
     };
     if fits {
         Ok(match elem {
-            ScalarType::F32 => (value as f32).to_bits(),
+            ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => float_word(elem, value),
             _ => word_of_i64(elem, value as i64),
         })
     } else {
@@ -412,6 +442,19 @@ pub fn constant_word(l: Literal, elem: ScalarType) -> Result<u32, String> {
             crate::text::print_literal(Literal::from_bits(elem, 0)),
         ))
     }
+}
+
+/// The bits of the float type `elem` nearest `v` (rounded once).
+fn float_word(elem: ScalarType, v: f64) -> u32 {
+    match crate::numerics::from_f64(elem, v) {
+        Some(bits) => u32::from(bits),
+        None => (v as f32).to_bits(),
+    }
+}
+
+/// The value of the float type `elem` stored as `bits`.
+fn float_value(elem: ScalarType, bits: u32) -> f64 {
+    f64::from(Literal::from_bits(elem, bits).as_f32().unwrap_or(f32::NAN))
 }
 
 /// A generator as the text format writes it (`uniform(1.0, -1.0)`).
@@ -431,9 +474,6 @@ pub fn generator_text(gen: &Generator) -> String {
 /// nearest its low end: a range where zero is likely still gets random data,
 /// and no range can make generation loop.
 const NONZERO_DRAWS: usize = 64;
-
-/// The smallest positive `f32` (a subnormal).
-const F32_MIN_SUBNORMAL: f64 = 1.401_298_464_324_817e-45;
 
 /// A checked generator: everything it needs to produce consecutive
 /// elements, each in a bounded number of steps.
@@ -507,7 +547,7 @@ impl<'a> ElementSource<'a> {
             generator: generator(),
             elem,
         };
-        if elem == ScalarType::F32 {
+        if elem.is_float() {
             if lo_v > hi_v {
                 return Err(empty());
             }
@@ -515,13 +555,16 @@ impl<'a> ElementSource<'a> {
             // values are lo itself unless it is zero, else the smallest
             // positive f32 when it lies below hi.
             if nonzero {
-                source.nonzero_fallback = if lo_v != 0.0 {
-                    (lo_v as f32).to_bits()
-                } else if hi_v > F32_MIN_SUBNORMAL {
-                    (F32_MIN_SUBNORMAL as f32).to_bits()
-                } else {
-                    return Err(only_zero());
-                };
+                // The smallest positive value of the type is bits 1 in every format.
+                let smallest = float_value(elem, 1);
+                source.nonzero_fallback =
+                    if lo_v != 0.0 && float_value(elem, float_word(elem, lo_v)) != 0.0 {
+                        float_word(elem, lo_v)
+                    } else if hi_v > smallest {
+                        1
+                    } else {
+                        return Err(only_zero());
+                    };
             }
         } else {
             let (t_lo, t_hi) = type_bounds(elem);
@@ -552,9 +595,12 @@ impl<'a> ElementSource<'a> {
             Generator::Uniform { lo, hi } => self.uniform(*lo, *hi, rng),
             Generator::NonZero { lo, hi } => (0..NONZERO_DRAWS)
                 .map(|_| self.uniform(*lo, *hi, rng))
-                .find(|&w| match self.elem {
-                    ScalarType::F32 => f32::from_bits(w) != 0.0,
-                    _ => w != 0,
+                .find(|&w| {
+                    if self.elem.is_float() {
+                        float_value(self.elem, w) != 0.0
+                    } else {
+                        w != 0
+                    }
                 })
                 .unwrap_or(self.nonzero_fallback),
             Generator::Special => self.special(i, rng),
@@ -562,16 +608,15 @@ impl<'a> ElementSource<'a> {
     }
 
     fn uniform(&self, lo: Literal, hi: Literal, rng: &mut Rng) -> u32 {
-        if self.elem == ScalarType::F32 {
+        if self.elem.is_float() {
             let (lo, hi) = (lit_f64(lo), lit_f64(hi));
-            let v = (lo + (hi - lo) * rng.next_f64()) as f32;
-            // Rounding to f32 may land on `hi`; the range is half-open.
-            let v = if f64::from(v) >= hi && hi > lo {
-                lo as f32
+            let v = float_word(self.elem, lo + (hi - lo) * rng.next_f64());
+            // Rounding may land on `hi`; the range is half-open.
+            if float_value(self.elem, v) >= hi && hi > lo {
+                float_word(self.elem, lo)
             } else {
                 v
-            };
-            v.to_bits()
+            }
         } else {
             let (lo, hi) = self.int_range;
             word_of_i64(self.elem, rng.range_i64(lo, hi))
@@ -583,6 +628,8 @@ impl<'a> ElementSource<'a> {
     fn special(&self, i: usize, rng: &mut Rng) -> u32 {
         let specials: Vec<u32> = match self.elem {
             ScalarType::F32 => F32_SPECIALS.iter().map(|v| v.to_bits()).collect(),
+            ScalarType::F16 => F16_SPECIALS.iter().map(|&v| u32::from(v)).collect(),
+            ScalarType::BF16 => BF16_SPECIALS.iter().map(|&v| u32::from(v)).collect(),
             ScalarType::I32 => I32_SPECIALS.iter().map(|&v| v as u32).collect(),
             ScalarType::U32 => U32_SPECIALS.to_vec(),
             ScalarType::Bool => vec![0, 1],
@@ -594,7 +641,8 @@ impl<'a> ElementSource<'a> {
             (_, 0) => *rng.pick(&specials),
             (ScalarType::Bool, _) => rng.below(2) as u32,
             (ScalarType::F32, 1) => rng.next_u32(),
-            (ScalarType::F32, _) => ((rng.next_f64() * 200.0 - 100.0) as f32).to_bits(),
+            (ScalarType::F16 | ScalarType::BF16, 1) => rng.next_u32() & 0xffff,
+            (elem, _) if elem.is_float() => float_word(elem, rng.next_f64() * 200.0 - 100.0),
             (_, 1) => rng.next_u32(),
             (_, _) => word_of_i64(self.elem, rng.range_i64(-100, 100)),
         }
@@ -679,11 +727,12 @@ fn generate_words(
         bytes: bytes.unwrap_or(u64::MAX),
         limit: limit_bytes,
     })?;
-    let words = (0..len).map(|i| source.word(i, rng)).collect();
-    Ok(HostTensor {
-        elem,
-        shape: shape.to_vec(),
-        words,
+    let bits = (0..len).map(|i| source.word(i, rng)).collect();
+    HostTensor::new(elem, shape.to_vec(), bits).map_err(|_| GenerateError::TooLarge {
+        name: name.into(),
+        elements: len as u64,
+        bytes: bytes.unwrap_or(u64::MAX),
+        limit: limit_bytes,
     })
 }
 

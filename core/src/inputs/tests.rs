@@ -67,7 +67,7 @@ fn uniform_integers_are_inclusive_and_in_range() {
         1,
     );
     let mut seen = [false; 4];
-    for &w in &t.words {
+    for &w in t.words() {
         assert!(w <= 3, "{w}");
         seen[w as usize] = true;
     }
@@ -86,7 +86,7 @@ fn uniform_ranges_are_clamped_to_the_type() {
         200,
         2,
     );
-    assert!(t.words.iter().all(|&w| w <= 2), "{:?}", t.words);
+    assert!(t.words().iter().all(|&w| w <= 2), "{:?}", t.words());
     let t = gen(
         Generator::Uniform {
             lo: Literal::U32(0),
@@ -96,7 +96,7 @@ fn uniform_ranges_are_clamped_to_the_type() {
         200,
         2,
     );
-    assert!(t.words.iter().any(|&w| w > 0x8000_0000));
+    assert!(t.words().iter().any(|&w| w > 0x8000_0000));
     let b = gen(
         Generator::Uniform {
             lo: Literal::Bool(false),
@@ -106,8 +106,8 @@ fn uniform_ranges_are_clamped_to_the_type() {
         100,
         2,
     );
-    assert!(b.words.iter().all(|&w| w <= 1));
-    assert!(b.words.contains(&0) && b.words.contains(&1));
+    assert!(b.words().iter().all(|&w| w <= 1));
+    assert!(b.words().contains(&0) && b.words().contains(&1));
 }
 
 #[test]
@@ -156,26 +156,26 @@ fn special_starts_with_every_edge_value_then_mixes() {
     assert!(rest.iter().any(|v| v.unsigned_abs() > 1000));
 
     let u = gen(Generator::Special, ScalarType::U32, 20, 0);
-    assert_eq!(&u.words[..10], &U32_SPECIALS);
+    assert_eq!(&u.words()[..10], &U32_SPECIALS);
 
     let f = gen(Generator::Special, ScalarType::F32, 400, 0);
     let expected: Vec<u32> = F32_SPECIALS.iter().map(|v| v.to_bits()).collect();
-    assert_eq!(&f.words[..16], &expected[..]);
-    assert_eq!(f.words[1], 0x8000_0000);
-    assert!(f32::from_bits(f.words[4]).is_nan());
-    assert_eq!(f.words[5], 1);
-    assert_eq!(f.words[7], 0x007f_ffff);
+    assert_eq!(&f.words()[..16], &expected[..]);
+    assert_eq!(f.words()[1], 0x8000_0000);
+    assert!(f32::from_bits(f.words()[4]).is_nan());
+    assert_eq!(f.words()[5], 1);
+    assert_eq!(f.words()[7], 0x007f_ffff);
     assert!(f.to_f32()[16..].iter().any(|v| (-100.0..100.0).contains(v)));
 
     let b = gen(Generator::Special, ScalarType::Bool, 50, 0);
-    assert_eq!(&b.words[..2], &[0, 1]);
-    assert!(b.words.iter().all(|&w| w <= 1));
+    assert_eq!(&b.words()[..2], &[0, 1]);
+    assert!(b.words().iter().all(|&w| w <= 1));
 }
 
 #[test]
 fn iota_and_constant() {
     assert_eq!(
-        gen(Generator::Iota, ScalarType::U32, 4, 0).words,
+        gen(Generator::Iota, ScalarType::U32, 4, 0).words(),
         vec![0, 1, 2, 3]
     );
     assert_eq!(
@@ -183,11 +183,11 @@ fn iota_and_constant() {
         vec![0.0, 1.0, 2.0]
     );
     assert_eq!(
-        gen(Generator::Iota, ScalarType::Bool, 3, 0).words,
+        gen(Generator::Iota, ScalarType::Bool, 3, 0).words(),
         vec![0, 1, 1]
     );
     assert_eq!(
-        gen(Generator::Constant(Literal::U32(7)), ScalarType::U32, 2, 0).words,
+        gen(Generator::Constant(Literal::U32(7)), ScalarType::U32, 2, 0).words(),
         vec![7, 7]
     );
     // An integer literal converts when the type holds its value exactly.
@@ -196,7 +196,7 @@ fn iota_and_constant() {
         vec![-2.0]
     );
     assert_eq!(
-        gen(Generator::Constant(Literal::I32(1)), ScalarType::Bool, 1, 0).words,
+        gen(Generator::Constant(Literal::I32(1)), ScalarType::Bool, 1, 0).words(),
         vec![1]
     );
 }
@@ -260,7 +260,7 @@ fn nonzero_never_loops() {
         64,
         1,
     );
-    assert_eq!(bits.words, vec![1; 64]);
+    assert_eq!(bits.words(), vec![1; 64]);
     let ints = gen(
         Generator::NonZero {
             lo: Literal::I32(0),
@@ -270,7 +270,7 @@ fn nonzero_never_loops() {
         64,
         1,
     );
-    assert_eq!(ints.words, vec![1; 64]);
+    assert_eq!(ints.words(), vec![1; 64]);
 }
 
 /// d14b: an input of 2^31 - 1 words (8 GiB) was allocated and aborted the
@@ -319,8 +319,8 @@ fn index_into_stays_below_the_dimension() {
         dim: 1,
     };
     let t = gen(g, ScalarType::U32, 200, 2);
-    assert!(t.words.iter().all(|&w| w < 6));
-    assert!(t.words.contains(&0) && t.words.contains(&5));
+    assert!(t.words().iter().all(|&w| w < 6));
+    assert!(t.words().contains(&0) && t.words().contains(&5));
     let f = gen(
         Generator::IndexInto {
             operand: "x".into(),
@@ -435,8 +435,8 @@ fn fallbacks_and_host_shapes() {
 
     // Owned inputs: one instance per block of the owner.
     let u = generate_input(&module, map, &map.inputs[2], &defaults).unwrap();
-    assert_eq!(u.shape, vec![3, 2]);
-    assert_eq!(u.words, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(u.shape(), vec![3, 2]);
+    assert_eq!(u.words(), vec![0, 1, 2, 3, 4, 5]);
     assert_eq!(host_shape(&module, &map.inputs[0]), Some(vec![64]));
     assert_eq!(host_shape(&module, &map.scalars[0]), None);
 

@@ -202,7 +202,7 @@ impl Interpreter {
     /// resident with another element type or length fails with
     /// [`RunError::BadArguments`].
     pub fn set_resident(&mut self, name: &str, tensor: HostTensor) {
-        let init = vec![true; tensor.words.len()];
+        let init = vec![true; tensor.words().len()];
         self.residents
             .insert(name.to_string(), ResidentState { tensor, init });
     }
@@ -359,11 +359,7 @@ impl Interpreter {
                     // Without detection nothing tracks writes: count every word as written.
                     None => vec![true; words.len()],
                 };
-                let tensor = HostTensor {
-                    elem: spec.ty.elem,
-                    shape: spec.shape.clone(),
-                    words,
-                };
+                let tensor = HostTensor::from_packed(spec.ty.elem, spec.shape.clone(), words);
                 self.residents
                     .insert(name.clone(), ResidentState { tensor, init });
             }
@@ -379,16 +375,12 @@ impl Interpreter {
                 Some(w) => w.into_iter().map(AtomicU32::into_inner).collect(),
                 None => outputs
                     .get(name)
-                    .map(|t: &HostTensor| t.words.clone())
+                    .map(|t: &HostTensor| t.words().to_vec())
                     .unwrap_or_default(),
             };
             outputs.insert(
                 name.clone(),
-                HostTensor {
-                    elem: spec.ty.elem,
-                    shape: spec.shape.clone(),
-                    words,
-                },
+                HostTensor::from_packed(spec.ty.elem, spec.shape.clone(), words),
             );
         }
         self.recycle(
@@ -463,25 +455,26 @@ impl Interpreter {
             let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
                     let t = args.input(name, spec.ty.elem, len as u64)?;
-                    (buffer(&mut self.pool, len, Some(&t.words)), bits(true))
+                    (buffer(&mut self.pool, len, Some(t.words())), bits(true))
                 }
                 Init::Zeroed => (buffer(&mut self.pool, len, None), bits(true)),
                 Init::Uninitialized => (buffer(&mut self.pool, len, None), bits(false)),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
-                    Some(r) if r.tensor.elem != spec.ty.elem => {
+                    Some(r) if r.tensor.elem() != spec.ty.elem => {
                         return Err(RunError::BadArguments(format!(
                             "resident `{name}` holds `{}` elements, the map binds `{}`",
-                            r.tensor.elem, spec.ty.elem
+                            r.tensor.elem(),
+                            spec.ty.elem
                         )))
                     }
-                    Some(r) if r.tensor.words.len() == len => {
+                    Some(r) if r.tensor.words().len() == len => {
                         let init = if detect { r.init.clone() } else { vec![] };
-                        (buffer(&mut self.pool, len, Some(&r.tensor.words)), init)
+                        (buffer(&mut self.pool, len, Some(r.tensor.words())), init)
                     }
                     Some(r) => {
                         return Err(RunError::BadArguments(format!(
                             "resident `{name}` holds {} elements, the map binds {len}",
-                            r.tensor.words.len()
+                            r.tensor.words().len()
                         )))
                     }
                     None => (buffer(&mut self.pool, len, None), bits(*zeroed)),
@@ -696,11 +689,7 @@ fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<Name, HostTe
             let words = bufs[*i].words.iter().map(|w| w.load(Relaxed)).collect();
             (
                 name.clone(),
-                HostTensor {
-                    elem: spec.ty.elem,
-                    shape: spec.shape.clone(),
-                    words,
-                },
+                HostTensor::from_packed(spec.ty.elem, spec.shape.clone(), words),
             )
         })
         .collect()
@@ -728,8 +717,14 @@ fn first_difference(
         let y = b.get(name)?;
         let mode = compare.iter().find(|(n, _)| n == name).map(|(_, m)| m);
         let (mut xs, mut ys): (Vec<u32>, Vec<u32>) = (
-            x.words.iter().map(|&w| canonical(x.elem, w)).collect(),
-            y.words.iter().map(|&w| canonical(y.elem, w)).collect(),
+            x.to_bits()
+                .into_iter()
+                .map(|w| canonical(x.elem(), w))
+                .collect(),
+            y.to_bits()
+                .into_iter()
+                .map(|w| canonical(y.elem(), w))
+                .collect(),
         );
         match mode {
             Some(CompareMode::Ignore) => continue,
@@ -764,6 +759,7 @@ fn show(v: Literal) -> String {
         Literal::I32(x) => x.to_string(),
         Literal::U32(x) => x.to_string(),
         Literal::Bool(x) => x.to_string(),
+        Literal::F16(_) | Literal::BF16(_) => crate::text::print_literal(v),
     }
 }
 

@@ -33,6 +33,10 @@ pub enum ScalarType {
     I32,
     U32,
     Bool,
+    /// IEEE binary16, stored packed (2 bytes an element).
+    F16,
+    /// bfloat16 (the high half of an `f32`), stored packed (2 bytes an element).
+    BF16,
 }
 
 impl std::fmt::Display for ScalarType {
@@ -42,16 +46,45 @@ impl std::fmt::Display for ScalarType {
 }
 
 impl ScalarType {
-    pub const ALL: [ScalarType; 4] = [Self::F32, Self::I32, Self::U32, Self::Bool];
+    pub const ALL: [ScalarType; 6] = [
+        Self::F32,
+        Self::I32,
+        Self::U32,
+        Self::Bool,
+        Self::F16,
+        Self::BF16,
+    ];
 
-    /// The keyword used by the text format (`f32`, `i32`, `u32`, `bool`).
+    /// The keyword used by the text format (`f32`, `i32`, `u32`, `bool`, `f16`, `bf16`).
     pub fn keyword(self) -> &'static str {
         match self {
             Self::F32 => "f32",
             Self::I32 => "i32",
             Self::U32 => "u32",
             Self::Bool => "bool",
+            Self::F16 => "f16",
+            Self::BF16 => "bf16",
         }
+    }
+
+    /// Bytes one element takes in memory, on every backend (`bool` is a
+    /// 32-bit word; 16-bit floats are packed).
+    pub fn byte_size(self) -> u32 {
+        if self.is_16bit() {
+            2
+        } else {
+            4
+        }
+    }
+
+    /// `f16` or `bf16`: stored in 2 bytes, computed in `f32` and rounded once.
+    pub fn is_16bit(self) -> bool {
+        matches!(self, Self::F16 | Self::BF16)
+    }
+
+    /// `f32`, `f16` or `bf16`.
+    pub fn is_float(self) -> bool {
+        matches!(self, Self::F32 | Self::F16 | Self::BF16)
     }
 
     pub fn is_integer(self) -> bool {
@@ -200,6 +233,10 @@ pub enum Literal {
     I32(i32),
     U32(u32),
     Bool(bool),
+    /// An `f16` as its 16 bits.
+    F16(u16),
+    /// A `bf16` as its 16 bits.
+    BF16(u16),
 }
 
 impl Literal {
@@ -213,26 +250,42 @@ impl Literal {
             Literal::I32(_) => ScalarType::I32,
             Literal::U32(_) => ScalarType::U32,
             Literal::Bool(_) => ScalarType::Bool,
+            Literal::F16(_) => ScalarType::F16,
+            Literal::BF16(_) => ScalarType::BF16,
         }
     }
 
-    /// The 32-bit word this value is stored as in memory.
+    /// The bits of this value (a 16-bit float in the low half, the high half zero).
     pub fn to_bits(self) -> u32 {
         match self {
             Literal::F32(b) => b.0,
             Literal::I32(v) => v as u32,
             Literal::U32(v) => v,
             Literal::Bool(v) => v as u32,
+            Literal::F16(v) | Literal::BF16(v) => u32::from(v),
         }
     }
 
-    /// The value of type `ty` stored as `bits` (any non-zero word is `true`).
+    /// The value of type `ty` stored as `bits` (any non-zero word is `true`;
+    /// a 16-bit float takes the low half).
     pub fn from_bits(ty: ScalarType, bits: u32) -> Self {
         match ty {
             ScalarType::F32 => Literal::F32(F32Bits(bits)),
             ScalarType::I32 => Literal::I32(bits as i32),
             ScalarType::U32 => Literal::U32(bits),
             ScalarType::Bool => Literal::Bool(bits != 0),
+            ScalarType::F16 => Literal::F16(bits as u16),
+            ScalarType::BF16 => Literal::BF16(bits as u16),
+        }
+    }
+
+    /// The value as an `f32` for a float literal (exact for 16-bit floats).
+    pub fn as_f32(self) -> Option<f32> {
+        match self {
+            Literal::F32(b) => Some(b.to_f32()),
+            Literal::F16(b) => Some(crate::numerics::f16_to_f32(b)),
+            Literal::BF16(b) => Some(crate::numerics::bf16_to_f32(b)),
+            _ => None,
         }
     }
 }

@@ -71,12 +71,36 @@ pub enum TypeError {
         lhs: ScalarType,
         rhs: ScalarType,
     },
+    #[error("`bitcast<{to}>` of a `{from}`: {}", bitcast_rule(*from, *to))]
+    BadBitcast { from: ScalarType, to: ScalarType },
     #[error("`{func}` takes {expected} arguments, found {found}")]
     Arity {
         func: &'static str,
         expected: usize,
         found: usize,
     },
+}
+
+/// Whether `bitcast<to>(x)` with `x: from` reinterprets bits: between the
+/// 32-bit types `f32`, `i32`, `u32`; between the 16-bit floats; and between
+/// a 16-bit float and `i32`/`u32`, where the 16 bits are the word's low half
+/// (to 16 bits the high half is dropped; from 16 bits it is zero).
+pub fn bitcast_allowed(from: ScalarType, to: ScalarType) -> bool {
+    use ScalarType::*;
+    let word = |t: ScalarType| matches!(t, F32 | I32 | U32);
+    let integer = |t: ScalarType| matches!(t, I32 | U32);
+    (word(from) && word(to))
+        || (from.is_16bit() && to.is_16bit())
+        || (from.is_16bit() && integer(to))
+        || (integer(from) && to.is_16bit())
+}
+
+fn bitcast_rule(from: ScalarType, to: ScalarType) -> &'static str {
+    if from == ScalarType::Bool || to == ScalarType::Bool {
+        "`bool` has no bit pattern to reinterpret"
+    } else {
+        "an `f32` and a 16-bit float differ in size; bitcast between `f32`, `i32` and `u32`, between `f16` and `bf16`, or between a 16-bit float and the low half of an `i32` or `u32`"
+    }
 }
 
 /// Text of a binary operator, for messages and the printer.
@@ -218,12 +242,8 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
         }
         Expr::Bitcast(to, e) => {
             let from = type_of(e, scope)?;
-            if from == Bool || *to == Bool {
-                return Err(TypeError::BadOperand {
-                    op: "bitcast",
-                    expected: "f32, i32 or u32",
-                    found: if from == Bool { from } else { *to },
-                });
+            if !bitcast_allowed(from, *to) {
+                return Err(TypeError::BadBitcast { from, to: *to });
             }
             *to
         }
@@ -246,14 +266,14 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
                     });
                 }
             }
-            let ok = first == F32 || (f.accepts_integers() && first.is_integer());
+            let ok = first.is_float() || (f.accepts_integers() && first.is_integer());
             if !ok {
                 return Err(TypeError::BadOperand {
                     op: f.name(),
                     expected: if f.accepts_integers() {
                         "numeric"
                     } else {
-                        "f32"
+                        "float (f32, f16 or bf16)"
                     },
                     found: first,
                 });

@@ -52,6 +52,8 @@ pub(crate) fn is_keyword(word: &str) -> bool {
     KEYWORDS.contains(&word)
 }
 
+use crate::ir::ScalarType;
+
 /// Bits of the canonical quiet NaN, printed as `nan`.
 pub(crate) const CANONICAL_NAN: u32 = 0x7fc0_0000;
 
@@ -73,6 +75,8 @@ pub(crate) enum TokenKind {
     Int(IntToken),
     /// An `f32` literal, as bits.
     Float(u32),
+    /// An `f16` or `bf16` literal (a number with an `f16` / `bf16` suffix), as bits.
+    Float16(ScalarType, u16),
     Punct(&'static str),
     Eof,
     /// A malformed token, with the message to report.
@@ -167,7 +171,7 @@ impl Lexer<'_> {
     fn after_operand(&self) -> bool {
         match self.tokens.last().map(|t| &t.kind) {
             Some(TokenKind::Word(w)) => !is_keyword(w) || w == "true" || w == "false",
-            Some(TokenKind::Int(_) | TokenKind::Float(_)) => true,
+            Some(TokenKind::Int(_) | TokenKind::Float(_) | TokenKind::Float16(..)) => true,
             Some(TokenKind::Punct(p)) => *p == ")" || *p == "]",
             _ => false,
         }
@@ -308,6 +312,17 @@ impl Lexer<'_> {
         let numeric_text = &self.rest()[..sign_len + end];
         let unsigned = !is_float && bytes.get(end) == Some(&b'u');
         let len = end + usize::from(unsigned);
+        if radix == 10 && !unsigned {
+            for ty in [ScalarType::F16, ScalarType::BF16] {
+                let suffix = ty.keyword();
+                let after = len + suffix.len();
+                if body[len..].starts_with(suffix) && !body[after..].starts_with(is_word_char) {
+                    let kind = float16_literal(numeric_text, ty);
+                    self.push(kind, sign_len + after);
+                    return;
+                }
+            }
+        }
         if body[len..].starts_with(is_word_char) {
             let suffix_len = body[len..]
                 .find(|c: char| !is_word_char(c))
@@ -374,6 +389,39 @@ fn float_literal(text: &str) -> TokenKind {
         ));
     }
     TokenKind::Float(v.to_bits())
+}
+
+/// A decimal literal with an `f16` / `bf16` suffix: rounded once to the
+/// nearest value of that type (through f64, rounded to odd: exact for every
+/// decimal of up to 15 significant digits), with the same errors as `f32`'s.
+fn float16_literal(text: &str, ty: ScalarType) -> TokenKind {
+    let Ok(v) = text.parse::<f64>() else {
+        return TokenKind::Error(format!("invalid number `{text}{ty}`"));
+    };
+    let bits = crate::numerics::from_f64(ty, v).unwrap_or(0);
+    let value = crate::numerics::to_f32(ty, bits).unwrap_or(0.0);
+    if value.is_infinite() {
+        let max = crate::numerics::to_f32(
+            ty,
+            if ty == ScalarType::F16 {
+                0x7bff
+            } else {
+                0x7f7f
+            },
+        )
+        .unwrap_or(0.0);
+        return TokenKind::Error(format!(
+            "float literal `{text}{ty}` is out of range for `{ty}` (its largest finite value is {max:e}); write `{ty}(inf)` for infinity"
+        ));
+    }
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    if value == 0.0 && mantissa.contains(|c: char| ('1'..='9').contains(&c)) {
+        let min = crate::numerics::to_f32(ty, 1).unwrap_or(0.0);
+        return TokenKind::Error(format!(
+            "float literal `{text}{ty}` is too small for `{ty}`: it rounds to zero (the smallest non-zero `{ty}` is {min:e}); write `0.0{ty}` for zero"
+        ));
+    }
+    TokenKind::Float16(ty, bits)
 }
 
 #[cfg(test)]

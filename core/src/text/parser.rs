@@ -83,18 +83,8 @@ impl<'s> Parser<'s> {
     }
 }
 
-const SCALAR_TYPES: [(&str, ScalarType); 4] = [
-    ("f32", ScalarType::F32),
-    ("i32", ScalarType::I32),
-    ("u32", ScalarType::U32),
-    ("bool", ScalarType::Bool),
-];
-
 fn scalar_type(word: &str) -> Option<ScalarType> {
-    SCALAR_TYPES
-        .iter()
-        .find(|(k, _)| *k == word)
-        .map(|(_, t)| *t)
+    ScalarType::ALL.into_iter().find(|t| t.keyword() == word)
 }
 
 fn binary_op(punct: &str) -> Option<BinaryOp> {
@@ -394,6 +384,7 @@ impl Parser<'_> {
         let lit = match &token.kind {
             TokenKind::Int(int) => self.int_literal(&token, int)?,
             TokenKind::Float(bits) => Literal::F32(F32Bits(*bits)),
+            TokenKind::Float16(ty, bits) => Literal::from_bits(*ty, u32::from(*bits)),
             TokenKind::Word(w) if w == "true" => Literal::Bool(true),
             TokenKind::Word(w) if w == "false" => Literal::Bool(false),
             TokenKind::Word(w) if w == "f32_bits" && self.is_punct_at(1, "(") => {
@@ -402,6 +393,28 @@ impl Parser<'_> {
                 let bits = self.count("bit pattern of `f32_bits`")?;
                 self.expect_punct(")", "after the bit pattern of `f32_bits`")?;
                 return Ok(Some(Literal::F32(F32Bits(bits))));
+            }
+            TokenKind::Word(w)
+                if (w == "f16_bits" || w == "bf16_bits") && self.is_punct_at(1, "(") =>
+            {
+                let ty = if w == "f16_bits" {
+                    ScalarType::F16
+                } else {
+                    ScalarType::BF16
+                };
+                let what = format!("16-bit pattern of `{w}`");
+                self.bump();
+                self.bump();
+                let at = self.peek().clone();
+                let bits = self.count(&what)?;
+                let Ok(bits) = u16::try_from(bits) else {
+                    return Err(self.error_at_token(
+                        &at,
+                        format!("the bit pattern `{bits:#x}` of `{w}` does not fit in 16 bits"),
+                    ));
+                };
+                self.expect_punct(")", &format!("after the bit pattern of `{w}`"))?;
+                return Ok(Some(Literal::from_bits(ty, u32::from(bits))));
             }
             _ => return Ok(None),
         };
@@ -424,7 +437,7 @@ impl Parser<'_> {
             return Ok(ty);
         }
         Err(self.expected(&format!(
-            "a scalar type (`f32`, `i32`, `u32`, `bool`) {context}"
+            "a scalar type (`f32`, `i32`, `u32`, `bool`, `f16`, `bf16`) {context}"
         )))
     }
 

@@ -61,6 +61,10 @@ fn is_negative(lit: Literal) -> bool {
     match lit {
         Literal::I32(v) => v < 0,
         Literal::F32(bits) => bits.to_f32().is_sign_negative() && !bits.to_f32().is_nan(),
+        Literal::F16(_) | Literal::BF16(_) => {
+            let v = lit.as_f32().unwrap_or(0.0);
+            v.is_sign_negative() && v.is_finite()
+        }
         Literal::U32(_) | Literal::Bool(_) => false,
     }
 }
@@ -84,7 +88,27 @@ pub(crate) fn write_literal(out: &mut String, lit: Literal) {
                 write!(out, "{v:?}").unwrap();
             }
         }
+        Literal::F16(bits) | Literal::BF16(bits) => write_literal16(out, lit.ty(), bits),
     }
+}
+
+/// A 16-bit float: finite values as the shortest decimal that reads back as
+/// the same bits, with the type's suffix (`0.1f16`, `-0.0bf16`); infinities
+/// and NaNs as their bits (`f16_bits(0x7c00)`).
+fn write_literal16(out: &mut String, ty: ScalarType, bits: u16) {
+    let value = crate::numerics::to_f32(ty, bits).unwrap_or(f32::NAN);
+    if !value.is_finite() {
+        write!(out, "{ty}_bits({bits:#06x})").unwrap();
+        return;
+    }
+    let exact = f64::from(value);
+    let shortest = (0..17)
+        .map(|digits| format!("{exact:.digits$e}").parse::<f64>().unwrap_or(exact))
+        .find(|&v| crate::numerics::from_f64(ty, v) == Some(bits))
+        .unwrap_or(exact);
+    // `{:?}` of an f64 with few digits prints those digits, with a `.` or an exponent.
+    let shortest = if value == 0.0 { exact } else { shortest };
+    write!(out, "{shortest:?}{ty}").unwrap();
 }
 
 /// Whether the printer parenthesises `expr` where the context needs binding

@@ -361,16 +361,34 @@ impl Walker<'_, '_> {
                 ),
                 "compare the value to get a bool, for example `c != 0u`",
             ),
-            other => self.sink.report(
-                "E0037",
-                path.clone(),
-                format!(
-                    "{other}, in `{}` in kernel `{}`",
-                    print_expr(e),
-                    self.kernel_name()
-                ),
-                "convert operands with casts such as `f32(i)` so that the types agree",
-            ),
+            other => {
+                let fix = match &other {
+                    TypeError::Mismatch { lhs, rhs, .. } if lhs.is_float() && rhs.is_float() => {
+                        let (narrow, wide) = if lhs.is_16bit() {
+                            (lhs, rhs)
+                        } else {
+                            (rhs, lhs)
+                        };
+                        format!("there is no implicit widening: write `{wide}(x)` around the `{narrow}` operand to compute in `{wide}`, or `{narrow}(x)` around the other to round it to `{narrow}`")
+                    }
+                    TypeError::BadBitcast { .. } => {
+                        "convert the value with a cast such as `f32(x)` first, then bitcast"
+                            .to_string()
+                    }
+                    _ => "convert operands with casts such as `f32(i)` so that the types agree"
+                        .to_string(),
+                };
+                self.sink.report(
+                    "E0037",
+                    path.clone(),
+                    format!(
+                        "{other}, in `{}` in kernel `{}`",
+                        print_expr(e),
+                        self.kernel_name()
+                    ),
+                    fix,
+                )
+            }
         }
     }
 

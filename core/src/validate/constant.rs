@@ -22,9 +22,10 @@ pub(super) fn const_value(
     use Literal::{Bool, I32, U32};
     Some(match e {
         Expr::Lit(lit @ (I32(_) | U32(_) | Bool(_))) => *lit,
-        Expr::Lit(Literal::F32(_)) | Expr::AxisIndex(_) | Expr::Load(_) | Expr::Bitcast(..) => {
-            return None
-        }
+        Expr::Lit(Literal::F32(_) | Literal::F16(_) | Literal::BF16(_))
+        | Expr::AxisIndex(_)
+        | Expr::Load(_)
+        | Expr::Bitcast(..) => return None,
         Expr::Var(n) => name(n)?,
         Expr::AxisSize(axis) => U32(axis_size(axis)?),
         Expr::Unary(op, x) => match (op, value(x)?) {

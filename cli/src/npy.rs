@@ -1,5 +1,7 @@
-//! A minimal `.npy` (NumPy format 1.0/2.0) reader and writer for 32-bit
-//! little-endian arrays: `<f4`, `<i4`, `<u4` (and `|b1` on input for bool).
+//! A minimal `.npy` (NumPy format 1.0/2.0) reader and writer for
+//! little-endian arrays: `<f4`, `<i4`, `<u4`, `<f2` (f16), `<V2` (bf16: what
+//! `np.save` writes for an `ml_dtypes.bfloat16` array, which is how JAX and
+//! ml_dtypes users store bf16), and `|b1` on input for bool.
 
 use std::path::Path;
 
@@ -31,6 +33,10 @@ pub fn descr_of(elem: ScalarType) -> &'static str {
         ScalarType::F32 => "<f4",
         ScalarType::I32 => "<i4",
         ScalarType::U32 | ScalarType::Bool => "<u4",
+        ScalarType::F16 => "<f2",
+        // NumPy has no bfloat16; ml_dtypes' arrays are saved as 2-byte voids
+        // and read back with `np.load(f).view(ml_dtypes.bfloat16)`.
+        ScalarType::BF16 => "<V2",
     }
 }
 
@@ -58,24 +64,23 @@ pub fn shape_text(shape: &[u32]) -> String {
 
 /// The bytes of a `.npy` file holding `tensor`.
 pub fn encode(tensor: &HostTensor) -> Vec<u8> {
-    let shape = shape_text(&tensor.shape);
+    let shape = shape_text(tensor.shape());
     let mut header = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
-        descr_of(tensor.elem)
+        descr_of(tensor.elem())
     );
     // Magic (6) + version (2) + length (2) + header + '\n' is a multiple of 64.
     let unpadded = MAGIC.len() + 4 + header.len() + 1;
     header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
     header.push('\n');
 
-    let mut bytes = Vec::with_capacity(unpadded + 64 + tensor.words.len() * 4);
+    let data = tensor.bytes();
+    let mut bytes = Vec::with_capacity(unpadded + 64 + data.len());
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&[1, 0]);
     bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
     bytes.extend_from_slice(header.as_bytes());
-    for word in &tensor.words {
-        bytes.extend_from_slice(&word.to_le_bytes());
-    }
+    bytes.extend_from_slice(&data);
     bytes
 }
 
@@ -98,7 +103,7 @@ pub fn read(path: &Path) -> Result<HostTensor, NpyError> {
 }
 
 /// Parses the bytes of a `.npy` file. `|b1` arrays come back as `bool`
-/// words (0 or 1); `<u4` arrays as `u32`.
+/// words (0 or 1); `<u4` arrays as `u32`; `<V2` (and `|V2`) as `bf16`.
 pub fn decode(bytes: &[u8]) -> Result<HostTensor, String> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("missing the \\x93NUMPY magic".into());
@@ -126,9 +131,11 @@ pub fn decode(bytes: &[u8]) -> Result<HostTensor, String> {
         "<i4" => (ScalarType::I32, 4),
         "<u4" => (ScalarType::U32, 4),
         "|b1" => (ScalarType::Bool, 1),
+        "<f2" => (ScalarType::F16, 2),
+        "<V2" | "|V2" => (ScalarType::BF16, 2),
         other => {
             return Err(format!(
-                "dtype `{other}` is not supported (use <f4, <i4, <u4 or |b1)"
+                "dtype `{other}` is not supported (use <f4, <i4, <u4, <f2 for f16, <V2 for bf16 as np.save writes an ml_dtypes.bfloat16 array, or |b1)"
             ))
         }
     };
@@ -174,14 +181,11 @@ pub fn decode(bytes: &[u8]) -> Result<HostTensor, String> {
             data.len()
         ));
     }
-    let words = if width == 1 {
-        data.iter().map(|&b| u32::from(b != 0)).collect()
-    } else {
-        data.chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    };
-    Ok(HostTensor { elem, shape, words })
+    if width == 1 {
+        let words = data.iter().map(|&b| u32::from(b != 0)).collect();
+        return HostTensor::new(elem, shape, words).map_err(|e| e.to_string());
+    }
+    HostTensor::from_bytes(elem, shape, data).map_err(|e| e.to_string())
 }
 
 /// The text after `'key':` up to the next `,` or `}` at top level.
@@ -219,10 +223,13 @@ mod tests {
             HostTensor::from_f32(vec![2, 3], &[1.0, -2.5, 0.0, 3.0, f32::MAX, -0.0]),
             HostTensor::from_i32(vec![4], &[i32::MIN, -1, 0, 7]),
             HostTensor::from_u32(vec![1], &[u32::MAX]),
+            HostTensor::new(ScalarType::F16, vec![3], vec![0x3c00, 0x8001, 0x7c00]).unwrap(),
+            HostTensor::new(ScalarType::BF16, vec![1, 3], vec![0x3f80, 0xc020, 0x3dcd]).unwrap(),
         ];
         for tensor in tensors {
             let bytes = encode(&tensor);
-            assert_eq!(bytes.len() % 64, (tensor.words.len() * 4) % 64);
+            let size = tensor.elem().byte_size() as usize;
+            assert_eq!(bytes.len() % 64, (tensor.len() * size) % 64);
             assert_eq!(decode(&bytes).unwrap(), tensor);
         }
     }
@@ -240,11 +247,7 @@ mod tests {
 
     #[test]
     fn bool_is_written_as_u4_and_b1_is_read_as_bool() {
-        let t = HostTensor {
-            elem: ScalarType::Bool,
-            shape: vec![2],
-            words: vec![1, 0],
-        };
+        let t = HostTensor::new(ScalarType::Bool, vec![2], vec![1, 0]).unwrap();
         assert!(String::from_utf8_lossy(&encode(&t)).contains("'<u4'"));
         // A `|b1` file: same header layout, one byte per element.
         let header = encode(&HostTensor::from_u32(vec![2], &[]));
@@ -252,7 +255,7 @@ mod tests {
         bytes.extend_from_slice(&[0, 5]);
         let decoded = decode(&bytes).unwrap();
         assert_eq!(
-            (decoded.elem, decoded.words),
+            (decoded.elem(), decoded.to_bits()),
             (ScalarType::Bool, vec![0, 1])
         );
     }
@@ -263,6 +266,47 @@ mod tests {
             .position(|w| w == from)
             .unwrap();
         [&haystack[..at], to, &haystack[at + from.len()..]].concat()
+    }
+
+    /// The bytes `np.save` writes for `np.array([1.0, -2.5, 0.1],
+    /// dtype=ml_dtypes.bfloat16)` (ml_dtypes 0.5, numpy 2) and for
+    /// `np.array([1.0, -2.5], dtype=np.float16)`.
+    #[test]
+    fn reads_what_numpy_and_ml_dtypes_write() {
+        let header = |descr: &str, shape: &str| {
+            let text =
+                format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+            let mut h = text.clone();
+            h.push_str(&" ".repeat(117 - text.len()));
+            h.push('\n');
+            [b"\x93NUMPY\x01\x00v\x00".as_slice(), h.as_bytes()].concat()
+        };
+        let bf16 = [
+            header("<V2", "(3,)"),
+            vec![0x80, 0x3f, 0x20, 0xc0, 0xcd, 0x3d],
+        ]
+        .concat();
+        let t = decode(&bf16).unwrap();
+        assert_eq!(t.elem(), ScalarType::BF16);
+        assert_eq!(
+            t.to_f32(),
+            vec![1.0, -2.5, mpmd_core::numerics::bf16_to_f32(0x3dcd)]
+        );
+        assert_eq!(
+            encode(&t),
+            bf16,
+            "bf16 is written back as ml_dtypes writes it"
+        );
+        let f16 = [header("<f2", "(2,)"), vec![0x00, 0x3c, 0x00, 0xc1]].concat();
+        let t = decode(&f16).unwrap();
+        assert_eq!((t.elem(), t.to_f32()), (ScalarType::F16, vec![1.0, -2.5]));
+        assert_eq!(encode(&t), f16);
+        let mut odd = f16.clone();
+        odd.pop();
+        assert_eq!(
+            decode(&odd).unwrap_err(),
+            "shape (2,) needs 4 data bytes, the file has 3"
+        );
     }
 
     #[test]

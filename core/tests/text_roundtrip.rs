@@ -79,7 +79,19 @@ fn literal() -> impl Strategy<Value = Literal> {
         .prop_map(Literal::I32),
         prop_oneof![any::<u32>(), select(vec![0, 1, u32::MAX])].prop_map(Literal::U32),
         any::<bool>().prop_map(Literal::Bool),
+        half_bits().prop_map(Literal::F16),
+        half_bits().prop_map(Literal::BF16),
     ]
+}
+
+/// Bits of a 16-bit float: any pattern, and the edges of both formats
+/// (zeros, infinities, NaNs, smallest and largest subnormals, largest finite).
+fn half_bits() -> impl Strategy<Value = u16> {
+    let edges = vec![
+        0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff,
+        0x3c00, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0x007f, 0x0080, 0x7f7f, 0x3f80, 0x3dcd,
+    ];
+    prop_oneof![any::<u16>(), select(edges)]
 }
 
 const BINARY_OPS: [BinaryOp; 18] = [

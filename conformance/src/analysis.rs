@@ -176,7 +176,7 @@ impl BackendId {
 
 /// One operation's bound on one backend.
 fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
-    let ulp = |ulp| Tolerance { ulp, abs: 0.0 };
+    let ulp = |ulp| Tolerance::bounded(ulp, 0.0);
     match backend {
         BackendId::Interp => Tolerance::EXACT,
         // CUDA math library (Programming Guide, "Mathematical Functions",
@@ -199,20 +199,11 @@ fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
             BoundedOp::Math(f) => match f.get() {
                 // 3 + 2 * |x| ULP; |x| <= 88.7 for a finite result.
                 MathFn::Exp => ulp(181),
-                MathFn::Log => Tolerance {
-                    ulp: 3,
-                    abs: 4.8e-7, // 2^-21 on [0.5, 2]
-                },
+                MathFn::Log => Tolerance::bounded(3, 4.8e-7),
                 MathFn::Sqrt => ulp(5),
                 MathFn::Rsqrt => ulp(2),
-                MathFn::Sin | MathFn::Cos => Tolerance {
-                    ulp: 0,
-                    abs: 4.9e-4, // 2^-11 on [-pi, pi]
-                },
-                MathFn::Tanh => Tolerance {
-                    ulp: 200,
-                    abs: 1e-5,
-                },
+                MathFn::Sin | MathFn::Cos => Tolerance::bounded(0, 4.9e-4),
+                MathFn::Tanh => Tolerance::bounded(200, 1e-5),
                 MathFn::Pow => ulp(1024),
                 // WGSL's fma inherits from e1 * e2 + e3: two roundings are allowed.
                 MathFn::Fma => ulp(1),
@@ -265,10 +256,7 @@ pub fn profile_tolerance(
                 }
             }
         }
-        Tolerance {
-            ulp: acc.ulp + b.ulp,
-            abs: acc.abs + b.abs,
-        }
+        acc.plus(Tolerance::bounded(b.ulp, b.abs))
     })
 }
 
@@ -342,7 +330,7 @@ mod tests {
         assert_eq!(ops.len(), 2);
         assert_eq!(
             profile_tolerance(BackendId::Cuda, &ops, &[]),
-            Tolerance { ulp: 3, abs: 0.0 }
+            Tolerance::bounded(3, 0.0)
         );
         assert_eq!(
             profile_tolerance(BackendId::Interp, &ops, &[]),

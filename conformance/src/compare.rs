@@ -5,14 +5,45 @@ use mpmd_core::HostTensor;
 
 /// How far a float may be from the oracle's value: within `ulp` units in the
 /// last place, or within `abs` absolutely (for functions whose bound is absolute).
+/// `ulp` counts f32 ulps; an `f16`/`bf16` output is judged in its own ulps
+/// against `narrow_ulp`: an operation whose f32 result is off by k f32 ulps
+/// is off by at most 1 + k / 2^13 ulps once rounded to 16 bits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tolerance {
     pub ulp: u64,
     pub abs: f32,
+    pub narrow_ulp: u64,
 }
 
 impl Tolerance {
-    pub const EXACT: Tolerance = Tolerance { ulp: 0, abs: 0.0 };
+    pub const EXACT: Tolerance = Tolerance {
+        ulp: 0,
+        abs: 0.0,
+        narrow_ulp: 0,
+    };
+
+    /// The bound of one operation: `ulp` f32 ulps or `abs` absolutely, with
+    /// its 16-bit bound.
+    pub const fn bounded(ulp: u64, abs: f32) -> Tolerance {
+        Tolerance {
+            ulp,
+            abs,
+            narrow_ulp: if ulp == 0 && abs == 0.0 {
+                0
+            } else {
+                1 + (ulp >> 13)
+            },
+        }
+    }
+
+    /// The bound of two operations composed (errors add).
+    pub fn plus(self, other: Tolerance) -> Tolerance {
+        Tolerance {
+            ulp: self.ulp + other.ulp,
+            abs: self.abs + other.abs,
+            narrow_ulp: self.narrow_ulp + other.narrow_ulp,
+        }
+    }
 }
 
 /// One differing element.
@@ -46,6 +77,10 @@ impl std::fmt::Display for Difference {
 pub fn show(elem: ScalarType, word: u32) -> String {
     match elem {
         ScalarType::F32 => format!("{:?} (0x{word:08x})", f32::from_bits(word)),
+        ScalarType::F16 | ScalarType::BF16 => format!(
+            "{}{elem} (0x{word:04x})",
+            widen(elem, word)
+        ),
         ScalarType::I32 => format!("{}", word as i32),
         ScalarType::U32 => format!("{word}u"),
         ScalarType::Bool => format!("{}", word != 0),
@@ -103,6 +138,49 @@ fn is_subnormal_or_zero(v: f32) -> bool {
     v == 0.0 || v.is_subnormal()
 }
 
+/// A 16-bit float's value (exact).
+fn widen(elem: ScalarType, bits: u32) -> f32 {
+    mpmd_core::numerics::to_f32(elem, bits as u16).unwrap_or(f32::NAN)
+}
+
+/// Distance in units in the last place of a 16-bit format (the sign-magnitude
+/// trick of [`ulp_distance`] on 16 bits); `None` when exactly one is NaN.
+pub fn ulp_distance16(elem: ScalarType, a: u32, b: u32) -> Option<u64> {
+    let (va, vb) = (widen(elem, a), widen(elem, b));
+    if va.is_nan() || vb.is_nan() {
+        return (va.is_nan() && vb.is_nan()).then_some(0);
+    }
+    let key = |bits: u32| {
+        let magnitude = i64::from(bits & 0x7fff);
+        if bits & 0x8000 != 0 {
+            -magnitude
+        } else {
+            magnitude
+        }
+    };
+    Some(key(a).abs_diff(key(b)))
+}
+
+/// [`floats_agree`] for `f16` / `bf16` bits, in the type's own ulps. A `bf16`
+/// subnormal matches zero, as an f32 one does (its arithmetic is f32's);
+/// `f16` subnormals are kept on every backend (they are f32 normals).
+fn floats16_agree(elem: ScalarType, expected: u32, actual: u32, tol: Tolerance) -> (bool, Option<u64>) {
+    let (e, a) = (widen(elem, expected), widen(elem, actual));
+    let ulp = ulp_distance16(elem, expected, actual);
+    if e.is_nan() || a.is_nan() {
+        return (e.is_nan() && a.is_nan(), ulp);
+    }
+    let flushed = elem == ScalarType::BF16 && is_subnormal_or_zero(e) && is_subnormal_or_zero(a);
+    if e == a || flushed {
+        return (true, ulp);
+    }
+    if e.is_infinite() || a.is_infinite() {
+        return (false, ulp);
+    }
+    let within = ulp.is_some_and(|u| u <= tol.narrow_ulp) || (e - a).abs() <= tol.abs;
+    (within, ulp)
+}
+
 /// Whether two float words agree within `tol`: NaN payloads and the sign of
 /// zero are ignored, and a subnormal matches zero (subnormals may flush).
 fn floats_agree(expected: u32, actual: u32, tol: Tolerance) -> (bool, Option<u64>) {
@@ -129,6 +207,7 @@ fn words_agree(
 ) -> (bool, Option<u64>) {
     match elem {
         ScalarType::F32 => floats_agree(expected, actual, tol),
+        ScalarType::F16 | ScalarType::BF16 => floats16_agree(elem, expected, actual, tol),
         ScalarType::Bool => ((expected != 0) == (actual != 0), None),
         _ => (expected == actual, None),
     }
@@ -141,6 +220,16 @@ fn canonical(elem: ScalarType, w: u32) -> u32 {
             let v = f32::from_bits(w);
             if v.is_nan() {
                 0x7fc0_0000
+            } else if v == 0.0 {
+                0
+            } else {
+                w
+            }
+        }
+        ScalarType::F16 | ScalarType::BF16 => {
+            let v = widen(elem, w);
+            if v.is_nan() {
+                0x7fff
             } else if v == 0.0 {
                 0
             } else {
@@ -175,37 +264,46 @@ pub fn compare_within(
     if matches!(mode, CompareMode::Ignore) {
         return Ok(());
     }
-    if expected.shape != actual.shape || expected.words.len() != actual.words.len() {
+    if expected.shape() != actual.shape()
+        || expected.len() != actual.len()
+        || expected.elem() != actual.elem()
+    {
         return Err(Mismatch {
             count: 0,
-            total: expected.words.len(),
+            total: expected.len(),
             first: vec![],
             detail: Some(format!(
-                "shape differs: expected {:?} got {:?}",
-                expected.shape, actual.shape
+                "shape differs: expected {} {:?} got {} {:?}",
+                expected.elem(),
+                expected.shape(),
+                actual.elem(),
+                actual.shape()
             )),
         });
     }
-    let elem = expected.elem;
+    let elem = expected.elem();
     let (tol, e_words, a_words) = match mode {
-        CompareMode::Exact | CompareMode::Ignore => {
-            (exact, expected.words.clone(), actual.words.clone())
-        }
+        CompareMode::Exact | CompareMode::Ignore => (exact, expected.to_bits(), actual.to_bits()),
         CompareMode::Ulp(n) => (
+            // `ulp(n)` counts ulps of the output's own type.
             Tolerance {
                 ulp: u64::from(*n),
                 abs: 0.0,
+                narrow_ulp: u64::from(*n),
             },
-            expected.words.clone(),
-            actual.words.clone(),
+            expected.to_bits(),
+            actual.to_bits(),
         ),
-        CompareMode::Profile => (profile, expected.words.clone(), actual.words.clone()),
+        CompareMode::Profile => (profile, expected.to_bits(), actual.to_bits()),
         CompareMode::Multiset => {
             let sorted = |t: &HostTensor| {
-                let mut w: Vec<u32> = t.words.iter().map(|&w| canonical(elem, w)).collect();
+                let mut w: Vec<u32> = t.to_bits().into_iter().map(|w| canonical(elem, w)).collect();
                 match elem {
                     ScalarType::F32 => {
                         w.sort_by(|a, b| f32::from_bits(*a).total_cmp(&f32::from_bits(*b)))
+                    }
+                    ScalarType::F16 | ScalarType::BF16 => {
+                        w.sort_by(|a, b| widen(elem, *a).total_cmp(&widen(elem, *b)))
                     }
                     ScalarType::I32 => w.sort_by_key(|&x| x as i32),
                     _ => w.sort_unstable(),
@@ -249,7 +347,7 @@ pub fn compare_within(
 pub fn mode_for(compares: &[(String, CompareMode)], name: &str, elem: ScalarType) -> CompareMode {
     match compares.iter().find(|(n, _)| n == name) {
         Some((_, mode)) => mode.clone(),
-        None if elem == ScalarType::F32 => CompareMode::Profile,
+        None if elem.is_float() => CompareMode::Profile,
         None => CompareMode::Exact,
     }
 }
@@ -324,7 +422,7 @@ mod tests {
     fn profile_uses_the_backends_bound() {
         let e = f(&[0.001]);
         let a = f(&[0.0011]);
-        let loose = Tolerance { ulp: 0, abs: 0.001 };
+        let loose = Tolerance::bounded(0, 0.001);
         assert!(compare(&CompareMode::Profile, &e, &a, loose).is_ok());
         assert!(compare(&CompareMode::Profile, &e, &a, Tolerance::EXACT).is_err());
     }

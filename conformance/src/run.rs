@@ -629,6 +629,7 @@ pub fn looser(a: Tolerance, b: Tolerance) -> Tolerance {
     Tolerance {
         ulp: a.ulp.max(b.ulp),
         abs: a.abs.max(b.abs),
+        narrow_ulp: a.narrow_ulp.max(b.narrow_ulp),
     }
 }
 
@@ -962,7 +963,7 @@ mod tests {
         triage(&[], &[Mode::Fast], &[cuda], &[wgpu], tolerance)
     }
 
-    const TWO_ULP: Tolerance = Tolerance { ulp: 2, abs: 0.0 };
+    const TWO_ULP: Tolerance = Tolerance::bounded(2, 0.0);
 
     #[test]
     fn triage_passes_when_the_outputs_agree() {
@@ -1002,10 +1003,7 @@ mod tests {
     fn triage_compares_integers_exactly_and_follows_the_case_compare_modes() {
         let cuda = ran(vec![output(0, "n", HostTensor::from_u32(vec![2], &[1, 2]))]);
         let wgpu = ran(vec![output(0, "n", HostTensor::from_u32(vec![2], &[1, 3]))]);
-        let loose = Tolerance {
-            ulp: 1000,
-            abs: 1000.0,
-        };
+        let loose = Tolerance::bounded(1000, 1000.0);
         assert_eq!(
             one_mode(cuda.clone(), wgpu.clone(), loose),
             Status::Fail(
@@ -1155,8 +1153,8 @@ mod tests {
 
     #[test]
     fn the_looser_tolerance_takes_each_bound_at_its_largest() {
-        let cuda = Tolerance { ulp: 4, abs: 0.0 };
-        let wgpu = Tolerance { ulp: 3, abs: 1e-6 };
-        assert_eq!(looser(cuda, wgpu), Tolerance { ulp: 4, abs: 1e-6 });
+        let cuda = Tolerance::bounded(4, 0.0);
+        let wgpu = Tolerance::bounded(3, 1e-6);
+        assert_eq!(looser(cuda, wgpu), Tolerance::bounded(4, 1e-6));
     }
 }

@@ -92,10 +92,7 @@ pub struct FloatPolicy {
     pub profile: Tolerance,
 }
 
-const PROFILE: Tolerance = Tolerance {
-    ulp: PROFILE_ULP,
-    abs: PROFILE_ABS,
-};
+const PROFILE: Tolerance = Tolerance::bounded(PROFILE_ULP, PROFILE_ABS);
 
 impl FloatPolicy {
     /// CUDA with `--prec-div=true --prec-sqrt=true --fmad=false`, and the interpreter.

@@ -34,7 +34,8 @@
 //!   at most twice: far below 65,535 iterations per invocation.
 
 use mpmd_core::ir::*;
-use ScalarType::{Bool, F32, I32, U32};
+use ScalarType::{Bool, BF16, F16, F32, I32, U32};
+use mpmd_core::numerics;
 
 use mpmd_core::inputs::Rng;
 
@@ -266,7 +267,7 @@ impl Gen {
             self.programs.push(plan);
         }
         for k in 0..self.rng.range(1, 3) {
-            let ty = *self.rng.pick(&[F32, F32, I32, U32]);
+            let ty = *self.rng.pick(&[F32, F32, I32, U32, F16, BF16]);
             let len = *self.rng.pick(&INPUT_LENGTHS);
             self.inputs.push(Input {
                 name: format!("x{k}"),
@@ -326,7 +327,7 @@ impl Gen {
             b = b.cluster(&format!("m{i}_c0"), 2);
         }
         let mesh = b.threads(&format!("m{i}_t"), threads).build();
-        let out_ty = *self.rng.pick(&[F32, F32, I32, U32]);
+        let out_ty = *self.rng.pick(&[F32, F32, I32, U32, F16, BF16]);
         let out_layout = *self
             .rng
             .pick(&[OutLayout::Flat, OutLayout::Owned, OutLayout::TwoD]);
@@ -340,11 +341,11 @@ impl Gen {
             smem: self
                 .rng
                 .chance(40)
-                .then(|| *self.rng.pick(&[F32, I32, U32])),
+                .then(|| *self.rng.pick(&[F32, I32, U32, F16, BF16])),
             gscratch: self
                 .rng
                 .chance(25)
-                .then(|| *self.rng.pick(&[F32, I32, U32])),
+                .then(|| *self.rng.pick(&[F32, I32, U32, F16, BF16])),
             owned_atomics: self.rng.chance(30),
             uses_counters: self.rng.chance(40),
         }
@@ -572,6 +573,11 @@ impl Gen {
                         lo: Literal::f32(-4.0),
                         hi: Literal::f32(4.0),
                     },
+                    F16 | BF16 if self.rng.chance(25) => Generator::Special,
+                    F16 | BF16 => Generator::Uniform {
+                        lo: Literal::f32(-4.0),
+                        hi: Literal::f32(4.0),
+                    },
                     I32 if self.rng.chance(50) => Generator::Special,
                     I32 => Generator::Uniform {
                         lo: Literal::I32(-1000),
@@ -589,7 +595,7 @@ impl Gen {
                 let Type::Ref(r) = &o.ty else { continue };
                 let mode = match o.name.as_str() {
                     "obs" => CompareMode::Multiset,
-                    _ if r.elem != F32 => CompareMode::Exact,
+                    _ if !r.elem.is_float() => CompareMode::Exact,
                     "hout" | "hecho" => CompareMode::Exact,
                     name => {
                         let i: usize = name[1..].parse().unwrap_or(0);
@@ -711,11 +717,7 @@ impl Gen {
             // loads-first, and the stores must keep their order.
             let trips = self.rng.range(2, 5);
             let k = self.fresh("k");
-            let zero = match p.out_ty {
-                F32 => Expr::from(0.0f32),
-                I32 => Expr::from(0i32),
-                _ => lit_u32(0),
-            };
+            let zero = zero_of(p.out_ty);
             body.push(Stmt::For {
                 var: Binding {
                     name: k.clone(),
@@ -794,7 +796,7 @@ impl Gen {
         let nested_ok = depth < 2;
         match self.rng.below(16) {
             0..=2 => {
-                let ty = *self.rng.pick(&[F32, F32, I32, U32, Bool]);
+                let ty = *self.rng.pick(&[F32, F32, I32, U32, Bool, F16, BF16]);
                 let uni = self.rng.chance(20);
                 let inexact = self.rng.chance(50);
                 let v = self.value(ty, 3, inexact, uni);
@@ -953,7 +955,7 @@ impl Gen {
     /// control flow sometimes across a barrier (register tiling keeps
     /// accumulators live across the barriers around its smem tiles).
     fn local_array(&mut self, body: &mut Vec<Stmt>, uniform: bool) {
-        let ty = *self.rng.pick(&[F32, I32, U32]);
+        let ty = *self.rng.pick(&[F32, I32, U32, F16, BF16]);
         let len = self.rng.range(1, 4);
         let name = self.fresh("la");
         let k = self.fresh("k");
@@ -1071,11 +1073,7 @@ impl Gen {
             // Thread 0 reduces the block's values in a fixed order.
             let acc = self.fresh("red");
             let j = self.fresh("j");
-            let zero = match ty {
-                F32 => Expr::from(0.0f32),
-                I32 => Expr::from(0i32),
-                _ => lit_u32(0),
-            };
+            let zero = zero_of(ty);
             body.push(Stmt::Var {
                 var: Binding {
                     name: acc.clone(),
@@ -1155,6 +1153,7 @@ impl Gen {
     fn value(&mut self, ty: ScalarType, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
         match ty {
             F32 => self.float(depth, inexact_ok, uniform),
+            F16 | BF16 => self.half(ty, depth, inexact_ok, uniform),
             Bool => self.boolean(depth, uniform),
             _ => self.int(ty, depth, uniform),
         }
@@ -1211,7 +1210,7 @@ impl Gen {
 
     fn float_leaf(&mut self, inexact_ok: bool, uniform: bool) -> Val {
         for _ in 0..4 {
-            let got = match self.rng.below(6) {
+            let got = match self.rng.below(7) {
                 0 => {
                     let v = (self.rng.below(33) as f32 - 16.0) / 4.0;
                     Some(Val::new(Expr::from(v), F32, true, true, v.abs()))
@@ -1232,6 +1231,12 @@ impl Gen {
                     let i = self.int(U32, 1, uniform);
                     let bits = (i.e & lit_u32(0x007F_FFFF)) | lit_u32(0x3F80_0000);
                     Some(Val::new(bits.bitcast(F32), F32, i.uniform, true, 2.0))
+                }
+                6 => {
+                    // A 16-bit value widened: exact.
+                    let ty = *self.rng.pick(&[F16, BF16]);
+                    let h = self.half(ty, 1, inexact_ok, uniform);
+                    Some(Val::new(h.e.cast(F32), F32, h.uniform, h.exact, h.bound))
                 }
                 _ => None,
             };
@@ -1407,6 +1412,162 @@ impl Gen {
         }
     }
 
+    /// An `f16` or `bf16` value: the type's own arithmetic (computed in f32 and
+    /// rounded once, so as exact as f32's on every backend), casts between the
+    /// two types, rounded f32 values and 16-bit literals.
+    fn half(&mut self, ty: ScalarType, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
+        self.nested(ty, |g| g.half_inner(ty, depth, inexact_ok, uniform))
+    }
+
+    fn half_literal(&mut self, ty: ScalarType) -> Val {
+        let v = (self.rng.below(33) as f32 - 16.0) / 4.0;
+        let bits = numerics::from_f32(ty, v).unwrap_or(0);
+        Val::new(
+            Expr::Lit(Literal::from_bits(ty, u32::from(bits))),
+            ty,
+            true,
+            true,
+            v.abs(),
+        )
+    }
+
+    fn half_leaf(&mut self, ty: ScalarType, inexact_ok: bool, uniform: bool) -> Val {
+        let other = if ty == F16 { BF16 } else { F16 };
+        for _ in 0..4 {
+            let got = match self.rng.below(6) {
+                0 => Some(self.half_literal(ty)),
+                1 if !uniform => self.input_load(ty),
+                2 | 3 => self.scope_val(ty, inexact_ok, uniform),
+                4 => {
+                    // An f32 value rounded to the type: as exact as the f32 value.
+                    let f = self.float(1, inexact_ok, uniform);
+                    let bound = f.bound.min(FLOAT_CLAMP);
+                    let e = clamp(f.e, FLOAT_CLAMP).cast(ty);
+                    Some(Val::new(e, ty, f.uniform, f.exact, bound))
+                }
+                5 => {
+                    let h = self.half(other, 0, inexact_ok, uniform);
+                    Some(Val {
+                        e: h.e.cast(ty),
+                        ty,
+                        ..h
+                    })
+                }
+                _ => None,
+            };
+            if let Some(v) = got {
+                return v;
+            }
+        }
+        self.half_literal(ty)
+    }
+
+    fn half_inner(&mut self, ty: ScalarType, depth: u32, inexact_ok: bool, uniform: bool) -> Val {
+        if depth == 0 || self.rng.chance(30) {
+            return self.half_leaf(ty, inexact_ok, uniform);
+        }
+        let d = depth - 1;
+        let two = |g: &mut Self| {
+            (
+                g.half(ty, d, inexact_ok, uniform),
+                g.half(ty, d, inexact_ok, uniform),
+            )
+        };
+        let both = |e: Expr, a: &Val, b: &Val, bound: f32| {
+            Val::new(e, ty, a.uniform && b.uniform, a.exact && b.exact, bound)
+        };
+        let one = |e: Expr, a: &Val, bound: f32| Val::new(e, ty, a.uniform, a.exact, bound);
+        let v = match self.rng.below(11) {
+            0..=2 => {
+                let (a, b) = two(self);
+                let op = *self.rng.pick(&[BinaryOp::Add, BinaryOp::Sub]);
+                both(
+                    Expr::Binary(op, Box::new(a.e.clone()), Box::new(b.e.clone())),
+                    &a,
+                    &b,
+                    a.bound + b.bound,
+                )
+            }
+            3 => {
+                let (a, b) = two(self);
+                both(a.e.clone() * b.e.clone(), &a, &b, a.bound * b.bound)
+            }
+            4 if inexact_ok || self.ieee => {
+                let (a, b) = two(self);
+                let divisor = math(MathFn::Abs, [b.e.clone()]) + half_one(ty);
+                let v = both(a.e.clone() / divisor, &a, &b, a.bound);
+                self.rounded(v)
+            }
+            5 => {
+                let f = *self.rng.pick(&[MathFn::Abs, MathFn::Floor, MathFn::Ceil]);
+                let a = self.half(ty, d, inexact_ok, uniform);
+                one(math(f, [a.e.clone()]), &a, a.bound + 1.0)
+            }
+            6 => {
+                let a = self.half(ty, d, inexact_ok, uniform);
+                Val { e: -a.e, ..a }
+            }
+            7 => {
+                let f = *self.rng.pick(&[MathFn::Min, MathFn::Max]);
+                let (a, b) = two(self);
+                both(
+                    math(f, [a.e.clone(), b.e.clone()]),
+                    &a,
+                    &b,
+                    a.bound.max(b.bound),
+                )
+            }
+            8 => {
+                let c = self.boolean(d, uniform);
+                let (a, b) = two(self);
+                let mut v = both(
+                    select(c.e, a.e.clone(), b.e.clone()),
+                    &a,
+                    &b,
+                    a.bound.max(b.bound),
+                );
+                v.uniform &= c.uniform;
+                v
+            }
+            9 if inexact_ok || self.ieee => {
+                let (a, b) = two(self);
+                let c = self.half(ty, d, inexact_ok, uniform);
+                let mut v = both(
+                    math(MathFn::Fma, [a.e.clone(), b.e.clone(), c.e.clone()]),
+                    &a,
+                    &b,
+                    a.bound * b.bound + c.bound,
+                );
+                v.uniform &= c.uniform;
+                v.exact &= c.exact;
+                self.rounded(v)
+            }
+            10 if inexact_ok || self.ieee => {
+                let a = self.half(ty, d, inexact_ok, uniform);
+                let v = one(
+                    math(MathFn::Sqrt, [math(MathFn::Abs, [a.e.clone()])]),
+                    &a,
+                    a.bound.sqrt() + 1.0,
+                );
+                self.rounded(v)
+            }
+            _ => self.half_leaf(ty, inexact_ok, uniform),
+        };
+        if v.bound > FLOAT_CLAMP {
+            let b = Expr::Lit(Literal::from_bits(
+                ty,
+                u32::from(numerics::from_f32(ty, FLOAT_CLAMP).unwrap_or(0)),
+            ));
+            Val {
+                e: math(MathFn::Min, [math(MathFn::Max, [v.e, -b.clone()]), b]),
+                bound: FLOAT_CLAMP,
+                ..v
+            }
+        } else {
+            v
+        }
+    }
+
     /// The result of `/`, `%`, `sqrt` or `fma`: exact only on IEEE backends.
     fn rounded(&self, v: Val) -> Val {
         Val {
@@ -1427,6 +1588,7 @@ impl Gen {
                 let v = (self.rng.below(33) as f32 - 16.0) / 4.0;
                 Val::new(Expr::from(v), F32, true, true, v.abs())
             }
+            F16 | BF16 => self.half_literal(ty),
             I32 => Val::new(Expr::from(self.int_literal(I32)), I32, true, true, 0.0),
             U32 => Val::new(lit_u32(self.int_literal(U32) as u32), U32, true, true, 0.0),
             Bool => Val::new(Expr::from(self.rng.chance(50)), Bool, true, true, 0.0),
@@ -1594,7 +1756,7 @@ impl Gen {
         let d = depth.saturating_sub(1);
         match self.rng.below(6) {
             0..=2 => {
-                let ty = *self.rng.pick(&[F32, I32, U32]);
+                let ty = *self.rng.pick(&[F32, I32, U32, F16, BF16]);
                 let (a, b) = (
                     self.value(ty, d, false, uniform),
                     self.value(ty, d, false, uniform),
@@ -1638,6 +1800,19 @@ impl Gen {
             }
         }
     }
+}
+
+/// `0` of any scalar type, as a literal.
+fn zero_of(ty: ScalarType) -> Expr {
+    Expr::Lit(Literal::from_bits(ty, 0))
+}
+
+/// `1` of a 16-bit float type, as a literal.
+fn half_one(ty: ScalarType) -> Expr {
+    Expr::Lit(Literal::from_bits(
+        ty,
+        u32::from(numerics::from_f32(ty, 1.0).unwrap_or(0)),
+    ))
 }
 
 /// A binary float combination: uniform and exact when both operands are.
@@ -1739,7 +1914,22 @@ mod tests {
                 rest[..next_local].contains("barrier;")
             })
         });
+        let f16_input = count(&|_, t| t.contains("inputs [") && t.contains("gmem<f16["));
+        let bf16_output = count(&|m, _| {
+            m.maps.iter().any(|map| {
+                map.outputs.iter().any(|o| {
+                    o.ty.as_ref_type()
+                        .is_some_and(|r| r.elem == ScalarType::BF16)
+                })
+            })
+        });
+        let smem16 = count(&|_, t| t.contains("smem<f16[") || t.contains("smem<bf16["));
+        let arith16 = count(&|_, t| t.contains("f16 + ") || t.contains("bf16 * ") || t.contains("f16) - "));
         for (what, n, at_least) in [
+            ("f16 inputs", f16_input, 20),
+            ("bf16 outputs", bf16_output, 20),
+            ("16-bit smem", smem16, 10),
+            ("16-bit arithmetic", arith16, 20),
             ("resident inputs", resident, 20),
             ("guarded loads", guarded, 20),
             ("deep chains", deep, 5),

@@ -684,6 +684,13 @@ pub fn parse_scalar(ty: ScalarType, text: &str) -> Option<Literal> {
             "false" | "0" => Some(Literal::Bool(false)),
             _ => None,
         },
+        // `1.5`, `1.5f16`, `inf`: the value rounded once to the type.
+        ScalarType::F16 | ScalarType::BF16 => {
+            let digits = text.strip_suffix(ty.keyword()).unwrap_or(text);
+            let v = digits.parse::<f64>().ok()?;
+            let bits = mpmd_core::numerics::from_f64(ty, v)?;
+            Some(Literal::from_bits(ty, u32::from(bits)))
+        }
     }
 }
 
@@ -1103,6 +1110,20 @@ mod tests {
             Some(Literal::Bool(true))
         );
         assert_eq!(parse_scalar(ScalarType::I32, "x"), None);
+        assert_eq!(
+            parse_scalar(ScalarType::F16, "0.1"),
+            Some(Literal::F16(0x2e66))
+        );
+        assert_eq!(
+            parse_scalar(ScalarType::BF16, "-2.5bf16"),
+            Some(Literal::BF16(0xc020))
+        );
+        assert_eq!(
+            parse_scalar(ScalarType::F16, "1e6"),
+            Some(Literal::F16(0x7c00)),
+            "too large: infinity, as a cast of the f32 would give"
+        );
+        assert_eq!(parse_scalar(ScalarType::BF16, "one"), None);
     }
 
     fn parse_run(extra: &[&str]) -> RunRequest {

@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use mpmd_cli::npy;
 use mpmd_core::ir::ScalarType;
+use mpmd_core::numerics;
 
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
@@ -46,18 +47,20 @@ const EXAMPLES: &[(&str, OutputCheck)] = &[
     ("handoff", check_handoff),
     ("accumulate", check_accumulate),
     ("chained_scan", check_chained_scan),
+    ("f16_elementwise", check_f16_elementwise),
+    ("bf16_rowsum", check_bf16_rowsum),
 ];
 
 fn read_f32(dir: &Path, file: &str) -> (Vec<u32>, Vec<f32>) {
     let tensor = npy::read(&dir.join(file)).expect("output file");
-    assert_eq!(tensor.elem, ScalarType::F32, "{file}");
-    (tensor.shape.clone(), tensor.to_f32())
+    assert_eq!(tensor.elem(), ScalarType::F32, "{file}");
+    (tensor.shape().to_vec(), tensor.to_f32())
 }
 
 fn read_u32(dir: &Path, file: &str) -> (Vec<u32>, Vec<u32>) {
     let tensor = npy::read(&dir.join(file)).expect("output file");
-    assert_eq!(tensor.elem, ScalarType::U32, "{file}");
-    (tensor.shape, tensor.words)
+    assert_eq!(tensor.elem(), ScalarType::U32, "{file}");
+    (tensor.shape().to_vec(), tensor.to_bits())
 }
 
 fn expect_f32(dir: &Path, file: &str, len: usize, value: impl Fn(usize) -> f32) {
@@ -69,6 +72,41 @@ fn expect_f32(dir: &Path, file: &str, len: usize, value: impl Fn(usize) -> f32) 
 
 fn check_elementwise(dir: &Path) {
     expect_f32(dir, "y.npy", 256, |i| 2.0 * i as f32 + 1.0);
+}
+
+/// A 16-bit output's bits, checked against `value(i)`'s bits.
+fn expect_16bit(dir: &Path, file: &str, elem: ScalarType, len: usize, value: impl Fn(usize) -> u16) {
+    let tensor = npy::read(&dir.join(file)).expect("output file");
+    assert_eq!(tensor.elem(), elem, "{file}");
+    let expected: Vec<u32> = (0..len).map(|i| u32::from(value(i))).collect();
+    assert_eq!(tensor.to_bits(), expected, "{file}");
+}
+
+fn check_f16_elementwise(dir: &Path) {
+    let f16 = numerics::f16_from_f32;
+    let product = |i: usize| numerics::f16_to_f32(f16(i as f32 * 1.5));
+    let y = |i: usize| f16(product(i) + 1.0);
+    let y32 = |i: usize| f16(i as f32 * 1.5 + 1.0);
+    expect_16bit(dir, "y.npy", ScalarType::F16, 1024, y);
+    expect_16bit(dir, "y32.npy", ScalarType::F16, 1024, y32);
+    assert_eq!(
+        (numerics::f16_to_f32(y(685)), numerics::f16_to_f32(y32(685))),
+        (1029.0, 1028.0),
+        "rounding twice and once differ"
+    );
+}
+
+fn check_bf16_rowsum(dir: &Path) {
+    let element = |i: usize| {
+        numerics::bf16_to_f32(numerics::from_integer(ScalarType::BF16, i as i64).unwrap())
+    };
+    let sums: Vec<f32> = (0..16)
+        .map(|r| (0..256).map(|c| element(r * 256 + c)).sum())
+        .collect();
+    assert_eq!(read_f32(dir, "sum.npy"), (vec![16], sums.clone()));
+    expect_16bit(dir, "sum16.npy", ScalarType::BF16, 16, |r| {
+        numerics::bf16_from_f32(sums[r])
+    });
 }
 
 fn check_block_reduce(dir: &Path) {
@@ -108,8 +146,8 @@ fn check_handoff(dir: &Path) {
 
 fn read_i32(dir: &Path, file: &str) -> (Vec<u32>, Vec<i32>) {
     let tensor = npy::read(&dir.join(file)).expect("output file");
-    assert_eq!(tensor.elem, ScalarType::I32, "{file}");
-    (tensor.shape.clone(), tensor.to_i32())
+    assert_eq!(tensor.elem(), ScalarType::I32, "{file}");
+    (tensor.shape().to_vec(), tensor.to_i32())
 }
 
 fn check_accumulate(dir: &Path) {

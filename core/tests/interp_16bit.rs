@@ -147,7 +147,7 @@ fn pairs(ty: ScalarType) -> (Vec<u32>, Vec<u32>) {
         .unzip()
 }
 
-fn check_all(what: &str, ty: ScalarType, got: &[u32], want: &[u32], operands: &[Vec<u32>]) {
+fn check_all(what: &str, ty: ScalarType, got: &[u32], want: &[u32], operands: &[&[u32]]) {
     for (k, (&g, &w)) in got.iter().zip(want).enumerate() {
         let args: Vec<String> = operands.iter().map(|o| format!("{:#06x}", o[k])).collect();
         assert!(
@@ -196,7 +196,7 @@ fn arithmetic_rounds_once_from_the_widened_values() {
                     .collect();
                 let got = elementwise(&[("a", ty, &a), ("b", ty, &b)], ty, &binary_expr(op), &o);
                 let what = format!("`{op}` (flush {})", o.flush_subnormals);
-                check_all(&what, ty, &got, &want, &[a.clone(), b.clone()]);
+                check_all(&what, ty, &got, &want, &[&a, &b]);
             }
         }
     }
@@ -262,7 +262,7 @@ fn comparisons_are_on_the_values() {
                 let expr = format!("select(a[i] {op} b[i], 1u, 0u)");
                 let got = elementwise(&[("a", ty, &a), ("b", ty, &b)], U32, &expr, &o);
                 let what = format!("`{op}` (flush {})", o.flush_subnormals);
-                check_all(&what, U32, &got, &want, &[a.clone(), b.clone()]);
+                check_all(&what, U32, &got, &want, &[&a, &b]);
             }
         }
     }
@@ -326,7 +326,7 @@ fn unary_operations_and_math_functions() {
                 };
                 let got = elementwise(&[("a", ty, &a)], ty, &expr, &o);
                 let what = format!("`{op}` (flush {})", o.flush_subnormals);
-                check_all(&what, ty, &got, &want, &[a.clone()]);
+                check_all(&what, ty, &got, &want, &[&a]);
             }
         }
     }
@@ -377,7 +377,7 @@ fn fma_rounds_once() {
             "fma(a[i], b[i], c[i])",
             &opts(true, 0),
         );
-        check_all("fma", ty, &got, &want, &[a.clone(), b.clone(), c.clone()]);
+        check_all("fma", ty, &got, &want, &[&a, &b, &c]);
         // The tie cases differ from rounding the f32 fma.
         let through_f32 = |k: usize| r(wide(ty, a[k]).mul_add(wide(ty, b[k]), wide(ty, c[k])));
         assert_ne!(got[a.len() - 2], through_f32(a.len() - 2), "{ty}");
@@ -488,13 +488,7 @@ fn casts_among_all_types() {
                 &format!("{to}(a[i])"),
                 &opts(true, 0),
             );
-            check_all(
-                &format!("cast {from} -> {to}"),
-                to,
-                &got,
-                &want,
-                &[a.clone()],
-            );
+            check_all(&format!("cast {from} -> {to}"), to, &got, &want, &[&a]);
         }
     }
     // Through a nearest f32, 2^24 + 2^16 + 1 would round to the tie and then down.

@@ -1498,7 +1498,7 @@ fn set_packed(words: &mut [u32], i: usize, v: u32) {
 /// The 16-bit rules of `numerics`, on register bits (the low half).
 impl Half {
     #[inline(always)]
-    fn to_f32(self, bits: u32) -> f32 {
+    fn widen(self, bits: u32) -> f32 {
         match self {
             Half::F16 => numerics::f16_to_f32(bits as u16),
             Half::BF16 => numerics::bf16_to_f32(bits as u16),
@@ -1506,7 +1506,7 @@ impl Half {
     }
 
     #[inline(always)]
-    fn from_f32(self, v: f32) -> u32 {
+    fn round(self, v: f32) -> u32 {
         u32::from(match self {
             Half::F16 => numerics::f16_from_f32(v),
             Half::BF16 => numerics::bf16_from_f32(v),
@@ -1514,7 +1514,7 @@ impl Half {
     }
 
     /// Every `i32`/`u32` value is exact in an `i64`; the conversion rounds once.
-    fn from_integer(self, v: i64) -> u32 {
+    fn round_integer(self, v: i64) -> u32 {
         numerics::from_integer(self.ty(), v).map_or(0, u32::from)
     }
 
@@ -1527,7 +1527,7 @@ impl Half {
 /// the same sign (only bf16 has such values).
 #[inline(always)]
 fn flush16(h: Half, bits: u32) -> u32 {
-    h.from_f32(f32::from_bits(flush(h.to_f32(bits).to_bits())))
+    h.round(f32::from_bits(flush(h.widen(bits).to_bits())))
 }
 
 /// The format of `BF` (`false`: f16), as a constant the lane loops fold.
@@ -1544,7 +1544,7 @@ fn format<const BF: bool>() -> Half {
 /// flushing applies to the f32 intermediates).
 #[inline(always)]
 fn widen16<const BF: bool, const FTZ: bool>(bits: u32) -> f32 {
-    let v = format::<BF>().to_f32(bits);
+    let v = format::<BF>().widen(bits);
     if FTZ {
         f32::from_bits(flush(v.to_bits()))
     } else {
@@ -1560,7 +1560,7 @@ fn round16<const BF: bool, const FTZ: bool>(v: f32) -> u32 {
     } else {
         v
     };
-    format::<BF>().from_f32(v)
+    format::<BF>().round(v)
 }
 
 /// Binds `$f` to the f32 function of a [`FloatBin`] and evaluates `$body`
@@ -1784,7 +1784,7 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
     use UnKind::*;
     // A 16-bit operand widened to f32, flushed when the adapter flushes.
     let wide = |h: super::compile::Half, x: u32| {
-        let v = h.to_f32(x);
+        let v = h.widen(x);
         if ftz {
             f32::from_bits(flush(v.to_bits()))
         } else {
@@ -1810,16 +1810,16 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
         B2I => map1(d, a, m, |x| (x != 0) as u32),
         // The operand was flushed by the caller (it reads an f32); an f32
         // of normal magnitude never rounds to a 16-bit subnormal of bf16.
-        F2H(h) => map1(d, a, m, |x| h.from_f32(f32::from_bits(x))),
+        F2H(h) => map1(d, a, m, |x| h.round(f32::from_bits(x))),
         H2F(h) => map1(d, a, m, |x| wide(h, x).to_bits()),
-        I2H(h) => map1(d, a, m, |x| h.from_integer(i64::from(x as i32))),
-        U2H(h) => map1(d, a, m, |x| h.from_integer(i64::from(x))),
-        B2H(h) => map1(d, a, m, |x| h.from_integer(i64::from(x != 0))),
+        I2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x as i32))),
+        U2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x))),
+        B2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x != 0))),
         // Through the exact f32, then f32's rules (truncate, saturate, NaN to 0).
         H2I(h) => map1(d, a, m, |x| wide(h, x) as i32 as u32),
         H2U(h) => map1(d, a, m, |x| wide(h, x) as u32),
         H2B(h) => map1(d, a, m, |x| (wide(h, x) != 0.0) as u32),
-        H2H { from, to } => map1(d, a, m, |x| to.from_f32(wide(from, x))),
+        H2H { from, to } => map1(d, a, m, |x| to.round(wide(from, x))),
     }
 }
 

@@ -716,7 +716,8 @@ fn first_difference(
     let canonical = |elem: ScalarType, w: u32| -> u32 {
         match Literal::from_bits(elem, w).as_f32() {
             Some(f) if f.is_nan() => f32::NAN.to_bits(),
-            Some(f) if f == 0.0 => 0,
+            // The pattern matches -0.0 too.
+            Some(0.0) => 0,
             _ => w,
         }
     };

@@ -108,12 +108,12 @@ fn repeated_calls_start_from_fresh_inputs_and_zeroed_buffers() {
             .run(&plan, &args, &RunOptions::default())
             .unwrap_or_else(|e| panic!("call {call}: {e}"));
         assert_eq!(
-            out.outputs["sum"].words,
+            out.outputs["sum"].words(),
             vec![base * 255 * 256 / 2],
             "call {call}"
         );
         let want: Vec<u32> = x.iter().map(|v| v + 1).collect();
-        assert_eq!(out.outputs["y"].words, want, "call {call}");
+        assert_eq!(out.outputs["y"].words(), want, "call {call}");
         assert!(
             cuda.last_kernel_ms().is_some(),
             "call {call}: no kernel time"
@@ -140,7 +140,7 @@ fn pipeline_matches_the_interpreter_and_keeps_residents() {
         assert_eq!(got["total"], want["total"], "{mode:?}");
     }
     // `credits` is resident: one signal per call, two calls.
-    assert_eq!(cuda.resident("credits").unwrap().words, vec![0, 0, 2, 0]);
+    assert_eq!(cuda.resident("credits").unwrap().words(), vec![0, 0, 2, 0]);
     assert_eq!(
         cuda.resident("hand").unwrap().to_f32()[4..],
         [4.0, 4.0, 4.0, 4.0]
@@ -160,7 +160,7 @@ fn cycle_runs_cooperatively() {
         let out = cuda
             .run(&plan, &CallArgs::default(), &RunOptions { mode, seed: 0 })
             .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
-        assert_eq!(out.outputs["y"].words, vec![1, 1, 2, 2]);
+        assert_eq!(out.outputs["y"].words(), vec![1, 1, 2, 2]);
     }
 }
 
@@ -228,7 +228,7 @@ fn relaunching_the_latest_call_times_its_kernel() {
     let out = cuda
         .run(&plan, &CallArgs::default(), &RunOptions::default())
         .unwrap();
-    assert_eq!(out.outputs["y"].words, vec![1, 1, 2, 2]);
+    assert_eq!(out.outputs["y"].words(), vec![1, 1, 2, 2]);
 }
 
 /// Where the platform refuses mapped host memory (or the option is off),

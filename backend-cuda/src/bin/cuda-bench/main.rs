@@ -75,7 +75,7 @@ fn run_gpu() -> Result<(), String> {
     let stream = unsafe { backend.stream() }.clone();
     let mut src = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
     let mut dst = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
-    let upload = f32_input(BIG).words;
+    let upload = f32_input(BIG).words().to_vec();
     let mut memcpy_best = [f64::INFINITY; 2];
     for after_upload in [false, true] {
         for _ in 0..reps {

@@ -1250,21 +1250,42 @@ fn mpmd_sum_to_odd(p: f32, z: f32, one: f32) -> f32 {
 
 ",
                 ),
-                Helper::Fma16(t) => {
-                    let n = half_name(*t);
-                    write!(
-                        out,
-                        "// fma on {n}, rounded once: the product of two {n} is exact in f32, the sum is
-// rounded to odd (24 bits, at least 2 more than {n} has), then to {n}.
-fn mpmd_fma_{n}(a: u32, b: u32, c: u32, one: f32) -> u32 {{
-  let p = mpmd_{n}_to_f32(a) * mpmd_{n}_to_f32(b);
-  return mpmd_f32_to_{n}(mpmd_sum_to_odd(p, mpmd_{n}_to_f32(c), one));
-}}
+                Helper::Fma16(ScalarType::BF16) => out.push_str(
+                    "// fma on bf16, rounded once: the product of two bf16 is exact in f32 unless it
+// leaves f32's range, the sum is rounded to odd (24 bits, 16 more than bf16 has),
+// then to bf16. A product past f32's largest (a and b finite) is computed 2^64
+// smaller and scaled back; a c below 2^-40 then only decides a tie of the product
+// (it is far below the product's ulp), so it becomes +-2^-40, which scales
+// without underflow.
+fn mpmd_fma_bf16(a: u32, b: u32, c: u32, one: f32) -> u32 {
+  let wa = mpmd_bf16_to_f32(a);
+  let wb = mpmd_bf16_to_f32(b);
+  let wc = mpmd_bf16_to_f32(c);
+  let p = wa * wb;
+  let finite = (a & 0x7f80u) != 0x7f80u && (b & 0x7f80u) != 0x7f80u;
+  if (finite && (bitcast<u32>(p) & 0x7fffffffu) == 0x7f800000u) {
+    let down = bitcast<f32>(0x1f800000u);
+    let tiny = (c & 0x7fffu) != 0u && (c & 0x7fffu) < 0x2b80u;
+    let z = select(wc, bitcast<f32>(((c & 0x8000u) << 16u) | 0x2b800000u), tiny);
+    let r = mpmd_sum_to_odd((wa * down) * wb, z * down, one);
+    return mpmd_f32_to_bf16(r * bitcast<f32>(0x5f800000u));
+  }
+  return mpmd_f32_to_bf16(mpmd_sum_to_odd(p, wc, one));
+}
 
-"
-                    )
-                    .unwrap();
-                }
+",
+                ),
+                Helper::Fma16(_) => out.push_str(
+                    "// fma on f16, rounded once: the product of two f16 is exact in f32 (22 bits,
+// 2^-48 to 2^32), the sum is rounded to odd (24 bits, 13 more than f16 has),
+// then to f16.
+fn mpmd_fma_f16(a: u32, b: u32, c: u32, one: f32) -> u32 {
+  let p = mpmd_f16_to_f32(a) * mpmd_f16_to_f32(b);
+  return mpmd_f32_to_f16(mpmd_sum_to_odd(p, mpmd_f16_to_f32(c), one));
+}
+
+",
+                ),
                 Helper::Min16(t) | Helper::Max16(t) => {
                     let n = half_name(*t);
                     let (what, cmp) = if matches!(helper, Helper::Min16(_)) {

@@ -776,3 +776,320 @@ fn f16_math_functions_are_the_f32_function_rounded() {
 fn bf16_math_functions_are_the_f32_function_rounded() {
     check_math(BF16);
 }
+
+/// Runs `map` of `src` and returns its outputs; panics with the error.
+fn run_map(src: &str, map: &str, call: &mpmd_core::host::CallArgs) -> Option<CallOutputs> {
+    let mut wgpu = backend(WgpuOptions::default())?;
+    let p = plan(&module(src), map);
+    Some(
+        wgpu.run(&p, call, &fast())
+            .unwrap_or_else(|e| panic!("{map}: {e}")),
+    )
+}
+
+/// Neighbouring threads write neighbouring elements: blocks of 63 threads
+/// (odd, so every block boundary splits a word between two workgroups),
+/// an odd length, twice over (each word is written by two threads at once).
+#[test]
+fn packed_gmem_stores_keep_every_neighbour() {
+    for t in [F16, BF16] {
+        let n = 1069u32;
+        let src = format!(
+            "
+mesh m {{
+  grid [g = 17];
+  threads t = 63;
+}}
+kernel fill(y: gmem<{t}[{n}]>, z: gmem<{t}[{n}]>) {{
+  let i: u32 = axis_index(g) * 63u + axis_index(t);
+  if i < {n}u {{
+    y[i] = {t}(i);
+    z[{n}u - 1u - i] = -{t}(i * 3u);
+  }}
+}}
+map fill {{
+  programs [m: fill];
+  outputs [y: gmem<{t}[{n}]>, z: gmem<{t}[{n}]>];
+}}
+"
+        );
+        for round_no in 0..3 {
+            let Some(out) = run_map(&src, "fill", &args(vec![], vec![])) else {
+                return;
+            };
+            let y = bits16(&out, "y");
+            let z = bits16(&out, "z");
+            assert_eq!(y.len(), n as usize);
+            for i in 0..n as usize {
+                let want = num::from_integer(t, i as i64).unwrap();
+                assert_eq!(y[i], want, "{t} y[{i}], round {round_no}");
+                // -x flips the sign bit (so -0 for i = 0).
+                let want = num::from_integer(t, 3 * i as i64).unwrap() ^ 0x8000;
+                assert_eq!(z[n as usize - 1 - i], want, "{t} z, round {round_no}");
+            }
+        }
+    }
+}
+
+/// A 16x16 tile transposed through 16-bit smem: every thread writes its
+/// neighbour's half of a word, then reads an element another thread wrote.
+#[test]
+fn sixteen_bit_smem_tile_transpose() {
+    for t in [F16, BF16] {
+        let blocks = 3u32;
+        let n = blocks * 256;
+        let src = format!(
+            "
+mesh m {{
+  grid [g = {blocks}];
+  threads t = 256;
+}}
+kernel transpose(x: gmem<{t}[{n}]>, y: gmem<{t}[{n}]>, tile: smem<{t}[256]>) {{
+  let t: u32 = axis_index(t);
+  let base: u32 = axis_index(g) * 256u;
+  tile[t] = x[base + t];
+  barrier;
+  y[base + t] = tile[(t % 16u) * 16u + t / 16u];
+}}
+map transpose {{
+  programs [m: transpose];
+  inputs [x: gmem<{t}[{n}]>];
+  outputs [y: gmem<{t}[{n}]>];
+  scratch [tile: smem<{t}[256]>];
+}}
+"
+        );
+        let mut rng = Lcg(3);
+        let x: Vec<u16> = (0..n).map(|_| rng.next() as u16).collect();
+        let Some(out) = run_map(&src, "transpose", &args(vec![("x", tensor(t, &x))], vec![]))
+        else {
+            return;
+        };
+        let y = bits16(&out, "y");
+        for b in 0..blocks as usize {
+            for r in 0..16 {
+                for c in 0..16 {
+                    assert_eq!(
+                        y[b * 256 + r * 16 + c],
+                        x[b * 256 + c * 16 + r],
+                        "{t} block {b} ({r}, {c})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Odd-length smem, local arrays and owned instances of an odd length
+/// (instance k starts at element 3k, mid-word for odd k).
+#[test]
+fn odd_lengths_local_arrays_and_owned_instances() {
+    for t in [F16, BF16] {
+        let src = format!(
+            "
+mesh m {{
+  grid [g = 5];
+  threads t = 7;
+}}
+kernel k(x: gmem<{t}[35]>, y: gmem<{t}[35]>, own: gmem<{t}[3]> @ m, s: smem<{t}[7]>) {{
+  let t: u32 = axis_index(t);
+  let i: u32 = axis_index(g) * 7u + t;
+  local tmp: {t}[5];
+  for j: u32 in 0u..5u {{
+    tmp[j] = x[(i + j) % 35u];
+  }}
+  s[t] = tmp[4u - t % 5u];
+  barrier;
+  y[i] = s[6u - t];
+  if t < 3u {{
+    own[t] = {t}(axis_index(g) * 3u + t);
+  }}
+}}
+map k {{
+  programs [m: k];
+  inputs [x: gmem<{t}[35]>];
+  outputs [y: gmem<{t}[35]>, own: gmem<{t}[3]> @ m];
+  scratch [s: smem<{t}[7]>];
+}}
+"
+        );
+        let mut rng = Lcg(11);
+        let x: Vec<u16> = (0..35).map(|_| rng.next() as u16).collect();
+        let Some(out) = run_map(&src, "k", &args(vec![("x", tensor(t, &x))], vec![])) else {
+            return;
+        };
+        let y = bits16(&out, "y");
+        for g in 0..5 {
+            for th in 0..7 {
+                // Thread 6 - th stored tmp[4 - (6 - th) % 5] = x[(i' + that) % 35].
+                let other = 6 - th;
+                let i_other = g * 7 + other;
+                let j = 4 - other % 5;
+                assert_eq!(y[g * 7 + th], x[(i_other + j) % 35], "{t} y[{}]", g * 7 + th);
+            }
+        }
+        let own = bits16(&out, "own");
+        assert_eq!(own.len(), 15);
+        for (k, &v) in own.iter().enumerate() {
+            assert_eq!(v, num::from_integer(t, k as i64).unwrap(), "{t} own element {k}");
+        }
+    }
+}
+
+/// bf16 loads, an f32 accumulator, a bf16 store: a row sum, rows of an odd
+/// length, as the f32 loop in Rust computes it.
+#[test]
+fn bf16_row_sum_accumulates_in_f32() {
+    let (rows, cols) = (96u32, 33u32);
+    let n = rows * cols;
+    let src = format!(
+        "
+mesh m {{
+  grid [g = 3];
+  threads t = 32;
+}}
+kernel rowsum(x: gmem<bf16[{n}]>, y: gmem<bf16[{rows}]>, wide: gmem<f32[{rows}]>) {{
+  let r: u32 = axis_index(g) * 32u + axis_index(t);
+  var acc: f32 = 0.0;
+  for k: u32 in 0u..{cols}u {{
+    acc = acc + f32(x[r * {cols}u + k]);
+  }}
+  y[r] = bf16(acc);
+  wide[r] = acc;
+}}
+map rowsum {{
+  programs [m: rowsum];
+  inputs [x: gmem<bf16[{n}]>];
+  outputs [y: gmem<bf16[{rows}]>, wide: gmem<f32[{rows}]>];
+}}
+"
+    );
+    let mut rng = Lcg(17);
+    let x: Vec<u16> = (0..n)
+        .map(|_| {
+            let v = (rng.next() % 2001) as f32 / 100.0 - 10.0;
+            round(BF16, v)
+        })
+        .collect();
+    let Some(out) = run_map(&src, "rowsum", &args(vec![("x", tensor(BF16, &x))], vec![])) else {
+        return;
+    };
+    let y = bits16(&out, "y");
+    let wide = out.outputs["wide"].to_f32();
+    for r in 0..rows as usize {
+        let mut acc = 0.0f32;
+        for k in 0..cols as usize {
+            acc += widen(BF16, x[r * cols as usize + k]);
+        }
+        assert_eq!(wide[r].to_bits(), acc.to_bits(), "row {r} accumulator");
+        assert_eq!(y[r], round(BF16, acc), "row {r}");
+    }
+}
+
+/// Residents of an odd element count keep their bits across calls, in the
+/// unpacked layout and packed into arenas; the padding half is never seen.
+#[test]
+fn sixteen_bit_residents_and_packed_arenas() {
+    for t in [F16, BF16] {
+        let src = format!(
+            "
+mesh m {{
+  grid [g = 1];
+  threads t = 7;
+}}
+resident acc: gmem<{t}[7]>;
+kernel bump(x: gmem<{t}[7]>, y: gmem<{t}[7]>, acc: gmem<{t}[7]>) {{
+  let t: u32 = axis_index(t);
+  acc[t] = acc[t] + x[t];
+  y[t] = acc[t];
+}}
+map bump {{
+  programs [m: bump];
+  inputs [x: gmem<{t}[7]>];
+  outputs [y: gmem<{t}[7]>];
+  scratch [acc: gmem<{t}[7]> resident];
+}}
+"
+        );
+        let x: Vec<u16> = [0.5f32, -1.0, 2.0, 1.0e-3, 3.0, -0.25, 7.0]
+            .iter()
+            .map(|&v| round(t, v))
+            .collect();
+        for packed in [None, Some(4)] {
+            let Some(mut wgpu) = backend(WgpuOptions {
+                max_storage_buffers: packed,
+                ..WgpuOptions::default()
+            }) else {
+                return;
+            };
+            let p = plan(&module(&src), "bump");
+            let wgsl = wgpu.wgsl(&p, Mode::Fast).unwrap();
+            assert_eq!(
+                wgsl.contains("var<storage, read_write> g_arena_atomic_u32: array<atomic<u32>>"),
+                packed.is_some(),
+                "{wgsl}"
+            );
+            let start: Vec<u16> = (0..7).map(|k| round(t, k as f32)).collect();
+            wgpu.set_resident("acc", tensor(t, &start)).unwrap();
+            let call = args(vec![("x", tensor(t, &x))], vec![]);
+            let mut expect = start.clone();
+            for call_no in 0..2 {
+                let out = wgpu.run(&p, &call, &fast()).unwrap();
+                for k in 0..7 {
+                    expect[k] = round(t, widen(t, expect[k]) + widen(t, x[k]));
+                }
+                assert_eq!(bits16(&out, "y"), expect, "{t} packed {packed:?} call {call_no}");
+            }
+            let resident = wgpu.resident("acc").unwrap();
+            assert_eq!(resident.len(), 7);
+            assert_eq!(resident.bytes().len(), 14, "no padding half");
+            assert_eq!(
+                resident.to_bits().iter().map(|&b| b as u16).collect::<Vec<_>>(),
+                expect
+            );
+        }
+    }
+}
+
+/// The generated modules of this file pass the `naga` and `tint` command
+/// lines (where installed; a note says when not), in both modes.
+#[test]
+fn naga_and_tint_command_lines_accept_sixteen_bit_modules() {
+    let mut sources = vec![];
+    for t in [F16, BF16] {
+        sources.push((format!("ops-{t}"), ops_program(t, 65), "ops"));
+        sources.push((format!("conv-{t}"), conversions_program(t, 65), "conv"));
+    }
+    for (tag, src, map) in sources {
+        let p = plan(&module(&src), map);
+        for mode in [Mode::Fast, Mode::Checked] {
+            let wgsl = mpmd_wgpu::emit(&p, mode).unwrap_or_else(|e| panic!("{tag}: {e}"));
+            for (tool, tool_args) in [
+                ("naga", vec![]),
+                ("tint", vec!["--format", "wgsl", "-o", "/dev/null"]),
+            ] {
+                let path = std::env::temp_dir().join(format!(
+                    "mpmd-16bit-{tool}-{tag}-{mode:?}-{}.wgsl",
+                    std::process::id()
+                ));
+                std::fs::write(&path, &wgsl).unwrap();
+                let result = std::process::Command::new(tool)
+                    .args(&tool_args)
+                    .arg(&path)
+                    .output();
+                let _ = std::fs::remove_file(&path);
+                match result {
+                    Ok(out) => assert!(
+                        out.status.success(),
+                        "{tool} refused {tag} ({mode:?}):\n{}{}",
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    ),
+                    Err(_) => eprintln!(
+                        "SKIPPED: the `{tool}` command line is not installed; {tag} not checked by it"
+                    ),
+                }
+            }
+        }
+    }
+}

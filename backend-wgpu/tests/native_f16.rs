@@ -5,10 +5,20 @@
 //! pattern to survive a move; lavapipe does not promise to keep f16
 //! subnormals (`shaderDenormPreserveFloat16 = false`).
 //!
-//! The test prints what it sees and asserts only what the backend relies
-//! on: nothing (the emulation does not use native f16). It fails if the
-//! adapter has `shader-f16` but a module using it cannot run, so the
-//! measurement does not silently disappear.
+//! Measured on lavapipe (llvmpipe, LLVM 15): all 65,536 patterns survive a
+//! load and store, `x * 1.0` keeps every subnormal, `f32(x)` is exact and
+//! `f16(f32)` rounds to the pattern. The backend still does not use native
+//! f16, because none of this is promised: the driver reports
+//! `shaderDenormPreserveFloat16 = false`, so conversions and arithmetic may
+//! flush f16 subnormals on another build or adapter, and naga 30 has no
+//! bit-preserving way between an `f16` and integer bits (`bitcast<u32>` of a
+//! `vec2<f16>` is refused), so even native f16 *storage* would need the
+//! conversions to carry the bits.
+//!
+//! The test prints what it sees and asserts nothing about it (the emulation
+//! does not depend on it). It fails if the adapter has `shader-f16` but a
+//! module using it cannot run, so the measurement does not silently
+//! disappear.
 
 use std::sync::{Arc, Mutex};
 

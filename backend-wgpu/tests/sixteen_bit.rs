@@ -781,10 +781,15 @@ fn bf16_math_functions_are_the_f32_function_rounded() {
 fn run_map(src: &str, map: &str, call: &mpmd_core::host::CallArgs) -> Option<CallOutputs> {
     let mut wgpu = backend(WgpuOptions::default())?;
     let p = plan(&module(src), map);
-    Some(
-        wgpu.run(&p, call, &fast())
-            .unwrap_or_else(|e| panic!("{map}: {e}")),
-    )
+    let out = wgpu
+        .run(&p, call, &fast())
+        .unwrap_or_else(|e| panic!("{map}: {e}"));
+    // Checked mode computes the same element indices through its checks.
+    let checked_out = wgpu
+        .run(&p, call, &checked())
+        .unwrap_or_else(|e| panic!("{map} (checked): {e}"));
+    assert_eq!(out, checked_out, "{map}: fast and checked differ");
+    Some(out)
 }
 
 /// Neighbouring threads write neighbouring elements: blocks of 63 threads

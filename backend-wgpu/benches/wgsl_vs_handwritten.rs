@@ -254,8 +254,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     let k = plain.kernel(hand, &[("main", [blocks, 1, 1])], &[bytes], bytes, &[]);
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
     let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     assert_eq!(
         plain.call(&k, &[&x_words]),
         expected,
@@ -324,8 +324,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     );
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
     let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     assert_eq!(
         plain.call(&k, &[&x_words]),
         expected,
@@ -387,8 +387,8 @@ fn consume(@builtin(global_invocation_id) id: vec3<u32>) { y[id.x] = buf[id.x] +
     );
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
     let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     assert_eq!(
         plain.call(&k, &[&x_words]),
         expected,

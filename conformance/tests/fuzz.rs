@@ -161,7 +161,7 @@ impl Backend for TanhCorrupter {
         if plan.units.iter().any(|u| body_has_tanh(&u.kernel.body)) {
             if let Some(first) = plan.map.outputs.first() {
                 if let Some(t) = out.outputs.get_mut(&first.name) {
-                    t.words[0] ^= 0x0040_0000;
+                    t.to_bits()[0] ^= 0x0040_0000;
                 }
             }
         }

@@ -1132,7 +1132,7 @@ map m {{ programs [m: k]; inputs [a: gmem<{ty}[{n}]>, b: gmem<{ty}[{n}]>]; outpu
             .collect();
         let (x, v) = (|k: usize| wide(ty, a[k]), |k: usize| wide(ty, b[k]));
         let (mut y, mut z, mut w) = (vec![], vec![], vec![]);
-        for k in 0..n {
+        for (k, &a_bits) in a.iter().enumerate() {
             let t = k % threads;
             if t % 3 == 1 {
                 y.push(round(ty, x(k) * v(k)));
@@ -1144,7 +1144,7 @@ map m {{ programs [m: k]; inputs [a: gmem<{ty}[{n}]>, b: gmem<{ty}[{n}]>]; outpu
             w.push(if t >= 70 {
                 round(ty, x(k) + v(k))
             } else if x(k) < v(k) {
-                a[k]
+                a_bits
             } else {
                 round(ty, -v(k))
             });

@@ -1096,3 +1096,116 @@ fn memory_limit_charges_two_bytes_an_element() {
     };
     call(&m, vec![], &[], &o).unwrap();
 }
+
+/// 16-bit operations under masks that are not one range (every third lane)
+/// and over ranges that do not start at lane 0 compute exactly the active
+/// lanes, in blocks whose size is not a multiple of the conversion chunk.
+#[test]
+fn masked_and_offset_lanes_compute_their_own_values() {
+    let (blocks, threads) = (3usize, 200usize);
+    let n = blocks * threads;
+    for ty in [F16, BF16] {
+        let src = format!(
+            "mesh m {{ grid [b = {blocks}]; threads t = {threads}; }}
+kernel k(a: gmem<{ty}[{n}]>, b: gmem<{ty}[{n}]>, y: gmem<{ty}[{n}]>, z: gmem<f32[{n}]>, w: gmem<{ty}[{n}]>) {{
+  let i: u32 = axis_index(b) * axis_size(t) + axis_index(t);
+  if axis_index(t) % 3u == 1u {{
+    y[i] = a[i] * b[i];
+    z[i] = f32(a[i]);
+  }} else {{
+    y[i] = {ty}(f32(a[i]) * 3.0);
+    z[i] = f32(sqrt(b[i]));
+  }}
+  if axis_index(t) >= 70u {{
+    w[i] = a[i] + b[i];
+  }} else {{
+    w[i] = select(a[i] < b[i], a[i], -b[i]);
+  }}
+}}
+map m {{ programs [m: k]; inputs [a: gmem<{ty}[{n}]>, b: gmem<{ty}[{n}]>]; outputs [y: gmem<{ty}[{n}]>, z: gmem<f32[{n}]>, w: gmem<{ty}[{n}]>]; }}
+"
+        );
+        let m = parse(&src);
+        let a: Vec<u32> = (0..n).map(|k| round(ty, k as f32 * 0.37 - 90.0)).collect();
+        let b: Vec<u32> = (0..n)
+            .map(|k| round(ty, (k % 17) as f32 * 1.3 + 0.1))
+            .collect();
+        let (x, v) = (|k: usize| wide(ty, a[k]), |k: usize| wide(ty, b[k]));
+        let (mut y, mut z, mut w) = (vec![], vec![], vec![]);
+        for (k, &a_bits) in a.iter().enumerate() {
+            let t = k % threads;
+            if t % 3 == 1 {
+                y.push(round(ty, x(k) * v(k)));
+                z.push(x(k).to_bits());
+            } else {
+                y.push(round(ty, x(k) * 3.0));
+                z.push(wide(ty, round(ty, v(k).sqrt())).to_bits());
+            }
+            w.push(if t >= 70 {
+                round(ty, x(k) + v(k))
+            } else if x(k) < v(k) {
+                a_bits
+            } else {
+                round(ty, -v(k))
+            });
+        }
+        for o in [opts(false, 0), opts(true, 2)] {
+            let inputs = vec![
+                ("a", HostTensor::new(ty, vec![n as u32], a.clone()).unwrap()),
+                ("b", HostTensor::new(ty, vec![n as u32], b.clone()).unwrap()),
+            ];
+            let out = call(&m, inputs, &[], &o).unwrap();
+            assert_eq!(out.outputs["y"].to_bits(), y, "{ty} {o:?}");
+            assert_eq!(out.outputs["z"].to_bits(), z, "{ty} {o:?}");
+            assert_eq!(out.outputs["w"].to_bits(), w, "{ty} {o:?}");
+        }
+    }
+}
+
+/// With flushing, `fma` on bf16 sees subnormal operands as zeros and
+/// flushes a subnormal result; f16 subnormals take part as they are.
+#[test]
+fn fma_flushes_bf16_subnormals() {
+    let one = [0x3f80u32];
+    let sub = [0x0001u32];
+    // 1 * 1 + subnormal: the subnormal is a zero to a flushing adapter.
+    let got = elementwise(
+        &[("a", BF16, &one), ("b", BF16, &one), ("c", BF16, &sub)],
+        BF16,
+        "fma(a[i], b[i], c[i])",
+        &flushing(),
+    );
+    assert_eq!(got, vec![0x3f80]);
+    // subnormal * 1 + 0: a subnormal result flushes to zero.
+    let got = elementwise(
+        &[("a", BF16, &sub), ("b", BF16, &one), ("c", BF16, &[0])],
+        BF16,
+        "fma(a[i], b[i], c[i])",
+        &flushing(),
+    );
+    assert_eq!(got, vec![0]);
+    let got = elementwise(
+        &[("a", BF16, &sub), ("b", BF16, &one), ("c", BF16, &[0])],
+        BF16,
+        "fma(a[i], b[i], c[i])",
+        &opts(true, 0),
+    );
+    assert_eq!(
+        got,
+        vec![u32::from(numerics::fma16(BF16, 1, 0x3f80, 0).unwrap())]
+    );
+    let got = elementwise(
+        &[
+            ("a", F16, &[0x0001]),
+            ("b", F16, &[0x3c00]),
+            ("c", F16, &[0x0001]),
+        ],
+        F16,
+        "fma(a[i], b[i], c[i])",
+        &flushing(),
+    );
+    assert_eq!(
+        got,
+        vec![u32::from(numerics::fma16(F16, 1, 0x3c00, 1).unwrap())]
+    );
+}

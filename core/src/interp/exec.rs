@@ -17,6 +17,7 @@ use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
 use crate::ir::{AtomicOp, SemOp};
 use crate::numerics;
+use half::slice::HalfFloatSliceExt;
 
 /// A device buffer of one call. Words are atomics so that independent blocks
 /// can run on several host threads; relaxed loads and stores cost the same as
@@ -1452,11 +1453,20 @@ fn store_packed(words: &[AtomicU32], i: usize, v: u32) {
     let _ = words[w].fetch_update(Relaxed, Relaxed, |old| Some((old & keep) | half));
 }
 
-/// Consecutive elements from `start` into `d`.
+/// Consecutive elements from `start` into `d`: one word load for two lanes.
 #[inline(always)]
 fn load_run_packed(words: &[AtomicU32], start: usize, d: &mut [u32]) {
-    for (k, d) in d.iter_mut().enumerate() {
-        *d = load_packed(words, start + k);
+    let (head, d) = d.split_at_mut((start % 2).min(d.len()));
+    if let Some(first) = head.first_mut() {
+        *first = load_packed(words, start);
+    }
+    let start = start + head.len();
+    for (pair, w) in d.chunks_mut(2).zip(&words[start / 2..]) {
+        let v = w.load(Relaxed);
+        pair[0] = v & 0xffff;
+        if let Some(high) = pair.get_mut(1) {
+            *high = v >> 16;
+        }
     }
 }
 
@@ -1530,37 +1540,81 @@ fn flush16(h: Half, bits: u32) -> u32 {
     h.round(f32::from_bits(flush(h.widen(bits).to_bits())))
 }
 
-/// The format of `BF` (`false`: f16), as a constant the lane loops fold.
+/// Lanes a 16-bit operation converts at a time (on the stack).
+const CHUNK: usize = 64;
+
+/// Widens 16-bit register lanes to f32 (exact), flushed under `FTZ` (rule
+/// 9: flushing applies to the f32 intermediates). f16 goes through `half`'s
+/// slice conversion, the conversion of `numerics::f16_to_f32` eight lanes at
+/// a time (F16C where the CPU has it; `tests::chunks_convert_as_numerics`).
 #[inline(always)]
-fn format<const BF: bool>() -> Half {
+fn widen_chunk<const BF: bool, const FTZ: bool>(src: &[u32], dst: &mut [f32]) {
     if BF {
-        Half::BF16
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = numerics::bf16_to_f32(s as u16);
+        }
     } else {
-        Half::F16
+        let mut halves = [half::f16::ZERO; CHUNK];
+        let halves = &mut halves[..src.len()];
+        for (h, &s) in halves.iter_mut().zip(src) {
+            *h = half::f16::from_bits(s as u16);
+        }
+        halves.convert_to_f32_slice(dst);
     }
-}
-
-/// A 16-bit value widened to f32 (exact), flushed under `FTZ` (rule 9:
-/// flushing applies to the f32 intermediates).
-#[inline(always)]
-fn widen16<const BF: bool, const FTZ: bool>(bits: u32) -> f32 {
-    let v = format::<BF>().widen(bits);
     if FTZ {
-        f32::from_bits(flush(v.to_bits()))
-    } else {
-        v
+        dst.iter_mut()
+            .for_each(|v| *v = f32::from_bits(flush(v.to_bits())));
     }
 }
 
-/// An f32 result (flushed under `FTZ`) rounded once to the 16-bit format.
+/// Rounds f32 results (flushed under `FTZ`) once to the 16-bit format, into
+/// register lanes (high half zero); f16 as `numerics::f16_from_f32` does,
+/// eight lanes at a time.
 #[inline(always)]
-fn round16<const BF: bool, const FTZ: bool>(v: f32) -> u32 {
-    let v = if FTZ {
-        f32::from_bits(flush(v.to_bits()))
+fn round_chunk<const BF: bool, const FTZ: bool>(src: &mut [f32], dst: &mut [u32]) {
+    if FTZ {
+        src.iter_mut()
+            .for_each(|v| *v = f32::from_bits(flush(v.to_bits())));
+    }
+    if BF {
+        for (d, &s) in dst.iter_mut().zip(src.iter()) {
+            *d = u32::from(numerics::bf16_from_f32(s));
+        }
     } else {
-        v
-    };
-    format::<BF>().round(v)
+        let mut halves = [half::f16::ZERO; CHUNK];
+        let halves = &mut halves[..src.len()];
+        halves.convert_from_f32_slice(src);
+        for (d, h) in dst.iter_mut().zip(halves.iter()) {
+            *d = u32::from(h.to_bits());
+        }
+    }
+}
+
+/// Runs `fill(lanes, out)` over chunks of at most [`CHUNK`] lanes, `out`
+/// being the destination lanes. Pure operations cannot fail: under a mask
+/// every lane is computed and the active ones kept.
+#[inline(always)]
+fn by_chunks(d: &mut [u32], m: Lanes, mut fill: impl FnMut(std::ops::Range<usize>, &mut [u32])) {
+    match m {
+        Lanes::Range(lo, hi) => {
+            for start in (lo..hi).step_by(CHUNK) {
+                let end = (start + CHUNK).min(hi);
+                fill(start..end, &mut d[start..end]);
+            }
+        }
+        Lanes::Mask(mask) => {
+            let mut out = [0u32; CHUNK];
+            for start in (0..d.len()).step_by(CHUNK) {
+                let end = (start + CHUNK).min(d.len());
+                fill(start..end, &mut out[..end - start]);
+                for ((d, &v), &on) in d[start..end].iter_mut().zip(&out).zip(&mask[start..end]) {
+                    if on {
+                        *d = v;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Binds `$f` to the f32 function of a [`FloatBin`] and evaluates `$body`
@@ -1701,8 +1755,15 @@ fn half_binary<const BF: bool, const FTZ: bool>(
     b: &[u32],
     m: Lanes,
 ) {
-    with_float_bin!(op, |f| map2(d, a, b, m, |x, y| {
-        round16::<BF, FTZ>(f(widen16::<BF, FTZ>(x), widen16::<BF, FTZ>(y)))
+    with_float_bin!(op, |f| by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let (mut x, mut y) = ([0f32; CHUNK], [0f32; CHUNK]);
+        widen_chunk::<BF, FTZ>(&a[lanes.clone()], &mut x[..n]);
+        widen_chunk::<BF, FTZ>(&b[lanes], &mut y[..n]);
+        for (x, &y) in x[..n].iter_mut().zip(&y[..n]) {
+            *x = f(*x, y);
+        }
+        round_chunk::<BF, FTZ>(&mut x[..n], out);
     }))
 }
 
@@ -1714,16 +1775,51 @@ fn half_compare<const BF: bool, const FTZ: bool>(
     b: &[u32],
     m: Lanes,
 ) {
-    with_float_cmp!(op, |f| map2(d, a, b, m, |x, y| {
-        f(widen16::<BF, FTZ>(x), widen16::<BF, FTZ>(y)) as u32
+    with_float_cmp!(op, |f| by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let (mut x, mut y) = ([0f32; CHUNK], [0f32; CHUNK]);
+        widen_chunk::<BF, FTZ>(&a[lanes.clone()], &mut x[..n]);
+        widen_chunk::<BF, FTZ>(&b[lanes], &mut y[..n]);
+        for ((o, &x), &y) in out.iter_mut().zip(&x[..n]).zip(&y[..n]) {
+            *o = f(x, y) as u32;
+        }
     }))
 }
 
+/// A 16-bit unary operation or math function: the f32 function of the
+/// widened value, rounded once.
 fn half_unary<const BF: bool, const FTZ: bool>(op: FloatUn, d: &mut [u32], a: &[u32], m: Lanes) {
-    with_float_un!(op, |f| map1(d, a, m, |x| round16::<BF, FTZ>(f(widen16::<
-        BF,
-        FTZ,
-    >(x)))))
+    with_float_un!(op, |f| by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let mut x = [0f32; CHUNK];
+        widen_chunk::<BF, FTZ>(&a[lanes], &mut x[..n]);
+        x[..n].iter_mut().for_each(|x| *x = f(*x));
+        round_chunk::<BF, FTZ>(&mut x[..n], out);
+    }))
+}
+
+/// A 16-bit value widened to f32 bits (`H2F`; the caller flushes the result).
+fn half_to_f32<const BF: bool, const FTZ: bool>(d: &mut [u32], a: &[u32], m: Lanes) {
+    by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let mut x = [0f32; CHUNK];
+        widen_chunk::<BF, FTZ>(&a[lanes], &mut x[..n]);
+        for (o, x) in out.iter_mut().zip(&x[..n]) {
+            *o = x.to_bits();
+        }
+    })
+}
+
+/// An f32 rounded to a 16-bit format (`F2H`; the caller flushed the operand).
+fn f32_to_half<const BF: bool, const FTZ: bool>(d: &mut [u32], a: &[u32], m: Lanes) {
+    by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let mut x = [0f32; CHUNK];
+        for (x, &bits) in x[..n].iter_mut().zip(&a[lanes]) {
+            *x = f32::from_bits(bits);
+        }
+        round_chunk::<BF, FTZ>(&mut x[..n], out);
+    })
 }
 
 /// One binary operation over all (active) lanes, with DESIGN.md's numerics;
@@ -1810,8 +1906,8 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
         B2I => map1(d, a, m, |x| (x != 0) as u32),
         // The operand was flushed by the caller (it reads an f32); an f32
         // of normal magnitude never rounds to a 16-bit subnormal of bf16.
-        F2H(h) => map1(d, a, m, |x| h.round(f32::from_bits(x))),
-        H2F(h) => map1(d, a, m, |x| wide(h, x).to_bits()),
+        F2H(h) => by_format!(h, ftz, f32_to_half(d, a, m)),
+        H2F(h) => by_format!(h, ftz, half_to_f32(d, a, m)),
         I2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x as i32))),
         U2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x))),
         B2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x != 0))),
@@ -1825,7 +1921,98 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::span_of;
+    use super::{load_run_packed, round_chunk, span_of, store_run_packed, widen_chunk, CHUNK};
+    use crate::numerics;
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+    /// The chunked 16-bit conversions are `numerics`' rules: every f16 and
+    /// bf16 widens to the same f32, and f32 values around every f16 and bf16
+    /// (ties, overflow, subnormals, NaN) round to the same bits.
+    #[test]
+    fn chunks_convert_as_numerics() {
+        let all: Vec<u32> = (0..=u16::MAX).map(u32::from).collect();
+        let mut wide = vec![0f32; CHUNK];
+        let mut bits = vec![0u32; CHUNK];
+        let same = |got: u32, want: u16, to: fn(u16) -> f32| {
+            got == u32::from(want) || (to(got as u16).is_nan() && to(want).is_nan())
+        };
+        for chunk in all.chunks(CHUNK) {
+            let n = chunk.len();
+            widen_chunk::<false, false>(chunk, &mut wide[..n]);
+            for (&b, w) in chunk.iter().zip(&wide) {
+                let want = numerics::f16_to_f32(b as u16);
+                assert!(
+                    w.to_bits() == want.to_bits() || (w.is_nan() && want.is_nan()),
+                    "{b:#x}"
+                );
+            }
+            widen_chunk::<true, false>(chunk, &mut wide[..n]);
+            for (&b, w) in chunk.iter().zip(&wide) {
+                let want = numerics::bf16_to_f32(b as u16);
+                assert!(
+                    w.to_bits() == want.to_bits() || (w.is_nan() && want.is_nan()),
+                    "{b:#x}"
+                );
+            }
+        }
+        let mut values: Vec<f32> = vec![f32::MAX, f32::MIN, f32::NAN, f32::INFINITY, 65520.0];
+        for &b in &all {
+            for v in [
+                numerics::f16_to_f32(b as u16),
+                numerics::bf16_to_f32(b as u16),
+            ] {
+                let up = f32::from_bits(v.to_bits().wrapping_add(1));
+                let tie_f16 = f32::from_bits(v.to_bits().wrapping_add(1 << 12));
+                let tie_bf16 = f32::from_bits(v.to_bits().wrapping_add(1 << 15));
+                values.extend([v, up, tie_f16, tie_bf16, f32::from_bits(b)]);
+            }
+        }
+        for chunk in values.chunks(CHUNK) {
+            let n = chunk.len();
+            wide[..n].copy_from_slice(chunk);
+            round_chunk::<false, false>(&mut wide[..n], &mut bits[..n]);
+            for (&v, &got) in chunk.iter().zip(&bits) {
+                assert!(
+                    same(got, numerics::f16_from_f32(v), numerics::f16_to_f32),
+                    "f16 {v:e}"
+                );
+            }
+            wide[..n].copy_from_slice(chunk);
+            round_chunk::<true, false>(&mut wide[..n], &mut bits[..n]);
+            for (&v, &got) in chunk.iter().zip(&bits) {
+                assert!(
+                    same(got, numerics::bf16_from_f32(v), numerics::bf16_to_f32),
+                    "bf16 {v:e}"
+                );
+            }
+        }
+    }
+
+    /// A run of 16-bit stores from any start and of any length writes
+    /// exactly its elements and keeps both neighbours' halves; a run of
+    /// loads reads them back.
+    #[test]
+    fn packed_runs_keep_their_neighbours() {
+        for start in 0..5 {
+            for len in 0..9 {
+                let words: Vec<AtomicU32> = (0..8).map(|_| AtomicU32::new(0xffff_ffff)).collect();
+                let values: Vec<u32> = (0..len as u32).map(|k| k + 1).collect();
+                store_run_packed(&words, start, &values);
+                let mut back = vec![0; len];
+                load_run_packed(&words, start, &mut back);
+                assert_eq!(back, values, "start {start} len {len}");
+                for e in 0..16 {
+                    let got = (words[e / 2].load(Relaxed) >> (16 * (e % 2))) & 0xffff;
+                    let want = if (start..start + len).contains(&e) {
+                        (e - start) as u32 + 1
+                    } else {
+                        0xffff
+                    };
+                    assert_eq!(got, want, "start {start} len {len} element {e}");
+                }
+            }
+        }
+    }
 
     fn mask(len: usize, on: impl Fn(usize) -> bool) -> Vec<bool> {
         (0..len).map(on).collect()

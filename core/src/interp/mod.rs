@@ -14,8 +14,13 @@
 //!   returns [`RunError::Deadlock`] with the wait-for graph;
 //! - maps without atomics or semaphores have no cross-block order to respect,
 //!   so with detection off their blocks run on all host cores;
+//! - `f16` and `bf16` live in memory packed, 2 bytes an element, in every
+//!   buffer (a store replaces its half of the word atomically, so neighbours
+//!   never lose a write) and in registers as the low half of a word; their
+//!   operations follow `crate::numerics`;
 //! - detection (`detect.rs`) checks out-of-bounds accesses (always), reads of
-//!   unwritten memory and data races (vector clocks per block and epoch);
+//!   unwritten memory and data races (vector clocks per block and epoch), all
+//!   per element;
 //! - the first schedule is deterministic: blocks start in program order, then
 //!   linear block order, each running until it finishes or waits (woken
 //!   waiters run first); `RunOptions::seed` drives the extra schedules;
@@ -75,7 +80,10 @@ pub struct InterpOptions {
     /// min/max, math function, conversion to an integer or bool) and every
     /// f32 result of one becomes a zero of the same sign when it is
     /// subnormal. Moves, selects, loads, stores, bitcasts and atomics keep
-    /// their bits. The conformance oracle for flushing adapters.
+    /// their bits. For `f16`/`bf16` it applies to the f32 intermediates
+    /// (the widened operands and the f32 result before rounding), so f16 is
+    /// unaffected and bf16 subnormals become zeros. The conformance oracle
+    /// for flushing adapters.
     pub flush_subnormals: bool,
 }
 

@@ -28,7 +28,8 @@
 #
 # Runs, from the repository root (so that conformance finds its corpus):
 #   1. device and driver facts (nvidia-smi);
-#   2. the GPU tests, at most 60 s (the CLI smoke run at most 30 s);
+#   2. the GPU tests (f16 and bf16 included), at most 90 s (the CLI smoke run
+#      at most 30 s);
 #   3. the conformance corpus with CUDA executing (backends interp,cuda),
 #      at most 200 s;
 #   4. when a Vulkan loader and the NVIDIA Vulkan driver are there, the
@@ -186,11 +187,11 @@ fi
 # ---- GPU tests ------------------------------------------------------------
 section "gpu tests"
 if TESTS=$(bin gpu_run); then
-  (cd "$REPO_ROOT/backend-cuda" && timeout 60 "$TESTS" --test-threads 1 --include-ignored) >"$WORK/tests.txt" 2>&1
+  (cd "$REPO_ROOT/backend-cuda" && timeout 90 "$TESTS" --test-threads 1 --include-ignored) >"$WORK/tests.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/tests.txt" >/dev/null
   grep -E '^test result' "$WORK/tests.txt" | sed 's/^/tests /' | tee -a "$OUT" >/dev/null
-  judge "gpu tests" $rc 60
+  judge "gpu tests" $rc 90
 else
   say "gpu tests not run: no gpu_run test binary in $BIN_DIR"
 fi

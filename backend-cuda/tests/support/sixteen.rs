@@ -33,6 +33,7 @@ pub fn plan_of_text(source: &str) -> LaunchPlan {
     lower(&module, &module.maps[0].name).expect("lowers")
 }
 
+#[allow(clippy::result_large_err)] // `RunError` is what `Backend::run` returns
 fn run(
     backend: &mut dyn Backend,
     plan: &LaunchPlan,
@@ -108,7 +109,7 @@ fn values16(ty: ScalarType, len: usize, seed: u64) -> Vec<u16> {
     let mut rng = Rng::new(seed);
     let mut out = specials(ty);
     while out.len() < len {
-        let v = if out.len() % 2 == 0 {
+        let v = if out.len().is_multiple_of(2) {
             near_one(ty, &mut rng)
         } else {
             rng.next_u32() as u16

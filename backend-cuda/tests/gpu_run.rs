@@ -5,6 +5,8 @@
 //! (`needs::gpu`). The no-driver refusal is tests/environment.rs's.
 
 mod common;
+#[path = "support/sixteen.rs"]
+mod sixteen;
 
 use std::time::Duration;
 
@@ -382,4 +384,36 @@ fn resident_walk_with_few_blocks_matches_the_interpreter() {
             );
         }
     }
+}
+
+/// f16 and bf16 on the GPU (PTX `cvt` conversions; bf16 in software below
+/// sm_80): every operation and cast bit for bit as `numerics` computes it,
+/// but the math functions, which are CUDA's own (within one 16-bit ulp).
+#[test]
+#[ignore = "needs a CUDA GPU; scripts/gpu-check.sh runs it with --include-ignored"]
+fn sixteen_bit_operations_and_casts_match_numerics() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    sixteen::every_operation(&mut cuda, sixteen::MathFunctions::WithinOneUlp);
+    sixteen::fma_ties(&mut cuda);
+    sixteen::every_cast(&mut cuda);
+}
+
+/// Packed 16-bit stores from neighbouring threads, warps and blocks, smem
+/// and owned instances; bf16 → f32 accumulation; 16-bit scalars; an
+/// odd-length bf16 resident; a checked out-of-bounds report by element.
+#[test]
+#[ignore = "needs a CUDA GPU; scripts/gpu-check.sh runs it with --include-ignored"]
+fn sixteen_bit_memory_scalars_and_residents_match_numerics() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    sixteen::packed_stores(&mut cuda);
+    sixteen::mixed_precision(&mut cuda);
+    sixteen::scalar_parameters(&mut cuda);
+    sixteen::odd_resident(&mut cuda);
+    sixteen::checked_out_of_bounds(&mut cuda);
 }

@@ -591,7 +591,7 @@ map batched {
         for name in ["y", "z", "w"] {
             assert_eq!(
                 buffer_of(&plan, &out, name),
-                &want.outputs[name].words()[..],
+                want.outputs[name].words(),
                 "{name} ({mode:?})"
             );
         }

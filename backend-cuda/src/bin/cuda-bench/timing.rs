@@ -124,7 +124,7 @@ pub fn raw_launches_ms(
                     stream.clone_htod(&x).map_err(err)?
                 } else {
                     stream
-                        .alloc_zeros::<u32>(buffer.len.max(1) as usize)
+                        .alloc_zeros::<u32>(mpmd_cuda::arena::buffer_words(buffer))
                         .map_err(err)?
                 });
             }

@@ -488,7 +488,11 @@ fn half_one(t: ScalarType) -> u32 {
 
 /// The NaN test on a 16-bit float's bits: exponent all ones, mantissa not zero.
 fn half_is_nan(t: ScalarType, v: &str) -> String {
-    let inf = if t == ScalarType::BF16 { "0x7f80u" } else { "0x7c00u" };
+    let inf = if t == ScalarType::BF16 {
+        "0x7f80u"
+    } else {
+        "0x7c00u"
+    };
     format!("(({v} & 0x7fffu) > {inf})")
 }
 

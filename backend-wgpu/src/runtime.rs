@@ -11,9 +11,9 @@ use mpmd_core::Mode;
 use thiserror::Error;
 
 use crate::emit::{
-    emit_module, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP, ERROR_OUT_OF_BOUNDS,
-    ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING,
-    STATUS_WORDS,
+    emit_module, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
+    ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING,
+    STATUS_BINDING, STATUS_WORDS,
 };
 
 /// Loop header visits the backend allows on llvmpipe (measured: it stops an
@@ -712,13 +712,7 @@ impl Backend for WgpuBackend {
                         BufferInit::Resident(name) => {
                             let r = self.resident_buffer(name, plan, buf)?;
                             if words > 0 {
-                                encoder.copy_buffer_to_buffer(
-                                    &r,
-                                    0,
-                                    &arena,
-                                    offset * 4,
-                                    words * 4,
-                                );
+                                encoder.copy_buffer_to_buffer(&r, 0, &arena, offset * 4, words * 4);
                                 copy_back.push((arena.clone(), offset * 4, r, words * 4));
                             }
                         }

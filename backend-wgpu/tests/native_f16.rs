@@ -97,7 +97,12 @@ fn run_native() -> Option<Run> {
     queue.write_buffer(&src, 0, bytemuck::cast_slice(&patterns));
     let one = storage(4);
     queue.write_buffer(&one, 0, bytemuck::cast_slice(&[1.0f32]));
-    let outputs = [storage(n * 2), storage(n * 2), storage(n * 4), storage(n * 2)];
+    let outputs = [
+        storage(n * 2),
+        storage(n * 2),
+        storage(n * 4),
+        storage(n * 2),
+    ];
     let layout = pipeline.get_bind_group_layout(0);
     let mut entries = vec![
         wgpu::BindGroupEntry {
@@ -192,13 +197,11 @@ fn native_f16_on_this_adapter() {
         subnormal(b) && run.multiplied[b as usize] != b
     });
     let widen_sub = count("f32(x) of a subnormal is not exact", &|b| {
-        subnormal(b)
-            && run.widened[b as usize] != mpmd_core::numerics::f16_to_f32(b).to_bits()
+        subnormal(b) && run.widened[b as usize] != mpmd_core::numerics::f16_to_f32(b).to_bits()
     });
-    let narrow_sub = count(
-        "f16(f32 near a subnormal) is not that subnormal",
-        &|b| subnormal(b) && run.narrowed[b as usize] != b,
-    );
+    let narrow_sub = count("f16(f32 near a subnormal) is not that subnormal", &|b| {
+        subnormal(b) && run.narrowed[b as usize] != b
+    });
     let narrow_normal = count("f16(f32 near a normal) is not that normal", &|b| {
         !subnormal(b) && !nan(b) && b & 0x7fff < 0x7c00 && run.narrowed[b as usize] != b
     });

@@ -1175,7 +1175,10 @@ fn moved_and_kept_semaphore_operations_in_one_plan() {
         assert_eq!(got, expected);
         assert_eq!(got.outputs["q"].words()[70], 71 * 3);
         assert_eq!(got.outputs["o"].words()[70], 102);
-        assert_eq!(wgpu.resident("credits").unwrap().words(), vec![remaining; 4]);
+        assert_eq!(
+            wgpu.resident("credits").unwrap().words(),
+            vec![remaining; 4]
+        );
         assert_eq!(wgpu.resident("credits"), interp.resident("credits"));
     }
     // No credits left: the second program's `wait_nodec` can never pass.

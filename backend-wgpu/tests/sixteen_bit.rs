@@ -1133,3 +1133,83 @@ fn naga_and_tint_command_lines_accept_sixteen_bit_modules() {
         }
     }
 }
+
+/// The WGSL of 16-bit memory, without an adapter: packed words, atomic
+/// words only where stored, halved smem and local arrays, conversions on
+/// the bits (no `f16` type, no `pack2x16float`), no new loops.
+#[test]
+fn sixteen_bit_memory_in_the_generated_wgsl() {
+    let src = "
+mesh m {
+  grid [g = 2];
+  threads t = 256;
+}
+kernel k(x: gmem<bf16[511]>, y: gmem<f16[511]>, s: bf16, tile: smem<f16[255]>) {
+  let t: u32 = axis_index(t);
+  local tmp: bf16[5];
+  tmp[t % 5u] = x[t] * s;
+  tile[t % 255u] = f16(tmp[t % 5u]);
+  barrier;
+  y[t] = tile[254u - t % 255u];
+}
+map k {
+  programs [m: k];
+  inputs [x: gmem<bf16[511]>];
+  outputs [y: gmem<f16[511]>];
+  scratch [tile: smem<f16[255]>];
+  scalars [s: bf16];
+}
+";
+    let p = plan(&module(src), "k");
+    let wgsl = mpmd_wgpu::emit(&p, Mode::Fast).unwrap();
+    let x = global(&wgsl, "x");
+    let y = global(&wgsl, "y");
+    assert!(
+        wgsl.contains(&format!("var<storage, read_write> {x}: array<u32>;")),
+        "a 16-bit buffer only read is plain words:\n{wgsl}"
+    );
+    assert!(
+        wgsl.contains(&format!(
+            "var<storage, read_write> {y}: array<atomic<u32>>;"
+        )),
+        "a stored 16-bit buffer is atomic words:\n{wgsl}"
+    );
+    assert!(
+        wgsl.contains("var<workgroup> s0_tile: array<atomic<u32>, 128>;"),
+        "255 f16 of smem take 128 atomic words:\n{wgsl}"
+    );
+    assert!(
+        wgsl.contains(": array<u32, 3>;"),
+        "5 bf16 locals take 3 words:\n{wgsl}"
+    );
+    assert!(
+        wgsl.contains("atomicAnd(&") && wgsl.contains("atomicOr(&"),
+        "{wgsl}"
+    );
+    assert!(
+        wgsl.contains("(mpmd_params[0] & 0xffffu)"),
+        "the low half of the parameter word"
+    );
+    // No WGSL `f16` anywhere in the code (comments aside): not the type, not `f16()`.
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    for line in wgsl.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        for (at, _) in code.match_indices("f16") {
+            let before = code[..at].chars().next_back().is_some_and(ident);
+            let after = code[at + 3..].chars().next().is_some_and(ident);
+            assert!(before || after, "native f16 in `{line}`");
+        }
+    }
+    assert!(
+        !wgsl.contains("pack2x16float") && !wgsl.contains("enable f16"),
+        "{wgsl}"
+    );
+    assert!(
+        !wgsl.contains("loop {"),
+        "no loops of the backend's own:\n{wgsl}"
+    );
+    // The buffer sizes are words: 511 elements in 256 words.
+    let emitted = mpmd_wgpu::emit_module(&p, &Default::default()).unwrap();
+    let words: Vec<u64> = emitted.layout.bindings.iter().map(|b| b.words).collect();
+    assert_eq!(words, vec![256, 256]);
+}

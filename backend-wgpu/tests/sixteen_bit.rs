@@ -166,7 +166,9 @@ fn assert_matches_interpreter(
     got: &CallOutputs,
 ) {
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        mpmd_core::interp::Interpreter::new().run(p, call, &fast())
+        mpmd_core::interp::Interpreter::new()
+            .run(p, call, &fast())
+            .map_err(|e| e.to_string())
     }));
     let expected = match run {
         Ok(Ok(out)) => out,

@@ -1256,3 +1256,46 @@ map k {
     let words: Vec<u64> = emitted.layout.bindings.iter().map(|b| b.words).collect();
     assert_eq!(words, vec![256, 256]);
 }
+
+/// Checked mode reports an out-of-bounds 16-bit access by its element index
+/// (not its word), as the interpreter words it.
+#[test]
+fn checked_mode_reports_sixteen_bit_elements() {
+    let src = "
+mesh m {
+  grid [g = 1];
+  threads t = 8;
+}
+kernel k(x: gmem<f16[7]>, y: gmem<f16[8]>) {
+  let t: u32 = axis_index(t);
+  y[t] = x[t];
+}
+map k {
+  programs [m: k];
+  inputs [x: gmem<f16[7]>];
+  outputs [y: gmem<f16[8]>];
+}
+";
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let p = plan(&module(src), "k");
+    let x: Vec<u16> = (0..7).map(|k| round(F16, k as f32)).collect();
+    let call = args(vec![("x", tensor(F16, &x))], vec![]);
+    let err = wgpu.run(&p, &call, &checked()).unwrap_err();
+    match err {
+        mpmd_core::backend::RunError::OutOfBounds {
+            reference,
+            index,
+            shape,
+            site,
+        } => {
+            assert_eq!(
+                (reference.as_str(), index.as_str(), shape.as_str()),
+                ("x", "[7]", "[7]")
+            );
+            assert_eq!(site.thread, Some(7));
+        }
+        other => panic!("expected an out-of-bounds error, got {other}"),
+    }
+}

@@ -1078,7 +1078,11 @@ fn memory_limit_charges_two_bytes_an_element() {
             ..opts(detect, 0)
         };
         match call(&m, vec![], &[], &o).unwrap_err() {
-            RunError::MemoryLimit { needed, .. } => needed,
+            RunError::MemoryLimit { needed, what, .. } => {
+                let words = if ty.is_16bit() { len.div_ceil(2) } else { len };
+                assert!(what.contains(&format!("({words} words")), "{what}");
+                needed
+            }
             other => panic!("{other}"),
         }
     };

@@ -390,11 +390,15 @@ impl BlockState {
                 Instr::Bin { op, dst, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let ftz = code.flush_subnormals;
+                    // A literal or scalar operand (`x * alpha`): 16-bit
+                    // operations widen it once, not on every lane.
+                    let uniform = matches!(code.regs[*b], RegInit::Const(_));
+                    let f = Flags { ftz, uniform };
                     if ftz && op.reads_f32() {
                         let (a, b) = (flushed(&self.regs[*a]), flushed(&self.regs[*b]));
-                        binary(*op, &mut d, &a, &b, lanes, ftz);
+                        binary(*op, &mut d, &a, &b, lanes, f);
                     } else {
-                        binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes, ftz);
+                        binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes, f);
                     }
                     if code.flush_subnormals && op.gives_f32() {
                         each(lanes, |l| d[l] = flush(d[l]));
@@ -1754,12 +1758,19 @@ fn half_binary<const BF: bool, const FTZ: bool>(
     a: &[u32],
     b: &[u32],
     m: Lanes,
+    b_uniform: bool,
 ) {
     with_float_bin!(op, |f| by_chunks(d, m, |lanes, out| {
         let n = lanes.len();
         let (mut x, mut y) = ([0f32; CHUNK], [0f32; CHUNK]);
         widen_chunk::<BF, FTZ>(&a[lanes.clone()], &mut x[..n]);
-        widen_chunk::<BF, FTZ>(&b[lanes], &mut y[..n]);
+        if b_uniform {
+            widen_chunk::<BF, FTZ>(&b[lanes.start..lanes.start + 1], &mut y[..1]);
+            let v = y[0];
+            y[..n].fill(v);
+        } else {
+            widen_chunk::<BF, FTZ>(&b[lanes], &mut y[..n]);
+        }
         for (x, &y) in x[..n].iter_mut().zip(&y[..n]) {
             *x = f(*x, y);
         }
@@ -1822,11 +1833,20 @@ fn f32_to_half<const BF: bool, const FTZ: bool>(d: &mut [u32], a: &[u32], m: Lan
     })
 }
 
-/// One binary operation over all (active) lanes, with DESIGN.md's numerics;
-/// `ftz`: flush subnormal f32 intermediates of 16-bit operations (f32
-/// operations have their operands and results flushed by the caller).
-fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes, ftz: bool) {
+/// How a binary operation runs beyond its operands.
+#[derive(Clone, Copy)]
+struct Flags {
+    /// Flush subnormal f32 intermediates of 16-bit operations (f32
+    /// operations have their operands and results flushed by the caller).
+    ftz: bool,
+    /// The second operand has one value on every lane.
+    uniform: bool,
+}
+
+/// One binary operation over all (active) lanes, with DESIGN.md's numerics.
+fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes, flags: Flags) {
     use BinKind::*;
+    let Flags { ftz, uniform } = flags;
     match op {
         IAdd => map2(d, a, b, m, u32::wrapping_add),
         ISub => map2(d, a, b, m, u32::wrapping_sub),
@@ -1869,7 +1889,7 @@ fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes, ftz: bool)
         UMax => map2(d, a, b, m, u32::max),
         Float(op) => with_float_bin!(op, |f| map2(d, a, b, m, ff(f))),
         FloatCmp(op) => with_float_cmp!(op, |f| map2(d, a, b, m, fcmp(f))),
-        Half(op, h) => by_format!(h, ftz, half_binary(op, d, a, b, m)),
+        Half(op, h) => by_format!(h, ftz, half_binary(op, d, a, b, m, uniform)),
         HalfCmp(op, h) => by_format!(h, ftz, half_compare(op, d, a, b, m)),
     }
 }

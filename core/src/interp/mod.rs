@@ -1015,7 +1015,8 @@ fn charge_buffers(
             .iter()
             .fold(0u64, |sum, b| sum.saturating_add(f(b)))
     };
-    let storage = sum(&|b| words_of(b.ty.elem, b.len).saturating_mul(4));
+    let words = sum(&|b| words_of(b.ty.elem, b.len));
+    let storage = words.saturating_mul(4);
     let elements = sum(&|b| b.len);
     let detection = if detect {
         elements.saturating_mul(DETECTION_BYTES_PER_ELEMENT)
@@ -1030,7 +1031,7 @@ fn charge_buffers(
         .saturating_add(detection.saturating_mul(copies));
     limits.charge(bytes, || {
         format!(
-            "the call's buffers ({elements} elements in {storage} bytes{})",
+            "the call's buffers ({words} words{})",
             if detect {
                 ", with race and uninitialised-read detection"
             } else {

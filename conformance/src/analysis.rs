@@ -334,9 +334,14 @@ mod tests {
         let map = MapBuilder::new("m").program("g", "k").build();
         let ops = bounded_ops(&module_with(body, map));
         assert_eq!(ops.len(), 2);
+        // exp (2 ulp) and log (1 ulp): 3 f32 ulps, and one 16-bit ulp each.
         assert_eq!(
             profile_tolerance(BackendId::Cuda, &ops, &[]),
-            Tolerance::bounded(3, 0.0)
+            Tolerance {
+                ulp: 3,
+                abs: 0.0,
+                narrow_ulp: 2
+            }
         );
         assert_eq!(
             profile_tolerance(BackendId::Interp, &ops, &[]),

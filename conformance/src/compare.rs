@@ -474,6 +474,6 @@ mod tests {
             Tolerance::EXACT,
         )
         .unwrap_err();
-        assert_eq!(m.to_string(), "shape differs: expected [2] got [3]");
+        assert_eq!(m.to_string(), "shape differs: expected u32 [2] got u32 [3]");
     }
 }

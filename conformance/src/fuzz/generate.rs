@@ -573,7 +573,8 @@ impl Gen {
                         lo: Literal::f32(-4.0),
                         hi: Literal::f32(4.0),
                     },
-                    F16 | BF16 if self.rng.chance(25) => Generator::Special,
+                    // Not `special`: NaN payloads are unspecified, and a
+                    // bitcast would expose them (the corpus covers specials).
                     F16 | BF16 => Generator::Uniform {
                         lo: Literal::f32(-4.0),
                         hi: Literal::f32(4.0),

@@ -39,7 +39,11 @@ fn run(example: &str, backend: &str, input: &str) -> tempfile::TempDir {
 fn same_file(dir: &Path, output: &str, expected: &str) {
     let ours = std::fs::read(dir.join(output)).unwrap();
     let numpy = std::fs::read(fixture(expected)).unwrap();
-    assert!(ours == numpy, "{output} differs from numpy's {expected} ({})", dir.display());
+    assert!(
+        ours == numpy,
+        "{output} differs from numpy's {expected} ({})",
+        dir.display()
+    );
 }
 
 /// The interpreter and the WGSL backend (lavapipe here; `cargo xtask test`

@@ -1987,9 +1987,9 @@ fn math(f: MathFn, t: ScalarType, v: &[String]) -> Option<String> {
         (MathFn::Abs, F32) => call("fabsf"),
         (MathFn::Abs, I32) => call("mpmd_abs_i32"),
         (MathFn::Abs, U32) => v[0].clone(),
-        // fminf/fmaxf return the other operand when one is NaN.
-        (MathFn::Min, F32) => call("fminf"),
-        (MathFn::Max, F32) => call("fmaxf"),
+        // The other operand when one is NaN, signalling NaNs included.
+        (MathFn::Min, F32) => call("mpmd_min_f32"),
+        (MathFn::Max, F32) => call("mpmd_max_f32"),
         (MathFn::Min, I32) => call("mpmd_min_i32"),
         (MathFn::Max, I32) => call("mpmd_max_i32"),
         (MathFn::Min, U32) => call("mpmd_min_u32"),

@@ -214,21 +214,27 @@ static __device__ __forceinline__ mpmd_half mpmd_abs_f16(mpmd_half h) { return m
 static __device__ __forceinline__ mpmd_bfloat16 mpmd_abs_bf16(mpmd_bfloat16 h) { return mpmd_bfloat16_bits(h.bits & 0x7fffu); }
 // min and max with one NaN operand return the other (DESIGN.md), whatever
 // kind of NaN it is (the host's fminf returns NaN for a signalling one).
+static __device__ __forceinline__ float mpmd_min_f32(float x, float y) {
+  return x != x ? y : (y != y ? x : fminf(x, y));
+}
+static __device__ __forceinline__ float mpmd_max_f32(float x, float y) {
+  return x != x ? y : (y != y ? x : fmaxf(x, y));
+}
 static __device__ __forceinline__ mpmd_half mpmd_min_f16(mpmd_half a, mpmd_half b) {
   const float x = mpmd_widen_f16(a), y = mpmd_widen_f16(b);
-  return x != x ? b : (y != y ? a : mpmd_round_f16(fminf(x, y)));
+  return x != x ? b : (y != y ? a : mpmd_round_f16(mpmd_min_f32(x, y)));
 }
 static __device__ __forceinline__ mpmd_half mpmd_max_f16(mpmd_half a, mpmd_half b) {
   const float x = mpmd_widen_f16(a), y = mpmd_widen_f16(b);
-  return x != x ? b : (y != y ? a : mpmd_round_f16(fmaxf(x, y)));
+  return x != x ? b : (y != y ? a : mpmd_round_f16(mpmd_max_f32(x, y)));
 }
 static __device__ __forceinline__ mpmd_bfloat16 mpmd_min_bf16(mpmd_bfloat16 a, mpmd_bfloat16 b) {
   const float x = mpmd_widen_bf16(a), y = mpmd_widen_bf16(b);
-  return x != x ? b : (y != y ? a : mpmd_round_bf16(fminf(x, y)));
+  return x != x ? b : (y != y ? a : mpmd_round_bf16(mpmd_min_f32(x, y)));
 }
 static __device__ __forceinline__ mpmd_bfloat16 mpmd_max_bf16(mpmd_bfloat16 a, mpmd_bfloat16 b) {
   const float x = mpmd_widen_bf16(a), y = mpmd_widen_bf16(b);
-  return x != x ? b : (y != y ? a : mpmd_round_bf16(fmaxf(x, y)));
+  return x != x ? b : (y != y ? a : mpmd_round_bf16(mpmd_max_f32(x, y)));
 }
 // An integer (magnitude and sign) as the f32 rounded to odd: exact below
 // 2^24, otherwise truncated with the dropped bits' OR kept in the last bit,

@@ -1011,7 +1011,7 @@ fn read_input(
     if tensor.shape() != shape {
         return Err(CliError::Usage(format!(
             "{prefix} has shape {}, and {what} needs shape {}: reshape the array to exactly that",
-            shape_text(&tensor.shape()),
+            shape_text(tensor.shape()),
             shape_text(shape)
         )));
     }

@@ -39,21 +39,33 @@ fn run(example: &str, backend: &str, input: &str) -> tempfile::TempDir {
 fn same_file(dir: &Path, output: &str, expected: &str) {
     let ours = std::fs::read(dir.join(output)).unwrap();
     let numpy = std::fs::read(fixture(expected)).unwrap();
-    assert!(ours == numpy, "{output} differs from numpy's {expected}");
+    assert!(
+        ours == numpy,
+        "{output} differs from numpy's {expected} ({})",
+        dir.display()
+    );
 }
+
+/// The interpreter and the WGSL backend (lavapipe here; `cargo xtask test`
+/// finds it, and a run without it fails, naming what is missing).
+const BACKENDS: [&str; 2] = ["interp", "wgpu"];
 
 #[test]
 fn f16_from_numpy_gives_numpys_f16_results() {
-    let dir = run("f16_elementwise", "interp", "f16_x_numpy.npy");
-    same_file(dir.path(), "y.npy", "f16_y_numpy.npy");
-    same_file(dir.path(), "y32.npy", "f16_y32_numpy.npy");
+    for backend in BACKENDS {
+        let dir = run("f16_elementwise", backend, "f16_x_numpy.npy");
+        same_file(dir.path(), "y.npy", "f16_y_numpy.npy");
+        same_file(dir.path(), "y32.npy", "f16_y32_numpy.npy");
+    }
 }
 
 #[test]
 fn bf16_from_jax_gives_numpys_row_sums() {
-    let dir = run("bf16_rowsum", "interp", "bf16_rows_jax.npy");
-    same_file(dir.path(), "sum.npy", "bf16_rowsum_numpy.npy");
-    same_file(dir.path(), "sum16.npy", "bf16_rowsum16_numpy.npy");
+    for backend in BACKENDS {
+        let dir = run("bf16_rowsum", backend, "bf16_rows_jax.npy");
+        same_file(dir.path(), "sum.npy", "bf16_rowsum_numpy.npy");
+        same_file(dir.path(), "sum16.npy", "bf16_rowsum16_numpy.npy");
+    }
 }
 
 #[test]

@@ -163,7 +163,11 @@ impl Backend for TanhCorrupter {
                 if let Some(t) = out.outputs.get_mut(&first.name) {
                     let mut bits = t.to_bits();
                     // A high mantissa bit of the element's own type.
-                    bits[0] ^= if t.elem().is_16bit() { 0x0040 } else { 0x0040_0000 };
+                    bits[0] ^= if t.elem().is_16bit() {
+                        0x0040
+                    } else {
+                        0x0040_0000
+                    };
                     *t = HostTensor::new(t.elem(), t.shape().to_vec(), bits).unwrap();
                 }
             }

@@ -41,6 +41,21 @@ pub fn bf16_from_f32(v: f32) -> u16 {
     ((bits >> 16) + u32::from(round_up)) as u16
 }
 
+/// [`f16_to_f32`] of every element of `src` into `dst` (the shorter length),
+/// several at a time (F16C where the CPU has it).
+pub fn f16_to_f32_slice(src: &[half::f16], dst: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let n = src.len().min(dst.len());
+    src[..n].convert_to_f32_slice(&mut dst[..n]);
+}
+
+/// [`f16_from_f32`] of every element of `src` into `dst` (the shorter length).
+pub fn f16_from_f32_slice(src: &[f32], dst: &mut [half::f16]) {
+    use half::slice::HalfFloatSliceExt;
+    let n = src.len().min(dst.len());
+    dst[..n].convert_from_f32_slice(&src[..n]);
+}
+
 /// The value of a 16-bit float of type `ty`, as an `f32` (exact). `None`
 /// for a type that is not 16-bit.
 pub fn to_f32(ty: ScalarType, bits: u16) -> Option<f32> {
@@ -174,6 +189,29 @@ mod tests {
                 } else {
                     assert_eq!(ours, theirs, "{v:e}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn slice_conversions_are_the_element_ones() {
+        let all: Vec<half::f16> = (0..=u16::MAX).map(half::f16::from_bits).collect();
+        let mut wide = vec![0.0f32; all.len()];
+        f16_to_f32_slice(&all, &mut wide);
+        for (h, w) in all.iter().zip(&wide) {
+            assert_eq!(w.to_bits(), f16_to_f32(h.to_bits()).to_bits());
+        }
+        let values: Vec<f32> = (0..1 << 16)
+            .map(|i: u32| f32::from_bits(0x3300_0000u32.wrapping_add(i << 12)))
+            .collect();
+        let mut narrow = vec![half::f16::ZERO; values.len()];
+        f16_from_f32_slice(&values, &mut narrow);
+        for (v, h) in values.iter().zip(&narrow) {
+            let expected = f16_from_f32(*v);
+            if half::f16::from_bits(expected).is_nan() {
+                assert!(h.is_nan());
+            } else {
+                assert_eq!(h.to_bits(), expected, "{v:e}");
             }
         }
     }

@@ -669,7 +669,7 @@ fn e0023_operands_of_the_wrong_kind() {
         &d[1],
         "E0023",
         operand_path("scale", "flag"),
-        "scalar operand `flag` of map `scale` has type `bool`; scalar parameters are f32, i32 or u32",
+        "scalar operand `flag` of map `scale` has type `bool`; scalar parameters are f32, i32, u32, f16 or bf16",
     );
 }
 

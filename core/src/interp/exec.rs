@@ -17,7 +17,6 @@ use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
 use crate::ir::{AtomicOp, SemOp};
 use crate::numerics;
-use half::slice::HalfFloatSliceExt;
 
 /// A device buffer of one call. Words are atomics so that independent blocks
 /// can run on several host threads; relaxed loads and stores cost the same as
@@ -1548,9 +1547,8 @@ fn flush16(h: Half, bits: u32) -> u32 {
 const CHUNK: usize = 64;
 
 /// Widens 16-bit register lanes to f32 (exact), flushed under `FTZ` (rule
-/// 9: flushing applies to the f32 intermediates). f16 goes through `half`'s
-/// slice conversion, the conversion of `numerics::f16_to_f32` eight lanes at
-/// a time (F16C where the CPU has it; `tests::chunks_convert_as_numerics`).
+/// 9: flushing applies to the f32 intermediates). f16 goes through
+/// `numerics::f16_to_f32_slice`, several lanes at a time.
 #[inline(always)]
 fn widen_chunk<const BF: bool, const FTZ: bool>(src: &[u32], dst: &mut [f32]) {
     if BF {
@@ -1563,7 +1561,7 @@ fn widen_chunk<const BF: bool, const FTZ: bool>(src: &[u32], dst: &mut [f32]) {
         for (h, &s) in halves.iter_mut().zip(src) {
             *h = half::f16::from_bits(s as u16);
         }
-        halves.convert_to_f32_slice(dst);
+        numerics::f16_to_f32_slice(halves, dst);
     }
     if FTZ {
         dst.iter_mut()
@@ -1572,8 +1570,7 @@ fn widen_chunk<const BF: bool, const FTZ: bool>(src: &[u32], dst: &mut [f32]) {
 }
 
 /// Rounds f32 results (flushed under `FTZ`) once to the 16-bit format, into
-/// register lanes (high half zero); f16 as `numerics::f16_from_f32` does,
-/// eight lanes at a time.
+/// register lanes (high half zero); f16 through `numerics::f16_from_f32_slice`.
 #[inline(always)]
 fn round_chunk<const BF: bool, const FTZ: bool>(src: &mut [f32], dst: &mut [u32]) {
     if FTZ {
@@ -1587,7 +1584,7 @@ fn round_chunk<const BF: bool, const FTZ: bool>(src: &mut [f32], dst: &mut [u32]
     } else {
         let mut halves = [half::f16::ZERO; CHUNK];
         let halves = &mut halves[..src.len()];
-        halves.convert_from_f32_slice(src);
+        numerics::f16_from_f32_slice(src, halves);
         for (d, h) in dst.iter_mut().zip(halves.iter()) {
             *d = u32::from(h.to_bits());
         }

@@ -110,7 +110,7 @@ pub struct BufferPlan {
     pub ty: RefType,
     /// Number of instances: the owner mesh's block count, or 1 when unowned.
     pub instances: u64,
-    /// Total 32-bit elements: `instances * ty.len()`.
+    /// Total elements (of `ty.elem`, whatever their size): `instances * ty.len()`.
     pub len: u64,
     pub init: BufferInit,
     /// Whether any program accesses it atomically (atomics or semaphores).

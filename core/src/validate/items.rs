@@ -336,7 +336,7 @@ fn check_map<'a>(
             (OperandKind::Scalar, Type::Scalar(ScalarType::Bool)) => sink.report(
                 "E0023",
                 op_path.clone(),
-                format!("{what} has type `bool`; scalar parameters are f32, i32 or u32"),
+                format!("{what} has type `bool`; scalar parameters are f32, i32, u32, f16 or bf16"),
                 "pass the flag as a u32 (0 or 1)",
             ),
             (OperandKind::Scalar, Type::Scalar(_)) => {}

@@ -76,7 +76,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0020", "operand aliased twice", "an operand takes part in at most one alias"),
     ("E0021", "resident operand without a module resident", "a `resident` operand is bound to a module-level resident of the same name"),
     ("E0022", "resident operand of a different type", "a `resident` operand has exactly the type of the module resident of that name"),
-    ("E0023", "operand of the wrong kind", "scalars are f32, i32 or u32; inputs, outputs and scratch are refs; inputs and outputs live in gmem or sem; only gmem and sem operands can be resident"),
+    ("E0023", "operand of the wrong kind", "scalars are f32, i32, u32, f16 or bf16; inputs, outputs and scratch are refs; inputs and outputs live in gmem or sem; only gmem and sem operands can be resident"),
     ("E0024", "`local` memory out of place", "`local` arrays are declared inside kernel bodies only, never as operands, parameters or residents"),
     ("E0025", "resident in a non-device space", "module residents live in device memory: gmem or sem"),
     ("E0026", "bad ref shape", "a ref has at least one dimension, every extent at least 1, and sem elements are i32"),

@@ -47,6 +47,7 @@ __all__ = [
     "Cuda",
     "Backend",
     "DTYPES",
+    "generated_inputs",
     "MpmdError",
     "ValidationError",
     "LowerError",
@@ -177,3 +178,10 @@ class Interpreter(Backend):
     def schedules_run(self) -> Optional[int]:
         """Schedules the last call ran (1: the lockstep one only)."""
         return self._raw.schedules_run
+
+
+def generated_inputs(module: Module, map_name: str, seed: int = 0) -> Dict[str, np.ndarray]:
+    """The inputs ``mpmd run --seed SEED`` generates for a call of
+    ``map_name`` (the module's ``generate`` lines, else a default per type):
+    run the CLI's data from Python."""
+    return {name: _array(t) for name, t in module.generated_inputs(map_name, seed).items()}

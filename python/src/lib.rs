@@ -300,6 +300,34 @@ impl PyModule_ {
         Ok(self.operand_list(inputs::uploaded_inputs(self.map(map)?)))
     }
 
+    /// The inputs `mpmd run --seed SEED` generates for a call of `map` (the
+    /// module's `generate` lines, else a default per type), as `{input:
+    /// (dtype, shape, bytearray)}`: how to give Python the CLI's data.
+    #[pyo3(signature = (map, seed = 0, memory_limit = DEFAULT_MEMORY_LIMIT))]
+    fn generated_inputs<'py>(
+        &self,
+        py: Python<'py>,
+        map: &str,
+        seed: u64,
+        memory_limit: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let the_map = self.map(map)?;
+        let generation = inputs::Generation::with_defaults(seed);
+        let dict = PyDict::new(py);
+        for input in inputs::uploaded_inputs(the_map) {
+            let tensor = inputs::generate_input_within(
+                &self.module,
+                the_map,
+                input,
+                &generation,
+                memory_limit,
+            )
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            dict.set_item(&input.name, tensor_triple(py, &tensor)?)?;
+        }
+        Ok(dict)
+    }
+
     /// The outputs a call of `map` returns: `(name, dtype, shape)`.
     fn outputs(&self, map: &str) -> PyResult<Operands> {
         Ok(self.operand_list(self.map(map)?.outputs.iter()))

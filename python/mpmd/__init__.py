@@ -180,6 +180,31 @@ class Interpreter(Backend):
         return self._raw.schedules_run
 
 
+class Wgpu(Backend):
+    """The WGSL backend on the default WebGPU adapter (a GPU's Vulkan, Metal
+    or DX12 driver, or Mesa's lavapipe on the CPU).
+
+    ``checked=True`` reports out-of-bounds accesses. A map whose programs
+    wait on each other within one dispatch needs co-resident workgroups,
+    which no adapter promises: it is refused unless ``co_resident=True``
+    declares the adapter runs every workgroup at once (such results are
+    unverified). Raises :class:`BackendUnavailableError` without an adapter."""
+
+    def __init__(self, checked: bool = False, *, co_resident: bool = False) -> None:
+        self._raw = _mpmd._Backend.wgpu(checked, co_resident)
+
+
+class Cuda(Backend):
+    """The CUDA backend (NVRTC, one fused kernel a call) on the first NVIDIA
+    GPU. ``checked=True`` reports out-of-bounds accesses. Raises
+    :class:`BackendUnavailableError`, saying why, on a machine without an
+    NVIDIA GPU and driver. Arrays go through host memory: zero-copy use of
+    device arrays is not there yet."""
+
+    def __init__(self, checked: bool = False) -> None:
+        self._raw = _mpmd._Backend.cuda(checked)
+
+
 def generated_inputs(module: Module, map_name: str, seed: int = 0) -> Dict[str, np.ndarray]:
     """The inputs ``mpmd run --seed SEED`` generates for a call of
     ``map_name`` (the module's ``generate`` lines, else a default per type):

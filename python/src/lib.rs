@@ -16,7 +16,8 @@ use mpmd_core::interp::{
     InterpOptions, Interpreter, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
 };
 use mpmd_core::ir::{ErrorClass, Literal, Module, MpmdMap, Operand, ScalarType, Type};
-use mpmd_core::{inputs, text, validate, CallArgs, HostTensor, Mode, RunOptions};
+use mpmd_core::plan::{lower, LaunchPlan};
+use mpmd_core::{inputs, text, validate, Backend, CallArgs, HostTensor, Mode, RunOptions};
 use mpmd_core::RunError as CoreRunError;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueError};
@@ -203,11 +204,38 @@ struct PyModule_ {
     module: Arc<Module>,
     /// The file name diagnostics name.
     file: String,
+    /// Each map's plan, lowered once (lowering is a pure function of the module).
+    plans: Mutex<BTreeMap<String, Arc<LaunchPlan>>>,
 }
 
 type Operands = Vec<(String, &'static str, Vec<u32>)>;
 
 impl PyModule_ {
+    fn new(module: Module, file: String) -> Self {
+        PyModule_ {
+            module: Arc::new(module),
+            file,
+            plans: Mutex::default(),
+        }
+    }
+
+    /// The launch plan of `map`, lowered on first use.
+    fn plan(&self, map: &str) -> PyResult<Arc<LaunchPlan>> {
+        let mut plans = self
+            .plans
+            .lock()
+            .map_err(|_| MpmdError::new_err("the module was poisoned by an earlier panic"))?;
+        if let Some(plan) = plans.get(map) {
+            return Ok(Arc::clone(plan));
+        }
+        let plan = Arc::new(
+            lower(&self.module, map)
+                .map_err(|e| LowerError::new_err(format!("cannot lower: {e}")))?,
+        );
+        plans.insert(map.to_string(), Arc::clone(&plan));
+        Ok(plan)
+    }
+
     fn map(&self, name: &str) -> PyResult<&MpmdMap> {
         self.module.map(name).ok_or_else(|| {
             PyKeyError::new_err(format!(
@@ -243,10 +271,7 @@ impl PyModule_ {
             .map_err(|e| PyOSError::new_err(format!("cannot read `{file}`: {e}")))?;
         let source = text::decode(&bytes).map_err(|e| validation_error(e.render(&file)))?;
         let module = load(source, &file).map_err(validation_error)?;
-        Ok(PyModule_ {
-            module: Arc::new(module),
-            file,
-        })
+        Ok(PyModule_::new(module, file))
     }
 
     /// Parses and validates `.mpmd` text; diagnostics name it `name`.
@@ -254,10 +279,7 @@ impl PyModule_ {
     #[pyo3(signature = (text, name = "<text>"))]
     fn from_text(text: &str, name: &str) -> PyResult<Self> {
         let module = load(text, name).map_err(validation_error)?;
-        Ok(PyModule_ {
-            module: Arc::new(module),
-            file: name.to_string(),
-        })
+        Ok(PyModule_::new(module, name.to_string()))
     }
 
     /// The name diagnostics give the module's source.
@@ -509,6 +531,11 @@ enum Engine {
         interp: Box<Interpreter>,
         settings: InterpSettings,
     },
+    /// A GPU backend: it runs the lowered plan of each map.
+    Lowered {
+        backend: Box<dyn Backend + Send>,
+        options: RunOptions,
+    },
 }
 
 /// One backend value: it owns the device-resident refs across calls.
@@ -609,6 +636,7 @@ impl PyBackend {
         let engine = self.engine()?;
         Ok(match &*engine {
             Engine::Interp { interp, .. } => interp.last_report().map(|r| r.schedules_run),
+            Engine::Lowered { .. } => None,
         })
     }
 
@@ -626,13 +654,23 @@ impl PyBackend {
         let the_map = module.map(map)?;
         let args = call_args(module, the_map, inputs, scalars)?;
         let module_ir = Arc::clone(&module.module);
+        let plan = match self.name {
+            "interp" => None,
+            _ => Some(module.plan(map)?),
+        };
         let result = py.detach(|| -> Result<_, PyErr> {
             let mut engine = self.engine()?;
-            Ok(match &mut *engine {
-                Engine::Interp { interp, settings } => {
+            Ok(match (&mut *engine, &plan) {
+                (Engine::Interp { interp, settings }, _) => {
                     let options = interp_options(settings, &module_ir);
                     interp.call(&module_ir, map, &args, &options)
                 }
+                (Engine::Lowered { backend, options }, Some(plan)) => {
+                    backend.run(plan, &args, options)
+                }
+                (Engine::Lowered { .. }, None) => Err(CoreRunError::Backend(
+                    "no plan for a lowered backend".into(),
+                )),
             })
         })?;
         let outputs = result.map_err(|e| run_error(py, map, &e))?;
@@ -660,9 +698,8 @@ impl PyBackend {
         let tensor = {
             let engine = self.engine()?;
             match &*engine {
-                Engine::Interp { interp, .. } => {
-                    mpmd_core::Backend::resident(interp.as_ref(), name)
-                }
+                Engine::Interp { interp, .. } => Backend::resident(interp.as_ref(), name),
+                Engine::Lowered { backend, .. } => backend.resident(name),
             }
         };
         tensor.map(|t| tensor_triple(py, &t)).transpose()
@@ -689,9 +726,8 @@ impl PyBackend {
         let tensor = input_tensor(&what, resident.ty.elem, &shape, data)?;
         let mut engine = self.engine()?;
         let result = match &mut *engine {
-            Engine::Interp { interp, .. } => {
-                mpmd_core::Backend::set_resident(interp.as_mut(), name, tensor)
-            }
+            Engine::Interp { interp, .. } => Backend::set_resident(interp.as_mut(), name, tensor),
+            Engine::Lowered { backend, .. } => backend.set_resident(name, tensor),
         };
         result.map_err(|e| run_error(py, "", &e))
     }

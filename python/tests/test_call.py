@@ -1,6 +1,7 @@
 """Calls from Python on the interpreter: numpy and DLPack round trips,
 16-bit arrays, residents across calls, argument checks and typed errors."""
 
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
@@ -27,7 +28,6 @@ def test_numpy_in_numpy_out():
 
 
 def test_a_jax_cpu_array_goes_in_through_dlpack():
-    jnp = pytest.importorskip("jax.numpy", reason="jax is part of the test set-up")
     axpb = module("elementwise")
     x = jnp.arange(256, dtype=jnp.float32) / 7
     y = mpmd.Interpreter().call(axpb, "axpb", x=x, alpha=np.float32(-1.5))["y"]
@@ -66,7 +66,6 @@ def test_bf16_arrays_with_f32_accumulation():
 
 
 def test_a_jax_bf16_array_arrives_as_ml_dtypes_bf16():
-    jnp = pytest.importorskip("jax.numpy", reason="jax is part of the test set-up")
     rowsum = module("bf16_rowsum")
     x = jnp.full((16, 256), 0.25, dtype=jnp.bfloat16)
     out = mpmd.Interpreter().call(rowsum, "rowsum", x=x)

@@ -2,7 +2,8 @@
 
 import runpy
 
-import ml_dtypes
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -10,8 +11,6 @@ import mpmd
 import mpmd.jax
 from conftest import CASES, EXAMPLES, PY_EXAMPLES
 
-jax = pytest.importorskip("jax", reason="jax (CPU) is part of the test set-up: cargo xtask test installs it")
-jnp = jax.numpy
 
 
 def test_a_jitted_function_matches_jnp():

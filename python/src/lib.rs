@@ -17,8 +17,8 @@ use mpmd_core::interp::{
 };
 use mpmd_core::ir::{ErrorClass, Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan};
-use mpmd_core::{inputs, text, validate, Backend, CallArgs, HostTensor, Mode, RunOptions};
 use mpmd_core::RunError as CoreRunError;
+use mpmd_core::{inputs, text, validate, Backend, CallArgs, HostTensor, Mode, RunOptions};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -54,7 +54,12 @@ create_exception!(
     MpmdError,
     "A call that produced no outputs; `error_class` names the class (or None)."
 );
-create_exception!(mpmd, RaceError, RunError, "A data race (checked interpreter).");
+create_exception!(
+    mpmd,
+    RaceError,
+    RunError,
+    "A data race (checked interpreter)."
+);
 create_exception!(
     mpmd,
     DeadlockError,
@@ -73,7 +78,12 @@ create_exception!(
     RunError,
     "A read of memory that was never written (checked interpreter)."
 );
-create_exception!(mpmd, WaitTimeoutError, RunError, "A semaphore wait timed out.");
+create_exception!(
+    mpmd,
+    WaitTimeoutError,
+    RunError,
+    "A semaphore wait timed out."
+);
 create_exception!(
     mpmd,
     BadSemaphoreAmountError,
@@ -103,7 +113,10 @@ create_exception!(
 /// parameter that sets each: Python's counterpart of the CLI's `OPTION_FLAGS`.
 const OPTION_PARAMETERS: &[(&str, &str)] = &[
     ("InterpOptions::time_limit", "Interpreter(timeout=SECONDS)"),
-    ("InterpOptions::memory_limit", "Interpreter(memory_limit=BYTES)"),
+    (
+        "InterpOptions::memory_limit",
+        "Interpreter(memory_limit=BYTES)",
+    ),
     ("InterpOptions::extra_schedules", "Interpreter(schedules=N)"),
     ("WgpuOptions::co_resident", "Wgpu(co_resident=True)"),
 ];
@@ -420,7 +433,12 @@ fn literal_to_py(py: Python<'_>, value: Literal) -> PyResult<Py<PyAny>> {
 }
 
 /// A Python number as a scalar of type `ty`, or why not.
-fn scalar_value(map: &str, name: &str, ty: ScalarType, value: &Bound<'_, PyAny>) -> PyResult<Literal> {
+fn scalar_value(
+    map: &str,
+    name: &str,
+    ty: ScalarType,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<Literal> {
     let what = format!("scalar `{name}` of map `{map}`");
     let type_name = value
         .get_type()
@@ -482,7 +500,12 @@ fn input_tensor(
     (dtype, given_shape, bytes): InputTriple,
 ) -> PyResult<HostTensor> {
     let expected = dtype_name(elem);
-    if dtype != expected || given_shape.iter().copied().ne(shape.iter().map(|&d| u64::from(d))) {
+    if dtype != expected
+        || given_shape
+            .iter()
+            .copied()
+            .ne(shape.iter().map(|&d| u64::from(d)))
+    {
         return Err(PyValueError::new_err(format!(
             "{what} expects {expected} of shape {}; given {dtype} of shape {}",
             shape_text(shape),
@@ -680,7 +703,10 @@ impl PyBackend {
                 run_error(
                     py,
                     map,
-                    &CoreRunError::Backend(format!("no value returned for output `{}`", output.name)),
+                    &CoreRunError::Backend(format!(
+                        "no value returned for output `{}`",
+                        output.name
+                    )),
                 )
             })?;
             dict.set_item(&output.name, tensor_triple(py, tensor)?)?;
@@ -690,11 +716,7 @@ impl PyBackend {
 
     /// The contents of device-resident ref `name` as `(dtype, shape,
     /// bytearray)`, or None while no call or `set_resident` created it.
-    fn resident<'py>(
-        &self,
-        py: Python<'py>,
-        name: &str,
-    ) -> PyResult<Option<Triple<'py>>> {
+    fn resident<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Option<Triple<'py>>> {
         let tensor = {
             let engine = self.engine()?;
             match &*engine {
@@ -707,7 +729,13 @@ impl PyBackend {
 
     /// Gives device-resident ref `name` of `module` the data `data`
     /// (`(dtype, shape, bytes)`, exactly the resident's dtype and shape).
-    fn set_resident(&self, py: Python<'_>, module: &PyModule_, name: &str, data: InputTriple) -> PyResult<()> {
+    fn set_resident(
+        &self,
+        py: Python<'_>,
+        module: &PyModule_,
+        name: &str,
+        data: InputTriple,
+    ) -> PyResult<()> {
         let resident = module.module.resident(name).ok_or_else(|| {
             PyKeyError::new_err(format!(
                 "the module declares no resident `{name}` (its residents: {})",
@@ -772,9 +800,15 @@ fn call_args(
         let is_scalar = map.scalars.iter().any(|o| &o.name == name);
         let is_input = inputs::uploaded_inputs(map).any(|o| &o.name == name);
         return Err(PyTypeError::new_err(if is_scalar {
-            format!("scalar `{name}` of map `{}` takes a Python number, not an array", map.name)
+            format!(
+                "scalar `{name}` of map `{}` takes a Python number, not an array",
+                map.name
+            )
         } else if is_input {
-            format!("input `{name}` of map `{}` takes an array, not a Python number", map.name)
+            format!(
+                "input `{name}` of map `{}` takes an array, not a Python number",
+                map.name
+            )
         } else if starts_zeroed {
             format!(
                 "input `{name}` of map `{}` starts at zero in every call (a semaphore, a `zeroed` \
@@ -817,15 +851,27 @@ fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
     m.add("MpmdError", py.get_type::<MpmdError>())?;
     m.add("ValidationError", py.get_type::<ValidationError>())?;
     m.add("LowerError", py.get_type::<LowerError>())?;
-    m.add("BackendUnavailableError", py.get_type::<BackendUnavailableError>())?;
+    m.add(
+        "BackendUnavailableError",
+        py.get_type::<BackendUnavailableError>(),
+    )?;
     m.add("RunError", py.get_type::<RunError>())?;
     m.add("RaceError", py.get_type::<RaceError>())?;
     m.add("DeadlockError", py.get_type::<DeadlockError>())?;
     m.add("OutOfBoundsError", py.get_type::<OutOfBoundsError>())?;
-    m.add("UninitializedReadError", py.get_type::<UninitializedReadError>())?;
+    m.add(
+        "UninitializedReadError",
+        py.get_type::<UninitializedReadError>(),
+    )?;
     m.add("WaitTimeoutError", py.get_type::<WaitTimeoutError>())?;
-    m.add("BadSemaphoreAmountError", py.get_type::<BadSemaphoreAmountError>())?;
-    m.add("NondeterministicError", py.get_type::<NondeterministicError>())?;
+    m.add(
+        "BadSemaphoreAmountError",
+        py.get_type::<BadSemaphoreAmountError>(),
+    )?;
+    m.add(
+        "NondeterministicError",
+        py.get_type::<NondeterministicError>(),
+    )?;
     m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
     m.add("RefusedError", py.get_type::<RefusedError>())?;
     Ok(())

@@ -28,8 +28,18 @@ pub fn run_pytest(root: &Path, setup: &Setup, args: &[String]) -> ExitCode {
             setup.apply_env(&mut pytest);
             pytest
                 .current_dir(root)
-                .env("MPMD_CLI", tools::target_dir(root).join("debug").join("mpmd"))
-                .args(["-m", "pytest", "python/tests", "-q", "-p", "no:cacheprovider"])
+                .env(
+                    "MPMD_CLI",
+                    tools::target_dir(root).join("debug").join("mpmd"),
+                )
+                .args([
+                    "-m",
+                    "pytest",
+                    "python/tests",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                ])
                 .args(args);
             eprintln!("xtask: running {}", crate::describe(&pytest));
             match pytest.status() {

@@ -14,7 +14,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DriverError, PinnedHostSlice};
-use mpmd_core::plan::{BufferInit, LaunchPlan};
+use mpmd_core::ir::ScalarType;
+use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
 
 use crate::control;
 
@@ -30,6 +31,20 @@ const ALIGN_WORDS: usize = 64;
 
 fn align_words(offset: usize) -> usize {
     offset.div_ceil(ALIGN_WORDS) * ALIGN_WORDS
+}
+
+/// Words that hold `len` elements of `elem` packed (DESIGN.md: 16-bit
+/// floats take 2 bytes, element `i` in word `i / 2`, the low half for even
+/// `i`), as [`mpmd_core::HostTensor::words`] holds them; saturates.
+pub fn packed_words(elem: ScalarType, len: u64) -> usize {
+    let bytes = len.saturating_mul(u64::from(elem.byte_size()));
+    usize::try_from(bytes.div_ceil(4)).unwrap_or(usize::MAX)
+}
+
+/// Words a plan buffer takes in device memory: its packed elements, at
+/// least one word (an empty buffer still gets an address).
+pub fn buffer_words(buffer: &BufferPlan) -> usize {
+    packed_words(buffer.ty.elem, buffer.len).max(1)
 }
 
 /// Where one plan buffer lives: word ranges in the arena or the mapped block.
@@ -60,7 +75,7 @@ impl ArenaLayout {
     /// device, where loads are fast). `map_outputs` false (the platform
     /// cannot map host memory): every buffer on the device.
     pub fn new(plan: &LaunchPlan, loaded: &BTreeSet<usize>, map_outputs: bool) -> Self {
-        let words = |index: usize| plan.buffers[index].len.max(1) as usize;
+        let words = |index: usize| buffer_words(&plan.buffers[index]);
         let in_memory = (0..plan.buffers.len())
             .filter(|&i| !matches!(plan.buffers[i].init, BufferInit::Resident(_)));
         let mut mapped_outputs = 0usize;

@@ -19,7 +19,7 @@ use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use thiserror::Error;
 
-use crate::arena::{ArenaLayout, HostBlock, Place, STATUS_WORD};
+use crate::arena::{buffer_words, packed_words, ArenaLayout, HostBlock, Place, STATUS_WORD};
 use crate::control;
 use crate::emit::{emit_module_with, loaded_buffers, BlockSchedule, EmittedModule, KernelParam};
 use crate::nvrtc::{compile_cubin, CompileError, CompileOptions, Cubin};
@@ -161,6 +161,8 @@ struct LoadedKernel {
 struct DeviceResident {
     elem: ScalarType,
     shape: Vec<u32>,
+    /// Elements (the words hold them packed, at least one word).
+    len: u64,
     words: CudaSlice<u32>,
 }
 
@@ -574,24 +576,23 @@ impl CudaBackend {
                         existing.elem, plan.map.name, buffer.ty.elem
                     )));
                 }
-                if existing.words.len() as u64 != buffer.len.max(1) {
+                if existing.len != buffer.len {
                     return Err(RunError::BadArguments(format!(
                         "resident `{name}` already holds {} elements; map `{}` declares {}",
-                        existing.words.len(),
-                        plan.map.name,
-                        buffer.len
+                        existing.len, plan.map.name, buffer.len
                     )));
                 }
             } else {
                 let words = self
                     .stream
-                    .alloc_zeros::<u32>(buffer.len.max(1) as usize)
+                    .alloc_zeros::<u32>(buffer_words(buffer))
                     .map_err(run_err("allocation"))?;
                 self.residents.insert(
                     name.clone(),
                     DeviceResident {
                         elem: buffer.ty.elem,
                         shape: plan.host_shape(buffer),
+                        len: buffer.len,
                         words,
                     },
                 );
@@ -707,7 +708,8 @@ impl CudaBackend {
         let mut outputs = BTreeMap::new();
         for (index, buffer) in plan.buffers.iter().enumerate() {
             let Some(name) = &buffer.output else { continue };
-            let len = buffer.len as usize;
+            // The packed words of the elements (none for an empty buffer).
+            let len = packed_words(buffer.ty.elem, buffer.len);
             let words = match (&buffer.init, layout.place(index)) {
                 (BufferInit::Resident(resident), _) => {
                     let mut words = download(&stream, &self.residents[resident].words, "download")?;
@@ -724,14 +726,9 @@ impl CudaBackend {
                 }
                 (_, None) => return Err(unplaced(index)),
             };
-            outputs.insert(
-                name.clone(),
-                HostTensor {
-                    elem: buffer.ty.elem,
-                    shape: plan.host_shape(buffer),
-                    words,
-                },
-            );
+            let tensor = HostTensor::from_words(buffer.ty.elem, plan.host_shape(buffer), words)
+                .map_err(|e| RunError::Backend(format!("output `{name}`: {e}")))?;
+            outputs.insert(name.clone(), tensor);
         }
         Ok(CallOutputs { outputs })
     }
@@ -924,7 +921,7 @@ impl Backend for CudaBackend {
         // A kernel of an earlier failed call may still use the old buffer.
         self.settle()?;
         // Residents hold at least one word, as `bind_residents` allocates them.
-        let mut data = tensor.words;
+        let mut data = tensor.words().to_vec();
         if data.is_empty() {
             data.push(0);
         }
@@ -935,8 +932,9 @@ impl Backend for CudaBackend {
         self.residents.insert(
             name.to_string(),
             DeviceResident {
-                elem: tensor.elem,
-                shape: tensor.shape,
+                elem: tensor.elem(),
+                shape: tensor.shape().to_vec(),
+                len: tensor.len() as u64,
                 words,
             },
         );
@@ -946,12 +944,8 @@ impl Backend for CudaBackend {
     fn resident(&self, name: &str) -> Option<HostTensor> {
         let resident = self.residents.get(name)?;
         let mut words = download(&self.stream, &resident.words, "download").ok()?;
-        words.truncate(resident.shape.iter().map(|&d| d as usize).product());
-        Some(HostTensor {
-            elem: resident.elem,
-            shape: resident.shape.clone(),
-            words,
-        })
+        words.truncate(packed_words(resident.elem, resident.len));
+        HostTensor::from_words(resident.elem, resident.shape.clone(), words).ok()
     }
 }
 
@@ -1091,6 +1085,8 @@ fn scalar_args(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, Scal
             Literal::I32(v) => ScalarArg::I32(v),
             Literal::U32(v) => ScalarArg::U32(v),
             Literal::Bool(v) => ScalarArg::U32(v as u32),
+            // One word, the bits in the low half (the kernel takes a u32).
+            Literal::F16(bits) | Literal::BF16(bits) => ScalarArg::U32(u32::from(bits)),
         };
         out.insert(index, arg);
     }
@@ -1098,8 +1094,9 @@ fn scalar_args(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, Scal
 }
 
 /// The words a call uploads for each input buffer, by plan buffer index:
-/// each input checked against its type, `bool`s in gmem as 0 or 1 (the
-/// kernel compares with 0), an empty input as one word. Public for the CUDA
+/// each input checked against its type, packed (16-bit elements two to a
+/// word, [`HostTensor::words`]), `bool`s in gmem as 0 or 1 (the kernel
+/// compares with 0), an empty input as one word. Public for the CUDA
 /// emulation tests, which must upload what the backend uploads.
 pub fn input_words(
     plan: &LaunchPlan,
@@ -1111,7 +1108,7 @@ pub fn input_words(
             continue;
         };
         let tensor = args.input(name, buffer.ty.elem, buffer.len)?;
-        let mut words = tensor.words.clone();
+        let mut words = tensor.words().to_vec();
         if buffer.ty.space == MemorySpace::Gmem && buffer.ty.elem == ScalarType::Bool {
             // Any non-zero word is `true`; the kernel compares with 0.
             words.iter_mut().for_each(|w| *w = (*w != 0) as u32);

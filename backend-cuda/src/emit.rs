@@ -166,6 +166,47 @@ fn c_type(t: ScalarType) -> &'static str {
         ScalarType::I32 => "int",
         ScalarType::U32 => "u32",
         ScalarType::Bool => "bool",
+        ScalarType::F16 => "mpmd_half",
+        ScalarType::BF16 => "mpmd_bfloat16",
+    }
+}
+
+/// The prelude's name suffix of a 16-bit float type (`mpmd_round_f16`, ...).
+fn sixteen_bit_suffix(t: ScalarType) -> Option<&'static str> {
+    match t {
+        ScalarType::F16 => Some("f16"),
+        ScalarType::BF16 => Some("bf16"),
+        _ => None,
+    }
+}
+
+/// A 16-bit value's text widened to its exact `f32` (other types unchanged).
+fn widen(t: ScalarType, v: &str) -> String {
+    match sixteen_bit_suffix(t) {
+        Some(s) => format!("mpmd_widen_{s}({v})"),
+        None => v.to_string(),
+    }
+}
+
+/// An `f32` text rounded once to the 16-bit type `t` (other types unchanged).
+fn round_to(t: ScalarType, v: &str) -> String {
+    match sixteen_bit_suffix(t) {
+        Some(s) => format!("mpmd_round_{s}({v})"),
+        None => v.to_string(),
+    }
+}
+
+/// Levels of parentheses a widening or a rounding adds to C text (see
+/// [`MAX_EXPR_DEPTH`]).
+fn widening_depth(t: ScalarType) -> u32 {
+    u32::from(t.is_16bit())
+}
+
+/// The prelude's constructor of a 16-bit value from the low half of a `u32`.
+fn from_low_half(t: ScalarType, v: &str) -> String {
+    match t {
+        ScalarType::BF16 => format!("mpmd_bfloat16_bits({v})"),
+        _ => format!("mpmd_half_bits({v})"),
     }
 }
 
@@ -203,6 +244,8 @@ fn literal(l: Literal) -> String {
         Literal::I32(v) => v.to_string(),
         Literal::U32(v) => format!("{v}u"),
         Literal::Bool(b) => b.to_string(),
+        Literal::F16(bits) => from_low_half(ScalarType::F16, &format!("0x{bits:04x}u")),
+        Literal::BF16(bits) => from_low_half(ScalarType::BF16, &format!("0x{bits:04x}u")),
     }
 }
 
@@ -407,7 +450,9 @@ fn emit_on_this_thread(
     }
     for (index, operand) in plan.operands.iter().enumerate() {
         if let Type::Scalar(t) = operand.ty {
-            let ty = if t == ScalarType::Bool {
+            // bools and 16-bit floats travel as a 32-bit word (a 16-bit
+            // float's bits in the low half).
+            let ty = if t == ScalarType::Bool || t.is_16bit() {
                 "u32"
             } else {
                 c_type(t)
@@ -759,6 +804,8 @@ impl Emitter<'_> {
                 Type::Scalar(t) => Symbol::Scalar {
                     c_name: if *t == ScalarType::Bool {
                         format!("({} != 0u)", scalar_c_name(&operand.name))
+                    } else if t.is_16bit() {
+                        from_low_half(*t, &scalar_c_name(&operand.name))
                     } else {
                         scalar_c_name(&operand.name)
                     },
@@ -1614,6 +1661,14 @@ impl Emitter<'_> {
                 let text = match (op, v.ty) {
                     (UnaryOp::Neg, ScalarType::I32) => format!("mpmd_neg_i32({})", v.text),
                     (UnaryOp::Neg, ScalarType::U32) => format!("(0u - {})", v.text),
+                    // The sign bit flips (exact; NaN stays NaN).
+                    (UnaryOp::Neg, t) if t.is_16bit() => {
+                        format!(
+                            "mpmd_neg_{}({})",
+                            sixteen_bit_suffix(t).unwrap_or(""),
+                            v.text
+                        )
+                    }
                     (UnaryOp::Neg, _) => format!("(-{})", v.text),
                     (UnaryOp::Not, _) => format!("(!{})", v.text),
                     (UnaryOp::BitNot, _) => format!("(~{})", v.text),
@@ -1651,7 +1706,8 @@ impl Emitter<'_> {
             }
             Expr::Cast(to, a) => {
                 let v = self.expr(cx, a)?;
-                Code::new(cast(v.ty, *to, &v.text), *to, v.depth + 2)
+                let extra = widening_depth(v.ty) + widening_depth(*to);
+                Code::new(cast(v.ty, *to, &v.text), *to, v.depth + 2 + extra)
             }
             Expr::Bitcast(to, a) => {
                 let v = self.expr(cx, a)?;
@@ -1663,6 +1719,19 @@ impl Emitter<'_> {
                     (ScalarType::U32, ScalarType::F32) => format!("__uint_as_float({})", v.text),
                     (ScalarType::I32, ScalarType::U32) => format!("((u32)({}))", v.text),
                     (ScalarType::U32, ScalarType::I32) => format!("((int)({}))", v.text),
+                    // 16 bits ↔ the low half of a word (the high half zero
+                    // when widening, dropped when narrowing); f16 ↔ bf16 keep
+                    // the 16 bits.
+                    (f, ScalarType::U32) if f.is_16bit() => format!("((u32)({}).bits)", v.text),
+                    (f, ScalarType::I32) if f.is_16bit() => {
+                        format!("((int)(u32)({}).bits)", v.text)
+                    }
+                    (f, t) if f.is_16bit() && t.is_16bit() => {
+                        from_low_half(*t, &format!("({}).bits", v.text))
+                    }
+                    (ScalarType::I32 | ScalarType::U32, t) if t.is_16bit() => {
+                        from_low_half(*t, &format!("(u32)({})", v.text))
+                    }
                     (f, t) => return Err(cx.unsupported(format!("bitcast from {f} to {t}"))),
                 };
                 Code::new(text, *to, v.depth + 2)
@@ -1681,7 +1750,8 @@ impl Emitter<'_> {
                     .map(|a| self.expr(cx, a))
                     .collect::<Result<Vec<_>, _>>()?;
                 let t = values[0].ty;
-                let depth = values.iter().map(|v| v.depth).max().unwrap_or(0) + 1;
+                let depth =
+                    values.iter().map(|v| v.depth).max().unwrap_or(0) + 1 + 2 * widening_depth(t);
                 let texts: Vec<String> = values.into_iter().map(|v| v.text).collect();
                 let text = math(*f, t, &texts).ok_or_else(|| {
                     cx.unsupported(format!("`{}` is not defined for {t}", f.name()))
@@ -1729,7 +1799,7 @@ impl Emitter<'_> {
             self.line(depth, "}");
             return Ok(Code::new(name, ScalarType::Bool, 1));
         }
-        let depth = x.depth.max(y.depth) + 1;
+        let depth = x.depth.max(y.depth) + 1 + 2 * widening_depth(x.ty);
         let code = Code::new(binary(op, x.ty, &x.text, &y.text), ty, depth);
         Ok(self.bounded(code))
     }
@@ -1798,6 +1868,16 @@ fn combine(instance: &str, instance_len: u64, flat: &str, wide: bool) -> String 
 fn binary(op: BinaryOp, t: ScalarType, x: &str, y: &str) -> String {
     use BinaryOp::*;
     use ScalarType::*;
+    if t.is_16bit() {
+        // On the exact f32 values; arithmetic rounds once to the type,
+        // comparisons need no rounding.
+        let (x, y) = (widen(t, x), widen(t, y));
+        return match op {
+            Rem => round_to(t, &format!("fmodf({x}, {y})")),
+            Add | Sub | Mul | Div => round_to(t, &binary(op, F32, &x, &y)),
+            _ => binary(op, F32, &x, &y),
+        };
+    }
     let infix = |sym: &str| format!("({x} {sym} {y})");
     match (op, t) {
         (Add, I32) => format!("mpmd_add_i32({x}, {y})"),
@@ -1834,6 +1914,29 @@ fn cast(from: ScalarType, to: ScalarType, v: &str) -> String {
     use ScalarType::*;
     match (from, to) {
         (f, t) if f == t => v.to_string(),
+        // Integers round once: to an f32 rounded to odd (exact below 2^24),
+        // then to the type (numerics::from_integer).
+        (I32, t) if t.is_16bit() => round_to(t, &format!("mpmd_i32_to_f32_odd({v})")),
+        (U32, t) if t.is_16bit() => round_to(t, &format!("mpmd_u32_to_f32_odd({v})")),
+        (Bool, t) if t.is_16bit() => {
+            let one = if t == F16 { "0x3c00u" } else { "0x3f80u" };
+            format!(
+                "(({v}) ? {} : {})",
+                from_low_half(t, one),
+                from_low_half(t, "0u")
+            )
+        }
+        (f, Bool) if f.is_16bit() => format!("({} != 0.0f)", widen(f, v)),
+        // Everything else goes through the exact f32 value: f32's own rules
+        // (to integers: truncate, saturate, NaN to 0), then one rounding.
+        (f, t) if f.is_16bit() || t.is_16bit() => {
+            let wide = widen(f, v);
+            if t.is_16bit() {
+                round_to(t, &wide)
+            } else {
+                cast(F32, t, &wide)
+            }
+        }
         (F32, I32) => format!("mpmd_f32_to_i32({v})"),
         (F32, U32) => format!("mpmd_f32_to_u32({v})"),
         (I32, F32) => format!("__int2float_rn({v})"),
@@ -1851,6 +1954,23 @@ fn cast(from: ScalarType, to: ScalarType, v: &str) -> String {
 
 fn math(f: MathFn, t: ScalarType, v: &[String]) -> Option<String> {
     use ScalarType::*;
+    if let Some(suffix) = sixteen_bit_suffix(t) {
+        let call = |name: &str| format!("mpmd_{name}_{suffix}({})", v.join(", "));
+        return Some(match f {
+            // Exact on the bits; fma rounds once; min and max return the
+            // operand that is not NaN.
+            MathFn::Abs => call("abs"),
+            MathFn::Fma => call("fma"),
+            MathFn::Min => call("min"),
+            MathFn::Max => call("max"),
+            // The f32 function of the exact values, rounded once: exact for
+            // floor and ceil, correctly rounded for sqrt.
+            _ => {
+                let wide: Vec<String> = v.iter().map(|x| widen(t, x)).collect();
+                round_to(t, &math(f, F32, &wide)?)
+            }
+        });
+    }
     let call = |name: &str| format!("{name}({})", v.join(", "));
     Some(match (f, t) {
         (MathFn::Exp, F32) => call("expf"),

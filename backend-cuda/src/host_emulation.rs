@@ -27,6 +27,7 @@ use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunOptions};
 use thiserror::Error;
 
+use crate::arena::{buffer_words, packed_words};
 use crate::cache::{default_dir, key_hash, unique_suffix};
 use crate::control;
 use crate::emit::{emit_module, EmittedModule, KernelParam};
@@ -396,7 +397,7 @@ pub fn host_program(plan: &LaunchPlan, module: &EmittedModule) -> Result<String,
     let lens: Vec<String> = plan
         .buffers
         .iter()
-        .map(|b| format!("{}ull", b.len.max(1)))
+        .map(|b| format!("{}ull", buffer_words(b)))
         .collect();
     let dim = module.block_dim;
     let total = module.total_blocks;
@@ -504,7 +505,7 @@ impl Default for HostOptions {
 }
 
 /// Runs `plan` once in `mode` with each buffer starting from `start`'s words
-/// (one entry per plan buffer, `len.max(1)` words each) and the scalars'
+/// (one entry per plan buffer, [`buffer_words`] packed words each) and the scalars'
 /// bits in kernel-parameter order.
 pub fn emulate_words(
     plan: &LaunchPlan,
@@ -526,11 +527,11 @@ pub fn emulate_words(
     stdin.extend_from_slice(&options.wait_timeout_ns.to_le_bytes());
     for (index, buffer) in plan.buffers.iter().enumerate() {
         let words = &start[index];
-        if words.len() as u64 != buffer.len.max(1) {
+        if words.len() != buffer_words(buffer) {
             return Err(backend_error(format!(
                 "cuda-host: buffer {index} starts from {} words, the plan has {}",
                 words.len(),
-                buffer.len.max(1)
+                buffer_words(buffer)
             )));
         }
         for w in words {
@@ -543,13 +544,8 @@ pub fn emulate_words(
             let value = scalars
                 .get(name.as_str())
                 .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{name}`")))?;
-            let bits = match *value {
-                Literal::F32(b) => b.0,
-                Literal::I32(v) => v as u32,
-                Literal::U32(v) => v,
-                Literal::Bool(v) => v as u32,
-            };
-            stdin.extend_from_slice(&bits.to_le_bytes());
+            // A 16-bit float's bits in the low half, as the CUDA backend passes it.
+            stdin.extend_from_slice(&value.to_bits().to_le_bytes());
         }
     }
     let mut child = Command::new(&binary)
@@ -592,8 +588,8 @@ pub fn emulate_words(
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    let expected = 65 + plan.buffers.iter().map(|b| b.len.max(1)).sum::<u64>();
-    if words.len() as u64 != expected {
+    let expected = 65 + plan.buffers.iter().map(buffer_words).sum::<usize>();
+    if words.len() != expected {
         return Err(backend_error(format!(
             "cuda-host: the emulated kernel wrote {} words, expected {expected}",
             words.len()
@@ -604,7 +600,7 @@ pub fn emulate_words(
     let mut at = 65usize;
     let mut buffers = Vec::with_capacity(plan.buffers.len());
     for buffer in &plan.buffers {
-        let n = buffer.len.max(1) as usize;
+        let n = buffer_words(buffer);
         buffers.push(words[at..at + n].to_vec());
         at += n;
     }
@@ -655,14 +651,14 @@ impl Backend for HostCudaBackend {
             .iter()
             .enumerate()
             .map(|(index, buffer)| {
-                let len = buffer.len.max(1) as usize;
+                let len = buffer_words(buffer);
                 match &buffer.init {
                     BufferInit::Input(_) => inputs.remove(&index).unwrap_or_else(|| vec![0; len]),
                     BufferInit::Resident(name) => self
                         .residents
                         .get(name)
                         .map(|t| {
-                            let mut w = t.words.clone();
+                            let mut w = t.words().to_vec();
                             w.resize(len, 0);
                             w
                         })
@@ -692,12 +688,9 @@ impl Backend for HostCudaBackend {
         }
         let mut outputs = BTreeMap::new();
         for (buffer, mut words) in plan.buffers.iter().zip(out.buffers) {
-            words.truncate(buffer.len as usize);
-            let tensor = HostTensor {
-                elem: buffer.ty.elem,
-                shape: plan.host_shape(buffer),
-                words,
-            };
+            words.truncate(packed_words(buffer.ty.elem, buffer.len));
+            let tensor = HostTensor::from_words(buffer.ty.elem, plan.host_shape(buffer), words)
+                .map_err(|e| RunError::Backend(format!("cuda-host: {e}")))?;
             if let BufferInit::Resident(name) = &buffer.init {
                 self.residents.insert(name.clone(), tensor.clone());
             }

@@ -75,6 +75,230 @@ static __device__ __forceinline__ u32 mpmd_f32_to_u32(float x) {
   if (x >= 4294967296.0f) return 4294967295u;
   return __float2uint_rz(x);
 }
+
+// ---- 16-bit floats (DESIGN.md "Semantics"; core/src/numerics.rs is the rule).
+// Values and memory are 16 bits: a struct of one `unsigned short`, so that a
+// store is a native 16-bit store (no lost writes beside it) and the C++
+// compiler refuses any arithmetic the emitter did not write out. Operations
+// widen exactly to f32, compute there and round once (f32's 24 bits are at
+// least 2p + 2 for both formats, so the double rounding is innocuous).
+// GPUs convert with PTX `cvt` (f16: every architecture; bf16: sm_80 and
+// later); the host (cuda-host, tests) and bf16 below sm_80 round on integer
+// bits, with the same results.
+#if defined(__CUDA_ARCH__) && !defined(MPMD_HOST_EMULATION)
+#define MPMD_DEVICE_CODE 1
+#endif
+struct mpmd_half { unsigned short bits; };
+struct mpmd_bfloat16 { unsigned short bits; };
+// The value whose bits are the low half of `b` (bitcasts, literals, scalar parameters).
+static __device__ __forceinline__ mpmd_half mpmd_half_bits(u32 b) {
+  mpmd_half h;
+  h.bits = (unsigned short)(b & 0xffffu);
+  return h;
+}
+static __device__ __forceinline__ mpmd_bfloat16 mpmd_bfloat16_bits(u32 b) {
+  mpmd_bfloat16 h;
+  h.bits = (unsigned short)(b & 0xffffu);
+  return h;
+}
+static __device__ __forceinline__ u32 mpmd_float_bits(float x) {
+#ifdef MPMD_DEVICE_CODE
+  return __float_as_uint(x);
+#else
+  u32 r;
+  __builtin_memcpy(&r, &x, 4);
+  return r;
+#endif
+}
+static __device__ __forceinline__ float mpmd_bits_float(u32 b) {
+#ifdef MPMD_DEVICE_CODE
+  return __uint_as_float(b);
+#else
+  float r;
+  __builtin_memcpy(&r, &b, 4);
+  return r;
+#endif
+}
+static __device__ __forceinline__ u64 mpmd_double_bits(double x) {
+#ifdef MPMD_DEVICE_CODE
+  return (u64)__double_as_longlong(x);
+#else
+  u64 r;
+  __builtin_memcpy(&r, &x, 8);
+  return r;
+#endif
+}
+static __device__ __forceinline__ double mpmd_bits_double(u64 b) {
+#ifdef MPMD_DEVICE_CODE
+  return __longlong_as_double((long long)b);
+#else
+  double r;
+  __builtin_memcpy(&r, &b, 8);
+  return r;
+#endif
+}
+// f16 -> f32, exact.
+static __device__ __forceinline__ float mpmd_widen_f16(mpmd_half h) {
+#ifdef MPMD_DEVICE_CODE
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+  return f;
+#else
+  const u32 sign = ((u32)h.bits & 0x8000u) << 16;
+  const u32 exponent = ((u32)h.bits >> 10) & 0x1fu;
+  const u32 mantissa = (u32)h.bits & 0x3ffu;
+  if (exponent == 0x1fu) return mpmd_bits_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0u) {
+    // Zero or subnormal: mantissa * 2^-24, an f32 normal (or zero), exactly.
+    const float magnitude = (float)mantissa * 5.9604644775390625e-8f;
+    return mpmd_bits_float(sign | mpmd_float_bits(magnitude));
+  }
+  return mpmd_bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+#endif
+}
+// bf16 -> f32, exact: the bits are the high half.
+static __device__ __forceinline__ float mpmd_widen_bf16(mpmd_bfloat16 h) {
+  return mpmd_bits_float((u32)h.bits << 16);
+}
+// f32 -> f16: nearest, ties to even, overflow to infinity, NaN stays NaN,
+// subnormals kept.
+static __device__ __forceinline__ mpmd_half mpmd_round_f16(float x) {
+  mpmd_half h;
+#ifdef MPMD_DEVICE_CODE
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
+#else
+  const u32 bits = mpmd_float_bits(x);
+  const u32 sign = (bits >> 16) & 0x8000u;
+  const u32 magnitude = bits & 0x7fffffffu;
+  u32 r;
+  if (magnitude > 0x7f800000u) {
+    r = 0x7e00u | ((magnitude >> 13) & 0x3ffu);  // quiet NaN
+  } else if (magnitude >= 0x477ff000u) {
+    r = 0x7c00u;  // 65520 (half an ulp above the largest finite) and up
+  } else if (magnitude >= 0x38800000u) {
+    // Normal: rebias the exponent, round the 13 dropped bits to even.
+    r = ((magnitude + 0xfffu + ((magnitude >> 13) & 1u)) >> 13) - (112u << 10);
+  } else if (magnitude < 0x33000000u) {
+    r = 0u;  // below 2^-25: zero (2^-25 itself is a tie, handled below)
+  } else {
+    // Subnormal: the significand in units of 2^-24, rounded to even.
+    const u32 significand = (magnitude & 0x7fffffu) | 0x800000u;
+    const u32 shift = 126u - (magnitude >> 23);
+    const u32 kept = significand >> shift;
+    const u32 rest = significand & ((1u << shift) - 1u);
+    const u32 half = 1u << (shift - 1u);
+    r = kept + ((rest > half || (rest == half && (kept & 1u) != 0u)) ? 1u : 0u);
+  }
+  h.bits = (unsigned short)(sign | r);
+#endif
+  return h;
+}
+// f32 -> bf16: nearest, ties to even, overflow to infinity, NaN stays NaN.
+static __device__ __forceinline__ mpmd_bfloat16 mpmd_round_bf16(float x) {
+  mpmd_bfloat16 h;
+#if defined(MPMD_DEVICE_CODE) && __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
+#else
+  const u32 bits = mpmd_float_bits(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    h.bits = (unsigned short)((bits >> 16) | 0x0040u);  // quiet NaN, never infinity
+  } else {
+    h.bits = (unsigned short)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
+#endif
+  return h;
+}
+static __device__ __forceinline__ mpmd_half mpmd_neg_f16(mpmd_half h) { return mpmd_half_bits(h.bits ^ 0x8000u); }
+static __device__ __forceinline__ mpmd_bfloat16 mpmd_neg_bf16(mpmd_bfloat16 h) { return mpmd_bfloat16_bits(h.bits ^ 0x8000u); }
+static __device__ __forceinline__ mpmd_half mpmd_abs_f16(mpmd_half h) { return mpmd_half_bits(h.bits & 0x7fffu); }
+static __device__ __forceinline__ mpmd_bfloat16 mpmd_abs_bf16(mpmd_bfloat16 h) { return mpmd_bfloat16_bits(h.bits & 0x7fffu); }
+// min and max with one NaN operand return the other (DESIGN.md), whatever
+// kind of NaN it is (the host's fminf returns NaN for a signalling one).
+static __device__ __forceinline__ mpmd_half mpmd_min_f16(mpmd_half a, mpmd_half b) {
+  const float x = mpmd_widen_f16(a), y = mpmd_widen_f16(b);
+  return x != x ? b : (y != y ? a : mpmd_round_f16(fminf(x, y)));
+}
+static __device__ __forceinline__ mpmd_half mpmd_max_f16(mpmd_half a, mpmd_half b) {
+  const float x = mpmd_widen_f16(a), y = mpmd_widen_f16(b);
+  return x != x ? b : (y != y ? a : mpmd_round_f16(fmaxf(x, y)));
+}
+static __device__ __forceinline__ mpmd_bfloat16 mpmd_min_bf16(mpmd_bfloat16 a, mpmd_bfloat16 b) {
+  const float x = mpmd_widen_bf16(a), y = mpmd_widen_bf16(b);
+  return x != x ? b : (y != y ? a : mpmd_round_bf16(fminf(x, y)));
+}
+static __device__ __forceinline__ mpmd_bfloat16 mpmd_max_bf16(mpmd_bfloat16 a, mpmd_bfloat16 b) {
+  const float x = mpmd_widen_bf16(a), y = mpmd_widen_bf16(b);
+  return x != x ? b : (y != y ? a : mpmd_round_bf16(fmaxf(x, y)));
+}
+// An integer (magnitude and sign) as the f32 rounded to odd: exact below
+// 2^24, otherwise truncated with the dropped bits' OR kept in the last bit,
+// so that rounding it to 16 bits is the integer rounded once.
+static __device__ __forceinline__ float mpmd_integer_to_f32_odd(u32 magnitude, bool negative) {
+  u32 shift = 0u;
+  while ((magnitude >> shift) >= 0x1000000u) shift++;
+  u32 kept = magnitude >> shift;
+  if ((kept << shift) != magnitude) kept |= 1u;
+  // kept < 2^24 and a power of two: both conversions and the product are exact.
+  const float f = (float)kept * (float)(1u << shift);
+  return negative ? -f : f;
+}
+static __device__ __forceinline__ float mpmd_i32_to_f32_odd(int v) {
+  return mpmd_integer_to_f32_odd(v < 0 ? 0u - (u32)v : (u32)v, v < 0);
+}
+static __device__ __forceinline__ float mpmd_u32_to_f32_odd(u32 v) { return mpmd_integer_to_f32_odd(v, false); }
+// fma on f16, rounded once (numerics::fma16): the product of two f16 is
+// exact in f32, TwoSum gives the sum's exact error, and the sum rounded to
+// odd at 24 bits (at least p + 2) rounds correctly to f16. Contraction or
+// flushing cannot change it: the product is exact and no f32 subnormal arises.
+static __device__ __forceinline__ mpmd_half mpmd_fma_f16(mpmd_half a, mpmd_half b, mpmd_half c) {
+  const float x = mpmd_widen_f16(a), y = mpmd_widen_f16(b), z = mpmd_widen_f16(c);
+  const float product = x * y;
+  float sum = product + z;
+  if ((mpmd_float_bits(sum) & 0x7f800000u) != 0x7f800000u) {  // finite
+    const float bv = sum - product;
+    const float av = sum - bv;
+    const float error = (product - av) + (z - bv);
+    const u32 bits = mpmd_float_bits(sum);
+    if (error != 0.0f && (bits & 1u) == 0u) {
+      sum = mpmd_bits_float((error > 0.0f) == (sum > 0.0f) ? bits + 1u : bits - 1u);
+    }
+  }
+  return mpmd_round_f16(sum);
+}
+// A double rounded to an f32 with round-to-odd (numerics::f64_to_f32_round_to_odd).
+static __device__ __forceinline__ float mpmd_f64_to_f32_odd(double v) {
+  const float nearest = (float)v;
+  if (v != v || (double)nearest == v) return nearest;
+  const u32 bits = mpmd_float_bits(nearest);
+  if ((bits & 0x7fffffffu) == 0x7f800000u) {
+    // Past f32's range: the largest finite f32 (odd) still rounds to infinity.
+    return mpmd_bits_float((bits & 0x80000000u) | 0x7f7fffffu);
+  }
+  if ((bits & 1u) != 0u) return nearest;
+  const double magnitude = nearest < 0.0f ? -(double)nearest : (double)nearest;
+  const bool away = magnitude < (v < 0.0 ? -v : v);
+  return mpmd_bits_float(away ? bits + 1u : bits - 1u);
+}
+// fma on bf16, rounded once (numerics::fma16): bf16 has f32's exponent
+// range, so the product is exact only in f64; the sum is rounded to odd at
+// 53 bits (TwoSum), then at 24, then to nearest bf16.
+static __device__ __forceinline__ mpmd_bfloat16 mpmd_fma_bf16(mpmd_bfloat16 a, mpmd_bfloat16 b,
+                                                              mpmd_bfloat16 c) {
+  const double x = (double)mpmd_widen_bf16(a), y = (double)mpmd_widen_bf16(b),
+               z = (double)mpmd_widen_bf16(c);
+  const double product = x * y;
+  double sum = product + z;
+  if ((mpmd_double_bits(sum) & 0x7ff0000000000000ull) != 0x7ff0000000000000ull) {  // finite
+    const double bv = sum - product;
+    const double av = sum - bv;
+    const double error = (product - av) + (z - bv);
+    const u64 bits = mpmd_double_bits(sum);
+    if (error != 0.0 && (bits & 1ull) == 0ull) {
+      sum = mpmd_bits_double((error > 0.0) == (sum > 0.0) ? bits + 1ull : bits - 1ull);
+    }
+  }
+  return mpmd_round_bf16(mpmd_f64_to_f32_odd(sum));
+}
 // ---- numerics end
 
 // Checked mode evaluates both operands of `select` (DESIGN.md), so that an
@@ -84,7 +308,7 @@ static __device__ __forceinline__ T mpmd_select(bool c, T a, T b) { return c ? a
 
 template <typename T>
 static __device__ __forceinline__ T mpmd_load(const T* p, u64 offset) {
-  return offset == MPMD_BAD_OFFSET ? T(0) : p[offset];
+  return offset == MPMD_BAD_OFFSET ? T() : p[offset];
 }
 template <typename T>
 static __device__ __forceinline__ T mpmd_atomic_load(T* p) { return *(volatile T*)p; }

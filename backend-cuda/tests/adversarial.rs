@@ -68,7 +68,7 @@ fn emulated(plan: &LaunchPlan, args: &CallArgs, mode: Mode) -> Emulated {
     let inputs: BTreeMap<&str, Vec<u32>> = args
         .inputs
         .iter()
-        .map(|(name, tensor)| (name.as_str(), tensor.words.clone()))
+        .map(|(name, tensor)| (name.as_str(), tensor.words().to_vec()))
         .collect();
     let scalars: BTreeMap<&str, Literal> = args
         .scalars
@@ -109,7 +109,7 @@ fn agrees_with_the_interpreter(plan: &LaunchPlan, args: &CallArgs) {
         for (name, tensor) in &want.outputs {
             assert_eq!(
                 output(plan, &out, name),
-                &tensor.words[..],
+                tensor.words(),
                 "output `{name}` ({mode:?})"
             );
         }
@@ -362,7 +362,7 @@ fn and_or_short_circuit_in_checked_mode_and_select_does_not() {
         let (_, plan, args) = prepare(&guarded(&condition));
         compiles(&plan);
         let x: Vec<f32> = args.inputs["x"]
-            .words
+            .words()
             .iter()
             .map(|&w| f32::from_bits(w))
             .collect();

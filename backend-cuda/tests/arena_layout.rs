@@ -184,3 +184,55 @@ fn inputs_are_uploaded_only_when_type_and_length_match() {
         RunError::BadArguments("input `x` has 3 elements; the map declares 512".into())
     );
 }
+
+/// 16-bit buffers take their packed words (odd element counts round up to
+/// a whole word, owned instances included), every start stays 256-byte
+/// aligned (so every 16-byte vector access of a buffer is aligned), and the
+/// words read back are exactly what `HostTensor::from_words` takes.
+#[test]
+fn sixteen_bit_buffers_are_packed_and_aligned() {
+    let (module, _) = mpmd_core::text::parse(
+        "mesh m { grid [b = 3]; threads t = 5; }
+kernel k(x: gmem<f16[5]>, w: gmem<bf16[3]> @ m, y: gmem<bf16[7]>, z: gmem<f16[1]>, s: gmem<bf16[9]>) {
+  let i: u32 = axis_index(t);
+  y[i] = bf16(x[i]) + s[i];
+  z[0u] = x[0u];
+  s[i] = y[i];
+  if i < 3u { w[i] = y[i]; }
+}
+map k {
+  programs [m: k];
+  inputs [x: gmem<f16[5]>];
+  outputs [w: gmem<bf16[3]> @ m, y: gmem<bf16[7]>, z: gmem<f16[1]>];
+  scratch [s: gmem<bf16[9]>];
+}
+",
+    )
+    .unwrap();
+    let plan = mpmd_core::plan::lower(&module, "k").unwrap();
+    for map_outputs in [true, false] {
+        let layout = ArenaLayout::new(&plan, &loaded_buffers(&plan), map_outputs);
+        assert_disjoint_and_aligned(&plan, &layout);
+        let words = |name: &str| match layout.place(buffer(&plan, name)) {
+            Some(Place::Device(r) | Place::Mapped(r)) => r.len(),
+            None => 0,
+        };
+        // 5, 3 x 3, 7, 1 and 9 elements of 2 bytes.
+        let want = [("x", 3), ("w", 5), ("y", 4), ("z", 1), ("s", 5)];
+        for (name, n) in want {
+            assert_eq!(words(name), n, "{name} (mapped outputs: {map_outputs})");
+            let b = &plan.buffers[buffer(&plan, name)];
+            assert_eq!(mpmd_cuda::arena::buffer_words(b), n, "{name}");
+        }
+    }
+    // The upload is the tensor's packed words: elements 2k and 2k + 1 in
+    // word k, the unused half of the last word zero.
+    let x = mpmd_core::HostTensor::new(F16, vec![5], vec![1, 2, 3, 4, 5]).unwrap();
+    let mut args = mpmd_core::CallArgs::default();
+    args.inputs.insert("x".into(), x);
+    let uploads = mpmd_cuda::backend::input_words(&plan, &args).unwrap();
+    assert_eq!(
+        uploads[&buffer(&plan, "x")],
+        vec![0x0002_0001, 0x0004_0003, 0x0000_0005]
+    );
+}

@@ -5,6 +5,8 @@
 //! (`needs::gpu`). The no-driver refusal is tests/environment.rs's.
 
 mod common;
+#[path = "support/sixteen.rs"]
+mod sixteen;
 
 use std::time::Duration;
 
@@ -108,12 +110,12 @@ fn repeated_calls_start_from_fresh_inputs_and_zeroed_buffers() {
             .run(&plan, &args, &RunOptions::default())
             .unwrap_or_else(|e| panic!("call {call}: {e}"));
         assert_eq!(
-            out.outputs["sum"].words,
+            out.outputs["sum"].words(),
             vec![base * 255 * 256 / 2],
             "call {call}"
         );
         let want: Vec<u32> = x.iter().map(|v| v + 1).collect();
-        assert_eq!(out.outputs["y"].words, want, "call {call}");
+        assert_eq!(out.outputs["y"].words(), want, "call {call}");
         assert!(
             cuda.last_kernel_ms().is_some(),
             "call {call}: no kernel time"
@@ -140,7 +142,7 @@ fn pipeline_matches_the_interpreter_and_keeps_residents() {
         assert_eq!(got["total"], want["total"], "{mode:?}");
     }
     // `credits` is resident: one signal per call, two calls.
-    assert_eq!(cuda.resident("credits").unwrap().words, vec![0, 0, 2, 0]);
+    assert_eq!(cuda.resident("credits").unwrap().words(), vec![0, 0, 2, 0]);
     assert_eq!(
         cuda.resident("hand").unwrap().to_f32()[4..],
         [4.0, 4.0, 4.0, 4.0]
@@ -160,7 +162,7 @@ fn cycle_runs_cooperatively() {
         let out = cuda
             .run(&plan, &CallArgs::default(), &RunOptions { mode, seed: 0 })
             .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
-        assert_eq!(out.outputs["y"].words, vec![1, 1, 2, 2]);
+        assert_eq!(out.outputs["y"].words(), vec![1, 1, 2, 2]);
     }
 }
 
@@ -228,7 +230,7 @@ fn relaunching_the_latest_call_times_its_kernel() {
     let out = cuda
         .run(&plan, &CallArgs::default(), &RunOptions::default())
         .unwrap();
-    assert_eq!(out.outputs["y"].words, vec![1, 1, 2, 2]);
+    assert_eq!(out.outputs["y"].words(), vec![1, 1, 2, 2]);
 }
 
 /// Where the platform refuses mapped host memory (or the option is off),
@@ -382,4 +384,36 @@ fn resident_walk_with_few_blocks_matches_the_interpreter() {
             );
         }
     }
+}
+
+/// f16 and bf16 on the GPU (PTX `cvt` conversions; bf16 in software below
+/// sm_80): every operation and cast bit for bit as `numerics` computes it,
+/// but the math functions, which are CUDA's own (within one 16-bit ulp).
+#[test]
+#[ignore = "needs a CUDA GPU; scripts/gpu-check.sh runs it with --include-ignored"]
+fn sixteen_bit_operations_and_casts_match_numerics() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    sixteen::every_operation(&mut cuda, sixteen::MathFunctions::WithinOneUlp);
+    sixteen::fma_ties(&mut cuda);
+    sixteen::every_cast(&mut cuda);
+}
+
+/// Packed 16-bit stores from neighbouring threads, warps and blocks, smem
+/// and owned instances; bf16 → f32 accumulation; 16-bit scalars; an
+/// odd-length bf16 resident; a checked out-of-bounds report by element.
+#[test]
+#[ignore = "needs a CUDA GPU; scripts/gpu-check.sh runs it with --include-ignored"]
+fn sixteen_bit_memory_scalars_and_residents_match_numerics() {
+    require_tools();
+    let Some(mut cuda) = backend(Duration::from_secs(10)) else {
+        return;
+    };
+    sixteen::packed_stores(&mut cuda);
+    sixteen::mixed_precision(&mut cuda);
+    sixteen::scalar_parameters(&mut cuda);
+    sixteen::odd_resident(&mut cuda);
+    sixteen::checked_out_of_bounds(&mut cuda);
 }

@@ -490,7 +490,7 @@ fn exact_operations_agree_with_the_interpreter() {
             ("yb", &b_names, false),
         ] {
             let got = buffer_of(&plan, &out, output);
-            let want = &oracle.outputs[output].words;
+            let want = &oracle.outputs[output].words();
             for (slot, name) in names.iter().enumerate() {
                 for t in 0..N as usize {
                     let (g, w) = (got[slot * N as usize + t], want[slot * N as usize + t]);
@@ -591,7 +591,7 @@ map batched {
         for name in ["y", "z", "w"] {
             assert_eq!(
                 buffer_of(&plan, &out, name),
-                &want.outputs[name].words[..],
+                want.outputs[name].words(),
                 "{name} ({mode:?})"
             );
         }
@@ -629,7 +629,7 @@ fn cuda_host_compiles_each_program_once() {
         let out = backend
             .run(&plan, &args, &RunOptions { mode, seed: 0 })
             .unwrap();
-        f32::from_bits(out.outputs["y"].words[3])
+        f32::from_bits(out.outputs["y"].words()[3])
     };
     let before = compilations();
     assert_eq!(run(&mut backend, 2.0, Mode::Fast), 6.0);

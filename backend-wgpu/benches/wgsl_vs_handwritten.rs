@@ -254,8 +254,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     let k = plain.kernel(hand, &[("main", [blocks, 1, 1])], &[bytes], bytes, &[]);
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
     let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     assert_eq!(
         plain.call(&k, &[&x_words]),
         expected,
@@ -270,6 +270,72 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
         },
     );
     report("elementwise y = 2x + 1, 4M f32", mpmd, hand_time, 2 * bytes);
+
+    // ---- elementwise over 4M f16 (emulated on u32 words, packed two a word) ----
+    let src = format!(
+        "mesh m {{ grid [b = {blocks}]; threads t = 256; }}
+kernel axpb16(x: gmem<f16[{ELEMENTS}]>, y: gmem<f16[{ELEMENTS}]>, alpha: f16, beta: f16) {{
+  let i: u32 = axis_index(b) * 256u + axis_index(t);
+  y[i] = x[i] * alpha + beta;
+}}
+map axpb16 {{ programs [m: axpb16]; inputs [x: gmem<f16[{ELEMENTS}]>]; outputs [y: gmem<f16[{ELEMENTS}]>]; scalars [alpha: f16, beta: f16]; }}"
+    );
+    let p = plan(&src, "axpb16");
+    // Small integers: 2x + 1 is exact in f16, so one rounding (the hand-written
+    // kernel's) and two (mpmd's, one per operation) agree.
+    let f16_of = mpmd_core::numerics::f16_from_f32;
+    let x16: Vec<u32> = (0..ELEMENTS)
+        .map(|i| u32::from(f16_of((i % 1000) as f32)))
+        .collect();
+    let f16_bits = |v: f32| Literal::F16(f16_of(v));
+    let x16 = HostTensor::new(mpmd_core::ir::ScalarType::F16, vec![ELEMENTS], x16).expect("shape");
+    let args = CallArgs {
+        inputs: [("x".to_string(), x16)].into(),
+        scalars: [
+            ("alpha".to_string(), f16_bits(2.0)),
+            ("beta".to_string(), f16_bits(1.0)),
+        ]
+        .into(),
+    };
+    // What a hand-writer without `shader-f16` writes: a word (two f16) per invocation.
+    let hand = "@group(0) @binding(0) var<storage, read_write> x: array<u32>;
+@group(0) @binding(1) var<storage, read_write> y: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+  let v = unpack2x16float(x[id.x]);
+  y[id.x] = pack2x16float(v * 2.0 + vec2<f32>(1.0));
+}";
+    let bytes16 = ELEMENTS as u64 * 2;
+    let k = plain.kernel(
+        hand,
+        &[("main", [blocks / 2, 1, 1])],
+        &[bytes16],
+        bytes16,
+        &[],
+    );
+    let x_words = args.inputs["x"].words().to_vec();
+    let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
+        .words()
+        .to_vec();
+    assert_eq!(
+        plain.call(&k, &[&x_words]),
+        expected,
+        "hand-written and mpmd disagree (f16)"
+    );
+    let (mpmd, hand_time) = time(
+        || {
+            backend.run(&p, &args, &options).expect("run");
+        },
+        || {
+            plain.call(&k, &[&x_words]);
+        },
+    );
+    report(
+        "elementwise y = 2x + 1, 4M f16",
+        mpmd,
+        hand_time,
+        2 * bytes16,
+    );
 
     // ---- block reduction: 1M f32, one sum per 256-thread block ----
     let rblocks = REDUCE_ELEMENTS / 256;
@@ -324,8 +390,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     );
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
     let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     assert_eq!(
         plain.call(&k, &[&x_words]),
         expected,
@@ -387,8 +453,8 @@ fn consume(@builtin(global_invocation_id) id: vec3<u32>) { y[id.x] = buf[id.x] +
     );
     let x_words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
     let expected = backend.run(&p, &args, &options).unwrap().outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     assert_eq!(
         plain.call(&k, &[&x_words]),
         expected,

@@ -112,7 +112,7 @@ pub fn probe_adapter(backend: &mut WgpuBackend) -> Result<FloatBehaviour, RunErr
         HostTensor::from_f32(vec![2], &[subnormal, f32::MIN_POSITIVE]),
     );
     let out = backend.run(&plan, &args, &RunOptions::default())?;
-    let y = &out.outputs["y"].words;
+    let y = &out.outputs["y"].words();
     // A flushed value is +0 or -0.
     let is_zero = |w: u32| w & 0x7fff_ffff == 0;
     Ok(FloatBehaviour {

@@ -139,6 +139,9 @@ impl WordType {
             (ScalarType::I32, true) => WordType::AtomicI32,
             (ScalarType::U32 | ScalarType::Bool, false) => WordType::U32,
             (ScalarType::U32 | ScalarType::Bool, true) => WordType::AtomicU32,
+            // Two 16-bit elements a word; a stored buffer updates its halves atomically.
+            (ScalarType::F16 | ScalarType::BF16, false) => WordType::U32,
+            (ScalarType::F16 | ScalarType::BF16, true) => WordType::AtomicU32,
         }
     }
 }
@@ -283,6 +286,16 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
+/// 32-bit words that hold `elements` elements of `elem`: 16-bit floats are
+/// packed two a word (element `i` in word `i / 2`, the low half for even `i`).
+pub fn words_for(elem: ScalarType, elements: u64) -> u64 {
+    if elem.is_16bit() {
+        elements.div_ceil(2)
+    } else {
+        elements
+    }
+}
+
 /// Which plan buffers are accessed atomically: the plan's flag, plus the
 /// atomics and semaphore operations found in the kernels (belt and braces:
 /// a plain/atomic mismatch would make invalid WGSL).
@@ -300,8 +313,27 @@ fn atomic_buffers(plan: &LaunchPlan) -> Vec<bool> {
                 atomic[buffer] = true;
             }
         }
+        // A 16-bit store updates one half of a word that another thread may
+        // be updating the other half of: such buffers are atomic words.
+        let mut stored = HashSet::new();
+        collect_store_targets(&unit.kernel.body, &mut stored);
+        for name in &stored {
+            if let Some(buffer) = plan.param_buffer(unit, name) {
+                if plan.buffers[buffer].ty.elem.is_16bit() {
+                    atomic[buffer] = true;
+                }
+            }
+        }
     }
     atomic
+}
+
+fn collect_store_targets(body: &[Stmt], out: &mut HashSet<Name>) {
+    for_each_stmt(body, &mut |stmt| {
+        if let Stmt::Store { target, .. } = stmt {
+            out.insert(target.base.clone());
+        }
+    });
 }
 
 fn collect_atomic_targets(body: &[Stmt], out: &mut HashSet<Name>) {
@@ -341,7 +373,7 @@ pub fn binding_layout(
                 global: buffer_global(i, &b.operands),
                 word: words[i],
                 members: vec![(i, 0)],
-                words: b.len,
+                words: words_for(b.ty.elem, b.len),
             })
             .collect::<Vec<_>>();
         let places = (0..plan.buffers.len()).map(|i| (i, 0)).collect();
@@ -369,7 +401,7 @@ pub fn binding_layout(
         });
         arena.members.push((i, arena.words));
         places[i] = (key as usize, arena.words);
-        arena.words += b.len;
+        arena.words += words_for(b.ty.elem, b.len);
     }
     let needed = 2 + arenas.len() as u32;
     if needed > max_storage_buffers {
@@ -426,6 +458,42 @@ enum Helper {
     SemTake(String),
     SemAmount,
     Saturating,
+    /// 16-bit bits to their exact f32 (`mpmd_f16_to_f32`, `mpmd_bf16_to_f32`).
+    Widen(ScalarType),
+    /// f32 to the nearest 16-bit float (`mpmd_f32_to_f16`, `mpmd_f32_to_bf16`).
+    Narrow(ScalarType),
+    /// `fma` rounded once (`mpmd_fma_f16`, `mpmd_fma_bf16`).
+    Fma16(ScalarType),
+    /// The f32 sum of two floats rounded to odd (for `Fma16`).
+    SumToOdd,
+    Min16(ScalarType),
+    Max16(ScalarType),
+    /// i32/u32 rounded to odd into 24 bits, as an f32 (for int → 16-bit).
+    IntToF32Odd,
+}
+
+/// The name of a 16-bit float type in helper names (`f16`, `bf16`).
+fn half_name(t: ScalarType) -> &'static str {
+    if t == ScalarType::BF16 {
+        "bf16"
+    } else {
+        "f16"
+    }
+}
+
+/// The bits of 1.0 in a 16-bit float type.
+fn half_one(t: ScalarType) -> u32 {
+    mpmd_core::numerics::from_f32(t, 1.0).map_or(0, u32::from)
+}
+
+/// The NaN test on a 16-bit float's bits: exponent all ones, mantissa not zero.
+fn half_is_nan(t: ScalarType, v: &str) -> String {
+    let inf = if t == ScalarType::BF16 {
+        "0x7f80u"
+    } else {
+        "0x7c00u"
+    };
+    format!("(({v} & 0x7fffu) > {inf})")
 }
 
 struct ModuleState<'p> {
@@ -459,6 +527,8 @@ fn wgsl_scalar(t: ScalarType) -> &'static str {
         ScalarType::I32 => "i32",
         ScalarType::U32 => "u32",
         ScalarType::Bool => "bool",
+        // A 16-bit float is its bits in the low half of a u32 (the high half zero).
+        ScalarType::F16 | ScalarType::BF16 => "u32",
     }
 }
 
@@ -487,6 +557,7 @@ fn literal_text(lit: Literal) -> Option<String> {
         Literal::I32(v) => format!("{v}i"),
         Literal::U32(v) => format!("{v}u"),
         Literal::Bool(v) => v.to_string(),
+        Literal::F16(bits) | Literal::BF16(bits) => format!("{bits}u"),
     })
 }
 
@@ -503,6 +574,7 @@ fn describe_literal(lit: Literal) -> String {
         Literal::I32(v) => v.to_string(),
         Literal::U32(v) => format!("{v}u"),
         Literal::Bool(v) => v.to_string(),
+        Literal::F16(_) | Literal::BF16(_) => mpmd_core::text::print_literal(lit),
     }
 }
 
@@ -862,7 +934,7 @@ impl ModuleState<'_> {
                         "var<workgroup> {}: array<{}, {}>;",
                         smem_global(idx, &op.name),
                         word.wgsl(),
-                        r.len().max(1)
+                        words_for(r.elem, r.len()).max(1)
                     )
                     .unwrap();
                 }
@@ -1095,6 +1167,168 @@ fn mpmd_fmod(x: f32, y: f32) -> f32 {{
 "
                 )
                 .unwrap(),
+                Helper::Widen(ScalarType::BF16) => out.push_str(
+                    "// bf16 bits to f32 (exact: the bits are the f32's high half).
+fn mpmd_bf16_to_f32(h: u32) -> f32 {
+  return bitcast<f32>(h << 16u);
+}
+
+",
+                ),
+                Helper::Widen(_) => out.push_str(
+                    "// f16 bits to f32, exact, on the bits (f16 subnormals are f32 normals).
+fn mpmd_f16_to_f32(h: u32) -> f32 {
+  let sign = (h & 0x8000u) << 16u;
+  let e = (h >> 10u) & 0x1fu;
+  let m = h & 0x3ffu;
+  if (e == 0x1fu) { return bitcast<f32>(sign | 0x7f800000u | (m << 13u)); }
+  if (e != 0u) { return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u)); }
+  if (m == 0u) { return bitcast<f32>(sign); }
+  // Subnormal m * 2^-24: move the leading 1 to bit 10.
+  let shift = countLeadingZeros(m) - 21u;
+  return bitcast<f32>(sign | ((113u - shift) << 23u) | (((m << shift) & 0x3ffu) << 13u));
+}
+
+",
+                ),
+                Helper::Narrow(ScalarType::BF16) => out.push_str(
+                    "// f32 to the nearest bf16 (ties to even, overflow to infinity, NaN stays NaN),
+// on the bits: WGSL does not pin down the rounding of its own conversions.
+fn mpmd_f32_to_bf16(x: f32) -> u32 {
+  let u = bitcast<u32>(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) { return (u >> 16u) | 0x40u; }
+  let up = ((u >> 15u) & 1u) == 1u && ((u & 0x7fffu) != 0u || ((u >> 16u) & 1u) == 1u);
+  return (u >> 16u) + u32(up);
+}
+
+",
+                ),
+                Helper::Narrow(_) => out.push_str(
+                    "// f32 to the nearest f16 (ties to even, overflow to infinity, NaN stays NaN,
+// subnormals kept), on the bits: WGSL does not pin down the rounding of f16().
+fn mpmd_f32_to_f16(x: f32) -> u32 {
+  let u = bitcast<u32>(x);
+  let sign = (u >> 16u) & 0x8000u;
+  let a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) { return sign | 0x7e00u; }
+  // 65520 (the largest f16 plus half an ulp) and above round to infinity.
+  if (a >= 0x477ff000u) { return sign | 0x7c00u; }
+  if (a >= 0x38800000u) {
+    // Normal: rebias the exponent, keep 10 mantissa bits, round the 13 dropped.
+    let h = (a - 0x38000000u) >> 13u;
+    let rest = a & 0x1fffu;
+    let up = rest > 0x1000u || (rest == 0x1000u && (h & 1u) == 1u);
+    return sign | (h + u32(up));
+  }
+  // Below 2^-25 (half the smallest subnormal; 2^-25 itself ties to even 0).
+  if (a < 0x33000000u) { return sign; }
+  // Subnormal: the value in units of 2^-24, rounded (a carry gives the smallest normal).
+  let m = (a & 0x7fffffu) | 0x800000u;
+  let shift = 126u - (a >> 23u);
+  let q = m >> shift;
+  let rest = m & ((1u << shift) - 1u);
+  let half = 1u << (shift - 1u);
+  let up = rest > half || (rest == half && (q & 1u) == 1u);
+  return sign | (q + u32(up));
+}
+
+",
+                ),
+                Helper::SumToOdd => out.push_str(
+                    "// p + z rounded to odd: the nearest f32, stepped one ulp toward the exact sum
+// when inexact and even, so that rounding it to 16 bits later rounds p + z once.
+// TwoSum gives the exact error; every step goes through `one` (1.0 read at run
+// time), so a compiler that reassociates floats cannot fold the error to zero.
+fn mpmd_sum_to_odd(p: f32, z: f32, one: f32) -> f32 {
+  let s = p + z;
+  let bits = bitcast<u32>(s);
+  if ((bits & 0x7f800000u) == 0x7f800000u || (bits & 1u) == 1u) { return s; }
+  let s1 = s * one;
+  let bv = s1 - p;
+  let av = s1 - bv * one;
+  let err = (p - av) + (z - bv);
+  if (err == 0.0f) { return s; }
+  if ((err > 0.0f) == (s > 0.0f)) { return bitcast<f32>(bits + 1u); }
+  return bitcast<f32>(bits - 1u);
+}
+
+",
+                ),
+                Helper::Fma16(ScalarType::BF16) => out.push_str(
+                    "// fma on bf16, rounded once: the product of two bf16 is exact in f32 unless it
+// leaves f32's range, the sum is rounded to odd (24 bits, 16 more than bf16 has),
+// then to bf16. A product past f32's largest (a and b finite) is computed 2^64
+// smaller and scaled back; a c below 2^-40 then only decides a tie of the product
+// (it is far below the product's ulp), so it becomes +-2^-40, which scales
+// without underflow.
+fn mpmd_fma_bf16(a: u32, b: u32, c: u32, one: f32) -> u32 {
+  let wa = mpmd_bf16_to_f32(a);
+  let wb = mpmd_bf16_to_f32(b);
+  let wc = mpmd_bf16_to_f32(c);
+  let p = wa * wb;
+  let finite = (a & 0x7f80u) != 0x7f80u && (b & 0x7f80u) != 0x7f80u;
+  if (finite && (bitcast<u32>(p) & 0x7fffffffu) == 0x7f800000u) {
+    let down = bitcast<f32>(0x1f800000u);
+    let tiny = (c & 0x7fffu) != 0u && (c & 0x7fffu) < 0x2b80u;
+    let z = select(wc, bitcast<f32>(((c & 0x8000u) << 16u) | 0x2b800000u), tiny);
+    let r = mpmd_sum_to_odd((wa * down) * wb, z * down, one);
+    return mpmd_f32_to_bf16(r * bitcast<f32>(0x5f800000u));
+  }
+  return mpmd_f32_to_bf16(mpmd_sum_to_odd(p, wc, one));
+}
+
+",
+                ),
+                Helper::Fma16(_) => out.push_str(
+                    "// fma on f16, rounded once: the product of two f16 is exact in f32 (22 bits,
+// 2^-48 to 2^32), the sum is rounded to odd (24 bits, 13 more than f16 has),
+// then to f16.
+fn mpmd_fma_f16(a: u32, b: u32, c: u32, one: f32) -> u32 {
+  let p = mpmd_f16_to_f32(a) * mpmd_f16_to_f32(b);
+  return mpmd_f32_to_f16(mpmd_sum_to_odd(p, mpmd_f16_to_f32(c), one));
+}
+
+",
+                ),
+                Helper::Min16(t) | Helper::Max16(t) => {
+                    let n = half_name(*t);
+                    let (what, cmp) = if matches!(helper, Helper::Min16(_)) {
+                        ("min", "<")
+                    } else {
+                        ("max", ">")
+                    };
+                    write!(
+                        out,
+                        "// {what} on {n} bits: with one NaN operand, the other operand.
+fn mpmd_{what}_{n}(a: u32, b: u32) -> u32 {{
+  if {nan_a} {{ return b; }}
+  if {nan_b} {{ return a; }}
+  return select(b, a, mpmd_{n}_to_f32(a) {cmp} mpmd_{n}_to_f32(b));
+}}
+
+",
+                        nan_a = half_is_nan(*t, "a"),
+                        nan_b = half_is_nan(*t, "b"),
+                    )
+                    .unwrap();
+                }
+                Helper::IntToF32Odd => out.push_str(
+                    "// An integer rounded to odd into 24 bits, as an f32 (exact): rounding that to
+// 16 bits rounds the integer once (a nearest f32 would round twice above 2^24).
+fn mpmd_u32_to_f32_odd(v: u32) -> f32 {
+  if (v < 0x1000000u) { return f32(v); }
+  let shift = 8u - countLeadingZeros(v);
+  let kept = (v >> shift) | u32((v & ((1u << shift) - 1u)) != 0u);
+  return f32(kept) * bitcast<f32>((127u + shift) << 23u);
+}
+
+fn mpmd_i32_to_f32_odd(v: i32) -> f32 {
+  let magnitude = mpmd_u32_to_f32_odd(select(bitcast<u32>(v), 0u - bitcast<u32>(v), v < 0i));
+  return select(magnitude, -magnitude, v < 0i);
+}
+
+",
+                ),
                 Helper::Check(n) => {
                     let n = *n;
                     let params: Vec<String> = (0..n).map(|k| format!("i{k}: u32, n{k}: u32")).collect();
@@ -1381,6 +1615,8 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         let plan = state.plan;
         let mut smem_atomics = HashSet::new();
         collect_atomic_targets(&unit.kernel.body, &mut smem_atomics);
+        let mut stored = HashSet::new();
+        collect_store_targets(&unit.kernel.body, &mut stored);
         let mut top = HashMap::new();
         if unit.kernel.params.len() != plan.operands.len() {
             return Err(EmitError::Invalid {
@@ -1412,7 +1648,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 Type::Ref(r) => {
                     let storage = match (r.space, operand.buffer) {
                         (MemorySpace::Smem, _) => {
-                            let atomic = smem_atomics.contains(&param.name);
+                            // 16-bit smem that is stored to: atomic words, as for gmem.
+                            let atomic = smem_atomics.contains(&param.name)
+                                || (r.elem.is_16bit() && stored.contains(&param.name));
                             if atomic {
                                 state.smem_atomic.insert((index, operand.name.clone()));
                             }
@@ -1992,7 +2230,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.line(&format!(
                     "var {var}: array<{}, {}>;",
                     wgsl_scalar(*elem),
-                    ty.len().max(1)
+                    words_for(*elem, ty.len()).max(1)
                 ));
                 self.scopes.last_mut().unwrap().insert(
                     name.clone(),
@@ -2004,6 +2242,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             }
             Stmt::Store { target, value } => {
                 let v = self.expr(value)?;
+                if self.ref_info(&target.base)?.ty.elem.is_16bit() {
+                    self.store_half(target, &v)?;
+                    return Ok(());
+                }
                 let (place, info) = self.place(target)?;
                 let text = store_text(&info, &place, &v);
                 self.line(&text);
@@ -2441,6 +2683,67 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         Ok((format!("{array}[{index}]"), info, depth))
     }
 
+    /// A 16-bit element of `access`: its array, and a `let` (emitted here)
+    /// holding its element index; the element is half `index & 1` of word
+    /// `index >> 1`.
+    fn half_element(&mut self, access: &RefAccess) -> Result<(String, String, RefInfo), EmitError> {
+        let info = self.ref_info(&access.base)?;
+        let (index, _, _) = self.index_of(access, &info)?;
+        let array = match &info.storage {
+            Storage::Buffer { global, .. } | Storage::Shared { global, .. } => global.clone(),
+            Storage::Local { var } => var.clone(),
+        };
+        let name = self.temp("h");
+        self.line(&format!("let {name}: u32 = {index};"));
+        Ok((array, name, info))
+    }
+
+    /// A 16-bit load: the element's half of its word, in the low half.
+    fn load_half(&mut self, access: &RefAccess) -> Result<(String, ScalarType), EmitError> {
+        let (array, i, info) = self.half_element(access)?;
+        let word = match &info.storage {
+            Storage::Buffer { word, .. } | Storage::Shared { word, .. } if word.is_atomic() => {
+                format!("atomicLoad(&{array}[{i} >> 1u])")
+            }
+            _ => format!("{array}[{i} >> 1u]"),
+        };
+        Ok((
+            format!("(({word} >> (({i} & 1u) << 4u)) & 0xffffu)"),
+            info.ty.elem,
+        ))
+    }
+
+    /// A 16-bit store: clears the element's half of its word and sets the
+    /// new bits. In shared memory (gmem, smem) both are atomic, so a
+    /// neighbour writing the other half at the same time keeps its write; a
+    /// local array is private to the invocation (a plain read-modify-write).
+    fn store_half(&mut self, target: &RefAccess, value: &str) -> Result<(), EmitError> {
+        // The value first: it may load the element this store clears.
+        let bits = self.temp("bits");
+        self.line(&format!("let {bits}: u32 = {value};"));
+        let value = bits;
+        let (array, i, info) = self.half_element(target)?;
+        let shift = self.temp("half");
+        self.line(&format!("let {shift}: u32 = ({i} & 1u) << 4u;"));
+        let word = format!("{array}[{i} >> 1u]");
+        match &info.storage {
+            Storage::Buffer { word: w, .. } | Storage::Shared { word: w, .. } => {
+                if !w.is_atomic() {
+                    return Err(self.invalid(format!(
+                        "16-bit `{}` is stored to but not kept as atomic words",
+                        target.base
+                    )));
+                }
+                self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
+                self.line(&format!("atomicOr(&{word}, {value} << {shift});"));
+            }
+            Storage::Local { .. } => self.line(&format!(
+                "{word} = ({word} & ~(0xffffu << {shift})) | ({value} << {shift});"
+            )),
+        }
+        Ok(())
+    }
+
     /// The element index expression of an access (and its checked-mode site id).
     fn index_of(
         &mut self,
@@ -2509,7 +2812,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         coords.extend(access.index.iter());
         extents.extend(&ty.shape);
 
+        // The buffer's offset in its binding, in elements (16-bit buffers
+        // start on a word: two elements a word).
         let base = match &info.storage {
+            Storage::Buffer { offset, .. } if ty.elem.is_16bit() => offset.saturating_mul(2),
             Storage::Buffer { offset, .. } => *offset,
             _ => 0,
         };
@@ -2619,7 +2925,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             ScalarType::U32 => v.text,
             ScalarType::I32 => format!("bitcast<u32>({})", v.text),
             ScalarType::Bool => format!("u32({})", v.text),
-            ScalarType::F32 => return Err(self.invalid("an index must be an integer")),
+            ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => {
+                return Err(self.invalid("an index must be an integer"))
+            }
         })
     }
 
@@ -2678,6 +2986,13 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 }
                 Value::text(format!("ax_{}", sanitize(axis)), ScalarType::U32, false)
             }
+            Expr::Load(access) if self.ref_info(&access.base)?.ty.elem.is_16bit() => {
+                let (text, ty) = self.load_half(access)?;
+                let mut v = Value::text(text, ty, false);
+                // The shift and mask around the word (the index is a `let`).
+                v.depth = 8;
+                v
+            }
             Expr::Load(access) => {
                 let (place, info, depth) = self.place_with_depth(access)?;
                 let mut v = Value::text(load_text(&info, &place), info.ty.elem, false);
@@ -2691,6 +3006,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let a = self.spell(a, constant);
                 let text = match (op, a.ty) {
                     (UnaryOp::Neg, ScalarType::F32) => format!("(-{})", a.text),
+                    (UnaryOp::Neg, ScalarType::F16 | ScalarType::BF16) => {
+                        format!("({} ^ 0x8000u)", a.text)
+                    }
                     (UnaryOp::Neg, ScalarType::I32) => format!("(0i - {})", a.text),
                     (UnaryOp::Neg, _) => format!("(0u - {})", a.text),
                     (UnaryOp::Not, _) => format!("(!{})", a.text),
@@ -2719,10 +3037,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let a = self.node(a)?;
                 let constant = a.constant;
                 let a = self.spell(a, constant);
-                let text = if a.ty == *to {
-                    a.text.clone()
-                } else {
-                    format!("bitcast<{}>({})", wgsl_scalar(*to), a.text)
+                let text = match (a.ty, *to) {
+                    (from, to) if from == to => a.text.clone(),
+                    // Both are bits in a u32: the same 16 bits; from 16 bits the high half is zero.
+                    (from, to) if from.is_16bit() && (to.is_16bit() || to == ScalarType::U32) => {
+                        a.text.clone()
+                    }
+                    // To 16 bits the low half is kept.
+                    (ScalarType::U32, to) if to.is_16bit() => format!("({} & 0xffffu)", a.text),
+                    (ScalarType::I32, to) if to.is_16bit() => {
+                        format!("(bitcast<u32>({}) & 0xffffu)", a.text)
+                    }
+                    (_, to) => format!("bitcast<{}>({})", wgsl_scalar(to), a.text),
                 };
                 Value::op(text, *to, &[&a])
             }
@@ -2740,7 +3066,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 let vs: Vec<Value> = vs
                     .into_iter()
                     .map(|v| {
-                        let float_lit = *f == MathFn::Fma && v.is_f32_leaf();
+                        // 16-bit literal operands too: the emulation's f32 steps
+                        // must not be folded with them.
+                        let float_lit = (*f == MathFn::Fma && v.is_f32_leaf())
+                            || (t.is_16bit() && v.leaf.is_some());
                         self.spell(v, constant || float_lit)
                     })
                     .collect();
@@ -2863,6 +3192,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         if y.ty != t {
             return Err(self.invalid(format!("`{op:?}` between {t:?} and {:?}", y.ty)));
         }
+        if t.is_16bit() {
+            return self.binary_half(op, x, y, constant);
+        }
         let arithmetic = matches!(
             op,
             BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem
@@ -2937,6 +3269,62 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         Ok(Value::op(text, result, &[&x, &y]))
     }
 
+    /// A binary operation on 16-bit floats: on the exact f32 values, rounded
+    /// once to the type (`+ - * / %`); comparisons on the values. Literal
+    /// operands of arithmetic are read at run time, as for f32.
+    fn binary_half(
+        &mut self,
+        op: BinaryOp,
+        x: Value,
+        y: Value,
+        constant: bool,
+    ) -> Result<Value, EmitError> {
+        let t = x.ty;
+        let arithmetic = matches!(
+            op,
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem
+        );
+        let rx = constant || (arithmetic && x.leaf.is_some());
+        let ry = constant || (arithmetic && y.leaf.is_some());
+        let x = self.spell(x, rx);
+        let y = self.spell(y, ry);
+        let (a, b) = (self.widen(t, &x.text), self.widen(t, &y.text));
+        let (text, ty) = match op {
+            BinaryOp::Add => (self.narrow(t, &format!("({a} + {b})")), t),
+            BinaryOp::Sub => (self.narrow(t, &format!("({a} - {b})")), t),
+            // The product of two 16-bit floats is exact in f32: no contraction can change it.
+            BinaryOp::Mul => (self.narrow(t, &format!("({a} * {b})")), t),
+            BinaryOp::Div => (self.narrow(t, &format!("({a} / {b})")), t),
+            BinaryOp::Rem => {
+                let r = self.call(Helper::Fmod, "mpmd_fmod", &[a, b]);
+                (self.narrow(t, &r), t)
+            }
+            // naga emits `!=` as an ordered comparison; NaN != NaN.
+            BinaryOp::Ne => (format!("(!({a} == {b}))"), ScalarType::Bool),
+            BinaryOp::Eq => (format!("({a} == {b})"), ScalarType::Bool),
+            BinaryOp::Lt => (format!("({a} < {b})"), ScalarType::Bool),
+            BinaryOp::Le => (format!("({a} <= {b})"), ScalarType::Bool),
+            BinaryOp::Gt => (format!("({a} > {b})"), ScalarType::Bool),
+            BinaryOp::Ge => (format!("({a} >= {b})"), ScalarType::Bool),
+            other => return Err(self.invalid(format!("`{other:?}` on `{t}`"))),
+        };
+        let mut v = Value::op(text, ty, &[&x, &y]);
+        v.depth += 4;
+        Ok(v)
+    }
+
+    /// The exact f32 value of 16-bit float bits `v` of type `t`.
+    fn widen(&mut self, t: ScalarType, v: &str) -> String {
+        self.state.helpers.insert(Helper::Widen(t));
+        format!("mpmd_{}_to_f32({v})", half_name(t))
+    }
+
+    /// The f32 `v` rounded to the 16-bit float type `t`, as bits.
+    fn narrow(&mut self, t: ScalarType, v: &str) -> String {
+        self.state.helpers.insert(Helper::Narrow(t));
+        format!("mpmd_f32_to_{}({v})", half_name(t))
+    }
+
     fn call(&mut self, helper: Helper, name: &str, args: &[String]) -> String {
         if matches!(
             helper,
@@ -2957,6 +3345,31 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             (F32, Bool) => format!("((bitcast<u32>({v}) & 0x7fffffffu) != 0u)"),
             (I32, Bool) => format!("({v} != 0i)"),
             (U32, Bool) => format!("({v} != 0u)"),
+            // 16-bit floats: through the exact f32; to them, rounded once.
+            (F16 | BF16, F32) => self.widen(from, &v),
+            (F32, F16 | BF16) => self.narrow(to, &v),
+            (F16 | BF16, F16 | BF16) => {
+                let wide = self.widen(from, &v);
+                self.narrow(to, &wide)
+            }
+            (F16 | BF16, I32) => {
+                let wide = self.widen(from, &v);
+                self.call(Helper::F32ToI32, "mpmd_f32_to_i32", &[wide])
+            }
+            (F16 | BF16, U32) => {
+                let wide = self.widen(from, &v);
+                self.call(Helper::F32ToU32, "mpmd_f32_to_u32", &[wide])
+            }
+            (F16 | BF16, Bool) => format!("(({v} & 0x7fffu) != 0u)"),
+            (I32, F16 | BF16) => {
+                let odd = self.call(Helper::IntToF32Odd, "mpmd_i32_to_f32_odd", &[v]);
+                self.narrow(to, &odd)
+            }
+            (U32, F16 | BF16) => {
+                let odd = self.call(Helper::IntToF32Odd, "mpmd_u32_to_f32_odd", &[v]);
+                self.narrow(to, &odd)
+            }
+            (Bool, F16 | BF16) => format!("select(0u, {}u, {v})", half_one(to)),
             // i32 <-> u32 keep the bits; int -> f32 rounds to nearest; bool -> 0/1.
             (_, t) => format!("{}({v})", wgsl_scalar(t)),
         }
@@ -2968,6 +3381,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             return Err(self.invalid(format!("`{}` takes {arity} argument(s)", f.name())));
         }
         let a = v[0].clone();
+        if t.is_16bit() {
+            return Ok(self.math_half(f, t, v));
+        }
         Ok(match (f, t) {
             (MathFn::Abs, ScalarType::I32) => self.call(Helper::AbsI32, "mpmd_abs_i32", &[a]),
             (MathFn::Abs, ScalarType::U32) => a,
@@ -2976,6 +3392,45 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             (MathFn::Rsqrt, _) => format!("inverseSqrt({a})"),
             _ => format!("{}({})", f.name(), v.join(", ")),
         })
+    }
+}
+
+impl UnitEmitter<'_, '_> {
+    /// A math function on 16-bit floats (`v` has its arity): `abs`, `min`,
+    /// `max` on the values; `fma` rounded once; the others the f32 function
+    /// of the exact values, rounded once.
+    fn math_half(&mut self, f: MathFn, t: ScalarType, v: &[String]) -> String {
+        let n = half_name(t);
+        match f {
+            MathFn::Abs => format!("({} & 0x7fffu)", v[0]),
+            MathFn::Min | MathFn::Max => {
+                self.state.helpers.insert(Helper::Widen(t));
+                let (helper, what) = if f == MathFn::Min {
+                    (Helper::Min16(t), "min")
+                } else {
+                    (Helper::Max16(t), "max")
+                };
+                self.call(helper, &format!("mpmd_{what}_{n}"), v)
+            }
+            MathFn::Fma => {
+                for h in [Helper::Widen(t), Helper::Narrow(t), Helper::SumToOdd] {
+                    self.state.helpers.insert(h);
+                }
+                let one = self.runtime_literal(Literal::f32(1.0));
+                let mut args = v.to_vec();
+                args.push(one);
+                self.call(Helper::Fma16(t), &format!("mpmd_fma_{n}"), &args)
+            }
+            _ => {
+                let wide: Vec<String> = v.iter().map(|a| self.widen(t, a)).collect();
+                let name = if f == MathFn::Rsqrt {
+                    "inverseSqrt"
+                } else {
+                    f.name()
+                };
+                self.narrow(t, &format!("{name}({})", wide.join(", ")))
+            }
+        }
     }
 }
 
@@ -3367,6 +3822,8 @@ fn from_word(t: ScalarType, word: &str) -> String {
         ScalarType::I32 => format!("bitcast<i32>({word})"),
         ScalarType::U32 => word.to_string(),
         ScalarType::Bool => format!("({word} != 0u)"),
+        // A 16-bit scalar is the low half of its word.
+        ScalarType::F16 | ScalarType::BF16 => format!("({word} & 0xffffu)"),
     }
 }
 

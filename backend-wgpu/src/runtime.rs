@@ -11,9 +11,9 @@ use mpmd_core::Mode;
 use thiserror::Error;
 
 use crate::emit::{
-    emit_module, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP, ERROR_OUT_OF_BOUNDS,
-    ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING,
-    STATUS_WORDS,
+    emit_module, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
+    ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING,
+    STATUS_BINDING, STATUS_WORDS,
 };
 
 /// Loop header visits the backend allows on llvmpipe (measured: it stops an
@@ -146,6 +146,8 @@ struct ResidentBuffer {
     buffer: wgpu::Buffer,
     elem: ScalarType,
     shape: Vec<u32>,
+    elements: u64,
+    /// 32-bit words of `buffer` in use (16-bit elements are packed two a word).
     words: u64,
 }
 
@@ -331,7 +333,7 @@ impl WgpuBackend {
                 .iter()
                 .filter_map(|s| plan.operands.get(s.operand))
                 .filter_map(|o| o.ty.as_ref_type())
-                .map(|r| r.len().max(1) * 4)
+                .map(|r| words_for(r.elem, r.len()).max(1) * 4)
                 .sum::<u64>()
                 + 16;
             if smem > limits.max_compute_workgroup_storage_size as u64 {
@@ -483,18 +485,19 @@ impl WgpuBackend {
                     r.elem, buf.ty.elem
                 )));
             }
-            if r.words != buf.len {
+            if r.elements != buf.len {
                 return Err(RunError::BadArguments(format!(
                     "resident `{name}` has {} elements but this map binds it as {}",
-                    r.words, buf.len
+                    r.elements, buf.len
                 )));
             }
             return Ok(r.buffer.clone());
         }
         // New buffers are zero-filled by wgpu: a fresh resident starts at zero.
+        let words = buffer_words(buf);
         let buffer = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(name),
-            size: buf.len.max(1) * 4,
+            size: words.max(1) * 4,
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_SRC
                 | wgpu::BufferUsages::COPY_DST,
@@ -506,7 +509,8 @@ impl WgpuBackend {
                 buffer: buffer.clone(),
                 elem: buf.ty.elem,
                 shape: plan.host_shape(buf),
-                words: buf.len,
+                elements: buf.len,
+                words,
             },
         );
         Ok(buffer)
@@ -602,6 +606,11 @@ fn map_and_read(
     Ok(out)
 }
 
+/// 32-bit words of a plan buffer's device storage.
+fn buffer_words(buf: &BufferPlan) -> u64 {
+    words_for(buf.ty.elem, buf.len)
+}
+
 fn scalar_word(name: &str, ty: ScalarType, value: Option<&Literal>) -> Result<u32, RunError> {
     match value {
         None => Err(RunError::BadArguments(format!(
@@ -674,51 +683,48 @@ impl Backend for WgpuBackend {
                 let buffer = match &buf.init {
                     BufferInit::Resident(name) => self.resident_buffer(name, plan, buf)?,
                     BufferInit::Input(name) => {
-                        let b = new_buffer(name, buf.len);
+                        let b = new_buffer(name, buffer_words(buf));
                         ctx.queue.write_buffer(
                             &b,
                             0,
-                            bytemuck::cast_slice(&args.inputs[name].words),
+                            bytemuck::cast_slice(args.inputs[name].words()),
                         );
                         b
                     }
                     // `zeroed` outputs and scratch, and semaphores.
                     BufferInit::Zeroed => {
-                        let b = new_buffer(&buf.operands.join("="), buf.len);
+                        let b = new_buffer(&buf.operands.join("="), buffer_words(buf));
                         encoder.clear_buffer(&b, 0, None);
                         b
                     }
                     // Uninitialised: may hold anything.
-                    BufferInit::Uninitialized => new_buffer(&buf.operands.join("="), buf.len),
+                    BufferInit::Uninitialized => {
+                        new_buffer(&buf.operands.join("="), buffer_words(buf))
+                    }
                 };
                 binding_buffers.push(buffer);
             } else {
                 let arena = new_buffer(&binding.global, binding.words);
                 for &(index, offset) in &binding.members {
                     let buf = &plan.buffers[index];
+                    let words = buffer_words(buf);
                     match &buf.init {
                         BufferInit::Resident(name) => {
                             let r = self.resident_buffer(name, plan, buf)?;
-                            if buf.len > 0 {
-                                encoder.copy_buffer_to_buffer(
-                                    &r,
-                                    0,
-                                    &arena,
-                                    offset * 4,
-                                    buf.len * 4,
-                                );
-                                copy_back.push((arena.clone(), offset * 4, r, buf.len * 4));
+                            if words > 0 {
+                                encoder.copy_buffer_to_buffer(&r, 0, &arena, offset * 4, words * 4);
+                                copy_back.push((arena.clone(), offset * 4, r, words * 4));
                             }
                         }
                         BufferInit::Input(name) => {
                             ctx.queue.write_buffer(
                                 &arena,
                                 offset * 4,
-                                bytemuck::cast_slice(&args.inputs[name].words),
+                                bytemuck::cast_slice(args.inputs[name].words()),
                             );
                         }
-                        BufferInit::Zeroed if buf.len > 0 => {
-                            encoder.clear_buffer(&arena, offset * 4, Some(buf.len * 4));
+                        BufferInit::Zeroed if words > 0 => {
+                            encoder.clear_buffer(&arena, offset * 4, Some(words * 4));
                         }
                         BufferInit::Zeroed | BufferInit::Uninitialized => {}
                     }
@@ -770,7 +776,7 @@ impl Backend for WgpuBackend {
         for (index, buf) in plan.buffers.iter().enumerate() {
             if let Some(name) = &buf.output {
                 let (binding, offset) = emitted.layout.places[index];
-                reads.push((&binding_buffers[binding], offset * 4, buf.len));
+                reads.push((&binding_buffers[binding], offset * 4, buffer_words(buf)));
                 outputs.push((name.clone(), buf));
             }
         }
@@ -792,20 +798,16 @@ impl Backend for WgpuBackend {
         }
         let mut result = CallOutputs::default();
         for ((name, buf), data) in outputs.into_iter().zip(words) {
-            result.outputs.insert(
-                name,
-                HostTensor {
-                    elem: buf.ty.elem,
-                    shape: plan.host_shape(buf),
-                    words: data,
-                },
-            );
+            // Packed words; the padding half of an odd-length 16-bit buffer is dropped.
+            let tensor = HostTensor::from_words(buf.ty.elem, plan.host_shape(buf), data)
+                .map_err(|e| RunError::Backend(format!("output `{name}`: {e}")))?;
+            result.outputs.insert(name, tensor);
         }
         Ok(result)
     }
 
     fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
-        let words = tensor.words.len() as u64;
+        let words = tensor.words().len() as u64;
         let buffer = match self.residents.get(name) {
             Some(r) if r.words == words => r.buffer.clone(),
             _ => self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -819,14 +821,15 @@ impl Backend for WgpuBackend {
         if words > 0 {
             self.ctx
                 .queue
-                .write_buffer(&buffer, 0, bytemuck::cast_slice(&tensor.words));
+                .write_buffer(&buffer, 0, bytemuck::cast_slice(tensor.words()));
         }
         self.residents.insert(
             name.to_string(),
             ResidentBuffer {
                 buffer,
-                elem: tensor.elem,
-                shape: tensor.shape,
+                elem: tensor.elem(),
+                shape: tensor.shape().to_vec(),
+                elements: tensor.len() as u64,
                 words,
             },
         );
@@ -836,11 +839,7 @@ impl Backend for WgpuBackend {
     fn resident(&self, name: &str) -> Option<HostTensor> {
         let r = self.residents.get(name)?;
         let words = self.read_words(&[(&r.buffer, 0, r.words)]).ok()?.pop()?;
-        Some(HostTensor {
-            elem: r.elem,
-            shape: r.shape.clone(),
-            words,
-        })
+        HostTensor::from_words(r.elem, r.shape.clone(), words).ok()
     }
 }
 

@@ -49,7 +49,7 @@ fn llvmpipe_ends_loops_after_65535_header_visits() {
             vec![],
             vec![("n", Literal::U32(n)), ("one", Literal::U32(1))],
         );
-        wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].words[0]
+        wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].words()[0]
     };
     // Each outer iteration visits three loop headers (outer, inner, inner exit):
     // 21,845 * 3 = 65,535 visits run right, one more iteration silently does not.
@@ -124,8 +124,8 @@ fn divergent_loops_share_the_llvmpipe_budget() {
     // Lanes 1..7 share a SIMD vector with lane 0: the two branches' loops
     // (40,001 visits each) add up in one count and lanes 1..7 stop early.
     let y = wgpu.run(&p, &n(40_000), &fast()).unwrap().outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     assert_eq!(y[0], 40_000);
     assert_ne!(
         y[1], 80_000,
@@ -142,7 +142,7 @@ fn divergent_loops_share_the_llvmpipe_budget() {
         "{err}"
     );
     let y = capped.run(&p, &n(30_000), &fast()).unwrap().outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     assert_eq!(y, [vec![30_000], vec![60_000; 7]].concat());
 }

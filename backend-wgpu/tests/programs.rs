@@ -20,13 +20,14 @@ fn assert_equivalent(got: &CallOutputs, expected: &CallOutputs) {
     );
     for (name, e) in &expected.outputs {
         let g = &got.outputs[name];
-        assert_eq!(g.shape, e.shape, "shape of `{name}`");
-        assert_eq!(g.elem, e.elem, "element type of `{name}`");
-        for (i, (&gw, &ew)) in g.words.iter().zip(&e.words).enumerate() {
+        assert_eq!(g.shape(), e.shape(), "shape of `{name}`");
+        assert_eq!(g.elem(), e.elem(), "element type of `{name}`");
+        let (gf, ef) = (g.to_f32(), e.to_f32());
+        for (i, (gw, ew)) in g.to_bits().into_iter().zip(e.to_bits()).enumerate() {
+            let (gv, ev) = (gf[i], ef[i]);
             let same = gw == ew
-                || (g.elem == mpmd_core::ir::ScalarType::F32
-                    && ((f32::from_bits(gw).is_nan() && f32::from_bits(ew).is_nan())
-                        || (f32::from_bits(gw) == 0.0 && f32::from_bits(ew) == 0.0)));
+                || (g.elem().is_float()
+                    && ((gv.is_nan() && ev.is_nan()) || (gv == 0.0 && ev == 0.0)));
             assert!(
                 same,
                 "`{name}` element {i}: wgpu 0x{gw:08x}, interpreter 0x{ew:08x}"
@@ -128,7 +129,7 @@ fn smem_reduction_matches_interpreter() {
     let sums: Vec<u32> = (0..3)
         .map(|b| x[b * 128..(b + 1) * 128].iter().sum())
         .collect();
-    assert_eq!(out.outputs["y"].words, sums);
+    assert_eq!(out.outputs["y"].words(), sums);
 }
 
 const ATOMICS: &str = "
@@ -174,7 +175,7 @@ fn atomics_match_interpreter() {
     for v in &x {
         counts[(v % 8) as usize] += 1;
     }
-    assert_eq!(got.outputs["counts"].words, counts.to_vec());
+    assert_eq!(got.outputs["counts"].words(), counts.to_vec());
     let ext = got.outputs["extremes"].to_i32();
     let min = x.iter().map(|&v| v as i32 - 100).min().unwrap();
     let max = x.iter().map(|&v| v as i32 - 100).max().unwrap();
@@ -349,8 +350,8 @@ fn two_programs_with_different_grids() {
     let Some(out) = run_and_compare(TWO_GRIDS, "two", &a) else {
         return;
     };
-    let y = &out.outputs["y"].words;
-    let z = &out.outputs["z"].words;
+    let y = &out.outputs["y"].words();
+    let z = &out.outputs["z"].words();
     assert_eq!(y[100], 100 * 3 + 1);
     assert_eq!(z[100], 100 + 3 * 2 + 3);
 }
@@ -454,7 +455,7 @@ fn external_mesh_handoff_with_residents() {
     let mut interp = Interpreter::new();
     interp.run(&send, &a, &fast()).unwrap();
     wgpu.run(&send, &a, &fast()).unwrap();
-    assert_eq!(wgpu.resident("credits").unwrap().words, vec![1, 1]);
+    assert_eq!(wgpu.resident("credits").unwrap().words(), vec![1, 1]);
     assert_eq!(wgpu.resident("hand"), interp.resident("hand"));
     let expected = interp.run(&receive, &none, &fast()).unwrap();
     let got = wgpu.run(&receive, &none, &fast()).unwrap();
@@ -462,7 +463,7 @@ fn external_mesh_handoff_with_residents() {
     assert_eq!(got.outputs["y"].to_f32()[40], (40.0 + 10.0) * 2.0);
     // The credits were consumed; a second receive has nothing to take and,
     // with nobody left to signal, can never proceed.
-    assert_eq!(wgpu.resident("credits").unwrap().words, vec![0, 0]);
+    assert_eq!(wgpu.resident("credits").unwrap().words(), vec![0, 0]);
     let err = wgpu.run(&receive, &none, &fast()).unwrap_err();
     assert_eq!(err.class(), Some(ErrorClass::Deadlock), "{err}");
     assert_eq!(
@@ -705,7 +706,7 @@ fn loop_cap_is_unsupported_not_a_wrong_answer() {
                 &fast(),
             )
             .unwrap();
-        assert_eq!(ok.outputs["y"].words, vec![60_000; 4]);
+        assert_eq!(ok.outputs["y"].words(), vec![60_000; 4]);
         let err = wgpu
             .run(
                 &p,
@@ -766,8 +767,8 @@ map ids {
         .run(&p, &args(vec![], vec![]), &fast())
         .unwrap()
         .outputs["y"]
-        .words
-        .clone();
+        .words()
+        .to_vec();
     let expected: Vec<u32> = (0..140000u32).map(|k| k / 2).collect();
     assert!(
         y == expected,
@@ -1172,9 +1173,12 @@ fn moved_and_kept_semaphore_operations_in_one_plan() {
         let expected = interp.run(&main, &a, &fast()).unwrap();
         let got = wgpu.run(&main, &a, &fast()).unwrap();
         assert_eq!(got, expected);
-        assert_eq!(got.outputs["q"].words[70], 71 * 3);
-        assert_eq!(got.outputs["o"].words[70], 102);
-        assert_eq!(wgpu.resident("credits").unwrap().words, vec![remaining; 4]);
+        assert_eq!(got.outputs["q"].words()[70], 71 * 3);
+        assert_eq!(got.outputs["o"].words()[70], 102);
+        assert_eq!(
+            wgpu.resident("credits").unwrap().words(),
+            vec![remaining; 4]
+        );
         assert_eq!(wgpu.resident("credits"), interp.resident("credits"));
     }
     // No credits left: the second program's `wait_nodec` can never pass.
@@ -1261,8 +1265,8 @@ fn signals_and_waits_of_different_semaphores_share_a_dispatch() {
         return;
     };
     let out = assert_same(&mut wgpu, &module(&src), "shared", &args(vec![], vec![]));
-    assert_eq!(out.outputs["y"].words[299 * 32], 300);
-    assert_eq!(out.outputs["w"].words[299 * 32 + 5], 301);
+    assert_eq!(out.outputs["y"].words()[299 * 32], 300);
+    assert_eq!(out.outputs["w"].words()[299 * 32 + 5], 301);
 
     // Block 299 of `b` (slot 599 of the shared dispatch) finds its count short.
     let short = shared_dispatch_source(298);

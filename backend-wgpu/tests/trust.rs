@@ -618,7 +618,7 @@ fn semaphore_amounts_below_one_are_run_time_errors() {
         let ok = wgpu
             .run(&p, &args(vec![], vec![("n", Literal::I32(1))]), &mode)
             .unwrap();
-        assert_eq!(ok.outputs["y"].words, vec![0u32; 32]);
+        assert_eq!(ok.outputs["y"].words(), vec![0u32; 32]);
     }
 }
 

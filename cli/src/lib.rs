@@ -998,36 +998,38 @@ fn read_input(
 ) -> Result<HostTensor, CliError> {
     let mut tensor = npy::read(path)?;
     let prefix = format!("--input `{name}`: `{}`", path.display());
-    let compatible = tensor.elem == elem
-        || (elem == ScalarType::Bool && matches!(tensor.elem, ScalarType::U32 | ScalarType::I32));
+    let compatible = tensor.elem() == elem
+        || (elem == ScalarType::Bool && matches!(tensor.elem(), ScalarType::U32 | ScalarType::I32));
     if !compatible {
         return Err(CliError::Usage(format!(
             "{prefix} holds {} data, and {what} is {}: write the array as {}",
-            npy::read_descr_of(tensor.elem),
+            npy::read_descr_of(tensor.elem()),
             elem.keyword(),
             npy::read_descr_of(elem)
         )));
     }
-    if tensor.shape != shape {
+    if tensor.shape() != shape {
         return Err(CliError::Usage(format!(
             "{prefix} has shape {}, and {what} needs shape {}: reshape the array to exactly that",
-            shape_text(&tensor.shape),
+            shape_text(&tensor.shape()),
             shape_text(shape)
         )));
     }
     if elem == ScalarType::Bool {
-        if let Some((i, w)) = tensor.words.iter().enumerate().find(|(_, &w)| w > 1) {
+        if let Some((i, w)) = tensor.words().iter().enumerate().find(|(_, &w)| w > 1) {
             return Err(CliError::Usage(format!(
                 "{prefix} holds {} data, and {what} is bool, but element {i} is {}, not 0 or 1",
-                npy::read_descr_of(tensor.elem),
-                if tensor.elem == ScalarType::I32 {
+                npy::read_descr_of(tensor.elem()),
+                if tensor.elem() == ScalarType::I32 {
                     (*w as i32).to_string()
                 } else {
                     w.to_string()
                 }
             )));
         }
-        tensor.elem = ScalarType::Bool;
+        let bits = tensor.to_bits();
+        tensor = HostTensor::new(ScalarType::Bool, tensor.shape().to_vec(), bits)
+            .map_err(|e| CliError::Usage(format!("{prefix}: {e}")))?;
     }
     Ok(tensor)
 }
@@ -1036,7 +1038,7 @@ fn read_input(
 pub fn summarize(name: &str, tensor: &HostTensor) -> String {
     const SHOWN: usize = 8;
     let dims = tensor
-        .shape
+        .shape()
         .iter()
         .map(u32::to_string)
         .collect::<Vec<_>>()
@@ -1047,14 +1049,14 @@ pub fn summarize(name: &str, tensor: &HostTensor) -> String {
     let more = if tensor.len() > SHOWN { ", ..." } else { "" };
     let mut text = format!(
         "{name}: {}[{dims}] first [{}{more}]",
-        tensor.elem.keyword(),
+        tensor.elem().keyword(),
         values.join(", ")
     );
     if tensor.is_empty() {
         return text;
     }
-    match tensor.elem {
-        ScalarType::F32 => {
+    match tensor.elem() {
+        ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => {
             let floats = tensor.to_f32();
             let min = floats.iter().copied().fold(f32::INFINITY, f32::min);
             let max = floats.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -1071,7 +1073,7 @@ pub fn summarize(name: &str, tensor: &HostTensor) -> String {
             let _ = write!(text, " min {min} max {max} sum {sum}");
         }
         ScalarType::U32 | ScalarType::Bool => {
-            let words = &tensor.words;
+            let words = tensor.to_bits();
             let sum: u64 = words.iter().map(|&v| u64::from(v)).sum();
             let (min, max) = (
                 words.iter().min().unwrap_or(&0),
@@ -1089,6 +1091,7 @@ fn value_text(value: Literal) -> String {
         Literal::I32(v) => v.to_string(),
         Literal::U32(v) => v.to_string(),
         Literal::Bool(v) => v.to_string(),
+        Literal::F16(_) | Literal::BF16(_) => mpmd_core::text::print_literal(value),
     }
 }
 

@@ -75,7 +75,13 @@ fn check_elementwise(dir: &Path) {
 }
 
 /// A 16-bit output's bits, checked against `value(i)`'s bits.
-fn expect_16bit(dir: &Path, file: &str, elem: ScalarType, len: usize, value: impl Fn(usize) -> u16) {
+fn expect_16bit(
+    dir: &Path,
+    file: &str,
+    elem: ScalarType,
+    len: usize,
+    value: impl Fn(usize) -> u16,
+) {
     let tensor = npy::read(&dir.join(file)).expect("output file");
     assert_eq!(tensor.elem(), elem, "{file}");
     let expected: Vec<u32> = (0..len).map(|i| u32::from(value(i))).collect();

@@ -425,7 +425,7 @@ case {
 
 fn read_f32(path: &Path) -> Vec<f32> {
     let tensor = npy::read(path).unwrap();
-    assert_eq!(tensor.elem, ScalarType::F32);
+    assert_eq!(tensor.elem(), ScalarType::F32);
     tensor.to_f32()
 }
 

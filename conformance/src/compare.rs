@@ -77,10 +77,7 @@ impl std::fmt::Display for Difference {
 pub fn show(elem: ScalarType, word: u32) -> String {
     match elem {
         ScalarType::F32 => format!("{:?} (0x{word:08x})", f32::from_bits(word)),
-        ScalarType::F16 | ScalarType::BF16 => format!(
-            "{}{elem} (0x{word:04x})",
-            widen(elem, word)
-        ),
+        ScalarType::F16 | ScalarType::BF16 => format!("{}{elem} (0x{word:04x})", widen(elem, word)),
         ScalarType::I32 => format!("{}", word as i32),
         ScalarType::U32 => format!("{word}u"),
         ScalarType::Bool => format!("{}", word != 0),
@@ -164,7 +161,12 @@ pub fn ulp_distance16(elem: ScalarType, a: u32, b: u32) -> Option<u64> {
 /// [`floats_agree`] for `f16` / `bf16` bits, in the type's own ulps. A `bf16`
 /// subnormal matches zero, as an f32 one does (its arithmetic is f32's);
 /// `f16` subnormals are kept on every backend (they are f32 normals).
-fn floats16_agree(elem: ScalarType, expected: u32, actual: u32, tol: Tolerance) -> (bool, Option<u64>) {
+fn floats16_agree(
+    elem: ScalarType,
+    expected: u32,
+    actual: u32,
+    tol: Tolerance,
+) -> (bool, Option<u64>) {
     let (e, a) = (widen(elem, expected), widen(elem, actual));
     let ulp = ulp_distance16(elem, expected, actual);
     if e.is_nan() || a.is_nan() {
@@ -297,7 +299,11 @@ pub fn compare_within(
         CompareMode::Profile => (profile, expected.to_bits(), actual.to_bits()),
         CompareMode::Multiset => {
             let sorted = |t: &HostTensor| {
-                let mut w: Vec<u32> = t.to_bits().into_iter().map(|w| canonical(elem, w)).collect();
+                let mut w: Vec<u32> = t
+                    .to_bits()
+                    .into_iter()
+                    .map(|w| canonical(elem, w))
+                    .collect();
                 match elem {
                     ScalarType::F32 => {
                         w.sort_by(|a, b| f32::from_bits(*a).total_cmp(&f32::from_bits(*b)))
@@ -376,11 +382,12 @@ mod tests {
     #[test]
     fn exact_ignores_sign_of_zero_and_nan_payloads() {
         let e = f(&[0.0, f32::NAN, 1.5]);
-        let a = HostTensor {
-            elem: ScalarType::F32,
-            shape: vec![3],
-            words: vec![0x8000_0000, 0x7fc0_0001, 1.5f32.to_bits()],
-        };
+        let a = HostTensor::new(
+            ScalarType::F32,
+            vec![3],
+            vec![0x8000_0000, 0x7fc0_0001, 1.5f32.to_bits()],
+        )
+        .unwrap();
         assert_eq!(
             compare(&CompareMode::Exact, &e, &a, Tolerance::EXACT),
             Ok(())
@@ -467,6 +474,6 @@ mod tests {
             Tolerance::EXACT,
         )
         .unwrap_err();
-        assert_eq!(m.to_string(), "shape differs: expected [2] got [3]");
+        assert_eq!(m.to_string(), "shape differs: expected u32 [2] got u32 [3]");
     }
 }

@@ -417,7 +417,7 @@ fn judge(
                     ));
                     continue;
                 };
-                let mode = mode_for(&spec.compares, &exp.name, exp.tensor.elem);
+                let mode = mode_for(&spec.compares, &exp.name, exp.tensor.elem());
                 if let Err(mismatch) = compare(&mode, &exp.tensor, &act.tensor, tolerance) {
                     problems.push(format!(
                         "{} ({}): {mismatch}",
@@ -700,7 +700,7 @@ fn triage_mode(
             problems.push(format!("{}: missing from wgpu's results", c.label()));
             continue;
         };
-        let compare_mode = mode_for(compares, &c.name, c.tensor.elem);
+        let compare_mode = mode_for(compares, &c.name, c.tensor.elem());
         if let Err(mismatch) = compare(&compare_mode, &c.tensor, &w.tensor, tolerance) {
             problems.push(format!(
                 "{} ({}): {}",
@@ -730,7 +730,11 @@ fn describe_disagreement(
 ) -> String {
     use crate::compare::show;
     if mismatch.detail.is_some() {
-        return format!("shapes differ: cuda {:?} wgpu {:?}", cuda.shape, wgpu.shape);
+        return format!(
+            "shapes differ: cuda {:?} wgpu {:?}",
+            cuda.shape(),
+            wgpu.shape()
+        );
     }
     let mut text = format!("{} of {} elements differ", mismatch.count, mismatch.total);
     for d in &mismatch.first {
@@ -861,6 +865,7 @@ pub fn show_literal(l: &Literal) -> String {
         Literal::I32(v) => v.to_string(),
         Literal::U32(v) => format!("{v}u"),
         Literal::Bool(v) => v.to_string(),
+        Literal::F16(_) | Literal::BF16(_) => mpmd_core::text::print_literal(*l),
     }
 }
 
@@ -973,8 +978,7 @@ mod tests {
         ];
         // The sign of zero and NaN payloads are ignored, as against the oracle.
         let mut wgpu = outputs.clone();
-        wgpu[0].tensor.words[1] = 0;
-        wgpu[0].tensor.words[2] = 0x7fc0_0001;
+        wgpu[0].tensor = f32s(&[1.0, 0.0, f32::from_bits(0x7fc0_0001)]);
         let status = one_mode(ran(outputs), ran(wgpu), Tolerance::EXACT);
         assert_eq!(status, Status::Pass);
     }

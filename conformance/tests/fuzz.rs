@@ -161,7 +161,10 @@ impl Backend for TanhCorrupter {
         if plan.units.iter().any(|u| body_has_tanh(&u.kernel.body)) {
             if let Some(first) = plan.map.outputs.first() {
                 if let Some(t) = out.outputs.get_mut(&first.name) {
-                    t.words[0] ^= 0x0040_0000;
+                    let mut bits = t.to_bits();
+                    // A high mantissa bit of the element's own type.
+                    bits[0] ^= if t.elem().is_16bit() { 0x0040 } else { 0x0040_0000 };
+                    *t = HostTensor::new(t.elem(), t.shape().to_vec(), bits).unwrap();
                 }
             }
         }

@@ -1,7 +1,10 @@
-//! Interpreter throughput in elements/s: an elementwise kernel and a
-//! barrier-heavy smem tree reduction over 2^20 f32, detection off and on.
+//! Interpreter throughput in elements/s over 2^20 elements, detection off
+//! and on: an elementwise kernel in f32, f16 and bf16, a barrier-heavy smem
+//! tree reduction, and a row sum (one thread a row, f32 accumulation) over
+//! f32 and bf16 rows. The 16-bit kernels should reach at least half the
+//! f32 elements per second (issue 12).
 //!
-//! `cargo bench -p mpmd-core --bench interp`
+//! `cargo bench -p mpmd-core --bench interp` (`-- f16` for the 16-bit ones)
 
 use std::time::Duration;
 
@@ -18,21 +21,33 @@ fn gid() -> Expr {
     axis_index("b") * axis_size("t") + axis_index("t")
 }
 
-/// `y[i] = x[i] * alpha + 1.0`, the index from `axis_index`.
-fn elementwise() -> Module {
+/// One in `ty`.
+fn one(ty: ScalarType) -> Literal {
+    match ty {
+        F16 => Literal::F16(half::f16::ONE.to_bits()),
+        BF16 => Literal::BF16(half::bf16::ONE.to_bits()),
+        _ => Literal::f32(1.0),
+    }
+}
+
+/// `y[i] = x[i] * alpha + 1` in `ty`, the index from `axis_index`.
+fn elementwise(ty: ScalarType) -> Module {
     let mesh = MeshBuilder::new("m")
         .grid("b", N / THREADS)
         .threads("t", THREADS)
         .build();
     let map = MapBuilder::new("axpb")
         .program("m", "axpb")
-        .input("x", gmem(F32, [N]))
-        .output("y", gmem(F32, [N]))
-        .scalar("alpha", F32)
+        .input("x", gmem(ty, [N]))
+        .output("y", gmem(ty, [N]))
+        .scalar("alpha", ty)
         .build();
     let kernel = KernelBuilder::new("axpb", map.params()).body(|b| {
         let i = b.let_("i", U32, gid());
-        b.store(at("y", [i.clone()]), load("x", [i]) * var("alpha") + 1.0f32);
+        b.store(
+            at("y", [i.clone()]),
+            load("x", [i]) * var("alpha") + Expr::from(one(ty)),
+        );
     });
     Module {
         meshes: vec![mesh],
@@ -79,21 +94,86 @@ fn tree_reduction() -> Module {
     }
 }
 
-fn bench(c: &mut Criterion) {
-    let xs: Vec<f32> = (0..N).map(|k| (k % 1000) as f32 * 0.25).collect();
+const ROW: u32 = 256;
+
+/// `s[r] = sum of f32(x[r * ROW + c])` over a row, one thread a row (the
+/// mixed-precision pattern for bf16: 16-bit loads, f32 accumulation).
+fn row_sum(ty: ScalarType) -> Module {
+    let rows = N / ROW;
+    let mesh = MeshBuilder::new("m")
+        .grid("b", rows / THREADS)
+        .threads("t", THREADS)
+        .build();
+    let map = MapBuilder::new("rows")
+        .program("m", "rows")
+        .input("x", gmem(ty, [N]))
+        .output("s", gmem(F32, [rows]))
+        .build();
+    let kernel = KernelBuilder::new("rows", map.params()).body(|b| {
+        let r = b.let_("r", U32, gid());
+        let acc = b.var("acc", F32, 0.0f32);
+        b.for_("c", U32, 0u32, ROW, |b, c| {
+            let x = load("x", [r.clone() * ROW + c]);
+            let x = if ty == F32 { x } else { x.cast(F32) };
+            b.assign("acc", acc.clone() + x);
+        });
+        b.store(at("s", [r]), acc);
+    });
+    Module {
+        meshes: vec![mesh],
+        kernels: vec![kernel],
+        maps: vec![map],
+        ..Default::default()
+    }
+}
+
+/// The inputs: `x` of `ty` (values exact in every type) and `alpha`.
+fn args(ty: ScalarType) -> CallArgs {
+    let xs: Vec<f32> = (0..N).map(|k| (k % 64) as f32 * 0.25).collect();
+    let x = match ty {
+        F16 => HostTensor::from_f16(
+            vec![N],
+            &xs.iter()
+                .map(|&v| half::f16::from_f32(v))
+                .collect::<Vec<_>>(),
+        ),
+        BF16 => HostTensor::from_bf16(
+            vec![N],
+            &xs.iter()
+                .map(|&v| half::bf16::from_f32(v))
+                .collect::<Vec<_>>(),
+        ),
+        _ => HostTensor::from_f32(vec![N], &xs),
+    };
+    let alpha = match ty {
+        F16 => Literal::F16(half::f16::from_f32(1.5).to_bits()),
+        BF16 => Literal::BF16(half::bf16::from_f32(1.5).to_bits()),
+        _ => Literal::f32(1.5),
+    };
     let mut args = CallArgs::default();
-    args.inputs
-        .insert("x".into(), HostTensor::from_f32(vec![N], &xs));
-    args.scalars.insert("alpha".into(), Literal::f32(1.5));
+    args.inputs.insert("x".into(), x);
+    args.scalars.insert("alpha".into(), alpha);
+    args
+}
+
+fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("interp");
     group.throughput(Throughput::Elements(N as u64));
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(4));
-    for (name, module, map) in [
-        ("elementwise", elementwise(), "axpb"),
-        ("tree_reduction", tree_reduction(), "sum"),
+    for (name, module, map, ty) in [
+        ("elementwise", elementwise(F32), "axpb", F32),
+        ("elementwise_f16", elementwise(F16), "axpb", F16),
+        ("elementwise_bf16", elementwise(BF16), "axpb", BF16),
+        ("tree_reduction", tree_reduction(), "sum", F32),
+        ("row_sum", row_sum(F32), "rows", F32),
+        ("row_sum_bf16", row_sum(BF16), "rows", BF16),
     ] {
+        let mut args = args(ty);
+        if map != "axpb" {
+            args.scalars.clear();
+        }
         for detect in [false, true] {
             let options = InterpOptions {
                 detect,

@@ -101,7 +101,7 @@ impl HostTensor {
     /// (little-endian, [`ScalarType::byte_size`] bytes an element).
     pub fn from_bytes(elem: ScalarType, shape: Vec<u32>, bytes: &[u8]) -> Result<Self, ShapeError> {
         let size = elem.byte_size() as usize;
-        if bytes.len() % size != 0 {
+        if !bytes.len().is_multiple_of(size) {
             return Err(ShapeError::PartialElement {
                 elem,
                 size: elem.byte_size(),

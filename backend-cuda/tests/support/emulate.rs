@@ -36,7 +36,7 @@ pub fn emulate_with_residents(
         .buffers
         .iter()
         .map(|buffer| {
-            let len = buffer.len.max(1) as usize;
+            let len = mpmd_cuda::arena::buffer_words(buffer);
             match &buffer.init {
                 BufferInit::Input(name) => inputs[name.as_str()].clone(),
                 BufferInit::Resident(name) => residents

@@ -34,8 +34,8 @@
 //!   at most twice: far below 65,535 iterations per invocation.
 
 use mpmd_core::ir::*;
-use ScalarType::{Bool, BF16, F16, F32, I32, U32};
 use mpmd_core::numerics;
+use ScalarType::{Bool, BF16, F16, F32, I32, U32};
 
 use mpmd_core::inputs::Rng;
 
@@ -573,7 +573,8 @@ impl Gen {
                         lo: Literal::f32(-4.0),
                         hi: Literal::f32(4.0),
                     },
-                    F16 | BF16 if self.rng.chance(25) => Generator::Special,
+                    // Not `special`: NaN payloads are unspecified, and a
+                    // bitcast would expose them (the corpus covers specials).
                     F16 | BF16 => Generator::Uniform {
                         lo: Literal::f32(-4.0),
                         hi: Literal::f32(4.0),
@@ -1924,7 +1925,8 @@ mod tests {
             })
         });
         let smem16 = count(&|_, t| t.contains("smem<f16[") || t.contains("smem<bf16["));
-        let arith16 = count(&|_, t| t.contains("f16 + ") || t.contains("bf16 * ") || t.contains("f16) - "));
+        let arith16 =
+            count(&|_, t| t.contains("f16 + ") || t.contains("bf16 * ") || t.contains("f16) - "));
         for (what, n, at_least) in [
             ("f16 inputs", f16_input, 20),
             ("bf16 outputs", bf16_output, 20),

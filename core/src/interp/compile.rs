@@ -64,6 +64,70 @@ pub(crate) struct Access {
     pub elem: ScalarType,
 }
 
+/// A 16-bit float format (DESIGN.md, "Types"): registers hold its bits in
+/// the low half of a word, the high half zero; memory holds 2 bytes an element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Half {
+    F16,
+    BF16,
+}
+
+impl Half {
+    pub fn of(ty: ScalarType) -> Option<Half> {
+        match ty {
+            ScalarType::F16 => Some(Half::F16),
+            ScalarType::BF16 => Some(Half::BF16),
+            _ => None,
+        }
+    }
+
+    pub fn ty(self) -> ScalarType {
+        match self {
+            Half::F16 => ScalarType::F16,
+            Half::BF16 => ScalarType::BF16,
+        }
+    }
+}
+
+/// An f32 arithmetic operation; on a 16-bit type it runs on the exact widened
+/// values and rounds once (`numerics`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatBin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Min,
+    Max,
+    Pow,
+}
+
+/// A float comparison (on the values: NaN compares unordered, `-0 == 0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatCmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+}
+
+/// A float function of one operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatUn {
+    Neg,
+    Abs,
+    Floor,
+    Ceil,
+    Sqrt,
+    Rsqrt,
+    Exp,
+    Log,
+    Sin,
+    Cos,
+    Tanh,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BinKind {
     IAdd,
@@ -73,11 +137,6 @@ pub(crate) enum BinKind {
     UDiv,
     SRem,
     URem,
-    FAdd,
-    FSub,
-    FMul,
-    FDiv,
-    FRem,
     And,
     Or,
     Xor,
@@ -90,41 +149,31 @@ pub(crate) enum BinKind {
     Ne,
     BEq,
     BNe,
-    FEq,
-    FNe,
     SLt,
     ULt,
-    FLt,
     SLe,
     ULe,
-    FLe,
     SMin,
     UMin,
-    FMin,
     SMax,
     UMax,
-    FMax,
-    FPow,
+    Float(FloatBin),
+    FloatCmp(FloatCmp),
+    Half(FloatBin, Half),
+    HalfCmp(FloatCmp, Half),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum UnKind {
     Copy,
+    /// Bitcast to a 16-bit float: the low half of the word.
+    Low16,
     INeg,
-    FNeg,
     LogicNot,
     BitNot,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Sin,
-    Cos,
-    Tanh,
-    FAbs,
     IAbs,
-    Floor,
-    Ceil,
+    Float(FloatUn),
+    Half(FloatUn, Half),
     F2I,
     F2U,
     I2F,
@@ -133,45 +182,44 @@ pub(crate) enum UnKind {
     I2B,
     B2F,
     B2I,
+    F2H(Half),
+    H2F(Half),
+    I2H(Half),
+    U2H(Half),
+    B2H(Half),
+    H2I(Half),
+    H2U(Half),
+    H2B(Half),
+    H2H {
+        from: Half,
+        to: Half,
+    },
 }
 
 impl BinKind {
-    /// Whether its operands are f32 (a flushing adapter flushes them).
+    /// Whether its operands are f32 (a flushing adapter flushes them; the
+    /// 16-bit operations flush their widened operands themselves).
     pub fn reads_f32(self) -> bool {
-        use BinKind::*;
-        matches!(
-            self,
-            FAdd | FSub | FMul | FDiv | FRem | FEq | FNe | FLt | FLe | FMin | FMax | FPow
-        )
+        matches!(self, BinKind::Float(_) | BinKind::FloatCmp(_))
     }
 
     /// Whether its result is an f32.
     pub fn gives_f32(self) -> bool {
-        use BinKind::*;
-        matches!(self, FAdd | FSub | FMul | FDiv | FRem | FMin | FMax | FPow)
+        matches!(self, BinKind::Float(_))
     }
 }
 
 impl UnKind {
-    /// Whether it takes an f32 to an f32 (negation, abs, rounding, math).
-    fn f32_to_f32(self) -> bool {
-        use UnKind::*;
-        matches!(
-            self,
-            FNeg | Exp | Log | Sqrt | Rsqrt | Sin | Cos | Tanh | FAbs | Floor | Ceil
-        )
-    }
-
     /// Whether its operand is an f32 (a flushing adapter flushes it).
     pub fn reads_f32(self) -> bool {
         use UnKind::*;
-        self.f32_to_f32() || matches!(self, F2I | F2U | F2B)
+        matches!(self, Float(_) | F2I | F2U | F2B | F2H(_))
     }
 
     /// Whether its result is an f32.
     pub fn gives_f32(self) -> bool {
         use UnKind::*;
-        self.f32_to_f32() || matches!(self, I2F | U2F | B2F)
+        matches!(self, Float(_) | I2F | U2F | B2F | H2F(_))
     }
 }
 
@@ -194,11 +242,13 @@ pub(crate) enum Instr {
         a: Reg,
         b: Reg,
     },
+    /// `a * b + c` rounded once: in f32, or in a 16-bit format (`half`).
     Fma {
         dst: Reg,
         a: Reg,
         b: Reg,
         c: Reg,
+        half: Option<Half>,
     },
     /// Masked copy (assignment to a variable).
     Mov {
@@ -275,10 +325,18 @@ impl Instr {
     }
 }
 
-/// A local array of the kernel.
-#[derive(Clone, Debug)]
-pub(crate) struct LocalInfo {
+/// A per-block array: a local array of the kernel (`len` elements per
+/// thread) or an `smem` slot (`len` elements per block).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ArrayInfo {
     pub len: u64,
+    pub elem: ScalarType,
+}
+
+/// Words that hold `len` elements of `elem` (2 bytes an element for the
+/// 16-bit floats): `host::words_for`, in `u64`.
+pub(crate) fn words_of(elem: ScalarType, len: u64) -> u64 {
+    usize::try_from(len).map_or(u64::MAX, |n| crate::host::words_for(elem, n) as u64)
 }
 
 /// How a kernel parameter is bound in this call.
@@ -307,9 +365,10 @@ pub(crate) struct ProgramCode {
     pub kernel: String,
     pub code: Vec<Instr>,
     pub regs: Vec<RegInit>,
-    pub locals: Vec<LocalInfo>,
-    /// Elements per `smem` slot.
-    pub smem: Vec<u64>,
+    /// Elements per thread of each local array.
+    pub locals: Vec<ArrayInfo>,
+    /// Elements of each `smem` slot.
+    pub smem: Vec<ArrayInfo>,
     pub threads: usize,
     pub block_count: u64,
     /// Whether it uses atomics or semaphores (then blocks are not independent).
@@ -337,11 +396,12 @@ struct Compiler<'a> {
     lane_reg: Option<Reg>,
     block_axis_regs: HashMap<String, Reg>,
     scope: Vec<(String, Sym)>,
-    locals: Vec<LocalInfo>,
+    locals: Vec<ArrayInfo>,
     synchronises: bool,
 }
 
-/// Largest memory, in 32-bit words, one buffer or per-block array may have.
+/// Largest memory, in 32-bit words, one buffer or per-block array may have
+/// (two 16-bit elements a word).
 pub(crate) const MAX_WORDS: u64 = 1 << 31;
 
 /// Elements of a shape, or `None` when the count overflows.
@@ -362,7 +422,7 @@ pub(crate) fn compile(
     mesh: &Mesh,
     meshes: &[Mesh],
     bindings: &[ParamBinding],
-    smem: Vec<u64>,
+    smem: Vec<ArrayInfo>,
 ) -> Result<ProgramCode, RunError> {
     if kernel.params.len() != bindings.len() {
         return Err(invalid(
@@ -529,14 +589,14 @@ impl Compiler<'_> {
                 let len = checked_len(&ty.shape)
                     .filter(|&n| {
                         n.checked_mul(u64::from(self.mesh.threads.size))
-                            .is_some_and(|words| words <= MAX_WORDS)
+                            .is_some_and(|elements| words_of(*elem, elements) <= MAX_WORDS)
                     })
                     .ok_or_else(|| RunError::Refused {
                         reason: format!(
                             "local array `{name}` is larger than {MAX_WORDS} words per block"
                         ),
                     })?;
-                self.locals.push(LocalInfo { len });
+                self.locals.push(ArrayInfo { len, elem: *elem });
                 self.code.push(Instr::LocalDecl { id });
                 self.scope.push((
                     name.clone(),
@@ -568,6 +628,14 @@ impl Compiler<'_> {
                     regs[i] = self.expr(a)?.0;
                 }
                 let acc = self.access(target)?;
+                if acc.elem.is_16bit() {
+                    return Err(self.err(format!(
+                        "atomic `{}` on `{}`, a ref of `{}` (atomics are 32-bit)",
+                        op.name(),
+                        acc.name,
+                        acc.elem
+                    )));
+                }
                 let signed = acc.elem == ScalarType::I32;
                 self.synchronises = true;
                 let dst = dest.as_ref().map(|_| self.temp());
@@ -869,7 +937,8 @@ impl Compiler<'_> {
             Expr::Unary(op, a) => {
                 let (a, t) = self.expr(a)?;
                 let k = match (op, t) {
-                    (UnaryOp::Neg, F32) => UnKind::FNeg,
+                    (UnaryOp::Neg, F32) => UnKind::Float(FloatUn::Neg),
+                    (UnaryOp::Neg, F16 | BF16) => float_un(FloatUn::Neg, t),
                     (UnaryOp::Neg, _) => UnKind::INeg,
                     (UnaryOp::Not, _) => UnKind::LogicNot,
                     (UnaryOp::BitNot, _) => UnKind::BitNot,
@@ -909,8 +978,15 @@ impl Compiler<'_> {
                 (self.un(k, a), *to)
             }
             Expr::Bitcast(to, a) => {
-                let (a, _) = self.expr(a)?;
-                (self.un(UnKind::Copy, a), *to)
+                let (a, from) = self.expr(a)?;
+                // To 16 bits from a 32-bit integer the low half is kept; a
+                // 16-bit value's high half is already zero.
+                let k = if to.is_16bit() && !from.is_16bit() {
+                    UnKind::Low16
+                } else {
+                    UnKind::Copy
+                };
+                (self.un(k, a), *to)
             }
             Expr::Math(f, args) => {
                 if args.len() != f.arity() {
@@ -925,22 +1001,22 @@ impl Compiler<'_> {
                     }
                     regs.push(r);
                 }
-                let float = ty == F32;
+                let float = ty.is_float();
                 let signed = ty == I32;
-                let un = |k: UnKind| Some(k);
+                let fl = |op: FloatUn| Some(float_un(op, ty));
                 let unary = match f {
-                    MathFn::Exp => un(UnKind::Exp),
-                    MathFn::Log => un(UnKind::Log),
-                    MathFn::Sqrt => un(UnKind::Sqrt),
-                    MathFn::Rsqrt => un(UnKind::Rsqrt),
-                    MathFn::Sin => un(UnKind::Sin),
-                    MathFn::Cos => un(UnKind::Cos),
-                    MathFn::Tanh => un(UnKind::Tanh),
-                    MathFn::Floor => un(UnKind::Floor),
-                    MathFn::Ceil => un(UnKind::Ceil),
-                    MathFn::Abs if float => un(UnKind::FAbs),
-                    MathFn::Abs if signed => un(UnKind::IAbs),
-                    MathFn::Abs => un(UnKind::Copy),
+                    MathFn::Exp => fl(FloatUn::Exp),
+                    MathFn::Log => fl(FloatUn::Log),
+                    MathFn::Sqrt => fl(FloatUn::Sqrt),
+                    MathFn::Rsqrt => fl(FloatUn::Rsqrt),
+                    MathFn::Sin => fl(FloatUn::Sin),
+                    MathFn::Cos => fl(FloatUn::Cos),
+                    MathFn::Tanh => fl(FloatUn::Tanh),
+                    MathFn::Floor => fl(FloatUn::Floor),
+                    MathFn::Ceil => fl(FloatUn::Ceil),
+                    MathFn::Abs if float => fl(FloatUn::Abs),
+                    MathFn::Abs if signed => Some(UnKind::IAbs),
+                    MathFn::Abs => Some(UnKind::Copy),
                     _ => None,
                 };
                 if let Some(k) = unary {
@@ -955,25 +1031,26 @@ impl Compiler<'_> {
                 };
                 let instr = match f {
                     MathFn::Min => bin(if float {
-                        BinKind::FMin
+                        float_bin(FloatBin::Min, ty)
                     } else if signed {
                         BinKind::SMin
                     } else {
                         BinKind::UMin
                     }),
                     MathFn::Max => bin(if float {
-                        BinKind::FMax
+                        float_bin(FloatBin::Max, ty)
                     } else if signed {
                         BinKind::SMax
                     } else {
                         BinKind::UMax
                     }),
-                    MathFn::Pow => bin(BinKind::FPow),
+                    MathFn::Pow => bin(float_bin(FloatBin::Pow, ty)),
                     _ => Instr::Fma {
                         dst,
                         a: regs[0],
                         b: regs[1],
                         c: regs[2],
+                        half: Half::of(ty),
                     },
                 };
                 self.code.push(instr);
@@ -989,16 +1066,39 @@ impl Compiler<'_> {
     }
 }
 
+/// The float operation `op` on type `t` (f32 or a 16-bit format).
+fn float_bin(op: FloatBin, t: ScalarType) -> BinKind {
+    match Half::of(t) {
+        Some(h) => BinKind::Half(op, h),
+        None => BinKind::Float(op),
+    }
+}
+
+fn float_cmp(op: FloatCmp, t: ScalarType) -> BinKind {
+    match Half::of(t) {
+        Some(h) => BinKind::HalfCmp(op, h),
+        None => BinKind::FloatCmp(op),
+    }
+}
+
+fn float_un(op: FloatUn, t: ScalarType) -> UnKind {
+    match Half::of(t) {
+        Some(h) => UnKind::Half(op, h),
+        None => UnKind::Float(op),
+    }
+}
+
 /// The typed operation for `op` on operands of type `t`, and whether the
 /// operands are swapped (`a > b` is `b < a`).
 fn bin_kind(op: BinaryOp, t: ScalarType) -> (BinKind, bool) {
     use BinKind as K;
     use ScalarType::*;
-    let f = t == F32;
+    let f = t.is_float();
     let s = t == I32;
-    let pick = |fk, sk, uk| {
+    let arith = |fk: FloatBin, ik: BinKind| if f { float_bin(fk, t) } else { ik };
+    let ordered = |fk: FloatCmp, sk: BinKind, uk: BinKind| {
         if f {
-            fk
+            float_cmp(fk, t)
         } else if s {
             sk
         } else {
@@ -1006,11 +1106,17 @@ fn bin_kind(op: BinaryOp, t: ScalarType) -> (BinKind, bool) {
         }
     };
     match op {
-        BinaryOp::Add => (if f { K::FAdd } else { K::IAdd }, false),
-        BinaryOp::Sub => (if f { K::FSub } else { K::ISub }, false),
-        BinaryOp::Mul => (if f { K::FMul } else { K::IMul }, false),
-        BinaryOp::Div => (pick(K::FDiv, K::SDiv, K::UDiv), false),
-        BinaryOp::Rem => (pick(K::FRem, K::SRem, K::URem), false),
+        BinaryOp::Add => (arith(FloatBin::Add, K::IAdd), false),
+        BinaryOp::Sub => (arith(FloatBin::Sub, K::ISub), false),
+        BinaryOp::Mul => (arith(FloatBin::Mul, K::IMul), false),
+        BinaryOp::Div => (
+            arith(FloatBin::Div, if s { K::SDiv } else { K::UDiv }),
+            false,
+        ),
+        BinaryOp::Rem => (
+            arith(FloatBin::Rem, if s { K::SRem } else { K::URem }),
+            false,
+        ),
         BinaryOp::BitAnd => (K::And, false),
         BinaryOp::BitOr => (K::Or, false),
         BinaryOp::BitXor => (K::Xor, false),
@@ -1018,44 +1124,38 @@ fn bin_kind(op: BinaryOp, t: ScalarType) -> (BinKind, bool) {
         BinaryOp::Shr => (if s { K::SShr } else { K::UShr }, false),
         BinaryOp::LogicAnd => (K::LogicAnd, false),
         BinaryOp::LogicOr => (K::LogicOr, false),
-        BinaryOp::Eq => (
-            if f {
-                K::FEq
-            } else if t == Bool {
-                K::BEq
-            } else {
-                K::Eq
-            },
-            false,
-        ),
-        BinaryOp::Ne => (
-            if f {
-                K::FNe
-            } else if t == Bool {
-                K::BNe
-            } else {
-                K::Ne
-            },
-            false,
-        ),
-        BinaryOp::Lt => (pick(K::FLt, K::SLt, K::ULt), false),
-        BinaryOp::Le => (pick(K::FLe, K::SLe, K::ULe), false),
-        BinaryOp::Gt => (pick(K::FLt, K::SLt, K::ULt), true),
-        BinaryOp::Ge => (pick(K::FLe, K::SLe, K::ULe), true),
+        BinaryOp::Eq if t == Bool => (K::BEq, false),
+        BinaryOp::Ne if t == Bool => (K::BNe, false),
+        BinaryOp::Eq => (ordered(FloatCmp::Eq, K::Eq, K::Eq), false),
+        BinaryOp::Ne => (ordered(FloatCmp::Ne, K::Ne, K::Ne), false),
+        BinaryOp::Lt => (ordered(FloatCmp::Lt, K::SLt, K::ULt), false),
+        BinaryOp::Le => (ordered(FloatCmp::Le, K::SLe, K::ULe), false),
+        BinaryOp::Gt => (ordered(FloatCmp::Lt, K::SLt, K::ULt), true),
+        BinaryOp::Ge => (ordered(FloatCmp::Le, K::SLe, K::ULe), true),
     }
 }
 
 fn cast_kind(from: ScalarType, to: ScalarType) -> UnKind {
     use ScalarType::*;
-    match (from, to) {
-        (F32, I32) => UnKind::F2I,
-        (F32, U32) => UnKind::F2U,
-        (I32, F32) => UnKind::I2F,
-        (U32, F32) => UnKind::U2F,
-        (F32, Bool) => UnKind::F2B,
-        (I32 | U32 | Bool, Bool) => UnKind::I2B,
-        (Bool, F32) => UnKind::B2F,
-        (Bool, I32 | U32) => UnKind::B2I,
+    match (from, to, Half::of(from), Half::of(to)) {
+        (a, b, _, _) if a == b => UnKind::Copy,
+        (_, _, Some(from), Some(to)) => UnKind::H2H { from, to },
+        (F32, _, _, Some(h)) => UnKind::F2H(h),
+        (I32, _, _, Some(h)) => UnKind::I2H(h),
+        (U32, _, _, Some(h)) => UnKind::U2H(h),
+        (Bool, _, _, Some(h)) => UnKind::B2H(h),
+        (_, F32, Some(h), _) => UnKind::H2F(h),
+        (_, I32, Some(h), _) => UnKind::H2I(h),
+        (_, U32, Some(h), _) => UnKind::H2U(h),
+        (_, Bool, Some(h), _) => UnKind::H2B(h),
+        (F32, I32, ..) => UnKind::F2I,
+        (F32, U32, ..) => UnKind::F2U,
+        (I32, F32, ..) => UnKind::I2F,
+        (U32, F32, ..) => UnKind::U2F,
+        (F32, Bool, ..) => UnKind::F2B,
+        (I32 | U32 | Bool, Bool, ..) => UnKind::I2B,
+        (Bool, F32, ..) => UnKind::B2F,
+        (Bool, I32 | U32, ..) => UnKind::B2I,
         _ => UnKind::Copy,
     }
 }

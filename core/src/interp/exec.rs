@@ -6,17 +6,22 @@
 use std::mem::take;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use super::compile::{Access, BinKind, Instr, OwnInstance, ProgramCode, RegInit, Target, UnKind};
+use super::compile::{
+    words_of, Access, BinKind, FloatBin, FloatCmp, FloatUn, Half, Instr, OwnInstance, ProgramCode,
+    RegInit, Target, UnKind,
+};
 use super::detect::{self, Accessor, Clock, Detector, History, Rec, SemCredits};
 use super::limits::Limits;
 use super::LateWait;
 use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
 use crate::ir::{AtomicOp, SemOp};
+use crate::numerics;
+use half::slice::HalfFloatSliceExt;
 
 /// A device buffer of one call. Words are atomics so that independent blocks
 /// can run on several host threads; relaxed loads and stores cost the same as
-/// plain ones.
+/// plain ones. A 16-bit element is half a word (`load_packed`, `store_packed`).
 pub(crate) struct GlobalBuf {
     pub words: Vec<AtomicU32>,
 }
@@ -122,22 +127,30 @@ pub(crate) struct BlockState {
 }
 
 impl BlockState {
-    /// Host memory one block's state takes: registers, locals and smem (and
-    /// their detection state), all per thread or per word of the block.
+    /// Host memory one block's state takes: registers, locals and smem
+    /// (packed words, and with detection a written flag per element, and
+    /// for smem an access history per element).
     pub fn bytes(code: &ProgramCode, detect: bool) -> u64 {
         let t = code.threads as u64;
-        let local_words: u64 = code
-            .locals
-            .iter()
-            .map(|l| l.len)
-            .sum::<u64>()
-            .saturating_mul(t);
-        let smem_words: u64 = code.smem.iter().sum();
-        let (local_bytes, smem_bytes) = if detect { (5, 4 + 1 + 16) } else { (4, 4) };
-        (code.regs.len() as u64)
-            .saturating_mul(t * 4)
-            .saturating_add(local_words.saturating_mul(local_bytes))
-            .saturating_add(smem_words.saturating_mul(smem_bytes))
+        let mut bytes = (code.regs.len() as u64).saturating_mul(t * 4);
+        for l in &code.locals {
+            let elements = l.len.saturating_mul(t);
+            let flags = if detect { elements } else { 0 };
+            bytes = bytes
+                .saturating_add(words_of(l.elem, elements).saturating_mul(4))
+                .saturating_add(flags);
+        }
+        for s in &code.smem {
+            let detection = if detect {
+                s.len.saturating_mul(super::DETECTION_BYTES_PER_ELEMENT)
+            } else {
+                0
+            };
+            bytes = bytes
+                .saturating_add(words_of(s.elem, s.len).saturating_mul(4))
+                .saturating_add(detection);
+        }
+        bytes
     }
 
     pub fn new(code: &ProgramCode, detect: bool) -> Self {
@@ -153,11 +166,15 @@ impl BlockState {
             .collect();
         let det = if detect {
             BlockDetect {
-                smem_init: code.smem.iter().map(|&n| vec![false; n as usize]).collect(),
+                smem_init: code
+                    .smem
+                    .iter()
+                    .map(|s| vec![false; s.len as usize])
+                    .collect(),
                 smem_shadow: code
                     .smem
                     .iter()
-                    .map(|&n| vec![History::Empty; n as usize])
+                    .map(|s| vec![History::Empty; s.len as usize])
                     .collect(),
                 local_init: code
                     .locals
@@ -178,11 +195,15 @@ impl BlockState {
             span: Some((0, t)),
             stack: vec![],
             spare_masks: vec![],
-            smem: code.smem.iter().map(|&n| vec![0; n as usize]).collect(),
+            smem: code
+                .smem
+                .iter()
+                .map(|s| vec![0; words_of(s.elem, s.len) as usize])
+                .collect(),
             locals: code
                 .locals
                 .iter()
-                .map(|l| vec![0; l.len as usize * t])
+                .map(|l| vec![0; words_of(l.elem, l.len * t as u64) as usize])
                 .collect(),
             det,
             epoch: 0,
@@ -368,11 +389,16 @@ impl BlockState {
             match instr {
                 Instr::Bin { op, dst, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    if code.flush_subnormals && op.reads_f32() {
+                    let ftz = code.flush_subnormals;
+                    // A literal or scalar operand (`x * alpha`): 16-bit
+                    // operations widen it once, not on every lane.
+                    let uniform = matches!(code.regs[*b], RegInit::Const(_));
+                    let f = Flags { ftz, uniform };
+                    if ftz && op.reads_f32() {
                         let (a, b) = (flushed(&self.regs[*a]), flushed(&self.regs[*b]));
-                        binary(*op, &mut d, &a, &b, lanes);
+                        binary(*op, &mut d, &a, &b, lanes, f);
                     } else {
-                        binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes);
+                        binary(*op, &mut d, &self.regs[*a], &self.regs[*b], lanes, f);
                     }
                     if code.flush_subnormals && op.gives_f32() {
                         each(lanes, |l| d[l] = flush(d[l]));
@@ -381,10 +407,11 @@ impl BlockState {
                 }
                 Instr::Un { op, dst, a } => {
                     let mut d = take(&mut self.regs[*dst]);
-                    if code.flush_subnormals && op.reads_f32() {
-                        unary(*op, &mut d, &flushed(&self.regs[*a]), lanes);
+                    let ftz = code.flush_subnormals;
+                    if ftz && op.reads_f32() {
+                        unary(*op, &mut d, &flushed(&self.regs[*a]), lanes, ftz);
                     } else {
-                        unary(*op, &mut d, &self.regs[*a], lanes);
+                        unary(*op, &mut d, &self.regs[*a], lanes, ftz);
                     }
                     if code.flush_subnormals && op.gives_f32() {
                         each(lanes, |l| d[l] = flush(d[l]));
@@ -397,17 +424,31 @@ impl BlockState {
                     each(lanes, |l| d[l] = if c[l] != 0 { a[l] } else { b[l] });
                     self.regs[*dst] = d;
                 }
-                Instr::Fma { dst, a, b, c } => {
+                Instr::Fma { dst, a, b, c, half } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let (a, b, c) = (&self.regs[*a], &self.regs[*b], &self.regs[*c]);
                     let ftz = |bits: u32| match code.flush_subnormals {
                         true => flush(bits),
                         false => bits,
                     };
-                    let f = |bits: u32| f32::from_bits(ftz(bits));
-                    each(lanes, |l| {
-                        d[l] = ftz(f(a[l]).mul_add(f(b[l]), f(c[l])).to_bits());
-                    });
+                    match half {
+                        None => {
+                            let f = |bits: u32| f32::from_bits(ftz(bits));
+                            each(lanes, |l| {
+                                d[l] = ftz(f(a[l]).mul_add(f(b[l]), f(c[l])).to_bits());
+                            });
+                        }
+                        Some(h) => {
+                            // Flushing applies to the widened operands and
+                            // the widened result, as for f32's `fma`.
+                            let h = *h;
+                            let f = |bits: u32| match code.flush_subnormals {
+                                true => flush16(h, bits),
+                                false => bits,
+                            };
+                            each(lanes, |l| d[l] = f(h.fma(f(a[l]), f(b[l]), f(c[l]))));
+                        }
+                    }
                     self.regs[*dst] = d;
                 }
                 Instr::Mov { dst, src } => {
@@ -838,7 +879,7 @@ impl BlockState {
                     }
                     let addr = self.address(code, acc, l).map_err(|e| *e)?;
                     self.detect_access(code, env, acc, addr, l, true, false, false)?;
-                    d[l] = self.read_word(env, acc.target, addr, l, t);
+                    d[l] = self.read_elem(env, acc, addr, l, t);
                 }
                 Ok(())
             })()
@@ -847,23 +888,24 @@ impl BlockState {
         result
     }
 
-    /// The words of the instance of buffer `b` that a one-dimensional access
-    /// of this block reaches.
+    /// The buffer of a one-dimensional access of this block and the element
+    /// its instance starts at (mid-word for a 16-bit instance of odd length).
     fn own_instance<'e>(
         &self,
         code: &ProgramCode,
         env: &'e Env,
         acc: &Access,
         b: usize,
-    ) -> Result<&'e [AtomicU32], RunError> {
+    ) -> Result<(&'e [AtomicU32], usize), RunError> {
         let base = match acc.own {
             OwnInstance::Block => self.block * acc.inst_len,
             OwnInstance::Zero => 0,
-        } as usize;
-        env.bufs[b]
-            .words
-            .get(base..base + acc.inst_len as usize)
-            .ok_or_else(|| corrupt(code))
+        };
+        let words = &env.bufs[b].words;
+        if words_of(acc.elem, base + acc.inst_len) > words.len() as u64 {
+            return Err(corrupt(code));
+        }
+        Ok((words, base as usize))
     }
 
     /// A one-dimensional load of the block's own instance without detection.
@@ -879,34 +921,100 @@ impl BlockState {
         let idx = &self.regs[r];
         let lanes = lanes_of(self.span, &self.mask);
         let run = consecutive_run(&lanes, idx, extent);
+        let packed = acc.elem.is_16bit();
         let result = match acc.target {
             Target::Global(b) => {
-                let words = self.own_instance(code, env, acc, b)?;
-                if let Some(Run { lanes, words: at }) = run {
-                    d[lanes]
-                        .iter_mut()
-                        .zip(&words[at])
-                        .for_each(|(d, w)| *d = w.load(Relaxed));
-                    return Ok(());
+                let (words, base) = self.own_instance(code, env, acc, b)?;
+                if packed {
+                    if let Some(Run { lanes, words: at }) = run {
+                        load_run_packed(words, base + at.start, &mut d[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        d[l] = load_packed(words, base + i)
+                    })
+                } else {
+                    let words = &words[base..base + acc.inst_len as usize];
+                    if let Some(Run { lanes, words: at }) = run {
+                        d[lanes]
+                            .iter_mut()
+                            .zip(&words[at])
+                            .for_each(|(d, w)| *d = w.load(Relaxed));
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i].load(Relaxed))
                 }
-                try_each_index(lanes, idx, extent, |l, i| d[l] = words[i].load(Relaxed))
             }
             Target::Smem(s) => {
                 let words = &self.smem[s];
-                if let Some(Run { lanes, words: at }) = run {
-                    d[lanes].copy_from_slice(&words[at]);
-                    return Ok(());
+                if packed {
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = get_packed(words, i))
+                } else {
+                    if let Some(Run { lanes, words: at }) = run {
+                        d[lanes].copy_from_slice(&words[at]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i])
                 }
-                try_each_index(lanes, idx, extent, |l, i| d[l] = words[i])
             }
             Target::Local(id) => {
                 let words = &self.locals[id];
-                try_each_index(lanes, idx, extent, |l, i| d[l] = words[i * t + l])
+                if packed {
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        d[l] = get_packed(words, i * t + l)
+                    })
+                } else {
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i * t + l])
+                }
             }
         };
         result.map_err(|l| self.oob(code, acc, l))
     }
 
+    /// Element `addr` of an access's memory, as a lane's register holds it
+    /// (a 16-bit element in the low half).
+    fn read_elem(&self, env: &Env, acc: &Access, addr: u64, lane: usize, t: usize) -> u32 {
+        let packed = acc.elem.is_16bit();
+        let (words, i): (&[u32], usize) = match acc.target {
+            Target::Global(b) => {
+                let words = &env.bufs[b].words;
+                return match packed {
+                    true => load_packed(words, addr as usize),
+                    false => words[addr as usize].load(Relaxed),
+                };
+            }
+            Target::Smem(s) => (&self.smem[s], addr as usize),
+            Target::Local(id) => (&self.locals[id], addr as usize * t + lane),
+        };
+        match packed {
+            true => get_packed(words, i),
+            false => words[i],
+        }
+    }
+
+    /// Writes element `addr` of an access's memory; a 16-bit element
+    /// replaces its half of the word and keeps the other.
+    fn write_elem(&mut self, env: &Env, acc: &Access, addr: u64, lane: usize, t: usize, v: u32) {
+        let packed = acc.elem.is_16bit();
+        let (words, i): (&mut [u32], usize) = match acc.target {
+            Target::Global(b) => {
+                let words = &env.bufs[b].words;
+                match packed {
+                    true => store_packed(words, addr as usize, v),
+                    false => words[addr as usize].store(v, Relaxed),
+                }
+                return;
+            }
+            Target::Smem(s) => (&mut self.smem[s], addr as usize),
+            Target::Local(id) => (&mut self.locals[id], addr as usize * t + lane),
+        };
+        match packed {
+            true => set_packed(words, i, v),
+            false => words[i] = v,
+        }
+    }
+
+    /// A 32-bit word of an atomic's memory (atomics are 32-bit only).
     fn read_word(&self, env: &Env, target: Target, addr: u64, lane: usize, t: usize) -> u32 {
         match target {
             Target::Global(b) => env.bufs[b].words[addr as usize].load(Relaxed),
@@ -945,7 +1053,7 @@ impl BlockState {
                 let addr = self.address(code, acc, l).map_err(|e| *e)?;
                 self.detect_access(code, env, acc, addr, l, false, true, false)?;
                 let v = self.regs[src][l];
-                self.write_word(env, acc.target, addr, l, t, v);
+                self.write_elem(env, acc, addr, l, t, v);
             }
             Ok(())
         })();
@@ -967,29 +1075,51 @@ impl BlockState {
         let lanes = lanes_of(self.span, &self.mask);
         let (idx, s) = (&self.regs[r], &self.regs[src]);
         let run = consecutive_run(&lanes, idx, extent);
+        let packed = acc.elem.is_16bit();
         let result = match acc.target {
             Target::Global(b) => {
-                let words = self.own_instance(code, env, acc, b)?;
-                if let Some(Run { lanes, words: at }) = run {
-                    words[at]
-                        .iter()
-                        .zip(&s[lanes])
-                        .for_each(|(w, &v)| w.store(v, Relaxed));
-                    return Ok(());
+                let (words, base) = self.own_instance(code, env, acc, b)?;
+                if packed {
+                    if let Some(Run { lanes, words: at }) = run {
+                        store_run_packed(words, base + at.start, &s[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        store_packed(words, base + i, s[l])
+                    })
+                } else {
+                    let words = &words[base..base + acc.inst_len as usize];
+                    if let Some(Run { lanes, words: at }) = run {
+                        words[at]
+                            .iter()
+                            .zip(&s[lanes])
+                            .for_each(|(w, &v)| w.store(v, Relaxed));
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| words[i].store(s[l], Relaxed))
                 }
-                try_each_index(lanes, idx, extent, |l, i| words[i].store(s[l], Relaxed))
             }
             Target::Smem(k) => {
                 let words = &mut self.smem[k];
-                if let Some(Run { lanes, words: at }) = run {
-                    words[at].copy_from_slice(&s[lanes]);
-                    return Ok(());
+                if packed {
+                    try_each_index(lanes, idx, extent, |l, i| set_packed(words, i, s[l]))
+                } else {
+                    if let Some(Run { lanes, words: at }) = run {
+                        words[at].copy_from_slice(&s[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| words[i] = s[l])
                 }
-                try_each_index(lanes, idx, extent, |l, i| words[i] = s[l])
             }
             Target::Local(id) => {
                 let words = &mut self.locals[id];
-                try_each_index(lanes, idx, extent, |l, i| words[i * t + l] = s[l])
+                if packed {
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        set_packed(words, i * t + l, s[l])
+                    })
+                } else {
+                    try_each_index(lanes, idx, extent, |l, i| words[i * t + l] = s[l])
+                }
             }
         };
         // Lanes before an out-of-bounds one have stored, as on a GPU.
@@ -1302,9 +1432,421 @@ fn f1(f: impl Fn(f32) -> f32) -> impl Fn(u32) -> u32 {
     move |a| f(f32::from_bits(a)).to_bits()
 }
 
+/// Element `i` of packed 16-bit storage (DESIGN.md: 2 bytes an element,
+/// little-endian): the word `i / 2` and the shift of its half (low for even `i`).
+#[inline(always)]
+fn half_of(i: usize) -> (usize, u32) {
+    (i >> 1, ((i & 1) as u32) << 4)
+}
+
+#[inline(always)]
+fn load_packed(words: &[AtomicU32], i: usize) -> u32 {
+    let (w, shift) = half_of(i);
+    (words[w].load(Relaxed) >> shift) & 0xffff
+}
+
+/// Replaces element `i`'s half with an atomic read-modify-write, so that a
+/// neighbouring element written at the same time from another host core
+/// (the parallel runner) keeps its write.
+#[inline(always)]
+fn store_packed(words: &[AtomicU32], i: usize, v: u32) {
+    let (w, shift) = half_of(i);
+    let keep = !(0xffff << shift);
+    let half = (v & 0xffff) << shift;
+    // The closure always gives a value: the update cannot fail.
+    let _ = words[w].fetch_update(Relaxed, Relaxed, |old| Some((old & keep) | half));
+}
+
+/// Consecutive elements from `start` into `d`: one word load for two lanes.
+#[inline(always)]
+fn load_run_packed(words: &[AtomicU32], start: usize, d: &mut [u32]) {
+    let (head, d) = d.split_at_mut((start % 2).min(d.len()));
+    if let Some(first) = head.first_mut() {
+        *first = load_packed(words, start);
+    }
+    let start = start + head.len();
+    for (pair, w) in d.chunks_mut(2).zip(&words[start / 2..]) {
+        let v = w.load(Relaxed);
+        pair[0] = v & 0xffff;
+        if let Some(high) = pair.get_mut(1) {
+            *high = v >> 16;
+        }
+    }
+}
+
+/// Consecutive elements from `start`: words the run covers whole are plain
+/// stores (any other writer of them would race with this one); a half word
+/// at either end is a read-modify-write.
+#[inline(always)]
+fn store_run_packed(words: &[AtomicU32], start: usize, mut values: &[u32]) {
+    let mut start = start;
+    if start % 2 == 1 {
+        if let Some((&first, rest)) = values.split_first() {
+            store_packed(words, start, first);
+            values = rest;
+            start += 1;
+        }
+    }
+    let pairs = values.chunks_exact(2);
+    if let [last] = pairs.remainder() {
+        store_packed(words, start + values.len() - 1, *last);
+    }
+    for (w, pair) in words[start / 2..].iter().zip(pairs) {
+        w.store((pair[0] & 0xffff) | (pair[1] << 16), Relaxed);
+    }
+}
+
+/// Like [`load_packed`], for memory of one block (smem, locals).
+#[inline(always)]
+fn get_packed(words: &[u32], i: usize) -> u32 {
+    let (w, shift) = half_of(i);
+    (words[w] >> shift) & 0xffff
+}
+
+#[inline(always)]
+fn set_packed(words: &mut [u32], i: usize, v: u32) {
+    let (w, shift) = half_of(i);
+    words[w] = (words[w] & !(0xffff << shift)) | ((v & 0xffff) << shift);
+}
+
+/// The 16-bit rules of `numerics`, on register bits (the low half).
+impl Half {
+    #[inline(always)]
+    fn widen(self, bits: u32) -> f32 {
+        match self {
+            Half::F16 => numerics::f16_to_f32(bits as u16),
+            Half::BF16 => numerics::bf16_to_f32(bits as u16),
+        }
+    }
+
+    #[inline(always)]
+    fn round(self, v: f32) -> u32 {
+        u32::from(match self {
+            Half::F16 => numerics::f16_from_f32(v),
+            Half::BF16 => numerics::bf16_from_f32(v),
+        })
+    }
+
+    /// Every `i32`/`u32` value is exact in an `i64`; the conversion rounds once.
+    fn round_integer(self, v: i64) -> u32 {
+        numerics::from_integer(self.ty(), v).map_or(0, u32::from)
+    }
+
+    fn fma(self, a: u32, b: u32, c: u32) -> u32 {
+        numerics::fma16(self.ty(), a as u16, b as u16, c as u16).map_or(0, u32::from)
+    }
+}
+
+/// A 16-bit value whose widened value is an f32 subnormal becomes a zero of
+/// the same sign (only bf16 has such values).
+#[inline(always)]
+fn flush16(h: Half, bits: u32) -> u32 {
+    h.round(f32::from_bits(flush(h.widen(bits).to_bits())))
+}
+
+/// Lanes a 16-bit operation converts at a time (on the stack).
+const CHUNK: usize = 64;
+
+/// Widens 16-bit register lanes to f32 (exact), flushed under `FTZ` (rule
+/// 9: flushing applies to the f32 intermediates). f16 goes through `half`'s
+/// slice conversion, the conversion of `numerics::f16_to_f32` eight lanes at
+/// a time (F16C where the CPU has it; `tests::chunks_convert_as_numerics`).
+#[inline(always)]
+fn widen_chunk<const BF: bool, const FTZ: bool>(src: &[u32], dst: &mut [f32]) {
+    if BF {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = numerics::bf16_to_f32(s as u16);
+        }
+    } else {
+        let mut halves = [half::f16::ZERO; CHUNK];
+        let halves = &mut halves[..src.len()];
+        for (h, &s) in halves.iter_mut().zip(src) {
+            *h = half::f16::from_bits(s as u16);
+        }
+        halves.convert_to_f32_slice(dst);
+    }
+    if FTZ {
+        dst.iter_mut()
+            .for_each(|v| *v = f32::from_bits(flush(v.to_bits())));
+    }
+}
+
+/// Rounds f32 results (flushed under `FTZ`) once to the 16-bit format, into
+/// register lanes (high half zero); f16 as `numerics::f16_from_f32` does,
+/// eight lanes at a time.
+#[inline(always)]
+fn round_chunk<const BF: bool, const FTZ: bool>(src: &mut [f32], dst: &mut [u32]) {
+    if FTZ {
+        src.iter_mut()
+            .for_each(|v| *v = f32::from_bits(flush(v.to_bits())));
+    }
+    if BF {
+        for (d, &s) in dst.iter_mut().zip(src.iter()) {
+            *d = u32::from(numerics::bf16_from_f32(s));
+        }
+    } else {
+        let mut halves = [half::f16::ZERO; CHUNK];
+        let halves = &mut halves[..src.len()];
+        halves.convert_from_f32_slice(src);
+        for (d, h) in dst.iter_mut().zip(halves.iter()) {
+            *d = u32::from(h.to_bits());
+        }
+    }
+}
+
+/// Runs `fill(lanes, out)` over chunks of at most [`CHUNK`] lanes, `out`
+/// being the destination lanes. Pure operations cannot fail: under a mask
+/// every lane is computed and the active ones kept.
+#[inline(always)]
+fn by_chunks(d: &mut [u32], m: Lanes, mut fill: impl FnMut(std::ops::Range<usize>, &mut [u32])) {
+    match m {
+        Lanes::Range(lo, hi) => {
+            for start in (lo..hi).step_by(CHUNK) {
+                let end = (start + CHUNK).min(hi);
+                fill(start..end, &mut d[start..end]);
+            }
+        }
+        Lanes::Mask(mask) => {
+            let mut out = [0u32; CHUNK];
+            for start in (0..d.len()).step_by(CHUNK) {
+                let end = (start + CHUNK).min(d.len());
+                fill(start..end, &mut out[..end - start]);
+                for ((d, &v), &on) in d[start..end].iter_mut().zip(&out).zip(&mask[start..end]) {
+                    if on {
+                        *d = v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Binds `$f` to the f32 function of a [`FloatBin`] and evaluates `$body`
+/// once per operation, so each lane loop is monomorphised (and f32's
+/// vectorises). The one definition of each function for f32 and 16 bits.
+macro_rules! with_float_bin {
+    ($op:expr, |$f:ident| $body:expr) => {
+        match $op {
+            super::compile::FloatBin::Add => {
+                let $f = |x: f32, y: f32| x + y;
+                $body
+            }
+            super::compile::FloatBin::Sub => {
+                let $f = |x: f32, y: f32| x - y;
+                $body
+            }
+            super::compile::FloatBin::Mul => {
+                let $f = |x: f32, y: f32| x * y;
+                $body
+            }
+            super::compile::FloatBin::Div => {
+                let $f = |x: f32, y: f32| x / y;
+                $body
+            }
+            super::compile::FloatBin::Rem => {
+                let $f = |x: f32, y: f32| x % y;
+                $body
+            }
+            // f32::min/max return the other operand when exactly one is NaN.
+            super::compile::FloatBin::Min => {
+                let $f = f32::min;
+                $body
+            }
+            super::compile::FloatBin::Max => {
+                let $f = f32::max;
+                $body
+            }
+            super::compile::FloatBin::Pow => {
+                let $f = f32::powf;
+                $body
+            }
+        }
+    };
+}
+
+macro_rules! with_float_cmp {
+    ($op:expr, |$f:ident| $body:expr) => {
+        match $op {
+            super::compile::FloatCmp::Eq => {
+                let $f = |x: f32, y: f32| x == y;
+                $body
+            }
+            super::compile::FloatCmp::Ne => {
+                let $f = |x: f32, y: f32| x != y;
+                $body
+            }
+            super::compile::FloatCmp::Lt => {
+                let $f = |x: f32, y: f32| x < y;
+                $body
+            }
+            super::compile::FloatCmp::Le => {
+                let $f = |x: f32, y: f32| x <= y;
+                $body
+            }
+        }
+    };
+}
+
+macro_rules! with_float_un {
+    ($op:expr, |$f:ident| $body:expr) => {
+        match $op {
+            super::compile::FloatUn::Neg => {
+                let $f = |x: f32| -x;
+                $body
+            }
+            super::compile::FloatUn::Abs => {
+                let $f = f32::abs;
+                $body
+            }
+            super::compile::FloatUn::Floor => {
+                let $f = f32::floor;
+                $body
+            }
+            super::compile::FloatUn::Ceil => {
+                let $f = f32::ceil;
+                $body
+            }
+            super::compile::FloatUn::Sqrt => {
+                let $f = f32::sqrt;
+                $body
+            }
+            super::compile::FloatUn::Rsqrt => {
+                let $f = |x: f32| 1.0 / x.sqrt();
+                $body
+            }
+            super::compile::FloatUn::Exp => {
+                let $f = f32::exp;
+                $body
+            }
+            super::compile::FloatUn::Log => {
+                let $f = f32::ln;
+                $body
+            }
+            super::compile::FloatUn::Sin => {
+                let $f = f32::sin;
+                $body
+            }
+            super::compile::FloatUn::Cos => {
+                let $f = f32::cos;
+                $body
+            }
+            super::compile::FloatUn::Tanh => {
+                let $f = f32::tanh;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$func::<BF, FTZ>($args)` for a format and the flushing flag.
+macro_rules! by_format {
+    ($fmt:expr, $ftz:expr, $func:ident($($arg:expr),*)) => {
+        match ($fmt, $ftz) {
+            (super::compile::Half::F16, false) => $func::<false, false>($($arg),*),
+            (super::compile::Half::F16, true) => $func::<false, true>($($arg),*),
+            (super::compile::Half::BF16, false) => $func::<true, false>($($arg),*),
+            (super::compile::Half::BF16, true) => $func::<true, true>($($arg),*),
+        }
+    };
+}
+
+/// A 16-bit arithmetic operation: the f32 operation on the exact widened
+/// operands, rounded once (DESIGN.md; `numerics`).
+fn half_binary<const BF: bool, const FTZ: bool>(
+    op: FloatBin,
+    d: &mut [u32],
+    a: &[u32],
+    b: &[u32],
+    m: Lanes,
+    b_uniform: bool,
+) {
+    with_float_bin!(op, |f| by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let (mut x, mut y) = ([0f32; CHUNK], [0f32; CHUNK]);
+        widen_chunk::<BF, FTZ>(&a[lanes.clone()], &mut x[..n]);
+        if b_uniform {
+            widen_chunk::<BF, FTZ>(&b[lanes.start..lanes.start + 1], &mut y[..1]);
+            let v = y[0];
+            y[..n].fill(v);
+        } else {
+            widen_chunk::<BF, FTZ>(&b[lanes], &mut y[..n]);
+        }
+        for (x, &y) in x[..n].iter_mut().zip(&y[..n]) {
+            *x = f(*x, y);
+        }
+        round_chunk::<BF, FTZ>(&mut x[..n], out);
+    }))
+}
+
+/// A 16-bit comparison: on the exact widened values.
+fn half_compare<const BF: bool, const FTZ: bool>(
+    op: FloatCmp,
+    d: &mut [u32],
+    a: &[u32],
+    b: &[u32],
+    m: Lanes,
+) {
+    with_float_cmp!(op, |f| by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let (mut x, mut y) = ([0f32; CHUNK], [0f32; CHUNK]);
+        widen_chunk::<BF, FTZ>(&a[lanes.clone()], &mut x[..n]);
+        widen_chunk::<BF, FTZ>(&b[lanes], &mut y[..n]);
+        for ((o, &x), &y) in out.iter_mut().zip(&x[..n]).zip(&y[..n]) {
+            *o = f(x, y) as u32;
+        }
+    }))
+}
+
+/// A 16-bit unary operation or math function: the f32 function of the
+/// widened value, rounded once.
+fn half_unary<const BF: bool, const FTZ: bool>(op: FloatUn, d: &mut [u32], a: &[u32], m: Lanes) {
+    with_float_un!(op, |f| by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let mut x = [0f32; CHUNK];
+        widen_chunk::<BF, FTZ>(&a[lanes], &mut x[..n]);
+        x[..n].iter_mut().for_each(|x| *x = f(*x));
+        round_chunk::<BF, FTZ>(&mut x[..n], out);
+    }))
+}
+
+/// A 16-bit value widened to f32 bits (`H2F`; the caller flushes the result).
+fn half_to_f32<const BF: bool, const FTZ: bool>(d: &mut [u32], a: &[u32], m: Lanes) {
+    by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let mut x = [0f32; CHUNK];
+        widen_chunk::<BF, FTZ>(&a[lanes], &mut x[..n]);
+        for (o, x) in out.iter_mut().zip(&x[..n]) {
+            *o = x.to_bits();
+        }
+    })
+}
+
+/// An f32 rounded to a 16-bit format (`F2H`; the caller flushed the operand).
+fn f32_to_half<const BF: bool, const FTZ: bool>(d: &mut [u32], a: &[u32], m: Lanes) {
+    by_chunks(d, m, |lanes, out| {
+        let n = lanes.len();
+        let mut x = [0f32; CHUNK];
+        for (x, &bits) in x[..n].iter_mut().zip(&a[lanes]) {
+            *x = f32::from_bits(bits);
+        }
+        round_chunk::<BF, FTZ>(&mut x[..n], out);
+    })
+}
+
+/// How a binary operation runs beyond its operands.
+#[derive(Clone, Copy)]
+struct Flags {
+    /// Flush subnormal f32 intermediates of 16-bit operations (f32
+    /// operations have their operands and results flushed by the caller).
+    ftz: bool,
+    /// The second operand has one value on every lane.
+    uniform: bool,
+}
+
 /// One binary operation over all (active) lanes, with DESIGN.md's numerics.
-fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes) {
+fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes, flags: Flags) {
     use BinKind::*;
+    let Flags { ftz, uniform } = flags;
     match op {
         IAdd => map2(d, a, b, m, u32::wrapping_add),
         ISub => map2(d, a, b, m, u32::wrapping_sub),
@@ -1325,11 +1867,6 @@ fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes) {
             }
         }),
         URem => map2(d, a, b, m, |x, y| x.checked_rem(y).unwrap_or(0)),
-        FAdd => map2(d, a, b, m, ff(|x, y| x + y)),
-        FSub => map2(d, a, b, m, ff(|x, y| x - y)),
-        FMul => map2(d, a, b, m, ff(|x, y| x * y)),
-        FDiv => map2(d, a, b, m, ff(|x, y| x / y)),
-        FRem => map2(d, a, b, m, ff(|x, y| x % y)),
         And => map2(d, a, b, m, |x, y| x & y),
         Or => map2(d, a, b, m, |x, y| x | y),
         Xor => map2(d, a, b, m, |x, y| x ^ y),
@@ -1342,45 +1879,43 @@ fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes) {
         Ne => map2(d, a, b, m, |x, y| (x != y) as u32),
         BEq => map2(d, a, b, m, |x, y| ((x != 0) == (y != 0)) as u32),
         BNe => map2(d, a, b, m, |x, y| ((x != 0) != (y != 0)) as u32),
-        FEq => map2(d, a, b, m, fcmp(|x, y| x == y)),
-        FNe => map2(d, a, b, m, fcmp(|x, y| x != y)),
         SLt => map2(d, a, b, m, |x, y| ((x as i32) < (y as i32)) as u32),
         ULt => map2(d, a, b, m, |x, y| (x < y) as u32),
-        FLt => map2(d, a, b, m, fcmp(|x, y| x < y)),
         SLe => map2(d, a, b, m, |x, y| ((x as i32) <= (y as i32)) as u32),
         ULe => map2(d, a, b, m, |x, y| (x <= y) as u32),
-        FLe => map2(d, a, b, m, fcmp(|x, y| x <= y)),
         SMin => map2(d, a, b, m, |x, y| (x as i32).min(y as i32) as u32),
         UMin => map2(d, a, b, m, u32::min),
-        // f32::min/max return the other operand when exactly one is NaN.
-        FMin => map2(d, a, b, m, ff(f32::min)),
         SMax => map2(d, a, b, m, |x, y| (x as i32).max(y as i32) as u32),
         UMax => map2(d, a, b, m, u32::max),
-        FMax => map2(d, a, b, m, ff(f32::max)),
-        FPow => map2(d, a, b, m, ff(f32::powf)),
+        Float(op) => with_float_bin!(op, |f| map2(d, a, b, m, ff(f))),
+        FloatCmp(op) => with_float_cmp!(op, |f| map2(d, a, b, m, fcmp(f))),
+        Half(op, h) => by_format!(h, ftz, half_binary(op, d, a, b, m, uniform)),
+        HalfCmp(op, h) => by_format!(h, ftz, half_compare(op, d, a, b, m)),
     }
 }
 
-/// One unary operation or conversion over all (active) lanes.
-fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes) {
+/// One unary operation or conversion over all (active) lanes; `ftz` as in
+/// [`binary`].
+fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
     use UnKind::*;
+    // A 16-bit operand widened to f32, flushed when the adapter flushes.
+    let wide = |h: super::compile::Half, x: u32| {
+        let v = h.widen(x);
+        if ftz {
+            f32::from_bits(flush(v.to_bits()))
+        } else {
+            v
+        }
+    };
     match op {
         Copy => map1(d, a, m, |x| x),
+        Low16 => map1(d, a, m, |x| x & 0xffff),
         INeg => map1(d, a, m, u32::wrapping_neg),
-        FNeg => map1(d, a, m, f1(|x| -x)),
         LogicNot => map1(d, a, m, |x| (x == 0) as u32),
         BitNot => map1(d, a, m, |x| !x),
-        Exp => map1(d, a, m, f1(f32::exp)),
-        Log => map1(d, a, m, f1(f32::ln)),
-        Sqrt => map1(d, a, m, f1(f32::sqrt)),
-        Rsqrt => map1(d, a, m, f1(|x| 1.0 / x.sqrt())),
-        Sin => map1(d, a, m, f1(f32::sin)),
-        Cos => map1(d, a, m, f1(f32::cos)),
-        Tanh => map1(d, a, m, f1(f32::tanh)),
-        FAbs => map1(d, a, m, f1(f32::abs)),
         IAbs => map1(d, a, m, |x| (x as i32).wrapping_abs() as u32),
-        Floor => map1(d, a, m, f1(f32::floor)),
-        Ceil => map1(d, a, m, f1(f32::ceil)),
+        Float(op) => with_float_un!(op, |f| map1(d, a, m, f1(f))),
+        Half(op, h) => by_format!(h, ftz, half_unary(op, d, a, m)),
         F2I => map1(d, a, m, |x| f32::from_bits(x) as i32 as u32),
         F2U => map1(d, a, m, |x| f32::from_bits(x) as u32),
         I2F => map1(d, a, m, |x| (x as i32 as f32).to_bits()),
@@ -1389,12 +1924,115 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes) {
         I2B => map1(d, a, m, |x| (x != 0) as u32),
         B2F => map1(d, a, m, |x| if x != 0 { 1.0f32.to_bits() } else { 0 }),
         B2I => map1(d, a, m, |x| (x != 0) as u32),
+        // The operand was flushed by the caller (it reads an f32); an f32
+        // of normal magnitude never rounds to a 16-bit subnormal of bf16.
+        F2H(h) => by_format!(h, ftz, f32_to_half(d, a, m)),
+        H2F(h) => by_format!(h, ftz, half_to_f32(d, a, m)),
+        I2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x as i32))),
+        U2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x))),
+        B2H(h) => map1(d, a, m, |x| h.round_integer(i64::from(x != 0))),
+        // Through the exact f32, then f32's rules (truncate, saturate, NaN to 0).
+        H2I(h) => map1(d, a, m, |x| wide(h, x) as i32 as u32),
+        H2U(h) => map1(d, a, m, |x| wide(h, x) as u32),
+        H2B(h) => map1(d, a, m, |x| (wide(h, x) != 0.0) as u32),
+        H2H { from, to } => map1(d, a, m, |x| to.round(wide(from, x))),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::span_of;
+    use super::{load_run_packed, round_chunk, span_of, store_run_packed, widen_chunk, CHUNK};
+    use crate::numerics;
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+    /// The chunked 16-bit conversions are `numerics`' rules: every f16 and
+    /// bf16 widens to the same f32, and f32 values around every f16 and bf16
+    /// (ties, overflow, subnormals, NaN) round to the same bits.
+    #[test]
+    fn chunks_convert_as_numerics() {
+        let all: Vec<u32> = (0..=u16::MAX).map(u32::from).collect();
+        let mut wide = vec![0f32; CHUNK];
+        let mut bits = vec![0u32; CHUNK];
+        let same = |got: u32, want: u16, to: fn(u16) -> f32| {
+            got == u32::from(want) || (to(got as u16).is_nan() && to(want).is_nan())
+        };
+        for chunk in all.chunks(CHUNK) {
+            let n = chunk.len();
+            widen_chunk::<false, false>(chunk, &mut wide[..n]);
+            for (&b, w) in chunk.iter().zip(&wide) {
+                let want = numerics::f16_to_f32(b as u16);
+                assert!(
+                    w.to_bits() == want.to_bits() || (w.is_nan() && want.is_nan()),
+                    "{b:#x}"
+                );
+            }
+            widen_chunk::<true, false>(chunk, &mut wide[..n]);
+            for (&b, w) in chunk.iter().zip(&wide) {
+                let want = numerics::bf16_to_f32(b as u16);
+                assert!(
+                    w.to_bits() == want.to_bits() || (w.is_nan() && want.is_nan()),
+                    "{b:#x}"
+                );
+            }
+        }
+        let mut values: Vec<f32> = vec![f32::MAX, f32::MIN, f32::NAN, f32::INFINITY, 65520.0];
+        for &b in &all {
+            for v in [
+                numerics::f16_to_f32(b as u16),
+                numerics::bf16_to_f32(b as u16),
+            ] {
+                let up = f32::from_bits(v.to_bits().wrapping_add(1));
+                let tie_f16 = f32::from_bits(v.to_bits().wrapping_add(1 << 12));
+                let tie_bf16 = f32::from_bits(v.to_bits().wrapping_add(1 << 15));
+                values.extend([v, up, tie_f16, tie_bf16, f32::from_bits(b)]);
+            }
+        }
+        for chunk in values.chunks(CHUNK) {
+            let n = chunk.len();
+            wide[..n].copy_from_slice(chunk);
+            round_chunk::<false, false>(&mut wide[..n], &mut bits[..n]);
+            for (&v, &got) in chunk.iter().zip(&bits) {
+                assert!(
+                    same(got, numerics::f16_from_f32(v), numerics::f16_to_f32),
+                    "f16 {v:e}"
+                );
+            }
+            wide[..n].copy_from_slice(chunk);
+            round_chunk::<true, false>(&mut wide[..n], &mut bits[..n]);
+            for (&v, &got) in chunk.iter().zip(&bits) {
+                assert!(
+                    same(got, numerics::bf16_from_f32(v), numerics::bf16_to_f32),
+                    "bf16 {v:e}"
+                );
+            }
+        }
+    }
+
+    /// A run of 16-bit stores from any start and of any length writes
+    /// exactly its elements and keeps both neighbours' halves; a run of
+    /// loads reads them back.
+    #[test]
+    fn packed_runs_keep_their_neighbours() {
+        for start in 0..5 {
+            for len in 0..9 {
+                let words: Vec<AtomicU32> = (0..8).map(|_| AtomicU32::new(0xffff_ffff)).collect();
+                let values: Vec<u32> = (0..len as u32).map(|k| k + 1).collect();
+                store_run_packed(&words, start, &values);
+                let mut back = vec![0; len];
+                load_run_packed(&words, start, &mut back);
+                assert_eq!(back, values, "start {start} len {len}");
+                for e in 0..16 {
+                    let got = (words[e / 2].load(Relaxed) >> (16 * (e % 2))) & 0xffff;
+                    let want = if (start..start + len).contains(&e) {
+                        (e - start) as u32 + 1
+                    } else {
+                        0xffff
+                    };
+                    assert_eq!(got, want, "start {start} len {len} element {e}");
+                }
+            }
+        }
+    }
 
     fn mask(len: usize, on: impl Fn(usize) -> bool) -> Vec<bool> {
         (0..len).map(on).collect()

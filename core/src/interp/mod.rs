@@ -14,8 +14,13 @@
 //!   returns [`RunError::Deadlock`] with the wait-for graph;
 //! - maps without atomics or semaphores have no cross-block order to respect,
 //!   so with detection off their blocks run on all host cores;
+//! - `f16` and `bf16` live in memory packed, 2 bytes an element, in every
+//!   buffer (a store replaces its half of the word atomically, so neighbours
+//!   never lose a write) and in registers as the low half of a word; their
+//!   operations follow `crate::numerics`;
 //! - detection (`detect.rs`) checks out-of-bounds accesses (always), reads of
-//!   unwritten memory and data races (vector clocks per block and epoch);
+//!   unwritten memory and data races (vector clocks per block and epoch), all
+//!   per element;
 //! - the first schedule is deterministic: blocks start in program order, then
 //!   linear block order, each running until it finishes or waits (woken
 //!   waiters run first); `RunOptions::seed` drives the extra schedules;
@@ -34,7 +39,7 @@ mod limits;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use compile::{checked_len, ParamBinding, ProgramCode, MAX_WORDS};
+use compile::{checked_len, words_of, ArrayInfo, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use limits::Limits;
 
@@ -75,7 +80,10 @@ pub struct InterpOptions {
     /// min/max, math function, conversion to an integer or bool) and every
     /// f32 result of one becomes a zero of the same sign when it is
     /// subnormal. Moves, selects, loads, stores, bitcasts and atomics keep
-    /// their bits. The conformance oracle for flushing adapters.
+    /// their bits. For `f16`/`bf16` it applies to the f32 intermediates
+    /// (the widened operands and the f32 result before rounding), so f16 is
+    /// unaffected and bf16 subnormals become zeros. The conformance oracle
+    /// for flushing adapters.
     pub flush_subnormals: bool,
 }
 
@@ -134,14 +142,14 @@ pub struct InterpReport {
 #[derive(Clone, Debug)]
 struct ResidentState {
     tensor: HostTensor,
-    /// Which words were ever written (for uninitialised-read detection).
+    /// Which elements were ever written (for uninitialised-read detection).
     init: Vec<bool>,
 }
 
-/// At most this many words of access histories (16 bytes each) are kept
-/// for later calls: 128 MiB, enough for repeated checked calls over a few
-/// million elements without faulting their pages in each time.
-const SHADOW_POOL_WORDS: usize = 8 << 20;
+/// At most this many access histories (16 bytes each, one per element) are
+/// kept for later calls: 128 MiB, enough for repeated checked calls over a
+/// few million elements without faulting their pages in each time.
+const SHADOW_POOL_ELEMENTS: usize = 8 << 20;
 
 /// Runs maps on host data; owns the device-resident refs across calls.
 #[derive(Default)]
@@ -169,6 +177,7 @@ enum Init {
 #[derive(Clone, Debug)]
 struct BufferSpec {
     ty: RefType,
+    /// Elements (all instances); the buffer holds `words_of(ty.elem, len)` words.
     len: u64,
     /// Host shape: the owner's block axes, then the ref's shape.
     shape: Vec<u32>,
@@ -197,12 +206,12 @@ impl Interpreter {
         }
     }
 
-    /// Gives device-resident ref `name` the contents `tensor` (every word
+    /// Gives device-resident ref `name` the contents `tensor` (every element
     /// counts as written), before or between calls. A call that binds the
     /// resident with another element type or length fails with
     /// [`RunError::BadArguments`].
     pub fn set_resident(&mut self, name: &str, tensor: HostTensor) {
-        let init = vec![true; tensor.words().len()];
+        let init = vec![true; tensor.len()];
         self.residents
             .insert(name.to_string(), ResidentState { tensor, init });
     }
@@ -356,8 +365,8 @@ impl Interpreter {
                 let words: Vec<u32> = bufs[i].words.iter().map(|w| w.load(Relaxed)).collect();
                 let init = match &detector {
                     Some(d) => d.init[i].clone(),
-                    // Without detection nothing tracks writes: count every word as written.
-                    None => vec![true; words.len()],
+                    // Without detection nothing tracks writes: count every element as written.
+                    None => vec![true; spec.len as usize],
                 };
                 let tensor = HostTensor::from_packed(spec.ty.elem, spec.shape.clone(), words);
                 self.residents
@@ -428,12 +437,12 @@ impl Interpreter {
         }
     }
 
-    /// Keeps a finished detector's histories, up to `SHADOW_POOL_WORDS` in all
+    /// Keeps a finished detector's histories, up to `SHADOW_POOL_ELEMENTS` in all
     /// (a pooled history holds 16 bytes per word of its buffer).
     fn recycle_detector(&mut self, detector: Option<detect::Detector>) {
         let mut kept: usize = self.shadow_pool.iter().map(Vec::capacity).sum();
         for mut shadow in detector.into_iter().flat_map(|d| d.shadow) {
-            if shadow.capacity() > 0 && kept + shadow.capacity() <= SHADOW_POOL_WORDS {
+            if shadow.capacity() > 0 && kept + shadow.capacity() <= SHADOW_POOL_ELEMENTS {
                 kept += shadow.capacity();
                 shadow.clear();
                 self.shadow_pool.push(shadow);
@@ -450,15 +459,20 @@ impl Interpreter {
         let mut bufs = Vec::with_capacity(layout.buffers.len());
         let mut inits = Vec::with_capacity(layout.buffers.len());
         for spec in &layout.buffers {
+            // Detection state is per element; storage is packed words.
             let len = spec.len as usize;
+            let words_len = words_of(spec.ty.elem, spec.len) as usize;
             let bits = |v: bool| if detect { vec![v; len] } else { vec![] };
             let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
                     let t = args.input(name, spec.ty.elem, len as u64)?;
-                    (buffer(&mut self.pool, len, Some(t.words())), bits(true))
+                    (
+                        buffer(&mut self.pool, words_len, Some(t.words())),
+                        bits(true),
+                    )
                 }
-                Init::Zeroed => (buffer(&mut self.pool, len, None), bits(true)),
-                Init::Uninitialized => (buffer(&mut self.pool, len, None), bits(false)),
+                Init::Zeroed => (buffer(&mut self.pool, words_len, None), bits(true)),
+                Init::Uninitialized => (buffer(&mut self.pool, words_len, None), bits(false)),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
                     Some(r) if r.tensor.elem() != spec.ty.elem => {
                         return Err(RunError::BadArguments(format!(
@@ -467,17 +481,18 @@ impl Interpreter {
                             spec.ty.elem
                         )))
                     }
-                    Some(r) if r.tensor.words().len() == len => {
+                    Some(r) if r.tensor.len() == len => {
                         let init = if detect { r.init.clone() } else { vec![] };
-                        (buffer(&mut self.pool, len, Some(r.tensor.words())), init)
+                        let words = buffer(&mut self.pool, words_len, Some(r.tensor.words()));
+                        (words, init)
                     }
                     Some(r) => {
                         return Err(RunError::BadArguments(format!(
                             "resident `{name}` holds {} elements, the map binds {len}",
-                            r.tensor.words().len()
+                            r.tensor.len()
                         )))
                     }
-                    None => (buffer(&mut self.pool, len, None), bits(*zeroed)),
+                    None => (buffer(&mut self.pool, words_len, None), bits(*zeroed)),
                 },
             };
             bufs.push(GlobalBuf { words });
@@ -592,11 +607,11 @@ fn prepare(
             }
             let shape = host_shape(meshes, r).unwrap_or_default();
             let len = checked_len(&shape)
-                .filter(|&n| n <= MAX_WORDS)
+                .filter(|&n| words_of(r.elem, n) <= MAX_WORDS)
                 .ok_or_else(|| RunError::Refused {
                     reason: format!("operand `{}` is larger than {MAX_WORDS} words", op.name),
                 })?;
-            total_words += len;
+            total_words += words_of(r.elem, len);
             if total_words > MAX_WORDS {
                 return Err(RunError::Refused {
                     reason: format!("operands need more than {MAX_WORDS} words"),
@@ -655,11 +670,11 @@ fn prepare(
                     },
                     Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
                         let len = checked_len(&ty.shape)
-                            .filter(|&n| n <= MAX_WORDS)
+                            .filter(|&n| words_of(ty.elem, n) <= MAX_WORDS)
                             .ok_or_else(|| RunError::Refused {
                                 reason: format!("an smem operand is larger than {MAX_WORDS} words"),
                             })?;
-                        smem.push(len);
+                        smem.push(ArrayInfo { len, elem: ty.elem });
                         ParamBinding::Smem {
                             slot: smem.len() - 1,
                             ty: ty.clone(),
@@ -704,12 +719,13 @@ fn first_difference(
     schedule: u32,
     seed: u64,
 ) -> Option<String> {
-    // Sign of zero and NaN payloads are unspecified: compare canonical words.
+    // Sign of zero and NaN payloads are unspecified: compare canonical bits
+    // (every float type's NaN becomes f32's, outside the 16-bit patterns).
     let canonical = |elem: ScalarType, w: u32| -> u32 {
-        let f = f32::from_bits(w);
-        match elem {
-            ScalarType::F32 if f.is_nan() => f32::NAN.to_bits(),
-            ScalarType::F32 if f == 0.0 => 0,
+        match Literal::from_bits(elem, w).as_f32() {
+            Some(f) if f.is_nan() => f32::NAN.to_bits(),
+            // The pattern matches -0.0 too.
+            Some(0.0) => 0,
             _ => w,
         }
     };
@@ -762,6 +778,10 @@ fn show(v: Literal) -> String {
         Literal::F16(_) | Literal::BF16(_) => crate::text::print_literal(v),
     }
 }
+
+/// Detection state per element of a buffer: a written flag and a 16-byte
+/// access history.
+pub(crate) const DETECTION_BYTES_PER_ELEMENT: u64 = 1 + 16;
 
 fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
     let mut acc = 0;
@@ -979,26 +999,37 @@ fn new_block_state(
     Ok(BlockState::new(code, detect))
 }
 
-/// Charges the call's device buffers before any is allocated: their words,
-/// with detection a written bit and a 16-byte access history per word, and
-/// with extra schedules a second set beside the first schedule's outputs.
+/// Charges the call's device buffers before any is allocated: their packed
+/// words (4 bytes an element, 2 for the 16-bit floats), with detection a
+/// written flag and a 16-byte access history per element, and with extra
+/// schedules a second set beside the first schedule's outputs.
 fn charge_buffers(
     limits: &Limits,
     layout: &Layout,
     detect: bool,
     extra_schedules: bool,
 ) -> Result<(), RunError> {
-    let words: u64 = layout
-        .buffers
-        .iter()
-        .fold(0u64, |sum, b| sum.saturating_add(b.len));
-    let per_word: u64 = match (detect, extra_schedules) {
-        (false, false) => 4,
-        (false, true) => 4 + 4 + 4,
-        (true, false) => 4 + 1 + 16,
-        (true, true) => 2 * (4 + 1 + 16) + 4,
+    let sum = |f: &dyn Fn(&BufferSpec) -> u64| {
+        layout
+            .buffers
+            .iter()
+            .fold(0u64, |sum, b| sum.saturating_add(f(b)))
     };
-    limits.charge(words.saturating_mul(per_word), || {
+    let words = sum(&|b| words_of(b.ty.elem, b.len));
+    let storage = words.saturating_mul(4);
+    let elements = sum(&|b| b.len);
+    let detection = if detect {
+        elements.saturating_mul(DETECTION_BYTES_PER_ELEMENT)
+    } else {
+        0
+    };
+    // Extra schedules: a second set of buffers (and detection state) beside
+    // the first schedule's, and the first schedule's outputs kept.
+    let copies = if extra_schedules { 2 } else { 1 };
+    let bytes = storage
+        .saturating_mul(copies + u64::from(extra_schedules))
+        .saturating_add(detection.saturating_mul(copies));
+    limits.charge(bytes, || {
         format!(
             "the call's buffers ({words} words{})",
             if detect {

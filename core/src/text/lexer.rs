@@ -43,6 +43,8 @@ pub(crate) const KEYWORDS: &[&str] = &[
     "i32",
     "u32",
     "bool",
+    "f16",
+    "bf16",
     "gmem",
     "smem",
     "sem",

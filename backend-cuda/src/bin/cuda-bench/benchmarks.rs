@@ -1,5 +1,6 @@
-//! The benchmark maps, built in code: copy, elementwise, block reduction,
-//! two programs fused, three-stage pipelines, a tiny kernel.
+//! The benchmark maps, built in code: copy, elementwise, block reduction
+//! (f32, and f16 / bf16 in as many bytes), two programs fused, three-stage
+//! pipelines, a tiny kernel.
 
 use mpmd_core::host::HostTensor;
 use mpmd_core::ir::ScalarType::*;
@@ -8,6 +9,9 @@ use mpmd_core::plan::{lower, LaunchPlan};
 
 /// 256 MiB of f32.
 pub const BIG: u32 = 64 * 1024 * 1024;
+
+/// 256 MiB of a 16-bit float (as many bytes as `BIG` f32s).
+pub const BIG16: u32 = 2 * BIG;
 
 pub fn module(
     meshes: Vec<Mesh>,
@@ -123,8 +127,9 @@ pub fn elementwise(split: Split) -> Module {
     module(vec![mesh], vec![k], vec![map], vec![])
 }
 
-/// Each thread sums its elements, then the block sums its threads through
-/// an smem tree and thread 0 writes the block's sum.
+/// Each thread sums its elements in f32 (a 16-bit `x` widened exactly),
+/// then the block sums its threads through an smem tree and thread 0 writes
+/// the block's sum.
 pub fn reduce_kernel(
     name: &str,
     params: Vec<Param>,
@@ -132,11 +137,19 @@ pub fn reduce_kernel(
     [x, y, tile]: [&str; 3],
     [b_axis, t_axis]: [&str; 2],
 ) -> Kernel {
+    let sixteen_bit = params
+        .iter()
+        .any(|p| p.name == x && matches!(&p.ty, Type::Ref(r) if r.elem.is_16bit()));
     KernelBuilder::new(name, params).body(|b| {
         let t = b.let_("t", U32, axis_index(t_axis));
         let acc = b.var("acc", F32, 0.0f32);
         split.each(b, b_axis, t_axis, |b, i| {
-            b.assign("acc", acc.clone() + load(x, [i]));
+            let v = if sixteen_bit {
+                load(x, [i]).cast(F32)
+            } else {
+                load(x, [i])
+            };
+            b.assign("acc", acc.clone() + v);
         });
         b.store(at(tile, [t.clone()]), acc);
         b.barrier();
@@ -172,6 +185,67 @@ pub fn reduction(split: Split) -> Module {
     let map = MapBuilder::new("reduce")
         .program("m", "reduce")
         .input("x", gmem(F32, [BIG]))
+        .output("y", gmem(F32, [blocks]))
+        .scratch("tile", smem(F32, [split.threads]))
+        .build();
+    let k = reduce_kernel(
+        "reduce",
+        map.params(),
+        split,
+        ["x", "y", "tile"],
+        ["b", "t"],
+    );
+    module(vec![mesh], vec![k], vec![map], vec![])
+}
+
+/// `f16` or `bf16`, for names.
+pub fn type_label(ty: ScalarType) -> &'static str {
+    ty.keyword()
+}
+
+/// A copy of 256 MiB of 16-bit elements: `copy` in half the element size.
+pub fn copy16(ty: ScalarType, split: Split) -> Module {
+    let mesh = split.mesh("m", "b", "t", BIG16);
+    let map = MapBuilder::new(&format!("copy_{}", type_label(ty)))
+        .program("m", "copy")
+        .input("x", gmem(ty, [BIG16]))
+        .output("y", gmem(ty, [BIG16]))
+        .build();
+    let k = KernelBuilder::new("copy", map.params()).body(|b| {
+        split.each(b, "b", "t", |b, i| {
+            b.store(at("y", [i.clone()]), load("x", [i]))
+        });
+    });
+    module(vec![mesh], vec![k], vec![map], vec![])
+}
+
+/// `y = x * a + c` in the 16-bit type (each operation rounded to it, as the
+/// program says), 256 MiB in and out.
+pub fn elementwise16(ty: ScalarType, split: Split) -> Module {
+    let mesh = split.mesh("m", "b", "t", BIG16);
+    let map = MapBuilder::new(&format!("axpb_{}", type_label(ty)))
+        .program("m", "axpb")
+        .input("x", gmem(ty, [BIG16]))
+        .output("y", gmem(ty, [BIG16]))
+        .scalar("a", ty)
+        .scalar("c", ty)
+        .build();
+    let k = KernelBuilder::new("axpb", map.params()).body(|b| {
+        split.each(b, "b", "t", |b, i| {
+            b.store(at("y", [i.clone()]), load("x", [i]) * var("a") + var("c"))
+        });
+    });
+    module(vec![mesh], vec![k], vec![map], vec![])
+}
+
+/// Block sums of 256 MiB of bf16 accumulated in f32 (the mixed-precision
+/// reduction of the issue).
+pub fn reduction_bf16(split: Split) -> Module {
+    let blocks = split.blocks(BIG16);
+    let mesh = split.mesh("m", "b", "t", BIG16);
+    let map = MapBuilder::new("reduce_bf16")
+        .program("m", "reduce")
+        .input("x", gmem(BF16, [BIG16]))
         .output("y", gmem(F32, [blocks]))
         .scratch("tile", smem(F32, [split.threads]))
         .build();
@@ -393,6 +467,20 @@ pub fn benchmarks() -> Vec<(String, Module)> {
     for split in REDUCE_SPLITS {
         all.push((format!("reduction.{}", split.label()), reduction(split)));
     }
+    for ty in [F16, BF16] {
+        let t = type_label(ty);
+        for split in SPLITS {
+            let label = split.label();
+            all.push((format!("copy_{t}.{label}"), copy16(ty, split)));
+            all.push((format!("elementwise_{t}.{label}"), elementwise16(ty, split)));
+        }
+    }
+    for split in REDUCE_SPLITS {
+        all.push((
+            format!("reduction_bf16.{}", split.label()),
+            reduction_bf16(split),
+        ));
+    }
     all.push(("two_program_fused".into(), two_program(true)));
     all.push(("two_program_alone".into(), two_program(false)));
     for (len, stages) in PIPELINES {
@@ -417,4 +505,16 @@ pub fn f32_input(len: u32) -> HostTensor {
             .map(|i| (i % 1000) as f32 * 0.5)
             .collect::<Vec<_>>(),
     )
+}
+
+/// The values of `f32_input` (multiples of 0.5 below 500, exact in f16),
+/// rounded to the 16-bit type `ty`.
+pub fn input16(ty: ScalarType, len: u32) -> HostTensor {
+    let bits = (0..len)
+        .map(|i| {
+            let v = (i % 1000) as f32 * 0.5;
+            u32::from(mpmd_core::numerics::from_f32(ty, v).unwrap_or(0))
+        })
+        .collect();
+    HostTensor::new(ty, vec![len], bits).expect("one element per index")
 }

@@ -36,10 +36,15 @@ impl Goals {
     /// One `goal.NAME ...` line per goal, in the order.
     pub fn lines(&self) -> Vec<String> {
         // (name, target, whether the figure must be at least the target)
-        let targets: [(&str, f64, bool); 6] = [
+        let targets: [(&str, f64, bool); 11] = [
             ("copy_pct_of_memcpy", 90.0, true),
             ("elementwise_pct_of_memcpy", 90.0, true),
             ("reduction_pct_of_memcpy", 80.0, true),
+            ("copy_f16_pct_of_memcpy", 90.0, true),
+            ("copy_bf16_pct_of_memcpy", 90.0, true),
+            ("elementwise_f16_pct_of_memcpy", 90.0, true),
+            ("elementwise_bf16_pct_of_memcpy", 90.0, true),
+            ("reduction_bf16_pct_of_memcpy", 80.0, true),
             ("two_program_fused_ratio", 1.2, false),
             ("pipeline_ratio", 1.2, false),
             ("call_overhead_ratio", 1.5, false),
@@ -86,6 +91,11 @@ mod tests {
                 "goal.copy_pct_of_memcpy figure=97.300 target=90 met (copy.b)",
                 "goal.elementwise_pct_of_memcpy not measured",
                 "goal.reduction_pct_of_memcpy figure=79.000 target=80 NOT met (reduction.a)",
+                "goal.copy_f16_pct_of_memcpy not measured",
+                "goal.copy_bf16_pct_of_memcpy not measured",
+                "goal.elementwise_f16_pct_of_memcpy not measured",
+                "goal.elementwise_bf16_pct_of_memcpy not measured",
+                "goal.reduction_bf16_pct_of_memcpy not measured",
                 "goal.two_program_fused_ratio not measured",
                 "goal.pipeline_ratio figure=0.976 target=1.2 met (pipeline.b)",
                 "goal.call_overhead_ratio figure=1.500 target=1.5 met (call)",

@@ -7,7 +7,9 @@
 //! - `cuMemcpyDtoD` of 256 MiB (the baseline), also right after an upload;
 //! - hand-written CUDA C copies and reductions (`reference_kernels.cu`), to
 //!   show what the device reaches with 4- and 16-byte accesses and shuffles;
-//! - copy and elementwise over 256 MiB, and a block reduction;
+//! - copy and elementwise over 256 MiB, and a block reduction; the same in
+//!   f16 and bf16 (256 MiB of them, the reduction bf16 → f32), each also as a
+//!   share of the f32 figure;
 //! - a two-program map, fused, against its slower program alone;
 //! - three-stage semaphore pipelines, against three separate launches and
 //!   against the same fused kernel with per-block tickets;
@@ -28,11 +30,13 @@ mod goals;
 mod reference;
 mod timing;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use mpmd_core::host::CallArgs;
+use mpmd_core::ir::ScalarType::{BF16, F16};
 use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::{Backend, Mode, RunOptions};
@@ -75,7 +79,7 @@ fn run_gpu() -> Result<(), String> {
     let stream = unsafe { backend.stream() }.clone();
     let mut src = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
     let mut dst = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
-    let upload = f32_input(BIG).words;
+    let upload = f32_input(BIG).words().to_vec();
     let mut memcpy_best = [f64::INFINITY; 2];
     for after_upload in [false, true] {
         for _ in 0..reps {
@@ -113,14 +117,31 @@ fn run_gpu() -> Result<(), String> {
     ew_args.scalars.insert("a".into(), Literal::f32(2.0));
     ew_args.scalars.insert("c".into(), Literal::f32(1.0));
     // Bandwidth goals are judged on the resident figure: the kernel timed
-    // as the memcpy baseline is, on data already on the device.
-    let mut bandwidth = |name: &str, goal, module: Module, args: &CallArgs, bytes: f64| {
-        let ms = kernel_ms(&mut backend, &plans(&module)[0], args, reps)?;
-        println!("bench.{name} {}", bandwidth_fields(bytes, ms, memcpy_gbps));
-        let resident_pct = 100.0 * gbps(bytes, ms.resident) / memcpy_gbps;
-        goals.at_least(goal, resident_pct, format!("{name}, resident"));
-        Ok::<(), String>(())
-    };
+    // as the memcpy baseline is, on data already on the device. A 16-bit
+    // benchmark also gives its resident bytes/s as a share of the f32 one
+    // of the same shape (`f32_gbps`).
+    let mut f32_gbps: HashMap<String, f64> = HashMap::new();
+    let mut bandwidth =
+        |name: &str, goal, module: Module, args: &CallArgs, bytes: f64, like_f32: Option<&str>| {
+            let ms = kernel_ms(&mut backend, &plans(&module)[0], args, reps)?;
+            let resident_gbps = gbps(bytes, ms.resident);
+            let vs_f32 = match like_f32.and_then(|f32_name| f32_gbps.get(f32_name)) {
+                Some(f32_figure) => {
+                    format!(" resident_ratio_to_f32={:.3}", resident_gbps / f32_figure)
+                }
+                None => String::new(),
+            };
+            println!(
+                "bench.{name} {}{vs_f32}",
+                bandwidth_fields(bytes, ms, memcpy_gbps)
+            );
+            if like_f32.is_none() {
+                f32_gbps.insert(name.to_string(), resident_gbps);
+            }
+            let resident_pct = 100.0 * resident_gbps / memcpy_gbps;
+            goals.at_least(goal, resident_pct, format!("{name}, resident"));
+            Ok::<(), String>(())
+        };
     for split in SPLITS {
         let label = split.label();
         let copied = 2.0 * big_bytes;
@@ -130,15 +151,57 @@ fn run_gpu() -> Result<(), String> {
             copy(split),
             &args,
             copied,
+            None,
         )?;
         let name = format!("elementwise.{label}");
         let goal = "elementwise_pct_of_memcpy";
-        bandwidth(&name, goal, elementwise(split), &ew_args, copied)?;
+        bandwidth(&name, goal, elementwise(split), &ew_args, copied, None)?;
     }
     for split in REDUCE_SPLITS {
         let name = format!("reduction.{}", split.label());
         let goal = "reduction_pct_of_memcpy";
-        bandwidth(&name, goal, reduction(split), &args, big_bytes)?;
+        bandwidth(&name, goal, reduction(split), &args, big_bytes, None)?;
+    }
+    // f16 and bf16 over the same 256 MiB (twice the elements), beside the
+    // f32 figure of the same split.
+    for ty in [F16, BF16] {
+        let t = type_label(ty);
+        let mut args16 = CallArgs::default();
+        args16.inputs.insert("x".into(), input16(ty, BIG16));
+        let mut ew_args16 = args16.clone();
+        let value = |v: f32| {
+            let bits = mpmd_core::numerics::from_f32(ty, v).unwrap_or(0);
+            Literal::from_bits(ty, u32::from(bits))
+        };
+        ew_args16.scalars.insert("a".into(), value(2.0));
+        ew_args16.scalars.insert("c".into(), value(1.0));
+        let (copy_goal, ew_goal) = if ty == F16 {
+            ("copy_f16_pct_of_memcpy", "elementwise_f16_pct_of_memcpy")
+        } else {
+            ("copy_bf16_pct_of_memcpy", "elementwise_bf16_pct_of_memcpy")
+        };
+        for split in SPLITS {
+            let label = split.label();
+            let copied = 2.0 * big_bytes;
+            let f32_name = format!("copy.{label}");
+            let module = copy16(ty, split);
+            let name = format!("copy_{t}.{label}");
+            bandwidth(&name, copy_goal, module, &args16, copied, Some(&f32_name))?;
+            let f32_name = format!("elementwise.{label}");
+            let module = elementwise16(ty, split);
+            let name = format!("elementwise_{t}.{label}");
+            bandwidth(&name, ew_goal, module, &ew_args16, copied, Some(&f32_name))?;
+        }
+    }
+    let mut bf16_args = CallArgs::default();
+    bf16_args.inputs.insert("x".into(), input16(BF16, BIG16));
+    for split in REDUCE_SPLITS {
+        let label = split.label();
+        let f32_name = format!("reduction.{label}");
+        let name = format!("reduction_bf16.{label}");
+        let goal = "reduction_bf16_pct_of_memcpy";
+        let module = reduction_bf16(split);
+        bandwidth(&name, goal, module, &bf16_args, big_bytes, Some(&f32_name))?;
     }
 
     let mut two_args = CallArgs::default();

@@ -92,7 +92,7 @@ pub fn reference_figures(
         .map_err(err)?;
     // SAFETY: the benchmark issues everything on this one stream.
     let stream = unsafe { backend.stream() }.clone();
-    let x = stream.clone_htod(&f32_input(BIG).words).map_err(err)?;
+    let x = stream.clone_htod(f32_input(BIG).words()).map_err(err)?;
     let y = stream.alloc_zeros::<u32>(BIG as usize).map_err(err)?;
     for reference in &REFERENCES {
         let function = module.load_function(reference.kernel).map_err(err)?;

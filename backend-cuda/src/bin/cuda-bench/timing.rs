@@ -111,7 +111,7 @@ pub fn raw_launches_ms(
     let stream = unsafe { backend.stream() }.clone();
     let err = |e: cudarc::driver::DriverError| format!("{e:?}");
     let mut buffers: HashMap<String, cudarc::driver::CudaSlice<u32>> = HashMap::new();
-    let x: Vec<u32> = f32_input(len).words;
+    let x: Vec<u32> = f32_input(len).words().to_vec();
     let mut kernels = Vec::new();
     for (plan, emitted) in launches {
         if emitted.schedule == mpmd_cuda::emit::BlockSchedule::ResidentWalk {
@@ -124,7 +124,7 @@ pub fn raw_launches_ms(
                     stream.clone_htod(&x).map_err(err)?
                 } else {
                     stream
-                        .alloc_zeros::<u32>(buffer.len.max(1) as usize)
+                        .alloc_zeros::<u32>(mpmd_cuda::arena::buffer_words(buffer))
                         .map_err(err)?
                 });
             }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use mpmd_cli::{BackendKind, CliError, Target};
 use mpmd_core::host::host_shape;
 use mpmd_core::interp::{
     InterpOptions, Interpreter, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
@@ -18,7 +19,7 @@ use mpmd_core::interp::{
 use mpmd_core::ir::{ErrorClass, Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::RunError as CoreRunError;
-use mpmd_core::{inputs, text, validate, Backend, CallArgs, HostTensor, Mode, RunOptions};
+use mpmd_core::{inputs, text, Backend, CallArgs, HostTensor, Mode, RunOptions};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -121,17 +122,10 @@ const OPTION_PARAMETERS: &[(&str, &str)] = &[
     ("WgpuOptions::co_resident", "Wgpu(co_resident=True)"),
 ];
 
-fn name_parameters(text: &str) -> String {
-    OPTION_PARAMETERS
-        .iter()
-        .fold(text.to_string(), |t, (option, parameter)| {
-            t.replace(option, parameter)
-        })
-}
-
-/// A run error's text as Python reports it: options named by their parameters.
+/// A run error's text as Python reports it: the CLI's report, options
+/// named by their parameters.
 fn run_error_text(error: &CoreRunError) -> String {
-    name_parameters(&error.to_string())
+    mpmd_cli::with_option_names(error.clone(), OPTION_PARAMETERS).to_string()
 }
 
 /// The exception for a run error: one class per [`ErrorClass`], `RunError`
@@ -185,26 +179,14 @@ fn shape_text<T: std::fmt::Display>(shape: &[T]) -> String {
     }
 }
 
-/// Parses and validates `source`; errors come back as the CLI renders them
-/// for a file named `file`.
-fn load(source: &str, file: &str) -> Result<Module, String> {
-    let (module, source_map) = text::parse(source).map_err(|e| e.render(file))?;
-    validate::validate(&module, &validate::ValidateOptions::default()).map_err(|diagnostics| {
-        let mut rendered: String = diagnostics
-            .iter()
-            .map(|d| validate::render(d, file, Some((source, &source_map))))
-            .collect::<Vec<_>>()
-            .join("\n");
-        if !rendered.ends_with('\n') {
-            rendered.push('\n');
-        }
-        rendered.push_str(&format!(
-            "error: `{file}` has {} error(s)",
-            diagnostics.len()
-        ));
-        rendered
-    })?;
-    Ok(module)
+/// A module the CLI's loader refused, or a file it could not read, as
+/// the exception Python raises: the message is exactly what the CLI prints.
+fn load_error(error: CliError) -> PyErr {
+    match error {
+        CliError::Rejected(rendered) => validation_error(rendered),
+        CliError::ReadFile { .. } => PyOSError::new_err(error.to_string()),
+        other => MpmdError::new_err(other.to_string()),
+    }
 }
 
 fn validation_error(rendered: String) -> PyErr {
@@ -279,19 +261,15 @@ impl PyModule_ {
     /// Reads, parses and validates a `.mpmd` file.
     #[staticmethod]
     fn from_file(path: PathBuf) -> PyResult<Self> {
-        let file = path.display().to_string();
-        let bytes = std::fs::read(&path)
-            .map_err(|e| PyOSError::new_err(format!("cannot read `{file}`: {e}")))?;
-        let source = text::decode(&bytes).map_err(|e| validation_error(e.render(&file)))?;
-        let module = load(source, &file).map_err(validation_error)?;
-        Ok(PyModule_::new(module, file))
+        let module = mpmd_cli::load_module(&path).map_err(load_error)?;
+        Ok(PyModule_::new(module, path.display().to_string()))
     }
 
     /// Parses and validates `.mpmd` text; diagnostics name it `name`.
     #[staticmethod]
     #[pyo3(signature = (text, name = "<text>"))]
     fn from_text(text: &str, name: &str) -> PyResult<Self> {
-        let module = load(text, name).map_err(validation_error)?;
+        let module = mpmd_cli::load_source(text, name).map_err(load_error)?;
         Ok(PyModule_::new(module, name.to_string()))
     }
 
@@ -333,6 +311,46 @@ impl PyModule_ {
     /// and take none; resident ones are the backend's).
     fn inputs(&self, map: &str) -> PyResult<Operands> {
         Ok(self.operand_list(inputs::uploaded_inputs(self.map(map)?)))
+    }
+
+    /// What `mpmd lower --target TARGET` prints for `map` (default: every
+    /// map; CUDA C and WGSL are one map's file each, so a module with
+    /// several maps needs `map`).
+    #[pyo3(signature = (target, map = None))]
+    fn lower(&self, target: &str, map: Option<&str>) -> PyResult<String> {
+        let target = match target {
+            "plan" => Target::Plan,
+            "cuda" => Target::Cuda,
+            "wgsl" => Target::Wgsl,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "target `{other}`: give \"plan\", \"cuda\" or \"wgsl\""
+                )))
+            }
+        };
+        let maps: Vec<String> = match map {
+            Some(name) => vec![self.map(name)?.name.clone()],
+            None => self.maps(),
+        };
+        if maps.len() > 1 && target != Target::Plan {
+            return Err(PyValueError::new_err(format!(
+                "the module has {} maps ({}), and the {} source of each is a file of its own: pass map=NAME",
+                maps.len(),
+                maps.iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                target.name()
+            )));
+        }
+        let mut texts = Vec::new();
+        for name in &maps {
+            let plan = self.plan(name)?;
+            texts.push(
+                mpmd_cli::emit(target, &plan).map_err(|e| LowerError::new_err(e.to_string()))?,
+            );
+        }
+        Ok(texts.join("\n"))
     }
 
     /// The inputs `mpmd run --seed SEED` generates for a call of `map` (the
@@ -569,6 +587,27 @@ struct PyBackend {
 }
 
 impl PyBackend {
+    /// A GPU backend as `mpmd run --backend KIND` makes it; unavailable, the
+    /// message is the CLI's.
+    fn lowered(
+        py: Python<'_>,
+        kind: BackendKind,
+        checked: bool,
+        co_resident: bool,
+    ) -> PyResult<Self> {
+        let backend = py
+            .detach(|| mpmd_cli::resolve_backend(kind, co_resident))
+            .map_err(|e| BackendUnavailableError::new_err(e.to_string()))?;
+        let mode = if checked { Mode::Checked } else { Mode::Fast };
+        Ok(PyBackend {
+            name: kind.name(),
+            engine: Mutex::new(Engine::Lowered {
+                backend,
+                options: RunOptions { mode, seed: 0 },
+            }),
+        })
+    }
+
     fn engine(&self) -> PyResult<MutexGuard<'_, Engine>> {
         self.engine
             .lock()
@@ -644,6 +683,20 @@ impl PyBackend {
                 },
             }),
         })
+    }
+
+    /// The WGSL backend on the default adapter.
+    #[staticmethod]
+    #[pyo3(signature = (checked = false, co_resident = false))]
+    fn wgpu(py: Python<'_>, checked: bool, co_resident: bool) -> PyResult<Self> {
+        Self::lowered(py, BackendKind::Wgpu, checked, co_resident)
+    }
+
+    /// The CUDA backend on the first NVIDIA GPU.
+    #[staticmethod]
+    #[pyo3(signature = (checked = false))]
+    fn cuda(py: Python<'_>, checked: bool) -> PyResult<Self> {
+        Self::lowered(py, BackendKind::Cuda, checked, false)
     }
 
     /// `interp`, `wgpu` or `cuda`.

@@ -120,3 +120,38 @@ def test_bytes_that_are_not_utf8_are_a_validation_error(tmp_path):
     assert str(caught.value).startswith(
         f"error: byte 0xE9 is not valid UTF-8; .mpmd files are UTF-8 (save the file as UTF-8)\n --> {path}:1:7\n"
     )
+
+
+@pytest.mark.parametrize(
+    "example, target, map_name",
+    [
+        ("pipeline", "plan", None),
+        ("handoff", "plan", None),
+        ("pipeline", "cuda", None),
+        ("pipeline", "wgsl", "pipeline"),
+        ("handoff", "wgsl", "receive"),
+        ("bf16_rowsum", "cuda", "rowsum"),
+    ],
+)
+def test_lower_is_what_mpmd_lower_prints(example, target, map_name):
+    path = f"examples/{example}.mpmd"
+    flags = ["--target", target] + (["--map", map_name] if map_name else [])
+    code, stdout, stderr = run_cli("lower", *flags, path)
+    assert code == 0, stderr
+    text = mpmd.Module.from_file(ROOT / path).lower(target, map_name)
+    assert text == stdout
+    assert len(text) > 200
+
+
+def test_lower_refuses_what_the_cli_refuses():
+    handoff = mpmd.Module.from_file(EXAMPLES / "handoff.mpmd")
+    with pytest.raises(ValueError) as caught:
+        handoff.lower("wgsl")
+    assert str(caught.value) == (
+        "the module has 2 maps (`send`, `receive`), and the wgsl source of each is a file "
+        "of its own: pass map=NAME"
+    )
+    with pytest.raises(ValueError, match=r'^target `ptx`: give "plan", "cuda" or "wgsl"$'):
+        handoff.lower("ptx")
+    with pytest.raises(KeyError, match="no map `nope`"):
+        handoff.lower("plan", "nope")

@@ -421,7 +421,7 @@ pub fn load_module(path: &Path) -> Result<Module, CliError> {
 /// `Module.from_text` too).
 pub fn load_source(source: &str, file: &str) -> Result<Module, CliError> {
     let (module, source_map) = text::parse(source).map_err(|e| {
-        let mut rendered = e.render(&file);
+        let mut rendered = e.render(file);
         if !rendered.ends_with('\n') {
             rendered.push('\n');
         }

@@ -143,11 +143,13 @@ class Backend:
         triple = self._raw.resident(name)
         return None if triple is None else _array(triple)
 
-    def set_resident(self, module: Module, name: str, array: Any) -> None:
-        """Gives device-resident ref ``name`` of ``module`` the data
-        ``array`` (exactly its dtype and host shape), before a call or
-        between calls."""
-        self._raw.set_resident(module, name, _triple(name, array))
+    def set_resident(self, name: str, array: Any, module: Optional[Module] = None) -> None:
+        """Gives device-resident ref ``name`` the data ``array``, before a
+        call or between calls. With ``module`` the array must have exactly
+        the dtype and host shape the module declares for it (a ValueError
+        otherwise); without, the next call that binds the resident checks
+        them (a RunError)."""
+        self._raw.set_resident(name, _triple(name, array), module)
 
     def __repr__(self) -> str:
         return f"mpmd.{type(self).__name__}()"

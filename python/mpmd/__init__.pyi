@@ -48,7 +48,8 @@ class Backend:
         """Runs one call: inputs as arrays (numpy, or anything with
         __dlpack__), scalars as Python numbers; returns {output: array}."""
     def resident(self, name: str) -> Optional[np.ndarray]: ...
-    def set_resident(self, module: Module, name: str, array: Any) -> None: ...
+    def set_resident(self, name: str, array: Any, module: Optional[Module] = None) -> None:
+        """Gives resident `name` the data; with `module`, checked against its declaration."""
 
 class Interpreter(Backend):
     def __init__(

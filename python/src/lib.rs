@@ -152,6 +152,16 @@ fn run_error(py: Python<'_>, map: &str, error: &CoreRunError) -> PyErr {
     err
 }
 
+/// Every element type, in the order messages list them.
+const ELEMENT_TYPES: [ScalarType; 6] = [
+    ScalarType::F32,
+    ScalarType::I32,
+    ScalarType::U32,
+    ScalarType::Bool,
+    ScalarType::F16,
+    ScalarType::BF16,
+];
+
 /// numpy's name of the dtype that holds an element type.
 fn dtype_name(elem: ScalarType) -> &'static str {
     match elem {
@@ -780,31 +790,64 @@ impl PyBackend {
         tensor.map(|t| tensor_triple(py, &t)).transpose()
     }
 
-    /// Gives device-resident ref `name` of `module` the data `data`
-    /// (`(dtype, shape, bytes)`, exactly the resident's dtype and shape).
+    /// Gives device-resident ref `name` the data `data` (`(dtype, shape,
+    /// bytes)`). With `module`, the data must have exactly the dtype and
+    /// host shape the module declares; without, the array's own are kept
+    /// and the next call that binds the resident checks them.
+    #[pyo3(signature = (name, data, module = None))]
     fn set_resident(
         &self,
         py: Python<'_>,
-        module: &PyModule_,
         name: &str,
         data: InputTriple,
+        module: Option<&PyModule_>,
     ) -> PyResult<()> {
-        let resident = module.module.resident(name).ok_or_else(|| {
-            PyKeyError::new_err(format!(
-                "the module declares no resident `{name}` (its residents: {})",
-                module
-                    .module
-                    .residents
-                    .iter()
-                    .map(|r| format!("`{}`", r.name))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
-        let shape = host_shape(&module.module.meshes, &resident.ty)
-            .ok_or_else(|| MpmdError::new_err(format!("resident `{name}` has no host shape")))?;
         let what = format!("resident `{name}`");
-        let tensor = input_tensor(&what, resident.ty.elem, &shape, data)?;
+        let tensor = match module {
+            Some(module) => {
+                let resident = module.module.resident(name).ok_or_else(|| {
+                    PyKeyError::new_err(format!(
+                        "the module declares no resident `{name}` (its residents: {})",
+                        module
+                            .module
+                            .residents
+                            .iter()
+                            .map(|r| format!("`{}`", r.name))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+                let shape = host_shape(&module.module.meshes, &resident.ty).ok_or_else(|| {
+                    MpmdError::new_err(format!("resident `{name}` has no host shape"))
+                })?;
+                input_tensor(&what, resident.ty.elem, &shape, data)?
+            }
+            None => {
+                let elem = ELEMENT_TYPES
+                    .iter()
+                    .copied()
+                    .find(|&e| dtype_name(e) == data.0)
+                    .ok_or_else(|| {
+                        PyValueError::new_err(format!(
+                            "{what}: dtype {} is none of {}",
+                            data.0,
+                            ELEMENT_TYPES.map(dtype_name).join(", ")
+                        ))
+                    })?;
+                let shape = data
+                    .1
+                    .iter()
+                    .map(|&d| u32::try_from(d))
+                    .collect::<Result<Vec<u32>, _>>()
+                    .map_err(|_| {
+                        PyValueError::new_err(format!(
+                            "{what}: shape {} has an extent past 2^32 - 1",
+                            shape_text(&data.1)
+                        ))
+                    })?;
+                input_tensor(&what, elem, &shape, data)?
+            }
+        };
         let mut engine = self.engine()?;
         let result = match &mut *engine {
             Engine::Interp { interp, .. } => Backend::set_resident(interp.as_mut(), name, tensor),

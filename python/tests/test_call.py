@@ -112,16 +112,16 @@ def test_residents_stay_with_the_backend_across_calls():
 def test_set_resident_hands_data_to_a_later_call():
     handoff = module("handoff")
     backend = mpmd.Interpreter()
-    backend.set_resident(handoff, "hand", np.full((2, 64), 4.0, np.float32))
-    backend.set_resident(handoff, "credits", np.array([[1], [1]], np.int32))
+    backend.set_resident("hand", np.full((2, 64), 4.0, np.float32), module=handoff)
+    backend.set_resident("credits", np.array([[1], [1]], np.int32))
     np.testing.assert_array_equal(backend.call(handoff, "receive")["y"], np.full(128, 5.0, np.float32))
     with pytest.raises(ValueError) as caught:
-        backend.set_resident(handoff, "hand", np.zeros(128, np.float32))
+        backend.set_resident("hand", np.zeros(128, np.float32), module=handoff)
     assert str(caught.value) == (
         "resident `hand` expects float32 of shape (2, 64); given float32 of shape (128,)"
     )
     with pytest.raises(KeyError, match="the module declares no resident `nope`"):
-        backend.set_resident(handoff, "nope", np.zeros(1, np.float32))
+        backend.set_resident("nope", np.zeros(1, np.float32), module=handoff)
 
 
 def test_wrong_dtype_or_shape_names_the_operand_and_both():
@@ -234,3 +234,20 @@ def test_limits_name_the_python_parameter():
     assert "raise it with Interpreter(memory_limit=BYTES)" in str(caught.value)
     with pytest.raises(ValueError, match=r"^timeout=-1: give a number of seconds \(such as 60, 0.5, or 0 or None for no bound\)$"):
         mpmd.Interpreter(timeout=-1.0)
+
+
+def test_set_resident_without_a_module_is_checked_by_the_next_call():
+    handoff = module("handoff")
+    backend = mpmd.Interpreter()
+    backend.set_resident("credits", np.ones((2, 1), np.uint32))  # declared int32
+    with pytest.raises(mpmd.RunError) as caught:
+        backend.call(handoff, "receive")
+    assert caught.value.error_class is None
+    assert str(caught.value) == (
+        "bad call arguments: resident `credits` holds `u32` elements, the map binds `i32`"
+    )
+    with pytest.raises(ValueError) as caught:
+        backend.set_resident("hand", np.zeros(4))
+    assert str(caught.value) == (
+        "resident `hand`: dtype float64 is none of float32, int32, uint32, bool, float16, bfloat16"
+    )

@@ -55,8 +55,8 @@ def test_residents_across_calls_on_wgpu():
     assert backend.call(handoff, "send", x=x)["sent"].tolist() == [1, 2]
     np.testing.assert_array_equal(backend.resident("hand"), (x * 10).reshape(2, 64))
     np.testing.assert_array_equal(backend.call(handoff, "receive")["y"], x * 10 + 1)
-    backend.set_resident(handoff, "hand", np.full((2, 64), 2.0, np.float32))
-    backend.set_resident(handoff, "credits", np.ones((2, 1), np.int32))
+    backend.set_resident("hand", np.full((2, 64), 2.0, np.float32), module=handoff)
+    backend.set_resident("credits", np.ones((2, 1), np.int32))
     np.testing.assert_array_equal(backend.call(handoff, "receive")["y"], np.full(128, 3.0, np.float32))
 
 

@@ -251,3 +251,27 @@ def test_set_resident_without_a_module_is_checked_by_the_next_call():
     assert str(caught.value) == (
         "resident `hand`: dtype float64 is none of float32, int32, uint32, bool, float16, bfloat16"
     )
+
+
+class DlpackOnly:
+    """An array that offers only the DLPack protocol (as a PyTorch CPU
+    tensor does to numpy): no __array__, no buffer."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_any_dlpack_object_is_an_input():
+    axpb = module("elementwise")
+    x = np.arange(256, dtype=np.float32) - 100
+    assert not hasattr(DlpackOnly(x), "__array__")
+    y = mpmd.Interpreter().call(axpb, "axpb", x=DlpackOnly(x), alpha=0.5)["y"]
+    np.testing.assert_array_equal(y, x * np.float32(0.5) + 1)
+    with pytest.raises(ValueError, match=r"given int64 of shape \(256,\)$"):
+        mpmd.Interpreter().call(axpb, "axpb", x=DlpackOnly(np.arange(256)), alpha=0.5)

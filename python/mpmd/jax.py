@@ -5,7 +5,8 @@ works eagerly and inside ``jax.jit``. It runs on the host: through
 ``jax.pure_callback`` for a map that binds no device-resident ref, and
 through ``jax.experimental.io_callback(ordered=True)`` for one that does,
 so that XLA neither drops, duplicates nor reorders calls whose effects a
-later call reads (a hand-off through residents). The backend is the
+later call reads (a hand-off through residents). Under ``jax.vmap`` a map
+without residents runs once per batch element. The backend is the
 interpreter unless one is given; residents stay with that backend object.
 
 Not here yet: the GPU path through an XLA FFI custom call (``jax.ffi``)
@@ -102,7 +103,7 @@ def kernel(
             values.append(jnp.asarray(bound[name], dtype=DTYPES[dtype]))
         if stateful:
             return io_callback(on_host, result_shapes, *values, ordered=True)
-        return jax.pure_callback(on_host, result_shapes, *values)
+        return jax.pure_callback(on_host, result_shapes, *values, vmap_method="sequential")
 
     call.__name__ = map_name
     call.__qualname__ = map_name

@@ -104,3 +104,12 @@ def test_the_readme_example_on_the_interpreter_checked():
     np.testing.assert_array_equal(y, x * np.float32(3) + np.float32(1))
     np.testing.assert_array_equal(z, np.float32(0.5) * ((x * np.float32(3)) * np.float32(2)))
     assert backend.schedules_run == 3
+
+
+def test_vmap_runs_the_map_once_per_batch_element():
+    axpb = mpmd.jax.kernel(mpmd.Module.from_file(EXAMPLES / "elementwise.mpmd"), "axpb")
+    xs = jnp.arange(3 * 256, dtype=jnp.float32).reshape(3, 256) / 5
+    alphas = jnp.array([1.0, -2.0, 0.25], dtype=jnp.float32)
+    ys = jax.jit(jax.vmap(lambda x, a: axpb(x, alpha=a)["y"]))(xs, alphas)
+    assert ys.shape == (3, 256)
+    assert (ys == xs * alphas[:, None] + 1.0).all()

@@ -15,7 +15,7 @@ pub const REQUIREMENTS: [&str; 5] = [
     "pytest>=7",
     "numpy>=1.22",
     "ml_dtypes>=0.2",
-    "jax>=0.4.31",
+    "jax>=0.4.34",
 ];
 
 /// Sets up the environment, builds the package and the CLI the tests

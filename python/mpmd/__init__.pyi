@@ -80,8 +80,8 @@ class BackendUnavailableError(MpmdError): ...
 class RunError(MpmdError):
     #: The corpus keyword of the error's class (`data_race`, `deadlock`, ...) or None.
     error_class: Optional[str]
-    #: The map whose call failed.
-    map: str
+    #: The map whose call failed (None for `set_resident`).
+    map: Optional[str]
 
 class RaceError(RunError): ...
 class DeadlockError(RunError): ...

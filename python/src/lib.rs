@@ -130,8 +130,9 @@ fn run_error_text(error: &CoreRunError) -> String {
 
 /// The exception for a run error: one class per [`ErrorClass`], `RunError`
 /// for the others. The instance carries `error_class` (the class keyword
-/// of the corpus, such as `data_race`, or None) and `map`.
-fn run_error(py: Python<'_>, map: &str, error: &CoreRunError) -> PyErr {
+/// of the corpus, such as `data_race`, or None) and `map` (None when no
+/// call failed: `set_resident`).
+fn run_error(py: Python<'_>, map: Option<&str>, error: &CoreRunError) -> PyErr {
     let message = run_error_text(error);
     let class = error.class();
     let err = match class {
@@ -759,13 +760,13 @@ impl PyBackend {
                 )),
             })
         })?;
-        let outputs = result.map_err(|e| run_error(py, map, &e))?;
+        let outputs = result.map_err(|e| run_error(py, Some(map), &e))?;
         let dict = PyDict::new(py);
         for output in &the_map.outputs {
             let tensor = outputs.outputs.get(&output.name).ok_or_else(|| {
                 run_error(
                     py,
-                    map,
+                    Some(map),
                     &CoreRunError::Backend(format!(
                         "no value returned for output `{}`",
                         output.name
@@ -853,7 +854,7 @@ impl PyBackend {
             Engine::Interp { interp, .. } => Backend::set_resident(interp.as_mut(), name, tensor),
             Engine::Lowered { backend, .. } => backend.set_resident(name, tensor),
         };
-        result.map_err(|e| run_error(py, "", &e))
+        result.map_err(|e| run_error(py, None, &e))
     }
 }
 

@@ -300,15 +300,25 @@ pub const OPTION_FLAGS: &[(&str, &str)] = &[
 
 /// `text` with every Rust option of [`OPTION_FLAGS`] replaced by its flag.
 pub fn name_flags(text: &str) -> String {
-    OPTION_FLAGS
-        .iter()
-        .fold(text.to_string(), |t, (option, flag)| {
-            t.replace(option, flag)
-        })
+    name_options(text, OPTION_FLAGS)
+}
+
+/// `text` with every Rust option of `table` replaced by its name there.
+pub fn name_options(text: &str, table: &[(&str, &str)]) -> String {
+    table.iter().fold(text.to_string(), |t, (option, name)| {
+        t.replace(option, name)
+    })
 }
 
 /// A run error as the CLI reports it: options named by their flags.
 pub fn for_cli(error: RunError) -> RunError {
+    with_option_names(error, OPTION_FLAGS)
+}
+
+/// A run error whose messages name options as `table` says (the CLI's
+/// flags, the Python package's parameters).
+pub fn with_option_names(error: RunError, table: &[(&str, &str)]) -> RunError {
+    let rename = |text: &str| name_options(text, table);
     match error {
         RunError::TimeLimit {
             site,
@@ -317,7 +327,7 @@ pub fn for_cli(error: RunError) -> RunError {
         } => RunError::TimeLimit {
             site,
             limit_ms,
-            option: name_flags(&option),
+            option: rename(&option),
         },
         RunError::MemoryLimit {
             what,
@@ -328,22 +338,22 @@ pub fn for_cli(error: RunError) -> RunError {
             what,
             needed,
             limit,
-            option: name_flags(&option),
+            option: rename(&option),
         },
         RunError::Deadlock { wait_for_graph } => RunError::Deadlock {
-            wait_for_graph: name_flags(&wait_for_graph),
+            wait_for_graph: rename(&wait_for_graph),
         },
         RunError::Nondeterministic { detail } => RunError::Nondeterministic {
-            detail: name_flags(&detail),
+            detail: rename(&detail),
         },
         RunError::Unsupported { reason } => RunError::Unsupported {
-            reason: name_flags(&reason),
+            reason: rename(&reason),
         },
         RunError::Refused { reason } => RunError::Refused {
-            reason: name_flags(&reason),
+            reason: rename(&reason),
         },
-        RunError::BadArguments(text) => RunError::BadArguments(name_flags(&text)),
-        RunError::Backend(text) => RunError::Backend(name_flags(&text)),
+        RunError::BadArguments(text) => RunError::BadArguments(rename(&text)),
+        RunError::Backend(text) => RunError::Backend(rename(&text)),
         other => other,
     }
 }
@@ -403,9 +413,15 @@ fn read_source(path: &Path) -> Result<String, CliError> {
 /// Parses and validates a file; errors come back rendered.
 pub fn load_module(path: &Path) -> Result<Module, CliError> {
     let source = read_source(path)?;
-    let file = path.display().to_string();
-    let (module, source_map) = text::parse(&source).map_err(|e| {
-        let mut rendered = e.render(&file);
+    load_source(&source, &path.display().to_string())
+}
+
+/// Parses and validates `source`, named `file` in diagnostics; errors come
+/// back rendered as `mpmd check` prints them (the Python package's
+/// `Module.from_text` too).
+pub fn load_source(source: &str, file: &str) -> Result<Module, CliError> {
+    let (module, source_map) = text::parse(source).map_err(|e| {
+        let mut rendered = e.render(file);
         if !rendered.ends_with('\n') {
             rendered.push('\n');
         }
@@ -414,7 +430,7 @@ pub fn load_module(path: &Path) -> Result<Module, CliError> {
     validate::validate(&module, &ValidateOptions::default()).map_err(|diagnostics| {
         let mut rendered: String = diagnostics
             .iter()
-            .map(|d| validate::render(d, &file, Some((&source, &source_map))))
+            .map(|d| validate::render(d, file, Some((source, &source_map))))
             .collect::<Vec<_>>()
             .join("\n");
         if !rendered.ends_with('\n') {
@@ -576,7 +592,10 @@ pub fn file_name(stem: &str, extension: &str) -> String {
 }
 
 /// The backend `mpmd run --backend` names. Each backend is one arm.
-pub fn resolve_backend(kind: BackendKind, co_resident: bool) -> Result<Box<dyn Backend>, CliError> {
+pub fn resolve_backend(
+    kind: BackendKind,
+    co_resident: bool,
+) -> Result<Box<dyn Backend + Send>, CliError> {
     let unavailable = |reason: String| CliError::BackendUnavailable {
         name: kind.name(),
         reason,

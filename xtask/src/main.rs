@@ -1,6 +1,7 @@
 //! `cargo xtask`: project automation (tests, conformance) and set-up of the
 //! tools those need (a Vulkan adapter, NVRTC and ptxas).
 
+mod python;
 mod tools;
 
 use std::path::{Path, PathBuf};
@@ -18,7 +19,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Set up the tools, then run every test of the workspace
-    /// (`cargo nextest run` when installed, else `cargo test`).
+    /// (`cargo nextest run` when installed, else `cargo test`), then the
+    /// Python package's tests (`cargo xtask pytest`).
     Test {
         /// Extra arguments passed to the test runner (`-p NAME` narrows the
         /// run to those crates).
@@ -58,6 +60,13 @@ enum Task {
     GpuBundle {
         /// Folder to fill (created if missing).
         dir: PathBuf,
+    },
+    /// Set up a Python environment under target/mpmd-tools/pyenv, build the
+    /// `mpmd` package into it and run pytest over python/tests (arguments
+    /// go to pytest).
+    Pytest {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Only set up (or check) the tools and print what was found.
     Setup,
@@ -99,7 +108,20 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Task::Test { args } => run_tests(&root, &setup, &args),
+        Task::Test { args } => {
+            let cargo_tests = run_tests(&root, &setup, &args);
+            // A run narrowed to some crates (`-p NAME`) is not the whole suite.
+            if !package_args(&args).is_empty() {
+                return cargo_tests;
+            }
+            let pytest = python::run_pytest(&root, &setup, &[]);
+            if cargo_tests == ExitCode::SUCCESS {
+                pytest
+            } else {
+                cargo_tests
+            }
+        }
+        Task::Pytest { args } => python::run_pytest(&root, &setup, &args),
         Task::Conformance { release, args } => {
             run_conformance_binary(&root, &setup, "mpmd-conformance", release, &args)
         }
@@ -437,7 +459,7 @@ fn package_args(args: &[String]) -> Vec<String> {
     out
 }
 
-fn describe(cmd: &Command) -> String {
+pub(crate) fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         s.push(' ');

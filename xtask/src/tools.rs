@@ -143,7 +143,7 @@ pub fn has_nextest() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn on_path(program: &str) -> bool {
+pub(crate) fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
         .unwrap_or(false)
@@ -226,7 +226,7 @@ fn set_up_vulkan(setup: &mut Setup) {
 }
 
 /// Runs a command with inherited output; prints it first.
-fn run_visible(cmd: &mut Command) -> bool {
+pub(crate) fn run_visible(cmd: &mut Command) -> bool {
     let mut line = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         line.push(' ');
@@ -246,7 +246,7 @@ fn run_visible(cmd: &mut Command) -> bool {
     }
 }
 
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(d) => {
             let d = PathBuf::from(d);

@@ -1,0 +1,214 @@
+"""MPMD GPU kernels from Python.
+
+A :class:`Module` is a parsed and validated ``.mpmd`` program; a backend
+(:class:`Interpreter`, :class:`Wgpu`, :class:`Cuda`) runs calls of its maps
+on numpy arrays (or anything with ``__dlpack__``: JAX and PyTorch CPU
+arrays) and Python numbers, and keeps the module's device-resident refs
+from call to call. ``mpmd.jax.kernel`` makes a map a function of
+``jax.Array`` s usable inside ``jax.jit``.
+
+Messages are the Rust library's and the CLI's: a module that does not
+validate raises :class:`ValidationError` whose message is exactly what
+``mpmd check`` prints for it (before its final count line), and a call's
+failure raises a :class:`RunError` subclass carrying the report
+``mpmd run`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import ml_dtypes
+import numpy as np
+
+from . import _mpmd
+from ._mpmd import (
+    BackendUnavailableError,
+    BadSemaphoreAmountError,
+    DeadlockError,
+    LowerError,
+    Module,
+    MpmdError,
+    NondeterministicError,
+    OutOfBoundsError,
+    RaceError,
+    RefusedError,
+    RunError,
+    UninitializedReadError,
+    UnsupportedError,
+    ValidationError,
+    WaitTimeoutError,
+)
+
+__all__ = [
+    "Module",
+    "Interpreter",
+    "Wgpu",
+    "Cuda",
+    "Backend",
+    "DTYPES",
+    "generated_inputs",
+    "MpmdError",
+    "ValidationError",
+    "LowerError",
+    "BackendUnavailableError",
+    "RunError",
+    "RaceError",
+    "DeadlockError",
+    "OutOfBoundsError",
+    "UninitializedReadError",
+    "WaitTimeoutError",
+    "BadSemaphoreAmountError",
+    "NondeterministicError",
+    "UnsupportedError",
+    "RefusedError",
+]
+
+#: numpy dtype of each element type's arrays (``bool`` arrays are numpy bools).
+DTYPES: Dict[str, np.dtype] = {
+    "float32": np.dtype(np.float32),
+    "int32": np.dtype(np.int32),
+    "uint32": np.dtype(np.uint32),
+    "bool": np.dtype(np.bool_),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+}
+
+
+def _as_numpy(name: str, value: Any) -> np.ndarray:
+    """``value`` as a numpy array: numpy arrays as they are, DLPack objects
+    through ``np.from_dlpack`` (no copy), anything else through
+    ``np.asarray`` (which is also how a JAX bf16 array arrives: DLPack in
+    numpy has no bfloat16)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__dlpack__"):
+        try:
+            return np.from_dlpack(value)
+        except (RuntimeError, TypeError, BufferError, ValueError):
+            pass
+    try:
+        return np.asarray(value)
+    except Exception as error:  # noqa: BLE001: named in the message
+        raise TypeError(
+            f"input `{name}`: cannot read a {type(value).__name__} as an array ({error})"
+        ) from error
+
+
+def _triple(name: str, value: Any):
+    array = _as_numpy(name, value)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return (array.dtype.name, tuple(array.shape), array.tobytes(order="C"))
+
+
+def _array(triple) -> np.ndarray:
+    dtype, shape, data = triple
+    return np.frombuffer(data, dtype=DTYPES[dtype]).reshape(shape)
+
+
+class Backend:
+    """What every backend does; use :class:`Interpreter`, :class:`Wgpu` or
+    :class:`Cuda`."""
+
+    _raw: Any
+
+    @property
+    def name(self) -> str:
+        """``interp``, ``wgpu`` or ``cuda``."""
+        return self._raw.name
+
+    def call(self, module: Module, map_name: str, /, **arguments: Any) -> Dict[str, np.ndarray]:
+        """Runs one call of ``map_name``: each input the call uploads is a
+        keyword argument (a numpy array, or an object with ``__dlpack__``,
+        of exactly the input's dtype and host shape), each scalar a Python
+        number. Returns ``{output: array}`` in the map's order, each of the
+        output's dtype and host shape. Residents the map binds are the
+        backend's and stay with it."""
+        scalar_names = {name for name, _ in module.scalars(map_name)}
+        inputs = {}
+        scalars = {}
+        for name, value in arguments.items():
+            if name in scalar_names or isinstance(value, (bool, int, float, np.generic)):
+                scalars[name] = value.item() if isinstance(value, np.generic) else value
+            else:
+                inputs[name] = _triple(name, value)
+        outputs = self._raw.call(module, map_name, inputs, scalars)
+        return {name: _array(triple) for name, triple in outputs.items()}
+
+    def resident(self, name: str) -> Optional[np.ndarray]:
+        """A copy of device-resident ref ``name`` as the last call left it
+        (its host shape: the owner mesh's block axes first), or None while
+        no call and no :meth:`set_resident` created it."""
+        triple = self._raw.resident(name)
+        return None if triple is None else _array(triple)
+
+    def set_resident(self, name: str, array: Any, module: Optional[Module] = None) -> None:
+        """Gives device-resident ref ``name`` the data ``array``, before a
+        call or between calls. With ``module`` the array must have exactly
+        the dtype and host shape the module declares for it (a ValueError
+        otherwise); without, the next call that binds the resident checks
+        them (a RunError)."""
+        self._raw.set_resident(name, _triple(name, array), module)
+
+    def __repr__(self) -> str:
+        return f"mpmd.{type(self).__name__}()"
+
+
+class Interpreter(Backend):
+    """The reference interpreter (the oracle every backend is judged against).
+
+    ``checked=True`` reports out-of-bounds accesses, data races and reads of
+    unwritten memory, and runs ``schedules`` extra seeded schedules (default
+    2, as ``mpmd run --checked``), so results that differ between schedules
+    are an error too; ``seed`` seeds them. ``timeout`` (seconds; 0 or None:
+    no bound) bounds one call, ``memory_limit`` (bytes) what one call
+    allocates."""
+
+    def __init__(
+        self,
+        checked: bool = False,
+        schedules: Optional[int] = None,
+        *,
+        seed: int = 0,
+        timeout: Optional[float] = 60.0,
+        memory_limit: int = 4 << 30,
+    ) -> None:
+        self._raw = _mpmd._Backend.interpreter(checked, schedules, seed, timeout, memory_limit)
+
+    @property
+    def schedules_run(self) -> Optional[int]:
+        """Schedules the last call ran (1: the lockstep one only)."""
+        return self._raw.schedules_run
+
+
+class Wgpu(Backend):
+    """The WGSL backend on the default WebGPU adapter (a GPU's Vulkan, Metal
+    or DX12 driver, or Mesa's lavapipe on the CPU).
+
+    ``checked=True`` reports out-of-bounds accesses. A map whose programs
+    wait on each other within one dispatch needs co-resident workgroups,
+    which no adapter promises: it is refused unless ``co_resident=True``
+    declares the adapter runs every workgroup at once (such results are
+    unverified). Raises :class:`BackendUnavailableError` without an adapter."""
+
+    def __init__(self, checked: bool = False, *, co_resident: bool = False) -> None:
+        self._raw = _mpmd._Backend.wgpu(checked, co_resident)
+
+
+class Cuda(Backend):
+    """The CUDA backend (NVRTC, one fused kernel a call) on the first NVIDIA
+    GPU. ``checked=True`` reports out-of-bounds accesses. Raises
+    :class:`BackendUnavailableError`, saying why, on a machine without an
+    NVIDIA GPU and driver. Arrays go through host memory: zero-copy use of
+    device arrays is not there yet."""
+
+    def __init__(self, checked: bool = False) -> None:
+        self._raw = _mpmd._Backend.cuda(checked)
+
+
+def generated_inputs(module: Module, map_name: str, seed: int = 0) -> Dict[str, np.ndarray]:
+    """The inputs ``mpmd run --seed SEED`` generates for a call of
+    ``map_name`` (the module's ``generate`` lines, else a default per type):
+    run the CLI's data from Python."""
+    return {name: _array(t) for name, t in module.generated_inputs(map_name, seed).items()}

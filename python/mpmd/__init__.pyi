@@ -1,0 +1,94 @@
+from os import PathLike
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+__all__: List[str]
+
+#: numpy dtype of each element type's arrays.
+DTYPES: Dict[str, np.dtype]
+
+Operands = List[Tuple[str, str, List[int]]]
+
+class Module:
+    """A parsed and validated `.mpmd` module."""
+
+    @staticmethod
+    def from_file(path: Union[str, PathLike[str]]) -> Module:
+        """Reads, parses and validates a file; raises ValidationError with the
+        CLI's rendered diagnostics, OSError when the file cannot be read."""
+    @staticmethod
+    def from_text(text: str, name: str = "<text>") -> Module:
+        """Parses and validates text; diagnostics name it `name`."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def maps(self) -> List[str]: ...
+    def calls(self) -> List[Tuple[str, Dict[str, Any]]]:
+        """The module's `call` lines: (map, {scalar: value})."""
+    def text(self) -> str:
+        """The canonical text."""
+    def lower(self, target: str, map: Optional[str] = None) -> str:
+        """The map's launch plan (`"plan"`), CUDA C (`"cuda"`) or WGSL (`"wgsl"`), as `mpmd lower` prints it."""
+    def inputs(self, map: str) -> Operands:
+        """(name, dtype, host shape) of each input a call uploads."""
+    def outputs(self, map: str) -> Operands:
+        """(name, dtype, host shape) of each output a call returns."""
+    def scalars(self, map: str) -> List[Tuple[str, str]]:
+        """(name, dtype) of each scalar parameter."""
+    def residents(self) -> Operands:
+        """(name, dtype, host shape) of each device-resident ref."""
+    def binds_residents(self, map: str) -> bool: ...
+    def generated_inputs(self, map: str, seed: int = 0, memory_limit: int = ...) -> Dict[str, Tuple[str, Tuple[int, ...], bytearray]]: ...
+
+class Backend:
+    @property
+    def name(self) -> str: ...
+    def call(self, module: Module, map_name: str, /, **arguments: Any) -> Dict[str, np.ndarray]:
+        """Runs one call: inputs as arrays (numpy, or anything with
+        __dlpack__), scalars as Python numbers; returns {output: array}."""
+    def resident(self, name: str) -> Optional[np.ndarray]: ...
+    def set_resident(self, name: str, array: Any, module: Optional[Module] = None) -> None:
+        """Gives resident `name` the data; with `module`, checked against its declaration."""
+
+class Interpreter(Backend):
+    def __init__(
+        self,
+        checked: bool = False,
+        schedules: Optional[int] = None,
+        *,
+        seed: int = 0,
+        timeout: Optional[float] = 60.0,
+        memory_limit: int = ...,
+    ) -> None: ...
+    @property
+    def schedules_run(self) -> Optional[int]: ...
+
+class Wgpu(Backend):
+    def __init__(self, checked: bool = False, *, co_resident: bool = False) -> None: ...
+
+class Cuda(Backend):
+    def __init__(self, checked: bool = False) -> None: ...
+
+def generated_inputs(module: Module, map_name: str, seed: int = 0) -> Dict[str, np.ndarray]: ...
+
+class MpmdError(Exception): ...
+class ValidationError(MpmdError): ...
+class LowerError(MpmdError): ...
+class BackendUnavailableError(MpmdError): ...
+
+class RunError(MpmdError):
+    #: The corpus keyword of the error's class (`data_race`, `deadlock`, ...) or None.
+    error_class: Optional[str]
+    #: The map whose call failed (None for `set_resident`).
+    map: Optional[str]
+
+class RaceError(RunError): ...
+class DeadlockError(RunError): ...
+class OutOfBoundsError(RunError): ...
+class UninitializedReadError(RunError): ...
+class WaitTimeoutError(RunError): ...
+class BadSemaphoreAmountError(RunError): ...
+class NondeterministicError(RunError): ...
+class UnsupportedError(RunError): ...
+class RefusedError(RunError): ...

@@ -37,8 +37,15 @@ pub const PARAMS_BINDING: u32 = 0;
 /// Binding of the status buffer (error records).
 pub const STATUS_BINDING: u32 = 1;
 /// Words in the status buffer: error count, kind, unit, block, thread,
-/// site, value count, then up to [`MAX_RECORDED_VALUES`] values.
-pub const STATUS_WORDS: usize = 7 + MAX_RECORDED_VALUES;
+/// site, value count, then up to [`MAX_RECORDED_VALUES`] values, then the
+/// ticket counter of block-split dispatches ([`TICKET_WORD`]).
+pub const STATUS_WORDS: usize = 8 + MAX_RECORDED_VALUES;
+/// The status word that block-split dispatches count in: each takes the next
+/// ticket, so dispatch `k` of the call's split dispatches runs ticket `k`.
+pub const TICKET_WORD: usize = 7 + MAX_RECORDED_VALUES;
+/// Dispatches one call may spend on block-split units (one per block; see
+/// [`Dispatch::repeat`]); a plan that needs more is refused.
+pub const MAX_SPLIT_DISPATCHES: u64 = 65_536;
 /// Index values an error record keeps.
 pub const MAX_RECORDED_VALUES: usize = 8;
 
@@ -64,6 +71,10 @@ pub struct EmitOptions {
     /// Largest workgroup count of one dispatch dimension; larger units use a
     /// 2-D dispatch and linearise the block id.
     pub max_workgroups_per_dimension: u32,
+    /// The user declares the adapter co-resident: a program that waits on
+    /// its own signals runs as one dispatch with polling waits (unverified)
+    /// instead of one dispatch per block.
+    pub co_resident: bool,
 }
 
 impl Default for EmitOptions {
@@ -74,6 +85,7 @@ impl Default for EmitOptions {
             wait_poll_budget: 1 << 20,
             max_storage_buffers: u32::MAX,
             max_workgroups_per_dimension: 65_535,
+            co_resident: false,
         }
     }
 }
@@ -90,6 +102,14 @@ pub enum EmitError {
         blocks: u64,
         max: u64,
         per_dim: u32,
+    },
+    /// Block-split units (programs that wait on their own signals) would
+    /// need more dispatches than [`MAX_SPLIT_DISPATCHES`].
+    #[error("{units} wait on their own signals, so each of their blocks runs in its own dispatch, in linear block order: {dispatches} dispatches, more than the {max} one call may make")]
+    TooManyDispatches {
+        units: String,
+        dispatches: u64,
+        max: u64,
     },
     #[error("the map needs {needed} storage buffers even when packed; the adapter allows {allowed} per shader stage")]
     TooManyBindings { needed: u32, allowed: u32 },
@@ -192,6 +212,23 @@ pub struct Dispatch {
     /// The launch unit it runs; `None` for a semaphore dispatch (semaphore
     /// operations moved out of the units next to it, see `Hoisting`).
     pub unit: Option<usize>,
+    /// How many times it is dispatched in a row: 1, or the unit's block
+    /// count for a block-split unit (a program that waits on its own signals
+    /// in a plan without a cycle runs one workgroup per dispatch, in linear
+    /// block order, so that every block it may wait on ran before it).
+    pub repeat: u32,
+}
+
+/// Whether the plan's programs that wait on their own signals run one
+/// dispatch per block: the plan has such a program, no cycle between
+/// programs, and co-residency is not declared.
+pub fn splits_blocks(plan: &LaunchPlan, options: &EmitOptions) -> bool {
+    !options.co_resident && !plan.graph.has_cycle && !plan.graph.intra_program.is_empty()
+}
+
+/// Whether unit `unit` runs one dispatch per block (see [`splits_blocks`]).
+pub fn is_split_unit(plan: &LaunchPlan, options: &EmitOptions, unit: usize) -> bool {
+    splits_blocks(plan, options) && plan.graph.intra_program.iter().any(|e| e.to == unit)
 }
 
 /// Invocations per workgroup of a semaphore dispatch (one per block).
@@ -608,10 +645,53 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
         .iter()
         .map(|unit| hoisting(plan, unit, options))
         .collect();
+    // Block-split units: one dispatch per block, counted against one limit;
+    // each takes its block from the call's ticket counter, less the tickets
+    // of the split units before it.
+    let split: Vec<bool> = (0..plan.units.len())
+        .map(|u| is_split_unit(plan, options, u))
+        .collect();
+    let split_dispatches: u64 = plan
+        .units
+        .iter()
+        .zip(&split)
+        .filter(|(_, &s)| s)
+        .map(|(u, _)| u.block_count)
+        .sum();
+    if split_dispatches > MAX_SPLIT_DISPATCHES {
+        let units: Vec<String> = plan
+            .units
+            .iter()
+            .zip(&split)
+            .filter(|(_, &s)| s)
+            .map(|(u, _)| {
+                format!(
+                    "program {} (`{}`, {} blocks)",
+                    u.program, u.kernel.name, u.block_count
+                )
+            })
+            .collect();
+        return Err(EmitError::TooManyDispatches {
+            units: units.join(", "),
+            dispatches: split_dispatches,
+            max: MAX_SPLIT_DISPATCHES,
+        });
+    }
+    let mut ticket_base = 0u64;
     let mut entries = Vec::new();
     let mut entry_points = Vec::new();
     let mut dispatch = Vec::new();
     for (index, unit) in plan.units.iter().enumerate() {
+        let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
+        if split[index] {
+            dispatch.push([1, 1, 1]);
+            let text = UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?
+                .emit_split_entry(ticket_base)?;
+            ticket_base += unit.block_count;
+            entries.push(text);
+            entry_points.push(name);
+            continue;
+        }
         let max_blocks = per_dim as u64 * per_dim as u64;
         if unit.block_count > max_blocks || unit.block_count > u32::MAX as u64 {
             return Err(EmitError::TooManyBlocks {
@@ -624,7 +704,6 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
         }
         let (x, y) = workgroup_grid(unit.block_count, per_dim);
         dispatch.push([x, y, 1]);
-        let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
         let text = UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?
             .emit_entry(y > 1)?;
         entries.push(text);
@@ -667,6 +746,7 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
                 entry_point: name,
                 workgroups: [x, y, 1],
                 unit: None,
+                repeat: 1,
             });
         }
         if gap < plan.units.len() {
@@ -674,6 +754,11 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
                 entry_point: entry_points[gap].clone(),
                 workgroups: dispatch[gap],
                 unit: Some(gap),
+                repeat: if split[gap] {
+                    plan.units[gap].block_count as u32
+                } else {
+                    1
+                },
             });
         }
     }
@@ -700,8 +785,25 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
     out.push_str(
         "// run the units' block-level semaphore operations next to them. Dispatch order:\n",
     );
-    let order: Vec<&str> = schedule.iter().map(|d| d.entry_point.as_str()).collect();
-    writeln!(out, "// {}.\n", order.join(", ")).unwrap();
+    let order: Vec<String> = schedule
+        .iter()
+        .map(|d| match d.repeat {
+            1 => d.entry_point.clone(),
+            n => format!("{} x {n}", d.entry_point),
+        })
+        .collect();
+    writeln!(out, "// {}.", order.join(", ")).unwrap();
+    for (unit, _) in plan.units.iter().zip(&split).filter(|(_, &s)| s) {
+        writeln!(
+            out,
+            "// Program {} (`{}`) waits on its own signals and the plan has no cycle: its {} block(s) \
+             run one per dispatch, in linear block order ({} dispatches), so every block it may wait \
+             on ran in an earlier dispatch.",
+            unit.program, unit.kernel.name, unit.block_count, unit.block_count
+        )
+        .unwrap();
+    }
+    out.push('\n');
     state.write_globals(&mut out);
     state.write_helpers(&mut out);
     for entry in entries.into_iter().chain(moved_fns).chain(sem_entries) {
@@ -766,6 +868,17 @@ fn workgroup_grid(count: u64, per_dim: u32) -> (u32, u32) {
     } else {
         (per_dim, count.div_ceil(per_dim as u64) as u32)
     }
+}
+
+/// Where an entry point's workgroup finds its block.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlockSource {
+    /// `workgroup_id.x`.
+    OneD,
+    /// `workgroup_id.x + workgroup_id.y * per_dim`, extra workgroups return.
+    TwoD,
+    /// The call's ticket counter less this base (one block per dispatch).
+    Ticket(u64),
 }
 
 /// The semaphore operations of one unit run in a semaphore dispatch.
@@ -913,6 +1026,12 @@ impl ModuleState<'_> {
         }
         out.push_str("// Block-collective broadcast of semaphore reads.\n");
         out.push_str("var<workgroup> mpmd_sem_value: i32;\n");
+        if splits_blocks(self.plan, self.options) {
+            out.push_str(
+                "// The block of a block-split dispatch (its ticket), shared with the workgroup.\n",
+            );
+            out.push_str("var<workgroup> mpmd_ticket: u32;\n");
+        }
         for (idx, unit) in self.plan.units.iter().enumerate() {
             for slot in &unit.smem {
                 let op = &self.plan.operands[slot.operand];
@@ -1689,6 +1808,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             }
         }
         let _ = scalar_index;
+        let ordered_by_dispatch = !plan.needs_co_residency() || splits_blocks(plan, state.options);
         Ok(UnitEmitter {
             state,
             index,
@@ -1701,7 +1821,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             depth: 1,
             temp: 0,
             paid: false,
-            ordered_by_dispatch: !plan.needs_co_residency(),
+            ordered_by_dispatch,
             sem_barrier_unobservable: false,
             hoisting: hoisting.clone(),
         })
@@ -1905,7 +2025,21 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         Ok(true)
     }
 
-    fn emit_entry(mut self, two_d: bool) -> Result<String, EmitError> {
+    fn emit_entry(self, two_d: bool) -> Result<String, EmitError> {
+        self.emit_entry_with(if two_d {
+            BlockSource::TwoD
+        } else {
+            BlockSource::OneD
+        })
+    }
+
+    /// A block-split unit's entry point: one workgroup per dispatch, whose
+    /// block is the call's next ticket less `ticket_base`.
+    fn emit_split_entry(self, ticket_base: u64) -> Result<String, EmitError> {
+        self.emit_entry_with(BlockSource::Ticket(ticket_base))
+    }
+
+    fn emit_entry_with(mut self, source: BlockSource) -> Result<String, EmitError> {
         let unit = self.unit;
         let body = unit.kernel.body.clone();
         let quiet = if self.ordered_by_dispatch {
@@ -1944,7 +2078,26 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             self.entry
         )
         .unwrap();
-        if two_d {
+        if let BlockSource::Ticket(base) = source {
+            writeln!(
+                out,
+                "  // Waits on its own signals: one block per dispatch, in linear block order. Thread 0\n  \
+                 // takes the call's next ticket (dispatch order), less the {base} of earlier split units."
+            )
+            .unwrap();
+            writeln!(
+                out,
+                "  if (mpmd_lid.x == 0u) {{ mpmd_ticket = atomicAdd(&mpmd_status[{TICKET_WORD}], 1u) - {base}u; }}"
+            )
+            .unwrap();
+            out.push_str("  let block_id: u32 = workgroupUniformLoad(&mpmd_ticket);\n");
+            writeln!(
+                out,
+                "  if (block_id >= {}u) {{ return; }}",
+                unit.block_count
+            )
+            .unwrap();
+        } else if source == BlockSource::TwoD {
             let per_dim = self.state.options.max_workgroups_per_dimension;
             out.push_str(
                 "  // More blocks than one dispatch dimension holds: 2-D dispatch, linearised.\n",

@@ -11,9 +11,9 @@ use mpmd_core::Mode;
 use thiserror::Error;
 
 use crate::emit::{
-    emit_module, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
-    ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING,
-    STATUS_BINDING, STATUS_WORDS,
+    emit_module, is_split_unit, splits_blocks, words_for, EmitError, EmitOptions, EmittedModule,
+    ERROR_LOOP_CAP, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES,
+    PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
 };
 
 /// Loop header visits the backend allows on llvmpipe (measured: it stops an
@@ -237,9 +237,11 @@ impl WgpuBackend {
     }
 
     /// Whether a successful run of `plan` is only `unverified`: it relied on
-    /// the user's co-residency declaration.
+    /// the user's co-residency declaration. A plan whose programs wait on
+    /// their own signals but has no cycle runs one dispatch per block of
+    /// those programs without it, and is verified.
     pub fn unverified(&self, plan: &LaunchPlan) -> bool {
-        plan.needs_co_residency()
+        plan.needs_co_residency() && !splits_blocks(plan, &self.emit_options(Mode::Fast))
     }
 
     /// The code-generation options this backend uses on its adapter.
@@ -263,6 +265,7 @@ impl WgpuBackend {
                 .max_storage_buffers
                 .map_or(adapter_max, |m| m.min(adapter_max)),
             max_workgroups_per_dimension: self.ctx.limits.max_compute_workgroups_per_dimension,
+            co_resident: self.options.co_resident,
         }
     }
 
@@ -272,7 +275,10 @@ impl WgpuBackend {
     }
 
     fn refuse_if_needed(&self, plan: &LaunchPlan) -> Result<(), RunError> {
-        if plan.needs_co_residency() && !self.options.co_resident {
+        if plan.needs_co_residency()
+            && !self.options.co_resident
+            && !splits_blocks(plan, &self.emit_options(Mode::Fast))
+        {
             let kernel = |unit: usize| {
                 plan.units
                     .get(unit)
@@ -377,11 +383,11 @@ impl WgpuBackend {
             return Ok(m.clone());
         }
         let emitted = emit_module(plan, &options).map_err(|e| match e {
-            EmitError::TooManyBlocks { .. } | EmitError::TooManyBindings { .. } => {
-                RunError::Refused {
-                    reason: e.to_string(),
-                }
-            }
+            EmitError::TooManyBlocks { .. }
+            | EmitError::TooManyBindings { .. }
+            | EmitError::TooManyDispatches { .. } => RunError::Refused {
+                reason: e.to_string(),
+            },
             EmitError::TooDeep { .. } => RunError::Unsupported {
                 reason: e.to_string(),
             },
@@ -757,15 +763,19 @@ impl Backend for WgpuBackend {
         // One dispatch per launch unit, in plan order, with the semaphore
         // dispatches between them: dispatch boundaries are WGSL's only
         // ordering between workgroups.
+        // A block-split unit repeats its one-workgroup dispatch once per
+        // block; each takes the next ticket, so the blocks run in order.
         for (pipeline, step) in compiled.pipelines.iter().zip(&emitted.schedule) {
             let dims = step.workgroups;
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(&step.entry_point),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(dims[0], dims[1], dims[2]);
+            for _ in 0..step.repeat {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(&step.entry_point),
+                    timestamp_writes: None,
+                });
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, &bind_group, &[]);
+                pass.dispatch_workgroups(dims[0], dims[1], dims[2]);
+            }
         }
         for (arena, offset, resident, bytes) in &copy_back {
             encoder.copy_buffer_to_buffer(arena, *offset, resident, 0, *bytes);
@@ -925,14 +935,32 @@ impl WgpuBackend {
                         describe_sem_element(plan, emitted, &s.reference, unit_index, values[0])
                     })
                     .unwrap_or_else(|| format!("site {site_index}"));
-                if plan.needs_co_residency() {
+                let reference = emitted.sites.get(site_index).map(|s| s.reference.as_str());
+                let own = plan.units.get(unit_index).and_then(|u| {
+                    let name = format!("program {} `{}`", u.program, u.kernel.name);
+                    Some(signallers(plan, unit_index, reference?)?.contains(&name))
+                });
+                let options = self.emit_options(Mode::Fast);
+                if own == Some(true) && is_split_unit(plan, &options, unit_index) {
+                    RunError::Unsupported {
+                        reason: format!(
+                            "{} waits on `{semaphore}`, which its own program signals, and the count was \
+                             short when it ran: it waits on a block that has not run before it (or on a signal \
+                             that never comes). Without co-residency this backend runs the program's blocks \
+                             one dispatch each in linear block order, so a block may only wait on blocks with \
+                             a lower linear id; no order of dispatches carries this wait. If the adapter runs \
+                             all of the program's workgroups at once, set WgpuOptions::co_resident (the \
+                             result is then unverified)",
+                            site(None)
+                        ),
+                    }
+                } else if plan.needs_co_residency() && !splits_blocks(plan, &options) {
                     RunError::WaitTimeout {
                         site: site(None),
                         semaphore,
                     }
                 } else {
                     // Every signaller ran in an earlier dispatch: the count can never grow.
-                    let reference = emitted.sites.get(site_index).map(|s| s.reference.as_str());
                     let why = match reference.and_then(|r| signallers(plan, unit_index, r)) {
                         Some(names) if names.is_empty() => {
                             "no program of this call signals it, so it holds only what it \

@@ -924,7 +924,12 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 error: Box::new(for_cli(error)),
             })?;
         let _ = write!(summary, "call {index}: map `{}`", map.name);
-        if request.backend == BackendKind::Wgpu && plan.needs_co_residency() {
+        // Without a cycle and without the declaration, a program that waits on
+        // its own signals runs one dispatch per block: verified.
+        if request.backend == BackendKind::Wgpu
+            && plan.needs_co_residency()
+            && (plan.graph.has_cycle || request.co_resident)
+        {
             // The adapter's co-residency is the user's word, not something checked.
             summary.push_str(" (unverified: ran on a declared co-resident adapter)");
         }

@@ -551,6 +551,46 @@ fn wgpu_messages_name_the_cli_flag() {
     );
 }
 
+/// A chained scan runs on wgpu one dispatch per block, verified; a block that
+/// waits on a higher block is unsupported, and the message names the flag.
+#[test]
+fn wgpu_runs_chained_blocks_and_names_the_flag_when_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let output = mpmd(&[
+        "run",
+        example("chained_scan").to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    require_backend(&output, "wgpu");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        !stdout(&output).contains("unverified"),
+        "{}",
+        stdout(&output)
+    );
+    let prefix = npy::read(&out.join("prefix.npy")).unwrap();
+    assert_eq!(prefix.to_i32(), vec![496, 2016, 4560, 8128]);
+    let source = "mesh m {\n  grid [b = 2];\n  threads t = 1;\n}\n\n\
+        kernel k(o: gmem<u32[2]>, turn: sem<[1]> @ m) {\n  if axis_index(b) == 0u {\n    wait(turn[0u], 1);\n  }\n  \
+        o[axis_index(b)] = 1u;\n  if axis_index(b) == 1u {\n    signal(turn@[0u][0u], 1);\n  }\n}\n\n\
+        map k {\n  programs [m: k];\n  outputs [o: gmem<u32[2]>];\n  scratch [turn: sem<[1]> @ m];\n}\n";
+    let file = write(dir.path(), "backwards.mpmd", source);
+    let output = mpmd(&["run", &file, "--backend", "wgpu"]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(
+        message.contains(
+            "program 0 (k), block 0 waits on `turn@[0][0]`, which its own program signals"
+        ) && message.ends_with("set --co-resident (the result is then unverified)\n")
+            && !message.contains("WgpuOptions"),
+        "{message}"
+    );
+}
+
 #[test]
 fn inputs_that_start_at_zero_take_no_data() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,227 @@
+//! Programs whose blocks wait on their own program's signals, in a plan
+//! without a cycle, run one dispatch per block in linear block order
+//! (`Dispatch::repeat`), verified, without co-residency.
+
+mod common;
+
+use common::*;
+use mpmd_core::backend::{Backend, RunError};
+use mpmd_core::host::HostTensor;
+use mpmd_wgpu::emit::{Dispatch, MAX_SPLIT_DISPATCHES};
+use mpmd_wgpu::{emit_module, EmitError, EmitOptions, WgpuOptions};
+
+fn chained_scan() -> mpmd_core::ir::Module {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/chained_scan.mpmd");
+    module(&std::fs::read_to_string(path).unwrap())
+}
+
+#[test]
+fn chained_scan_runs_verified_with_the_interpreters_results() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let m = chained_scan();
+    let p = plan(&m, "chained_scan");
+    assert!(p.needs_co_residency() && !p.graph.has_cycle);
+    let x = HostTensor::from_i32(vec![128], &(0..128).collect::<Vec<i32>>());
+    let out = assert_same(&mut wgpu, &m, "chained_scan", &args(vec![("x", x)], vec![]));
+    assert_eq!(out.outputs["prefix"].to_i32(), vec![496, 2016, 4560, 8128]);
+    assert!(!wgpu.unverified(&p));
+    // Declared co-resident, the same plan is one polling dispatch: unverified.
+    let co = backend(WgpuOptions {
+        co_resident: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(co.unverified(&p));
+}
+
+#[test]
+fn the_schedule_states_one_dispatch_per_block() {
+    let p = plan(&chained_scan(), "chained_scan");
+    let emitted = emit_module(&p, &EmitOptions::default()).unwrap();
+    assert_eq!(
+        emitted.schedule,
+        vec![Dispatch {
+            entry_point: "unit0_scan".into(),
+            workgroups: [1, 1, 1],
+            unit: Some(0),
+            repeat: 4,
+        }]
+    );
+    assert!(
+        emitted.wgsl.contains("// unit0_scan x 4.\n"),
+        "{}",
+        emitted.wgsl
+    );
+    assert!(emitted.wgsl.contains(
+        "// Program 0 (`scan`) waits on its own signals and the plan has no cycle: its 4 block(s) \
+         run one per dispatch, in linear block order (4 dispatches), so every block it may wait \
+         on ran in an earlier dispatch.\n"
+    ));
+    let entry = function(&emitted.wgsl, "unit0_scan");
+    assert!(entry.contains("let block_id: u32 = workgroupUniformLoad(&mpmd_ticket);"));
+    // No polling loop: the wait looks once.
+    assert!(!emitted.wgsl.contains("polls"), "{}", emitted.wgsl);
+    // Declared co-resident: one dispatch of 4 workgroups.
+    let co = emit_module(
+        &p,
+        &EmitOptions {
+            co_resident: true,
+            ..EmitOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(co.schedule[0].workgroups, [4, 1, 1]);
+    assert_eq!(co.schedule[0].repeat, 1);
+}
+
+/// Two programs, each passing a token through its blocks in order: every
+/// block appends its id to the program's log and hands the token on. The
+/// second program's blocks take tickets after the first program's.
+const TOKENS: &str = "
+mesh ring {
+  grid [b = 6];
+  threads t = 32;
+}
+mesh ring2 {
+  grid [c = 3];
+  threads u = 16;
+}
+kernel pass(log: gmem<u32[6]>, pos: gmem<u32[1]>, log2: gmem<u32[3]>, pos2: gmem<u32[1]>, tok: sem<[1]> @ ring, tok2: sem<[1]> @ ring2) {
+  let b: u32 = axis_index(b);
+  if b > 0u {
+    wait(tok[0u], 1);
+  }
+  if axis_index(t) == 0u {
+    let p: u32 = pos[0u];
+    log[p] = b * 10u + p;
+    pos[0u] = p + 1u;
+  }
+  if b < 5u {
+    signal(tok@[b + 1u][0u], 1);
+  }
+}
+kernel pass2(log: gmem<u32[6]>, pos: gmem<u32[1]>, log2: gmem<u32[3]>, pos2: gmem<u32[1]>, tok: sem<[1]> @ ring, tok2: sem<[1]> @ ring2) {
+  let c: u32 = axis_index(c);
+  if c > 0u {
+    wait(tok2[0u], 1);
+  }
+  if axis_index(u) == 0u {
+    let p: u32 = pos2[0u];
+    log2[p] = c * 100u + p;
+    pos2[0u] = p + 1u;
+  }
+  if c < 2u {
+    signal(tok2@[c + 1u][0u], 1);
+  }
+}
+map tokens {
+  programs [ring: pass, ring2: pass2];
+  outputs [log: gmem<u32[6]> zeroed, pos: gmem<u32[1]> zeroed, log2: gmem<u32[3]> zeroed, pos2: gmem<u32[1]> zeroed];
+  scratch [tok: sem<[1]> @ ring, tok2: sem<[1]> @ ring2];
+}
+";
+
+#[test]
+fn a_token_passes_through_every_block_in_order() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let m = module(TOKENS);
+    let out = assert_same(&mut wgpu, &m, "tokens", &args(vec![], vec![]));
+    assert_eq!(out.outputs["log"].to_u32(), vec![0, 11, 22, 33, 44, 55]);
+    assert_eq!(out.outputs["pos"].to_u32(), vec![6]);
+    assert_eq!(out.outputs["log2"].to_u32(), vec![0, 101, 202]);
+    assert_eq!(out.outputs["pos2"].to_u32(), vec![3]);
+    let p = plan(&m, "tokens");
+    assert!(!wgpu.unverified(&p));
+    let emitted = emit_module(&p, &EmitOptions::default()).unwrap();
+    let repeats: Vec<u32> = emitted.schedule.iter().map(|d| d.repeat).collect();
+    assert_eq!(repeats, vec![6, 3]);
+    assert!(function(&emitted.wgsl, "unit1_pass2")
+        .contains("mpmd_ticket = atomicAdd(&mpmd_status[15], 1u) - 6u;"));
+    // A second call starts its tickets again.
+    let again = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap();
+    assert_eq!(again, out);
+}
+
+/// Block b waits for block b + 1: no order of dispatches carries it.
+const BACKWARDS: &str = "
+mesh m {
+  grid [b = 4];
+  threads t = 32;
+}
+kernel back(o: gmem<u32[4]>, turn: sem<[1]> @ m) {
+  let b: u32 = axis_index(b);
+  if b < 3u {
+    wait(turn[0u], 1);
+  }
+  if axis_index(t) == 0u {
+    o[b] = b + 1u;
+  }
+  if b > 0u {
+    signal(turn@[b - 1u][0u], 1);
+  }
+}
+map backwards {
+  programs [m: back];
+  outputs [o: gmem<u32[4]>];
+  scratch [turn: sem<[1]> @ m];
+}
+";
+
+#[test]
+fn a_block_that_waits_on_a_higher_block_is_unsupported() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let m = module(BACKWARDS);
+    let (expected, got) = run_both(&mut wgpu, &m, "backwards", &args(vec![], vec![]), &fast());
+    assert_eq!(expected.unwrap().outputs["o"].to_u32(), vec![1, 2, 3, 4]);
+    let err = got.unwrap_err();
+    let RunError::Unsupported { reason } = &err else {
+        panic!("expected unsupported, got {err}")
+    };
+    assert_eq!(
+        reason,
+        "program 0 (back), block 0 waits on `turn@[0][0]`, which its own program signals, and the \
+         count was short when it ran: it waits on a block that has not run before it (or on a \
+         signal that never comes). Without co-residency this backend runs the program's blocks one \
+         dispatch each in linear block order, so a block may only wait on blocks with a lower \
+         linear id; no order of dispatches carries this wait. If the adapter runs all of the \
+         program's workgroups at once, set WgpuOptions::co_resident (the result is then unverified)"
+    );
+}
+
+fn long_chain(blocks: u64) -> String {
+    format!(
+        "mesh m {{\n  grid [b = {blocks}];\n  threads t = 1;\n}}\n\
+         kernel k(o: gmem<u32[1]>, turn: sem<[1]> @ m) {{\n  let b: u32 = axis_index(b);\n  \
+         if b > 0u {{\n    wait(turn[0u], 1);\n  }}\n  if b < {last}u {{\n    signal(turn@[b + 1u][0u], 1);\n  }}\n}}\n\
+         map chain {{\n  programs [m: k];\n  outputs [o: gmem<u32[1]>];\n  scratch [turn: sem<[1]> @ m];\n}}\n",
+        last = blocks - 1
+    )
+}
+
+#[test]
+fn more_split_dispatches_than_the_limit_are_refused() {
+    assert_eq!(MAX_SPLIT_DISPATCHES, 65_536);
+    let fits = plan(&module(&long_chain(65_536)), "chain");
+    let emitted = emit_module(&fits, &EmitOptions::default()).unwrap();
+    assert_eq!(emitted.schedule[0].repeat, 65_536);
+    let p = plan(&module(&long_chain(65_537)), "chain");
+    let expected = "program 0 (`k`, 65537 blocks) wait on their own signals, so each of their \
+                    blocks runs in its own dispatch, in linear block order: 65537 dispatches, more \
+                    than the 65536 one call may make";
+    let err = emit_module(&p, &EmitOptions::default()).unwrap_err();
+    assert!(matches!(err, EmitError::TooManyDispatches { .. }));
+    assert_eq!(err.to_string(), expected);
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    match wgpu.run(&p, &args(vec![], vec![]), &fast()) {
+        Err(RunError::Refused { reason }) => assert_eq!(reason, expected),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

@@ -2,6 +2,7 @@
 //! error record (layout mirrored by the `MPMD_CTL_*` words in prelude.cu).
 
 use mpmd_core::backend::Site;
+use mpmd_core::ir::Stmt;
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::RunError;
 
@@ -32,6 +33,9 @@ pub const ERR_WAIT_TIMEOUT: u32 = 1;
 pub const ERR_OUT_OF_BOUNDS: u32 = 2;
 /// A run-time signal or wait amount below 1; word [`THREAD`] holds the amount.
 pub const ERR_SEM_AMOUNT: u32 = 3;
+/// A `while` reached its maximum (checked mode): word [`REF`] holds the
+/// loop's ordinal, [`INDEX`] the maximum, [`THREAD`] the thread.
+pub const ERR_LOOP_LIMIT: u32 = 4;
 
 fn list(values: &[u32]) -> String {
     let parts: Vec<String> = values.iter().map(|v| v.to_string()).collect();
@@ -83,6 +87,18 @@ pub fn decode(words: &[u32], module: &EmittedModule) -> Option<RunError> {
             semaphore: format!("{reference}{access}"),
             amount: i64::from(words[THREAD] as i32),
         }),
+        ERR_LOOP_LIMIT => Some(RunError::LoopLimit {
+            site: Site {
+                program,
+                kernel,
+                block: words[BLOCK] as u64,
+                thread: Some(words[THREAD]),
+            },
+            ordinal: words[REF],
+            // `decode_for_plan` fills it in from the kernel.
+            condition: String::new(),
+            max: index.first().copied().unwrap_or(0),
+        }),
         ERR_OUT_OF_BOUNDS => {
             let shape = info
                 .map(|r| {
@@ -119,7 +135,23 @@ pub fn decode_for_plan(
     module: &EmittedModule,
     plan: &LaunchPlan,
 ) -> Option<RunError> {
-    let error = decode(words, module)?;
+    let mut error = decode(words, module)?;
+    if let RunError::LoopLimit {
+        site,
+        ordinal,
+        condition,
+        ..
+    } = &mut error
+    {
+        let unit = plan.unit_of_program(site.program);
+        let loops = unit.map(|u| mpmd_core::ir::visit::while_loops(&u.kernel.body));
+        if let Some(Stmt::While { cond, .. }) =
+            loops.and_then(|l| l.get(*ordinal as usize).copied())
+        {
+            *condition = mpmd_core::text::print_expr(cond);
+        }
+        return Some(error);
+    }
     let RunError::WaitTimeout { site, semaphore } = &error else {
         return Some(error);
     };

@@ -706,7 +706,7 @@ fn has_wait(body: &[Stmt]) -> bool {
             else_body,
             ..
         } => has_wait(then_body) || has_wait(else_body),
-        Stmt::For { body, .. } => has_wait(body),
+        Stmt::For { body, .. } | Stmt::While { body, .. } => has_wait(body),
         _ => false,
     })
 }
@@ -723,6 +723,9 @@ fn collect_axes(body: &[Stmt], axes: &mut BTreeSet<String>) {
 struct UnitContext<'u> {
     unit: &'u LaunchUnit,
     symbols: HashMap<String, Symbol>,
+    /// `while` loops emitted so far: the next one's ordinal
+    /// (`ir::visit::while_loops`), which a loop-limit record names.
+    next_while: u32,
 }
 
 impl UnitContext<'_> {
@@ -794,6 +797,7 @@ impl Emitter<'_> {
         let mut cx = UnitContext {
             unit,
             symbols: HashMap::new(),
+            next_while: 0,
         };
         // Bind the kernel's parameters by position to the map's operands.
         for (position, param) in unit.kernel.params.iter().enumerate() {
@@ -1010,6 +1014,45 @@ impl Emitter<'_> {
                     Some(trips) => self.emit_batched_loop(cx, var, start, trips, body, depth)?,
                     None => self.emit_loop(cx, var, start, end, body, depth)?,
                 }
+            }
+            Stmt::While { cond, max, body } => {
+                let ordinal = cx.next_while;
+                cx.next_while += 1;
+                let max = self.expr(cx, max)?.text;
+                let max_name = self.temp('n');
+                let trips = self.temp('i');
+                self.line(depth, "{");
+                self.line(depth + 1, &format!("const u32 {max_name} = {max};"));
+                self.line(depth + 1, &format!("u32 {trips} = 0u;"));
+                self.line(depth + 1, "for (;;) {");
+                // The condition's temporaries are computed on every trip.
+                self.depth = depth + 2;
+                let c = self.expr(cx, cond)?.text;
+                self.line(depth + 2, &format!("if (!({c})) break;"));
+                self.line(depth + 2, &format!("if ({trips} == {max_name}) {{"));
+                if self.mode == Mode::Checked {
+                    self.line(
+                        depth + 3,
+                        &format!(
+                            "mpmd_loop_limit(mpmd_ctl, {}u, mpmd_block, {ordinal}u, {max_name});",
+                            cx.unit.program
+                        ),
+                    );
+                }
+                self.line(depth + 3, "break;");
+                self.line(depth + 2, "}");
+                // Counted before the body, so that `continue` counts too.
+                self.line(depth + 2, &format!("{trips}++;"));
+                self.emit_body(cx, body, depth + 2)?;
+                self.line(depth + 1, "}");
+                self.line(depth, "}");
+            }
+            Stmt::Break => self.line(depth, "break;"),
+            Stmt::Continue => self.line(depth, "continue;"),
+            Stmt::CompoundAssign { .. } | Stmt::CompoundStore { .. } => {
+                return Err(cx.unsupported(
+                    "a compound assignment that lowering did not expand (plan::program_kernel)",
+                ))
             }
             Stmt::Barrier => self.line(depth, &self.unit_sync.barrier()),
             Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,

@@ -25,6 +25,8 @@ typedef unsigned long long u64;
 #define MPMD_ERR_WAIT_TIMEOUT 1u
 #define MPMD_ERR_OUT_OF_BOUNDS 2u
 #define MPMD_ERR_SEM_AMOUNT 3u  // a signal or wait amount below 1; word THREAD holds it
+#define MPMD_ERR_LOOP_LIMIT 4u  // a `while` reached its maximum (checked mode); word REF
+                                // holds the loop's ordinal, INDEX[0] the maximum
 
 // Up to 8 index values (block coordinates or element indices) of one access.
 struct mpmd_idx {
@@ -367,6 +369,17 @@ static __device__ __noinline__ void mpmd_report(u32* ctl, u32 kind, u32 program,
     *(volatile u32*)status = 1u;
     __threadfence_system();
   }
+}
+
+// Checked mode: a `while` whose condition still holds after `max` trips.
+static __device__ __noinline__ void mpmd_loop_limit(u32* ctl, u32 program, u32 block, u32 loop,
+                                                     u32 max) {
+  mpmd_idx none;
+  none.n = 0u;
+  mpmd_idx limit;
+  limit.n = 1u;
+  limit.v[0] = max;
+  mpmd_report(ctl, MPMD_ERR_LOOP_LIMIT, program, block, loop, none, limit, threadIdx.x);
 }
 
 // Checked mode: the element offset of an access, or MPMD_BAD_OFFSET after

@@ -54,6 +54,9 @@ pub const ERROR_OUT_OF_BOUNDS: u32 = 1;
 pub const ERROR_WAIT_TIMEOUT: u32 = 2;
 pub const ERROR_LOOP_CAP: u32 = 3;
 pub const ERROR_SEM_AMOUNT: u32 = 4;
+/// A `while` reached its maximum (checked mode); values: the loop's
+/// ordinal (`ir::visit::while_loops`) and the maximum.
+pub const ERROR_LOOP_LIMIT: u32 = 5;
 
 /// Options of the code generator.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -494,6 +497,7 @@ enum Helper {
     SemWait(String),
     SemTake(String),
     SemAmount,
+    LoopLimit,
     Saturating,
     /// 16-bit bits to their exact f32 (`mpmd_f16_to_f32`, `mpmd_bf16_to_f32`).
     Widen(ScalarType),
@@ -1118,6 +1122,16 @@ fn mpmd_sat_mul(a: u32, b: u32) -> u32 {
 
 ",
                 ),
+                Helper::LoopLimit => write!(
+                    out,
+                    "// Checked mode: a `while` whose condition still holds after its maximum.
+fn mpmd_loop_limit(ordinal: u32, max: u32) {{
+  mpmd_report({ERROR_LOOP_LIMIT}u, 0u, 2u, array<u32, {MAX_RECORDED_VALUES}>(ordinal, max, 0u, 0u, 0u, 0u, 0u, 0u));
+}}
+
+"
+                )
+                .unwrap(),
                 Helper::SemAmount => write!(
                     out,
                     "// A semaphore amount below 1 is an error (DESIGN.md): report it (semaphore
@@ -1708,6 +1722,8 @@ struct UnitEmitter<'s, 'p> {
     sem_barrier_unobservable: bool,
     /// The top-level semaphore operations that run in semaphore dispatches.
     hoisting: Hoisting,
+    /// `while` loops emitted so far: the next one's ordinal.
+    next_while: u32,
 }
 
 fn contains_collective(body: &[Stmt]) -> bool {
@@ -1718,7 +1734,7 @@ fn contains_collective(body: &[Stmt]) -> bool {
             else_body,
             ..
         } => contains_collective(then_body) || contains_collective(else_body),
-        Stmt::For { body, .. } => contains_collective(body),
+        Stmt::For { body, .. } | Stmt::While { body, .. } => contains_collective(body),
         _ => false,
     })
 }
@@ -1824,6 +1840,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             ordered_by_dispatch,
             sem_barrier_unobservable: false,
             hoisting: hoisting.clone(),
+            next_while: 0,
         })
     }
 
@@ -1937,6 +1954,22 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                         None => visits,
                     });
                     inner.insert(var.name.clone());
+                }
+                Stmt::While { max, body, .. } => {
+                    // At most `max` iterations, and one more header visit
+                    // for the exit test.
+                    if mentions_any(max, &inner) || has_load(max) {
+                        return Err(());
+                    }
+                    let Ok(trip) = self.expr(max) else {
+                        return Err(());
+                    };
+                    self.state.helpers.insert(Helper::Saturating);
+                    let visits = format!("mpmd_sat_add({trip}, 1u)");
+                    terms.push(match self.cost(body, &inner)? {
+                        Some(c) => format!("mpmd_sat_add({visits}, mpmd_sat_mul({trip}, {c}))"),
+                        None => visits,
+                    });
                 }
                 Stmt::If {
                     then_body,
@@ -2469,6 +2502,47 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 self.block(body)?;
                 self.scopes.pop();
                 self.line("}");
+            }
+            Stmt::While { cond, max, body } => {
+                self.check_nesting("`while` loops")?;
+                let ordinal = self.next_while;
+                self.next_while += 1;
+                let m = self.expr(max)?;
+                let max_name = self.temp("max");
+                let trips = self.temp("trips");
+                self.line(&format!("let {max_name}: u32 = {m};"));
+                self.line(&format!("var {trips}: u32 = 0u;"));
+                if !self.paid {
+                    self.loop_enter();
+                }
+                self.line("loop {");
+                self.depth += 1;
+                if !self.paid {
+                    self.loop_tick(contains_collective(body));
+                }
+                self.scopes.push(HashMap::new());
+                let c = self.expr(cond)?;
+                self.line(&format!("if (!({c})) {{ break; }}"));
+                self.line(&format!("if ({trips} == {max_name}) {{"));
+                if self.state.options.mode == Mode::Checked {
+                    self.state.helpers.insert(Helper::LoopLimit);
+                    self.line(&format!("  mpmd_loop_limit({ordinal}u, {max_name});"));
+                }
+                self.line("  break;");
+                self.line("}");
+                // Counted before the body, so that `continue` counts too.
+                self.line(&format!("{trips} = {trips} + 1u;"));
+                self.scopes.pop();
+                self.depth -= 1;
+                self.block(body)?;
+                self.line("}");
+            }
+            Stmt::Break => self.line("break;"),
+            Stmt::Continue => self.line("continue;"),
+            Stmt::CompoundAssign { .. } | Stmt::CompoundStore { .. } => {
+                return Err(self.invalid(
+                    "a compound assignment that lowering did not expand (plan::program_kernel)",
+                ))
             }
             Stmt::Barrier => {
                 self.line("// barrier: orders this block's smem and gmem accesses.");
@@ -3611,7 +3685,7 @@ fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
                     reads(then_body, out);
                     reads(else_body, out);
                 }
-                Stmt::For { body, .. } => reads(body, out),
+                Stmt::For { body, .. } | Stmt::While { body, .. } => reads(body, out),
                 _ => {}
             }
         }
@@ -3796,7 +3870,9 @@ fn hoisting(plan: &LaunchPlan, unit: &LaunchUnit, options: &EmitOptions) -> Hois
         }
         // Semaphores used below the top level, or read, stay in the kernel.
         let nested = match stmt {
-            Stmt::If { .. } | Stmt::For { .. } | Stmt::SemRead { .. } => std::slice::from_ref(stmt),
+            Stmt::If { .. } | Stmt::For { .. } | Stmt::While { .. } | Stmt::SemRead { .. } => {
+                std::slice::from_ref(stmt)
+            }
             _ => &[],
         };
         for_each_stmt(nested, &mut |s| {
@@ -3874,6 +3950,8 @@ fn may_report(stmt: &Stmt, checked: bool, capped: bool) -> bool {
         Stmt::Store { .. } | Stmt::Atomic { .. } | Stmt::SemRead { .. } if checked => {
             reports = true
         }
+        // A `while` reports reaching its limit in checked mode.
+        Stmt::While { .. } if checked || capped => reports = true,
         Stmt::For { .. }
         | Stmt::Atomic {
             op: AtomicOp::CompareExchange,
@@ -3911,7 +3989,7 @@ fn touches_memory(stmt: &Stmt) -> bool {
 
 fn contains_loop(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
-        Stmt::For { .. } => true,
+        Stmt::For { .. } | Stmt::While { .. } => true,
         Stmt::If {
             then_body,
             else_body,

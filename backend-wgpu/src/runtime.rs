@@ -12,8 +12,8 @@ use thiserror::Error;
 
 use crate::emit::{
     emit_module, is_split_unit, splits_blocks, words_for, EmitError, EmitOptions, EmittedModule,
-    ERROR_LOOP_CAP, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES,
-    PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
+    ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT,
+    MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
 };
 
 /// Loop header visits the backend allows on llvmpipe (measured: it stops an
@@ -976,6 +976,28 @@ impl WgpuBackend {
                             site(None)
                         ),
                     }
+                }
+            }
+            ERROR_LOOP_LIMIT => {
+                let ordinal = values[0];
+                let condition = plan
+                    .units
+                    .get(unit_index)
+                    .and_then(|u| {
+                        let loops = mpmd_core::ir::visit::while_loops(&u.kernel.body);
+                        match loops.get(ordinal as usize) {
+                            Some(mpmd_core::ir::Stmt::While { cond, .. }) => {
+                                Some(mpmd_core::text::print_expr(cond))
+                            }
+                            _ => None,
+                        }
+                    })
+                    .unwrap_or_default();
+                RunError::LoopLimit {
+                    site: site(Some(thread)),
+                    ordinal,
+                    condition,
+                    max: values[1],
                 }
             }
             ERROR_SEM_AMOUNT => {

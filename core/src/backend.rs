@@ -84,6 +84,18 @@ pub enum RunError {
         /// fit the i32 counters and is refused too).
         amount: i64,
     },
+    /// A `while` whose condition still held after its maximum trip count
+    /// (checked mode; in fast mode the loop is left).
+    #[error("loop limit at {site}: `while {condition}` (loop {ordinal} of the kernel, counting `while`s in source order) still holds after its maximum of {max} iterations")]
+    LoopLimit {
+        site: Site,
+        /// Index of the loop among the kernel's `while`s, outer before inner,
+        /// in source order ([`crate::ir::visit::while_loops`]).
+        ordinal: u32,
+        /// The loop's condition as the text format writes it.
+        condition: String,
+        max: u32,
+    },
     #[error("wait on `{semaphore}` timed out at {site}")]
     WaitTimeout { site: Site, semaphore: String },
     #[error("time limit of {limit_ms} ms reached at {site}; raise it with {option}")]
@@ -126,6 +138,7 @@ impl RunError {
             RunError::DataRace { .. } => ErrorClass::DataRace,
             RunError::WaitTimeout { .. } => ErrorClass::WaitTimeout,
             RunError::BadSemaphoreAmount { .. } => ErrorClass::BadSemaphoreAmount,
+            RunError::LoopLimit { .. } => ErrorClass::LoopLimit,
             RunError::Nondeterministic { .. } => ErrorClass::Nondeterministic,
             RunError::Unsupported { .. } => ErrorClass::Unsupported,
             RunError::Refused { .. } | RunError::MemoryLimit { .. } => ErrorClass::Refused,

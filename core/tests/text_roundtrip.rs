@@ -157,35 +157,46 @@ fn shape() -> impl Strategy<Value = Vec<u32>> {
 
 fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
     let sem_ops = vec![SemOp::Signal, SemOp::Wait, SemOp::WaitNodec];
-    let leaf =
-        prop_oneof![
-            (binding(), e.clone()).prop_map(|(var, value)| Stmt::Let { var, value }),
-            (binding(), e.clone()).prop_map(|(var, init)| Stmt::Var { var, init }),
-            (name(), e.clone()).prop_map(|(name, value)| Stmt::Assign { name, value }),
-            (name(), scalar_type(), shape()).prop_map(|(name, elem, shape)| Stmt::LocalArray {
-                name,
-                elem,
-                shape
+    let leaf = prop_oneof![
+        (binding(), e.clone()).prop_map(|(var, value)| Stmt::Let { var, value }),
+        (binding(), e.clone()).prop_map(|(var, init)| Stmt::Var { var, init }),
+        (name(), e.clone()).prop_map(|(name, value)| Stmt::Assign { name, value }),
+        (name(), scalar_type(), shape()).prop_map(|(name, elem, shape)| Stmt::LocalArray {
+            name,
+            elem,
+            shape
+        }),
+        (access(e.clone()), e.clone()).prop_map(|(target, value)| Stmt::Store { target, value }),
+        (
+            option::of(binding()),
+            select(AtomicOp::ALL.to_vec()),
+            access(e.clone()),
+            vec(e.clone(), 2)
+        )
+            .prop_map(|(dest, op, target, args)| Stmt::Atomic {
+                dest: if op.returns_value() { dest } else { None },
+                op,
+                target,
+                args: args[..op.arity()].to_vec(),
             }),
-            (access(e.clone()), e.clone())
-                .prop_map(|(target, value)| Stmt::Store { target, value }),
-            (
-                option::of(binding()),
-                select(AtomicOp::ALL.to_vec()),
-                access(e.clone()),
-                vec(e.clone(), 2)
-            )
-                .prop_map(|(dest, op, target, args)| Stmt::Atomic {
-                    dest: if op.returns_value() { dest } else { None },
-                    op,
-                    target,
-                    args: args[..op.arity()].to_vec(),
-                }),
-            Just(Stmt::Barrier),
-            (select(sem_ops), access(e.clone()), e.clone())
-                .prop_map(|(op, sem, amount)| Stmt::Sem { op, sem, amount }),
-            (name(), access(e.clone())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
-        ];
+        Just(Stmt::Barrier),
+        (select(sem_ops), access(e.clone()), e.clone()).prop_map(|(op, sem, amount)| Stmt::Sem {
+            op,
+            sem,
+            amount
+        }),
+        (name(), access(e.clone())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
+        Just(Stmt::Break),
+        Just(Stmt::Continue),
+        (name(), select(BinaryOp::COMPOUND.to_vec()), e.clone())
+            .prop_map(|(name, op, value)| Stmt::CompoundAssign { name, op, value }),
+        (
+            access(e.clone()),
+            select(BinaryOp::COMPOUND.to_vec()),
+            e.clone()
+        )
+            .prop_map(|(target, op, value)| Stmt::CompoundStore { target, op, value }),
+    ];
     leaf.prop_recursive(3, 12, 3, move |inner| {
         prop_oneof![
             (
@@ -198,7 +209,7 @@ fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
                     then_body,
                     else_body,
                 }),
-            (binding(), e.clone(), e.clone(), vec(inner, 0..3)).prop_map(
+            (binding(), e.clone(), e.clone(), vec(inner.clone(), 0..3)).prop_map(
                 |(var, start, end, body)| Stmt::For {
                     var,
                     start,
@@ -206,6 +217,11 @@ fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
                     body,
                 }
             ),
+            (e.clone(), e.clone(), vec(inner, 0..3)).prop_map(|(cond, max, body)| Stmt::While {
+                cond,
+                max,
+                body
+            }),
         ]
     })
     .boxed()
@@ -377,6 +393,10 @@ fn case_spec() -> impl Strategy<Value = CaseSpec> {
 
 fn module() -> impl Strategy<Value = Module> {
     (
+        vec(
+            (name(), literal()).prop_map(|(name, value)| Const { name, value }),
+            0..3,
+        ),
         vec(mesh(), 0..3),
         vec(kernel(), 0..3),
         vec(map(), 0..3),
@@ -384,14 +404,17 @@ fn module() -> impl Strategy<Value = Module> {
         vec(call(), 0..3),
         option::of(case_spec()),
     )
-        .prop_map(|(meshes, kernels, maps, residents, calls, case)| Module {
-            meshes,
-            kernels,
-            maps,
-            residents,
-            calls,
-            case,
-        })
+        .prop_map(
+            |(consts, meshes, kernels, maps, residents, calls, case)| Module {
+                consts,
+                meshes,
+                kernels,
+                maps,
+                residents,
+                calls,
+                case,
+            },
+        )
 }
 
 proptest! {

@@ -25,6 +25,7 @@ from . import _mpmd
 from ._mpmd import (
     BackendUnavailableError,
     BadSemaphoreAmountError,
+    LoopLimitError,
     DeadlockError,
     LowerError,
     Module,
@@ -59,6 +60,7 @@ __all__ = [
     "UninitializedReadError",
     "WaitTimeoutError",
     "BadSemaphoreAmountError",
+    "LoopLimitError",
     "NondeterministicError",
     "UnsupportedError",
     "RefusedError",

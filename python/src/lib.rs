@@ -93,6 +93,12 @@ create_exception!(
 );
 create_exception!(
     mpmd,
+    LoopLimitError,
+    RunError,
+    "A `while` loop reached its maximum trip count (checked mode)."
+);
+create_exception!(
+    mpmd,
     NondeterministicError,
     RunError,
     "Results differ between the interpreter's schedules."
@@ -142,6 +148,7 @@ fn run_error(py: Python<'_>, map: Option<&str>, error: &CoreRunError) -> PyErr {
         Some(ErrorClass::UninitializedRead) => UninitializedReadError::new_err(message),
         Some(ErrorClass::WaitTimeout) => WaitTimeoutError::new_err(message),
         Some(ErrorClass::BadSemaphoreAmount) => BadSemaphoreAmountError::new_err(message),
+        Some(ErrorClass::LoopLimit) => LoopLimitError::new_err(message),
         Some(ErrorClass::Nondeterministic) => NondeterministicError::new_err(message),
         Some(ErrorClass::Unsupported) => UnsupportedError::new_err(message),
         Some(ErrorClass::Refused) => RefusedError::new_err(message),
@@ -965,6 +972,7 @@ fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
         "BadSemaphoreAmountError",
         py.get_type::<BadSemaphoreAmountError>(),
     )?;
+    m.add("LoopLimitError", py.get_type::<LoopLimitError>())?;
     m.add(
         "NondeterministicError",
         py.get_type::<NondeterministicError>(),

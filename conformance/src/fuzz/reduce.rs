@@ -534,7 +534,7 @@ fn nested(s: &Stmt) -> Vec<&Vec<Stmt>> {
             else_body,
             ..
         } => vec![then_body, else_body],
-        Stmt::For { body, .. } => vec![body],
+        Stmt::For { body, .. } | Stmt::While { body, .. } => vec![body],
         _ => vec![],
     }
 }
@@ -546,7 +546,7 @@ fn nested_mut(s: &mut Stmt) -> Vec<&mut Vec<Stmt>> {
             else_body,
             ..
         } => vec![then_body, else_body],
-        Stmt::For { body, .. } => vec![body],
+        Stmt::For { body, .. } | Stmt::While { body, .. } => vec![body],
         _ => vec![],
     }
 }
@@ -579,9 +579,15 @@ fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> boo
         let stop = match s {
             Stmt::Let { value, .. }
             | Stmt::Assign { value, .. }
+            | Stmt::CompoundAssign { value, .. }
             | Stmt::Var { init: value, .. } => expr_walk(value, f),
-            Stmt::LocalArray { .. } | Stmt::Barrier => false,
-            Stmt::Store { target, value } => access_walk(target, f) || expr_walk(value, f),
+            Stmt::LocalArray { .. } | Stmt::Barrier | Stmt::Break | Stmt::Continue => false,
+            Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {
+                access_walk(target, f) || expr_walk(value, f)
+            }
+            Stmt::While { cond, max, body } => {
+                expr_walk(cond, f) || expr_walk(max, f) || for_each_expr(body, f)
+            }
             Stmt::Atomic { target, args, .. } => {
                 access_walk(target, f) || args.iter_mut().any(|a| expr_walk(a, f))
             }
@@ -644,8 +650,13 @@ fn names_used(body: &[Stmt], used: &mut HashSet<String>) {
 fn targets(body: &[Stmt], used: &mut HashSet<String>) {
     for s in body {
         match s {
-            Stmt::Store { target, .. } | Stmt::Atomic { target, .. } => {
+            Stmt::Store { target, .. }
+            | Stmt::CompoundStore { target, .. }
+            | Stmt::Atomic { target, .. } => {
                 used.insert(target.base.clone());
+            }
+            Stmt::CompoundAssign { name, .. } => {
+                used.insert(name.clone());
             }
             Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
                 used.insert(sem.base.clone());
@@ -658,7 +669,7 @@ fn targets(body: &[Stmt], used: &mut HashSet<String>) {
                 targets(then_body, used);
                 targets(else_body, used);
             }
-            Stmt::For { body, .. } => targets(body, used),
+            Stmt::For { body, .. } | Stmt::While { body, .. } => targets(body, used),
             _ => {}
         }
     }

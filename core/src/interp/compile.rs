@@ -300,6 +300,24 @@ pub(crate) enum Instr {
     Jump {
         pc: usize,
     },
+    /// `while`: narrow the mask to lanes whose condition holds; leave the
+    /// loop when none is left. A lane still in after `count == max`
+    /// iterations has reached the loop's limit: an error when
+    /// `ProgramCode::loop_limit_is_error`, else it leaves the loop.
+    WhileTest {
+        cond: Reg,
+        count: Reg,
+        max: Reg,
+        /// Index into `ProgramCode::while_conditions`.
+        ordinal: u32,
+        exit_pc: usize,
+    },
+    /// `break` / `continue`: the active lanes stop until the loop ends
+    /// (`break`) or the next iteration (`continue`): they leave the mask
+    /// and the top `levels` saved masks (those pushed inside the loop).
+    LoopExit {
+        levels: usize,
+    },
     Barrier,
     Sem {
         op: SemOp,
@@ -376,6 +394,12 @@ pub(crate) struct ProgramCode {
     /// Flush subnormal f32 operands and results of float operations to zero
     /// (`InterpOptions::flush_subnormals`).
     pub flush_subnormals: bool,
+    /// The condition of each `while`, as the text format writes it, in
+    /// source order (`ir::visit::while_loops`): how a limit error names it.
+    pub while_conditions: Vec<String>,
+    /// Whether reaching a `while`'s maximum is an error (checked mode) or
+    /// leaves the loop (fast mode).
+    pub loop_limit_is_error: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -398,6 +422,12 @@ struct Compiler<'a> {
     scope: Vec<(String, Sym)>,
     locals: Vec<ArrayInfo>,
     synchronises: bool,
+    /// Saved masks on the stack at the statement being compiled.
+    mask_depth: usize,
+    /// For each enclosing loop, the mask depth inside it (after the push
+    /// that saves the mask the loop started with).
+    loop_depths: Vec<usize>,
+    while_conditions: Vec<String>,
 }
 
 /// Largest memory, in 32-bit words, one buffer or per-block array may have
@@ -460,6 +490,9 @@ pub(crate) fn compile(
         scope: vec![],
         locals: vec![],
         synchronises: false,
+        mask_depth: 0,
+        loop_depths: vec![],
+        while_conditions: vec![],
     };
     for (param, binding) in kernel.params.iter().zip(bindings) {
         let sym = match binding {
@@ -492,6 +525,8 @@ pub(crate) fn compile(
         block_count,
         synchronises: c.synchronises,
         flush_subnormals: false,
+        while_conditions: c.while_conditions,
+        loop_limit_is_error: false,
     })
 }
 
@@ -550,6 +585,19 @@ impl Compiler<'_> {
             self.stmt(s)?;
         }
         self.scope.truncate(depth);
+        Ok(())
+    }
+
+    /// A loop body between a push and a pop of the iteration's mask, so
+    /// that lanes that `continue` come back for the next iteration.
+    fn loop_body(&mut self, body: &[Stmt]) -> Result<(), RunError> {
+        self.code.push(Instr::PushMask);
+        self.mask_depth += 1;
+        self.loop_depths.push(self.mask_depth);
+        self.body(body)?;
+        self.loop_depths.pop();
+        self.code.push(Instr::PopMask);
+        self.mask_depth -= 1;
         Ok(())
     }
 
@@ -663,6 +711,7 @@ impl Compiler<'_> {
                     cond: c,
                     else_pc: 0,
                 });
+                self.mask_depth += 1;
                 self.body(then_body)?;
                 let else_pc = self.code.len();
                 if !else_body.is_empty() {
@@ -677,6 +726,7 @@ impl Compiler<'_> {
                     *e = else_pc;
                 }
                 self.code.push(Instr::PopMask);
+                self.mask_depth -= 1;
             }
             Stmt::For {
                 var,
@@ -697,6 +747,7 @@ impl Compiler<'_> {
                 let v = self.new_reg(RegInit::Temp, true);
                 self.code.push(Instr::Mov { dst: v, src: s });
                 self.code.push(Instr::PushMask);
+                self.mask_depth += 1;
                 let head = self.code.len();
                 self.code.push(Instr::LoopTest {
                     var: v,
@@ -706,7 +757,7 @@ impl Compiler<'_> {
                 });
                 self.scope
                     .push((var.name.clone(), Sym::Scalar { reg: v, ty: var.ty }));
-                self.body(body)?;
+                self.loop_body(body)?;
                 self.scope.pop();
                 self.code.push(Instr::Inc { var: v });
                 self.code.push(Instr::Jump { pc: head });
@@ -715,6 +766,58 @@ impl Compiler<'_> {
                     *exit_pc = exit;
                 }
                 self.code.push(Instr::PopMask);
+                self.mask_depth -= 1;
+            }
+            Stmt::While { cond, max, body } => {
+                let ordinal = u32::try_from(self.while_conditions.len())
+                    .map_err(|_| self.err("too many `while` loops"))?;
+                self.while_conditions.push(crate::text::print_expr(cond));
+                let (m, _) = self.expr(max)?;
+                let max = self.stable(m);
+                let zero = self.constant(0);
+                let count = self.new_reg(RegInit::Temp, true);
+                self.code.push(Instr::Mov {
+                    dst: count,
+                    src: zero,
+                });
+                self.code.push(Instr::PushMask);
+                self.mask_depth += 1;
+                let head = self.code.len();
+                let (c, _) = self.expr(cond)?;
+                let c = self.stable(c);
+                let test = self.code.len();
+                self.code.push(Instr::WhileTest {
+                    cond: c,
+                    count,
+                    max,
+                    ordinal,
+                    exit_pc: 0,
+                });
+                self.loop_body(body)?;
+                self.code.push(Instr::Inc { var: count });
+                self.code.push(Instr::Jump { pc: head });
+                let exit = self.code.len();
+                if let Instr::WhileTest { exit_pc, .. } = &mut self.code[test] {
+                    *exit_pc = exit;
+                }
+                self.code.push(Instr::PopMask);
+                self.mask_depth -= 1;
+            }
+            Stmt::Break | Stmt::Continue => {
+                let Some(&inside) = self.loop_depths.last() else {
+                    return Err(self.err("`break` or `continue` outside a loop"));
+                };
+                // `break` also clears the lanes from the iteration's saved
+                // mask (the push at `inside`), `continue` only from those
+                // pushed after it, so they come back for the next iteration.
+                let levels = match stmt {
+                    Stmt::Break => self.mask_depth + 1 - inside,
+                    _ => self.mask_depth - inside,
+                };
+                self.code.push(Instr::LoopExit { levels });
+            }
+            Stmt::CompoundAssign { .. } | Stmt::CompoundStore { .. } => {
+                return Err(self.err("compound assignment was not expanded (plan::program_kernel)"))
             }
             Stmt::Barrier => self.code.push(Instr::Barrier),
             Stmt::Sem { op, sem, amount } => {

@@ -260,6 +260,10 @@ impl BlockState {
         self.full = span == Some((0, self.mask.len()));
     }
 
+    fn no_lanes(&self) -> bool {
+        matches!(self.span, Some((lo, hi)) if lo == hi)
+    }
+
     fn push_mask(&mut self) {
         let mut saved = self.spare_masks.pop().unwrap_or_default();
         saved.clear();
@@ -522,6 +526,55 @@ impl BlockState {
                         continue;
                     }
                 }
+                Instr::WhileTest {
+                    cond,
+                    count,
+                    max,
+                    ordinal,
+                    exit_pc,
+                } => {
+                    let (any, span) = narrow(&mut self.mask, &self.regs[*cond], |m, c| m && c != 0);
+                    self.set_span(span);
+                    let (count, max) = (&self.regs[*count], &self.regs[*max]);
+                    let spent = (0..self.mask.len()).find(|&l| self.mask[l] && count[l] >= max[l]);
+                    if let Some(lane) = spent {
+                        if code.loop_limit_is_error {
+                            return Err(RunError::LoopLimit {
+                                site: self.site(code, Some(lane as u32)),
+                                ordinal: *ordinal,
+                                condition: code
+                                    .while_conditions
+                                    .get(*ordinal as usize)
+                                    .cloned()
+                                    .unwrap_or_default(),
+                                max: max[lane],
+                            });
+                        }
+                        // Fast mode: a thread at its loop's limit leaves the loop.
+                        for l in 0..self.mask.len() {
+                            self.mask[l] &= count[l] < max[l];
+                        }
+                        self.refresh_mask();
+                    }
+                    if !any || self.no_lanes() {
+                        self.pc = *exit_pc;
+                        continue;
+                    }
+                }
+                Instr::LoopExit { levels } => {
+                    let depth = self.stack.len();
+                    let Some(first) = depth.checked_sub(*levels) else {
+                        return Err(corrupt(code));
+                    };
+                    for (saved, span) in &mut self.stack[first..] {
+                        for (s, m) in saved.iter_mut().zip(&self.mask) {
+                            *s &= !*m;
+                        }
+                        *span = span_of(saved);
+                    }
+                    self.mask.fill(false);
+                    self.refresh_mask();
+                }
                 Instr::Jump { pc } => {
                     env.limits.tick(&mut env.ticks, || self.site(code, None))?;
                     self.pc = *pc;
@@ -550,6 +603,12 @@ impl BlockState {
                     if self.maybe_preempt(env, acc) {
                         return Ok(Status::Yielded);
                     }
+                }
+                // No thread is here when all left a loop through a
+                // (block-uniform) `break` or `continue`: nothing to order.
+                Instr::Barrier if self.no_lanes() => {
+                    self.after_boundary(env);
+                    continue;
                 }
                 Instr::Barrier => {
                     self.epoch += 1;

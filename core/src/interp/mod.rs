@@ -236,11 +236,23 @@ impl Interpreter {
             .programs
             .iter()
             .map(|p| {
-                module.kernel(&p.kernel).ok_or_else(|| {
+                let kernel = module.kernel(&p.kernel).ok_or_else(|| {
                     RunError::BadArguments(format!("no kernel named `{}` in the module", p.kernel))
-                })
+                })?;
+                // Before anything recurses over the body (ir::limits).
+                if crate::text::body_nesting(&kernel.body) > crate::ir::limits::MAX_NESTING {
+                    return Err(RunError::Refused {
+                        reason: format!(
+                            "kernel `{}` nests deeper than {} levels",
+                            kernel.name,
+                            crate::ir::limits::MAX_NESTING
+                        ),
+                    });
+                }
+                Ok(crate::plan::program_kernel(module, map, kernel))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let kernels: Vec<&Kernel> = kernels.iter().collect();
         // The compiler recurses over bodies (ir::limits::INLINE_NESTING).
         let deep = kernels
             .iter()
@@ -275,6 +287,7 @@ impl Interpreter {
         let (layout, mut codes) = prepare(map, meshes, kernels, residents, args)?;
         for code in &mut codes {
             code.flush_subnormals = options.flush_subnormals;
+            code.loop_limit_is_error = options.run.mode == Mode::Checked;
         }
         let detect = options.detect;
         let limits = Limits::new(options.time_limit, options.memory_limit);

@@ -327,6 +327,21 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// The operators a compound assignment (`+=`, `<<=`, ...) may use: the
+    /// arithmetic and bitwise ones, not comparisons or `&&`/`||`.
+    pub const COMPOUND: [BinaryOp; 10] = [
+        Self::Add,
+        Self::Sub,
+        Self::Mul,
+        Self::Div,
+        Self::Rem,
+        Self::BitAnd,
+        Self::BitOr,
+        Self::BitXor,
+        Self::Shl,
+        Self::Shr,
+    ];
+
     pub fn is_comparison(self) -> bool {
         matches!(
             self,
@@ -567,6 +582,35 @@ pub enum Stmt {
         end: Expr,
         body: Vec<Stmt>,
     },
+    /// `while cond max limit { body }`: runs `body` while `cond` holds, at
+    /// most `max` times (a `u32`, constant or block-uniform). A thread whose
+    /// condition still holds after `max` iterations has reached the loop's
+    /// limit: an error in checked mode (`loop_limit`), a loop exit in fast
+    /// mode (DESIGN.md: every loop is bounded).
+    While {
+        cond: Expr,
+        max: Expr,
+        body: Vec<Stmt>,
+    },
+    /// `break;` leaves the innermost `for` or `while`.
+    Break,
+    /// `continue;` goes on with the next iteration of the innermost loop
+    /// (a `for` steps its variable first).
+    Continue,
+    /// `name op= value;` for a `var` (`acc += x;`): sugar for
+    /// `name = name op value;` that the printer keeps.
+    CompoundAssign {
+        name: Name,
+        op: BinaryOp,
+        value: Expr,
+    },
+    /// `target op= value;` (`y[i] += x;`): sugar for
+    /// `target = target op value;`, the index evaluated once per use.
+    CompoundStore {
+        target: RefAccess,
+        op: BinaryOp,
+        value: Expr,
+    },
     /// Block barrier; block-uniform control flow only.
     Barrier,
     /// `signal(s[i], n);`, `wait(s[i], n);`, `wait_nodec(s[i], n);`
@@ -756,6 +800,8 @@ pub enum ErrorClass {
     WaitTimeout,
     /// A signal or wait amount below 1 at run time.
     BadSemaphoreAmount,
+    /// A `while` reached its maximum trip count (checked mode).
+    LoopLimit,
     Nondeterministic,
     Unsupported,
     Refused,
@@ -770,28 +816,40 @@ impl ErrorClass {
             Self::DataRace => "data_race",
             Self::WaitTimeout => "wait_timeout",
             Self::BadSemaphoreAmount => "bad_semaphore_amount",
+            Self::LoopLimit => "loop_limit",
             Self::Nondeterministic => "nondeterministic",
             Self::Unsupported => "unsupported",
             Self::Refused => "refused",
         }
     }
 
-    pub const ALL: [ErrorClass; 9] = [
+    pub const ALL: [ErrorClass; 10] = [
         Self::Deadlock,
         Self::OutOfBounds,
         Self::UninitializedRead,
         Self::DataRace,
         Self::WaitTimeout,
         Self::BadSemaphoreAmount,
+        Self::LoopLimit,
         Self::Nondeterministic,
         Self::Unsupported,
         Self::Refused,
     ];
 }
 
+/// A module-level constant (`const TILE: u32 = 16u;`): a name for a
+/// literal, usable in expressions, loop bounds and (resolved by the parser)
+/// array extents.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Const {
+    pub name: Name,
+    pub value: Literal,
+}
+
 /// A whole `.mpmd` file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Module {
+    pub consts: Vec<Const>,
     pub meshes: Vec<Mesh>,
     pub kernels: Vec<Kernel>,
     pub maps: Vec<MpmdMap>,
@@ -804,6 +862,9 @@ pub struct Module {
 impl Module {
     pub fn mesh(&self, name: &str) -> Option<&Mesh> {
         self.meshes.iter().find(|m| m.name == name)
+    }
+    pub fn constant(&self, name: &str) -> Option<&Const> {
+        self.consts.iter().find(|c| c.name == name)
     }
     pub fn kernel(&self, name: &str) -> Option<&Kernel> {
         self.kernels.iter().find(|k| k.name == name)

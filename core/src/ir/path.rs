@@ -7,6 +7,8 @@ use super::Name;
 /// One step of an [`IrPath`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PathStep {
+    /// A module-level `const`.
+    Const(Name),
     Mesh(Name),
     Kernel(Name),
     Map(Name),
@@ -62,6 +64,7 @@ impl IrPath {
 impl fmt::Display for PathStep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            PathStep::Const(n) => write!(f, "const {n}"),
             PathStep::Mesh(n) => write!(f, "mesh {n}"),
             PathStep::Kernel(n) => write!(f, "kernel {n}"),
             PathStep::Map(n) => write!(f, "map {n}"),

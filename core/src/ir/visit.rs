@@ -4,7 +4,7 @@
 use super::{Expr, RefAccess, Stmt};
 
 /// Calls `f` on every statement of `body`, outer before inner, descending
-/// into `if` branches and `for` bodies.
+/// into `if` branches and loop bodies.
 pub fn for_each_stmt(body: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
     for stmt in body {
         f(stmt);
@@ -17,20 +17,54 @@ pub fn for_each_stmt(body: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
                 for_each_stmt(then_body, f);
                 for_each_stmt(else_body, f);
             }
-            Stmt::For { body, .. } => for_each_stmt(body, f),
+            Stmt::For { body, .. } | Stmt::While { body, .. } => for_each_stmt(body, f),
             _ => {}
         }
     }
+}
+
+/// The `while` loops of `body`, outer before inner, in source order: the
+/// numbering every backend uses to name a loop that reached its limit.
+pub fn while_loops(body: &[Stmt]) -> Vec<&Stmt> {
+    let mut loops = Vec::new();
+    // Pre-order without recursion: a stack of statement lists being walked.
+    let mut pending = vec![body.iter()];
+    while let Some(iter) = pending.last_mut() {
+        let Some(stmt) = iter.next() else {
+            pending.pop();
+            continue;
+        };
+        match stmt {
+            Stmt::While { body, .. } => {
+                loops.push(stmt);
+                pending.push(body.iter());
+            }
+            Stmt::For { body, .. } => pending.push(body.iter()),
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                // `then` first: push `else` below it.
+                pending.push(else_body.iter());
+                pending.push(then_body.iter());
+            }
+            _ => {}
+        }
+    }
+    loops
 }
 
 /// Calls `f` on every expression of `body` (sub-expressions and index,
 /// coordinate and amount expressions included), parents before children.
 pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
     for_each_stmt(body, &mut |stmt| match stmt {
-        Stmt::Let { value, .. } | Stmt::Assign { value, .. } => walk_expr(value, f),
+        Stmt::Let { value, .. }
+        | Stmt::Assign { value, .. }
+        | Stmt::CompoundAssign { value, .. } => walk_expr(value, f),
         Stmt::Var { init, .. } => walk_expr(init, f),
-        Stmt::LocalArray { .. } | Stmt::Barrier => {}
-        Stmt::Store { target, value } => {
+        Stmt::LocalArray { .. } | Stmt::Barrier | Stmt::Break | Stmt::Continue => {}
+        Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {
             walk_access(target, f);
             walk_expr(value, f);
         }
@@ -39,6 +73,10 @@ pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
             args.iter().for_each(|a| walk_expr(a, f));
         }
         Stmt::If { cond, .. } => walk_expr(cond, f),
+        Stmt::While { cond, max, .. } => {
+            walk_expr(cond, f);
+            walk_expr(max, f);
+        }
         Stmt::For { start, end, .. } => {
             walk_expr(start, f);
             walk_expr(end, f);

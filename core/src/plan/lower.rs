@@ -152,13 +152,17 @@ fn program_kernels(module: &Module, map: &MpmdMap) -> Result<Vec<crate::ir::Kern
                     nesting,
                 });
             }
-            if kernel.params != params {
+            if kernel
+                .params
+                .iter()
+                .any(|p| !params.iter().any(|operand| operand == p))
+            {
                 return Err(LowerError::KernelParameters {
                     map: map.name.clone(),
                     kernel: kernel.name.clone(),
                 });
             }
-            Ok(kernel.clone())
+            Ok(super::program_kernel(module, map, kernel))
         })
         .collect()
 }
@@ -255,12 +259,18 @@ impl KernelUsage {
                     self.walk(map, kernel, then_body)?;
                     self.walk(map, kernel, else_body)?;
                 }
-                Stmt::For { body, .. } => self.walk(map, kernel, body)?,
+                Stmt::For { body, .. } | Stmt::While { body, .. } => {
+                    self.walk(map, kernel, body)?
+                }
                 Stmt::Let { .. }
                 | Stmt::Var { .. }
                 | Stmt::Assign { .. }
+                | Stmt::CompoundAssign { .. }
                 | Stmt::LocalArray { .. }
                 | Stmt::Store { .. }
+                | Stmt::CompoundStore { .. }
+                | Stmt::Break
+                | Stmt::Continue
                 | Stmt::Barrier => {}
             }
         }

@@ -1,8 +1,10 @@
 //! The launch plan: the backend-neutral result of lowering a validated map
 //! (DESIGN.md, "Lowering"). Backends emit code from it and never re-derive it.
 
+mod expand;
 mod lower;
 
+pub use expand::program_kernel;
 pub use lower::{lower, LowerError};
 
 use crate::ir::{Kernel, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, Type};

@@ -12,7 +12,7 @@ use crate::ir::{Expr, IrPath, Literal, Module, Stmt, Type};
 mod lexer;
 mod nesting;
 mod parser;
-mod printer;
+pub(crate) mod printer;
 
 pub use crate::ir::limits::MAX_NESTING;
 pub use nesting::{body_nesting, expr_nesting, statement_nesting, visit_nesting};

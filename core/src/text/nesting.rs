@@ -30,10 +30,15 @@ fn own_exprs(stmt: &Stmt) -> Vec<&Expr> {
         a.block.iter().flatten().chain(&a.index)
     }
     match stmt {
-        Stmt::Let { value, .. } | Stmt::Assign { value, .. } => vec![value],
+        Stmt::Let { value, .. }
+        | Stmt::Assign { value, .. }
+        | Stmt::CompoundAssign { value, .. } => vec![value],
         Stmt::Var { init, .. } => vec![init],
-        Stmt::LocalArray { .. } | Stmt::Barrier => vec![],
-        Stmt::Store { target, value } => access(target).chain([value]).collect(),
+        Stmt::LocalArray { .. } | Stmt::Barrier | Stmt::Break | Stmt::Continue => vec![],
+        Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {
+            access(target).chain([value]).collect()
+        }
+        Stmt::While { cond, max, .. } => vec![cond, max],
         Stmt::Atomic { target, args, .. } => access(target).chain(args).collect(),
         Stmt::If { cond, .. } => vec![cond],
         Stmt::For { start, end, .. } => vec![start, end],
@@ -47,7 +52,13 @@ fn own_exprs(stmt: &Stmt) -> Vec<&Expr> {
 /// blocks are one level deeper and measured on their own.
 pub fn statement_nesting(stmt: &Stmt, level: usize) -> usize {
     let deepest = own_exprs(stmt).into_iter().map(expr_nesting).max();
-    level.saturating_add(deepest.unwrap_or(0))
+    // `x op= v` means `x = x op (v)`: measured as that, so that every
+    // backend's expanded form stays within the limit too.
+    let compound = usize::from(matches!(
+        stmt,
+        Stmt::CompoundAssign { .. } | Stmt::CompoundStore { .. }
+    ));
+    level.saturating_add(deepest.unwrap_or(0).saturating_add(compound * 2))
 }
 
 /// Visits the statements of a kernel body, outer before inner and without
@@ -86,7 +97,7 @@ pub fn visit_nesting(root: &IrPath, body: &[Stmt], mut visit: impl FnMut(&IrPath
                 else_body,
                 ..
             } => vec![(else_body, PathStep::Else), (then_body, PathStep::Then)],
-            Stmt::For { body, .. } => vec![(body, PathStep::Body)],
+            Stmt::For { body, .. } | Stmt::While { body, .. } => vec![(body, PathStep::Body)],
             _ => vec![],
         };
         // Pushed last is walked first: `then` before `else`.

@@ -66,6 +66,9 @@ struct Parser<'s> {
     stack_limit: usize,
     /// Whether the parse stopped at `stack_limit`.
     needs_stack: bool,
+    /// The module's `const` values, found before the items are parsed so
+    /// that an extent or axis size may name a constant declared later.
+    consts: std::collections::HashMap<String, Literal>,
 }
 
 impl<'s> Parser<'s> {
@@ -79,6 +82,7 @@ impl<'s> Parser<'s> {
             limit: MAX_NESTING,
             stack_limit,
             needs_stack: false,
+            consts: Default::default(),
         }
     }
 }
@@ -110,6 +114,12 @@ fn binary_op(punct: &str) -> Option<BinaryOp> {
         "%" => Rem,
         _ => return None,
     })
+}
+
+/// The operator of a compound assignment token (`+=` is `Add`).
+fn compound_op(punct: &str) -> Option<BinaryOp> {
+    let op = binary_op(punct.strip_suffix('=')?)?;
+    BinaryOp::COMPOUND.contains(&op).then_some(op)
 }
 
 fn math_fn(word: &str) -> Option<MathFn> {
@@ -442,7 +452,45 @@ impl Parser<'_> {
     }
 
     fn shape(&mut self) -> PResult<Vec<u32>> {
-        self.list("[", "]", "before the shape", |p| p.count("an extent"))
+        self.list("[", "]", "before the shape", |p| {
+            p.count_or_const("an extent")
+        })
+    }
+
+    /// A count, or the name of an integer `const` holding one (resolved
+    /// here: types hold numbers, so the printer writes the value).
+    fn count_or_const(&mut self, what: &str) -> PResult<u32> {
+        let Some(word) = self.word_at(0).map(str::to_string) else {
+            return self.count(what);
+        };
+        let token = self.peek().clone();
+        let value = match self.consts.get(&word) {
+            Some(Literal::U32(v)) => Some(*v),
+            Some(Literal::I32(v)) => u32::try_from(*v).ok(),
+            Some(other) => {
+                return Err(self.error_at_token(
+                    &token,
+                    format!(
+                        "{what} must be an integer, but the constant `{word}` is `{}`",
+                        other.ty()
+                    ),
+                ))
+            }
+            None => {
+                return Err(self.error_at_token(
+                    &token,
+                    format!("{what} is a number or the name of a `const`; `{word}` is neither"),
+                ))
+            }
+        };
+        let Some(value) = value else {
+            return Err(self.error_at_token(
+                &token,
+                format!("{what} must not be negative, but the constant `{word}` is"),
+            ));
+        };
+        self.bump();
+        Ok(value)
     }
 
     fn space(&self) -> Option<MemorySpace> {
@@ -743,7 +791,28 @@ impl Parser<'_> {
         match self.word_at(0) {
             Some("if") => self.if_stmt(path),
             Some("for") => self.for_stmt(path),
+            Some("while") => self.while_stmt(path),
             _ => self.simple_stmt(),
+        }
+    }
+
+    fn while_stmt(&mut self, path: &IrPath) -> PResult<Stmt> {
+        self.bump();
+        let cond = self.expr()?;
+        self.expect_word(
+            "max",
+            "after the loop condition (every `while` has a maximum trip count: `while c max 100u { ... }`)",
+        )?;
+        let max = self.expr()?;
+        let body = self.block(&path.child(PathStep::Body), "before the loop body")?;
+        Ok(Stmt::While { cond, max, body })
+    }
+
+    /// The operator of a compound assignment at token `n`, if there is one.
+    fn compound_at(&self, n: usize) -> Option<BinaryOp> {
+        match &self.peek_nth(n).kind {
+            TokenKind::Punct(p) => compound_op(p),
+            _ => None,
         }
     }
 
@@ -845,6 +914,15 @@ impl Parser<'_> {
                 self.expect_semicolon(END)?;
                 Ok(Stmt::Barrier)
             }
+            "break" | "continue" => {
+                self.bump();
+                self.expect_semicolon(END)?;
+                Ok(if word == "break" {
+                    Stmt::Break
+                } else {
+                    Stmt::Continue
+                })
+            }
             w if is_keyword(w) => Err(self.expected("a statement")),
             "read" if calls => Err(self.error_at_token(
                 &self.peek().clone(),
@@ -863,8 +941,26 @@ impl Parser<'_> {
                 self.expect_semicolon(END)?;
                 Ok(Stmt::Assign { name: word, value })
             }
+            _ if self.compound_at(1).is_some() => {
+                let op = self.compound_at(1).unwrap_or(BinaryOp::Add);
+                self.bump();
+                self.bump();
+                let value = self.expr()?;
+                self.expect_semicolon(END)?;
+                Ok(Stmt::CompoundAssign {
+                    name: word,
+                    op,
+                    value,
+                })
+            }
             _ if self.is_punct_at(1, "[") || self.is_punct_at(1, "@") => {
                 let (target, _) = self.access()?;
+                if let Some(op) = self.compound_at(0) {
+                    self.bump();
+                    let value = self.expr()?;
+                    self.expect_semicolon(END)?;
+                    return Ok(Stmt::CompoundStore { target, op, value });
+                }
                 self.expect_punct("=", "after the store target")?;
                 let value = self.expr()?;
                 self.expect_semicolon(END)?;
@@ -872,7 +968,9 @@ impl Parser<'_> {
             }
             _ => {
                 self.bump();
-                Err(self.expected(&format!("`=`, `[` or `@` after `{word}`")))
+                Err(self.expected(&format!(
+                    "`=`, a compound assignment (`+=`, ...), `[` or `@` after `{word}`"
+                )))
             }
         }
     }
@@ -921,12 +1019,71 @@ impl Parser<'_> {
 
     // ---- items ----------------------------------------------------------
 
+    /// Collects the `const` items' values before anything else is parsed,
+    /// so that a type may name a constant declared further down. A
+    /// malformed `const` is skipped here and reported by the main pass.
+    fn prescan_consts(&mut self) {
+        let mut depth = 0usize;
+        for index in 0..self.tokens.len() {
+            match &self.tokens[index].kind {
+                TokenKind::Punct("{") => depth += 1,
+                TokenKind::Punct("}") => depth = depth.saturating_sub(1),
+                TokenKind::Word(word) if depth == 0 => {
+                    if word == "const" {
+                        let resume = self.pos;
+                        self.pos = index;
+                        if let Ok(c) = self.const_item() {
+                            self.consts.entry(c.name).or_insert(c.value);
+                        }
+                        self.pos = resume;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// `const NAME: TYPE = LITERAL;` An integer literal takes the declared
+    /// integer type when it holds the value (`const N: u32 = 16;`).
+    fn const_item(&mut self) -> PResult<Const> {
+        self.bump();
+        let (name, _) = self.name("a constant name after `const`")?;
+        self.expect_punct(":", &format!("after the constant name `{name}`"))?;
+        let ty = self.scalar_type("for the constant")?;
+        self.expect_punct("=", &format!("after the type of `{name}`"))?;
+        let token = self.peek().clone();
+        let literal = self.literal()?;
+        let value = match (literal, ty) {
+            (lit, ty) if lit.ty() == ty => Some(lit),
+            (Literal::I32(v), ScalarType::U32) => u32::try_from(v).ok().map(Literal::U32),
+            (Literal::U32(v), ScalarType::I32) => i32::try_from(v).ok().map(Literal::I32),
+            _ => None,
+        };
+        let Some(value) = value else {
+            return Err(self.error_at_token(
+                &token,
+                format!(
+                    "the constant `{name}` is declared `{ty}` but its value is a `{}` literal",
+                    literal.ty()
+                ),
+            ));
+        };
+        self.expect_semicolon("after the constant")?;
+        Ok(Const { name, value })
+    }
+
     fn module(&mut self) -> PResult<Module> {
         let mut module = Module::default();
+        self.prescan_consts();
         loop {
             let start = self.peek().clone();
             match self.word_at(0) {
                 None if self.at_eof() => return Ok(module),
+                Some("const") => {
+                    let constant = self.const_item()?;
+                    self.record(IrPath(vec![PathStep::Const(constant.name.clone())]), &start);
+                    module.consts.push(constant);
+                }
                 Some("mesh") => {
                     let mesh = self.mesh()?;
                     self.record(IrPath(vec![PathStep::Mesh(mesh.name.clone())]), &start);
@@ -967,7 +1124,7 @@ impl Parser<'_> {
                 }
                 _ => {
                     return Err(self.expected(
-                        "an item (`mesh`, `resident`, `kernel`, `map`, `call` or `case`)",
+                        "an item (`const`, `mesh`, `resident`, `kernel`, `map`, `call` or `case`)",
                     ))
                 }
             }
@@ -977,7 +1134,7 @@ impl Parser<'_> {
     fn axis(&mut self) -> PResult<Axis> {
         let (name, _) = self.name("an axis name")?;
         self.expect_punct("=", &format!("after the axis name `{name}`"))?;
-        let size = self.count("an axis size")?;
+        let size = self.count_or_const("an axis size")?;
         Ok(Axis { name, size })
     }
 

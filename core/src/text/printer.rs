@@ -383,6 +383,27 @@ pub(crate) fn write_stmt(out: &mut String, stmt: &Stmt, depth: usize) {
             out.push(' ');
             write_block(out, body, depth);
         }
+        Stmt::While { cond, max, body } => {
+            out.push_str("while ");
+            write_expr(out, cond);
+            out.push_str(" max ");
+            write_expr(out, max);
+            out.push(' ');
+            write_block(out, body, depth);
+        }
+        Stmt::Break => out.push_str("break;"),
+        Stmt::Continue => out.push_str("continue;"),
+        Stmt::CompoundAssign { name, op, value } => {
+            write!(out, "{name} {}= ", binary_symbol(*op)).unwrap();
+            write_expr(out, value);
+            out.push(';');
+        }
+        Stmt::CompoundStore { target, op, value } => {
+            write_access(out, target);
+            write!(out, " {}= ", binary_symbol(*op)).unwrap();
+            write_expr(out, value);
+            out.push(';');
+        }
         Stmt::Barrier => out.push_str("barrier;"),
         Stmt::Sem { op, sem, amount } => {
             write!(out, "{}(", op.name()).unwrap();
@@ -425,6 +446,12 @@ fn write_mesh(out: &mut String, mesh: &Mesh) {
     )
     .unwrap();
     out.push_str("}\n");
+}
+
+fn write_const(out: &mut String, constant: &Const) {
+    write!(out, "const {}: {} = ", constant.name, constant.value.ty()).unwrap();
+    write_literal(out, constant.value);
+    out.push_str(";\n");
 }
 
 fn write_resident(out: &mut String, resident: &Resident) {
@@ -597,6 +624,14 @@ pub(crate) fn write_module(module: &Module) -> String {
         f(&mut s);
         s
     };
+    group(
+        module
+            .consts
+            .iter()
+            .map(|c| each(&|o| write_const(o, c)))
+            .collect(),
+        "",
+    );
     group(
         module
             .meshes

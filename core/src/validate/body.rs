@@ -7,7 +7,7 @@ use super::items::{count_text, instance_bytes};
 use super::{ref_text, Sink};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
-    type_of, AtomicOp, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap,
+    type_of, AtomicOp, BinaryOp, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap,
     OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp, Stmt, Type, TypeError,
 };
 use crate::text::print_expr;
@@ -33,6 +33,7 @@ enum NameKind {
     LocalArray,
     AtomicResult,
     SemRead,
+    Const,
 }
 
 impl NameKind {
@@ -46,6 +47,7 @@ impl NameKind {
             NameKind::LocalArray => "a local array",
             NameKind::AtomicResult => "an atomic's result",
             NameKind::SemRead => "a semaphore read",
+            NameKind::Const => "a module constant",
         }
     }
 }
@@ -94,6 +96,11 @@ struct Walker<'a, 's> {
     sink: &'s mut Sink,
     /// Every name declared so far in the kernel, in any block.
     declared: HashSet<String>,
+    /// Names declared more than once (in sibling blocks): flow-insensitive
+    /// facts keyed by name (constant values) do not hold for them.
+    reused: HashSet<String>,
+    /// How many loops enclose the statement being checked.
+    loop_depth: usize,
     /// Names whose values may differ between the threads of a block.
     nonuniform: HashSet<String>,
     /// The outermost enclosing non-uniform condition: (what, reason).
@@ -120,12 +127,22 @@ pub(super) fn check_kernel(
         ctx,
         sink,
         declared: HashSet::new(),
+        reused: HashSet::new(),
+        loop_depth: 0,
         nonuniform: HashSet::new(),
         control: None,
         constants: HashMap::new(),
     };
     let kernel_path = IrPath::root().child(PathStep::Kernel(kernel.name.clone()));
     let mut scope = BlockScope::default();
+    for constant in &module.consts {
+        walker.declared.insert(constant.name.clone());
+        walker
+            .constants
+            .insert(constant.name.clone(), constant.value);
+        scope.kinds.insert(constant.name.clone(), NameKind::Const);
+        scope.types.bind_scalar(&constant.name, constant.value.ty());
+    }
     for param in &kernel.params {
         let path = kernel_path.child(PathStep::Param(param.name.clone()));
         let kind = match &param.ty {
@@ -145,7 +162,9 @@ pub(super) fn check_kernel(
     }
     if let Some(ctx) = ctx {
         let thread_axis = ctx.mesh.threads.name.as_str();
-        // Names are unique per kernel, so one flow-insensitive fixpoint is sound.
+        // Flow-insensitive and keyed by name: a name reused in sibling
+        // blocks is non-uniform when any of its declarations is, which is
+        // conservative (never lets a non-uniform value pass as uniform).
         while walker.mark_nonuniform(&kernel.body, false, thread_axis) {}
     }
     walker.walk_block(&kernel.body, &kernel_path, scope);
@@ -187,19 +206,15 @@ impl Walker<'_, '_> {
         Some((v, shown))
     }
 
+    /// Declares `name` in `scope`. Shadowing a name visible here is E0043;
+    /// a name that went out of scope (a sibling block's) may be reused.
     fn declare(&mut self, name: &str, kind: NameKind, path: &IrPath, scope: &mut BlockScope) {
-        if !self.declared.insert(name.to_string()) {
-            let message = match scope.kinds.get(name) {
-                Some(earlier) => format!(
-                    "`{name}` is declared twice in kernel `{}`; it is already {}",
-                    self.kernel_name(),
-                    earlier.describe()
-                ),
-                None => format!(
-                    "`{name}` is declared twice in kernel `{}`",
-                    self.kernel_name()
-                ),
-            };
+        if let Some(earlier) = scope.kinds.get(name) {
+            let message = format!(
+                "`{name}` is declared twice in kernel `{}`; it is already {} in scope here",
+                self.kernel_name(),
+                earlier.describe()
+            );
             self.sink.report(
                 "E0043",
                 path.clone(),
@@ -207,7 +222,40 @@ impl Walker<'_, '_> {
                 format!("rename one of the two `{name}`s; names are never shadowed"),
             );
         }
+        if !self.declared.insert(name.to_string()) {
+            self.reused.insert(name.to_string());
+            self.constants.remove(name);
+        }
         scope.kinds.insert(name.to_string(), kind);
+    }
+
+    /// The first `break` or `continue` of a loop body (not of loops nested
+    /// in it) that only some threads of a block may reach: the condition it
+    /// is under and why that condition is not block-uniform. Such a loop
+    /// runs a different number of iterations per thread.
+    fn divergent_exit(&self, body: &[Stmt], thread_axis: &str) -> Option<(String, String)> {
+        for stmt in body {
+            if let Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } = stmt
+            {
+                let exits = |b: &[Stmt]| contains_loop_exit(b);
+                if exits(then_body) || exits(else_body) {
+                    if let Some(reason) = self.nonuniform_reason_in(cond, thread_axis) {
+                        return Some((print_expr(cond), reason));
+                    }
+                }
+                let inner = self
+                    .divergent_exit(then_body, thread_axis)
+                    .or_else(|| self.divergent_exit(else_body, thread_axis));
+                if inner.is_some() {
+                    return inner;
+                }
+            }
+        }
+        None
     }
 
     // ---- uniformity -----------------------------------------------------
@@ -281,6 +329,11 @@ impl Walker<'_, '_> {
                     changed |= self.mark_nonuniform(then_body, inner, thread_axis);
                     changed |= self.mark_nonuniform(else_body, inner, thread_axis);
                 }
+                Stmt::CompoundAssign { name, value, .. } => {
+                    let yes =
+                        under_nonuniform || self.nonuniform_reason_in(value, thread_axis).is_some();
+                    mark(&mut self.nonuniform, name, yes);
+                }
                 Stmt::For {
                     var,
                     start,
@@ -289,8 +342,16 @@ impl Walker<'_, '_> {
                 } => {
                     let bounds = self.nonuniform_reason_in(start, thread_axis).is_some()
                         || self.nonuniform_reason_in(end, thread_axis).is_some();
-                    mark(&mut self.nonuniform, &var.name, bounds);
-                    changed |= self.mark_nonuniform(body, under_nonuniform || bounds, thread_axis);
+                    let divergent = bounds || self.divergent_exit(body, thread_axis).is_some();
+                    mark(&mut self.nonuniform, &var.name, divergent);
+                    changed |=
+                        self.mark_nonuniform(body, under_nonuniform || divergent, thread_axis);
+                }
+                Stmt::While { cond, body, .. } => {
+                    let divergent = self.nonuniform_reason_in(cond, thread_axis).is_some()
+                        || self.divergent_exit(body, thread_axis).is_some();
+                    changed |=
+                        self.mark_nonuniform(body, under_nonuniform || divergent, thread_axis);
                 }
                 _ => {}
             }
@@ -691,12 +752,27 @@ impl Walker<'_, '_> {
             Expr::Lit(_) | Expr::AxisSize(_) => None,
             Expr::Var(name) => match scope.kinds.get(name.as_str()) {
                 // Unknown names and refs used as values are type errors, reported once.
-                Some(NameKind::ScalarParam | NameKind::RefParam | NameKind::LocalArray) | None => {
-                    None
+                Some(
+                    NameKind::ScalarParam
+                    | NameKind::RefParam
+                    | NameKind::LocalArray
+                    | NameKind::Const,
+                )
+                | None => None,
+                // A mutable value may change while the loop runs.
+                Some(kind @ (NameKind::Var | NameKind::AtomicResult)) => {
+                    Some(format!("`{name}`, {}", kind.describe()))
                 }
-                Some(kind) => Some(format!("`{name}`, {}", kind.describe())),
+                Some(kind) => self
+                    .nonuniform
+                    .contains(name)
+                    .then(|| format!("`{name}`, {} that is not block-uniform", kind.describe())),
             },
-            Expr::AxisIndex(axis) => Some(format!("`axis_index({axis})`")),
+            Expr::AxisIndex(axis) => {
+                let thread_axis = self.ctx.map(|c| c.mesh.threads.name.as_str());
+                (thread_axis == Some(axis.as_str()))
+                    .then(|| format!("`axis_index({axis})`, the thread axis"))
+            }
             Expr::Load(access) => Some(format!("a load from `{}`", access.base)),
             Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => {
                 self.bound_violation(x, scope)
@@ -782,10 +858,12 @@ impl Walker<'_, '_> {
                     value,
                     path,
                 );
-                if let Some(v) = self.const_value(value).filter(|v| v.ty() == var.ty) {
-                    self.constants.insert(var.name.clone(), v);
-                }
                 self.declare(&var.name, NameKind::Let, path, scope);
+                if let Some(v) = self.const_value(value).filter(|v| v.ty() == var.ty) {
+                    if !self.reused.contains(&var.name) {
+                        self.constants.insert(var.name.clone(), v);
+                    }
+                }
                 scope.types.bind_scalar(&var.name, var.ty);
             }
             Stmt::Var { var, init } => {
@@ -819,6 +897,103 @@ impl Walker<'_, '_> {
                         ),
                         format!("declare `{name}` with `var` to make it mutable"),
                     ),
+                }
+            }
+            Stmt::CompoundAssign { name, op, value } => {
+                self.check_compound_op(*op, path);
+                let expanded = Expr::Binary(
+                    *op,
+                    Box::new(Expr::Var(name.clone())),
+                    Box::new(value.clone()),
+                );
+                self.walk_stmt(
+                    &Stmt::Assign {
+                        name: name.clone(),
+                        value: expanded,
+                    },
+                    path,
+                    scope,
+                );
+            }
+            Stmt::CompoundStore { target, op, value } => {
+                self.check_compound_op(*op, path);
+                self.check_access(target, Access::Load, path, scope);
+                let expanded = Expr::Binary(
+                    *op,
+                    Box::new(Expr::Load(Box::new(target.clone()))),
+                    Box::new(value.clone()),
+                );
+                self.walk_stmt(
+                    &Stmt::Store {
+                        target: target.clone(),
+                        value: expanded,
+                    },
+                    path,
+                    scope,
+                );
+            }
+            Stmt::While { cond, max, body } => {
+                if let Some(t) = self.check_expr(cond, path, scope) {
+                    if t != ScalarType::Bool {
+                        self.sink.report(
+                            "E0039",
+                            path.clone(),
+                            format!("the condition `{}` of `while` in kernel `{}` has type `{t}`, not bool", print_expr(cond), self.kernel.name),
+                            "compare the value to get a bool, for example `c != 0u`",
+                        );
+                    }
+                }
+                if let Some(t) = self.check_expr(max, path, scope) {
+                    if t != ScalarType::U32 {
+                        self.sink.report(
+                            "E0062",
+                            path.clone(),
+                            format!("the maximum `{}` of a `while` in kernel `{}` has type `{t}`, not u32", print_expr(max), self.kernel.name),
+                            "write the maximum trip count as a u32, for example `1024u`",
+                        );
+                    }
+                }
+                let mut max_legal = true;
+                if let Some(culprit) = self.bound_violation(max, scope) {
+                    max_legal = false;
+                    self.sink.report(
+                        "E0045",
+                        path.clone(),
+                        format!(
+                            "the maximum `{}` of a `while` in kernel `{}` uses {culprit}",
+                            print_expr(max),
+                            self.kernel.name
+                        ),
+                        "bound the loop by a literal, a constant, a scalar parameter, an axis size or a `let` of those",
+                    );
+                }
+                let saved = self.control.clone();
+                if self.control.is_none() && max_legal {
+                    if let Some(reason) = self.nonuniform_reason(cond) {
+                        self.control = Some((
+                            format!("the `while` condition `{}`", print_expr(cond)),
+                            reason,
+                        ));
+                    }
+                }
+                self.enter_loop_body(body, path, scope.clone(), saved);
+            }
+            Stmt::Break | Stmt::Continue => {
+                if self.loop_depth == 0 {
+                    let word = if matches!(stmt, Stmt::Break) {
+                        "break"
+                    } else {
+                        "continue"
+                    };
+                    self.sink.report(
+                        "E0061",
+                        path.clone(),
+                        format!(
+                            "`{word}` in kernel `{}` is not inside a `for` or `while`",
+                            self.kernel.name
+                        ),
+                        format!("remove the `{word}`, or put it in the body of a loop"),
+                    );
                 }
             }
             Stmt::LocalArray { name, elem, shape } => {
@@ -1026,11 +1201,9 @@ impl Walker<'_, '_> {
                 }
                 let mut inner = scope.clone();
                 self.declare(&var.name, NameKind::LoopVar, path, &mut inner);
-                // The loop variable is visible only in the body; keep it declared
-                // kernel-wide all the same (no reuse of names).
+                // The loop variable is visible only in the body.
                 inner.types.bind_scalar(&var.name, var.ty);
-                self.walk_block(body, &path.child(PathStep::Body), inner);
-                self.control = saved;
+                self.enter_loop_body(body, path, inner, saved);
             }
             Stmt::Barrier => self.require_uniform_control("barrier", path),
             Stmt::Sem { op, sem, amount } => {
@@ -1077,6 +1250,47 @@ impl Walker<'_, '_> {
         }
     }
 
+    /// Walks a loop body: one loop deeper, and under non-uniform control
+    /// when only some threads may leave it early (a `break` or `continue`
+    /// under a non-uniform condition); restores `saved` control after.
+    fn enter_loop_body(
+        &mut self,
+        body: &[Stmt],
+        path: &IrPath,
+        scope: BlockScope,
+        saved: Option<(String, String)>,
+    ) {
+        if self.control.is_none() {
+            if let Some(thread_axis) = self.ctx.map(|c| c.mesh.threads.name.clone()) {
+                if let Some((cond, reason)) = self.divergent_exit(body, &thread_axis) {
+                    self.control = Some((
+                        format!("a loop that some threads leave early (`break` or `continue` under `{cond}`)"),
+                        reason,
+                    ));
+                }
+            }
+        }
+        self.loop_depth += 1;
+        self.walk_block(body, &path.child(PathStep::Body), scope);
+        self.loop_depth -= 1;
+        self.control = saved;
+    }
+
+    fn check_compound_op(&mut self, op: BinaryOp, path: &IrPath) {
+        if !BinaryOp::COMPOUND.contains(&op) {
+            self.sink.report(
+                "E0063",
+                path.clone(),
+                format!(
+                    "`{}=` is not a compound assignment (kernel `{}`)",
+                    crate::text::printer::binary_symbol(op),
+                    self.kernel.name
+                ),
+                "use one of `+= -= *= /= %= &= |= ^= <<= >>=`, or write the assignment out",
+            );
+        }
+    }
+
     fn require_uniform_sem_operands(&mut self, op: &str, sem: &RefAccess, path: &IrPath) {
         for e in &sem.index {
             self.require_uniform_operand(op, "index", e, path);
@@ -1085,4 +1299,18 @@ impl Walker<'_, '_> {
             self.require_uniform_operand(op, "block coordinate", e, path);
         }
     }
+}
+
+/// Whether `body` holds a `break` or `continue` of the loop around it (one
+/// inside a nested loop belongs to that loop).
+fn contains_loop_exit(body: &[Stmt]) -> bool {
+    body.iter().any(|stmt| match stmt {
+        Stmt::Break | Stmt::Continue => true,
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => contains_loop_exit(then_body) || contains_loop_exit(else_body),
+        _ => false,
+    })
 }

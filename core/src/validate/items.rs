@@ -57,13 +57,9 @@ pub(super) fn check_module(
             }
         }
         if !too_deep.contains(kernel.name.as_str()) {
-            check_kernel(
-                module,
-                kernel,
-                None,
-                !used_kernels.contains(kernel.name.as_str()),
-                sink,
-            );
+            // Kernels name the operands they use, so duplicate parameters
+            // are the kernel's own error whether or not a map runs it.
+            check_kernel(module, kernel, None, true, sink);
         }
     }
     check_calls(module, sink);
@@ -496,6 +492,7 @@ fn check_map<'a>(
             check_kernel(module, kernel, Some(&ctx), false, sink);
         }
     }
+    check_unused_operands(module, map, &path, sink);
 }
 
 fn check_aliases(map: &MpmdMap, path: &IrPath, sink: &mut Sink) {
@@ -615,35 +612,23 @@ fn check_call_meshes<'a>(
     meshes
 }
 
+/// A kernel names the operands it uses, in any order, each with the map's
+/// type for it (DESIGN.md, "MPMD map"); it need not take them all.
 fn check_params(map: &MpmdMap, kernel: &crate::ir::Kernel, path: &IrPath, sink: &mut Sink) -> bool {
-    let operands: Vec<_> = map.operands().map(|(_, o)| o).collect();
-    let mut report = |message: String| {
-        sink.report(
-            "E0016",
-            path.clone(),
-            message,
-            format!(
-                "declare kernel `{}` with the map's operands as parameters, in order: inputs, outputs, scalars, scratch",
-                kernel.name
-            ),
-        );
-        false
-    };
-    for (i, (param, operand)) in kernel.params.iter().zip(&operands).enumerate() {
-        if param.name != operand.name {
-            return match operands.iter().position(|o| o.name == param.name) {
-                Some(j) => report(format!(
-                    "parameter {i} of kernel `{}` is `{}`, which is operand {j} of map `{}`: the order differs (operand {i} is `{}`)",
-                    kernel.name, param.name, map.name, operand.name
-                )),
-                None => report(format!(
-                    "parameter {i} of kernel `{}` is named `{}`, but operand {i} of map `{}` is `{}`",
-                    kernel.name, param.name, map.name, operand.name
-                )),
-            };
-        }
-        if param.ty != operand.ty {
-            return report(format!(
+    let mut ok = true;
+    for param in &kernel.params {
+        let message = match map.operand(&param.name) {
+            None => {
+                let known: Vec<String> = map.operands().map(|(_, o)| format!("`{}`", o.name)).collect();
+                format!(
+                    "parameter `{}` of kernel `{}` is not an operand of map `{}` (its operands: {})",
+                    param.name,
+                    kernel.name,
+                    map.name,
+                    known.join(", ")
+                )
+            }
+            Some((_, operand)) if operand.ty != param.ty => format!(
                 "parameter `{}` of kernel `{}` has type `{}`, but operand `{}` of map `{}` has type `{}`",
                 param.name,
                 kernel.name,
@@ -651,30 +636,59 @@ fn check_params(map: &MpmdMap, kernel: &crate::ir::Kernel, path: &IrPath, sink: 
                 operand.name,
                 map.name,
                 type_text(&operand.ty)
-            ));
+            ),
+            Some(_) => continue,
+        };
+        sink.report(
+            "E0016",
+            path.clone(),
+            message,
+            format!(
+                "give kernel `{}` only operands of map `{}`, each with the map's type for it",
+                kernel.name, map.name
+            ),
+        );
+        ok = false;
+    }
+    ok
+}
+
+/// Reports operands that no program's kernel names: nothing could read or
+/// write them, which is almost always a misspelt parameter.
+fn check_unused_operands(module: &Module, map: &MpmdMap, path: &IrPath, sink: &mut Sink) {
+    let kernels: Vec<&crate::ir::Kernel> = map
+        .programs
+        .iter()
+        .filter_map(|p| module.kernel(&p.kernel))
+        .collect();
+    if kernels.len() != map.programs.len() {
+        return; // E0003 is reported; the operand may belong to the missing kernel.
+    }
+    for (_, operand) in map.operands() {
+        let named = kernels
+            .iter()
+            .any(|k| k.params.iter().any(|p| p.name == operand.name));
+        if !named {
+            sink.report(
+                "E0060",
+                path.child(PathStep::Operand(operand.name.clone())),
+                format!(
+                    "operand `{}` of map `{}` is named by none of its kernels ({})",
+                    operand.name,
+                    map.name,
+                    kernels
+                        .iter()
+                        .map(|k| format!("`{}`", k.name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                format!(
+                    "add `{}` to the parameters of the kernel that uses it, or remove it from the map",
+                    operand.name
+                ),
+            );
         }
     }
-    if kernel.params.len() != operands.len() {
-        let detail = if kernel.params.len() < operands.len() {
-            format!(
-                "operand `{}` has no parameter",
-                operands[kernel.params.len()].name
-            )
-        } else {
-            format!(
-                "parameter `{}` has no operand",
-                kernel.params[operands.len()].name
-            )
-        };
-        return report(format!(
-            "kernel `{}` has {} parameters but map `{}` has {} operands: {detail}",
-            kernel.name,
-            kernel.params.len(),
-            map.name,
-            operands.len()
-        ));
-    }
-    true
 }
 
 fn check_smem_budget(

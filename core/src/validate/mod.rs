@@ -69,7 +69,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0013", "axis name with two sizes", "two meshes of one call (program meshes and external meshes) share an axis name only with the same size"),
     ("E0014", "map without programs", "a map has at least one (mesh, kernel) program"),
     ("E0015", "duplicate operand name", "operand names are unique within a map"),
-    ("E0016", "kernel parameters differ from map operands", "every kernel of a map has the parameters inputs, outputs, scalars, scratch of the map, with the same names, types and order"),
+    ("E0016", "kernel parameter that is not a map operand", "a kernel's parameters are operands of each map that runs it, matched by name (in any order, any subset), each with the operand's type"),
     ("E0017", "alias names an unknown operand", "an alias names operands of its map"),
     ("E0018", "alias is not input -> output", "an alias goes from an input to an output"),
     ("E0019", "aliased operands of different types", "an input and the output it aliases have the same type"),
@@ -96,9 +96,9 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0040", "index is not an integer", "indices and block coordinates are i32 or u32"),
     ("E0041", "stored value of the wrong type", "stored values and atomic operands have the ref's element type; semaphore amounts are i32"),
     ("E0042", "assignment to something that is not a `var`", "only `var` locals can be assigned"),
-    ("E0043", "name declared twice", "every name is declared once per kernel (parameters included); there is no shadowing"),
+    ("E0043", "name declared twice", "a name is declared once in a scope and the scopes around it (parameters and constants included): there is no shadowing, but sibling blocks may reuse a name"),
     ("E0044", "bad for-loop variable", "a loop variable is i32 or u32 and both bounds have its type"),
-    ("E0045", "for-loop bound is not constant or a scalar parameter", "loop bounds are built only from literals, scalar parameters and axis_size"),
+    ("E0045", "loop bound is not block-uniform", "`for` bounds and `while` maximums are built from literals, constants, scalar parameters, axis sizes, grid/cluster axis indices and `let`s of block-uniform values, with no loads"),
     ("E0046", "wrong number of indices", "an access has one index per dimension of the ref"),
     ("E0047", "constant index out of bounds", "an index or block coordinate that is a compile-time constant (literals, axis_size, constant lets and operators over them) is in 0..extent"),
     ("E0048", "memory access to a semaphore", "sem refs are used only through signal, wait, wait_nodec and read"),
@@ -113,6 +113,11 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0057", "nested too deeply", "blocks and expressions together nest at most 256 levels (MAX_NESTING)"),
     ("E0058", "mesh with too many blocks", "a mesh's grid and cluster axes multiply to at most 4294967295 blocks (MAX_BLOCKS)"),
     ("E0059", "ref too large", "a gmem or sem ref, all instances together, is at most 2^40 bytes (MAX_BUFFER_BYTES); a local array at most 512 KiB per thread (MAX_LOCAL_BYTES)"),
+    ("E0060", "operand no kernel names", "every operand of a map is a parameter of at least one of its programs' kernels"),
+    ("E0061", "`break` or `continue` outside a loop", "`break` and `continue` appear only inside the body of a `for` or `while`"),
+    ("E0062", "`while` maximum is not u32", "a `while` has a `u32` maximum trip count"),
+    ("E0063", "bad compound assignment", "`x op= v` applies an arithmetic or bitwise operator to a `var` or a memory element and a value of the same type, as `x = x op v` would"),
+    ("E0064", "bad constant", "a `const` has a unique name that no kernel binding reuses, and a value of its declared type"),
 ];
 
 /// The rule text of `code`.

@@ -61,7 +61,7 @@ fn unexpected_tokens_name_what_was_expected() {
         (
             2,
             1,
-            "expected an item (`mesh`, `resident`, `kernel`, `map`, `call` or `case`), found `foo`"
+            "expected an item (`const`, `mesh`, `resident`, `kernel`, `map`, `call` or `case`), found `foo`"
                 .to_string()
         )
     );

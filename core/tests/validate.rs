@@ -488,7 +488,9 @@ fn e0014_map_without_programs() {
 
 #[test]
 fn e0015_operand_passed_twice() {
-    let module = single(scale_map().scratch("x", gmem(F32, [512])).build(), |_| {});
+    let mut module = single(scale_map().scratch("x", gmem(F32, [512])).build(), |_| {});
+    // The kernel names each operand once.
+    module.kernels[0].params.truncate(3);
     assert_exact(
         &one(&module),
         "E0015",
@@ -498,19 +500,20 @@ fn e0015_operand_passed_twice() {
 }
 
 #[test]
-fn e0016_kernel_parameters_in_another_order() {
+fn kernel_parameters_in_any_order_and_any_subset_are_valid() {
     let mut module = scale(|_| {});
     module.kernels[0].params.swap(0, 1);
-    assert_exact(
-        &one(&module),
-        "E0016",
-        path([PathStep::Map("scale".into()), PathStep::Program(0)]),
-        "parameter 0 of kernel `kern` is `y`, which is operand 1 of map `scale`: the order differs (operand 0 is `x`)",
+    assert_valid(&module);
+    // A second kernel that names only the scalar, beside the first.
+    let mut two = single(scale_map().program("m", "only_alpha").build(), |_| {});
+    two.kernels.push(
+        KernelBuilder::new("only_alpha", vec![two.kernels[0].params[2].clone()]).body(|_| {}),
     );
+    assert_valid(&two);
 }
 
 #[test]
-fn e0016_kernel_parameter_of_another_type_or_name_or_count() {
+fn e0016_kernel_parameter_of_another_type_or_name() {
     let at_program = path([PathStep::Map("scale".into()), PathStep::Program(0)]);
     let mut module = scale(|_| {});
     module.kernels[0].params[1].ty = gmem(F32, [256]).into();
@@ -522,19 +525,24 @@ fn e0016_kernel_parameter_of_another_type_or_name_or_count() {
     );
     let mut module = scale(|_| {});
     module.kernels[0].params[2].name = "beta".into();
-    assert_exact(
-        &one(&module),
-        "E0016",
-        at_program.clone(),
-        "parameter 2 of kernel `kern` is named `beta`, but operand 2 of map `scale` is `alpha`",
-    );
-    let mut module = scale(|_| {});
-    module.kernels[0].params.pop();
+    // The operand the kernel no longer names is not reported again (E0060).
     assert_exact(
         &one(&module),
         "E0016",
         at_program,
-        "kernel `kern` has 2 parameters but map `scale` has 3 operands: operand `alpha` has no parameter",
+        "parameter `beta` of kernel `kern` is not an operand of map `scale` (its operands: `x`, `y`, `alpha`)",
+    );
+}
+
+#[test]
+fn e0060_operand_no_kernel_names() {
+    let mut module = scale(|_| {});
+    module.kernels[0].params.pop();
+    assert_exact(
+        &one(&module),
+        "E0060",
+        operand_path("scale", "alpha"),
+        "operand `alpha` of map `scale` is named by none of its kernels (`kern`)",
     );
 }
 
@@ -543,7 +551,7 @@ fn e0016_skips_body_checks_of_that_program() {
     let mut module = scale(|b| {
         b.let_("i", U32, axis_index("nope"));
     });
-    module.kernels[0].params.pop();
+    module.kernels[0].params[2].name = "beta".into();
     assert_eq!(
         diags(&module).iter().map(|d| d.code).collect::<Vec<_>>(),
         ["E0016"]
@@ -1099,12 +1107,16 @@ fn e0042_assignment_to_let() {
 fn e0043_name_declared_twice() {
     let module = scale(|b| {
         b.let_("x", U32, 1u32);
+        b.let_("k", U32, 0u32);
         b.if_else(
             true.into(),
             |b| {
-                b.let_("k", U32, 1u32);
+                // Sibling blocks may reuse a name...
+                b.let_("j", U32, 1u32);
             },
             |b| {
+                b.let_("j", U32, 2u32);
+                // ...but not shadow one in scope.
                 b.let_("k", U32, 2u32);
             },
         );
@@ -1115,13 +1127,13 @@ fn e0043_name_declared_twice() {
         &d[0],
         "E0043",
         kstmt("kern", [s(0)]),
-        "`x` is declared twice in kernel `kern`; it is already a ref parameter",
+        "`x` is declared twice in kernel `kern`; it is already a ref parameter in scope here",
     );
     assert_exact(
         &d[1],
         "E0043",
-        kstmt("kern", [s(1), PathStep::Else, s(0)]),
-        "`k` is declared twice in kernel `kern`",
+        kstmt("kern", [s(2), PathStep::Else, s(1)]),
+        "`k` is declared twice in kernel `kern`; it is already a `let` binding in scope here",
     );
 }
 
@@ -1153,29 +1165,26 @@ fn e0044_bad_loop_variable() {
 #[test]
 fn e0045_loop_bound_not_constant() {
     let module = scale(|b| {
+        // A block-uniform `let` may bound a loop; a thread value may not.
         let n = b.let_("n", U32, 4u32);
         b.for_("k", U32, 0u32, n, |_, _| {});
+        let v = b.let_("v", U32, axis_index("t"));
+        b.for_("i", U32, 0u32, v, |_, _| {});
         b.for_("j", U32, axis_index("t"), axis_size("t"), |_, _| {});
     });
     let d = diags(&module);
     assert_eq!(d.len(), 2, "{d:#?}");
-    assert_loose(
+    assert_exact(
         &d[0],
         "E0045",
-        kstmt("kern", [s(1)]),
-        &[
-            "the end bound `",
-            "` of loop `k` in kernel `kern` uses `n`, a `let` binding",
-        ],
+        kstmt("kern", [s(3)]),
+        "the end bound `v` of loop `i` in kernel `kern` uses `v`, a `let` binding that is not block-uniform",
     );
-    assert_loose(
+    assert_exact(
         &d[1],
         "E0045",
-        kstmt("kern", [s(2)]),
-        &[
-            "the start bound `",
-            "` of loop `j` in kernel `kern` uses `axis_index(t)`",
-        ],
+        kstmt("kern", [s(4)]),
+        "the start bound `axis_index(t)` of loop `j` in kernel `kern` uses `axis_index(t)`, the thread axis",
     );
 }
 
@@ -1658,7 +1667,7 @@ fn kernels_no_map_runs_get_the_context_free_checks() {
             PathStep::Kernel("spare".into()),
             PathStep::Param("a".into()),
         ]),
-        "`a` is declared twice in kernel `spare`; it is already a scalar parameter",
+        "`a` is declared twice in kernel `spare`; it is already a scalar parameter in scope here",
     );
     assert_exact(
         &d[1],

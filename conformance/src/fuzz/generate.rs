@@ -857,10 +857,16 @@ impl Gen {
                     } else {
                         (U32, lit_u32(0), lit_u32(self.rng.range(1, 4)))
                     };
+                if self.rng.chance(30) {
+                    return self.while_loop(body, depth, uniform);
+                }
                 self.loop_depth += 1;
                 let loop_body = self.scoped(|g, b| {
                     g.vals.push(Val::new(var(&name), ty, true, true, 4.0));
                     g.stmts(b, 2, depth + 1, uniform);
+                    if g.rng.chance(30) {
+                        g.loop_exit(b, uniform, true);
+                    }
                     if g.rng.chance(60) {
                         g.assign(b);
                     }
@@ -906,6 +912,61 @@ impl Gen {
         }
     }
 
+    /// `var w = 0u; while w < trips max limit { w += 1u; ... }` with a
+    /// maximum that is never reached (reaching it is an error in checked
+    /// mode), sometimes leaving early through `break`.
+    fn while_loop(&mut self, body: &mut Vec<Stmt>, depth: u32, uniform: bool) {
+        let counter = self.fresh("w");
+        let trips = self.rng.range(0, 4);
+        let max = trips + self.rng.range(0, 3);
+        body.push(Stmt::Var {
+            var: Binding {
+                name: counter.clone(),
+                ty: U32,
+            },
+            init: lit_u32(0),
+        });
+        self.loop_depth += 1;
+        let loop_body = self.scoped(|g, b| {
+            // First, so that a `continue` further down cannot skip it.
+            b.push(Stmt::CompoundAssign {
+                name: counter.clone(),
+                op: BinaryOp::Add,
+                value: lit_u32(1),
+            });
+            g.stmts(b, 2, depth + 1, uniform);
+            if g.rng.chance(40) {
+                g.loop_exit(b, uniform, false);
+            }
+            if g.rng.chance(60) {
+                g.assign(b);
+            }
+        });
+        self.loop_depth -= 1;
+        body.push(Stmt::While {
+            cond: var(&counter).lt(lit_u32(trips)),
+            max: lit_u32(max),
+            body: loop_body,
+        });
+    }
+
+    /// `if c { break; }` (or `continue;` where `continue_ok`): under a
+    /// thread-dependent condition only where the loop has no block-collective
+    /// operation (`uniform` is false), since such a loop is non-uniform.
+    fn loop_exit(&mut self, body: &mut Vec<Stmt>, uniform: bool, continue_ok: bool) {
+        let cond = self.boolean(2, uniform);
+        let exit = if continue_ok && self.rng.chance(50) {
+            Stmt::Continue
+        } else {
+            Stmt::Break
+        };
+        body.push(Stmt::If {
+            cond: cond.e,
+            then_body: vec![exit],
+            else_body: vec![],
+        });
+    }
+
     /// A long but legal flat operator chain (`((t + 3u) ^ 5u) * 7u ...`, a
     /// tree as deep as it is long): every stage that walks expressions and
     /// the emitted code's compilers must take it.
@@ -941,6 +1002,17 @@ impl Gen {
         let (name, ty, exact) = self.rng.pick(&self.vars).clone();
         let other = self.value(ty, 2, !exact, false);
         let cur = var(&name);
+        if ty != F32 && self.rng.chance(50) {
+            let op = *self
+                .rng
+                .pick(&[BinaryOp::Add, BinaryOp::BitXor, BinaryOp::Mul]);
+            body.push(Stmt::CompoundAssign {
+                name,
+                op,
+                value: other.e,
+            });
+            return;
+        }
         let value = match ty {
             F32 => clamp(cur + other.e, FLOAT_CLAMP),
             _ => match self.rng.below(3) {
@@ -1927,7 +1999,16 @@ mod tests {
         let smem16 = count(&|_, t| t.contains("smem<f16[") || t.contains("smem<bf16["));
         let arith16 =
             count(&|_, t| t.contains("f16 + ") || t.contains("bf16 * ") || t.contains("f16) - "));
+        let while_loops = count(&|_, t| t.contains("while "));
+        let breaks = count(&|_, t| t.contains("break;"));
+        let continues = count(&|_, t| t.contains("continue;"));
+        let compound =
+            count(&|_, t| t.contains(" += ") || t.contains(" ^= ") || t.contains(" *= "));
         for (what, n, at_least) in [
+            ("while loops", while_loops, 20),
+            ("breaks", breaks, 10),
+            ("continues", continues, 5),
+            ("compound assignments", compound, 20),
             ("f16 inputs", f16_input, 20),
             ("bf16 outputs", bf16_output, 20),
             ("16-bit smem", smem16, 10),

@@ -387,7 +387,14 @@ pub(crate) fn write_stmt(out: &mut String, stmt: &Stmt, depth: usize) {
             out.push_str("while ");
             write_expr(out, cond);
             out.push_str(" max ");
-            write_expr(out, max);
+            // After the word `max`, a leading `-` would read as subtraction.
+            let mut bound = String::new();
+            write_expr(&mut bound, max);
+            if bound.starts_with('-') {
+                write!(out, "({bound})").unwrap();
+            } else {
+                out.push_str(&bound);
+            }
             out.push(' ');
             write_block(out, body, depth);
         }

@@ -87,6 +87,12 @@ fn check_duplicate_items(module: &Module, sink: &mut Sink) {
         }
     }
     dups(
+        "constant",
+        module.consts.iter().map(|c| c.name.as_str()),
+        PathStep::Const,
+        sink,
+    );
+    dups(
         "mesh",
         module.meshes.iter().map(|m| m.name.as_str()),
         PathStep::Mesh,
@@ -439,6 +445,8 @@ fn check_map<'a>(
     let map_sound = sink.count() == before;
     let scope_meshes = check_call_meshes(module, map, &path, sink);
 
+    // An unknown parameter is often a misspelt operand: E0060 would repeat it.
+    let mut all_params_match = true;
     for (index, program) in map.programs.iter().enumerate() {
         let program_path = path.child(PathStep::Program(index));
         let mesh = module.mesh(&program.mesh);
@@ -474,6 +482,7 @@ fn check_map<'a>(
             Some(kernel) => {
                 used_kernels.insert(kernel.name.as_str());
                 params_match = check_params(map, kernel, &program_path, sink);
+                all_params_match &= params_match;
             }
         }
         if let Some(mesh) = mesh {
@@ -492,7 +501,9 @@ fn check_map<'a>(
             check_kernel(module, kernel, Some(&ctx), false, sink);
         }
     }
-    check_unused_operands(module, map, &path, sink);
+    if all_params_match {
+        check_unused_operands(module, map, &path, sink);
+    }
 }
 
 fn check_aliases(map: &MpmdMap, path: &IrPath, sink: &mut Sink) {
@@ -661,8 +672,9 @@ fn check_unused_operands(module: &Module, map: &MpmdMap, path: &IrPath, sink: &m
         .iter()
         .filter_map(|p| module.kernel(&p.kernel))
         .collect();
-    if kernels.len() != map.programs.len() {
-        return; // E0003 is reported; the operand may belong to the missing kernel.
+    if kernels.is_empty() || kernels.len() != map.programs.len() {
+        // E0014 or E0003 is reported; the operand may belong to the missing kernel.
+        return;
     }
     for (_, operand) in map.operands() {
         let named = kernels

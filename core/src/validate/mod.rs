@@ -54,7 +54,7 @@ pub struct Diagnostic {
 /// Every code validation can report: `(code, title, rule)`. docs/errors.md
 /// has a section per code with a bad and a fixed example.
 pub const CODES: &[(&str, &str, &str)] = &[
-    ("E0001", "duplicate item name", "meshes, kernels, maps and residents each have unique names"),
+    ("E0001", "duplicate item name", "constants, meshes, kernels, maps and residents each have unique names"),
     ("E0002", "unknown mesh", "a program, operand owner or resident owner names a mesh declared in the module"),
     ("E0003", "unknown kernel", "a program names a kernel declared in the module"),
     ("E0004", "unknown map", "a call names a map declared in the module"),
@@ -117,7 +117,6 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0061", "`break` or `continue` outside a loop", "`break` and `continue` appear only inside the body of a `for` or `while`"),
     ("E0062", "`while` maximum is not u32", "a `while` has a `u32` maximum trip count"),
     ("E0063", "bad compound assignment", "`x op= v` applies an arithmetic or bitwise operator to a `var` or a memory element and a value of the same type, as `x = x op v` would"),
-    ("E0064", "bad constant", "a `const` has a unique name that no kernel binding reuses, and a value of its declared type"),
 ];
 
 /// The rule text of `code`.

@@ -1,0 +1,566 @@
+//! The language constructs kernel writers reach for: bounded `while`,
+//! `break`/`continue`, compound assignment, module constants, kernels that
+//! name only the operands they use, names reused in sibling blocks. Each
+//! from the text format through validation, the expansion the backends
+//! receive (`plan::program_kernel`) and the interpreter's exact results.
+
+#![allow(clippy::result_large_err)]
+
+use mpmd_core::backend::Mode;
+use mpmd_core::interp::{InterpOptions, Interpreter};
+use mpmd_core::ir::{Expr, Literal, Module, Stmt};
+use mpmd_core::plan::program_kernel;
+use mpmd_core::text::{parse, print};
+use mpmd_core::validate::{validate, Diagnostic, ValidateOptions};
+use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
+
+fn module(src: &str) -> Module {
+    parse(src)
+        .unwrap_or_else(|e| panic!("{}", e.render("test")))
+        .0
+}
+
+fn valid(src: &str) -> Module {
+    let m = module(src);
+    if let Err(d) = validate(&m, &ValidateOptions::default()) {
+        panic!("expected a valid module, got {d:#?}");
+    }
+    m
+}
+
+/// The only diagnostic of `src`.
+fn one(src: &str) -> Diagnostic {
+    let d = validate(&module(src), &ValidateOptions::default()).expect_err("must be rejected");
+    assert_eq!(d.len(), 1, "expected one diagnostic, got {d:#?}");
+    d.into_iter().next().unwrap()
+}
+
+fn run(
+    m: &Module,
+    map: &str,
+    inputs: &[(&str, HostTensor)],
+    mode: Mode,
+) -> Result<CallOutputs, RunError> {
+    let args = CallArgs {
+        inputs: inputs
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.clone()))
+            .collect(),
+        scalars: Default::default(),
+    };
+    let options = InterpOptions {
+        detect: mode == Mode::Checked,
+        extra_schedules: 2,
+        run: RunOptions { mode, seed: 7 },
+        ..Default::default()
+    };
+    Interpreter::new().call(m, map, &args, &options)
+}
+
+const LOOPS: &str = "
+const N: u32 = 64;
+const SCALE: f32 = 2.0;
+
+mesh m {
+  grid [b = 2];
+  threads t = 32;
+}
+
+kernel k(steps: gmem<u32[N]>, x: gmem<f32[N]>, y: gmem<f32[N]>) {
+  let i: u32 = axis_index(b) * axis_size(t) + axis_index(t);
+  var acc: f32 = 0.0;
+  for j: u32 in 0u..8u {
+    if j == 2u {
+      continue;
+    }
+    if j == 6u {
+      break;
+    }
+    acc += x[i] * SCALE;
+  }
+  y[i] = acc;
+  var v: u32 = i;
+  var n: u32 = 0u;
+  while v != 1u && v != 0u max 1000u {
+    if v % 2u == 0u {
+      v /= 2u;
+    } else {
+      v = 3u * v + 1u;
+    }
+    n += 1u;
+  }
+  steps[i] = n;
+  for j: u32 in 0u..2u {
+    steps[i] <<= 1u;
+  }
+}
+
+map lang {
+  programs [m: k];
+  inputs [x: gmem<f32[64]>];
+  outputs [y: gmem<f32[64]>, steps: gmem<u32[64]>];
+}
+";
+
+fn collatz_steps(mut v: u32) -> u32 {
+    let mut n = 0;
+    while v != 1 && v != 0 {
+        v = if v % 2 == 0 { v / 2 } else { 3 * v + 1 };
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn while_break_continue_and_compound_assignment_compute_exactly() {
+    let m = valid(LOOPS);
+    let x: Vec<f32> = (0..64).map(|v| v as f32).collect();
+    for mode in [Mode::Fast, Mode::Checked] {
+        let out = run(
+            &m,
+            "lang",
+            &[("x", HostTensor::from_f32(vec![64], &x))],
+            mode,
+        )
+        .unwrap();
+        // j = 0, 1, 3, 4, 5: five of the eight iterations add 2x.
+        let y: Vec<f32> = x.iter().map(|v| v * 2.0 * 5.0).collect();
+        assert_eq!(out.outputs["y"].to_f32(), y);
+        let steps: Vec<u32> = (0..64).map(|i| collatz_steps(i) << 2).collect();
+        assert_eq!(out.outputs["steps"].to_u32(), steps);
+    }
+}
+
+const LIMIT: &str = "
+mesh m {
+  threads t = 32;
+}
+
+kernel k(y: gmem<u32[32]>) {
+  var v: u32 = 0u;
+  let goal: u32 = select(axis_index(t) == 5u, 10u, 3u);
+  while v < goal max 8u {
+    v += 1u;
+  }
+  y[axis_index(t)] = v;
+}
+
+map limit {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+";
+
+#[test]
+fn a_while_at_its_maximum_fails_in_checked_mode_and_leaves_the_loop_in_fast_mode() {
+    let m = valid(LIMIT);
+    let err = run(&m, "limit", &[], Mode::Checked).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "loop limit at program 0 (k), block 0, thread 5: `while v < goal` (loop 0 of the kernel, \
+         counting `while`s in source order) still holds after its maximum of 8 iterations"
+    );
+    assert_eq!(err.class(), Some(mpmd_core::ir::ErrorClass::LoopLimit));
+    let out = run(&m, "limit", &[], Mode::Fast).unwrap();
+    let expected: Vec<u32> = (0..32).map(|t| if t == 5 { 8 } else { 3 }).collect();
+    assert_eq!(out.outputs["y"].to_u32(), expected);
+}
+
+#[test]
+fn a_uniform_break_skips_the_barriers_after_it() {
+    // Every thread leaves at j == 2, before that iteration's barriers (run
+    // with no thread there, they must order nothing and wait for no one):
+    // each thread sums the values of j = 0 and 1, that is 1 + 2.
+    let m = valid(
+        "
+mesh m {
+  threads t = 64;
+}
+
+kernel k(y: gmem<u32[64]>, buf: smem<u32[64]>) {
+  var total: u32 = 0u;
+  for j: u32 in 0u..4u {
+    if j == 2u {
+      break;
+    }
+    buf[axis_index(t)] = j + 1u;
+    barrier;
+    total += buf[63u - axis_index(t)];
+    barrier;
+  }
+  y[axis_index(t)] = total;
+}
+
+map brk {
+  programs [m: k];
+  outputs [y: gmem<u32[64]>];
+  scratch [buf: smem<u32[64]>];
+}
+",
+    );
+    for mode in [Mode::Fast, Mode::Checked] {
+        let out = run(&m, "brk", &[], mode).unwrap();
+        assert_eq!(out.outputs["y"].to_u32(), vec![3; 64]);
+    }
+}
+
+#[test]
+fn loop_bounds_may_be_uniform_lets_but_not_thread_values() {
+    valid(
+        "
+mesh m {
+  grid [b = 2];
+  threads t = 32;
+}
+kernel k(y: gmem<u32[64]>) {
+  let n: u32 = axis_index(b) + 2u;
+  var s: u32 = 0u;
+  for j: u32 in 0u..n {
+    s += j;
+  }
+  y[axis_index(b) * 32u + axis_index(t)] = s;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<u32[64]>];
+}
+",
+    );
+    let d = one("
+mesh m {
+  threads t = 32;
+}
+kernel k(y: gmem<u32[32]>) {
+  let n: u32 = axis_index(t);
+  var s: u32 = 0u;
+  while s < 100u max n {
+    s += 1u;
+  }
+  y[axis_index(t)] = s;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+");
+    assert_eq!(d.code, "E0045");
+    assert_eq!(
+        d.message,
+        "the maximum `n` of a `while` in kernel `k` uses `n`, a `let` binding that is not block-uniform"
+    );
+}
+
+#[test]
+fn break_outside_a_loop_and_a_non_u32_maximum_are_rejected() {
+    let d = one("
+mesh m {
+  threads t = 32;
+}
+kernel k(y: gmem<u32[32]>) {
+  continue;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+");
+    assert_eq!(d.code, "E0061");
+    assert_eq!(
+        d.message,
+        "`continue` in kernel `k` is not inside a `for` or `while`"
+    );
+    let d = one("
+mesh m {
+  threads t = 32;
+}
+kernel k(y: gmem<i32[32]>) {
+  var v: i32 = 0;
+  while v < 3 max 4 {
+    v += 1;
+  }
+  y[axis_index(t)] = v;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<i32[32]>];
+}
+");
+    assert_eq!(d.code, "E0062");
+    assert_eq!(
+        d.message,
+        "the maximum `4` of a `while` in kernel `k` has type `i32`, not u32"
+    );
+}
+
+#[test]
+fn a_barrier_in_a_loop_that_some_threads_leave_early_names_the_condition() {
+    let d = one("
+mesh m {
+  threads t = 32;
+}
+kernel k(y: gmem<u32[32]>) {
+  var v: u32 = 0u;
+  for j: u32 in 0u..8u {
+    if axis_index(t) == j {
+      break;
+    }
+    barrier;
+    v += 1u;
+  }
+  y[axis_index(t)] = v;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+");
+    assert_eq!(d.code, "E0053");
+    assert_eq!(
+        d.message,
+        "barrier in kernel `k` is under a loop that some threads leave early (`break` or \
+         `continue` under `axis_index(t) == j`), which is not block-uniform (`axis_index(t)` is the thread axis)"
+    );
+}
+
+#[test]
+fn compound_assignment_is_type_checked_as_its_expansion() {
+    let d = one("
+mesh m {
+  threads t = 32;
+}
+kernel k(y: gmem<f32[32]>) {
+  var v: f32 = 0.0;
+  v += 1u;
+  y[axis_index(t)] = v;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<f32[32]>];
+}
+");
+    assert_eq!(d.code, "E0037");
+    let d = one("
+mesh m {
+  threads t = 32;
+}
+kernel k(y: gmem<f32[32]>) {
+  let v: f32 = 0.0;
+  v *= 2.0;
+  y[axis_index(t)] = v;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<f32[32]>];
+}
+");
+    assert_eq!(d.code, "E0042");
+}
+
+#[test]
+fn names_may_be_reused_in_sibling_blocks_but_never_shadowed() {
+    let m = valid(
+        "
+mesh m {
+  threads t = 32;
+}
+kernel k(y: gmem<u32[32]>) {
+  var s: u32 = 0u;
+  for i: u32 in 0u..3u {
+    let c: u32 = 1u;
+    s += i * c;
+  }
+  for i: u32 in 0u..2u {
+    let c: u32 = 10u;
+    s += i * c;
+  }
+  y[axis_index(t)] = s;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+",
+    );
+    // Both constants keep their own value: 0+1+2 + 0+10.
+    let out = run(&m, "m1", &[], Mode::Checked).unwrap();
+    assert_eq!(out.outputs["y"].to_u32(), vec![13; 32]);
+    // The backends see one declaration per name.
+    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]);
+    let printed = print(&Module {
+        kernels: vec![kernel],
+        ..Default::default()
+    });
+    assert!(printed.contains("for i_2: u32 in 0u..2u {"), "{printed}");
+    assert!(printed.contains("let c_2: u32 = 10u;"), "{printed}");
+    assert!(printed.contains("s = s + i_2 * c_2;"), "{printed}");
+
+    let d = one("
+mesh m {
+  threads t = 32;
+}
+kernel k(y: gmem<u32[32]>) {
+  for i: u32 in 0u..3u {
+    for i: u32 in 0u..3u {
+    }
+  }
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+");
+    assert_eq!(d.code, "E0043");
+    assert_eq!(
+        d.message,
+        "`i` is declared twice in kernel `k`; it is already a loop variable in scope here"
+    );
+}
+
+#[test]
+fn kernels_name_the_operands_they_use_in_any_order() {
+    let src = "
+mesh p {
+  threads t = 32;
+}
+mesh q {
+  threads t = 32;
+}
+kernel produce(buf: gmem<f32[32]>, x: gmem<f32[32]>, ready: sem<[1]>) {
+  buf[axis_index(t)] = x[axis_index(t)] + 1.0;
+  signal(ready[0u], 1);
+}
+kernel consume(ready: sem<[1]>, y: gmem<f32[32]>, buf: gmem<f32[32]>) {
+  wait(ready[0u], 1);
+  y[axis_index(t)] = buf[axis_index(t)] * 2.0;
+}
+map pipe {
+  programs [p: produce, q: consume];
+  inputs [x: gmem<f32[32]>];
+  outputs [y: gmem<f32[32]>];
+  scratch [buf: gmem<f32[32]>, ready: sem<[1]>];
+}
+";
+    let m = valid(src);
+    let x: Vec<f32> = (0..32).map(|v| v as f32).collect();
+    let out = run(
+        &m,
+        "pipe",
+        &[("x", HostTensor::from_f32(vec![32], &x))],
+        Mode::Checked,
+    )
+    .unwrap();
+    let y: Vec<f32> = x.iter().map(|v| (v + 1.0) * 2.0).collect();
+    assert_eq!(out.outputs["y"].to_f32(), y);
+    // The program's kernel takes every operand in map order; the ones it
+    // does not name get names nothing in its body uses.
+    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[1]);
+    let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["unused_x", "y", "buf", "ready"]);
+
+    let d = one(&src.replace(
+        "kernel consume(ready: sem<[1]>,",
+        "kernel consume(ready: sem<[1]>, z: f32,",
+    ));
+    assert_eq!(d.code, "E0016");
+    assert_eq!(
+        d.message,
+        "parameter `z` of kernel `consume` is not an operand of map `pipe` (its operands: `x`, `y`, `buf`, `ready`)"
+    );
+    let d = one(&src.replace(
+        "scratch [buf: gmem<f32[32]>, ready: sem<[1]>];",
+        "scratch [buf: gmem<f32[32]>, ready: sem<[1]>, spare: gmem<u32[4]>];",
+    ));
+    assert_eq!(d.code, "E0060");
+    assert_eq!(
+        d.message,
+        "operand `spare` of map `pipe` is named by none of its kernels (`produce`, `consume`)"
+    );
+}
+
+#[test]
+fn constants_name_literals_in_types_bounds_and_expressions() {
+    let src = "
+mesh m {
+  grid [b = BLOCKS];
+  threads t = 32;
+}
+kernel k(y: gmem<u32[TOTAL]>) {
+  var s: u32 = 0u;
+  for j: u32 in 0u..BLOCKS {
+    s += STEP;
+  }
+  y[axis_index(b) * 32u + axis_index(t)] = s;
+}
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<u32[TOTAL]>];
+}
+const BLOCKS: u32 = 2;
+const TOTAL: u32 = 64u;
+const STEP: u32 = 5u;
+";
+    let m = valid(src);
+    assert_eq!(m.meshes[0].grid[0].size, 2);
+    assert_eq!(m.consts[0].value, Literal::U32(2));
+    let out = run(&m, "m1", &[], Mode::Checked).unwrap();
+    assert_eq!(out.outputs["y"].to_u32(), vec![10; 64]);
+    // Printed first, extents as numbers; the print reads back the same.
+    let printed = print(&m);
+    assert!(printed.starts_with("const BLOCKS: u32 = 2u;\nconst TOTAL: u32 = 64u;\nconst STEP: u32 = 5u;\n\nmesh m {\n  grid [b = 2];"), "{printed}");
+    assert_eq!(parse(&printed).unwrap().0, m);
+    // The backends see literals.
+    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]);
+    let Stmt::For { end, body, .. } = &kernel.body[1] else {
+        panic!("{:?}", kernel.body[1]);
+    };
+    assert_eq!(*end, Expr::Lit(Literal::U32(2)));
+    assert!(
+        matches!(&body[0], Stmt::Assign { value: Expr::Binary(_, _, b), .. } if **b == Expr::Lit(Literal::U32(5)))
+    );
+
+    let err = parse(&src.replace("gmem<u32[TOTAL]>) {", "gmem<u32[TOTL]>) {")).unwrap_err();
+    assert_eq!(
+        err.message,
+        "an extent is a number or the name of a `const`; `TOTL` is neither"
+    );
+    let err = parse("const N: u32 = -1;").unwrap_err();
+    assert_eq!(
+        err.message,
+        "the constant `N` is declared `u32` but its value is a `i32` literal"
+    );
+    let d = one(&format!("{src}const STEP: u32 = 6u;\n"));
+    assert_eq!(d.code, "E0001");
+    let d = one(&src.replace(
+        "var s: u32 = 0u;",
+        "var s: u32 = 0u;\n  let STEP: u32 = 1u;",
+    ));
+    assert_eq!(d.code, "E0043");
+}
+
+#[test]
+fn compound_assignment_prints_as_written() {
+    let src = "mesh m {
+  threads t = 32;
+}
+
+kernel k(y: gmem<u32[32]>) {
+  var v: u32 = 1u;
+  v <<= 3u;
+  v ^= 5u;
+  y[axis_index(t)] = v;
+  y[axis_index(t)] -= 2u;
+  while v > 0u max 100u {
+    v >>= 1u;
+  }
+}
+
+map m1 {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+";
+    let m = valid(src);
+    assert_eq!(print(&m), src);
+    let out = run(&m, "m1", &[], Mode::Checked).unwrap();
+    assert_eq!(out.outputs["y"].to_u32(), vec![((1u32 << 3) ^ 5) - 2; 32]);
+}

@@ -1294,8 +1294,10 @@ fn read_npy_for(
     }
     if tensor.shape() != shape {
         return Err(CliError::Usage(format!(
-            "{prefix} has shape {}, and {what} needs shape {}: reshape the array to exactly that",
+            "{prefix} has shape {}, and {what} {} shape {}: reshape the array to exactly that",
             shape_text(tensor.shape()),
+            // An input needs its shape; an output (--compare) has one.
+            if flag == "input" { "needs" } else { "has" },
             shape_text(shape)
         )));
     }

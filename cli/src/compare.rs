@@ -155,13 +155,15 @@ pub fn compare(got: &HostTensor, expected: &HostTensor, tolerance: Tolerance) ->
         }
         Tolerance::Close { rtol, atol } => {
             let (g, e) = (got.to_f32(), expected.to_f32());
+            let (got_bits, expected_bits) = (got.to_bits(), expected.to_bits());
             let mut first = Vec::new();
             let mut mismatches = 0;
             let mut max_error: Option<f64> = None;
             for (index, (&g, &e)) in g.iter().zip(&e).enumerate() {
                 let (g, e) = (f64::from(g), f64::from(e));
-                let error = (g - e).abs();
-                if !g.is_nan() && !e.is_nan() && !(g.is_infinite() && g == e) {
+                // Equal infinities are 0 apart (their difference is NaN).
+                let error = if g == e { 0.0 } else { (g - e).abs() };
+                if !error.is_nan() {
                     max_error = Some(max_error.map_or(error, |m: f64| m.max(error)));
                 }
                 let allowed = atol + rtol * e.abs();
@@ -172,8 +174,8 @@ pub fn compare(got: &HostTensor, expected: &HostTensor, tolerance: Tolerance) ->
                 if first.len() < FIRST_DIFFERENCES {
                     first.push(Difference {
                         index,
-                        got: got.to_bits()[index],
-                        expected: expected.to_bits()[index],
+                        got: got_bits[index],
+                        expected: expected_bits[index],
                         error: (!g.is_nan() && !e.is_nan())
                             .then(|| format!("{error:.3e} > allowed {allowed:.3e}")),
                     });

@@ -1187,24 +1187,25 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 format!("{index}_{}_{}", map.name, output.name)
             };
             write_summary_line(&mut summary, &output.name, tensor, request, &stem)?;
-        }
-        for target in targets.iter().filter(|t| t.call == index) {
-            let Some(tensor) = outputs.outputs.get(&target.output) else {
-                continue; // reported above: every output comes back
-            };
-            let verdict = compare::compare(tensor, &target.reference, request.tolerance);
-            let line = format!(
-                "compare {} with {}: {}\n",
-                target.name,
-                target.path.display(),
-                verdict.render()
-            );
-            if verdict.passed() {
-                summary.push_str("  ");
-                summary.push_str(&line);
-            } else {
-                mismatches.push_str("error: ");
-                mismatches.push_str(&line);
+            // The verdict follows its output's line (stderr when it fails).
+            let target = targets
+                .iter()
+                .find(|t| t.call == index && t.output == output.name);
+            if let Some(target) = target {
+                let verdict = compare::compare(tensor, &target.reference, request.tolerance);
+                let line = format!(
+                    "compare {} with {}: {}\n",
+                    target.name,
+                    target.path.display(),
+                    verdict.render()
+                );
+                if verdict.passed() {
+                    summary.push_str("  ");
+                    summary.push_str(&line);
+                } else {
+                    mismatches.push_str("error: ");
+                    mismatches.push_str(&line);
+                }
             }
         }
     }

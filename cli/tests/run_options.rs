@@ -705,3 +705,32 @@ fn memory_model_page_shows_the_race_examples() {
         );
     }
 }
+
+/// A 16-bit output is judged in its own ulps: one bf16 step fails `--ulp 0`
+/// and passes `--ulp 1`, and the reference is read as `np.save` writes
+/// an `ml_dtypes.bfloat16` array (`<V2`).
+#[test]
+fn bf16_outputs_count_bf16_ulps() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let file = example("bf16_rowsum");
+    let output = mpmd(&["run", &file, "--out", out.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let sum16 = npy::read(&out.join("sum16.npy")).unwrap();
+    let mut bits = sum16.to_bits();
+    bits[2] += 1;
+    let nudged = HostTensor::new(sum16.elem(), sum16.shape().to_vec(), bits).unwrap();
+    let reference = save(dir.path(), "sum16.npy", &nudged);
+    let compare = format!("sum16={reference}");
+    let output = mpmd(&["run", &file, "--compare", &compare, "--ulp", "0"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "error: compare sum16 with {reference}: 1 of 16 elements differ (--ulp 0; max error 1 ulp)\n  \
+             [2] got 163840bf16 (0x4820), expected 164864bf16 (0x4821), error 1 ulp\n"
+        )
+    );
+    let output = mpmd(&["run", &file, "--compare", &compare, "--ulp", "1"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+}

@@ -3,6 +3,7 @@
 //! The binary is a thin wrapper around [`main_with_args`], so that tests and
 //! other tools can run the same code.
 
+pub mod compare;
 pub mod describe;
 pub mod npy;
 
@@ -12,7 +13,7 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use mpmd_core::host::host_shape;
@@ -20,11 +21,13 @@ use mpmd_core::inputs::{self, Generation};
 use mpmd_core::interp::{
     InterpOptions, Interpreter, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
 };
-use mpmd_core::ir::{Literal, Module, ScalarType, Type};
+use mpmd_core::ir::{Call, Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan, LowerError};
 use mpmd_core::validate::{self, ValidateOptions};
 use mpmd_core::{text, Backend, CallArgs, HostTensor, Mode, RunError, RunOptions};
 use thiserror::Error;
+
+use crate::compare::Tolerance;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -108,6 +111,48 @@ pub struct RunFlags {
     /// Such results are reported as unverified.
     #[arg(long)]
     pub co_resident: bool,
+    /// Run only call K of the file (0-based, in the order of its `call`
+    /// lines, as the summary numbers them). Earlier calls do not run, so
+    /// residents start as before the first call: from --input, else the
+    /// case's `generate` line, else as declared (semaphores and `zeroed`
+    /// at zero, the rest uninitialised).
+    #[arg(long, value_name = "K")]
+    pub call: Option<usize>,
+    /// Print each call's wall time (the whole `run` of the backend:
+    /// compiling a plan it has not seen, uploads, launch, read-back) and,
+    /// on CUDA, the kernel's time between two events around the launch.
+    #[arg(long)]
+    pub time: bool,
+    /// `NAME=PATH.npy`: compare output NAME with a reference array of its
+    /// dtype and shape; any mismatch exits 1 with a report. NAME is an
+    /// output of the calls that run, or, where several calls have one of
+    /// that name, the file stem --out writes (`INDEX_MAP_OUTPUT`).
+    /// Floats are compared exactly unless --ulp or --rtol/--atol say
+    /// otherwise; integers and bools always exactly; NaN matches NaN.
+    #[arg(long = "compare", value_name = "NAME=PATH")]
+    pub compares: Vec<String>,
+    /// With --compare: float outputs may differ from the reference by N
+    /// units in the last place of their own type (f32, f16 or bf16).
+    #[arg(long, value_name = "N", requires = "compares", conflicts_with_all = ["rtol", "atol"])]
+    pub ulp: Option<u32>,
+    /// With --compare: relative tolerance of numpy's allclose,
+    /// |got - expected| <= atol + rtol * |expected| [default: 0].
+    #[arg(long, value_name = "R", requires = "compares", value_parser = parse_tolerance)]
+    pub rtol: Option<f64>,
+    /// With --compare: absolute tolerance of numpy's allclose (see
+    /// --rtol) [default: 0].
+    #[arg(long, value_name = "A", requires = "compares", value_parser = parse_tolerance)]
+    pub atol: Option<f64>,
+}
+
+/// `--rtol` and `--atol`: a finite number at least 0.
+fn parse_tolerance(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| {
+            format!("`{text}` is not a tolerance (a finite number at least 0, such as 1e-5)")
+        })
 }
 
 /// `--timeout`: seconds as a decimal number; 0 is no bound.
@@ -273,6 +318,11 @@ pub enum CliError {
         path: String,
         source: std::io::Error,
     },
+    /// `--compare` found outputs that differ from their reference: the
+    /// run's summary (stdout, as for a run that matches) and one report per
+    /// such output (stderr).
+    #[error("{report}")]
+    Mismatch { summary: String, report: String },
 }
 
 impl From<inputs::GenerateError> for CliError {
@@ -376,6 +426,10 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Err(e) => {
             match &e {
                 CliError::Rejected(rendered) => eprint!("{rendered}"),
+                CliError::Mismatch { summary, report } => {
+                    print!("{summary}");
+                    eprint!("{report}");
+                }
                 other => eprintln!("error: {other}"),
             }
             ExitCode::from(1)
@@ -602,11 +656,7 @@ pub fn resolve_backend(
     };
     match kind {
         BackendKind::Interp => Ok(Box::new(Interpreter::new())),
-        BackendKind::Cuda => {
-            let backend = mpmd_cuda::CudaBackend::new(mpmd_cuda::CudaOptions::default())
-                .map_err(|e| unavailable(e.to_string()))?;
-            Ok(Box::new(backend))
-        }
+        BackendKind::Cuda => Ok(Box::new(cuda_backend(false)?)),
         BackendKind::Wgpu => {
             let options = mpmd_wgpu::WgpuOptions {
                 co_resident,
@@ -617,6 +667,19 @@ pub fn resolve_backend(
             Ok(Box::new(backend))
         }
     }
+}
+
+/// The CUDA backend; `time_kernels` times each launch with a pair of
+/// events (`CudaBackend::last_kernel_ms`).
+fn cuda_backend(time_kernels: bool) -> Result<mpmd_cuda::CudaBackend, CliError> {
+    let options = mpmd_cuda::CudaOptions {
+        time_kernels,
+        ..Default::default()
+    };
+    mpmd_cuda::CudaBackend::new(options).map_err(|e| CliError::BackendUnavailable {
+        name: BackendKind::Cuda.name(),
+        reason: e.to_string(),
+    })
 }
 
 /// Everything `mpmd run` needs.
@@ -639,6 +702,14 @@ pub struct RunRequest {
     pub memory_limit: u64,
     /// See `--co-resident`.
     pub co_resident: bool,
+    /// See `--call` (`None`: every call, in order).
+    pub call: Option<usize>,
+    /// See `--time`.
+    pub time: bool,
+    /// `NAME=PATH` strings of `--compare`.
+    pub compares: Vec<String>,
+    /// How `--compare` judges float outputs (`--ulp`, `--rtol`, `--atol`).
+    pub tolerance: Tolerance,
 }
 
 impl From<RunFlags> for RunRequest {
@@ -659,6 +730,18 @@ impl From<RunFlags> for RunRequest {
             time_limit: flags.timeout.0,
             memory_limit: flags.memory_limit.0,
             co_resident: flags.co_resident,
+            call: flags.call,
+            time: flags.time,
+            compares: flags.compares,
+            // clap refuses --ulp beside --rtol or --atol.
+            tolerance: match (flags.ulp, flags.rtol, flags.atol) {
+                (Some(n), _, _) => Tolerance::Ulp(n),
+                (None, None, None) => Tolerance::Exact,
+                (None, rtol, atol) => Tolerance::Close {
+                    rtol: rtol.unwrap_or(0.0),
+                    atol: atol.unwrap_or(0.0),
+                },
+            },
         }
     }
 }
@@ -713,10 +796,12 @@ pub fn parse_scalar(ty: ScalarType, text: &str) -> Option<Literal> {
     }
 }
 
-/// The backend of one `mpmd run`: the interpreter is kept as itself so that
-/// its report (schedules run) can be shown.
+/// The backend of one `mpmd run`: the interpreter and CUDA are kept as
+/// themselves so that the interpreter's report (schedules run) and CUDA's
+/// kernel time can be shown.
 enum RunBackend {
     Interp(Interpreter),
+    Cuda(mpmd_cuda::CudaBackend),
     Other(Box<dyn Backend>),
 }
 
@@ -724,6 +809,7 @@ impl RunBackend {
     fn get(&mut self) -> &mut dyn Backend {
         match self {
             RunBackend::Interp(interp) => interp,
+            RunBackend::Cuda(cuda) => cuda,
             RunBackend::Other(backend) => backend.as_mut(),
         }
     }
@@ -731,9 +817,124 @@ impl RunBackend {
     fn resident(&self, name: &str) -> Option<HostTensor> {
         match self {
             RunBackend::Interp(interp) => interp.resident(name),
+            RunBackend::Cuda(cuda) => cuda.resident(name),
             RunBackend::Other(backend) => backend.resident(name),
         }
     }
+
+    /// The `--time` line's kernel part: `kernel 0.012 ms`, or why there is
+    /// none. Only CUDA measures a kernel (events around the launch); the
+    /// interpreter has no kernel apart from the call, and the WGSL backend
+    /// does not use timestamp queries.
+    fn kernel_time(&self, backend: BackendKind) -> String {
+        match self {
+            RunBackend::Cuda(cuda) => match cuda.last_kernel_ms() {
+                Some(ms) => format!(", kernel {ms:.3} ms"),
+                None => "; kernel time: not measured on cuda (the driver gave no event time)"
+                    .to_string(),
+            },
+            _ => format!("; kernel time: not measured on {}", backend.name()),
+        }
+    }
+}
+
+/// The calls `mpmd run` runs, each with its index in the file: every call,
+/// or call K of `--call K`.
+fn selected_calls(request: &RunRequest, calls: Vec<Call>) -> Result<Vec<(usize, Call)>, CliError> {
+    let Some(k) = request.call else {
+        return Ok(calls.into_iter().enumerate().collect());
+    };
+    let count = calls.len();
+    match calls.into_iter().nth(k) {
+        Some(call) => Ok(vec![(k, call)]),
+        None => Err(CliError::Usage(format!(
+            "--call {k}: `{}` has {count} call(s), numbered 0 to {}",
+            request.file.display(),
+            count - 1
+        ))),
+    }
+}
+
+/// An output that `--compare` judges, with its reference.
+struct CompareTarget {
+    /// NAME as the user wrote it.
+    name: String,
+    /// The call's index in the file.
+    call: usize,
+    output: String,
+    path: PathBuf,
+    reference: HostTensor,
+}
+
+/// The outputs `--compare` names among the calls that run, each with its
+/// reference read and checked against the output's dtype and shape, before
+/// anything runs.
+fn compare_targets(
+    module: &Module,
+    calls: &[(usize, Call)],
+    compares: &BTreeMap<&str, &str>,
+) -> Result<Vec<CompareTarget>, CliError> {
+    // Every output of the calls that run: (call index, map, output).
+    let outputs: Vec<(usize, &MpmdMap, &Operand)> = calls
+        .iter()
+        .filter_map(|(index, call)| Some((*index, module.map(&call.map)?)))
+        .flat_map(|(index, map)| map.outputs.iter().map(move |o| (index, map, o)))
+        .collect();
+    let stem = |(index, map, output): &(usize, &MpmdMap, &Operand)| {
+        format!("{index}_{}_{}", map.name, output.name)
+    };
+    let mut targets: Vec<CompareTarget> = Vec::new();
+    for (&name, &path) in compares {
+        let by_name: Vec<_> = outputs.iter().filter(|(_, _, o)| o.name == name).collect();
+        let found = match by_name.as_slice() {
+            [one] => *one,
+            [] => match outputs.iter().find(|o| stem(o) == name) {
+                Some(one) => one,
+                None => {
+                    let known: Vec<String> = outputs
+                        .iter()
+                        .map(|(index, map, o)| {
+                            format!("`{}` (call {index}, map `{}`)", o.name, map.name)
+                        })
+                        .collect();
+                    return Err(CliError::Usage(format!(
+                        "--compare `{name}`: the calls that run have no output of that name; their outputs: {}",
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    )));
+                }
+            },
+            several => {
+                let stems: Vec<String> = several.iter().map(|o| format!("`{}`", stem(o))).collect();
+                return Err(CliError::Usage(format!(
+                    "--compare `{name}`: {} calls that run have an output `{name}`: name one by its file stem ({}), or run one call with --call K",
+                    several.len(),
+                    stems.join(", ")
+                )));
+            }
+        };
+        let (index, map, output) = *found;
+        if let Some(first) = targets
+            .iter()
+            .find(|t| t.call == index && t.output == output.name)
+        {
+            return Err(CliError::Usage(format!(
+                "--compare `{}` and `{name}` name the same output (`{}` of call {index}): give it once",
+                first.name, output.name
+            )));
+        }
+        let elem = output.ty.as_ref_type().map_or(ScalarType::U32, |r| r.elem);
+        let shape = inputs::host_shape(module, output).unwrap_or_default();
+        let what = format!("output `{}` of map `{}`", output.name, map.name);
+        let reference = read_npy_for("compare", name, &what, elem, &shape, Path::new(path))?;
+        targets.push(CompareTarget {
+            name: name.to_string(),
+            call: index,
+            output: output.name.clone(),
+            path: PathBuf::from(path),
+            reference,
+        });
+    }
+    Ok(targets)
 }
 
 /// The interpreter's options for `mpmd run`: `--checked` detects and runs
@@ -781,9 +982,14 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         )));
     }
 
+    let calls = selected_calls(request, calls)?;
+
     let input_files = assignments("input", &request.inputs)?;
     let scalar_texts = assignments("scalar", &request.scalars)?;
-    let called_maps: Vec<_> = calls.iter().filter_map(|c| module.map(&c.map)).collect();
+    let called_maps: Vec<_> = calls
+        .iter()
+        .filter_map(|(_, c)| module.map(&c.map))
+        .collect();
     for name in input_files.keys() {
         let uploaded = called_maps
             .iter()
@@ -815,6 +1021,8 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             )));
         }
     }
+    let compare_files = assignments("compare", &request.compares)?;
+    let targets = compare_targets(&module, &calls, &compare_files)?;
     if let Some(dir) = &request.out {
         create_dir(dir)?;
     }
@@ -825,6 +1033,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         BackendKind::Interp => {
             RunBackend::Interp(Interpreter::with_options(interp_options(request, &module)))
         }
+        BackendKind::Cuda => RunBackend::Cuda(cuda_backend(request.time)?),
         other => RunBackend::Other(resolve_backend(other, request.co_resident)?),
     };
 
@@ -863,7 +1072,10 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         seed: request.seed,
     };
     let mut summary = String::new();
-    for (index, call) in calls.iter().enumerate() {
+    // Reports of the outputs --compare finds different (stderr).
+    let mut mismatches = String::new();
+    for (index, call) in &calls {
+        let index = *index;
         let map = module
             .map(&call.map)
             .ok_or_else(|| CliError::Lower(LowerError::UnknownMap(call.map.clone())))?;
@@ -915,6 +1127,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             args.scalars.insert(scalar.name.clone(), value);
         }
 
+        let started = Instant::now();
         let outputs = backend
             .get()
             .run(&plan, &args, &options)
@@ -923,6 +1136,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 map: map.name.clone(),
                 error: Box::new(for_cli(error)),
             })?;
+        let wall = started.elapsed();
         let _ = write!(summary, "call {index}: map `{}`", map.name);
         // Without a cycle and without the declaration, a program that waits on
         // its own signals runs one dispatch per block: verified.
@@ -947,6 +1161,14 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             }
         }
         summary.push('\n');
+        if request.time {
+            let _ = writeln!(
+                summary,
+                "  time: wall {:.3} ms{}",
+                wall.as_secs_f64() * 1e3,
+                backend.kernel_time(request.backend)
+            );
+        }
         for output in &map.outputs {
             let tensor = outputs
                 .outputs
@@ -965,6 +1187,26 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 format!("{index}_{}_{}", map.name, output.name)
             };
             write_summary_line(&mut summary, &output.name, tensor, request, &stem)?;
+            // The verdict follows its output's line (stderr when it fails).
+            let target = targets
+                .iter()
+                .find(|t| t.call == index && t.output == output.name);
+            if let Some(target) = target {
+                let verdict = compare::compare(tensor, &target.reference, request.tolerance);
+                let line = format!(
+                    "compare {} with {}: {}\n",
+                    target.name,
+                    target.path.display(),
+                    verdict.render()
+                );
+                if verdict.passed() {
+                    summary.push_str("  ");
+                    summary.push_str(&line);
+                } else {
+                    mismatches.push_str("error: ");
+                    mismatches.push_str(&line);
+                }
+            }
         }
     }
 
@@ -981,6 +1223,12 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         let label = format!("resident {}", resident.name);
         let stem = format!("resident.{}", resident.name);
         write_summary_line(&mut summary, &label, &tensor, request, &stem)?;
+    }
+    if !mismatches.is_empty() {
+        return Err(CliError::Mismatch {
+            summary,
+            report: mismatches,
+        });
     }
     Ok(summary)
 }
@@ -1020,8 +1268,21 @@ fn read_input(
     shape: &[u32],
     path: &Path,
 ) -> Result<HostTensor, CliError> {
+    read_npy_for("input", name, what, elem, shape, path)
+}
+
+/// Reads the `.npy` file of `--FLAG NAME=PATH` for `what`, as
+/// [`read_input`] says; messages name the flag.
+fn read_npy_for(
+    flag: &str,
+    name: &str,
+    what: &str,
+    elem: ScalarType,
+    shape: &[u32],
+    path: &Path,
+) -> Result<HostTensor, CliError> {
     let mut tensor = npy::read(path)?;
-    let prefix = format!("--input `{name}`: `{}`", path.display());
+    let prefix = format!("--{flag} `{name}`: `{}`", path.display());
     let compatible = tensor.elem() == elem
         || (elem == ScalarType::Bool && matches!(tensor.elem(), ScalarType::U32 | ScalarType::I32));
     if !compatible {
@@ -1034,8 +1295,10 @@ fn read_input(
     }
     if tensor.shape() != shape {
         return Err(CliError::Usage(format!(
-            "{prefix} has shape {}, and {what} needs shape {}: reshape the array to exactly that",
+            "{prefix} has shape {}, and {what} {} shape {}: reshape the array to exactly that",
             shape_text(tensor.shape()),
+            // An input needs its shape; an output (--compare) has one.
+            if flag == "input" { "needs" } else { "has" },
             shape_text(shape)
         )));
     }

@@ -1049,9 +1049,12 @@ impl Emitter<'_> {
             }
             Stmt::Break => self.line(depth, "break;"),
             Stmt::Continue => self.line(depth, "continue;"),
-            Stmt::CompoundAssign { .. } | Stmt::CompoundStore { .. } => {
+            Stmt::CompoundAssign { .. }
+            | Stmt::CompoundStore { .. }
+            | Stmt::Call { .. }
+            | Stmt::Return { .. } => {
                 return Err(cx.unsupported(
-                    "a compound assignment that lowering did not expand (plan::program_kernel)",
+                    "a compound assignment or helper call that lowering did not expand (plan::program_kernel)",
                 ))
             }
             Stmt::Barrier => self.line(depth, &self.unit_sync.barrier()),

@@ -2539,9 +2539,12 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             }
             Stmt::Break => self.line("break;"),
             Stmt::Continue => self.line("continue;"),
-            Stmt::CompoundAssign { .. } | Stmt::CompoundStore { .. } => {
+            Stmt::CompoundAssign { .. }
+            | Stmt::CompoundStore { .. }
+            | Stmt::Call { .. }
+            | Stmt::Return { .. } => {
                 return Err(self.invalid(
-                    "a compound assignment that lowering did not expand (plan::program_kernel)",
+                    "a compound assignment or helper call that lowering did not expand (plan::program_kernel)",
                 ))
             }
             Stmt::Barrier => {

@@ -385,7 +385,7 @@ map m1 {
     let out = run(&m, "m1", &[], Mode::Checked).unwrap();
     assert_eq!(out.outputs["y"].to_u32(), vec![13; 32]);
     // The backends see one declaration per name.
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]);
+    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
     let printed = print(&Module {
         kernels: vec![kernel],
         ..Default::default()
@@ -453,7 +453,7 @@ map pipe {
     assert_eq!(out.outputs["y"].to_f32(), y);
     // The program's kernel takes every operand in map order; the ones it
     // does not name get names nothing in its body uses.
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[1]);
+    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[1]).unwrap();
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["unused_x", "y", "buf", "ready"]);
 
@@ -509,7 +509,7 @@ const STEP: u32 = 5u;
     assert!(printed.starts_with("const BLOCKS: u32 = 2u;\nconst TOTAL: u32 = 64u;\nconst STEP: u32 = 5u;\n\nmesh m {\n  grid [b = 2];"), "{printed}");
     assert_eq!(parse(&printed).unwrap().0, m);
     // The backends see literals.
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]);
+    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
     let Stmt::For { end, body, .. } = &kernel.body[1] else {
         panic!("{:?}", kernel.body[1]);
     };
@@ -563,4 +563,156 @@ map m1 {
     assert_eq!(print(&m), src);
     let out = run(&m, "m1", &[], Mode::Checked).unwrap();
     assert_eq!(out.outputs["y"].to_u32(), vec![((1u32 << 3) ^ 5) - 2; 32]);
+}
+
+const HELPERS: &str = "mesh m {
+  threads t = 32;
+}
+
+fn at(r: u32, c: u32) -> u32 {
+  return r * 4u + c;
+}
+
+fn bump(acc: local<u32[2]>, by: u32) {
+  for k: u32 in 0u..2u {
+    let o: u32 = at(k, by);
+    acc[k] += o;
+  }
+}
+
+kernel k(y: gmem<u32[64]>) {
+  local acc: local<u32[2]>;
+  acc[0u] = 0u;
+  acc[1u] = 0u;
+  bump(acc, axis_index(t));
+  bump(acc, 1u);
+  let first: u32 = at(0u, axis_index(t));
+  y[first] = acc[0u];
+  y[first + 32u] = acc[1u];
+}
+
+map helpers {
+  programs [m: k];
+  outputs [y: gmem<u32[64]>];
+}
+";
+
+#[test]
+fn helper_functions_are_inlined_at_each_call() {
+    let src = HELPERS.replace("local acc: local<u32[2]>;", "local acc: u32[2];");
+    let m = valid(&src);
+    assert_eq!(print(&m), src);
+    for mode in [Mode::Fast, Mode::Checked] {
+        let out = run(&m, "helpers", &[], mode).unwrap();
+        // acc[k] = at(k, t) + at(k, 1) = (4k + t) + (4k + 1).
+        let y: Vec<u32> = (0..2u32)
+            .flat_map(|k| (0..32u32).map(move |t| 8 * k + t + 1))
+            .collect();
+        assert_eq!(out.outputs["y"].to_u32(), y);
+    }
+    // The backends see no call: every helper's body is in place, its
+    // names fresh.
+    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
+    let printed = print(&Module {
+        kernels: vec![kernel],
+        ..Default::default()
+    });
+    assert!(!printed.contains("at("), "{printed}");
+    assert!(
+        printed.contains("let bump_by: u32 = axis_index(t);"),
+        "{printed}"
+    );
+    assert!(printed.contains("let bump_by_2: u32 = 1u;"), "{printed}");
+    assert!(
+        printed.contains("let first: u32 = at_r_3 * 4u + at_c_3;"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn a_helper_is_checked_in_the_context_of_each_call() {
+    let d = one("
+mesh m {
+  threads t = 32;
+}
+fn sync_add(x: u32) -> u32 {
+  barrier;
+  return x + 1u;
+}
+kernel k(y: gmem<u32[32]>) {
+  let ok: u32 = sync_add(1u);
+  if axis_index(t) < 3u {
+    let a: u32 = sync_add(ok);
+  }
+  y[axis_index(t)] = ok;
+}
+map mm {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+");
+    assert_eq!(d.code, "E0053");
+    assert_eq!(
+        d.message,
+        "barrier in kernel `k` is under the condition `axis_index(t) < 3u`, which is not \
+         block-uniform (`axis_index(t)` is the thread axis) (in helper `sync_add`, inlined at this call)"
+    );
+    assert_eq!(d.path.to_string(), "kernel k / stmt 1 / then / stmt 0");
+}
+
+#[test]
+fn bad_helper_calls_recursion_and_returns_are_rejected() {
+    let base = "
+mesh m {
+  threads t = 32;
+}
+fn fill(buf: gmem<u32[32]>, v: u32) {
+  buf[axis_index(t)] = v;
+}
+kernel k(y: gmem<u32[32]>) {
+  CALL
+}
+map mm {
+  programs [m: k];
+  outputs [y: gmem<u32[32]>];
+}
+";
+    let cases = [
+        ("fill(y, 1.0);", "E0064", "argument 1 of `fill` (parameter `v: u32`) in kernel `k` is `1.0`, of type `f32`"),
+        ("fill(y);", "E0064", "`fill` takes 2 argument(s), but kernel `k` gives 1"),
+        ("fill(3u, 1u);", "E0064", "argument 0 of `fill` (parameter `buf`) in kernel `k` is `3u`, but the parameter is a `gmem<u32[32]>` ref"),
+        ("let r: u32 = fill(y, 1u);", "E0064", "`fill` returns nothing, but kernel `k` binds its result to `r`"),
+        ("spill(y, 1u);", "E0064", "kernel `k` calls `spill`, which is not a helper function of the module"),
+        ("return;", "E0066", "`return` in kernel `k`; only a helper function returns"),
+    ];
+    for (call, code, message) in cases {
+        let d = one(&base.replace("CALL", call));
+        assert_eq!((d.code, d.message.as_str()), (code, message), "{call}");
+    }
+    let d = validate(
+        &module(
+            &base
+                .replace(
+                    "fn fill(",
+                    "fn ping(v: u32) {\n  pong(v);\n}\nfn pong(v: u32) -> u32 {\n  ping(v);\n  return v;\n}\nfn fill(",
+                )
+                .replace("CALL", "fill(y, 1u);"),
+        ),
+        &ValidateOptions::default(),
+    )
+    .unwrap_err();
+    let found: Vec<(&str, String)> = d.iter().map(|d| (d.code, d.message.clone())).collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "E0065",
+                "helper `ping` calls itself (directly or through other helpers)".to_string()
+            ),
+            (
+                "E0065",
+                "helper `pong` calls itself (directly or through other helpers)".to_string()
+            ),
+        ]
+    );
 }

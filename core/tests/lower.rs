@@ -480,6 +480,7 @@ fn hand_off() -> Module {
     });
     Module {
         consts: vec![],
+        functions: vec![],
         meshes: vec![producer, ext],
         kernels: vec![send_kernel, receive_kernel],
         maps: vec![send, receive],

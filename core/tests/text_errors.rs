@@ -61,7 +61,7 @@ fn unexpected_tokens_name_what_was_expected() {
         (
             2,
             1,
-            "expected an item (`const`, `mesh`, `resident`, `kernel`, `map`, `call` or `case`), found `foo`"
+            "expected an item (`const`, `mesh`, `resident`, `fn`, `kernel`, `map`, `call` or `case`), found `foo`"
                 .to_string()
         )
     );
@@ -119,8 +119,12 @@ fn expression_errors() {
         )
     );
     assert_eq!(
-        located("kernel k() {\n  let b: f32 = expo(a);\n}"),
-        (2, 16, "unknown function `expo`".to_string())
+        located("kernel k() {\n  let b: f32 = 1.0 + expo(a);\n}"),
+        (
+            2,
+            22,
+            "`expo` is not a builtin function; a helper function is called as a statement of its own: `let v: u32 = expo(...);` (or `expo(...);`), then use `v`".to_string()
+        )
     );
     assert_eq!(
         located("kernel k() {\n  let v: u32 = read(s[0]);\n}"),

@@ -188,6 +188,15 @@ fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
         (name(), access(e.clone())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
         Just(Stmt::Break),
         Just(Stmt::Continue),
+        // Builtin names (`min`, `signal`, ...) cannot name a helper (E0056).
+        (option::of(binding()), name(), vec(e.clone(), 0..3)).prop_map(|(dest, function, args)| {
+            Stmt::Call {
+                dest,
+                function: format!("h{function}"),
+                args,
+            }
+        }),
+        option::of(e.clone()).prop_map(|value| Stmt::Return { value }),
         (name(), select(BinaryOp::COMPOUND.to_vec()), e.clone())
             .prop_map(|(name, op, value)| Stmt::CompoundAssign { name, op, value }),
         (
@@ -398,6 +407,15 @@ fn module() -> impl Strategy<Value = Module> {
             0..3,
         ),
         vec(mesh(), 0..3),
+        vec(
+            (kernel(), option::of(scalar_type())).prop_map(|(k, result)| Function {
+                name: k.name,
+                params: k.params,
+                result,
+                body: k.body,
+            }),
+            0..2,
+        ),
         vec(kernel(), 0..3),
         vec(map(), 0..3),
         vec(resident(), 0..3),
@@ -405,9 +423,10 @@ fn module() -> impl Strategy<Value = Module> {
         option::of(case_spec()),
     )
         .prop_map(
-            |(consts, meshes, kernels, maps, residents, calls, case)| Module {
+            |(consts, meshes, functions, kernels, maps, residents, calls, case)| Module {
                 consts,
                 meshes,
+                functions,
                 kernels,
                 maps,
                 residents,

@@ -581,7 +581,13 @@ fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> boo
             | Stmt::Assign { value, .. }
             | Stmt::CompoundAssign { value, .. }
             | Stmt::Var { init: value, .. } => expr_walk(value, f),
-            Stmt::LocalArray { .. } | Stmt::Barrier | Stmt::Break | Stmt::Continue => false,
+            Stmt::LocalArray { .. }
+            | Stmt::Barrier
+            | Stmt::Break
+            | Stmt::Continue
+            | Stmt::Return { value: None } => false,
+            Stmt::Return { value: Some(value) } => expr_walk(value, f),
+            Stmt::Call { args, .. } => args.iter_mut().any(|a| expr_walk(a, f)),
             Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {
                 access_walk(target, f) || expr_walk(value, f)
             }

@@ -816,8 +816,13 @@ impl Compiler<'_> {
                 };
                 self.code.push(Instr::LoopExit { levels });
             }
-            Stmt::CompoundAssign { .. } | Stmt::CompoundStore { .. } => {
-                return Err(self.err("compound assignment was not expanded (plan::program_kernel)"))
+            Stmt::CompoundAssign { .. }
+            | Stmt::CompoundStore { .. }
+            | Stmt::Call { .. }
+            | Stmt::Return { .. } => {
+                return Err(self.err(
+                    "a compound assignment or helper call was not expanded (plan::program_kernel)",
+                ))
             }
             Stmt::Barrier => self.code.push(Instr::Barrier),
             Stmt::Sem { op, sem, amount } => {

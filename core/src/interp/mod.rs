@@ -249,7 +249,9 @@ impl Interpreter {
                         ),
                     });
                 }
-                Ok(crate::plan::program_kernel(module, map, kernel))
+                crate::plan::program_kernel(module, map, kernel).map_err(|e| RunError::Refused {
+                    reason: e.to_string(),
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let kernels: Vec<&Kernel> = kernels.iter().collect();

@@ -611,6 +611,17 @@ pub enum Stmt {
         op: BinaryOp,
         value: Expr,
     },
+    /// `[let dest: ty =] helper(args...);` a call of a module-level helper
+    /// function, inlined where it is called (`plan::inline_call`). A ref
+    /// parameter takes the name of a ref in scope; a scalar one any value.
+    Call {
+        dest: Option<Binding>,
+        function: Name,
+        args: Vec<Expr>,
+    },
+    /// `return value;` the last statement of a helper function's body (with
+    /// a value exactly when the function has a result type).
+    Return { value: Option<Expr> },
     /// Block barrier; block-uniform control flow only.
     Barrier,
     /// `signal(s[i], n);`, `wait(s[i], n);`, `wait_nodec(s[i], n);`
@@ -846,6 +857,18 @@ pub struct Const {
     pub value: Literal,
 }
 
+/// A helper function (`fn row_major(r: u32, c: u32) -> u32 { ... }`):
+/// statements that kernels call by name and that are inlined at every call
+/// (there is no recursion). Its body ends with `return value;` exactly when
+/// it has a result type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Function {
+    pub name: Name,
+    pub params: Vec<Param>,
+    pub result: Option<ScalarType>,
+    pub body: Vec<Stmt>,
+}
+
 /// A whole `.mpmd` file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Module {
@@ -854,6 +877,7 @@ pub struct Module {
     pub kernels: Vec<Kernel>,
     pub maps: Vec<MpmdMap>,
     pub residents: Vec<Resident>,
+    pub functions: Vec<Function>,
     /// The calls to run, in order. Empty means: call the only map once.
     pub calls: Vec<Call>,
     pub case: Option<CaseSpec>,
@@ -865,6 +889,9 @@ impl Module {
     }
     pub fn constant(&self, name: &str) -> Option<&Const> {
         self.consts.iter().find(|c| c.name == name)
+    }
+    pub fn function(&self, name: &str) -> Option<&Function> {
+        self.functions.iter().find(|f| f.name == name)
     }
     pub fn kernel(&self, name: &str) -> Option<&Kernel> {
         self.kernels.iter().find(|k| k.name == name)

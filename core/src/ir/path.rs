@@ -10,6 +10,8 @@ pub enum PathStep {
     /// A module-level `const`.
     Const(Name),
     Mesh(Name),
+    /// A helper function.
+    Function(Name),
     Kernel(Name),
     Map(Name),
     Resident(Name),
@@ -66,6 +68,7 @@ impl fmt::Display for PathStep {
         match self {
             PathStep::Const(n) => write!(f, "const {n}"),
             PathStep::Mesh(n) => write!(f, "mesh {n}"),
+            PathStep::Function(n) => write!(f, "fn {n}"),
             PathStep::Kernel(n) => write!(f, "kernel {n}"),
             PathStep::Map(n) => write!(f, "map {n}"),
             PathStep::Resident(n) => write!(f, "resident {n}"),

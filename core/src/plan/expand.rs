@@ -14,18 +14,285 @@
 //!   pure, so evaluating them twice is the same as once);
 //! - names reused in sibling blocks: each later declaration gets a fresh
 //!   name, so that every name is declared once per kernel (what the
-//!   backends' symbol tables and the interpreter's registers assume).
+//!   backends' symbol tables and the interpreter's registers assume);
+//! - helper functions: each call is replaced by the function's body
+//!   ([`inline_call`], which validation uses too, so that a helper is
+//!   checked in the context of every call).
 //!
 //! The input must be valid (`validate` found no error); the output is
-//! valid too and has no `CompoundAssign`, `CompoundStore` or const use.
+//! valid too and has no `CompoundAssign`, `CompoundStore`, `Call`,
+//! `Return` or const use.
 
 use std::collections::{HashMap, HashSet};
 
+use thiserror::Error;
+
+use crate::ir::limits::MAX_NESTING;
 use crate::ir::visit::for_each_stmt;
-use crate::ir::{Binding, Expr, Kernel, Module, MpmdMap, Name, Param, RefAccess, Stmt};
+use crate::ir::{Binding, Expr, Function, Kernel, Module, MpmdMap, Name, Param, RefAccess, Stmt};
+
+/// Why a kernel could not be expanded (validation reports each first).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ExpandError {
+    #[error("kernel `{kernel}` calls `{function}`, which is not a helper function of the module")]
+    UnknownFunction { kernel: Name, function: Name },
+    #[error("kernel `{kernel}` calls the helper `{function}`, which calls itself (directly or through others)")]
+    Recursive { kernel: Name, function: Name },
+    #[error("kernel `{kernel}` has a `return` that does not end a helper function's body")]
+    StrayReturn { kernel: Name },
+    #[error("kernel `{kernel}` nests {nesting} levels once its helper calls are inlined, more than {MAX_NESTING}")]
+    TooDeep { kernel: Name, nesting: usize },
+}
+
+/// The statements `function(args)` stands for at a call, binding its result
+/// to `dest`: each scalar parameter becomes a `let` of its argument, each
+/// ref parameter the ref its argument names, every name the body declares
+/// is renamed by `rename` (so that the inlined code never meets the
+/// caller's names), and the final `return value;` becomes `let dest = value;`.
+/// Calls inside the body are left for the caller to inline in turn.
+pub fn inline_call(
+    function: &Function,
+    dest: Option<&Binding>,
+    args: &[Expr],
+    rename: &mut dyn FnMut(&str) -> Name,
+) -> Vec<Stmt> {
+    let mut names: HashMap<Name, Name> = HashMap::new();
+    let mut out = Vec::new();
+    for (param, arg) in function.params.iter().zip(args) {
+        match (&param.ty, arg) {
+            (crate::ir::Type::Ref(_), Expr::Var(actual)) => {
+                names.insert(param.name.clone(), actual.clone());
+            }
+            (crate::ir::Type::Scalar(ty), _) => {
+                let local = rename(&param.name);
+                names.insert(param.name.clone(), local.clone());
+                out.push(Stmt::Let {
+                    var: Binding {
+                        name: local,
+                        ty: *ty,
+                    },
+                    value: arg.clone(),
+                });
+            }
+            // A ref argument that is not a name: validation reports it.
+            _ => {}
+        }
+    }
+    let mut body = function.body.as_slice();
+    let mut result = None;
+    if let Some((Stmt::Return { value }, rest)) = body.split_last() {
+        result = value.as_ref();
+        body = rest;
+    }
+    for_each_stmt(body, &mut |stmt| {
+        if let Some(name) = declared_by(stmt) {
+            if !names.contains_key(name) {
+                names.insert(name.clone(), rename(name));
+            }
+        }
+    });
+    out.extend(body.iter().map(|s| renamed_stmt(s, &names)));
+    if let (Some(dest), Some(value)) = (dest, result) {
+        out.push(Stmt::Let {
+            var: dest.clone(),
+            value: renamed_expr(value, &names),
+        });
+    }
+    out
+}
+
+/// The functions that take part in a call cycle (helpers cannot recurse).
+pub fn recursive_functions(module: &Module) -> HashSet<Name> {
+    let calls = |f: &Function| {
+        let mut callees = Vec::new();
+        for_each_stmt(&f.body, &mut |s| {
+            if let Stmt::Call { function, .. } = s {
+                callees.push(function.clone());
+            }
+        });
+        callees
+    };
+    let graph: HashMap<&str, Vec<Name>> = module
+        .functions
+        .iter()
+        .map(|f| (f.name.as_str(), calls(f)))
+        .collect();
+    let mut recursive = HashSet::new();
+    for start in graph.keys() {
+        // Depth-first from `start`; it is recursive when it reaches itself.
+        let mut seen = HashSet::new();
+        let mut stack: Vec<&str> = graph[start].iter().map(String::as_str).collect();
+        while let Some(f) = stack.pop() {
+            if f == *start {
+                recursive.insert(start.to_string());
+                break;
+            }
+            if seen.insert(f) {
+                if let Some(next) = graph.get(f) {
+                    stack.extend(next.iter().map(String::as_str));
+                }
+            }
+        }
+    }
+    recursive
+}
+
+fn renamed(name: &Name, names: &HashMap<Name, Name>) -> Name {
+    names.get(name).cloned().unwrap_or_else(|| name.clone())
+}
+
+fn renamed_binding(b: &Binding, names: &HashMap<Name, Name>) -> Binding {
+    Binding {
+        name: renamed(&b.name, names),
+        ty: b.ty,
+    }
+}
+
+fn renamed_access(a: &RefAccess, names: &HashMap<Name, Name>) -> RefAccess {
+    RefAccess {
+        base: renamed(&a.base, names),
+        block: a
+            .block
+            .as_ref()
+            .map(|c| c.iter().map(|e| renamed_expr(e, names)).collect()),
+        index: a.index.iter().map(|e| renamed_expr(e, names)).collect(),
+    }
+}
+
+/// `e` with every name in `names` replaced (an explicit stack: operator
+/// chains nest as deep as they are long).
+fn renamed_expr(e: &Expr, names: &HashMap<Name, Name>) -> Expr {
+    let mut out = e.clone();
+    let mut stack: Vec<&mut Expr> = vec![&mut out];
+    while let Some(e) = stack.pop() {
+        match e {
+            Expr::Var(name) => *name = renamed(name, names),
+            Expr::Lit(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+            Expr::Load(a) => {
+                a.base = renamed(&a.base, names);
+                stack.extend(a.block.iter_mut().flatten());
+                stack.extend(a.index.iter_mut());
+            }
+            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => stack.push(x),
+            Expr::Binary(_, a, b) => {
+                stack.push(a);
+                stack.push(b);
+            }
+            Expr::Select(a, b, c) => {
+                stack.push(a);
+                stack.push(b);
+                stack.push(c);
+            }
+            Expr::Math(_, args) => stack.extend(args.iter_mut()),
+        }
+    }
+    out
+}
+
+fn renamed_stmt(stmt: &Stmt, names: &HashMap<Name, Name>) -> Stmt {
+    let e = |x: &Expr| renamed_expr(x, names);
+    let block = |b: &[Stmt]| b.iter().map(|s| renamed_stmt(s, names)).collect();
+    match stmt {
+        Stmt::Let { var, value } => Stmt::Let {
+            var: renamed_binding(var, names),
+            value: e(value),
+        },
+        Stmt::Var { var, init } => Stmt::Var {
+            var: renamed_binding(var, names),
+            init: e(init),
+        },
+        Stmt::Assign { name, value } => Stmt::Assign {
+            name: renamed(name, names),
+            value: e(value),
+        },
+        Stmt::CompoundAssign { name, op, value } => Stmt::CompoundAssign {
+            name: renamed(name, names),
+            op: *op,
+            value: e(value),
+        },
+        Stmt::LocalArray { name, elem, shape } => Stmt::LocalArray {
+            name: renamed(name, names),
+            elem: *elem,
+            shape: shape.clone(),
+        },
+        Stmt::Store { target, value } => Stmt::Store {
+            target: renamed_access(target, names),
+            value: e(value),
+        },
+        Stmt::CompoundStore { target, op, value } => Stmt::CompoundStore {
+            target: renamed_access(target, names),
+            op: *op,
+            value: e(value),
+        },
+        Stmt::Atomic {
+            dest,
+            op,
+            target,
+            args,
+        } => Stmt::Atomic {
+            dest: dest.as_ref().map(|d| renamed_binding(d, names)),
+            op: *op,
+            target: renamed_access(target, names),
+            args: args.iter().map(e).collect(),
+        },
+        Stmt::If {
+            cond,
+            then_body,
+            else_body,
+        } => Stmt::If {
+            cond: e(cond),
+            then_body: block(then_body),
+            else_body: block(else_body),
+        },
+        Stmt::For {
+            var,
+            start,
+            end,
+            body,
+        } => Stmt::For {
+            var: renamed_binding(var, names),
+            start: e(start),
+            end: e(end),
+            body: block(body),
+        },
+        Stmt::While { cond, max, body } => Stmt::While {
+            cond: e(cond),
+            max: e(max),
+            body: block(body),
+        },
+        Stmt::Call {
+            dest,
+            function,
+            args,
+        } => Stmt::Call {
+            dest: dest.as_ref().map(|d| renamed_binding(d, names)),
+            function: function.clone(),
+            args: args.iter().map(e).collect(),
+        },
+        Stmt::Return { value } => Stmt::Return {
+            value: value.as_ref().map(e),
+        },
+        Stmt::Break => Stmt::Break,
+        Stmt::Continue => Stmt::Continue,
+        Stmt::Barrier => Stmt::Barrier,
+        Stmt::Sem { op, sem, amount } => Stmt::Sem {
+            op: *op,
+            sem: renamed_access(sem, names),
+            amount: e(amount),
+        },
+        Stmt::SemRead { dest, sem } => Stmt::SemRead {
+            dest: renamed(dest, names),
+            sem: renamed_access(sem, names),
+        },
+    }
+}
 
 /// The kernel that program `kernel` of `map` runs (see the module docs).
-pub fn program_kernel(module: &Module, map: &MpmdMap, kernel: &Kernel) -> Kernel {
+pub fn program_kernel(
+    module: &Module,
+    map: &MpmdMap,
+    kernel: &Kernel,
+) -> Result<Kernel, ExpandError> {
     let mut taken = declared_names(kernel);
     taken.extend(module.consts.iter().map(|c| c.name.clone()));
     let params = map
@@ -43,6 +310,9 @@ pub fn program_kernel(module: &Module, map: &MpmdMap, kernel: &Kernel) -> Kernel
         })
         .collect();
     let mut expander = Expander {
+        module,
+        kernel: &kernel.name,
+        inlining: vec![],
         consts: module
             .consts
             .iter()
@@ -52,11 +322,19 @@ pub fn program_kernel(module: &Module, map: &MpmdMap, kernel: &Kernel) -> Kernel
         taken,
         renames: vec![HashMap::new()],
     };
-    Kernel {
+    let body = expander.block(&kernel.body)?;
+    let nesting = crate::text::body_nesting(&body);
+    if nesting > MAX_NESTING {
+        return Err(ExpandError::TooDeep {
+            kernel: kernel.name.clone(),
+            nesting,
+        });
+    }
+    Ok(Kernel {
         name: kernel.name.clone(),
         params,
-        body: expander.block(&kernel.body),
-    }
+        body,
+    })
 }
 
 /// Every name a kernel declares (parameters and bindings), for fresh names.
@@ -94,7 +372,12 @@ fn fresh(base: &str, taken: &mut HashSet<Name>) -> Name {
     name
 }
 
-struct Expander {
+struct Expander<'m> {
+    module: &'m Module,
+    kernel: &'m Name,
+    /// The helpers being inlined, outermost first (a guard: validation
+    /// rejects recursion).
+    inlining: Vec<Name>,
     /// Module constants by name, as literals.
     consts: HashMap<Name, Expr>,
     /// Names declared so far (in any block): a second declaration is renamed.
@@ -105,12 +388,48 @@ struct Expander {
     renames: Vec<HashMap<Name, Name>>,
 }
 
-impl Expander {
-    fn block(&mut self, stmts: &[Stmt]) -> Vec<Stmt> {
+impl Expander<'_> {
+    fn block(&mut self, stmts: &[Stmt]) -> Result<Vec<Stmt>, ExpandError> {
         self.renames.push(HashMap::new());
-        let out = stmts.iter().map(|s| self.stmt(s)).collect();
+        let mut out = Vec::with_capacity(stmts.len());
+        let r = stmts.iter().try_for_each(|s| self.stmt_into(s, &mut out));
         self.renames.pop();
-        out
+        r.map(|()| out)
+    }
+
+    /// Appends what `stmt` expands to: itself, or a call's inlined body.
+    fn stmt_into(&mut self, stmt: &Stmt, out: &mut Vec<Stmt>) -> Result<(), ExpandError> {
+        let Stmt::Call {
+            dest,
+            function,
+            args,
+        } = stmt
+        else {
+            out.push(self.stmt(stmt)?);
+            return Ok(());
+        };
+        let Some(f) = self.module.function(function) else {
+            return Err(ExpandError::UnknownFunction {
+                kernel: self.kernel.clone(),
+                function: function.clone(),
+            });
+        };
+        if self.inlining.contains(function) {
+            return Err(ExpandError::Recursive {
+                kernel: self.kernel.clone(),
+                function: function.clone(),
+            });
+        }
+        let taken = &mut self.taken;
+        let inlined = inline_call(f, dest.as_ref(), args, &mut |name| {
+            fresh(&format!("{function}_{name}"), taken)
+        });
+        // The inlined statements are in the caller's block: its names
+        // resolve there (arguments, `dest`) and its own names are fresh.
+        self.inlining.push(function.clone());
+        let r = inlined.iter().try_for_each(|s| self.stmt_into(s, out));
+        self.inlining.pop();
+        r
     }
 
     /// The name a use of `name` refers to here.
@@ -143,8 +462,8 @@ impl Expander {
         }
     }
 
-    fn stmt(&mut self, stmt: &Stmt) -> Stmt {
-        match stmt {
+    fn stmt(&mut self, stmt: &Stmt) -> Result<Stmt, ExpandError> {
+        Ok(match stmt {
             Stmt::Let { var, value } => {
                 let value = self.expr(value);
                 Stmt::Let {
@@ -215,8 +534,8 @@ impl Expander {
                 else_body,
             } => Stmt::If {
                 cond: self.expr(cond),
-                then_body: self.block(then_body),
-                else_body: self.block(else_body),
+                then_body: self.block(then_body)?,
+                else_body: self.block(else_body)?,
             },
             Stmt::For {
                 var,
@@ -230,6 +549,7 @@ impl Expander {
                 let var = self.binding(var);
                 let body = self.block(body);
                 self.renames.pop();
+                let body = body?;
                 Stmt::For {
                     var,
                     start,
@@ -240,8 +560,15 @@ impl Expander {
             Stmt::While { cond, max, body } => Stmt::While {
                 cond: self.expr(cond),
                 max: self.expr(max),
-                body: self.block(body),
+                body: self.block(body)?,
             },
+            // `stmt_into` inlines every call (blocks go through it too); a
+            // `return` may only end a helper's body, which inlining removes.
+            Stmt::Call { .. } | Stmt::Return { .. } => {
+                return Err(ExpandError::StrayReturn {
+                    kernel: self.kernel.clone(),
+                })
+            }
             Stmt::Break => Stmt::Break,
             Stmt::Continue => Stmt::Continue,
             Stmt::Barrier => Stmt::Barrier,
@@ -257,7 +584,7 @@ impl Expander {
                     sem,
                 }
             }
-        }
+        })
     }
 
     fn access(&mut self, a: &RefAccess) -> RefAccess {

@@ -35,6 +35,8 @@ pub enum LowerError {
     UnknownKernel { map: Name, kernel: Name },
     #[error("kernel `{kernel}` does not have the parameter list of map `{map}` (inputs, outputs, scalars, scratch)")]
     KernelParameters { map: Name, kernel: Name },
+    #[error(transparent)]
+    Expand(#[from] super::ExpandError),
     #[error("map `{map}` has no program")]
     NoProgram { map: Name },
     #[error("operand `{operand}` is `resident` but the module declares no resident of that name")]
@@ -162,7 +164,7 @@ fn program_kernels(module: &Module, map: &MpmdMap) -> Result<Vec<crate::ir::Kern
                     kernel: kernel.name.clone(),
                 });
             }
-            Ok(super::program_kernel(module, map, kernel))
+            super::program_kernel(module, map, kernel).map_err(LowerError::Expand)
         })
         .collect()
 }
@@ -272,6 +274,8 @@ impl KernelUsage {
                 | Stmt::Break
                 | Stmt::Continue
                 | Stmt::Barrier => {}
+                // Inlined by `program_kernel` before this walk.
+                Stmt::Call { .. } | Stmt::Return { .. } => {}
             }
         }
         Ok(())

@@ -4,7 +4,7 @@
 mod expand;
 mod lower;
 
-pub use expand::program_kernel;
+pub use expand::{inline_call, program_kernel, recursive_functions, ExpandError};
 pub use lower::{lower, LowerError};
 
 use crate::ir::{Kernel, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, Type};

@@ -35,6 +35,8 @@ pub(crate) const KEYWORDS: &[&str] = &[
     "break",
     "continue",
     "const",
+    "fn",
+    "return",
     "in",
     "if",
     "else",

@@ -16,6 +16,7 @@ pub(crate) mod printer;
 
 pub use crate::ir::limits::MAX_NESTING;
 pub use nesting::{body_nesting, expr_nesting, statement_nesting, visit_nesting};
+pub(crate) use parser::is_builtin_function;
 
 /// A place in source text. Lines and columns are 1-based; offsets are bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

@@ -34,7 +34,13 @@ fn own_exprs(stmt: &Stmt) -> Vec<&Expr> {
         | Stmt::Assign { value, .. }
         | Stmt::CompoundAssign { value, .. } => vec![value],
         Stmt::Var { init, .. } => vec![init],
-        Stmt::LocalArray { .. } | Stmt::Barrier | Stmt::Break | Stmt::Continue => vec![],
+        Stmt::LocalArray { .. }
+        | Stmt::Barrier
+        | Stmt::Break
+        | Stmt::Continue
+        | Stmt::Return { value: None } => vec![],
+        Stmt::Return { value: Some(value) } => vec![value],
+        Stmt::Call { args, .. } => args.iter().collect(),
         Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {
             access(target).chain([value]).collect()
         }

@@ -122,6 +122,26 @@ fn compound_op(punct: &str) -> Option<BinaryOp> {
     BinaryOp::COMPOUND.contains(&op).then_some(op)
 }
 
+/// Whether `word(` is a builtin (math, cast, `select`, atomics, ...) rather
+/// than a call of a helper function.
+pub(crate) fn is_builtin_function(word: &str) -> bool {
+    math_fn(word).is_some()
+        || scalar_type(word).is_some()
+        || atomic_op(word).is_some()
+        || sem_op(word).is_some()
+        || matches!(
+            word,
+            "select"
+                | "axis_index"
+                | "axis_size"
+                | "bitcast"
+                | "read"
+                | "f32_bits"
+                | "f16_bits"
+                | "bf16_bits"
+        )
+}
+
 fn math_fn(word: &str) -> Option<MathFn> {
     MathFn::ALL.into_iter().find(|f| f.name() == word)
 }
@@ -729,7 +749,10 @@ impl Parser<'_> {
                         "`{word}` is a statement, not an expression: write `let x: i32 = {word}(...);`"
                     )
                 } else {
-                    format!("unknown function `{word}`")
+                    format!(
+                        "`{word}` is not a builtin function; a helper function is called as a \
+                         statement of its own: `let v: u32 = {word}(...);` (or `{word}(...);`), then use `v`"
+                    )
                 };
                 Err(self.error_at_token(&token, hint))
             }
@@ -884,6 +907,9 @@ impl Parser<'_> {
                             sem,
                         }
                     }
+                    (_, Some(w)) if value_calls && !is_builtin_function(w) => {
+                        self.helper_call(Some(var))?
+                    }
                     _ => Stmt::Let {
                         var,
                         value: self.expr()?,
@@ -914,6 +940,16 @@ impl Parser<'_> {
                 self.expect_semicolon(END)?;
                 Ok(Stmt::Barrier)
             }
+            "return" => {
+                self.bump();
+                let value = if self.is_punct(";") {
+                    None
+                } else {
+                    Some(self.expr()?)
+                };
+                self.expect_semicolon(END)?;
+                Ok(Stmt::Return { value })
+            }
             "break" | "continue" => {
                 self.bump();
                 self.expect_semicolon(END)?;
@@ -928,6 +964,11 @@ impl Parser<'_> {
                 &self.peek().clone(),
                 "`read` returns a value: write `let v: i32 = read(s[i]);`".to_string(),
             )),
+            w if calls && !is_builtin_function(w) => {
+                let stmt = self.helper_call(None)?;
+                self.expect_semicolon(END)?;
+                Ok(stmt)
+            }
             w if calls => Err(self.error_at_token(
                 &self.peek().clone(),
                 format!(
@@ -973,6 +1014,17 @@ impl Parser<'_> {
                 )))
             }
         }
+    }
+
+    /// `helper(args...)`, without the `;`.
+    fn helper_call(&mut self, dest: Option<Binding>) -> PResult<Stmt> {
+        let (function, _) = self.name("a helper function name")?;
+        let (args, _) = self.args(&function)?;
+        Ok(Stmt::Call {
+            dest,
+            function,
+            args,
+        })
     }
 
     /// `atomic_op(target, args...)`, without the `;`.
@@ -1097,6 +1149,14 @@ impl Parser<'_> {
                     );
                     module.residents.push(resident);
                 }
+                Some("fn") => {
+                    let function = self.function()?;
+                    self.record(
+                        IrPath(vec![PathStep::Function(function.name.clone())]),
+                        &start,
+                    );
+                    module.functions.push(function);
+                }
                 Some("kernel") => {
                     let kernel = self.kernel()?;
                     self.record(IrPath(vec![PathStep::Kernel(kernel.name.clone())]), &start);
@@ -1124,7 +1184,7 @@ impl Parser<'_> {
                 }
                 _ => {
                     return Err(self.expected(
-                        "an item (`const`, `mesh`, `resident`, `kernel`, `map`, `call` or `case`)",
+                        "an item (`const`, `mesh`, `resident`, `fn`, `kernel`, `map`, `call` or `case`)",
                     ))
                 }
             }
@@ -1200,19 +1260,43 @@ impl Parser<'_> {
         Ok(Resident { name, ty, zeroed })
     }
 
+    fn params(&mut self, path: &IrPath, after: &str) -> PResult<Vec<Param>> {
+        self.list("(", ")", after, |p| {
+            let (param, start) = p.name("a parameter name")?;
+            p.expect_punct(":", &format!("after the parameter name `{param}`"))?;
+            let ty = p.ty()?;
+            p.record(path.child(PathStep::Param(param.clone())), &start);
+            Ok(Param { name: param, ty })
+        })
+    }
+
     fn kernel(&mut self) -> PResult<Kernel> {
         self.bump();
         let (name, _) = self.name("a kernel name after `kernel`")?;
         let kernel_path = IrPath(vec![PathStep::Kernel(name.clone())]);
-        let params = self.list("(", ")", "after the kernel name", |p| {
-            let (param, start) = p.name("a parameter name")?;
-            p.expect_punct(":", &format!("after the parameter name `{param}`"))?;
-            let ty = p.ty()?;
-            p.record(kernel_path.child(PathStep::Param(param.clone())), &start);
-            Ok(Param { name: param, ty })
-        })?;
+        let params = self.params(&kernel_path, "after the kernel name")?;
         let body = self.block(&kernel_path, "before the kernel body")?;
         Ok(Kernel { name, params, body })
+    }
+
+    /// `fn name(params) [-> type] { body }`
+    fn function(&mut self) -> PResult<Function> {
+        self.bump();
+        let (name, _) = self.name("a function name after `fn`")?;
+        let path = IrPath(vec![PathStep::Function(name.clone())]);
+        let params = self.params(&path, "after the function name")?;
+        let result = if self.eat_punct("->") {
+            Some(self.scalar_type("as the result type")?)
+        } else {
+            None
+        };
+        let body = self.block(&path, "before the function body")?;
+        Ok(Function {
+            name,
+            params,
+            result,
+            body,
+        })
     }
 
     fn operand(&mut self, map_path: &IrPath) -> PResult<Operand> {

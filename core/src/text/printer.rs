@@ -399,6 +399,26 @@ pub(crate) fn write_stmt(out: &mut String, stmt: &Stmt, depth: usize) {
             write_block(out, body, depth);
         }
         Stmt::Break => out.push_str("break;"),
+        Stmt::Call {
+            dest,
+            function,
+            args,
+        } => {
+            if let Some(dest) = dest {
+                write_binding(out, "let", dest);
+            }
+            write!(out, "{function}(").unwrap();
+            write_expr_list(out, args);
+            out.push_str(");");
+        }
+        Stmt::Return { value } => {
+            out.push_str("return");
+            if let Some(value) = value {
+                out.push(' ');
+                write_expr(out, value);
+            }
+            out.push(';');
+        }
         Stmt::Continue => out.push_str("continue;"),
         Stmt::CompoundAssign { name, op, value } => {
             write!(out, "{name} {}= ", binary_symbol(*op)).unwrap();
@@ -470,17 +490,34 @@ fn write_resident(out: &mut String, resident: &Resident) {
     out.push_str(";\n");
 }
 
-fn write_kernel(out: &mut String, kernel: &Kernel) {
-    write!(out, "kernel {}(", kernel.name).unwrap();
-    for (i, p) in kernel.params.iter().enumerate() {
+fn write_params(out: &mut String, params: &[Param]) {
+    out.push('(');
+    for (i, p) in params.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
         write!(out, "{}: ", p.name).unwrap();
         write_type(out, &p.ty);
     }
-    out.push_str(") ");
+    out.push(')');
+}
+
+fn write_kernel(out: &mut String, kernel: &Kernel) {
+    write!(out, "kernel {}", kernel.name).unwrap();
+    write_params(out, &kernel.params);
+    out.push(' ');
     write_block(out, &kernel.body, 0);
+    out.push('\n');
+}
+
+fn write_function(out: &mut String, function: &Function) {
+    write!(out, "fn {}", function.name).unwrap();
+    write_params(out, &function.params);
+    if let Some(result) = function.result {
+        write!(out, " -> {result}").unwrap();
+    }
+    out.push(' ');
+    write_block(out, &function.body, 0);
     out.push('\n');
 }
 
@@ -654,6 +691,14 @@ pub(crate) fn write_module(module: &Module) -> String {
             .map(|r| each(&|o| write_resident(o, r)))
             .collect(),
         "",
+    );
+    group(
+        module
+            .functions
+            .iter()
+            .map(|f| each(&|o| write_function(o, f)))
+            .collect(),
+        "\n",
     );
     group(
         module

@@ -7,8 +7,9 @@ use super::items::{count_text, instance_bytes};
 use super::{ref_text, Sink};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
-    type_of, AtomicOp, BinaryOp, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap,
-    OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp, Stmt, Type, TypeError,
+    type_of, AtomicOp, BinaryOp, Binding, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module,
+    MpmdMap, OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp, Stmt, Type,
+    TypeError,
 };
 use crate::text::print_expr;
 
@@ -101,6 +102,15 @@ struct Walker<'a, 's> {
     reused: HashSet<String>,
     /// How many loops enclose the statement being checked.
     loop_depth: usize,
+    /// Blocks around the statement being checked (kernel body: 1).
+    block_depth: usize,
+    /// Helper calls met so far in this pass (each inlined copy's names are
+    /// made unique with it; every pass meets the calls in the same order).
+    calls_seen: u32,
+    /// Helper calls being walked, innermost last.
+    inlining: Vec<String>,
+    /// Helpers that take part in a call cycle (E0065): never inlined.
+    recursive: HashSet<String>,
     /// Names whose values may differ between the threads of a block.
     nonuniform: HashSet<String>,
     /// The outermost enclosing non-uniform condition: (what, reason).
@@ -129,6 +139,10 @@ pub(super) fn check_kernel(
         declared: HashSet::new(),
         reused: HashSet::new(),
         loop_depth: 0,
+        block_depth: 0,
+        calls_seen: 0,
+        inlining: vec![],
+        recursive: crate::plan::recursive_functions(module),
         nonuniform: HashSet::new(),
         control: None,
         constants: HashMap::new(),
@@ -165,8 +179,14 @@ pub(super) fn check_kernel(
         // Flow-insensitive and keyed by name: a name reused in sibling
         // blocks is non-uniform when any of its declarations is, which is
         // conservative (never lets a non-uniform value pass as uniform).
-        while walker.mark_nonuniform(&kernel.body, false, thread_axis) {}
+        loop {
+            walker.calls_seen = 0;
+            if !walker.mark_nonuniform(&kernel.body, false, thread_axis) {
+                break;
+            }
+        }
     }
+    walker.calls_seen = 0;
     walker.walk_block(&kernel.body, &kernel_path, scope);
 }
 
@@ -352,6 +372,19 @@ impl Walker<'_, '_> {
                         || self.divergent_exit(body, thread_axis).is_some();
                     changed |=
                         self.mark_nonuniform(body, under_nonuniform || divergent, thread_axis);
+                }
+                Stmt::Call {
+                    dest,
+                    function,
+                    args,
+                } => {
+                    if let Some(stmts) = self.inline(function, dest.as_ref(), args) {
+                        if self.inlining.len() < MAX_INLINING {
+                            self.inlining.push(function.clone());
+                            changed |= self.mark_nonuniform(&stmts, under_nonuniform, thread_axis);
+                            self.inlining.pop();
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -841,9 +874,175 @@ impl Walker<'_, '_> {
     // ---- statements -----------------------------------------------------
 
     fn walk_block(&mut self, stmts: &[Stmt], block_path: &IrPath, mut scope: BlockScope) {
+        self.block_depth += 1;
         for (index, stmt) in stmts.iter().enumerate() {
             let path = block_path.child(PathStep::Stmt(index));
             self.walk_stmt(stmt, &path, &mut scope);
+        }
+        self.block_depth -= 1;
+    }
+
+    /// The statements a helper call stands for, its names unique to this
+    /// call (`f#2::t`), or `None` when it cannot be inlined (an unknown or
+    /// recursive helper, or a wrong number of arguments, reported by
+    /// [`Self::check_call`]). Counts the call either way, so that every
+    /// pass names the copies alike.
+    fn inline(
+        &mut self,
+        function: &str,
+        dest: Option<&Binding>,
+        args: &[Expr],
+    ) -> Option<Vec<Stmt>> {
+        self.calls_seen += 1;
+        let k = self.calls_seen;
+        let f = self.module.function(function)?;
+        if self.recursive.contains(function) || f.params.len() != args.len() {
+            return None;
+        }
+        Some(crate::plan::inline_call(f, dest, args, &mut |name| {
+            format!("{function}#{k}::{name}")
+        }))
+    }
+
+    /// The checks of a call itself (the helper exists, the arguments fit its
+    /// parameters, a result to bind); then its inlined body is checked here,
+    /// in this program's context, every finding pointing at the call.
+    fn check_call(
+        &mut self,
+        dest: Option<&Binding>,
+        function: &str,
+        args: &[Expr],
+        path: &IrPath,
+        scope: &mut BlockScope,
+    ) {
+        let inlined = self.inline(function, dest, args);
+        let owner = self.kernel.name.clone();
+        let report = |sink: &mut Sink, message: String, help: String| {
+            sink.report("E0064", path.clone(), message, help);
+        };
+        let Some(f) = self.module.function(function) else {
+            let known: Vec<String> = self
+                .module
+                .functions
+                .iter()
+                .map(|f| format!("`{}`", f.name))
+                .collect();
+            report(
+                self.sink,
+                format!("kernel `{owner}` calls `{function}`, which is not a helper function of the module"),
+                if known.is_empty() {
+                    format!("declare `fn {function}(...) {{ ... }}`")
+                } else {
+                    format!("declare `fn {function}(...) {{ ... }}` or call one of {}", known.join(", "))
+                },
+            );
+            if let Some(d) = dest {
+                self.declare(&d.name, NameKind::Let, path, scope);
+                scope.types.bind_scalar(&d.name, d.ty);
+            }
+            return;
+        };
+        let mut fits = true;
+        if f.params.len() != args.len() {
+            fits = false;
+            report(
+                self.sink,
+                format!(
+                    "`{function}` takes {} argument(s), but kernel `{owner}` gives {}",
+                    f.params.len(),
+                    args.len()
+                ),
+                format!("pass one argument per parameter of `{function}`"),
+            );
+        }
+        for (k, (param, arg)) in f.params.iter().zip(args).enumerate() {
+            let Type::Ref(expected) = &param.ty else {
+                let found = self.check_expr(arg, path, scope);
+                if let (Type::Scalar(want), Some(found)) = (&param.ty, found) {
+                    if *want != found {
+                        fits = false;
+                        report(
+                            self.sink,
+                            format!(
+                                "argument {k} of `{function}` (parameter `{}: {want}`) in kernel `{owner}` is `{}`, of type `{found}`",
+                                param.name,
+                                print_expr(arg)
+                            ),
+                            format!("pass a `{want}` value, or convert it with `{want}(...)`"),
+                        );
+                    }
+                }
+                continue;
+            };
+            let found = match arg {
+                Expr::Var(name) => scope.types.ref_type(name),
+                _ => None,
+            };
+            if found != Some(expected) {
+                fits = false;
+                report(
+                    self.sink,
+                    format!(
+                        "argument {k} of `{function}` (parameter `{}`) in kernel `{owner}` is `{}`, but the parameter is a `{}` ref",
+                        param.name,
+                        print_expr(arg),
+                        ref_text(expected)
+                    ),
+                    format!("pass the name of a `{}` ref", ref_text(expected)),
+                );
+            }
+        }
+        match (dest, f.result) {
+            (Some(d), None) => {
+                fits = false;
+                report(
+                    self.sink,
+                    format!("`{function}` returns nothing, but kernel `{owner}` binds its result to `{}`", d.name),
+                    format!("call it as a statement: `{function}(...);`"),
+                );
+            }
+            (Some(d), Some(result)) if d.ty != result => {
+                fits = false;
+                self.sink.report(
+                    "E0038",
+                    path.clone(),
+                    format!("`let {}` in kernel `{owner}` is declared `{}` but `{function}` returns `{result}`", d.name, d.ty),
+                    format!("declare it as `{result}`"),
+                );
+            }
+            _ => {}
+        }
+        let depth = self.block_depth + crate::text::body_nesting(&f.body);
+        if fits && depth > crate::ir::limits::MAX_NESTING {
+            fits = false;
+            self.sink.report(
+                "E0057",
+                path.clone(),
+                format!("kernel `{owner}` nests {depth} levels deep once `{function}` is inlined here; at most {} are allowed", crate::ir::limits::MAX_NESTING),
+                "move inner blocks of the helper or of the caller into separate statements",
+            );
+        }
+        match inlined.filter(|_| fits) {
+            Some(stmts) => {
+                let before = self.sink.count();
+                self.inlining.push(function.to_string());
+                for stmt in &stmts {
+                    self.walk_stmt(stmt, path, scope);
+                }
+                self.inlining.pop();
+                for d in &mut self.sink.diags[before..] {
+                    if !d.message.ends_with("inlined at this call)") {
+                        d.message
+                            .push_str(&format!(" (in helper `{function}`, inlined at this call)"));
+                    }
+                }
+            }
+            None => {
+                if let Some(d) = dest {
+                    self.declare(&d.name, NameKind::Let, path, scope);
+                    scope.types.bind_scalar(&d.name, d.ty);
+                }
+            }
         }
     }
 
@@ -978,6 +1177,23 @@ impl Walker<'_, '_> {
                 }
                 self.enter_loop_body(body, path, scope.clone(), saved);
             }
+            Stmt::Call {
+                dest,
+                function,
+                args,
+            } => self.check_call(dest.as_ref(), function, args, path, scope),
+            // Inlining removes the `return` that ends a helper; any other is
+            // reported with the helper (E0066).
+            Stmt::Return { .. } if !self.inlining.is_empty() => {}
+            Stmt::Return { .. } => self.sink.report(
+                "E0066",
+                path.clone(),
+                format!(
+                    "`return` in kernel `{}`; only a helper function returns",
+                    self.kernel.name
+                ),
+                "remove the `return`; a kernel ends at the end of its body",
+            ),
             Stmt::Break | Stmt::Continue => {
                 if self.loop_depth == 0 {
                     let word = if matches!(stmt, Stmt::Break) {
@@ -1300,6 +1516,10 @@ impl Walker<'_, '_> {
         }
     }
 }
+
+/// Helper calls inlined inside one another at most this deep while
+/// checking uniformity (recursion is refused; this bounds the work).
+const MAX_INLINING: usize = 64;
 
 /// Whether `body` holds a `break` or `continue` of the loop around it (one
 /// inside a nested loop belongs to that loop).

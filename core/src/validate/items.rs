@@ -7,7 +7,7 @@ use super::{ref_text, type_text, Sink, ValidateOptions};
 use crate::ir::limits::{wide_product, ELEMENT_BYTES, MAX_BLOCKS, MAX_BUFFER_BYTES};
 use crate::ir::{
     Generator, IrPath, MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefType,
-    ScalarType, Type,
+    ScalarType, Stmt, Type,
 };
 
 /// `too_deep`: kernels whose bodies are not walked (E0057).
@@ -18,6 +18,7 @@ pub(super) fn check_module(
     sink: &mut Sink,
 ) {
     check_duplicate_items(module, sink);
+    check_functions(module, sink);
     for mesh in &module.meshes {
         check_mesh(mesh, sink);
     }
@@ -90,6 +91,12 @@ fn check_duplicate_items(module: &Module, sink: &mut Sink) {
         "constant",
         module.consts.iter().map(|c| c.name.as_str()),
         PathStep::Const,
+        sink,
+    );
+    dups(
+        "helper function",
+        module.functions.iter().map(|f| f.name.as_str()),
+        PathStep::Function,
         sink,
     );
     dups(
@@ -189,6 +196,81 @@ fn check_mesh(mesh: &Mesh, sink: &mut Sink) {
 
 /// Checks shape, space and owner of a ref type outside kernel bodies;
 /// returns whether it is sound.
+/// What can be checked of a helper function without a call: its parameter
+/// types, no recursion (E0065) and where it returns (E0066). Its body is
+/// checked where it is called, inlined in the caller's context.
+fn check_functions(module: &Module, sink: &mut Sink) {
+    let recursive = crate::plan::recursive_functions(module);
+    for f in &module.functions {
+        let path = IrPath::root().child(PathStep::Function(f.name.clone()));
+        for param in &f.params {
+            if let Type::Ref(r) = &param.ty {
+                let param_path = path.child(PathStep::Param(param.name.clone()));
+                let what = format!("parameter `{}` of helper `{}`", param.name, f.name);
+                // Helpers may take a caller's `local` array, unlike kernels.
+                if r.space != MemorySpace::Local {
+                    check_ref_type(module, r, &param_path, &what, sink);
+                }
+            }
+        }
+        if recursive.contains(&f.name) {
+            sink.report(
+                "E0065",
+                path.clone(),
+                format!(
+                    "helper `{}` calls itself (directly or through other helpers)",
+                    f.name
+                ),
+                "helpers are inlined where they are called: write the repetition as a loop",
+            );
+        }
+        let last = f.body.len().checked_sub(1);
+        let mut returns = Vec::new();
+        crate::ir::visit::for_each_stmt(&f.body, &mut |s| {
+            if let Stmt::Return { value } = s {
+                returns.push(value.is_some());
+            }
+        });
+        let ends_with_return = matches!(f.body.last(), Some(Stmt::Return { .. }));
+        let at = |i: Option<usize>| match i {
+            Some(i) => path.child(PathStep::Stmt(i)),
+            None => path.clone(),
+        };
+        let misplaced = returns.len() > usize::from(ends_with_return);
+        let final_value = match f.body.last() {
+            Some(Stmt::Return { value }) => Some(value.is_some()),
+            _ => None,
+        };
+        let message = if misplaced {
+            Some(format!("helper `{}` has a `return` before its last statement; a helper returns only at its end", f.name))
+        } else {
+            match (f.result, final_value) {
+                (Some(ty), None) => Some(format!(
+                    "helper `{}` returns `{ty}` but does not end with `return value;`",
+                    f.name
+                )),
+                (Some(ty), Some(false)) => Some(format!(
+                    "helper `{}` returns `{ty}` but its `return` has no value",
+                    f.name
+                )),
+                (None, Some(true)) => Some(format!(
+                    "helper `{}` has no result type but returns a value",
+                    f.name
+                )),
+                _ => None,
+            }
+        };
+        if let Some(message) = message {
+            sink.report(
+                "E0066",
+                at(if misplaced { None } else { last }),
+                message,
+                "end the helper with `return value;` when it declares `-> type`, and nowhere else",
+            );
+        }
+    }
+}
+
 fn check_ref_type(
     module: &Module,
     r: &RefType,

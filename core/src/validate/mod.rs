@@ -54,7 +54,7 @@ pub struct Diagnostic {
 /// Every code validation can report: `(code, title, rule)`. docs/errors.md
 /// has a section per code with a bad and a fixed example.
 pub const CODES: &[(&str, &str, &str)] = &[
-    ("E0001", "duplicate item name", "constants, meshes, kernels, maps and residents each have unique names"),
+    ("E0001", "duplicate item name", "constants, meshes, helper functions, kernels, maps and residents each have unique names"),
     ("E0002", "unknown mesh", "a program, operand owner or resident owner names a mesh declared in the module"),
     ("E0003", "unknown kernel", "a program names a kernel declared in the module"),
     ("E0004", "unknown map", "a call names a map declared in the module"),
@@ -117,6 +117,9 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0061", "`break` or `continue` outside a loop", "`break` and `continue` appear only inside the body of a `for` or `while`"),
     ("E0062", "`while` maximum is not u32", "a `while` has a `u32` maximum trip count"),
     ("E0063", "bad compound assignment", "`x op= v` applies an arithmetic or bitwise operator to a `var` or a memory element and a value of the same type, as `x = x op v` would"),
+    ("E0064", "bad helper call", "a call names a helper function of the module, gives one argument per parameter (the name of a ref of exactly the parameter's type for a ref parameter) and binds a result only when the helper has one"),
+    ("E0065", "recursive helper", "helper functions do not call themselves, directly or through other helpers"),
+    ("E0066", "`return` out of place", "a helper with a result type ends with `return value;`, one without may end with `return;`, and no other statement is a `return`"),
 ];
 
 /// The rule text of `code`.
@@ -157,10 +160,12 @@ impl Sink {
 
 /// Checks every rule; returns all diagnostics found.
 pub fn validate(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
-    let deep = module
-        .kernels
-        .iter()
-        .any(|k| body_nesting(&k.body) > INLINE_NESTING);
+    // Inlined helpers nest inside their callers: any helper takes the big stack.
+    let deep = !module.functions.is_empty()
+        || module
+            .kernels
+            .iter()
+            .any(|k| body_nesting(&k.body) > INLINE_NESTING);
     if deep {
         with_nesting_stack(|| validate_here(module, options))
     } else {

@@ -10,6 +10,19 @@ use super::Sink;
 
 /// `too_deep`: kernels whose bodies are not walked (E0057).
 pub(super) fn check_names(module: &Module, too_deep: &HashSet<&str>, sink: &mut Sink) {
+    for function in &module.functions {
+        if crate::text::is_builtin_function(&function.name) {
+            sink.report(
+                "E0056",
+                IrPath::root().child(PathStep::Function(function.name.clone())),
+                format!(
+                    "helper function `{}` has the name of a builtin function",
+                    function.name
+                ),
+                "rename the helper",
+            );
+        }
+    }
     let mut check = |name: &str, path: &IrPath, what: &str| {
         if !is_valid_name(name) {
             sink.report(
@@ -44,6 +57,24 @@ pub(super) fn check_names(module: &Module, too_deep: &HashSet<&str>, sink: &mut 
         }
         if !too_deep.contains(kernel.name.as_str()) {
             check_body(&kernel.body, &path, &mut check);
+        }
+    }
+    for constant in &module.consts {
+        let path = root.child(PathStep::Const(constant.name.clone()));
+        check(&constant.name, &path, "constant");
+    }
+    for function in &module.functions {
+        let path = root.child(PathStep::Function(function.name.clone()));
+        check(&function.name, &path, "helper function");
+        for param in &function.params {
+            check(
+                &param.name,
+                &path.child(PathStep::Param(param.name.clone())),
+                "parameter",
+            );
+        }
+        if crate::text::body_nesting(&function.body) <= crate::text::MAX_NESTING {
+            check_body(&function.body, &path, &mut check);
         }
     }
     for map in &module.maps {

@@ -177,6 +177,9 @@ impl Backend for TanhCorrupter {
     fn resident(&self, name: &str) -> Option<HostTensor> {
         self.0.resident(name)
     }
+    fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
+        Backend::set_resident(&mut self.0, name, tensor)
+    }
 }
 
 fn corrupter() -> BackendFactory {

@@ -206,6 +206,43 @@ struct Gen {
     ieee: bool,
     /// Bind the first input to a device-resident ref with generated data.
     resident_input: bool,
+    /// The module has the helper `mix` ([`MIX`]) and the constant `TRIPS`.
+    helpers: bool,
+}
+
+/// The helper function and constant a generated module may use: a loop
+/// bound, and a statement call whose result feeds later expressions.
+const TRIPS: u32 = 3;
+const MIX: &str = "mix";
+
+fn mix_function() -> Function {
+    let (a, b, t) = (var("a"), var("b"), var("t"));
+    Function {
+        name: MIX.into(),
+        params: vec![
+            Param {
+                name: "a".into(),
+                ty: U32.into(),
+            },
+            Param {
+                name: "b".into(),
+                ty: U32.into(),
+            },
+        ],
+        result: Some(U32),
+        body: vec![
+            Stmt::Let {
+                var: Binding {
+                    name: "t".into(),
+                    ty: U32,
+                },
+                value: a.clone() ^ b,
+            },
+            Stmt::Return {
+                value: Some(t * lit_u32(3) + a),
+            },
+        ],
+    }
 }
 
 const MAX_NEST: u32 = 7;
@@ -244,6 +281,7 @@ impl Gen {
             nest: 0,
             ieee: true,
             resident_input: false,
+            helpers: false,
         }
     }
 
@@ -284,6 +322,7 @@ impl Gen {
         self.sn_value = self.rng.range(0, 5);
         self.plan_edges();
         self.has_tick = self.rng.chance(30);
+        self.helpers = self.rng.chance(40);
 
         let map = self.main_map();
         let params = map.params();
@@ -291,12 +330,22 @@ impl Gen {
         for i in 0..self.programs.len() {
             kernels.push(self.kernel(i, &params));
         }
+        if self.rng.chance(50) {
+            name_only_used_operands(&mut kernels);
+        }
         let mut module = Module {
             meshes: self.programs.iter().map(|p| p.mesh.clone()).collect(),
             kernels,
             maps: vec![map],
             ..Default::default()
         };
+        if self.helpers {
+            module.consts.push(Const {
+                name: "TRIPS".into(),
+                value: Literal::U32(TRIPS),
+            });
+            module.functions.push(mix_function());
+        }
         for x in self.inputs.iter().filter(|x| x.resident) {
             module.residents.push(Resident {
                 name: x.name.clone(),
@@ -828,6 +877,25 @@ impl Gen {
                 self.vals
                     .push(Val::new(var(&name), ty, false, exact, FLOAT_CLAMP));
             }
+            4 | 5 if self.helpers && self.rng.chance(50) => {
+                let uni = self.rng.chance(20);
+                let args = vec![
+                    self.value(U32, 2, false, uni),
+                    self.value(U32, 2, false, uni),
+                ];
+                let uniform = args.iter().all(|a| a.uniform);
+                let name = self.fresh("m");
+                body.push(Stmt::Call {
+                    dest: Some(Binding {
+                        name: name.clone(),
+                        ty: U32,
+                    }),
+                    function: MIX.into(),
+                    args: args.into_iter().map(|a| a.e).collect(),
+                });
+                self.vals
+                    .push(Val::new(var(&name), U32, uniform, true, 0.0));
+            }
             4 | 5 => self.assign(body),
             6 if nested_ok => {
                 let cond = self.boolean(2, false);
@@ -844,7 +912,8 @@ impl Gen {
                 });
             }
             7 | 8 if nested_ok && self.loop_depth < 2 => {
-                let name = self.fresh("i");
+                // Named by depth: sibling loops reuse the name.
+                let name = format!("li{}", self.loop_depth);
                 let (ty, start, end) =
                     if self.scalars.iter().any(|(n, _)| n == "sn") && self.rng.chance(40) {
                         (U32, lit_u32(0), var("sn"))
@@ -854,6 +923,8 @@ impl Gen {
                             Expr::from(-1i32),
                             Expr::from(self.rng.range(0, 3) as i32),
                         )
+                    } else if self.helpers && self.rng.chance(50) {
+                        (U32, lit_u32(0), var("TRIPS"))
                     } else {
                         (U32, lit_u32(0), lit_u32(self.rng.range(1, 4)))
                     };
@@ -1876,6 +1947,44 @@ impl Gen {
 }
 
 /// `0` of any scalar type, as a literal.
+/// Kernels name the operands they use (DESIGN.md): each kernel keeps the
+/// parameters its body mentions, and an operand no kernel mentions stays
+/// with the first (every operand is named by some kernel, E0060).
+fn name_only_used_operands(kernels: &mut [Kernel]) {
+    let used: Vec<std::collections::HashSet<String>> = kernels
+        .iter()
+        .map(|k| {
+            let mut names = std::collections::HashSet::new();
+            mpmd_core::ir::visit::for_each_expr(&k.body, &mut |e| match e {
+                Expr::Var(n) => {
+                    names.insert(n.clone());
+                }
+                Expr::Load(a) => {
+                    names.insert(a.base.clone());
+                }
+                _ => {}
+            });
+            mpmd_core::ir::visit::for_each_stmt(&k.body, &mut |s| match s {
+                Stmt::Store { target, .. }
+                | Stmt::CompoundStore { target, .. }
+                | Stmt::Atomic { target, .. } => {
+                    names.insert(target.base.clone());
+                }
+                Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
+                    names.insert(sem.base.clone());
+                }
+                _ => {}
+            });
+            names
+        })
+        .collect();
+    for (k, kernel) in kernels.iter_mut().enumerate() {
+        kernel.params.retain(|p| {
+            used[k].contains(&p.name) || (k == 0 && !used.iter().any(|u| u.contains(&p.name)))
+        });
+    }
+}
+
 fn zero_of(ty: ScalarType) -> Expr {
     Expr::Lit(Literal::from_bits(ty, 0))
 }
@@ -2004,11 +2113,22 @@ mod tests {
         let continues = count(&|_, t| t.contains("continue;"));
         let compound =
             count(&|_, t| t.contains(" += ") || t.contains(" ^= ") || t.contains(" *= "));
+        let helpers = count(&|_, t| t.contains(" = mix("));
+        let constants = count(&|_, t| t.contains("0u..TRIPS"));
+        let subsets = count(&|m, _| {
+            m.maps[0].programs.iter().any(|p| {
+                m.kernel(&p.kernel)
+                    .is_some_and(|k| k.params.len() < m.maps[0].params().len())
+            })
+        });
         for (what, n, at_least) in [
             ("while loops", while_loops, 20),
             ("breaks", breaks, 10),
             ("continues", continues, 5),
             ("compound assignments", compound, 20),
+            ("helper calls", helpers, 10),
+            ("constants", constants, 10),
+            ("kernels naming a subset of the operands", subsets, 20),
             ("f16 inputs", f16_input, 20),
             ("bf16 outputs", bf16_output, 20),
             ("16-bit smem", smem16, 10),

@@ -3,12 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use mpmd_core::interp;
+use mpmd_core::interp::{self, summation_order_ulps};
 use mpmd_core::ir::{
     BinaryOp, Expectation, Expr, Generator, Kernel, Literal, MathFn, MemorySpace, Module,
     ScalarType, Type,
 };
-use mpmd_core::interp::summation_order_ulps;
 
 use mpmd_core::ir::visit::for_each_expr;
 
@@ -224,12 +223,12 @@ impl BackendId {
 /// One operation's bound on one backend.
 fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
     let ulp = |ulp| Tolerance::bounded(ulp, 0.0);
-    if let BoundedOp::F32AtomicSum(ulps) = op {
-        // The order of the adds, not the backend, makes this bound.
-        return ulp(ulps);
-    }
     match backend {
-        BackendId::Interp => Tolerance::EXACT,
+        // The order of the adds, not the backend, makes the sums' bound.
+        BackendId::Interp => match op {
+            BoundedOp::F32AtomicSum(ulps) => ulp(ulps),
+            _ => Tolerance::EXACT,
+        },
         // CUDA math library (Programming Guide, "Mathematical Functions",
         // single precision, without -use_fast_math). cuda-host calls the host's
         // libm (glibc: at most 1 ulp, tanhf 2), inside the same bounds.
@@ -364,6 +363,43 @@ mod tests {
             .input("x", gmem(ScalarType::F32, [4]))
             .build();
         assert!(tags(&module_with(vec![], map)).is_empty());
+    }
+
+    #[test]
+    fn reordered_f32_adds_bound_the_profile_of_every_backend() {
+        let map = MapBuilder::new("m")
+            .program("g", "k")
+            .output("c", gmem(ScalarType::F32, [4, 32]))
+            .build();
+        // 4 x 8 blocks of 32 threads; `c[r, col]` pins `row` and `t`: each
+        // element gets the 8 partials of its row, 17 ulps apart at most.
+        let kernel = KernelBuilder::new("k", map.params()).body(|b| {
+            let col = b.let_("col", ScalarType::U32, axis_index("t"));
+            b.atomic(
+                AtomicOp::Add,
+                at("c", [axis_index("row"), col]),
+                [Expr::from(1.5f32)],
+            );
+        });
+        let mut m = Module {
+            meshes: vec![MeshBuilder::new("g")
+                .grid("row", 4)
+                .grid("ks", 8)
+                .threads("t", 32)
+                .build()],
+            kernels: vec![kernel],
+            maps: vec![map],
+            ..Default::default()
+        };
+        let ops = bounded_ops(&m);
+        assert_eq!(ops, BTreeSet::from([BoundedOp::F32AtomicSum(17)]));
+        for backend in BackendId::ALL {
+            assert_eq!(profile_tolerance(backend, &ops, &[]).ulp, 17, "{backend:?}");
+        }
+        // An integer ref adds no bound.
+        m.maps[0].outputs[0].ty = Type::Ref(gmem(ScalarType::U32, [4, 32]));
+        m.kernels[0].params[0].ty = Type::Ref(gmem(ScalarType::U32, [4, 32]));
+        assert!(bounded_ops(&m).is_empty());
     }
 
     #[test]

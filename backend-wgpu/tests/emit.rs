@@ -431,14 +431,20 @@ fn f32_atomics_are_compare_exchange_loops_on_atomic_words() {
             for operand in ["acc", "own"] {
                 let g = global(&wgsl, operand);
                 assert!(
-                    wgsl.contains(&format!("var<storage, read_write> {g}: array<atomic<u32>>;")),
+                    wgsl.contains(&format!(
+                        "var<storage, read_write> {g}: array<atomic<u32>>;"
+                    )),
                     "{operand}: {wgsl}"
                 );
             }
             assert!(wgsl.contains("array<atomic<u32>, 1>"), "smem tile: {wgsl}");
             let body = function(&wgsl, "unit0_f");
             // add, min, max on gmem and two adds on smem: five loops.
-            assert_eq!(body.matches("atomicCompareExchangeWeak(&").count(), 5, "{body}");
+            assert_eq!(
+                body.matches("atomicCompareExchangeWeak(&").count(),
+                5,
+                "{body}"
+            );
             assert!(body.contains("mpmd_min_f32(bitcast<f32>("), "{body}");
             assert!(body.contains("mpmd_max_f32(bitcast<f32>("), "{body}");
             assert!(body.contains("bitcast<f32>(atomicExchange(&"), "{body}");

@@ -170,8 +170,11 @@ fn f32_atomic_add_terms(module: &Module) -> Option<u64> {
         let Some(map) = module.map(&call.map) else {
             continue;
         };
-        let kernels: Option<Vec<&Kernel>> =
-            map.programs.iter().map(|p| module.kernel(&p.kernel)).collect();
+        let kernels: Option<Vec<&Kernel>> = map
+            .programs
+            .iter()
+            .map(|p| module.kernel(&p.kernel))
+            .collect();
         let Some(kernels) = kernels else {
             continue;
         };

@@ -29,7 +29,10 @@ fn run(m: &Module, a: &CallArgs, o: &InterpOptions) -> Result<CallOutputs, RunEr
 
 fn inputs(list: &[(&str, HostTensor)]) -> CallArgs {
     CallArgs {
-        inputs: list.iter().map(|(n, t)| (n.to_string(), t.clone())).collect(),
+        inputs: list
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.clone()))
+            .collect(),
         scalars: Default::default(),
     }
 }
@@ -61,11 +64,21 @@ fn contention() -> Module {
     module(mesh, map, |b| {
         let g = b.let_("g", U32, gid());
         let gf = b.let_("gf", F32, g.clone().cast(F32));
-        b.atomic(AtomicOp::Add, at("acc", [0u32.into()]), [gf.clone() * 0.5f32]);
+        b.atomic(
+            AtomicOp::Add,
+            at("acc", [0u32.into()]),
+            [gf.clone() * 0.5f32],
+        );
         let quarter = b.let_("quarter", F32, (gf.clone() - 100.0f32) * 0.25f32);
         b.atomic(AtomicOp::Min, at("acc", [1u32.into()]), [quarter.clone()]);
         b.atomic(AtomicOp::Max, at("acc", [2u32.into()]), [quarter]);
-        let old = b.atomic_let("old", F32, AtomicOp::Add, at("acc", [3u32.into()]), [1.0f32.into()]);
+        let old = b.atomic_let(
+            "old",
+            F32,
+            AtomicOp::Add,
+            at("acc", [3u32.into()]),
+            [1.0f32.into()],
+        );
         b.store(at("olds", [g]), old);
         b.if_(axis_index("t").eq(0u32), |b| {
             b.atomic(AtomicOp::Store, at("tile", [0u32.into()]), [0.0f32.into()]);
@@ -156,7 +169,14 @@ fn min_and_max_keep_the_other_operand_of_a_nan() {
     use AtomicOp::{Max, Min};
     let nan = f32::NAN;
     let (last, olds) = sequence(
-        &[(Min, 3.0), (Min, nan), (Max, nan), (Max, -1.0), (Min, f32::NEG_INFINITY), (Max, f32::INFINITY)],
+        &[
+            (Min, 3.0),
+            (Min, nan),
+            (Max, nan),
+            (Max, -1.0),
+            (Min, f32::NEG_INFINITY),
+            (Max, f32::INFINITY),
+        ],
         nan,
         false,
     );
@@ -164,7 +184,14 @@ fn min_and_max_keep_the_other_operand_of_a_nan() {
     // NaN start: min gives 3; NaN operands change nothing; -inf, then +inf.
     assert_eq!(
         olds,
-        vec![bits(nan), bits(3.0), bits(3.0), bits(3.0), bits(3.0), bits(f32::NEG_INFINITY)]
+        vec![
+            bits(nan),
+            bits(3.0),
+            bits(3.0),
+            bits(3.0),
+            bits(3.0),
+            bits(f32::NEG_INFINITY)
+        ]
     );
     assert_eq!(last, bits(f32::INFINITY));
     // Only NaN with NaN gives NaN.
@@ -179,11 +206,20 @@ fn load_store_and_exchange_keep_the_bits() {
     let subnormal = f32::from_bits(1);
     for flush in [false, true] {
         let (last, olds) = sequence(
-            &[(Exchange, -0.0), (Load, 0.0), (Exchange, payload), (Exchange, subnormal)],
+            &[
+                (Exchange, -0.0),
+                (Load, 0.0),
+                (Exchange, payload),
+                (Exchange, subnormal),
+            ],
             subnormal,
             flush,
         );
-        assert_eq!(olds, vec![1, 0x8000_0000, 0x8000_0000, 0x7fc0_0001], "flush {flush}");
+        assert_eq!(
+            olds,
+            vec![1, 0x8000_0000, 0x8000_0000, 0x7fc0_0001],
+            "flush {flush}"
+        );
         assert_eq!(last, 1, "flush {flush}");
         // A store without a result: the bits as given.
         let (last, _) = sequence(&[(Store, payload)], 1.0, flush);
@@ -195,7 +231,11 @@ fn load_store_and_exchange_keep_the_bits() {
 fn add_is_one_rounding_and_flushes_like_a_plain_add() {
     use AtomicOp::Add;
     // 1 + 2^-24 is a tie: it rounds to even (1.0); twice more gives 1.0 again.
-    let (last, olds) = sequence(&[(Add, f32::EPSILON / 2.0), (Add, f32::EPSILON / 2.0)], 1.0, false);
+    let (last, olds) = sequence(
+        &[(Add, f32::EPSILON / 2.0), (Add, f32::EPSILON / 2.0)],
+        1.0,
+        false,
+    );
     assert_eq!(olds, vec![1.0f32.to_bits(), 1.0f32.to_bits()]);
     assert_eq!(last, 1.0f32.to_bits());
     // Two subnormals: kept by IEEE, flushed to zero by a flushing adapter.

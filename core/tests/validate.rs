@@ -1298,12 +1298,24 @@ fn f32_atomics_are_valid_for_value_ops() {
     // load, store, add, min, max and exchange on f32 gmem and smem elements.
     let map = scale_map().scratch("tile", smem(F32, [128])).build();
     let module = single(map, |b| {
-        let v = b.atomic_let("old_add", F32, AtomicOp::Add, at("y", [0u32.into()]), [1.5.into()]);
+        let v = b.atomic_let(
+            "old_add",
+            F32,
+            AtomicOp::Add,
+            at("y", [0u32.into()]),
+            [1.5.into()],
+        );
         b.atomic(AtomicOp::Min, at("y", [1u32.into()]), [v]);
         b.atomic(AtomicOp::Max, at("y", [2u32.into()]), [var("alpha")]);
         b.atomic(AtomicOp::Store, at("tile", [axis_index("t")]), [0.0.into()]);
         let got = b.atomic_let("got", F32, AtomicOp::Load, at("tile", [0u32.into()]), []);
-        b.atomic_let("was", F32, AtomicOp::Exchange, at("tile", [1u32.into()]), [got]);
+        b.atomic_let(
+            "was",
+            F32,
+            AtomicOp::Exchange,
+            at("tile", [1u32.into()]),
+            [got],
+        );
         b.atomic(AtomicOp::Add, at("tile", [2u32.into()]), [(-2.0).into()]);
     });
     assert_valid(&module);
@@ -1327,8 +1339,14 @@ fn e0050_f32_bitwise_and_compare_exchange_atomics() {
     assert_eq!(
         got,
         vec![
-            ("E0050", "`atomic_and` on `y` in kernel `kern`, whose elements are `f32`"),
-            ("E0050", "`atomic_xor` on `y` in kernel `kern`, whose elements are `f32`"),
+            (
+                "E0050",
+                "`atomic_and` on `y` in kernel `kern`, whose elements are `f32`"
+            ),
+            (
+                "E0050",
+                "`atomic_xor` on `y` in kernel `kern`, whose elements are `f32`"
+            ),
             (
                 "E0050",
                 "`atomic_compare_exchange` on `y` in kernel `kern`, whose elements are `f32`"
@@ -1363,7 +1381,13 @@ fn e0050_sixteen_bit_and_bool_atomics_stay_invalid() {
 fn f32_atomic_operands_and_results_have_the_element_type() {
     let module = scale(|b| {
         b.atomic(AtomicOp::Add, at("y", [0u32.into()]), [1u32.into()]);
-        b.atomic_let("old", I32, AtomicOp::Max, at("y", [0u32.into()]), [2.0.into()]);
+        b.atomic_let(
+            "old",
+            I32,
+            AtomicOp::Max,
+            at("y", [0u32.into()]),
+            [2.0.into()],
+        );
     });
     let d = diags(&module);
     let codes: Vec<_> = d.iter().map(|d| d.code).collect();

@@ -244,23 +244,47 @@ pub fn f32_atomics() -> Module {
         let slot = |k: u32| at("facc", [Expr::from(k)]);
         b.atomic(AtomicOp::Add, slot(0), [tf.clone() * 0.5f32]);
         b.atomic(AtomicOp::Min, slot(1), [tf.clone() - 10.0f32]);
-        let old = b.atomic_let("old_max", F32, AtomicOp::Max, slot(2), [tf.clone() - 10.0f32]);
+        let old = b.atomic_let(
+            "old_max",
+            F32,
+            AtomicOp::Max,
+            slot(2),
+            [tf.clone() - 10.0f32],
+        );
         let swapped = b.atomic_let("swapped", F32, AtomicOp::Exchange, slot(3), [old]);
         let seen = b.atomic_let("seen", F32, AtomicOp::Load, slot(4), []);
         b.atomic(AtomicOp::Store, slot(4), [seen + swapped * 0.0f32]);
         b.if_(t.clone().eq(0u32), |b| {
-            b.atomic(AtomicOp::Store, at("ftile", [Expr::from(0u32)]), [Expr::from(0.0f32)]);
+            b.atomic(
+                AtomicOp::Store,
+                at("ftile", [Expr::from(0u32)]),
+                [Expr::from(0.0f32)],
+            );
         });
         b.barrier();
-        b.atomic(AtomicOp::Add, at("ftile", [Expr::from(0u32)]), [Expr::from(1.0f32)]);
+        b.atomic(
+            AtomicOp::Add,
+            at("ftile", [Expr::from(0u32)]),
+            [Expr::from(1.0f32)],
+        );
         b.barrier();
         b.if_(t.clone().eq(0u32), |b| {
-            let block = b.atomic_let("block", F32, AtomicOp::Load, at("ftile", [Expr::from(0u32)]), []);
+            let block = b.atomic_let(
+                "block",
+                F32,
+                AtomicOp::Load,
+                at("ftile", [Expr::from(0u32)]),
+                [],
+            );
             b.atomic(AtomicOp::Add, slot(5), [block]);
         });
         let nan = Expr::from(f32::NAN);
         let three = (t.clone() % 3u32).eq(0u32);
-        b.atomic(AtomicOp::Max, slot(6), [select((t % 2u32).eq(0u32), nan.clone(), tf.clone())]);
+        b.atomic(
+            AtomicOp::Max,
+            slot(6),
+            [select((t % 2u32).eq(0u32), nan.clone(), tf.clone())],
+        );
         b.atomic(AtomicOp::Min, slot(7), [select(three, nan, -tf)]);
     });
     module(vec![mesh], vec![kernel], map)

@@ -40,10 +40,10 @@ mod sums;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-pub use sums::{f32_atomic_add_terms, summation_order_ulps};
 use compile::{checked_len, words_of, ArrayInfo, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use limits::Limits;
+pub use sums::{f32_atomic_add_terms, summation_order_ulps};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{

@@ -19,7 +19,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::ir::{AtomicOp, Expr, Kernel, Literal, MemorySpace, Mesh, MpmdMap, ScalarType, Stmt, Type};
+use crate::ir::{
+    AtomicOp, Expr, Kernel, Literal, MemorySpace, Mesh, MpmdMap, ScalarType, Stmt, Type,
+};
 
 /// The most f32 `atomic_add`s that one call of `map` can apply to one element
 /// of one ref, the largest over refs: every execution of every `atomic_add`
@@ -243,12 +245,27 @@ mod tests {
     #[test]
     fn ulps_apart_in_the_element_type() {
         let f = |v: f32| v.to_bits();
-        assert!(within_ulps(ScalarType::F32, f(1.0), f(1.0 + f32::EPSILON * 3.0), 3));
-        assert!(!within_ulps(ScalarType::F32, f(1.0), f(1.0 + f32::EPSILON * 3.0), 2));
+        assert!(within_ulps(
+            ScalarType::F32,
+            f(1.0),
+            f(1.0 + f32::EPSILON * 3.0),
+            3
+        ));
+        assert!(!within_ulps(
+            ScalarType::F32,
+            f(1.0),
+            f(1.0 + f32::EPSILON * 3.0),
+            2
+        ));
         // Across zero and across a binade.
         assert!(within_ulps(ScalarType::F32, 1, 0x8000_0001, 2));
         assert!(within_ulps(ScalarType::F32, f(2.0), f(2.0) - 1, 1));
-        assert!(!within_ulps(ScalarType::F32, f(f32::MAX), f(f32::INFINITY), 100));
+        assert!(!within_ulps(
+            ScalarType::F32,
+            f(f32::MAX),
+            f(f32::INFINITY),
+            100
+        ));
         assert!(!within_ulps(ScalarType::F32, f(1.0), f(f32::NAN), u64::MAX));
         assert!(within_ulps(ScalarType::BF16, 0x3f80, 0x3f82, 2));
         assert!(!within_ulps(ScalarType::BF16, 0x3f80, 0x3f83, 2));
@@ -279,7 +296,11 @@ mod tests {
             // Each thread of a block its own element: the 8 blocks add to it.
             b.let_("col", ScalarType::U32, axis_index("t"));
             b.atomic(AtomicOp::Add, at("sum", [var("col")]), [1.0.into()]);
-            b.atomic(AtomicOp::Add, at("sum", [axis_index("b") + 1u32]), [1.0.into()]);
+            b.atomic(
+                AtomicOp::Add,
+                at("sum", [axis_index("b") + 1u32]),
+                [1.0.into()],
+            );
             b.atomic(AtomicOp::Add, at("count", [0u32.into()]), [1u32.into()]);
             b.for_("i", ScalarType::U32, 0u32, var("n"), |b, _| {
                 b.for_("j", ScalarType::U32, 1u32, 4u32, |b, _| {
@@ -296,6 +317,9 @@ mod tests {
         assert_eq!(terms(6), Some(576));
         // An unknown trip count around an f32 add gives no bound.
         let unknown = |_: &str| None;
-        assert_eq!(f32_atomic_add_terms(&map, &[mesh], &[&kernel], &unknown), None);
+        assert_eq!(
+            f32_atomic_add_terms(&map, &[mesh], &[&kernel], &unknown),
+            None
+        );
     }
 }

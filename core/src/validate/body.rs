@@ -907,7 +907,8 @@ impl Walker<'_, '_> {
                     );
                 }
                 let usable = r.filter(|r| {
-                    op.applies_to(r.elem) && matches!(r.space, MemorySpace::Gmem | MemorySpace::Smem)
+                    op.applies_to(r.elem)
+                        && matches!(r.space, MemorySpace::Gmem | MemorySpace::Smem)
                 });
                 if let Some(r) = &usable {
                     for (arg, t) in args.iter().zip(found) {

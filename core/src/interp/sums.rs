@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::ir::visit::for_each_stmt;
 use crate::ir::{
     AtomicOp, Expr, Kernel, Literal, MemorySpace, Mesh, MpmdMap, ScalarType, Stmt, Type,
 };
@@ -31,8 +32,9 @@ use crate::ir::{
 /// `let` bound to it) reach different elements and are not counted together.
 /// `kernels[i]` is the kernel of `map.programs[i]`; `scalar` gives the call's
 /// scalar values, for loop bounds that name one. `None` when a loop around
-/// such an add has a bound that is neither a literal nor a scalar; `Some(0)`
-/// without f32 adds.
+/// such an add has a bound that is neither a literal nor a scalar, or the
+/// add is nested in a statement this walk does not count (any but `if` and
+/// `for`); `Some(0)` without f32 adds.
 pub fn f32_atomic_add_terms(
     map: &MpmdMap,
     meshes: &[Mesh],
@@ -143,7 +145,24 @@ impl<'k> Counter<'k> {
                         }
                     }
                 }
-                _ => {}
+                // Any other statement that holds an f32 add in a body of its
+                // own (a kind of loop this walk does not know): no bound.
+                other => {
+                    let mut nested_add = false;
+                    for_each_stmt(std::slice::from_ref(other), &mut |s| {
+                        if let Stmt::Atomic {
+                            op: AtomicOp::Add,
+                            target,
+                            ..
+                        } = s
+                        {
+                            nested_add |= self.f32_ref(&target.base).is_some();
+                        }
+                    });
+                    if nested_add {
+                        return None;
+                    }
+                }
             }
         }
         Some(())
@@ -310,7 +329,8 @@ mod tests {
         });
         let mesh = MeshBuilder::new("g").grid("b", 8).threads("t", 32).build();
         let n = |value: u32| move |name: &str| (name == "n").then_some(Literal::U32(value));
-        let terms = |value| f32_atomic_add_terms(&map, &[mesh.clone()], &[&kernel], &n(value));
+        let terms =
+            |value| f32_atomic_add_terms(&map, std::slice::from_ref(&mesh), &[&kernel], &n(value));
         // sum: 8 blocks * 32 threads, plus 8 and 8 * 32 where an index is
         // not a bare axis index; tile (smem, one block): 32 threads * n * 3.
         assert_eq!(terms(1), Some(520));

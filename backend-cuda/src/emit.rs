@@ -1100,14 +1100,15 @@ impl Emitter<'_> {
         depth: usize,
     ) -> Result<(), EmitError> {
         let place = self.place(cx, target, Access::Write)?;
-        if !place.elem.is_integer() {
+        if !op.applies_to(place.elem) {
             return Err(cx.unsupported(format!(
-                "{} on `{}` of type {}: atomics need i32 or u32",
+                "{} on `{}` of type {}: atomics need i32 or u32 (f32: load, store, add, min, max, exchange)",
                 op.name(),
                 target.base,
                 place.elem
             )));
         }
+        let float = place.elem == ScalarType::F32;
         if args.len() != op.arity() {
             return Err(cx.unsupported(format!(
                 "{} takes {} value(s), found {}",
@@ -1125,6 +1126,10 @@ impl Emitter<'_> {
         let call = match op {
             AtomicOp::Load => format!("mpmd_atomic_load({pointer})"),
             AtomicOp::Store => format!("mpmd_atomic_store({pointer}, ({ty})({}))", values[0]),
+            // CUDA has no float atomicMin/atomicMax: a compare-exchange loop
+            // on the bits with the language's min/max (prelude).
+            AtomicOp::Min if float => format!("mpmd_atomic_min_f32({pointer}, {})", values[0]),
+            AtomicOp::Max if float => format!("mpmd_atomic_max_f32({pointer}, {})", values[0]),
             AtomicOp::Add => format!("atomicAdd({pointer}, {})", values[0]),
             AtomicOp::Min => format!("atomicMin({pointer}, {})", values[0]),
             AtomicOp::Max => format!("atomicMax({pointer}, {})", values[0]),

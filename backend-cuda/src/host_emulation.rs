@@ -295,6 +295,13 @@ template <class T> static T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, 
 template <class T> static T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 template <class T> static T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST); }
 template <class T> static T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+// CUDA's float overload (the __atomic builtins take integers).
+static float atomicExch(float* p, float v) {
+  unsigned bits; memcpy(&bits, &v, 4);
+  unsigned old = __atomic_exchange_n((unsigned*)p, bits, __ATOMIC_SEQ_CST);
+  float f; memcpy(&f, &old, 4);
+  return f;
+}
 template <class T> static T atomicCAS(T* p, T expected, T desired) {
   __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return expected;

@@ -322,6 +322,32 @@ template <typename T>
 static __device__ __forceinline__ T mpmd_atomic_load(T* p) { return *(volatile T*)p; }
 template <typename T>
 static __device__ __forceinline__ void mpmd_atomic_store(T* p, T v) { *(volatile T*)p = v; }
+// f32 atomic min and max, which CUDA lacks: a compare-exchange loop on the
+// bits with the language's min/max (one NaN operand gives the other), so
+// every backend stores the same value. A value that would not change is not
+// written: that read is the read-modify-write's (it stores what is there).
+static __device__ __forceinline__ float mpmd_atomic_min_f32(float* p, float v) {
+  u32* word = (u32*)p;
+  u32 old = mpmd_atomic_load(word);
+  for (;;) {
+    const u32 next = __float_as_uint(mpmd_min_f32(__uint_as_float(old), v));
+    if (next == old) return __uint_as_float(old);
+    const u32 seen = atomicCAS(word, old, next);
+    if (seen == old) return __uint_as_float(old);
+    old = seen;
+  }
+}
+static __device__ __forceinline__ float mpmd_atomic_max_f32(float* p, float v) {
+  u32* word = (u32*)p;
+  u32 old = mpmd_atomic_load(word);
+  for (;;) {
+    const u32 next = __float_as_uint(mpmd_max_f32(__uint_as_float(old), v));
+    if (next == old) return __uint_as_float(old);
+    const u32 seen = atomicCAS(word, old, next);
+    if (seen == old) return __uint_as_float(old);
+    old = seen;
+  }
+}
 
 // A barrier of the block's first `n` threads (a multiple of the warp size):
 // a program with fewer threads than the block, inside a resident walk, where

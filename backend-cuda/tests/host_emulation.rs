@@ -123,6 +123,29 @@ fn atomics_have_their_results() {
     }
 }
 
+#[test]
+fn f32_atomics_have_their_results() {
+    let plan = plan_of(&f32_atomics());
+    for mode in [Mode::Fast, Mode::Checked] {
+        let out = emulate(
+            &plan,
+            mode,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            1_000_000_000,
+        );
+        assert_eq!(error_of(&plan, mode, &out), None);
+        let facc = f32s(buffer_of(&plan, &out, "facc"));
+        // Sums of multiples of 0.5 and of 1.0: exact in any order.
+        assert_eq!(facc[0], 6840.0, "add ({mode:?})");
+        assert_eq!([facc[1], facc[2]], [-10.0, 85.0], "min, max ({mode:?})");
+        assert_eq!(facc[4], 0.0, "load, store ({mode:?})");
+        assert_eq!(facc[5], 288.0, "smem sums ({mode:?})");
+        // NaN operands leave the word as it was; the others decide.
+        assert_eq!([facc[6], facc[7]], [95.0, -95.0], "NaN operands ({mode:?})");
+    }
+}
+
 /// One program that waits on a semaphore nobody signals.
 fn stuck() -> Module {
     let mesh = MeshBuilder::new("m").grid("b", 2).threads("t", 64).build();

@@ -157,7 +157,10 @@ impl WordType {
 
     fn for_elem(elem: ScalarType, atomic: bool) -> WordType {
         match (elem, atomic) {
-            (ScalarType::F32, _) => WordType::F32,
+            (ScalarType::F32, false) => WordType::F32,
+            // f32 atomics are compare-exchange loops (and loads, stores,
+            // exchanges) on the bits.
+            (ScalarType::F32, true) => WordType::AtomicU32,
             (ScalarType::I32, false) => WordType::I32,
             (ScalarType::I32, true) => WordType::AtomicI32,
             (ScalarType::U32 | ScalarType::Bool, false) => WordType::U32,
@@ -2728,6 +2731,9 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         }
         let elem = wgsl_scalar(info.ty.elem);
         let arg = |k: usize| values.get(k).cloned().unwrap_or_default();
+        if info.ty.elem == ScalarType::F32 {
+            return self.f32_atomic(dest, op, &place, &arg(0));
+        }
         let value = match op {
             AtomicOp::Load => format!("atomicLoad(&{place})"),
             AtomicOp::Store => {
@@ -2775,6 +2781,69 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                     self.line(&format!("_ = {value};"));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// An f32 atomic on an `atomic<u32>` word (WGSL has no float atomics):
+    /// load, store and exchange move the bits; add, min and max are a
+    /// compare-exchange loop that retries until no other invocation changed
+    /// the word in between, computing with the same operation as the plain
+    /// `+` and the language's `min`/`max` helpers. The loop counts toward the
+    /// loop cap like every loop the backend emits.
+    fn f32_atomic(
+        &mut self,
+        dest: Option<(&str, ScalarType)>,
+        op: AtomicOp,
+        place: &str,
+        operand: &str,
+    ) -> Result<(), EmitError> {
+        let value = match op {
+            AtomicOp::Load => format!("bitcast<f32>(atomicLoad(&{place}))"),
+            AtomicOp::Store => {
+                self.line(&format!("atomicStore(&{place}, bitcast<u32>({operand}));"));
+                return Ok(());
+            }
+            AtomicOp::Exchange => {
+                format!("bitcast<f32>(atomicExchange(&{place}, bitcast<u32>({operand})))")
+            }
+            AtomicOp::Add | AtomicOp::Min | AtomicOp::Max => {
+                let v = self.temp("operand");
+                let old = self.temp("old");
+                self.line(&format!("let {v}: f32 = {operand};"));
+                let current = format!("bitcast<f32>({old})");
+                let next = match op {
+                    AtomicOp::Add => format!("{current} + {v}"),
+                    AtomicOp::Min => self.call(Helper::MinF32, "mpmd_min_f32", &[current, v]),
+                    _ => self.call(Helper::MaxF32, "mpmd_max_f32", &[current, v]),
+                };
+                self.line(&format!("var {old}: u32 = atomicLoad(&{place});"));
+                self.loop_enter();
+                self.line("loop {");
+                self.depth += 1;
+                self.loop_tick(false);
+                self.line(&format!(
+                    "let r = atomicCompareExchangeWeak(&{place}, {old}, bitcast<u32>({next}));"
+                ));
+                self.line("if (r.exchanged) { break; }");
+                self.line(&format!("{old} = r.old_value;"));
+                self.depth -= 1;
+                self.line("}");
+                format!("bitcast<f32>({old})")
+            }
+            _ => {
+                return Err(self.invalid(format!("`{}` on f32 elements", op.name())));
+            }
+        };
+        match dest {
+            Some((name, ty)) => {
+                let wgsl = self.bind_scalar(name, ty);
+                self.line(&format!("let {wgsl}: {} = {value};", wgsl_scalar(ty)));
+            }
+            None if matches!(op, AtomicOp::Load | AtomicOp::Exchange) => {
+                self.line(&format!("_ = {value};"));
+            }
+            None => {}
         }
         Ok(())
     }
@@ -3895,9 +3964,16 @@ fn hoisting(plan: &LaunchPlan, unit: &LaunchUnit, options: &EmitOptions) -> Hois
     }
     let checked = options.mode == Mode::Checked;
     let capped = options.loop_cap.is_some();
+    let f32_refs: HashSet<&str> = unit
+        .kernel
+        .params
+        .iter()
+        .filter(|p| matches!(&p.ty, Type::Ref(r) if r.elem == ScalarType::F32))
+        .map(|p| p.name.as_str())
+        .collect();
     let reports: Vec<bool> = body
         .iter()
-        .map(|s| may_report(s, checked, capped))
+        .map(|s| may_report(s, checked, capped, &f32_refs))
         .collect();
     let op_of = |k: usize| match &body[k] {
         Stmt::Sem { op, .. } => Some(*op),
@@ -3944,8 +4020,9 @@ fn hoisting(plan: &LaunchPlan, unit: &LaunchUnit, options: &EmitOptions) -> Hois
 
 /// Whether running `stmt` may record an error: a wait (deadlock), in checked
 /// mode any memory access (out of bounds), with a loop cap any loop of its own
-/// or of the backend's (`for`, strong compare-exchange, the float `%`).
-fn may_report(stmt: &Stmt, checked: bool, capped: bool) -> bool {
+/// or of the backend's (`for`, strong compare-exchange, the f32 atomic add,
+/// min and max on `f32_refs`, the float `%`).
+fn may_report(stmt: &Stmt, checked: bool, capped: bool, f32_refs: &HashSet<&str>) -> bool {
     let one = std::slice::from_ref(stmt);
     let mut reports = false;
     for_each_stmt(one, &mut |s| match s {
@@ -3960,6 +4037,11 @@ fn may_report(stmt: &Stmt, checked: bool, capped: bool) -> bool {
             op: AtomicOp::CompareExchange,
             ..
         } if capped => reports = true,
+        Stmt::Atomic {
+            op: AtomicOp::Add | AtomicOp::Min | AtomicOp::Max,
+            target,
+            ..
+        } if capped && f32_refs.contains(target.base.as_str()) => reports = true,
         _ => {}
     });
     mpmd_core::ir::visit::for_each_expr(one, &mut |e| match e {

@@ -381,3 +381,93 @@ fn a_wait_after_a_capped_loop_stays_in_the_kernel() {
     );
     assert!(sems.contains("if (slot < 80000u) {"), "{sems}");
 }
+
+/// f32 atomics on gmem and smem, with and without results.
+const F32_ATOMICS: &str = "
+mesh m {
+  grid [b = 2];
+  threads t = 64;
+}
+kernel f(x: gmem<f32[128]>, acc: gmem<f32[4]>, own: gmem<f32[128]>, tile: smem<f32[1]>) {
+  let i: u32 = axis_index(b) * 64u + axis_index(t);
+  let v: f32 = x[i];
+  let old: f32 = atomic_add(acc[0u], v);
+  atomic_min(acc[1u], v);
+  atomic_max(acc[2u], old * 0.0 + v);
+  atomic_store(own[i], v);
+  let was: f32 = atomic_exchange(own[i], v + 1.0);
+  let now: f32 = atomic_load(own[i]);
+  if axis_index(t) == 0u {
+    atomic_store(tile[0u], 0.0);
+  }
+  barrier;
+  atomic_add(tile[0u], 1.0);
+  barrier;
+  if axis_index(t) == 0u {
+    let block: f32 = atomic_load(tile[0u]);
+    atomic_add(acc[3u], block + now * 0.0 + was * 0.0);
+  }
+}
+map f32_atomics {
+  programs [m: f];
+  inputs [x: gmem<f32[128]>];
+  outputs [acc: gmem<f32[4]> zeroed, own: gmem<f32[128]>];
+  scratch [tile: smem<f32[1]>];
+}
+";
+
+#[test]
+fn f32_atomics_are_compare_exchange_loops_on_atomic_words() {
+    let p = plan(&module(F32_ATOMICS), "f32_atomics");
+    for loop_cap in [None, Some(65_000)] {
+        for mode in [Mode::Fast, Mode::Checked] {
+            let options = EmitOptions {
+                mode,
+                loop_cap,
+                ..EmitOptions::default()
+            };
+            let wgsl = emit_module(&p, &options).unwrap().wgsl;
+            validate_wgsl(&wgsl).unwrap_or_else(|e| panic!("{e}\n{wgsl}"));
+            for operand in ["acc", "own"] {
+                let g = global(&wgsl, operand);
+                assert!(
+                    wgsl.contains(&format!(
+                        "var<storage, read_write> {g}: array<atomic<u32>>;"
+                    )),
+                    "{operand}: {wgsl}"
+                );
+            }
+            assert!(wgsl.contains("array<atomic<u32>, 1>"), "smem tile: {wgsl}");
+            let body = function(&wgsl, "unit0_f");
+            // add, min, max on gmem and two adds on smem: five loops.
+            assert_eq!(
+                body.matches("atomicCompareExchangeWeak(&").count(),
+                5,
+                "{body}"
+            );
+            assert!(body.contains("mpmd_min_f32(bitcast<f32>("), "{body}");
+            assert!(body.contains("mpmd_max_f32(bitcast<f32>("), "{body}");
+            assert!(body.contains("bitcast<f32>(atomicExchange(&"), "{body}");
+            // Every compare-exchange loop counts toward the loop cap.
+            let ticks = body.matches("if (mpmd_loop_tick()) { break; }").count();
+            assert_eq!(ticks, if loop_cap.is_some() { 5 } else { 0 }, "{body}");
+            naga_cli_accepts(&wgsl, "f32-atomics");
+        }
+    }
+}
+
+#[test]
+fn f32_atomics_agree_with_the_interpreter() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let m = module(F32_ATOMICS);
+    // Multiples of 0.25: the sum is exact in any order.
+    let x: Vec<f32> = (0..128).map(|k| (k as f32 - 50.0) * 0.25).collect();
+    let a = args(vec![("x", HostTensor::from_f32(vec![128], &x))], vec![]);
+    let out = assert_same(&mut wgpu, &m, "f32_atomics", &a);
+    let acc = out.outputs["acc"].to_f32();
+    assert_eq!(acc, vec![x.iter().sum::<f32>(), -12.5, 19.25, 128.0]);
+    let own: Vec<f32> = x.iter().map(|v| v + 1.0).collect();
+    assert_eq!(out.outputs["own"].to_f32(), own);
+}

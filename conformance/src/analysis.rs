@@ -3,8 +3,10 @@
 
 use std::collections::BTreeSet;
 
+use mpmd_core::interp::{self, summation_order_ulps};
 use mpmd_core::ir::{
-    BinaryOp, Expectation, Expr, Generator, Literal, MathFn, MemorySpace, Module, ScalarType, Type,
+    BinaryOp, Expectation, Expr, Generator, Kernel, Literal, MathFn, MemorySpace, Module,
+    ScalarType, Type,
 };
 
 use mpmd_core::ir::visit::for_each_expr;
@@ -112,6 +114,12 @@ pub enum BoundedOp {
     Div,
     Rem,
     Math(MathFnKey),
+    /// f32 `atomic_add`s whose order is the schedule's: results of two
+    /// orders are this many ulps apart at most, for terms of one sign
+    /// (`mpmd_core::interp::summation_order_ulps`). The interpreter's own
+    /// schedules differ as much, so every backend, the oracle included, has
+    /// this bound.
+    F32AtomicSum(u64),
 }
 
 /// `MathFn` with an order, for sets.
@@ -127,9 +135,15 @@ impl MathFnKey {
     }
 }
 
-/// Every division, remainder and math function the module's kernels use.
+/// Every division, remainder and math function the module's kernels use,
+/// and the reordering of its f32 atomic adds.
 pub fn bounded_ops(module: &Module) -> BTreeSet<BoundedOp> {
     let mut ops = BTreeSet::new();
+    if let Some(terms) = f32_atomic_add_terms(module) {
+        if terms > 0 {
+            ops.insert(BoundedOp::F32AtomicSum(summation_order_ulps(terms)));
+        }
+    }
     for k in &module.kernels {
         for_each_expr(&k.body, &mut |e| match e {
             Expr::Binary(BinaryOp::Div, ..) => {
@@ -145,6 +159,35 @@ pub fn bounded_ops(module: &Module) -> BTreeSet<BoundedOp> {
         });
     }
     ops
+}
+
+/// The most f32 atomic adds into one element over the module's calls (their
+/// sum: a resident carries its sums from call to call); `None` when a loop
+/// around one has a bound known only at run time.
+fn f32_atomic_add_terms(module: &Module) -> Option<u64> {
+    let mut total = 0u64;
+    for call in module.effective_calls() {
+        let Some(map) = module.map(&call.map) else {
+            continue;
+        };
+        let kernels: Option<Vec<&Kernel>> = map
+            .programs
+            .iter()
+            .map(|p| module.kernel(&p.kernel))
+            .collect();
+        let Some(kernels) = kernels else {
+            continue;
+        };
+        let scalar = |name: &str| {
+            call.scalars
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, value)| *value)
+        };
+        let terms = interp::f32_atomic_add_terms(map, &module.meshes, &kernels, &scalar)?;
+        total = total.saturating_add(terms);
+    }
+    Some(total)
 }
 
 /// The backends a result can come from.
@@ -184,12 +227,17 @@ impl BackendId {
 fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
     let ulp = |ulp| Tolerance::bounded(ulp, 0.0);
     match backend {
-        BackendId::Interp => Tolerance::EXACT,
+        // The order of the adds, not the backend, makes the sums' bound.
+        BackendId::Interp => match op {
+            BoundedOp::F32AtomicSum(ulps) => ulp(ulps),
+            _ => Tolerance::EXACT,
+        },
         // CUDA math library (Programming Guide, "Mathematical Functions",
         // single precision, without -use_fast_math). cuda-host calls the host's
         // libm (glibc: at most 1 ulp, tanhf 2), inside the same bounds.
         BackendId::Cuda | BackendId::CudaHost => match op {
             BoundedOp::Div | BoundedOp::Rem => Tolerance::EXACT,
+            BoundedOp::F32AtomicSum(ulps) => ulp(ulps),
             BoundedOp::Math(f) => match f.get() {
                 MathFn::Exp | MathFn::Rsqrt | MathFn::Sin | MathFn::Cos | MathFn::Tanh => ulp(2),
                 MathFn::Log => ulp(1),
@@ -202,6 +250,7 @@ fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
         BackendId::Wgpu => match op {
             BoundedOp::Div => ulp(3),
             BoundedOp::Rem => ulp(4),
+            BoundedOp::F32AtomicSum(ulps) => ulp(ulps),
             BoundedOp::Math(f) => match f.get() {
                 // 3 + 2 * |x| ULP; |x| <= 88.7 for a finite result.
                 MathFn::Exp => ulp(181),
@@ -224,7 +273,7 @@ fn op_bound(backend: BackendId, op: BoundedOp) -> Tolerance {
 fn measured_key(op: BoundedOp) -> Option<&'static str> {
     match op {
         BoundedOp::Div => Some("a / b"),
-        BoundedOp::Rem => None,
+        BoundedOp::Rem | BoundedOp::F32AtomicSum(_) => None,
         BoundedOp::Math(f) => match f.get() {
             MathFn::Exp => Some("exp"),
             MathFn::Log => Some("log"),
@@ -317,6 +366,43 @@ mod tests {
             .input("x", gmem(ScalarType::F32, [4]))
             .build();
         assert!(tags(&module_with(vec![], map)).is_empty());
+    }
+
+    #[test]
+    fn reordered_f32_adds_bound_the_profile_of_every_backend() {
+        let map = MapBuilder::new("m")
+            .program("g", "k")
+            .output("c", gmem(ScalarType::F32, [4, 32]))
+            .build();
+        // 4 x 8 blocks of 32 threads; `c[r, col]` pins `row` and `t`: each
+        // element gets the 8 partials of its row, 17 ulps apart at most.
+        let kernel = KernelBuilder::new("k", map.params()).body(|b| {
+            let col = b.let_("col", ScalarType::U32, axis_index("t"));
+            b.atomic(
+                AtomicOp::Add,
+                at("c", [axis_index("row"), col]),
+                [Expr::from(1.5f32)],
+            );
+        });
+        let mut m = Module {
+            meshes: vec![MeshBuilder::new("g")
+                .grid("row", 4)
+                .grid("ks", 8)
+                .threads("t", 32)
+                .build()],
+            kernels: vec![kernel],
+            maps: vec![map],
+            ..Default::default()
+        };
+        let ops = bounded_ops(&m);
+        assert_eq!(ops, BTreeSet::from([BoundedOp::F32AtomicSum(17)]));
+        for backend in BackendId::ALL {
+            assert_eq!(profile_tolerance(backend, &ops, &[]).ulp, 17, "{backend:?}");
+        }
+        // An integer ref adds no bound.
+        m.maps[0].outputs[0].ty = Type::Ref(gmem(ScalarType::U32, [4, 32]));
+        m.kernels[0].params[0].ty = Type::Ref(gmem(ScalarType::U32, [4, 32]));
+        assert!(bounded_ops(&m).is_empty());
     }
 
     #[test]

@@ -108,6 +108,12 @@ fn generator_covers_the_ir() {
         "multiset",
         "profile",
         "resident",
+        // f32 counters (order-independent: min, max, adds of small integers).
+        "fcnt: gmem<f32[3]> zeroed",
+        "atomic_add(fcnt[0u], floor(",
+        "atomic_min(fcnt[1u], ",
+        "atomic_max(fcnt[2u], ",
+        "compare fcnt = exact;",
     ] {
         assert!(text.contains(word), "`{word}` never generated");
     }

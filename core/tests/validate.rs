@@ -1281,7 +1281,7 @@ fn e0049_semaphore_operation_on_data() {
 #[test]
 fn e0050_atomic_on_float_or_local() {
     let module = scale(|b| {
-        b.atomic(AtomicOp::Add, at("y", [0u32.into()]), [1.0.into()]);
+        b.atomic(AtomicOp::Or, at("y", [0u32.into()]), [1.0.into()]);
         b.local_array("tmp", U32, [4]);
         b.atomic(AtomicOp::Add, at("tmp", [0u32.into()]), [1u32.into()]);
     });
@@ -1291,13 +1291,121 @@ fn e0050_atomic_on_float_or_local() {
         &d[0],
         "E0050",
         kstmt("kern", [s(0)]),
-        "`atomic_add` on `y` in kernel `kern`, whose elements are `f32`",
+        "`atomic_or` on `y` in kernel `kern`, whose elements are `f32`",
     );
+    assert!(d[0].help.contains("u32 ref"), "{:?}", d[0].help);
     assert_exact(
         &d[1],
         "E0050",
         kstmt("kern", [s(2)]),
         "`atomic_add` on the local array `tmp` in kernel `kern`",
+    );
+}
+
+#[test]
+fn f32_atomics_are_valid_for_value_ops() {
+    // load, store, add, min, max and exchange on f32 gmem and smem elements.
+    let map = scale_map().scratch("tile", smem(F32, [128])).build();
+    let module = single(map, |b| {
+        let v = b.atomic_let(
+            "old_add",
+            F32,
+            AtomicOp::Add,
+            at("y", [0u32.into()]),
+            [1.5.into()],
+        );
+        b.atomic(AtomicOp::Min, at("y", [1u32.into()]), [v]);
+        b.atomic(AtomicOp::Max, at("y", [2u32.into()]), [var("alpha")]);
+        b.atomic(AtomicOp::Store, at("tile", [axis_index("t")]), [0.0.into()]);
+        let got = b.atomic_let("got", F32, AtomicOp::Load, at("tile", [0u32.into()]), []);
+        b.atomic_let(
+            "was",
+            F32,
+            AtomicOp::Exchange,
+            at("tile", [1u32.into()]),
+            [got],
+        );
+        b.atomic(AtomicOp::Add, at("tile", [2u32.into()]), [(-2.0).into()]);
+    });
+    assert_valid(&module);
+}
+
+#[test]
+fn e0050_f32_bitwise_and_compare_exchange_atomics() {
+    let module = scale(|b| {
+        b.atomic(AtomicOp::And, at("y", [0u32.into()]), [1.0.into()]);
+        b.atomic(AtomicOp::Xor, at("y", [0u32.into()]), [1.0.into()]);
+        b.atomic_let(
+            "old",
+            F32,
+            AtomicOp::CompareExchange,
+            at("y", [0u32.into()]),
+            [0.0.into(), 1.0.into()],
+        );
+    });
+    let d = diags(&module);
+    let got: Vec<_> = d.iter().map(|d| (d.code, d.message.as_str())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "E0050",
+                "`atomic_and` on `y` in kernel `kern`, whose elements are `f32`"
+            ),
+            (
+                "E0050",
+                "`atomic_xor` on `y` in kernel `kern`, whose elements are `f32`"
+            ),
+            (
+                "E0050",
+                "`atomic_compare_exchange` on `y` in kernel `kern`, whose elements are `f32`"
+            ),
+        ],
+        "{d:#?}"
+    );
+}
+
+#[test]
+fn e0050_sixteen_bit_and_bool_atomics_stay_invalid() {
+    for elem in [F16, BF16, Bool] {
+        let map = MapBuilder::new("scale")
+            .program("m", "kern")
+            .output("y", gmem(elem, [512]))
+            .build();
+        let module = single(map, |b| {
+            b.atomic_let("old", elem, AtomicOp::Load, at("y", [0u32.into()]), []);
+        });
+        let d = one(&module);
+        assert_exact(
+            &d,
+            "E0050",
+            kstmt("kern", [s(0)]),
+            &format!("`atomic_load` on `y` in kernel `kern`, whose elements are `{elem}`"),
+        );
+        assert!(d.help.contains("f32"), "{elem}: {:?}", d.help);
+    }
+}
+
+#[test]
+fn f32_atomic_operands_and_results_have_the_element_type() {
+    let module = scale(|b| {
+        b.atomic(AtomicOp::Add, at("y", [0u32.into()]), [1u32.into()]);
+        b.atomic_let(
+            "old",
+            I32,
+            AtomicOp::Max,
+            at("y", [0u32.into()]),
+            [2.0.into()],
+        );
+    });
+    let d = diags(&module);
+    let codes: Vec<_> = d.iter().map(|d| d.code).collect();
+    assert_eq!(codes, vec!["E0041", "E0038"], "{d:#?}");
+    assert_exact(
+        &d[1],
+        "E0038",
+        kstmt("kern", [s(1)]),
+        "the result `old` of `atomic_max` in kernel `kern` is declared `i32`, but `y` holds `f32`",
     );
 }
 

@@ -227,6 +227,69 @@ pub fn atomics() -> Module {
     module(vec![mesh], vec![kernel], map)
 }
 
+/// f32 atomics on gmem and smem (3 blocks x 96 threads): add of t / 2 into
+/// `facc[0]` (6840), min and max of t - 10 (-10, 85), exchange and load,
+/// per-block smem sums of 1.0 added into `facc[5]` (288), and min / max
+/// with NaN operands, which keep the other operand (95, -95).
+pub fn f32_atomics() -> Module {
+    let mesh = MeshBuilder::new("m").grid("b", 3).threads("t", 96).build();
+    let map = MapBuilder::new("f32_atomics")
+        .program("m", "f32_atomics")
+        .output_zeroed("facc", gmem(F32, [8]))
+        .scratch("ftile", smem(F32, [1]))
+        .build();
+    let kernel = KernelBuilder::new("f32_atomics", map.params()).body(|b| {
+        let t = b.let_("t", U32, axis_index("t"));
+        let tf = b.let_("tf", F32, t.clone().cast(F32));
+        let slot = |k: u32| at("facc", [Expr::from(k)]);
+        b.atomic(AtomicOp::Add, slot(0), [tf.clone() * 0.5f32]);
+        b.atomic(AtomicOp::Min, slot(1), [tf.clone() - 10.0f32]);
+        let old = b.atomic_let(
+            "old_max",
+            F32,
+            AtomicOp::Max,
+            slot(2),
+            [tf.clone() - 10.0f32],
+        );
+        let swapped = b.atomic_let("swapped", F32, AtomicOp::Exchange, slot(3), [old]);
+        let seen = b.atomic_let("seen", F32, AtomicOp::Load, slot(4), []);
+        b.atomic(AtomicOp::Store, slot(4), [seen + swapped * 0.0f32]);
+        b.if_(t.clone().eq(0u32), |b| {
+            b.atomic(
+                AtomicOp::Store,
+                at("ftile", [Expr::from(0u32)]),
+                [Expr::from(0.0f32)],
+            );
+        });
+        b.barrier();
+        b.atomic(
+            AtomicOp::Add,
+            at("ftile", [Expr::from(0u32)]),
+            [Expr::from(1.0f32)],
+        );
+        b.barrier();
+        b.if_(t.clone().eq(0u32), |b| {
+            let block = b.atomic_let(
+                "block",
+                F32,
+                AtomicOp::Load,
+                at("ftile", [Expr::from(0u32)]),
+                [],
+            );
+            b.atomic(AtomicOp::Add, slot(5), [block]);
+        });
+        let nan = Expr::from(f32::NAN);
+        let three = (t.clone() % 3u32).eq(0u32);
+        b.atomic(
+            AtomicOp::Max,
+            slot(6),
+            [select((t % 2u32).eq(0u32), nan.clone(), tf.clone())],
+        );
+        b.atomic(AtomicOp::Min, slot(7), [select(three, nan, -tf)]);
+    });
+    module(vec![mesh], vec![kernel], map)
+}
+
 /// A three-program pipeline with odd thread counts (48, 96, 128):
 /// `produce` fills one row per block of `mid` and signals the consumer block
 /// that owns it; `consume` waits on its own semaphore instance, transforms
@@ -389,6 +452,7 @@ pub fn corpus() -> Vec<(&'static str, Module)> {
         ("scale", scale()),
         ("all_expressions", all_expressions()),
         ("atomics", atomics()),
+        ("f32_atomics", f32_atomics()),
         ("pipeline", pipeline()),
         ("cycle", cycle()),
     ]

@@ -17,6 +17,8 @@
 //! - counters are updated only by atomics of one kind per element (add, and,
 //!   or, xor, min, max commute), and are read back only as outputs; the old
 //!   values of a shared ticket counter go to an output compared as a multiset;
+//!   f32 counters take min, max, and adds of small integers (exact sums, so
+//!   any order gives the same bits);
 //! - atomics on an element owned by one thread (exchange, compare-exchange,
 //!   load, store) have deterministic results and are used as values;
 //! - floats stay in ranges where comparisons mean something: inputs in
@@ -47,6 +49,13 @@ const INPUT_LENGTHS: [u32; 5] = [16, 33, 64, 100, 256];
 /// Counter elements and the (commuting) atomic each element is updated with.
 const COUNTER_OPS: [AtomicOp; 4] = [AtomicOp::Add, AtomicOp::Xor, AtomicOp::Or, AtomicOp::Max];
 const SIGNED_COUNTER_OPS: [AtomicOp; 3] = [AtomicOp::Min, AtomicOp::Max, AtomicOp::Add];
+/// f32 counter elements and their atomics: min and max commute exactly, and
+/// the adds add integers small enough that every partial sum is exact, so
+/// the result does not depend on the order of the adds.
+const F32_COUNTER_OPS: [AtomicOp; 3] = [AtomicOp::Add, AtomicOp::Min, AtomicOp::Max];
+/// Largest magnitude of an f32 counter add: with at most 2^22 adds into
+/// one element, the sums stay below 2^24, where f32 integers are exact.
+const F32_COUNTER_ADD_CLAMP: f32 = 4.0;
 
 /// Name of the main map of every generated module.
 pub const MAIN_MAP: &str = "main";
@@ -460,6 +469,7 @@ impl Gen {
         if self.programs.iter().any(|p| p.uses_counters) {
             b = b.output_zeroed("cnt", gmem(U32, [COUNTER_OPS.len() as u32]));
             b = b.output_zeroed("icnt", gmem(I32, [SIGNED_COUNTER_OPS.len() as u32]));
+            b = b.output_zeroed("fcnt", gmem(F32, [F32_COUNTER_OPS.len() as u32]));
         }
         if self.has_tick {
             let p = &self.programs[0];
@@ -645,6 +655,8 @@ impl Gen {
                 let Type::Ref(r) = &o.ty else { continue };
                 let mode = match o.name.as_str() {
                     "obs" => CompareMode::Multiset,
+                    // Order-independent by construction (`F32_COUNTER_OPS`).
+                    "fcnt" => CompareMode::Exact,
                     _ if !r.elem.is_float() => CompareMode::Exact,
                     "hout" | "hecho" => CompareMode::Exact,
                     name => {
@@ -1140,6 +1152,9 @@ impl Gen {
     }
 
     fn counter_atomic(&mut self, body: &mut Vec<Stmt>) {
+        if self.rng.chance(25) {
+            return self.f32_counter_atomic(body);
+        }
         let signed = self.rng.chance(35);
         let (target, op, ty) = if signed {
             let c = self.rng.below(SIGNED_COUNTER_OPS.len() as u64) as u32;
@@ -1163,6 +1178,31 @@ impl Gen {
             op,
             target,
             args: vec![v.e],
+        });
+    }
+
+    /// An f32 counter update (`F32_COUNTER_OPS`): min or max of an exact
+    /// value, or an add of an exact value clamped and floored to a small
+    /// integer, so the final value is the same in every order, as the
+    /// integer counters' are.
+    fn f32_counter_atomic(&mut self, body: &mut Vec<Stmt>) {
+        let c = self.rng.below(F32_COUNTER_OPS.len() as u64) as u32;
+        let op = F32_COUNTER_OPS[c as usize];
+        let v = self.value(F32, 2, false, false);
+        let operand = match op {
+            AtomicOp::Add => math(MathFn::Floor, [clamp(v.e, F32_COUNTER_ADD_CLAMP)]),
+            _ => v.e,
+        };
+        // The old value depends on the schedule: bound but never used.
+        let dest = self.rng.chance(30).then(|| Binding {
+            name: self.fresh("old"),
+            ty: F32,
+        });
+        body.push(Stmt::Atomic {
+            dest,
+            op,
+            target: at("fcnt", [lit_u32(c)]),
+            args: vec![operand],
         });
     }
 

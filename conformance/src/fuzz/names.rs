@@ -167,8 +167,8 @@ const RESERVED_ELSEWHERE: &[&str] = &[
 /// Names the generator gives without a digit (everything else it names has one).
 const GENERATOR_NAMES: &[&str] = &[
     "t", "lin", "gid", "tk", "tick", "obs", "hand", "credit", "send", "recv", "main", "sf", "si",
-    "sn", "hx", "hout", "hecho", "icnt", "cnt", "hs", "hs_t", "hs_b", "hr", "hr_t", "hr_b", "hin",
-    "send_k", "recv_k", "b", "x",
+    "sn", "hx", "hout", "hecho", "icnt", "cnt", "fcnt", "hs", "hs_t", "hs_b", "hr", "hr_t", "hr_b",
+    "hin", "send_k", "recv_k", "b", "x",
 ];
 
 /// Percent of names replaced.

@@ -1196,6 +1196,8 @@ impl BlockState {
         dst: Option<usize>,
     ) -> Result<(), RunError> {
         let t = code.threads;
+        let float = acc.elem == crate::ir::ScalarType::F32;
+        let ftz = code.flush_subnormals;
         let order = self.lane_order(env, t);
         let result = (|| {
             for k in 0..t {
@@ -1213,6 +1215,9 @@ impl BlockState {
                 let new = match op {
                     AtomicOp::Load => None,
                     AtomicOp::Store | AtomicOp::Exchange => Some(a),
+                    AtomicOp::Add if float => Some(f32_rmw(old, a, ftz, |x, y| x + y)),
+                    AtomicOp::Min if float => Some(f32_rmw(old, a, ftz, f32::min)),
+                    AtomicOp::Max if float => Some(f32_rmw(old, a, ftz, f32::max)),
                     AtomicOp::Add => Some(old.wrapping_add(a)),
                     AtomicOp::Min if signed => Some((old as i32).min(a as i32) as u32),
                     AtomicOp::Min => Some(old.min(a)),
@@ -1460,6 +1465,17 @@ fn flush(bits: u32) -> u32 {
     } else {
         bits
     }
+}
+
+/// One f32 atomic read-modify-write: `f` of the stored value and the
+/// operand, one IEEE operation (`f32::min`/`max` return the other operand
+/// when exactly one is NaN, the language's rule). A flushing adapter flushes
+/// both operands and the result, as it does for the plain operation.
+fn f32_rmw(old: u32, operand: u32, ftz: bool, f: impl Fn(f32, f32) -> f32) -> u32 {
+    let maybe_flush = |bits: u32| if ftz { flush(bits) } else { bits };
+    let x = f32::from_bits(maybe_flush(old));
+    let y = f32::from_bits(maybe_flush(operand));
+    maybe_flush(f(x, y).to_bits())
 }
 
 /// A register's lanes with subnormal f32 values flushed.

@@ -35,6 +35,7 @@ mod compile;
 mod detect;
 mod exec;
 mod limits;
+mod sums;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -42,6 +43,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use compile::{checked_len, words_of, ArrayInfo, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use limits::Limits;
+pub use sums::{f32_atomic_add_terms, summation_order_ulps};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{
@@ -80,7 +82,8 @@ pub struct InterpOptions {
     /// min/max, math function, conversion to an integer or bool) and every
     /// f32 result of one becomes a zero of the same sign when it is
     /// subnormal. Moves, selects, loads, stores, bitcasts and atomics keep
-    /// their bits. For `f16`/`bf16` it applies to the f32 intermediates
+    /// their bits, except f32 `atomic_add`, `atomic_min` and `atomic_max`,
+    /// which flush as the plain operations do. For `f16`/`bf16` it applies to the f32 intermediates
     /// (the widened operands and the f32 result before rounding), so f16 is
     /// unaffected and bf16 subnormals become zeros. The conformance oracle
     /// for flushing adapters.
@@ -327,6 +330,12 @@ impl Interpreter {
         };
         report.blocks_run = blocks;
         let outputs = (options.extra_schedules > 0).then(|| collect_outputs(&layout, &bufs));
+        // f32 atomic adds sum in the schedule's order (sums.rs): `profile`
+        // outputs of two schedules may differ by that much.
+        let sum_order_ulps = sums::f32_atomic_add_terms(map, meshes, kernels, &|name| {
+            args.scalars.get(name).copied()
+        })
+        .map_or(0, sums::summation_order_ulps);
 
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
@@ -366,6 +375,7 @@ impl Interpreter {
                     &options.output_compare,
                     k,
                     options.run.seed,
+                    sum_order_ulps,
                 )
             });
             if let Some(detail) = difference {
@@ -733,6 +743,7 @@ fn first_difference(
     compare: &[(Name, CompareMode)],
     schedule: u32,
     seed: u64,
+    sum_order_ulps: u64,
 ) -> Option<String> {
     // Sign of zero and NaN payloads are unspecified: compare canonical bits
     // (every float type's NaN becomes f32's, outside the 16-bit patterns).
@@ -771,8 +782,15 @@ fn first_difference(
             }
             _ => {}
         }
+        // `ulp(n)` states how far results may be apart; `profile` allows
+        // the reordering of f32 atomic adds.
+        let ulps = match mode {
+            Some(CompareMode::Ulp(n)) => u64::from(*n),
+            Some(CompareMode::Profile) => sum_order_ulps,
+            _ => 0,
+        };
         for (i, (&u, &v)) in xs.iter().zip(&ys).enumerate() {
-            if u != v {
+            if !sums::within_ulps(x.elem(), u, v, ulps) {
                 return Some(format!(
                     "output `{name}` element {i} is {} in the lockstep schedule and {} in extra schedule {schedule} (seed {seed})",
                     x.get(i).map(show).unwrap_or_default(),

@@ -516,6 +516,23 @@ impl AtomicOp {
     pub fn returns_value(self) -> bool {
         !matches!(self, Self::Store)
     }
+
+    /// Whether the op applies to elements of `elem` (E0050): every op to
+    /// `i32` and `u32`; to `f32` the ops whose meaning is the value's (load,
+    /// store, exchange, and add, min and max through a compare-exchange on the
+    /// bits where the hardware has none), not the bitwise ones nor
+    /// compare-exchange, whose success would hang on the sign of zero and the
+    /// NaN payload, which the language leaves unspecified.
+    pub fn applies_to(self, elem: ScalarType) -> bool {
+        match elem {
+            ScalarType::I32 | ScalarType::U32 => true,
+            ScalarType::F32 => matches!(
+                self,
+                Self::Load | Self::Store | Self::Add | Self::Min | Self::Max | Self::Exchange
+            ),
+            ScalarType::Bool | ScalarType::F16 | ScalarType::BF16 => false,
+        }
+    }
 }
 
 /// A typed binding introduced by a statement.

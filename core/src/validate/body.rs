@@ -639,7 +639,7 @@ impl Walker<'_, '_> {
                 format!("`{op}` on the local array `{base}` in kernel `{kernel}`"),
                 "local arrays belong to one thread: use a plain load and store",
             ),
-            Access::Atomic(_) if !r.elem.is_integer() && r.space != MemorySpace::Sem => {
+            Access::Atomic(atomic) if !atomic.applies_to(r.elem) && r.space != MemorySpace::Sem => {
                 self.sink.report(
                     "E0050",
                     path.clone(),
@@ -647,7 +647,11 @@ impl Walker<'_, '_> {
                         "`{op}` on `{base}` in kernel `{kernel}`, whose elements are `{}`",
                         r.elem
                     ),
-                    "use an i32 or u32 ref for atomics (bitcast f32 values if needed)",
+                    if r.elem == ScalarType::F32 {
+                        "f32 refs take atomic_load, atomic_store, atomic_add, atomic_min, atomic_max and atomic_exchange; for bitwise atomics or compare-exchange keep the bits in a u32 ref (bitcast)"
+                    } else {
+                        "use an i32, u32 or f32 ref for atomics (16-bit floats and bools have none; widen to f32)"
+                    },
                 )
             }
             _ => {}
@@ -1294,7 +1298,8 @@ impl Walker<'_, '_> {
                     );
                 }
                 let usable = r.filter(|r| {
-                    r.elem.is_integer() && matches!(r.space, MemorySpace::Gmem | MemorySpace::Smem)
+                    op.applies_to(r.elem)
+                        && matches!(r.space, MemorySpace::Gmem | MemorySpace::Smem)
                 });
                 if let Some(r) = &usable {
                     for (arg, t) in args.iter().zip(found) {

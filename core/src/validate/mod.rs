@@ -103,7 +103,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0047", "constant index out of bounds", "an index or block coordinate that is a compile-time constant (literals, axis_size, constant lets and operators over them) is in 0..extent"),
     ("E0048", "memory access to a semaphore", "sem refs are used only through signal, wait, wait_nodec and read"),
     ("E0049", "semaphore operation on a ref that is not a semaphore", "signal, wait, wait_nodec and read apply to sem refs only"),
-    ("E0050", "atomic on an unsupported ref", "atomics apply to i32 or u32 elements of gmem or smem (not f32, f16, bf16 or bool)"),
+    ("E0050", "atomic on an unsupported ref", "atomics apply to i32 or u32 elements of gmem or smem, and to f32 ones for load, store, add, min, max and exchange (not f16, bf16 or bool)"),
     ("E0051", "malformed atomic", "each atomic has its number of operands; atomic_store has no result"),
     ("E0052", "write to an input", "inputs are read-only unless `resident`"),
     ("E0053", "block-collective operation in non-uniform control flow", "barrier, signal, wait, wait_nodec and read are reached in block-uniform control flow"),

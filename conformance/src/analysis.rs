@@ -170,14 +170,19 @@ fn f32_atomic_add_terms(module: &Module) -> Option<u64> {
         let Some(map) = module.map(&call.map) else {
             continue;
         };
-        let kernels: Option<Vec<&Kernel>> = map
+        // As the programs run them: helper calls inlined, constants in place.
+        let kernels: Option<Vec<Kernel>> = map
             .programs
             .iter()
-            .map(|p| module.kernel(&p.kernel))
+            .map(|p| {
+                let kernel = module.kernel(&p.kernel)?;
+                mpmd_core::plan::program_kernel(module, map, kernel).ok()
+            })
             .collect();
         let Some(kernels) = kernels else {
             continue;
         };
+        let kernels: Vec<&Kernel> = kernels.iter().collect();
         let scalar = |name: &str| {
             call.scalars
                 .iter()

@@ -133,17 +133,12 @@ impl<'k> Counter<'k> {
                         (Some(s), Some(e)) => Some(e.saturating_sub(s).max(0) as u64),
                         _ => None,
                     };
-                    match trip {
-                        Some(trip) => self.count(body, times.saturating_mul(trip))?,
-                        None => {
-                            // An unknown trip count matters only when the loop adds.
-                            let before = self.adds.clone();
-                            self.count(body, 1)?;
-                            if self.adds != before {
-                                return None;
-                            }
-                        }
-                    }
+                    self.count_loop(body, times, trip)?;
+                }
+                // At most `max` trips.
+                Stmt::While { max, body, .. } => {
+                    let trip = self.bound(max).map(|m| m.max(0) as u64);
+                    self.count_loop(body, times, trip)?;
                 }
                 // Any other statement that holds an f32 add in a body of its
                 // own (a kind of loop this walk does not know): no bound.
@@ -169,6 +164,19 @@ impl<'k> Counter<'k> {
     }
 
     /// `Some(is smem)` for an f32 ref parameter.
+    /// A loop body run `trip` times per run of the loop; an unknown trip
+    /// count matters only when the loop adds.
+    fn count_loop(&mut self, body: &'k [Stmt], times: u64, trip: Option<u64>) -> Option<()> {
+        match trip {
+            Some(trip) => self.count(body, times.saturating_mul(trip)),
+            None => {
+                let before = self.adds.clone();
+                self.count(body, 1)?;
+                (self.adds == before).then_some(())
+            }
+        }
+    }
+
     fn f32_ref(&self, name: &str) -> Option<bool> {
         self.kernel.params.iter().find_map(|p| match &p.ty {
             Type::Ref(r) if p.name == name && r.elem == ScalarType::F32 => {

@@ -71,9 +71,12 @@ pub struct EmitOptions {
     /// Largest workgroup count of one dispatch dimension; larger units use a
     /// 2-D dispatch and linearise the block id.
     pub max_workgroups_per_dimension: u32,
-    /// The user declares the adapter co-resident: a program that waits on
-    /// its own signals runs as one dispatch with polling waits (unverified)
-    /// instead of one dispatch per block.
+    /// Every workgroup of the call's dispatch runs at once on this adapter
+    /// (the user declared it, or the runtime established it for this plan):
+    /// a plan that needs co-residency (a cycle, or a program that waits on
+    /// its own signals) runs as one *fused* dispatch of every program
+    /// ([`fuses_programs`]) with polling waits, instead of being refused or
+    /// split one dispatch per block.
     pub co_resident: bool,
 }
 
@@ -229,6 +232,35 @@ pub fn splits_blocks(plan: &LaunchPlan, options: &EmitOptions) -> bool {
 /// Whether unit `unit` runs one dispatch per block (see [`splits_blocks`]).
 pub fn is_split_unit(plan: &LaunchPlan, options: &EmitOptions, unit: usize) -> bool {
     splits_blocks(plan, options) && plan.graph.intra_program.iter().any(|e| e.to == unit)
+}
+
+/// Whether the plan runs as one fused dispatch: it needs co-residency (a
+/// cycle, or a program that waits on its own signals) and the options say
+/// the adapter runs all of its workgroups at once. Every program of the
+/// call is then one entry point, `FUSED_ENTRY_POINT`; a workgroup takes a
+/// ticket and derives (program, block) from it, programs in the plan's
+/// topological order (as the CUDA backend does).
+pub fn fuses_programs(plan: &LaunchPlan, options: &EmitOptions) -> bool {
+    options.co_resident && plan.needs_co_residency()
+}
+
+/// The entry point of a fused dispatch.
+pub const FUSED_ENTRY_POINT: &str = "mpmd_fused";
+
+/// Workgroups a fused dispatch of `plan` runs: one per block of every program.
+pub fn fused_workgroups(plan: &LaunchPlan) -> u64 {
+    plan.units.iter().map(|u| u.block_count).sum()
+}
+
+/// Invocations per workgroup of a fused dispatch: the most any program has
+/// (a program with fewer leaves the rest idle; they still reach its barriers).
+pub fn fused_workgroup_size(plan: &LaunchPlan) -> u32 {
+    plan.units
+        .iter()
+        .map(|u| u.threads_per_block)
+        .max()
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// Invocations per workgroup of a semaphore dispatch (one per block).
@@ -677,6 +709,9 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
             max: MAX_SPLIT_DISPATCHES,
         });
     }
+    if fuses_programs(plan, options) {
+        return generate_fused(state, &hoistings);
+    }
     let mut ticket_base = 0u64;
     let mut entries = Vec::new();
     let mut entry_points = Vec::new();
@@ -822,6 +857,124 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
     })
 }
 
+/// The module's first line: the map, the mode and fast math.
+fn module_header(plan: &LaunchPlan, options: &EmitOptions) -> String {
+    format!(
+        "// mpmd: map `{}` lowered to WGSL ({} mode{}).\n",
+        plan.map.name,
+        match options.mode {
+            Mode::Fast => "fast",
+            Mode::Checked => "checked",
+        },
+        if plan.map.fast_math {
+            ", fast math"
+        } else {
+            ""
+        }
+    )
+}
+
+/// A plan that needs co-residency, on an adapter that runs all of its
+/// workgroups at once: one dispatch runs every program. Each program is a
+/// function of the thread id; the entry point's workgroup takes the call's
+/// next ticket and runs the program and block it names, programs in the
+/// plan's topological order, so a workgroup that started has every lower
+/// ticket started before it (waits on earlier programs and lower blocks
+/// need no more than that; cycles need all of them resident).
+fn generate_fused(
+    mut state: ModuleState<'_>,
+    hoistings: &[Hoisting],
+) -> Result<EmittedModule, EmitError> {
+    let plan = state.plan;
+    let options = state.options;
+    let per_dim = options.max_workgroups_per_dimension.max(1);
+    let total = fused_workgroups(plan);
+    let max_blocks = (per_dim as u64 * per_dim as u64).min(u32::MAX as u64);
+    if total > max_blocks {
+        let units: Vec<String> = plan
+            .units
+            .iter()
+            .map(|u| format!("`{}` {}", u.kernel.name, u.block_count))
+            .collect();
+        return Err(EmitError::TooManyBlocks {
+            program: plan.units.first().map_or(0, |u| u.program),
+            kernel: format!("all programs together ({})", units.join(", ")),
+            blocks: total,
+            max: max_blocks,
+            per_dim,
+        });
+    }
+    let size = fused_workgroup_size(plan);
+    let mut functions = Vec::new();
+    let mut entry_points = Vec::new();
+    let mut dispatch_lines = Vec::new();
+    let mut base = 0u64;
+    for (index, unit) in plan.units.iter().enumerate() {
+        let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
+        let mut emitter = UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?;
+        emitter.idle_guard = unit.threads_per_block < size;
+        functions.push(emitter.emit_entry_with(BlockSource::Fused(base))?);
+        let end = base + unit.block_count;
+        dispatch_lines.push(format!(
+            "  if (ticket < {end}u) {{ {name}(mpmd_lid.x); return; }}"
+        ));
+        entry_points.push(name);
+        base = end;
+    }
+    let (x, y) = workgroup_grid(total, per_dim);
+    let mut out = module_header(plan, options);
+    let order: Vec<String> = plan
+        .units
+        .iter()
+        .map(|u| format!("program {} `{}` ({} block(s))", u.program, u.kernel.name, u.block_count))
+        .collect();
+    writeln!(
+        out,
+        "// One fused dispatch ({FUSED_ENTRY_POINT}, {total} workgroup(s) of {size} invocation(s)) runs every \
+         program: the plan needs co-residency ({}), and this adapter runs all of its workgroups at once \
+         (declared or established). Tickets in program order: {}.",
+        if plan.graph.has_cycle {
+            "its programs wait on each other in a cycle"
+        } else {
+            "a program waits on its own signals"
+        },
+        order.join(", ")
+    )
+    .unwrap();
+    out.push('\n');
+    state.write_globals(&mut out);
+    state.write_helpers(&mut out);
+    for f in functions {
+        out.push_str(&f);
+        out.push('\n');
+    }
+    writeln!(
+        out,
+        "// ---- the fused dispatch: a workgroup's ticket names its program and block.\n\
+         @compute @workgroup_size({size})\n\
+         fn {FUSED_ENTRY_POINT}(@builtin(local_invocation_id) mpmd_lid: vec3<u32>) {{\n  \
+         if (mpmd_lid.x == 0u) {{ mpmd_ticket = atomicAdd(&mpmd_status[{TICKET_WORD}], 1u); }}\n  \
+         let ticket: u32 = workgroupUniformLoad(&mpmd_ticket);\n{}\n}}",
+        dispatch_lines.join("\n")
+    )
+    .unwrap();
+    Ok(EmittedModule {
+        wgsl: out,
+        entry_points,
+        dispatch: vec![[x, y, 1]; plan.units.len()],
+        schedule: vec![Dispatch {
+            entry_point: FUSED_ENTRY_POINT.to_string(),
+            workgroups: [x, y, 1],
+            unit: None,
+            repeat: 1,
+        }],
+        layout: state.layout,
+        scalar_slots: state.scalar_slots,
+        literal_words: state.literals.iter().map(|l| l.to_bits()).collect(),
+        sites: state.sites,
+    })
+}
+
 /// The moved signals (or waits) of unit `index`, emitted as a function into
 /// `functions`; `None` when it has none.
 fn moved_ops(
@@ -879,6 +1032,9 @@ enum BlockSource {
     TwoD,
     /// The call's ticket counter less this base (one block per dispatch).
     Ticket(u64),
+    /// A program's function in a fused dispatch: the workgroup's ticket
+    /// (already taken) less the blocks of the programs before it.
+    Fused(u64),
 }
 
 /// The semaphore operations of one unit run in a semaphore dispatch.
@@ -1026,11 +1182,15 @@ impl ModuleState<'_> {
         }
         out.push_str("// Block-collective broadcast of semaphore reads.\n");
         out.push_str("var<workgroup> mpmd_sem_value: i32;\n");
-        if splits_blocks(self.plan, self.options) {
+        if splits_blocks(self.plan, self.options) || fuses_programs(self.plan, self.options) {
             out.push_str(
-                "// The block of a block-split dispatch (its ticket), shared with the workgroup.\n",
+                "// The workgroup's ticket (its block, or in a fused dispatch its program and block).\n",
             );
             out.push_str("var<workgroup> mpmd_ticket: u32;\n");
+        }
+        if fuses_programs(self.plan, self.options) {
+            out.push_str("// An invocation beyond its program's threads in a fused workgroup.\n");
+            out.push_str("var<private> mpmd_idle: bool;\n");
         }
         for (idx, unit) in self.plan.units.iter().enumerate() {
             for slot in &unit.smem {
@@ -1063,7 +1223,18 @@ impl ModuleState<'_> {
     }
 
     fn write_helpers(&self, out: &mut String) {
-        out.push_str(REPORT_HELPER);
+        if fuses_programs(self.plan, self.options) {
+            // An idle invocation computes what its thread computes, so it would
+            // report that thread's out-of-bounds accesses under its own id.
+            out.push_str(&REPORT_HELPER.replace(
+                "{\n  if (atomicAdd",
+                &format!(
+                    "{{\n  if (mpmd_idle && kind == {ERROR_OUT_OF_BOUNDS}u) {{ return; }}\n  if (atomicAdd"
+                ),
+            ));
+        } else {
+            out.push_str(REPORT_HELPER);
+        }
         if let Some(cap) = self.options.loop_cap {
             let cap = cap.min(u32::MAX - 2);
             write!(
@@ -1708,6 +1879,9 @@ struct UnitEmitter<'s, 'p> {
     sem_barrier_unobservable: bool,
     /// The top-level semaphore operations that run in semaphore dispatches.
     hoisting: Hoisting,
+    /// A program of a fused dispatch with fewer threads than its workgroup:
+    /// the extra invocations (`mpmd_idle`) skip stores and atomics.
+    idle_guard: bool,
 }
 
 fn contains_collective(body: &[Stmt]) -> bool {
@@ -1824,6 +1998,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             ordered_by_dispatch,
             sem_barrier_unobservable: false,
             hoisting: hoisting.clone(),
+            idle_guard: false,
         })
     }
 
@@ -2071,6 +2246,43 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             unit.threads_per_block
         )
         .unwrap();
+        if let BlockSource::Fused(base) = source {
+            // A function of the fused dispatch: the entry point took the ticket.
+            writeln!(out, "fn {}(thread_id: u32) {{", self.entry).unwrap();
+            writeln!(
+                out,
+                "  // The workgroup's ticket less the {base} block(s) of the programs before this one."
+            )
+            .unwrap();
+            writeln!(
+                out,
+                "  let block_id: u32 = workgroupUniformLoad(&mpmd_ticket) - {base}u;"
+            )
+            .unwrap();
+            writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
+            out.push_str("  mpmd_block_id = block_id;\n  mpmd_thread_id = thread_id;\n");
+            if self.idle_guard {
+                writeln!(
+                    out,
+                    "  // The fused workgroup is wider than this program's {} thread(s): the others are idle.\n  \
+                     // They run the body (WGSL barriers must be reached by every invocation) as a copy\n  \
+                     // of thread `thread_id % {}` whose stores, atomics and out-of-bounds reports are skipped.",
+                    unit.threads_per_block, unit.threads_per_block
+                )
+                .unwrap();
+                writeln!(
+                    out,
+                    "  mpmd_idle = thread_id >= {}u;",
+                    unit.threads_per_block
+                )
+                .unwrap();
+            }
+            self.prologue(&mut out, true);
+            out.push_str("  // Kernel body.\n");
+            out.push_str(&self.body);
+            out.push_str("}\n");
+            return Ok(out);
+        }
         writeln!(out, "@compute @workgroup_size({})", unit.threads_per_block).unwrap();
         writeln!(
             out,
@@ -2401,7 +2613,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 }
                 let (place, info) = self.place(target)?;
                 let text = store_text(&info, &place, &v);
-                self.line(&text);
+                if self.idle_guard && !matches!(info.storage, Storage::Local { .. }) {
+                    self.line(&format!("if (!mpmd_idle) {{ {text} }}"));
+                } else {
+                    self.line(&text);
+                }
             }
             Stmt::Atomic {
                 dest,
@@ -2651,6 +2867,36 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         }
         let elem = wgsl_scalar(info.ty.elem);
         let arg = |k: usize| values.get(k).cloned().unwrap_or_default();
+        if self.idle_guard {
+            // An idle invocation of a fused workgroup: no atomic; a result reads 0.
+            let result = dest.map(|(name, ty)| (self.bind_scalar(name, ty), ty));
+            if let Some((wgsl, ty)) = &result {
+                self.line(&format!("var {wgsl}: {};", wgsl_scalar(*ty)));
+            }
+            self.line("if (!mpmd_idle) {");
+            self.depth += 1;
+            let inner = self.temp("atomic");
+            let saved = self.idle_guard;
+            self.idle_guard = false;
+            let r = self.atomic(
+                result.as_ref().map(|(_, ty)| (inner.as_str(), *ty)),
+                op,
+                target,
+                args,
+            );
+            self.idle_guard = saved;
+            r?;
+            if let Some((wgsl, _)) = &result {
+                let inner_wgsl = match self.lookup(&inner) {
+                    Some(Named::Scalar { wgsl, .. }) => wgsl.clone(),
+                    _ => return Err(self.invalid("lost an atomic's result")),
+                };
+                self.line(&format!("{wgsl} = {inner_wgsl};"));
+            }
+            self.depth -= 1;
+            self.line("}");
+            return Ok(());
+        }
         let value = match op {
             AtomicOp::Load => format!("atomicLoad(&{place})"),
             AtomicOp::Store => {
@@ -2887,8 +3133,16 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                         target.base
                     )));
                 }
+                if self.idle_guard {
+                    self.line("if (!mpmd_idle) {");
+                    self.depth += 1;
+                }
                 self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
                 self.line(&format!("atomicOr(&{word}, {value} << {shift});"));
+                if self.idle_guard {
+                    self.depth -= 1;
+                    self.line("}");
+                }
             }
             Storage::Local { .. } => self.line(&format!(
                 "{word} = ({word} & ~(0xffffu << {shift})) | ({value} << {shift});"

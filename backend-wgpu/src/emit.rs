@@ -46,6 +46,8 @@ pub const TICKET_WORD: usize = 7 + MAX_RECORDED_VALUES;
 /// Dispatches one call may spend on block-split units (one per block; see
 /// [`Dispatch::repeat`]); a plan that needs more is refused.
 pub const MAX_SPLIT_DISPATCHES: u64 = 65_536;
+/// Looks at the semaphore per poll of a polling wait (one loop visit).
+pub const POLL_LOOKS: u32 = 32;
 /// Index values an error record keeps.
 pub const MAX_RECORDED_VALUES: usize = 8;
 
@@ -1650,16 +1652,24 @@ fn mpmd_check{n}(site: u32, {params}) -> u32 {{
                 }
                 Helper::SemWait(global) => {
                     let budget = self.options.wait_poll_budget.max(1);
+                    let looks = format!(
+                        "    if (seen < amount) {{ seen = atomicAdd(&{global}[index], 0i); }}\n"
+                    )
+                    .repeat(POLL_LOOKS as usize - 1);
                     write!(
                         out,
                         "// Semaphore wait on {global}, run by thread 0 of the block: poll until the count
 // reaches `amount` (then take it, unless `take` is false). Bounded: after {budget}
 // polls, or once another error is recorded, it reports and gives up: never a hang.
+// A poll looks {POLL_LOOKS} times, unrolled: a longer poll outlasts a loaded machine's
+// scheduling delays within the loop cap, where each poll is one loop visit. It looks
+// with `atomicAdd(.., 0)`: on lavapipe (Mesa 22.3) an `atomicLoad` in a loop never
+// sees another workgroup's writes (measured, tests/lavapipe_traps.rs).
 fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
   var polls: u32 = 0u;
 {enter}  loop {{
-{tick}    let seen = atomicLoad(&{global}[index]);
-    if (seen >= amount) {{
+{tick}    var seen: i32 = atomicAdd(&{global}[index], 0i);
+{looks}    if (seen >= amount) {{
       if (!take) {{ return; }}
       let swap = atomicCompareExchangeWeak(&{global}[index], seen, seen - amount);
       if (swap.exchanged) {{ return; }}
@@ -1669,7 +1679,7 @@ fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
         mpmd_report({ERROR_WAIT_TIMEOUT}u, site, 1u, array<u32, {MAX_RECORDED_VALUES}>(index, 0u, 0u, 0u, 0u, 0u, 0u, 0u));
         return;
       }}
-      if (atomicLoad(&mpmd_status[0]) != 0u) {{ return; }}
+      if (atomicAdd(&mpmd_status[0], 0u) != 0u) {{ return; }}
     }}
   }}
 }}

@@ -27,12 +27,15 @@ pub const MAX_PROBED_WORKGROUPS: u32 = 64;
 /// 65,535 loop visits per invocation, with room for the loop's entry.
 const PROBE_POLLS: u32 = 60_000;
 
-/// Atomic loads per poll: stretches a poll, so the spin lasts long enough
-/// for a thread the OS has not scheduled yet to arrive on a loaded machine.
+/// Looks per poll: stretches a poll, so the spin lasts long enough for a
+/// thread the OS has not scheduled yet to arrive on a loaded machine. A look
+/// is `atomicAdd(.., 0)`: on lavapipe (Mesa 22.3) an `atomicLoad` in a loop
+/// never sees another workgroup's writes (measured: with it no probe of 2 or
+/// more workgroups ever completed, whatever `LP_NUM_THREADS`).
 const LOADS_PER_POLL: usize = 32;
 
 fn probe_wgsl() -> String {
-    let loads = "    seen = max(seen, atomicLoad(&probe[0]));\n".repeat(LOADS_PER_POLL);
+    let loads = "    if (seen < wanted) { seen = atomicAdd(&probe[0], 0u); }\n".repeat(LOADS_PER_POLL);
     format!(
         "// Co-residency probe: probe[3] workgroups arrive on probe[0], then wait
 // (bounded) until all have arrived; one that gives up counts in probe[1].
@@ -125,8 +128,8 @@ fn all_arrive(
     mapped.map_err(|e| format!("reading the probe back failed: {e}"))?;
     let words: Vec<u32> = {
         let view = staging
-            .slice(..)
-            .get_mapped_range();
+            .get_mapped_range(..)
+            .map_err(|e| format!("reading the probe back failed: {e}"))?;
         bytemuck::cast_slice(&view).to_vec()
     };
     staging.unmap();

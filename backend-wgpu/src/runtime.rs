@@ -350,7 +350,7 @@ impl WgpuBackend {
             String::new()
         };
         format!(
-            "run as one fused dispatch, it needs {needed} workgroup(s) running at once; the backend established \
+            "as one fused dispatch, which needs {needed} workgroup(s) running at once; the backend established \
              {} on this adapter ({}). Set WgpuOptions::co_resident if this adapter runs them all at once (the \
              result is then unverified){lavapipe}",
             residency.workgroups, residency.how
@@ -400,7 +400,7 @@ impl WgpuBackend {
                 reason: format!(
                     "{}; such a wait needs another workgroup of the same dispatch to run at the same time, \
                      and WebGPU promises no forward progress between workgroups. No order of dispatches \
-                     carries a cycle: {}",
+                     carries a cycle: the plan must run {}",
                     why.join("; "),
                     self.co_residency_advice(plan)
                 ),

@@ -913,7 +913,8 @@ fn generate_fused(
     let mut base = 0u64;
     for (index, unit) in plan.units.iter().enumerate() {
         let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
-        let mut emitter = UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?;
+        let mut emitter =
+            UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?;
         emitter.idle_guard = unit.threads_per_block < size;
         functions.push(emitter.emit_entry_with(BlockSource::Fused(base))?);
         let end = base + unit.block_count;
@@ -928,7 +929,12 @@ fn generate_fused(
     let order: Vec<String> = plan
         .units
         .iter()
-        .map(|u| format!("program {} `{}` ({} block(s))", u.program, u.kernel.name, u.block_count))
+        .map(|u| {
+            format!(
+                "program {} `{}` ({} block(s))",
+                u.program, u.kernel.name, u.block_count
+            )
+        })
         .collect();
     writeln!(
         out,

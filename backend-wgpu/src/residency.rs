@@ -35,7 +35,8 @@ const PROBE_POLLS: u32 = 60_000;
 const LOADS_PER_POLL: usize = 32;
 
 fn probe_wgsl() -> String {
-    let loads = "    if (seen < wanted) { seen = atomicAdd(&probe[0], 0u); }\n".repeat(LOADS_PER_POLL);
+    let loads =
+        "    if (seen < wanted) { seen = atomicAdd(&probe[0], 0u); }\n".repeat(LOADS_PER_POLL);
     format!(
         "// Co-residency probe: probe[3] workgroups arrive on probe[0], then wait
 // (bounded) until all have arrived; one that gives up counts in probe[1].
@@ -107,11 +108,9 @@ fn all_arrive(
     encoder.copy_buffer_to_buffer(&buffer, 0, &staging, 0, 16);
     queue.submit([encoder.finish()]);
     let (sender, receiver) = std::sync::mpsc::channel();
-    staging
-        .slice(..)
-        .map_async(wgpu::MapMode::Read, move |r| {
-            let _ = sender.send(r);
-        });
+    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        let _ = sender.send(r);
+    });
     let start = std::time::Instant::now();
     let mapped = loop {
         device

@@ -12,9 +12,9 @@ use thiserror::Error;
 
 use crate::emit::{
     emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, is_split_unit,
-    splits_blocks, words_for, EmitError, EmitOptions, EmittedModule,
-    ERROR_LOOP_CAP, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES,
-    PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
+    splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
+    ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING,
+    STATUS_BINDING, STATUS_WORDS,
 };
 
 /// Loop header visits the backend allows on llvmpipe (measured: it stops an
@@ -254,15 +254,17 @@ impl WgpuBackend {
         self.ctx.limits.clone()
     }
 
-    /// Whether a successful run of `plan` is only `unverified`: it ran as a
-    /// fused dispatch on the user's co-residency declaration alone, more
-    /// workgroups than the backend established for this adapter
-    /// ([`Self::resident_workgroups`]). A plan whose programs wait on their
-    /// own signals but has no cycle runs one dispatch per block of those
-    /// programs when it cannot fuse, and is verified.
+    /// Whether a successful run of `plan` is only `unverified`: it needs
+    /// co-residency for more workgroups than the backend established for
+    /// this adapter ([`Self::resident_workgroups`]), so it runs (as one fused
+    /// dispatch) only on the user's declaration, `WgpuOptions::co_resident`
+    /// (without it, a plan with a cycle is refused). A plan whose programs
+    /// wait on their own signals but has no cycle runs one dispatch per
+    /// block of those programs when it cannot fuse, and is verified.
     pub fn unverified(&self, plan: &LaunchPlan) -> bool {
-        fuses_programs(plan, &self.plan_emit_options(plan, Mode::Fast))
+        plan.needs_co_residency()
             && !self.co_residency_established(plan)
+            && !splits_blocks(plan, &self.plan_emit_options(plan, Mode::Fast))
     }
 
     /// What the backend established about this adapter running a

@@ -1669,8 +1669,9 @@ fn mpmd_check{n}(site: u32, {params}) -> u32 {{
 // polls, or once another error is recorded, it reports and gives up: never a hang.
 // A poll looks {POLL_LOOKS} times, unrolled: a longer poll outlasts a loaded machine's
 // scheduling delays within the loop cap, where each poll is one loop visit. It looks
-// with `atomicAdd(.., 0)`: on lavapipe (Mesa 22.3) an `atomicLoad` in a loop never
-// sees another workgroup's writes (measured, tests/lavapipe_traps.rs).
+// with `atomicAdd(.., 0)`, a read-modify-write no compiler hoists out of the loop: on
+// lavapipe (Mesa 22.3) a spin of `atomicLoad`s never saw another workgroup's write
+// (backend-wgpu/src/residency.rs).
 fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
   var polls: u32 = 0u;
 {enter}  loop {{

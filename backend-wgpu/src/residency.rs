@@ -29,9 +29,10 @@ const PROBE_POLLS: u32 = 60_000;
 
 /// Looks per poll: stretches a poll, so the spin lasts long enough for a
 /// thread the OS has not scheduled yet to arrive on a loaded machine. A look
-/// is `atomicAdd(.., 0)`: on lavapipe (Mesa 22.3) an `atomicLoad` in a loop
-/// never sees another workgroup's writes (measured: with it no probe of 2 or
-/// more workgroups ever completed, whatever `LP_NUM_THREADS`).
+/// is `atomicAdd(.., 0)`, a read-modify-write no compiler hoists out of the
+/// loop: with `atomicLoad` instead (and no store in the loop) no probe of 2
+/// to 8 workgroups ever completed on lavapipe (Mesa 22.3), whatever
+/// `LP_NUM_THREADS` (24 tries); llvmpipe may compile it as a plain load.
 const LOADS_PER_POLL: usize = 32;
 
 fn probe_wgsl() -> String {

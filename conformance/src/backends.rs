@@ -178,6 +178,22 @@ mod wgpu_glue {
                 profile.adapter
             ),
         ));
+        // Cycles run fused only where this many workgroups run at once (or
+        // on --wgpu-co-resident, unverified).
+        let residency = backend.residency();
+        header.push((
+            "wgpu co-residency".into(),
+            format!(
+                "{} workgroup(s) of a dispatch established to run at once ({}){}",
+                residency.workgroups,
+                residency.how,
+                if wgpu_co_resident_declared() {
+                    "; more declared by --wgpu-co-resident (unverified)"
+                } else {
+                    ""
+                }
+            ),
+        ));
         (Availability::Runs, profile.ulp, profile.deviations)
     }
 

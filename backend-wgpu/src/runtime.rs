@@ -343,13 +343,17 @@ impl WgpuBackend {
     fn co_residency_advice(&self, plan: &LaunchPlan) -> String {
         let needed = fused_workgroups(plan);
         let residency = self.residency();
-        let lavapipe = if self.ctx.llvmpipe {
-            format!(
+        let lavapipe = match self.ctx.llvmpipe {
+            true if needed <= crate::residency::MAX_PROBED_WORKGROUPS as u64 => format!(
                 "; on lavapipe, LP_NUM_THREADS={needed} or more (set before the process opens the adapter) \
                  lets the backend establish it, and the result is verified"
-            )
-        } else {
-            String::new()
+            ),
+            true => format!(
+                "; lavapipe runs at most {} workgroups at once (its thread pool's limit), so this plan \
+                 cannot run there: use fewer blocks",
+                crate::residency::MAX_PROBED_WORKGROUPS
+            ),
+            false => String::new(),
         };
         format!(
             "as one fused dispatch, which needs {needed} workgroup(s) running at once; the backend established \

@@ -434,7 +434,8 @@ map stuck {
 }
 
 /// Measurement, not a check (run with `--ignored --nocapture`): how many
-/// workgroups of one probe dispatch ran at once, for 1 to 8 workgroups, and
+/// workgroups of one probe dispatch ran at once, for 1 to 8 workgroups (or
+/// the comma-separated counts in `MPMD_PROBE_SIZES`), and
 /// how long each probe took (a failing one spins its whole budget).
 #[test]
 #[ignore]
@@ -445,7 +446,11 @@ fn measure_residency() {
     println!("adapter: {:?}", adapter.get_info());
     println!("LP_NUM_THREADS={:?}", std::env::var("LP_NUM_THREADS").ok());
     let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
-    for k in 1..=8u32 {
+    let sizes: Vec<u32> = std::env::var("MPMD_PROBE_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|k| k.trim().parse().ok()).collect())
+        .unwrap_or_else(|| (1..=8).collect());
+    for k in sizes {
         let start = std::time::Instant::now();
         let (all, polls) = mpmd_wgpu::residency::probe_once(&device, &queue, k).unwrap();
         println!(

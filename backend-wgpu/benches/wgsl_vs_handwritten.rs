@@ -559,8 +559,8 @@ kernel scan(x: gmem<i32[{n}]>, y: gmem<i32[{n}]>, tile: smem<i32[256]>, carry: g
     }}
     signal(turn@[b + 1u][0u], 1);
   }}
-  for k: u32 in 0u..{tiles}u {{
-    let i: u32 = (b * {tiles}u + k) * 256u + t;
+  for m: u32 in 0u..{tiles}u {{
+    let i: u32 = (b * {tiles}u + m) * 256u + t;
     tile[t] = x[i];
     barrier;
 {steps}    y[i] = base + tile[t];

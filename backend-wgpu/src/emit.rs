@@ -272,9 +272,11 @@ pub const SEMAPHORE_WORKGROUP_SIZE: u32 = 256;
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmittedModule {
     pub wgsl: String,
-    /// Entry point name per launch unit (same order as `plan.units`).
+    /// Entry point name per launch unit (same order as `plan.units`); in a
+    /// fused module ([`fuses_programs`]) the unit's function, which the one
+    /// entry point [`FUSED_ENTRY_POINT`] calls.
     pub entry_points: Vec<String>,
-    /// Workgroup counts per unit.
+    /// Workgroup counts per unit (in a fused module, the fused dispatch's).
     pub dispatch: Vec<[u32; 3]>,
     /// Every dispatch of a call, in order: the units in plan order, with the
     /// semaphore dispatches between them.

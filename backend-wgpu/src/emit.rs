@@ -46,7 +46,9 @@ pub const TICKET_WORD: usize = 7 + MAX_RECORDED_VALUES;
 /// Dispatches one call may spend on block-split units (one per block; see
 /// [`Dispatch::repeat`]); a plan that needs more is refused.
 pub const MAX_SPLIT_DISPATCHES: u64 = 65_536;
-/// Looks at the semaphore per poll of a polling wait (one loop visit).
+/// Looks at the semaphore per poll of a polling wait under a loop cap (one
+/// loop visit); without a cap a poll is one look, so that a wait that never
+/// ends gives up as soon as before (4,194,304 polls on a GPU).
 pub const POLL_LOOKS: u32 = 32;
 /// Index values an error record keeps.
 pub const MAX_RECORDED_VALUES: usize = 8;
@@ -1660,17 +1662,23 @@ fn mpmd_check{n}(site: u32, {params}) -> u32 {{
                 }
                 Helper::SemWait(global) => {
                     let budget = self.options.wait_poll_budget.max(1);
+                    // Only a loop cap limits the polls; without one, a poll is one look.
+                    let per_poll = if self.options.loop_cap.is_some() {
+                        POLL_LOOKS
+                    } else {
+                        1
+                    };
                     let looks = format!(
                         "    if (seen < amount) {{ seen = atomicAdd(&{global}[index], 0i); }}\n"
                     )
-                    .repeat(POLL_LOOKS as usize - 1);
+                    .repeat(per_poll as usize - 1);
                     write!(
                         out,
                         "// Semaphore wait on {global}, run by thread 0 of the block: poll until the count
 // reaches `amount` (then take it, unless `take` is false). Bounded: after {budget}
 // polls, or once another error is recorded, it reports and gives up: never a hang.
-// A poll looks {POLL_LOOKS} times, unrolled: a longer poll outlasts a loaded machine's
-// scheduling delays within the loop cap, where each poll is one loop visit. It looks
+// A poll looks {per_poll} time(s), unrolled: under a loop cap, where each poll is one loop
+// visit, a longer poll outlasts a loaded machine's scheduling delays. It looks
 // with `atomicAdd(.., 0)`, a read-modify-write no compiler hoists out of the loop: on
 // lavapipe (Mesa 22.3) a spin of `atomicLoad`s never saw another workgroup's write
 // (backend-wgpu/src/residency.rs).

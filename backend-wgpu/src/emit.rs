@@ -112,7 +112,7 @@ pub enum EmitError {
     },
     /// Block-split units (programs that wait on their own signals) would
     /// need more dispatches than [`MAX_SPLIT_DISPATCHES`].
-    #[error("{units} wait on their own signals, so each of their blocks runs in its own dispatch, in linear block order: {dispatches} dispatches, more than the {max} one call may make")]
+    #[error("{units} wait on their own signals, so their blocks run one per dispatch in linear block order (after one dispatch of the leading blocks that wait on nothing, where there are two or more): {dispatches} dispatches, more than the {max} one call may make")]
     TooManyDispatches {
         units: String,
         dispatches: u64,
@@ -689,12 +689,21 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
     let split: Vec<bool> = (0..plan.units.len())
         .map(|u| is_split_unit(plan, options, u))
         .collect();
+    // A split unit's first wave: its leading blocks that wait on nothing run
+    // together in one dispatch (when there are at least two of them).
+    let waves: Vec<u64> = plan
+        .units
+        .iter()
+        .zip(&split)
+        .map(|(u, &s)| if s { first_wave(u, per_dim) } else { 0 })
+        .collect();
     let split_dispatches: u64 = plan
         .units
         .iter()
         .zip(&split)
-        .filter(|(_, &s)| s)
-        .map(|(u, _)| u.block_count)
+        .zip(&waves)
+        .filter(|((_, &s), _)| s)
+        .map(|((u, _), &wave)| split_dispatch_count(u.block_count, wave))
         .sum();
     if split_dispatches > MAX_SPLIT_DISPATCHES {
         let units: Vec<String> = plan
@@ -791,16 +800,31 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
             });
         }
         if gap < plan.units.len() {
-            schedule.push(Dispatch {
-                entry_point: entry_points[gap].clone(),
-                workgroups: dispatch[gap],
-                unit: Some(gap),
-                repeat: if split[gap] {
-                    plan.units[gap].block_count as u32
-                } else {
-                    1
-                },
-            });
+            let blocks = plan.units[gap].block_count;
+            if split[gap] && waves[gap] >= 2 {
+                // The first wave in one dispatch, then the rest one block each.
+                schedule.push(Dispatch {
+                    entry_point: entry_points[gap].clone(),
+                    workgroups: [waves[gap] as u32, 1, 1],
+                    unit: Some(gap),
+                    repeat: 1,
+                });
+                if blocks > waves[gap] {
+                    schedule.push(Dispatch {
+                        entry_point: entry_points[gap].clone(),
+                        workgroups: dispatch[gap],
+                        unit: Some(gap),
+                        repeat: (blocks - waves[gap]) as u32,
+                    });
+                }
+            } else {
+                schedule.push(Dispatch {
+                    entry_point: entry_points[gap].clone(),
+                    workgroups: dispatch[gap],
+                    unit: Some(gap),
+                    repeat: if split[gap] { blocks as u32 } else { 1 },
+                });
+            }
         }
     }
 
@@ -834,15 +858,37 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
         })
         .collect();
     writeln!(out, "// {}.", order.join(", ")).unwrap();
-    for (unit, _) in plan.units.iter().zip(&split).filter(|(_, &s)| s) {
-        writeln!(
-            out,
-            "// Program {} (`{}`) waits on its own signals and the plan has no cycle: its {} block(s) \
-             run one per dispatch, in linear block order ({} dispatches), so every block it may wait \
-             on ran in an earlier dispatch.",
-            unit.program, unit.kernel.name, unit.block_count, unit.block_count
-        )
-        .unwrap();
+    for ((unit, _), &wave) in plan
+        .units
+        .iter()
+        .zip(&split)
+        .zip(&waves)
+        .filter(|((_, &s), _)| s)
+    {
+        if wave >= 2 {
+            writeln!(
+                out,
+                "// Program {} (`{}`) waits on its own signals and the plan has no cycle: its {} block(s) \
+                 run in {} dispatches: blocks 0 to {}, which wait on nothing, together in the first, then \
+                 the others one per dispatch, in linear block order, so every block it may wait on ran \
+                 in an earlier dispatch.",
+                unit.program,
+                unit.kernel.name,
+                unit.block_count,
+                split_dispatch_count(unit.block_count, wave),
+                wave - 1
+            )
+            .unwrap();
+        } else {
+            writeln!(
+                out,
+                "// Program {} (`{}`) waits on its own signals and the plan has no cycle: its {} block(s) \
+                 run one per dispatch, in linear block order ({} dispatches), so every block it may wait \
+                 on ran in an earlier dispatch.",
+                unit.program, unit.kernel.name, unit.block_count, unit.block_count
+            )
+            .unwrap();
+        }
     }
     out.push('\n');
     state.write_globals(&mut out);
@@ -985,6 +1031,159 @@ fn generate_fused(
         literal_words: state.literals.iter().map(|l| l.to_bits()).collect(),
         sites: state.sites,
     })
+}
+
+/// Dispatches a block-split unit of `blocks` blocks takes with a first wave
+/// of `wave` blocks (a wave of fewer than two is no wave).
+fn split_dispatch_count(blocks: u64, wave: u64) -> u64 {
+    if wave >= 2 {
+        1 + (blocks - wave)
+    } else {
+        blocks
+    }
+}
+
+/// The leading blocks of a block-split unit that reach no wait (at most
+/// `per_dim`, one dispatch dimension): they wait on nothing, so they can run
+/// together in the unit's first dispatch. A block counts only where the
+/// conditions over its waits are decided by its block coordinates and
+/// constants (`block_reaches_wait`); anything else may wait.
+fn first_wave(unit: &LaunchUnit, per_dim: u32) -> u64 {
+    let limit = unit.block_count.min(per_dim as u64);
+    let mut wave = 0;
+    while wave < limit && !block_reaches_wait(unit, wave) {
+        wave += 1;
+    }
+    wave
+}
+
+/// A value a block's wait conditions compute, known before the run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Known {
+    U32(u32),
+    I32(i32),
+    Bool(bool),
+}
+
+/// Whether block `block` of `unit` may reach a `wait` or `wait_nodec`:
+/// conservative (true) wherever a condition is not decided by the block's
+/// coordinates, constants and `let`s of those, and for any wait in a loop.
+fn block_reaches_wait(unit: &LaunchUnit, block: u64) -> bool {
+    fn eval(unit: &LaunchUnit, block: u64, lets: &HashMap<Name, Known>, e: &Expr) -> Option<Known> {
+        let value = |e: &Expr| eval(unit, block, lets, e);
+        Some(match e {
+            Expr::Lit(Literal::U32(v)) => Known::U32(*v),
+            Expr::Lit(Literal::I32(v)) => Known::I32(*v),
+            Expr::Lit(Literal::Bool(v)) => Known::Bool(*v),
+            Expr::Var(name) => *lets.get(name)?,
+            Expr::AxisIndex(axis) => {
+                let a = unit
+                    .axes
+                    .iter()
+                    .find(|a| &a.axis == axis && a.source == IdSource::Block)?;
+                let index = (block / a.stride.max(1) as u64) % a.size.max(1) as u64;
+                Known::U32(index as u32)
+            }
+            Expr::AxisSize(axis) => Known::U32(unit.axes.iter().find(|a| &a.axis == axis)?.size),
+            Expr::Unary(UnaryOp::Not, a) => match value(a)? {
+                Known::Bool(b) => Known::Bool(!b),
+                _ => return None,
+            },
+            Expr::Binary(op, a, b) => {
+                let (a, b) = (value(a)?, value(b)?);
+                match (a, b) {
+                    (Known::U32(x), Known::U32(y)) => match op {
+                        BinaryOp::Add => Known::U32(x.wrapping_add(y)),
+                        BinaryOp::Sub => Known::U32(x.wrapping_sub(y)),
+                        BinaryOp::Mul => Known::U32(x.wrapping_mul(y)),
+                        BinaryOp::Eq => Known::Bool(x == y),
+                        BinaryOp::Ne => Known::Bool(x != y),
+                        BinaryOp::Lt => Known::Bool(x < y),
+                        BinaryOp::Le => Known::Bool(x <= y),
+                        BinaryOp::Gt => Known::Bool(x > y),
+                        BinaryOp::Ge => Known::Bool(x >= y),
+                        _ => return None,
+                    },
+                    (Known::I32(x), Known::I32(y)) => match op {
+                        BinaryOp::Add => Known::I32(x.wrapping_add(y)),
+                        BinaryOp::Sub => Known::I32(x.wrapping_sub(y)),
+                        BinaryOp::Mul => Known::I32(x.wrapping_mul(y)),
+                        BinaryOp::Eq => Known::Bool(x == y),
+                        BinaryOp::Ne => Known::Bool(x != y),
+                        BinaryOp::Lt => Known::Bool(x < y),
+                        BinaryOp::Le => Known::Bool(x <= y),
+                        BinaryOp::Gt => Known::Bool(x > y),
+                        BinaryOp::Ge => Known::Bool(x >= y),
+                        _ => return None,
+                    },
+                    (Known::Bool(x), Known::Bool(y)) => match op {
+                        BinaryOp::LogicAnd => Known::Bool(x && y),
+                        BinaryOp::LogicOr => Known::Bool(x || y),
+                        BinaryOp::Eq => Known::Bool(x == y),
+                        BinaryOp::Ne => Known::Bool(x != y),
+                        _ => return None,
+                    },
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        })
+    }
+    fn reaches(
+        unit: &LaunchUnit,
+        block: u64,
+        lets: &mut HashMap<Name, Known>,
+        body: &[Stmt],
+    ) -> bool {
+        for stmt in body {
+            match stmt {
+                Stmt::Let { var, value } => {
+                    if let Some(v) = eval(unit, block, lets, value) {
+                        lets.insert(var.name.clone(), v);
+                    }
+                }
+                Stmt::Sem {
+                    op: SemOp::Wait | SemOp::WaitNodec,
+                    ..
+                } => return true,
+                Stmt::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } => {
+                    let taken = match eval(unit, block, lets, cond) {
+                        Some(Known::Bool(true)) => reaches(unit, block, lets, then_body),
+                        Some(Known::Bool(false)) => reaches(unit, block, lets, else_body),
+                        _ => {
+                            reaches(unit, block, lets, then_body)
+                                || reaches(unit, block, lets, else_body)
+                        }
+                    };
+                    if taken {
+                        return true;
+                    }
+                }
+                Stmt::For { body, .. } => {
+                    let mut waits = false;
+                    for_each_stmt(body, &mut |s| {
+                        waits |= matches!(
+                            s,
+                            Stmt::Sem {
+                                op: SemOp::Wait | SemOp::WaitNodec,
+                                ..
+                            }
+                        );
+                    });
+                    if waits {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+    reaches(unit, block, &mut HashMap::new(), &unit.kernel.body)
 }
 
 /// The moved signals (or waits) of unit `index`, emitted as a function into

@@ -1081,7 +1081,7 @@ fn block_reaches_wait(unit: &LaunchUnit, block: u64) -> bool {
                     .axes
                     .iter()
                     .find(|a| &a.axis == axis && a.source == IdSource::Block)?;
-                let index = (block / a.stride.max(1) as u64) % a.size.max(1) as u64;
+                let index = (block / a.stride.max(1)) % a.size.max(1) as u64;
                 Known::U32(index as u32)
             }
             Expr::AxisSize(axis) => Known::U32(unit.axes.iter().find(|a| &a.axis == axis)?.size),

@@ -3,7 +3,11 @@
 //! One WGSL module holds every launch unit of a plan as its own entry point
 //! (`unit<k>_<kernel>`), each with its own `@workgroup_size`. The host runs
 //! them as separate dispatches in plan order, which is WGSL's only
-//! cross-workgroup ordering (DESIGN.md, "Backends").
+//! cross-workgroup ordering (DESIGN.md, "Backends"). A plan that needs
+//! co-residency, where the adapter runs all of its workgroups at once, is
+//! instead one fused entry point (`mpmd_fused`) calling one function per
+//! unit ([`fuses_programs`]); a block-split unit runs one dispatch per block
+//! ([`splits_blocks`]).
 //!
 //! Names from the program are kept, with a prefix per kind so that no input
 //! name can collide with a WGSL keyword or a generated name: `v_` for scalars

@@ -475,6 +475,9 @@ fn consume(@builtin(global_invocation_id) id: vec3<u32>) { y[id.x] = buf[id.x] +
         2 * bytes,
     );
 
+    // ---- chained scan: an inclusive scan of 1M i32 whose blocks pass a carry ----
+    chained_scan(&mut backend, &plain, &options);
+
     // ---- per-call overhead: one block of one thread ----
     let src = "mesh m { threads t = 1; }
 kernel one(y: gmem<u32[1]>) { y[0] = 1u; }
@@ -499,5 +502,167 @@ fn main() { y[0] = 1u; }";
         mpmd.as_secs_f64() * 1e3,
         hand_time.as_secs_f64() * 1e3,
         (mpmd.as_secs_f64() - hand_time.as_secs_f64()) * 1e3
+    );
+}
+
+/// Elements of the chained-scan case.
+const SCAN_ELEMENTS: u32 = 1024 * 1024;
+
+/// An inclusive scan as mpmd writes it with a chain: each of `blocks`
+/// blocks sums its chunk, waits for the carry of the block before it,
+/// passes its own on, then scans its chunk tile by tile. mpmd runs it as one
+/// fused dispatch where the adapter is established to run every block at
+/// once, else one dispatch per block. Against a hand-written multi-dispatch
+/// scan (local scans with tile sums, a scan of the sums, adding the
+/// offsets: three dispatches, every workgroup in parallel).
+fn chained_scan(backend: &mut WgpuBackend, plain: &Plain, options: &RunOptions) {
+    let n = SCAN_ELEMENTS;
+    let blocks = backend.resident_workgroups().clamp(2, 16);
+    let tiles = n / 256 / blocks;
+    let last = blocks - 1;
+    // Hillis-Steele over the 256-element tile, unrolled (no loop to charge).
+    let steps: String = (0..8)
+        .map(|level| {
+            let d = 1u32 << level;
+            format!(
+                "    var v{level}: i32 = tile[t];\n    if t >= {d}u {{\n      v{level} = v{level} + tile[t - {d}u];\n    }}\n    barrier;\n    tile[t] = v{level};\n    barrier;\n"
+            )
+        })
+        .collect();
+    let reduce: String = (0..8)
+        .map(|level| {
+            let half = 128u32 >> level;
+            format!("  if t < {half}u {{\n    tile[t] = tile[t] + tile[t + {half}u];\n  }}\n  barrier;\n")
+        })
+        .collect();
+    let src = format!(
+        "mesh chain {{ grid [b = {blocks}]; threads t = 256; }}
+kernel scan(x: gmem<i32[{n}]>, y: gmem<i32[{n}]>, tile: smem<i32[256]>, carry: gmem<i32[1]> @ chain, turn: sem<[1]> @ chain) {{
+  let b: u32 = axis_index(b);
+  let t: u32 = axis_index(t);
+  var s: i32 = 0;
+  for k: u32 in 0u..{tiles}u {{
+    s = s + x[(b * {tiles}u + k) * 256u + t];
+  }}
+  tile[t] = s;
+  barrier;
+{reduce}  let chunk: i32 = tile[0];
+  barrier;
+  var base: i32 = 0;
+  if b > 0u {{
+    wait(turn[0u], 1);
+    base = carry[0u];
+  }}
+  if b < {last}u {{
+    if t == 0u {{
+      carry@[b + 1u][0u] = base + chunk;
+    }}
+    signal(turn@[b + 1u][0u], 1);
+  }}
+  for m: u32 in 0u..{tiles}u {{
+    let i: u32 = (b * {tiles}u + m) * 256u + t;
+    tile[t] = x[i];
+    barrier;
+{steps}    y[i] = base + tile[t];
+    base = base + tile[255];
+    barrier;
+  }}
+}}
+map scan {{ programs [chain: scan]; inputs [x: gmem<i32[{n}]>]; outputs [y: gmem<i32[{n}]>]; scratch [tile: smem<i32[256]>, carry: gmem<i32[1]> @ chain, turn: sem<[1]> @ chain]; }}"
+    );
+    let p = plan(&src, "scan");
+    let x: Vec<i32> = (0..n as i32).map(|i| i % 7 - 3).collect();
+    let args = CallArgs {
+        inputs: [("x".to_string(), HostTensor::from_i32(vec![n], &x))].into(),
+        scalars: Default::default(),
+    };
+    let groups = n / 256;
+    let per_thread = groups / 256;
+    let hand = format!(
+        "@group(0) @binding(0) var<storage, read_write> x: array<i32>;
+@group(0) @binding(1) var<storage, read_write> y: array<i32>;
+@group(0) @binding(2) var<storage, read_write> sums: array<i32>;
+var<workgroup> tile: array<i32, 256>;
+
+fn scan_tile(t: u32) {{
+  for (var d = 1u; d < 256u; d = d << 1u) {{
+    var v = tile[t];
+    if (t >= d) {{ v = v + tile[t - d]; }}
+    workgroupBarrier();
+    tile[t] = v;
+    workgroupBarrier();
+  }}
+}}
+
+@compute @workgroup_size(256)
+fn local_scan(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
+  let i = wid.x * 256u + lid.x;
+  tile[lid.x] = x[i];
+  workgroupBarrier();
+  scan_tile(lid.x);
+  y[i] = tile[lid.x];
+  if (lid.x == 255u) {{ sums[wid.x] = tile[255]; }}
+}}
+
+@compute @workgroup_size(256)
+fn scan_sums(@builtin(local_invocation_id) lid: vec3<u32>) {{
+  var s = 0;
+  for (var k = 0u; k < {per_thread}u; k = k + 1u) {{ s = s + sums[lid.x * {per_thread}u + k]; }}
+  tile[lid.x] = s;
+  workgroupBarrier();
+  scan_tile(lid.x);
+  var offset = tile[lid.x] - s;
+  for (var k = 0u; k < {per_thread}u; k = k + 1u) {{
+    let v = sums[lid.x * {per_thread}u + k];
+    sums[lid.x * {per_thread}u + k] = offset;
+    offset = offset + v;
+  }}
+}}
+
+@compute @workgroup_size(256)
+fn add_offsets(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {{
+  y[wid.x * 256u + lid.x] = y[wid.x * 256u + lid.x] + sums[wid.x];
+}}"
+    );
+    let bytes = n as u64 * 4;
+    let k = plain.kernel(
+        &hand,
+        &[
+            ("local_scan", [groups, 1, 1]),
+            ("scan_sums", [1, 1, 1]),
+            ("add_offsets", [groups, 1, 1]),
+        ],
+        &[bytes],
+        bytes,
+        &[groups as u64 * 4],
+    );
+    let x_words: Vec<u32> = x.iter().map(|v| *v as u32).collect();
+    let expected = backend.run(&p, &args, options).unwrap().outputs["y"]
+        .words()
+        .to_vec();
+    assert_eq!(
+        plain.call(&k, &[&x_words]),
+        expected,
+        "hand-written and mpmd disagree (chained scan)"
+    );
+    let fused = mpmd_wgpu::emit::fuses_programs(&p, &backend.plan_emit_options(&p, options.mode));
+    let (mpmd, hand_time) = time(
+        || {
+            backend.run(&p, &args, options).expect("run");
+        },
+        || {
+            plain.call(&k, &[&x_words]);
+        },
+    );
+    let how = if fused {
+        format!("{blocks} blocks, fused")
+    } else {
+        format!("{blocks} blocks, {blocks} dispatches")
+    };
+    report(
+        &format!("chained scan, 1M i32 ({how})"),
+        mpmd,
+        hand_time,
+        2 * bytes,
     );
 }

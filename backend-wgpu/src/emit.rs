@@ -3,7 +3,11 @@
 //! One WGSL module holds every launch unit of a plan as its own entry point
 //! (`unit<k>_<kernel>`), each with its own `@workgroup_size`. The host runs
 //! them as separate dispatches in plan order, which is WGSL's only
-//! cross-workgroup ordering (DESIGN.md, "Backends").
+//! cross-workgroup ordering (DESIGN.md, "Backends"). A plan that needs
+//! co-residency, where the adapter runs all of its workgroups at once, is
+//! instead one fused entry point (`mpmd_fused`) calling one function per
+//! unit ([`fuses_programs`]); a block-split unit runs one dispatch per block
+//! ([`splits_blocks`]).
 //!
 //! Names from the program are kept, with a prefix per kind so that no input
 //! name can collide with a WGSL keyword or a generated name: `v_` for scalars
@@ -46,6 +50,10 @@ pub const TICKET_WORD: usize = 7 + MAX_RECORDED_VALUES;
 /// Dispatches one call may spend on block-split units (one per block; see
 /// [`Dispatch::repeat`]); a plan that needs more is refused.
 pub const MAX_SPLIT_DISPATCHES: u64 = 65_536;
+/// Looks at the semaphore per poll of a polling wait under a loop cap (one
+/// loop visit); without a cap a poll is one look, so that a wait that never
+/// ends gives up as soon as before (4,194,304 polls on a GPU).
+pub const POLL_LOOKS: u32 = 32;
 /// Index values an error record keeps.
 pub const MAX_RECORDED_VALUES: usize = 8;
 
@@ -74,9 +82,12 @@ pub struct EmitOptions {
     /// Largest workgroup count of one dispatch dimension; larger units use a
     /// 2-D dispatch and linearise the block id.
     pub max_workgroups_per_dimension: u32,
-    /// The user declares the adapter co-resident: a program that waits on
-    /// its own signals runs as one dispatch with polling waits (unverified)
-    /// instead of one dispatch per block.
+    /// Every workgroup of the call's dispatch runs at once on this adapter
+    /// (the user declared it, or the runtime established it for this plan):
+    /// a plan that needs co-residency (a cycle, or a program that waits on
+    /// its own signals) runs as one *fused* dispatch of every program
+    /// ([`fuses_programs`]) with polling waits, instead of being refused or
+    /// split one dispatch per block.
     pub co_resident: bool,
 }
 
@@ -108,7 +119,7 @@ pub enum EmitError {
     },
     /// Block-split units (programs that wait on their own signals) would
     /// need more dispatches than [`MAX_SPLIT_DISPATCHES`].
-    #[error("{units} wait on their own signals, so each of their blocks runs in its own dispatch, in linear block order: {dispatches} dispatches, more than the {max} one call may make")]
+    #[error("{units} wait on their own signals, so their blocks run one per dispatch in linear block order (after one dispatch of the leading blocks that wait on nothing, where there are two or more): {dispatches} dispatches, more than the {max} one call may make")]
     TooManyDispatches {
         units: String,
         dispatches: u64,
@@ -237,6 +248,35 @@ pub fn is_split_unit(plan: &LaunchPlan, options: &EmitOptions, unit: usize) -> b
     splits_blocks(plan, options) && plan.graph.intra_program.iter().any(|e| e.to == unit)
 }
 
+/// Whether the plan runs as one fused dispatch: it needs co-residency (a
+/// cycle, or a program that waits on its own signals) and the options say
+/// the adapter runs all of its workgroups at once. Every program of the
+/// call is then one entry point, `FUSED_ENTRY_POINT`; a workgroup takes a
+/// ticket and derives (program, block) from it, programs in the plan's
+/// topological order (as the CUDA backend does).
+pub fn fuses_programs(plan: &LaunchPlan, options: &EmitOptions) -> bool {
+    options.co_resident && plan.needs_co_residency()
+}
+
+/// The entry point of a fused dispatch.
+pub const FUSED_ENTRY_POINT: &str = "mpmd_fused";
+
+/// Workgroups a fused dispatch of `plan` runs: one per block of every program.
+pub fn fused_workgroups(plan: &LaunchPlan) -> u64 {
+    plan.units.iter().map(|u| u.block_count).sum()
+}
+
+/// Invocations per workgroup of a fused dispatch: the most any program has
+/// (a program with fewer leaves the rest idle; they still reach its barriers).
+pub fn fused_workgroup_size(plan: &LaunchPlan) -> u32 {
+    plan.units
+        .iter()
+        .map(|u| u.threads_per_block)
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// Invocations per workgroup of a semaphore dispatch (one per block).
 pub const SEMAPHORE_WORKGROUP_SIZE: u32 = 256;
 
@@ -244,9 +284,11 @@ pub const SEMAPHORE_WORKGROUP_SIZE: u32 = 256;
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmittedModule {
     pub wgsl: String,
-    /// Entry point name per launch unit (same order as `plan.units`).
+    /// Entry point name per launch unit (same order as `plan.units`); in a
+    /// fused module ([`fuses_programs`]) the unit's function, which the one
+    /// entry point [`FUSED_ENTRY_POINT`] calls.
     pub entry_points: Vec<String>,
-    /// Workgroup counts per unit.
+    /// Workgroup counts per unit (in a fused module, the fused dispatch's).
     pub dispatch: Vec<[u32; 3]>,
     /// Every dispatch of a call, in order: the units in plan order, with the
     /// semaphore dispatches between them.
@@ -658,12 +700,21 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
     let split: Vec<bool> = (0..plan.units.len())
         .map(|u| is_split_unit(plan, options, u))
         .collect();
+    // A split unit's first wave: its leading blocks that wait on nothing run
+    // together in one dispatch (when there are at least two of them).
+    let waves: Vec<u64> = plan
+        .units
+        .iter()
+        .zip(&split)
+        .map(|(u, &s)| if s { first_wave(u, per_dim) } else { 0 })
+        .collect();
     let split_dispatches: u64 = plan
         .units
         .iter()
         .zip(&split)
-        .filter(|(_, &s)| s)
-        .map(|(u, _)| u.block_count)
+        .zip(&waves)
+        .filter(|((_, &s), _)| s)
+        .map(|((u, _), &wave)| split_dispatch_count(u.block_count, wave))
         .sum();
     if split_dispatches > MAX_SPLIT_DISPATCHES {
         let units: Vec<String> = plan
@@ -683,6 +734,9 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
             dispatches: split_dispatches,
             max: MAX_SPLIT_DISPATCHES,
         });
+    }
+    if fuses_programs(plan, options) {
+        return generate_fused(state, &hoistings);
     }
     let mut ticket_base = 0u64;
     let mut entries = Vec::new();
@@ -757,16 +811,31 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
             });
         }
         if gap < plan.units.len() {
-            schedule.push(Dispatch {
-                entry_point: entry_points[gap].clone(),
-                workgroups: dispatch[gap],
-                unit: Some(gap),
-                repeat: if split[gap] {
-                    plan.units[gap].block_count as u32
-                } else {
-                    1
-                },
-            });
+            let blocks = plan.units[gap].block_count;
+            if split[gap] && waves[gap] >= 2 {
+                // The first wave in one dispatch, then the rest one block each.
+                schedule.push(Dispatch {
+                    entry_point: entry_points[gap].clone(),
+                    workgroups: [waves[gap] as u32, 1, 1],
+                    unit: Some(gap),
+                    repeat: 1,
+                });
+                if blocks > waves[gap] {
+                    schedule.push(Dispatch {
+                        entry_point: entry_points[gap].clone(),
+                        workgroups: dispatch[gap],
+                        unit: Some(gap),
+                        repeat: (blocks - waves[gap]) as u32,
+                    });
+                }
+            } else {
+                schedule.push(Dispatch {
+                    entry_point: entry_points[gap].clone(),
+                    workgroups: dispatch[gap],
+                    unit: Some(gap),
+                    repeat: if split[gap] { blocks as u32 } else { 1 },
+                });
+            }
         }
     }
 
@@ -800,15 +869,37 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
         })
         .collect();
     writeln!(out, "// {}.", order.join(", ")).unwrap();
-    for (unit, _) in plan.units.iter().zip(&split).filter(|(_, &s)| s) {
-        writeln!(
-            out,
-            "// Program {} (`{}`) waits on its own signals and the plan has no cycle: its {} block(s) \
-             run one per dispatch, in linear block order ({} dispatches), so every block it may wait \
-             on ran in an earlier dispatch.",
-            unit.program, unit.kernel.name, unit.block_count, unit.block_count
-        )
-        .unwrap();
+    for ((unit, _), &wave) in plan
+        .units
+        .iter()
+        .zip(&split)
+        .zip(&waves)
+        .filter(|((_, &s), _)| s)
+    {
+        if wave >= 2 {
+            writeln!(
+                out,
+                "// Program {} (`{}`) waits on its own signals and the plan has no cycle: its {} block(s) \
+                 run in {} dispatches: blocks 0 to {}, which wait on nothing, together in the first, then \
+                 the others one per dispatch, in linear block order, so every block it may wait on ran \
+                 in an earlier dispatch.",
+                unit.program,
+                unit.kernel.name,
+                unit.block_count,
+                split_dispatch_count(unit.block_count, wave),
+                wave - 1
+            )
+            .unwrap();
+        } else {
+            writeln!(
+                out,
+                "// Program {} (`{}`) waits on its own signals and the plan has no cycle: its {} block(s) \
+                 run one per dispatch, in linear block order ({} dispatches), so every block it may wait \
+                 on ran in an earlier dispatch.",
+                unit.program, unit.kernel.name, unit.block_count, unit.block_count
+            )
+            .unwrap();
+        }
     }
     out.push('\n');
     state.write_globals(&mut out);
@@ -827,6 +918,283 @@ fn generate(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, E
         literal_words: state.literals.iter().map(|l| l.to_bits()).collect(),
         sites: state.sites,
     })
+}
+
+/// The module's first line: the map, the mode and fast math.
+fn module_header(plan: &LaunchPlan, options: &EmitOptions) -> String {
+    format!(
+        "// mpmd: map `{}` lowered to WGSL ({} mode{}).\n",
+        plan.map.name,
+        match options.mode {
+            Mode::Fast => "fast",
+            Mode::Checked => "checked",
+        },
+        if plan.map.fast_math {
+            ", fast math"
+        } else {
+            ""
+        }
+    )
+}
+
+/// A plan that needs co-residency, on an adapter that runs all of its
+/// workgroups at once: one dispatch runs every program. Each program is a
+/// function of the thread id; the entry point's workgroup takes the call's
+/// next ticket and runs the program and block it names, programs in the
+/// plan's topological order, so a workgroup that started has every lower
+/// ticket started before it (waits on earlier programs and lower blocks
+/// need no more than that; cycles need all of them resident).
+fn generate_fused(
+    mut state: ModuleState<'_>,
+    hoistings: &[Hoisting],
+) -> Result<EmittedModule, EmitError> {
+    let plan = state.plan;
+    let options = state.options;
+    let per_dim = options.max_workgroups_per_dimension.max(1);
+    let total = fused_workgroups(plan);
+    let max_blocks = (per_dim as u64 * per_dim as u64).min(u32::MAX as u64);
+    if total > max_blocks {
+        let units: Vec<String> = plan
+            .units
+            .iter()
+            .map(|u| format!("`{}` {}", u.kernel.name, u.block_count))
+            .collect();
+        return Err(EmitError::TooManyBlocks {
+            program: plan.units.first().map_or(0, |u| u.program),
+            kernel: format!("all programs together ({})", units.join(", ")),
+            blocks: total,
+            max: max_blocks,
+            per_dim,
+        });
+    }
+    let size = fused_workgroup_size(plan);
+    let mut functions = Vec::new();
+    let mut entry_points = Vec::new();
+    let mut dispatch_lines = Vec::new();
+    let mut base = 0u64;
+    for (index, unit) in plan.units.iter().enumerate() {
+        let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
+        let mut emitter =
+            UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?;
+        emitter.idle_guard = unit.threads_per_block < size;
+        functions.push(emitter.emit_entry_with(BlockSource::Fused(base))?);
+        let end = base + unit.block_count;
+        dispatch_lines.push(format!(
+            "  if (ticket < {end}u) {{ {name}(mpmd_lid.x); return; }}"
+        ));
+        entry_points.push(name);
+        base = end;
+    }
+    let (x, y) = workgroup_grid(total, per_dim);
+    let mut out = module_header(plan, options);
+    let order: Vec<String> = plan
+        .units
+        .iter()
+        .map(|u| {
+            format!(
+                "program {} `{}` ({} block(s))",
+                u.program, u.kernel.name, u.block_count
+            )
+        })
+        .collect();
+    writeln!(
+        out,
+        "// One fused dispatch ({FUSED_ENTRY_POINT}, {total} workgroup(s) of {size} invocation(s)) runs every \
+         program: the plan needs co-residency ({}), and this adapter runs all of its workgroups at once \
+         (declared or established). Tickets in program order: {}.",
+        if plan.graph.has_cycle {
+            "its programs wait on each other in a cycle"
+        } else {
+            "a program waits on its own signals"
+        },
+        order.join(", ")
+    )
+    .unwrap();
+    out.push('\n');
+    state.write_globals(&mut out);
+    state.write_helpers(&mut out);
+    for f in functions {
+        out.push_str(&f);
+        out.push('\n');
+    }
+    writeln!(
+        out,
+        "// ---- the fused dispatch: a workgroup's ticket names its program and block.\n\
+         @compute @workgroup_size({size})\n\
+         fn {FUSED_ENTRY_POINT}(@builtin(local_invocation_id) mpmd_lid: vec3<u32>) {{\n  \
+         if (mpmd_lid.x == 0u) {{ mpmd_ticket = atomicAdd(&mpmd_status[{TICKET_WORD}], 1u); }}\n  \
+         let ticket: u32 = workgroupUniformLoad(&mpmd_ticket);\n{}\n}}",
+        dispatch_lines.join("\n")
+    )
+    .unwrap();
+    Ok(EmittedModule {
+        wgsl: out,
+        entry_points,
+        dispatch: vec![[x, y, 1]; plan.units.len()],
+        schedule: vec![Dispatch {
+            entry_point: FUSED_ENTRY_POINT.to_string(),
+            workgroups: [x, y, 1],
+            unit: None,
+            repeat: 1,
+        }],
+        layout: state.layout,
+        scalar_slots: state.scalar_slots,
+        literal_words: state.literals.iter().map(|l| l.to_bits()).collect(),
+        sites: state.sites,
+    })
+}
+
+/// Dispatches a block-split unit of `blocks` blocks takes with a first wave
+/// of `wave` blocks (a wave of fewer than two is no wave).
+fn split_dispatch_count(blocks: u64, wave: u64) -> u64 {
+    if wave >= 2 {
+        1 + (blocks - wave)
+    } else {
+        blocks
+    }
+}
+
+/// The leading blocks of a block-split unit that reach no wait (at most
+/// `per_dim`, one dispatch dimension): they wait on nothing, so they can run
+/// together in the unit's first dispatch. A block counts only where the
+/// conditions over its waits are decided by its block coordinates and
+/// constants (`block_reaches_wait`); anything else may wait.
+fn first_wave(unit: &LaunchUnit, per_dim: u32) -> u64 {
+    let limit = unit.block_count.min(per_dim as u64);
+    let mut wave = 0;
+    while wave < limit && !block_reaches_wait(unit, wave) {
+        wave += 1;
+    }
+    wave
+}
+
+/// A value a block's wait conditions compute, known before the run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Known {
+    U32(u32),
+    I32(i32),
+    Bool(bool),
+}
+
+/// Whether block `block` of `unit` may reach a `wait` or `wait_nodec`:
+/// conservative (true) wherever a condition is not decided by the block's
+/// coordinates, constants and `let`s of those, and for any wait in a loop.
+fn block_reaches_wait(unit: &LaunchUnit, block: u64) -> bool {
+    fn eval(unit: &LaunchUnit, block: u64, lets: &HashMap<Name, Known>, e: &Expr) -> Option<Known> {
+        let value = |e: &Expr| eval(unit, block, lets, e);
+        Some(match e {
+            Expr::Lit(Literal::U32(v)) => Known::U32(*v),
+            Expr::Lit(Literal::I32(v)) => Known::I32(*v),
+            Expr::Lit(Literal::Bool(v)) => Known::Bool(*v),
+            Expr::Var(name) => *lets.get(name)?,
+            Expr::AxisIndex(axis) => {
+                let a = unit
+                    .axes
+                    .iter()
+                    .find(|a| &a.axis == axis && a.source == IdSource::Block)?;
+                let index = (block / a.stride.max(1)) % a.size.max(1) as u64;
+                Known::U32(index as u32)
+            }
+            Expr::AxisSize(axis) => Known::U32(unit.axes.iter().find(|a| &a.axis == axis)?.size),
+            Expr::Unary(UnaryOp::Not, a) => match value(a)? {
+                Known::Bool(b) => Known::Bool(!b),
+                _ => return None,
+            },
+            Expr::Binary(op, a, b) => {
+                let (a, b) = (value(a)?, value(b)?);
+                match (a, b) {
+                    (Known::U32(x), Known::U32(y)) => match op {
+                        BinaryOp::Add => Known::U32(x.wrapping_add(y)),
+                        BinaryOp::Sub => Known::U32(x.wrapping_sub(y)),
+                        BinaryOp::Mul => Known::U32(x.wrapping_mul(y)),
+                        BinaryOp::Eq => Known::Bool(x == y),
+                        BinaryOp::Ne => Known::Bool(x != y),
+                        BinaryOp::Lt => Known::Bool(x < y),
+                        BinaryOp::Le => Known::Bool(x <= y),
+                        BinaryOp::Gt => Known::Bool(x > y),
+                        BinaryOp::Ge => Known::Bool(x >= y),
+                        _ => return None,
+                    },
+                    (Known::I32(x), Known::I32(y)) => match op {
+                        BinaryOp::Add => Known::I32(x.wrapping_add(y)),
+                        BinaryOp::Sub => Known::I32(x.wrapping_sub(y)),
+                        BinaryOp::Mul => Known::I32(x.wrapping_mul(y)),
+                        BinaryOp::Eq => Known::Bool(x == y),
+                        BinaryOp::Ne => Known::Bool(x != y),
+                        BinaryOp::Lt => Known::Bool(x < y),
+                        BinaryOp::Le => Known::Bool(x <= y),
+                        BinaryOp::Gt => Known::Bool(x > y),
+                        BinaryOp::Ge => Known::Bool(x >= y),
+                        _ => return None,
+                    },
+                    (Known::Bool(x), Known::Bool(y)) => match op {
+                        BinaryOp::LogicAnd => Known::Bool(x && y),
+                        BinaryOp::LogicOr => Known::Bool(x || y),
+                        BinaryOp::Eq => Known::Bool(x == y),
+                        BinaryOp::Ne => Known::Bool(x != y),
+                        _ => return None,
+                    },
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        })
+    }
+    fn reaches(
+        unit: &LaunchUnit,
+        block: u64,
+        lets: &mut HashMap<Name, Known>,
+        body: &[Stmt],
+    ) -> bool {
+        for stmt in body {
+            match stmt {
+                Stmt::Let { var, value } => {
+                    if let Some(v) = eval(unit, block, lets, value) {
+                        lets.insert(var.name.clone(), v);
+                    }
+                }
+                Stmt::Sem {
+                    op: SemOp::Wait | SemOp::WaitNodec,
+                    ..
+                } => return true,
+                Stmt::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } => {
+                    let taken = match eval(unit, block, lets, cond) {
+                        Some(Known::Bool(true)) => reaches(unit, block, lets, then_body),
+                        Some(Known::Bool(false)) => reaches(unit, block, lets, else_body),
+                        _ => {
+                            reaches(unit, block, lets, then_body)
+                                || reaches(unit, block, lets, else_body)
+                        }
+                    };
+                    if taken {
+                        return true;
+                    }
+                }
+                Stmt::For { body, .. } => {
+                    let mut waits = false;
+                    for_each_stmt(body, &mut |s| {
+                        waits |= matches!(
+                            s,
+                            Stmt::Sem {
+                                op: SemOp::Wait | SemOp::WaitNodec,
+                                ..
+                            }
+                        );
+                    });
+                    if waits {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+    reaches(unit, block, &mut HashMap::new(), &unit.kernel.body)
 }
 
 /// The moved signals (or waits) of unit `index`, emitted as a function into
@@ -886,6 +1254,9 @@ enum BlockSource {
     TwoD,
     /// The call's ticket counter less this base (one block per dispatch).
     Ticket(u64),
+    /// A program's function in a fused dispatch: the workgroup's ticket
+    /// (already taken) less the blocks of the programs before it.
+    Fused(u64),
 }
 
 /// The semaphore operations of one unit run in a semaphore dispatch.
@@ -1033,11 +1404,15 @@ impl ModuleState<'_> {
         }
         out.push_str("// Block-collective broadcast of semaphore reads.\n");
         out.push_str("var<workgroup> mpmd_sem_value: i32;\n");
-        if splits_blocks(self.plan, self.options) {
+        if splits_blocks(self.plan, self.options) || fuses_programs(self.plan, self.options) {
             out.push_str(
-                "// The block of a block-split dispatch (its ticket), shared with the workgroup.\n",
+                "// The workgroup's ticket (its block, or in a fused dispatch its program and block).\n",
             );
             out.push_str("var<workgroup> mpmd_ticket: u32;\n");
+        }
+        if fuses_programs(self.plan, self.options) {
+            out.push_str("// An invocation beyond its program's threads in a fused workgroup.\n");
+            out.push_str("var<private> mpmd_idle: bool;\n");
         }
         for (idx, unit) in self.plan.units.iter().enumerate() {
             for slot in &unit.smem {
@@ -1070,7 +1445,19 @@ impl ModuleState<'_> {
     }
 
     fn write_helpers(&self, out: &mut String) {
-        out.push_str(REPORT_HELPER);
+        if fuses_programs(self.plan, self.options) {
+            // An idle invocation computes what its thread computes, so it would
+            // report that thread's out-of-bounds accesses and loop limits
+            // under its own id.
+            out.push_str(&REPORT_HELPER.replace(
+                "{\n  if (atomicAdd",
+                &format!(
+                    "{{\n  if (mpmd_idle && (kind == {ERROR_OUT_OF_BOUNDS}u || kind == {ERROR_LOOP_LIMIT}u)) {{ return; }}\n  if (atomicAdd"
+                ),
+            ));
+        } else {
+            out.push_str(REPORT_HELPER);
+        }
         if let Some(cap) = self.options.loop_cap {
             let cap = cap.min(u32::MAX - 2);
             write!(
@@ -1496,16 +1883,31 @@ fn mpmd_check{n}(site: u32, {params}) -> u32 {{
                 }
                 Helper::SemWait(global) => {
                     let budget = self.options.wait_poll_budget.max(1);
+                    // Only a loop cap limits the polls; without one, a poll is one look.
+                    let per_poll = if self.options.loop_cap.is_some() {
+                        POLL_LOOKS
+                    } else {
+                        1
+                    };
+                    let looks = format!(
+                        "    if (seen < amount) {{ seen = atomicAdd(&{global}[index], 0i); }}\n"
+                    )
+                    .repeat(per_poll as usize - 1);
                     write!(
                         out,
                         "// Semaphore wait on {global}, run by thread 0 of the block: poll until the count
 // reaches `amount` (then take it, unless `take` is false). Bounded: after {budget}
 // polls, or once another error is recorded, it reports and gives up: never a hang.
+// A poll looks {per_poll} time(s), unrolled: under a loop cap, where each poll is one loop
+// visit, a longer poll outlasts a loaded machine's scheduling delays. It looks
+// with `atomicAdd(.., 0)`, a read-modify-write no compiler hoists out of the loop: on
+// lavapipe (Mesa 22.3) a spin of `atomicLoad`s never saw another workgroup's write
+// (backend-wgpu/src/residency.rs).
 fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
   var polls: u32 = 0u;
 {enter}  loop {{
-{tick}    let seen = atomicLoad(&{global}[index]);
-    if (seen >= amount) {{
+{tick}    var seen: i32 = atomicAdd(&{global}[index], 0i);
+{looks}    if (seen >= amount) {{
       if (!take) {{ return; }}
       let swap = atomicCompareExchangeWeak(&{global}[index], seen, seen - amount);
       if (swap.exchanged) {{ return; }}
@@ -1515,7 +1917,7 @@ fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
         mpmd_report({ERROR_WAIT_TIMEOUT}u, site, 1u, array<u32, {MAX_RECORDED_VALUES}>(index, 0u, 0u, 0u, 0u, 0u, 0u, 0u));
         return;
       }}
-      if (atomicLoad(&mpmd_status[0]) != 0u) {{ return; }}
+      if (atomicAdd(&mpmd_status[0], 0u) != 0u) {{ return; }}
     }}
   }}
 }}
@@ -1727,6 +2129,9 @@ struct UnitEmitter<'s, 'p> {
     hoisting: Hoisting,
     /// `while` loops emitted so far: the next one's ordinal.
     next_while: u32,
+    /// A program of a fused dispatch with fewer threads than its workgroup:
+    /// the extra invocations (`mpmd_idle`) skip stores and atomics.
+    idle_guard: bool,
 }
 
 fn contains_collective(body: &[Stmt]) -> bool {
@@ -1844,6 +2249,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             sem_barrier_unobservable: false,
             hoisting: hoisting.clone(),
             next_while: 0,
+            idle_guard: false,
         })
     }
 
@@ -2107,6 +2513,43 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             unit.threads_per_block
         )
         .unwrap();
+        if let BlockSource::Fused(base) = source {
+            // A function of the fused dispatch: the entry point took the ticket.
+            writeln!(out, "fn {}(thread_id: u32) {{", self.entry).unwrap();
+            writeln!(
+                out,
+                "  // The workgroup's ticket less the {base} block(s) of the programs before this one."
+            )
+            .unwrap();
+            writeln!(
+                out,
+                "  let block_id: u32 = workgroupUniformLoad(&mpmd_ticket) - {base}u;"
+            )
+            .unwrap();
+            writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
+            out.push_str("  mpmd_block_id = block_id;\n  mpmd_thread_id = thread_id;\n");
+            if self.idle_guard {
+                writeln!(
+                    out,
+                    "  // The fused workgroup is wider than this program's {} thread(s): the others are idle.\n  \
+                     // They run the body (WGSL barriers must be reached by every invocation) as a copy\n  \
+                     // of thread `thread_id % {}` whose stores, atomics and out-of-bounds reports are skipped.",
+                    unit.threads_per_block, unit.threads_per_block
+                )
+                .unwrap();
+                writeln!(
+                    out,
+                    "  mpmd_idle = thread_id >= {}u;",
+                    unit.threads_per_block
+                )
+                .unwrap();
+            }
+            self.prologue(&mut out, true);
+            out.push_str("  // Kernel body.\n");
+            out.push_str(&self.body);
+            out.push_str("}\n");
+            return Ok(out);
+        }
         writeln!(out, "@compute @workgroup_size({})", unit.threads_per_block).unwrap();
         writeln!(
             out,
@@ -2437,7 +2880,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 }
                 let (place, info) = self.place(target)?;
                 let text = store_text(&info, &place, &v);
-                self.line(&text);
+                if self.idle_guard && !matches!(info.storage, Storage::Local { .. }) {
+                    self.line(&format!("if (!mpmd_idle) {{ {text} }}"));
+                } else {
+                    self.line(&text);
+                }
             }
             Stmt::Atomic {
                 dest,
@@ -2731,6 +3178,36 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         }
         let elem = wgsl_scalar(info.ty.elem);
         let arg = |k: usize| values.get(k).cloned().unwrap_or_default();
+        if self.idle_guard {
+            // An idle invocation of a fused workgroup: no atomic; a result reads 0.
+            let result = dest.map(|(name, ty)| (self.bind_scalar(name, ty), ty));
+            if let Some((wgsl, ty)) = &result {
+                self.line(&format!("var {wgsl}: {};", wgsl_scalar(*ty)));
+            }
+            self.line("if (!mpmd_idle) {");
+            self.depth += 1;
+            let inner = self.temp("atomic");
+            let saved = self.idle_guard;
+            self.idle_guard = false;
+            let r = self.atomic(
+                result.as_ref().map(|(_, ty)| (inner.as_str(), *ty)),
+                op,
+                target,
+                args,
+            );
+            self.idle_guard = saved;
+            r?;
+            if let Some((wgsl, _)) = &result {
+                let inner_wgsl = match self.lookup(&inner) {
+                    Some(Named::Scalar { wgsl, .. }) => wgsl.clone(),
+                    _ => return Err(self.invalid("lost an atomic's result")),
+                };
+                self.line(&format!("{wgsl} = {inner_wgsl};"));
+            }
+            self.depth -= 1;
+            self.line("}");
+            return Ok(());
+        }
         if info.ty.elem == ScalarType::F32 {
             return self.f32_atomic(dest, op, &place, &arg(0));
         }
@@ -3033,8 +3510,16 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                         target.base
                     )));
                 }
+                if self.idle_guard {
+                    self.line("if (!mpmd_idle) {");
+                    self.depth += 1;
+                }
                 self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
                 self.line(&format!("atomicOr(&{word}, {value} << {shift});"));
+                if self.idle_guard {
+                    self.depth -= 1;
+                    self.line("}");
+                }
             }
             Storage::Local { .. } => self.line(&format!(
                 "{word} = ({word} & ~(0xffffu << {shift})) | ({value} << {shift});"

@@ -9,10 +9,11 @@
 
 pub mod accuracy;
 pub mod emit;
+pub mod residency;
 mod runtime;
 
 pub use accuracy::{
     accuracy_profile, probe_adapter, profile_for, AccuracyProfile, FloatBehaviour, SUBNORMAL_TAG,
 };
 pub use emit::{emit, emit_module, validate_wgsl, EmitError, EmitOptions, EmittedModule};
-pub use runtime::{AdapterInfo, WgpuBackend, WgpuError, WgpuOptions};
+pub use runtime::{AdapterInfo, Residency, WgpuBackend, WgpuError, WgpuOptions};

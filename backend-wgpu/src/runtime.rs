@@ -11,8 +11,9 @@ use mpmd_core::Mode;
 use thiserror::Error;
 
 use crate::emit::{
-    emit_module, is_split_unit, splits_blocks, words_for, EmitError, EmitOptions, EmittedModule,
-    ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT,
+    emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, is_split_unit,
+    splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
+    ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT,
     MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
 };
 
@@ -25,7 +26,10 @@ pub const LLVMPIPE_LOOP_CAP: u32 = 65_000;
 pub struct WgpuOptions {
     /// The user declares that every workgroup of a dispatch runs at once on
     /// this adapter, so waits whose signals come from the same dispatch can
-    /// make progress. Such runs are `unverified`, never a pass.
+    /// make progress: a plan that needs co-residency runs as one fused
+    /// dispatch even when the backend cannot establish it for the adapter
+    /// ([`WgpuBackend::resident_workgroups`]). Such runs are `unverified`,
+    /// never a pass, unless the backend established it too.
     pub co_resident: bool,
     /// Polls one semaphore wait makes before it reports a timeout
     /// (default: 16,384 on llvmpipe, 4,194,304 elsewhere).
@@ -75,6 +79,19 @@ struct GpuContext {
     device: wgpu::Device,
     queue: wgpu::Queue,
     modules: Mutex<HashMap<String, Arc<CompiledModule>>>,
+    /// Workgroups this adapter is established to run at once (measured on
+    /// first need; see [`WgpuBackend::resident_workgroups`]).
+    residency: OnceLock<Residency>,
+}
+
+/// What the backend established about workgroups running at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Residency {
+    /// Workgroups of one dispatch that are known to run at once (0: none
+    /// established, the adapter gives no guarantee).
+    pub workgroups: u32,
+    /// How it was established, or why not, for messages and reports.
+    pub how: String,
 }
 
 struct CompiledModule {
@@ -138,6 +155,7 @@ fn create_context() -> Result<GpuContext, WgpuError> {
         device,
         queue,
         modules: Mutex::new(HashMap::new()),
+        residency: OnceLock::new(),
     })
 }
 
@@ -236,12 +254,57 @@ impl WgpuBackend {
         self.ctx.limits.clone()
     }
 
-    /// Whether a successful run of `plan` is only `unverified`: it relied on
-    /// the user's co-residency declaration. A plan whose programs wait on
-    /// their own signals but has no cycle runs one dispatch per block of
-    /// those programs without it, and is verified.
+    /// Whether a successful run of `plan` is only `unverified`: it needs
+    /// co-residency for more workgroups than the backend established for
+    /// this adapter ([`Self::resident_workgroups`]), so it runs (as one fused
+    /// dispatch) only on the user's declaration, `WgpuOptions::co_resident`
+    /// (without it, a plan with a cycle is refused). A plan whose programs
+    /// wait on their own signals but has no cycle runs one dispatch per
+    /// block of those programs when it cannot fuse, and is verified.
     pub fn unverified(&self, plan: &LaunchPlan) -> bool {
-        plan.needs_co_residency() && !splits_blocks(plan, &self.emit_options(Mode::Fast))
+        plan.needs_co_residency()
+            && !self.co_residency_established(plan)
+            && !splits_blocks(plan, &self.plan_emit_options(plan, Mode::Fast))
+    }
+
+    /// What the backend established about this adapter running a
+    /// dispatch's workgroups at once: on lavapipe, measured once per process
+    /// by a probe dispatch (see `mpmd_wgpu::residency`); elsewhere nothing.
+    pub fn residency(&self) -> Residency {
+        self.ctx
+            .residency
+            .get_or_init(|| {
+                crate::residency::establish(
+                    &self.ctx.device,
+                    &self.ctx.queue,
+                    self.ctx.llvmpipe,
+                    &self.ctx.info.name,
+                )
+            })
+            .clone()
+    }
+
+    /// Workgroups of one dispatch the backend established to run at once on
+    /// this adapter (0 where it cannot establish any).
+    pub fn resident_workgroups(&self) -> u32 {
+        self.residency().workgroups
+    }
+
+    /// Whether every workgroup of `plan`'s fused dispatch is established to
+    /// run at once (only asked of plans that need co-residency).
+    pub fn co_residency_established(&self, plan: &LaunchPlan) -> bool {
+        plan.needs_co_residency() && fused_workgroups(plan) <= self.resident_workgroups() as u64
+    }
+
+    /// The code-generation options for `plan`: [`Self::emit_options`], and
+    /// a plan that needs co-residency runs fused when the user declared it
+    /// or the backend established it for this plan.
+    pub fn plan_emit_options(&self, plan: &LaunchPlan, mode: Mode) -> EmitOptions {
+        let mut options = self.emit_options(mode);
+        if plan.needs_co_residency() && !options.co_resident {
+            options.co_resident = self.co_residency_established(plan);
+        }
+        options
     }
 
     /// The code-generation options this backend uses on its adapter.
@@ -271,13 +334,40 @@ impl WgpuBackend {
 
     /// The WGSL this backend runs for `plan` on its adapter.
     pub fn wgsl(&self, plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
-        Ok(emit_module(plan, &self.emit_options(mode))?.wgsl)
+        Ok(emit_module(plan, &self.plan_emit_options(plan, mode))?.wgsl)
+    }
+
+    /// What it takes to run `plan`'s fused dispatch here, for messages: the
+    /// workgroups it needs at once, what the backend established, and the
+    /// two ways (establishing more on lavapipe, or declaring it).
+    fn co_residency_advice(&self, plan: &LaunchPlan) -> String {
+        let needed = fused_workgroups(plan);
+        let residency = self.residency();
+        let lavapipe = match self.ctx.llvmpipe {
+            true if needed <= crate::residency::MAX_PROBED_WORKGROUPS as u64 => format!(
+                "; on lavapipe, LP_NUM_THREADS={needed} or more (set before the process opens the adapter) \
+                 lets the backend establish it, and the result is verified"
+            ),
+            true => format!(
+                "; lavapipe runs at most {} workgroups at once (its thread pool's limit), so this plan \
+                 cannot run there: use fewer blocks",
+                crate::residency::MAX_PROBED_WORKGROUPS
+            ),
+            false => String::new(),
+        };
+        format!(
+            "as one fused dispatch, which needs {needed} workgroup(s) running at once; the backend established \
+             {} on this adapter ({}). Set WgpuOptions::co_resident if this adapter runs them all at once (the \
+             result is then unverified){lavapipe}",
+            residency.workgroups, residency.how
+        )
     }
 
     fn refuse_if_needed(&self, plan: &LaunchPlan) -> Result<(), RunError> {
+        let options = self.plan_emit_options(plan, Mode::Fast);
         if plan.needs_co_residency()
-            && !self.options.co_resident
-            && !splits_blocks(plan, &self.emit_options(Mode::Fast))
+            && !fuses_programs(plan, &options)
+            && !splits_blocks(plan, &options)
         {
             let kernel = |unit: usize| {
                 plan.units
@@ -315,13 +405,42 @@ impl WgpuBackend {
             return Err(RunError::Refused {
                 reason: format!(
                     "{}; such a wait needs another workgroup of the same dispatch to run at the same time, \
-                     and WebGPU promises no forward progress between workgroups. Set \
-                     WgpuOptions::co_resident if this adapter runs them all at once (the result is then unverified)",
-                    why.join("; ")
+                     and WebGPU promises no forward progress between workgroups. No order of dispatches \
+                     carries a cycle: the plan must run {}",
+                    why.join("; "),
+                    self.co_residency_advice(plan)
                 ),
             });
         }
         let limits = &self.ctx.limits;
+        if fuses_programs(plan, &options) {
+            // One entry point holds every program: its workgroup memory is all
+            // of theirs, and its workgroup the widest.
+            let size = fused_workgroup_size(plan);
+            let max_threads = limits
+                .max_compute_invocations_per_workgroup
+                .min(limits.max_compute_workgroup_size_x);
+            let smem: u64 = plan
+                .units
+                .iter()
+                .flat_map(|u| &u.smem)
+                .filter_map(|s| plan.operands.get(s.operand))
+                .filter_map(|o| o.ty.as_ref_type())
+                .map(|r| words_for(r.elem, r.len()).max(1) * 4)
+                .sum::<u64>()
+                + 16;
+            if size > max_threads || smem > limits.max_compute_workgroup_storage_size as u64 {
+                return Err(RunError::Refused {
+                    reason: format!(
+                        "the plan needs co-residency and runs as one fused dispatch of every program, whose \
+                         workgroup has {size} invocation(s) (the widest program) and {smem} bytes of workgroup \
+                         memory (every program's smem plus 16 bytes of the backend's own); the adapter allows \
+                         {max_threads} invocations and {} bytes",
+                        limits.max_compute_workgroup_storage_size
+                    ),
+                });
+            }
+        }
         for unit in &plan.units {
             let max_threads = limits
                 .max_compute_invocations_per_workgroup
@@ -371,7 +490,7 @@ impl WgpuBackend {
         plan: &LaunchPlan,
         mode: Mode,
     ) -> Result<Arc<CompiledModule>, RunError> {
-        let options = self.emit_options(mode);
+        let options = self.plan_emit_options(plan, mode);
         let key = format!("{options:?}\n{plan:?}");
         if let Some(m) = self
             .ctx
@@ -940,7 +1059,7 @@ impl WgpuBackend {
                     let name = format!("program {} `{}`", u.program, u.kernel.name);
                     Some(signallers(plan, unit_index, reference?)?.contains(&name))
                 });
-                let options = self.emit_options(Mode::Fast);
+                let options = self.plan_emit_options(plan, Mode::Fast);
                 if own == Some(true) && is_split_unit(plan, &options, unit_index) {
                     RunError::Unsupported {
                         reason: format!(
@@ -948,13 +1067,13 @@ impl WgpuBackend {
                              short when it ran: it waits on a block that has not run before it (or on a signal \
                              that never comes). Without co-residency this backend runs the program's blocks \
                              one dispatch each in linear block order, so a block may only wait on blocks with \
-                             a lower linear id; no order of dispatches carries this wait. If the adapter runs \
-                             all of the program's workgroups at once, set WgpuOptions::co_resident (the \
-                             result is then unverified)",
-                            site(None)
+                             a lower linear id; no order of dispatches carries this wait. Otherwise the \
+                             program must run {}",
+                            site(None),
+                            self.co_residency_advice(plan)
                         ),
                     }
-                } else if plan.needs_co_residency() && !splits_blocks(plan, &options) {
+                } else if fuses_programs(plan, &options) {
                     RunError::WaitTimeout {
                         site: site(None),
                         semaphore,
@@ -1029,8 +1148,10 @@ impl WgpuBackend {
                     reason: format!(
                         "one invocation's loops need {} loop-header visits, more than the {cap} this backend \
                          allows ({}; it had used {used} when the next loop needed {needed}). Every loop \
-                         iteration costs a visit and every loop one more for its exit test; the loops under a \
-                         branch that threads may take differently are charged up front, both branches included. \
+                         iteration costs a visit and every loop one more for its exit test, and so does every \
+                         poll of a semaphore wait that waits on a workgroup of the same dispatch; the loops \
+                         under a branch that threads may take differently are charged up front, both branches \
+                         included. \
                          {} silently ends an invocation's loops after about 65,535 visits, so the result would \
                          be wrong (WgpuOptions::loop_cap sets the allowance)",
                         used + needed,

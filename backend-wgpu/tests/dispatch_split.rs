@@ -27,13 +27,14 @@ fn chained_scan_runs_verified_with_the_interpreters_results() {
     let out = assert_same(&mut wgpu, &m, "chained_scan", &args(vec![("x", x)], vec![]));
     assert_eq!(out.outputs["prefix"].to_i32(), vec![496, 2016, 4560, 8128]);
     assert!(!wgpu.unverified(&p));
-    // Declared co-resident, the same plan is one polling dispatch: unverified.
+    // Declared co-resident, the same plan is one fused polling dispatch:
+    // unverified unless the backend established its 4 workgroups too.
     let co = backend(WgpuOptions {
         co_resident: true,
         ..Default::default()
     })
     .unwrap();
-    assert!(co.unverified(&p));
+    assert_eq!(co.unverified(&p), co.resident_workgroups() < 4);
 }
 
 #[test]
@@ -179,18 +180,36 @@ fn a_block_that_waits_on_a_higher_block_is_unsupported() {
     let m = module(BACKWARDS);
     let (expected, got) = run_both(&mut wgpu, &m, "backwards", &args(vec![], vec![]), &fast());
     assert_eq!(expected.unwrap().outputs["o"].to_u32(), vec![1, 2, 3, 4]);
+    let residency = wgpu.residency();
+    if residency.workgroups >= 4 {
+        // Established: one fused dispatch, where waits on higher blocks are met.
+        assert_eq!(got.unwrap().outputs["o"].to_u32(), vec![1, 2, 3, 4]);
+        return;
+    }
     let err = got.unwrap_err();
     let RunError::Unsupported { reason } = &err else {
         panic!("expected unsupported, got {err}")
     };
     assert_eq!(
         reason,
+        &format!(
         "program 0 (back), block 0 waits on `turn@[0][0]`, which its own program signals, and the \
          count was short when it ran: it waits on a block that has not run before it (or on a \
          signal that never comes). Without co-residency this backend runs the program's blocks one \
          dispatch each in linear block order, so a block may only wait on blocks with a lower \
-         linear id; no order of dispatches carries this wait. If the adapter runs all of the \
-         program's workgroups at once, set WgpuOptions::co_resident (the result is then unverified)"
+         linear id; no order of dispatches carries this wait. Otherwise the program must run as \
+         one fused dispatch, which needs 4 workgroup(s) running at once; the backend established {} \
+         on this adapter ({}). Set WgpuOptions::co_resident if this adapter runs them all at once \
+         (the result is then unverified){}",
+        residency.workgroups,
+        residency.how,
+        if wgpu.is_llvmpipe() {
+            "; on lavapipe, LP_NUM_THREADS=4 or more (set before the process opens the adapter) \
+             lets the backend establish it, and the result is verified"
+        } else {
+            ""
+        }
+        )
     );
 }
 
@@ -211,9 +230,10 @@ fn more_split_dispatches_than_the_limit_are_refused() {
     let emitted = emit_module(&fits, &EmitOptions::default()).unwrap();
     assert_eq!(emitted.schedule[0].repeat, 65_536);
     let p = plan(&module(&long_chain(65_537)), "chain");
-    let expected = "program 0 (`k`, 65537 blocks) wait on their own signals, so each of their \
-                    blocks runs in its own dispatch, in linear block order: 65537 dispatches, more \
-                    than the 65536 one call may make";
+    let expected = "program 0 (`k`, 65537 blocks) wait on their own signals, so their blocks run \
+                    one per dispatch in linear block order (after one dispatch of the leading blocks \
+                    that wait on nothing, where there are two or more): 65537 dispatches, more than \
+                    the 65536 one call may make";
     let err = emit_module(&p, &EmitOptions::default()).unwrap_err();
     assert!(matches!(err, EmitError::TooManyDispatches { .. }));
     assert_eq!(err.to_string(), expected);
@@ -224,4 +244,93 @@ fn more_split_dispatches_than_the_limit_are_refused() {
         Err(RunError::Refused { reason }) => assert_eq!(reason, expected),
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// Blocks 0 to 6 each sum a part and signal block 7, which waits for all
+/// seven and adds the parts up: the "last block finalizes" pattern.
+const FINALIZE: &str = "
+mesh m {
+  grid [b = 8];
+  threads t = 32;
+}
+kernel parts(x: gmem<u32[256]>, total: gmem<u32[1]>, part: gmem<u32[8]>, done: sem<[1]> @ m) {
+  let b: u32 = axis_index(b);
+  if axis_index(t) == 0u {
+    var s: u32 = 0u;
+    for k: u32 in 0u..32u {
+      s = s + x[b * 32u + k];
+    }
+    part[b] = s;
+  }
+  if b < 7u {
+    signal(done@[7u][0u], 1);
+  } else {
+    wait(done[0u], 7);
+    if axis_index(t) == 0u {
+      var sum: u32 = 0u;
+      for j: u32 in 0u..8u {
+        sum = sum + part[j];
+      }
+      total[0u] = sum;
+    }
+  }
+}
+map finalize {
+  programs [m: parts];
+  inputs [x: gmem<u32[256]>];
+  outputs [total: gmem<u32[1]>];
+  scratch [part: gmem<u32[8]>, done: sem<[1]> @ m];
+}
+";
+
+#[test]
+fn leading_blocks_that_wait_on_nothing_share_the_first_dispatch() {
+    let m = module(FINALIZE);
+    let p = plan(&m, "finalize");
+    let emitted = emit_module(&p, &EmitOptions::default()).unwrap();
+    // Blocks 0 to 6 reach no wait: one dispatch of 7 workgroups, then block 7.
+    assert_eq!(
+        emitted.schedule,
+        vec![
+            Dispatch {
+                entry_point: "unit0_parts".into(),
+                workgroups: [7, 1, 1],
+                unit: Some(0),
+                repeat: 1,
+            },
+            Dispatch {
+                entry_point: "unit0_parts".into(),
+                workgroups: [1, 1, 1],
+                unit: Some(0),
+                repeat: 1,
+            },
+        ]
+    );
+    assert!(
+        emitted.wgsl.contains(
+            "// Program 0 (`parts`) waits on its own signals and the plan has no cycle: its 8 block(s) \
+             run in 2 dispatches: blocks 0 to 6, which wait on nothing, together in the first, then \
+             the others one per dispatch, in linear block order, so every block it may wait on ran \
+             in an earlier dispatch.\n"
+        ),
+        "{}",
+        emitted.wgsl
+    );
+    // The chained scan's block 0 alone waits on nothing: no wave.
+    let chain = emit_module(
+        &plan(&chained_scan(), "chained_scan"),
+        &EmitOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(chain.schedule.len(), 1);
+    assert_eq!(chain.schedule[0].repeat, 4);
+
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let x: Vec<u32> = (0..256).map(|i| i * 3 + 1).collect();
+    let call = args(vec![("x", HostTensor::from_u32(vec![256], &x))], vec![]);
+    let out = assert_same(&mut wgpu, &m, "finalize", &call);
+    assert_eq!(out.outputs["total"].to_u32(), vec![x.iter().sum::<u32>()]);
+    assert!(!wgpu.unverified(&p));
 }

@@ -146,3 +146,110 @@ fn divergent_loops_share_the_llvmpipe_budget() {
         .to_vec();
     assert_eq!(y, [vec![30_000], vec![60_000; 7]].concat());
 }
+
+/// Runs `look` (a WGSL expression reading `flag[0]`) in a spin of workgroup
+/// 0 of a two-workgroup dispatch; workgroup 1 sets the flag once workgroup 0
+/// is spinning (it says so in `flag[2]` after its first look): whether
+/// workgroup 0 saw the flag within 60,000 polls of 32 looks (as the
+/// backend's polls: waking the pool's second thread can take a loaded
+/// machine longer than 60,000 single looks).
+fn spin_sees_other_workgroup(look: &str) -> bool {
+    let looks = format!(
+        "    if ({look} != 0u) {{\n      atomicStore(&flag[1], 1u);\n      return;\n    }}\n"
+    )
+    .repeat(32);
+    let started = "    if (atomicAdd(&flag[2], 0u) != 0u) {\n      atomicStore(&flag[0], 1u);\n      return;\n    }\n"
+        .repeat(32);
+    let wgsl = format!(
+        "@group(0) @binding(0) var<storage, read_write> flag: array<atomic<u32>, 4>;
+@compute @workgroup_size(1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>) {{
+  if (wid.x == 1u) {{
+    for (var polls = 0u; polls < 60000u; polls = polls + 1u) {{
+{started}    }}
+    return;
+  }}
+  for (var polls = 0u; polls < 60000u; polls = polls + 1u) {{
+{looks}    if (polls == 0u) {{ atomicStore(&flag[2], 1u); }}
+  }}
+}}"
+    );
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+    let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+    let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 16,
+        usage,
+        mapped_at_creation: false,
+    });
+    let staging = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 8,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: buffer.as_entire_binding(),
+        }],
+    });
+    let mut encoder = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(2, 1, 1);
+    }
+    encoder.copy_buffer_to_buffer(&buffer, 0, &staging, 0, 8);
+    queue.submit([encoder.finish()]);
+    staging
+        .slice(..)
+        .map_async(wgpu::MapMode::Read, |r| r.unwrap());
+    device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    let words: Vec<u32> = bytemuck::cast_slice(&staging.get_mapped_range(..).unwrap()).to_vec();
+    words[1] == 1
+}
+
+/// The backend's polling waits and its residency probe look with
+/// `atomicAdd(.., 0)`: a read-modify-write, which no compiler may hoist out
+/// of the spin. (With `atomicLoad` and no store in the loop, the residency
+/// probe never completed on lavapipe, whatever `LP_NUM_THREADS`: 24 tries
+/// of 2 to 8 workgroups; llvmpipe may compile it as a plain load, which
+/// LLVM hoists out of the loop. With a store in the loop it sometimes sees
+/// the write, so the trap is not pinned down by a test.)
+#[test]
+fn a_spin_of_atomic_add_zero_sees_another_workgroups_write() {
+    let Some(wgpu) = uncapped_llvmpipe() else {
+        return;
+    };
+    // Two workgroups must run at once for the question to mean anything.
+    needs::setup(
+        "lavapipe running two workgroups at once (LP_NUM_THREADS of 2 or more)",
+        if wgpu.resident_workgroups() >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{:?}", wgpu.residency()))
+        },
+    );
+    for _ in 0..3 {
+        assert!(spin_sees_other_workgroup("atomicAdd(&flag[0], 0u)"));
+    }
+}

@@ -1138,11 +1138,15 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             })?;
         let wall = started.elapsed();
         let _ = write!(summary, "call {index}: map `{}`", map.name);
-        // Without a cycle and without the declaration, a program that waits on
-        // its own signals runs one dispatch per block: verified.
+        // The backend's own verdict: a fused dispatch is verified only where
+        // it established co-residency for this plan (splits are verified).
         if request.backend == BackendKind::Wgpu
             && plan.needs_co_residency()
-            && (plan.graph.has_cycle || request.co_resident)
+            && mpmd_wgpu::WgpuBackend::new(mpmd_wgpu::WgpuOptions {
+                co_resident: request.co_resident,
+                ..Default::default()
+            })
+            .map_or(true, |wgpu| wgpu.unverified(&plan))
         {
             // The adapter's co-residency is the user's word, not something checked.
             summary.push_str(" (unverified: ran on a declared co-resident adapter)");

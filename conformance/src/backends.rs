@@ -97,6 +97,28 @@ type WgpuProbe = (
 );
 
 /// A fresh backend value (device-resident refs start empty).
+/// Whether the run declares the WebGPU adapter co-resident
+/// (`--wgpu-co-resident`): plans that need co-residency and that the backend
+/// cannot establish for its adapter then run as one fused dispatch, and
+/// their results are `unverified`.
+static WGPU_CO_RESIDENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets the `--wgpu-co-resident` declaration for every wgpu backend this
+/// process opens from now on.
+pub fn declare_wgpu_co_resident(declared: bool) {
+    WGPU_CO_RESIDENT.store(declared, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn wgpu_co_resident_declared() -> bool {
+    WGPU_CO_RESIDENT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Why a successful wgpu run of `plan` is only `unverified` (it ran fused on
+/// the declaration alone); `None` when it is verified or wgpu is not built.
+pub fn wgpu_unverified(plan: &LaunchPlan) -> Option<String> {
+    wgpu_glue::unverified(plan)
+}
+
 pub fn new_backend(id: BackendId) -> Result<Box<dyn Backend>, String> {
     match id {
         BackendId::Interp => Ok(Box::new(mpmd_core::interp::Interpreter::new())),
@@ -156,13 +178,50 @@ mod wgpu_glue {
                 profile.adapter
             ),
         ));
+        // Cycles run fused only where this many workgroups run at once (or
+        // on --wgpu-co-resident, unverified).
+        let residency = backend.residency();
+        header.push((
+            "wgpu co-residency".into(),
+            format!(
+                "{} workgroup(s) of a dispatch established to run at once ({}){}",
+                residency.workgroups,
+                residency.how,
+                if wgpu_co_resident_declared() {
+                    "; more declared by --wgpu-co-resident (unverified)"
+                } else {
+                    ""
+                }
+            ),
+        ));
         (Availability::Runs, profile.ulp, profile.deviations)
     }
 
+    fn options() -> WgpuOptions {
+        WgpuOptions {
+            co_resident: wgpu_co_resident_declared(),
+            ..WgpuOptions::default()
+        }
+    }
+
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {
-        WgpuBackend::new(WgpuOptions::default())
+        WgpuBackend::new(options())
             .map(|b| Box::new(b) as Box<dyn Backend>)
             .map_err(|e| e.to_string())
+    }
+
+    pub fn unverified(plan: &LaunchPlan) -> Option<String> {
+        let backend = WgpuBackend::new(options()).ok()?;
+        backend.unverified(plan).then(|| {
+            let residency = backend.residency();
+            format!(
+                "ran as one fused dispatch of {} workgroups on the declaration --wgpu-co-resident; the backend \
+                 established {} running at once on this adapter ({})",
+                mpmd_wgpu::emit::fused_workgroups(plan),
+                residency.workgroups,
+                residency.how
+            )
+        })
     }
 }
 
@@ -178,6 +237,10 @@ mod wgpu_glue {
 
     pub fn new_backend() -> Result<Box<dyn Backend>, String> {
         Err(not_in_build(BackendId::Wgpu))
+    }
+
+    pub fn unverified(_plan: &LaunchPlan) -> Option<String> {
+        None
     }
 }
 

@@ -51,6 +51,11 @@ struct Args {
     /// Seeded interpreter schedules beyond the lockstep one.
     #[arg(long, default_value_t = 2)]
     extra_schedules: u32,
+    /// Declare the WebGPU adapter co-resident: plans with a cycle (or a wait
+    /// on a higher block) that the backend cannot establish for the adapter
+    /// run as one fused dispatch, and their results are `unverified`.
+    #[arg(long)]
+    wgpu_co_resident: bool,
 }
 
 fn main() -> ExitCode {
@@ -95,6 +100,7 @@ fn main() -> ExitCode {
         eprintln!("error: no case matches the filter");
         return ExitCode::from(2);
     }
+    mpmd_conformance::backends::declare_wgpu_co_resident(args.wgpu_co_resident);
     let env = Arc::new(probe(&backends));
     print!("{}", header(&env, args.seed, &backends, cases.len()));
     let config = Arc::new(RunConfig {

@@ -848,17 +848,18 @@ fn run_on_gpu(
         });
     }
     let status = status.unwrap_or(Status::Pass);
-    // WebGPU promises no forward progress between workgroups of one dispatch.
-    // (Conformance declares no co-residency, so a plan without a cycle whose
-    // programs wait on their own signals ran one dispatch per block: verified.)
-    let co_resident = plans
-        .iter()
-        .any(|p| p.needs_co_residency() && p.graph.has_cycle);
-    if backend == BackendId::Wgpu && co_resident && status == Status::Pass {
-        return Status::Unverified(
-            "waits within one dispatch need co-resident workgroups, which WebGPU does not promise"
-                .into(),
-        );
+    // WebGPU promises no forward progress between workgroups of one dispatch:
+    // a plan that ran fused on the declaration alone (`--wgpu-co-resident`) is
+    // unverified; fused where the backend established co-residency, or split
+    // one dispatch per block, it is verified.
+    if backend == BackendId::Wgpu && status == Status::Pass {
+        if let Some(why) = plans
+            .iter()
+            .filter(|p| p.needs_co_residency())
+            .find_map(crate::backends::wgpu_unverified)
+        {
+            return Status::Unverified(why);
+        }
     }
     status
 }

@@ -73,11 +73,18 @@ def test_the_readme_example_on_wgpu_under_jit():
     assert (y == x * 3.0 + 1.0).all() and (z == 0.5 * ((x * 3.0) * 2.0)).all()
 
 
-def test_a_refusal_on_wgpu_carries_the_cli_report(wgpu):
-    cycle = mpmd.Module.from_file(CASES / "fail_deadlock_cycle.mpmd")
+def test_a_refusal_on_wgpu_carries_the_cli_report(wgpu, tmp_path):
+    # A cycle of 40 workgroups: more than any adapter is established to run
+    # at once (lavapipe's pool included), so it is refused everywhere.
+    text = (EXAMPLES / "handshake.mpmd").read_text()
+    text = text.replace("grid [pb = 1]", "grid [pb = 20]").replace("grid [qb = 1]", "grid [qb = 20]")
+    path = tmp_path / "wide_handshake.mpmd"
+    path.write_text(text)
+    cycle = mpmd.Module.from_file(path)
+    x = np.arange(64, dtype=np.float32)
     with pytest.raises(mpmd.RefusedError) as caught:
-        wgpu.call(cycle, "cycle")
-    code, _, stderr = run_cli("run", "conformance/cases/fail_deadlock_cycle.mpmd", "--backend", "wgpu")
+        wgpu.call(cycle, "handshake", x=x)
+    code, _, stderr = run_cli("run", path, "--backend", "wgpu")
     assert code == 1
     cli = stderr.split("failed: ", 1)[1].removesuffix("\n")
     # The same report; the option is named as Python sets it.

@@ -371,8 +371,24 @@ fn conformance_command(
         cmd.arg("--release");
     }
     cmd.args(["--bin", binary, "--"]).args(args);
+    // lavapipe runs as many workgroups at once as its thread pool has
+    // threads (by default one per CPU); the corpus's cycles need up to
+    // `LAVAPIPE_CONFORMANCE_THREADS` at once, which the WGSL backend then
+    // establishes (and verifies) with a probe. Other drivers ignore it; a
+    // value the caller set is kept.
+    if std::env::var_os("LP_NUM_THREADS").is_none() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cmd.env(
+            "LP_NUM_THREADS",
+            cpus.max(LAVAPIPE_CONFORMANCE_THREADS).to_string(),
+        );
+    }
     cmd
 }
+
+/// lavapipe threads conformance asks for at least: the most workgroups a
+/// corpus case with a cycle (or a wait on a higher block) runs at once.
+const LAVAPIPE_CONFORMANCE_THREADS: usize = 4;
 
 /// The workspace root, found at run time (never where xtask was built):
 /// the parent of `$CARGO_MANIFEST_DIR`, which `cargo xtask` (an alias of

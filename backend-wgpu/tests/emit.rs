@@ -34,35 +34,35 @@ mesh m {
   grid [block_id = 2];
   threads thread_id = 32;
 }
-kernel fn(loop: gmem<f32[64]>, return: gmem<f32[64]>, const: f32, mpmd_params: u32) {
+kernel switch(loop: gmem<f32[64]>, continuing: gmem<f32[64]>, discard: f32, mpmd_params: u32) {
   let override: u32 = axis_index(block_id) * 32u + axis_index(thread_id);
-  let rt_0: f32 = loop[override] * const;
+  let rt_0: f32 = loop[override] * discard;
   let struct: f32 = rt_0 + f32(mpmd_params);
-  return[override] = struct;
+  continuing[override] = struct;
 }
-map fn {
-  programs [m: fn];
+map switch {
+  programs [m: switch];
   inputs [loop: gmem<f32[64]>];
-  outputs [return: gmem<f32[64]>];
-  scalars [const: f32, mpmd_params: u32];
+  outputs [continuing: gmem<f32[64]>];
+  scalars [discard: f32, mpmd_params: u32];
 }
 ";
 
 #[test]
 fn user_names_are_prefixed_and_cannot_collide() {
     let m = module(NAMES);
-    let p = plan(&m, "fn");
+    let p = plan(&m, "switch");
     let wgsl = emit(&p, Mode::Fast).unwrap();
     for expected in [
-        "fn unit0_fn(",
+        "fn unit0_switch(",
         "var<storage, read_write> g0_loop: array<f32>;",
-        "var<storage, read_write> g1_return: array<f32>;",
-        "let v_const: f32 = bitcast<f32>(mpmd_params[0]);",
+        "var<storage, read_write> g1_continuing: array<f32>;",
+        "let v_discard: f32 = bitcast<f32>(mpmd_params[0]);",
         "let v_mpmd_params: u32 = mpmd_params[1];",
         "let ax_block_id: u32 = block_id % 2u;",
         "let v_override: u32 = ((ax_block_id * 32u) + ax_thread_id);",
         "let v_rt_0: f32 = ",
-        "g1_return[v_override] = v_struct;",
+        "g1_continuing[v_override] = v_struct;",
     ] {
         assert!(wgsl.contains(expected), "missing `{expected}` in:\n{wgsl}");
     }
@@ -74,12 +74,12 @@ fn user_names_are_prefixed_and_cannot_collide() {
     let a = args(
         vec![("loop", HostTensor::from_f32(vec![64], &x))],
         vec![
-            ("const", mpmd_core::ir::Literal::f32(2.0)),
+            ("discard", mpmd_core::ir::Literal::f32(2.0)),
             ("mpmd_params", mpmd_core::ir::Literal::U32(5)),
         ],
     );
     let got = wgpu.run(&p, &a, &fast()).unwrap();
-    assert_eq!(got.outputs["return"].to_f32()[10], 25.0);
+    assert_eq!(got.outputs["continuing"].to_f32()[10], 25.0);
 }
 
 /// Operations on literals alone: WGSL would fold them at shader creation and
@@ -139,7 +139,7 @@ fn operations_on_literals_alone_are_read_at_run_time() {
 #[test]
 fn every_mode_and_option_validates() {
     let m = module(NAMES);
-    let p = plan(&m, "fn");
+    let p = plan(&m, "switch");
     for mode in [Mode::Fast, Mode::Checked] {
         for loop_cap in [None, Some(65_000)] {
             for max_storage_buffers in [u32::MAX, 3] {
@@ -173,7 +173,7 @@ fn every_mode_and_option_validates() {
 #[test]
 fn too_few_bindings_is_an_error_with_the_numbers() {
     let m = module(NAMES);
-    let p = plan(&m, "fn");
+    let p = plan(&m, "switch");
     let err = emit_module(
         &p,
         &EmitOptions {

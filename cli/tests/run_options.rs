@@ -657,13 +657,13 @@ fn fixed_race_examples_run_on_wgpu() {
                 needs::setup_message("the wgpu backend", &stderr(&output))
             );
         }
-        if *name == "reused_buffer_fixed" {
-            assert_eq!(output.status.code(), Some(1));
+        // A cycle: it runs fused, verified, where lavapipe's residency is
+        // established for its two workgroups, and is refused otherwise.
+        if *name == "reused_buffer_fixed" && output.status.code() == Some(1) {
             assert!(
-                // The Vulkan loader may print lines of its own before ours.
                 stderr(&output).contains(
                     "error: call 0 (map `rounds`) failed: refused before launch: the programs wait on each other in a cycle"
-                ) && stderr(&output).ends_with("Set --co-resident if this adapter runs them all at once (the result is then unverified)\n"),
+                ) && stderr(&output).contains("--co-resident"),
                 "{}",
                 stderr(&output)
             );

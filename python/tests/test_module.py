@@ -83,7 +83,7 @@ def cli_check_matches(path, cwd, monkeypatch):
 
 @pytest.mark.parametrize(
     "case",
-    ["reject_e0037_type_error", "reject_e0016_params_differ", "reject_e0054_per_thread_semaphore_index"],
+    ["reject_e0037_type_error", "reject_e0016_param_not_an_operand", "reject_e0054_per_thread_semaphore_index"],
 )
 def test_a_validation_message_is_exactly_what_mpmd_check_prints(case, monkeypatch):
     cli_check_matches(f"conformance/cases/{case}.mpmd", ROOT, monkeypatch)

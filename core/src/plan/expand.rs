@@ -321,6 +321,8 @@ pub fn program_kernel(
         declared: kernel.params.iter().map(|p| p.name.clone()).collect(),
         taken,
         renames: vec![HashMap::new()],
+        rename_only: false,
+        originals: HashMap::new(),
     };
     let body = expander.block(&kernel.body)?;
     let nesting = crate::text::body_nesting(&body);
@@ -356,8 +358,41 @@ fn declared_by(stmt: &Stmt) -> Option<&Name> {
             dest: Some(dest), ..
         } => Some(&dest.name),
         Stmt::LocalArray { name, .. } | Stmt::SemRead { dest: name, .. } => Some(name),
+        Stmt::Call {
+            dest: Some(dest), ..
+        } => Some(&dest.name),
         _ => None,
     }
+}
+
+/// `kernel` as written, but with every name declared once: a declaration
+/// that reuses a sibling block's name is renamed (as [`program_kernel`]
+/// renames it). Nothing else changes, so statement paths stay the same;
+/// validation analyses uniformity on this form (its facts are keyed by
+/// name). Also returns each new name's original.
+pub fn with_unique_names(module: &Module, kernel: &Kernel) -> (Kernel, HashMap<Name, Name>) {
+    let mut taken = declared_names(kernel);
+    taken.extend(module.consts.iter().map(|c| c.name.clone()));
+    let mut expander = Expander {
+        module,
+        kernel: &kernel.name,
+        inlining: vec![],
+        consts: HashMap::new(),
+        declared: kernel.params.iter().map(|p| p.name.clone()).collect(),
+        taken,
+        renames: vec![HashMap::new()],
+        rename_only: true,
+        originals: HashMap::new(),
+    };
+    let body = expander
+        .block(&kernel.body)
+        .unwrap_or_else(|_| kernel.body.clone());
+    let renamed = Kernel {
+        name: kernel.name.clone(),
+        params: kernel.params.clone(),
+        body,
+    };
+    (renamed, expander.originals)
 }
 
 /// `base`, or `base_2`, `base_3`, ... : the first that is not taken (then taken).
@@ -386,6 +421,11 @@ struct Expander<'m> {
     taken: HashSet<Name>,
     /// Renamed declarations, one map per block in scope (innermost last).
     renames: Vec<HashMap<Name, Name>>,
+    /// Only make names unique ([`with_unique_names`]): keep calls, compound
+    /// assignments and constants as written.
+    rename_only: bool,
+    /// Each fresh name's original.
+    originals: HashMap<Name, Name>,
 }
 
 impl Expander<'_> {
@@ -408,6 +448,15 @@ impl Expander<'_> {
             out.push(self.stmt(stmt)?);
             return Ok(());
         };
+        if self.rename_only {
+            let args = args.iter().map(|a| self.expr(a)).collect();
+            out.push(Stmt::Call {
+                dest: dest.as_ref().map(|d| self.binding(d)),
+                function: function.clone(),
+                args,
+            });
+            return Ok(());
+        }
         let Some(f) = self.module.function(function) else {
             return Err(ExpandError::UnknownFunction {
                 kernel: self.kernel.clone(),
@@ -447,7 +496,9 @@ impl Expander<'_> {
         let unique = if self.declared.insert(name.clone()) {
             name.clone()
         } else {
-            fresh(name, &mut self.taken)
+            let unique = fresh(name, &mut self.taken);
+            self.originals.insert(unique.clone(), name.clone());
+            unique
         };
         if let Some(scope) = self.renames.last_mut() {
             scope.insert(name.clone(), unique.clone());
@@ -481,6 +532,19 @@ impl Expander<'_> {
             Stmt::Assign { name, value } => Stmt::Assign {
                 name: self.resolve(name),
                 value: self.expr(value),
+            },
+            Stmt::CompoundAssign { name, op, value } if self.rename_only => Stmt::CompoundAssign {
+                name: self.resolve(name),
+                op: *op,
+                value: self.expr(value),
+            },
+            Stmt::CompoundStore { target, op, value } if self.rename_only => Stmt::CompoundStore {
+                target: self.access(target),
+                op: *op,
+                value: self.expr(value),
+            },
+            Stmt::Return { value } if self.rename_only => Stmt::Return {
+                value: value.as_ref().map(|v| self.expr(v)),
             },
             Stmt::CompoundAssign { name, op, value } => {
                 let name = self.resolve(name);

@@ -4,7 +4,9 @@
 mod expand;
 mod lower;
 
-pub use expand::{inline_call, program_kernel, recursive_functions, ExpandError};
+pub use expand::{
+    inline_call, program_kernel, recursive_functions, with_unique_names, ExpandError,
+};
 pub use lower::{lower, LowerError};
 
 use crate::ir::{Kernel, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, Type};

@@ -131,6 +131,52 @@ pub(super) fn check_kernel(
     own_params: bool,
     sink: &mut Sink,
 ) {
+    // Uniformity facts are keyed by name: in a program's context, check the
+    // kernel with names reused by sibling blocks made unique (same
+    // statements, same paths), then name them as written in the findings.
+    if ctx.is_some() {
+        let (unique, originals) = crate::plan::with_unique_names(module, kernel);
+        if !originals.is_empty() {
+            let mut inner = Sink { diags: Vec::new() };
+            check_kernel_as_written(module, &unique, ctx, own_params, &mut inner);
+            for mut d in inner.diags {
+                d.message = with_original_names(&d.message, &originals);
+                d.help = with_original_names(&d.help, &originals);
+                sink.diags.push(d);
+            }
+            return;
+        }
+    }
+    check_kernel_as_written(module, kernel, ctx, own_params, sink);
+}
+
+/// `text` with every identifier that is a key of `originals` replaced by its value.
+fn with_original_names(text: &str, originals: &HashMap<String, String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(originals.get(word.as_str()).unwrap_or(word));
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+fn check_kernel_as_written(
+    module: &Module,
+    kernel: &Kernel,
+    ctx: Option<&ProgramCtx>,
+    own_params: bool,
+    sink: &mut Sink,
+) {
     let mut walker = Walker {
         module,
         kernel,
@@ -176,9 +222,8 @@ pub(super) fn check_kernel(
     }
     if let Some(ctx) = ctx {
         let thread_axis = ctx.mesh.threads.name.as_str();
-        // Flow-insensitive and keyed by name: a name reused in sibling
-        // blocks is non-uniform when any of its declarations is, which is
-        // conservative (never lets a non-uniform value pass as uniform).
+        // Flow-insensitive and keyed by name, which is exact because
+        // `check_kernel` gives every declaration its own name here.
         loop {
             walker.calls_seen = 0;
             if !walker.mark_nonuniform(&kernel.body, false, thread_axis) {

@@ -4,9 +4,10 @@
 //! A small shim maps CUDA's built-ins to C++ (one POSIX thread per CUDA
 //! thread, a barrier per block, `__shared__` as static storage, sequentially
 //! consistent atomics); the blocks run one after another in ticket order, so
-//! every acyclic wait finds its signals already made. Plans that need
-//! co-residency (cycles, waits on later tickets) are declined with that
-//! reason. The GPU memory model is not emulated: this checks the generated
+//! a wait between programs, or on an earlier block of its own program (a
+//! chained scan), finds its signals already made. Plans with a cycle are
+//! declined with that reason, and a wait on a later block of its own program
+//! times out and is reported as not supported, with the reason. The GPU memory model is not emulated: this checks the generated
 //! logic (schedules, addressing, numerics, semaphores, error records).
 //!
 //! Each program is compiled once: the binary depends only on the emitted
@@ -646,9 +647,13 @@ impl Backend for HostCudaBackend {
         args: &CallArgs,
         options: &RunOptions,
     ) -> Result<CallOutputs, RunError> {
-        if plan.needs_co_residency() {
+        // Blocks run one after another in ticket order (programs in the
+        // plan's order, a program's blocks in linear order): a cycle can never
+        // be met, and a program that waits on its own blocks only when each
+        // waits on an earlier one (found out below).
+        if plan.graph.has_cycle {
             return Err(RunError::Unsupported {
-                reason: "cuda-host runs blocks one after another, and this plan needs co-resident blocks (a cycle or a wait on a later block)".into(),
+                reason: "cuda-host runs blocks one after another, and this plan needs co-resident blocks (a cycle)".into(),
             });
         }
         // What the CUDA backend uploads.
@@ -686,6 +691,15 @@ impl Backend for HostCudaBackend {
         let recorded = control::decode_for_plan(&out.control, &module, plan);
         match (out.status, recorded) {
             (0, None) => {}
+            (1, Some(error @ (RunError::WaitTimeout { .. } | RunError::Deadlock { .. })))
+                if !plan.graph.intra_program.is_empty() =>
+            {
+                return Err(RunError::Unsupported {
+                    reason: format!(
+                        "cuda-host runs blocks one after another, and this plan needs co-resident blocks (a wait on a later block of its own program: {error})"
+                    ),
+                })
+            }
             (1, Some(error)) => return Err(error),
             (status, recorded) => {
                 return Err(RunError::Backend(format!(

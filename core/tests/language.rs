@@ -105,7 +105,11 @@ map lang {
 fn collatz_steps(mut v: u32) -> u32 {
     let mut n = 0;
     while v != 1 && v != 0 {
-        v = if v % 2 == 0 { v / 2 } else { 3 * v + 1 };
+        v = if v.is_multiple_of(2) {
+            v / 2
+        } else {
+            3 * v + 1
+        };
         n += 1;
     }
     n

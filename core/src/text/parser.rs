@@ -1080,15 +1080,13 @@ impl Parser<'_> {
             match &self.tokens[index].kind {
                 TokenKind::Punct("{") => depth += 1,
                 TokenKind::Punct("}") => depth = depth.saturating_sub(1),
-                TokenKind::Word(word) if depth == 0 => {
-                    if word == "const" {
-                        let resume = self.pos;
-                        self.pos = index;
-                        if let Ok(c) = self.const_item() {
-                            self.consts.entry(c.name).or_insert(c.value);
-                        }
-                        self.pos = resume;
+                TokenKind::Word(word) if depth == 0 && word == "const" => {
+                    let resume = self.pos;
+                    self.pos = index;
+                    if let Ok(c) = self.const_item() {
+                        self.consts.entry(c.name).or_insert(c.value);
                     }
+                    self.pos = resume;
                 }
                 _ => {}
             }

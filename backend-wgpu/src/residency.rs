@@ -169,18 +169,7 @@ pub fn establish(
     }
     let candidate = lavapipe_candidate();
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("mpmd residency probe"),
-        source: wgpu::ShaderSource::Wgsl(probe_wgsl().into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("mpmd residency probe"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = probe_pipeline(device);
     if let Some(e) = pollster::block_on(scope.pop()) {
         return Residency {
             workgroups: 0,
@@ -222,6 +211,23 @@ pub fn establish(
     }
 }
 
+/// The probe's compute pipeline (validation errors surface in the caller's
+/// error scope).
+fn probe_pipeline(device: &wgpu::Device) -> wgpu::ComputePipeline {
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("mpmd residency probe"),
+        source: wgpu::ShaderSource::Wgsl(probe_wgsl().into()),
+    });
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("mpmd residency probe"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}
+
 /// Runs the probe for exactly `workgroups` workgroups on `device`: whether
 /// all arrived and the most polls one made (for measurements and tests).
 pub fn probe_once(
@@ -229,17 +235,6 @@ pub fn probe_once(
     queue: &wgpu::Queue,
     workgroups: u32,
 ) -> Result<(bool, u32), String> {
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("mpmd residency probe"),
-        source: wgpu::ShaderSource::Wgsl(probe_wgsl().into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("mpmd residency probe"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = probe_pipeline(device);
     all_arrive(device, queue, &pipeline, workgroups)
 }

@@ -113,6 +113,27 @@ pub fn walk_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
     }
 }
 
+/// Calls `f` on `e` and each of its sub-expressions, parents first; `f` may
+/// replace the node it is given, and the replacement's children are visited.
+/// An explicit stack, as in [`walk_expr`].
+pub fn walk_expr_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        f(e);
+        match e {
+            Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+            Expr::Load(a) => {
+                stack.extend(a.index.iter_mut().rev());
+                stack.extend(a.block.iter_mut().flatten().rev());
+            }
+            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => stack.push(x),
+            Expr::Binary(_, a, b) => stack.extend([b.as_mut(), a.as_mut()]),
+            Expr::Select(a, b, c) => stack.extend([c.as_mut(), b.as_mut(), a.as_mut()]),
+            Expr::Math(_, args) => stack.extend(args.iter_mut().rev()),
+        }
+    }
+}
+
 /// The block coordinates, then the indices, of an access.
 fn access_exprs(a: &RefAccess) -> impl DoubleEndedIterator<Item = &Expr> {
     a.block.iter().flatten().chain(&a.index)

@@ -149,44 +149,44 @@ fn renamed_binding(b: &Binding, names: &HashMap<Name, Name>) -> Binding {
 }
 
 fn renamed_access(a: &RefAccess, names: &HashMap<Name, Name>) -> RefAccess {
+    let rename = |n: &Name| renamed(n, names);
+    rewrite_access(a, &|n| Expr::Var(rename(n)), &rename)
+}
+
+fn renamed_expr(e: &Expr, names: &HashMap<Name, Name>) -> Expr {
+    let rename = |n: &Name| renamed(n, names);
+    rewrite_expr(e, &|n| Expr::Var(rename(n)), &rename)
+}
+
+/// `e` with each variable `n` replaced by `var(n)` (a new name, or a
+/// constant's literal) and each ref `r` it loads from by `base(r)`.
+fn rewrite_expr(e: &Expr, var: &dyn Fn(&Name) -> Expr, base: &dyn Fn(&Name) -> Name) -> Expr {
+    let mut out = e.clone();
+    crate::ir::visit::walk_expr_mut(&mut out, &mut |node| match node {
+        Expr::Var(name) => {
+            let new = var(name);
+            *node = new;
+        }
+        Expr::Load(a) => a.base = base(&a.base),
+        _ => {}
+    });
+    out
+}
+
+/// [`rewrite_expr`] for an access: its base and every coordinate and index.
+fn rewrite_access(
+    a: &RefAccess,
+    var: &dyn Fn(&Name) -> Expr,
+    base: &dyn Fn(&Name) -> Name,
+) -> RefAccess {
     RefAccess {
-        base: renamed(&a.base, names),
+        base: base(&a.base),
         block: a
             .block
             .as_ref()
-            .map(|c| c.iter().map(|e| renamed_expr(e, names)).collect()),
-        index: a.index.iter().map(|e| renamed_expr(e, names)).collect(),
+            .map(|c| c.iter().map(|e| rewrite_expr(e, var, base)).collect()),
+        index: a.index.iter().map(|e| rewrite_expr(e, var, base)).collect(),
     }
-}
-
-/// `e` with every name in `names` replaced (an explicit stack: operator
-/// chains nest as deep as they are long).
-fn renamed_expr(e: &Expr, names: &HashMap<Name, Name>) -> Expr {
-    let mut out = e.clone();
-    let mut stack: Vec<&mut Expr> = vec![&mut out];
-    while let Some(e) = stack.pop() {
-        match e {
-            Expr::Var(name) => *name = renamed(name, names),
-            Expr::Lit(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
-            Expr::Load(a) => {
-                a.base = renamed(&a.base, names);
-                stack.extend(a.block.iter_mut().flatten());
-                stack.extend(a.index.iter_mut());
-            }
-            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => stack.push(x),
-            Expr::Binary(_, a, b) => {
-                stack.push(a);
-                stack.push(b);
-            }
-            Expr::Select(a, b, c) => {
-                stack.push(a);
-                stack.push(b);
-                stack.push(c);
-            }
-            Expr::Math(_, args) => stack.extend(args.iter_mut()),
-        }
-    }
-    out
 }
 
 fn renamed_stmt(stmt: &Stmt, names: &HashMap<Name, Name>) -> Stmt {
@@ -651,54 +651,22 @@ impl Expander<'_> {
         })
     }
 
-    fn access(&mut self, a: &RefAccess) -> RefAccess {
-        RefAccess {
-            base: self.resolve(&a.base),
-            block: a
-                .block
-                .as_ref()
-                .map(|coords| coords.iter().map(|e| self.expr(e)).collect()),
-            index: a.index.iter().map(|e| self.expr(e)).collect(),
-        }
+    fn access(&self, a: &RefAccess) -> RefAccess {
+        rewrite_access(a, &|n| self.variable(n), &|n| self.resolve(n))
     }
 
-    /// Rewrites names (renamed bindings, constants) in `e`. An explicit
-    /// stack over a clone, not recursion: operator chains nest as deep as
-    /// they are long.
-    fn expr(&mut self, e: &Expr) -> Expr {
-        let mut out = e.clone();
-        let mut stack: Vec<&mut Expr> = vec![&mut out];
-        while let Some(e) = stack.pop() {
-            match e {
-                Expr::Var(name) => {
-                    let resolved = self.resolve(name);
-                    if resolved == *name {
-                        if let Some(lit) = self.consts.get(name) {
-                            *e = lit.clone();
-                            continue;
-                        }
-                    }
-                    *name = resolved;
-                }
-                Expr::Lit(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
-                Expr::Load(a) => {
-                    a.base = self.resolve(&a.base);
-                    stack.extend(a.block.iter_mut().flatten());
-                    stack.extend(a.index.iter_mut());
-                }
-                Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => stack.push(x),
-                Expr::Binary(_, a, b) => {
-                    stack.push(a);
-                    stack.push(b);
-                }
-                Expr::Select(a, b, c) => {
-                    stack.push(a);
-                    stack.push(b);
-                    stack.push(c);
-                }
-                Expr::Math(_, args) => stack.extend(args.iter_mut()),
-            }
+    /// Rewrites names (renamed bindings, constants) in `e`.
+    fn expr(&self, e: &Expr) -> Expr {
+        rewrite_expr(e, &|n| self.variable(n), &|n| self.resolve(n))
+    }
+
+    /// What a use of the variable `name` becomes: its renamed binding, or
+    /// the literal of the module constant it names.
+    fn variable(&self, name: &Name) -> Expr {
+        let resolved = self.resolve(name);
+        match self.consts.get(name) {
+            Some(lit) if resolved == *name => lit.clone(),
+            _ => Expr::Var(resolved),
         }
-        out
     }
 }

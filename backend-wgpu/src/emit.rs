@@ -1174,7 +1174,7 @@ fn block_reaches_wait(unit: &LaunchUnit, block: u64) -> bool {
                         return true;
                     }
                 }
-                Stmt::For { body, .. } => {
+                Stmt::For { body, .. } | Stmt::While { body, .. } => {
                     let mut waits = false;
                     for_each_stmt(body, &mut |s| {
                         waits |= matches!(

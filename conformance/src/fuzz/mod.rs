@@ -533,7 +533,7 @@ pub fn statement_count(module: &Module) -> usize {
                         else_body,
                         ..
                     } => count(then_body) + count(else_body),
-                    Stmt::For { body, .. } => count(body),
+                    Stmt::For { body, .. } | Stmt::While { body, .. } => count(body),
                     _ => 0,
                 }
             })

@@ -200,7 +200,7 @@ pub fn edits(m: &Module) -> Vec<Edit> {
         for path in stmt_paths(&k.body) {
             let branches = match stmt_at(&k.body, &path) {
                 Stmt::If { .. } => 2,
-                Stmt::For { .. } => 1,
+                Stmt::For { .. } | Stmt::While { .. } => 1,
                 _ => 0,
             };
             out.push(Edit::DropStmt {
@@ -296,6 +296,9 @@ pub fn apply(m: &Module, edit: &Edit) -> Module {
                 b.extend(body);
                 b
             }
+            // Its body once (a `break` left in it makes the candidate invalid,
+            // and the reducer drops it).
+            Stmt::While { body, .. } => body,
             other => vec![other],
         }),
         Edit::Expr {

@@ -104,6 +104,10 @@ fn check_body(body: &[Stmt], path: &IrPath, check: &mut impl FnMut(&str, &IrPath
                 check(&var.name, &here, "loop variable");
                 check_body(body, &here.child(PathStep::Body), check);
             }
+            Stmt::While { body, .. } => check_body(body, &here.child(PathStep::Body), check),
+            Stmt::Call {
+                dest: Some(var), ..
+            } => check(&var.name, &here, "variable"),
             Stmt::If {
                 then_body,
                 else_body,

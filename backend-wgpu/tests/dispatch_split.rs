@@ -316,6 +316,18 @@ fn leading_blocks_that_wait_on_nothing_share_the_first_dispatch() {
         "{}",
         emitted.wgsl
     );
+    // A wait inside a `while` counts too: block 7 stays out of the wave.
+    let in_loop = FINALIZE.replace(
+        "    wait(done[0u], 7);\n",
+        "    var tries: u32 = 0u;\n    while tries < 1u max 1u {\n      wait(done[0u], 7);\n      tries += 1u;\n    }\n",
+    );
+    assert_ne!(in_loop, FINALIZE);
+    let looped = emit_module(
+        &plan(&module(&in_loop), "finalize"),
+        &EmitOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(looped.schedule, emitted.schedule);
     // The chained scan's block 0 alone waits on nothing: no wave.
     let chain = emit_module(
         &plan(&chained_scan(), "chained_scan"),

@@ -1068,82 +1068,39 @@ fn first_wave(unit: &LaunchUnit, per_dim: u32) -> u64 {
     wave
 }
 
-/// A value a block's wait conditions compute, known before the run.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Known {
-    U32(u32),
-    I32(i32),
-    Bool(bool),
-}
-
 /// Whether block `block` of `unit` may reach a `wait` or `wait_nodec`:
 /// conservative (true) wherever a condition is not decided by the block's
 /// coordinates, constants and `let`s of those, and for any wait in a loop.
 fn block_reaches_wait(unit: &LaunchUnit, block: u64) -> bool {
-    fn eval(unit: &LaunchUnit, block: u64, lets: &HashMap<Name, Known>, e: &Expr) -> Option<Known> {
-        let value = |e: &Expr| eval(unit, block, lets, e);
-        Some(match e {
-            Expr::Lit(Literal::U32(v)) => Known::U32(*v),
-            Expr::Lit(Literal::I32(v)) => Known::I32(*v),
-            Expr::Lit(Literal::Bool(v)) => Known::Bool(*v),
-            Expr::Var(name) => *lets.get(name)?,
-            Expr::AxisIndex(axis) => {
-                let a = unit
-                    .axes
-                    .iter()
-                    .find(|a| &a.axis == axis && a.source == IdSource::Block)?;
-                let index = (block / a.stride.max(1)) % a.size.max(1) as u64;
-                Known::U32(index as u32)
-            }
-            Expr::AxisSize(axis) => Known::U32(unit.axes.iter().find(|a| &a.axis == axis)?.size),
-            Expr::Unary(UnaryOp::Not, a) => match value(a)? {
-                Known::Bool(b) => Known::Bool(!b),
-                _ => return None,
+    /// `e` folded with the block's coordinates and the `let`s known so far.
+    fn eval(
+        unit: &LaunchUnit,
+        block: u64,
+        lets: &HashMap<Name, Literal>,
+        e: &Expr,
+    ) -> Option<Literal> {
+        let axis_index = |axis: &str| {
+            let a = unit
+                .axes
+                .iter()
+                .find(|a| a.axis == axis && a.source == IdSource::Block)?;
+            Some(((block / a.stride.max(1)) % a.size.max(1) as u64) as u32)
+        };
+        let axis_size = |axis: &str| unit.axes.iter().find(|a| a.axis == axis).map(|a| a.size);
+        let name = |n: &str| lets.get(n).copied();
+        mpmd_core::ir::fold::const_value(
+            e,
+            &mpmd_core::ir::fold::Leaves {
+                name: &name,
+                axis_size: &axis_size,
+                axis_index: &axis_index,
             },
-            Expr::Binary(op, a, b) => {
-                let (a, b) = (value(a)?, value(b)?);
-                match (a, b) {
-                    (Known::U32(x), Known::U32(y)) => match op {
-                        BinaryOp::Add => Known::U32(x.wrapping_add(y)),
-                        BinaryOp::Sub => Known::U32(x.wrapping_sub(y)),
-                        BinaryOp::Mul => Known::U32(x.wrapping_mul(y)),
-                        BinaryOp::Eq => Known::Bool(x == y),
-                        BinaryOp::Ne => Known::Bool(x != y),
-                        BinaryOp::Lt => Known::Bool(x < y),
-                        BinaryOp::Le => Known::Bool(x <= y),
-                        BinaryOp::Gt => Known::Bool(x > y),
-                        BinaryOp::Ge => Known::Bool(x >= y),
-                        _ => return None,
-                    },
-                    (Known::I32(x), Known::I32(y)) => match op {
-                        BinaryOp::Add => Known::I32(x.wrapping_add(y)),
-                        BinaryOp::Sub => Known::I32(x.wrapping_sub(y)),
-                        BinaryOp::Mul => Known::I32(x.wrapping_mul(y)),
-                        BinaryOp::Eq => Known::Bool(x == y),
-                        BinaryOp::Ne => Known::Bool(x != y),
-                        BinaryOp::Lt => Known::Bool(x < y),
-                        BinaryOp::Le => Known::Bool(x <= y),
-                        BinaryOp::Gt => Known::Bool(x > y),
-                        BinaryOp::Ge => Known::Bool(x >= y),
-                        _ => return None,
-                    },
-                    (Known::Bool(x), Known::Bool(y)) => match op {
-                        BinaryOp::LogicAnd => Known::Bool(x && y),
-                        BinaryOp::LogicOr => Known::Bool(x || y),
-                        BinaryOp::Eq => Known::Bool(x == y),
-                        BinaryOp::Ne => Known::Bool(x != y),
-                        _ => return None,
-                    },
-                    _ => return None,
-                }
-            }
-            _ => return None,
-        })
+        )
     }
     fn reaches(
         unit: &LaunchUnit,
         block: u64,
-        lets: &mut HashMap<Name, Known>,
+        lets: &mut HashMap<Name, Literal>,
         body: &[Stmt],
     ) -> bool {
         for stmt in body {
@@ -1163,8 +1120,8 @@ fn block_reaches_wait(unit: &LaunchUnit, block: u64) -> bool {
                     else_body,
                 } => {
                     let taken = match eval(unit, block, lets, cond) {
-                        Some(Known::Bool(true)) => reaches(unit, block, lets, then_body),
-                        Some(Known::Bool(false)) => reaches(unit, block, lets, else_body),
+                        Some(Literal::Bool(true)) => reaches(unit, block, lets, then_body),
+                        Some(Literal::Bool(false)) => reaches(unit, block, lets, else_body),
                         _ => {
                             reaches(unit, block, lets, then_body)
                                 || reaches(unit, block, lets, else_body)

@@ -14,6 +14,7 @@
 //!   by `M`'s linear block id, each instance row-major over `T`'s shape.
 
 mod builder;
+pub mod fold;
 pub mod limits;
 mod path;
 mod typing;

@@ -2,9 +2,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::constant::const_value;
 use super::items::{count_text, instance_bytes};
 use super::{ref_text, Sink};
+use crate::ir::fold::{const_value, Leaves};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
     type_of, AtomicOp, BinaryOp, Binding, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module,
@@ -252,7 +252,15 @@ impl Walker<'_, '_> {
         match e {
             Expr::Lit(lit) => Some(*lit),
             _ if self.ctx.is_none() => None,
-            _ => const_value(e, &name, &axis_size),
+            _ => const_value(
+                e,
+                &Leaves {
+                    name: &name,
+                    axis_size: &axis_size,
+                    // Thread and block indices differ between threads or blocks.
+                    axis_index: &|_| None,
+                },
+            ),
         }
     }
 

@@ -8,7 +8,6 @@
 //! once per kernel regardless.
 
 mod body;
-mod constant;
 mod items;
 mod names;
 mod nesting;

@@ -1,33 +1,39 @@
-//! Compile-time constant integer and bool expressions, for E0047: an index
-//! or block coordinate known before the kernel runs must be in bounds (the
-//! WGSL compiler rejects a constant index out of range, and on every backend
-//! the access could only fail).
-//!
-//! Constant are literals, `axis_size` of a mesh of the program's call,
-//! `let`s bound to constants, and operators, casts between integers,
-//! `select` and integer `abs`/`min`/`max` over constants, with DESIGN.md's
+//! Compile-time constant integer and bool expressions, with DESIGN.md's
 //! numerics (wrapping arithmetic, division by zero returns the dividend,
 //! remainder by zero is 0, shift amounts modulo 32). Floats are not folded.
+//! Validation folds indices for E0047 (the WGSL compiler rejects a constant
+//! index out of range, and on every backend the access could only fail); the
+//! WGSL backend folds a block's wait conditions for its block id to form the
+//! first dispatch wave of a split program.
+//!
+//! Constants are literals, the leaves [`Leaves`] knows (names, `axis_size`,
+//! `axis_index`), and operators, casts between integers, `select` and
+//! integer `abs`/`min`/`max` over constants.
 
 use crate::ir::{BinaryOp, Expr, Literal, MathFn, ScalarType, UnaryOp};
 
-/// The value of `e` if it is a compile-time constant. `name` gives the
-/// value of a constant `let`, `axis_size` that of an axis in scope.
-pub(super) fn const_value(
-    e: &Expr,
-    name: &dyn Fn(&str) -> Option<Literal>,
-    axis_size: &dyn Fn(&str) -> Option<u32>,
-) -> Option<Literal> {
-    let value = |x: &Expr| const_value(x, name, axis_size);
+/// The values the caller knows of an expression's leaves.
+pub struct Leaves<'a> {
+    /// A constant `let` (or other name) by name.
+    pub name: &'a dyn Fn(&str) -> Option<Literal>,
+    /// An axis in scope, by name.
+    pub axis_size: &'a dyn Fn(&str) -> Option<u32>,
+    /// An axis index the caller fixed (a given block's coordinate).
+    pub axis_index: &'a dyn Fn(&str) -> Option<u32>,
+}
+
+/// The value of `e` if it is a compile-time constant given `leaves`.
+pub fn const_value(e: &Expr, leaves: &Leaves) -> Option<Literal> {
+    let value = |x: &Expr| const_value(x, leaves);
     use Literal::{Bool, I32, U32};
     Some(match e {
         Expr::Lit(lit @ (I32(_) | U32(_) | Bool(_))) => *lit,
         Expr::Lit(Literal::F32(_) | Literal::F16(_) | Literal::BF16(_))
-        | Expr::AxisIndex(_)
         | Expr::Load(_)
         | Expr::Bitcast(..) => return None,
-        Expr::Var(n) => name(n)?,
-        Expr::AxisSize(axis) => U32(axis_size(axis)?),
+        Expr::Var(n) => (leaves.name)(n)?,
+        Expr::AxisSize(axis) => U32((leaves.axis_size)(axis)?),
+        Expr::AxisIndex(axis) => U32((leaves.axis_index)(axis)?),
         Expr::Unary(op, x) => match (op, value(x)?) {
             (UnaryOp::Neg, I32(v)) => I32(v.wrapping_neg()),
             (UnaryOp::Neg, U32(v)) => U32(v.wrapping_neg()),
@@ -137,7 +143,15 @@ mod tests {
     fn fold(e: Expr) -> Option<Literal> {
         let name = |n: &str| (n == "four").then_some(Literal::U32(4));
         let axis = |a: &str| (a == "t").then_some(64);
-        const_value(&e, &name, &axis)
+        let index = |a: &str| (a == "b").then_some(3);
+        const_value(
+            &e,
+            &Leaves {
+                name: &name,
+                axis_size: &axis,
+                axis_index: &index,
+            },
+        )
     }
 
     #[test]
@@ -155,5 +169,9 @@ mod tests {
         assert_eq!(fold(Expr::from(1u32) << 33u32), Some(Literal::U32(2)));
         assert_eq!(fold(var("n") + 1u32), None);
         assert_eq!(fold(crate::ir::axis_index("t")), None);
+        assert_eq!(
+            fold(crate::ir::axis_index("b") + 1u32),
+            Some(Literal::U32(4))
+        );
     }
 }

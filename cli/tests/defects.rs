@@ -5,8 +5,9 @@
 //! (`gen_deep.py`'s shapes are `core/tests/text_bad_input.rs`; the generated
 //! code's compilers are checked in the backends' own tests.)
 
+mod common;
+use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 fn defect(name: &str) -> String {
@@ -15,13 +16,6 @@ fn defect(name: &str) -> String {
         .join(name);
     assert!(path.exists(), "{} is missing", path.display());
     path.to_str().unwrap().to_string()
-}
-
-fn mpmd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mpmd"))
-        .args(args)
-        .output()
-        .expect("the mpmd binary runs")
 }
 
 /// Runs `mpmd ARGS`; asserts the exit code and that stdout and stderr

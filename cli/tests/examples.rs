@@ -2,35 +2,13 @@
 //! checks every output value exactly (the examples use `iota` inputs, so the
 //! expected values are closed forms of the index).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+use common::*;
+use std::path::Path;
 
 use mpmd_cli::npy;
 use mpmd_core::ir::ScalarType;
 use mpmd_core::numerics;
-
-fn examples_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
-}
-
-fn example(name: &str) -> PathBuf {
-    examples_dir().join(format!("{name}.mpmd"))
-}
-
-fn mpmd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mpmd"))
-        .args(args)
-        .output()
-        .expect("the mpmd binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// Checks the output files an example's run wrote into a folder.
 type OutputCheck = fn(&Path);

@@ -2,8 +2,9 @@
 //! tolerances, `--call K` and `--time`, through the real binary: exit codes,
 //! messages and verdicts exactly.
 
+mod common;
+use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use mpmd_cli::npy;
 use mpmd_core::HostTensor;
@@ -11,26 +12,9 @@ use mpmd_core::HostTensor;
 #[path = "../../test-support/needs.rs"]
 mod needs;
 
-fn mpmd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mpmd"))
-        .args(args)
-        .output()
-        .expect("the mpmd binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn example(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../examples/{name}.mpmd"))
-        .display()
-        .to_string()
+/// An example's path, as an argument.
+fn example_arg(name: &str) -> String {
+    example(name).display().to_string()
 }
 
 /// Asserts exit code 1, nothing on stdout and exactly `message` on stderr.
@@ -69,7 +53,7 @@ fn an_exact_reference_matches_by_default() {
     let dir = tempfile::tempdir().unwrap();
     let reference = save(dir.path(), "y.npy", &f32s(&elementwise_y()));
     let compare = format!("y={reference}");
-    let output = mpmd(&["run", &example("elementwise"), "--compare", &compare]);
+    let output = mpmd(&["run", &example_arg("elementwise"), "--compare", &compare]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(
         stdout(&output),
@@ -88,7 +72,7 @@ fn one_ulp_fails_ulp_0_and_passes_ulp_1() {
     y[17] = f32::from_bits(y[17].to_bits() + 1); // 35.000004 instead of 35
     let reference = save(dir.path(), "y.npy", &f32s(&y));
     let compare = format!("y={reference}");
-    let file = example("elementwise");
+    let file = example_arg("elementwise");
     let report = format!(
         "error: compare y with {reference}: 1 of 256 elements differ ({{}}; max error 1 ulp)\n  \
          [17] got 35.0 (0x420c0000), expected 35.000004 (0x420c0001), error 1 ulp\n"
@@ -126,7 +110,7 @@ fn rtol_and_atol_are_numpys_allclose() {
     let y: Vec<f32> = elementwise_y().iter().map(|v| v * 1.001).collect();
     let reference = save(dir.path(), "y.npy", &f32s(&y));
     let compare = format!("y={reference}");
-    let file = example("elementwise");
+    let file = example_arg("elementwise");
     let output = mpmd(&["run", &file, "--compare", &compare, "--rtol", "1e-3"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
@@ -165,7 +149,7 @@ fn nan_matches_nan() {
     let matching = save(dir.path(), "y.npy", &f32s(&y));
     y[1] = 3.0;
     let differing = save(dir.path(), "y1.npy", &f32s(&y));
-    let file = example("elementwise");
+    let file = example_arg("elementwise");
     for tolerance in [&[][..], &["--ulp", "2"][..], &["--rtol", "1"][..]] {
         let compare = format!("y={matching}");
         let mut args = vec![
@@ -211,7 +195,7 @@ fn integer_outputs_are_exact() {
     let compare = format!("hist={reference}");
     let output = mpmd(&[
         "run",
-        &example("histogram"),
+        &example_arg("histogram"),
         "--compare",
         &compare,
         "--ulp",
@@ -230,7 +214,7 @@ fn integer_outputs_are_exact() {
 #[test]
 fn compare_refuses_what_it_cannot_judge() {
     let dir = tempfile::tempdir().unwrap();
-    let file = example("elementwise");
+    let file = example_arg("elementwise");
     let file = file.as_str();
     let short = save(dir.path(), "short.npy", &f32s(&[1.0; 128]));
     let ints = save(
@@ -280,7 +264,7 @@ fn compare_refuses_what_it_cannot_judge() {
 /// Flags clap refuses exit 2 with its usage message.
 #[test]
 fn tolerance_flags_conflict_or_need_compare() {
-    let file = example("elementwise");
+    let file = example_arg("elementwise");
     let compare = "y=y.npy";
     let cases: &[(&[&str], &str)] = &[
         (
@@ -325,7 +309,7 @@ fn compare_names_outputs_of_several_calls() {
         "sent.npy",
         &HostTensor::from_u32(vec![2], &[1, 2]),
     );
-    let file = example("handoff");
+    let file = example_arg("handoff");
     let output = mpmd(&[
         "run",
         &file,
@@ -365,7 +349,7 @@ fn compare_names_outputs_of_several_calls() {
 #[test]
 fn an_output_of_two_calls_is_named_by_its_stem() {
     let dir = tempfile::tempdir().unwrap();
-    let source = std::fs::read_to_string(example("elementwise")).unwrap();
+    let source = std::fs::read_to_string(example_arg("elementwise")).unwrap();
     let file = dir.path().join("twice.mpmd");
     std::fs::write(
         &file,
@@ -407,7 +391,7 @@ fn an_output_of_two_calls_is_named_by_its_stem() {
 #[test]
 fn call_runs_one_call_of_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let file = example("handoff");
+    let file = example_arg("handoff");
     let out0 = dir.path().join("call0");
     let output = mpmd(&["run", &file, "--call", "0", "--out", out0.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -478,7 +462,7 @@ fn assert_time_lines(text: &str, calls: usize, kernel: &str) {
 
 #[test]
 fn time_prints_wall_time_per_call_and_says_when_kernel_time_is_not_measured() {
-    let output = mpmd(&["run", &example("handoff"), "--time"]);
+    let output = mpmd(&["run", &example_arg("handoff"), "--time"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&output);
     assert_time_lines(&text, 2, "; kernel time: not measured on interp");
@@ -486,7 +470,7 @@ fn time_prints_wall_time_per_call_and_says_when_kernel_time_is_not_measured() {
         text.starts_with("call 0: map `send`\n  time: wall "),
         "the time follows its call's line: {text}"
     );
-    let output = mpmd(&["run", &example("elementwise")]);
+    let output = mpmd(&["run", &example_arg("elementwise")]);
     assert!(!stdout(&output).contains("time:"), "only with --time");
 }
 
@@ -494,7 +478,7 @@ fn time_prints_wall_time_per_call_and_says_when_kernel_time_is_not_measured() {
 fn time_on_wgpu_says_kernel_time_is_not_measured() {
     let output = mpmd(&[
         "run",
-        &example("elementwise"),
+        &example_arg("elementwise"),
         "--time",
         "--backend",
         "wgpu",
@@ -514,7 +498,7 @@ fn time_on_wgpu_says_kernel_time_is_not_measured() {
 fn time_on_cuda_prints_kernel_time() {
     let output = mpmd(&[
         "run",
-        &example("elementwise"),
+        &example_arg("elementwise"),
         "--time",
         "--backend",
         "cuda",
@@ -713,7 +697,7 @@ fn memory_model_page_shows_the_race_examples() {
 fn bf16_outputs_count_bf16_ulps() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let file = example("bf16_rowsum");
+    let file = example_arg("bf16_rowsum");
     let output = mpmd(&["run", &file, "--out", out.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let sum16 = npy::read(&out.join("sum16.npy")).unwrap();

@@ -3,8 +3,10 @@
 //! and exit code 1, or with the right result. The reproducers are written
 //! here in full so that the tests need nothing outside the repository.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Output;
 
 use mpmd_cli::npy;
 
@@ -12,25 +14,6 @@ use mpmd_cli::npy;
 mod needs;
 use mpmd_core::ir::ScalarType;
 use mpmd_core::HostTensor;
-
-fn mpmd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mpmd"))
-        .args(args)
-        .output()
-        .expect("the mpmd binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/{name}.mpmd"))
-}
 
 /// Asserts exit code 1 and exactly `message` on stderr.
 fn assert_fails(args: &[&str], message: &str) {

@@ -32,7 +32,7 @@ use mpmd_core::Mode;
 use thiserror::Error;
 
 pub use backend::{CudaBackend, CudaError, CudaOptions};
-pub use emit::{emit, emit_module, EmitError, EmittedModule};
+pub use emit::{emit, emit_module, EmitError, EmittedModule, PRELUDE};
 pub use nvrtc::{compile_cubin, compile_ptx, nvrtc_version, CompileError, CompileOptions, Ptx};
 pub use ptxas::{assemble, AssembleError, AssembleReport, KernelResources};
 

@@ -501,7 +501,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
                     .collect::<Vec<_>>()
                     .join("; ")
             )),
-            Ok(()) => Status::Fail(format!(
+            Ok(_) => Status::Fail(format!(
                 "expected rejection with {code}, but validation accepted the module"
             )),
         };

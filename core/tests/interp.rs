@@ -967,6 +967,7 @@ fn residents_hand_data_and_credits_to_a_later_call() {
 #[test]
 fn backend_run_uses_the_plans_ir_and_checked_mode_detects() {
     use mpmd_core::plan::{DependencyGraph, LaunchPlan, LaunchUnit};
+    use mpmd_core::validate::ProgramFacts;
     use mpmd_core::{Backend, Mode, RunOptions};
     let m = producer_consumer(false, false);
     let map = m.maps[0].clone();
@@ -976,12 +977,14 @@ fn backend_run_uses_the_plans_ir_and_checked_mode_detects() {
         .enumerate()
         .map(|(k, p)| {
             let mesh = m.mesh(&p.mesh).unwrap().clone();
+            let kernel = m.kernel(&p.kernel).unwrap().clone();
             LaunchUnit {
                 program: k,
+                facts: ProgramFacts::of(&kernel, &mesh),
                 block_count: mesh.block_count(),
                 threads_per_block: mesh.threads.size,
                 mesh,
-                kernel: m.kernel(&p.kernel).unwrap().clone(),
+                kernel,
                 smem: vec![],
                 smem_bytes: 0,
                 axes: vec![],

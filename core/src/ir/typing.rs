@@ -2,17 +2,17 @@
 //! so an expression's type follows from its leaves; validation, the
 //! interpreter and both backends share this one definition.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use thiserror::Error;
 
 use super::{BinaryOp, Expr, Name, RefAccess, RefType, ScalarType, Type, UnaryOp};
 
 /// What names mean at a point of a kernel body.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Scope {
-    scalars: HashMap<Name, ScalarType>,
-    refs: HashMap<Name, RefType>,
+    scalars: BTreeMap<Name, ScalarType>,
+    refs: BTreeMap<Name, RefType>,
 }
 
 impl Scope {

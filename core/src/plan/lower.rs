@@ -14,9 +14,8 @@ use super::{
 };
 use crate::host::BufferStart;
 use crate::ir::limits::{buffer_len, MAX_BUFFER_BYTES, MAX_NESTING};
-use crate::ir::{
-    MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefAccess, Resident, SemOp, Stmt, Type,
-};
+use crate::ir::{MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, Resident, Type};
+use crate::validate::ProgramFacts;
 
 /// Byte alignment of every `smem` slot in a block's arena.
 pub const SMEM_ALIGN_BYTES: u32 = 16;
@@ -83,9 +82,15 @@ pub fn lower(module: &Module, map: &str) -> Result<LaunchPlan, LowerError> {
     let (meshes, external_meshes) = call_meshes(module, map, &program_meshes)?;
     let residents = bound_residents(module, map)?;
 
+    let facts: Vec<ProgramFacts> = kernels
+        .iter()
+        .zip(&program_meshes)
+        .map(|(kernel, mesh)| ProgramFacts::of(kernel, mesh))
+        .collect();
     let usage: Vec<KernelUsage> = kernels
         .iter()
-        .map(|k| KernelUsage::of(map, k))
+        .zip(&facts)
+        .map(|(k, f)| KernelUsage::of(map, &k.name, f))
         .collect::<Result<_, _>>()?;
     let order = ProgramGraph::new(&usage).order();
 
@@ -101,6 +106,7 @@ pub fn lower(module: &Module, map: &str) -> Result<LaunchPlan, LowerError> {
             block_count: mesh.block_count(),
             threads_per_block: mesh.threads.size,
             kernel: kernels[program].clone(),
+            facts: facts[program].clone(),
             mesh,
             smem,
             smem_bytes,
@@ -214,7 +220,8 @@ fn bound_residents(module: &Module, map: &MpmdMap) -> Result<Vec<Resident>, Lowe
         .collect()
 }
 
-/// What one kernel body does to the map's operands.
+/// What one program does to the map's operands, by name: the part of its
+/// [`ProgramFacts`] the lowering orders and binds with.
 #[derive(Default)]
 struct KernelUsage {
     /// Semaphore operands signalled, in first-use order.
@@ -226,74 +233,44 @@ struct KernelUsage {
 }
 
 impl KernelUsage {
-    fn of(map: &MpmdMap, kernel: &crate::ir::Kernel) -> Result<Self, LowerError> {
-        let mut usage = KernelUsage::default();
-        usage.walk(map, &kernel.name, &kernel.body)?;
-        Ok(usage)
-    }
-
-    fn walk(&mut self, map: &MpmdMap, kernel: &str, body: &[Stmt]) -> Result<(), LowerError> {
-        for stmt in body {
-            match stmt {
-                Stmt::Atomic { target, .. } => {
-                    self.atomic.insert(target.base.clone());
-                }
-                Stmt::Sem { op, sem, .. } => {
-                    let name = semaphore_operand(map, kernel, sem)?;
-                    let list = match op {
-                        SemOp::Signal => &mut self.signals,
-                        SemOp::Wait | SemOp::WaitNodec => &mut self.waits,
-                    };
-                    if !list.contains(&name) {
-                        list.push(name.clone());
-                    }
-                    self.atomic.insert(name);
-                }
-                Stmt::SemRead { sem, .. } => {
-                    let name = semaphore_operand(map, kernel, sem)?;
-                    self.atomic.insert(name);
-                }
-                Stmt::If {
-                    then_body,
-                    else_body,
-                    ..
-                } => {
-                    self.walk(map, kernel, then_body)?;
-                    self.walk(map, kernel, else_body)?;
-                }
-                Stmt::For { body, .. } | Stmt::While { body, .. } => {
-                    self.walk(map, kernel, body)?
-                }
-                Stmt::Let { .. }
-                | Stmt::Var { .. }
-                | Stmt::Assign { .. }
-                | Stmt::CompoundAssign { .. }
-                | Stmt::LocalArray { .. }
-                | Stmt::Store { .. }
-                | Stmt::CompoundStore { .. }
-                | Stmt::Break
-                | Stmt::Continue
-                | Stmt::Barrier => {}
-                // Inlined by `program_kernel` before this walk.
-                Stmt::Call { .. } | Stmt::Return { .. } => {}
-            }
-        }
-        Ok(())
+    fn of(map: &MpmdMap, kernel: &str, facts: &ProgramFacts) -> Result<Self, LowerError> {
+        let operands: Vec<&crate::ir::Operand> = map.operands().map(|(_, o)| o).collect();
+        let semaphores = |positions: &[usize]| -> Result<Vec<Name>, LowerError> {
+            positions
+                .iter()
+                .map(|&i| semaphore_operand(kernel, operands.get(i).copied()))
+                .collect()
+        };
+        Ok(KernelUsage {
+            signals: semaphores(&facts.signals)?,
+            waits: semaphores(&facts.waits)?,
+            atomic: facts
+                .accesses
+                .iter()
+                .zip(&operands)
+                .filter(|(access, _)| access.is_atomic())
+                .map(|(_, operand)| operand.name.clone())
+                .collect(),
+        })
     }
 }
 
-fn semaphore_operand(map: &MpmdMap, kernel: &str, sem: &RefAccess) -> Result<Name, LowerError> {
-    let is_sem = map
-        .operand(&sem.base)
-        .and_then(|(_, o)| o.ty.as_ref_type())
-        .is_some_and(|r| r.space == MemorySpace::Sem);
-    if is_sem {
-        Ok(sem.base.clone())
-    } else {
-        Err(LowerError::NotASemaphore {
+fn semaphore_operand(
+    kernel: &str,
+    operand: Option<&crate::ir::Operand>,
+) -> Result<Name, LowerError> {
+    match operand {
+        Some(o)
+            if o.ty
+                .as_ref_type()
+                .is_some_and(|r| r.space == MemorySpace::Sem) =>
+        {
+            Ok(o.name.clone())
+        }
+        _ => Err(LowerError::NotASemaphore {
             kernel: kernel.to_string(),
-            name: sem.base.clone(),
-        })
+            name: operand.map(|o| o.name.clone()).unwrap_or_default(),
+        }),
     }
 }
 

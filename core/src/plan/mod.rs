@@ -10,6 +10,7 @@ pub use expand::{
 pub use lower::{lower, LowerError};
 
 use crate::ir::{Kernel, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, Type};
+use crate::validate::ProgramFacts;
 
 /// Everything a backend needs to run one call of one map.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,6 +42,9 @@ pub struct LaunchUnit {
     pub program: usize,
     pub mesh: Mesh,
     pub kernel: Kernel,
+    /// What validation establishes about `kernel` (operand accesses,
+    /// uniformity, every name's type): backends read it instead of walking.
+    pub facts: ProgramFacts,
     /// Product of the mesh's grid and cluster axis sizes.
     pub block_count: u64,
     pub threads_per_block: u32,

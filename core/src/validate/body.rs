@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::items::{count_text, instance_bytes};
+use super::uniformity::Uniformity;
 use super::{ref_text, Sink};
 use crate::ir::fold::{const_value, Leaves};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
@@ -111,8 +112,9 @@ struct Walker<'a, 's> {
     inlining: Vec<String>,
     /// Helpers that take part in a call cycle (E0065): never inlined.
     recursive: HashSet<String>,
-    /// Names whose values may differ between the threads of a block.
-    nonuniform: HashSet<String>,
+    /// Which values may differ between the threads of a block (in a
+    /// program's context).
+    uniformity: Option<Uniformity>,
     /// The outermost enclosing non-uniform condition: (what, reason).
     control: Option<(String, String)>,
     /// Values of the `let`s bound to compile-time constants (names are
@@ -189,7 +191,7 @@ fn check_kernel_as_written(
         calls_seen: 0,
         inlining: vec![],
         recursive: crate::plan::recursive_functions(module),
-        nonuniform: HashSet::new(),
+        uniformity: None,
         control: None,
         constants: HashMap::new(),
     };
@@ -221,15 +223,14 @@ fn check_kernel_as_written(
         }
     }
     if let Some(ctx) = ctx {
-        let thread_axis = ctx.mesh.threads.name.as_str();
-        // Flow-insensitive and keyed by name, which is exact because
-        // `check_kernel` gives every declaration its own name here.
-        loop {
-            walker.calls_seen = 0;
-            if !walker.mark_nonuniform(&kernel.body, false, thread_axis) {
-                break;
-            }
-        }
+        let recursive = &walker.recursive;
+        walker.uniformity = Some(Uniformity::analyse(
+            &kernel.body,
+            &ctx.mesh.threads.name,
+            &mut |function, dest, args, ordinal| {
+                inline_at_call_site(module, recursive, function, dest, args, ordinal)
+            },
+        ));
     }
     walker.calls_seen = 0;
     walker.walk_block(&kernel.body, &kernel_path, scope);
@@ -302,147 +303,12 @@ impl Walker<'_, '_> {
         scope.kinds.insert(name.to_string(), kind);
     }
 
-    /// The first `break` or `continue` of a loop body (not of loops nested
-    /// in it) that only some threads of a block may reach: the condition it
-    /// is under and why that condition is not block-uniform. Such a loop
-    /// runs a different number of iterations per thread.
-    fn divergent_exit(&self, body: &[Stmt], thread_axis: &str) -> Option<(String, String)> {
-        for stmt in body {
-            if let Stmt::If {
-                cond,
-                then_body,
-                else_body,
-            } = stmt
-            {
-                let exits = |b: &[Stmt]| contains_loop_exit(b);
-                if exits(then_body) || exits(else_body) {
-                    if let Some(reason) = self.nonuniform_reason_in(cond, thread_axis) {
-                        return Some((print_expr(cond), reason));
-                    }
-                }
-                let inner = self
-                    .divergent_exit(then_body, thread_axis)
-                    .or_else(|| self.divergent_exit(else_body, thread_axis));
-                if inner.is_some() {
-                    return inner;
-                }
-            }
-        }
-        None
-    }
-
     // ---- uniformity -----------------------------------------------------
 
-    /// Why `e` may differ between the threads of a block, if it may.
+    /// Why `e` may differ between the threads of a block, if it may (only
+    /// known in a program's context).
     fn nonuniform_reason(&self, e: &Expr) -> Option<String> {
-        let thread_axis = self.ctx?.mesh.threads.name.as_str();
-        self.nonuniform_reason_in(e, thread_axis)
-    }
-
-    fn nonuniform_reason_in(&self, e: &Expr, thread_axis: &str) -> Option<String> {
-        match e {
-            Expr::Lit(_) | Expr::AxisSize(_) => None,
-            Expr::Var(name) => self
-                .nonuniform
-                .contains(name)
-                .then(|| format!("`{name}` is not block-uniform")),
-            Expr::AxisIndex(axis) => {
-                (axis == thread_axis).then(|| format!("`axis_index({axis})` is the thread axis"))
-            }
-            Expr::Load(access) => Some(format!("it loads from `{}`", access.base)),
-            Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => {
-                self.nonuniform_reason_in(x, thread_axis)
-            }
-            Expr::Binary(_, a, b) => self
-                .nonuniform_reason_in(a, thread_axis)
-                .or_else(|| self.nonuniform_reason_in(b, thread_axis)),
-            Expr::Select(c, t, f) => [c, t, f]
-                .into_iter()
-                .find_map(|x| self.nonuniform_reason_in(x, thread_axis)),
-            Expr::Math(_, args) => args
-                .iter()
-                .find_map(|x| self.nonuniform_reason_in(x, thread_axis)),
-        }
-    }
-
-    /// One pass of the uniformity fixpoint; returns whether a name was added.
-    fn mark_nonuniform(
-        &mut self,
-        stmts: &[Stmt],
-        under_nonuniform: bool,
-        thread_axis: &str,
-    ) -> bool {
-        let mut changed = false;
-        for stmt in stmts {
-            let mut mark = |set: &mut HashSet<String>, name: &str, yes: bool| {
-                if yes && set.insert(name.to_string()) {
-                    changed = true;
-                }
-            };
-            match stmt {
-                Stmt::Let { var, value } | Stmt::Var { var, init: value } => {
-                    let yes = self.nonuniform_reason_in(value, thread_axis).is_some();
-                    mark(&mut self.nonuniform, &var.name, yes);
-                }
-                Stmt::Assign { name, value } => {
-                    let yes =
-                        under_nonuniform || self.nonuniform_reason_in(value, thread_axis).is_some();
-                    mark(&mut self.nonuniform, name, yes);
-                }
-                Stmt::Atomic {
-                    dest: Some(dest), ..
-                } => mark(&mut self.nonuniform, &dest.name, true),
-                Stmt::If {
-                    cond,
-                    then_body,
-                    else_body,
-                } => {
-                    let inner =
-                        under_nonuniform || self.nonuniform_reason_in(cond, thread_axis).is_some();
-                    changed |= self.mark_nonuniform(then_body, inner, thread_axis);
-                    changed |= self.mark_nonuniform(else_body, inner, thread_axis);
-                }
-                Stmt::CompoundAssign { name, value, .. } => {
-                    let yes =
-                        under_nonuniform || self.nonuniform_reason_in(value, thread_axis).is_some();
-                    mark(&mut self.nonuniform, name, yes);
-                }
-                Stmt::For {
-                    var,
-                    start,
-                    end,
-                    body,
-                } => {
-                    let bounds = self.nonuniform_reason_in(start, thread_axis).is_some()
-                        || self.nonuniform_reason_in(end, thread_axis).is_some();
-                    let divergent = bounds || self.divergent_exit(body, thread_axis).is_some();
-                    mark(&mut self.nonuniform, &var.name, divergent);
-                    changed |=
-                        self.mark_nonuniform(body, under_nonuniform || divergent, thread_axis);
-                }
-                Stmt::While { cond, body, .. } => {
-                    let divergent = self.nonuniform_reason_in(cond, thread_axis).is_some()
-                        || self.divergent_exit(body, thread_axis).is_some();
-                    changed |=
-                        self.mark_nonuniform(body, under_nonuniform || divergent, thread_axis);
-                }
-                Stmt::Call {
-                    dest,
-                    function,
-                    args,
-                } => {
-                    if let Some(stmts) = self.inline(function, dest.as_ref(), args) {
-                        if self.inlining.len() < MAX_INLINING {
-                            self.inlining.push(function.clone());
-                            changed |= self.mark_nonuniform(&stmts, under_nonuniform, thread_axis);
-                            self.inlining.pop();
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        changed
+        self.uniformity.as_ref()?.reason(e)
     }
 
     /// Reports a block-collective operation under non-uniform control flow.
@@ -854,8 +720,9 @@ impl Walker<'_, '_> {
                     Some(format!("`{name}`, {}", kind.describe()))
                 }
                 Some(kind) => self
-                    .nonuniform
-                    .contains(name)
+                    .uniformity
+                    .as_ref()
+                    .is_some_and(|u| u.is_nonuniform_name(name))
                     .then(|| format!("`{name}`, {} that is not block-uniform", kind.describe())),
             },
             Expr::AxisIndex(axis) => {
@@ -951,14 +818,14 @@ impl Walker<'_, '_> {
         args: &[Expr],
     ) -> Option<Vec<Stmt>> {
         self.calls_seen += 1;
-        let k = self.calls_seen;
-        let f = self.module.function(function)?;
-        if self.recursive.contains(function) || f.params.len() != args.len() {
-            return None;
-        }
-        Some(crate::plan::inline_call(f, dest, args, &mut |name| {
-            format!("{function}#{k}::{name}")
-        }))
+        inline_at_call_site(
+            self.module,
+            &self.recursive,
+            function,
+            dest,
+            args,
+            self.calls_seen,
+        )
     }
 
     /// The checks of a call itself (the helper exists, the arguments fit its
@@ -1535,13 +1402,15 @@ impl Walker<'_, '_> {
         saved: Option<(String, String)>,
     ) {
         if self.control.is_none() {
-            if let Some(thread_axis) = self.ctx.map(|c| c.mesh.threads.name.clone()) {
-                if let Some((cond, reason)) = self.divergent_exit(body, &thread_axis) {
-                    self.control = Some((
-                        format!("a loop that some threads leave early (`break` or `continue` under `{cond}`)"),
-                        reason,
-                    ));
-                }
+            let exit = self
+                .uniformity
+                .as_ref()
+                .and_then(|u| u.divergent_exit(body));
+            if let Some((cond, reason)) = exit {
+                self.control = Some((
+                    format!("a loop that some threads leave early (`break` or `continue` under `{cond}`)"),
+                    reason,
+                ));
             }
         }
         self.loop_depth += 1;
@@ -1575,20 +1444,23 @@ impl Walker<'_, '_> {
     }
 }
 
-/// Helper calls inlined inside one another at most this deep while
-/// checking uniformity (recursion is refused; this bounds the work).
-const MAX_INLINING: usize = 64;
-
-/// Whether `body` holds a `break` or `continue` of the loop around it (one
-/// inside a nested loop belongs to that loop).
-fn contains_loop_exit(body: &[Stmt]) -> bool {
-    body.iter().any(|stmt| match stmt {
-        Stmt::Break | Stmt::Continue => true,
-        Stmt::If {
-            then_body,
-            else_body,
-            ..
-        } => contains_loop_exit(then_body) || contains_loop_exit(else_body),
-        _ => false,
-    })
+/// The inlined statements of a call of `function` at the `ordinal`-th call
+/// site met in a walk of a kernel, its names prefixed `function#ordinal::`
+/// (so every copy has its own); `None` for an unknown or recursive helper or
+/// a wrong argument count, which the call's own checks report.
+fn inline_at_call_site(
+    module: &Module,
+    recursive: &HashSet<String>,
+    function: &str,
+    dest: Option<&Binding>,
+    args: &[Expr],
+    ordinal: u32,
+) -> Option<Vec<Stmt>> {
+    let f = module.function(function)?;
+    if recursive.contains(function) || f.params.len() != args.len() {
+        return None;
+    }
+    Some(crate::plan::inline_call(f, dest, args, &mut |name| {
+        format!("{function}#{ordinal}::{name}")
+    }))
 }

@@ -8,10 +8,12 @@
 //! once per kernel regardless.
 
 mod body;
+mod facts;
 mod items;
 mod names;
 mod nesting;
 mod render;
+mod uniformity;
 
 use std::collections::HashSet;
 
@@ -19,7 +21,9 @@ use crate::ir::limits::{with_nesting_stack, INLINE_NESTING};
 use crate::ir::{IrPath, MemorySpace, Module, RefType, Type};
 use crate::text::body_nesting;
 
+pub use facts::{MapInfo, ModuleInfo, OperandAccess, ProgramFacts};
 pub use render::render;
+pub use uniformity::Uniformity;
 
 /// Limits validation enforces.
 #[derive(Clone, Debug)]
@@ -157,8 +161,9 @@ impl Sink {
     }
 }
 
-/// Checks every rule; returns all diagnostics found.
-pub fn validate(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
+/// Checks every rule; returns the facts of every program of a valid module,
+/// or all diagnostics found.
+pub fn validate(module: &Module, options: &ValidateOptions) -> Result<ModuleInfo, Vec<Diagnostic>> {
     // Inlined helpers nest inside their callers: any helper takes the big stack.
     let deep = !module.functions.is_empty()
         || module
@@ -172,7 +177,10 @@ pub fn validate(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Di
     }
 }
 
-fn validate_here(module: &Module, options: &ValidateOptions) -> Result<(), Vec<Diagnostic>> {
+fn validate_here(
+    module: &Module,
+    options: &ValidateOptions,
+) -> Result<ModuleInfo, Vec<Diagnostic>> {
     let mut sink = Sink { diags: Vec::new() };
     // Nesting first: the other checks recurse over the bodies it lets through.
     let too_deep = nesting::check_nesting(module, &mut sink);
@@ -186,10 +194,29 @@ fn validate_here(module: &Module, options: &ValidateOptions) -> Result<(), Vec<D
         .into_iter()
         .filter(|d| seen.insert((d.code, d.path.clone(), d.message.clone())))
         .collect();
-    if diags.is_empty() {
-        Ok(())
-    } else {
-        Err(diags)
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    // The checks above refuse every module whose kernels do not expand.
+    ModuleInfo::of(module).map_err(|e| vec![expand_diagnostic(&e)])
+}
+
+/// An expansion failure the checks let through, reported under the code of
+/// the rule it breaks rather than as a panic.
+fn expand_diagnostic(e: &crate::plan::ExpandError) -> Diagnostic {
+    use crate::plan::ExpandError;
+    let (code, kernel) = match e {
+        ExpandError::UnknownFunction { kernel, .. } => ("E0064", kernel),
+        ExpandError::Recursive { kernel, .. } => ("E0065", kernel),
+        ExpandError::StrayReturn { kernel } => ("E0066", kernel),
+        ExpandError::TooDeep { kernel, .. } => ("E0057", kernel),
+    };
+    Diagnostic {
+        code,
+        path: IrPath::root().child(crate::ir::PathStep::Kernel(kernel.clone())),
+        message: e.to_string(),
+        rule: rule_of(code).to_string(),
+        help: "this is a validation gap: please report it with the module".to_string(),
     }
 }
 

@@ -1,0 +1,234 @@
+//! What validation establishes about each program, returned with a valid
+//! module ([`ModuleInfo`], like naga's `ModuleInfo`) and copied into every
+//! launch unit by the lowering, so the backends read these facts instead of
+//! walking kernels again.
+//!
+//! Facts are about the kernel a program runs (`plan::program_kernel`): its
+//! parameters are the map's operands in operand order and every name is
+//! declared once, so facts keyed by operand position or by name are exact.
+
+use crate::ir::{
+    type_of, Expr, Kernel, MemorySpace, Mesh, Module, Name, RefType, ScalarType, Scope, SemOp,
+    Stmt, TypeError,
+};
+use crate::plan::{program_kernel, ExpandError};
+
+use super::uniformity::Uniformity;
+
+/// How one program touches one operand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OperandAccess {
+    /// An element is loaded (`x[i]` in an expression).
+    pub loaded: bool,
+    /// An element is stored (`x[i] = v`).
+    pub stored: bool,
+    /// An atomic (any kind, loads included) targets it.
+    pub atomic: bool,
+    /// A semaphore `wait` or `wait_nodec` targets it.
+    pub waited: bool,
+    /// A semaphore `signal` targets it.
+    pub signalled: bool,
+    /// A semaphore `read` targets it.
+    pub read: bool,
+}
+
+impl OperandAccess {
+    /// Whether the device sees it accessed atomically: atomics and every
+    /// semaphore operation.
+    pub fn is_atomic(self) -> bool {
+        self.atomic || self.waited || self.signalled || self.read
+    }
+
+    /// Whether the program may change it: stores, atomics (an atomic load
+    /// included, conservatively) and semaphore operations.
+    pub fn writes(self) -> bool {
+        self.stored || self.is_atomic()
+    }
+
+    fn union(self, other: Self) -> Self {
+        OperandAccess {
+            loaded: self.loaded || other.loaded,
+            stored: self.stored || other.stored,
+            atomic: self.atomic || other.atomic,
+            waited: self.waited || other.waited,
+            signalled: self.signalled || other.signalled,
+            read: self.read || other.read,
+        }
+    }
+}
+
+/// The facts of one program: its kernel as the backends run it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramFacts {
+    /// One entry per map operand, in operand (= kernel parameter) order.
+    pub accesses: Vec<OperandAccess>,
+    /// Semaphore operands signalled, by operand position, in first-use order.
+    pub signals: Vec<usize>,
+    /// Semaphore operands waited on (`wait`, `wait_nodec`), in first-use order.
+    pub waits: Vec<usize>,
+    /// Which values may differ between the threads of a block.
+    pub uniformity: Uniformity,
+    /// The type of every name of the kernel (parameters and every binding;
+    /// names are unique in it), so an expression's type is one bottom-up walk.
+    pub scope: Scope,
+}
+
+impl ProgramFacts {
+    /// The facts of `kernel`, an expanded program kernel run on `mesh`.
+    pub fn of(kernel: &Kernel, mesh: &Mesh) -> Self {
+        let position = |name: &str| kernel.params.iter().position(|p| p.name == name);
+        let mut accesses = vec![OperandAccess::default(); kernel.params.len()];
+        let mut signals = Vec::new();
+        let mut waits = Vec::new();
+        let mut touch = |name: &str, access: OperandAccess| {
+            if let Some(i) = position(name) {
+                accesses[i] = accesses[i].union(access);
+            }
+        };
+        let mut scope = Scope::from_params(&kernel.params);
+        crate::ir::visit::for_each_stmt(&kernel.body, &mut |stmt| {
+            bind_declared(stmt, &mut scope);
+            match stmt {
+                Stmt::Store { target, .. } | Stmt::CompoundStore { target, .. } => touch(
+                    &target.base,
+                    OperandAccess {
+                        stored: true,
+                        ..OperandAccess::default()
+                    },
+                ),
+                Stmt::Atomic { target, .. } => touch(
+                    &target.base,
+                    OperandAccess {
+                        atomic: true,
+                        ..OperandAccess::default()
+                    },
+                ),
+                Stmt::Sem { op, sem, .. } => {
+                    let (list, access) = match op {
+                        SemOp::Signal => (
+                            &mut signals,
+                            OperandAccess {
+                                signalled: true,
+                                ..OperandAccess::default()
+                            },
+                        ),
+                        SemOp::Wait | SemOp::WaitNodec => (
+                            &mut waits,
+                            OperandAccess {
+                                waited: true,
+                                ..OperandAccess::default()
+                            },
+                        ),
+                    };
+                    if let Some(i) = position(&sem.base) {
+                        if !list.contains(&i) {
+                            list.push(i);
+                        }
+                    }
+                    touch(&sem.base, access);
+                }
+                Stmt::SemRead { sem, .. } => touch(
+                    &sem.base,
+                    OperandAccess {
+                        read: true,
+                        ..OperandAccess::default()
+                    },
+                ),
+                _ => {}
+            }
+        });
+        crate::ir::visit::for_each_expr(&kernel.body, &mut |e| {
+            if let Expr::Load(access) = e {
+                touch(
+                    &access.base,
+                    OperandAccess {
+                        loaded: true,
+                        ..OperandAccess::default()
+                    },
+                );
+            }
+        });
+        ProgramFacts {
+            accesses,
+            signals,
+            waits,
+            uniformity: Uniformity::of_expanded(&kernel.body, &mesh.threads.name),
+            scope,
+        }
+    }
+
+    /// The type of `e`, an expression of this program's kernel.
+    pub fn type_of(&self, e: &Expr) -> Result<ScalarType, TypeError> {
+        type_of(e, &self.scope)
+    }
+}
+
+/// Adds the name `stmt` declares, with its type, to `scope`.
+fn bind_declared(stmt: &Stmt, scope: &mut Scope) {
+    match stmt {
+        Stmt::Let { var, .. } | Stmt::Var { var, .. } | Stmt::For { var, .. } => {
+            scope.bind_scalar(&var.name, var.ty)
+        }
+        Stmt::Atomic {
+            dest: Some(dest), ..
+        } => scope.bind_scalar(&dest.name, dest.ty),
+        Stmt::SemRead { dest, .. } => scope.bind_scalar(dest, ScalarType::I32),
+        Stmt::LocalArray { name, elem, shape } => scope.bind_ref(
+            name,
+            RefType {
+                space: MemorySpace::Local,
+                elem: *elem,
+                shape: shape.clone(),
+                owner: None,
+            },
+        ),
+        _ => {}
+    }
+}
+
+/// The facts of one map: one entry per program, in map order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapInfo {
+    pub name: Name,
+    pub programs: Vec<ProgramFacts>,
+}
+
+/// What [`super::validate`] returns for a valid module: the facts of every
+/// program of every map.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModuleInfo {
+    pub maps: Vec<MapInfo>,
+}
+
+impl ModuleInfo {
+    /// Facts of every program of every map of a module that passed the
+    /// other checks.
+    pub(crate) fn of(module: &Module) -> Result<Self, ExpandError> {
+        let maps = module
+            .maps
+            .iter()
+            .map(|map| {
+                let programs = map
+                    .programs
+                    .iter()
+                    .filter_map(|p| Some((module.mesh(&p.mesh)?, module.kernel(&p.kernel)?)))
+                    .map(|(mesh, kernel)| {
+                        Ok(ProgramFacts::of(
+                            &program_kernel(module, map, kernel)?,
+                            mesh,
+                        ))
+                    })
+                    .collect::<Result<_, ExpandError>>()?;
+                Ok(MapInfo {
+                    name: map.name.clone(),
+                    programs,
+                })
+            })
+            .collect::<Result<_, ExpandError>>()?;
+        Ok(ModuleInfo { maps })
+    }
+
+    pub fn map(&self, name: &str) -> Option<&MapInfo> {
+        self.maps.iter().find(|m| m.name == name)
+    }
+}

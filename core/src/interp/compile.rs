@@ -52,7 +52,7 @@ pub(crate) enum OwnInstance {
 /// A compiled ref access: the target, its per-dimension index registers and,
 /// for `@[coords]`, the owner's block-coordinate registers.
 #[derive(Clone, Debug)]
-pub(crate) struct Access {
+pub(crate) struct CompiledAccess {
     pub target: Target,
     pub name: String,
     /// (index register, extent, index type is signed).
@@ -261,16 +261,16 @@ pub(crate) enum Instr {
     },
     Load {
         dst: Reg,
-        acc: Box<Access>,
+        acc: Box<CompiledAccess>,
     },
     Store {
-        acc: Box<Access>,
+        acc: Box<CompiledAccess>,
         src: Reg,
     },
     Atomic {
         op: AtomicOp,
         signed: bool,
-        acc: Box<Access>,
+        acc: Box<CompiledAccess>,
         args: [Reg; 2],
         dst: Option<Reg>,
     },
@@ -321,14 +321,14 @@ pub(crate) enum Instr {
     Barrier,
     Sem {
         op: SemOp,
-        acc: Box<Access>,
+        acc: Box<CompiledAccess>,
         amount: Reg,
         /// The amount is a `u32` (2^31 and more do not fit the counters).
         unsigned: bool,
     },
     SemRead {
         dst: Reg,
-        acc: Box<Access>,
+        acc: Box<CompiledAccess>,
     },
     End,
 }
@@ -856,7 +856,7 @@ impl Compiler<'_> {
         Ok(())
     }
 
-    fn access(&mut self, ra: &RefAccess) -> Result<Access, RunError> {
+    fn access(&mut self, ra: &RefAccess) -> Result<CompiledAccess, RunError> {
         let (target, ty) = match self.lookup(&ra.base) {
             Some(Sym::Ref { target, ty }) => (*target, ty.clone()),
             Some(Sym::Foreign) => {
@@ -924,7 +924,7 @@ impl Compiler<'_> {
             }
             (None, None) => None,
         };
-        Ok(Access {
+        Ok(CompiledAccess {
             target,
             name: ra.base.clone(),
             dims,

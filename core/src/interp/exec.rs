@@ -7,8 +7,8 @@ use std::mem::take;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::compile::{
-    words_of, Access, BinKind, FloatBin, FloatCmp, FloatUn, Half, Instr, OwnInstance, ProgramCode,
-    RegInit, Target, UnKind,
+    words_of, BinKind, CompiledAccess, FloatBin, FloatCmp, FloatUn, Half, Instr, OwnInstance,
+    ProgramCode, RegInit, Target, UnKind,
 };
 use super::detect::{self, Accessor, Clock, Detector, History, Rec, SemCredits};
 use super::limits::Limits;
@@ -722,7 +722,7 @@ impl BlockState {
         }
     }
 
-    fn maybe_preempt(&mut self, env: &mut Env, acc: &Access) -> bool {
+    fn maybe_preempt(&mut self, env: &mut Env, acc: &CompiledAccess) -> bool {
         let Some(alt) = env.alt.as_deref_mut() else {
             return false;
         };
@@ -736,7 +736,7 @@ impl BlockState {
     fn sem_address(
         &self,
         code: &ProgramCode,
-        acc: &Access,
+        acc: &CompiledAccess,
         lane: usize,
     ) -> Result<(usize, u64), RunError> {
         let Target::Global(buf) = acc.target else {
@@ -752,7 +752,12 @@ impl BlockState {
     }
 
     /// Element address of `acc` for `lane`, or the out-of-bounds error.
-    fn address(&self, code: &ProgramCode, acc: &Access, lane: usize) -> Result<u64, Box<RunError>> {
+    fn address(
+        &self,
+        code: &ProgramCode,
+        acc: &CompiledAccess,
+        lane: usize,
+    ) -> Result<u64, Box<RunError>> {
         let mut flat = 0u64;
         let mut ok = true;
         for &(r, extent, _) in &acc.dims {
@@ -779,7 +784,7 @@ impl BlockState {
         Err(Box::new(self.oob(code, acc, lane)))
     }
 
-    fn oob(&self, code: &ProgramCode, acc: &Access, lane: usize) -> RunError {
+    fn oob(&self, code: &ProgramCode, acc: &CompiledAccess, lane: usize) -> RunError {
         let show = |list: &[(usize, u32, bool)]| {
             let vals: Vec<String> = list
                 .iter()
@@ -836,7 +841,7 @@ impl BlockState {
         &mut self,
         code: &ProgramCode,
         env: &mut Env,
-        acc: &Access,
+        acc: &CompiledAccess,
         addr: u64,
         lane: usize,
         read: bool,
@@ -923,7 +928,7 @@ impl BlockState {
         code: &ProgramCode,
         env: &mut Env,
         dst: usize,
-        acc: &Access,
+        acc: &CompiledAccess,
     ) -> Result<(), RunError> {
         let t = code.threads;
         let mut d = take(&mut self.regs[dst]);
@@ -952,7 +957,7 @@ impl BlockState {
         &self,
         code: &ProgramCode,
         env: &'e Env,
-        acc: &Access,
+        acc: &CompiledAccess,
         b: usize,
     ) -> Result<(&'e [AtomicU32], usize), RunError> {
         let base = match acc.own {
@@ -971,7 +976,7 @@ impl BlockState {
         &self,
         code: &ProgramCode,
         env: &Env,
-        acc: &Access,
+        acc: &CompiledAccess,
         d: &mut [u32],
     ) -> Result<(), RunError> {
         let t = code.threads;
@@ -1031,7 +1036,7 @@ impl BlockState {
 
     /// Element `addr` of an access's memory, as a lane's register holds it
     /// (a 16-bit element in the low half).
-    fn read_elem(&self, env: &Env, acc: &Access, addr: u64, lane: usize, t: usize) -> u32 {
+    fn read_elem(&self, env: &Env, acc: &CompiledAccess, addr: u64, lane: usize, t: usize) -> u32 {
         let packed = acc.elem.is_16bit();
         let (words, i): (&[u32], usize) = match acc.target {
             Target::Global(b) => {
@@ -1052,7 +1057,15 @@ impl BlockState {
 
     /// Writes element `addr` of an access's memory; a 16-bit element
     /// replaces its half of the word and keeps the other.
-    fn write_elem(&mut self, env: &Env, acc: &Access, addr: u64, lane: usize, t: usize, v: u32) {
+    fn write_elem(
+        &mut self,
+        env: &Env,
+        acc: &CompiledAccess,
+        addr: u64,
+        lane: usize,
+        t: usize,
+        v: u32,
+    ) {
         let packed = acc.elem.is_16bit();
         let (words, i): (&mut [u32], usize) = match acc.target {
             Target::Global(b) => {
@@ -1094,7 +1107,7 @@ impl BlockState {
         code: &ProgramCode,
         env: &mut Env,
         src: usize,
-        acc: &Access,
+        acc: &CompiledAccess,
     ) -> Result<(), RunError> {
         let t = code.threads;
         let shuffled = env.alt.as_ref().is_some_and(|a| a.shuffle_lanes);
@@ -1126,7 +1139,7 @@ impl BlockState {
         code: &ProgramCode,
         env: &Env,
         src: usize,
-        acc: &Access,
+        acc: &CompiledAccess,
     ) -> Result<(), RunError> {
         let t = code.threads;
         let (r, extent, _) = acc.dims[0];
@@ -1191,7 +1204,7 @@ impl BlockState {
         env: &mut Env,
         op: AtomicOp,
         signed: bool,
-        acc: &Access,
+        acc: &CompiledAccess,
         args: [usize; 2],
         dst: Option<usize>,
     ) -> Result<(), RunError> {

@@ -62,7 +62,7 @@ struct BlockScope {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Access {
+enum AccessKind {
     Load,
     Store,
     Atomic(AtomicOp),
@@ -70,23 +70,23 @@ enum Access {
     SemRead,
 }
 
-impl Access {
+impl AccessKind {
     fn describe(self) -> &'static str {
         match self {
-            Access::Load => "load",
-            Access::Store => "store",
-            Access::Atomic(op) => op.name(),
-            Access::Sem(op) => op.name(),
-            Access::SemRead => "read",
+            AccessKind::Load => "load",
+            AccessKind::Store => "store",
+            AccessKind::Atomic(op) => op.name(),
+            AccessKind::Sem(op) => op.name(),
+            AccessKind::SemRead => "read",
         }
     }
 
     fn writes(self) -> bool {
         match self {
-            Access::Load | Access::SemRead => false,
-            Access::Atomic(op) => op != AtomicOp::Load,
-            Access::Store | Access::Sem(SemOp::Signal | SemOp::Wait) => true,
-            Access::Sem(SemOp::WaitNodec) => false,
+            AccessKind::Load | AccessKind::SemRead => false,
+            AccessKind::Atomic(op) => op != AtomicOp::Load,
+            AccessKind::Store | AccessKind::Sem(SemOp::Signal | SemOp::Wait) => true,
+            AccessKind::Sem(SemOp::WaitNodec) => false,
         }
     }
 }
@@ -420,7 +420,7 @@ impl Walker<'_, '_> {
         match e {
             Expr::Lit(_) | Expr::Var(_) => {}
             Expr::Load(access) => {
-                self.check_access(access, Access::Load, path, scope);
+                self.check_access(access, AccessKind::Load, path, scope);
             }
             Expr::AxisIndex(axis) => {
                 if let Some(ctx) = self.ctx {
@@ -502,7 +502,7 @@ impl Walker<'_, '_> {
     fn check_access(
         &mut self,
         a: &RefAccess,
-        access: Access,
+        access: AccessKind,
         path: &IrPath,
         scope: &BlockScope,
     ) -> Option<RefType> {
@@ -510,7 +510,7 @@ impl Walker<'_, '_> {
         let op = access.describe();
         let Some(r) = scope.types.ref_type(&a.base).cloned() else {
             // A load's base is reported by `type_of` on the enclosing expression.
-            if access != Access::Load {
+            if access != AccessKind::Load {
                 if scope.types.scalar(&a.base).is_some() {
                     self.sink.report(
                         "E0037",
@@ -532,7 +532,7 @@ impl Walker<'_, '_> {
         };
         let base = &a.base;
         match access {
-            Access::Load | Access::Store | Access::Atomic(_) if r.space == MemorySpace::Sem => {
+            AccessKind::Load | AccessKind::Store | AccessKind::Atomic(_) if r.space == MemorySpace::Sem => {
                 self.sink.report(
                     "E0048",
                     path.clone(),
@@ -543,7 +543,7 @@ impl Walker<'_, '_> {
                     "use signal, wait, wait_nodec and read on semaphores; keep data in a gmem ref",
                 )
             }
-            Access::Sem(_) | Access::SemRead if r.space != MemorySpace::Sem => self.sink.report(
+            AccessKind::Sem(_) | AccessKind::SemRead if r.space != MemorySpace::Sem => self.sink.report(
                 "E0049",
                 path.clone(),
                 format!(
@@ -552,13 +552,13 @@ impl Walker<'_, '_> {
                 ),
                 "declare a `sem<[n]>` scratch operand for the synchronisation",
             ),
-            Access::Atomic(_) if r.space == MemorySpace::Local => self.sink.report(
+            AccessKind::Atomic(_) if r.space == MemorySpace::Local => self.sink.report(
                 "E0050",
                 path.clone(),
                 format!("`{op}` on the local array `{base}` in kernel `{kernel}`"),
                 "local arrays belong to one thread: use a plain load and store",
             ),
-            Access::Atomic(atomic) if !atomic.applies_to(r.elem) && r.space != MemorySpace::Sem => {
+            AccessKind::Atomic(atomic) if !atomic.applies_to(r.elem) && r.space != MemorySpace::Sem => {
                 self.sink.report(
                     "E0050",
                     path.clone(),
@@ -1040,7 +1040,7 @@ impl Walker<'_, '_> {
             }
             Stmt::CompoundStore { target, op, value } => {
                 self.check_compound_op(*op, path);
-                self.check_access(target, Access::Load, path, scope);
+                self.check_access(target, AccessKind::Load, path, scope);
                 let expanded = Expr::Binary(
                     *op,
                     Box::new(Expr::Load(Box::new(target.clone()))),
@@ -1171,7 +1171,7 @@ impl Walker<'_, '_> {
                 scope.types.bind_ref(name, r);
             }
             Stmt::Store { target, value } => {
-                let r = self.check_access(target, Access::Store, path, scope);
+                let r = self.check_access(target, AccessKind::Store, path, scope);
                 let found = self.check_expr(value, path, scope);
                 if let Some(r) = r.filter(|r| r.space != MemorySpace::Sem) {
                     self.check_element_value(
@@ -1190,7 +1190,7 @@ impl Walker<'_, '_> {
                 target,
                 args,
             } => {
-                let r = self.check_access(target, Access::Atomic(*op), path, scope);
+                let r = self.check_access(target, AccessKind::Atomic(*op), path, scope);
                 let found: Vec<_> = args
                     .iter()
                     .map(|a| self.check_expr(a, path, scope))
@@ -1349,7 +1349,7 @@ impl Walker<'_, '_> {
             Stmt::Barrier => self.require_uniform_control("barrier", path),
             Stmt::Sem { op, sem, amount } => {
                 self.require_uniform_control(op.name(), path);
-                let r = self.check_access(sem, Access::Sem(*op), path, scope);
+                let r = self.check_access(sem, AccessKind::Sem(*op), path, scope);
                 let found = self.check_expr(amount, path, scope);
                 if let Some(found) = found.filter(|t| *t != ScalarType::I32) {
                     self.sink.report(
@@ -1381,7 +1381,7 @@ impl Walker<'_, '_> {
             }
             Stmt::SemRead { dest, sem } => {
                 self.require_uniform_control("read", path);
-                let r = self.check_access(sem, Access::SemRead, path, scope);
+                let r = self.check_access(sem, AccessKind::SemRead, path, scope);
                 if r.is_some_and(|r| r.space == MemorySpace::Sem) {
                     self.require_uniform_sem_operands("read", sem, path);
                 }

@@ -522,24 +522,11 @@ pub fn judge_backend(
 
 /// Number of statements of every kernel of a module, nested ones included.
 pub fn statement_count(module: &Module) -> usize {
-    fn count(stmts: &[mpmd_core::ir::Stmt]) -> usize {
-        use mpmd_core::ir::Stmt;
-        stmts
-            .iter()
-            .map(|s| {
-                1 + match s {
-                    Stmt::If {
-                        then_body,
-                        else_body,
-                        ..
-                    } => count(then_body) + count(else_body),
-                    Stmt::For { body, .. } | Stmt::While { body, .. } => count(body),
-                    _ => 0,
-                }
-            })
-            .sum()
+    let mut count = 0;
+    for kernel in &module.kernels {
+        mpmd_core::ir::visit::for_each_stmt(&kernel.body, &mut |_| count += 1);
     }
-    module.kernels.iter().map(|k| count(&k.body)).sum()
+    count
 }
 
 /// Generates, checks and runs programs until a limit; reduces and writes

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use crate::backend::RunError;
 use crate::ir::{
     AtomicOp, BinaryOp, Expr, Kernel, MathFn, MemorySpace, Mesh, RefAccess, RefType, ScalarType,
-    SemOp, Stmt, UnaryOp,
+    SemOp, Stmt, UnaryOp, WarpOp,
 };
 
 pub(crate) type Reg = usize;
@@ -329,6 +329,16 @@ pub(crate) enum Instr {
     SemRead {
         dst: Reg,
         acc: Box<CompiledAccess>,
+    },
+    /// A warp collective over each active warp (all 32 lanes active).
+    Warp {
+        op: WarpOp,
+        /// The value's type (how reductions combine).
+        ty: ScalarType,
+        dst: Reg,
+        value: Reg,
+        /// A shuffle's lane, delta or mask.
+        lane: Option<Reg>,
     },
     End,
 }
@@ -835,6 +845,38 @@ impl Compiler<'_> {
                     amount,
                     unsigned: ty == ScalarType::U32,
                 });
+            }
+            Stmt::Warp { dest, op, args } => {
+                let mut regs = Vec::with_capacity(args.len());
+                let mut value_ty = dest.ty;
+                for (i, arg) in args.iter().enumerate() {
+                    let (r, ty) = self.expr(arg)?;
+                    if i == 0 {
+                        value_ty = ty;
+                    }
+                    regs.push(r);
+                }
+                let (Some(&value), lane) = (regs.first(), regs.get(1).copied()) else {
+                    return Err(RunError::Backend(format!(
+                        "`{}` without its value (validation refuses this)",
+                        op.name()
+                    )));
+                };
+                let dst = self.temp();
+                self.code.push(Instr::Warp {
+                    op: *op,
+                    ty: value_ty,
+                    dst,
+                    value,
+                    lane,
+                });
+                self.scope.push((
+                    dest.name.clone(),
+                    Sym::Scalar {
+                        reg: dst,
+                        ty: dest.ty,
+                    },
+                ));
             }
             Stmt::SemRead { dest, sem } => {
                 let acc = self.access(sem)?;

@@ -15,7 +15,7 @@ use super::limits::Limits;
 use super::LateWait;
 use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
-use crate::ir::{AtomicOp, SemOp};
+use crate::ir::{AtomicOp, ScalarType, SemOp, WarpOp, WARP_SIZE};
 use crate::numerics;
 
 /// A device buffer of one call. Words are atomics so that independent blocks
@@ -705,6 +705,29 @@ impl BlockState {
                         return Ok(Status::Yielded);
                     }
                     continue;
+                }
+                Instr::Warp {
+                    op,
+                    ty,
+                    dst,
+                    value,
+                    lane,
+                } => {
+                    let mut d = take(&mut self.regs[*dst]);
+                    let lane = lane.map(|r| &self.regs[r][..]);
+                    let shape = WarpValue {
+                        ty: *ty,
+                        ftz: code.flush_subnormals,
+                    };
+                    let done = warp_collective(*op, shape, &mut d, &self.regs[*value], lane, lanes);
+                    self.regs[*dst] = d;
+                    if let Err(warp) = done {
+                        return Err(RunError::Backend(format!(
+                            "kernel `{}`: only some lanes of warp {warp} reached `{}` (validation's warp-uniform rule should make this impossible)",
+                            code.kernel,
+                            op.name()
+                        )));
+                    }
                 }
                 Instr::End => return Ok(Status::Done),
             }
@@ -1484,6 +1507,89 @@ fn flush(bits: u32) -> u32 {
 /// operand, one IEEE operation (`f32::min`/`max` return the other operand
 /// when exactly one is NaN, the language's rule). A flushing adapter flushes
 /// both operands and the result, as it does for the plain operation.
+/// How a warp reduction combines values.
+#[derive(Clone, Copy)]
+struct WarpValue {
+    ty: ScalarType,
+    ftz: bool,
+}
+
+impl WarpValue {
+    fn combine(self, op: WarpOp, a: u32, b: u32) -> u32 {
+        use ScalarType::*;
+        match (op, self.ty) {
+            (WarpOp::ReduceAdd, F32) => f32_rmw(a, b, self.ftz, |x, y| x + y),
+            (WarpOp::ReduceMin, F32) => f32_rmw(a, b, self.ftz, f32::min),
+            (WarpOp::ReduceMax, F32) => f32_rmw(a, b, self.ftz, f32::max),
+            (WarpOp::ReduceAdd, _) => a.wrapping_add(b),
+            (WarpOp::ReduceMin, I32) => (a as i32).min(b as i32) as u32,
+            (WarpOp::ReduceMax, I32) => (a as i32).max(b as i32) as u32,
+            (WarpOp::ReduceMin, _) => a.min(b),
+            (WarpOp::ReduceMax, _) => a.max(b),
+            _ => a,
+        }
+    }
+}
+
+/// One warp collective over every warp with active lanes (docs/text-format.md
+/// defines each op; reductions combine in the butterfly order of
+/// docs/numerics.md: halves 16 apart, then 8, 4, 2, 1). Fails with the warp's
+/// index when only some of its lanes are active.
+fn warp_collective(
+    op: WarpOp,
+    shape: WarpValue,
+    dst: &mut [u32],
+    value: &[u32],
+    lane: Option<&[u32]>,
+    lanes: Lanes,
+) -> Result<(), usize> {
+    let warp = WARP_SIZE as usize;
+    let mut active = vec![0usize; value.len().div_ceil(warp)];
+    each(lanes, |l| active[l / warp] += 1);
+    for (w, &count) in active.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        let base = w * warp;
+        if count != warp || base + warp > value.len() {
+            return Err(w);
+        }
+        let v = &value[base..base + warp];
+        let out = &mut dst[base..base + warp];
+        let arg = |i: usize| lane.map_or(0, |l| l[base + i] % WARP_SIZE) as usize;
+        match op {
+            WarpOp::ShuffleIdx => (0..warp).for_each(|i| out[i] = v[arg(i)]),
+            WarpOp::ShuffleUp => (0..warp).for_each(|i| {
+                out[i] = i.checked_sub(arg(i)).map_or(v[i], |src| v[src]);
+            }),
+            WarpOp::ShuffleDown => (0..warp).for_each(|i| {
+                let src = i + arg(i);
+                out[i] = if src < warp { v[src] } else { v[i] };
+            }),
+            WarpOp::ShuffleXor => (0..warp).for_each(|i| out[i] = v[i ^ arg(i)]),
+            WarpOp::VoteAny => out.fill(u32::from(v.iter().any(|&p| p != 0))),
+            WarpOp::VoteAll => out.fill(u32::from(v.iter().all(|&p| p != 0))),
+            WarpOp::Ballot => {
+                let bits = (0..warp).fold(0u32, |acc, i| acc | (u32::from(v[i] != 0) << i));
+                out.fill(bits);
+            }
+            WarpOp::ReduceAdd | WarpOp::ReduceMin | WarpOp::ReduceMax => {
+                let mut t = [0u32; WARP_SIZE as usize];
+                t.copy_from_slice(v);
+                let mut half = warp / 2;
+                while half > 0 {
+                    for j in 0..half {
+                        t[j] = shape.combine(op, t[j], t[j + half]);
+                    }
+                    half /= 2;
+                }
+                out.fill(t[0]);
+            }
+        }
+    }
+    Ok(())
+}
+
 fn f32_rmw(old: u32, operand: u32, ftz: bool, f: impl Fn(f32, f32) -> f32) -> u32 {
     let maybe_flush = |bits: u32| if ftz { flush(bits) } else { bits };
     let x = f32::from_bits(maybe_flush(old));

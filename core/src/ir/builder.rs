@@ -605,6 +605,19 @@ impl BodyBuilder {
         var(name)
     }
 
+    /// `let name: ty = op(args...);` a warp collective.
+    pub fn warp(&mut self, name: &str, ty: ScalarType, op: WarpOp, args: Vec<Expr>) -> Expr {
+        self.push(Stmt::Warp {
+            dest: Binding {
+                name: name.to_string(),
+                ty,
+            },
+            op,
+            args,
+        });
+        var(name)
+    }
+
     pub fn finish(self) -> Vec<Stmt> {
         self.stmts
     }

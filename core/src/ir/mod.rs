@@ -543,6 +543,103 @@ pub struct Binding {
     pub ty: ScalarType,
 }
 
+/// Threads in a logical warp: warp collectives act on 32 consecutive
+/// threads of a block in linear thread order.
+pub const WARP_SIZE: u32 = 32;
+
+/// Warp collectives (DESIGN.md, "Semantics"): every thread of a logical warp
+/// takes part, in warp-uniform control flow. docs/text-format.md defines each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WarpOp {
+    /// `shfl_idx(v, lane)`: `v` of lane `lane % 32`.
+    ShuffleIdx,
+    /// `shfl_up(v, d)`: `v` of lane `l - d % 32`, or the thread's own `v` below lane 0.
+    ShuffleUp,
+    /// `shfl_down(v, d)`: `v` of lane `l + d % 32`, or the thread's own `v` past lane 31.
+    ShuffleDown,
+    /// `shfl_xor(v, m)`: `v` of lane `l ^ (m % 32)`.
+    ShuffleXor,
+    /// `vote_any(p)`: whether `p` holds in some lane.
+    VoteAny,
+    /// `vote_all(p)`: whether `p` holds in every lane.
+    VoteAll,
+    /// `ballot(p)`: a `u32` whose bit `l` is lane `l`'s `p`.
+    Ballot,
+    /// `reduce_add(v)`: the sum over the warp (i32/u32 wrap; f32 in the
+    /// fixed butterfly order of docs/numerics.md).
+    ReduceAdd,
+    /// `reduce_min(v)`: the minimum over the warp (the language's `min`).
+    ReduceMin,
+    /// `reduce_max(v)`: the maximum over the warp (the language's `max`).
+    ReduceMax,
+}
+
+impl WarpOp {
+    pub const ALL: [WarpOp; 10] = [
+        Self::ShuffleIdx,
+        Self::ShuffleUp,
+        Self::ShuffleDown,
+        Self::ShuffleXor,
+        Self::VoteAny,
+        Self::VoteAll,
+        Self::Ballot,
+        Self::ReduceAdd,
+        Self::ReduceMin,
+        Self::ReduceMax,
+    ];
+
+    /// Text-format function name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ShuffleIdx => "shfl_idx",
+            Self::ShuffleUp => "shfl_up",
+            Self::ShuffleDown => "shfl_down",
+            Self::ShuffleXor => "shfl_xor",
+            Self::VoteAny => "vote_any",
+            Self::VoteAll => "vote_all",
+            Self::Ballot => "ballot",
+            Self::ReduceAdd => "reduce_add",
+            Self::ReduceMin => "reduce_min",
+            Self::ReduceMax => "reduce_max",
+        }
+    }
+
+    /// Number of arguments: the value, and for shuffles the `u32` lane,
+    /// delta or mask.
+    pub fn arity(self) -> usize {
+        if self.is_shuffle() {
+            2
+        } else {
+            1
+        }
+    }
+
+    pub fn is_shuffle(self) -> bool {
+        matches!(
+            self,
+            Self::ShuffleIdx | Self::ShuffleUp | Self::ShuffleDown | Self::ShuffleXor
+        )
+    }
+
+    /// The result type for a first argument of type `value`, or `None` when
+    /// the op does not take that type.
+    pub fn result_type(self, value: ScalarType) -> Option<ScalarType> {
+        use ScalarType as T;
+        match self {
+            // Every 32-bit and 16-bit type (bool travels as its u32 word).
+            _ if self.is_shuffle() => Some(value),
+            Self::VoteAny | Self::VoteAll => (value == T::Bool).then_some(T::Bool),
+            Self::Ballot => (value == T::Bool).then_some(T::U32),
+            _ => matches!(value, T::I32 | T::U32 | T::F32).then_some(value),
+        }
+    }
+
+    /// Whether every lane of the warp gets the same result.
+    pub fn result_is_warp_uniform(self) -> bool {
+        !self.is_shuffle()
+    }
+}
+
 /// Semaphore operations; all block-collective (DESIGN.md, "Semantics").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SemOp {
@@ -650,6 +747,13 @@ pub enum Stmt {
     },
     /// `let dest: i32 = read(s[i]);` (block-collective).
     SemRead { dest: Name, sem: RefAccess },
+    /// `let dest: ty = warp_op(args...);` a warp collective (warp-uniform
+    /// control flow only).
+    Warp {
+        dest: Binding,
+        op: WarpOp,
+        args: Vec<Expr>,
+    },
 }
 
 /// A kernel parameter.

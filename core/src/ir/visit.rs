@@ -69,7 +69,9 @@ pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
         | Stmt::Continue
         | Stmt::Return { value: None } => {}
         Stmt::Return { value: Some(value) } => walk_expr(value, f),
-        Stmt::Call { args, .. } => args.iter().for_each(|a| walk_expr(a, f)),
+        Stmt::Call { args, .. } | Stmt::Warp { args, .. } => {
+            args.iter().for_each(|a| walk_expr(a, f))
+        }
         Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {
             walk_access(target, f);
             walk_expr(value, f);

@@ -284,6 +284,11 @@ fn renamed_stmt(stmt: &Stmt, names: &HashMap<Name, Name>) -> Stmt {
             dest: renamed(dest, names),
             sem: renamed_access(sem, names),
         },
+        Stmt::Warp { dest, op, args } => Stmt::Warp {
+            dest: renamed_binding(dest, names),
+            op: *op,
+            args: args.iter().map(e).collect(),
+        },
     }
 }
 
@@ -353,7 +358,10 @@ fn declared_names(kernel: &Kernel) -> HashSet<Name> {
 /// The name `stmt` declares, if any.
 fn declared_by(stmt: &Stmt) -> Option<&Name> {
     match stmt {
-        Stmt::Let { var, .. } | Stmt::Var { var, .. } | Stmt::For { var, .. } => Some(&var.name),
+        Stmt::Let { var, .. }
+        | Stmt::Var { var, .. }
+        | Stmt::For { var, .. }
+        | Stmt::Warp { dest: var, .. } => Some(&var.name),
         Stmt::Atomic {
             dest: Some(dest), ..
         } => Some(&dest.name),
@@ -646,6 +654,14 @@ impl Expander<'_> {
                 Stmt::SemRead {
                     dest: self.declare(dest),
                     sem,
+                }
+            }
+            Stmt::Warp { dest, op, args } => {
+                let args = args.iter().map(|a| self.expr(a)).collect();
+                Stmt::Warp {
+                    dest: self.binding(dest),
+                    op: *op,
+                    args,
                 }
             }
         })

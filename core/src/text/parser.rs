@@ -128,6 +128,7 @@ pub(crate) fn is_builtin_function(word: &str) -> bool {
     math_fn(word).is_some()
         || scalar_type(word).is_some()
         || atomic_op(word).is_some()
+        || warp_op(word).is_some()
         || sem_op(word).is_some()
         || matches!(
             word,
@@ -148,6 +149,10 @@ fn math_fn(word: &str) -> Option<MathFn> {
 
 fn atomic_op(word: &str) -> Option<AtomicOp> {
     AtomicOp::ALL.into_iter().find(|f| f.name() == word)
+}
+
+fn warp_op(word: &str) -> Option<WarpOp> {
+    WarpOp::ALL.into_iter().find(|f| f.name() == word)
 }
 
 fn sem_op(word: &str) -> Option<SemOp> {
@@ -744,7 +749,10 @@ impl Parser<'_> {
                     let (args, depth) = self.args(&word)?;
                     return self.node(Expr::Math(f, args), depth + 1, &token);
                 }
-                let hint = if atomic_op(&word).is_some() || word == "read" {
+                let hint = if atomic_op(&word).is_some()
+                    || warp_op(&word).is_some()
+                    || word == "read"
+                {
                     format!(
                         "`{word}` is a statement, not an expression: write `let x: i32 = {word}(...);`"
                     )
@@ -886,6 +894,7 @@ impl Parser<'_> {
                 let value_word = self.word_at(0).map(str::to_string);
                 let value_calls = self.is_punct_at(1, "(");
                 let value_atomic = value_word.as_deref().and_then(atomic_op);
+                let value_warp = value_word.as_deref().and_then(warp_op);
                 let stmt = match (value_atomic, value_word.as_deref()) {
                     (Some(op), _) if value_calls => self.atomic(op, Some(var))?,
                     (_, Some("read")) if value_calls => {
@@ -907,9 +916,22 @@ impl Parser<'_> {
                             sem,
                         }
                     }
-                    (_, Some(w)) if value_calls && !is_builtin_function(w) => {
-                        self.helper_call(Some(var))?
-                    }
+                    (_, Some(w)) if value_calls => match value_warp {
+                        Some(op) => {
+                            self.bump();
+                            let (args, _) = self.args(w)?;
+                            Stmt::Warp {
+                                dest: var,
+                                op,
+                                args,
+                            }
+                        }
+                        None if !is_builtin_function(w) => self.helper_call(Some(var))?,
+                        None => Stmt::Let {
+                            var,
+                            value: self.expr()?,
+                        },
+                    },
                     _ => Stmt::Let {
                         var,
                         value: self.expr()?,
@@ -963,6 +985,10 @@ impl Parser<'_> {
             "read" if calls => Err(self.error_at_token(
                 &self.peek().clone(),
                 "`read` returns a value: write `let v: i32 = read(s[i]);`".to_string(),
+            )),
+            w if calls && warp_op(w).is_some() => Err(self.error_at_token(
+                &self.peek().clone(),
+                format!("`{w}` returns a value: write `let v: u32 = {w}(...);`"),
             )),
             w if calls && !is_builtin_function(w) => {
                 let stmt = self.helper_call(None)?;

@@ -399,6 +399,12 @@ pub(crate) fn write_stmt(out: &mut String, stmt: &Stmt, depth: usize) {
             write_block(out, body, depth);
         }
         Stmt::Break => out.push_str("break;"),
+        Stmt::Warp { dest, op, args } => {
+            write_binding(out, "let", dest);
+            write!(out, "{}(", op.name()).unwrap();
+            write_expr_list(out, args);
+            out.push_str(");");
+        }
         Stmt::Call {
             dest,
             function,

@@ -3,14 +3,14 @@
 use std::collections::{HashMap, HashSet};
 
 use super::items::{count_text, instance_bytes};
-use super::uniformity::Uniformity;
+use super::uniformity::{Level, Uniformity};
 use super::{ref_text, Sink};
 use crate::ir::fold::{const_value, Leaves};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
     type_of, AtomicOp, BinaryOp, Binding, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module,
     MpmdMap, OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp, Stmt, Type,
-    TypeError,
+    TypeError, WarpOp, WARP_SIZE,
 };
 use crate::text::print_expr;
 
@@ -35,6 +35,7 @@ enum NameKind {
     LocalArray,
     AtomicResult,
     SemRead,
+    WarpResult,
     Const,
 }
 
@@ -49,6 +50,7 @@ impl NameKind {
             NameKind::LocalArray => "a local array",
             NameKind::AtomicResult => "an atomic's result",
             NameKind::SemRead => "a semaphore read",
+            NameKind::WarpResult => "a warp collective's result",
             NameKind::Const => "a module constant",
         }
     }
@@ -91,6 +93,14 @@ impl AccessKind {
     }
 }
 
+/// The outermost enclosing condition that is not uniform, at each level:
+/// (what it is, why its value differs).
+#[derive(Clone, Default)]
+struct Control {
+    block: Option<(String, String)>,
+    warp: Option<(String, String)>,
+}
+
 struct Walker<'a, 's> {
     module: &'a Module,
     kernel: &'a Kernel,
@@ -115,8 +125,10 @@ struct Walker<'a, 's> {
     /// Which values may differ between the threads of a block (in a
     /// program's context).
     uniformity: Option<Uniformity>,
-    /// The outermost enclosing non-uniform condition: (what, reason).
-    control: Option<(String, String)>,
+    /// Which values may differ between the lanes of a warp.
+    warp_uniformity: Option<Uniformity>,
+    /// The outermost enclosing non-uniform conditions.
+    control: Control,
     /// Values of the `let`s bound to compile-time constants (names are
     /// unique per kernel, so one map serves every block).
     constants: HashMap<String, Literal>,
@@ -192,7 +204,8 @@ fn check_kernel_as_written(
         inlining: vec![],
         recursive: crate::plan::recursive_functions(module),
         uniformity: None,
-        control: None,
+        warp_uniformity: None,
+        control: Control::default(),
         constants: HashMap::new(),
     };
     let kernel_path = IrPath::root().child(PathStep::Kernel(kernel.name.clone()));
@@ -224,13 +237,19 @@ fn check_kernel_as_written(
     }
     if let Some(ctx) = ctx {
         let recursive = &walker.recursive;
-        walker.uniformity = Some(Uniformity::analyse(
-            &kernel.body,
-            &ctx.mesh.threads.name,
-            &mut |function, dest, args, ordinal| {
-                inline_at_call_site(module, recursive, function, dest, args, ordinal)
-            },
-        ));
+        let analyse = |level| {
+            Uniformity::analyse(
+                &kernel.body,
+                &ctx.mesh.threads.name,
+                level,
+                &mut |function, dest, args, ordinal| {
+                    inline_at_call_site(module, recursive, function, dest, args, ordinal)
+                },
+            )
+        };
+        let (block, warp) = (analyse(Level::Block), analyse(Level::Warp));
+        walker.uniformity = Some(block);
+        walker.warp_uniformity = Some(warp);
     }
     walker.calls_seen = 0;
     walker.walk_block(&kernel.body, &kernel_path, scope);
@@ -311,9 +330,139 @@ impl Walker<'_, '_> {
         self.uniformity.as_ref()?.reason(e)
     }
 
+    /// Records `exprs` (conditions or bounds guarding what follows) as the
+    /// outermost non-uniform control, at each level (block, warp) where one
+    /// of them is not uniform and nothing outer already is.
+    fn enter_control(&mut self, exprs: &[&Expr], what: impl Fn(&Expr) -> String) {
+        if self.control.block.is_none() {
+            let culprit = exprs
+                .iter()
+                .find_map(|e| Some((*e, self.nonuniform_reason(e)?)));
+            self.control.block = culprit.map(|(e, reason)| (what(e), reason));
+        }
+        if self.control.warp.is_none() {
+            let culprit = exprs.iter().find_map(|e| {
+                Some((*e, self.warp_uniformity.as_ref()?.reason(e)?))
+            });
+            self.control.warp = culprit.map(|(e, reason)| (what(e), reason));
+        }
+    }
+
+    /// The rules of one warp collective: operands, result type, the program's
+    /// whole warps (E0069) and warp-uniform control (E0068).
+    fn check_warp(
+        &mut self,
+        dest: &Binding,
+        op: WarpOp,
+        args: &[Expr],
+        path: &IrPath,
+        scope: &BlockScope,
+    ) {
+        let found: Vec<_> = args
+            .iter()
+            .map(|a| self.check_expr(a, path, scope))
+            .collect();
+        let kernel = self.kernel.name.clone();
+        let name = op.name();
+        if args.len() != op.arity() {
+            let wanted = if op.is_shuffle() {
+                "a value and a `u32` lane (or delta, or mask)"
+            } else {
+                "one value"
+            };
+            self.sink.report(
+                "E0067",
+                path.clone(),
+                format!(
+                    "`{name}` takes {} argument(s), found {} (kernel `{kernel}`)",
+                    op.arity(),
+                    args.len()
+                ),
+                format!("give `{name}` {wanted}"),
+            );
+        }
+        if let Some(Some(lane)) = found.get(1).filter(|_| op.is_shuffle()) {
+            if *lane != ScalarType::U32 {
+                self.sink.report(
+                    "E0067",
+                    path.clone(),
+                    format!(
+                        "the lane operand `{}` of `{name}` in kernel `{kernel}` has type `{lane}`; lanes are `u32`",
+                        print_expr(&args[1])
+                    ),
+                    "cast it: `u32(...)`",
+                );
+            }
+        }
+        if let Some(Some(value)) = found.first() {
+            match op.result_type(*value) {
+                None => {
+                    let accepts = match op {
+                        WarpOp::VoteAny | WarpOp::VoteAll | WarpOp::Ballot => "a `bool`",
+                        _ => "an `i32`, `u32` or `f32` value",
+                    };
+                    self.sink.report(
+                        "E0037",
+                        path.clone(),
+                        format!(
+                            "`{name}` in kernel `{kernel}` takes {accepts}, but `{}` is `{value}`",
+                            print_expr(&args[0])
+                        ),
+                        format!("give `{name}` {accepts}"),
+                    );
+                }
+                Some(result) if result != dest.ty => self.sink.report(
+                    "E0038",
+                    path.clone(),
+                    format!(
+                        "the result `{}` of `{name}` in kernel `{kernel}` is declared `{}`, but `{name}` of a `{value}` gives `{result}`",
+                        dest.name, dest.ty
+                    ),
+                    format!("declare `let {}: {result} = {name}(...);`", dest.name),
+                ),
+                Some(_) => {}
+            }
+        }
+        if let Some(ctx) = self.ctx {
+            let threads = ctx.mesh.threads.size;
+            if threads % WARP_SIZE != 0 {
+                self.sink.report(
+                    "E0069",
+                    path.clone(),
+                    format!(
+                        "`{name}` in kernel `{kernel}` runs on mesh `{}`, whose {threads} threads per block are not whole warps of {WARP_SIZE}",
+                        ctx.mesh.name
+                    ),
+                    format!(
+                        "give mesh `{}` a multiple of {WARP_SIZE} threads (for example {}) and skip the extra threads' work with `if`",
+                        ctx.mesh.name,
+                        threads.div_ceil(WARP_SIZE) * WARP_SIZE
+                    ),
+                );
+            }
+        }
+        self.require_warp_uniform_control(name, path);
+    }
+
+    /// Reports a warp collective under control flow that is not warp-uniform.
+    fn require_warp_uniform_control(&mut self, op: &str, path: &IrPath) {
+        if let Some((what, reason)) = &self.control.warp {
+            let message = format!(
+                "`{op}` in kernel `{}` is under {what}, which is not warp-uniform ({reason})",
+                self.kernel_name()
+            );
+            self.sink.report(
+                "E0068",
+                path.clone(),
+                message,
+                format!("move `{op}` out of that branch or loop, or make the condition the same in every lane of a warp (block-uniform values, or `axis_index` of the thread axis divided by a multiple of 32)"),
+            );
+        }
+    }
+
     /// Reports a block-collective operation under non-uniform control flow.
     fn require_uniform_control(&mut self, op: &str, path: &IrPath) {
-        if let Some((what, reason)) = &self.control {
+        if let Some((what, reason)) = &self.control.block {
             let message = format!(
                 "{op} in kernel `{}` is under {what}, which is not block-uniform ({reason})",
                 self.kernel_name()
@@ -1091,13 +1240,10 @@ impl Walker<'_, '_> {
                     );
                 }
                 let saved = self.control.clone();
-                if self.control.is_none() && max_legal {
-                    if let Some(reason) = self.nonuniform_reason(cond) {
-                        self.control = Some((
-                            format!("the `while` condition `{}`", print_expr(cond)),
-                            reason,
-                        ));
-                    }
+                if max_legal {
+                    self.enter_control(&[cond], |c| {
+                        format!("the `while` condition `{}`", print_expr(c))
+                    });
                 }
                 self.enter_loop_body(body, path, scope.clone(), saved);
             }
@@ -1272,12 +1418,7 @@ impl Walker<'_, '_> {
                     }
                 }
                 let saved = self.control.clone();
-                if self.control.is_none() {
-                    if let Some(reason) = self.nonuniform_reason(cond) {
-                        self.control =
-                            Some((format!("the condition `{}`", print_expr(cond)), reason));
-                    }
-                }
+                self.enter_control(&[cond], |c| format!("the condition `{}`", print_expr(c)));
                 self.walk_block(then_body, &path.child(PathStep::Then), scope.clone());
                 self.walk_block(else_body, &path.child(PathStep::Else), scope.clone());
                 self.control = saved;
@@ -1331,14 +1472,10 @@ impl Walker<'_, '_> {
                     }
                 }
                 let saved = self.control.clone();
-                if self.control.is_none() && bounds_legal {
-                    let reason = [start, end]
-                        .into_iter()
-                        .find_map(|b| self.nonuniform_reason(b).map(|r| (b, r)));
-                    if let Some((bound, reason)) = reason {
-                        self.control =
-                            Some((format!("the loop bound `{}`", print_expr(bound)), reason));
-                    }
+                if bounds_legal {
+                    self.enter_control(&[start, end], |b| {
+                        format!("the loop bound `{}`", print_expr(b))
+                    });
                 }
                 let mut inner = scope.clone();
                 self.declare(&var.name, NameKind::LoopVar, path, &mut inner);
@@ -1379,6 +1516,11 @@ impl Walker<'_, '_> {
                     self.require_uniform_operand(op.name(), "amount", amount, path);
                 }
             }
+            Stmt::Warp { dest, op, args } => {
+                self.check_warp(dest, *op, args, path, scope);
+                self.declare(&dest.name, NameKind::WarpResult, path, scope);
+                scope.types.bind_scalar(&dest.name, dest.ty);
+            }
             Stmt::SemRead { dest, sem } => {
                 self.require_uniform_control("read", path);
                 let r = self.check_access(sem, AccessKind::SemRead, path, scope);
@@ -1394,24 +1536,26 @@ impl Walker<'_, '_> {
     /// Walks a loop body: one loop deeper, and under non-uniform control
     /// when only some threads may leave it early (a `break` or `continue`
     /// under a non-uniform condition); restores `saved` control after.
-    fn enter_loop_body(
-        &mut self,
-        body: &[Stmt],
-        path: &IrPath,
-        scope: BlockScope,
-        saved: Option<(String, String)>,
-    ) {
-        if self.control.is_none() {
-            let exit = self
+    fn enter_loop_body(&mut self, body: &[Stmt], path: &IrPath, scope: BlockScope, saved: Control) {
+        let early = |(cond, reason): (String, String)| {
+            (
+                format!("a loop that some threads leave early (`break` or `continue` under `{cond}`)"),
+                reason,
+            )
+        };
+        if self.control.block.is_none() {
+            self.control.block = self
                 .uniformity
                 .as_ref()
-                .and_then(|u| u.divergent_exit(body));
-            if let Some((cond, reason)) = exit {
-                self.control = Some((
-                    format!("a loop that some threads leave early (`break` or `continue` under `{cond}`)"),
-                    reason,
-                ));
-            }
+                .and_then(|u| u.divergent_exit(body))
+                .map(early);
+        }
+        if self.control.warp.is_none() {
+            self.control.warp = self
+                .warp_uniformity
+                .as_ref()
+                .and_then(|u| u.divergent_exit(body))
+                .map(early);
         }
         self.loop_depth += 1;
         self.walk_block(body, &path.child(PathStep::Body), scope);

@@ -13,7 +13,7 @@ use crate::ir::{
 };
 use crate::plan::{program_kernel, ExpandError};
 
-use super::uniformity::Uniformity;
+use super::uniformity::{Level, Uniformity};
 
 /// How one program touches one operand.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -68,6 +68,8 @@ pub struct ProgramFacts {
     pub waits: Vec<usize>,
     /// Which values may differ between the threads of a block.
     pub uniformity: Uniformity,
+    /// Which values may differ between the lanes of a warp.
+    pub warp_uniformity: Uniformity,
     /// The type of every name of the kernel (parameters and every binding;
     /// names are unique in it), so an expression's type is one bottom-up walk.
     pub scope: Scope,
@@ -152,7 +154,8 @@ impl ProgramFacts {
             accesses,
             signals,
             waits,
-            uniformity: Uniformity::of_expanded(&kernel.body, &mesh.threads.name),
+            uniformity: Uniformity::of_expanded(&kernel.body, &mesh.threads.name, Level::Block),
+            warp_uniformity: Uniformity::of_expanded(&kernel.body, &mesh.threads.name, Level::Warp),
             scope,
         }
     }
@@ -166,9 +169,10 @@ impl ProgramFacts {
 /// Adds the name `stmt` declares, with its type, to `scope`.
 fn bind_declared(stmt: &Stmt, scope: &mut Scope) {
     match stmt {
-        Stmt::Let { var, .. } | Stmt::Var { var, .. } | Stmt::For { var, .. } => {
-            scope.bind_scalar(&var.name, var.ty)
-        }
+        Stmt::Let { var, .. }
+        | Stmt::Var { var, .. }
+        | Stmt::For { var, .. }
+        | Stmt::Warp { dest: var, .. } => scope.bind_scalar(&var.name, var.ty),
         Stmt::Atomic {
             dest: Some(dest), ..
         } => scope.bind_scalar(&dest.name, dest.ty),

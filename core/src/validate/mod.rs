@@ -23,7 +23,7 @@ use crate::text::body_nesting;
 
 pub use facts::{MapInfo, ModuleInfo, OperandAccess, ProgramFacts};
 pub use render::render;
-pub use uniformity::Uniformity;
+pub use uniformity::{Level, Uniformity};
 
 /// Limits validation enforces.
 #[derive(Clone, Debug)]
@@ -123,6 +123,9 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0064", "bad helper call", "a call names a helper function of the module, gives one argument per parameter (the name of a ref of exactly the parameter's type for a ref parameter) and binds a result only when the helper has one"),
     ("E0065", "recursive helper", "helper functions do not call themselves, directly or through other helpers"),
     ("E0066", "`return` out of place", "a helper with a result type ends with `return value;`, one without may end with `return;`, and no other statement is a `return`"),
+    ("E0067", "malformed warp collective", "a warp collective has its number of arguments (a value, and for shuffles a `u32` lane, delta or mask)"),
+    ("E0068", "warp collective in non-warp-uniform control flow", "shuffles, votes and warp reductions are reached in warp-uniform control flow: every lane of a warp takes the same branches and loop trips"),
+    ("E0069", "warp collective in a program of partial warps", "a program that uses warp collectives runs a multiple of 32 threads per block"),
 ];
 
 /// The rule text of `code`.

@@ -1,11 +1,12 @@
-//! Block uniformity: which values of a kernel body may differ between the
-//! threads of one block. The one analysis: validation's rules (E0045, E0053,
-//! E0054) ask it why a value is not uniform, and the facts it returns
+//! Uniformity: which values of a kernel body may differ between the threads
+//! of one block, or between the lanes of one logical warp. The one analysis:
+//! validation's rules (E0045, E0053, E0054 for blocks, E0068 for warps) ask
+//! it why a value is not uniform, and the facts it returns
 //! ([`super::ProgramFacts`]) give the backends the same answer.
 
 use std::collections::BTreeSet;
 
-use crate::ir::{Binding, Expr, Name, Stmt};
+use crate::ir::{BinaryOp, Binding, Expr, Literal, Name, Stmt, WarpOp, WARP_SIZE};
 use crate::text::print_expr;
 
 /// Helper calls inlined inside one another at most this deep while
@@ -18,25 +19,55 @@ const MAX_INLINING: usize = 64;
 pub(crate) type Inliner<'a> =
     dyn FnMut(&str, Option<&Binding>, &[Expr], u32) -> Option<Vec<Stmt>> + 'a;
 
-/// Which names of one kernel body may differ between the threads of a block,
-/// for a program whose thread axis is `thread_axis`.
+/// The group of threads a value is uniform over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// Every thread of a block.
+    Block,
+    /// Every lane of a logical warp (32 consecutive threads).
+    Warp,
+}
+
+impl Level {
+    fn word(self) -> &'static str {
+        match self {
+            Level::Block => "block-uniform",
+            Level::Warp => "warp-uniform",
+        }
+    }
+}
+
+/// Which names of one kernel body may differ between the threads of a group
+/// (block or warp), for a program whose thread axis is `thread_axis`.
 ///
 /// Flow-insensitive and keyed by name, which is exact when every
 /// declaration has its own name (`plan::with_unique_names`, or the expanded
 /// kernel `plan::program_kernel` gives a backend).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Uniformity {
+    level: Level,
     thread_axis: Name,
     nonuniform: BTreeSet<Name>,
+    /// `let`s whose value is the thread index plus a warp-uniform multiple
+    /// of 32 (warp level only): divided by a multiple of 32 they are
+    /// warp-uniform.
+    thread_linear: BTreeSet<Name>,
 }
 
 impl Uniformity {
     /// Runs the analysis to its fixpoint over `body`; `inline` expands
     /// helper calls (an expanded kernel has none).
-    pub(crate) fn analyse(body: &[Stmt], thread_axis: &str, inline: &mut Inliner) -> Self {
+    pub(crate) fn analyse(
+        body: &[Stmt],
+        thread_axis: &str,
+        level: Level,
+        inline: &mut Inliner,
+    ) -> Self {
         let mut facts = Uniformity {
+            level,
             thread_axis: thread_axis.to_string(),
             nonuniform: BTreeSet::new(),
+            thread_linear: BTreeSet::new(),
         };
         loop {
             let mut pass = Pass {
@@ -52,28 +83,35 @@ impl Uniformity {
     }
 
     /// The analysis of an expanded kernel body (no helper calls).
-    pub fn of_expanded(body: &[Stmt], thread_axis: &str) -> Self {
-        Self::analyse(body, thread_axis, &mut |_, _, _, _| None)
+    pub fn of_expanded(body: &[Stmt], thread_axis: &str, level: Level) -> Self {
+        Self::analyse(body, thread_axis, level, &mut |_, _, _, _| None)
     }
 
-    /// Whether the binding `name` may differ between threads of a block.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    /// Whether the binding `name` may differ between threads of the group.
     pub fn is_nonuniform_name(&self, name: &str) -> bool {
         self.nonuniform.contains(name)
     }
 
-    /// Whether `e` has one value in every thread of the block.
+    /// Whether `e` has one value in every thread of the group.
     pub fn is_uniform(&self, e: &Expr) -> bool {
         self.reason(e).is_none()
     }
 
-    /// Why `e` may differ between the threads of a block, if it may.
+    /// Why `e` may differ between the threads of the group, if it may.
     pub fn reason(&self, e: &Expr) -> Option<String> {
+        if self.level == Level::Warp && self.is_warp_index(e) {
+            return None;
+        }
         match e {
             Expr::Lit(_) | Expr::AxisSize(_) => None,
             Expr::Var(name) => self
                 .nonuniform
                 .contains(name)
-                .then(|| format!("`{name}` is not block-uniform")),
+                .then(|| format!("`{name}` is not {}", self.level.word())),
             Expr::AxisIndex(axis) => (*axis == self.thread_axis)
                 .then(|| format!("`axis_index({axis})` is the thread axis")),
             Expr::Load(access) => Some(format!("it loads from `{}`", access.base)),
@@ -82,6 +120,61 @@ impl Uniformity {
             Expr::Select(c, t, f) => [c, t, f].into_iter().find_map(|x| self.reason(x)),
             Expr::Math(_, args) => args.iter().find_map(|x| self.reason(x)),
         }
+    }
+
+    /// Whether `e` is a thread-linear value (see [`Self::is_thread_linear`])
+    /// divided by a `u32` multiple of the warp size (`i / 32u`, `i >> 5u`):
+    /// one value per warp. Unsigned only: a signed quotient rounds toward
+    /// zero, which splits a warp whose indices straddle 0.
+    fn is_warp_index(&self, e: &Expr) -> bool {
+        let Expr::Binary(op, a, b) = e else {
+            return false;
+        };
+        let Expr::Lit(Literal::U32(by)) = **b else {
+            return false;
+        };
+        let aligned_divisor = match op {
+            BinaryOp::Div => by != 0 && by % WARP_SIZE == 0,
+            BinaryOp::Shr => (5..32).contains(&by),
+            _ => false,
+        };
+        aligned_divisor && self.is_thread_linear(a)
+    }
+
+    /// The thread index plus a warp-uniform multiple of 32
+    /// (`axis_index(t)`, `axis_index(b) * 64u + axis_index(t)`, a `let` of
+    /// such): the lanes of one warp hold 32 consecutive values of it, starting
+    /// at a multiple of 32 (also after wrapping, 2^32 being one).
+    fn is_thread_linear(&self, e: &Expr) -> bool {
+        match e {
+            Expr::AxisIndex(axis) => *axis == self.thread_axis,
+            Expr::Var(name) => self.thread_linear.contains(name),
+            Expr::Binary(BinaryOp::Add, a, b) => {
+                (self.is_thread_linear(a) && self.is_warp_multiple(b))
+                    || (self.is_warp_multiple(a) && self.is_thread_linear(b))
+            }
+            _ => false,
+        }
+    }
+
+    /// A warp-uniform `u32` that is a multiple of 32 by its form: a literal
+    /// multiple, a product with one, or a shift left by 5 or more.
+    fn is_warp_multiple(&self, e: &Expr) -> bool {
+        let literal_multiple =
+            |x: &Expr| matches!(x, Expr::Lit(Literal::U32(k)) if k % WARP_SIZE == 0);
+        let uniform = self.level == Level::Warp && self.reason(e).is_none();
+        uniform
+            && match e {
+                Expr::Lit(_) => literal_multiple(e),
+                Expr::Binary(BinaryOp::Mul, a, b) => literal_multiple(a) || literal_multiple(b),
+                Expr::Binary(BinaryOp::Shl, _, b) => {
+                    matches!(**b, Expr::Lit(Literal::U32(s)) if (5..32).contains(&s))
+                }
+                Expr::Binary(BinaryOp::Add, a, b) => {
+                    self.is_warp_multiple(a) && self.is_warp_multiple(b)
+                }
+                _ => false,
+            }
     }
 
     /// The first `break` or `continue` of a loop body (not of loops nested
@@ -130,6 +223,12 @@ impl Pass<'_, '_, '_> {
                 Stmt::Let { var, value } | Stmt::Var { var, init: value } => {
                     let yes = self.facts.reason(value).is_some();
                     changed |= self.set(&var.name, yes);
+                    let linear = matches!(stmt, Stmt::Let { .. })
+                        && self.facts.level == Level::Warp
+                        && self.facts.is_thread_linear(value);
+                    if linear {
+                        changed |= self.facts.thread_linear.insert(var.name.clone());
+                    }
                 }
                 Stmt::Assign { name, value } | Stmt::CompoundAssign { name, value, .. } => {
                     let yes = under_nonuniform || self.facts.reason(value).is_some();
@@ -138,6 +237,17 @@ impl Pass<'_, '_, '_> {
                 Stmt::Atomic {
                     dest: Some(dest), ..
                 } => changed |= self.set(&dest.name, true),
+                Stmt::Warp { dest, op, args } => {
+                    let yes = match (self.facts.level, op) {
+                        // Each warp of a block gets its own result.
+                        (Level::Block, _) => true,
+                        (Level::Warp, WarpOp::ShuffleIdx) => {
+                            args.get(1).is_none_or(|lane| self.facts.reason(lane).is_some())
+                        }
+                        (Level::Warp, op) => !op.result_is_warp_uniform(),
+                    };
+                    changed |= self.set(&dest.name, yes);
+                }
                 Stmt::If {
                     cond,
                     then_body,

@@ -6,8 +6,9 @@ mod common;
 
 use common::*;
 use mpmd_core::Mode;
-use mpmd_cuda::emit::{emit_module_with, BlockSchedule};
-use mpmd_cuda::{check_plan, compile_ptx, emit, CompileError, CompileOptions};
+use mpmd_cuda::{
+    check_plan, compile_ptx, emit, emit_module_with, BlockSchedule, CompileError, CompileOptions,
+};
 
 #[test]
 fn every_program_compiles_for_sm_90_without_spills() {
@@ -274,32 +275,6 @@ fn dump_sources() {
 }
 
 #[test]
-fn compiles_go_through_the_module_cache() {
-    require_tools();
-    use mpmd_cuda::cache::{key_text, ModuleCache};
-    use mpmd_cuda::nvrtc::Output;
-    let source = format!(
-        "extern \"C\" __global__ void cached(unsigned* y) {{ y[0] = {}u; }}\n",
-        std::process::id()
-    );
-    let options = CompileOptions::default();
-    let key = key_text(
-        &source,
-        &options.nvrtc_args(Output::Ptx),
-        mpmd_cuda::nvrtc_version().unwrap(),
-    );
-    let first = compile_ptx(&source, &options).unwrap();
-    let cached = ModuleCache::global()
-        .get(&key)
-        .expect("compile stored the PTX");
-    assert_eq!(
-        String::from_utf8_lossy(&cached).trim_end_matches('\0'),
-        first.text
-    );
-    assert_eq!(compile_ptx(&source, &options).unwrap(), first);
-}
-
-#[test]
 fn fast_math_maps_compile_with_fast_math() {
     require_tools();
     let mut module = scale();
@@ -439,7 +414,7 @@ fn uneven_warp_multiples_walk_with_named_barriers() {
 #[test]
 fn nvrtc_lists_the_architectures_it_compiles_for() {
     require_tools();
-    let archs = mpmd_cuda::nvrtc::supported_archs().unwrap();
+    let archs = mpmd_cuda::supported_archs().unwrap();
     assert!(archs.contains(&75) && archs.contains(&90), "{archs:?}");
     assert!(!archs.contains(&70), "{archs:?}");
     assert!(archs.windows(2).all(|w| w[0] < w[1]), "{archs:?}");
@@ -452,7 +427,7 @@ fn nvrtc_lists_the_architectures_it_compiles_for() {
 #[test]
 fn the_corpus_compiles_for_the_oldest_and_newest_supported_architectures() {
     require_tools();
-    let archs = mpmd_cuda::nvrtc::supported_archs().unwrap();
+    let archs = mpmd_cuda::supported_archs().unwrap();
     let (oldest, newest) = (archs[0], archs[archs.len() - 1]);
     let mut programs = corpus();
     programs.push(("pipeline_in_warps", pipeline_in_warps()));

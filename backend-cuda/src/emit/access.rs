@@ -41,7 +41,25 @@ pub(super) struct Place {
     pub(super) depth: u32,
 }
 
+impl Place {
+    /// The element at the bound offset, `base[offset]` (after `compute`).
+    pub(super) fn slot(&self) -> String {
+        format!("{}[{}]", self.base, self.offset)
+    }
+}
+
 impl Emitter<'_> {
+    /// The statements of a write to `place` in a block of their own: the
+    /// offset, then `lines` (which test `place.ok` themselves).
+    pub(super) fn guarded_block(&mut self, depth: usize, place: &Place, lines: &[String]) {
+        self.line(depth, "{");
+        self.line(depth + 1, &place.compute);
+        for line in lines {
+            self.line(depth + 1, line);
+        }
+        self.line(depth, "}");
+    }
+
     pub(super) fn place(
         &mut self,
         cx: &UnitContext,

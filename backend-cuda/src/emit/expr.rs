@@ -37,17 +37,18 @@ impl Emitter<'_> {
         if code.depth < MAX_EXPR_DEPTH {
             return code;
         }
-        let name = self.temp('e');
-        let depth = self.depth;
-        self.line(
-            depth,
-            &format!(
-                "const {} {name} = {};",
-                c_type(code.ty, Home::Value),
-                code.text
-            ),
-        );
+        let name = self.expression_temp("const ", code.ty, &code.text);
         Code::new(name, code.ty, 1)
+    }
+
+    /// A fresh temporary `mpmd_e<n>` of type `ty` holding `value`, declared
+    /// just before the statement being written; `qualifier` is `const ` or
+    /// nothing.
+    fn expression_temp(&mut self, qualifier: &str, ty: ScalarType, value: &str) -> String {
+        let name = self.temp('e');
+        let ty = c_type(ty, Home::Value);
+        self.line(self.depth, &format!("{qualifier}{ty} {name} = {value};"));
+        name
     }
 
     pub(super) fn expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<Code, EmitError> {
@@ -167,16 +168,8 @@ impl Emitter<'_> {
         };
         if lazy && self.out.len() > mark {
             let right_statements = self.out.split_off(mark);
-            let name = self.temp('e');
+            let name = self.expression_temp("", ScalarType::Bool, &x.text);
             let depth = self.depth;
-            self.line(
-                depth,
-                &format!(
-                    "{} {name} = {};",
-                    c_type(ScalarType::Bool, Home::Value),
-                    x.text
-                ),
-            );
             let decided = match op {
                 BinaryOp::LogicAnd => format!("if ({name}) {{"),
                 _ => format!("if (!{name}) {{"),

@@ -39,23 +39,16 @@ impl Emitter<'_> {
         // Temporaries of this statement's expressions go just before it.
         self.depth = depth;
         match stmt {
-            Stmt::Let { var, value } => {
-                let v = self.expr(cx, value)?;
-                let c_name = user_name('v', &var.name);
-                self.line(
-                    depth,
-                    &format!("const {} {c_name} = {};", c_type(var.ty, Home::Value), v.text),
-                );
-                cx.symbols
-                    .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
-            }
-            Stmt::Var { var, init } => {
+            Stmt::Let { var, value: init } | Stmt::Var { var, init } => {
                 let v = self.expr(cx, init)?;
                 let c_name = user_name('v', &var.name);
-                self.line(
-                    depth,
-                    &format!("{} {c_name} = {};", c_type(var.ty, Home::Value), v.text),
-                );
+                let qualifier = if matches!(stmt, Stmt::Let { .. }) {
+                    "const "
+                } else {
+                    ""
+                };
+                let ty = c_type(var.ty, Home::Value);
+                self.line(depth, &format!("{qualifier}{ty} {c_name} = {};", v.text));
                 cx.symbols
                     .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
             }
@@ -90,20 +83,11 @@ impl Emitter<'_> {
                 // it, long sums kept many values live across the branch and
                 // made ptxas spill.
                 let value_name = self.temp('v');
-                self.line(depth, "{");
-                self.line(depth + 1, &place.compute);
-                self.line(
-                    depth + 1,
-                    &format!("const {} {value_name} = {v};", place.slot_type),
-                );
-                self.line(
-                    depth + 1,
-                    &format!(
-                        "if ({}) {}[{}] = {value_name};",
-                        place.ok, place.base, place.offset
-                    ),
-                );
-                self.line(depth, "}");
+                let lines = [
+                    format!("const {} {value_name} = {v};", place.slot_type),
+                    format!("if ({}) {} = {value_name};", place.ok, place.slot()),
+                ];
+                self.guarded_block(depth, &place, &lines);
             }
             Stmt::Atomic {
                 dest,
@@ -224,7 +208,7 @@ impl Emitter<'_> {
             .map(|a| self.expr(cx, a).map(|c| c.text))
             .collect::<Result<Vec<_>, _>>()?;
         let ty = c_type(place.elem, Home::Value);
-        let pointer = format!("&{}[{}]", place.base, place.offset);
+        let pointer = format!("&{}", place.slot());
         let call = match op {
             AtomicOp::Load => format!("mpmd_atomic_load({pointer})"),
             AtomicOp::Store => format!("mpmd_atomic_store({pointer}, ({ty})({}))", values[0]),
@@ -250,15 +234,13 @@ impl Emitter<'_> {
                 &format!("{} {c_name} = 0;", c_type(d.ty, Home::Value)),
             );
         }
-        self.line(depth, "{");
-        self.line(depth + 1, &place.compute);
-        match &dest_name {
+        let line = match &dest_name {
             Some((c_name, _)) if op.returns_value() => {
-                self.line(depth + 1, &format!("if ({}) {c_name} = {call};", place.ok))
+                format!("if ({}) {c_name} = {call};", place.ok)
             }
-            _ => self.line(depth + 1, &format!("if ({}) {call};", place.ok)),
-        }
-        self.line(depth, "}");
+            _ => format!("if ({}) {call};", place.ok),
+        };
+        self.guarded_block(depth, &place, &[line]);
         if let Some((c_name, d)) = dest_name {
             cx.symbols
                 .insert(d.name.clone(), Symbol::Scalar { c_name, ty: d.ty });
@@ -368,8 +350,9 @@ impl Emitter<'_> {
                     self.line(
                         depth + 2,
                         &format!(
-                            "{pointers}[{counter}] = ({}) ? ({elem}*)&{}[{}] : ({elem}*)0;",
-                            place.ok, place.base, place.offset
+                            "{pointers}[{counter}] = ({}) ? ({elem}*)&{} : ({elem}*)0;",
+                            place.ok,
+                            place.slot()
                         ),
                     );
                     self.line(depth + 2, &format!("{values}[{counter}] = {v};"));

@@ -6,7 +6,7 @@
 use mpmd_core::ir::{Expr, RefAccess, ScalarType, SemOp};
 use mpmd_core::plan::LaunchPlan;
 
-use super::access::{idx_init, Access};
+use super::access::{idx_init, Access, Place};
 use super::c::{self, c_type, Home};
 use super::names::user_name;
 use super::{uses, EmitError, Emitter, Symbol, UnitContext};
@@ -146,7 +146,7 @@ impl Emitter<'_> {
         let place = self.place(cx, sem, Access::Write)?;
         let n = self.expr(cx, amount)?.text;
         let (ref_id, coords, index) = self.site_values(cx, sem)?;
-        let pointer = format!("&{}[{}]", place.base, place.offset);
+        let pointer = format!("&{}", place.slot());
         // What an amount below 1 reports (DESIGN.md: amounts are at least 1).
         let site = format!(
             "mpmd_ctl, {}, mpmd_block, {}, {coords}, {index}",
@@ -157,13 +157,8 @@ impl Emitter<'_> {
             SemOp::Signal => {
                 self.line(depth, &format!("// signal({}, ...)", sem.base));
                 self.line(depth, &self.unit_sync.barrier());
-                self.line(depth, "if (threadIdx.x == 0u) {");
-                self.line(depth + 1, &place.compute);
-                self.line(
-                    depth + 1,
-                    &format!("if ({}) mpmd_sem_signal({pointer}, {n}, {site});", place.ok),
-                );
-                self.line(depth, "}");
+                let signal = format!("if ({}) mpmd_sem_signal({pointer}, {n}, {site});", place.ok);
+                self.on_thread_zero(depth, &place, &signal);
             }
             SemOp::Wait | SemOp::WaitNodec => {
                 let how = match op {
@@ -172,16 +167,11 @@ impl Emitter<'_> {
                     _ => "MPMD_WAIT_OPTIMISTIC",
                 };
                 self.line(depth, &format!("// {}({}, ...)", op.name(), sem.base));
-                self.line(depth, "if (threadIdx.x == 0u) {");
-                self.line(depth + 1, &place.compute);
-                self.line(
-                    depth + 1,
-                    &format!(
-                        "if ({} || !mpmd_sem_wait({pointer}, {n}, {how}, mpmd_wait_timeout_ns, {site})) mpmd_stop = 1u;",
-                        place.bad
-                    ),
+                let wait = format!(
+                    "if ({} || !mpmd_sem_wait({pointer}, {n}, {how}, mpmd_wait_timeout_ns, {site})) mpmd_stop = 1u;",
+                    place.bad
                 );
-                self.line(depth, "}");
+                self.on_thread_zero(depth, &place, &wait);
                 self.line(depth, &self.unit_sync.barrier());
                 self.line(depth, self.unit_sync.stop());
             }
@@ -203,16 +193,12 @@ impl Emitter<'_> {
         // The first barrier keeps the slot from being overwritten before
         // every thread has read an earlier value.
         self.line(depth, &self.unit_sync.barrier());
-        self.line(depth, "if (threadIdx.x == 0u) {");
-        self.line(depth + 1, &place.compute);
-        self.line(
-            depth + 1,
-            &format!(
-                "mpmd_value = ({}) ? mpmd_sem_read(&{}[{}]) : 0;",
-                place.ok, place.base, place.offset
-            ),
+        let read = format!(
+            "mpmd_value = ({}) ? mpmd_sem_read(&{}) : 0;",
+            place.ok,
+            place.slot()
         );
-        self.line(depth, "}");
+        self.on_thread_zero(depth, &place, &read);
         self.line(depth, &self.unit_sync.barrier());
         self.line(
             depth,
@@ -229,6 +215,15 @@ impl Emitter<'_> {
             },
         );
         Ok(())
+    }
+
+    /// `line` on thread 0 alone, which acts for the block on a semaphore
+    /// (after the offset of `place`).
+    fn on_thread_zero(&mut self, depth: usize, place: &Place, line: &str) {
+        self.line(depth, "if (threadIdx.x == 0u) {");
+        self.line(depth + 1, &place.compute);
+        self.line(depth + 1, line);
+        self.line(depth, "}");
     }
 
     /// Whether kernel parameter `name` of this unit is a semaphore some program reads.

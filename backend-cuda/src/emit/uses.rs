@@ -8,16 +8,18 @@ use mpmd_core::ir::visit::{for_each_expr, for_each_stmt};
 use mpmd_core::ir::{Expr, SemOp, Stmt};
 use mpmd_core::plan::LaunchPlan;
 
-/// The plan buffers bound to the kernel parameters that `names_in(body)`
-/// names, over every program.
+/// The plan buffers bound to the kernel parameters that `collect(body,
+/// names)` adds to `names`, over every program.
 fn buffers_named(
     plan: &LaunchPlan,
-    names_in: impl Fn(&[Stmt]) -> BTreeSet<String>,
+    collect: impl Fn(&[Stmt], &mut BTreeSet<String>),
 ) -> BTreeSet<usize> {
     plan.units
         .iter()
         .flat_map(|unit| {
-            names_in(&unit.kernel.body)
+            let mut names = BTreeSet::new();
+            collect(&unit.kernel.body, &mut names);
+            names
                 .into_iter()
                 .filter_map(|name| plan.param_buffer(unit, &name))
         })
@@ -26,8 +28,7 @@ fn buffers_named(
 
 /// Buffers that some program stores to, or accesses atomically.
 pub(super) fn written_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
-    let mut written = buffers_named(plan, |body| {
-        let mut names = BTreeSet::new();
+    let mut written = buffers_named(plan, |body, names| {
         for_each_stmt(body, &mut |stmt| match stmt {
             Stmt::Store { target, .. } | Stmt::Atomic { target, .. } => {
                 names.insert(target.base.clone());
@@ -37,7 +38,6 @@ pub(super) fn written_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
             }
             _ => {}
         });
-        names
     });
     written.extend(
         plan.buffers
@@ -51,28 +51,24 @@ pub(super) fn written_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
 
 /// Buffers that some program loads from (atomics and semaphores aside).
 pub(crate) fn loaded_buffers(plan: &LaunchPlan) -> BTreeSet<usize> {
-    buffers_named(plan, |body| {
-        let mut names = BTreeSet::new();
+    buffers_named(plan, |body, names| {
         for_each_expr(body, &mut |e| {
             if let Expr::Load(access) = e {
                 names.insert(access.base.clone());
             }
         });
-        names
     })
 }
 
 /// Buffers of the semaphores some program `read`s: their waits must not let
 /// the count dip below what the semantics allow (see `MPMD_WAIT_OPTIMISTIC`).
 pub(super) fn read_semaphores(plan: &LaunchPlan) -> BTreeSet<usize> {
-    buffers_named(plan, |body| {
-        let mut names = BTreeSet::new();
+    buffers_named(plan, |body, names| {
         for_each_stmt(body, &mut |stmt| {
             if let Stmt::SemRead { sem, .. } = stmt {
                 names.insert(sem.base.clone());
             }
         });
-        names
     })
 }
 

@@ -571,6 +571,8 @@ map batched {
 ";
     let (module, _) = mpmd_core::text::parse(source).unwrap();
     let plan = mpmd_core::plan::lower(&module, "batched").unwrap();
+    // Which loops are emitted loads-first (the comment the emitter writes
+    // above each says so): both in fast mode, none in checked mode.
     let fast = emit_module(&plan, Mode::Fast).unwrap().source;
     assert_eq!(
         fast.matches("// Every load of the loop is issued before")

@@ -28,7 +28,7 @@ impl BlockSchedule {
     /// (`resident_walk`).
     pub fn for_plan(plan: &LaunchPlan, resident_walk: bool) -> Self {
         let block_dim = plan.units.iter().map(|u| u.threads_per_block).max();
-        if !plan.units.iter().any(|u| uses::has_wait(&u.kernel.body)) {
+        if !uses::some_program_waits(plan) {
             BlockSchedule::BlockIndex
         } else if resident_walk
             // Plans that need every block resident at once keep one block per

@@ -64,8 +64,8 @@ fn describe_archs(archs: &[u32]) -> String {
 pub struct CudaOptions {
     /// Device ordinal.
     pub device: usize,
-    /// Time limit of every semaphore wait (default 10 s, or
-    /// `$MPMD_CUDA_WAIT_TIMEOUT_MS`).
+    /// Time limit of every semaphore wait (default 10 s; the CLI reads
+    /// `$MPMD_CUDA_WAIT_TIMEOUT_MS`, the library no variable).
     pub wait_timeout: Duration,
     /// Time every kernel with a pair of events (`CudaBackend::last_kernel_ms`);
     /// off by default, since the events cost a few microseconds per call.
@@ -83,14 +83,9 @@ pub struct CudaOptions {
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        let wait_timeout = std::env::var("MPMD_CUDA_WAIT_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(Duration::from_millis)
-            .unwrap_or(Duration::from_secs(10));
         CudaOptions {
             device: 0,
-            wait_timeout,
+            wait_timeout: Duration::from_secs(10),
             time_kernels: false,
             max_resident_blocks: None,
             host_mapped_outputs: true,

@@ -8,6 +8,8 @@ use mpmd_core::RunError;
 
 use crate::emit::EmittedModule;
 
+// Only the kernel takes tickets; listed so that the layout is whole here.
+#[allow(dead_code)]
 pub const TICKET: usize = 0;
 pub const ABORT: usize = 1;
 pub const CLAIMED: usize = 2;
@@ -255,5 +257,45 @@ mod tests {
             decode(&w, &module()).unwrap().to_string(),
             "semaphore amount -1 on `ready[3]` at program 1 (consume), block 2: a signal or wait amount must be at least 1"
         );
+    }
+
+    /// The layout here is the prelude's (`MPMD_CTL_*`, `MPMD_ERR_*`).
+    #[test]
+    fn the_layout_is_the_preludes() {
+        let defined = |name: &str| {
+            crate::PRELUDE.lines().find_map(|line| {
+                let value = line.strip_prefix("#define ")?.strip_prefix(name)?;
+                let value = value.strip_prefix(' ')?.split_whitespace().next()?;
+                value.trim_end_matches('u').parse::<u32>().ok()
+            })
+        };
+        let words = [
+            ("MPMD_CTL_TICKET", TICKET),
+            ("MPMD_CTL_ABORT", ABORT),
+            ("MPMD_CTL_CLAIMED", CLAIMED),
+            ("MPMD_CTL_KIND", KIND),
+            ("MPMD_CTL_PROGRAM", PROGRAM),
+            ("MPMD_CTL_BLOCK", BLOCK),
+            ("MPMD_CTL_THREAD", THREAD),
+            ("MPMD_CTL_REF", REF),
+            ("MPMD_CTL_NCOORDS", NCOORDS),
+            ("MPMD_CTL_NINDEX", NINDEX),
+            ("MPMD_CTL_COORDS", COORDS),
+            ("MPMD_CTL_INDEX", INDEX),
+            ("MPMD_CTL_STATUS_LO", STATUS_LO),
+            ("MPMD_CTL_STATUS_HI", STATUS_HI),
+        ];
+        for (name, word) in words {
+            assert_eq!(defined(name), Some(word as u32), "{name}");
+        }
+        let kinds = [
+            ("MPMD_ERR_WAIT_TIMEOUT", ERR_WAIT_TIMEOUT),
+            ("MPMD_ERR_OUT_OF_BOUNDS", ERR_OUT_OF_BOUNDS),
+            ("MPMD_ERR_SEM_AMOUNT", ERR_SEM_AMOUNT),
+            ("MPMD_ERR_LOOP_LIMIT", ERR_LOOP_LIMIT),
+        ];
+        for (name, kind) in kinds {
+            assert_eq!(defined(name), Some(kind), "{name}");
+        }
     }
 }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-use mpmd_core::ir::{Literal, ScalarType, Type};
+use mpmd_core::ir::{Literal, Type};
 use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunOptions};
 use thiserror::Error;
@@ -31,25 +31,30 @@ use thiserror::Error;
 use crate::arena::{buffer_words, packed_words};
 use crate::cache::{default_dir, key_hash, unique_suffix};
 use crate::control;
-use crate::emit::{emit_module, EmittedModule, KernelParam};
+use crate::emit::c::parameter_from_word;
+use crate::emit::{emit_module, EmittedModule, KernelParam, SMEM_ARENA_DECLARATION};
 
 /// The name reports use for this backend.
-pub const NAME: &str = "cuda-host";
+const NAME: &str = "cuda-host";
 
-/// Words an uninitialised buffer holds at the start of a call, so that
-/// results read from never-written memory stand out.
+/// Words an uninitialised buffer holds at the start of a `cuda-host` call,
+/// so that results read from never-written memory stand out.
 pub const UNINITIALISED_WORD: u32 = 0xdead_beef;
 
-/// The flags every program is compiled with: optimised enough to run the
-/// corpus quickly, no contraction of `a*b+c` (DESIGN.md's numerics).
-pub const CXX_FLAGS: [&str; 5] = ["-std=c++17", "-O1", "-ffp-contract=off", "-pthread", "-w"];
+/// The flags `cuda-host` compiles every program with: optimised enough to
+/// run the corpus quickly, no contraction of `a*b+c` (DESIGN.md's numerics).
+pub const HOST_CXX_FLAGS: [&str; 5] = ["-std=c++17", "-O1", "-ffp-contract=off", "-pthread", "-w"];
 
+/// Why `cuda-host` cannot compile or run a program.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum HostEmulationError {
+    /// The compiler does not run.
     #[error("no host C++ compiler for cuda-host: `{compiler} --version` failed ({reason}); install g++ (`apt-get install g++`) or set MPMD_HOST_CXX")]
     NoCompiler { compiler: String, reason: String },
+    /// The compiler runs but cannot build the shim.
     #[error("the host C++ compiler `{compiler}` cannot build the cuda-host shim (C++17 with POSIX threads): {stderr}")]
     CompilerUnfit { compiler: String, stderr: String },
+    /// The compiler rejected a program (a bug of the emitter or the shim).
     #[error("cuda-host: `{compiler}` rejected the emitted CUDA C of map `{map}` (source kept at {source_path}):\n{stderr}")]
     Compile {
         compiler: String,
@@ -57,6 +62,7 @@ pub enum HostEmulationError {
         source_path: String,
         stderr: String,
     },
+    /// The folder of compiled programs cannot be written.
     #[error("cuda-host: cannot use the folder {dir}: {reason}")]
     Io { dir: String, reason: String },
 }
@@ -64,6 +70,7 @@ pub enum HostEmulationError {
 /// The host compiler, found once per process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostCompiler {
+    /// What runs it (`$MPMD_HOST_CXX`, else `c++`).
     pub program: String,
     /// The first line of `--version`.
     pub version: String,
@@ -126,8 +133,9 @@ fn compiled() -> &'static Mutex<HashMap<String, PathBuf>> {
     COMPILED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Programs this process has compiled (cache misses), for tests and reports.
-pub fn compilations() -> u64 {
+/// Programs this process has compiled (cache misses), which tests count.
+#[cfg(test)]
+pub(crate) fn compilations() -> u64 {
     COMPILATIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
@@ -143,7 +151,7 @@ fn compile_cached(
         "{} | {}\n{}\n{program}",
         compiler.program,
         compiler.version,
-        CXX_FLAGS.join(" ")
+        HOST_CXX_FLAGS.join(" ")
     );
     let hash = key_hash(&key);
     if let Some(path) = compiled().lock().ok().and_then(|m| m.get(&hash).cloned()) {
@@ -166,7 +174,7 @@ fn compile_cached(
         let tmp_binary = dir.join(format!("{hash}.{suffix}.tmp"));
         std::fs::write(&source, program).map_err(io)?;
         let output = Command::new(&compiler.program)
-            .args(CXX_FLAGS)
+            .args(HOST_CXX_FLAGS)
             .arg("-o")
             .arg(&tmp_binary)
             .arg(&source)
@@ -198,7 +206,7 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()
 
 /// The shim: CUDA's built-ins on POSIX threads. Only C headers, so a
 /// program compiles in a fraction of a second.
-pub const SHIM: &str = r#"
+const SHIM: &str = r#"
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -338,29 +346,23 @@ static void mpmd_write(const void* p, size_t words) { fwrite(p, 4, words, stdout
 /// stdin the time limit in seconds, the wait timeout, every buffer's words
 /// and every scalar's bits; writes to stdout the control block, the status
 /// word and every buffer's words (all little-endian `u32`, the timeouts `u64`).
-pub fn host_program(plan: &LaunchPlan, module: &EmittedModule) -> Result<String, String> {
-    // The dynamic smem arena becomes the shim's static array.
-    let marker = "extern __shared__";
-    let mut source = String::with_capacity(module.source.len() + 8192);
-    let mut arena = None;
-    for line in module.source.lines() {
-        if let Some(at) = line.find(marker) {
-            let decl = &line[at..];
-            let name = decl
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .rfind(|w| !w.is_empty())
-                .filter(|_| decl.trim_end().ends_with("[];"))
-                .ok_or_else(|| format!("cuda-host cannot read the smem arena line `{line}`"))?;
-            arena = Some(name.to_string());
-            source.push_str(&format!("  unsigned char* {name} = mpmd_host_smem;\n"));
-        } else {
-            source.push_str(line);
-            source.push('\n');
-        }
-    }
-    if arena.is_none() {
+fn host_program(plan: &LaunchPlan, module: &EmittedModule) -> Result<String, String> {
+    // The dynamic smem arena becomes the shim's static array: the arena's
+    // name is the last word of its declaration, before `[]`.
+    let arena = SMEM_ARENA_DECLARATION
+        .trim_end()
+        .trim_end_matches("[];")
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default();
+    if !module.source.contains(SMEM_ARENA_DECLARATION) {
         return Err("cuda-host found no smem arena line in the emitted CUDA C".into());
     }
+    let source = module.source.replacen(
+        SMEM_ARENA_DECLARATION,
+        &format!("  unsigned char* {arena} = mpmd_host_smem;\n"),
+        1,
+    );
     let smem = module.dynamic_smem_bytes.max(16);
     let mut program = String::from(SHIM);
     program.push_str(&format!(
@@ -376,12 +378,10 @@ pub fn host_program(plan: &LaunchPlan, module: &EmittedModule) -> Result<String,
             KernelParam::Scalar(i) => {
                 let slot = scalar_slots;
                 scalar_slots += 1;
+                let word = format!("mpmd_scalar[{slot}]");
                 match &plan.operands[*i].ty {
-                    Type::Scalar(ScalarType::F32) => {
-                        format!("__uint_as_float(mpmd_scalar[{slot}])")
-                    }
-                    Type::Scalar(ScalarType::I32) => format!("(int)mpmd_scalar[{slot}]"),
-                    _ => format!("mpmd_scalar[{slot}]"),
+                    Type::Scalar(t) => parameter_from_word(*t, &word),
+                    Type::Ref(_) => word,
                 }
             }
             KernelParam::Control => "mpmd_ctl".to_string(),
@@ -483,10 +483,17 @@ int main() {{
 }
 
 /// What one emulated call gives back.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Emulated {
-    /// The control block (64 words).
-    pub control: Vec<u32>,
+    /// The error the kernel recorded, as its record says (a wait that timed
+    /// out is a timeout; a loop limit names no condition).
+    pub recorded: Option<RunError>,
+    /// The error as the backends report it: `recorded` completed from the
+    /// plan (a wait no program can satisfy is a deadlock; a loop limit
+    /// names its condition).
+    pub error: Option<RunError>,
+    /// Whether the call was aborted (the flag that stops every block).
+    pub aborted: bool,
     /// The status word the kernel sets when it records an error.
     pub status: u32,
     /// Every plan buffer's words after the call (at least one word each).
@@ -512,16 +519,16 @@ impl Default for HostOptions {
     }
 }
 
-/// Runs `plan` once in `mode` with each buffer starting from `start`'s words
-/// (one entry per plan buffer, [`buffer_words`] packed words each) and the scalars'
-/// bits in kernel-parameter order.
+/// Runs the CUDA C of `plan` once in `mode` on CPU threads (`cuda-host`),
+/// each buffer starting from `start`'s words (one entry per plan buffer,
+/// [`buffer_words`] packed words each), with the scalars by operand name.
 pub fn emulate_words(
     plan: &LaunchPlan,
     mode: Mode,
     start: &[Vec<u32>],
     scalars: &BTreeMap<&str, Literal>,
     options: HostOptions,
-) -> Result<(Emulated, EmittedModule), RunError> {
+) -> Result<Emulated, RunError> {
     let backend_error = |e: String| RunError::Backend(e);
     let compiler = host_compiler().map_err(|e| backend_error(e.to_string()))?;
     let module = emit_module(plan, mode).map_err(|e| RunError::Unsupported {
@@ -603,7 +610,7 @@ pub fn emulate_words(
             words.len()
         )));
     }
-    let control = words[..64].to_vec();
+    let control = &words[..64];
     let status = words[64];
     let mut at = 65usize;
     let mut buffers = Vec::with_capacity(plan.buffers.len());
@@ -612,14 +619,13 @@ pub fn emulate_words(
         buffers.push(words[at..at + n].to_vec());
         at += n;
     }
-    Ok((
-        Emulated {
-            control,
-            status,
-            buffers,
-        },
-        module,
-    ))
+    Ok(Emulated {
+        recorded: control::decode(control, &module),
+        error: control::decode_for_plan(control, &module, plan),
+        aborted: control[control::ABORT] != 0,
+        status,
+        buffers,
+    })
 }
 
 /// The `cuda-host` backend: the CUDA backend's generated code and uploads,
@@ -627,10 +633,12 @@ pub fn emulate_words(
 #[derive(Debug, Default)]
 pub struct HostCudaBackend {
     residents: BTreeMap<String, HostTensor>,
+    /// Settings of every call.
     pub options: HostOptions,
 }
 
 impl HostCudaBackend {
+    /// A backend with the default [`HostOptions`] and no residents.
     pub fn new() -> Self {
         HostCudaBackend::default()
     }
@@ -685,11 +693,10 @@ impl Backend for HostCudaBackend {
             .iter()
             .map(|(name, value)| (name.as_str(), *value))
             .collect();
-        let (out, module) = emulate_words(plan, options.mode, &start, &scalars, self.options)?;
+        let out = emulate_words(plan, options.mode, &start, &scalars, self.options)?;
         // As the backend does: the status word says whether to read the
         // control block; the two must agree.
-        let recorded = control::decode_for_plan(&out.control, &module, plan);
-        match (out.status, recorded) {
+        match (out.status, out.error) {
             (0, None) => {}
             (1, Some(error @ (RunError::WaitTimeout { .. } | RunError::Deadlock { .. })))
                 if !plan.graph.intra_program.is_empty() =>

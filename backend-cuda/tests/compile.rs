@@ -5,9 +5,11 @@
 mod common;
 
 use common::*;
+use mpmd_core::plan::LaunchPlan;
 use mpmd_core::Mode;
-use mpmd_cuda::emit::{emit_module_with, BlockSchedule};
-use mpmd_cuda::{check_plan, compile_ptx, emit, CompileError, CompileOptions};
+use mpmd_cuda::{
+    check_plan, compile_ptx, emit, emit_module_with, BlockSchedule, CompileError, CompileOptions,
+};
 
 #[test]
 fn every_program_compiles_for_sm_90_without_spills() {
@@ -37,6 +39,23 @@ fn every_program_compiles_for_sm_90_without_spills() {
     }
 }
 
+/// `source` with the prelude (a reviewed file of its own, `prelude.cu`)
+/// replaced by one marker line, for snapshots.
+fn without_prelude(source: &str) -> String {
+    let (header, body) = source
+        .split_once(mpmd_cuda::PRELUDE)
+        .expect("emitted CUDA holds prelude.cu");
+    format!("{header}// <prelude.cu>\n{body}")
+}
+
+/// The CUDA C of `plan` under `schedule`, as a snapshot.
+fn snapshot(name: &str, plan: &LaunchPlan, mode: Mode, schedule: BlockSchedule) {
+    let module = emit_module_with(plan, mode, schedule).unwrap();
+    insta::assert_snapshot!(name, without_prelude(&module.source));
+}
+
+/// Tickets: units in plan order by ticket range, threads beyond each
+/// program's own count exiting at entry (the snapshot shows both).
 #[test]
 fn ticket_dispatch_covers_units_in_order() {
     let plan = plan_of(&pipeline());
@@ -50,20 +69,9 @@ fn ticket_dispatch_covers_units_in_order() {
         .map(|t| (t.program, t.first, t.count))
         .collect();
     assert_eq!(ranges, vec![(0, 0, 4), (1, 4, 4), (2, 8, 1)]);
-    let src = &module.source;
-    assert!(
-        src.contains("mpmd_ticket = atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET], 1u);"),
-        "{src}"
-    );
-    assert!(src.contains("if (mpmd_ticket_id < 4u) {"), "{src}");
-    assert!(src.contains("} else if (mpmd_ticket_id < 8u) {"), "{src}");
-    // Threads beyond each program's own count exit at entry; the widest
-    // program uses every thread.
-    assert!(src.contains("if (threadIdx.x >= 48u) return;"), "{src}");
-    assert!(src.contains("if (threadIdx.x >= 96u) return;"), "{src}");
-    assert!(!src.contains("if (threadIdx.x >= 128u) return;"), "{src}");
     // Uneven thread counts keep tickets even where cooperative launch exists.
     assert_eq!(module.schedule, BlockSchedule::Tickets);
+    snapshot("pipeline.tickets", &plan, Mode::Fast, module.schedule);
     // smem arena sized by the largest program.
     assert_eq!(module.dynamic_smem_bytes, 384);
 }
@@ -95,18 +103,9 @@ fn block_schedule_follows_waits_thread_counts_and_co_residency() {
         BlockSchedule::BlockIndex
     );
 
+    // The walk's text is cli/tests/snapshots/generated_code__pipeline.pipeline.cu.snap.
     let walk = mpmd_cuda::emit_module(&even, Mode::Fast).unwrap();
     assert_eq!(walk.schedule, BlockSchedule::ResidentWalk);
-    let src = &walk.source;
-    assert!(
-        src.contains("for (u32 mpmd_ticket_id = blockIdx.x; mpmd_ticket_id < 6u; mpmd_ticket_id += gridDim.x) {"),
-        "{src}"
-    );
-    assert!(
-        !src.contains("atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET]"),
-        "{src}"
-    );
-    assert!(!src.contains("if (threadIdx.x >= 64u) return;"), "{src}");
     // Both forms compile for sm_90 without spills.
     for schedule in [BlockSchedule::ResidentWalk, BlockSchedule::Tickets] {
         for mode in [Mode::Fast, Mode::Checked] {
@@ -150,16 +149,25 @@ map m {
     let (module, _) = mpmd_core::text::parse(source).unwrap();
     let plan = mpmd_core::plan::lower(&module, "m").unwrap();
     let src = emit(&plan, Mode::Fast).unwrap();
-    let wait_on = |sem: &str| {
-        let at = src
-            .find(&format!("mpmd_sem_wait(&b{sem}["))
-            .unwrap_or_else(|| panic!("{src}"));
-        src[at..].split(',').nth(2).unwrap().trim().to_string()
-    };
+    // The semaphore and the kind of every wait, in order (the property under
+    // test, which a snapshot would bury in the whole kernel).
+    let waits: Vec<(&str, &str)> = src
+        .split("mpmd_sem_wait(&")
+        .skip(1)
+        .map(|call| {
+            let arguments: Vec<&str> = call.split(',').map(str::trim).collect();
+            (arguments[0].split('[').next().unwrap(), arguments[2])
+        })
+        .collect();
     // Buffers: y = 0, s = 1, t = 2.
-    assert_eq!(wait_on("2_t"), "MPMD_WAIT_OPTIMISTIC");
-    assert_eq!(wait_on("1_s"), "MPMD_WAIT_EXACT");
-    assert!(src.contains("MPMD_WAIT_NODEC"), "{src}");
+    assert_eq!(
+        waits,
+        [
+            ("b2_t", "MPMD_WAIT_OPTIMISTIC"),
+            ("b1_s", "MPMD_WAIT_EXACT"),
+            ("b1_s", "MPMD_WAIT_NODEC")
+        ]
+    );
 }
 
 /// examples/pipeline.mpmd: three programs of 64 threads chained by semaphores.
@@ -173,56 +181,32 @@ fn even_pipeline() -> mpmd_core::plan::LaunchPlan {
     mpmd_core::plan::lower(&module, "pipeline").unwrap()
 }
 
+/// Every operator, cast and math function through the exact numerics
+/// (prelude helpers for i32 arithmetic, shifts and saturating casts; `fmodf`,
+/// `fmaf`; bit-exact literals), as a snapshot.
 #[test]
 fn generated_code_uses_the_exact_numerics() {
-    let src = emit(&plan_of(&all_expressions()), Mode::Fast).unwrap();
-    for needle in [
-        "mpmd_add_i32(",
-        "mpmd_div_i32(",
-        "mpmd_rem_u32(",
-        "mpmd_shl_i32(",
-        "mpmd_f32_to_i32(",
-        "mpmd_f32_to_u32(",
-        "mpmd_min_f32(",
-        "mpmd_max_f32(",
-        "fmodf(",
-        "fmaf(",
-        "__uint_as_float(0x7fc00000u)",
-        "(-2147483647 - 1)",
-    ] {
-        assert!(src.contains(needle), "missing `{needle}` in\n{src}");
-    }
+    let plan = plan_of(&all_expressions());
+    snapshot(
+        "all_expressions",
+        &plan,
+        Mode::Fast,
+        BlockSchedule::BlockIndex,
+    );
 }
 
+/// The snapshot shows: blocks take blockIdx as their ticket (no program
+/// waits); `x`, never written, is read through the read-only cache, `y` is a
+/// plain pointer; stores are bounded to their ref in fast mode too, loads
+/// read in place.
 #[test]
 fn scale_kernel_reads_like_the_program() {
-    let src = emit(&plan_of(&scale()), Mode::Fast).unwrap();
-    let body = src.split("// program 0").nth(1).unwrap();
-    assert!(
-        body.contains("const u32 v_i = ((a_b * 128u) + a_t);"),
-        "{body}"
+    let plan = plan_of(&scale());
+    assert_eq!(
+        BlockSchedule::for_plan(&plan, true),
+        BlockSchedule::BlockIndex
     );
-    assert!(body.contains("if ((v_i < p_n)) {"), "{body}");
-    // Stores are bounded to their ref in fast mode too (no write can leave
-    // it); loads read in place.
-    assert!(body.contains("const u32 mpmd_o"), "{body}");
-    assert!(
-        body.contains(" = (b0_x[v_i] * p_alpha);") && body.contains(" < 512u) b1_y[mpmd_o"),
-        "{body}"
-    );
-    // No program waits: blocks take blockIdx as their ticket, no atomic.
-    assert!(
-        src.contains("const u32 mpmd_ticket_id = blockIdx.x;"),
-        "{src}"
-    );
-    assert!(
-        !src.contains("atomicAdd(&mpmd_ctl[MPMD_CTL_TICKET]"),
-        "{src}"
-    );
-    // x is never written: read-only cache.
-    assert!(src.contains("const float* __restrict__ b0_x"), "{src}");
-    // Written: a plain pointer, so loads stay behind waits and barriers.
-    assert!(src.contains("\n    float* b1_y"), "{src}");
+    snapshot("scale", &plan, Mode::Fast, BlockSchedule::BlockIndex);
 }
 
 #[test]
@@ -274,32 +258,6 @@ fn dump_sources() {
 }
 
 #[test]
-fn compiles_go_through_the_module_cache() {
-    require_tools();
-    use mpmd_cuda::cache::{key_text, ModuleCache};
-    use mpmd_cuda::nvrtc::Output;
-    let source = format!(
-        "extern \"C\" __global__ void cached(unsigned* y) {{ y[0] = {}u; }}\n",
-        std::process::id()
-    );
-    let options = CompileOptions::default();
-    let key = key_text(
-        &source,
-        &options.nvrtc_args(Output::Ptx),
-        mpmd_cuda::nvrtc_version().unwrap(),
-    );
-    let first = compile_ptx(&source, &options).unwrap();
-    let cached = ModuleCache::global()
-        .get(&key)
-        .expect("compile stored the PTX");
-    assert_eq!(
-        String::from_utf8_lossy(&cached).trim_end_matches('\0'),
-        first.text
-    );
-    assert_eq!(compile_ptx(&source, &options).unwrap(), first);
-}
-
-#[test]
 fn fast_math_maps_compile_with_fast_math() {
     require_tools();
     let mut module = scale();
@@ -335,6 +293,8 @@ map m1 {{
         let plan = mpmd_core::plan::lower(&module, "m1").unwrap();
         emit(&plan, Mode::Fast).unwrap()
     };
+    // Whether a loop is emitted loads-first is the property under test; the
+    // comment the emitter writes above such a loop says so in one line.
     let batched = |src: &str| src.contains("// Every load of the loop is issued before");
     let copy = "for j: u32 in 0u..8u { let i: u32 = j * 32u + axis_index(t); y[i] = x[i]; }";
     assert!(batched(&emitted(copy, "")));
@@ -405,24 +365,23 @@ fn uneven_warp_multiples_walk_with_named_barriers() {
         BlockSchedule::Tickets
     );
     for mode in [Mode::Fast, Mode::Checked] {
+        // The snapshots show: the producer (32 threads) and the consumer (96)
+        // run under `if (threadIdx.x < n)`, the finisher on the whole block
+        // of 128; the consumer's barrier, wait and signal use named barrier
+        // `mpmd_bar_sync(96u)`; a stop jumps to `mpmd_next_logical_block`,
+        // where every thread meets before the next logical block.
+        let suffix = match mode {
+            Mode::Fast => "",
+            Mode::Checked => ".checked",
+        };
+        snapshot(
+            &format!("pipeline_in_warps.walk{suffix}"),
+            &plan,
+            mode,
+            BlockSchedule::ResidentWalk,
+        );
         let module = emit_module_with(&plan, mode, BlockSchedule::ResidentWalk).unwrap();
         let src = &module.source;
-        // producer (32 threads) and consumer (96) are guarded; the finisher
-        // has the whole block of 128.
-        assert!(src.contains("      if (threadIdx.x < 32u) {\n"), "{src}");
-        assert!(src.contains("      if (threadIdx.x < 96u) {\n"), "{src}");
-        assert!(!src.contains("threadIdx.x < 128u"), "{src}");
-        assert!(!src.contains("return;\n      if (threadIdx.x"), "{src}");
-        // The consumer's barrier, its wait and its signal use its named barrier.
-        assert!(src.matches("mpmd_bar_sync(96u);").count() >= 3, "{src}");
-        assert!(
-            src.contains("if (mpmd_stop != 0u) goto mpmd_next_logical_block;"),
-            "{src}"
-        );
-        assert!(
-            src.contains("  mpmd_next_logical_block:\n    // Threads left out of a smaller program wait here for the others.\n    __syncthreads();\n    if (mpmd_stop != 0u) return;\n  }\n}"),
-            "{src}"
-        );
         let ptx = compile_ptx(src, &CompileOptions::default()).unwrap();
         let report = mpmd_cuda::assemble(&ptx, 90).unwrap();
         let kernel = report.kernel(&module.kernel_name).unwrap();
@@ -439,7 +398,7 @@ fn uneven_warp_multiples_walk_with_named_barriers() {
 #[test]
 fn nvrtc_lists_the_architectures_it_compiles_for() {
     require_tools();
-    let archs = mpmd_cuda::nvrtc::supported_archs().unwrap();
+    let archs = mpmd_cuda::supported_archs().unwrap();
     assert!(archs.contains(&75) && archs.contains(&90), "{archs:?}");
     assert!(!archs.contains(&70), "{archs:?}");
     assert!(archs.windows(2).all(|w| w[0] < w[1]), "{archs:?}");
@@ -452,7 +411,7 @@ fn nvrtc_lists_the_architectures_it_compiles_for() {
 #[test]
 fn the_corpus_compiles_for_the_oldest_and_newest_supported_architectures() {
     require_tools();
-    let archs = mpmd_cuda::nvrtc::supported_archs().unwrap();
+    let archs = mpmd_cuda::supported_archs().unwrap();
     let (oldest, newest) = (archs[0], archs[archs.len() - 1]);
     let mut programs = corpus();
     programs.push(("pipeline_in_warps", pipeline_in_warps()));

@@ -3,8 +3,7 @@
 
 use std::process::Command;
 
-use mpmd_cuda::backend::driver_present;
-use mpmd_cuda::{CudaBackend, CudaError, CudaOptions};
+use mpmd_cuda::{driver_present, CudaBackend, CudaError, CudaOptions};
 
 const NVRTC_MISSING: &str = "NVRTC not found (libnvrtc.so.13 on LD_LIBRARY_PATH): run `cargo xtask test`, which installs them (pip packages nvidia-cuda-nvrtc and nvidia-cuda-nvcc), or put their nvidia/cu13/lib on LD_LIBRARY_PATH and nvidia/cu13/bin on PATH";
 
@@ -33,7 +32,7 @@ fn child_output(test: &str, ld_library_path: &str) -> String {
 #[test]
 #[ignore = "run by missing_nvrtc_is_a_clear_error in a child process"]
 fn probe_compile() {
-    let present = mpmd_cuda::nvrtc::nvrtc_present();
+    let present = mpmd_cuda::nvrtc_present();
     let result = mpmd_cuda::compile_ptx(
         "extern \"C\" __global__ void k() {}",
         &mpmd_cuda::CompileOptions::default(),

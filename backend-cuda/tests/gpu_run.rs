@@ -176,8 +176,8 @@ fn uneven_resident_walk_matches_the_interpreter() {
     require_tools();
     let plan = plan_of(&pipeline_in_warps());
     assert_eq!(
-        mpmd_cuda::emit::BlockSchedule::for_plan(&plan, true),
-        mpmd_cuda::emit::BlockSchedule::ResidentWalk
+        mpmd_cuda::BlockSchedule::for_plan(&plan, true),
+        mpmd_cuda::BlockSchedule::ResidentWalk
     );
     let mut args = CallArgs::default();
     let x: Vec<f32> = (0..384).map(|i| (i % 29) as f32 * 0.25).collect();
@@ -361,8 +361,8 @@ fn resident_walk_with_few_blocks_matches_the_interpreter() {
     let (module, _) = mpmd_core::text::parse(source).unwrap();
     let plan = mpmd_core::plan::lower(&module, "pipeline").unwrap();
     assert_eq!(
-        mpmd_cuda::emit::BlockSchedule::for_plan(&plan, true),
-        mpmd_cuda::emit::BlockSchedule::ResidentWalk
+        mpmd_cuda::BlockSchedule::for_plan(&plan, true),
+        mpmd_cuda::BlockSchedule::ResidentWalk
     );
     let generation = mpmd_core::inputs::Generation::with_defaults(7);
     let args = mpmd_core::inputs::call_args(&module, &generation).unwrap();

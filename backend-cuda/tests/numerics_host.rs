@@ -87,7 +87,7 @@ const OPS: [&str; 17] = [
 
 #[test]
 fn integer_helpers_match_the_ir_semantics() {
-    let prelude = mpmd_cuda::emit::PRELUDE;
+    let prelude = mpmd_cuda::PRELUDE;
     let begin = prelude
         .find("// ---- numerics begin")
         .expect("begin marker");
@@ -183,7 +183,7 @@ fn sixteen_bit_helpers_match_numerics() {
     use mpmd_core::ir::ScalarType::{self, BF16, F16};
     use mpmd_core::numerics;
 
-    let prelude = mpmd_cuda::emit::PRELUDE;
+    let prelude = mpmd_cuda::PRELUDE;
     let begin = prelude.find("// ---- numerics begin").unwrap();
     let end = prelude.find("// ---- numerics end").unwrap();
     let mut program = String::from(

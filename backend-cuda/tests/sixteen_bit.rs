@@ -15,9 +15,7 @@ mod sixteen;
 
 use common::require_tools;
 use mpmd_core::Mode;
-use mpmd_cuda::emit::emit_module;
-use mpmd_cuda::host_emulation::HostCudaBackend;
-use mpmd_cuda::nvrtc::{compile_ptx, CompileOptions};
+use mpmd_cuda::{compile_ptx, emit_module, CompileOptions, HostCudaBackend};
 use sixteen::*;
 
 #[test]
@@ -82,7 +80,7 @@ const ARCHS: [u32; 8] = [75, 80, 86, 89, 90, 100, 120, 121];
 #[test]
 fn sixteen_bit_programs_compile_and_assemble_for_sm_75_to_sm_121_with_16_bit_accesses() {
     require_tools();
-    let supported = mpmd_cuda::nvrtc::supported_archs().unwrap();
+    let supported = mpmd_cuda::supported_archs().unwrap();
     for arch in ARCHS {
         assert!(
             supported.contains(&arch),

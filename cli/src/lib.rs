@@ -251,7 +251,8 @@ pub enum BackendKind {
     Interp,
     /// WebGPU through wgpu (any adapter).
     Wgpu,
-    /// CUDA through NVRTC (NVIDIA GPUs).
+    /// CUDA through NVRTC (NVIDIA GPUs); each semaphore wait gives up after
+    /// $MPMD_CUDA_WAIT_TIMEOUT_MS milliseconds (default 10000).
     Cuda,
 }
 
@@ -669,12 +670,24 @@ pub fn resolve_backend(
     }
 }
 
+/// The environment variable that sets the CUDA backend's limit on one
+/// semaphore wait (`CudaOptions::wait_timeout`), in whole milliseconds.
+pub const CUDA_WAIT_TIMEOUT_VAR: &str = "MPMD_CUDA_WAIT_TIMEOUT_MS";
+
 /// The CUDA backend; `time_kernels` times each launch with a pair of
-/// events (`CudaBackend::last_kernel_ms`).
+/// events (`CudaBackend::last_kernel_ms`). The wait limit comes from
+/// [`CUDA_WAIT_TIMEOUT_VAR`] when it holds a whole number of milliseconds
+/// (anything else leaves the library's default of 10 s).
 fn cuda_backend(time_kernels: bool) -> Result<mpmd_cuda::CudaBackend, CliError> {
+    let defaults = mpmd_cuda::CudaOptions::default();
+    let wait_timeout = std::env::var(CUDA_WAIT_TIMEOUT_VAR)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(defaults.wait_timeout, Duration::from_millis);
     let options = mpmd_cuda::CudaOptions {
         time_kernels,
-        ..Default::default()
+        wait_timeout,
+        ..defaults
     };
     mpmd_cuda::CudaBackend::new(options).map_err(|e| CliError::BackendUnavailable {
         name: BackendKind::Cuda.name(),

@@ -202,7 +202,7 @@ pub enum BackendId {
     Wgpu,
     Cuda,
     /// The CUDA backend's generated code run on CPU threads
-    /// (`mpmd_cuda::host_emulation`): what the CUDA text computes, without a GPU.
+    /// (`mpmd_cuda::HostCudaBackend`): what the CUDA text computes, without a GPU.
     CudaHost,
 }
 

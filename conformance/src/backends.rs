@@ -248,9 +248,9 @@ mod wgpu_glue {
 mod cuda_glue {
     use super::*;
     use mpmd_core::Mode;
-    use mpmd_cuda::nvrtc::Output;
     use mpmd_cuda::{
         check_plan as cuda_check, nvrtc_version, CompileOptions, CudaBackend, CudaOptions,
+        NvrtcOutput,
     };
 
     pub fn probe(header: &mut Vec<(String, String)>) -> Availability {
@@ -269,7 +269,7 @@ mod cuda_glue {
         };
         header.push((
             "cuda compile options".into(),
-            options.nvrtc_args(Output::Ptx).join(" "),
+            options.nvrtc_args(NvrtcOutput::Ptx).join(" "),
         ));
         match CudaBackend::new(CudaOptions::default()) {
             Ok(_) => {
@@ -295,7 +295,7 @@ mod cuda_glue {
 
     /// cuda-host runs where the host C++ compiler builds its shim.
     pub fn probe_host(header: &mut Vec<(String, String)>) -> Availability {
-        match mpmd_cuda::host_emulation::host_compiler() {
+        match mpmd_cuda::host_compiler() {
             Ok(compiler) => {
                 header.push((
                     "cuda-host compiler".into(),
@@ -303,7 +303,7 @@ mod cuda_glue {
                         "`{}`: {}; flags {}",
                         compiler.program,
                         compiler.version,
-                        mpmd_cuda::host_emulation::CXX_FLAGS.join(" ")
+                        mpmd_cuda::HOST_CXX_FLAGS.join(" ")
                     ),
                 ));
                 Availability::Runs
@@ -316,8 +316,8 @@ mod cuda_glue {
     }
 
     pub fn new_host_backend() -> Result<Box<dyn Backend>, String> {
-        mpmd_cuda::host_emulation::host_compiler().map_err(|e| e.to_string())?;
-        Ok(Box::new(mpmd_cuda::host_emulation::HostCudaBackend::new()))
+        mpmd_cuda::host_compiler().map_err(|e| e.to_string())?;
+        Ok(Box::new(mpmd_cuda::HostCudaBackend::new()))
     }
 
     pub fn check_plan(plan: &LaunchPlan) -> Result<(), String> {

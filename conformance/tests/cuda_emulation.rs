@@ -1,5 +1,5 @@
 //! Differential fuzzing of the CUDA code generator without a GPU, through
-//! the `cuda-host` backend (`mpmd_cuda::host_emulation`): the fuzzer's
+//! the `cuda-host` backend (`mpmd_cuda::HostCudaBackend`): the fuzzer's
 //! programs are emitted as CUDA C, compiled for the CPU (one thread per CUDA
 //! thread, blocks one after another in logical order) and judged against the
 //! interpreter like any backend. This checks the generated logic (schedules,

@@ -1,4 +1,4 @@
-//! The tests' view of `mpmd_cuda::host_emulation` (the `cuda-host` backend):
+//! The tests' view of `mpmd_cuda::emulate_words` (the `cuda-host` backend):
 //! runs generated CUDA C on CPU threads from words the test gives, and hands
 //! back the control block and every buffer. Needs a C++17 compiler (`c++`
 //! or `$MPMD_HOST_CXX`).
@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use mpmd_core::ir::Literal;
 use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::Mode;
-pub use mpmd_cuda::host_emulation::Emulated;
-use mpmd_cuda::host_emulation::{emulate_words, HostOptions, UNINITIALISED_WORD};
+pub use mpmd_cuda::Emulated;
+use mpmd_cuda::{buffer_words, emulate_words, HostOptions, UNINITIALISED_WORD};
 
 pub fn emulate(
     plan: &LaunchPlan,
@@ -36,7 +36,7 @@ pub fn emulate_with_residents(
         .buffers
         .iter()
         .map(|buffer| {
-            let len = mpmd_cuda::arena::buffer_words(buffer);
+            let len = buffer_words(buffer);
             match &buffer.init {
                 BufferInit::Input(name) => inputs[name.as_str()].clone(),
                 BufferInit::Resident(name) => residents
@@ -53,7 +53,5 @@ pub fn emulate_with_residents(
         wait_timeout_ns: timeout_ns,
         ..HostOptions::default()
     };
-    emulate_words(plan, mode, &start, scalars, options)
-        .expect("the emulated kernel runs")
-        .0
+    emulate_words(plan, mode, &start, scalars, options).expect("the emulated kernel runs")
 }

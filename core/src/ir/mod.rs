@@ -22,7 +22,7 @@ pub mod visit;
 
 pub use builder::*;
 pub use path::{IrPath, PathStep};
-pub use typing::{type_of, Scope, TypeError};
+pub use typing::{binary_symbol, type_of, unary_symbol, Scope, TypeError};
 
 /// Identifiers: meshes, axes, kernels, maps, operands, locals.
 pub type Name = String;

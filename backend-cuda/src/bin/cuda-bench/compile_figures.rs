@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::Mode;
-use mpmd_cuda::cache::ModuleCache;
-use mpmd_cuda::nvrtc::{compile_with_cache, CompileOptions, Output};
-use mpmd_cuda::{check_plan, emit_module};
+use mpmd_cuda::{
+    check_plan, compile_with_cache, emit_module, CompileOptions, ModuleCache, NvrtcOutput,
+};
 
 use crate::benchmarks::{benchmarks, plans};
 
@@ -87,7 +87,7 @@ pub fn compile_cache_figures(dir: &Path, arch: u32) -> bool {
         };
         let time = |cache: &ModuleCache| {
             let start = Instant::now();
-            compile_with_cache(&module.source, &options, Output::Cubin, cache)
+            compile_with_cache(&module.source, &options, NvrtcOutput::Cubin, cache)
                 .map(|_| start.elapsed().as_secs_f64() * 1e3)
         };
         let writer = ModuleCache::new(Some(cache_dir.clone()));

@@ -40,9 +40,10 @@ use mpmd_core::ir::ScalarType::{BF16, F16};
 use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::{Backend, Mode, RunOptions};
-use mpmd_cuda::control;
-use mpmd_cuda::emit::{emit_module_with, BlockSchedule, KernelParam};
-use mpmd_cuda::{emit_module, CudaBackend, CudaOptions};
+use mpmd_cuda::{
+    emit_module, emit_module_with, BlockSchedule, CudaBackend, CudaOptions, KernelParam,
+    CONTROL_WORDS,
+};
 
 use benchmarks::*;
 use compile_figures::{compile_cache_figures, compile_figures};
@@ -65,7 +66,7 @@ fn run_gpu() -> Result<(), String> {
     );
     let (major, minor) = mpmd_cuda::nvrtc_version().map_err(|e| e.to_string())?;
     println!("nvrtc version={major}.{minor}");
-    if let Some((a, b)) = mpmd_cuda::backend::driver_version() {
+    if let Some((a, b)) = mpmd_cuda::driver_version() {
         println!("driver cuda_version={a}.{b}");
     }
     let reps = 5;
@@ -90,7 +91,7 @@ fn run_gpu() -> Result<(), String> {
             start.record(&stream).map_err(err)?;
             stream.memcpy_dtod(&src, &mut dst).map_err(err)?;
             end.record(&stream).map_err(err)?;
-            let ms = mpmd_cuda::backend::event_elapsed_ms(&start, &end).ok_or("no event time")?;
+            let ms = mpmd_cuda::event_elapsed_ms(&start, &end).ok_or("no event time")?;
             let best = &mut memcpy_best[after_upload as usize];
             *best = best.min(ms as f64);
         }
@@ -299,7 +300,7 @@ fn run_gpu() -> Result<(), String> {
         .alloc_zeros::<u32>(32)
         .map_err(|e| format!("{e:?}"))?;
     let mut ctl = stream
-        .alloc_zeros::<u32>(control::WORDS)
+        .alloc_zeros::<u32>(CONTROL_WORDS)
         .map_err(|e| format!("{e:?}"))?;
     let timeout: u64 = 10_000_000_000;
     let config = LaunchConfig {
@@ -418,7 +419,7 @@ fn main() {
     if compile_only {
         std::process::exit(status);
     }
-    if !mpmd_cuda::backend::driver_present() {
+    if !mpmd_cuda::driver_present() {
         println!("gpu skipped: no CUDA driver (libcuda.so.1) on this machine");
         std::process::exit(status);
     }

@@ -1,9 +1,7 @@
 //! Hand-written CUDA C timed beside the generated kernels.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
-use mpmd_cuda::cache::ModuleCache;
-use mpmd_cuda::nvrtc::{compile_with_cache, CompileOptions, Output};
-use mpmd_cuda::CudaBackend;
+use mpmd_cuda::{compile_with_cache, CompileOptions, CudaBackend, ModuleCache, NvrtcOutput};
 
 use crate::benchmarks::{f32_input, BIG};
 use crate::timing::{gbps, timing_event};
@@ -82,7 +80,7 @@ pub fn reference_figures(
     let cubin = compile_with_cache(
         REFERENCE_SOURCE,
         &options,
-        Output::Cubin,
+        NvrtcOutput::Cubin,
         ModuleCache::global(),
     )
     .map_err(|e| format!("reference kernels: {e}"))?;
@@ -112,7 +110,7 @@ pub fn reference_figures(
             // exactly `BIG` floats (a sum per block fits in `y` too).
             unsafe { launch.launch(config) }.map_err(err)?;
             end.record(&stream).map_err(err)?;
-            let ms = mpmd_cuda::backend::event_elapsed_ms(&start, &end).ok_or("no event time")?;
+            let ms = mpmd_cuda::event_elapsed_ms(&start, &end).ok_or("no event time")?;
             best = best.min(ms as f64);
         }
         let factor = if reference.copies { 2.0 } else { 1.0 };

@@ -7,9 +7,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 use mpmd_core::host::CallArgs;
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::{Backend, Mode, RunOptions};
-use mpmd_cuda::control;
-use mpmd_cuda::emit::KernelParam;
-use mpmd_cuda::{emit_module, CudaBackend};
+use mpmd_cuda::{emit_module, BlockSchedule, CudaBackend, KernelParam, CONTROL_WORDS};
 
 use crate::benchmarks::f32_input;
 
@@ -114,7 +112,7 @@ pub fn raw_launches_ms(
     let x: Vec<u32> = f32_input(len).words().to_vec();
     let mut kernels = Vec::new();
     for (plan, emitted) in launches {
-        if emitted.schedule == mpmd_cuda::emit::BlockSchedule::ResidentWalk {
+        if emitted.schedule == BlockSchedule::ResidentWalk {
             return Err("raw launches take block-index or ticket kernels".into());
         }
         for buffer in &plan.buffers {
@@ -124,7 +122,7 @@ pub fn raw_launches_ms(
                     stream.clone_htod(&x).map_err(err)?
                 } else {
                     stream
-                        .alloc_zeros::<u32>(mpmd_cuda::arena::buffer_words(buffer))
+                        .alloc_zeros::<u32>(mpmd_cuda::buffer_words(buffer))
                         .map_err(err)?
                 });
             }
@@ -137,13 +135,13 @@ pub fn raw_launches_ms(
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes))
             .map_err(err)?;
         let function = loaded.load_function(&emitted.kernel_name).map_err(err)?;
-        let ctl = stream.alloc_zeros::<u32>(control::WORDS).map_err(err)?;
+        let ctl = stream.alloc_zeros::<u32>(CONTROL_WORDS).map_err(err)?;
         kernels.push((plan, emitted, function, ctl, loaded));
     }
     let timeout: u64 = 10_000_000_000;
     let mut launch_all = || -> Result<(), String> {
         for (plan, emitted, function, ctl, _) in &mut kernels {
-            if emitted.schedule == mpmd_cuda::emit::BlockSchedule::Tickets {
+            if emitted.schedule == BlockSchedule::Tickets {
                 stream.memset_zeros(ctl).map_err(err)?;
             }
             let mut launch = stream.launch_builder(function);
@@ -176,7 +174,7 @@ pub fn raw_launches_ms(
         start.record(&stream).map_err(err)?;
         launch_all()?;
         end.record(&stream).map_err(err)?;
-        let ms = mpmd_cuda::backend::event_elapsed_ms(&start, &end).ok_or("no event time")?;
+        let ms = mpmd_cuda::event_elapsed_ms(&start, &end).ok_or("no event time")?;
         best = best.min(ms as f64);
     }
     let y = stream.clone_dtoh(&buffers["y"]).map_err(err)?;

@@ -1,16 +1,16 @@
-//! Where a call's buffers live (`mpmd_cuda::arena`): small outputs no
-//! program loads go to host-mapped memory, so an error-free call copies
-//! nothing back; everything else stays in the device arena.
+//! Where a call's buffers live (`arena`): small outputs no program loads go
+//! to host-mapped memory, so an error-free call copies nothing back;
+//! everything else stays in the device arena.
 
-mod common;
-
-use common::*;
 use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
 use mpmd_core::plan::LaunchPlan;
-use mpmd_cuda::arena::{ArenaLayout, Place, MAPPED_OUTPUT_MAX_WORDS};
-use mpmd_cuda::control;
-use mpmd_cuda::emit::loaded_buffers;
+
+use super::programs::*;
+use crate::arena::{buffer_words, ArenaLayout, Place, MAPPED_OUTPUT_MAX_WORDS};
+use crate::backend::input_words;
+use crate::control;
+use crate::emit::loaded_buffers;
 
 fn layout(plan: &LaunchPlan) -> ArenaLayout {
     ArenaLayout::new(plan, &loaded_buffers(plan), true)
@@ -160,7 +160,6 @@ fn inputs_and_device_residents_are_not_mapped() {
 #[test]
 fn inputs_are_uploaded_only_when_type_and_length_match() {
     use mpmd_core::{CallArgs, HostTensor, RunError};
-    use mpmd_cuda::backend::input_words;
 
     let plan = plan_of(&scale());
     let x = buffer(&plan, "x");
@@ -222,7 +221,7 @@ map k {
         for (name, n) in want {
             assert_eq!(words(name), n, "{name} (mapped outputs: {map_outputs})");
             let b = &plan.buffers[buffer(&plan, name)];
-            assert_eq!(mpmd_cuda::arena::buffer_words(b), n, "{name}");
+            assert_eq!(buffer_words(b), n, "{name}");
         }
     }
     // The upload is the tensor's packed words: elements 2k and 2k + 1 in
@@ -230,7 +229,7 @@ map k {
     let x = mpmd_core::HostTensor::new(F16, vec![5], vec![1, 2, 3, 4, 5]).unwrap();
     let mut args = mpmd_core::CallArgs::default();
     args.inputs.insert("x".into(), x);
-    let uploads = mpmd_cuda::backend::input_words(&plan, &args).unwrap();
+    let uploads = input_words(&plan, &args).unwrap();
     assert_eq!(
         uploads[&buffer(&plan, "x")],
         vec![0x0002_0001, 0x0004_0003, 0x0000_0005]

@@ -1,0 +1,433 @@
+//! Statements: bindings, stores, atomics, control flow and loops (fast
+//! mode's loads-first loops among them); semaphores and barriers are
+//! [`super::sync`]'s.
+
+use std::collections::BTreeSet;
+
+use mpmd_core::ir::visit::for_each_expr;
+use mpmd_core::ir::{AtomicOp, Binding, Expr, Literal, RefAccess, ScalarType, Stmt};
+use mpmd_core::Mode;
+
+use super::access::Access;
+use super::c::{self, c_type, Home};
+use super::names::user_name;
+use super::{EmitError, Emitter, Symbol, UnitContext};
+
+/// Most iterations of a loop whose loads are issued before its stores
+/// (each store keeps a pointer and a value per iteration in registers).
+const BATCH_MAX_TRIPS: u32 = 16;
+
+impl Emitter<'_> {
+    pub(super) fn emit_body(
+        &mut self,
+        cx: &mut UnitContext,
+        body: &[Stmt],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        for stmt in body {
+            self.emit_stmt(cx, stmt, depth)?;
+        }
+        Ok(())
+    }
+
+    fn emit_stmt(
+        &mut self,
+        cx: &mut UnitContext,
+        stmt: &Stmt,
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        // Temporaries of this statement's expressions go just before it.
+        self.depth = depth;
+        match stmt {
+            Stmt::Let { var, value: init } | Stmt::Var { var, init } => {
+                let v = self.expr(cx, init)?;
+                let c_name = user_name('v', &var.name);
+                let qualifier = if matches!(stmt, Stmt::Let { .. }) {
+                    "const "
+                } else {
+                    ""
+                };
+                let ty = c_type(var.ty, Home::Value);
+                self.line(depth, &format!("{qualifier}{ty} {c_name} = {};", v.text));
+                cx.symbols
+                    .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
+            }
+            Stmt::Assign { name, value } => {
+                let v = self.expr(cx, value)?;
+                let c_name = match cx.symbol(name)? {
+                    Symbol::Scalar { c_name, .. } => c_name.clone(),
+                    _ => return Err(cx.unsupported(format!("cannot assign to ref `{name}`"))),
+                };
+                self.line(depth, &format!("{c_name} = {};", v.text));
+            }
+            Stmt::LocalArray { name, elem, shape } => {
+                let c_name = user_name('l', name);
+                let len: u64 = shape.iter().map(|&d| d as u64).product();
+                self.line(
+                    depth,
+                    &format!("{} {c_name}[{}];", c_type(*elem, Home::Value), len.max(1)),
+                );
+                cx.symbols.insert(
+                    name.clone(),
+                    Symbol::Local {
+                        c_name,
+                        elem: *elem,
+                        shape: shape.clone(),
+                    },
+                );
+            }
+            Stmt::Store { target, value } => {
+                let place = self.place(cx, target, Access::Write)?;
+                let v = self.stored_value(cx, &place, value)?;
+                // The value is bound before the bounds test: computed under
+                // it, long sums kept many values live across the branch and
+                // made ptxas spill.
+                let value_name = self.temp('v');
+                let lines = [
+                    format!("const {} {value_name} = {v};", place.slot_type),
+                    format!("if ({}) {} = {value_name};", place.ok, place.slot()),
+                ];
+                self.guarded_block(depth, &place, &lines);
+            }
+            Stmt::Atomic {
+                dest,
+                op,
+                target,
+                args,
+            } => self.emit_atomic(cx, dest.as_ref(), *op, target, args, depth)?,
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                let c = self.expr(cx, cond)?;
+                self.line(depth, &format!("if ({}) {{", c.text));
+                self.emit_body(cx, then_body, depth + 1)?;
+                if !else_body.is_empty() {
+                    self.line(depth, "} else {");
+                    self.emit_body(cx, else_body, depth + 1)?;
+                }
+                self.line(depth, "}");
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                body,
+            } => {
+                // Checked mode keeps the loop as written: its first
+                // out-of-bounds report must be the interpreter's.
+                let batched = match self.mode {
+                    Mode::Fast => batchable(cx, start, end, body),
+                    Mode::Checked => None,
+                };
+                match batched {
+                    Some(trips) => self.emit_batched_loop(cx, var, start, trips, body, depth)?,
+                    None => self.emit_loop(cx, var, start, end, body, depth)?,
+                }
+            }
+            Stmt::While { cond, max, body } => {
+                let ordinal = cx.next_while;
+                cx.next_while += 1;
+                let max = self.expr(cx, max)?.text;
+                let max_name = self.temp('n');
+                let trips = self.temp('i');
+                self.line(depth, "{");
+                self.line(depth + 1, &format!("const u32 {max_name} = {max};"));
+                self.line(depth + 1, &format!("u32 {trips} = 0u;"));
+                self.line(depth + 1, "for (;;) {");
+                // The condition's temporaries are computed on every trip.
+                self.depth = depth + 2;
+                let c = self.expr(cx, cond)?.text;
+                self.line(depth + 2, &format!("if (!({c})) break;"));
+                self.line(depth + 2, &format!("if ({trips} == {max_name}) {{"));
+                if self.mode == Mode::Checked {
+                    self.line(
+                        depth + 3,
+                        &format!(
+                            "mpmd_loop_limit(mpmd_ctl, {}, mpmd_block, {}, {max_name});",
+                            c::unsigned(cx.unit.program as u64),
+                            c::unsigned(ordinal)
+                        ),
+                    );
+                }
+                self.line(depth + 3, "break;");
+                self.line(depth + 2, "}");
+                // Counted before the body, so that `continue` counts too.
+                self.line(depth + 2, &format!("{trips}++;"));
+                self.emit_body(cx, body, depth + 2)?;
+                self.line(depth + 1, "}");
+                self.line(depth, "}");
+            }
+            Stmt::Break => self.line(depth, "break;"),
+            Stmt::Continue => self.line(depth, "continue;"),
+            Stmt::CompoundAssign { .. }
+            | Stmt::CompoundStore { .. }
+            | Stmt::Call { .. }
+            | Stmt::Return { .. } => {
+                return Err(cx.unsupported(
+                    "a compound assignment or helper call that lowering did not expand (plan::program_kernel)",
+                ))
+            }
+            Stmt::Barrier => self.line(depth, &self.unit_sync.barrier()),
+            Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
+            Stmt::SemRead { dest, sem } => self.emit_sem_read(cx, dest, sem, depth)?,
+        }
+        Ok(())
+    }
+
+    fn emit_atomic(
+        &mut self,
+        cx: &mut UnitContext,
+        dest: Option<&Binding>,
+        op: AtomicOp,
+        target: &RefAccess,
+        args: &[Expr],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let place = self.place(cx, target, Access::Write)?;
+        if !op.applies_to(place.elem) {
+            return Err(cx.unsupported(format!(
+                "{} on `{}` of type {}: atomics need i32 or u32 (f32: load, store, add, min, max, exchange)",
+                op.name(),
+                target.base,
+                place.elem
+            )));
+        }
+        let float = place.elem == ScalarType::F32;
+        if args.len() != op.arity() {
+            return Err(cx.unsupported(format!(
+                "{} takes {} value(s), found {}",
+                op.name(),
+                op.arity(),
+                args.len()
+            )));
+        }
+        let values = args
+            .iter()
+            .map(|a| self.expr(cx, a).map(|c| c.text))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ty = c_type(place.elem, Home::Value);
+        let pointer = format!("&{}", place.slot());
+        let call = match op {
+            AtomicOp::Load => format!("mpmd_atomic_load({pointer})"),
+            AtomicOp::Store => format!("mpmd_atomic_store({pointer}, ({ty})({}))", values[0]),
+            // CUDA has no float atomicMin/atomicMax: a compare-exchange loop
+            // on the bits with the language's min/max (prelude).
+            AtomicOp::Min if float => format!("mpmd_atomic_min_f32({pointer}, {})", values[0]),
+            AtomicOp::Max if float => format!("mpmd_atomic_max_f32({pointer}, {})", values[0]),
+            AtomicOp::Add => format!("atomicAdd({pointer}, {})", values[0]),
+            AtomicOp::Min => format!("atomicMin({pointer}, {})", values[0]),
+            AtomicOp::Max => format!("atomicMax({pointer}, {})", values[0]),
+            AtomicOp::And => format!("atomicAnd({pointer}, {})", values[0]),
+            AtomicOp::Or => format!("atomicOr({pointer}, {})", values[0]),
+            AtomicOp::Xor => format!("atomicXor({pointer}, {})", values[0]),
+            AtomicOp::Exchange => format!("atomicExch({pointer}, {})", values[0]),
+            AtomicOp::CompareExchange => {
+                format!("atomicCAS({pointer}, {}, {})", values[0], values[1])
+            }
+        };
+        let dest_name = dest.map(|d| (user_name('v', &d.name), d));
+        if let Some((c_name, d)) = &dest_name {
+            self.line(
+                depth,
+                &format!("{} {c_name} = 0;", c_type(d.ty, Home::Value)),
+            );
+        }
+        let line = match &dest_name {
+            Some((c_name, _)) if op.returns_value() => {
+                format!("if ({}) {c_name} = {call};", place.ok)
+            }
+            _ => format!("if ({}) {call};", place.ok),
+        };
+        self.guarded_block(depth, &place, &[line]);
+        if let Some((c_name, d)) = dest_name {
+            cx.symbols
+                .insert(d.name.clone(), Symbol::Scalar { c_name, ty: d.ty });
+        }
+        Ok(())
+    }
+
+    /// A `for` loop as written: the bound is evaluated once, and `<` keeps
+    /// the increment from overflowing.
+    fn emit_loop(
+        &mut self,
+        cx: &mut UnitContext,
+        var: &Binding,
+        start: &Expr,
+        end: &Expr,
+        body: &[Stmt],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let s = self.expr(cx, start)?.text;
+        let e = self.expr(cx, end)?.text;
+        let c_name = user_name('v', &var.name);
+        // A generated name: a user `let k_end` beside `for k` must not see it.
+        let end_name = self.temp('n');
+        let ty = c_type(var.ty, Home::Value);
+        self.line(depth, "{");
+        self.line(depth + 1, &format!("const {ty} {end_name} = {e};"));
+        self.line(
+            depth + 1,
+            &format!("for ({ty} {c_name} = {s}; {c_name} < {end_name}; {c_name}++) {{"),
+        );
+        cx.symbols
+            .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
+        self.emit_body(cx, body, depth + 2)?;
+        self.line(depth + 1, "}");
+        self.line(depth, "}");
+        Ok(())
+    }
+
+    /// A [`batchable`] loop as two unrolled loops: the first runs the `let`s
+    /// and evaluates every store's address and value (all loads), the
+    /// second does the stores in the original order.
+    fn emit_batched_loop(
+        &mut self,
+        cx: &mut UnitContext,
+        var: &Binding,
+        start: &Expr,
+        trips: u32,
+        body: &[Stmt],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let s = self.expr(cx, start)?.text;
+        let counter = self.temp('k');
+        let c_name = user_name('v', &var.name);
+        let ty = c_type(var.ty, Home::Value);
+        let trips_text = c::unsigned(trips);
+        self.line(depth, "{");
+        self.line(
+            depth + 1,
+            "// Every load of the loop is issued before its first store (no buffer is both",
+        );
+        self.line(
+            depth + 1,
+            "// loaded and stored here, and plan buffers never overlap).",
+        );
+        let stores: Vec<&RefAccess> = body
+            .iter()
+            .filter_map(|stmt| match stmt {
+                Stmt::Store { target, .. } => Some(target),
+                _ => None,
+            })
+            .collect();
+        // Per store: its element type, pointer array and value array.
+        let mut declared = Vec::new();
+        for target in stores {
+            let (_, elem) = cx
+                .symbol(&target.base)?
+                .slots()
+                .ok_or_else(|| cx.unsupported(format!("`{}` is not a ref", target.base)))?;
+            let (pointers, values) = (self.temp('p'), self.temp('x'));
+            self.line(
+                depth + 1,
+                &format!("{elem}* {pointers}[{trips}]; {elem} {values}[{trips}];"),
+            );
+            declared.push((elem, pointers, values));
+        }
+        self.line(depth + 1, "#pragma unroll");
+        self.line(
+            depth + 1,
+            &format!("for (u32 {counter} = 0u; {counter} < {trips_text}; {counter}++) {{"),
+        );
+        self.line(
+            depth + 2,
+            &format!("const {ty} {c_name} = ({ty})({s} + ({ty}){counter});"),
+        );
+        cx.symbols
+            .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
+        let mut j = 0;
+        for stmt in body {
+            match stmt {
+                Stmt::Store { target, value } => {
+                    self.depth = depth + 2;
+                    let place = self.place(cx, target, Access::Write)?;
+                    let v = self.stored_value(cx, &place, value)?;
+                    let (elem, pointers, values) = &declared[j];
+                    self.line(depth + 2, &place.compute);
+                    // A store outside the ref gets no pointer and is skipped.
+                    self.line(
+                        depth + 2,
+                        &format!(
+                            "{pointers}[{counter}] = ({}) ? ({elem}*)&{} : ({elem}*)0;",
+                            place.ok,
+                            place.slot()
+                        ),
+                    );
+                    self.line(depth + 2, &format!("{values}[{counter}] = {v};"));
+                    j += 1;
+                }
+                other => self.emit_stmt(cx, other, depth + 2)?,
+            }
+        }
+        self.line(depth + 1, "}");
+        self.line(depth + 1, "#pragma unroll");
+        self.line(
+            depth + 1,
+            &format!("for (u32 {counter} = 0u; {counter} < {trips_text}; {counter}++) {{"),
+        );
+        for (_, pointers, values) in &declared {
+            self.line(
+                depth + 2,
+                &format!(
+                    "if ({pointers}[{counter}] != 0) *{pointers}[{counter}] = {values}[{counter}];"
+                ),
+            );
+        }
+        self.line(depth + 1, "}");
+        self.line(depth, "}");
+        Ok(())
+    }
+}
+
+/// The trip count of a loop whose loads can all be issued before its
+/// stores: literal bounds, 2 to [`BATCH_MAX_TRIPS`] iterations, a body of
+/// `let`s and stores only, and no buffer both loaded and stored in it (by C
+/// name, so aliased operands count as one). Plain `ld.global` and
+/// `st.global` are never reordered by NVVM or ptxas (PTX carries no aliasing
+/// facts), so without this a thread fetches one element per memory round
+/// trip; mpmd knows distinct plan buffers never overlap.
+fn batchable(cx: &UnitContext, start: &Expr, end: &Expr, body: &[Stmt]) -> Option<u32> {
+    let bound = |e: &Expr| match e {
+        Expr::Lit(Literal::U32(v)) => Some(*v as i64),
+        Expr::Lit(Literal::I32(v)) => Some(*v as i64),
+        _ => None,
+    };
+    let trips = bound(end)? - bound(start)?;
+    if !(2..=BATCH_MAX_TRIPS as i64).contains(&trips) {
+        return None;
+    }
+    let c_name = |name: &str| {
+        cx.symbols
+            .get(name)
+            .and_then(Symbol::slots)
+            .map(|(c_name, _)| c_name.to_string())
+    };
+    let mut stored = BTreeSet::new();
+    for stmt in body {
+        match stmt {
+            Stmt::Let { .. } => {}
+            Stmt::Store { target, .. } => {
+                stored.insert(c_name(&target.base)?);
+            }
+            _ => return None,
+        }
+    }
+    if stored.is_empty() {
+        return None;
+    }
+    let mut loaded = BTreeSet::new();
+    let mut missing = false;
+    for_each_expr(body, &mut |e| {
+        if let Expr::Load(access) = e {
+            match c_name(&access.base) {
+                Some(name) => {
+                    loaded.insert(name);
+                }
+                None => missing = true,
+            }
+        }
+    });
+    (!missing && loaded.is_disjoint(&stored)).then_some(trips as u32)
+}

@@ -283,6 +283,39 @@ static void mpmd_partial_barrier(unsigned n) {
   }
   abort();
 }
+// Warp collectives: the 32 lanes of a warp meet at a barrier of their own
+// (one block runs at a time), each publishing its word in a slot.
+static unsigned mpmd_warp_slots[1024];
+static mpmd_host_barrier mpmd_warp_barriers[32];
+static unsigned mpmd_warp_exchange(unsigned v, unsigned source_lane) {
+  const unsigned t = threadIdx.x;
+  mpmd_warp_slots[t] = v;
+  mpmd_barrier_wait(&mpmd_warp_barriers[t >> 5], 0);
+  const unsigned r = mpmd_warp_slots[(t & ~31u) | (source_lane & 31u)];
+  mpmd_barrier_wait(&mpmd_warp_barriers[t >> 5], 0);
+  return r;
+}
+static unsigned __shfl_sync(unsigned, unsigned v, unsigned k) { return mpmd_warp_exchange(v, k); }
+static unsigned __shfl_up_sync(unsigned, unsigned v, unsigned d) {
+  const unsigned lane = threadIdx.x & 31u;
+  return mpmd_warp_exchange(v, lane >= d ? lane - d : lane);
+}
+static unsigned __shfl_down_sync(unsigned, unsigned v, unsigned d) {
+  const unsigned lane = threadIdx.x & 31u;
+  return mpmd_warp_exchange(v, lane + d <= 31u ? lane + d : lane);
+}
+static unsigned __shfl_xor_sync(unsigned, unsigned v, unsigned m) { return mpmd_warp_exchange(v, (threadIdx.x & 31u) ^ m); }
+static unsigned __ballot_sync(unsigned, int p) {
+  const unsigned t = threadIdx.x;
+  mpmd_warp_slots[t] = p != 0;
+  mpmd_barrier_wait(&mpmd_warp_barriers[t >> 5], 0);
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32u; l++) bits |= mpmd_warp_slots[(t & ~31u) | l] << l;
+  mpmd_barrier_wait(&mpmd_warp_barriers[t >> 5], 0);
+  return bits;
+}
+static int __any_sync(unsigned, int p) { return __ballot_sync(0u, p) != 0u; }
+static int __all_sync(unsigned, int p) { return __ballot_sync(0u, p) == 0xffffffffu; }
 static void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static void __nanosleep(unsigned) { sched_yield(); }
@@ -448,6 +481,7 @@ int main() {{
   blockDim = mpmd_dim3{{{dim}u, 1u, 1u}};
   mpmd_barrier_init(&mpmd_block_barrier, {dim}u);
   mpmd_barrier_init(&mpmd_pool_barrier, {dim}u);
+  for (unsigned w = 0; w < 32u; w++) mpmd_barrier_init(&mpmd_warp_barriers[w], 32u);
   const unsigned partial[] = {{{partial_list}0u}};
   mpmd_partial_count = {npartial};
   for (unsigned k = 0; k < mpmd_partial_count; k++) {{

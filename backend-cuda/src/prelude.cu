@@ -537,4 +537,62 @@ static __device__ __noinline__ bool mpmd_sem_wait(int* s, int n, u32 how, u64 ti
 
 // read: thread 0's view of the counter.
 static __device__ __forceinline__ int mpmd_sem_read(const int* s) { return mpmd_sem_load_acquire(s); }
+
+// ---- warp collectives -------------------------------------------------------
+// A logical warp is 32 consecutive threads, a CUDA warp: every lane takes
+// part (validation: whole warps, warp-uniform control), so masks are full.
+// Values travel as 32-bit words; the 5 low bits of a lane argument count.
+#define MPMD_FULL_WARP 0xffffffffu
+static __device__ __forceinline__ u32 mpmd_shfl_idx(u32 v, u32 lane) { return __shfl_sync(MPMD_FULL_WARP, v, lane & 31u); }
+static __device__ __forceinline__ u32 mpmd_shfl_up(u32 v, u32 delta) { return __shfl_up_sync(MPMD_FULL_WARP, v, delta & 31u); }
+static __device__ __forceinline__ u32 mpmd_shfl_down(u32 v, u32 delta) { return __shfl_down_sync(MPMD_FULL_WARP, v, delta & 31u); }
+static __device__ __forceinline__ u32 mpmd_shfl_xor(u32 v, u32 mask) { return __shfl_xor_sync(MPMD_FULL_WARP, v, mask & 31u); }
+static __device__ __forceinline__ u32 mpmd_ballot(bool p) { return __ballot_sync(MPMD_FULL_WARP, p); }
+static __device__ __forceinline__ bool mpmd_vote_any(bool p) { return __any_sync(MPMD_FULL_WARP, p) != 0; }
+static __device__ __forceinline__ bool mpmd_vote_all(bool p) { return __all_sync(MPMD_FULL_WARP, p) != 0; }
+// Reductions: the butterfly (partners 16, 8, 4, 2, 1 lanes apart), which is
+// the order docs/numerics.md fixes for f32; sm_80 and later reduce integers
+// in one instruction (the same result: integer sums, min and max do not
+// depend on the order).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+static __device__ __forceinline__ u32 mpmd_reduce_add_u32(u32 v) { return __reduce_add_sync(MPMD_FULL_WARP, v); }
+static __device__ __forceinline__ u32 mpmd_reduce_min_u32(u32 v) { return __reduce_min_sync(MPMD_FULL_WARP, v); }
+static __device__ __forceinline__ u32 mpmd_reduce_max_u32(u32 v) { return __reduce_max_sync(MPMD_FULL_WARP, v); }
+static __device__ __forceinline__ int mpmd_reduce_min_i32(int v) { return __reduce_min_sync(MPMD_FULL_WARP, v); }
+static __device__ __forceinline__ int mpmd_reduce_max_i32(int v) { return __reduce_max_sync(MPMD_FULL_WARP, v); }
+#else
+static __device__ __forceinline__ u32 mpmd_reduce_add_u32(u32 v) {
+  for (u32 h = 16u; h > 0u; h >>= 1) v += mpmd_shfl_xor(v, h);
+  return v;
+}
+static __device__ __forceinline__ u32 mpmd_reduce_min_u32(u32 v) {
+  for (u32 h = 16u; h > 0u; h >>= 1) v = mpmd_min_u32(v, mpmd_shfl_xor(v, h));
+  return v;
+}
+static __device__ __forceinline__ u32 mpmd_reduce_max_u32(u32 v) {
+  for (u32 h = 16u; h > 0u; h >>= 1) v = mpmd_max_u32(v, mpmd_shfl_xor(v, h));
+  return v;
+}
+static __device__ __forceinline__ int mpmd_reduce_min_i32(int v) {
+  for (u32 h = 16u; h > 0u; h >>= 1) v = mpmd_min_i32(v, (int)mpmd_shfl_xor((u32)v, h));
+  return v;
+}
+static __device__ __forceinline__ int mpmd_reduce_max_i32(int v) {
+  for (u32 h = 16u; h > 0u; h >>= 1) v = mpmd_max_i32(v, (int)mpmd_shfl_xor((u32)v, h));
+  return v;
+}
+#endif
+static __device__ __forceinline__ int mpmd_reduce_add_i32(int v) { return (int)mpmd_reduce_add_u32((u32)v); }
+static __device__ __forceinline__ float mpmd_reduce_add_f32(float v) {
+  for (u32 h = 16u; h > 0u; h >>= 1) v = v + __uint_as_float(mpmd_shfl_xor(__float_as_uint(v), h));
+  return v;
+}
+static __device__ __forceinline__ float mpmd_reduce_min_f32(float v) {
+  for (u32 h = 16u; h > 0u; h >>= 1) v = mpmd_min_f32(v, __uint_as_float(mpmd_shfl_xor(__float_as_uint(v), h)));
+  return v;
+}
+static __device__ __forceinline__ float mpmd_reduce_max_f32(float v) {
+  for (u32 h = 16u; h > 0u; h >>= 1) v = mpmd_max_f32(v, __uint_as_float(mpmd_shfl_xor(__float_as_uint(v), h)));
+  return v;
+}
 // ---- end of prelude ---------------------------------------------------------

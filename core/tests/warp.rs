@@ -19,7 +19,9 @@ fn module(src: &str) -> Module {
 }
 
 fn diagnostics(src: &str) -> Vec<Diagnostic> {
-    validate(&module(src), &ValidateOptions::default()).err().unwrap_or_default()
+    validate(&module(src), &ValidateOptions::default())
+        .err()
+        .unwrap_or_default()
 }
 
 fn run(m: &Module, inputs: &[(&str, HostTensor)], mode: Mode) -> Result<CallOutputs, RunError> {
@@ -176,7 +178,11 @@ fn every_warp_collective_has_its_exact_result_on_every_schedule() {
         let delta = (d[t] as usize + 1) % 32;
         up.push(if lane >= delta { x[t - delta] } else { x[t] });
         let delta = (d[t] as usize + 3) % 32;
-        down.push(if lane + delta < 32 { x[t + delta] } else { x[t] });
+        down.push(if lane + delta < 32 {
+            x[t + delta]
+        } else {
+            x[t]
+        });
         xor.push(n[base + (lane ^ ((d[t] as usize + 5) % 32))]);
         any.push(u32::from(p[warp.clone()].iter().any(|&v| v != 0)));
         all.push(u32::from(p[warp.clone()].iter().all(|&v| v != 0)));
@@ -203,9 +209,16 @@ fn every_warp_collective_has_its_exact_result_on_every_schedule() {
     assert_eq!(u("umax"), umax);
     // The cases the inputs were chosen for, spelled out.
     assert_eq!(u("bal")[0], 0x4924_9249, "every third lane");
-    assert_eq!((u("bal")[32], u("bal")[64], u("bal")[96]), (0, u32::MAX, 1 << 31));
+    assert_eq!(
+        (u("bal")[32], u("bal")[64], u("bal")[96]),
+        (0, u32::MAX, 1 << 31)
+    );
     assert_eq!((u("any")[32], u("all")[64], u("all")[96]), (0, 1, 0));
-    assert_eq!(f("fsum")[40], 30.0, "1e8 and -1e8 cancel first in the butterfly");
+    assert_eq!(
+        f("fsum")[40],
+        30.0,
+        "1e8 and -1e8 cancel first in the butterfly"
+    );
     assert!(f("fsum")[70].is_nan() && f("fmin")[70] == x[64]);
     assert!(f("fmin")[100].is_nan() && f("fmax")[100].is_nan());
 }
@@ -274,14 +287,20 @@ fn warp_uniform_conditions_are_accepted() {
   }";
     assert_eq!(diagnostics(&shaped(64, body)), vec![]);
     let barrier = diagnostics(&shaped(64, "if i / 32u == 1u {\n    barrier;\n  }"));
-    assert_eq!(barrier.iter().map(|d| d.code).collect::<Vec<_>>(), ["E0053"]);
+    assert_eq!(
+        barrier.iter().map(|d| d.code).collect::<Vec<_>>(),
+        ["E0053"]
+    );
     // A shuffle's result differs between lanes: a condition on it is not
     // warp-uniform.
     let shuffled = diagnostics(&shaped(
         64,
         "let s: u32 = shfl_down(i, 1u);\n  if s > 3u {\n    let v: bool = vote_any(true);\n    y[i] = select(v, 1u, 0u);\n  }",
     ));
-    assert_eq!(shuffled.iter().map(|d| d.code).collect::<Vec<_>>(), ["E0068"]);
+    assert_eq!(
+        shuffled.iter().map(|d| d.code).collect::<Vec<_>>(),
+        ["E0068"]
+    );
 }
 
 #[test]
@@ -291,7 +310,12 @@ fn a_loop_some_lanes_leave_early_refuses_warp_collectives_in_it() {
         "for j: u32 in 0u..4u {\n    if i == j {\n      break;\n    }\n    let s: u32 = reduce_max(j);\n    y[i] = s;\n  }",
     ));
     assert_eq!(d.iter().map(|d| d.code).collect::<Vec<_>>(), ["E0068"]);
-    assert!(d[0].message.contains("a loop that some threads leave early"), "{}", d[0].message);
+    assert!(
+        d[0].message
+            .contains("a loop that some threads leave early"),
+        "{}",
+        d[0].message
+    );
 }
 
 #[test]
@@ -305,13 +329,25 @@ fn partial_warps_are_refused_with_the_next_multiple() {
 #[test]
 fn operands_and_results_are_typed() {
     let codes = |body: &str| -> Vec<&'static str> {
-        diagnostics(&shaped(32, body)).iter().map(|d| d.code).collect()
+        diagnostics(&shaped(32, body))
+            .iter()
+            .map(|d| d.code)
+            .collect()
     };
-    assert_eq!(codes("let s: f32 = reduce_add(i);\n  y[i] = 0u;"), ["E0038"]);
+    assert_eq!(
+        codes("let s: f32 = reduce_add(i);\n  y[i] = 0u;"),
+        ["E0038"]
+    );
     assert_eq!(codes("let s: bool = vote_any(i);\n  y[i] = 0u;"), ["E0037"]);
-    assert_eq!(codes("let s: u32 = shfl_xor(i, 1);\n  y[i] = s;"), ["E0067"]);
+    assert_eq!(
+        codes("let s: u32 = shfl_xor(i, 1);\n  y[i] = s;"),
+        ["E0067"]
+    );
     assert_eq!(codes("let s: u32 = shfl_xor(i);\n  y[i] = s;"), ["E0067"]);
-    assert_eq!(codes("let s: u32 = ballot(i == 0u);\n  y[i] = s;"), Vec::<&str>::new());
+    assert_eq!(
+        codes("let s: u32 = ballot(i == 0u);\n  y[i] = s;"),
+        Vec::<&str>::new()
+    );
     assert_eq!(
         codes("let h: f16 = f16(1.0);\n  let s: f16 = shfl_idx(h, 3u);\n  y[i] = u32(f32(s));"),
         Vec::<&str>::new()
@@ -322,10 +358,15 @@ fn operands_and_results_are_typed() {
 fn a_warp_collective_is_a_statement() {
     let err = parse(&shaped(32, "y[i] = reduce_add(i);")).unwrap_err();
     assert!(
-        err.render("t").contains("`reduce_add` is a statement, not an expression"),
+        err.render("t")
+            .contains("`reduce_add` is a statement, not an expression"),
         "{}",
         err.render("t")
     );
     let err = parse(&shaped(32, "ballot(true);")).unwrap_err();
-    assert!(err.render("t").contains("`ballot` returns a value"), "{}", err.render("t"));
+    assert!(
+        err.render("t").contains("`ballot` returns a value"),
+        "{}",
+        err.render("t")
+    );
 }

@@ -184,6 +184,28 @@ pub(crate) fn widening_depth(t: ScalarType) -> u32 {
     u32::from(t.is_16bit())
 }
 
+/// The 32-bit word that holds value `v` of type `t` (16-bit values in the
+/// low half, `bool` as 0 or 1): what a warp shuffle moves.
+pub(crate) fn word_of(t: ScalarType, v: &str) -> String {
+    match t {
+        ScalarType::F32 => format!("__float_as_uint({v})"),
+        ScalarType::U32 => v.to_string(),
+        t if t.is_16bit() => format!("(u32)({v}).bits"),
+        _ => format!("(u32)({v})"),
+    }
+}
+
+/// The value of type `t` that the word `w` holds ([`word_of`]'s inverse).
+pub(crate) fn from_word(t: ScalarType, w: &str) -> String {
+    match t {
+        ScalarType::F32 => format!("__uint_as_float({w})"),
+        ScalarType::I32 => format!("(int)({w})"),
+        ScalarType::U32 => w.to_string(),
+        ScalarType::Bool => format!("({w} != {})", unsigned(0u32)),
+        t => from_low_half(t, w),
+    }
+}
+
 /// The prelude's constructor of a 16-bit value from the low half of a `u32`.
 pub(crate) fn from_low_half(t: ScalarType, v: &str) -> String {
     match t {

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use mpmd_core::ir::visit::for_each_expr;
-use mpmd_core::ir::{AtomicOp, Binding, Expr, Literal, RefAccess, ScalarType, Stmt};
+use mpmd_core::ir::{AtomicOp, Binding, Expr, Literal, RefAccess, ScalarType, Stmt, WarpOp};
 use mpmd_core::Mode;
 
 use super::access::Access;
@@ -172,7 +172,68 @@ impl Emitter<'_> {
             Stmt::Barrier => self.line(depth, &self.unit_sync.barrier()),
             Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
             Stmt::SemRead { dest, sem } => self.emit_sem_read(cx, dest, sem, depth)?,
+            Stmt::Warp { dest, op, args } => self.emit_warp(cx, dest, *op, args, depth)?,
         }
+        Ok(())
+    }
+
+    /// A warp collective: the prelude's `mpmd_shfl_*`, `mpmd_vote_*`,
+    /// `mpmd_ballot` and `mpmd_reduce_*` (docs/text-format.md defines each).
+    /// Shuffles move any type as its 32-bit word.
+    fn emit_warp(
+        &mut self,
+        cx: &mut UnitContext,
+        dest: &Binding,
+        op: WarpOp,
+        args: &[Expr],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let values = args
+            .iter()
+            .map(|a| self.expr(cx, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let [value, rest @ ..] = values.as_slice() else {
+            return Err(cx.unsupported(format!("`{}` without a value", op.name())));
+        };
+        let ty = value.ty;
+        let name = op.name();
+        let text = match op {
+            _ if op.is_shuffle() => {
+                let lane = rest
+                    .first()
+                    .ok_or_else(|| cx.unsupported(format!("`{name}` without a lane")))?;
+                let moved = format!(
+                    "mpmd_{name}({}, {})",
+                    c::word_of(ty, &value.text),
+                    lane.text
+                );
+                c::from_word(ty, &moved)
+            }
+            WarpOp::VoteAny | WarpOp::VoteAll | WarpOp::Ballot => {
+                format!("mpmd_{name}({})", value.text)
+            }
+            _ => {
+                let suffix = match ty {
+                    ScalarType::F32 => "f32",
+                    ScalarType::I32 => "i32",
+                    ScalarType::U32 => "u32",
+                    other => {
+                        return Err(cx.unsupported(format!("`{name}` of {other}")));
+                    }
+                };
+                format!("mpmd_{name}_{suffix}({})", value.text)
+            }
+        };
+        let c_name = user_name('v', &dest.name);
+        let c_ty = c_type(dest.ty, Home::Value);
+        self.line(depth, &format!("const {c_ty} {c_name} = {text};"));
+        cx.symbols.insert(
+            dest.name.clone(),
+            Symbol::Scalar {
+                c_name,
+                ty: dest.ty,
+            },
+        );
         Ok(())
     }
 

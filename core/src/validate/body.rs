@@ -341,9 +341,9 @@ impl Walker<'_, '_> {
             self.control.block = culprit.map(|(e, reason)| (what(e), reason));
         }
         if self.control.warp.is_none() {
-            let culprit = exprs.iter().find_map(|e| {
-                Some((*e, self.warp_uniformity.as_ref()?.reason(e)?))
-            });
+            let culprit = exprs
+                .iter()
+                .find_map(|e| Some((*e, self.warp_uniformity.as_ref()?.reason(e)?)));
             self.control.warp = culprit.map(|(e, reason)| (what(e), reason));
         }
     }
@@ -1539,7 +1539,9 @@ impl Walker<'_, '_> {
     fn enter_loop_body(&mut self, body: &[Stmt], path: &IrPath, scope: BlockScope, saved: Control) {
         let early = |(cond, reason): (String, String)| {
             (
-                format!("a loop that some threads leave early (`break` or `continue` under `{cond}`)"),
+                format!(
+                    "a loop that some threads leave early (`break` or `continue` under `{cond}`)"
+                ),
                 reason,
             )
         };

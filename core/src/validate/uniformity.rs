@@ -241,9 +241,9 @@ impl Pass<'_, '_, '_> {
                     let yes = match (self.facts.level, op) {
                         // Each warp of a block gets its own result.
                         (Level::Block, _) => true,
-                        (Level::Warp, WarpOp::ShuffleIdx) => {
-                            args.get(1).is_none_or(|lane| self.facts.reason(lane).is_some())
-                        }
+                        (Level::Warp, WarpOp::ShuffleIdx) => args
+                            .get(1)
+                            .is_none_or(|lane| self.facts.reason(lane).is_some()),
                         (Level::Warp, op) => !op.result_is_warp_uniform(),
                     };
                     changed |= self.set(&dest.name, yes);

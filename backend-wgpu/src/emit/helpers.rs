@@ -1,20 +1,30 @@
-//! The WGSL helper functions a module calls, each written once per module
-//! when used.
+//! The WGSL helper functions a module calls: sections of `prelude.wgsl`,
+//! each written once per module when used, with the helpers it calls.
 
-use std::fmt::Write as _;
+use std::collections::BTreeSet;
 
 use mpmd_core::ir::ScalarType;
 
 use super::generate::ModuleState;
-use super::numerics::{half_is_nan, half_name};
+use super::numerics::half_name;
 use super::{
-    fuses_programs, ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT,
-    ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, POLL_LOOKS,
+    fuses_programs, EmitOptions, ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS,
+    ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, POLL_LOOKS,
 };
 
-/// Helper functions emitted once per module when used.
+/// The helper functions, one section each (see its header for the format).
+const PRELUDE: &str = include_str!("prelude.wgsl");
+
+/// The line that starts a section of `PRELUDE`, before the section's name.
+const SECTION_MARKER: &str = "// ==== section ";
+
+/// Helper functions emitted once per module when used, in this order.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum Helper {
+    /// `mpmd_report`, which records an error: in every module.
+    Report,
+    /// `mpmd_loop_pay` and `mpmd_loop_tick`: in every module with a loop cap.
+    LoopCap,
     IsNan,
     DivI32,
     DivU32,
@@ -26,8 +36,11 @@ pub(super) enum Helper {
     F32ToI32,
     F32ToU32,
     Fmod,
+    /// `mpmd_check<n>`: the checked offset of `n` coordinates.
     Check(usize),
+    /// `mpmd_wait_<global>`: a polling wait on a semaphore buffer.
     SemWait(String),
+    /// `mpmd_take_<global>`: a wait that looks once.
     SemTake(String),
     SemAmount,
     LoopLimit,
@@ -46,544 +59,413 @@ pub(super) enum Helper {
     IntToF32Odd,
 }
 
-impl ModuleState<'_> {
-    pub(super) fn write_helpers(&self, out: &mut String) {
-        if fuses_programs(self.plan, self.options) {
+impl Helper {
+    /// Its section of `prelude.wgsl`.
+    fn section(&self) -> &'static str {
+        let bf16 = |t: &ScalarType| *t == ScalarType::BF16;
+        match self {
+            Helper::Report => "report",
+            Helper::LoopCap => "loop_cap",
+            Helper::IsNan => "is_nan",
+            Helper::DivI32 => "div_i32",
+            Helper::DivU32 => "div_u32",
+            Helper::RemI32 => "rem_i32",
+            Helper::RemU32 => "rem_u32",
+            Helper::AbsI32 => "abs_i32",
+            Helper::MinF32 => "min_f32",
+            Helper::MaxF32 => "max_f32",
+            Helper::F32ToI32 => "f32_to_i32",
+            Helper::F32ToU32 => "f32_to_u32",
+            Helper::Fmod => "fmod",
+            Helper::Check(_) => "check",
+            Helper::SemWait(_) => "sem_wait",
+            Helper::SemTake(_) => "sem_take",
+            Helper::SemAmount => "sem_amount",
+            Helper::LoopLimit => "loop_limit",
+            Helper::Saturating => "saturating",
+            Helper::Widen(t) if bf16(t) => "bf16_to_f32",
+            Helper::Widen(_) => "f16_to_f32",
+            Helper::Narrow(t) if bf16(t) => "f32_to_bf16",
+            Helper::Narrow(_) => "f32_to_f16",
+            Helper::Fma16(t) if bf16(t) => "fma_bf16",
+            Helper::Fma16(_) => "fma_f16",
+            Helper::SumToOdd => "sum_to_odd",
+            Helper::Min16(_) | Helper::Max16(_) => "min_max_16",
+            Helper::IntToF32Odd => "int_to_f32_odd",
+        }
+    }
+
+    /// The helpers its section calls (with `options`: the loop cap's ticks).
+    fn needs(&self, options: &EmitOptions) -> Vec<Helper> {
+        let capped = options.loop_cap.is_some();
+        match self {
+            Helper::LoopCap
+            | Helper::Check(_)
+            | Helper::SemAmount
+            | Helper::LoopLimit
+            | Helper::SemTake(_) => vec![Helper::Report],
+            Helper::SemWait(_) if capped => vec![Helper::Report, Helper::LoopCap],
+            Helper::SemWait(_) => vec![Helper::Report],
+            Helper::Fmod if capped => vec![Helper::LoopCap],
+            Helper::MinF32 | Helper::MaxF32 | Helper::F32ToI32 | Helper::F32ToU32 => {
+                vec![Helper::IsNan]
+            }
+            Helper::Min16(t) | Helper::Max16(t) => vec![Helper::Widen(*t)],
+            Helper::Fma16(t) => vec![Helper::Widen(*t), Helper::Narrow(*t), Helper::SumToOdd],
+            _ => vec![],
+        }
+    }
+
+    /// The values of its section's own placeholders. `fused`: the module is
+    /// a fused dispatch, whose idle invocations report nothing of their own.
+    fn fill(&self, options: &EmitOptions, fused: bool) -> Vec<(&'static str, String)> {
+        // A loop the helper runs counts toward the loop cap like every loop.
+        let (loop_enter, loop_tick) = match options.loop_cap {
+            Some(_) => ("_ = mpmd_loop_tick();", "if (mpmd_loop_tick()) { break; }"),
+            None => ("", ""),
+        };
+        let loop_ticks = || {
+            vec![
+                ("loop_enter", loop_enter.to_string()),
+                ("loop_tick", loop_tick.to_string()),
+            ]
+        };
+        match self {
             // An idle invocation computes what its thread computes, so it would
             // report that thread's out-of-bounds accesses and loop limits
             // under its own id.
-            out.push_str(&REPORT_HELPER.replace(
-                "{\n  if (atomicAdd",
-                &format!(
-                    "{{\n  if (mpmd_idle && (kind == {ERROR_OUT_OF_BOUNDS}u || kind == {ERROR_LOOP_LIMIT}u)) {{ return; }}\n  if (atomicAdd"
-                ),
-            ));
-        } else {
-            out.push_str(REPORT_HELPER);
+            Helper::Report => vec![(
+                "idle_report",
+                if fused {
+                    format!(
+                        "if (mpmd_idle && (kind == {ERROR_OUT_OF_BOUNDS}u || kind == {ERROR_LOOP_LIMIT}u)) {{ return; }}"
+                    )
+                } else {
+                    String::new()
+                },
+            )],
+            Helper::LoopCap => {
+                let cap = options.loop_cap.unwrap_or(0).min(u32::MAX - 2);
+                vec![
+                    ("cap", cap.to_string()),
+                    ("over", (cap as u64 + 1).to_string()),
+                ]
+            }
+            Helper::Fmod => loop_ticks(),
+            Helper::Check(n) => {
+                let n = *n;
+                let params: Vec<String> = (0..n).map(|k| format!("i{k}: u32, n{k}: u32")).collect();
+                let out_of_bounds: Vec<String> = (0..n).map(|k| format!("i{k} >= n{k}")).collect();
+                let mut values: Vec<String> = (0..n.min(MAX_RECORDED_VALUES))
+                    .map(|k| format!("i{k}"))
+                    .collect();
+                values.resize(MAX_RECORDED_VALUES, "0u".to_string());
+                let mut offset = "i0".to_string();
+                for k in 1..n {
+                    offset = format!("({offset}) * n{k} + i{k}");
+                }
+                vec![
+                    ("n", n.to_string()),
+                    ("params", params.join(", ")),
+                    ("out_of_bounds", out_of_bounds.join(" || ")),
+                    ("values", values.join(", ")),
+                    ("offset", offset),
+                ]
+            }
+            Helper::SemWait(global) => {
+                // Only a loop cap limits the polls; without one, a poll is one look.
+                let per_poll = match options.loop_cap {
+                    Some(_) => POLL_LOOKS,
+                    None => 1,
+                };
+                let more_looks =
+                    format!("if (seen < amount) {{ seen = atomicAdd(&{global}[index], 0i); }}\n")
+                        .repeat(per_poll as usize - 1);
+                let mut values = vec![
+                    ("global", global.clone()),
+                    ("budget", options.wait_poll_budget.max(1).to_string()),
+                    ("per_poll", per_poll.to_string()),
+                    ("more_looks", more_looks),
+                ];
+                values.extend(loop_ticks());
+                values
+            }
+            Helper::SemTake(global) => vec![("global", global.clone())],
+            Helper::Min16(t) | Helper::Max16(t) => {
+                let (what, compare) = match self {
+                    Helper::Min16(_) => ("min", "<"),
+                    _ => ("max", ">"),
+                };
+                // Exponent all ones: above it (mantissa not zero) is NaN.
+                let infinity = match t {
+                    ScalarType::BF16 => "0x7f80u",
+                    _ => "0x7c00u",
+                };
+                vec![
+                    ("what", what.to_string()),
+                    ("n", half_name(*t).to_string()),
+                    ("compare", compare.to_string()),
+                    ("infinity", infinity.to_string()),
+                ]
+            }
+            _ => vec![],
         }
-        if let Some(cap) = self.options.loop_cap {
-            let cap = cap.min(u32::MAX - 2);
-            write!(
-                out,
-                "// The adapter silently ends all loops of an invocation after about 65,535 loop
-// header visits in total, which would give wrong answers; every loop the backend
-// emits counts here (entry and iterations) and stops first, reporting the error.
-fn mpmd_loop_pay(visits: u32) -> bool {{
-  if (mpmd_loop_count > {cap}u) {{
-    return true;
-  }}
-  if (visits > {cap}u - mpmd_loop_count) {{
-    // The record says what was used and what the next loop needed.
-    mpmd_report({ERROR_LOOP_CAP}u, 0u, 2u, array<u32, {MAX_RECORDED_VALUES}>(mpmd_loop_count, visits, 0u, 0u, 0u, 0u, 0u, 0u));
-    mpmd_loop_count = {over}u;
-    return true;
-  }}
-  mpmd_loop_count = mpmd_loop_count + visits;
-  return false;
-}}
+    }
 
-fn mpmd_loop_tick() -> bool {{
-  return mpmd_loop_pay(1u);
-}}
+    /// Its section of `prelude.wgsl` with every placeholder filled in,
+    /// followed by a blank line.
+    fn text(&self, options: &EmitOptions, fused: bool) -> String {
+        let mut values = vec![
+            ("ERROR_OUT_OF_BOUNDS", ERROR_OUT_OF_BOUNDS.to_string()),
+            ("ERROR_WAIT_TIMEOUT", ERROR_WAIT_TIMEOUT.to_string()),
+            ("ERROR_LOOP_CAP", ERROR_LOOP_CAP.to_string()),
+            ("ERROR_SEM_AMOUNT", ERROR_SEM_AMOUNT.to_string()),
+            ("ERROR_LOOP_LIMIT", ERROR_LOOP_LIMIT.to_string()),
+            ("MAX_RECORDED_VALUES", MAX_RECORDED_VALUES.to_string()),
+        ];
+        values.extend(self.fill(options, fused));
+        fill_placeholders(prelude_section(self.section()), &values)
+    }
+}
 
-",
-                over = cap as u64 + 1
-            )
-            .unwrap();
+/// The text of section `name` of `PRELUDE`, without its marker line and
+/// trailing blank lines. A missing section is empty: the module then calls
+/// a function it does not define, which naga reports (and a unit test
+/// renders every `Helper`).
+fn prelude_section(name: &str) -> &'static str {
+    let marker = format!("\n{SECTION_MARKER}{name}\n");
+    let Some(start) = PRELUDE.find(&marker).map(|at| at + marker.len()) else {
+        return "";
+    };
+    let end = PRELUDE[start..]
+        .find(&format!("\n{SECTION_MARKER}"))
+        .map_or(PRELUDE.len(), |at| start + at);
+    PRELUDE[start..end].trim_end()
+}
+
+/// `template` with its placeholders replaced by `values`, then a blank line.
+/// A placeholder alone on its line becomes the value's lines at its
+/// indentation (none for an empty value); any other is replaced in place.
+/// One with no value stays as it is.
+fn fill_placeholders(template: &str, values: &[(&str, String)]) -> String {
+    let value = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| v);
+    let mut out = String::new();
+    for line in template.lines() {
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        if let Some(lines) = placeholder_name(code).and_then(value) {
+            for l in lines.lines() {
+                out.push_str(indent);
+                out.push_str(l);
+                out.push('\n');
+            }
+            continue;
         }
-        let (enter, tick) = if self.options.loop_cap.is_some() {
-            (
-                "  _ = mpmd_loop_tick();\n",
-                "    if (mpmd_loop_tick()) { break; }\n",
-            )
-        } else {
-            ("", "")
-        };
-        for helper in &self.helpers {
-            match helper {
-                Helper::Saturating => out.push_str(
-                    "// Saturating u32 arithmetic for loop costs.
-fn mpmd_sat_add(a: u32, b: u32) -> u32 {
-  if (a > 4294967295u - b) { return 4294967295u; }
-  return a + b;
-}
-
-fn mpmd_sat_mul(a: u32, b: u32) -> u32 {
-  if (a != 0u && b > 4294967295u / a) { return 4294967295u; }
-  return a * b;
-}
-
-",
-                ),
-                Helper::LoopLimit => write!(
-                    out,
-                    "// Checked mode: a `while` whose condition still holds after its maximum.
-fn mpmd_loop_limit(ordinal: u32, max: u32) {{
-  mpmd_report({ERROR_LOOP_LIMIT}u, 0u, 2u, array<u32, {MAX_RECORDED_VALUES}>(ordinal, max, 0u, 0u, 0u, 0u, 0u, 0u));
-}}
-
-"
-                )
-                .unwrap(),
-                Helper::SemAmount => write!(
-                    out,
-                    "// A semaphore amount below 1 is an error (DESIGN.md): report it (semaphore
-// element, amount, whether it is a u32) and skip the operation.
-fn mpmd_sem_amount_ok(amount: i32, index: u32, site: u32, unsigned: bool) -> bool {{
-  if (amount >= 1i) {{ return true; }}
-  mpmd_report({ERROR_SEM_AMOUNT}u, site, 3u, array<u32, {MAX_RECORDED_VALUES}>(index, bitcast<u32>(amount), u32(unsigned), 0u, 0u, 0u, 0u, 0u));
-  return false;
-}}
-
-"
-                )
-                .unwrap(),
-                Helper::IsNan => out.push_str(
-                    "// NaN test on the bits: float comparisons may be optimised as if NaN never occurs.
-fn mpmd_is_nan(x: f32) -> bool {
-  return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
-",
-                ),
-                Helper::DivI32 => out.push_str(
-                    "// Division by zero returns the dividend; i32::MIN / -1 wraps to i32::MIN.
-fn mpmd_div_i32(a: i32, b: i32) -> i32 {
-  if (b == 0i) { return a; }
-  if (bitcast<u32>(b) == 0xffffffffu) { return 0i - a; }
-  return a / b;
-}
-
-",
-                ),
-                Helper::DivU32 => out.push_str(
-                    "// Division by zero returns the dividend.
-fn mpmd_div_u32(a: u32, b: u32) -> u32 {
-  if (b == 0u) { return a; }
-  return a / b;
-}
-
-",
-                ),
-                Helper::RemI32 => out.push_str(
-                    "// Remainder by zero is 0; x % -1 is 0 (also for i32::MIN).
-fn mpmd_rem_i32(a: i32, b: i32) -> i32 {
-  if (b == 0i || bitcast<u32>(b) == 0xffffffffu) { return 0i; }
-  return a % b;
-}
-
-",
-                ),
-                Helper::RemU32 => out.push_str(
-                    "// Remainder by zero is 0.
-fn mpmd_rem_u32(a: u32, b: u32) -> u32 {
-  if (b == 0u) { return 0u; }
-  return a % b;
-}
-
-",
-                ),
-                Helper::AbsI32 => out.push_str(
-                    "// abs(i32::MIN) wraps to i32::MIN.
-fn mpmd_abs_i32(a: i32) -> i32 {
-  if (a < 0i) { return 0i - a; }
-  return a;
-}
-
-",
-                ),
-                Helper::MinF32 => out.push_str(
-                    "// With one NaN operand, min returns the other operand.
-fn mpmd_min_f32(a: f32, b: f32) -> f32 {
-  if (mpmd_is_nan(a)) { return b; }
-  if (mpmd_is_nan(b)) { return a; }
-  return select(b, a, a < b);
-}
-
-",
-                ),
-                Helper::MaxF32 => out.push_str(
-                    "// With one NaN operand, max returns the other operand.
-fn mpmd_max_f32(a: f32, b: f32) -> f32 {
-  if (mpmd_is_nan(a)) { return b; }
-  if (mpmd_is_nan(b)) { return a; }
-  return select(b, a, a > b);
-}
-
-",
-                ),
-                Helper::F32ToI32 => out.push_str(
-                    "// Rust `as`: truncate toward zero, saturate, NaN to 0.
-fn mpmd_f32_to_i32(x: f32) -> i32 {
-  if (mpmd_is_nan(x)) { return 0i; }
-  if (x >= 2147483648.0f) { return 2147483647i; }
-  if (x < -2147483648.0f) { return bitcast<i32>(2147483648u); }
-  return i32(x);
-}
-
-",
-                ),
-                Helper::F32ToU32 => out.push_str(
-                    "// Rust `as`: truncate toward zero, saturate, NaN to 0.
-fn mpmd_f32_to_u32(x: f32) -> u32 {
-  if (mpmd_is_nan(x) || x <= 0.0f) { return 0u; }
-  if (x >= 4294967296.0f) { return 4294967295u; }
-  return u32(x);
-}
-
-",
-                ),
-                Helper::Fmod => write!(
-                    out,
-                    "// C fmodf (Rust's `%` on f32), exact, on the bits: WGSL's float `%` is
-// x - y * trunc(x / y), which rounds.
-fn mpmd_fmod(x: f32, y: f32) -> f32 {{
-  let ux = bitcast<u32>(x);
-  let uy = bitcast<u32>(y);
-  let sign = ux & 0x80000000u;
-  let ax = ux & 0x7fffffffu;
-  let ay = uy & 0x7fffffffu;
-  if (ay == 0u || ax >= 0x7f800000u || ay > 0x7f800000u) {{
-    return bitcast<f32>(ux | 0x7fc00000u);
-  }}
-  if (ax < ay) {{ return x; }}
-  if (ax == ay) {{ return bitcast<f32>(sign); }}
-  var ex = i32(ax >> 23u);
-  var mx = ax;
-  if (ex == 0i) {{
-    let shift = countLeadingZeros(ax) - 8u;
-    mx = ax << shift;
-    ex = 1i - i32(shift);
-  }} else {{
-    mx = (ax & 0x007fffffu) | 0x00800000u;
-  }}
-  var ey = i32(ay >> 23u);
-  var my = ay;
-  if (ey == 0i) {{
-    let shift = countLeadingZeros(ay) - 8u;
-    my = ay << shift;
-    ey = 1i - i32(shift);
-  }} else {{
-    my = (ay & 0x007fffffu) | 0x00800000u;
-  }}
-{enter}  loop {{
-    if (ex <= ey) {{ break; }}
-{tick}    if (mx >= my) {{
-      mx = mx - my;
-      if (mx == 0u) {{ return bitcast<f32>(sign); }}
-    }}
-    mx = mx << 1u;
-    ex = ex - 1i;
-  }}
-  if (mx >= my) {{
-    mx = mx - my;
-    if (mx == 0u) {{ return bitcast<f32>(sign); }}
-  }}
-  let shift = countLeadingZeros(mx) - 8u;
-  mx = mx << shift;
-  ex = ex - i32(shift);
-  if (ex > 0i) {{
-    mx = (mx - 0x00800000u) | (u32(ex) << 23u);
-  }} else {{
-    mx = mx >> u32(1i - ex);
-  }}
-  return bitcast<f32>(mx | sign);
-}}
-
-"
-                )
-                .unwrap(),
-                Helper::Widen(ScalarType::BF16) => out.push_str(
-                    "// bf16 bits to f32 (exact: the bits are the f32's high half).
-fn mpmd_bf16_to_f32(h: u32) -> f32 {
-  return bitcast<f32>(h << 16u);
-}
-
-",
-                ),
-                Helper::Widen(_) => out.push_str(
-                    "// f16 bits to f32, exact, on the bits (f16 subnormals are f32 normals).
-fn mpmd_f16_to_f32(h: u32) -> f32 {
-  let sign = (h & 0x8000u) << 16u;
-  let e = (h >> 10u) & 0x1fu;
-  let m = h & 0x3ffu;
-  if (e == 0x1fu) { return bitcast<f32>(sign | 0x7f800000u | (m << 13u)); }
-  if (e != 0u) { return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u)); }
-  if (m == 0u) { return bitcast<f32>(sign); }
-  // Subnormal m * 2^-24: move the leading 1 to bit 10.
-  let shift = countLeadingZeros(m) - 21u;
-  return bitcast<f32>(sign | ((113u - shift) << 23u) | (((m << shift) & 0x3ffu) << 13u));
-}
-
-",
-                ),
-                Helper::Narrow(ScalarType::BF16) => out.push_str(
-                    "// f32 to the nearest bf16 (ties to even, overflow to infinity, NaN stays NaN),
-// on the bits: WGSL does not pin down the rounding of its own conversions.
-fn mpmd_f32_to_bf16(x: f32) -> u32 {
-  let u = bitcast<u32>(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) { return (u >> 16u) | 0x40u; }
-  let up = ((u >> 15u) & 1u) == 1u && ((u & 0x7fffu) != 0u || ((u >> 16u) & 1u) == 1u);
-  return (u >> 16u) + u32(up);
-}
-
-",
-                ),
-                Helper::Narrow(_) => out.push_str(
-                    "// f32 to the nearest f16 (ties to even, overflow to infinity, NaN stays NaN,
-// subnormals kept), on the bits: WGSL does not pin down the rounding of f16().
-fn mpmd_f32_to_f16(x: f32) -> u32 {
-  let u = bitcast<u32>(x);
-  let sign = (u >> 16u) & 0x8000u;
-  let a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) { return sign | 0x7e00u; }
-  // 65520 (the largest f16 plus half an ulp) and above round to infinity.
-  if (a >= 0x477ff000u) { return sign | 0x7c00u; }
-  if (a >= 0x38800000u) {
-    // Normal: rebias the exponent, keep 10 mantissa bits, round the 13 dropped.
-    let h = (a - 0x38000000u) >> 13u;
-    let rest = a & 0x1fffu;
-    let up = rest > 0x1000u || (rest == 0x1000u && (h & 1u) == 1u);
-    return sign | (h + u32(up));
-  }
-  // Below 2^-25 (half the smallest subnormal; 2^-25 itself ties to even 0).
-  if (a < 0x33000000u) { return sign; }
-  // Subnormal: the value in units of 2^-24, rounded (a carry gives the smallest normal).
-  let m = (a & 0x7fffffu) | 0x800000u;
-  let shift = 126u - (a >> 23u);
-  let q = m >> shift;
-  let rest = m & ((1u << shift) - 1u);
-  let half = 1u << (shift - 1u);
-  let up = rest > half || (rest == half && (q & 1u) == 1u);
-  return sign | (q + u32(up));
-}
-
-",
-                ),
-                Helper::SumToOdd => out.push_str(
-                    "// p + z rounded to odd: the nearest f32, stepped one ulp toward the exact sum
-// when inexact and even, so that rounding it to 16 bits later rounds p + z once.
-// TwoSum gives the exact error; every step goes through `one` (1.0 read at run
-// time), so a compiler that reassociates floats cannot fold the error to zero.
-fn mpmd_sum_to_odd(p: f32, z: f32, one: f32) -> f32 {
-  let s = p + z;
-  let bits = bitcast<u32>(s);
-  if ((bits & 0x7f800000u) == 0x7f800000u || (bits & 1u) == 1u) { return s; }
-  let s1 = s * one;
-  let bv = s1 - p;
-  let av = s1 - bv * one;
-  let err = (p - av) + (z - bv);
-  if (err == 0.0f) { return s; }
-  if ((err > 0.0f) == (s > 0.0f)) { return bitcast<f32>(bits + 1u); }
-  return bitcast<f32>(bits - 1u);
-}
-
-",
-                ),
-                Helper::Fma16(ScalarType::BF16) => out.push_str(
-                    "// fma on bf16, rounded once: the product of two bf16 is exact in f32 unless it
-// leaves f32's range, the sum is rounded to odd (24 bits, 16 more than bf16 has),
-// then to bf16. A product past f32's largest (a and b finite) is computed 2^64
-// smaller and scaled back; a c below 2^-40 then only decides a tie of the product
-// (it is far below the product's ulp), so it becomes +-2^-40, which scales
-// without underflow.
-fn mpmd_fma_bf16(a: u32, b: u32, c: u32, one: f32) -> u32 {
-  let wa = mpmd_bf16_to_f32(a);
-  let wb = mpmd_bf16_to_f32(b);
-  let wc = mpmd_bf16_to_f32(c);
-  let p = wa * wb;
-  let finite = (a & 0x7f80u) != 0x7f80u && (b & 0x7f80u) != 0x7f80u;
-  if (finite && (bitcast<u32>(p) & 0x7fffffffu) == 0x7f800000u) {
-    let down = bitcast<f32>(0x1f800000u);
-    let tiny = (c & 0x7fffu) != 0u && (c & 0x7fffu) < 0x2b80u;
-    let z = select(wc, bitcast<f32>(((c & 0x8000u) << 16u) | 0x2b800000u), tiny);
-    let r = mpmd_sum_to_odd((wa * down) * wb, z * down, one);
-    return mpmd_f32_to_bf16(r * bitcast<f32>(0x5f800000u));
-  }
-  return mpmd_f32_to_bf16(mpmd_sum_to_odd(p, wc, one));
-}
-
-",
-                ),
-                Helper::Fma16(_) => out.push_str(
-                    "// fma on f16, rounded once: the product of two f16 is exact in f32 (22 bits,
-// 2^-48 to 2^32), the sum is rounded to odd (24 bits, 13 more than f16 has),
-// then to f16.
-fn mpmd_fma_f16(a: u32, b: u32, c: u32, one: f32) -> u32 {
-  let p = mpmd_f16_to_f32(a) * mpmd_f16_to_f32(b);
-  return mpmd_f32_to_f16(mpmd_sum_to_odd(p, mpmd_f16_to_f32(c), one));
-}
-
-",
-                ),
-                Helper::Min16(t) | Helper::Max16(t) => {
-                    let n = half_name(*t);
-                    let (what, cmp) = if matches!(helper, Helper::Min16(_)) {
-                        ("min", "<")
-                    } else {
-                        ("max", ">")
-                    };
-                    write!(
-                        out,
-                        "// {what} on {n} bits: with one NaN operand, the other operand.
-fn mpmd_{what}_{n}(a: u32, b: u32) -> u32 {{
-  if {nan_a} {{ return b; }}
-  if {nan_b} {{ return a; }}
-  return select(b, a, mpmd_{n}_to_f32(a) {cmp} mpmd_{n}_to_f32(b));
-}}
-
-",
-                        nan_a = half_is_nan(*t, "a"),
-                        nan_b = half_is_nan(*t, "b"),
-                    )
-                    .unwrap();
+        let mut rest = line;
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let filled = rest[open..].find('}').and_then(|close| {
+                Some((close, value(placeholder_name(&rest[open..=open + close])?)?))
+            });
+            match filled {
+                Some((close, v)) => {
+                    out.push_str(v);
+                    rest = &rest[open + close + 1..];
                 }
-                Helper::IntToF32Odd => out.push_str(
-                    "// An integer rounded to odd into 24 bits, as an f32 (exact): rounding that to
-// 16 bits rounds the integer once (a nearest f32 would round twice above 2^24).
-fn mpmd_u32_to_f32_odd(v: u32) -> f32 {
-  if (v < 0x1000000u) { return f32(v); }
-  let shift = 8u - countLeadingZeros(v);
-  let kept = (v >> shift) | u32((v & ((1u << shift) - 1u)) != 0u);
-  return f32(kept) * bitcast<f32>((127u + shift) << 23u);
-}
-
-fn mpmd_i32_to_f32_odd(v: i32) -> f32 {
-  let magnitude = mpmd_u32_to_f32_odd(select(bitcast<u32>(v), 0u - bitcast<u32>(v), v < 0i));
-  return select(magnitude, -magnitude, v < 0i);
-}
-
-",
-                ),
-                Helper::Check(n) => {
-                    let n = *n;
-                    let params: Vec<String> = (0..n).map(|k| format!("i{k}: u32, n{k}: u32")).collect();
-                    let oob: Vec<String> = (0..n).map(|k| format!("i{k} >= n{k}")).collect();
-                    let mut values: Vec<String> =
-                        (0..n.min(MAX_RECORDED_VALUES)).map(|k| format!("i{k}")).collect();
-                    values.resize(MAX_RECORDED_VALUES, "0u".to_string());
-                    let mut offset = "i0".to_string();
-                    for k in 1..n {
-                        offset = format!("({offset}) * n{k} + i{k}");
-                    }
-                    write!(
-                        out,
-                        "// Checked mode: row-major offset of ({n} coordinates), or 0 after reporting.
-fn mpmd_check{n}(site: u32, {params}) -> u32 {{
-  if ({oob}) {{
-    mpmd_report({ERROR_OUT_OF_BOUNDS}u, site, {n}u, array<u32, {MAX_RECORDED_VALUES}>({values}));
-    return 0u;
-  }}
-  return {offset};
-}}
-
-",
-                        params = params.join(", "),
-                        oob = oob.join(" || "),
-                        values = values.join(", "),
-                    )
-                    .unwrap();
-                }
-                Helper::SemWait(global) => {
-                    let budget = self.options.wait_poll_budget.max(1);
-                    // Only a loop cap limits the polls; without one, a poll is one look.
-                    let per_poll = if self.options.loop_cap.is_some() {
-                        POLL_LOOKS
-                    } else {
-                        1
-                    };
-                    let looks = format!(
-                        "    if (seen < amount) {{ seen = atomicAdd(&{global}[index], 0i); }}\n"
-                    )
-                    .repeat(per_poll as usize - 1);
-                    write!(
-                        out,
-                        "// Semaphore wait on {global}, run by thread 0 of the block: poll until the count
-// reaches `amount` (then take it, unless `take` is false). Bounded: after {budget}
-// polls, or once another error is recorded, it reports and gives up: never a hang.
-// A poll looks {per_poll} time(s), unrolled: under a loop cap, where each poll is one loop
-// visit, a longer poll outlasts a loaded machine's scheduling delays. It looks
-// with `atomicAdd(.., 0)`, a read-modify-write no compiler hoists out of the loop: on
-// lavapipe (Mesa 22.3) a spin of `atomicLoad`s never saw another workgroup's write
-// (backend-wgpu/src/residency.rs).
-fn mpmd_wait_{global}(index: u32, amount: i32, take: bool, site: u32) {{
-  var polls: u32 = 0u;
-{enter}  loop {{
-{tick}    var seen: i32 = atomicAdd(&{global}[index], 0i);
-{looks}    if (seen >= amount) {{
-      if (!take) {{ return; }}
-      let swap = atomicCompareExchangeWeak(&{global}[index], seen, seen - amount);
-      if (swap.exchanged) {{ return; }}
-    }} else {{
-      polls = polls + 1u;
-      if (polls >= {budget}u) {{
-        mpmd_report({ERROR_WAIT_TIMEOUT}u, site, 1u, array<u32, {MAX_RECORDED_VALUES}>(index, 0u, 0u, 0u, 0u, 0u, 0u, 0u));
-        return;
-      }}
-      if (atomicAdd(&mpmd_status[0], 0u) != 0u) {{ return; }}
-    }}
-  }}
-}}
-
-"
-                    )
-                    .unwrap();
-                }
-                Helper::SemTake(global) => {
-                    write!(
-                        out,
-                        "// Semaphore wait on {global}, run once per block (by thread 0, or by the block's
-// invocation of a semaphore dispatch), when every program that signals it ran in
-// an earlier dispatch: the count can no longer grow, so one
-// look decides. Short: nothing is taken and the deadlock is reported. A take that
-// fails gives its amount back; only a take that found the count already short can
-// fail, so the first failure is always a real one.
-// Kept small: llvmpipe runs a branch's atomics for every SIMD vector of the block,
-// lanes masked off or not, so each atomic here costs every block. The report relies
-// on the status buffer being zero at the start of the call (thread 0, other values)
-// and the host takes the unit from the site.
-fn mpmd_take_{global}(index: u32, amount: i32, take: bool, site: u32) {{
-  if (take) {{
-    let before = atomicSub(&{global}[index], amount);
-    if (before >= amount) {{ return; }}
-    atomicAdd(&{global}[index], amount);
-  }} else if (atomicLoad(&{global}[index]) >= amount) {{
-    return;
-  }}
-  if (atomicAdd(&mpmd_status[0], 1u) != 0u) {{ return; }}
-  atomicStore(&mpmd_status[1], {ERROR_WAIT_TIMEOUT}u);
-  atomicStore(&mpmd_status[3], mpmd_block_id);
-  atomicStore(&mpmd_status[5], site);
-  atomicStore(&mpmd_status[7], index);
-}}
-
-"
-                    )
-                    .unwrap();
+                None => {
+                    out.push('{');
+                    rest = &rest[open + 1..];
                 }
             }
+        }
+        out.push_str(rest);
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// The name in `text` when it is exactly one placeholder, `{name}`.
+fn placeholder_name(text: &str) -> Option<&str> {
+    let name = text.strip_prefix('{')?.strip_suffix('}')?;
+    let identifier =
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    identifier.then_some(name)
+}
+
+impl ModuleState<'_> {
+    /// The helpers the module's code called, what they call, `mpmd_report`
+    /// and with a loop cap its accounting, in `Helper` order.
+    pub(super) fn write_helpers(&self, out: &mut String) {
+        let mut used = self.helpers.clone();
+        used.insert(Helper::Report);
+        if self.options.loop_cap.is_some() {
+            used.insert(Helper::LoopCap);
+        }
+        let fused = fuses_programs(self.plan, self.options);
+        for helper in &with_needs(used, self.options) {
+            out.push_str(&helper.text(self.options, fused));
         }
     }
 }
 
-const REPORT_HELPER: &str =
-    "// Records the first error of the call; the host turns it into a RunError.
-fn mpmd_report(kind: u32, site: u32, count: u32, values: array<u32, 8>) {
-  if (atomicAdd(&mpmd_status[0], 1u) != 0u) { return; }
-  atomicStore(&mpmd_status[1], kind);
-  atomicStore(&mpmd_status[2], mpmd_unit);
-  atomicStore(&mpmd_status[3], mpmd_block_id);
-  atomicStore(&mpmd_status[4], mpmd_thread_id);
-  atomicStore(&mpmd_status[5], site);
-  atomicStore(&mpmd_status[6], count);
-  atomicStore(&mpmd_status[7], values[0]);
-  atomicStore(&mpmd_status[8], values[1]);
-  atomicStore(&mpmd_status[9], values[2]);
-  atomicStore(&mpmd_status[10], values[3]);
-  atomicStore(&mpmd_status[11], values[4]);
-  atomicStore(&mpmd_status[12], values[5]);
-  atomicStore(&mpmd_status[13], values[6]);
-  atomicStore(&mpmd_status[14], values[7]);
+/// `helpers` and every helper they call, directly or not.
+fn with_needs(mut helpers: BTreeSet<Helper>, options: &EmitOptions) -> BTreeSet<Helper> {
+    let mut pending: Vec<Helper> = helpers.iter().cloned().collect();
+    while let Some(helper) = pending.pop() {
+        for need in helper.needs(options) {
+            if helpers.insert(need.clone()) {
+                pending.push(need);
+            }
+        }
+    }
+    helpers
 }
 
-";
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emit::{validate_wgsl, STATUS_WORDS};
+
+    /// Every helper, each parameterised one with the parameters that change
+    /// its text.
+    fn every_helper() -> Vec<Helper> {
+        let mut helpers = vec![
+            Helper::Report,
+            Helper::LoopCap,
+            Helper::IsNan,
+            Helper::DivI32,
+            Helper::DivU32,
+            Helper::RemI32,
+            Helper::RemU32,
+            Helper::AbsI32,
+            Helper::MinF32,
+            Helper::MaxF32,
+            Helper::F32ToI32,
+            Helper::F32ToU32,
+            Helper::Fmod,
+            Helper::Check(1),
+            Helper::Check(3),
+            // More coordinates than an error record keeps.
+            Helper::Check(MAX_RECORDED_VALUES + 1),
+            Helper::SemWait("g0_s".to_string()),
+            Helper::SemTake("g0_s".to_string()),
+            Helper::SemAmount,
+            Helper::LoopLimit,
+            Helper::Saturating,
+            Helper::SumToOdd,
+            Helper::IntToF32Odd,
+        ];
+        for t in [ScalarType::F16, ScalarType::BF16] {
+            helpers.extend([
+                Helper::Widen(t),
+                Helper::Narrow(t),
+                Helper::Fma16(t),
+                Helper::Min16(t),
+                Helper::Max16(t),
+            ]);
+        }
+        helpers
+    }
+
+    /// The option sets that change helper text: the loop cap, and a fused module.
+    fn variants() -> Vec<(EmitOptions, bool)> {
+        let capped = EmitOptions {
+            loop_cap: Some(65_000),
+            wait_poll_budget: 100,
+            ..EmitOptions::default()
+        };
+        vec![
+            (EmitOptions::default(), false),
+            (EmitOptions::default(), true),
+            (capped.clone(), false),
+            (capped, true),
+        ]
+    }
+
+    /// The globals the helpers use (emit/bindings.rs declares them in a module).
+    fn globals() -> String {
+        format!(
+            "@group(0) @binding(1) var<storage, read_write> mpmd_status: array<atomic<u32>, {STATUS_WORDS}>;\n\
+             @group(0) @binding(2) var<storage, read_write> g0_s: array<atomic<i32>>;\n\
+             var<private> mpmd_unit: u32;\n\
+             var<private> mpmd_block_id: u32;\n\
+             var<private> mpmd_thread_id: u32;\n\
+             var<private> mpmd_loop_count: u32;\n\
+             var<private> mpmd_idle: bool;\n"
+        )
+    }
+
+    #[test]
+    fn every_section_is_valid_wgsl_with_what_it_needs() {
+        for helper in every_helper() {
+            for (options, fused) in variants() {
+                let text: String = with_needs(BTreeSet::from([helper.clone()]), &options)
+                    .iter()
+                    .map(|h| h.text(&options, fused))
+                    .collect();
+                let module = format!("{}\n{text}", globals());
+                if let Err(e) = validate_wgsl(&module) {
+                    panic!(
+                        "{helper:?} (loop cap {:?}, fused {fused}):\n{e}\n{module}",
+                        options.loop_cap
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_placeholder_is_filled() {
+        for helper in every_helper() {
+            assert!(!prelude_section(helper.section()).is_empty(), "{helper:?}");
+            for (options, fused) in variants() {
+                let text = helper.text(&options, fused);
+                let left = text
+                    .split('{')
+                    .skip(1)
+                    .filter_map(|after| {
+                        placeholder_name(&format!("{{{}}}", after.split('}').next()?))
+                            .map(str::to_string)
+                    })
+                    .collect::<Vec<_>>();
+                assert_eq!(left, Vec::<String>::new(), "{helper:?}:\n{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_section_belongs_to_a_helper() {
+        let sections: Vec<&str> = PRELUDE
+            .lines()
+            .filter_map(|line| line.strip_prefix(SECTION_MARKER))
+            .collect();
+        let used: Vec<&str> = every_helper().iter().map(|h| h.section()).collect();
+        for section in &sections {
+            assert!(used.contains(section), "section `{section}` has no helper");
+        }
+        let mut unique = sections.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            sections.len(),
+            "a section name repeats: {sections:?}"
+        );
+    }
+
+    #[test]
+    fn placeholders_fill_lines_and_text() {
+        let template =
+            "fn f{n}() {\n  {lines}\n  {none}\n  if (x) { return {n}u; }\n  {unknown}\n}";
+        let values = [
+            ("n", "7".to_string()),
+            ("lines", "a();\nb();\n".to_string()),
+            ("none", String::new()),
+        ];
+        assert_eq!(
+            fill_placeholders(template, &values),
+            "fn f7() {\n  a();\n  b();\n  if (x) { return 7u; }\n  {unknown}\n}\n\n"
+        );
+    }
+}

@@ -24,16 +24,6 @@ fn half_one(t: ScalarType) -> u32 {
     mpmd_core::numerics::from_f32(t, 1.0).map_or(0, u32::from)
 }
 
-/// The NaN test on a 16-bit float's bits: exponent all ones, mantissa not zero.
-pub(super) fn half_is_nan(t: ScalarType, v: &str) -> String {
-    let inf = if t == ScalarType::BF16 {
-        "0x7f80u"
-    } else {
-        "0x7c00u"
-    };
-    format!("(({v} & 0x7fffu) > {inf})")
-}
-
 impl UnitEmitter<'_, '_> {
     /// A binary operation on 16-bit floats: on the exact f32 values, rounded
     /// once to the type (`+ - * / %`); comparisons on the values. Literal
@@ -92,12 +82,6 @@ impl UnitEmitter<'_, '_> {
     }
 
     pub(super) fn call(&mut self, helper: Helper, name: &str, args: &[String]) -> String {
-        if matches!(
-            helper,
-            Helper::MinF32 | Helper::MaxF32 | Helper::F32ToI32 | Helper::F32ToU32
-        ) {
-            self.state.helpers.insert(Helper::IsNan);
-        }
         self.state.helpers.insert(helper);
         format!("{name}({})", args.join(", "))
     }
@@ -173,7 +157,6 @@ impl UnitEmitter<'_, '_> {
         match f {
             MathFn::Abs => format!("({} & 0x7fffu)", v[0]),
             MathFn::Min | MathFn::Max => {
-                self.state.helpers.insert(Helper::Widen(t));
                 let (helper, what) = if f == MathFn::Min {
                     (Helper::Min16(t), "min")
                 } else {
@@ -182,9 +165,6 @@ impl UnitEmitter<'_, '_> {
                 self.call(helper, &format!("mpmd_{what}_{n}"), v)
             }
             MathFn::Fma => {
-                for h in [Helper::Widen(t), Helper::Narrow(t), Helper::SumToOdd] {
-                    self.state.helpers.insert(h);
-                }
                 let one = self.runtime_literal(Literal::f32(1.0));
                 let mut args = v.to_vec();
                 args.push(one);

@@ -10,6 +10,7 @@ use mpmd_core::ir::{MemorySpace, Name, ScalarType, Stmt, Type};
 use mpmd_core::plan::LaunchPlan;
 
 use super::generate::ModuleState;
+use super::syntax::{describe_ref_type, fixed_array};
 use super::{
     fuses_programs, splits_blocks, EmitError, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
 };
@@ -32,6 +33,15 @@ impl WordType {
             WordType::U32 => "u32",
             WordType::AtomicI32 => "atomic<i32>",
             WordType::AtomicU32 => "atomic<u32>",
+        }
+    }
+
+    /// The type of the value a word holds (or an atomic word's load returns).
+    pub fn value_type(self) -> ScalarType {
+        match self {
+            WordType::F32 => ScalarType::F32,
+            WordType::I32 | WordType::AtomicI32 => ScalarType::I32,
+            WordType::U32 | WordType::AtomicU32 => ScalarType::U32,
         }
     }
 
@@ -283,11 +293,9 @@ impl ModuleState<'_> {
                         String::new()
                     };
                     format!(
-                        "{} ({}<{}{:?}>{owner}, {} instance(s)){at}",
+                        "{} ({}{owner}, {} instance(s)){at}",
                         buf.operands.join(" = "),
-                        buf.ty.space.keyword(),
-                        buf.ty.elem,
-                        buf.ty.shape,
+                        describe_ref_type(&buf.ty),
                         buf.instances
                     )
                 })
@@ -335,20 +343,17 @@ impl ModuleState<'_> {
                     let word = WordType::for_elem(r.elem, atomic);
                     writeln!(
                         out,
-                        "// smem {} of program {} ({}<{}{:?}>)",
+                        "// smem {} of program {} ({})",
                         op.name,
                         unit.program,
-                        r.space.keyword(),
-                        r.elem,
-                        r.shape
+                        describe_ref_type(r)
                     )
                     .unwrap();
                     writeln!(
                         out,
-                        "var<workgroup> {}: array<{}, {}>;",
+                        "var<workgroup> {}: {};",
                         smem_global(idx, &op.name),
-                        word.wgsl(),
-                        words_for(r.elem, r.len()).max(1)
+                        fixed_array(word.wgsl(), r.elem, r.len())
                     )
                     .unwrap();
                 }

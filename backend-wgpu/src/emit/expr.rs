@@ -6,7 +6,7 @@ use mpmd_core::ir::{BinaryOp, Expr, Literal, MathFn, ScalarType, UnaryOp};
 use super::bindings::sanitize;
 use super::helpers::Helper;
 use super::memory::load_text;
-use super::syntax::{literal_text, wgsl_scalar};
+use super::syntax::{binary_text, literal_text, wgsl_scalar};
 use super::unit::{Named, UnitEmitter};
 use super::EmitError;
 
@@ -261,10 +261,9 @@ impl UnitEmitter<'_, '_> {
         let constant = x.constant && y.constant;
         let x = self.spell(x, constant);
         let y = self.spell(y, constant);
-        let sym = if op == BinaryOp::LogicAnd { "&&" } else { "||" };
         if self.body.len() == mark {
             return Ok(Value::op(
-                format!("({} {sym} {})", x.text, y.text),
+                binary_text(op, false, &x.text, &y.text),
                 ScalarType::Bool,
                 &[&x, &y],
             ));
@@ -318,9 +317,8 @@ impl UnitEmitter<'_, '_> {
                     (format!("({word} & 31u)"), y)
                 }
             };
-            let sym = if op == BinaryOp::Shl { "<<" } else { ">>" };
             return Ok(Value::op(
-                format!("({} {sym} {amount})", x.text),
+                binary_text(op, false, &x.text, &amount),
                 t,
                 &[&x, &y],
             ));
@@ -331,15 +329,11 @@ impl UnitEmitter<'_, '_> {
         if t.is_16bit() {
             return self.binary_half(op, x, y, constant);
         }
-        let arithmetic = matches!(
-            op,
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem
-        );
         // f32 literal operands of arithmetic are read at run time: lavapipe
         // reassociates operations on constants (`(1.0 + x) + -1.5` as
         // `x + -0.5`, one ulp off), and folds `x * 0.0` to 0.0 (wrong for inf
         // and NaN). A run-time value keeps every operation as written.
-        let float_arith = t == ScalarType::F32 && arithmetic;
+        let float_arith = t == ScalarType::F32 && is_arithmetic(op);
         let rx = constant || (float_arith && x.is_f32_leaf());
         let ry = constant || (float_arith && y.is_f32_leaf());
         let x = self.spell(x, rx);
@@ -350,58 +344,38 @@ impl UnitEmitter<'_, '_> {
             t
         };
         let (xt, yt) = (x.text.clone(), y.text.clone());
-        let text = if t == ScalarType::F32 && op == BinaryOp::Ne {
-            // naga emits `!=` as an ordered comparison (false for NaN); IEEE
-            // and Rust say NaN != NaN.
-            format!("(!({xt} == {yt}))")
-        } else {
-            let sym = match op {
-                BinaryOp::Add => "+",
-                BinaryOp::Sub => "-",
-                BinaryOp::Mul => {
-                    if t == ScalarType::F32 && !self.state.plan.map.fast_math {
-                        // No contraction into fma: multiply the product by a 1.0 the
-                        // compiler cannot see, so a following add cannot fuse with
-                        // the rounding of x * y (fusing the outer multiply is exact).
-                        let one = self.runtime_literal(Literal::f32(1.0));
-                        return Ok(Value::op(format!("(({xt} * {yt}) * {one})"), t, &[&x, &y]));
-                    }
-                    "*"
-                }
-                BinaryOp::Div => match t {
-                    ScalarType::I32 => {
-                        let text = self.call(Helper::DivI32, "mpmd_div_i32", &[xt, yt]);
-                        return Ok(Value::op(text, t, &[&x, &y]));
-                    }
-                    ScalarType::U32 => {
-                        let text = self.call(Helper::DivU32, "mpmd_div_u32", &[xt, yt]);
-                        return Ok(Value::op(text, t, &[&x, &y]));
-                    }
-                    _ => "/",
-                },
-                BinaryOp::Rem => {
-                    let text = match t {
-                        ScalarType::I32 => self.call(Helper::RemI32, "mpmd_rem_i32", &[xt, yt]),
-                        ScalarType::U32 => self.call(Helper::RemU32, "mpmd_rem_u32", &[xt, yt]),
-                        _ => self.call(Helper::Fmod, "mpmd_fmod", &[xt, yt]),
-                    };
-                    return Ok(Value::op(text, t, &[&x, &y]));
-                }
-                BinaryOp::BitAnd => "&",
-                BinaryOp::BitOr => "|",
-                BinaryOp::BitXor => "^",
-                BinaryOp::Eq => "==",
-                BinaryOp::Ne => "!=",
-                BinaryOp::Lt => "<",
-                BinaryOp::Le => "<=",
-                BinaryOp::Gt => ">",
-                BinaryOp::Ge => ">=",
-                BinaryOp::LogicAnd | BinaryOp::LogicOr | BinaryOp::Shl | BinaryOp::Shr => {
-                    unreachable!("handled above")
-                }
-            };
-            format!("({xt} {sym} {yt})")
+        let text = match (op, t) {
+            // No contraction into fma: multiply the product by a 1.0 the
+            // compiler cannot see, so a following add cannot fuse with the
+            // rounding of x * y (fusing the outer multiply is exact).
+            (BinaryOp::Mul, ScalarType::F32) if !self.state.plan.map.fast_math => {
+                let one = self.runtime_literal(Literal::f32(1.0));
+                binary_text(op, true, &binary_text(op, true, &xt, &yt), &one)
+            }
+            (BinaryOp::Div, ScalarType::I32) => {
+                self.call(Helper::DivI32, "mpmd_div_i32", &[xt, yt])
+            }
+            (BinaryOp::Div, ScalarType::U32) => {
+                self.call(Helper::DivU32, "mpmd_div_u32", &[xt, yt])
+            }
+            (BinaryOp::Rem, ScalarType::I32) => {
+                self.call(Helper::RemI32, "mpmd_rem_i32", &[xt, yt])
+            }
+            (BinaryOp::Rem, ScalarType::U32) => {
+                self.call(Helper::RemU32, "mpmd_rem_u32", &[xt, yt])
+            }
+            (BinaryOp::Rem, _) => self.call(Helper::Fmod, "mpmd_fmod", &[xt, yt]),
+            _ => binary_text(op, t == ScalarType::F32, &xt, &yt),
         };
         Ok(Value::op(text, result, &[&x, &y]))
     }
+}
+
+/// `+ - * / %`: the operations whose f32 and 16-bit literal operands are read
+/// at run time (see `UnitEmitter::binary`).
+pub(super) fn is_arithmetic(op: BinaryOp) -> bool {
+    matches!(
+        op,
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem
+    )
 }

@@ -7,7 +7,7 @@ use mpmd_core::Mode;
 use super::bindings::WordType;
 use super::expr::Value;
 use super::helpers::Helper;
-use super::syntax::wgsl_scalar;
+use super::syntax::{atomic_builtin, from_word, to_word, wgsl_scalar};
 use super::unit::{Named, UnitEmitter};
 use super::{AccessSite, EmitError};
 
@@ -93,13 +93,13 @@ impl UnitEmitter<'_, '_> {
                 self.line(&format!("atomicStore(&{place}, {});", arg(0)));
                 return Ok(());
             }
-            AtomicOp::Add => format!("atomicAdd(&{place}, {})", arg(0)),
-            AtomicOp::Min => format!("atomicMin(&{place}, {})", arg(0)),
-            AtomicOp::Max => format!("atomicMax(&{place}, {})", arg(0)),
-            AtomicOp::And => format!("atomicAnd(&{place}, {})", arg(0)),
-            AtomicOp::Or => format!("atomicOr(&{place}, {})", arg(0)),
-            AtomicOp::Xor => format!("atomicXor(&{place}, {})", arg(0)),
-            AtomicOp::Exchange => format!("atomicExchange(&{place}, {})", arg(0)),
+            AtomicOp::Add
+            | AtomicOp::Min
+            | AtomicOp::Max
+            | AtomicOp::And
+            | AtomicOp::Or
+            | AtomicOp::Xor
+            | AtomicOp::Exchange => format!("{}(&{place}, {})", atomic_builtin(op), arg(0)),
             AtomicOp::CompareExchange => {
                 // Strong compare-exchange from the weak one: retry spurious failures.
                 let cmp = self.temp("expected");
@@ -515,13 +515,7 @@ pub(super) fn load_text(info: &RefInfo, place: &str) -> String {
             } else {
                 place.to_string()
             };
-            match (elem, word) {
-                (ScalarType::Bool, _) => format!("({raw} != 0u)"),
-                (ScalarType::F32, WordType::F32) => raw,
-                (ScalarType::I32, WordType::I32 | WordType::AtomicI32) => raw,
-                (ScalarType::U32, WordType::U32 | WordType::AtomicU32) => raw,
-                (t, _) => format!("bitcast<{}>({raw})", wgsl_scalar(t)),
-            }
+            from_word(elem, *word, &raw)
         }
     }
 }
@@ -531,15 +525,7 @@ pub(super) fn store_text(info: &RefInfo, place: &str, value: &str) -> String {
     match &info.storage {
         Storage::Local { .. } => format!("{place} = {value};"),
         Storage::Buffer { word, .. } | Storage::Shared { word, .. } => {
-            let word_value = match (elem, word) {
-                (ScalarType::Bool, _) => format!("select(0u, 1u, {value})"),
-                (ScalarType::F32, WordType::F32) => value.to_string(),
-                (ScalarType::I32, WordType::I32 | WordType::AtomicI32) => value.to_string(),
-                (ScalarType::U32, WordType::U32 | WordType::AtomicU32) => value.to_string(),
-                (_, WordType::U32 | WordType::AtomicU32) => format!("bitcast<u32>({value})"),
-                (_, WordType::I32 | WordType::AtomicI32) => format!("bitcast<i32>({value})"),
-                (_, WordType::F32) => format!("bitcast<f32>({value})"),
-            };
+            let word_value = to_word(elem, *word, value);
             if word.is_atomic() {
                 format!("atomicStore(&{place}, {word_value});")
             } else {

@@ -4,9 +4,9 @@
 
 use mpmd_core::ir::{BinaryOp, Literal, MathFn, ScalarType};
 
-use super::expr::Value;
+use super::expr::{is_arithmetic, Value};
 use super::helpers::Helper;
-use super::syntax::wgsl_scalar;
+use super::syntax::{binary_text, math_builtin, wgsl_scalar};
 use super::unit::UnitEmitter;
 use super::EmitError;
 
@@ -36,32 +36,21 @@ impl UnitEmitter<'_, '_> {
         constant: bool,
     ) -> Result<Value, EmitError> {
         let t = x.ty;
-        let arithmetic = matches!(
-            op,
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Rem
-        );
-        let rx = constant || (arithmetic && x.leaf.is_some());
-        let ry = constant || (arithmetic && y.leaf.is_some());
+        let rx = constant || (is_arithmetic(op) && x.leaf.is_some());
+        let ry = constant || (is_arithmetic(op) && y.leaf.is_some());
         let x = self.spell(x, rx);
         let y = self.spell(y, ry);
         let (a, b) = (self.widen(t, &x.text), self.widen(t, &y.text));
         let (text, ty) = match op {
-            BinaryOp::Add => (self.narrow(t, &format!("({a} + {b})")), t),
-            BinaryOp::Sub => (self.narrow(t, &format!("({a} - {b})")), t),
-            // The product of two 16-bit floats is exact in f32: no contraction can change it.
-            BinaryOp::Mul => (self.narrow(t, &format!("({a} * {b})")), t),
-            BinaryOp::Div => (self.narrow(t, &format!("({a} / {b})")), t),
             BinaryOp::Rem => {
                 let r = self.call(Helper::Fmod, "mpmd_fmod", &[a, b]);
                 (self.narrow(t, &r), t)
             }
-            // naga emits `!=` as an ordered comparison; NaN != NaN.
-            BinaryOp::Ne => (format!("(!({a} == {b}))"), ScalarType::Bool),
-            BinaryOp::Eq => (format!("({a} == {b})"), ScalarType::Bool),
-            BinaryOp::Lt => (format!("({a} < {b})"), ScalarType::Bool),
-            BinaryOp::Le => (format!("({a} <= {b})"), ScalarType::Bool),
-            BinaryOp::Gt => (format!("({a} > {b})"), ScalarType::Bool),
-            BinaryOp::Ge => (format!("({a} >= {b})"), ScalarType::Bool),
+            // The product of two 16-bit floats is exact in f32: no contraction can change it.
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => {
+                (self.narrow(t, &binary_text(op, true, &a, &b)), t)
+            }
+            _ if op.is_comparison() => (binary_text(op, true, &a, &b), ScalarType::Bool),
             other => return Err(self.invalid(format!("`{other:?}` on `{t}`"))),
         };
         let mut v = Value::op(text, ty, &[&x, &y]);
@@ -144,8 +133,7 @@ impl UnitEmitter<'_, '_> {
             (MathFn::Abs, ScalarType::U32) => a,
             (MathFn::Min, ScalarType::F32) => self.call(Helper::MinF32, "mpmd_min_f32", v),
             (MathFn::Max, ScalarType::F32) => self.call(Helper::MaxF32, "mpmd_max_f32", v),
-            (MathFn::Rsqrt, _) => format!("inverseSqrt({a})"),
-            _ => format!("{}({})", f.name(), v.join(", ")),
+            _ => format!("{}({})", math_builtin(f), v.join(", ")),
         })
     }
 
@@ -172,12 +160,7 @@ impl UnitEmitter<'_, '_> {
             }
             _ => {
                 let wide: Vec<String> = v.iter().map(|a| self.widen(t, a)).collect();
-                let name = if f == MathFn::Rsqrt {
-                    "inverseSqrt"
-                } else {
-                    f.name()
-                };
-                self.narrow(t, &format!("{name}({})", wide.join(", ")))
+                self.narrow(t, &format!("{}({})", math_builtin(f), wide.join(", ")))
             }
         }
     }

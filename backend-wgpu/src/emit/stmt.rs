@@ -6,10 +6,9 @@ use std::collections::{HashMap, HashSet};
 use mpmd_core::ir::{BinaryOp, Expr, MemorySpace, Name, RefType, ScalarType, Stmt};
 use mpmd_core::Mode;
 
-use super::bindings::words_for;
 use super::helpers::Helper;
 use super::memory::{store_text, RefInfo, Storage};
-use super::syntax::{describe_access, wgsl_scalar};
+use super::syntax::{describe_access, fixed_array, wgsl_scalar};
 use super::unit::{Named, UnitEmitter};
 use super::EmitError;
 
@@ -242,9 +241,8 @@ impl UnitEmitter<'_, '_> {
                     owner: None,
                 };
                 self.line(&format!(
-                    "var {var}: array<{}, {}>;",
-                    wgsl_scalar(*elem),
-                    words_for(*elem, ty.len()).max(1)
+                    "var {var}: {};",
+                    fixed_array(wgsl_scalar(*elem), *elem, ty.len())
                 ));
                 self.scopes.last_mut().unwrap().insert(
                     name.clone(),

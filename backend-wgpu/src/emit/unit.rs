@@ -414,7 +414,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                     "  let v_{}: {} = {};",
                     sanitize(&param.name),
                     wgsl_scalar(*t),
-                    from_word(*t, &word)
+                    from_word(*t, WordType::U32, &word)
                 )
                 .unwrap();
                 slot += 1;
@@ -430,7 +430,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                     out,
                     "  let rt_{k}: {} = {}; // {}",
                     wgsl_scalar(lit.ty()),
-                    from_word(lit.ty(), &word),
+                    from_word(lit.ty(), WordType::U32, &word),
                     describe_literal(lit)
                 )
                 .unwrap();

@@ -91,13 +91,7 @@ pub(super) fn generate_fused(
         order.join(", ")
     )
     .unwrap();
-    out.push('\n');
-    state.write_globals(&mut out);
-    state.write_helpers(&mut out);
-    for f in functions {
-        out.push_str(&f);
-        out.push('\n');
-    }
+    state.write_globals_helpers_functions(&mut out, functions);
     writeln!(
         out,
         "// ---- the fused dispatch: a workgroup's ticket names its program and block.\n\
@@ -108,21 +102,14 @@ pub(super) fn generate_fused(
         dispatch_lines.join("\n")
     )
     .unwrap();
-    Ok(EmittedModule {
-        wgsl: out,
-        entry_points,
-        dispatch: vec![[x, y, 1]; plan.units.len()],
-        schedule: vec![Dispatch {
-            entry_point: FUSED_ENTRY_POINT.to_string(),
-            workgroups: [x, y, 1],
-            unit: None,
-            repeat: 1,
-        }],
-        layout: state.layout,
-        scalar_slots: state.scalar_slots,
-        literal_words: state.literals.iter().map(|l| l.to_bits()).collect(),
-        sites: state.sites,
-    })
+    let schedule = vec![Dispatch {
+        entry_point: FUSED_ENTRY_POINT.to_string(),
+        workgroups: [x, y, 1],
+        unit: None,
+        repeat: 1,
+    }];
+    let dispatch = vec![[x, y, 1]; plan.units.len()];
+    Ok(state.finish(out, entry_points, dispatch, schedule))
 }
 
 /// Dispatches a block-split unit of `blocks` blocks takes with a first wave

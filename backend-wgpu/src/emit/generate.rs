@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use mpmd_core::ir::{Literal, Name, ScalarType, Type};
-use mpmd_core::plan::LaunchPlan;
+use mpmd_core::plan::{LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
 
 use super::bindings::{binding_layout, sanitize, BindingLayout};
@@ -32,7 +32,30 @@ pub(super) struct ModuleState<'p> {
     pub(super) smem_atomic: BTreeSet<(usize, Name)>,
 }
 
-impl ModuleState<'_> {
+impl<'p> ModuleState<'p> {
+    /// The state before any unit is emitted: the bindings and the scalar slots.
+    fn new(plan: &'p LaunchPlan, options: &'p EmitOptions) -> Result<Self, EmitError> {
+        let scalar_slots = plan
+            .operands
+            .iter()
+            .filter_map(|o| match &o.ty {
+                Type::Scalar(t) => Some((o.name.clone(), *t)),
+                Type::Ref(_) => None,
+            })
+            .collect();
+        Ok(ModuleState {
+            plan,
+            options,
+            layout: binding_layout(plan, options.max_storage_buffers)?,
+            scalar_slots,
+            literals: vec![],
+            literal_slot: HashMap::new(),
+            helpers: BTreeSet::new(),
+            sites: vec![],
+            smem_atomic: BTreeSet::new(),
+        })
+    }
+
     /// The `rt_<k>` slot of a literal read at run time.
     pub(super) fn runtime_literal(&mut self, lit: Literal) -> usize {
         if let Some(&k) = self.literal_slot.get(&lit) {
@@ -43,33 +66,51 @@ impl ModuleState<'_> {
         self.literal_slot.insert(lit, k);
         k
     }
+
+    /// After the module's header comment: the globals, the helpers and
+    /// `functions`, each followed by a blank line.
+    pub(super) fn write_globals_helpers_functions(
+        &self,
+        out: &mut String,
+        functions: impl IntoIterator<Item = String>,
+    ) {
+        out.push('\n');
+        self.write_globals(out);
+        self.write_helpers(out);
+        for function in functions {
+            out.push_str(&function);
+            out.push('\n');
+        }
+    }
+
+    /// The module: `wgsl` and what the host needs to run it.
+    pub(super) fn finish(
+        self,
+        wgsl: String,
+        entry_points: Vec<String>,
+        dispatch: Vec<[u32; 3]>,
+        schedule: Vec<Dispatch>,
+    ) -> EmittedModule {
+        EmittedModule {
+            wgsl,
+            entry_points,
+            dispatch,
+            schedule,
+            layout: self.layout,
+            scalar_slots: self.scalar_slots,
+            literal_words: self.literals.iter().map(|l| l.to_bits()).collect(),
+            sites: self.sites,
+        }
+    }
 }
 
+/// The plan's module: one entry point per unit (or one fused dispatch,
+/// `generate_fused`), with the semaphore dispatches between them.
 pub(super) fn generate(
     plan: &LaunchPlan,
     options: &EmitOptions,
 ) -> Result<EmittedModule, EmitError> {
-    let layout = binding_layout(plan, options.max_storage_buffers)?;
-    let scalar_slots = plan
-        .operands
-        .iter()
-        .filter_map(|o| match &o.ty {
-            Type::Scalar(t) => Some((o.name.clone(), *t)),
-            Type::Ref(_) => None,
-        })
-        .collect();
-    let mut state = ModuleState {
-        plan,
-        options,
-        layout,
-        scalar_slots,
-        literals: vec![],
-        literal_slot: HashMap::new(),
-        helpers: BTreeSet::new(),
-        sites: vec![],
-        smem_atomic: BTreeSet::new(),
-    };
-
+    let mut state = ModuleState::new(plan, options)?;
     let per_dim = options.max_workgroups_per_dimension.max(1);
     let hoistings: Vec<Hoisting> = plan
         .units
@@ -90,20 +131,21 @@ pub(super) fn generate(
         .zip(&split)
         .map(|(u, &s)| if s { first_wave(u, per_dim) } else { 0 })
         .collect();
-    let split_dispatches: u64 = plan
+    let split_units: Vec<(&LaunchUnit, u64)> = plan
         .units
         .iter()
         .zip(&split)
         .zip(&waves)
         .filter(|((_, &s), _)| s)
-        .map(|((u, _), &wave)| split_dispatch_count(u.block_count, wave))
+        .map(|((u, _), &wave)| (u, wave))
+        .collect();
+    let split_dispatches: u64 = split_units
+        .iter()
+        .map(|(u, wave)| split_dispatch_count(u.block_count, *wave))
         .sum();
     if split_dispatches > MAX_SPLIT_DISPATCHES {
-        let units: Vec<String> = plan
-            .units
+        let units: Vec<String> = split_units
             .iter()
-            .zip(&split)
-            .filter(|(_, &s)| s)
             .map(|(u, _)| {
                 format!(
                     "program {} (`{}`, {} blocks)",
@@ -221,22 +263,7 @@ pub(super) fn generate(
         }
     }
 
-    let mut out = String::new();
-    writeln!(
-        out,
-        "// mpmd: map `{}` lowered to WGSL ({} mode{}).",
-        plan.map.name,
-        match options.mode {
-            Mode::Fast => "fast",
-            Mode::Checked => "checked",
-        },
-        if plan.map.fast_math {
-            ", fast math"
-        } else {
-            ""
-        }
-    )
-    .unwrap();
+    let mut out = module_header(plan, options);
     out.push_str(
         "// One entry point per launch unit, and semaphore dispatches (`mpmd_sems<k>`) that\n",
     );
@@ -251,13 +278,7 @@ pub(super) fn generate(
         })
         .collect();
     writeln!(out, "// {}.", order.join(", ")).unwrap();
-    for ((unit, _), &wave) in plan
-        .units
-        .iter()
-        .zip(&split)
-        .zip(&waves)
-        .filter(|((_, &s), _)| s)
-    {
+    for &(unit, wave) in &split_units {
         if wave >= 2 {
             writeln!(
                 out,
@@ -283,23 +304,11 @@ pub(super) fn generate(
             .unwrap();
         }
     }
-    out.push('\n');
-    state.write_globals(&mut out);
-    state.write_helpers(&mut out);
-    for entry in entries.into_iter().chain(moved_fns).chain(sem_entries) {
-        out.push_str(&entry);
-        out.push('\n');
-    }
-    Ok(EmittedModule {
-        wgsl: out,
-        entry_points,
-        dispatch,
-        schedule,
-        layout: state.layout,
-        scalar_slots: state.scalar_slots,
-        literal_words: state.literals.iter().map(|l| l.to_bits()).collect(),
-        sites: state.sites,
-    })
+    state.write_globals_helpers_functions(
+        &mut out,
+        entries.into_iter().chain(moved_fns).chain(sem_entries),
+    );
+    Ok(state.finish(out, entry_points, dispatch, schedule))
 }
 
 /// The module's first line: the map, the mode and fast math.

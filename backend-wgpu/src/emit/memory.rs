@@ -26,6 +26,16 @@ pub(super) enum Storage {
     Local { var: String },
 }
 
+impl Storage {
+    /// The WGSL array that holds the ref.
+    fn array(&self) -> &str {
+        match self {
+            Storage::Buffer { global, .. } | Storage::Shared { global, .. } => global,
+            Storage::Local { var } => var,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(super) struct RefInfo {
     pub(super) ty: RefType,
@@ -108,34 +118,44 @@ impl UnitEmitter<'_, '_> {
                 self.line(&format!("let {cmp}: {elem} = {};", arg(0)));
                 self.line(&format!("let {new}: {elem} = {};", arg(1)));
                 self.line(&format!("var {old}: {elem};"));
-                self.loop_enter();
-                self.line("loop {");
-                self.depth += 1;
-                self.loop_tick(false);
-                self.line(&format!(
-                    "let r = atomicCompareExchangeWeak(&{place}, {cmp}, {new});"
-                ));
-                self.line(&format!("{old} = r.old_value;"));
-                self.line(&format!(
-                    "if (r.exchanged || r.old_value != {cmp}) {{ break; }}"
-                ));
-                self.depth -= 1;
-                self.line("}");
+                self.retry_loop(&[
+                    format!("let r = atomicCompareExchangeWeak(&{place}, {cmp}, {new});"),
+                    format!("{old} = r.old_value;"),
+                    format!("if (r.exchanged || r.old_value != {cmp}) {{ break; }}"),
+                ]);
                 old
             }
         };
+        // A compare-exchange's result is a variable already: nothing to run.
+        self.atomic_result(dest, &value, op != AtomicOp::CompareExchange);
+        Ok(())
+    }
+
+    /// An atomic's `value`: bound to `dest`, or else run for its effect
+    /// where `value` is the call that does the operation (`run`).
+    fn atomic_result(&mut self, dest: Option<(&str, ScalarType)>, value: &str, run: bool) {
         match dest {
             Some((name, ty)) => {
                 let wgsl = self.bind_scalar(name, ty);
                 self.line(&format!("let {wgsl}: {} = {value};", wgsl_scalar(ty)));
             }
-            None => {
-                if op != AtomicOp::CompareExchange {
-                    self.line(&format!("_ = {value};"));
-                }
-            }
+            None if run => self.line(&format!("_ = {value};")),
+            None => {}
         }
-        Ok(())
+    }
+
+    /// A compare-exchange loop that runs `body` until it breaks, counted
+    /// toward the loop cap like every loop the backend emits.
+    fn retry_loop(&mut self, body: &[String]) {
+        self.loop_enter();
+        self.line("loop {");
+        self.depth += 1;
+        self.loop_tick(false);
+        for line in body {
+            self.line(line);
+        }
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// An f32 atomic on an `atomic<u32>` word (WGSL has no float atomics):
@@ -171,33 +191,22 @@ impl UnitEmitter<'_, '_> {
                     _ => self.call(Helper::MaxF32, "mpmd_max_f32", &[current, v]),
                 };
                 self.line(&format!("var {old}: u32 = atomicLoad(&{place});"));
-                self.loop_enter();
-                self.line("loop {");
-                self.depth += 1;
-                self.loop_tick(false);
-                self.line(&format!(
-                    "let r = atomicCompareExchangeWeak(&{place}, {old}, bitcast<u32>({next}));"
-                ));
-                self.line("if (r.exchanged) { break; }");
-                self.line(&format!("{old} = r.old_value;"));
-                self.depth -= 1;
-                self.line("}");
+                self.retry_loop(&[
+                    format!(
+                        "let r = atomicCompareExchangeWeak(&{place}, {old}, bitcast<u32>({next}));"
+                    ),
+                    "if (r.exchanged) { break; }".to_string(),
+                    format!("{old} = r.old_value;"),
+                ]);
                 format!("bitcast<f32>({old})")
             }
             _ => {
                 return Err(self.invalid(format!("`{}` on f32 elements", op.name())));
             }
         };
-        match dest {
-            Some((name, ty)) => {
-                let wgsl = self.bind_scalar(name, ty);
-                self.line(&format!("let {wgsl}: {} = {value};", wgsl_scalar(ty)));
-            }
-            None if matches!(op, AtomicOp::Load | AtomicOp::Exchange) => {
-                self.line(&format!("_ = {value};"));
-            }
-            None => {}
-        }
+        // After a compare-exchange loop the value is a variable's.
+        let run = matches!(op, AtomicOp::Load | AtomicOp::Exchange);
+        self.atomic_result(dest, &value, run);
         Ok(())
     }
 
@@ -222,11 +231,7 @@ impl UnitEmitter<'_, '_> {
     ) -> Result<(String, RefInfo, u32), EmitError> {
         let info = self.ref_info(&access.base)?;
         let (index, _, depth) = self.index_of(access, &info)?;
-        let array = match &info.storage {
-            Storage::Buffer { global, .. } | Storage::Shared { global, .. } => global.clone(),
-            Storage::Local { var } => var.clone(),
-        };
-        Ok((format!("{array}[{index}]"), info, depth))
+        Ok((format!("{}[{index}]", info.storage.array()), info, depth))
     }
 
     /// A 16-bit element of `access`: its array, and a `let` (emitted here)
@@ -235,10 +240,7 @@ impl UnitEmitter<'_, '_> {
     fn half_element(&mut self, access: &RefAccess) -> Result<(String, String, RefInfo), EmitError> {
         let info = self.ref_info(&access.base)?;
         let (index, _, _) = self.index_of(access, &info)?;
-        let array = match &info.storage {
-            Storage::Buffer { global, .. } | Storage::Shared { global, .. } => global.clone(),
-            Storage::Local { var } => var.clone(),
-        };
+        let array = info.storage.array().to_string();
         let name = self.temp("h");
         self.line(&format!("let {name}: u32 = {index};"));
         Ok((array, name, info))

@@ -90,12 +90,8 @@ impl UnitEmitter<'_, '_> {
         )
         .unwrap();
         writeln!(out, "fn {}(block_id: u32) {{", self.entry).unwrap();
-        writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
-        out.push_str("  mpmd_block_id = block_id;\n  mpmd_thread_id = 0u;\n");
-        self.prologue(&mut out, false);
-        out.push_str("  // The block's semaphore operations.\n");
-        out.push_str(&self.body);
-        out.push_str("}\n");
+        self.write_location(&mut out, "0u");
+        self.write_body(&mut out, false, "The block's semaphore operations.");
         Ok(out)
     }
 
@@ -173,43 +169,59 @@ impl UnitEmitter<'_, '_> {
         let (n, check) = self.sem_amount(amount)?;
         let (global, index, site) = self.sem_place(sem)?;
         let what = describe_access(sem);
+        let polls = !self.ordered_by_dispatch;
         match op {
+            SemOp::Signal if self.sem_barrier_unobservable => {
+                self.line(&format!(
+                    "// signal({what}, n): one add. Every waiter runs in a later dispatch, which sees all of"
+                ));
+                self.line(
+                    "// this one's writes, and nothing follows in this block: no barrier to observe.",
+                );
+            }
             SemOp::Signal => {
-                if self.sem_barrier_unobservable {
-                    self.line(&format!(
-                        "// signal({what}, n): one add. Every waiter runs in a later dispatch, which sees all of"
-                    ));
-                    self.line(
-                        "// this one's writes, and nothing follows in this block: no barrier to observe.",
-                    );
+                self.line(&format!(
+                    "// signal({what}, n): the block's writes first, then one add."
+                ));
+                self.line("workgroupBarrier();");
+                self.line("storageBarrier();");
+            }
+            SemOp::Wait | SemOp::WaitNodec if polls => self.line(&format!(
+                "// {}({what}, n): thread 0 polls (bounded), then the block proceeds together.",
+                op.name()
+            )),
+            SemOp::Wait | SemOp::WaitNodec => self.line(&format!(
+                "// {}({what}, n): every signaller ran in an earlier dispatch; thread 0 looks once.",
+                op.name()
+            )),
+        }
+        let idx = self.temp("sem");
+        let amt = self.temp("amount");
+        self.line(&format!("let {idx}: u32 = {index};"));
+        self.line(&format!("let {amt}: i32 = {n};"));
+        let ok = self.thread0_and(check, &amt, &idx, site);
+        let take = op == SemOp::Wait;
+        match op {
+            SemOp::Signal => self.line(&format!(
+                "if ({ok}) {{ atomicAdd(&{global}[{idx}], {amt}); }}"
+            )),
+            SemOp::Wait | SemOp::WaitNodec if polls => {
+                self.state.helpers.insert(Helper::SemWait(global.clone()));
+                self.line(&format!(
+                    "if ({ok}) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
+                ));
+                if self.state.options.loop_cap.is_some() {
+                    // Thread 0's polls count for its SIMD vector: share the count.
+                    self.line("if (thread_id == 0u) { mpmd_shared_count = mpmd_loop_count; }");
+                    self.line("storageBarrier();");
+                    self.line("mpmd_loop_count = max(mpmd_loop_count, workgroupUniformLoad(&mpmd_shared_count));");
                 } else {
-                    self.line(&format!(
-                        "// signal({what}, n): the block's writes first, then one add."
-                    ));
                     self.line("workgroupBarrier();");
                     self.line("storageBarrier();");
                 }
-                let idx = self.temp("sem");
-                let amt = self.temp("amount");
-                self.line(&format!("let {idx}: u32 = {index};"));
-                self.line(&format!("let {amt}: i32 = {n};"));
-                let ok = self.thread0_and(check, &amt, &idx, site);
-                self.line(&format!(
-                    "if ({ok}) {{ atomicAdd(&{global}[{idx}], {amt}); }}"
-                ));
             }
-            SemOp::Wait | SemOp::WaitNodec if self.ordered_by_dispatch => {
-                let take = op == SemOp::Wait;
+            SemOp::Wait | SemOp::WaitNodec => {
                 self.state.helpers.insert(Helper::SemTake(global.clone()));
-                self.line(&format!(
-                    "// {}({what}, n): every signaller ran in an earlier dispatch; thread 0 looks once.",
-                    op.name()
-                ));
-                let idx = self.temp("sem");
-                let amt = self.temp("amount");
-                self.line(&format!("let {idx}: u32 = {index};"));
-                self.line(&format!("let {amt}: i32 = {n};"));
-                let ok = self.thread0_and(check, &amt, &idx, site);
                 self.line(&format!(
                     "if ({ok}) {{ mpmd_take_{global}({idx}, {amt}, {take}, {site}u); }}"
                 ));
@@ -218,34 +230,6 @@ impl UnitEmitter<'_, '_> {
                         "// No memory access precedes it in this block: no barrier to observe.",
                     );
                 } else {
-                    self.line("workgroupBarrier();");
-                    self.line("storageBarrier();");
-                }
-            }
-            SemOp::Wait | SemOp::WaitNodec => {
-                let take = op == SemOp::Wait;
-                self.state.helpers.insert(Helper::SemWait(global.clone()));
-                self.line(&format!(
-                    "// {}({what}, n): thread 0 polls (bounded), then the block proceeds together.",
-                    op.name()
-                ));
-                let idx = self.temp("sem");
-                let amt = self.temp("amount");
-                self.line(&format!("let {idx}: u32 = {index};"));
-                self.line(&format!("let {amt}: i32 = {n};"));
-                let ok = self.thread0_and(check, &amt, &idx, site);
-                if self.state.options.loop_cap.is_some() {
-                    // Thread 0's polls count for its SIMD vector: share the count.
-                    self.line(&format!(
-                        "if ({ok}) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
-                    ));
-                    self.line("if (thread_id == 0u) { mpmd_shared_count = mpmd_loop_count; }");
-                    self.line("storageBarrier();");
-                    self.line("mpmd_loop_count = max(mpmd_loop_count, workgroupUniformLoad(&mpmd_shared_count));");
-                } else {
-                    self.line(&format!(
-                        "if ({ok}) {{ mpmd_wait_{global}({idx}, {amt}, {take}, {site}u); }}"
-                    ));
                     self.line("workgroupBarrier();");
                     self.line("storageBarrier();");
                 }

@@ -296,8 +296,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 "  let block_id: u32 = workgroupUniformLoad(&mpmd_ticket) - {base}u;"
             )
             .unwrap();
-            writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
-            out.push_str("  mpmd_block_id = block_id;\n  mpmd_thread_id = thread_id;\n");
+            self.write_location(&mut out, "thread_id");
             if self.idle_guard {
                 writeln!(
                     out,
@@ -314,10 +313,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 )
                 .unwrap();
             }
-            self.prologue(&mut out, true);
-            out.push_str("  // Kernel body.\n");
-            out.push_str(&self.body);
-            out.push_str("}\n");
+            self.write_body(&mut out, true, "Kernel body.");
             return Ok(out);
         }
         writeln!(out, "@compute @workgroup_size({})", unit.threads_per_block).unwrap();
@@ -369,13 +365,28 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         // `local_invocation_index` at a measurable cost: about 3% of a
         // memory-bound kernel.)
         out.push_str("  let thread_id: u32 = mpmd_lid.x;\n");
+        self.write_location(&mut out, "thread_id");
+        self.write_body(&mut out, true, "Kernel body.");
+        Ok(out)
+    }
+
+    /// Where the invocation is, for error records (`mpmd_report`).
+    pub(super) fn write_location(&self, out: &mut String, thread_id: &str) {
         writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
-        out.push_str("  mpmd_block_id = block_id;\n  mpmd_thread_id = thread_id;\n");
-        self.prologue(&mut out, true);
-        out.push_str("  // Kernel body.\n");
+        writeln!(
+            out,
+            "  mpmd_block_id = block_id;\n  mpmd_thread_id = {thread_id};"
+        )
+        .unwrap();
+    }
+
+    /// The rest of a function: its prologue (thread axes with `threads`),
+    /// the body written so far under `comment`, and the closing brace.
+    pub(super) fn write_body(&self, out: &mut String, threads: bool, comment: &str) {
+        self.prologue(out, threads);
+        writeln!(out, "  // {comment}").unwrap();
         out.push_str(&self.body);
         out.push_str("}\n");
-        Ok(out)
     }
 
     /// Axis indices (thread axes only with `threads`), scalar parameters and

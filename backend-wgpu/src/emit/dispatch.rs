@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
-use mpmd_core::ir::visit::for_each_stmt;
+use mpmd_core::ir::visit::any_stmt;
 use mpmd_core::ir::{Expr, Literal, Name, SemOp, Stmt};
 use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
 
@@ -200,15 +200,14 @@ fn block_reaches_wait(unit: &LaunchUnit, block: u64) -> bool {
                     }
                 }
                 Stmt::For { body, .. } | Stmt::While { body, .. } => {
-                    let mut waits = false;
-                    for_each_stmt(body, &mut |s| {
-                        waits |= matches!(
+                    let waits = any_stmt(body, &mut |s| {
+                        matches!(
                             s,
                             Stmt::Sem {
                                 op: SemOp::Wait | SemOp::WaitNodec,
                                 ..
                             }
-                        );
+                        )
                     });
                     if waits {
                         return true;

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use mpmd_core::ir::visit::{any_expr, any_stmt};
 use mpmd_core::ir::{BinaryOp, Expr, MemorySpace, Name, RefType, ScalarType, Stmt};
 use mpmd_core::Mode;
 
@@ -28,16 +29,10 @@ struct ElseIfChain<'b> {
     pub(super) last: &'b [Stmt],
 }
 
+/// Whether `body` holds a statement the whole block runs together.
 fn contains_collective(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::Barrier | Stmt::Sem { .. } | Stmt::SemRead { .. } => true,
-        Stmt::If {
-            then_body,
-            else_body,
-            ..
-        } => contains_collective(then_body) || contains_collective(else_body),
-        Stmt::For { body, .. } | Stmt::While { body, .. } => contains_collective(body),
-        _ => false,
+    any_stmt(body, &mut |s| {
+        matches!(s, Stmt::Barrier | Stmt::Sem { .. } | Stmt::SemRead { .. })
     })
 }
 
@@ -538,45 +533,19 @@ impl UnitEmitter<'_, '_> {
     }
 }
 
+/// Whether `body` holds a loop.
 fn contains_loop(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::For { .. } | Stmt::While { .. } => true,
-        Stmt::If {
-            then_body,
-            else_body,
-            ..
-        } => contains_loop(then_body) || contains_loop(else_body),
-        _ => false,
+    any_stmt(body, &mut |s| {
+        matches!(s, Stmt::For { .. } | Stmt::While { .. })
     })
 }
 
 /// Whether `e` names any of `names`.
 fn mentions_any(e: &Expr, names: &HashSet<Name>) -> bool {
-    match e {
-        Expr::Var(n) => names.contains(n),
-        Expr::Lit(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => false,
-        Expr::Load(a) => a
-            .block
-            .iter()
-            .flatten()
-            .chain(a.index.iter())
-            .any(|i| mentions_any(i, names)),
-        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => mentions_any(a, names),
-        Expr::Binary(_, a, b) => mentions_any(a, names) || mentions_any(b, names),
-        Expr::Select(c, t, f) => {
-            mentions_any(c, names) || mentions_any(t, names) || mentions_any(f, names)
-        }
-        Expr::Math(_, args) => args.iter().any(|a| mentions_any(a, names)),
-    }
+    any_expr(e, &mut |e| matches!(e, Expr::Var(n) if names.contains(n)))
 }
 
-pub(super) fn has_load(e: &Expr) -> bool {
-    match e {
-        Expr::Load(_) => true,
-        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => false,
-        Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => has_load(a),
-        Expr::Binary(_, a, b) => has_load(a) || has_load(b),
-        Expr::Select(c, t, f) => has_load(c) || has_load(t) || has_load(f),
-        Expr::Math(_, args) => args.iter().any(has_load),
-    }
+/// Whether `e` loads from memory.
+fn has_load(e: &Expr) -> bool {
+    any_expr(e, &mut |e| matches!(e, Expr::Load(_)))
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use mpmd_core::ir::visit::for_each_stmt;
+use mpmd_core::ir::visit::{for_each_expr, for_each_stmt};
 use mpmd_core::ir::{AtomicOp, BinaryOp, Expr, Name, RefAccess, ScalarType, SemOp, Stmt, Type};
 use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
@@ -14,7 +14,6 @@ use std::fmt::Write as _;
 use super::dispatch::moved_function;
 use super::helpers::Helper;
 use super::memory::Storage;
-use super::stmt::has_load;
 use super::syntax::describe_access;
 use super::unit::UnitEmitter;
 use super::{EmitError, EmitOptions};
@@ -268,49 +267,29 @@ impl UnitEmitter<'_, '_> {
 /// signal of a semaphore the program also `read`s keeps its barrier: another
 /// block of the same dispatch may look at the count.
 pub(super) fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
-    fn reads(body: &[Stmt], out: &mut HashSet<Name>) {
-        for stmt in body {
-            match stmt {
-                Stmt::SemRead { sem, .. } => {
-                    out.insert(sem.base.clone());
-                }
-                Stmt::If {
-                    then_body,
-                    else_body,
-                    ..
-                } => {
-                    reads(then_body, out);
-                    reads(else_body, out);
-                }
-                Stmt::For { body, .. } | Stmt::While { body, .. } => reads(body, out),
-                _ => {}
-            }
-        }
-    }
     let mut read = HashSet::new();
-    reads(body, &mut read);
-    fn private(stmt: &Stmt) -> bool {
-        match stmt {
-            Stmt::Let { value, .. } | Stmt::Assign { value, .. } => !has_load(value),
-            Stmt::Var { init, .. } => !has_load(init),
-            _ => false,
+    for_each_stmt(body, &mut |stmt| {
+        if let Stmt::SemRead { sem, .. } = stmt {
+            read.insert(sem.base.clone());
         }
-    }
-    fn sem_without_loads(stmt: &Stmt, wanted: &[SemOp]) -> bool {
-        match stmt {
-            Stmt::Sem { op, sem, amount } => {
-                wanted.contains(op)
-                    && !has_load(amount)
-                    && !sem
-                        .block
-                        .iter()
-                        .flatten()
-                        .chain(sem.index.iter())
-                        .any(has_load)
-            }
-            _ => false,
-        }
-    }
+    });
+    // A statement whose expressions load, or whose nested statements' do.
+    let loads = |stmt: &Stmt| {
+        let mut found = false;
+        for_each_expr(std::slice::from_ref(stmt), &mut |e| {
+            found = found || matches!(e, Expr::Load(_))
+        });
+        found
+    };
+    let private = |stmt: &Stmt| {
+        matches!(
+            stmt,
+            Stmt::Let { .. } | Stmt::Assign { .. } | Stmt::Var { .. }
+        ) && !loads(stmt)
+    };
+    let sem_without_loads = |stmt: &Stmt, wanted: &[SemOp]| {
+        matches!(stmt, Stmt::Sem { op, .. } if wanted.contains(op)) && !loads(stmt)
+    };
     let mut quiet = vec![false; body.len()];
     for (k, stmt) in body.iter().enumerate() {
         if sem_without_loads(stmt, &[SemOp::Wait, SemOp::WaitNodec]) {

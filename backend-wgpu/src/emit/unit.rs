@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
+use mpmd_core::ir::visit::any_expr;
 use mpmd_core::ir::{Expr, MemorySpace, Name, ScalarType, Type};
 use mpmd_core::plan::{IdSource, LaunchUnit};
 
@@ -219,22 +220,20 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 
     /// Whether `e` has one value in every thread of the block.
     pub(super) fn is_uniform(&self, e: &Expr) -> bool {
-        match e {
-            Expr::Lit(_) | Expr::AxisSize(_) => true,
+        // Uniform when every leaf is: literals, axis sizes, uniform names and
+        // block axis indices (a load may differ between threads).
+        !any_expr(e, &mut |e| match e {
+            Expr::Load(_) => true,
             Expr::Var(name) => {
-                matches!(self.lookup(name), Some(Named::Scalar { uniform: true, .. }))
+                !matches!(self.lookup(name), Some(Named::Scalar { uniform: true, .. }))
             }
-            Expr::AxisIndex(axis) => self
+            Expr::AxisIndex(axis) => !self
                 .unit
                 .axes
                 .iter()
                 .any(|a| &a.axis == axis && a.source == IdSource::Block),
-            Expr::Load(_) => false,
-            Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => self.is_uniform(a),
-            Expr::Binary(_, a, b) => self.is_uniform(a) && self.is_uniform(b),
-            Expr::Select(c, t, f) => self.is_uniform(c) && self.is_uniform(t) && self.is_uniform(f),
-            Expr::Math(_, args) => args.iter().all(|a| self.is_uniform(a)),
-        }
+            _ => false,
+        })
     }
 
     pub(super) fn emit_entry(self, two_d: bool) -> Result<String, EmitError> {

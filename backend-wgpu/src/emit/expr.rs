@@ -218,7 +218,7 @@ impl UnitEmitter<'_, '_> {
     }
 
     /// `v`, or a `let` temporary holding it when it nests too deep.
-    pub(super) fn bounded(&mut self, v: Value) -> Value {
+    fn bounded(&mut self, v: Value) -> Value {
         if v.depth <= MAX_EXPR_DEPTH || v.leaf.is_some() {
             return v;
         }
@@ -294,7 +294,7 @@ impl UnitEmitter<'_, '_> {
         Ok(Value::text(flag, ScalarType::Bool, false))
     }
 
-    pub(super) fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr) -> Result<Value, EmitError> {
+    fn binary(&mut self, op: BinaryOp, a: &Expr, b: &Expr) -> Result<Value, EmitError> {
         if matches!(op, BinaryOp::LogicAnd | BinaryOp::LogicOr) {
             return self.logic(op, a, b);
         }

@@ -20,15 +20,21 @@ use super::{
     MAX_SPLIT_DISPATCHES, SEMAPHORE_WORKGROUP_SIZE,
 };
 
+/// What the units of one module share while they are emitted.
 pub(super) struct ModuleState<'p> {
     pub(super) plan: &'p LaunchPlan,
     pub(super) options: &'p EmitOptions,
     pub(super) layout: BindingLayout,
+    /// Scalar operands in `mpmd_params` word order.
     pub(super) scalar_slots: Vec<(Name, ScalarType)>,
+    /// Literals read at run time (`rt_<k>`), after the scalars.
     pub(super) literals: Vec<Literal>,
-    pub(super) literal_slot: HashMap<Literal, usize>,
+    literal_slot: HashMap<Literal, usize>,
+    /// Helper functions the code called so far.
     pub(super) helpers: BTreeSet<Helper>,
+    /// Accesses that error records name, by site id.
     pub(super) sites: Vec<AccessSite>,
+    /// `(unit, operand)` of the smem arrays stored as atomic words.
     pub(super) smem_atomic: BTreeSet<(usize, Name)>,
 }
 

@@ -36,6 +36,7 @@ impl Storage {
     }
 }
 
+/// A ref's type and where it is stored.
 #[derive(Clone, Debug)]
 pub(super) struct RefInfo {
     pub(super) ty: RefType,

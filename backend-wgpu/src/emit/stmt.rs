@@ -25,8 +25,8 @@ const FLAT_ELSE_IF: usize = 8;
 
 /// An `if` / `else if` chain: the arms in order and the final `else` body.
 struct ElseIfChain<'b> {
-    pub(super) arms: Vec<(&'b Expr, &'b [Stmt])>,
-    pub(super) last: &'b [Stmt],
+    arms: Vec<(&'b Expr, &'b [Stmt])>,
+    last: &'b [Stmt],
 }
 
 /// Whether `body` holds a statement the whole block runs together.
@@ -40,11 +40,7 @@ impl UnitEmitter<'_, '_> {
     /// The loop-header visits `body` costs at most (both branches of every
     /// `if`), as a WGSL expression evaluated before it; `None` when it has
     /// no loop, `Err` when a loop bound is not known before the region.
-    pub(super) fn cost(
-        &mut self,
-        body: &[Stmt],
-        inner: &HashSet<Name>,
-    ) -> Result<Option<String>, ()> {
+    fn cost(&mut self, body: &[Stmt], inner: &HashSet<Name>) -> Result<Option<String>, ()> {
         let mut terms = Vec::new();
         let mut inner = inner.clone();
         for stmt in body {

@@ -335,7 +335,7 @@ pub(super) struct Hoisting {
     /// Per top-level statement: a semaphore operation that runs in a semaphore dispatch.
     pub(super) moved: Vec<bool>,
     /// Per top-level statement: a `let` the moved operations may use.
-    pub(super) pure_lets: Vec<bool>,
+    pure_lets: Vec<bool>,
     /// Per top-level statement: a moved operation whose barrier stays in the kernel.
     pub(super) barrier_kept: Vec<bool>,
 }

@@ -78,7 +78,7 @@ pub(super) fn literal_text(lit: Literal) -> Option<String> {
 /// The WGSL operator of a binary operation. `/` and `%` are WGSL's, which
 /// differ from DESIGN.md's on integers and `%` on floats: the emitter calls
 /// helpers for those.
-pub(super) fn binary_operator(op: BinaryOp) -> &'static str {
+fn binary_operator(op: BinaryOp) -> &'static str {
     match op {
         BinaryOp::Add => "+",
         BinaryOp::Sub => "-",

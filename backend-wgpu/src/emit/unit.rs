@@ -18,6 +18,7 @@ use super::sync::{unobservable_sem_barriers, Hoisting};
 use super::syntax::{describe_literal, from_word, wgsl_scalar};
 use super::{splits_blocks, EmitError, TICKET_WORD};
 
+/// What an IR name stands for in the unit's WGSL.
 #[derive(Clone, Debug)]
 pub(super) enum Named {
     /// `uniform`: the same value in every thread of the block (constants,
@@ -30,16 +31,25 @@ pub(super) enum Named {
     Ref(RefInfo),
 }
 
+/// Writes one unit's WGSL function: its body line by line into `body`, then
+/// the entry point or function around it.
 pub(super) struct UnitEmitter<'s, 'p> {
     pub(super) state: &'s mut ModuleState<'p>,
+    /// The unit's index in the plan.
     pub(super) index: usize,
     pub(super) unit: &'p LaunchUnit,
+    /// The WGSL function's name.
     pub(super) entry: String,
+    /// IR names in scope, innermost block last.
     pub(super) scopes: Vec<HashMap<Name, Named>>,
+    /// WGSL names taken in this function.
     pub(super) used: HashSet<String>,
+    /// The `rt_<k>` literals the body reads (the prologue declares them).
     pub(super) rt_used: BTreeSet<usize>,
     pub(super) body: String,
+    /// Indentation of the next line, in levels.
     pub(super) depth: usize,
+    /// Temporaries named so far (`mpmd_<what><n>`).
     pub(super) temp: usize,
     /// Inside a region whose loop cost was paid at its entry (no ticks).
     pub(super) paid: bool,
@@ -390,7 +400,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 
     /// Axis indices (thread axes only with `threads`), scalar parameters and
     /// the literals the body read at run time.
-    pub(super) fn prologue(&self, out: &mut String, threads: bool) {
+    fn prologue(&self, out: &mut String, threads: bool) {
         let unit = self.unit;
         out.push_str("  // Axis indices: (id / stride) % size.\n");
         for axis in &unit.axes {

@@ -2,12 +2,12 @@
 //! shared arenas by word type when the adapter allows fewer bindings; the
 //! names of buffers and `smem` arrays; the module's global declarations.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use mpmd_core::ir::visit::for_each_stmt;
-use mpmd_core::ir::{MemorySpace, Name, ScalarType, Stmt, Type};
+use mpmd_core::ir::{MemorySpace, Name, ScalarType, Type};
 use mpmd_core::plan::LaunchPlan;
+use mpmd_core::validate::OperandAccess;
 
 use super::generate::ModuleState;
 use super::syntax::{describe_ref_type, fixed_array};
@@ -112,9 +112,15 @@ pub fn words_for(elem: ScalarType, elements: u64) -> u64 {
     }
 }
 
-/// Which plan buffers are accessed atomically: the plan's flag, plus the
-/// atomics and semaphore operations found in the kernels (belt and braces:
-/// a plain/atomic mismatch would make invalid WGSL).
+/// Whether memory of element type `elem` that a program accesses as
+/// `access` is held in atomic words: atomics and semaphore operations, and
+/// 16-bit stores (one half of a word that another thread may be updating the
+/// other half of).
+pub(super) fn needs_atomic_words(access: OperandAccess, elem: ScalarType) -> bool {
+    access.is_atomic() || (elem.is_16bit() && access.stored)
+}
+
+/// Which plan buffers are held in atomic words, from the programs' facts.
 fn atomic_buffers(plan: &LaunchPlan) -> Vec<bool> {
     let mut atomic: Vec<bool> = plan
         .buffers
@@ -122,46 +128,15 @@ fn atomic_buffers(plan: &LaunchPlan) -> Vec<bool> {
         .map(|b| b.atomic || b.ty.space == MemorySpace::Sem)
         .collect();
     for unit in &plan.units {
-        let mut names = HashSet::new();
-        collect_atomic_targets(&unit.kernel.body, &mut names);
-        for name in &names {
-            if let Some(buffer) = plan.param_buffer(unit, name) {
-                atomic[buffer] = true;
-            }
-        }
-        // A 16-bit store updates one half of a word that another thread may
-        // be updating the other half of: such buffers are atomic words.
-        let mut stored = HashSet::new();
-        collect_store_targets(&unit.kernel.body, &mut stored);
-        for name in &stored {
-            if let Some(buffer) = plan.param_buffer(unit, name) {
-                if plan.buffers[buffer].ty.elem.is_16bit() {
+        for (access, operand) in unit.facts.accesses.iter().zip(&plan.operands) {
+            if let Some(buffer) = operand.buffer {
+                if needs_atomic_words(*access, plan.buffers[buffer].ty.elem) {
                     atomic[buffer] = true;
                 }
             }
         }
     }
     atomic
-}
-
-pub(super) fn collect_store_targets(body: &[Stmt], out: &mut HashSet<Name>) {
-    for_each_stmt(body, &mut |stmt| {
-        if let Stmt::Store { target, .. } = stmt {
-            out.insert(target.base.clone());
-        }
-    });
-}
-
-pub(super) fn collect_atomic_targets(body: &[Stmt], out: &mut HashSet<Name>) {
-    for_each_stmt(body, &mut |stmt| match stmt {
-        Stmt::Atomic { target, .. } => {
-            out.insert(target.base.clone());
-        }
-        Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
-            out.insert(sem.base.clone());
-        }
-        _ => {}
-    });
 }
 
 /// Assigns bindings: one per buffer, or shared arenas by word type when

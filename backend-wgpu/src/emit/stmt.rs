@@ -204,8 +204,7 @@ impl UnitEmitter<'_, '_> {
         match stmt {
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
-                let uniform = self.is_uniform(value);
-                let name = self.bind_scalar_with(&var.name, var.ty, uniform);
+                let name = self.bind_scalar(&var.name, var.ty);
                 self.line(&format!("let {name}: {} = {v};", wgsl_scalar(var.ty)));
             }
             Stmt::Var { var, init } => {
@@ -301,8 +300,7 @@ impl UnitEmitter<'_, '_> {
                 let end_name = self.temp("end");
                 self.line(&format!("let {end_name}: {} = {e};", wgsl_scalar(var.ty)));
                 self.scopes.push(HashMap::new());
-                let uniform = self.is_uniform(start) && self.is_uniform(end);
-                let v = self.bind_scalar_with(&var.name, var.ty, uniform);
+                let v = self.bind_scalar(&var.name, var.ty);
                 let one = if var.ty == ScalarType::I32 {
                     "1i"
                 } else {
@@ -383,7 +381,7 @@ impl UnitEmitter<'_, '_> {
                 self.line(&format!(
                     "if (thread_id == 0u) {{ mpmd_sem_value = atomicLoad(&{place}); }}"
                 ));
-                let name = self.bind_scalar_with(dest, ScalarType::I32, true);
+                let name = self.bind_scalar(dest, ScalarType::I32);
                 self.line(&format!(
                     "let {name}: i32 = workgroupUniformLoad(&mpmd_sem_value);"
                 ));

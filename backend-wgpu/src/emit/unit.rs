@@ -4,13 +4,10 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
-use mpmd_core::ir::visit::any_expr;
 use mpmd_core::ir::{Expr, MemorySpace, Name, ScalarType, Type};
 use mpmd_core::plan::{IdSource, LaunchUnit};
 
-use super::bindings::{
-    collect_atomic_targets, collect_store_targets, sanitize, smem_global, WordType,
-};
+use super::bindings::{needs_atomic_words, sanitize, smem_global, WordType};
 use super::dispatch::BlockSource;
 use super::generate::ModuleState;
 use super::memory::{RefInfo, Storage};
@@ -21,13 +18,7 @@ use super::{splits_blocks, EmitError, TICKET_WORD};
 /// What an IR name stands for in the unit's WGSL.
 #[derive(Clone, Debug)]
 pub(super) enum Named {
-    /// `uniform`: the same value in every thread of the block (constants,
-    /// scalar parameters, block axis indices and values computed from them).
-    Scalar {
-        wgsl: String,
-        ty: ScalarType,
-        uniform: bool,
-    },
+    Scalar { wgsl: String, ty: ScalarType },
     Ref(RefInfo),
 }
 
@@ -77,10 +68,6 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         hoisting: &Hoisting,
     ) -> Result<Self, EmitError> {
         let plan = state.plan;
-        let mut smem_atomics = HashSet::new();
-        collect_atomic_targets(&unit.kernel.body, &mut smem_atomics);
-        let mut stored = HashSet::new();
-        collect_store_targets(&unit.kernel.body, &mut stored);
         let mut top = HashMap::new();
         if unit.kernel.params.len() != plan.operands.len() {
             return Err(EmitError::Invalid {
@@ -94,27 +81,22 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         }
         let mut scalar_index = 0usize;
         let mut used = HashSet::new();
-        for (param, operand) in unit.kernel.params.iter().zip(&plan.operands) {
+        let accesses = unit.facts.accesses.iter();
+        for ((param, operand), access) in
+            unit.kernel.params.iter().zip(&plan.operands).zip(accesses)
+        {
             match &param.ty {
                 Type::Scalar(t) => {
                     let wgsl = format!("v_{}", sanitize(&param.name));
                     used.insert(wgsl.clone());
-                    top.insert(
-                        param.name.clone(),
-                        Named::Scalar {
-                            wgsl,
-                            ty: *t,
-                            uniform: true,
-                        },
-                    );
+                    top.insert(param.name.clone(), Named::Scalar { wgsl, ty: *t });
                     scalar_index += 1;
                 }
                 Type::Ref(r) => {
                     let storage = match (r.space, operand.buffer) {
                         (MemorySpace::Smem, _) => {
                             // 16-bit smem that is stored to: atomic words, as for gmem.
-                            let atomic = smem_atomics.contains(&param.name)
-                                || (r.elem.is_16bit() && stored.contains(&param.name));
+                            let atomic = needs_atomic_words(*access, r.elem);
                             if atomic {
                                 state.smem_atomic.insert((index, operand.name.clone()));
                             }
@@ -212,38 +194,21 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     }
 
     pub(super) fn bind_scalar(&mut self, name: &str, ty: ScalarType) -> String {
-        self.bind_scalar_with(name, ty, false)
-    }
-
-    pub(super) fn bind_scalar_with(&mut self, name: &str, ty: ScalarType, uniform: bool) -> String {
         let wgsl = self.fresh("v_", name);
         self.scopes.last_mut().unwrap().insert(
             name.to_string(),
             Named::Scalar {
                 wgsl: wgsl.clone(),
                 ty,
-                uniform,
             },
         );
         wgsl
     }
 
-    /// Whether `e` has one value in every thread of the block.
+    /// Whether `e` has one value in every thread of the block: the
+    /// program's uniformity fact (`LaunchUnit::facts`), validation's answer.
     pub(super) fn is_uniform(&self, e: &Expr) -> bool {
-        // Uniform when every leaf is: literals, axis sizes, uniform names and
-        // block axis indices (a load may differ between threads).
-        !any_expr(e, &mut |e| match e {
-            Expr::Load(_) => true,
-            Expr::Var(name) => {
-                !matches!(self.lookup(name), Some(Named::Scalar { uniform: true, .. }))
-            }
-            Expr::AxisIndex(axis) => !self
-                .unit
-                .axes
-                .iter()
-                .any(|a| &a.axis == axis && a.source == IdSource::Block),
-            _ => false,
-        })
+        self.unit.facts.uniformity.is_uniform(e)
     }
 
     pub(super) fn emit_entry(self, two_d: bool) -> Result<String, EmitError> {

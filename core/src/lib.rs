@@ -18,6 +18,9 @@ pub mod text;
 pub mod validate;
 
 pub use backend::{Backend, Mode, RunError, RunOptions};
+
+#[cfg(test)]
+mod all_lists;
 pub use host::{CallArgs, CallOutputs, HostTensor};
 
 /// The README's Rust examples run as doctests, so the README cannot drift.

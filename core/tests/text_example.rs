@@ -241,26 +241,7 @@ fn examples_in_the_format_doc_are_canonical() {
 fn every_operator_function_and_case_option_round_trips() {
     let (a, b, c) = (var("a"), var("b"), var("c"));
     let mut exprs: Vec<Expr> = Vec::new();
-    for op in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Rem,
-        BinaryOp::BitAnd,
-        BinaryOp::BitOr,
-        BinaryOp::BitXor,
-        BinaryOp::Shl,
-        BinaryOp::Shr,
-        BinaryOp::LogicAnd,
-        BinaryOp::LogicOr,
-        BinaryOp::Eq,
-        BinaryOp::Ne,
-        BinaryOp::Lt,
-        BinaryOp::Le,
-        BinaryOp::Gt,
-        BinaryOp::Ge,
-    ] {
+    for op in BinaryOp::ALL {
         let inner = Expr::Binary(op, Box::new(a.clone()), Box::new(b.clone()));
         exprs.push(Expr::Binary(
             op,
@@ -269,7 +250,7 @@ fn every_operator_function_and_case_option_round_trips() {
         ));
         exprs.push(Expr::Binary(op, Box::new(c.clone()), Box::new(inner)));
     }
-    for op in [UnaryOp::Neg, UnaryOp::Not, UnaryOp::BitNot] {
+    for op in UnaryOp::ALL {
         exprs.push(Expr::Unary(op, Box::new(a.clone() + b.clone())));
         exprs.push(Expr::Unary(op, Box::new(Expr::from(-1))));
     }
@@ -301,7 +282,7 @@ fn every_operator_function_and_case_option_round_trips() {
             args: vec![Expr::from(1); op.arity()],
         });
     }
-    for op in [SemOp::Signal, SemOp::Wait, SemOp::WaitNodec] {
+    for op in SemOp::ALL {
         body.push(Stmt::Sem {
             op,
             sem: at_block("s", [axis_index("b")], [Expr::from(0u32)]),

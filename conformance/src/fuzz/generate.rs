@@ -1882,18 +1882,7 @@ impl Gen {
         let d = depth - 1;
         match self.rng.below(8) {
             0..=3 => {
-                let op = *self.rng.pick(&[
-                    BinaryOp::Add,
-                    BinaryOp::Sub,
-                    BinaryOp::Mul,
-                    BinaryOp::Div,
-                    BinaryOp::Rem,
-                    BinaryOp::BitAnd,
-                    BinaryOp::BitOr,
-                    BinaryOp::BitXor,
-                    BinaryOp::Shl,
-                    BinaryOp::Shr,
-                ]);
+                let op = *self.rng.pick(&BinaryOp::COMPOUND);
                 let (a, b) = (self.int(ty, d, uniform), self.int(ty, d, uniform));
                 Val::new(
                     Expr::Binary(op, Box::new(a.e), Box::new(b.e)),
@@ -1945,14 +1934,7 @@ impl Gen {
                     self.value(ty, d, false, uniform),
                     self.value(ty, d, false, uniform),
                 );
-                let op = *self.rng.pick(&[
-                    BinaryOp::Eq,
-                    BinaryOp::Ne,
-                    BinaryOp::Lt,
-                    BinaryOp::Le,
-                    BinaryOp::Gt,
-                    BinaryOp::Ge,
-                ]);
+                let op = *self.rng.pick(&BinaryOp::COMPARISONS);
                 Val::new(
                     Expr::Binary(op, Box::new(a.e), Box::new(b.e)),
                     Bool,

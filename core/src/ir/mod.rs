@@ -111,6 +111,8 @@ pub enum MemorySpace {
 }
 
 impl MemorySpace {
+    pub const ALL: [MemorySpace; 4] = [Self::Gmem, Self::Smem, Self::Sem, Self::Local];
+
     pub fn keyword(self) -> &'static str {
         match self {
             Self::Gmem => "gmem",
@@ -301,6 +303,10 @@ pub enum UnaryOp {
     BitNot,
 }
 
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 3] = [Self::Neg, Self::Not, Self::BitNot];
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
     Add,
@@ -328,6 +334,33 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Every operator, in declaration order.
+    pub const ALL: [BinaryOp; 18] = [
+        Self::Add,
+        Self::Sub,
+        Self::Mul,
+        Self::Div,
+        Self::Rem,
+        Self::BitAnd,
+        Self::BitOr,
+        Self::BitXor,
+        Self::Shl,
+        Self::Shr,
+        Self::LogicAnd,
+        Self::LogicOr,
+        Self::Eq,
+        Self::Ne,
+        Self::Lt,
+        Self::Le,
+        Self::Gt,
+        Self::Ge,
+    ];
+
+    /// The comparisons ([`BinaryOp::is_comparison`]): `bool` results of two
+    /// operands of one type.
+    pub const COMPARISONS: [BinaryOp; 6] =
+        [Self::Eq, Self::Ne, Self::Lt, Self::Le, Self::Gt, Self::Ge];
+
     /// The operators a compound assignment (`+=`, `<<=`, ...) may use: the
     /// arithmetic and bitwise ones, not comparisons or `&&`/`||`.
     pub const COMPOUND: [BinaryOp; 10] = [
@@ -344,10 +377,7 @@ impl BinaryOp {
     ];
 
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            Self::Eq | Self::Ne | Self::Lt | Self::Le | Self::Gt | Self::Ge
-        )
+        Self::COMPARISONS.contains(&self)
     }
 }
 
@@ -555,6 +585,8 @@ pub enum SemOp {
 }
 
 impl SemOp {
+    pub const ALL: [SemOp; 3] = [Self::Signal, Self::Wait, Self::WaitNodec];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Signal => "signal",
@@ -684,6 +716,9 @@ pub enum OperandKind {
 }
 
 impl OperandKind {
+    /// In kernel-parameter order.
+    pub const ALL: [OperandKind; 4] = [Self::Input, Self::Output, Self::Scalar, Self::Scratch];
+
     pub fn keyword(self) -> &'static str {
         match self {
             Self::Input => "inputs",

@@ -151,9 +151,7 @@ fn atomic_op(word: &str) -> Option<AtomicOp> {
 }
 
 fn sem_op(word: &str) -> Option<SemOp> {
-    [SemOp::Signal, SemOp::Wait, SemOp::WaitNodec]
-        .into_iter()
-        .find(|f| f.name() == word)
+    SemOp::ALL.into_iter().find(|f| f.name() == word)
 }
 
 impl Parser<'_> {

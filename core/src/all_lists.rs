@@ -5,6 +5,7 @@
 //! that each `ALL` lists every variant at its position: none twice, none out
 //! of order, none skipped before the last one listed.
 
+use crate::backend::ErrorClass;
 use crate::ir::*;
 
 /// Asserts that `all` holds the variant at position `i` at index `i`: no

@@ -1,7 +1,10 @@
-//! `parse(print(m)) == m` for random well-formed modules.
+//! `parse(print(m)) == m` for random well-formed modules, and
+//! `parse_file(print_file(m, c)) == (m, c)` with a case section.
 
+use mpmd_core::case::{CaseSpec, CompareMode, Expectation, Generator};
 use mpmd_core::ir::*;
-use mpmd_core::text::{parse, parse_expr, print, print_expr};
+use mpmd_core::text::{parse, parse_expr, parse_file, print, print_expr, print_file};
+use mpmd_core::ErrorClass;
 use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
@@ -395,10 +398,9 @@ fn module() -> impl Strategy<Value = Module> {
         vec(map(), 0..3),
         vec(resident(), 0..3),
         vec(call(), 0..3),
-        option::of(case_spec()),
     )
         .prop_map(
-            |(consts, meshes, functions, kernels, maps, residents, calls, case)| Module {
+            |(consts, meshes, functions, kernels, maps, residents, calls)| Module {
                 consts,
                 meshes,
                 functions,
@@ -406,7 +408,6 @@ fn module() -> impl Strategy<Value = Module> {
                 maps,
                 residents,
                 calls,
-                case,
             },
         )
 }
@@ -415,7 +416,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
-    fn parse_of_print_is_identity(m in module()) {
+    fn parse_of_print_is_identity(m in module(), case in option::of(case_spec())) {
         let text = print(&m);
         let (parsed, _) = match parse(&text) {
             Ok(parsed) => parsed,
@@ -423,6 +424,14 @@ proptest! {
         };
         prop_assert_eq!(&parsed, &m, "printed:\n{}", text);
         prop_assert_eq!(print(&parsed), text);
+        // With a case section after the module.
+        let text = print_file(&m, case.as_ref());
+        let parsed = match parse_file(&text) {
+            Ok(parsed) => parsed,
+            Err(e) => panic!("{}\n--- printed file ---\n{text}", e.render("printed")),
+        };
+        prop_assert_eq!((&parsed.module, &parsed.case), (&m, &case), "printed:\n{}", text);
+        prop_assert_eq!(print_file(&parsed.module, parsed.case.as_ref()), text);
     }
 
     #[test]

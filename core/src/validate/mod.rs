@@ -6,8 +6,12 @@
 //! kernel exist, the map's operands are well formed and the kernel's
 //! parameters match them. Context-free body checks (types, names, ranks) run
 //! once per kernel regardless.
+//!
+//! A file's case section is checked against the module separately
+//! ([`validate_case`]): it is test data, not part of the module.
 
 mod body;
+mod case;
 mod items;
 mod names;
 mod nesting;
@@ -15,6 +19,7 @@ mod render;
 
 use std::collections::HashSet;
 
+use crate::case::CaseSpec;
 use crate::ir::limits::{with_nesting_stack, INLINE_NESTING};
 use crate::ir::{IrPath, MemorySpace, Module, RefType, Type};
 use crate::text::body_nesting;
@@ -155,6 +160,23 @@ impl Sink {
     fn count(&self) -> usize {
         self.diags.len()
     }
+
+    /// The diagnostics, each reported once: a kernel run by several
+    /// programs is walked once per program, and its context-free findings
+    /// come out identical each time.
+    fn finish(self) -> Result<(), Vec<Diagnostic>> {
+        let mut seen = HashSet::new();
+        let diags: Vec<Diagnostic> = self
+            .diags
+            .into_iter()
+            .filter(|d| seen.insert((d.code, d.path.clone(), d.message.clone())))
+            .collect();
+        if diags.is_empty() {
+            Ok(())
+        } else {
+            Err(diags)
+        }
+    }
 }
 
 /// Checks every rule; returns all diagnostics found.
@@ -178,19 +200,17 @@ fn validate_here(module: &Module, options: &ValidateOptions) -> Result<(), Vec<D
     let too_deep = nesting::check_nesting(module, &mut sink);
     names::check_names(module, &too_deep, &mut sink);
     items::check_module(module, options, &too_deep, &mut sink);
-    // A kernel run by several programs is walked once per program; its
-    // context-free findings come out identical each time.
-    let mut seen = HashSet::new();
-    let diags: Vec<Diagnostic> = sink
-        .diags
-        .into_iter()
-        .filter(|d| seen.insert((d.code, d.path.clone(), d.message.clone())))
-        .collect();
-    if diags.is_empty() {
-        Ok(())
-    } else {
-        Err(diags)
-    }
+    sink.finish()
+}
+
+/// Checks a file's case section against its module (E0008): `generate`
+/// names an input that takes host data or a resident, `index_into` a ref
+/// with that dimension, `compare` an output. Callers that check a whole
+/// file report these after [`validate`]'s.
+pub fn validate_case(module: &Module, case: &CaseSpec) -> Result<(), Vec<Diagnostic>> {
+    let mut sink = Sink { diags: Vec::new() };
+    case::check_case(module, case, &mut sink);
+    sink.finish()
 }
 
 /// A ref type as the text format writes it (`gmem<f32[4, 8]> @ m`).

@@ -269,9 +269,9 @@ fn examples_in_the_format_doc_are_canonical() {
         if !["mesh", "resident", "kernel", "map", "call", "case"].contains(&first_word) {
             continue;
         }
-        let (module, _) = parse(block).unwrap_or_else(|e| panic!("{}", e.render("doc")));
+        let file = parse_file(block).unwrap_or_else(|e| panic!("{}", e.render("doc")));
         if !block.contains("//") {
-            assert_eq!(print(&module), block);
+            assert_eq!(print_file(&file.module, file.case.as_ref()), block);
         }
         checked += 1;
     }

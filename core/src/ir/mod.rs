@@ -760,6 +760,10 @@ pub struct MpmdMap {
     pub scratch: Vec<Operand>,
     pub aliases: Vec<Alias>,
     pub fast_math: bool,
+    /// The map's debug flag (`debug;`), which DESIGN.md gives every map. It
+    /// is parsed, printed and shown in `mpmd lower --target plan`, and
+    /// changes neither lowering nor any run: checks are chosen per run
+    /// ([`crate::Mode::Checked`], `mpmd run --checked`).
     pub debug: bool,
 }
 

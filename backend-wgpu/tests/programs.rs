@@ -7,7 +7,8 @@ use common::*;
 use mpmd_core::backend::{Backend, RunError};
 use mpmd_core::host::{CallOutputs, HostTensor};
 use mpmd_core::interp::Interpreter;
-use mpmd_core::ir::{ErrorClass, Literal};
+use mpmd_core::ir::Literal;
+use mpmd_core::ErrorClass;
 use mpmd_core::Mode;
 use mpmd_wgpu::{emit_module, EmitOptions, WgpuOptions};
 

@@ -12,14 +12,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mpmd_cli::{BackendKind, CliError, Target};
+use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
 use mpmd_core::interp::{
     InterpOptions, Interpreter, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
 };
-use mpmd_core::ir::{ErrorClass, Literal, Module, MpmdMap, Operand, ScalarType, Type};
+use mpmd_core::ir::{Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan};
+use mpmd_core::text::SourceFile;
 use mpmd_core::RunError as CoreRunError;
-use mpmd_core::{inputs, text, Backend, CallArgs, HostTensor, Mode, RunOptions};
+use mpmd_core::{inputs, text, Backend, CallArgs, ErrorClass, HostTensor, Mode, RunOptions};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -215,6 +217,8 @@ fn validation_error(rendered: String) -> PyErr {
 #[pyclass(module = "mpmd", name = "Module", frozen)]
 struct PyModule_ {
     module: Arc<Module>,
+    /// The file's case section (its `generate` and `compare` lines are used).
+    case: Option<CaseSpec>,
     /// The file name diagnostics name.
     file: String,
     /// Each map's plan, lowered once (lowering is a pure function of the module).
@@ -224,9 +228,10 @@ struct PyModule_ {
 type Operands = Vec<(String, &'static str, Vec<u32>)>;
 
 impl PyModule_ {
-    fn new(module: Module, file: String) -> Self {
+    fn new(source: SourceFile, file: String) -> Self {
         PyModule_ {
-            module: Arc::new(module),
+            module: Arc::new(source.module),
+            case: source.case,
             file,
             plans: Mutex::default(),
         }
@@ -279,16 +284,16 @@ impl PyModule_ {
     /// Reads, parses and validates a `.mpmd` file.
     #[staticmethod]
     fn from_file(path: PathBuf) -> PyResult<Self> {
-        let module = mpmd_cli::load_module(&path).map_err(load_error)?;
-        Ok(PyModule_::new(module, path.display().to_string()))
+        let source = mpmd_cli::load_file(&path).map_err(load_error)?;
+        Ok(PyModule_::new(source, path.display().to_string()))
     }
 
     /// Parses and validates `.mpmd` text; diagnostics name it `name`.
     #[staticmethod]
     #[pyo3(signature = (text, name = "<text>"))]
     fn from_text(text: &str, name: &str) -> PyResult<Self> {
-        let module = mpmd_cli::load_source(text, name).map_err(load_error)?;
-        Ok(PyModule_::new(module, name.to_string()))
+        let source = mpmd_cli::load_source(text, name).map_err(load_error)?;
+        Ok(PyModule_::new(source, name.to_string()))
     }
 
     /// The name diagnostics give the module's source.
@@ -319,9 +324,9 @@ impl PyModule_ {
             .collect()
     }
 
-    /// The canonical text of the module.
+    /// The canonical text of the module (and its case section, if any).
     fn text(&self) -> String {
-        text::print(&self.module)
+        text::print_file(&self.module, self.case.as_ref())
     }
 
     /// The inputs a call of `map` takes data for, in parameter order:
@@ -383,7 +388,8 @@ impl PyModule_ {
         memory_limit: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let the_map = self.map(map)?;
-        let generation = inputs::Generation::with_defaults(seed);
+        let generators = self.case.as_ref().map_or(&[][..], |c| &c.generators);
+        let generation = inputs::Generation::with_defaults(seed).with_generators(generators);
         let dict = PyDict::new(py);
         for input in inputs::uploaded_inputs(the_map) {
             let tensor = inputs::generate_input_within(
@@ -637,7 +643,7 @@ impl PyBackend {
 /// run` sets them: checked mode detects and runs the default extra
 /// schedules unless `schedules` says otherwise; schedules compare outputs
 /// as the module's `compare` lines say.
-fn interp_options(settings: &InterpSettings, module: &Module) -> InterpOptions {
+fn interp_options(settings: &InterpSettings, case: Option<&CaseSpec>) -> InterpOptions {
     let mode = if settings.checked {
         Mode::Checked
     } else {
@@ -656,11 +662,7 @@ fn interp_options(settings: &InterpSettings, module: &Module) -> InterpOptions {
         } else {
             0
         }),
-        output_compare: module
-            .case
-            .as_ref()
-            .map(|c| c.compares.clone())
-            .unwrap_or_default(),
+        schedule_tolerances: case.map(CaseSpec::schedule_tolerances).unwrap_or_default(),
         flush_subnormals: false,
     }
 }
@@ -748,6 +750,7 @@ impl PyBackend {
         let the_map = module.map(map)?;
         let args = call_args(module, the_map, inputs, scalars)?;
         let module_ir = Arc::clone(&module.module);
+        let case = module.case.clone();
         let plan = match self.name {
             "interp" => None,
             _ => Some(module.plan(map)?),
@@ -756,7 +759,7 @@ impl PyBackend {
             let mut engine = self.engine()?;
             Ok(match (&mut *engine, &plan) {
                 (Engine::Interp { interp, settings }, _) => {
-                    let options = interp_options(settings, &module_ir);
+                    let options = interp_options(settings, case.as_ref());
                     interp.call(&module_ir, map, &args, &options)
                 }
                 (Engine::Lowered { backend, options }, Some(plan)) => {

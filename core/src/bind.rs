@@ -23,7 +23,7 @@ use crate::plan::{BufferInit, BufferPlan, LaunchPlan};
 pub trait DeviceMemory {
     fn elem(&self) -> ScalarType;
     /// Elements (not bytes) the buffer holds.
-    fn len(&self) -> u64;
+    fn element_count(&self) -> u64;
     /// Whether two bindings name the same memory (an input and the output
     /// aliased to it may both be given, and must then be one buffer).
     fn same_memory(&self, other: &Self) -> bool;
@@ -134,11 +134,11 @@ pub fn bind<'a, B: DeviceMemory>(
                 "{what} of map `{map}` {why}: the backend provides its memory, so a run binds no buffer to it"
             )));
         }
-        if given.elem() != buffer.ty.elem || given.len() != buffer.len {
+        if given.elem() != buffer.ty.elem || given.element_count() != buffer.len {
             return Err(RunError::BadArguments(format!(
                 "{what} of map `{map}` is {}; the buffer given holds {}",
                 elements(buffer.len, buffer.ty.elem),
-                elements(given.len(), given.elem())
+                elements(given.element_count(), given.elem())
             )));
         }
         match bound[index] {
@@ -204,7 +204,7 @@ mod tests {
         fn elem(&self) -> ScalarType {
             self.1
         }
-        fn len(&self) -> u64 {
+        fn element_count(&self) -> u64 {
             self.2
         }
         fn same_memory(&self, other: &Self) -> bool {

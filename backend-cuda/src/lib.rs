@@ -32,7 +32,12 @@ use mpmd_core::Mode;
 use thiserror::Error;
 
 pub use backend::{CudaBackend, CudaError, CudaOptions};
+pub use backend::{CudaBuffer, CudaPrepared, LOADED_KERNELS, PLANS_WITH_ARENA, PREPARED_PLANS};
+/// The cudarc this backend is built with: a caller's context and stream
+/// ([`CudaBackend::on_stream`]) must come from this version.
+pub use cudarc;
 pub use emit::{emit, emit_module, EmitError, EmittedModule, PRELUDE};
+pub use mpmd_core::bind::DeviceArgs;
 pub use nvrtc::{compile_cubin, compile_ptx, nvrtc_version, CompileError, CompileOptions, Ptx};
 pub use ptxas::{assemble, AssembleError, AssembleReport, KernelResources};
 

@@ -547,6 +547,35 @@ impl CudaBackend {
         &self.context
     }
 
+    /// The device's ordinal (CUDA's numbering).
+    pub fn ordinal(&self) -> usize {
+        self.context.ordinal()
+    }
+
+    /// `words` zeroed words of device memory on the backend's stream, for a
+    /// caller's buffer (outputs the caller keeps on the device).
+    pub fn alloc_zeroed(&self, words: usize) -> Result<CudaSlice<u32>, RunError> {
+        self.stream
+            .alloc_zeros::<u32>(words)
+            .map_err(run_err("allocation"))
+    }
+
+    /// `words` copied to new device memory on the backend's stream.
+    pub fn upload_words(&self, words: &[u32]) -> Result<CudaSlice<u32>, RunError> {
+        self.stream.clone_htod(words).map_err(run_err("upload"))
+    }
+
+    /// The words of device memory the backend allocated, once the stream
+    /// has reached this point.
+    pub fn download_words(&self, memory: &CudaSlice<u32>) -> Result<Vec<u32>, RunError> {
+        download(&self.stream, memory, "download")
+    }
+
+    /// The device address of memory the backend allocated.
+    pub fn address_of(&self, memory: &CudaSlice<u32>) -> u64 {
+        device_address(&self.stream, memory)
+    }
+
     /// Whether calls time their kernel with events (`last_kernel_ms`).
     pub fn set_time_kernels(&mut self, on: bool) {
         self.options.time_kernels = on;

@@ -31,8 +31,10 @@ use mpmd_core::plan::LaunchPlan;
 use mpmd_core::Mode;
 use thiserror::Error;
 
+pub use backend::{
+    driver_present, CudaBuffer, CudaPrepared, LOADED_KERNELS, PLANS_WITH_ARENA, PREPARED_PLANS,
+};
 pub use backend::{CudaBackend, CudaError, CudaOptions};
-pub use backend::{CudaBuffer, CudaPrepared, LOADED_KERNELS, PLANS_WITH_ARENA, PREPARED_PLANS};
 /// The cudarc this backend is built with: a caller's context and stream
 /// ([`CudaBackend::on_stream`]) must come from this version.
 pub use cudarc;

@@ -121,6 +121,31 @@ _DLPACK_CUDA = 2
 _DLPACK_LEGACY_STREAM = 1
 
 
+def _preload_nvrtc() -> None:
+    """Loads NVRTC from an installed ``nvidia-cuda-nvrtc`` wheel
+    (``site-packages/nvidia/cu13/lib``, which is not on the loader's path),
+    so that the CUDA backend, which loads it by name, finds it; does
+    nothing where there is none (the system's, or LD_LIBRARY_PATH's, is
+    used then)."""
+    import ctypes
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for folder in ("cu13/lib", "cuda_nvrtc/lib"):
+            path = os.path.join(root, folder, "libnvrtc.so.13")
+            if os.path.exists(path):
+                try:
+                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                    return
+                except OSError:
+                    continue
+
+
 def _on_cuda(value: Any) -> bool:
     """Whether ``value`` is a DLPack array in CUDA device memory."""
     device = getattr(value, "__dlpack_device__", None)
@@ -255,6 +280,7 @@ class Cuda(Backend):
     here. With host inputs only, outputs are numpy arrays."""
 
     def __init__(self, checked: bool = False) -> None:
+        _preload_nvrtc()
         self._raw = _mpmd._Backend.cuda(checked)
 
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import DTYPES, Backend, Cuda, Interpreter, Module, _mpmd
+from . import DTYPES, Backend, Cuda, Interpreter, Module, _mpmd, _preload_nvrtc
 
 __all__ = ["kernel", "synchronize"]
 
@@ -83,6 +83,7 @@ def _register_ffi() -> bool:
     except (ImportError, AttributeError, OSError, RuntimeError):
         return False
     jax.ffi.register_ffi_target(FFI_TARGET, _mpmd.ffi_handler("cpu", *version), platform="cpu")
+    _preload_nvrtc()
     try:
         jax.ffi.register_ffi_target(
             FFI_TARGET, _mpmd.ffi_handler("cuda", *version), platform="CUDA"

@@ -429,13 +429,21 @@ unsafe fn handle(frame: *mut xla::CallFrame, cuda: bool) -> *mut xla::Error {
             run_on_host(
                 &call,
                 |buffer, bytes| {
-                    // SAFETY: XLA's host buffer holds the bytes its dtype and dims say.
+                    if bytes == 0 {
+                        return Ok(Vec::new());
+                    }
+                    // SAFETY: XLA's host buffer holds the bytes its dtype and
+                    // dims say (checked against the operand; not null when
+                    // it holds any).
                     Ok(
                         unsafe { std::slice::from_raw_parts(buffer.data as *const u8, bytes) }
                             .to_vec(),
                     )
                 },
                 |buffer, data| {
+                    if data.is_empty() {
+                        return Ok(());
+                    }
                     // SAFETY: as above; the result buffer is XLA's to write.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
@@ -686,17 +694,38 @@ fn check_buffer(
         dims.len() == shape.len() && dims.iter().zip(shape).all(|(&d, &s)| d == i64::from(s));
     if buffer.dtype != xla_dtype(elem)
         || !same_shape
-        || (rank != 0 && buffer.data.is_null() && !shape.contains(&0))
+        || (buffer.data.is_null() && !shape.contains(&0))
     {
         return Err(Failure::argument(format!(
-            "mpmd: {what} is {} of shape {}; XLA passed dtype {} of shape {}",
+            "mpmd: {what} is {} of shape {}; XLA passed {} of shape {}",
             crate::dtype_name(elem),
             crate::shape_text(shape),
-            buffer.dtype,
+            xla_dtype_name(buffer.dtype),
             crate::shape_text(&dims)
         )));
     }
     Ok(())
+}
+
+/// numpy's name of an XLA dtype, for messages.
+fn xla_dtype_name(dtype: i32) -> String {
+    let name = match dtype {
+        xla::PRED => "bool",
+        2 => "int8",
+        3 => "int16",
+        xla::S32 => "int32",
+        xla::S64 => "int64",
+        6 => "uint8",
+        7 => "uint16",
+        xla::U32 => "uint32",
+        9 => "uint64",
+        xla::F16 => "float16",
+        xla::F32 => "float32",
+        12 => "float64",
+        xla::BF16 => "bfloat16",
+        other => return format!("XLA dtype {other}"),
+    };
+    name.to_string()
 }
 
 /// A scalar's literal from its bits (a 16-bit float's in the low half).

@@ -119,7 +119,7 @@ def test_a_call_frame_that_does_not_match_the_kernel_is_refused_with_the_reason(
     y = jax.ShapeDtypeStruct((256,), jnp.float32)
     kernel_id = np.int64(registered.id)
     alpha = jnp.float32(2.0)
-    with pytest.raises(Exception, match=r"input `x` of map `axpb` is float32 of shape \(256,\); XLA passed dtype 4 of shape \(256,\)"):
+    with pytest.raises(Exception, match=r"input `x` of map `axpb` is float32 of shape \(256,\); XLA passed int32 of shape \(256,\)"):
         jax.block_until_ready(call_frame((jnp.zeros(256, jnp.int32), alpha), [y], mpmd_kernel=kernel_id))
     with pytest.raises(Exception, match=r"map `axpb` takes 2 operands and 1 results here; the call has 1 and 1"):
         jax.block_until_ready(call_frame((jnp.zeros(256, jnp.float32),), [y], mpmd_kernel=kernel_id))

@@ -326,6 +326,8 @@ else
   cp "$REPO_ROOT"/python/mpmd/*.py "$REPO_ROOT"/python/mpmd/*.pyi "$REPO_ROOT/python/mpmd/py.typed" "$WORK/py/mpmd/"
   cp "$BIN_DIR/_mpmd.abi3.so" "$WORK/py/mpmd/_mpmd.abi3.so"
   say "python $("$PYTHON" -c 'import sys, jax, torch; print(sys.version.split()[0], "jax", jax.__version__, "torch", torch.__version__)')"
+  # JAX and PyTorch share the GPU: JAX takes memory as it needs it.
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
   (cd "$REPO_ROOT" && PYTHONPATH="$WORK/py${PYTHONPATH:+:$PYTHONPATH}" timeout 120 "$PYTHON" -m pytest python/tests_gpu -q -p no:cacheprovider) >"$WORK/pytest-gpu.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/pytest-gpu.txt" >/dev/null

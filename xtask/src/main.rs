@@ -261,7 +261,14 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
     let Some(gpu_embedding) = built_executable(
         root,
         setup,
-        &["test", "--release", "-p", "mpmd-cuda", "--test", "gpu_embedding"],
+        &[
+            "test",
+            "--release",
+            "-p",
+            "mpmd-cuda",
+            "--test",
+            "gpu_embedding",
+        ],
         "gpu_embedding",
     ) else {
         return ExitCode::FAILURE;

@@ -110,8 +110,14 @@ pub fn embedding_figures(backend: &mut CudaBackend, goals: &mut Goals) -> Result
     let x = stream.alloc_zeros::<f32>(len).map_err(err)?;
     let y = stream.alloc_zeros::<f32>(len).map_err(err)?;
     let args = DeviceArgs::default()
-        .buffer("x", CudaBuffer::new(x.device_ptr(&stream).0, ScalarType::F32, len as u64))
-        .buffer("y", CudaBuffer::new(y.device_ptr(&stream).0, ScalarType::F32, len as u64))
+        .buffer(
+            "x",
+            CudaBuffer::new(x.device_ptr(&stream).0, ScalarType::F32, len as u64),
+        )
+        .buffer(
+            "y",
+            CudaBuffer::new(y.device_ptr(&stream).0, ScalarType::F32, len as u64),
+        )
         .scalar("alpha", Literal::f32(2.0));
     let reps = 20;
     let mut best_ms = f64::INFINITY;

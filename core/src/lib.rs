@@ -9,11 +9,13 @@
 #![allow(clippy::result_large_err)]
 
 pub mod backend;
+pub mod bind;
 pub mod case;
 pub mod host;
 pub mod inputs;
 pub mod interp;
 pub mod ir;
+pub mod lru;
 pub mod numerics;
 pub mod plan;
 pub mod text;

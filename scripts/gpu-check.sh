@@ -12,6 +12,14 @@
 #   mpmd              the CLI (optional: a smoke run of `mpmd run --backend cuda`)
 #   gpu_run           the backend's GPU tests (optional: the test binary of
 #                     `cargo test --release -p mpmd-cuda --test gpu_run --no-run`)
+#   gpu_embedding     the GPU tests of runs on caller-owned memory (optional:
+#                     `... --test gpu_embedding --no-run`)
+#   _mpmd.abi3.so     the Python package's extension (optional: `cargo build
+#                     --release -p mpmd-python`, target/release/lib_mpmd.so),
+#                     put beside this checkout's python/mpmd for the package's
+#                     GPU tests (python/tests_gpu) and the JAX benchmark;
+#                     they need a python3 with numpy, ml_dtypes, pytest, jax
+#                     with CUDA and torch with CUDA
 #   mpmd-fuzz         the differential fuzzer (optional: 30 s against CUDA)
 #   wgsl_bench        the WGSL benchmark (optional: `cargo bench -p mpmd-wgpu
 #                     --bench wgsl_vs_handwritten --no-run`), run with step 4
@@ -28,16 +36,22 @@
 #
 # Runs, from the repository root (so that conformance finds its corpus):
 #   1. device and driver facts (nvidia-smi);
-#   2. the GPU tests (f16 and bf16 included), at most 90 s (the CLI smoke run
-#      at most 30 s);
+#   2. the GPU tests (f16 and bf16 included), at most 90 s, and those of runs
+#      on caller-owned memory, at most 60 s (the CLI smoke run at most 30 s);
 #   3. the conformance corpus with CUDA executing (backends interp,cuda),
 #      at most 200 s;
 #   4. when a Vulkan loader and the NVIDIA Vulkan driver are there, the
 #      corpus again with WGSL on the GPU as well (interp,cuda,wgpu: CUDA and
 #      WGSL judged against the interpreter and compared with each other), at
 #      most 200 s, then the WGSL benchmark on that adapter, at most 120 s;
-#   5. the benchmarks (f32, f16 and bf16), at most 180 s;
-#   6. the fuzzer with CUDA executing, 30 s (at most 60 s);
+#   5. the benchmarks (f32, f16 and bf16; a prepared map on caller memory
+#      against a raw launch), at most 180 s;
+#   6. the Python package on the GPU: mpmd.Cuda on device arrays and
+#      mpmd.jax under jit (pytest python/tests_gpu, at most 120 s), then the
+#      JAX benchmark (python/benches/jax_bench.py, at most 120 s: against
+#      `jnp` at 1 MiB, and at 256 MiB against the bare backend's figure
+#      from step 5);
+#   7. the fuzzer with CUDA executing, 30 s (at most 60 s);
 # and writes every figure to OUT_FILE (default gpu-check-report.txt), ending
 # with a summary: test, corpus and fuzz counts and the speed goals. The
 # whole run stays under 10 minutes. Exit status: 0 when every step passed,
@@ -195,6 +209,15 @@ if TESTS=$(bin gpu_run); then
 else
   say "gpu tests not run: no gpu_run test binary in $BIN_DIR"
 fi
+if EMBED_TESTS=$(bin gpu_embedding); then
+  (cd "$REPO_ROOT/backend-cuda" && timeout 60 "$EMBED_TESTS" --test-threads 1 --include-ignored) >"$WORK/embed-tests.txt" 2>&1
+  rc=$?
+  tee -a "$OUT" <"$WORK/embed-tests.txt" >/dev/null
+  grep -E '^test result' "$WORK/embed-tests.txt" | sed 's/^/tests /' | tee -a "$OUT" >/dev/null
+  judge "embedding tests" $rc 60
+else
+  say "embedding tests not run: no gpu_embedding test binary in $BIN_DIR"
+fi
 
 # ---- conformance ----------------------------------------------------------
 section "conformance (interp,cuda)"
@@ -287,6 +310,45 @@ else
   STATUS=1
 fi
 
+# ---- the Python package on the GPU ------------------------------------------
+section "python (mpmd.Cuda on device arrays, mpmd.jax under jit)"
+PYTHON=$(command -v python3 || command -v python || true)
+if [ ! -f "$BIN_DIR/_mpmd.abi3.so" ]; then
+  say "python not run: no _mpmd.abi3.so in $BIN_DIR"
+  STATUS=1
+elif [ -z "$PYTHON" ] || ! "$PYTHON" -c 'import numpy, ml_dtypes, pytest, jax, torch' >"$WORK/py-imports.txt" 2>&1; then
+  say "python not run: ${PYTHON:-python3} cannot import numpy, ml_dtypes, pytest, jax and torch:"
+  sed 's/^/python | /' "$WORK/py-imports.txt" | tee -a "$OUT"
+  STATUS=1
+else
+  # The checkout's package with the bundle's extension.
+  mkdir -p "$WORK/py/mpmd"
+  cp "$REPO_ROOT"/python/mpmd/*.py "$REPO_ROOT"/python/mpmd/*.pyi "$REPO_ROOT/python/mpmd/py.typed" "$WORK/py/mpmd/"
+  cp "$BIN_DIR/_mpmd.abi3.so" "$WORK/py/mpmd/_mpmd.abi3.so"
+  say "python $("$PYTHON" -c 'import sys, jax, torch; print(sys.version.split()[0], "jax", jax.__version__, "torch", torch.__version__)')"
+  # JAX and PyTorch share the GPU: JAX takes memory as it needs it.
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  (cd "$REPO_ROOT" && PYTHONPATH="$WORK/py${PYTHONPATH:+:$PYTHONPATH}" timeout 120 "$PYTHON" -m pytest python/tests_gpu -q -p no:cacheprovider) >"$WORK/pytest-gpu.txt" 2>&1
+  rc=$?
+  tee -a "$OUT" <"$WORK/pytest-gpu.txt" >/dev/null
+  judge "python gpu tests" $rc 120
+  (cd "$REPO_ROOT" && PYTHONPATH="$WORK/py${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 timeout 120 "$PYTHON" python/benches/jax_bench.py) >"$WORK/jax-bench.txt" 2>&1
+  rc=$?
+  tee -a "$OUT" <"$WORK/jax-bench.txt"
+  judge "jax benchmark" $rc 120
+fi
+# JAX under jit against the bare backend on the same 256 MiB map: within 5 %.
+bare_ms=$(sed -n 's/^bench\.embedding\.bare_256mib ms=\([0-9.]*\).*/\1/p' "$WORK/bench.txt" 2>/dev/null | head -n 1)
+jax_ms=$(sed -n 's/^bench\.jax\.axpb_256mib mpmd_ms=\([0-9.]*\).*/\1/p' "$WORK/jax-bench.txt" 2>/dev/null | head -n 1)
+if [ -n "$bare_ms" ] && [ -n "$jax_ms" ]; then
+  awk -v jax="$jax_ms" -v bare="$bare_ms" 'BEGIN {
+    r = jax / bare
+    printf "goal.jax_256mib_vs_bare_backend figure=%.3f target=1.05 %s (jax %s ms, bare backend %s ms a call)\n", r, (r <= 1.05 ? "met" : "NOT met"), jax, bare
+  }' | tee -a "$OUT" "$WORK/goals-extra.txt" >/dev/null
+else
+  echo "goal.jax_256mib_vs_bare_backend not measured" | tee -a "$OUT" "$WORK/goals-extra.txt" >/dev/null
+fi
+
 # ---- fuzzing --------------------------------------------------------------
 section "fuzz (cuda)"
 if FUZZ=$(bin mpmd-fuzz); then
@@ -303,9 +365,10 @@ else
 fi
 
 section "summary"
-grep -hE '^(test result|[0-9]+ passed, [0-9]+ failed|triage:|fuzz: )' \
-  "$WORK/tests.txt" "$WORK/conformance.txt" "$WORK/conformance-wgsl.txt" "$WORK/fuzz.txt" 2>/dev/null | tee -a "$OUT"
-grep -h '^goal\.' "$WORK/bench.txt" 2>/dev/null | tee -a "$OUT"
+grep -hE '^(test result|[0-9]+ passed, [0-9]+ failed|triage:|fuzz: |[0-9]+ (passed|failed))' \
+  "$WORK/tests.txt" "$WORK/embed-tests.txt" "$WORK/conformance.txt" "$WORK/conformance-wgsl.txt" \
+  "$WORK/pytest-gpu.txt" "$WORK/fuzz.txt" 2>/dev/null | tee -a "$OUT"
+grep -h '^goal\.' "$WORK/bench.txt" "$WORK/jax-bench.txt" "$WORK/goals-extra.txt" 2>/dev/null | tee -a "$OUT"
 
 section "done"
 say "status $STATUS elapsed $(( $(date +%s) - START ))s report $OUT"

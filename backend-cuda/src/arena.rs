@@ -14,6 +14,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DriverError, PinnedHostSlice};
+use mpmd_core::bind::{provider, Provider};
 use mpmd_core::ir::ScalarType;
 use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
 
@@ -75,9 +76,35 @@ impl ArenaLayout {
     /// device, where loads are fast). `map_outputs` false (the platform
     /// cannot map host memory): every buffer on the device.
     pub fn new(plan: &LaunchPlan, loaded: &BTreeSet<usize>, map_outputs: bool) -> Self {
+        Self::placing(plan, loaded, map_outputs, |buffer| {
+            !matches!(buffer.init, BufferInit::Resident(_))
+        })
+    }
+
+    /// The layout of a run on caller memory (`CudaBackend::enqueue`): only
+    /// the buffers the backend provides (scratch, semaphores, `zeroed`
+    /// inputs) have a place, in the arena; inputs, outputs and residents
+    /// are the caller's or the backend's residents. The mapped block (when
+    /// `map_status`) holds only the status word.
+    pub fn for_caller_memory(plan: &LaunchPlan, map_status: bool) -> Self {
+        let mut layout = Self::placing(plan, &BTreeSet::new(), false, |buffer| {
+            provider(buffer) == Provider::Backend
+        });
+        if !map_status {
+            layout.mapped_words = 0;
+        }
+        layout
+    }
+
+    /// Places the buffers `placed` accepts (see [`ArenaLayout::new`]).
+    fn placing(
+        plan: &LaunchPlan,
+        loaded: &BTreeSet<usize>,
+        map_outputs: bool,
+        placed: impl Fn(&BufferPlan) -> bool,
+    ) -> Self {
         let words = |index: usize| buffer_words(&plan.buffers[index]);
-        let in_memory = (0..plan.buffers.len())
-            .filter(|&i| !matches!(plan.buffers[i].init, BufferInit::Resident(_)));
+        let in_memory = (0..plan.buffers.len()).filter(|&i| placed(&plan.buffers[i]));
         let mut mapped_outputs = 0usize;
         let mapped: BTreeSet<usize> = in_memory
             .clone()
@@ -172,6 +199,10 @@ pub struct HostBlock {
 // writes it meanwhile, and device writes stay inside the block's buffers
 // (every kernel write is bounded to its ref, in fast mode too).
 unsafe impl Send for HostBlock {}
+// SAFETY: shared access only reads the block (`words`, `read_word`) or
+// writes one word (`clear_word`), each an `unsafe fn` whose contract is that
+// nothing else writes that memory meanwhile.
+unsafe impl Sync for HostBlock {}
 
 impl HostBlock {
     pub fn new(context: &Arc<CudaContext>, len: usize, mapped: bool) -> Result<Self, DriverError> {
@@ -221,6 +252,30 @@ impl HostBlock {
         // SAFETY: the range lies inside the allocation (asserted); the
         // caller guarantees that nothing writes it meanwhile.
         unsafe { std::slice::from_raw_parts(self.host.as_ptr().add(range.start), range.len()) }
+    }
+
+    /// Word `word` as the device last wrote it (a volatile read: the device
+    /// writes it behind the compiler's back).
+    ///
+    /// # Safety
+    /// The word is written, if at all, by device work that has finished or
+    /// writes it whole (a status word set by a kernel).
+    pub unsafe fn read_word(&self, word: usize) -> u32 {
+        assert!(word < self.len);
+        // SAFETY: inside the allocation (asserted); aligned u32 memory.
+        unsafe { std::ptr::read_volatile(self.host.as_ptr().add(word)) }
+    }
+
+    /// Sets word `word` to zero.
+    ///
+    /// # Safety
+    /// No device work that reads or writes the block is in flight, and no
+    /// slice from [`HostBlock::words`] is alive.
+    pub unsafe fn clear_word(&self, word: usize) {
+        assert!(word < self.len);
+        // SAFETY: inside the allocation (asserted); the caller excludes
+        // every other access meanwhile.
+        unsafe { std::ptr::write_volatile(self.host.as_ptr().add(word), 0) }
     }
 
     /// # Safety

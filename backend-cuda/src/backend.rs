@@ -3,18 +3,22 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::sys::{
-    CUdevice_attribute, CUevent, CUevent_flags, CUfunction_attribute_enum, CUresult,
+    CUcontext, CUdevice_attribute, CUevent, CUevent_flags, CUfunction_attribute_enum, CUresult,
+    CUstream,
 };
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
     DriverError, LaunchConfig, PushKernelArg,
 };
+use mpmd_core::bind::{bind, DeviceArgs, DeviceMemory};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, ScalarType, Type};
+use mpmd_core::lru::Lru;
 use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use thiserror::Error;
@@ -159,6 +163,109 @@ struct DeviceResident {
     /// Elements (the words hold them packed, at least one word).
     len: u64,
     words: CudaSlice<u32>,
+    /// The device address of `words`, taken once.
+    address: u64,
+}
+
+/// Device memory a caller binds to one operand of a run
+/// ([`CudaBackend::enqueue`]): the device address of element 0 in the
+/// backend's context, and the element type and count it holds, which must
+/// be exactly the operand's. The memory holds the elements as mpmd lays
+/// them out (little-endian, 2 bytes an `f16`/`bf16`, 4 bytes any other
+/// type, a `bool` as a 32-bit 0 or 1; `len` times that many bytes, no
+/// padding) and starts on a multiple of the element's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaBuffer {
+    /// A `CUdeviceptr`.
+    pub ptr: u64,
+    pub elem: ScalarType,
+    /// Elements, not bytes.
+    pub len: u64,
+}
+
+impl CudaBuffer {
+    pub fn new(ptr: u64, elem: ScalarType, len: u64) -> Self {
+        CudaBuffer { ptr, elem, len }
+    }
+
+    /// The bytes the elements take.
+    pub fn bytes(&self) -> u64 {
+        self.len.saturating_mul(u64::from(self.elem.byte_size()))
+    }
+}
+
+impl DeviceMemory for CudaBuffer {
+    fn elem(&self) -> ScalarType {
+        self.elem
+    }
+    fn element_count(&self) -> u64 {
+        self.len
+    }
+    fn same_memory(&self, other: &Self) -> bool {
+        self.ptr == other.ptr
+    }
+}
+
+/// A map prepared on one backend ([`CudaBackend::prepare`]): the plan
+/// emitted, compiled for the device and loaded, the launch checks that do
+/// not depend on the arguments made, and the device memory its runs need
+/// besides the caller's (scratch, semaphores, the control block and the
+/// status word). Run it any number of times with [`CudaBackend::enqueue`];
+/// scalars change per run without recompiling. Dropping it frees that
+/// memory (after the next synchronisation when a run of it is pending).
+///
+/// ```no_run
+/// use cudarc::driver::{CudaContext, DevicePtr};
+/// use mpmd_core::ir::{Literal, ScalarType};
+/// use mpmd_core::{plan::lower, text::parse, Mode};
+/// use mpmd_cuda::{CudaBackend, CudaBuffer, CudaOptions, DeviceArgs};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // The caller's context, stream and memory (cudarc's here; raw handles
+/// // from another library go through `CudaBackend::from_raw`).
+/// let stream = CudaContext::new(0)?.new_stream()?;
+/// let x = stream.clone_htod(&[1.0f32; 256])?;
+/// let y = stream.alloc_zeros::<f32>(256)?;
+/// let (x_ptr, y_ptr) = (x.device_ptr(&stream).0, y.device_ptr(&stream).0);
+///
+/// let (module, _) = parse(include_str!("../../examples/elementwise.mpmd")).map_err(|e| format!("{e:?}"))?;
+/// let plan = lower(&module, "axpb")?; // y = x * alpha + 1 over 256 f32
+/// let mut backend = CudaBackend::on_stream(stream.clone(), CudaOptions::default())?;
+/// let prepared = backend.prepare(&plan, Mode::Fast)?; // compiled and loaded once
+///
+/// for alpha in [2.0, 3.0] {
+///     let args = DeviceArgs::default()
+///         .buffer("x", CudaBuffer::new(x_ptr, ScalarType::F32, 256))
+///         .buffer("y", CudaBuffer::new(y_ptr, ScalarType::F32, 256))
+///         .scalar("alpha", Literal::f32(alpha));
+///     // SAFETY: x and y are this context's, hold 256 f32 each and outlive the runs.
+///     unsafe { backend.enqueue(&prepared, &args)? }; // on `stream`, not waited for
+/// }
+/// backend.synchronize()?; // waits, and reports an error a kernel recorded
+/// assert_eq!(stream.clone_dtoh(&y)?[0], 4.0);
+/// # Ok(())
+/// # }
+/// ```
+pub struct CudaPrepared {
+    prepared: Arc<PreparedPlan>,
+    /// The backend it belongs to (its residents, its stream).
+    backend: u64,
+}
+
+impl CudaPrepared {
+    /// The plan this map runs.
+    pub fn plan(&self) -> &LaunchPlan {
+        &self.prepared.plan
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.prepared.mode
+    }
+
+    /// The generated CUDA C and launch shape.
+    pub fn module(&self) -> &EmittedModule {
+        &self.prepared.module
+    }
 }
 
 /// A plan ready to launch again: the generated kernel, loaded, with the
@@ -172,15 +279,22 @@ struct PreparedPlan {
     /// Physical blocks launched (fewer than the logical blocks for a resident walk).
     grid_blocks: u32,
     layout: ArenaLayout,
-    /// Dropped when the plan falls out of the most recently used few.
+    /// Dropped when the plan falls out of the most recently used few
+    /// (host-copy path); always there for a [`CudaPrepared`].
     memory: Option<CallMemory>,
-    /// The scalar arguments of the latest call, by operand index.
+    /// The scalar arguments of the latest host-copy call, by operand index
+    /// (what [`CudaBackend::time_relaunch`] launches with).
     scalars: HashMap<usize, ScalarArg>,
 }
 
-/// A prepared plan's memory, kept between its calls (see `arena`).
+/// A prepared plan's memory, kept between its calls (see `arena`). The
+/// control block starts clear and stays so until a launch records an
+/// error, which stays there (later launches see the abort flag) until the
+/// host reads it and clears it; a launch clears only the ticket counter.
 struct CallMemory {
     arena: CudaSlice<u32>,
+    /// The device address of the arena's word 0, taken once.
+    arena_base: u64,
     /// `None` where the platform cannot map page-locked memory (WSL2 often
     /// cannot): then no output is mapped and the control block is read back
     /// after every call.
@@ -193,14 +307,24 @@ struct CallMemory {
 /// Read-backs up to this many words go through page-locked memory.
 const STAGING_MAX_WORDS: usize = 1 << 20;
 
-/// Prepared plans kept (compiled kernels are cheap to keep).
-const PREPARED_PLANS: usize = 64;
-/// Prepared plans that keep their device arena between calls.
-const PLANS_WITH_ARENA: usize = 4;
+/// Prepared plans the host-copy path keeps, the least recently used going
+/// first (a prepared plan is a loaded kernel and its launch checks).
+pub const PREPARED_PLANS: usize = 64;
+/// Of those, the most recently used that keep their device memory between
+/// calls; the others free it and allocate again at their next call.
+pub const PLANS_WITH_ARENA: usize = 4;
+/// Loaded kernels (CUDA modules) a backend keeps, the least recently used
+/// going first; a prepared map keeps its own kernel loaded whatever the
+/// cache does.
+pub const LOADED_KERNELS: usize = 64;
+
+/// Numbers backends, so that a prepared map is run only on its own.
+static NEXT_BACKEND_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The CUDA backend: a context on one device, loaded kernels, and the
 /// device-resident refs, which live as long as this value.
 pub struct CudaBackend {
+    id: u64,
     options: CudaOptions,
     context: Arc<CudaContext>,
     stream: Arc<CudaStream>,
@@ -209,9 +333,12 @@ pub struct CudaBackend {
     smem_optin_limit: u32,
     cooperative_launch: bool,
     device_name: String,
-    kernels: HashMap<String, LoadedKernel>,
-    /// Most recently used first.
+    kernels: Lru<String, LoadedKernel>,
+    /// The host-copy path's prepared plans, most recently used first.
     prepared: Vec<PreparedPlan>,
+    /// Maps run on caller memory since the last synchronisation, whose
+    /// control blocks it reads.
+    pending: Vec<Arc<PreparedPlan>>,
     residents: BTreeMap<String, DeviceResident>,
     last_kernel_ms: Option<f32>,
     /// A kernel was launched and its call has not synchronised yet.
@@ -247,6 +374,57 @@ impl CudaBackend {
         }
     }
 
+    /// A backend on a stream the caller owns (cudarc's; its context is the
+    /// stream's, `options.device` is not used): every launch, copy and
+    /// allocation of the backend goes to `stream`, so work the caller
+    /// issues on it before a run is seen by the run, and work after it sees
+    /// the run's results. The context's settings (cudarc's event tracking
+    /// among them) stay the caller's.
+    pub fn on_stream(stream: Arc<CudaStream>, options: CudaOptions) -> Result<Self, CudaError> {
+        if !driver_present() {
+            return Err(CudaError::DriverMissing);
+        }
+        match catch_unwind(AssertUnwindSafe(|| Self::open_on(stream, options))) {
+            Ok(result) => result,
+            Err(payload) => Err(CudaError::Panicked {
+                call: "backend creation",
+                detail: panic_text(payload),
+            }),
+        }
+    }
+
+    /// A backend on a context and stream another library handed over as
+    /// raw driver handles (a framework's current context and stream: XLA's,
+    /// PyTorch's, CuPy's). The legacy default stream is a null `stream`.
+    ///
+    /// # Safety
+    /// `context` is a live CUDA context and `stream` a stream of it (or
+    /// null), both owned by the caller, who keeps them alive as long as the
+    /// backend and everything prepared on it; the backend never destroys
+    /// them.
+    pub unsafe fn from_raw(
+        context: CUcontext,
+        stream: CUstream,
+        options: CudaOptions,
+    ) -> Result<Self, CudaError> {
+        if !driver_present() {
+            return Err(CudaError::DriverMissing);
+        }
+        let wrap = || -> Result<Arc<CudaStream>, CudaError> {
+            // SAFETY: the caller vouches for the handles (this function's contract).
+            let context = unsafe { borrowed_context(context) }?;
+            // SAFETY: as above: `stream` belongs to `context` and outlives the backend.
+            Ok(unsafe { context.wrap_borrowed_stream(stream) })
+        };
+        match catch_unwind(AssertUnwindSafe(|| Self::open_on(wrap()?, options))) {
+            Ok(result) => result,
+            Err(payload) => Err(CudaError::Panicked {
+                call: "backend creation",
+                detail: panic_text(payload),
+            }),
+        }
+    }
+
     fn open(options: CudaOptions) -> Result<Self, CudaError> {
         let count = CudaContext::device_count().map_err(|e| CudaError::NoDevice {
             ordinal: options.device,
@@ -266,6 +444,12 @@ impl CudaBackend {
         // issues everything on its one stream, and hands the context and the
         // stream out only through `unsafe fn`s whose contract keeps it so.
         unsafe { context.disable_event_tracking() };
+        Self::open_on(context.default_stream(), options)
+    }
+
+    /// The backend on `stream` (its context is the stream's).
+    fn open_on(stream: Arc<CudaStream>, options: CudaOptions) -> Result<Self, CudaError> {
+        let context = stream.context().clone();
         let (major, minor) = context
             .compute_capability()
             .map_err(driver("cuDeviceGetAttribute"))?;
@@ -296,8 +480,8 @@ impl CudaBackend {
         // Some platforms (WSL2 among them) refuse mapped page-locked memory:
         // then every output stays on the device (see `arena`).
         let host_mapping = options.host_mapped_outputs && HostBlock::new(&context, 1, true).is_ok();
-        let stream = context.default_stream();
         Ok(CudaBackend {
+            id: NEXT_BACKEND_ID.fetch_add(1, Ordering::Relaxed),
             options,
             context,
             stream,
@@ -306,8 +490,9 @@ impl CudaBackend {
             smem_optin_limit,
             cooperative_launch,
             device_name,
-            kernels: HashMap::new(),
+            kernels: Lru::new(LOADED_KERNELS),
             prepared: Vec::new(),
+            pending: Vec::new(),
             residents: BTreeMap::new(),
             last_kernel_ms: None,
             in_flight: false,
@@ -357,6 +542,35 @@ impl CudaBackend {
         &self.context
     }
 
+    /// The device's ordinal (CUDA's numbering).
+    pub fn ordinal(&self) -> usize {
+        self.context.ordinal()
+    }
+
+    /// `words` zeroed words of device memory on the backend's stream, for a
+    /// caller's buffer (outputs the caller keeps on the device).
+    pub fn alloc_zeroed(&self, words: usize) -> Result<CudaSlice<u32>, RunError> {
+        self.stream
+            .alloc_zeros::<u32>(words)
+            .map_err(run_err("allocation"))
+    }
+
+    /// `words` copied to new device memory on the backend's stream.
+    pub fn upload_words(&self, words: &[u32]) -> Result<CudaSlice<u32>, RunError> {
+        self.stream.clone_htod(words).map_err(run_err("upload"))
+    }
+
+    /// The words of device memory the backend allocated, once the stream
+    /// has reached this point.
+    pub fn download_words(&self, memory: &CudaSlice<u32>) -> Result<Vec<u32>, RunError> {
+        download(&self.stream, memory, "download")
+    }
+
+    /// The device address of memory the backend allocated.
+    pub fn address_of(&self, memory: &CudaSlice<u32>) -> u64 {
+        device_address(&self.stream, memory)
+    }
+
     /// Whether calls time their kernel with events (`last_kernel_ms`).
     pub fn set_time_kernels(&mut self, on: bool) {
         self.options.time_kernels = on;
@@ -390,7 +604,7 @@ impl CudaBackend {
         fast_math: bool,
     ) -> Result<CudaFunction, RunError> {
         let key = format!("{fast_math}\n{}", module.source);
-        if let Some(loaded) = self.kernels.get(&key) {
+        if let Some(loaded) = self.kernels.get(key.as_str()) {
             return Ok(loaded.function.clone());
         }
         let cubin = self
@@ -416,6 +630,8 @@ impl CudaBackend {
         let function = loaded
             .load_function(&module.kernel_name)
             .map_err(run_err("cuModuleGetFunction"))?;
+        // An evicted module stays loaded while a prepared plan's function
+        // holds it (cudarc's functions keep their module).
         self.kernels.insert(
             key,
             LoadedKernel {
@@ -426,9 +642,27 @@ impl CudaBackend {
         Ok(function)
     }
 
+    /// Loaded kernels the backend keeps now (at most [`LOADED_KERNELS`]).
+    pub fn loaded_kernels(&self) -> usize {
+        self.kernels.len()
+    }
+
     /// Emits, compiles and loads `plan`, and makes the launch checks that
-    /// do not depend on the call's arguments.
-    fn prepare(&mut self, plan: &LaunchPlan, mode: Mode) -> Result<PreparedPlan, RunError> {
+    /// do not depend on the call's arguments; `caller_memory`: laid out for
+    /// runs on caller memory (only the backend's own buffers in the arena).
+    fn prepare_plan(
+        &mut self,
+        plan: &LaunchPlan,
+        mode: Mode,
+        caller_memory: bool,
+    ) -> Result<PreparedPlan, RunError> {
+        let layout = |backend: &Self| {
+            if caller_memory {
+                ArenaLayout::for_caller_memory(plan, backend.host_mapping)
+            } else {
+                ArenaLayout::new(plan, &loaded_buffers(plan), backend.host_mapping)
+            }
+        };
         let schedule = BlockSchedule::for_plan(plan, self.cooperative_launch);
         let (module, function) = self.compile_and_load(plan, mode, schedule)?;
         if schedule == BlockSchedule::ResidentWalk {
@@ -438,13 +672,25 @@ impl CudaBackend {
                     .min(self.options.max_resident_blocks.map_or(u64::MAX, u64::from))
                     .max(1);
                 let grid_blocks = module.total_blocks.min(resident) as u32;
-                return Ok(self.prepared_plan(plan, mode, module, function, true, grid_blocks));
+                let layout = layout(self);
+                return Ok(prepared_plan(
+                    plan,
+                    mode,
+                    module,
+                    function,
+                    true,
+                    grid_blocks,
+                    layout,
+                ));
             }
             // Not even one block fits: take tickets instead, which then fail
             // with the launch's own error.
             let (module, function) = self.compile_and_load(plan, mode, BlockSchedule::Tickets)?;
             let grid = module.total_blocks as u32;
-            return Ok(self.prepared_plan(plan, mode, module, function, false, grid));
+            let layout = layout(self);
+            return Ok(prepared_plan(
+                plan, mode, module, function, false, grid, layout,
+            ));
         }
         let cooperative = plan.needs_co_residency();
         if cooperative {
@@ -466,29 +712,16 @@ impl CudaBackend {
             }
         }
         let grid = module.total_blocks as u32;
-        Ok(self.prepared_plan(plan, mode, module, function, cooperative, grid))
-    }
-
-    fn prepared_plan(
-        &self,
-        plan: &LaunchPlan,
-        mode: Mode,
-        module: EmittedModule,
-        function: CudaFunction,
-        cooperative: bool,
-        grid_blocks: u32,
-    ) -> PreparedPlan {
-        PreparedPlan {
-            plan: plan.clone(),
+        let layout = layout(self);
+        Ok(prepared_plan(
+            plan,
             mode,
-            layout: ArenaLayout::new(plan, &loaded_buffers(plan), self.host_mapping),
             module,
             function,
             cooperative,
-            grid_blocks,
-            memory: None,
-            scalars: HashMap::new(),
-        }
+            grid,
+            layout,
+        ))
     }
 
     /// Emits `plan` with `schedule`, compiles and loads it.
@@ -547,7 +780,7 @@ impl CudaBackend {
         match found {
             Some(index) => self.prepared[..=index].rotate_right(1),
             None => {
-                let prepared = self.prepare(plan, mode)?;
+                let prepared = self.prepare_plan(plan, mode, false)?;
                 self.prepared.insert(0, prepared);
                 self.prepared.truncate(PREPARED_PLANS);
             }
@@ -558,12 +791,21 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Allocates the device-resident refs the plan binds that do not exist yet.
-    fn bind_residents(&mut self, plan: &LaunchPlan) -> Result<(), RunError> {
-        for buffer in &plan.buffers {
+    /// Allocates the device-resident refs the plan binds that do not exist
+    /// yet, and checks those that do; `given[i]`: plan buffer `i` is bound
+    /// to caller memory in this run (its resident is neither made nor used).
+    fn bind_residents(
+        &mut self,
+        plan: &LaunchPlan,
+        given: &[Option<&CudaBuffer>],
+    ) -> Result<(), RunError> {
+        for (index, buffer) in plan.buffers.iter().enumerate() {
             let BufferInit::Resident(name) = &buffer.init else {
                 continue;
             };
+            if given.get(index).is_some_and(Option::is_some) {
+                continue;
+            }
             if let Some(existing) = self.residents.get(name) {
                 if existing.elem != buffer.ty.elem {
                     return Err(RunError::BadArguments(format!(
@@ -582,6 +824,7 @@ impl CudaBackend {
                     .stream
                     .alloc_zeros::<u32>(buffer_words(buffer))
                     .map_err(run_err("allocation"))?;
+                let address = device_address(&self.stream, &words);
                 self.residents.insert(
                     name.clone(),
                     DeviceResident {
@@ -589,6 +832,7 @@ impl CudaBackend {
                         shape: plan.host_shape(buffer),
                         len: buffer.len,
                         words,
+                        address,
                     },
                 );
             }
@@ -613,16 +857,196 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Prepares `plan` to run in `mode` on caller memory: emits, compiles
+    /// (through the module cache) and loads it, makes the launch checks that
+    /// do not depend on the arguments (co-residency, shared memory), and
+    /// allocates the memory its runs need besides the caller's (scratch,
+    /// semaphores, the control block). Run it with [`CudaBackend::enqueue`].
+    pub fn prepare(&mut self, plan: &LaunchPlan, mode: Mode) -> Result<CudaPrepared, RunError> {
+        self.guarded(|backend| {
+            let mut prepared = backend.prepare_plan(plan, mode, true)?;
+            prepared.memory = Some(CallMemory::new(
+                &backend.stream,
+                &prepared.layout,
+                backend.host_mapping,
+            )?);
+            Ok(CudaPrepared {
+                prepared: Arc::new(prepared),
+                backend: backend.id,
+            })
+        })
+    }
+
+    /// Runs `prepared` once on caller memory: `args` binds device memory to
+    /// every input and output of the map (and may bind some to a
+    /// device-resident operand, otherwise the backend's resident is used)
+    /// and gives every scalar. Each buffer is checked against its operand
+    /// (element type, element count, alignment; a mismatch is
+    /// [`RunError::BadArguments`] and nothing is enqueued). The launch (and
+    /// the clearing of buffers that start at zero) is enqueued on the
+    /// backend's stream and not waited for. An error the kernel records (a
+    /// wait that timed out, an out-of-bounds access in checked mode) is
+    /// reported by the next [`CudaBackend::synchronize`] (or
+    /// [`CudaBackend::poll_errors`] once the kernel has finished); until
+    /// then later runs of the same map stop early.
+    ///
+    /// # Safety
+    /// Every buffer is device memory of the backend's context holding at
+    /// least its `len` elements, which the kernel reads and writes (inputs
+    /// too: an aliased input is written) when the stream reaches the launch;
+    /// nothing else writes an output or reads it before the stream passes
+    /// the launch, and the memory stays allocated until then.
+    pub unsafe fn enqueue(
+        &mut self,
+        prepared: &CudaPrepared,
+        args: &DeviceArgs<CudaBuffer>,
+    ) -> Result<(), RunError> {
+        if prepared.backend != self.id {
+            return Err(RunError::BadArguments(format!(
+                "map `{}` was prepared on another CUDA backend than this one",
+                prepared.plan().map.name
+            )));
+        }
+        let shared = prepared.prepared.clone();
+        self.guarded(|backend| {
+            let plan = &shared.plan;
+            let given = bind(plan, &args.buffers)?;
+            for (buffer, given) in plan.buffers.iter().zip(&given) {
+                if let Some(given) = given {
+                    check_alignment(plan, &buffer.operands, given)?;
+                }
+            }
+            let scalars = scalar_args(plan, &args.scalars)?;
+            backend.bind_residents(plan, &given)?;
+            let memory = shared.memory.as_ref().ok_or_else(|| {
+                RunError::Backend("internal: a prepared map without memory".into())
+            })?;
+            let caller: Vec<Option<u64>> = given.iter().map(|g| g.map(|b| b.ptr)).collect();
+            let addresses = buffer_addresses(&shared, memory, &backend.residents, &caller)?;
+            let stream = backend.stream.cu_stream();
+            for (index, buffer) in plan.buffers.iter().enumerate() {
+                if buffer.init != BufferInit::Zeroed {
+                    continue;
+                }
+                // SAFETY: the address is the caller's buffer of at least this
+                // many bytes (this function's contract) or the arena's range.
+                unsafe {
+                    match given[index] {
+                        Some(caller) if caller.bytes() == 0 => Ok(()),
+                        Some(caller) => cudarc::driver::sys::cuMemsetD8Async(
+                            caller.ptr,
+                            0,
+                            caller.bytes() as usize,
+                            stream,
+                        )
+                        .result(),
+                        None => cudarc::driver::sys::cuMemsetD32Async(
+                            addresses[index],
+                            0,
+                            buffer_words(buffer),
+                            stream,
+                        )
+                        .result(),
+                    }
+                }
+                .map_err(run_err("memset"))?;
+            }
+            memory.clear_ticket(&backend.stream, &shared)?;
+            let timeout_ns = backend.timeout_ns();
+            launch(
+                &backend.stream,
+                &shared,
+                &addresses,
+                memory.control_address(&shared.layout),
+                &scalars,
+                timeout_ns,
+                false,
+            )?;
+            if !backend.pending.iter().any(|p| Arc::ptr_eq(p, &shared)) {
+                backend.pending.push(shared.clone());
+            }
+            Ok(())
+        })
+    }
+
+    /// Waits until the stream has finished everything enqueued on it, then
+    /// reports the first error a kernel recorded in a run enqueued since
+    /// the last synchronisation (in the order they were enqueued), or a
+    /// fault of the stream. A map whose run recorded an error starts clean
+    /// at its next run.
+    pub fn synchronize(&mut self) -> Result<(), RunError> {
+        self.guarded(|backend| {
+            backend
+                .stream
+                .synchronize()
+                .map_err(run_err("kernel execution"))?;
+            backend
+                .context
+                .check_err()
+                .map_err(run_err("kernel execution"))?;
+            backend.in_flight = false;
+            let pending = std::mem::take(&mut backend.pending);
+            let mut first = None;
+            for prepared in &pending {
+                if let Some(error) = prepared.take_recorded_error(&backend.stream)? {
+                    first.get_or_insert(error);
+                }
+            }
+            first.map_or(Ok(()), Err)
+        })
+    }
+
+    /// Reports an error recorded by a finished run enqueued since the last
+    /// synchronisation, without waiting for the stream unless one is there:
+    /// the status word lives in host-mapped memory, so reading it costs
+    /// nothing (where the platform cannot map memory, nothing is known
+    /// before [`CudaBackend::synchronize`], and this reports nothing).
+    pub fn poll_errors(&mut self) -> Result<(), RunError> {
+        let flagged = self.pending.iter().any(|prepared| {
+            prepared.memory.as_ref().is_some_and(|memory| {
+                // SAFETY: the kernel writes the word whole; a stale zero only
+                // delays the report to a later poll or synchronisation.
+                memory
+                    .mapped
+                    .as_ref()
+                    .is_some_and(|mapped| unsafe { mapped.read_word(STATUS_WORD) } != 0)
+            })
+        });
+        if flagged {
+            self.synchronize()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs `work`, turning a panic of the CUDA library (cudarc panics on
+    /// a symbol the driver lacks) into an error.
+    fn guarded<T>(
+        &mut self,
+        work: impl FnOnce(&mut Self) -> Result<T, RunError>,
+    ) -> Result<T, RunError> {
+        match catch_unwind(AssertUnwindSafe(|| work(self))) {
+            Ok(result) => result,
+            Err(payload) => Err(RunError::Backend(format!(
+                "the CUDA library panicked: {}",
+                panic_text(payload)
+            ))),
+        }
+    }
+
     fn run_inner(
         &mut self,
         plan: &LaunchPlan,
         args: &CallArgs,
         options: &RunOptions,
     ) -> Result<CallOutputs, RunError> {
-        let scalars = scalar_args(plan, args)?;
+        let scalars = scalar_args(plan, &args.scalars)?;
         let inputs = input_words(plan, args)?;
+        if !self.pending.is_empty() {
+            self.synchronize()?;
+        }
         self.prepared(plan, options.mode)?;
-        self.bind_residents(plan)?;
+        self.bind_residents(plan, &[])?;
         self.settle()?;
         let stream = self.stream.clone();
         let time_kernels = self.options.time_kernels;
@@ -635,8 +1059,8 @@ impl CudaBackend {
         let layout = &prepared.layout;
         let memory = prepared.memory.as_mut().expect("allocated above");
 
-        // Inputs uploaded, zeroed buffers and the control block cleared;
-        // everything else keeps whatever it holds.
+        // Inputs uploaded, zeroed buffers cleared; everything else keeps
+        // whatever it holds.
         for (index, buffer) in plan.buffers.iter().enumerate() {
             match (layout.place(index), &buffer.init) {
                 (Some(Place::Device(range)), BufferInit::Input(_)) => stream
@@ -656,28 +1080,47 @@ impl CudaBackend {
                 _ => {}
             }
         }
-        memory.clear_control(&stream, layout)?;
         prepared.scalars = scalars;
+        let prepared = &self.prepared[0];
+        let memory = prepared.memory.as_ref().expect("allocated above");
+        // The launch must see the host's writes to the mapped block.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        memory.clear_ticket(&stream, prepared)?;
+        let addresses = buffer_addresses(prepared, memory, &self.residents, &[])?;
         self.in_flight = true;
-        let events = launch_prepared(&stream, prepared, &self.residents, timeout_ns, time_kernels)?;
+        let events = launch(
+            &stream,
+            prepared,
+            &addresses,
+            memory.control_address(&prepared.layout),
+            &prepared.scalars,
+            timeout_ns,
+            time_kernels,
+        )?;
 
         // One copy brings back the arena's outputs (none when all are mapped).
-        let layout = &prepared.layout;
-        let memory = prepared.memory.as_mut().expect("allocated above");
         let what = "kernel execution or read-back";
-        if let Some(staging) = memory.staging.as_mut() {
-            // SAFETY: the staging block holds `readback` words and is only
-            // read after the synchronisation below.
-            unsafe {
-                let (source, _) = memory.arena.slice(0..layout.readback).device_ptr(&stream);
-                cudarc::driver::result::memcpy_dtoh_async(
-                    staging.words_mut(0..layout.readback),
-                    source,
-                    stream.cu_stream(),
-                )
+        {
+            let prepared = &mut self.prepared[0];
+            let layout = &prepared.layout;
+            let memory = prepared.memory.as_mut().expect("allocated above");
+            if let Some(staging) = memory.staging.as_mut() {
+                // SAFETY: the staging block holds `readback` words and is only
+                // read after the synchronisation below.
+                unsafe {
+                    let (source, _) = memory.arena.slice(0..layout.readback).device_ptr(&stream);
+                    cudarc::driver::result::memcpy_dtoh_async(
+                        staging.words_mut(0..layout.readback),
+                        source,
+                        stream.cu_stream(),
+                    )
+                }
+                .map_err(run_err(what))?;
             }
-            .map_err(run_err(what))?;
         }
+        let prepared = &self.prepared[0];
+        let layout = &prepared.layout;
+        let memory = prepared.memory.as_ref().expect("allocated above");
         let pageable;
         let arena_outputs: &[u32] = match &memory.staging {
             Some(staging) => {
@@ -697,7 +1140,7 @@ impl CudaBackend {
         stream.context().check_err().map_err(run_err(what))?;
         self.in_flight = false;
         self.last_kernel_ms = events.and_then(|(start, end)| event_elapsed_ms(&start, &end));
-        if let Some(error) = memory.recorded_error(&stream, layout, &prepared.module, plan)? {
+        if let Some(error) = prepared.take_recorded_error(&stream)? {
             return Err(error);
         }
         let mut outputs = BTreeMap::new();
@@ -732,7 +1175,7 @@ impl CudaBackend {
 impl CudaBackend {
     /// For benchmarks: launches the latest call's kernel `reps` more times,
     /// back to back on the memory as that call left it (no uploads, no
-    /// read-back; the control block and the zeroed atomic buffers, which
+    /// read-back; the ticket counter and the zeroed atomic buffers, which
     /// hold semaphores and counters, are cleared before each launch), and
     /// returns the best kernel time in ms. This is the kernel's speed when
     /// its data is already on the device, measured the way a raw launch or
@@ -755,26 +1198,38 @@ impl CudaBackend {
             .filter(|(_, buffer)| buffer.atomic && buffer.init == BufferInit::Zeroed)
             .filter_map(|(index, _)| prepared.layout.device_range(index))
             .collect();
+        let prepared = &*prepared;
+        let memory = prepared.memory.as_ref().expect("checked above");
+        let addresses = buffer_addresses(prepared, memory, &self.residents, &[])?;
         let mut best = f64::INFINITY;
         for _ in 0..reps {
-            let memory = prepared.memory.as_mut().expect("checked above");
             for range in &cleared {
-                stream
-                    .memset_zeros(&mut memory.arena.slice_mut(range.clone()))
-                    .map_err(run_err("memset"))?;
+                // SAFETY: the range lies inside the arena.
+                unsafe {
+                    cudarc::driver::sys::cuMemsetD32Async(
+                        memory.arena_base + range.start as u64 * 4,
+                        0,
+                        range.len(),
+                        stream.cu_stream(),
+                    )
+                }
+                .result()
+                .map_err(run_err("memset"))?;
             }
-            memory.clear_control(&stream, &prepared.layout)?;
+            memory.clear_ticket(&stream, prepared)?;
             self.in_flight = true;
-            let events = launch_prepared(&stream, prepared, &self.residents, timeout_ns, true)?;
+            let events = launch(
+                &stream,
+                prepared,
+                &addresses,
+                memory.control_address(&prepared.layout),
+                &prepared.scalars,
+                timeout_ns,
+                true,
+            )?;
             stream.synchronize().map_err(run_err("kernel execution"))?;
             self.in_flight = false;
-            let memory = prepared.memory.as_ref().expect("checked above");
-            if let Some(error) = memory.recorded_error(
-                &stream,
-                &prepared.layout,
-                &prepared.module,
-                &prepared.plan,
-            )? {
+            if let Some(error) = prepared.take_recorded_error(&stream)? {
                 return Err(error);
             }
             let ms = events
@@ -786,8 +1241,163 @@ impl CudaBackend {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
+fn prepared_plan(
+    plan: &LaunchPlan,
+    mode: Mode,
+    module: EmittedModule,
+    function: CudaFunction,
+    cooperative: bool,
+    grid_blocks: u32,
+    layout: ArenaLayout,
+) -> PreparedPlan {
+    PreparedPlan {
+        plan: plan.clone(),
+        mode,
+        layout,
+        module,
+        function,
+        cooperative,
+        grid_blocks,
+        memory: None,
+        scalars: HashMap::new(),
+    }
+}
+
+/// The context another library owns, as cudarc wraps it: the device's
+/// primary context (what the CUDA runtime and the frameworks on it use) is
+/// retained as cudarc retains its own, a balanced retain and release; any
+/// other context is wrapped and, since cudarc destroys a non-primary
+/// context when its last wrapper goes, one wrapper is never dropped.
+///
+/// # Safety
+/// `context` is a live context.
+unsafe fn borrowed_context(context: CUcontext) -> Result<Arc<CudaContext>, CudaError> {
+    use cudarc::driver::sys;
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: `context` is live (the contract); it is current only between
+    // the push and the pop.
+    unsafe {
+        sys::cuCtxPushCurrent_v2(context)
+            .result()
+            .map_err(driver("cuCtxPushCurrent"))?;
+        let got = sys::cuCtxGetDevice(&mut device).result();
+        let mut popped = std::ptr::null_mut();
+        let _ = sys::cuCtxPopCurrent_v2(&mut popped);
+        got.map_err(driver("cuCtxGetDevice"))?;
+    }
+    let count = CudaContext::device_count().map_err(driver("cuDeviceGetCount"))?;
+    let ordinal = (0..count)
+        .find(|&i| {
+            let mut d: sys::CUdevice = 0;
+            // SAFETY: plain query.
+            unsafe { sys::cuDeviceGet(&mut d, i) }.result().is_ok() && d == device
+        })
+        .ok_or(CudaError::NoDevice {
+            ordinal: 0,
+            detail: format!("the context's device {device} is none of the driver's {count}"),
+        })?;
+    let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: plain query.
+    unsafe { sys::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active) }
+        .result()
+        .map_err(driver("cuDevicePrimaryCtxGetState"))?;
+    let mut is_primary = false;
+    if active != 0 {
+        let mut primary = std::ptr::null_mut();
+        // SAFETY: retains the active primary context, released at once.
+        unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut primary, device)
+                .result()
+                .map_err(driver("cuDevicePrimaryCtxRetain"))?;
+            is_primary = primary == context;
+            let _ = sys::cuDevicePrimaryCtxRelease_v2(device);
+        }
+    }
+    if is_primary {
+        return CudaContext::new(ordinal as usize).map_err(driver("cuDevicePrimaryCtxRetain"));
+    }
+    // SAFETY: `context` is live and belongs to `device` (asked above).
+    let wrapped = unsafe { CudaContext::from_raw_context(ordinal as usize, device, context) }
+        .map_err(driver("cuCtxSetCurrent"))?;
+    std::mem::forget(wrapped.clone());
+    Ok(wrapped)
+}
+
+/// A caller's buffer starts on a multiple of its element's size (the
+/// kernel's accesses are aligned).
+fn check_alignment(
+    plan: &LaunchPlan,
+    names: &[String],
+    given: &CudaBuffer,
+) -> Result<(), RunError> {
+    let size = u64::from(given.elem.byte_size());
+    if !given.ptr.is_multiple_of(size) {
+        return Err(RunError::BadArguments(format!(
+            "`{}` of map `{}` needs {size}-byte aligned memory; the buffer given starts at {:#x}",
+            names.join("`/`"),
+            plan.map.name,
+            given.ptr
+        )));
+    }
+    Ok(())
+}
+
+/// The device address of `slice`'s first element.
+fn device_address(stream: &Arc<CudaStream>, slice: &CudaSlice<u32>) -> u64 {
+    let (address, _record) = slice.device_ptr(stream);
+    address
+}
+
 fn unplaced(buffer: usize) -> RunError {
     RunError::Backend(format!("internal: plan buffer {buffer} has no memory"))
+}
+
+/// The device address each plan buffer has in a launch: the caller's
+/// (`caller`, per plan buffer; empty for none), a resident's, or its place
+/// in the prepared plan's arena or mapped block.
+fn buffer_addresses(
+    prepared: &PreparedPlan,
+    memory: &CallMemory,
+    residents: &BTreeMap<String, DeviceResident>,
+    caller: &[Option<u64>],
+) -> Result<Vec<u64>, RunError> {
+    let plan = &prepared.plan;
+    (0..plan.buffers.len())
+        .map(|index| {
+            if let Some(Some(address)) = caller.get(index) {
+                return Ok(*address);
+            }
+            match (&plan.buffers[index].init, prepared.layout.place(index)) {
+                (BufferInit::Resident(name), _) => residents
+                    .get(name)
+                    .map(|r| r.address)
+                    .ok_or_else(|| unplaced(index)),
+                (_, Some(Place::Device(range))) => Ok(memory.arena_base + range.start as u64 * 4),
+                (_, Some(Place::Mapped(range))) => memory
+                    .mapped
+                    .as_ref()
+                    .map(|mapped| mapped.device_address(range.start))
+                    .ok_or_else(|| unplaced(index)),
+                (_, None) => Err(unplaced(index)),
+            }
+        })
+        .collect()
+}
+
+impl PreparedPlan {
+    /// After the stream passed its launches: the error a kernel recorded,
+    /// if any, after which the control block is clear again.
+    fn take_recorded_error(&self, stream: &Arc<CudaStream>) -> Result<Option<RunError>, RunError> {
+        let Some(memory) = self.memory.as_ref() else {
+            return Ok(None);
+        };
+        let recorded = memory.recorded_error(stream, &self.layout, &self.module, &self.plan)?;
+        if recorded.is_some() {
+            memory.reset_control(stream, &self.layout)?;
+        }
+        Ok(recorded)
+    }
 }
 
 impl CallMemory {
@@ -797,10 +1407,12 @@ impl CallMemory {
         host_mapping: bool,
     ) -> Result<Self, RunError> {
         // SAFETY: every word a kernel may read before writing is set before
-        // each launch (inputs uploaded, zeroed buffers and control cleared).
-        let mut arena =
+        // each launch (inputs uploaded, zeroed buffers cleared) or here (the
+        // control block).
+        let arena =
             unsafe { stream.alloc::<u32>(layout.device_words) }.map_err(run_err("allocation"))?;
-        let mapped = if host_mapping {
+        let arena_base = device_address(stream, &arena);
+        let mapped = if host_mapping && layout.mapped_words > 0 {
             Some(
                 HostBlock::new(stream.context(), layout.mapped_words, true)
                     .map_err(run_err("mapped page-locked allocation"))?,
@@ -816,50 +1428,87 @@ impl CallMemory {
             None
         };
         // The kernel finds the status word through the control block (zero:
-        // there is none). The per-call clear leaves these two words alone, so
-        // they are written here, zeros included: the arena's memory may hold
-        // an earlier allocation's bytes, which the kernel would take for an
+        // there is none). Clearing leaves these two words alone, so they are
+        // written here, zeros included: the arena's memory may hold an
+        // earlier allocation's bytes, which the kernel would take for an
         // address when it records an error.
         let status = mapped
             .as_ref()
             .map_or(0, |mapped| mapped.device_address(STATUS_WORD));
-        let address = [status as u32, (status >> 32) as u32];
-        let at = layout.control + control::STATUS_LO..layout.control + control::STATUS_HI + 1;
+        let mut control = [0u32; control::WORDS];
+        control[control::STATUS_LO] = status as u32;
+        control[control::STATUS_HI] = (status >> 32) as u32;
+        let mut arena = arena;
         stream
-            .memcpy_htod(&address, &mut arena.slice_mut(at))
+            .memcpy_htod(&control, &mut arena.slice_mut(layout.control_words()))
             .map_err(run_err("upload"))?;
         Ok(CallMemory {
             arena,
+            arena_base,
             mapped,
             staging,
         })
     }
 
-    /// Clears the control block (but the status address) and the status word.
-    fn clear_control(
-        &mut self,
+    /// The device address of the control block.
+    fn control_address(&self, layout: &ArenaLayout) -> u64 {
+        self.arena_base + layout.control as u64 * 4
+    }
+
+    /// Clears the ticket counter before a launch that takes tickets (the
+    /// only control word an error-free launch changes).
+    fn clear_ticket(
+        &self,
+        stream: &Arc<CudaStream>,
+        prepared: &PreparedPlan,
+    ) -> Result<(), RunError> {
+        if prepared.module.schedule != BlockSchedule::Tickets {
+            return Ok(());
+        }
+        // SAFETY: the ticket word lies inside the arena.
+        unsafe {
+            cudarc::driver::sys::cuMemsetD32Async(
+                self.control_address(&prepared.layout) + control::TICKET as u64 * 4,
+                0,
+                1,
+                stream.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(run_err("memset"))
+    }
+
+    /// Clears the error record (all but the status address) and the status
+    /// word, after the host read them.
+    fn reset_control(
+        &self,
         stream: &Arc<CudaStream>,
         layout: &ArenaLayout,
     ) -> Result<(), RunError> {
-        stream
-            .memset_zeros(
-                &mut self
-                    .arena
-                    .slice_mut(layout.control..layout.control + control::CLEARED_WORDS),
+        // SAFETY: the cleared words lie inside the arena.
+        unsafe {
+            cudarc::driver::sys::cuMemsetD32Async(
+                self.control_address(layout),
+                0,
+                control::CLEARED_WORDS,
+                stream.cu_stream(),
             )
-            .map_err(run_err("memset"))?;
-        if let Some(mapped) = self.mapped.as_mut() {
-            // SAFETY: no kernel is in flight (callers settle first).
-            unsafe { mapped.words_mut(STATUS_WORD..STATUS_WORD + 1) }.fill(0);
         }
-        // The launch must see the host's writes to the mapped block.
+        .result()
+        .map_err(run_err("memset"))?;
+        if let Some(mapped) = &self.mapped {
+            // SAFETY: the caller synchronised the stream after the launches
+            // that write the word, and no slice of the block is alive.
+            unsafe { mapped.clear_word(STATUS_WORD) };
+        }
+        // The next launch must see the host's write to the mapped block.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
-    /// After the launch synchronised: the error the kernel recorded, if any.
-    /// With a status word, the control block is copied back only when the
-    /// word is set; without one, after every call.
+    /// After the launches synchronised: the error the kernel recorded, if
+    /// any. With a status word, the control block is copied back only when
+    /// the word is set; without one, every time.
     fn recorded_error(
         &self,
         stream: &Arc<CudaStream>,
@@ -869,10 +1518,7 @@ impl CallMemory {
     ) -> Result<Option<RunError>, RunError> {
         if let Some(mapped) = &self.mapped {
             // SAFETY: the stream is synchronised; the device wrote the word.
-            let status = unsafe {
-                std::ptr::read_volatile(mapped.words(STATUS_WORD..STATUS_WORD + 1).as_ptr())
-            };
-            if status == 0 {
+            if unsafe { mapped.read_word(STATUS_WORD) } == 0 {
                 return Ok(None);
             }
         }
@@ -896,6 +1542,10 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    /// The host-copy path: prepares `plan` (once; the backend keeps it),
+    /// uploads the inputs into its arena, launches, reads the outputs back
+    /// and reports an error the kernel recorded. Errors of runs enqueued
+    /// on caller memory earlier are reported first.
     fn run(
         &mut self,
         plan: &LaunchPlan,
@@ -903,13 +1553,7 @@ impl Backend for CudaBackend {
         options: &RunOptions,
     ) -> Result<CallOutputs, RunError> {
         self.last_kernel_ms = None;
-        match catch_unwind(AssertUnwindSafe(|| self.run_inner(plan, args, options))) {
-            Ok(result) => result,
-            Err(payload) => Err(RunError::Backend(format!(
-                "the CUDA library panicked: {}",
-                panic_text(payload)
-            ))),
-        }
+        self.guarded(|backend| backend.run_inner(plan, args, options))
     }
 
     fn set_resident(&mut self, name: &str, tensor: HostTensor) -> Result<(), RunError> {
@@ -924,6 +1568,7 @@ impl Backend for CudaBackend {
             .stream
             .clone_htod(&data)
             .map_err(run_err("resident upload"))?;
+        let address = device_address(&self.stream, &words);
         self.residents.insert(
             name.to_string(),
             DeviceResident {
@@ -931,6 +1576,7 @@ impl Backend for CudaBackend {
                 shape: tensor.shape().to_vec(),
                 len: tensor.len() as u64,
                 words,
+                address,
             },
         );
         Ok(())
@@ -944,68 +1590,38 @@ impl Backend for CudaBackend {
     }
 }
 
-/// Launches `prepared`'s kernel once on its memory and the residents, with
-/// the scalars of its latest call; with `time_kernels`, between two events.
-fn launch_prepared(
+/// Launches `prepared`'s kernel once with each plan buffer at `addresses`,
+/// the control block at `control` and `scalars`; with `time_kernels`,
+/// between two events.
+fn launch(
     stream: &Arc<CudaStream>,
     prepared: &PreparedPlan,
-    residents: &BTreeMap<String, DeviceResident>,
+    addresses: &[u64],
+    control: u64,
+    scalars: &HashMap<usize, ScalarArg>,
     timeout_ns: u64,
     time_kernels: bool,
 ) -> Result<Option<(CudaEvent, CudaEvent)>, RunError> {
-    let plan = &prepared.plan;
-    let layout = &prepared.layout;
-    let scalars = &prepared.scalars;
-    let Some(memory) = prepared.memory.as_ref() else {
-        return Err(RunError::Backend("internal: launch without memory".into()));
-    };
-    let views: Vec<Option<CudaView<u32>>> = (0..plan.buffers.len())
-        .map(|index| {
-            layout
-                .device_range(index)
-                .map(|range| memory.arena.slice(range))
-        })
-        .collect();
-    let mapped_addresses: Vec<u64> = (0..plan.buffers.len())
-        .map(|index| match layout.place(index) {
-            Some(Place::Mapped(range)) => memory
-                .mapped
-                .as_ref()
-                .map_or(0, |mapped| mapped.device_address(range.start)),
-            _ => 0,
-        })
-        .collect();
-    let control_view = memory.arena.slice(layout.control_words());
     let mut launch = stream.launch_builder(&prepared.function);
     for param in &prepared.module.params {
         match param {
             KernelParam::Buffer(index) => {
-                match (
-                    &plan.buffers[*index].init,
-                    layout.place(*index),
-                    &views[*index],
-                ) {
-                    (BufferInit::Resident(name), _, _) => {
-                        launch.arg(&residents[name].words);
-                    }
-                    (_, Some(Place::Device(_)), Some(view)) => {
-                        launch.arg(view);
-                    }
-                    (_, Some(Place::Mapped(_)), _) if mapped_addresses[*index] != 0 => {
-                        launch.arg(&mapped_addresses[*index]);
-                    }
-                    _ => return Err(unplaced(*index)),
-                }
+                launch.arg(addresses.get(*index).ok_or_else(|| unplaced(*index))?);
             }
             KernelParam::Scalar(index) => {
-                match &scalars[index] {
-                    ScalarArg::F32(v) => launch.arg(v),
-                    ScalarArg::I32(v) => launch.arg(v),
-                    ScalarArg::U32(v) => launch.arg(v),
+                match scalars.get(index) {
+                    Some(ScalarArg::F32(v)) => launch.arg(v),
+                    Some(ScalarArg::I32(v)) => launch.arg(v),
+                    Some(ScalarArg::U32(v)) => launch.arg(v),
+                    None => {
+                        return Err(RunError::Backend(format!(
+                            "internal: no value for scalar operand {index}"
+                        )))
+                    }
                 };
             }
             KernelParam::Control => {
-                launch.arg(&control_view);
+                launch.arg(&control);
             }
             KernelParam::WaitTimeoutNs => {
                 launch.arg(&timeout_ns);
@@ -1021,13 +1637,13 @@ fn launch_prepared(
         shared_mem_bytes: prepared.module.dynamic_smem_bytes,
     };
     // SAFETY: the parameters match the generated kernel's signature
-    // (module.params); every buffer holds the elements its ref declares
-    // (arena layout, residents checked by length), and the kernel writes
-    // no element outside its ref in either mode (emit: checked mode reports
-    // and skips such a write, fast mode skips it), so no host memory the
-    // device can address (the mapped block, page-locked staging, HMM) is
-    // written behind Rust's back; a mapped buffer's address is a device
-    // pointer to its words (a pointer-sized argument).
+    // (module.params), each buffer parameter a device pointer (a 64-bit
+    // value); every buffer holds the elements its ref declares (arena
+    // layout, residents checked by length, caller memory by `enqueue`'s
+    // contract), and the kernel writes no element outside its ref in either
+    // mode (emit: checked mode reports and skips such a write, fast mode
+    // skips it), so no host memory the device can address (the mapped
+    // block, page-locked staging, HMM) is written behind Rust's back.
     let events = unsafe {
         if prepared.cooperative {
             launch.launch_cooperative(config)
@@ -1059,13 +1675,16 @@ enum ScalarArg {
     U32(u32),
 }
 
-fn scalar_args(plan: &LaunchPlan, args: &CallArgs) -> Result<HashMap<usize, ScalarArg>, RunError> {
+fn scalar_args(
+    plan: &LaunchPlan,
+    scalars: &BTreeMap<String, Literal>,
+) -> Result<HashMap<usize, ScalarArg>, RunError> {
     let mut out = HashMap::new();
     for (index, operand) in plan.operands.iter().enumerate() {
         let Type::Scalar(ty) = operand.ty else {
             continue;
         };
-        let value = args.scalars.get(&operand.name).ok_or_else(|| {
+        let value = scalars.get(&operand.name).ok_or_else(|| {
             RunError::BadArguments(format!("missing scalar `{}` ({ty})", operand.name))
         })?;
         if value.ty() != ty {

@@ -6,10 +6,19 @@
 //! full key next to the output and is used only when the key matches
 //! exactly, so a hash collision can never return the wrong module. Disk
 //! errors only cost a recompile.
+//!
+//! The memory side holds at most [`MEMORY_ENTRIES`] modules, the least
+//! recently used going first (a process that compiles many distinct maps
+//! does not keep them all); an evicted module is read from disk again, or
+//! compiled again. The disk side is a directory the user may clear.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
+
+use mpmd_core::lru::Lru;
+
+/// Modules the memory cache holds (PTX or CUBIN, tens of KB each).
+pub const MEMORY_ENTRIES: usize = 256;
 
 /// The exact text the cache compares: source, options and NVRTC version.
 pub fn key_text(source: &str, args: &[String], nvrtc_version: (i32, i32)) -> String {
@@ -65,14 +74,21 @@ pub fn default_dir() -> Option<PathBuf> {
 }
 
 pub struct ModuleCache {
-    memory: Mutex<HashMap<String, Vec<u8>>>,
+    memory: Mutex<Lru<String, Vec<u8>>>,
     dir: Option<PathBuf>,
 }
 
 impl ModuleCache {
+    /// A cache on disk at `dir` (none: memory only) holding at most
+    /// [`MEMORY_ENTRIES`] modules in memory.
     pub fn new(dir: Option<PathBuf>) -> Self {
+        Self::with_capacity(dir, MEMORY_ENTRIES)
+    }
+
+    /// A cache holding at most `entries` modules in memory.
+    pub fn with_capacity(dir: Option<PathBuf>, entries: usize) -> Self {
         ModuleCache {
-            memory: Mutex::new(HashMap::new()),
+            memory: Mutex::new(Lru::new(entries)),
             dir,
         }
     }
@@ -152,6 +168,42 @@ mod tests {
         // A stored key that differs (a collision) is not used.
         std::fs::write(dir.join(format!("{}.key", key_hash("key one"))), "other").unwrap();
         assert_eq!(ModuleCache::new(Some(dir.clone())).get("key one"), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn memory_keeps_the_most_recently_used_modules_up_to_its_bound() {
+        let cache = ModuleCache::with_capacity(None, 3);
+        for k in 0..3 {
+            cache.put(&format!("key {k}"), &[k]);
+        }
+        // A hit makes `key 0` the most recently used: `key 1` goes next.
+        assert_eq!(cache.get("key 0"), Some(vec![0]));
+        cache.put("key 3", &[3]);
+        assert_eq!(cache.memory_entries(), 3);
+        assert_eq!(cache.get("key 1"), None);
+        for k in [0u8, 2, 3] {
+            assert_eq!(cache.get(&format!("key {k}")), Some(vec![k]));
+        }
+        for k in 4..40u8 {
+            cache.put(&format!("key {k}"), &[k]);
+            assert!(cache.memory_entries() <= 3);
+        }
+        assert_eq!(cache.memory_entries(), 3);
+        assert_eq!(cache.get("key 39"), Some(vec![39]));
+        assert_eq!(cache.get("key 0"), None);
+    }
+
+    #[test]
+    fn an_evicted_module_comes_back_from_disk() {
+        let dir = std::env::temp_dir().join(format!("mpmd-cache-evict-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = ModuleCache::with_capacity(Some(dir.clone()), 1);
+        cache.put("first", b"one");
+        cache.put("second", b"two");
+        assert_eq!(cache.memory_entries(), 1);
+        assert_eq!(cache.get("first"), Some(b"one".to_vec()));
+        assert_eq!(cache.memory_entries(), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -43,12 +43,16 @@ use thiserror::Error;
 pub use arena::buffer_words;
 pub use backend::{driver_present, driver_version, event_elapsed_ms};
 pub use backend::{CudaBackend, CudaError, CudaOptions};
+pub use backend::{CudaBuffer, CudaPrepared, LOADED_KERNELS, PLANS_WITH_ARENA, PREPARED_PLANS};
 /// The disk and memory cache of NVRTC's outputs, keyed by source, options
 /// and NVRTC version ([`compile_with_cache`]).
 pub use cache::ModuleCache;
 /// Words of the per-call control block ([`KernelParam::Control`]), zeroed
 /// before a launch: ticket counter, abort flag, the first error record.
 pub use control::WORDS as CONTROL_WORDS;
+/// The cudarc this backend is built with: a caller's context and stream
+/// ([`CudaBackend::on_stream`]) must come from this version.
+pub use cudarc;
 pub use emit::{
     emit, emit_module, emit_module_with, BlockSchedule, EmitError, EmittedModule, KernelParam,
     TicketRange, PRELUDE,
@@ -57,6 +61,7 @@ pub use host_emulation::{
     emulate_words, host_compiler, Emulated, HostCompiler, HostCudaBackend, HostEmulationError,
     HostOptions, HOST_CXX_FLAGS, UNINITIALISED_WORD,
 };
+pub use mpmd_core::bind::DeviceArgs;
 /// Which output NVRTC produces: PTX text or a CUBIN.
 pub use nvrtc::Output as NvrtcOutput;
 pub use nvrtc::{

@@ -34,13 +34,16 @@ fn prepare(source: &str) -> (Module, LaunchPlan, CallArgs) {
     std::thread::Builder::new()
         .stack_size(512 << 20)
         .spawn(move || {
-            let (module, _) = mpmd_core::text::parse(&source).expect("parses");
+            let file = mpmd_core::text::parse_file(&source).expect("parses");
+            let module = file.module;
             if let Err(diagnostics) = mpmd_core::validate::validate(&module, &Default::default()) {
                 panic!("{diagnostics:?}");
             }
             let map = module.effective_calls()[0].map.clone();
             let plan = lower(&module, &map).expect("lowers");
-            let args = call_args(&module, &Generation::with_defaults(7))
+            let generators = file.case.map(|c| c.generators).unwrap_or_default();
+            let generation = Generation::with_defaults(7).with_generators(&generators);
+            let args = call_args(&module, &generation)
                 .expect("arguments")
                 .remove(0);
             (module, plan, args)
@@ -439,7 +442,7 @@ fn semaphore_amounts_below_one_at_run_time_are_errors() {
             assert_eq!(error.as_ref().map(|e| e.to_string()).as_deref(), Some(want), "n = {n} ({mode:?})");
             assert_eq!(
                 error.and_then(|e| e.class()),
-                Some(mpmd_core::ir::ErrorClass::BadSemaphoreAmount)
+                Some(mpmd_core::ErrorClass::BadSemaphoreAmount)
             );
             assert_eq!(out.status, 1);
         }

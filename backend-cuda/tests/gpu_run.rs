@@ -358,13 +358,15 @@ fn resident_walk_with_few_blocks_matches_the_interpreter() {
     // Built into the binary: scripts/gpu-check.sh runs it on another
     // machine, where the build's source folder does not exist.
     let source = include_str!("../../examples/pipeline.mpmd");
-    let (module, _) = mpmd_core::text::parse(source).unwrap();
+    let file = mpmd_core::text::parse_file(source).unwrap();
+    let module = file.module;
     let plan = mpmd_core::plan::lower(&module, "pipeline").unwrap();
     assert_eq!(
         mpmd_cuda::BlockSchedule::for_plan(&plan, true),
         mpmd_cuda::BlockSchedule::ResidentWalk
     );
-    let generation = mpmd_core::inputs::Generation::with_defaults(7);
+    let generators = file.case.map(|c| c.generators).unwrap_or_default();
+    let generation = mpmd_core::inputs::Generation::with_defaults(7).with_generators(&generators);
     let args = mpmd_core::inputs::call_args(&module, &generation).unwrap();
     let options = RunOptions::default();
     let want = Interpreter::new().run(&plan, &args[0], &options).unwrap();

@@ -1,11 +1,14 @@
 //! Running emitted modules through wgpu.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use mpmd_core::backend::{Backend, RunError, RunOptions, Site};
+use mpmd_core::bind::{bind, provider, DeviceArgs, DeviceMemory, Provider};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, Name, ScalarType, SemOp, Stmt};
+use mpmd_core::lru::Lru;
 use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
 use mpmd_core::Mode;
 use thiserror::Error;
@@ -14,8 +17,22 @@ use crate::emit::{
     emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, is_split_unit,
     splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
     ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT,
-    MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
+    MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS, TICKET_WORD,
 };
+
+/// Compiled modules (WGSL, bind group layout, pipelines) a device keeps, the
+/// least recently used going first: a process that runs many distinct maps
+/// holds at most this many. A prepared map keeps its own module alive
+/// whatever the cache does.
+pub const PIPELINE_CACHE_CAPACITY: usize = 64;
+
+/// Prepared maps a backend keeps for [`Backend::run`] (the host-copy path),
+/// the least recently used going first; each holds its scratch memory.
+pub const RUN_CACHE_CAPACITY: usize = 8;
+
+/// Bytes of device buffers the host-copy path keeps for later calls
+/// (inputs, outputs and staging, by size); more are freed.
+pub const POOL_MAX_BYTES: u64 = 256 << 20;
 
 /// Loop header visits the backend allows on llvmpipe (measured: it stops an
 /// invocation's loops after 65,535 to 65,537 header visits in total).
@@ -70,15 +87,16 @@ pub enum WgpuError {
     Device { adapter: String, message: String },
 }
 
-/// One device, shared by every backend value of the process, with the
-/// pipeline cache.
+/// One device with its pipeline cache: the process's default device, shared
+/// by every backend value [`WgpuBackend::new`] makes, or a caller's
+/// ([`WgpuBackend::from_device`]).
 struct GpuContext {
     info: AdapterInfo,
     limits: wgpu::Limits,
     llvmpipe: bool,
     device: wgpu::Device,
     queue: wgpu::Queue,
-    modules: Mutex<HashMap<String, Arc<CompiledModule>>>,
+    modules: Mutex<Lru<String, Arc<CompiledModule>>>,
     /// Workgroups this adapter is established to run at once (measured on
     /// first need; see [`WgpuBackend::resident_workgroups`]).
     residency: OnceLock<Residency>,
@@ -122,15 +140,8 @@ fn create_context() -> Result<GpuContext, WgpuError> {
     }))
     .map_err(|e| WgpuError::NoAdapter(e.to_string()))?;
     let raw = adapter.get_info();
-    let info = AdapterInfo {
-        name: raw.name.clone(),
-        driver: raw.driver.clone(),
-        driver_info: raw.driver_info.clone(),
-        backend: raw.backend.to_string(),
-        device_type: format!("{:?}", raw.device_type),
-    };
-    let llvmpipe = raw.name.to_lowercase().contains("llvmpipe")
-        || raw.driver.to_lowercase().contains("llvmpipe");
+    let info = adapter_info(&raw);
+    let llvmpipe = is_llvmpipe(&raw);
     // The adapter's own limits: lavapipe allows 1024 invocations and more
     // storage buffers than WebGPU's defaults.
     let limits = adapter.limits();
@@ -154,9 +165,39 @@ fn create_context() -> Result<GpuContext, WgpuError> {
         llvmpipe,
         device,
         queue,
-        modules: Mutex::new(HashMap::new()),
+        modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
         residency: OnceLock::new(),
     })
+}
+
+/// A context on a device and queue the caller made (its limits are the
+/// device's own; its uncaptured-error handler stays the caller's).
+fn context_on(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
+    let raw = device.adapter_info();
+    let llvmpipe = is_llvmpipe(&raw);
+    GpuContext {
+        info: adapter_info(&raw),
+        limits: device.limits(),
+        llvmpipe,
+        device,
+        queue,
+        modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
+        residency: OnceLock::new(),
+    }
+}
+
+fn adapter_info(raw: &wgpu::AdapterInfo) -> AdapterInfo {
+    AdapterInfo {
+        name: raw.name.clone(),
+        driver: raw.driver.clone(),
+        driver_info: raw.driver_info.clone(),
+        backend: raw.backend.to_string(),
+        device_type: format!("{:?}", raw.device_type),
+    }
+}
+
+fn is_llvmpipe(raw: &wgpu::AdapterInfo) -> bool {
+    raw.name.to_lowercase().contains("llvmpipe") || raw.driver.to_lowercase().contains("llvmpipe")
 }
 
 /// A device-resident ref kept across calls.
@@ -170,10 +211,16 @@ struct ResidentBuffer {
 }
 
 /// Device buffers kept between calls, by size and usage, so that a call
-/// does not allocate (per-call overhead).
+/// does not allocate (per-call overhead); at most [`POOL_MAX_BYTES`] of them.
 #[derive(Default)]
 struct BufferPool {
-    free: Mutex<HashMap<(u64, u32), Vec<wgpu::Buffer>>>,
+    free: Mutex<PoolBuffers>,
+}
+
+#[derive(Default)]
+struct PoolBuffers {
+    by_kind: HashMap<(u64, u32), Vec<wgpu::Buffer>>,
+    bytes: u64,
 }
 
 impl BufferPool {
@@ -185,12 +232,17 @@ impl BufferPool {
         usage: wgpu::BufferUsages,
     ) -> wgpu::Buffer {
         let bytes = bytes.max(4);
-        let reused = self
-            .free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&(bytes, usage.bits()))
-            .and_then(Vec::pop);
+        let reused = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            let reused = free
+                .by_kind
+                .get_mut(&(bytes, usage.bits()))
+                .and_then(Vec::pop);
+            if reused.is_some() {
+                free.bytes -= bytes;
+            }
+            reused
+        };
         reused.unwrap_or_else(|| {
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
@@ -201,10 +253,17 @@ impl BufferPool {
         })
     }
 
+    /// Keeps `buffers` for later calls, as far as the bound allows (the
+    /// rest are dropped, which frees them).
     fn put(&self, buffers: Vec<wgpu::Buffer>) {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         for b in buffers {
-            free.entry((b.size(), b.usage().bits()))
+            if free.bytes + b.size() > POOL_MAX_BYTES {
+                continue;
+            }
+            free.bytes += b.size();
+            free.by_kind
+                .entry((b.size(), b.usage().bits()))
                 .or_default()
                 .push(b);
         }
@@ -223,21 +282,135 @@ pub struct WgpuBackend {
     options: WgpuOptions,
     residents: BTreeMap<Name, ResidentBuffer>,
     pool: Arc<BufferPool>,
-    /// The module of the last call, by mode and plan: a repeated call skips
-    /// building the cache key (the plan's debug text).
-    last_compiled: Mutex<Option<(Mode, LaunchPlan, Arc<CompiledModule>)>>,
+    /// The maps [`Backend::run`] prepared, most recently used first (at most
+    /// [`RUN_CACHE_CAPACITY`]): a repeated call finds its map by plan
+    /// equality, without building the pipeline cache's key.
+    run_cache: Vec<Arc<PreparedMap>>,
+    /// Maps run on caller memory since the last [`WgpuBackend::synchronize`],
+    /// whose status it reads.
+    pending: Vec<Arc<PreparedMap>>,
+}
+
+/// A caller's buffer bound to one operand of a run
+/// ([`WgpuBackend::enqueue`]): the buffer, and the element type and count
+/// it holds, which must be exactly the operand's. The buffer holds the
+/// elements as mpmd lays them out (little-endian, 2 bytes an `f16`/`bf16`,
+/// 4 bytes any other type, a `bool` as a 32-bit 0 or 1), so it has at least
+/// the packed elements' bytes rounded up to whole 4-byte words. It needs
+/// `STORAGE` usage, and `COPY_DST` when the operand starts at zero (the run
+/// clears it); when the backend packs buffers into shared arenas (the
+/// adapter binds too few storage buffers), `COPY_SRC` for inputs and
+/// `COPY_DST` for outputs.
+#[derive(Clone, Debug)]
+pub struct WgpuBuffer {
+    pub buffer: wgpu::Buffer,
+    pub elem: ScalarType,
+    /// Elements, not bytes.
+    pub len: u64,
+}
+
+impl WgpuBuffer {
+    pub fn new(buffer: wgpu::Buffer, elem: ScalarType, len: u64) -> Self {
+        WgpuBuffer { buffer, elem, len }
+    }
+}
+
+impl DeviceMemory for WgpuBuffer {
+    fn elem(&self) -> ScalarType {
+        self.elem
+    }
+    fn element_count(&self) -> u64 {
+        self.len
+    }
+    fn same_memory(&self, other: &Self) -> bool {
+        self.buffer == other.buffer
+    }
+}
+
+/// A map prepared on one backend's device ([`WgpuBackend::prepare`]): the
+/// plan checked against the adapter, its WGSL compiled into pipelines, and
+/// the memory its runs need besides the caller's buffers (the parameter and
+/// status buffers, scratch, semaphores). Run it any number of times with
+/// [`WgpuBackend::enqueue`]; scalars change per run without recompiling.
+/// Dropping it frees that memory (once no run that uses it is pending).
+pub struct WgpuPrepared {
+    map: Arc<PreparedMap>,
+}
+
+impl WgpuPrepared {
+    /// The plan this map runs.
+    pub fn plan(&self) -> &LaunchPlan {
+        &self.map.plan
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.map.mode
+    }
+}
+
+struct PreparedMap {
+    /// The device it was prepared on (runs on another are refused).
+    ctx: Arc<GpuContext>,
+    plan: LaunchPlan,
+    mode: Mode,
+    compiled: Arc<CompiledModule>,
+    params: wgpu::Buffer,
+    /// The error record and the ticket counter (`emit::STATUS_WORDS`).
+    status: wgpu::Buffer,
+    /// Per binding of the module's layout: the backend's own buffer (a
+    /// packed arena, or a binding whose plan buffer the backend provides);
+    /// `None` for the caller's and residents.
+    own: Vec<Option<wgpu::Buffer>>,
+    /// An error was read from `status`: the next run clears it whole. A run
+    /// otherwise clears only the ticket word, so an error a run records
+    /// stays until it is read.
+    status_dirty: AtomicBool,
 }
 
 impl WgpuBackend {
     /// Opens the default adapter (shared by every backend value of the process).
     pub fn new(options: WgpuOptions) -> Result<Self, WgpuError> {
-        Ok(WgpuBackend {
-            ctx: context()?,
+        Ok(Self::on_context(context()?, options))
+    }
+
+    /// A backend on a device and queue the caller made (any adapter, the
+    /// limits it was created with): runs go to `queue`, and
+    /// [`WgpuBackend::enqueue`] runs prepared maps on the caller's buffers
+    /// of this device. The device's uncaptured-error handler stays the
+    /// caller's; the backend catches its own errors with error scopes.
+    pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, options: WgpuOptions) -> Self {
+        Self::on_context(Arc::new(context_on(device, queue)), options)
+    }
+
+    fn on_context(ctx: Arc<GpuContext>, options: WgpuOptions) -> Self {
+        WgpuBackend {
+            ctx,
             options,
             residents: BTreeMap::new(),
             pool: Arc::new(BufferPool::default()),
-            last_compiled: Mutex::new(None),
-        })
+            run_cache: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The device runs go to.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.ctx.device
+    }
+
+    /// The queue runs are submitted to.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.ctx.queue
+    }
+
+    /// Compiled modules the device's pipeline cache holds now (at most
+    /// [`PIPELINE_CACHE_CAPACITY`]).
+    pub fn pipeline_cache_len(&self) -> usize {
+        self.ctx
+            .modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     pub fn adapter_info(&self) -> AdapterInfo {
@@ -473,18 +646,6 @@ impl WgpuBackend {
         Ok(())
     }
 
-    fn compile(&self, plan: &LaunchPlan, mode: Mode) -> Result<Arc<CompiledModule>, RunError> {
-        let mut last = self.last_compiled.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((last_mode, last_plan, module)) = last.as_ref() {
-            if *last_mode == mode && last_plan == plan {
-                return Ok(module.clone());
-            }
-        }
-        let module = self.compile_cached(plan, mode)?;
-        *last = Some((mode, plan.clone(), module.clone()));
-        Ok(module)
-    }
-
     fn compile_cached(
         &self,
         plan: &LaunchPlan,
@@ -497,7 +658,7 @@ impl WgpuBackend {
             .modules
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
+            .get(key.as_str())
         {
             return Ok(m.clone());
         }
@@ -749,122 +910,263 @@ fn scalar_word(name: &str, ty: ScalarType, value: Option<&Literal>) -> Result<u3
     }
 }
 
-impl Backend for WgpuBackend {
-    fn name(&self) -> &'static str {
-        "wgpu"
+impl WgpuBackend {
+    /// Prepares `plan` to run in `mode` on this backend's device: checks it
+    /// against the adapter (refusals are the host-copy path's), compiles it
+    /// (through the device's pipeline cache) and allocates the memory its
+    /// runs need besides the caller's buffers. Run it with
+    /// [`WgpuBackend::enqueue`].
+    pub fn prepare(&mut self, plan: &LaunchPlan, mode: Mode) -> Result<WgpuPrepared, RunError> {
+        Ok(WgpuPrepared {
+            map: self.prepare_map(plan, mode)?,
+        })
     }
 
-    fn run(
+    fn prepare_map(&self, plan: &LaunchPlan, mode: Mode) -> Result<Arc<PreparedMap>, RunError> {
+        self.refuse_if_needed(plan)?;
+        let compiled = self.compile_cached(plan, mode)?;
+        let emitted = &compiled.emitted;
+        let device = &self.ctx.device;
+        let create = |label: &str, words: u64, usage: wgpu::BufferUsages| {
+            // New buffers are zero-filled by wgpu.
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: words.max(1) * 4,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let params_words = emitted.scalar_slots.len() + emitted.literal_words.len();
+        let params = create(
+            "mpmd params",
+            params_words as u64,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        );
+        let status = create("mpmd status", STATUS_WORDS as u64, STORAGE_USAGE);
+        let own = emitted
+            .layout
+            .bindings
+            .iter()
+            .map(|binding| {
+                if emitted.layout.packed {
+                    return Some(create(&binding.global, binding.words, STORAGE_USAGE));
+                }
+                let buffer = &plan.buffers[binding.members[0].0];
+                (provider(buffer) == Provider::Backend).then(|| {
+                    create(
+                        &buffer.operands.join("="),
+                        buffer_words(buffer),
+                        STORAGE_USAGE,
+                    )
+                })
+            })
+            .collect();
+        Ok(Arc::new(PreparedMap {
+            ctx: self.ctx.clone(),
+            plan: plan.clone(),
+            mode,
+            compiled,
+            params,
+            status,
+            own,
+            status_dirty: AtomicBool::new(false),
+        }))
+    }
+
+    /// Runs `prepared` once on the caller's buffers: `args` binds a buffer
+    /// to every input and output of the map (and may bind one to a
+    /// device-resident operand, otherwise the backend's resident is used)
+    /// and gives every scalar. Each buffer is checked against its operand
+    /// (element type, element count, size and usage; a mismatch is
+    /// [`RunError::BadArguments`] and nothing runs). The work is submitted
+    /// to the backend's queue and not waited for: later submissions to the
+    /// queue see its results. An error the run records (an out-of-bounds
+    /// access in checked mode, a wait that timed out) is reported by the
+    /// next [`WgpuBackend::synchronize`].
+    pub fn enqueue(
+        &mut self,
+        prepared: &WgpuPrepared,
+        args: &DeviceArgs<WgpuBuffer>,
+    ) -> Result<(), RunError> {
+        let map = prepared.map.clone();
+        if !Arc::ptr_eq(&map.ctx, &self.ctx) {
+            return Err(RunError::BadArguments(format!(
+                "map `{}` was prepared on another device than this backend's",
+                map.plan.map.name
+            )));
+        }
+        let given = bind(&map.plan, &args.buffers)?;
+        let packed = map.compiled.emitted.layout.packed;
+        for (buffer, given) in map.plan.buffers.iter().zip(&given) {
+            if let Some(given) = given {
+                check_caller_buffer(&map.plan, buffer, given, packed)?;
+            }
+        }
+        let params = params_words(&map.compiled.emitted, &args.scalars)?;
+        let bound: Vec<Option<&wgpu::Buffer>> =
+            given.iter().map(|g| g.map(|b| &b.buffer)).collect();
+        let scope = self
+            .ctx
+            .device
+            .push_error_scope(wgpu::ErrorFilter::Validation);
+        let encoder = self.encode(&map, &bound, &params)?;
+        self.ctx.queue.submit([encoder.finish()]);
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(RunError::Backend(format!(
+                "wgpu rejected the launch: {err}"
+            )));
+        }
+        if !self.pending.iter().any(|p| Arc::ptr_eq(p, &map)) {
+            self.pending.push(map);
+        }
+        Ok(())
+    }
+
+    /// Waits until the device has finished everything submitted to the
+    /// queue, then reports the first error recorded by a run enqueued since
+    /// the last synchronisation (runs in the order they were enqueued). A
+    /// map whose run recorded an error starts clean at its next run.
+    pub fn synchronize(&mut self) -> Result<(), RunError> {
+        let pending = std::mem::take(&mut self.pending);
+        if pending.is_empty() {
+            self.ctx
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| RunError::Backend(format!("waiting for the device failed: {e}")))?;
+            return Ok(());
+        }
+        let reads: Vec<(&wgpu::Buffer, u64, u64)> = pending
+            .iter()
+            .map(|map| (&map.status, 0, STATUS_WORDS as u64))
+            .collect();
+        let statuses = self.read_words(&reads)?;
+        let mut first = None;
+        for (map, status) in pending.iter().zip(statuses) {
+            if status[0] != 0 {
+                map.status_dirty.store(true, Ordering::Relaxed);
+                if first.is_none() {
+                    first = Some(self.decode_error(&map.plan, &map.compiled.emitted, &status));
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// The prepared map of `plan` for [`Backend::run`], from the run cache.
+    fn run_prepared(
         &mut self,
         plan: &LaunchPlan,
-        args: &CallArgs,
-        options: &RunOptions,
-    ) -> Result<CallOutputs, RunError> {
-        self.refuse_if_needed(plan)?;
-        let compiled = self.compile(plan, options.mode)?;
-        let emitted = &compiled.emitted;
-        let ctx = self.ctx.clone();
-        let device = &ctx.device;
-
-        // Scalars and runtime literals.
-        let mut scalars = Vec::new();
-        for (name, ty) in &emitted.scalar_slots {
-            scalars.push(scalar_word(name, *ty, args.scalars.get(name))?);
+        mode: Mode,
+    ) -> Result<Arc<PreparedMap>, RunError> {
+        if let Some(index) = self
+            .run_cache
+            .iter()
+            .position(|p| p.mode == mode && p.plan == *plan)
+        {
+            self.run_cache[..=index].rotate_right(1);
+            return Ok(self.run_cache[0].clone());
         }
-        let params_words = emitted.params_words(&scalars);
-        // Buffers come from the pool (their contents are stale: anything that
-        // must start at zero is cleared) and go back to it after the call.
-        let pool = self.pool.clone();
-        let mut lent: Vec<wgpu::Buffer> = Vec::new();
-        let mut new_buffer = |label: &str, words: u64| {
-            let b = pool.take(device, label, words * 4, STORAGE_USAGE);
-            lent.push(b.clone());
-            b
-        };
+        let map = self.prepare_map(plan, mode)?;
+        self.run_cache.insert(0, map.clone());
+        self.run_cache.truncate(RUN_CACHE_CAPACITY);
+        Ok(map)
+    }
+
+    /// Records one run of `map` into a new command encoder: parameters
+    /// written, status and zero-started buffers cleared, caller buffers
+    /// (`bound`, per plan buffer) and residents bound or copied into the
+    /// packed arenas, every dispatch in schedule order, and outputs and
+    /// residents copied out of the arenas. The caller submits it (inside an
+    /// error scope it pushed first).
+    fn encode(
+        &mut self,
+        map: &PreparedMap,
+        bound: &[Option<&wgpu::Buffer>],
+        params_words: &[u32],
+    ) -> Result<wgpu::CommandEncoder, RunError> {
+        let plan = &map.plan;
+        let emitted = &map.compiled.emitted;
+        // Queue writes land before the next submission's commands.
+        self.ctx
+            .queue
+            .write_buffer(&map.params, 0, bytemuck::cast_slice(params_words));
+        // Each buffer a run uses besides the backend's own: the caller's, or a resident.
+        let mut sources: Vec<Option<wgpu::Buffer>> = Vec::with_capacity(plan.buffers.len());
+        for (buffer, given) in plan.buffers.iter().zip(bound) {
+            sources.push(match (given, &buffer.init) {
+                (Some(given), _) => Some((*given).clone()),
+                (None, BufferInit::Resident(name)) => {
+                    Some(self.resident_buffer(name, plan, buffer)?)
+                }
+                (None, _) => None,
+            });
+        }
+        let device = &self.ctx.device;
         let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("mpmd call"),
         });
-        let params = new_buffer("mpmd params", params_words.len() as u64);
-        ctx.queue
-            .write_buffer(&params, 0, bytemuck::cast_slice(&params_words));
-        let status = new_buffer("mpmd status", STATUS_WORDS as u64);
-        encoder.clear_buffer(&status, 0, None);
-
-        // Inputs must match their buffers.
-        for buf in &plan.buffers {
-            if let BufferInit::Input(name) = &buf.init {
-                args.input(name, buf.ty.elem, buf.len)?;
-            }
+        if map.status_dirty.swap(false, Ordering::Relaxed) {
+            encoder.clear_buffer(&map.status, 0, None);
+        } else {
+            encoder.clear_buffer(&map.status, TICKET_WORD as u64 * 4, Some(4));
         }
-
-        // Device buffers: one per binding. Residents are bound in place when
-        // unpacked, and copied into and out of the arena when packed.
-        let mut binding_buffers = Vec::new();
+        let missing = |index: usize| {
+            RunError::Backend(format!(
+                "internal: plan buffer {index} (`{}`) has no memory",
+                plan.buffers[index].operands.join("=")
+            ))
+        };
+        let mut binding_buffers = Vec::with_capacity(emitted.layout.bindings.len());
         let mut copy_back: Vec<(wgpu::Buffer, u64, wgpu::Buffer, u64)> = Vec::new();
-        for binding in &emitted.layout.bindings {
+        for (binding, own) in emitted.layout.bindings.iter().zip(&map.own) {
             if !emitted.layout.packed {
                 let (index, _) = binding.members[0];
                 let buf = &plan.buffers[index];
-                let buffer = match &buf.init {
-                    BufferInit::Resident(name) => self.resident_buffer(name, plan, buf)?,
-                    BufferInit::Input(name) => {
-                        let b = new_buffer(name, buffer_words(buf));
-                        ctx.queue.write_buffer(
-                            &b,
-                            0,
-                            bytemuck::cast_slice(args.inputs[name].words()),
-                        );
-                        b
-                    }
-                    // `zeroed` outputs and scratch, and semaphores.
-                    BufferInit::Zeroed => {
-                        let b = new_buffer(&buf.operands.join("="), buffer_words(buf));
-                        encoder.clear_buffer(&b, 0, None);
-                        b
-                    }
-                    // Uninitialised: may hold anything.
-                    BufferInit::Uninitialized => {
-                        new_buffer(&buf.operands.join("="), buffer_words(buf))
-                    }
-                };
+                let buffer = sources[index]
+                    .clone()
+                    .or_else(|| own.clone())
+                    .ok_or_else(|| missing(index))?;
+                let words = buffer_words(buf);
+                if buf.init == BufferInit::Zeroed && words > 0 {
+                    encoder.clear_buffer(&buffer, 0, Some(words * 4));
+                }
                 binding_buffers.push(buffer);
-            } else {
-                let arena = new_buffer(&binding.global, binding.words);
-                for &(index, offset) in &binding.members {
-                    let buf = &plan.buffers[index];
-                    let words = buffer_words(buf);
-                    match &buf.init {
-                        BufferInit::Resident(name) => {
-                            let r = self.resident_buffer(name, plan, buf)?;
-                            if words > 0 {
-                                encoder.copy_buffer_to_buffer(&r, 0, &arena, offset * 4, words * 4);
-                                copy_back.push((arena.clone(), offset * 4, r, words * 4));
-                            }
-                        }
-                        BufferInit::Input(name) => {
-                            ctx.queue.write_buffer(
-                                &arena,
-                                offset * 4,
-                                bytemuck::cast_slice(args.inputs[name].words()),
-                            );
-                        }
-                        BufferInit::Zeroed if words > 0 => {
-                            encoder.clear_buffer(&arena, offset * 4, Some(words * 4));
-                        }
-                        BufferInit::Zeroed | BufferInit::Uninitialized => {}
+                continue;
+            }
+            let arena = own.clone().ok_or_else(|| missing(binding.members[0].0))?;
+            for &(index, offset) in &binding.members {
+                let buf = &plan.buffers[index];
+                let bytes = buffer_words(buf) * 4;
+                if bytes == 0 {
+                    continue;
+                }
+                match (&buf.init, &sources[index]) {
+                    (BufferInit::Zeroed, _) => {
+                        encoder.clear_buffer(&arena, offset * 4, Some(bytes));
+                    }
+                    (BufferInit::Input(_) | BufferInit::Resident(_), Some(source)) => {
+                        encoder.copy_buffer_to_buffer(source, 0, &arena, offset * 4, bytes);
+                    }
+                    _ => {}
+                }
+                if let Some(source) = &sources[index] {
+                    let written =
+                        buf.output.is_some() || matches!(buf.init, BufferInit::Resident(_));
+                    if written {
+                        copy_back.push((arena.clone(), offset * 4, source.clone(), bytes));
                     }
                 }
-                binding_buffers.push(arena);
             }
+            binding_buffers.push(arena);
         }
         let mut entries = vec![
             wgpu::BindGroupEntry {
                 binding: PARAMS_BINDING,
-                resource: params.as_entire_binding(),
+                resource: map.params.as_entire_binding(),
             },
             wgpu::BindGroupEntry {
                 binding: STATUS_BINDING,
-                resource: status.as_entire_binding(),
+                resource: map.status.as_entire_binding(),
             },
         ];
         for (binding, buffer) in emitted.layout.bindings.iter().zip(&binding_buffers) {
@@ -873,10 +1175,9 @@ impl Backend for WgpuBackend {
                 resource: buffer.as_entire_binding(),
             });
         }
-        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("mpmd operands"),
-            layout: &compiled.layout,
+            layout: &map.compiled.layout,
             entries: &entries,
         });
         // One dispatch per launch unit, in plan order, with the semaphore
@@ -884,7 +1185,7 @@ impl Backend for WgpuBackend {
         // ordering between workgroups.
         // A block-split unit repeats its one-workgroup dispatch once per
         // block; each takes the next ticket, so the blocks run in order.
-        for (pipeline, step) in compiled.pipelines.iter().zip(&emitted.schedule) {
+        for (pipeline, step) in map.compiled.pipelines.iter().zip(&emitted.schedule) {
             let dims = step.workgroups;
             for _ in 0..step.repeat {
                 let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -896,18 +1197,143 @@ impl Backend for WgpuBackend {
                 pass.dispatch_workgroups(dims[0], dims[1], dims[2]);
             }
         }
-        for (arena, offset, resident, bytes) in &copy_back {
-            encoder.copy_buffer_to_buffer(arena, *offset, resident, 0, *bytes);
+        for (arena, offset, target, bytes) in &copy_back {
+            encoder.copy_buffer_to_buffer(arena, *offset, target, 0, *bytes);
         }
-        // Copy the status and every output out in the same submission.
-        let mut reads: Vec<(&wgpu::Buffer, u64, u64)> = vec![(&status, 0, STATUS_WORDS as u64)];
+        Ok(encoder)
+    }
+}
+
+/// The parameter buffer's words: the scalars, each checked against its
+/// operand, then the run-time literals.
+fn params_words(
+    emitted: &EmittedModule,
+    scalars: &BTreeMap<Name, Literal>,
+) -> Result<Vec<u32>, RunError> {
+    let mut words = Vec::with_capacity(emitted.scalar_slots.len());
+    for (name, ty) in &emitted.scalar_slots {
+        words.push(scalar_word(name, *ty, scalars.get(name))?);
+    }
+    Ok(emitted.params_words(&words))
+}
+
+/// A caller's buffer checked against the plan buffer it is bound to: large
+/// enough for the packed elements (whole 4-byte words) and with the usages
+/// the run needs.
+fn check_caller_buffer(
+    plan: &LaunchPlan,
+    buffer: &BufferPlan,
+    given: &WgpuBuffer,
+    packed: bool,
+) -> Result<(), RunError> {
+    let name = buffer.operands.join("`/`");
+    let map = &plan.map.name;
+    let bytes = buffer_words(buffer) * 4;
+    if given.buffer.size() < bytes {
+        return Err(RunError::BadArguments(format!(
+            "`{name}` of map `{map}` needs a buffer of at least {bytes} bytes ({} `{}` elements in 4-byte words); the buffer given has {} bytes",
+            buffer.len,
+            buffer.ty.elem,
+            given.buffer.size()
+        )));
+    }
+    let usage = given.buffer.usage();
+    let mut needed = wgpu::BufferUsages::empty();
+    if packed {
+        if matches!(buffer.init, BufferInit::Input(_) | BufferInit::Resident(_)) {
+            needed |= wgpu::BufferUsages::COPY_SRC;
+        }
+        if buffer.output.is_some() || matches!(buffer.init, BufferInit::Resident(_)) {
+            needed |= wgpu::BufferUsages::COPY_DST;
+        }
+    } else {
+        needed |= wgpu::BufferUsages::STORAGE;
+        if buffer.init == BufferInit::Zeroed {
+            needed |= wgpu::BufferUsages::COPY_DST;
+        }
+    }
+    if !usage.contains(needed) {
+        return Err(RunError::BadArguments(format!(
+            "`{name}` of map `{map}` needs a buffer with usage {needed:?}; the buffer given has {usage:?}"
+        )));
+    }
+    Ok(())
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    /// The host-copy path: prepares `plan` (once; the run cache keeps it),
+    /// uploads the inputs into pooled buffers, runs it as
+    /// [`WgpuBackend::enqueue`] does, and reads the outputs and the status
+    /// back in the same submission. Errors of runs enqueued earlier are
+    /// reported first.
+    fn run(
+        &mut self,
+        plan: &LaunchPlan,
+        args: &CallArgs,
+        options: &RunOptions,
+    ) -> Result<CallOutputs, RunError> {
+        if !self.pending.is_empty() {
+            self.synchronize()?;
+        }
+        let map = self.run_prepared(plan, options.mode)?;
+        let params = params_words(&map.compiled.emitted, &args.scalars)?;
+        for buf in &plan.buffers {
+            if let BufferInit::Input(name) = &buf.init {
+                args.input(name, buf.ty.elem, buf.len)?;
+            }
+        }
+        // The caller's buffers come from the pool (stale contents: the run
+        // clears what must start at zero) and go back to it after the call.
+        let ctx = self.ctx.clone();
+        let mut lent: Vec<wgpu::Buffer> = Vec::new();
+        let mut bound: Vec<Option<wgpu::Buffer>> = Vec::with_capacity(plan.buffers.len());
+        for buf in &plan.buffers {
+            if provider(buf) != Provider::Caller {
+                bound.push(None);
+                continue;
+            }
+            let words = buffer_words(buf);
+            let buffer = self.pool.take(
+                &ctx.device,
+                &buf.operands.join("="),
+                words * 4,
+                STORAGE_USAGE,
+            );
+            if let BufferInit::Input(name) = &buf.init {
+                if words > 0 {
+                    ctx.queue.write_buffer(
+                        &buffer,
+                        0,
+                        bytemuck::cast_slice(args.inputs[name].words()),
+                    );
+                }
+            }
+            lent.push(buffer.clone());
+            bound.push(Some(buffer));
+        }
+        let bound_refs: Vec<Option<&wgpu::Buffer>> = bound.iter().map(Option::as_ref).collect();
+        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut encoder = self.encode(&map, &bound_refs, &params)?;
+        // The status and every output come back in the same submission.
+        let mut reads: Vec<(&wgpu::Buffer, u64, u64)> = vec![(&map.status, 0, STATUS_WORDS as u64)];
         let mut outputs = Vec::new();
         for (index, buf) in plan.buffers.iter().enumerate() {
-            if let Some(name) = &buf.output {
-                let (binding, offset) = emitted.layout.places[index];
-                reads.push((&binding_buffers[binding], offset * 4, buffer_words(buf)));
-                outputs.push((name.clone(), buf));
-            }
+            let Some(name) = &buf.output else { continue };
+            let source = match (&bound[index], &buf.init) {
+                (Some(buffer), _) => buffer,
+                (None, BufferInit::Resident(resident)) => &self.residents[resident].buffer,
+                (None, _) => {
+                    return Err(RunError::Backend(format!(
+                        "internal: output `{name}` has no buffer"
+                    )))
+                }
+            };
+            reads.push((source, 0, buffer_words(buf)));
+            outputs.push((name.clone(), buf));
         }
         let staging = self.stage_reads(&mut encoder, &reads);
         let lengths: Vec<u64> = reads.iter().map(|r| r.2).collect();
@@ -917,13 +1343,14 @@ impl Backend for WgpuBackend {
                 "wgpu rejected the launch: {err}"
             )));
         }
-        let words = map_and_read(device, &staging, lengths);
+        let words = map_and_read(&ctx.device, &staging, lengths);
         self.pool.put(staging);
         self.pool.put(lent);
         let mut words = words?;
         let status_words = words.remove(0);
         if status_words[0] != 0 {
-            return Err(self.decode_error(plan, emitted, &status_words));
+            map.status_dirty.store(true, Ordering::Relaxed);
+            return Err(self.decode_error(plan, &map.compiled.emitted, &status_words));
         }
         let mut result = CallOutputs::default();
         for ((name, buf), data) in outputs.into_iter().zip(words) {

@@ -50,20 +50,16 @@ fn the_schedule_states_one_dispatch_per_block() {
             repeat: 4,
         }]
     );
-    assert!(
-        emitted.wgsl.contains("// unit0_scan x 4.\n"),
-        "{}",
-        emitted.wgsl
+    // The schedule comment, and the entry point that takes its block from the ticket.
+    insta::assert_snapshot!("chained_scan_schedule", header(&emitted.wgsl));
+    insta::assert_snapshot!(
+        "chained_scan_split_entry",
+        functions(&emitted.wgsl, &["unit0_scan"])
     );
-    assert!(emitted.wgsl.contains(
-        "// Program 0 (`scan`) waits on its own signals and the plan has no cycle: its 4 block(s) \
-         run one per dispatch, in linear block order (4 dispatches), so every block it may wait \
-         on ran in an earlier dispatch.\n"
-    ));
-    let entry = function(&emitted.wgsl, "unit0_scan");
-    assert!(entry.contains("let block_id: u32 = workgroupUniformLoad(&mpmd_ticket);"));
-    // No polling loop: the wait looks once.
-    assert!(!emitted.wgsl.contains("polls"), "{}", emitted.wgsl);
+    // The protocol, anywhere in the module (helpers included): no polling
+    // wait, every wait looks once. A check of its own, because a snapshot
+    // of the entry does not show the helpers.
+    assert!(!emitted.wgsl.contains("fn mpmd_wait_"), "{}", emitted.wgsl);
     // Declared co-resident: one dispatch of 4 workgroups.
     let co = emit_module(
         &p,
@@ -140,8 +136,11 @@ fn a_token_passes_through_every_block_in_order() {
     let emitted = emit_module(&p, &EmitOptions::default()).unwrap();
     let repeats: Vec<u32> = emitted.schedule.iter().map(|d| d.repeat).collect();
     assert_eq!(repeats, vec![6, 3]);
-    assert!(function(&emitted.wgsl, "unit1_pass2")
-        .contains("mpmd_ticket = atomicAdd(&mpmd_status[15], 1u) - 6u;"));
+    // The second program's blocks are the tickets after the first's 6.
+    insta::assert_snapshot!(
+        "tokens_second_split_entry",
+        functions(&emitted.wgsl, &["unit1_pass2"])
+    );
     // A second call starts its tickets again.
     let again = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap();
     assert_eq!(again, out);
@@ -306,16 +305,7 @@ fn leading_blocks_that_wait_on_nothing_share_the_first_dispatch() {
             },
         ]
     );
-    assert!(
-        emitted.wgsl.contains(
-            "// Program 0 (`parts`) waits on its own signals and the plan has no cycle: its 8 block(s) \
-             run in 2 dispatches: blocks 0 to 6, which wait on nothing, together in the first, then \
-             the others one per dispatch, in linear block order, so every block it may wait on ran \
-             in an earlier dispatch.\n"
-        ),
-        "{}",
-        emitted.wgsl
-    );
+    insta::assert_snapshot!("finalize_schedule", header(&emitted.wgsl));
     // A wait inside a `while` counts too: block 7 stays out of the wave.
     let in_loop = FINALIZE.replace(
         "    wait(done[0u], 7);\n",

@@ -53,19 +53,8 @@ fn user_names_are_prefixed_and_cannot_collide() {
     let m = module(NAMES);
     let p = plan(&m, "switch");
     let wgsl = emit(&p, Mode::Fast).unwrap();
-    for expected in [
-        "fn unit0_switch(",
-        "var<storage, read_write> g0_loop: array<f32>;",
-        "var<storage, read_write> g1_continuing: array<f32>;",
-        "let v_discard: f32 = bitcast<f32>(mpmd_params[0]);",
-        "let v_mpmd_params: u32 = mpmd_params[1];",
-        "let ax_block_id: u32 = block_id % 2u;",
-        "let v_override: u32 = ((ax_block_id * 32u) + ax_thread_id);",
-        "let v_rt_0: f32 = ",
-        "g1_continuing[v_override] = v_struct;",
-    ] {
-        assert!(wgsl.contains(expected), "missing `{expected}` in:\n{wgsl}");
-    }
+    insta::assert_snapshot!("names_declarations", declarations(&wgsl));
+    insta::assert_snapshot!("names_entry", functions(&wgsl, &["unit0_switch"]));
     naga_cli_accepts(&wgsl, "names");
     let Some(mut wgpu) = backend(WgpuOptions::default()) else {
         return;
@@ -111,13 +100,8 @@ fn operations_on_literals_alone_are_read_at_run_time() {
     let m = module(LITERALS);
     let p = plan(&m, "lits");
     let wgsl = emit(&p, Mode::Fast).unwrap();
-    assert!(
-        wgsl.contains("let rt_0: i32 = bitcast<i32>(mpmd_params[0]); // 2147483647"),
-        "{wgsl}"
-    );
-    assert!(wgsl.contains("(rt_0 + rt_1)"), "{wgsl}");
-    assert!(wgsl.contains("// NaN (0x7fc00000)"), "{wgsl}");
-    assert!(!wgsl.contains("2147483647i + 1i"), "{wgsl}");
+    // Every operation's literals are `rt_<k>` lets of the parameter buffer.
+    insta::assert_snapshot!("literals_entry", functions(&wgsl, &["unit0_lits"]));
     naga_cli_accepts(&wgsl, "literals");
     let Some(mut wgpu) = backend(WgpuOptions::default()) else {
         return;
@@ -164,9 +148,10 @@ fn every_mode_and_option_validates() {
         },
     )
     .unwrap();
-    assert!(checked
-        .wgsl
-        .contains("fn mpmd_check1(site: u32, i0: u32, n0: u32) -> u32"));
+    insta::assert_snapshot!(
+        "checked_offset_helper",
+        functions(&checked.wgsl, &["mpmd_check1"])
+    );
     naga_cli_accepts(&checked.wgsl, "checked");
 }
 
@@ -262,9 +247,9 @@ fn producer_consumer_kernels_hold_no_atomic() {
             };
             let emitted = emit_module(&p, &options).unwrap();
             let wgsl = &emitted.wgsl;
-            if mode == Mode::Fast && loop_cap.is_none() {
-                println!("{wgsl}");
-            }
+            // The property itself, in every mode and with and without the
+            // loop cap: no atomic, semaphore call or barrier in the kernels
+            // (the snapshots below show the semaphore functions).
             for entry in ["unit0_produce", "unit1_consume"] {
                 let text = function(wgsl, entry);
                 assert!(!text.contains("atomic"), "{mode:?}: {text}");
@@ -287,17 +272,19 @@ fn producer_consumer_kernels_hold_no_atomic() {
                     ("unit1_consume", [8, 1, 1], Some(1)),
                 ]
             );
-            let signals = function(wgsl, "mpmd_unit0_signals");
-            let ready = global(wgsl, "ready");
-            assert!(
-                signals.contains(&format!("atomicAdd(&{ready}[ax_pb], 1i);"))
-                    || signals.contains(&format!("atomicAdd(&{ready}[mpmd_check1(")),
-                "{signals}"
+            // One snapshot per mode: the loop cap changes none of them.
+            insta::assert_snapshot!(
+                format!("pipeline_semaphore_dispatches_{mode:?}"),
+                functions(
+                    wgsl,
+                    &[
+                        "mpmd_unit0_signals",
+                        "mpmd_unit1_waits",
+                        "mpmd_sems0",
+                        "mpmd_sems1"
+                    ]
+                )
             );
-            let waits = function(wgsl, "mpmd_unit1_waits");
-            assert!(waits.contains(&format!("mpmd_take_{ready}(")), "{waits}");
-            assert!(function(wgsl, "mpmd_sems0").contains("mpmd_unit0_signals(slot);"));
-            assert!(function(wgsl, "mpmd_sems1").contains("mpmd_unit1_waits(slot);"));
         }
     }
 }
@@ -344,21 +331,22 @@ fn a_wait_after_a_capped_loop_stays_in_the_kernel() {
         ..EmitOptions::default()
     };
     let capped = emit_module(&p, &options(Some(65_000))).unwrap();
-    let take = function(&capped.wgsl, "unit1_take");
-    assert!(
-        take.contains(&format!("mpmd_take_{}(", global(&capped.wgsl, "ready"))),
-        "{take}"
+    // The signal still moves (in fast mode it cannot report anything); the
+    // wait stays in the kernel, after the loop.
+    assert_eq!(
+        dispatch_order(&capped),
+        ["unit0_give", "mpmd_sems0", "unit1_take"]
     );
-    assert!(
-        !capped.wgsl.contains("fn mpmd_unit1_waits("),
-        "{}",
-        capped.wgsl
+    insta::assert_snapshot!(
+        "loop_then_wait_capped_kernels",
+        functions(&capped.wgsl, &["unit0_give", "unit1_take"])
     );
-    // The signal still moves: in fast mode it cannot report anything.
-    assert!(!function(&capped.wgsl, "unit0_give").contains("atomic"));
 
     let uncapped = emit_module(&p, &options(None)).unwrap();
-    assert!(!function(&uncapped.wgsl, "unit1_take").contains("atomic"));
+    insta::assert_snapshot!(
+        "loop_then_wait_uncapped_take",
+        functions(&uncapped.wgsl, &["unit1_take"])
+    );
     let order: Vec<(&str, [u32; 3])> = uncapped
         .schedule
         .iter()
@@ -374,12 +362,11 @@ fn a_wait_after_a_capped_loop_stays_in_the_kernel() {
             ("unit1_take", [300, 267, 1]),
         ]
     );
-    let sems = function(&uncapped.wgsl, "mpmd_sems1");
-    assert!(
-        sems.contains("let slot: u32 = (mpmd_wid.x + mpmd_wid.y * 300u) * 256u + mpmd_lid.x;"),
-        "{sems}"
+    // A 2-D semaphore dispatch: the slot is linearised, the extra ones return.
+    insta::assert_snapshot!(
+        "loop_then_wait_two_dimensional_semaphore_dispatch",
+        functions(&uncapped.wgsl, &["mpmd_sems1"])
     );
-    assert!(sems.contains("if (slot < 80000u) {"), "{sems}");
 }
 
 /// f32 atomics on gmem and smem, with and without results.
@@ -428,29 +415,22 @@ fn f32_atomics_are_compare_exchange_loops_on_atomic_words() {
             };
             let wgsl = emit_module(&p, &options).unwrap().wgsl;
             validate_wgsl(&wgsl).unwrap_or_else(|e| panic!("{e}\n{wgsl}"));
-            for operand in ["acc", "own"] {
-                let g = global(&wgsl, operand);
-                assert!(
-                    wgsl.contains(&format!(
-                        "var<storage, read_write> {g}: array<atomic<u32>>;"
-                    )),
-                    "{operand}: {wgsl}"
-                );
-            }
-            assert!(wgsl.contains("array<atomic<u32>, 1>"), "smem tile: {wgsl}");
             let body = function(&wgsl, "unit0_f");
-            // add, min, max on gmem and two adds on smem: five loops.
+            // Counted in every mode, with and without the cap (one is
+            // snapshotted): add, min, max on gmem and two adds on smem are
+            // five loops, and each counts toward the loop cap.
             assert_eq!(
                 body.matches("atomicCompareExchangeWeak(&").count(),
                 5,
                 "{body}"
             );
-            assert!(body.contains("mpmd_min_f32(bitcast<f32>("), "{body}");
-            assert!(body.contains("mpmd_max_f32(bitcast<f32>("), "{body}");
-            assert!(body.contains("bitcast<f32>(atomicExchange(&"), "{body}");
-            // Every compare-exchange loop counts toward the loop cap.
             let ticks = body.matches("if (mpmd_loop_tick()) { break; }").count();
             assert_eq!(ticks, if loop_cap.is_some() { 5 } else { 0 }, "{body}");
+            if mode == Mode::Fast && loop_cap.is_some() {
+                // `acc`, `own` and the smem tile are atomic u32 words.
+                insta::assert_snapshot!("f32_atomics_declarations", declarations(&wgsl));
+                insta::assert_snapshot!("f32_atomics_entry", functions(&wgsl, &["unit0_f"]));
+            }
             naga_cli_accepts(&wgsl, "f32-atomics");
         }
     }

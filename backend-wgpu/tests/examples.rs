@@ -5,10 +5,10 @@ mod common;
 
 use common::*;
 use mpmd_core::backend::{Backend, RunError};
+use mpmd_core::case::{CompareMode, Expectation};
 use mpmd_core::host::CallArgs;
 use mpmd_core::inputs::{generate_input, Generation};
 use mpmd_core::interp::Interpreter;
-use mpmd_core::ir::{CompareMode, Expectation};
 use mpmd_wgpu::WgpuOptions;
 
 #[test]
@@ -19,8 +19,13 @@ fn every_example_matches_the_interpreter() {
     let files = example_files();
     let mut compared = 0;
     for file in &files {
-        let m = module(&std::fs::read_to_string(file).unwrap());
-        let case = m.case.clone().unwrap_or_default();
+        let source = std::fs::read_to_string(file).unwrap();
+        let m = module(&source);
+        let case = mpmd_core::text::parse_file(&source)
+            .unwrap()
+            .case
+            .unwrap_or_default();
+        let generation = Generation::with_defaults(7).with_generators(&case.generators);
         let mut wgpu = backend(WgpuOptions::default()).unwrap();
         let mut interp = Interpreter::new();
         for call in m.effective_calls() {
@@ -31,7 +36,7 @@ fn every_example_matches_the_interpreter() {
                 if input.resident {
                     continue;
                 }
-                let t = generate_input(&m, map, input, &Generation::with_defaults(7)).unwrap();
+                let t = generate_input(&m, map, input, &generation).unwrap();
                 args.inputs.insert(input.name.clone(), t);
             }
             args.scalars = call.scalars.iter().cloned().collect();

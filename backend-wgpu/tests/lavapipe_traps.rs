@@ -70,7 +70,7 @@ fn llvmpipe_ends_loops_after_65535_header_visits() {
     let err = capped.run(&p, &a, &fast()).unwrap_err();
     assert_eq!(
         err.class(),
-        Some(mpmd_core::ir::ErrorClass::Unsupported),
+        Some(mpmd_core::ErrorClass::Unsupported),
         "{err}"
     );
     assert_eq!(count(&mut capped, 21_000), 21_000);
@@ -138,7 +138,7 @@ fn divergent_loops_share_the_llvmpipe_budget() {
     let err = capped.run(&p, &n(40_000), &fast()).unwrap_err();
     assert_eq!(
         err.class(),
-        Some(mpmd_core::ir::ErrorClass::Unsupported),
+        Some(mpmd_core::ErrorClass::Unsupported),
         "{err}"
     );
     let y = capped.run(&p, &n(30_000), &fast()).unwrap().outputs["y"]

@@ -7,9 +7,10 @@ use common::*;
 use mpmd_core::backend::{Backend, RunError};
 use mpmd_core::host::{CallOutputs, HostTensor};
 use mpmd_core::interp::Interpreter;
-use mpmd_core::ir::{ErrorClass, Literal};
+use mpmd_core::ir::Literal;
+use mpmd_core::ErrorClass;
 use mpmd_core::Mode;
-use mpmd_wgpu::WgpuOptions;
+use mpmd_wgpu::{emit_module, EmitOptions, WgpuOptions};
 
 /// Equal words, except that NaN payloads and the sign of zero are ignored
 /// (DESIGN.md, "Conformance").
@@ -773,10 +774,11 @@ map ids {
         return;
     };
     let p = plan(&module(src), "ids");
-    let wgsl = wgpu.wgsl(&p, mpmd_core::Mode::Fast).unwrap();
-    assert!(
-        wgsl.contains("let block_id: u32 = mpmd_wid.x + mpmd_wid.y * 65535u;"),
-        "{wgsl}"
+    // The block id linearised from a 2-D grid of workgroups (65,535 a row
+    // with the default options; the adapter's own limit may differ).
+    insta::assert_snapshot!(
+        "two_dimensional_entry",
+        functions(&mpmd_wgpu::emit(&p, Mode::Fast).unwrap(), &["unit0_ids"])
     );
     let y = wgpu
         .run(&p, &args(vec![], vec![]), &fast())
@@ -802,10 +804,15 @@ fn packed_bindings_when_the_adapter_has_few() {
     };
     let m = module(PIPELINE);
     let p = plan(&m, "pipeline");
-    let wgsl = wgpu.wgsl(&p, mpmd_core::Mode::Fast).unwrap();
-    assert!(
-        wgsl.contains("var<storage, read_write> g_arena: array<u32>;"),
-        "{wgsl}"
+    let on_adapter = emit_module(&p, &wgpu.plan_emit_options(&p, Mode::Fast)).unwrap();
+    assert!(on_adapter.layout.packed);
+    let five = EmitOptions {
+        max_storage_buffers: 5,
+        ..EmitOptions::default()
+    };
+    insta::assert_snapshot!(
+        "packed_declarations",
+        declarations(&emit_module(&p, &five).unwrap().wgsl)
     );
     let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
     let a = args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]);
@@ -897,45 +904,50 @@ map pipeline {
 fn ordered_semaphores_keep_the_barriers_the_block_can_observe() {
     let m = module(SEM_AS_BARRIER);
     let p = plan(&m, "pipeline");
-    let wgsl = mpmd_wgpu::emit(&p, Mode::Fast).unwrap();
-    let unit = |name: &str| {
-        let start = wgsl.find(&format!("fn {name}(")).unwrap();
-        let end = wgsl[start..].find("\n}\n").unwrap();
-        wgsl[start..start + end].to_string()
+    let module_in = |mode| {
+        let options = EmitOptions {
+            mode,
+            ..EmitOptions::default()
+        };
+        emit_module(&p, &options).unwrap()
     };
-    // unit 0 is the producer (topological order), unit 1 the consumer.
-    let produce = unit("unit0_produce");
-    let consume = unit("unit1_consume");
+    // Unit 0 is the producer (topological order), unit 1 the consumer. The
+    // semaphore operations themselves run in semaphore dispatches; each
+    // kernel keeps the one barrier its block can observe, between its smem
+    // accesses.
+    let emitted = module_in(Mode::Fast);
     assert_eq!(
-        produce.matches("workgroupBarrier();").count(),
-        1,
-        "{produce}"
+        dispatch_order(&emitted),
+        ["unit0_produce", "mpmd_sems0", "mpmd_sems1", "unit1_consume"]
     );
-    assert_eq!(
-        consume.matches("workgroupBarrier();").count(),
-        1,
-        "{consume}"
+    insta::assert_snapshot!(
+        "ordered_semaphores_kernels",
+        functions(
+            &emitted.wgsl,
+            &[
+                "unit0_produce",
+                "unit1_consume",
+                "mpmd_unit0_signals",
+                "mpmd_unit1_waits"
+            ]
+        )
     );
-    // The semaphore operations themselves run in semaphore dispatches.
-    for text in [&produce, &consume] {
-        assert!(!text.contains("atomic"), "{text}");
-    }
-    assert!(wgsl.contains("fn mpmd_unit1_waits("), "{wgsl}");
-    let take = format!("mpmd_take_{}(", global(&wgsl, "ready"));
-    assert!(wgsl.contains(&take), "{wgsl}");
-    assert!(!wgsl.contains("fn mpmd_wait_"), "{wgsl}");
     // In checked mode the store before the wait may report out of bounds,
-    // which must come first: the wait stays in the kernel, barrier included.
-    let checked = mpmd_wgpu::emit(&p, Mode::Checked).unwrap();
-    let start = checked.find("fn unit1_consume(").unwrap();
-    let end = checked[start..].find("\n}\n").unwrap();
-    let consume_checked = &checked[start..start + end];
-    assert!(consume_checked.contains(&take), "{consume_checked}");
-    assert!(!checked.contains("fn mpmd_unit1_waits("), "{checked}");
-    // The plain pipeline: a head wait and a tail signal, no barrier at all.
+    // which must come first: the wait stays in the kernel, barrier included
+    // (and so does the signal, before the producer's checked load).
+    let checked = module_in(Mode::Checked);
+    assert_eq!(dispatch_order(&checked), ["unit0_produce", "unit1_consume"]);
+    insta::assert_snapshot!(
+        "ordered_semaphores_checked_consumer",
+        functions(&checked.wgsl, &["unit1_consume"])
+    );
+    // Properties of whole modules, helpers included, which snapshots of
+    // their kernels would not show. The plain pipeline: a head wait and a
+    // tail signal, no barrier at all.
     let plain = mpmd_wgpu::emit(&plan(&module(PIPELINE), "pipeline"), Mode::Fast).unwrap();
     assert!(!plain.contains("workgroupBarrier();"), "{plain}");
-    // A plan that needs co-residency keeps the polling protocol.
+    // A plan that needs co-residency keeps the polling protocol, never a
+    // one-look take.
     let cycle = mpmd_wgpu::emit(&plan(&module(CYCLE), "cycle"), Mode::Fast).unwrap();
     assert!(cycle.contains("fn mpmd_wait_"), "{cycle}");
     assert!(!cycle.contains("fn mpmd_take_"), "{cycle}");
@@ -982,12 +994,11 @@ fn a_short_count_of_a_moved_wait_is_a_deadlock_naming_block_and_element() {
     let m = module(SHORT);
     let p = plan(&m, "short");
     let wgsl = mpmd_wgpu::emit(&p, Mode::Fast).unwrap();
-    assert!(
-        function(&wgsl, "mpmd_unit1_waits")
-            .contains(&format!("mpmd_take_{}(", global(&wgsl, "ready"))),
-        "{wgsl}"
+    // The wait moves out of the kernel into a one-look take.
+    insta::assert_snapshot!(
+        "short_count_wait",
+        functions(&wgsl, &["unit1_take", "mpmd_unit1_waits"])
     );
-    assert!(!function(&wgsl, "unit1_take").contains("atomic"), "{wgsl}");
     let Some(mut wgpu) = backend(WgpuOptions::default()) else {
         return;
     };
@@ -1045,12 +1056,10 @@ fn a_moved_signal_out_of_bounds_is_reported_in_checked_mode() {
     let m = module(SIGNAL_OOB);
     let p = plan(&m, "oob");
     let wgsl = mpmd_wgpu::emit(&p, Mode::Checked).unwrap();
-    assert!(
-        function(&wgsl, "mpmd_unit0_signals").contains(&format!(
-            "atomicAdd(&{}[mpmd_check1(",
-            global(&wgsl, "ready")
-        )),
-        "{wgsl}"
+    // The moved signal checks its element.
+    insta::assert_snapshot!(
+        "moved_signal_checked",
+        functions(&wgsl, &["mpmd_unit0_signals"])
     );
     let Some(mut wgpu) = backend(WgpuOptions::default()) else {
         return;
@@ -1151,27 +1160,21 @@ fn moved_and_kept_semaphore_operations_in_one_plan() {
             "unit2_third"
         ]
     );
-    let wgsl = &emitted.wgsl;
-    let sems0 = function(wgsl, "mpmd_sems0");
-    assert!(sems0.contains("mpmd_unit0_signals(slot);"), "{sems0}");
-    assert!(sems0.contains("mpmd_unit1_waits(slot - 4u);"), "{sems0}");
-    let first = function(wgsl, "unit0_first");
-    let (s1, s2, credits) = (
-        global(wgsl, "s1"),
-        global(wgsl, "s2"),
-        global(wgsl, "credits"),
-    );
-    assert!(first.contains(&format!("atomicAdd(&{s2}[")), "{first}");
-    assert!(!first.contains(&s1), "{first}");
-    assert!(!function(wgsl, "unit1_second").contains("atomic"), "{wgsl}");
-    let third = function(wgsl, "unit2_third");
-    assert!(third.contains(&format!("mpmd_take_{s2}(")), "{third}");
-    assert!(!third.contains(&s1) && !third.contains(&credits), "{third}");
-    let waits = function(wgsl, "mpmd_unit2_waits");
-    assert!(
-        waits.find(&format!("mpmd_take_{s1}(")).unwrap()
-            < waits.find(&format!("mpmd_take_{credits}(")).unwrap(),
-        "{waits}"
+    // `s2` stays in the kernels, `s1` and `credits` move (the waits in
+    // program order); the first semaphore dispatch runs the first
+    // program's signals, then the second's waits.
+    insta::assert_snapshot!(
+        "moved_and_kept",
+        functions(
+            &emitted.wgsl,
+            &[
+                "unit0_first",
+                "unit1_second",
+                "unit2_third",
+                "mpmd_unit2_waits",
+                "mpmd_sems0"
+            ]
+        )
     );
 
     let Some(mut wgpu) = backend(WgpuOptions::default()) else {
@@ -1274,8 +1277,11 @@ fn signals_and_waits_of_different_semaphores_share_a_dispatch() {
             ("unit3_c", [300, 1, 1]),
         ]
     );
-    let sems1 = function(&emitted.wgsl, "mpmd_sems1");
-    assert!(sems1.contains("mpmd_unit2_waits(slot - 300u);"), "{sems1}");
+    // `b`'s blocks from slot 300 on.
+    insta::assert_snapshot!(
+        "shared_semaphore_dispatch",
+        functions(&emitted.wgsl, &["mpmd_sems1"])
+    );
     let Some(mut wgpu) = backend(WgpuOptions::default()) else {
         return;
     };

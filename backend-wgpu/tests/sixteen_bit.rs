@@ -1087,11 +1087,19 @@ map bump {{
                 return;
             };
             let p = plan(&module(&src), "bump");
-            let wgsl = wgpu.wgsl(&p, Mode::Fast).unwrap();
+            // The stored 16-bit resident is atomic words: in their own arena
+            // when packed.
+            let layout = mpmd_wgpu::emit_module(&p, &wgpu.plan_emit_options(&p, Mode::Fast))
+                .unwrap()
+                .layout;
+            let arena = layout
+                .bindings
+                .iter()
+                .find(|b| b.global == "g_arena_atomic_u32");
             assert_eq!(
-                wgsl.contains("var<storage, read_write> g_arena_atomic_u32: array<atomic<u32>>"),
-                packed.is_some(),
-                "{wgsl}"
+                arena.map(|b| b.word),
+                packed.map(|_| mpmd_wgpu::emit::WordType::AtomicU32),
+                "{layout:?}"
             );
             let start: Vec<u16> = (0..7).map(|k| round(t, k as f32)).collect();
             wgpu.set_resident("acc", tensor(t, &start)).unwrap();
@@ -1194,35 +1202,15 @@ map k {
 ";
     let p = plan(&module(src), "k");
     let wgsl = mpmd_wgpu::emit(&p, Mode::Fast).unwrap();
-    let x = global(&wgsl, "x");
-    let y = global(&wgsl, "y");
-    assert!(
-        wgsl.contains(&format!("var<storage, read_write> {x}: array<u32>;")),
-        "a 16-bit buffer only read is plain words:\n{wgsl}"
-    );
-    assert!(
-        wgsl.contains(&format!(
-            "var<storage, read_write> {y}: array<atomic<u32>>;"
-        )),
-        "a stored 16-bit buffer is atomic words:\n{wgsl}"
-    );
-    assert!(
-        wgsl.contains("var<workgroup> s0_tile: array<atomic<u32>, 128>;"),
-        "255 f16 of smem take 128 atomic words:\n{wgsl}"
-    );
-    assert!(
-        wgsl.contains(": array<u32, 3>;"),
-        "5 bf16 locals take 3 words:\n{wgsl}"
-    );
-    assert!(
-        wgsl.contains("atomicAnd(&") && wgsl.contains("atomicOr(&"),
-        "{wgsl}"
-    );
-    assert!(
-        wgsl.contains("(mpmd_params[0] & 0xffffu)"),
-        "the low half of the parameter word"
-    );
-    // No WGSL `f16` anywhere in the code (comments aside): not the type, not `f16()`.
+    // A 16-bit buffer only read is plain words, a stored one atomic words;
+    // 255 f16 of smem take 128 atomic words.
+    insta::assert_snapshot!("sixteen_bit_declarations", declarations(&wgsl));
+    // 5 bf16 locals take 3 words; a store is an atomicAnd and an atomicOr
+    // on its half; the scalar is the low half of its parameter word.
+    insta::assert_snapshot!("sixteen_bit_entry", functions(&wgsl, &["unit0_k"]));
+    // Properties of the whole module, helpers included, which the snapshots
+    // do not cover. No WGSL `f16` anywhere in the code (comments aside): not
+    // the type, not `f16()`.
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     for line in wgsl.lines() {
         let code = line.split("//").next().unwrap_or("");
@@ -1236,6 +1224,7 @@ map k {
         !wgsl.contains("pack2x16float") && !wgsl.contains("enable f16"),
         "{wgsl}"
     );
+    // No loops of the backend's own (each would cost loop-cap visits on llvmpipe).
     assert!(
         !wgsl.contains("loop {"),
         "no loops of the backend's own:\n{wgsl}"

@@ -139,10 +139,15 @@ fn names_cannot_collide_whatever_the_user_writes() {
     let src = adversarial_names();
     let m = module(&src);
     let p = plan(&m, "unit0_k");
-    let wgsl = emit(&p, Mode::Fast).unwrap_or_else(|e| panic!("{e}"));
+    let emitted = mpmd_wgpu::emit_module(&p, &Default::default()).unwrap_or_else(|e| panic!("{e}"));
     // The alias's buffer and the operand `x_y` are distinct globals.
-    assert!(wgsl.contains("g0_x: array<f32>;"), "{}", &wgsl[..2000]);
-    assert!(wgsl.contains("g1_x_y: array<f32>;"), "{}", &wgsl[..2000]);
+    let globals: Vec<&str> = emitted
+        .layout
+        .bindings
+        .iter()
+        .map(|b| b.global.as_str())
+        .collect();
+    assert_eq!(globals[..2], ["g0_x", "g1_x_y"]);
     let x: Vec<f32> = (0..64).map(|i| i as f32 * 0.25).collect();
     let xy: Vec<f32> = (0..64).map(|i| 100.0 - i as f32).collect();
     let a = args(
@@ -435,7 +440,9 @@ map k {
 ";
     let m = module(src);
     let wgsl = emit(&plan(&m, "k"), Mode::Fast).unwrap();
-    assert!(!wgsl.contains("3.4028235e38f"), "{wgsl}");
+    // Each literal as the exact value's shortest f64 decimal (f32::MAX not
+    // as `3.4028235e38`, which tint reads as above the range).
+    insta::assert_snapshot!("extreme_f32_literals", functions(&wgsl, &["unit0_k"]));
     check_program(&m, "k", &args(vec![], vec![]), "f32max");
 }
 
@@ -489,6 +496,8 @@ map sc {{
         let p = plan(&m, "sc");
         let wgsl = emit(&p, Mode::Checked).unwrap();
         if tag.ends_with("deep") {
+            // The case this variant exists for, whatever the text around it:
+            // the right operand needed temporaries, guarded by a flag.
             assert!(
                 wgsl.contains("mpmd_and") || wgsl.contains("mpmd_or"),
                 "{wgsl}"
@@ -553,7 +562,8 @@ map k {
 ";
     let m = module(src);
     let wgsl = emit(&plan(&m, "k"), Mode::Fast).unwrap();
-    assert!(!wgsl.contains("1.5f"), "{wgsl}");
+    // The float literals of the sums are read at run time (`rt_<k>`).
+    insta::assert_snapshot!("float_constants_entry", functions(&wgsl, &["unit0_k"]));
     // Values where `x + -0.5` and `(1 + x) - 1.5` differ.
     let x: Vec<f32> = (0..256)
         .map(|i| 1.0e-8 * (i as f32 + 1.0) + if i % 2 == 0 { 0.3 } else { -0.7 })
@@ -735,6 +745,8 @@ map k {
     let p = mpmd_core::plan::lower(&m, "k").unwrap();
     for mode in [Mode::Fast, Mode::Checked] {
         let wgsl = emit(&p, mode).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        // The property, anywhere in either mode's module: no constant index
+        // past the 64-element arrays.
         assert!(!wgsl.contains("[64u]"), "{wgsl}");
         compilers_accept(&wgsl, &format!("const-index-{mode:?}"));
     }

@@ -14,7 +14,8 @@ use std::fmt::Write;
 use mpmd_conformance::compare::{
     compare_within, show, ulp_distance, ulp_distance16, Tolerance as Bound, FIRST_DIFFERENCES,
 };
-use mpmd_core::ir::{CompareMode, ScalarType};
+use mpmd_core::case::CompareMode;
+use mpmd_core::ir::ScalarType;
 use mpmd_core::HostTensor;
 
 /// How float outputs are judged. Integer and bool outputs are always

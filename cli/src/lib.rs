@@ -16,6 +16,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
 use mpmd_core::inputs::{self, Generation};
 use mpmd_core::interp::{
@@ -23,8 +24,9 @@ use mpmd_core::interp::{
 };
 use mpmd_core::ir::{Call, Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan, LowerError};
+use mpmd_core::text::{self, SourceFile};
 use mpmd_core::validate::{self, ValidateOptions};
-use mpmd_core::{text, Backend, CallArgs, HostTensor, Mode, RunError, RunOptions};
+use mpmd_core::{Backend, CallArgs, HostTensor, Mode, RunError, RunOptions};
 use thiserror::Error;
 
 use crate::compare::Tolerance;
@@ -465,40 +467,55 @@ fn read_source(path: &Path) -> Result<String, CliError> {
     }
 }
 
-/// Parses and validates a file; errors come back rendered.
-pub fn load_module(path: &Path) -> Result<Module, CliError> {
+/// Parses and validates a file, its case section too; errors come back
+/// rendered.
+pub fn load_file(path: &Path) -> Result<SourceFile, CliError> {
     let source = read_source(path)?;
     load_source(&source, &path.display().to_string())
 }
 
-/// Parses and validates `source`, named `file` in diagnostics; errors come
-/// back rendered as `mpmd check` prints them (the Python package's
-/// `Module.from_text` too).
-pub fn load_source(source: &str, file: &str) -> Result<Module, CliError> {
-    let (module, source_map) = text::parse(source).map_err(|e| {
+/// The module of a file, as [`load_file`] checks it (a case section is
+/// checked, then left out).
+pub fn load_module(path: &Path) -> Result<Module, CliError> {
+    load_file(path).map(|file| file.module)
+}
+
+/// Parses and validates `source`, named `file` in diagnostics: the module,
+/// then its case section against it. Errors come back rendered as `mpmd
+/// check` prints them (the Python package's `Module.from_text` too).
+pub fn load_source(source: &str, file: &str) -> Result<SourceFile, CliError> {
+    let parsed = text::parse_file(source).map_err(|e| {
         let mut rendered = e.render(file);
         if !rendered.ends_with('\n') {
             rendered.push('\n');
         }
         CliError::Rejected(rendered)
     })?;
-    validate::validate(&module, &ValidateOptions::default()).map_err(|diagnostics| {
-        let mut rendered: String = diagnostics
-            .iter()
-            .map(|d| validate::render(d, file, Some((source, &source_map))))
-            .collect::<Vec<_>>()
-            .join("\n");
-        if !rendered.ends_with('\n') {
-            rendered.push('\n');
+    let mut diagnostics = validate::validate(&parsed.module, &ValidateOptions::default())
+        .err()
+        .unwrap_or_default();
+    if let Some(case) = &parsed.case {
+        if let Err(found) = validate::validate_case(&parsed.module, case) {
+            diagnostics.extend(found);
         }
-        let _ = writeln!(
-            rendered,
-            "error: `{file}` has {} error(s)",
-            diagnostics.len()
-        );
-        CliError::Rejected(rendered)
-    })?;
-    Ok(module)
+    }
+    if diagnostics.is_empty() {
+        return Ok(parsed);
+    }
+    let mut rendered: String = diagnostics
+        .iter()
+        .map(|d| validate::render(d, file, Some((source, &parsed.source_map))))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if !rendered.ends_with('\n') {
+        rendered.push('\n');
+    }
+    let _ = writeln!(
+        rendered,
+        "error: `{file}` has {} error(s)",
+        diagnostics.len()
+    );
+    Err(CliError::Rejected(rendered))
 }
 
 fn check(files: &[PathBuf]) -> Result<String, CliError> {
@@ -506,7 +523,7 @@ fn check(files: &[PathBuf]) -> Result<String, CliError> {
     let mut rejected = String::new();
     let mut failures = 0;
     for file in files {
-        match load_module(file) {
+        match load_file(file) {
             Ok(_) => {
                 let _ = writeln!(stdout, "{}: ok", file.display());
             }
@@ -954,7 +971,7 @@ fn compare_targets(
 /// [`DEFAULT_EXTRA_SCHEDULES`] unless `--schedules` says otherwise; the
 /// limits are `--timeout` and `--memory-limit`; schedules compare outputs
 /// as the file's `compare` lines say.
-pub fn interp_options(request: &RunRequest, module: &Module) -> InterpOptions {
+pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOptions {
     let checked = request.mode == Mode::Checked;
     InterpOptions {
         time_limit: request.time_limit,
@@ -969,17 +986,13 @@ pub fn interp_options(request: &RunRequest, module: &Module) -> InterpOptions {
         } else {
             0
         }),
-        output_compare: module
-            .case
-            .as_ref()
-            .map(|c| c.compares.clone())
-            .unwrap_or_default(),
+        schedule_tolerances: case.map(CaseSpec::schedule_tolerances).unwrap_or_default(),
         flush_subnormals: false,
     }
 }
 
 fn run(request: &RunRequest) -> Result<String, CliError> {
-    let module = load_module(&request.file)?;
+    let SourceFile { module, case, .. } = load_file(&request.file)?;
     let calls = module.effective_calls();
     if calls.is_empty() {
         return Err(CliError::Usage(format!(
@@ -1040,12 +1053,14 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
         create_dir(dir)?;
     }
 
-    let generation = Generation::with_defaults(request.seed);
+    let generators = case.as_ref().map_or(&[][..], |c| &c.generators);
+    let generation = Generation::with_defaults(request.seed).with_generators(generators);
     let checked = request.mode == Mode::Checked;
     let mut backend = match request.backend {
-        BackendKind::Interp => {
-            RunBackend::Interp(Interpreter::with_options(interp_options(request, &module)))
-        }
+        BackendKind::Interp => RunBackend::Interp(Interpreter::with_options(interp_options(
+            request,
+            case.as_ref(),
+        ))),
         BackendKind::Cuda => RunBackend::Cuda(cuda_backend(request.time)?),
         other => RunBackend::Other(resolve_backend(other, request.co_resident)?),
     };
@@ -1446,8 +1461,7 @@ mod tests {
     /// interpreter's options; without them they are the library's defaults.
     #[test]
     fn run_flags_become_interpreter_options() {
-        let module = Module::default();
-        let fast = interp_options(&parse_run(&[]), &module);
+        let fast = interp_options(&parse_run(&[]), None);
         let library = InterpOptions::default();
         assert_eq!(
             (
@@ -1458,7 +1472,7 @@ mod tests {
             ),
             (library.time_limit, library.memory_limit, 0, false)
         );
-        let checked = interp_options(&parse_run(&["--checked"]), &module);
+        let checked = interp_options(&parse_run(&["--checked"]), None);
         assert_eq!((checked.extra_schedules, checked.detect), (2, true));
         let set = interp_options(
             &parse_run(&[
@@ -1470,13 +1484,13 @@ mod tests {
                 "--memory-limit",
                 "512M",
             ]),
-            &module,
+            None,
         );
         assert_eq!(
             (set.extra_schedules, set.time_limit, set.memory_limit),
             (5, Some(Duration::from_millis(2500)), 512 << 20)
         );
-        let unbounded = interp_options(&parse_run(&["--timeout", "0"]), &module);
+        let unbounded = interp_options(&parse_run(&["--timeout", "0"]), None);
         assert_eq!(unbounded.time_limit, None);
     }
 

@@ -3,21 +3,23 @@
 
 use std::collections::BTreeSet;
 
+use mpmd_core::case::{Expectation, Generator};
 use mpmd_core::interp::{self, summation_order_ulps};
 use mpmd_core::ir::{
-    BinaryOp, Expectation, Expr, Generator, Kernel, Literal, MathFn, MemorySpace, Module,
-    ScalarType, Type,
+    BinaryOp, Expr, Kernel, Literal, MathFn, MemorySpace, Module, ScalarType, Type,
 };
 
 use mpmd_core::ir::visit::for_each_expr;
 
+use crate::case::CaseFile;
 use crate::compare::Tolerance;
 
 /// Tags derived from the program: `multi-program`, `semaphore`,
 /// `external-mesh`, `scratch`, `reject`, `subnormal` (an f32 input generated
 /// with `special`, or a subnormal f32 constant or literal), then the case's
 /// own tags.
-pub fn tags(module: &Module) -> Vec<String> {
+pub fn tags(file: &CaseFile) -> Vec<String> {
+    let CaseFile { module, spec } = file;
     let mut tags = Vec::new();
     let mut add = |t: &str, cond: bool| {
         if cond {
@@ -48,17 +50,11 @@ pub fn tags(module: &Module) -> Vec<String> {
     });
     add("external-mesh", external);
     add("scratch", module.maps.iter().any(|m| !m.scratch.is_empty()));
-    let reject = matches!(
-        module.case.as_ref().map(|c| &c.expect),
-        Some(Expectation::Reject(_))
-    );
-    add("reject", reject);
-    add(SUBNORMAL_TAG, uses_subnormals(module));
-    if let Some(case) = &module.case {
-        for t in &case.tags {
-            if !tags.contains(t) {
-                tags.push(t.clone());
-            }
+    add("reject", matches!(spec.expect, Expectation::Reject(_)));
+    add(SUBNORMAL_TAG, uses_subnormals(file));
+    for t in &spec.tags {
+        if !tags.contains(t) {
+            tags.push(t.clone());
         }
     }
     tags
@@ -80,7 +76,7 @@ fn is_subnormal(literal: &Literal) -> bool {
 }
 
 /// Whether the case feeds subnormal f32 values (or bf16 ones) to the program.
-fn uses_subnormals(module: &Module) -> bool {
+fn uses_subnormals(CaseFile { module, spec }: &CaseFile) -> bool {
     let f32_inputs: BTreeSet<&str> = module
         .maps
         .iter()
@@ -88,15 +84,14 @@ fn uses_subnormals(module: &Module) -> bool {
         .filter(|o| matches!(&o.ty, Type::Ref(r) if matches!(r.elem, ScalarType::F32 | ScalarType::BF16)))
         .map(|o| o.name.as_str())
         .collect();
-    let generated = module.case.as_ref().is_some_and(|case| {
-        case.generators
-            .iter()
-            .any(|(name, generator)| match generator {
-                Generator::Special => f32_inputs.contains(name.as_str()),
-                Generator::Constant(value) => is_subnormal(value),
-                _ => false,
-            })
-    });
+    let generated = spec
+        .generators
+        .iter()
+        .any(|(name, generator)| match generator {
+            Generator::Special => f32_inputs.contains(name.as_str()),
+            Generator::Constant(value) => is_subnormal(value),
+            _ => false,
+        });
     let mut literal = false;
     for kernel in &module.kernels {
         for_each_expr(&kernel.body, &mut |e| {
@@ -323,6 +318,7 @@ pub fn profile_tolerance(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mpmd_core::case::CaseSpec;
     use mpmd_core::ir::*;
 
     fn module_with(body: Vec<Stmt>, map: MpmdMap) -> Module {
@@ -345,13 +341,15 @@ mod tests {
             .program("b", "k")
             .scratch("s", sem([1]).owned_by("ext"))
             .build();
-        let mut m = module_with(vec![], map);
-        m.case = Some(CaseSpec {
-            tags: vec!["pipeline".into(), "scratch".into()],
-            ..Default::default()
-        });
+        let mut file = CaseFile {
+            module: module_with(vec![], map),
+            spec: CaseSpec {
+                tags: vec!["pipeline".into(), "scratch".into()],
+                ..Default::default()
+            },
+        };
         assert_eq!(
-            tags(&m),
+            tags(&file),
             vec![
                 "multi-program",
                 "semaphore",
@@ -360,8 +358,8 @@ mod tests {
                 "pipeline"
             ]
         );
-        m.case.as_mut().unwrap().expect = Expectation::Reject("E0001".into());
-        assert!(tags(&m).contains(&"reject".to_string()));
+        file.spec.expect = Expectation::Reject("E0001".into());
+        assert!(tags(&file).contains(&"reject".to_string()));
     }
 
     #[test]
@@ -370,7 +368,11 @@ mod tests {
             .program("g", "k")
             .input("x", gmem(ScalarType::F32, [4]))
             .build();
-        assert!(tags(&module_with(vec![], map)).is_empty());
+        let file = CaseFile {
+            module: module_with(vec![], map),
+            spec: CaseSpec::default(),
+        };
+        assert!(tags(&file).is_empty());
     }
 
     #[test]

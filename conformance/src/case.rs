@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use mpmd_core::ir::{Expectation, Module};
+use mpmd_core::case::{CaseSpec, Expectation};
+use mpmd_core::ir::Module;
+use mpmd_core::validate::{validate, validate_case, Diagnostic, ValidateOptions};
 
 /// Whether a case runs (and compares outputs or an error class) or must be rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,23 +22,58 @@ impl CaseKind {
     }
 }
 
+/// What a case file holds: the module under test and its `case` section
+/// (how to generate inputs, compare outputs and what to expect). The fuzzer
+/// makes these too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaseFile {
+    pub module: Module,
+    pub spec: CaseSpec,
+}
+
+impl CaseFile {
+    /// The file's canonical text: the module, then its case section.
+    pub fn print(&self) -> String {
+        mpmd_core::text::print_file(&self.module, Some(&self.spec))
+    }
+
+    /// Validates the module, then the case section against it: the
+    /// diagnostics `mpmd check` reports for the file, in its order.
+    pub fn validate(&self) -> Result<(), Vec<Diagnostic>> {
+        let mut diagnostics = validate(&self.module, &ValidateOptions::default())
+            .err()
+            .unwrap_or_default();
+        if let Err(found) = validate_case(&self.module, &self.spec) {
+            diagnostics.extend(found);
+        }
+        if diagnostics.is_empty() {
+            Ok(())
+        } else {
+            Err(diagnostics)
+        }
+    }
+}
+
 /// One case file, parsed or not (a file that does not parse is a failing case).
 #[derive(Clone, Debug)]
 pub struct Case {
     pub name: String,
     pub path: PathBuf,
     pub source: String,
-    pub parsed: Result<Module, String>,
+    pub parsed: Result<CaseFile, String>,
 }
 
 impl Case {
     /// Parses `source` as the case `name`.
     pub fn from_source(name: &str, path: PathBuf, source: String) -> Case {
-        let parsed = match mpmd_core::text::parse(&source) {
-            Ok((module, _)) if module.case.is_none() => {
-                Err("the file has no `case { ... }` section".to_string())
-            }
-            Ok((module, _)) => Ok(module),
+        let parsed = match mpmd_core::text::parse_file(&source) {
+            Ok(file) => match file.case {
+                Some(spec) => Ok(CaseFile {
+                    module: file.module,
+                    spec,
+                }),
+                None => Err("the file has no `case { ... }` section".to_string()),
+            },
             Err(e) => Err(format!(
                 "{}:{}:{}: {}\n{}",
                 path.display(),
@@ -55,14 +92,8 @@ impl Case {
     }
 
     pub fn kind(&self) -> CaseKind {
-        match self
-            .parsed
-            .as_ref()
-            .ok()
-            .and_then(|m| m.case.as_ref())
-            .map(|c| &c.expect)
-        {
-            Some(Expectation::Reject(_)) => CaseKind::Reject,
+        match self.parsed.as_ref().map(|file| &file.spec.expect) {
+            Ok(Expectation::Reject(_)) => CaseKind::Reject,
             _ => CaseKind::Run,
         }
     }

@@ -1,6 +1,7 @@
 //! Comparison of a backend's outputs against the oracle's, per compare mode.
 
-use mpmd_core::ir::{CompareMode, ScalarType};
+use mpmd_core::case::CompareMode;
+use mpmd_core::ir::ScalarType;
 use mpmd_core::HostTensor;
 
 /// How far a float may be from the oracle's value: within `ulp` units in the

@@ -2,16 +2,18 @@
 
 use std::collections::BTreeMap;
 
+use mpmd_core::case::{CaseSpec, CompareMode, Expectation};
 use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation, DEFAULT_GENERATED_BYTES};
 use mpmd_core::interp::{InterpOptions, Interpreter};
-use mpmd_core::ir::{CompareMode, ErrorClass, Expectation, Literal, Module};
+use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::LaunchPlan;
-use mpmd_core::validate::{validate, ValidateOptions};
-use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunOptions};
+use mpmd_core::{
+    Backend, CallArgs, CallOutputs, ErrorClass, HostTensor, Mode, RunError, RunOptions,
+};
 
 use crate::analysis::{bounded_ops, profile_tolerance, tags, BackendId, SUBNORMAL_TAG};
 use crate::backends::{cuda_check_plan, new_backend, Availability, Environment};
-use crate::case::{Case, CaseKind};
+use crate::case::{Case, CaseFile, CaseKind};
 use crate::compare::{compare, mode_for, Tolerance};
 
 /// The result of one case on one backend.
@@ -162,23 +164,27 @@ pub struct PreparedCall {
 /// tagged `fuzz_inputs_seed_N` gets the fuzzer's inputs from that seed.
 pub fn prepare_calls(
     case_name: &str,
-    module: &Module,
+    file: &CaseFile,
     seed: u64,
 ) -> Result<Vec<PreparedCall>, String> {
+    let CaseFile { module, spec } = file;
     let calls = module.effective_calls();
     if calls.is_empty() {
         return Err("no calls: the module has several maps and no `call` lines".into());
     }
     // A case the fuzzer found states the input seed it failed with: it gets
     // exactly those inputs, whatever `seed`.
-    let generation = match crate::fuzz::stated_input_seed(module) {
+    let stream = [case_name];
+    let generation = match crate::fuzz::stated_input_seed(spec) {
         Some(input_seed) => crate::fuzz::fuzz_generation(input_seed),
         None => Generation {
             seed,
-            stream: &[case_name],
+            stream: &stream,
+            generators: &[],
             fallback: Fallback::Required,
         },
-    };
+    }
+    .with_generators(&spec.generators);
     let args = call_args(module, &generation).map_err(|e| e.to_string())?;
     let mut residents = Some(
         resident_data(module, &generation, DEFAULT_GENERATED_BYTES).map_err(|e| e.to_string())?,
@@ -237,19 +243,19 @@ fn collect_residents(module: &Module, backend: &dyn Backend, observed: &mut Vec<
 /// The oracle: the interpreter with detection on and extra schedules, which
 /// compares the schedules' outputs per the case's compare modes.
 pub fn run_interp(
-    module: &Module,
+    file: &CaseFile,
     calls: &[PreparedCall],
     mode: Mode,
     seed: u64,
     extra_schedules: u32,
 ) -> Result<Vec<Observed>, SequenceError> {
-    run_interp_with(module, calls, mode, seed, extra_schedules, false)
+    run_interp_with(file, calls, mode, seed, extra_schedules, false)
 }
 
 /// [`run_interp`], flushing subnormal f32 operands and results when
 /// `flush_subnormals` (the oracle for an adapter that flushes them).
 pub fn run_interp_with(
-    module: &Module,
+    CaseFile { module, spec }: &CaseFile,
     calls: &[PreparedCall],
     mode: Mode,
     seed: u64,
@@ -261,11 +267,7 @@ pub fn run_interp_with(
         run: RunOptions { mode, seed },
         detect: true,
         extra_schedules,
-        output_compare: module
-            .case
-            .as_ref()
-            .map(|c| c.compares.clone())
-            .unwrap_or_default(),
+        schedule_tolerances: spec.schedule_tolerances(),
         flush_subnormals,
         ..InterpOptions::default()
     };
@@ -350,14 +352,13 @@ fn mode_name(mode: Mode) -> &'static str {
 
 /// Judges a run against the case's expectation (and the oracle's outputs).
 fn judge(
-    module: &Module,
+    spec: &CaseSpec,
     backend: BackendId,
     mode: Mode,
     outcome: Result<Vec<Observed>, SequenceError>,
     oracle: Option<&Result<Vec<Observed>, SequenceError>>,
     tolerance: Tolerance,
 ) -> Status {
-    let spec = module.case.clone().unwrap_or_default();
     let m = mode_name(mode);
     match &spec.expect {
         Expectation::Reject(_) => Status::Fail("a reject case reached a run".into()),
@@ -477,19 +478,19 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
     let not_compared = |why: &str| {
         triage_selected(&config.backends).then(|| Status::Skip(format!("not run: {why}")))
     };
-    let module = match &case.parsed {
-        Ok(m) => m,
+    let file = match &case.parsed {
+        Ok(file) => file,
         Err(e) => {
             result.results = all(config, Status::Fail(format!("does not parse: {e}")));
             result.triage = not_compared("the case does not parse");
             return result;
         }
     };
-    result.tags = tags(module);
-    let spec = module.case.clone().unwrap_or_default();
+    result.tags = tags(file);
+    let CaseFile { module, spec } = file;
 
     // Validation is shared by every backend: each only ever receives validated modules.
-    let validation = validate(module, &ValidateOptions::default());
+    let validation = file.validate();
     if let Expectation::Reject(code) = &spec.expect {
         let status = match validation {
             Err(diags) if diags.iter().any(|d| d.code == code.as_str()) => Status::Pass,
@@ -529,7 +530,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         result.triage = not_compared("rejected by validation");
         return result;
     }
-    let calls = match prepare_calls(&case.name, module, config.seed) {
+    let calls = match prepare_calls(&case.name, file, config.seed) {
         Ok(c) => c,
         Err(e) => {
             result.results = all(config, Status::Fail(format!("case set-up: {e}")));
@@ -546,7 +547,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
     let oracle_start = std::time::Instant::now();
     let oracle: Vec<Result<Vec<Observed>, SequenceError>> = modes
         .iter()
-        .map(|&mode| run_interp(module, &calls, mode, config.seed, config.extra_schedules))
+        .map(|&mode| run_interp(file, &calls, mode, config.seed, config.extra_schedules))
         .collect();
     result
         .elapsed
@@ -561,14 +562,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
                 .iter()
                 .zip(&oracle)
                 .map(|(&mode, outcome)| {
-                    judge(
-                        module,
-                        backend,
-                        mode,
-                        outcome.clone(),
-                        None,
-                        Tolerance::EXACT,
-                    )
+                    judge(spec, backend, mode, outcome.clone(), None, Tolerance::EXACT)
                 })
                 .reduce(Status::combine)
                 .unwrap_or(Status::Pass),
@@ -576,7 +570,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
                 let mut ran = Vec::new();
                 let status = run_on_gpu(
                     backend,
-                    module,
+                    file,
                     &calls,
                     env,
                     &modes,
@@ -608,7 +602,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
             profile_tolerance(BackendId::Cuda, &ops, &[]),
             profile_tolerance(BackendId::Wgpu, &ops, &env.wgpu_measured_ulp),
         );
-        result.triage = if subnormals_flushed(env, module) {
+        result.triage = if subnormals_flushed(env, file) {
             // CUDA keeps subnormals (--ftz=false); this WGSL adapter flushes them.
             Some(Status::Skip(
                 "wgpu flushes subnormals on this adapter and cuda keeps them (adapter deviation `subnormal`)".into(),
@@ -762,7 +756,7 @@ fn describe_disagreement(
 #[allow(clippy::too_many_arguments)]
 fn run_on_gpu(
     backend: BackendId,
-    module: &Module,
+    file: &CaseFile,
     calls: &[PreparedCall],
     env: &Environment,
     modes: &[Mode],
@@ -777,6 +771,7 @@ fn run_on_gpu(
     if let Availability::Unavailable(reason) = &availability {
         return Status::Skip(reason.clone());
     }
+    let module = &file.module;
     let plans = match lower_all(module, calls) {
         Ok(p) => p,
         Err(e) => return Status::Fail(e),
@@ -793,9 +788,9 @@ fn run_on_gpu(
     // flushes them too (DESIGN.md allows flushing): a case that feeds it
     // subnormals passes when its results are those of either oracle. Other
     // deviations skip the cases they concern.
-    let flushing_oracle = backend == BackendId::Wgpu && subnormals_flushed(env, module);
+    let flushing_oracle = backend == BackendId::Wgpu && subnormals_flushed(env, file);
     if backend == BackendId::Wgpu {
-        let tags = tags(module);
+        let tags = tags(file);
         if let Some((tag, behaviour)) = env
             .wgpu_deviations
             .iter()
@@ -830,11 +825,18 @@ fn run_on_gpu(
             executions.push(Execution::of(backend, &outcome));
             // Kept only where a second oracle may judge it.
             let kept = flushing_oracle.then(|| outcome.clone());
-            let ieee = judge(module, backend, mode, outcome, Some(oracle), tolerance);
+            let ieee = judge(&file.spec, backend, mode, outcome, Some(oracle), tolerance);
             match kept {
                 Some(outcome) if ieee != Status::Pass => {
-                    let flushed = run_interp_with(module, calls, mode, seed, extra_schedules, true);
-                    match judge(module, backend, mode, outcome, Some(&flushed), tolerance) {
+                    let flushed = run_interp_with(file, calls, mode, seed, extra_schedules, true);
+                    match judge(
+                        &file.spec,
+                        backend,
+                        mode,
+                        outcome,
+                        Some(&flushed),
+                        tolerance,
+                    ) {
                         Status::Pass => Status::Pass,
                         _ => ieee,
                     }
@@ -864,11 +866,11 @@ fn run_on_gpu(
     status
 }
 
-/// Whether `module` feeds subnormals to a WGSL adapter that flushes them
+/// Whether the case feeds subnormals to a WGSL adapter that flushes them
 /// (its `subnormal` deviation, measured when conformance opened it).
-fn subnormals_flushed(env: &Environment, module: &Module) -> bool {
+fn subnormals_flushed(env: &Environment, file: &CaseFile) -> bool {
     env.wgpu_deviations.iter().any(|(t, _)| *t == SUBNORMAL_TAG)
-        && tags(module).iter().any(|t| t == SUBNORMAL_TAG)
+        && tags(file).iter().any(|t| t == SUBNORMAL_TAG)
 }
 
 /// The scalar literal a call passes, for reports.
@@ -898,15 +900,15 @@ mod tests {
                 .into_iter()
                 .find(|c| c.name == "f32_arith_special")
                 .unwrap();
-        let module = case.parsed.as_ref().unwrap();
-        let calls = prepare_calls(&case.name, module, 1).unwrap();
-        let tolerance = profile_tolerance(BackendId::Wgpu, &bounded_ops(module), &[]);
+        let file = case.parsed.as_ref().unwrap();
+        let calls = prepare_calls(&case.name, file, 1).unwrap();
+        let tolerance = profile_tolerance(BackendId::Wgpu, &bounded_ops(&file.module), &[]);
         for mode in [Mode::Fast, Mode::Checked] {
-            let ieee = run_interp(module, &calls, mode, 1, 0);
-            let flushed = run_interp_with(module, &calls, mode, 1, 0, true);
+            let ieee = run_interp(file, &calls, mode, 1, 0);
+            let flushed = run_interp_with(file, &calls, mode, 1, 0, true);
             let against = |oracle| {
                 judge(
-                    module,
+                    &file.spec,
                     BackendId::Wgpu,
                     mode,
                     flushed.clone(),

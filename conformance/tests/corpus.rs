@@ -4,10 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use mpmd_conformance::case::{load_dir, Case};
+use mpmd_conformance::case::{load_dir, Case, CaseFile};
 use mpmd_conformance::run::{prepare_calls, run_interp, SequenceError};
-use mpmd_core::ir::{Expectation, Module};
-use mpmd_core::validate::{validate, ValidateOptions};
+use mpmd_core::case::Expectation;
 use mpmd_core::Mode;
 
 fn corpus() -> Vec<Case> {
@@ -15,9 +14,9 @@ fn corpus() -> Vec<Case> {
         .expect("the corpus directory is readable")
 }
 
-fn module(case: &Case) -> &Module {
+fn parsed(case: &Case) -> &CaseFile {
     match &case.parsed {
-        Ok(m) => m,
+        Ok(file) => file,
         Err(e) => panic!("case {} does not parse: {e}", case.name),
     }
 }
@@ -27,7 +26,7 @@ fn every_case_parses_and_has_a_case_section() {
     let cases = corpus();
     assert!(cases.len() >= 80, "only {} cases", cases.len());
     for case in &cases {
-        module(case);
+        parsed(case);
     }
 }
 
@@ -51,11 +50,12 @@ fn documented_codes() -> BTreeSet<String> {
 fn every_validation_code_has_a_reject_case_that_triggers_only_it() {
     let mut covered = BTreeSet::new();
     for case in corpus() {
-        let m = module(&case);
-        let Some(Expectation::Reject(code)) = m.case.as_ref().map(|c| c.expect.clone()) else {
+        let file = parsed(&case);
+        let Expectation::Reject(code) = file.spec.expect.clone() else {
             continue;
         };
-        let diags = validate(m, &ValidateOptions::default())
+        let diags = file
+            .validate()
             .expect_err(&format!("{}: validation accepted a reject case", case.name));
         let codes: Vec<&str> = diags.iter().map(|d| d.code).collect();
         assert!(
@@ -78,21 +78,17 @@ fn every_validation_code_has_a_reject_case_that_triggers_only_it() {
 #[test]
 fn every_run_case_meets_its_expectation_on_the_interpreter() {
     for case in corpus() {
-        let m = module(&case);
-        let expect = m
-            .case
-            .as_ref()
-            .map(|c| c.expect.clone())
-            .unwrap_or_default();
+        let file = parsed(&case);
+        let expect = file.spec.expect.clone();
         if matches!(expect, Expectation::Reject(_)) {
             continue;
         }
-        if let Err(d) = validate(m, &ValidateOptions::default()) {
+        if let Err(d) = file.validate() {
             panic!("{}: a run case is rejected: {d:?}", case.name);
         }
         let calls =
-            prepare_calls(&case.name, m, 1).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        let outcome = run_interp(m, &calls, Mode::Checked, 1, 2);
+            prepare_calls(&case.name, file, 1).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let outcome = run_interp(file, &calls, Mode::Checked, 1, 2);
         match (&expect, outcome) {
             (Expectation::Ok, Ok(_)) => {}
             (Expectation::Fails(class), Err(SequenceError::Run(e))) => {

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use mpmd_conformance::case::CaseFile;
 use mpmd_conformance::fuzz::{
     check_module, generate, reduce, run_fuzz, statement_count, BackendFactory, FuzzConfig,
     Signature,
@@ -11,7 +12,7 @@ use mpmd_conformance::fuzz::{
 use mpmd_core::backend::{Backend, RunError, RunOptions};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::interp::Interpreter;
-use mpmd_core::ir::{Expr, MathFn, Module, Stmt};
+use mpmd_core::ir::{Expr, MathFn, Stmt};
 use mpmd_core::plan::LaunchPlan;
 
 const SEED: u64 = 20_261_129;
@@ -22,8 +23,8 @@ fn generated_programs_are_valid_round_trip_and_race_free() {
     let start = Instant::now();
     let mut failures = vec![];
     for seed in SEED..SEED + PROGRAMS {
-        let module = generate(seed);
-        if let Err((stage, message)) = check_module(&module, seed) {
+        let file = generate(seed);
+        if let Err((stage, message)) = check_module(&file, seed) {
             failures.push(format!("seed {seed} at {stage}: {message}"));
         }
     }
@@ -48,8 +49,8 @@ fn generated_programs_are_valid_round_trip_and_race_free() {
 fn generator_bugs_found_by_fuzzing_stay_fixed() {
     const ONCE_INVALID: [u64; 1] = [33484];
     for seed in ONCE_INVALID {
-        let module = generate(seed);
-        if let Err((stage, message)) = check_module(&module, seed) {
+        let file = generate(seed);
+        if let Err((stage, message)) = check_module(&file, seed) {
             panic!("seed {seed} at {stage}: {message}");
         }
     }
@@ -71,10 +72,10 @@ fn generator_covers_the_ir() {
     let mut multi = 0;
     let mut handoff = 0;
     for seed in SEED..SEED + PROGRAMS {
-        let m = generate(seed);
-        multi += (m.maps[0].programs.len() > 1) as u32;
-        handoff += (m.maps.len() == 3) as u32;
-        text.push_str(&mpmd_core::text::print(&m));
+        let file = generate(seed);
+        multi += (file.module.maps[0].programs.len() > 1) as u32;
+        handoff += (file.module.maps.len() == 3) as u32;
+        text.push_str(&file.print());
     }
     for f in MathFn::ALL {
         assert!(
@@ -194,12 +195,13 @@ fn corrupter() -> BackendFactory {
     })
 }
 
-/// The first generated module that the corrupter disagrees on.
-fn first_disagreement() -> (u64, Module) {
+/// The first generated case that the corrupter disagrees on.
+fn first_disagreement() -> (u64, CaseFile) {
     for seed in SEED.. {
-        let m = generate(seed);
-        if m.kernels.iter().any(|k| body_has_tanh(&k.body)) && statement_count(&m) > 15 {
-            return (seed, m);
+        let file = generate(seed);
+        let m = &file.module;
+        if m.kernels.iter().any(|k| body_has_tanh(&k.body)) && statement_count(m) > 15 {
+            return (seed, file);
         }
     }
     unreachable!()
@@ -207,7 +209,7 @@ fn first_disagreement() -> (u64, Module) {
 
 #[test]
 fn reducer_shrinks_an_injected_disagreement() {
-    let (seed, module) = first_disagreement();
+    let (seed, CaseFile { module, .. }) = first_disagreement();
     let dir = std::env::temp_dir().join(format!("mpmd-fuzz-test-{}", std::process::id()));
     let config = FuzzConfig {
         seed,
@@ -234,15 +236,22 @@ fn reducer_shrinks_an_injected_disagreement() {
     assert!(text.contains(
         "Backend `tanh-corrupter` disagrees with the interpreter: wrong value in output"
     ));
-    let (reduced, _) = mpmd_core::text::parse(&text).expect("the reduced case parses");
-    assert!(reduced.case.is_some());
-    let after = statement_count(&reduced);
+    let parsed = mpmd_core::text::parse_file(&text).expect("the reduced case parses");
+    let reduced = CaseFile {
+        module: parsed.module,
+        spec: parsed.case.expect("the reduced case has a case section"),
+    };
+    let after = statement_count(&reduced.module);
     assert!(
         after <= 6 && after < before,
         "reduced from {before} to {after} statements:\n{text}"
     );
     assert!(
-        reduced.kernels.iter().any(|k| body_has_tanh(&k.body)),
+        reduced
+            .module
+            .kernels
+            .iter()
+            .any(|k| body_has_tanh(&k.body)),
         "{text}"
     );
     // The reduced module still shows the disagreement.
@@ -271,9 +280,9 @@ fn interpreter_backend_agrees_with_itself() {
 #[ignore]
 fn print_seed() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-    let m = generate(seed);
-    println!("{}", mpmd_core::text::print(&m));
-    println!("{:?}", check_module(&m, seed).err());
+    let file = generate(seed);
+    println!("{}", file.print());
+    println!("{:?}", check_module(&file, seed).err());
 }
 
 /// Shrinks a generated module while `check_module` fails with a message
@@ -284,21 +293,21 @@ fn reduce_check_failure() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
     let needle = std::env::var("NEEDLE").unwrap();
     let fails =
-        |m: &Module| matches!(check_module(m, seed), Err((_, msg)) if msg.contains(&needle));
+        |f: &CaseFile| matches!(check_module(f, seed), Err((_, msg)) if msg.contains(&needle));
     let mut best = generate(seed);
     assert!(fails(&best));
     let mut i = 0;
-    let mut list = reduce::edits(&best);
+    let mut list = reduce::edits(&best.module);
     while let Some(e) = list.get(i) {
         let c = reduce::apply(&best, e);
         if c != best && fails(&c) {
             best = c;
-            list = reduce::edits(&best);
+            list = reduce::edits(&best.module);
         } else {
             i += 1;
         }
     }
-    println!("{}", mpmd_core::text::print(&best));
+    println!("{}", best.print());
     println!("{:?}", check_module(&best, seed).err());
 }
 
@@ -306,9 +315,10 @@ fn reduce_check_failure() {
 #[test]
 #[ignore]
 fn check_file() {
-    let text = std::fs::read_to_string(std::env::var("FILE").unwrap()).unwrap();
-    let (m, _) = mpmd_core::text::parse(&text).unwrap();
-    println!("{:?}", check_module(&m, 1).err());
+    let path = std::env::var("FILE").unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let case = mpmd_conformance::case::Case::from_source("file", path.into(), text);
+    println!("{:?}", check_module(&case.parsed.unwrap(), 1).err());
 }
 
 /// `check_module` over `$N` seeds from `$START` (a longer run for triage).
@@ -350,7 +360,7 @@ fn a_found_case_reproduces_its_failing_inputs() {
     assert_eq!(cases.len(), 1);
     let case = &cases[0];
     assert_eq!(case.name, format!("found/fuzz_{seed}_tanh-corrupter"));
-    let module = case.parsed.as_ref().expect("the found case parses");
+    let file = case.parsed.as_ref().expect("the found case parses");
     let text = std::fs::read_to_string(finding.reduced_path.as_ref().unwrap()).unwrap();
     let input_seed = mpmd_conformance::fuzz::input_seed(seed);
     assert!(
@@ -358,9 +368,9 @@ fn a_found_case_reproduces_its_failing_inputs() {
         "{text}"
     );
     // What the fuzzer judged the reduced module with.
-    let judged = check_module(module, seed).expect("the reduced module checks");
+    let judged = check_module(file, seed).expect("the reduced module checks");
     for runner_seed in [1, 77] {
-        let calls = mpmd_conformance::run::prepare_calls(&case.name, module, runner_seed)
+        let calls = mpmd_conformance::run::prepare_calls(&case.name, file, runner_seed)
             .expect("the runner generates the case's inputs");
         assert_eq!(calls.len(), judged.args.len());
         for (call, want) in calls.iter().zip(&judged.args) {
@@ -370,7 +380,7 @@ fn a_found_case_reproduces_its_failing_inputs() {
     }
     // And on those inputs the disagreement is there.
     assert!(
-        reduce::reproduces(module, seed, &corrupter(), &finding.signature, &config).is_some(),
+        reduce::reproduces(file, seed, &corrupter(), &finding.signature, &config).is_some(),
         "{text}"
     );
 }

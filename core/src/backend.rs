@@ -3,7 +3,7 @@
 use thiserror::Error;
 
 use crate::host::{CallArgs, CallOutputs, HostTensor};
-use crate::ir::{ErrorClass, Name};
+use crate::ir::Name;
 use crate::plan::LaunchPlan;
 
 /// Fast mode: out-of-bounds is undefined. Checked mode: every access is checked
@@ -126,6 +126,55 @@ pub enum RunError {
     BadArguments(String),
     #[error("backend error: {0}")]
     Backend(String),
+}
+
+/// Classes of run-time failure ([`RunError::class`]); conformance compares
+/// the class, not the details, and the Python package raises one exception
+/// class per class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorClass {
+    Deadlock,
+    OutOfBounds,
+    UninitializedRead,
+    DataRace,
+    WaitTimeout,
+    /// A signal or wait amount below 1 at run time.
+    BadSemaphoreAmount,
+    /// A `while` reached its maximum trip count (checked mode).
+    LoopLimit,
+    Nondeterministic,
+    Unsupported,
+    Refused,
+}
+
+impl ErrorClass {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Self::Deadlock => "deadlock",
+            Self::OutOfBounds => "out_of_bounds",
+            Self::UninitializedRead => "uninitialized_read",
+            Self::DataRace => "data_race",
+            Self::WaitTimeout => "wait_timeout",
+            Self::BadSemaphoreAmount => "bad_semaphore_amount",
+            Self::LoopLimit => "loop_limit",
+            Self::Nondeterministic => "nondeterministic",
+            Self::Unsupported => "unsupported",
+            Self::Refused => "refused",
+        }
+    }
+
+    pub const ALL: [ErrorClass; 10] = [
+        Self::Deadlock,
+        Self::OutOfBounds,
+        Self::UninitializedRead,
+        Self::DataRace,
+        Self::WaitTimeout,
+        Self::BadSemaphoreAmount,
+        Self::LoopLimit,
+        Self::Nondeterministic,
+        Self::Unsupported,
+        Self::Refused,
+    ];
 }
 
 impl RunError {

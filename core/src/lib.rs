@@ -1,5 +1,6 @@
 //! mpmd-core: the MPMD IR, its text format, validation, lowering to a launch
-//! plan, the reference interpreter and the `Backend` trait.
+//! plan, the reference interpreter and the `Backend` trait, and a file's
+//! test-case section ([`case`]) beside the IR.
 //!
 //! Start with [`ir`]; ARCHITECTURE.md at the repository root maps the rest.
 
@@ -8,16 +9,22 @@
 #![allow(clippy::result_large_err)]
 
 pub mod backend;
+pub mod bind;
+pub mod case;
 pub mod host;
 pub mod inputs;
 pub mod interp;
 pub mod ir;
+pub mod lru;
 pub mod numerics;
 pub mod plan;
 pub mod text;
 pub mod validate;
 
-pub use backend::{Backend, Mode, RunError, RunOptions};
+pub use backend::{Backend, ErrorClass, Mode, RunError, RunOptions};
+
+#[cfg(test)]
+mod all_lists;
 pub use host::{CallArgs, CallOutputs, HostTensor};
 
 /// The README's Rust examples run as doctests, so the README cannot drift.

@@ -13,7 +13,7 @@ use mpmd_core::inputs::{call_args, resident_data, Generation};
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{Module, OperandKind};
 use mpmd_core::plan::{lower, BufferInit};
-use mpmd_core::validate::{validate, ValidateOptions};
+use mpmd_core::validate::{validate, validate_case, ValidateOptions};
 use mpmd_core::{text, Backend, HostTensor, Mode, RunError, RunOptions};
 
 /// `z` is a `zeroed` gmem input, `s` a semaphore input: neither takes data.
@@ -105,8 +105,9 @@ fn zeroed_and_semaphore_inputs_start_at_zero_everywhere() {
 fn generate_on_an_input_that_takes_no_data_is_e0008() {
     let source =
         format!("{STARTS_AT_ZERO}\ncase {{\n  generate z = iota;\n  generate s = iota;\n}}\n");
-    let (module, _) = text::parse(&source).unwrap();
-    let messages: Vec<String> = validate(&module, &ValidateOptions::default())
+    let file = text::parse_file(&source).unwrap();
+    assert!(validate(&file.module, &ValidateOptions::default()).is_ok());
+    let messages: Vec<String> = validate_case(&file.module, &file.case.unwrap())
         .unwrap_err()
         .iter()
         .map(|d| format!("{}: {}", d.code, d.message))
@@ -165,8 +166,10 @@ fn run_twice(interp: &mut Interpreter, module: &Module) -> Result<Vec<Vec<f32>>,
 fn residents_take_generated_data_before_the_first_call() {
     // `generate` on a resident passed validation and was ignored: the
     // first call read memory that was never written.
-    let module = parse(RESIDENT);
-    let data = resident_data(&module, &Generation::with_defaults(0), 1 << 20).unwrap();
+    let file = text::parse_file(RESIDENT).unwrap();
+    let (module, case) = (file.module, file.case.unwrap());
+    let generation = Generation::with_defaults(0).with_generators(&case.generators);
+    let data = resident_data(&module, &generation, 1 << 20).unwrap();
     assert_eq!(
         data,
         [(

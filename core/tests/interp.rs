@@ -3,10 +3,10 @@
 
 #![allow(clippy::result_large_err)]
 
-use mpmd_core::interp::{InterpOptions, Interpreter};
+use mpmd_core::interp::{InterpOptions, Interpreter, ScheduleTolerance};
 use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
-use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError};
+use mpmd_core::{CallArgs, CallOutputs, ErrorClass, HostTensor, RunError};
 
 fn u(v: u32) -> Expr {
     Expr::from(v)
@@ -324,25 +324,25 @@ fn atomic_results_differ_between_schedules_and_that_is_reported() {
 }
 
 /// The same program is deterministic once its order-dependent outputs are
-/// compared as the case says: old values as multisets, the exchange chain's
-/// end (`c`, whose element 6 depends on the order) not at all.
+/// compared with their tolerances: old values as multisets, the exchange
+/// chain's end (`c`, whose element 6 depends on the order) not at all.
 #[test]
-fn schedules_are_compared_by_the_output_compare_modes() {
+fn schedules_are_compared_with_the_output_tolerances() {
     let m = atomics_module();
     let a = args(&[("c_in", HostTensor::zeros(I32, vec![10]))], &[]);
     let mut o = opts(false, 3);
-    o.output_compare = vec![
-        ("olds".into(), CompareMode::Multiset),
-        ("xolds".into(), CompareMode::Ignore),
-        ("c".into(), CompareMode::Ignore),
+    o.schedule_tolerances = vec![
+        ("olds".into(), ScheduleTolerance::Multiset),
+        ("xolds".into(), ScheduleTolerance::Any),
+        ("c".into(), ScheduleTolerance::Any),
     ];
     let out = run(&m, "atomics", &a, &o).unwrap();
     assert_eq!(out.outputs["c"].to_i32()[0], 256);
     // A multiset that really differs is still reported.
-    o.output_compare = vec![
-        ("olds".into(), CompareMode::Multiset),
-        ("xolds".into(), CompareMode::Multiset),
-        ("c".into(), CompareMode::Ignore),
+    o.schedule_tolerances = vec![
+        ("olds".into(), ScheduleTolerance::Multiset),
+        ("xolds".into(), ScheduleTolerance::Multiset),
+        ("c".into(), ScheduleTolerance::Any),
     ];
     let e = run(&m, "atomics", &a, &o).unwrap_err();
     assert!(

@@ -4,8 +4,8 @@
 
 #![allow(clippy::result_large_err)]
 
-use mpmd_core::interp::{InterpOptions, Interpreter};
-use mpmd_core::ir::{CompareMode, Literal, Module, ScalarType};
+use mpmd_core::interp::{InterpOptions, Interpreter, ScheduleTolerance};
+use mpmd_core::ir::{Literal, Module, ScalarType};
 use mpmd_core::numerics;
 use mpmd_core::validate::{validate, ValidateOptions};
 use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError};
@@ -1063,7 +1063,7 @@ map m {{ programs [m: k]; outputs [y: gmem<f16[64]>]; scratch [c: gmem<u32[1]> z
     }
     // As a multiset the outputs agree.
     let mut multiset = o.clone();
-    multiset.output_compare = vec![("y".into(), CompareMode::Multiset)];
+    multiset.schedule_tolerances = vec![("y".into(), ScheduleTolerance::Multiset)];
     call(&module("1.5f16", "-2.0f16"), vec![], &[], &multiset).unwrap();
 }
 

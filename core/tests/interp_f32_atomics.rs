@@ -5,7 +5,7 @@
 
 #![allow(clippy::result_large_err)]
 
-use mpmd_core::interp::{InterpOptions, Interpreter};
+use mpmd_core::interp::{InterpOptions, Interpreter, ScheduleTolerance};
 use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
 use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError};
@@ -100,7 +100,7 @@ fn exact_sums_min_and_max_under_contention() {
     let init = HostTensor::from_f32(vec![4], &[0.0, f32::NAN, f32::NAN, 0.0]);
     // The old values of the adds depend on the schedule, their multiset not.
     let schedules = InterpOptions {
-        output_compare: vec![("olds".into(), CompareMode::Multiset)],
+        schedule_tolerances: vec![("olds".into(), ScheduleTolerance::Multiset)],
         ..opts(true, 3)
     };
     for o in [opts(false, 0), opts(true, 0), schedules] {
@@ -252,44 +252,40 @@ fn add_is_one_rounding_and_flushes_like_a_plain_add() {
 }
 
 /// 4 blocks x 64 threads add values that do not sum exactly into one word.
-fn inexact_sum(compare: CompareMode) -> (Module, CallArgs) {
+fn inexact_sum() -> (Module, CallArgs) {
     let mesh = MeshBuilder::new("m").grid("b", 4).threads("t", 64).build();
     let map = MapBuilder::new("sum")
         .program("m", "k")
         .input("x", gmem(F32, [256]))
         .output_zeroed("s", gmem(F32, [1]))
         .build();
-    let mut m = module(mesh, map, |b| {
+    let m = module(mesh, map, |b| {
         b.atomic(AtomicOp::Add, at("s", [0u32.into()]), [load("x", [gid()])]);
-    });
-    m.case = Some(CaseSpec {
-        compares: vec![("s".into(), compare)],
-        ..Default::default()
     });
     let xs: Vec<f32> = (0..256).map(|k| 1.0 / (k as f32 + 3.0)).collect();
     (m, inputs(&[("x", HostTensor::from_f32(vec![256], &xs))]))
 }
 
 #[test]
-fn reordered_sums_are_nondeterministic_when_exact_and_within_the_profile_bound() {
-    let with = |compare: CompareMode| {
-        let (m, a) = inexact_sum(compare);
+fn reordered_sums_are_nondeterministic_when_exact_and_within_the_summation_order_bound() {
+    let with = |tolerance: ScheduleTolerance| {
+        let (m, a) = inexact_sum();
         let o = InterpOptions {
-            output_compare: m.case.as_ref().unwrap().compares.clone(),
+            schedule_tolerances: vec![("s".into(), tolerance)],
             ..opts(true, 4)
         };
         run(&m, &a, &o)
     };
-    let e = with(CompareMode::Exact).unwrap_err();
+    let e = with(ScheduleTolerance::Ulps(0)).unwrap_err();
     let RunError::Nondeterministic { detail } = &e else {
         panic!("expected nondeterminism, got {e}")
     };
     assert!(detail.starts_with("output `s` element 0 is "), "{detail}");
-    // 256 adds into one word: 513 ulps allowed by `profile`.
+    // 256 adds into one word: 513 ulps allowed by `SummationOrder`.
     assert_eq!(mpmd_core::interp::summation_order_ulps(256), 513);
-    let sum = with(CompareMode::Profile).unwrap().outputs["s"].to_f32()[0];
+    let sum = with(ScheduleTolerance::SummationOrder).unwrap().outputs["s"].to_f32()[0];
     let exact: f64 = (0..256).map(|k| 1.0 / (k as f64 + 3.0)).sum();
     assert!((f64::from(sum) - exact).abs() < 1e-5, "{sum} vs {exact}");
-    // `ulp(n)` states its own bound; 1000 ulps is far more than 256 adds move.
-    with(CompareMode::Ulp(1000)).unwrap();
+    // `Ulps(n)` states its own bound; 1000 ulps is far more than 256 adds move.
+    with(ScheduleTolerance::Ulps(1000)).unwrap();
 }

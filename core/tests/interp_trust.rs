@@ -184,10 +184,10 @@ map k { programs [m: k]; inputs [x: gmem<u32[64]>]; outputs [y: gmem<u32[64]>, z
 call k();
 case { generate x = uniform(0u, 4u); }
 "#;
-    let module = parse(src);
-    let args = call_args(&module, &Generation::with_defaults(3))
-        .unwrap()
-        .remove(0);
+    let file = mpmd_core::text::parse_file(src).unwrap();
+    let (module, case) = (file.module, file.case.unwrap());
+    let generation = Generation::with_defaults(3).with_generators(&case.generators);
+    let args = call_args(&module, &generation).unwrap().remove(0);
     let x = args.inputs["x"].to_bits();
     let out = Interpreter::new()
         .call(&module, "k", &args, &checked(3, 2))
@@ -311,7 +311,7 @@ fn the_memory_limit_refuses_up_front_with_the_numbers() {
         }
         other => panic!("{other}"),
     }
-    assert_eq!(err.class(), Some(mpmd_core::ir::ErrorClass::Refused));
+    assert_eq!(err.class(), Some(mpmd_core::ErrorClass::Refused));
     // Block states count too: 64 blocks that all wait hold their locals.
     let src = r#"
 mesh w { grid [b = 64]; threads t = 1024; }

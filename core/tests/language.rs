@@ -164,7 +164,7 @@ fn a_while_at_its_maximum_fails_in_checked_mode_and_leaves_the_loop_in_fast_mode
         "loop limit at program 0 (k), block 0, thread 5: `while v < goal` (loop 0 of the kernel, \
          counting `while`s in source order) still holds after its maximum of 8 iterations"
     );
-    assert_eq!(err.class(), Some(mpmd_core::ir::ErrorClass::LoopLimit));
+    assert_eq!(err.class(), Some(mpmd_core::ErrorClass::LoopLimit));
     let out = run(&m, "limit", &[], Mode::Fast).unwrap();
     let expected: Vec<u32> = (0..32).map(|t| if t == 5 { 8 } else { 3 }).collect();
     assert_eq!(out.outputs["y"].to_u32(), expected);

@@ -506,7 +506,6 @@ fn hand_off() -> Module {
                 scalars: vec![],
             },
         ],
-        case: None,
     }
 }
 

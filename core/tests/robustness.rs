@@ -31,12 +31,7 @@ fn extent() -> impl Strategy<Value = u32> {
 
 fn ref_type() -> impl Strategy<Value = RefType> {
     (
-        select(vec![
-            MemorySpace::Gmem,
-            MemorySpace::Smem,
-            MemorySpace::Sem,
-            MemorySpace::Local,
-        ]),
+        select(MemorySpace::ALL.to_vec()),
         scalar_type(),
         vec(extent(), 0..6),
         proptest::option::of(name()),
@@ -76,15 +71,11 @@ fn leaf() -> impl Strategy<Value = Expr> {
 }
 
 fn unary_op() -> impl Strategy<Value = UnaryOp> {
-    select(vec![UnaryOp::Neg, UnaryOp::Not, UnaryOp::BitNot])
+    select(UnaryOp::ALL.to_vec())
 }
 
 fn binary_op() -> impl Strategy<Value = BinaryOp> {
-    use BinaryOp::*;
-    select(vec![
-        Add, Sub, Mul, Div, Rem, BitAnd, BitOr, BitXor, Shl, Shr, LogicAnd, LogicOr, Eq, Ne, Lt,
-        Le, Gt, Ge,
-    ])
+    select(BinaryOp::ALL.to_vec())
 }
 
 fn access(inner: BoxedStrategy<Expr>) -> impl Strategy<Value = RefAccess> {
@@ -161,12 +152,11 @@ fn simple_stmt() -> impl Strategy<Value = Stmt> {
                 args
             }),
         Just(Stmt::Barrier),
-        (
-            select(vec![SemOp::Signal, SemOp::Wait, SemOp::WaitNodec]),
-            access(e()),
-            e()
-        )
-            .prop_map(|(op, sem, amount)| Stmt::Sem { op, sem, amount }),
+        (select(SemOp::ALL.to_vec()), access(e()), e()).prop_map(|(op, sem, amount)| Stmt::Sem {
+            op,
+            sem,
+            amount
+        }),
         (name(), access(e())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
     ]
 }

@@ -1,10 +1,13 @@
 //! A hand-written file, its exact canonical print, and canonical printing of
 //! literals and parenthesisation.
 
+use mpmd_core::case::{CaseSpec, CompareMode, Expectation, Generator};
 use mpmd_core::ir::*;
 use mpmd_core::text::{
-    parse, parse_expr, print, print_expr, print_literal, print_stmt, print_type,
+    parse, parse_expr, parse_file, print, print_expr, print_file, print_literal, print_stmt,
+    print_type,
 };
+use mpmd_core::ErrorClass;
 
 /// Written loosely: sugar (`else if`, hex, `n-1u`, redundant parentheses,
 /// comments, trailing commas, lists out of order) that the printer normalises.
@@ -100,13 +103,51 @@ case {
 
 #[test]
 fn hand_written_file_prints_canonically_and_round_trips() {
-    let (module, _) = parse(HAND_WRITTEN).unwrap_or_else(|e| panic!("{}", e.render("hand")));
-    assert_eq!(print(&module), CANONICAL);
-    let (reparsed, _) = parse(CANONICAL).unwrap();
-    assert_eq!(reparsed, module);
+    let file = parse_file(HAND_WRITTEN).unwrap_or_else(|e| panic!("{}", e.render("hand")));
+    let (module, case) = (file.module, file.case);
+    assert_eq!(print_file(&module, case.as_ref()), CANONICAL);
+    let reparsed = parse_file(CANONICAL).unwrap();
+    assert_eq!(
+        (reparsed.module, reparsed.case),
+        (module.clone(), case.clone())
+    );
     assert_eq!(module.meshes[1].cluster[0].size, 2);
     assert!(module.maps[0].scratch[1].zeroed);
     assert!(module.maps[0].scratch[1].resident);
+    assert_eq!(
+        case,
+        Some(CaseSpec {
+            generators: vec![(
+                "x".into(),
+                Generator::Uniform {
+                    lo: Literal::f32(-1.0),
+                    hi: Literal::f32(1.0)
+                }
+            )],
+            compares: vec![("y".into(), CompareMode::Ulp(2))],
+            expect: Expectation::Ok,
+            tags: vec!["stress".into()],
+        })
+    );
+}
+
+/// The case section is test data beside the module: `parse` reads it (it
+/// must be well formed) and leaves it out, `print` prints the module alone.
+#[test]
+fn the_module_alone_leaves_the_case_section_out() {
+    let (module, source_map) = parse(CANONICAL).unwrap();
+    assert_eq!(module, parse_file(CANONICAL).unwrap().module);
+    let case_at = CANONICAL.find("case {").unwrap();
+    assert_eq!(print(&module), CANONICAL[..case_at - 1]);
+    assert_eq!(print_file(&module, None), print(&module));
+    // The section's span is still recorded, for diagnostics about it.
+    let span = source_map.span_of(&IrPath(vec![PathStep::Case])).unwrap();
+    assert_eq!(span.start, case_at);
+    let broken = CANONICAL.replace("expect ok;", "expect maybe;");
+    assert_eq!(
+        parse(&broken).unwrap_err().message,
+        "expected an expectation (`ok`, `fails(class)` or `reject(code)`), found `maybe`"
+    );
 }
 
 #[test]
@@ -228,9 +269,9 @@ fn examples_in_the_format_doc_are_canonical() {
         if !["mesh", "resident", "kernel", "map", "call", "case"].contains(&first_word) {
             continue;
         }
-        let (module, _) = parse(block).unwrap_or_else(|e| panic!("{}", e.render("doc")));
+        let file = parse_file(block).unwrap_or_else(|e| panic!("{}", e.render("doc")));
         if !block.contains("//") {
-            assert_eq!(print(&module), block);
+            assert_eq!(print_file(&file.module, file.case.as_ref()), block);
         }
         checked += 1;
     }
@@ -241,26 +282,7 @@ fn examples_in_the_format_doc_are_canonical() {
 fn every_operator_function_and_case_option_round_trips() {
     let (a, b, c) = (var("a"), var("b"), var("c"));
     let mut exprs: Vec<Expr> = Vec::new();
-    for op in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Rem,
-        BinaryOp::BitAnd,
-        BinaryOp::BitOr,
-        BinaryOp::BitXor,
-        BinaryOp::Shl,
-        BinaryOp::Shr,
-        BinaryOp::LogicAnd,
-        BinaryOp::LogicOr,
-        BinaryOp::Eq,
-        BinaryOp::Ne,
-        BinaryOp::Lt,
-        BinaryOp::Le,
-        BinaryOp::Gt,
-        BinaryOp::Ge,
-    ] {
+    for op in BinaryOp::ALL {
         let inner = Expr::Binary(op, Box::new(a.clone()), Box::new(b.clone()));
         exprs.push(Expr::Binary(
             op,
@@ -269,7 +291,7 @@ fn every_operator_function_and_case_option_round_trips() {
         ));
         exprs.push(Expr::Binary(op, Box::new(c.clone()), Box::new(inner)));
     }
-    for op in [UnaryOp::Neg, UnaryOp::Not, UnaryOp::BitNot] {
+    for op in UnaryOp::ALL {
         exprs.push(Expr::Unary(op, Box::new(a.clone() + b.clone())));
         exprs.push(Expr::Unary(op, Box::new(Expr::from(-1))));
     }
@@ -301,7 +323,7 @@ fn every_operator_function_and_case_option_round_trips() {
             args: vec![Expr::from(1); op.arity()],
         });
     }
-    for op in [SemOp::Signal, SemOp::Wait, SemOp::WaitNodec] {
+    for op in SemOp::ALL {
         body.push(Stmt::Sem {
             op,
             sem: at_block("s", [axis_index("b")], [Expr::from(0u32)]),
@@ -344,21 +366,22 @@ fn every_operator_function_and_case_option_round_trips() {
                 params: vec![],
                 body: body.clone(),
             }],
-            case: Some(CaseSpec {
-                generators: generators
-                    .iter()
-                    .map(|g| ("x".to_string(), g.clone()))
-                    .collect(),
-                compares: compares
-                    .iter()
-                    .map(|m| ("y".to_string(), m.clone()))
-                    .collect(),
-                expect,
-                tags: vec!["t".into()],
-            }),
             ..Module::default()
         };
-        let text = print(&module);
-        assert_eq!(parse(&text).unwrap().0, module, "{text}");
+        let case = CaseSpec {
+            generators: generators
+                .iter()
+                .map(|g| ("x".to_string(), g.clone()))
+                .collect(),
+            compares: compares
+                .iter()
+                .map(|m| ("y".to_string(), m.clone()))
+                .collect(),
+            expect,
+            tags: vec!["t".into()],
+        };
+        let text = print_file(&module, Some(&case));
+        let parsed = parse_file(&text).unwrap();
+        assert_eq!((parsed.module, parsed.case), (module, Some(case)), "{text}");
     }
 }

@@ -1,7 +1,10 @@
-//! `parse(print(m)) == m` for random well-formed modules.
+//! `parse(print(m)) == m` for random well-formed modules, and
+//! `parse_file(print_file(m, c)) == (m, c)` with a case section.
 
+use mpmd_core::case::{CaseSpec, CompareMode, Expectation, Generator};
 use mpmd_core::ir::*;
-use mpmd_core::text::{parse, parse_expr, print, print_expr};
+use mpmd_core::text::{parse, parse_expr, parse_file, print, print_expr, print_file};
+use mpmd_core::ErrorClass;
 use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
@@ -94,29 +97,6 @@ fn half_bits() -> impl Strategy<Value = u16> {
     prop_oneof![any::<u16>(), select(edges)]
 }
 
-const BINARY_OPS: [BinaryOp; 18] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Rem,
-    BinaryOp::BitAnd,
-    BinaryOp::BitOr,
-    BinaryOp::BitXor,
-    BinaryOp::Shl,
-    BinaryOp::Shr,
-    BinaryOp::LogicAnd,
-    BinaryOp::LogicOr,
-    BinaryOp::Eq,
-    BinaryOp::Ne,
-    BinaryOp::Lt,
-    BinaryOp::Le,
-    BinaryOp::Gt,
-    BinaryOp::Ge,
-];
-
-const UNARY_OPS: [UnaryOp; 3] = [UnaryOp::Neg, UnaryOp::Not, UnaryOp::BitNot];
-
 fn access(e: BoxedStrategy<Expr>) -> impl Strategy<Value = RefAccess> {
     (name(), option::of(vec(e.clone(), 0..3)), vec(e, 0..3))
         .prop_map(|(base, block, index)| RefAccess { base, block, index })
@@ -132,9 +112,9 @@ fn expr() -> BoxedStrategy<Expr> {
     leaf.prop_recursive(4, 24, 3, |inner| {
         prop_oneof![
             1 => access(inner.clone()).prop_map(|a| Expr::Load(Box::new(a))),
-            2 => (select(UNARY_OPS.to_vec()), inner.clone())
+            2 => (select(UnaryOp::ALL.to_vec()), inner.clone())
                 .prop_map(|(op, e)| Expr::Unary(op, Box::new(e))),
-            4 => (select(BINARY_OPS.to_vec()), inner.clone(), inner.clone())
+            4 => (select(BinaryOp::ALL.to_vec()), inner.clone(), inner.clone())
                 .prop_map(|(op, l, r)| Expr::Binary(op, Box::new(l), Box::new(r))),
             1 => (inner.clone(), inner.clone(), inner.clone())
                 .prop_map(|(c, t, f)| Expr::Select(Box::new(c), Box::new(t), Box::new(f))),
@@ -156,7 +136,7 @@ fn shape() -> impl Strategy<Value = Vec<u32>> {
 }
 
 fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
-    let sem_ops = vec![SemOp::Signal, SemOp::Wait, SemOp::WaitNodec];
+    let sem_ops = SemOp::ALL.to_vec();
     let leaf = prop_oneof![
         (binding(), e.clone()).prop_map(|(var, value)| Stmt::Let { var, value }),
         (binding(), e.clone()).prop_map(|(var, init)| Stmt::Var { var, init }),
@@ -237,14 +217,13 @@ fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
 }
 
 fn ref_type() -> impl Strategy<Value = RefType> {
-    let spaces = vec![
-        MemorySpace::Gmem,
-        MemorySpace::Smem,
-        MemorySpace::Sem,
-        MemorySpace::Local,
-    ];
-    (select(spaces), scalar_type(), shape(), option::of(name())).prop_map(
-        |(space, elem, shape, owner)| RefType {
+    (
+        select(MemorySpace::ALL.to_vec()),
+        scalar_type(),
+        shape(),
+        option::of(name()),
+    )
+        .prop_map(|(space, elem, shape, owner)| RefType {
             space,
             elem: if space == MemorySpace::Sem {
                 ScalarType::I32
@@ -253,8 +232,7 @@ fn ref_type() -> impl Strategy<Value = RefType> {
             },
             shape,
             owner,
-        },
-    )
+        })
 }
 
 fn ty() -> impl Strategy<Value = Type> {
@@ -420,10 +398,9 @@ fn module() -> impl Strategy<Value = Module> {
         vec(map(), 0..3),
         vec(resident(), 0..3),
         vec(call(), 0..3),
-        option::of(case_spec()),
     )
         .prop_map(
-            |(consts, meshes, functions, kernels, maps, residents, calls, case)| Module {
+            |(consts, meshes, functions, kernels, maps, residents, calls)| Module {
                 consts,
                 meshes,
                 functions,
@@ -431,7 +408,6 @@ fn module() -> impl Strategy<Value = Module> {
                 maps,
                 residents,
                 calls,
-                case,
             },
         )
 }
@@ -440,7 +416,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
-    fn parse_of_print_is_identity(m in module()) {
+    fn parse_of_print_is_identity(m in module(), case in option::of(case_spec())) {
         let text = print(&m);
         let (parsed, _) = match parse(&text) {
             Ok(parsed) => parsed,
@@ -448,6 +424,14 @@ proptest! {
         };
         prop_assert_eq!(&parsed, &m, "printed:\n{}", text);
         prop_assert_eq!(print(&parsed), text);
+        // With a case section after the module.
+        let text = print_file(&m, case.as_ref());
+        let parsed = match parse_file(&text) {
+            Ok(parsed) => parsed,
+            Err(e) => panic!("{}\n--- printed file ---\n{text}", e.render("printed")),
+        };
+        prop_assert_eq!((&parsed.module, &parsed.case), (&m, &case), "printed:\n{}", text);
+        prop_assert_eq!(print_file(&parsed.module, parsed.case.as_ref()), text);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Validation: one test per error code (code, place and message), valid
 //! programs that must pass, and rendering.
 
+use mpmd_core::case::{CaseSpec, CompareMode, Generator};
 use mpmd_core::ir::*;
 use mpmd_core::text::{SourceMap, Span};
-use mpmd_core::validate::{render, validate, Diagnostic, ValidateOptions, CODES};
+use mpmd_core::validate::{render, validate, validate_case, Diagnostic, ValidateOptions, CODES};
 use ScalarType::*;
 
 // ---- helpers -------------------------------------------------------------
@@ -317,10 +318,11 @@ fn e0007_call_scalar_of_wrong_type() {
 
 #[test]
 fn e0008_case_names_unknown_operands() {
-    let mut module = scale(|_| {});
-    module.case = Some(CaseSpec {
+    let module = scale(|_| {});
+    let case = CaseSpec {
         generators: vec![
             ("x".into(), Generator::Special),
+            ("y".into(), Generator::Iota),
             ("y".into(), Generator::Iota),
             (
                 "x".into(),
@@ -335,8 +337,11 @@ fn e0008_case_names_unknown_operands() {
             ("x".into(), CompareMode::Exact),
         ],
         ..Default::default()
-    });
-    let d = diags(&module);
+    };
+    // The case is checked against the module, apart from it.
+    assert!(validate(&module, &ValidateOptions::default()).is_ok());
+    // The repeated `generate y` is reported once.
+    let d = validate_case(&module, &case).unwrap_err();
     let messages: Vec<_> = d.iter().map(|d| (d.code, d.message.as_str())).collect();
     assert_eq!(
         messages,

@@ -4,8 +4,11 @@ A :class:`Module` is a parsed and validated ``.mpmd`` program; a backend
 (:class:`Interpreter`, :class:`Wgpu`, :class:`Cuda`) runs calls of its maps
 on numpy arrays (or anything with ``__dlpack__``: JAX and PyTorch CPU
 arrays) and Python numbers, and keeps the module's device-resident refs
-from call to call. ``mpmd.jax.kernel`` makes a map a function of
-``jax.Array`` s usable inside ``jax.jit``.
+from call to call. :class:`Cuda` uses CUDA device arrays (PyTorch, JAX,
+CuPy, through DLPack) in place and returns :class:`DeviceArray` s on the
+device. ``mpmd.jax.kernel`` makes a map a function of ``jax.Array`` s
+usable inside ``jax.jit`` (through an XLA FFI custom call: on a GPU, the
+CUDA backend on XLA's own stream and buffers).
 
 Messages are the Rust library's and the CLI's: a module that does not
 validate raises :class:`ValidationError` whose message is exactly what
@@ -24,6 +27,7 @@ import numpy as np
 from . import _mpmd
 from ._mpmd import (
     BackendUnavailableError,
+    DeviceArray,
     BadSemaphoreAmountError,
     LoopLimitError,
     DeadlockError,
@@ -47,6 +51,7 @@ __all__ = [
     "Wgpu",
     "Cuda",
     "Backend",
+    "DeviceArray",
     "DTYPES",
     "generated_inputs",
     "MpmdError",
@@ -109,6 +114,50 @@ def _array(triple) -> np.ndarray:
     return np.frombuffer(data, dtype=DTYPES[dtype]).reshape(shape)
 
 
+#: DLPack's device type of CUDA memory (``kDLCUDA``).
+_DLPACK_CUDA = 2
+#: The stream argument of ``__dlpack__`` naming CUDA's legacy default
+#: stream, which :class:`Cuda` runs on.
+_DLPACK_LEGACY_STREAM = 1
+
+
+def _preload_nvrtc() -> None:
+    """Loads NVRTC from an installed ``nvidia-cuda-nvrtc`` wheel
+    (``site-packages/nvidia/cu13/lib``, which is not on the loader's path),
+    so that the CUDA backend, which loads it by name, finds it; does
+    nothing where there is none (the system's, or LD_LIBRARY_PATH's, is
+    used then)."""
+    import ctypes
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for folder in ("cu13/lib", "cuda_nvrtc/lib"):
+            path = os.path.join(root, folder, "libnvrtc.so.13")
+            if os.path.exists(path):
+                try:
+                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                    return
+                except OSError:
+                    continue
+
+
+def _on_cuda(value: Any) -> bool:
+    """Whether ``value`` is a DLPack array in CUDA device memory."""
+    device = getattr(value, "__dlpack_device__", None)
+    if device is None or isinstance(value, np.ndarray):
+        return False
+    try:
+        kind, _ = device()
+    except Exception:  # noqa: BLE001: not a device array then
+        return False
+    return int(kind) == _DLPACK_CUDA
+
+
 class Backend:
     """What every backend does; use :class:`Interpreter`, :class:`Wgpu` or
     :class:`Cuda`."""
@@ -128,13 +177,29 @@ class Backend:
         output's dtype and host shape. Residents the map binds are the
         backend's and stay with it."""
         scalar_names = {name for name, _ in module.scalars(map_name)}
-        inputs = {}
+        arrays = {}
         scalars = {}
         for name, value in arguments.items():
             if name in scalar_names or isinstance(value, (bool, int, float, np.generic)):
                 scalars[name] = value.item() if isinstance(value, np.generic) else value
             else:
-                inputs[name] = _triple(name, value)
+                arrays[name] = value
+        if isinstance(self, Cuda) and any(_on_cuda(v) for v in arrays.values()):
+            inputs = {
+                name: (
+                    value.__dlpack__(stream=_DLPACK_LEGACY_STREAM)
+                    if _on_cuda(value)
+                    else _triple(name, value)
+                )
+                for name, value in arrays.items()
+            }
+            outputs = dict(self._raw.call_device(module, map_name, inputs, scalars))
+            # An output aliased to a device input is that array, written in place.
+            for input_name, output_name in module.aliases(map_name):
+                if output_name not in outputs and input_name in arrays:
+                    outputs[output_name] = arrays[input_name]
+            return {name: outputs[name] for name, _, _ in module.outputs(map_name)}
+        inputs = {name: _triple(name, value) for name, value in arrays.items()}
         outputs = self._raw.call(module, map_name, inputs, scalars)
         return {name: _array(triple) for name, triple in outputs.items()}
 
@@ -202,10 +267,20 @@ class Cuda(Backend):
     """The CUDA backend (NVRTC, one fused kernel a call) on the first NVIDIA
     GPU. ``checked=True`` reports out-of-bounds accesses. Raises
     :class:`BackendUnavailableError`, saying why, on a machine without an
-    NVIDIA GPU and driver. Arrays go through host memory: zero-copy use of
-    device arrays is not there yet."""
+    NVIDIA GPU and driver.
+
+    :meth:`call` with any input in CUDA memory (an object whose
+    ``__dlpack_device__`` is CUDA: a PyTorch, JAX or CuPy array on the GPU)
+    runs on the device: such inputs are used in place (C-contiguous, exactly
+    the input's dtype and shape; a ``bool`` input as ``uint32`` 0/1, how
+    mpmd keeps bools on the device), host inputs are copied there, and every
+    output comes back as a :class:`DeviceArray` on that device (no host
+    copy; ``torch.from_dlpack(out)``, ``jax.dlpack.from_dlpack(out)`` or
+    ``out.numpy()``). The call waits for the kernel, so its errors raise
+    here. With host inputs only, outputs are numpy arrays."""
 
     def __init__(self, checked: bool = False) -> None:
+        _preload_nvrtc()
         self._raw = _mpmd._Backend.cuda(checked)
 
 

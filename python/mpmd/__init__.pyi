@@ -39,6 +39,8 @@ class Module:
     def residents(self) -> Operands:
         """(name, dtype, host shape) of each device-resident ref."""
     def binds_residents(self, map: str) -> bool: ...
+    def aliases(self, map: str) -> List[Tuple[str, str]]:
+        """(input, output) pairs of the map that share one buffer."""
     def generated_inputs(self, map: str, seed: int = 0, memory_limit: int = ...) -> Dict[str, Tuple[str, Tuple[int, ...], bytearray]]: ...
 
 class Backend:
@@ -68,7 +70,22 @@ class Wgpu(Backend):
     def __init__(self, checked: bool = False, *, co_resident: bool = False) -> None: ...
 
 class Cuda(Backend):
+    """With any input in CUDA memory (DLPack), `call` runs on the device:
+    device inputs in place, outputs as DeviceArrays on that device."""
+
     def __init__(self, checked: bool = False) -> None: ...
+
+class DeviceArray:
+    """An output kept on the CUDA device (DLPack producer; a bool output is uint32 0/1)."""
+
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def shape(self) -> List[int]: ...
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Optional[bool] = None) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def numpy(self) -> np.ndarray:
+        """A host copy."""
 
 def generated_inputs(module: Module, map_name: str, seed: int = 0) -> Dict[str, np.ndarray]: ...
 

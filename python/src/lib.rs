@@ -6,20 +6,32 @@
 //! diagnostics, argument checks, running, error classes) is here, in the
 //! library's own terms, so Python behaves as the Rust library and the CLI do.
 
+// RunError is the shared error type of every backend; boxing it is not ours to decide.
+#![allow(clippy::result_large_err)]
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+mod dlpack;
+mod ffi;
+
 use mpmd_cli::{BackendKind, CliError, Target};
+use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
 use mpmd_core::interp::{
     InterpOptions, Interpreter, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
 };
-use mpmd_core::ir::{ErrorClass, Literal, Module, MpmdMap, Operand, ScalarType, Type};
+use mpmd_core::ir::{Literal, Module, MpmdMap, Operand, ScalarType, Type};
+use mpmd_core::lru::Lru;
 use mpmd_core::plan::{lower, LaunchPlan};
+use mpmd_core::text::SourceFile;
 use mpmd_core::RunError as CoreRunError;
-use mpmd_core::{inputs, text, Backend, CallArgs, HostTensor, Mode, RunOptions};
+use mpmd_core::{
+    inputs, text, Backend, CallArgs, CallOutputs, ErrorClass, HostTensor, Mode, RunOptions,
+};
+use mpmd_cuda::{CudaBackend, CudaBuffer, CudaOptions, CudaPrepared, DeviceArgs};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -130,7 +142,7 @@ const OPTION_PARAMETERS: &[(&str, &str)] = &[
 
 /// A run error's text as Python reports it: the CLI's report, options
 /// named by their parameters.
-fn run_error_text(error: &CoreRunError) -> String {
+pub(crate) fn run_error_text(error: &CoreRunError) -> String {
     mpmd_cli::with_option_names(error.clone(), OPTION_PARAMETERS).to_string()
 }
 
@@ -138,7 +150,7 @@ fn run_error_text(error: &CoreRunError) -> String {
 /// for the others. The instance carries `error_class` (the class keyword
 /// of the corpus, such as `data_race`, or None) and `map` (None when no
 /// call failed: `set_resident`).
-fn run_error(py: Python<'_>, map: Option<&str>, error: &CoreRunError) -> PyErr {
+pub(crate) fn run_error(py: Python<'_>, map: Option<&str>, error: &CoreRunError) -> PyErr {
     let message = run_error_text(error);
     let class = error.class();
     let err = match class {
@@ -171,7 +183,7 @@ const ELEMENT_TYPES: [ScalarType; 6] = [
 ];
 
 /// numpy's name of the dtype that holds an element type.
-fn dtype_name(elem: ScalarType) -> &'static str {
+pub(crate) fn dtype_name(elem: ScalarType) -> &'static str {
     match elem {
         ScalarType::F32 => "float32",
         ScalarType::I32 => "int32",
@@ -183,7 +195,7 @@ fn dtype_name(elem: ScalarType) -> &'static str {
 }
 
 /// `(256,)`, `(2, 64)`, `()`: a shape as Python writes it.
-fn shape_text<T: std::fmt::Display>(shape: &[T]) -> String {
+pub(crate) fn shape_text<T: std::fmt::Display>(shape: &[T]) -> String {
     match shape {
         [one] => format!("({one},)"),
         _ => format!(
@@ -213,8 +225,10 @@ fn validation_error(rendered: String) -> PyErr {
 
 /// A parsed and validated module (`.mpmd` text).
 #[pyclass(module = "mpmd", name = "Module", frozen)]
-struct PyModule_ {
-    module: Arc<Module>,
+pub(crate) struct PyModule_ {
+    pub(crate) module: Arc<Module>,
+    /// The file's case section (its `generate` and `compare` lines are used).
+    pub(crate) case: Option<CaseSpec>,
     /// The file name diagnostics name.
     file: String,
     /// Each map's plan, lowered once (lowering is a pure function of the module).
@@ -224,16 +238,17 @@ struct PyModule_ {
 type Operands = Vec<(String, &'static str, Vec<u32>)>;
 
 impl PyModule_ {
-    fn new(module: Module, file: String) -> Self {
+    fn new(source: SourceFile, file: String) -> Self {
         PyModule_ {
-            module: Arc::new(module),
+            module: Arc::new(source.module),
+            case: source.case,
             file,
             plans: Mutex::default(),
         }
     }
 
     /// The launch plan of `map`, lowered on first use.
-    fn plan(&self, map: &str) -> PyResult<Arc<LaunchPlan>> {
+    pub(crate) fn plan(&self, map: &str) -> PyResult<Arc<LaunchPlan>> {
         let mut plans = self
             .plans
             .lock()
@@ -249,7 +264,7 @@ impl PyModule_ {
         Ok(plan)
     }
 
-    fn map(&self, name: &str) -> PyResult<&MpmdMap> {
+    pub(crate) fn map(&self, name: &str) -> PyResult<&MpmdMap> {
         self.module.map(name).ok_or_else(|| {
             PyKeyError::new_err(format!(
                 "the module has no map `{name}` (its maps: {})",
@@ -279,16 +294,16 @@ impl PyModule_ {
     /// Reads, parses and validates a `.mpmd` file.
     #[staticmethod]
     fn from_file(path: PathBuf) -> PyResult<Self> {
-        let module = mpmd_cli::load_module(&path).map_err(load_error)?;
-        Ok(PyModule_::new(module, path.display().to_string()))
+        let source = mpmd_cli::load_file(&path).map_err(load_error)?;
+        Ok(PyModule_::new(source, path.display().to_string()))
     }
 
     /// Parses and validates `.mpmd` text; diagnostics name it `name`.
     #[staticmethod]
     #[pyo3(signature = (text, name = "<text>"))]
     fn from_text(text: &str, name: &str) -> PyResult<Self> {
-        let module = mpmd_cli::load_source(text, name).map_err(load_error)?;
-        Ok(PyModule_::new(module, name.to_string()))
+        let source = mpmd_cli::load_source(text, name).map_err(load_error)?;
+        Ok(PyModule_::new(source, name.to_string()))
     }
 
     /// The name diagnostics give the module's source.
@@ -319,9 +334,9 @@ impl PyModule_ {
             .collect()
     }
 
-    /// The canonical text of the module.
+    /// The canonical text of the module (and its case section, if any).
     fn text(&self) -> String {
-        text::print(&self.module)
+        text::print_file(&self.module, self.case.as_ref())
     }
 
     /// The inputs a call of `map` takes data for, in parameter order:
@@ -383,7 +398,8 @@ impl PyModule_ {
         memory_limit: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let the_map = self.map(map)?;
-        let generation = inputs::Generation::with_defaults(seed);
+        let generators = self.case.as_ref().map_or(&[][..], |c| &c.generators);
+        let generation = inputs::Generation::with_defaults(seed).with_generators(generators);
         let dict = PyDict::new(py);
         for input in inputs::uploaded_inputs(the_map) {
             let tensor = inputs::generate_input_within(
@@ -427,6 +443,22 @@ impl PyModule_ {
             .chain(&map.outputs)
             .chain(&map.scratch)
             .any(|o| o.resident))
+    }
+
+    /// The inputs of `map` that an output aliases (one buffer under two
+    /// names): `(input, output)` pairs.
+    fn aliases(&self, map: &str) -> PyResult<Vec<(String, String)>> {
+        let plan = self.plan(map)?;
+        Ok(plan
+            .buffers
+            .iter()
+            .filter_map(|b| match (&b.init, &b.output) {
+                (mpmd_core::plan::BufferInit::Input(input), Some(output)) if input != output => {
+                    Some((input.clone(), output.clone()))
+                }
+                _ => None,
+            })
+            .collect())
     }
 
     /// The module's device-resident refs: `(name, dtype, shape)`.
@@ -558,7 +590,7 @@ fn input_tensor(
 
 /// A host tensor as Python's data: numpy's dtype name, the shape and the
 /// bytes (bool one byte an element).
-fn tensor_triple<'py>(py: Python<'py>, tensor: &HostTensor) -> PyResult<Triple<'py>> {
+pub(crate) fn tensor_triple<'py>(py: Python<'py>, tensor: &HostTensor) -> PyResult<Triple<'py>> {
     let bytes = if tensor.elem() == ScalarType::Bool {
         tensor.to_bits().iter().map(|&b| u8::from(b != 0)).collect()
     } else {
@@ -573,7 +605,7 @@ fn tensor_triple<'py>(py: Python<'py>, tensor: &HostTensor) -> PyResult<Triple<'
 }
 
 /// What Python gets for a tensor: numpy's dtype name, the shape, the bytes.
-type Triple<'py> = (&'static str, Bound<'py, PyTuple>, Bound<'py, PyByteArray>);
+pub(crate) type Triple<'py> = (&'static str, Bound<'py, PyTuple>, Bound<'py, PyByteArray>);
 
 /// The interpreter's settings beyond the call.
 #[derive(Clone, Debug)]
@@ -585,7 +617,7 @@ struct InterpSettings {
     memory_limit: u64,
 }
 
-enum Engine {
+pub(crate) enum Engine {
     Interp {
         interp: Box<Interpreter>,
         settings: InterpSettings,
@@ -595,13 +627,49 @@ enum Engine {
         backend: Box<dyn Backend + Send>,
         options: RunOptions,
     },
+    /// The CUDA backend, which also runs maps on device arrays in place.
+    Cuda {
+        backend: Box<CudaBackend>,
+        options: RunOptions,
+        /// Maps prepared for runs on device memory, by the address of their
+        /// plan (held here, so that the address stays theirs).
+        prepared: Lru<usize, (Arc<LaunchPlan>, CudaPrepared)>,
+    },
+}
+
+/// Maps the CUDA engine keeps prepared for runs on device memory.
+const DEVICE_PREPARED: usize = 16;
+
+/// One call of `map` on `engine` (`plan`: its lowered plan, which every
+/// backend but the interpreter runs).
+pub(crate) fn run_engine(
+    engine: &mut Engine,
+    module: &Arc<Module>,
+    case: Option<&CaseSpec>,
+    map: &str,
+    plan: Option<&LaunchPlan>,
+    args: &CallArgs,
+) -> Result<CallOutputs, CoreRunError> {
+    let no_plan = || CoreRunError::Backend("no plan for a lowered backend".into());
+    match engine {
+        Engine::Interp { interp, settings } => {
+            let options = interp_options(settings, case);
+            interp.call(module, map, args, &options)
+        }
+        Engine::Lowered { backend, options } => {
+            backend.run(plan.ok_or_else(no_plan)?, args, options)
+        }
+        Engine::Cuda {
+            backend, options, ..
+        } => backend.run(plan.ok_or_else(no_plan)?, args, options),
+    }
 }
 
 /// One backend value: it owns the device-resident refs across calls.
 #[pyclass(module = "mpmd._mpmd", name = "_Backend", frozen)]
-struct PyBackend {
+pub(crate) struct PyBackend {
     name: &'static str,
-    engine: Mutex<Engine>,
+    pub(crate) engine: Arc<Mutex<Engine>>,
 }
 
 impl PyBackend {
@@ -619,14 +687,14 @@ impl PyBackend {
         let mode = if checked { Mode::Checked } else { Mode::Fast };
         Ok(PyBackend {
             name: kind.name(),
-            engine: Mutex::new(Engine::Lowered {
+            engine: Arc::new(Mutex::new(Engine::Lowered {
                 backend,
                 options: RunOptions { mode, seed: 0 },
-            }),
+            })),
         })
     }
 
-    fn engine(&self) -> PyResult<MutexGuard<'_, Engine>> {
+    pub(crate) fn engine(&self) -> PyResult<MutexGuard<'_, Engine>> {
         self.engine
             .lock()
             .map_err(|_| MpmdError::new_err("the backend was poisoned by an earlier panic"))
@@ -637,7 +705,7 @@ impl PyBackend {
 /// run` sets them: checked mode detects and runs the default extra
 /// schedules unless `schedules` says otherwise; schedules compare outputs
 /// as the module's `compare` lines say.
-fn interp_options(settings: &InterpSettings, module: &Module) -> InterpOptions {
+fn interp_options(settings: &InterpSettings, case: Option<&CaseSpec>) -> InterpOptions {
     let mode = if settings.checked {
         Mode::Checked
     } else {
@@ -656,11 +724,7 @@ fn interp_options(settings: &InterpSettings, module: &Module) -> InterpOptions {
         } else {
             0
         }),
-        output_compare: module
-            .case
-            .as_ref()
-            .map(|c| c.compares.clone())
-            .unwrap_or_default(),
+        schedule_tolerances: case.map(CaseSpec::schedule_tolerances).unwrap_or_default(),
         flush_subnormals: false,
     }
 }
@@ -690,7 +754,7 @@ impl PyBackend {
         };
         Ok(PyBackend {
             name: "interp",
-            engine: Mutex::new(Engine::Interp {
+            engine: Arc::new(Mutex::new(Engine::Interp {
                 interp: Box::default(),
                 settings: InterpSettings {
                     checked,
@@ -699,7 +763,7 @@ impl PyBackend {
                     time_limit,
                     memory_limit,
                 },
-            }),
+            })),
         })
     }
 
@@ -714,7 +778,24 @@ impl PyBackend {
     #[staticmethod]
     #[pyo3(signature = (checked = false))]
     fn cuda(py: Python<'_>, checked: bool) -> PyResult<Self> {
-        Self::lowered(py, BackendKind::Cuda, checked, false)
+        let backend = py
+            .detach(|| CudaBackend::new(CudaOptions::default()))
+            .map_err(|e| {
+                let unavailable = CliError::BackendUnavailable {
+                    name: BackendKind::Cuda.name(),
+                    reason: e.to_string(),
+                };
+                BackendUnavailableError::new_err(unavailable.to_string())
+            })?;
+        let mode = if checked { Mode::Checked } else { Mode::Fast };
+        Ok(PyBackend {
+            name: BackendKind::Cuda.name(),
+            engine: Arc::new(Mutex::new(Engine::Cuda {
+                backend: Box::new(backend),
+                options: RunOptions { mode, seed: 0 },
+                prepared: Lru::new(DEVICE_PREPARED),
+            })),
+        })
     }
 
     /// `interp`, `wgpu` or `cuda`.
@@ -730,7 +811,7 @@ impl PyBackend {
         let engine = self.engine()?;
         Ok(match &*engine {
             Engine::Interp { interp, .. } => interp.last_report().map(|r| r.schedules_run),
-            Engine::Lowered { .. } => None,
+            Engine::Lowered { .. } | Engine::Cuda { .. } => None,
         })
     }
 
@@ -748,24 +829,21 @@ impl PyBackend {
         let the_map = module.map(map)?;
         let args = call_args(module, the_map, inputs, scalars)?;
         let module_ir = Arc::clone(&module.module);
+        let case = module.case.clone();
         let plan = match self.name {
             "interp" => None,
             _ => Some(module.plan(map)?),
         };
         let result = py.detach(|| -> Result<_, PyErr> {
             let mut engine = self.engine()?;
-            Ok(match (&mut *engine, &plan) {
-                (Engine::Interp { interp, settings }, _) => {
-                    let options = interp_options(settings, &module_ir);
-                    interp.call(&module_ir, map, &args, &options)
-                }
-                (Engine::Lowered { backend, options }, Some(plan)) => {
-                    backend.run(plan, &args, options)
-                }
-                (Engine::Lowered { .. }, None) => Err(CoreRunError::Backend(
-                    "no plan for a lowered backend".into(),
-                )),
-            })
+            Ok(run_engine(
+                &mut engine,
+                &module_ir,
+                case.as_ref(),
+                map,
+                plan.as_deref(),
+                &args,
+            ))
         })?;
         let outputs = result.map_err(|e| run_error(py, Some(map), &e))?;
         let dict = PyDict::new(py);
@@ -785,6 +863,87 @@ impl PyBackend {
         Ok(dict)
     }
 
+    /// Runs one call of `map` on the CUDA device: `inputs` maps each input
+    /// the call uploads to a DLPack capsule of a CUDA array of exactly its
+    /// dtype and host shape (C-contiguous; used in place, the producer's
+    /// stream synchronised with the legacy default stream by `__dlpack__`)
+    /// or to `(dtype, shape, bytes)` (copied to the device); `scalars`
+    /// each scalar to a Python number. Returns `{output: DeviceArray}` in
+    /// map order, on the same device; errors are raised as by `call`.
+    fn call_device<'py>(
+        &self,
+        py: Python<'py>,
+        module: &PyModule_,
+        map: &str,
+        inputs: BTreeMap<String, Bound<'py, PyAny>>,
+        scalars: BTreeMap<String, Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let the_map = module.map(map)?;
+        let plan = module.plan(map)?;
+        let device = match &*self.engine()? {
+            Engine::Cuda { backend, .. } => backend.ordinal(),
+            _ => {
+                return Err(MpmdError::new_err(format!(
+                    "backend `{}` runs no map on device arrays: only mpmd.Cuda() does",
+                    self.name
+                )))
+            }
+        };
+        let (given, scalars) = checked_arguments(
+            module,
+            the_map,
+            inputs,
+            scalars,
+            |what, elem, shape, value: Bound<'py, PyAny>| -> PyResult<DeviceInput> {
+                if value.is_instance_of::<PyTuple>() {
+                    let triple: InputTriple = value.extract()?;
+                    Ok(DeviceInput::Host(input_tensor(what, elem, shape, triple)?))
+                } else {
+                    Ok(DeviceInput::Device(dlpack::import(
+                        &value, what, elem, shape, device,
+                    )?))
+                }
+            },
+        )?;
+        let outputs = py.detach(|| -> PyResult<Result<Vec<DeviceOutput>, CoreRunError>> {
+            let mut engine = self.engine()?;
+            let Engine::Cuda {
+                backend,
+                options,
+                prepared,
+            } = &mut *engine
+            else {
+                return Err(MpmdError::new_err("the CUDA engine went away"));
+            };
+            Ok(run_on_device(
+                backend,
+                options.mode,
+                prepared,
+                &plan,
+                given,
+                scalars,
+            ))
+        })?;
+        let outputs = outputs.map_err(|e| run_error(py, Some(map), &e))?;
+        let dict = PyDict::new(py);
+        for output in outputs {
+            dict.set_item(
+                &output.name,
+                Py::new(
+                    py,
+                    dlpack::DeviceArray::new(
+                        output.memory,
+                        output.address,
+                        output.elem,
+                        output.shape,
+                        device,
+                    ),
+                )?,
+            )?;
+        }
+        Ok(dict)
+    }
+
     /// The contents of device-resident ref `name` as `(dtype, shape,
     /// bytearray)`, or None while no call or `set_resident` created it.
     fn resident<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Option<Triple<'py>>> {
@@ -793,6 +952,7 @@ impl PyBackend {
             match &*engine {
                 Engine::Interp { interp, .. } => Backend::resident(interp.as_ref(), name),
                 Engine::Lowered { backend, .. } => backend.resident(name),
+                Engine::Cuda { backend, .. } => backend.resident(name),
             }
         };
         tensor.map(|t| tensor_triple(py, &t)).transpose()
@@ -860,9 +1020,166 @@ impl PyBackend {
         let result = match &mut *engine {
             Engine::Interp { interp, .. } => Backend::set_resident(interp.as_mut(), name, tensor),
             Engine::Lowered { backend, .. } => backend.set_resident(name, tensor),
+            Engine::Cuda { backend, .. } => backend.set_resident(name, tensor),
         };
         result.map_err(|e| run_error(py, None, &e))
     }
+}
+
+/// An input of a run on the device: a device array used in place, or host
+/// data copied there.
+enum DeviceInput {
+    Device(dlpack::Imported),
+    Host(HostTensor),
+}
+
+/// An output of a run on the device, kept there.
+struct DeviceOutput {
+    name: String,
+    memory: mpmd_cuda::cudarc::driver::CudaSlice<u32>,
+    address: u64,
+    elem: ScalarType,
+    shape: Vec<u32>,
+}
+
+/// Runs `plan` once on device memory: device inputs in place, host inputs
+/// and every output in memory the backend allocates (a resident output is
+/// a copy of the resident after the run), then waits and reports an error
+/// a kernel recorded.
+fn run_on_device(
+    backend: &mut CudaBackend,
+    mode: Mode,
+    prepared: &mut Lru<usize, (Arc<LaunchPlan>, CudaPrepared)>,
+    plan: &Arc<LaunchPlan>,
+    inputs: BTreeMap<String, DeviceInput>,
+    scalars: BTreeMap<String, Literal>,
+) -> Result<Vec<DeviceOutput>, CoreRunError> {
+    let key = Arc::as_ptr(plan) as usize;
+    let cached = prepared.get(&key).is_some_and(|(_, p)| p.mode() == mode);
+    if !cached {
+        let fresh = backend.prepare(plan, mode)?;
+        prepared.insert(key, (Arc::clone(plan), fresh));
+    }
+    let mut args = DeviceArgs {
+        buffers: BTreeMap::new(),
+        scalars,
+    };
+    // Host inputs and outputs live in these until the run is over.
+    let mut uploads = BTreeMap::new();
+    let mut imported = Vec::new();
+    for (name, input) in inputs {
+        let buffer = match input {
+            DeviceInput::Device(array) => {
+                let buffer = plan
+                    .buffers
+                    .iter()
+                    .find(|b| b.operands.contains(&name))
+                    .map(|b| CudaBuffer::new(array.address, b.ty.elem, b.len));
+                imported.push(array);
+                buffer
+            }
+            DeviceInput::Host(tensor) => {
+                let mut words = tensor.words().to_vec();
+                if tensor.elem() == ScalarType::Bool {
+                    words.iter_mut().for_each(|w| *w = u32::from(*w != 0));
+                }
+                if words.is_empty() {
+                    words.push(0);
+                }
+                let memory = backend.upload_words(&words)?;
+                let buffer = CudaBuffer::new(
+                    backend.address_of(&memory),
+                    tensor.elem(),
+                    tensor.len() as u64,
+                );
+                uploads.insert(name.clone(), memory);
+                Some(buffer)
+            }
+        };
+        if let Some(buffer) = buffer {
+            args.buffers.insert(name, buffer);
+        }
+    }
+    let mut outputs = Vec::new();
+    // An output aliased to an input is the input's memory: a device array
+    // the caller gave is written in place (Python hands that array back),
+    // a host input's upload becomes the output.
+    let mut aliased = Vec::new();
+    for buffer in &plan.buffers {
+        let Some(name) = &buffer.output else { continue };
+        match &buffer.init {
+            mpmd_core::plan::BufferInit::Resident(_) => continue,
+            mpmd_core::plan::BufferInit::Input(input) => {
+                aliased.push((name.clone(), input.clone(), buffer));
+                continue;
+            }
+            _ => {}
+        }
+        let words = (buffer.len * u64::from(buffer.ty.elem.byte_size()))
+            .div_ceil(4)
+            .max(1);
+        let memory =
+            backend.alloc_zeroed(usize::try_from(words).map_err(|_| CoreRunError::Refused {
+                reason: format!("output `{name}` does not fit this machine's memory"),
+            })?)?;
+        let address = backend.address_of(&memory);
+        args.buffers.insert(
+            name.clone(),
+            CudaBuffer::new(address, buffer.ty.elem, buffer.len),
+        );
+        outputs.push(DeviceOutput {
+            name: name.clone(),
+            memory,
+            address,
+            elem: buffer.ty.elem,
+            shape: plan.host_shape(buffer),
+        });
+    }
+    let (_, map) = prepared.get(&key).expect("prepared above");
+    // SAFETY: every buffer is device memory of the backend's context holding
+    // its operand's elements: imported arrays were checked against their
+    // operand's dtype and shape, the others were allocated for it, and all
+    // of them outlive the synchronisation below.
+    unsafe { backend.enqueue(map, &args) }?;
+    backend.synchronize()?;
+    drop(imported);
+    for (name, input, buffer) in aliased {
+        if let Some(memory) = uploads.remove(&input) {
+            outputs.push(DeviceOutput {
+                name,
+                address: backend.address_of(&memory),
+                memory,
+                elem: buffer.ty.elem,
+                shape: plan.host_shape(buffer),
+            });
+        }
+    }
+    drop(uploads);
+    for buffer in &plan.buffers {
+        let (Some(name), mpmd_core::plan::BufferInit::Resident(resident)) =
+            (&buffer.output, &buffer.init)
+        else {
+            continue;
+        };
+        let tensor = backend.resident(resident).ok_or_else(|| {
+            CoreRunError::Backend(format!("resident `{resident}` could not be read"))
+        })?;
+        let mut words = tensor.words().to_vec();
+        if words.is_empty() {
+            words.push(0);
+        }
+        let memory = backend.upload_words(&words)?;
+        outputs.push(DeviceOutput {
+            name: name.clone(),
+            address: backend.address_of(&memory),
+            memory,
+            elem: tensor.elem(),
+            shape: tensor.shape().to_vec(),
+        });
+    }
+    let order: Vec<&String> = plan.map.outputs.iter().map(|o| &o.name).collect();
+    outputs.sort_by_key(|o| order.iter().position(|n| **n == o.name));
+    Ok(outputs)
 }
 
 /// The call's arguments: every uploaded input and every scalar given, of
@@ -870,10 +1187,26 @@ impl PyBackend {
 fn call_args(
     module: &PyModule_,
     map: &MpmdMap,
-    mut given: BTreeMap<String, InputTriple>,
-    mut scalars: BTreeMap<String, Bound<'_, PyAny>>,
+    given: BTreeMap<String, InputTriple>,
+    scalars: BTreeMap<String, Bound<'_, PyAny>>,
 ) -> PyResult<CallArgs> {
+    let (inputs, scalars) = checked_arguments(module, map, given, scalars, input_tensor)?;
+    Ok(CallArgs { inputs, scalars })
+}
+
+/// Every uploaded input (each made a `T` by `convert`, from what it is
+/// called in messages, its element type and host shape) and every scalar,
+/// and nothing else.
+#[allow(clippy::type_complexity)]
+fn checked_arguments<G, T>(
+    module: &PyModule_,
+    map: &MpmdMap,
+    mut given: BTreeMap<String, G>,
+    mut scalars: BTreeMap<String, Bound<'_, PyAny>>,
+    mut convert: impl FnMut(&str, ScalarType, &[u32], G) -> PyResult<T>,
+) -> PyResult<(BTreeMap<String, T>, BTreeMap<String, Literal>)> {
     let mut args = CallArgs::default();
+    let mut converted = BTreeMap::new();
     let mut missing = Vec::new();
     for input in inputs::uploaded_inputs(map) {
         let Some(data) = given.remove(&input.name) else {
@@ -883,8 +1216,7 @@ fn call_args(
         let elem = input.ty.as_ref_type().map_or(ScalarType::U32, |r| r.elem);
         let shape = inputs::host_shape(&module.module, input).unwrap_or_default();
         let what = format!("input `{}` of map `{}`", input.name, map.name);
-        args.inputs
-            .insert(input.name.clone(), input_tensor(&what, elem, &shape, data)?);
+        converted.insert(input.name.clone(), convert(&what, elem, &shape, data)?);
     }
     for scalar in &map.scalars {
         let Type::Scalar(ty) = scalar.ty else {
@@ -935,7 +1267,7 @@ fn call_args(
             missing.join(", ")
         )));
     }
-    Ok(args)
+    Ok((converted, args.scalars))
 }
 
 fn names<'a>(operands: impl Iterator<Item = &'a Operand>) -> String {
@@ -952,6 +1284,11 @@ fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyModule_>()?;
     m.add_class::<PyBackend>()?;
+    m.add_class::<dlpack::DeviceArray>()?;
+    m.add_class::<ffi::PyFfiKernel>()?;
+    m.add_function(wrap_pyfunction!(ffi::ffi_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(ffi::ffi_handler, m)?)?;
+    m.add_function(wrap_pyfunction!(ffi::ffi_synchronize, m)?)?;
     m.add("MpmdError", py.get_type::<MpmdError>())?;
     m.add("ValidationError", py.get_type::<ValidationError>())?;
     m.add("LowerError", py.get_type::<LowerError>())?;

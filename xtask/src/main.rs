@@ -232,13 +232,44 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
     if run_announced(&mut build) != ExitCode::SUCCESS {
         return ExitCode::FAILURE;
     }
-    // The GPU test binary and the WGSL benchmark: their paths are only in
+    // The Python extension (abi3: any CPython 3.9 or later loads it), for
+    // the package's GPU tests and the JAX benchmark; the script puts it
+    // beside the checkout's python/mpmd sources.
+    let mut extension = cargo(root, setup);
+    extension.args(["build", "--release", "-p", "mpmd-python"]);
+    let venv_python = tools::target_dir(root)
+        .join("mpmd-tools")
+        .join("pyenv")
+        .join("bin")
+        .join("python");
+    if venv_python.is_file() && std::env::var_os("PYO3_PYTHON").is_none() {
+        extension.env("PYO3_PYTHON", &venv_python);
+    }
+    if run_announced(&mut extension) != ExitCode::SUCCESS {
+        return ExitCode::FAILURE;
+    }
+    // The GPU test binaries and the WGSL benchmark: their paths are only in
     // cargo's JSON messages.
     let Some(gpu_run) = built_executable(
         root,
         setup,
         &["test", "--release", "-p", "mpmd-cuda", "--test", "gpu_run"],
         "gpu_run",
+    ) else {
+        return ExitCode::FAILURE;
+    };
+    let Some(gpu_embedding) = built_executable(
+        root,
+        setup,
+        &[
+            "test",
+            "--release",
+            "-p",
+            "mpmd-cuda",
+            "--test",
+            "gpu_embedding",
+        ],
+        "gpu_embedding",
     ) else {
         return ExitCode::FAILURE;
     };
@@ -260,6 +291,8 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
         .map(|name| (release.join(name), *name))
         .collect();
     files.push((PathBuf::from(gpu_run), "gpu_run"));
+    files.push((PathBuf::from(gpu_embedding), "gpu_embedding"));
+    files.push((release.join("lib_mpmd.so"), "_mpmd.abi3.so"));
     files.push((PathBuf::from(wgsl_bench), "wgsl_bench"));
     let mut total = 0;
     for (from, name) in files {

@@ -110,20 +110,60 @@ pub fn function<'a>(wgsl: &'a str, name: &str) -> &'a str {
     &wgsl[start..start + end]
 }
 
-/// The WGSL global of the (unpacked) buffer whose first operand is
-/// `operand`: `g<index>_<operand>`.
-pub fn global(wgsl: &str, operand: &str) -> String {
-    wgsl.lines()
-        .filter_map(|l| l.strip_prefix("@group(0) @binding("))
-        .filter_map(|l| l.split("> ").nth(1))
-        .filter_map(|l| l.split(':').next())
-        .find(|g| {
-            g.strip_prefix('g')
-                .and_then(|r| r.split_once('_'))
-                .is_some_and(|(k, name)| {
-                    !k.is_empty() && k.chars().all(|c| c.is_ascii_digit()) && name == operand
-                })
+/// The texts of functions `names` in `wgsl`, each with its closing brace
+/// and, for an entry point, its `@compute @workgroup_size(..)` line: the
+/// code that matters to a test, for a snapshot.
+pub fn functions(wgsl: &str, names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|name| {
+            let text = function(wgsl, name);
+            let before = &wgsl[..wgsl.find(text).unwrap_or(0)];
+            let attribute = before
+                .strip_suffix('\n')
+                .and_then(|b| b.rsplit('\n').next())
+                .filter(|line| line.starts_with("@compute"))
+                .map(|line| format!("{line}\n"))
+                .unwrap_or_default();
+            format!("{attribute}{text}\n}}\n")
         })
-        .unwrap_or_else(|| panic!("no buffer global for `{operand}` in:\n{wgsl}"))
-        .to_string()
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The entry points of a call's dispatches, in order.
+pub fn dispatch_order(emitted: &mpmd_wgpu::EmittedModule) -> Vec<&str> {
+    emitted
+        .schedule
+        .iter()
+        .map(|d| d.entry_point.as_str())
+        .collect()
+}
+
+/// The module's opening comment (map, mode, dispatch order and why), up to
+/// its first blank line.
+pub fn header(wgsl: &str) -> &str {
+    wgsl.split("\n\n").next().unwrap_or(wgsl)
+}
+
+/// The module's declarations of storage bindings and workgroup and private
+/// variables, with the comments that say what each holds.
+pub fn declarations(wgsl: &str) -> String {
+    let lines: Vec<&str> = wgsl.lines().collect();
+    let mut out = String::new();
+    for (k, line) in lines.iter().enumerate() {
+        if line.starts_with("@group(") || line.starts_with("var<") {
+            if let Some(comment) = k
+                .checked_sub(1)
+                .map(|j| lines[j])
+                .filter(|l| l.starts_with("//"))
+            {
+                out.push_str(comment);
+                out.push('\n');
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }

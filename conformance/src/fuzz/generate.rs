@@ -35,11 +35,14 @@
 //! - loops have literal bounds up to 4 or the scalar `sn` (at most 5), nested
 //!   at most twice: far below 65,535 iterations per invocation.
 
+use mpmd_core::case::{CaseSpec, CompareMode, Generator};
 use mpmd_core::ir::*;
 use mpmd_core::numerics;
 use ScalarType::{Bool, BF16, F16, F32, I32, U32};
 
 use mpmd_core::inputs::Rng;
+
+use crate::case::CaseFile;
 
 /// Largest magnitude a float value may reach before it is clamped.
 const FLOAT_CLAMP: f32 = 64.0;
@@ -167,30 +170,31 @@ impl Default for GenOptions {
     }
 }
 
-/// Generates the module of `seed` with the default options.
-pub fn generate(seed: u64) -> Module {
+/// Generates the case of `seed` (a module and its case section) with the
+/// default options.
+pub fn generate(seed: u64) -> CaseFile {
     generate_with(seed, &GenOptions::default())
 }
 
-/// Generates the module of `seed`.
-pub fn generate_with(seed: u64, options: &GenOptions) -> Module {
+/// Generates the case of `seed`: a module and its case section.
+pub fn generate_with(seed: u64, options: &GenOptions) -> CaseFile {
     let mut gen = Gen::new(seed);
     gen.ieee = options.ieee;
     // Streams of their own, so that the rest of a seed's program stays as it was.
     gen.resident_input = Rng::for_stream(seed, &["resident input"]).chance(25);
-    let module = gen.module();
+    let file = gen.file();
     if !options.adversarial_names {
-        return module;
+        return file;
     }
     // A stream of its own: the program of a seed is the same with or without
     // renaming, and only a quarter of the programs are renamed.
     let mut rng = Rng::for_stream(seed, &["adversarial names"]);
     if !rng.chance(25) {
-        return module;
+        return file;
     }
     // Renaming is injective onto fresh names, so it cannot fail on a valid
     // module; keep the original if it ever did (the tests of `names` fail then).
-    super::names::with_adversarial_names(&module, &mut rng).unwrap_or(module)
+    super::names::with_adversarial_names(&file, &mut rng).unwrap_or(file)
 }
 
 struct Gen {
@@ -307,7 +311,7 @@ impl Gen {
 
     // ---- the module ------------------------------------------------------
 
-    fn module(mut self) -> Module {
+    fn file(mut self) -> CaseFile {
         let program_count = *self.rng.pick(&[1u32, 1, 2, 2, 3, 4]) as usize;
         for i in 0..program_count {
             let plan = self.program_plan(i);
@@ -366,8 +370,8 @@ impl Gen {
         if self.rng.chance(20) {
             self.add_handoff(&mut module);
         }
-        module.case = Some(self.case(&module));
-        module
+        let spec = self.case(&module);
+        CaseFile { module, spec }
     }
 
     fn program_plan(&mut self, i: usize) -> ProgramPlan {
@@ -1882,18 +1886,7 @@ impl Gen {
         let d = depth - 1;
         match self.rng.below(8) {
             0..=3 => {
-                let op = *self.rng.pick(&[
-                    BinaryOp::Add,
-                    BinaryOp::Sub,
-                    BinaryOp::Mul,
-                    BinaryOp::Div,
-                    BinaryOp::Rem,
-                    BinaryOp::BitAnd,
-                    BinaryOp::BitOr,
-                    BinaryOp::BitXor,
-                    BinaryOp::Shl,
-                    BinaryOp::Shr,
-                ]);
+                let op = *self.rng.pick(&BinaryOp::COMPOUND);
                 let (a, b) = (self.int(ty, d, uniform), self.int(ty, d, uniform));
                 Val::new(
                     Expr::Binary(op, Box::new(a.e), Box::new(b.e)),
@@ -1945,14 +1938,7 @@ impl Gen {
                     self.value(ty, d, false, uniform),
                     self.value(ty, d, false, uniform),
                 );
-                let op = *self.rng.pick(&[
-                    BinaryOp::Eq,
-                    BinaryOp::Ne,
-                    BinaryOp::Lt,
-                    BinaryOp::Le,
-                    BinaryOp::Gt,
-                    BinaryOp::Ge,
-                ]);
+                let op = *self.rng.pick(&BinaryOp::COMPARISONS);
                 Val::new(
                     Expr::Binary(op, Box::new(a.e), Box::new(b.e)),
                     Bool,
@@ -2087,7 +2073,7 @@ mod tests {
     }
 
     fn printed(seed: u64) -> String {
-        mpmd_core::text::print(&generate(seed))
+        generate(seed).print()
     }
 
     /// The generator reaches what the oracle and the emitters got wrong:
@@ -2098,7 +2084,7 @@ mod tests {
     #[test]
     fn the_generator_reaches_every_trust_pattern() {
         let modules: Vec<(u64, Module, String)> = (0..200)
-            .map(|seed| (seed, generate(seed), printed(seed)))
+            .map(|seed| (seed, generate(seed).module, printed(seed)))
             .collect();
         let count =
             |f: &dyn Fn(&Module, &str) -> bool| modules.iter().filter(|(_, m, t)| f(m, t)).count();
@@ -2181,12 +2167,12 @@ mod tests {
         ] {
             assert!(n >= at_least, "{what}: {n} of 200 programs");
         }
-        for (seed, module, _) in modules
+        for (seed, _, _) in modules
             .iter()
             .filter(|(_, m, _)| !m.residents.is_empty())
             .take(15)
         {
-            crate::fuzz::check_module(module, *seed)
+            crate::fuzz::check_module(&generate(*seed), *seed)
                 .unwrap_or_else(|e| panic!("seed {seed}: {e:?}"));
         }
     }

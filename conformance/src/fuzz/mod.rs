@@ -51,15 +51,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mpmd_core::backend::{Backend, Mode, RunError, RunOptions};
+use mpmd_core::case::{CaseSpec, CompareMode, Generator};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation, DEFAULT_GENERATED_BYTES};
 use mpmd_core::interp::{InterpOptions, Interpreter};
-use mpmd_core::ir::{CompareMode, Generator, Literal, Module};
+use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::{lower, LaunchPlan};
-use mpmd_core::validate::{validate, ValidateOptions};
 
 pub use generate::{generate, generate_with, GenOptions};
 
+use crate::case::CaseFile;
 use crate::compare::{compare_within, Tolerance};
 
 /// Makes a fresh backend (fresh device-resident state) for one module. It is
@@ -314,11 +315,13 @@ pub const FUZZ_INPUTS_TAG: &str = "fuzz_inputs_seed_";
 /// How the fuzzer generates inputs from an input seed: streams keyed by the
 /// operand name alone; an input without a `generate` line gets values in the
 /// range that the generator's promises assume for floats. The one rule, used
-/// by [`check_module`] and by the runner for found cases.
+/// by [`check_module`] and by the runner for found cases, which state their
+/// `generate` lines with [`Generation::with_generators`].
 pub fn fuzz_generation(input_seed: u64) -> Generation<'static> {
     Generation {
         seed: input_seed,
         stream: &[],
+        generators: &[],
         fallback: Fallback::Same(Generator::Uniform {
             lo: Literal::f32(-4.0),
             hi: Literal::f32(4.0),
@@ -327,20 +330,19 @@ pub fn fuzz_generation(input_seed: u64) -> Generation<'static> {
 }
 
 /// The input seed a found case's tags state (`fuzz_inputs_seed_N`), if any.
-pub fn stated_input_seed(module: &Module) -> Option<u64> {
-    module
-        .case
-        .as_ref()?
-        .tags
+pub fn stated_input_seed(spec: &CaseSpec) -> Option<u64> {
+    spec.tags
         .iter()
         .find_map(|t| t.strip_prefix(FUZZ_INPUTS_TAG)?.parse().ok())
 }
 
-/// Checks what the generator promises: the module validates, round-trips
-/// through the text format, and runs on the interpreter with detection and
-/// extra schedules without error. `Err((stage, message))` otherwise.
-pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str, String)> {
-    if let Err(diags) = validate(module, &ValidateOptions::default()) {
+/// Checks what the generator promises: the module and its case validate,
+/// round-trip through the text format, and run on the interpreter with
+/// detection and extra schedules without error. `Err((stage, message))`
+/// otherwise.
+pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str, String)> {
+    let CaseFile { module, spec } = file;
+    if let Err(diags) = file.validate() {
         let text = diags
             .iter()
             .map(|d| format!("{}: {}", d.code, d.message))
@@ -348,13 +350,12 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
             .join("; ");
         return Err(("validate", text));
     }
-    let printed = mpmd_core::text::print(module);
-    match mpmd_core::text::parse(&printed) {
-        Ok((parsed, _)) if parsed == *module => {}
+    match mpmd_core::text::parse_file(&file.print()) {
+        Ok(parsed) if parsed.module == *module && parsed.case.as_ref() == Some(spec) => {}
         Ok(_) => return Err(("round-trip", "parse(print(m)) != m".into())),
         Err(e) => return Err(("round-trip", format!("printed module does not parse: {e}"))),
     }
-    let generation = fuzz_generation(input_seed(seed));
+    let generation = fuzz_generation(input_seed(seed)).with_generators(&spec.generators);
     let args = call_args(module, &generation).map_err(|e| ("inputs", e.to_string()))?;
     let residents = resident_data(module, &generation, DEFAULT_GENERATED_BYTES)
         .map_err(|e| ("inputs", e.to_string()))?;
@@ -370,11 +371,7 @@ pub fn check_module(module: &Module, seed: u64) -> Result<Oracle, (&'static str,
         },
         detect: true,
         extra_schedules: 2,
-        output_compare: module
-            .case
-            .as_ref()
-            .map(|c| c.compares.clone())
-            .unwrap_or_default(),
+        schedule_tolerances: spec.schedule_tolerances(),
         // The fuzzer's inputs avoid subnormals.
         flush_subnormals: false,
         ..InterpOptions::default()
@@ -405,9 +402,10 @@ pub enum Verdict {
     Disagrees(Signature, String),
 }
 
-/// Runs `module` on a fresh backend from `factory` and judges it against `oracle`.
+/// Runs the case's module on a fresh backend from `factory` and judges it
+/// against `oracle` with the case's compare modes.
 pub fn judge_backend(
-    module: &Module,
+    file: &CaseFile,
     oracle: &Oracle,
     factory: &BackendFactory,
     mode: Mode,
@@ -487,11 +485,7 @@ pub fn judge_backend(
             return Verdict::Disagrees(Signature::Error { class }, e.to_string());
         }
     };
-    let compares = module
-        .case
-        .as_ref()
-        .map(|c| c.compares.clone())
-        .unwrap_or_default();
+    let compares = &file.spec.compares;
     for (expected, got) in oracle.outputs.iter().zip(&outputs) {
         for (name, want) in &expected.outputs {
             let mode = compares
@@ -552,8 +546,8 @@ pub fn run_fuzz(
         }
         let seed = config.seed.wrapping_add(i);
         i += 1;
-        let module = generate_with(seed, &config.generator);
-        let oracle = match check_module(&module, seed) {
+        let file = generate_with(seed, &config.generator);
+        let oracle = match check_module(&file, seed) {
             Ok(o) => o,
             Err((stage, message)) => {
                 progress(&format!("GENERATOR BUG seed {seed} at {stage}: {message}"));
@@ -569,7 +563,7 @@ pub fn run_fuzz(
         summary.programs += 1;
         for factory in backends {
             match judge_backend(
-                &module,
+                &file,
                 &oracle,
                 factory,
                 config.mode,
@@ -598,21 +592,21 @@ pub fn run_fuzz(
                         signature: signature.clone(),
                         detail,
                         reduced_path: None,
-                        statements: statement_count(&module),
+                        statements: statement_count(&file.module),
                     };
                     if config.reduce {
                         // A hang costs a timeout per candidate: write it unreduced.
                         let reduced = if signature == Signature::Hang {
                             reduce::Reduced {
-                                module: module.clone(),
+                                file: file.clone(),
                                 detail: finding.detail.clone(),
                                 tried: 0,
                                 accepted: 0,
                             }
                         } else {
-                            reduce::reduce(&module, seed, factory, &signature, config)
+                            reduce::reduce(&file, seed, factory, &signature, config)
                         };
-                        finding.statements = statement_count(&reduced.module);
+                        finding.statements = statement_count(&reduced.file.module);
                         finding.detail = reduced.detail.clone();
                         match reduce::write_found(&reduced, &finding, &config.found_dir) {
                             Ok(path) => {

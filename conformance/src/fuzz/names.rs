@@ -14,8 +14,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mpmd_core::inputs::Rng;
-use mpmd_core::ir::Module;
 use mpmd_core::text;
+
+use crate::case::CaseFile;
 
 /// Keywords and builtins of the languages the backends emit, and names that
 /// look like what an emitter would generate for itself.
@@ -174,11 +175,12 @@ const GENERATOR_NAMES: &[&str] = &[
 /// Percent of names replaced.
 const RENAME_PERCENT: u32 = 40;
 
-/// `module` with some of its generated names replaced by adversarial ones;
-/// `None` when the renamed text does not read back (a fuzzer bug, reported by
-/// the caller's tests, never a finding about a backend).
-pub fn with_adversarial_names(module: &Module, rng: &mut Rng) -> Option<Module> {
-    let printed = text::print(module);
+/// `file` with some of its generated names replaced by adversarial ones, in
+/// the module and its case section alike; `None` when the renamed text does
+/// not read back (a fuzzer bug, reported by the caller's tests, never a
+/// finding about a backend).
+pub fn with_adversarial_names(file: &CaseFile, rng: &mut Rng) -> Option<CaseFile> {
+    let printed = file.print();
     let mut present: BTreeSet<String> = BTreeSet::new();
     let mut generated: Vec<String> = Vec::new();
     for word in identifiers(&printed) {
@@ -201,7 +203,7 @@ pub fn with_adversarial_names(module: &Module, rng: &mut Rng) -> Option<Module> 
         }
     }
     if renamed.is_empty() {
-        return Some(module.clone());
+        return Some(file.clone());
     }
     let mut out = String::with_capacity(printed.len());
     let mut rest = printed.as_str();
@@ -212,7 +214,11 @@ pub fn with_adversarial_names(module: &Module, rng: &mut Rng) -> Option<Module> 
         rest = &rest[end..];
     }
     out.push_str(rest);
-    text::parse(&out).ok().map(|(m, _)| m)
+    let parsed = text::parse_file(&out).ok()?;
+    Some(CaseFile {
+        module: parsed.module,
+        spec: parsed.case?,
+    })
 }
 
 /// One adversarial replacement for `old`, different from every name taken.
@@ -310,13 +316,14 @@ mod tests {
     fn renamed_modules_read_back_and_validate() {
         let mut changed = 0;
         for seed in 0..60 {
-            let module = generate(seed);
+            let file = generate(seed);
             let mut rng = Rng::new(seed);
-            let renamed = with_adversarial_names(&module, &mut rng)
+            let renamed = with_adversarial_names(&file, &mut rng)
                 .unwrap_or_else(|| panic!("seed {seed}: renamed text does not parse"));
-            mpmd_core::validate::validate(&renamed, &Default::default())
+            renamed
+                .validate()
                 .unwrap_or_else(|e| panic!("seed {seed}: renamed module invalid: {e:?}"));
-            changed += usize::from(renamed != module);
+            changed += usize::from(renamed != file);
         }
         assert!(changed >= 50, "only {changed} of 60 modules renamed");
     }

@@ -15,31 +15,33 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use mpmd_core::case::Generator;
 use mpmd_core::ir::*;
 
 use super::{check_module, judge_backend, BackendFactory, Finding, FuzzConfig, Signature, Verdict};
+use crate::case::CaseFile;
 
-/// A reduced module and the disagreement it still shows.
+/// A reduced case and the disagreement it still shows.
 #[derive(Clone, Debug)]
 pub struct Reduced {
-    pub module: Module,
+    pub file: CaseFile,
     pub detail: String,
     /// Candidates tried and accepted.
     pub tried: usize,
     pub accepted: usize,
 }
 
-/// Whether `module` still shows `target` on `factory`; the detail if so.
+/// Whether `file` still shows `target` on `factory`; the detail if so.
 pub fn reproduces(
-    module: &Module,
+    file: &CaseFile,
     seed: u64,
     factory: &BackendFactory,
     target: &Signature,
     config: &FuzzConfig,
 ) -> Option<String> {
-    let oracle = check_module(module, seed).ok()?;
+    let oracle = check_module(file, seed).ok()?;
     match judge_backend(
-        module,
+        file,
         &oracle,
         factory,
         config.mode,
@@ -51,22 +53,22 @@ pub fn reproduces(
     }
 }
 
-/// Shrinks `module` while it reproduces `target`.
+/// Shrinks `file` while it reproduces `target`.
 pub fn reduce(
-    module: &Module,
+    file: &CaseFile,
     seed: u64,
     factory: &BackendFactory,
     target: &Signature,
     config: &FuzzConfig,
 ) -> Reduced {
     let deadline = Instant::now() + config.reduce_time_limit;
-    let mut best = module.clone();
+    let mut best = file.clone();
     let mut detail = reproduces(&best, seed, factory, target, config).unwrap_or_default();
     let (mut tried, mut accepted) = (0, 0);
     'rounds: loop {
         let mut improved = false;
         let mut index = 0;
-        let mut list = edits(&best);
+        let mut list = edits(&best.module);
         while let Some(edit) = list.get(index) {
             if Instant::now() >= deadline {
                 break 'rounds;
@@ -76,7 +78,7 @@ pub fn reduce(
             if candidate != best {
                 if let Some(d) = reproduces(&candidate, seed, factory, target, config) {
                     best = candidate;
-                    list = edits(&best);
+                    list = edits(&best.module);
                     detail = d;
                     accepted += 1;
                     improved = true;
@@ -91,7 +93,7 @@ pub fn reduce(
         }
     }
     Reduced {
-        module: best,
+        file: best,
         detail,
         tried,
         accepted,
@@ -129,19 +131,22 @@ pub fn write_found(reduced: &Reduced, finding: &Finding, dir: &Path) -> std::io:
         "// cargo xtask conformance --filter found/{} reruns it with them.",
         name.trim_end_matches(".mpmd")
     )?;
-    f.write_all(mpmd_core::text::print(&with_input_seed(&reduced.module, input_seed)).as_bytes())?;
+    f.write_all(
+        with_input_seed(&reduced.file, input_seed)
+            .print()
+            .as_bytes(),
+    )?;
     Ok(path)
 }
 
-/// `module` with a case section whose tags state `input_seed`
+/// `file` with case tags that state `input_seed`
 /// ([`super::FUZZ_INPUTS_TAG`]), replacing any earlier such tag.
-pub fn with_input_seed(module: &Module, input_seed: u64) -> Module {
-    let mut module = module.clone();
-    let case = module.case.get_or_insert_with(CaseSpec::default);
-    case.tags.retain(|t| !t.starts_with(super::FUZZ_INPUTS_TAG));
-    case.tags
-        .push(format!("{}{input_seed}", super::FUZZ_INPUTS_TAG));
-    module
+pub fn with_input_seed(file: &CaseFile, input_seed: u64) -> CaseFile {
+    let mut file = file.clone();
+    let tags = &mut file.spec.tags;
+    tags.retain(|t| !t.starts_with(super::FUZZ_INPUTS_TAG));
+    tags.push(format!("{}{input_seed}", super::FUZZ_INPUTS_TAG));
+    file
 }
 
 // ---- candidates ----------------------------------------------------------
@@ -257,8 +262,10 @@ pub fn edits(m: &Module) -> Vec<Edit> {
     out
 }
 
-/// `m` with `edit` applied (and what it left unused removed).
-pub fn apply(m: &Module, edit: &Edit) -> Module {
+/// `file` with `edit` applied to its module (and what it left unused removed,
+/// case entries included).
+pub fn apply(file: &CaseFile, edit: &Edit) -> CaseFile {
+    let m = &file.module;
     let mut c = m.clone();
     match edit {
         Edit::DropProgram { map, program } => {
@@ -346,7 +353,10 @@ pub fn apply(m: &Module, edit: &Edit) -> Module {
             }
         }
     }
-    cleanup(c)
+    cleanup(CaseFile {
+        module: c,
+        spec: file.spec.clone(),
+    })
 }
 
 fn smaller(size: u32) -> Vec<u32> {
@@ -410,7 +420,11 @@ fn retype(m: &Module, name: &str, ty: &RefType) -> Module {
 
 /// Removes what nothing uses any more: kernels, operands (with their
 /// parameters, aliases, call values and case entries), residents, meshes.
-pub fn cleanup(mut m: Module) -> Module {
+pub fn cleanup(file: CaseFile) -> CaseFile {
+    let CaseFile {
+        module: mut m,
+        mut spec,
+    } = file;
     let used_kernels: Vec<String> = m
         .maps
         .iter()
@@ -474,16 +488,14 @@ pub fn cleanup(mut m: Module) -> Module {
         .iter()
         .flat_map(|x| x.operands().map(|(_, o)| o.name.clone()))
         .collect();
-    if let Some(case) = &mut m.case {
-        case.generators.retain(|(n, g)| {
-            operand_names.contains(n)
-                && match g {
-                    Generator::IndexInto { operand, .. } => operand_names.contains(operand),
-                    _ => true,
-                }
-        });
-        case.compares.retain(|(n, _)| operand_names.contains(n));
-    }
+    spec.generators.retain(|(n, g)| {
+        operand_names.contains(n)
+            && match g {
+                Generator::IndexInto { operand, .. } => operand_names.contains(operand),
+                _ => true,
+            }
+    });
+    spec.compares.retain(|(n, _)| operand_names.contains(n));
     let bound: Vec<String> = m
         .maps
         .iter()
@@ -508,7 +520,7 @@ pub fn cleanup(mut m: Module) -> Module {
     }
     used_meshes.extend(m.residents.iter().filter_map(|r| r.ty.owner.clone()));
     m.meshes.retain(|x| used_meshes.contains(&x.name));
-    m
+    CaseFile { module: m, spec }
 }
 
 // ---- IR walking ----------------------------------------------------------
@@ -716,12 +728,12 @@ mod tests {
     fn dropping_a_program_drops_its_kernel_mesh_and_operands() {
         let seed = (0..)
             .find(|&s| {
-                let m = crate::fuzz::generate(s);
+                let m = crate::fuzz::generate(s).module;
                 m.maps.len() == 1 && m.maps[0].programs.len() == 2
             })
             .unwrap();
-        let m = crate::fuzz::generate(seed);
-        let c = apply(&m, &Edit::DropProgram { map: 0, program: 1 });
+        let file = crate::fuzz::generate(seed);
+        let CaseFile { module: c, spec } = apply(&file, &Edit::DropProgram { map: 0, program: 1 });
         assert_eq!(
             c.kernels
                 .iter()
@@ -750,8 +762,7 @@ mod tests {
             .collect();
         let operands: Vec<&str> = c.maps[0].operands().map(|(_, o)| o.name.as_str()).collect();
         assert_eq!(params, operands);
-        let case = c.case.unwrap();
-        assert!(case
+        assert!(spec
             .compares
             .iter()
             .all(|(n, _)| operands.contains(&n.as_str())));

@@ -1,6 +1,7 @@
-//! Input generation from a case's generators, deterministic for a seed: the
-//! one implementation behind `mpmd run`, the conformance runner, the fuzzer
-//! and the backends' tests.
+//! Input generation from a case's generators ([`crate::case::Generator`],
+//! the `generate` lines of a file's case section), deterministic for a seed:
+//! the one implementation behind `mpmd run`, the conformance runner, the
+//! fuzzer and the backends' tests.
 //!
 //! Every operand gets its own stream ([`Rng::for_stream`]) keyed by the seed,
 //! optional leading names (the conformance runner uses the case name) and the
@@ -12,10 +13,9 @@ pub use rng::Rng;
 
 use thiserror::Error;
 
+use crate::case::Generator;
 use crate::host::{BufferStart, CallArgs, HostTensor};
-use crate::ir::{
-    Generator, Literal, Module, MpmdMap, Name, Operand, OperandKind, RefType, ScalarType, Type,
-};
+use crate::ir::{Literal, Module, MpmdMap, Name, Operand, OperandKind, RefType, ScalarType, Type};
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum GenerateError {
@@ -76,24 +76,34 @@ pub enum Fallback {
     Same(Generator),
 }
 
-/// Where generated data comes from: the seed, the stream names and what
-/// operands without a generator get.
+/// Where generated data comes from: the seed, the stream names, the stated
+/// generators and what operands without one get.
 #[derive(Clone, Debug)]
 pub struct Generation<'a> {
     pub seed: u64,
     /// Names that key every stream before the operand's name.
     pub stream: &'a [&'a str],
+    /// The stated generators (a case's `generate` lines), by operand or
+    /// resident name.
+    pub generators: &'a [(Name, Generator)],
     pub fallback: Fallback,
 }
 
-impl Generation<'_> {
-    /// `mpmd run`: streams keyed by the operand name alone, defaults by type.
+impl<'a> Generation<'a> {
+    /// `mpmd run` without stated generators: streams keyed by the operand
+    /// name alone, defaults by type.
     pub fn with_defaults(seed: u64) -> Generation<'static> {
         Generation {
             seed,
             stream: &[],
+            generators: &[],
             fallback: Fallback::ByType,
         }
+    }
+
+    /// This generation with `generators` stated (a case's `generate` lines).
+    pub fn with_generators(self, generators: &'a [(Name, Generator)]) -> Generation<'a> {
+        Generation { generators, ..self }
     }
 
     /// The stream of operand `name`.
@@ -103,18 +113,21 @@ impl Generation<'_> {
         Rng::for_stream(self.seed, &names)
     }
 
-    /// The case's generator for operand `name`, or the fallback's.
-    pub fn generator(&self, module: &Module, name: &str, elem: ScalarType) -> Option<Generator> {
-        let stated = module
-            .case
-            .as_ref()
-            .and_then(|c| c.generators.iter().find(|(n, _)| n == name))
-            .map(|(_, g)| g.clone());
-        stated.or_else(|| match &self.fallback {
+    /// The stated generator for operand `name`, or the fallback's.
+    pub fn generator(&self, name: &str, elem: ScalarType) -> Option<Generator> {
+        self.stated(name).cloned().or_else(|| match &self.fallback {
             Fallback::Required => None,
             Fallback::ByType => Some(default_generator(elem)),
             Fallback::Same(g) => Some(g.clone()),
         })
+    }
+
+    /// The stated generator for `name`, if any.
+    fn stated(&self, name: &str) -> Option<&'a Generator> {
+        self.generators
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, g)| g)
     }
 }
 
@@ -141,7 +154,7 @@ pub fn call_args(module: &Module, generation: &Generation) -> Result<Vec<CallArg
                 Some((_, v)) => *v,
                 None => {
                     let gen = generation
-                        .generator(module, &scalar.name, ty)
+                        .generator(&scalar.name, ty)
                         .ok_or_else(|| GenerateError::NoScalarValue(scalar.name.clone()))?;
                     let mut rng = generation.rng(&scalar.name);
                     generate_scalar(&gen, &scalar.name, ty, map, &mut rng)?
@@ -191,7 +204,7 @@ pub fn generate_input_within(
     let elem = input.ty.as_ref_type().ok_or_else(not_a_ref)?.elem;
     let shape = host_shape(module, input).ok_or_else(not_a_ref)?;
     let gen = generation
-        .generator(module, &input.name, elem)
+        .generator(&input.name, elem)
         .ok_or_else(|| GenerateError::NoGenerator(input.name.clone()))?;
     let index_bound = match &gen {
         Generator::IndexInto { operand, dim } => {
@@ -212,8 +225,8 @@ pub fn generate_input_within(
     )
 }
 
-/// The data of every device-resident ref that the case gives a `generate`
-/// line (only a stated generator: a resident without one starts as its
+/// The data of every device-resident ref that `generation` states a
+/// generator for (only a stated generator: a resident without one starts as its
 /// declaration says, [`crate::host::resident_starts_zeroed`]), in module
 /// order, with its host shape; each at most `limit_bytes`. Callers hand each
 /// to [`crate::Backend::set_resident`] before the first call. `index_into`
@@ -225,11 +238,7 @@ pub fn resident_data(
 ) -> Result<Vec<(Name, HostTensor)>, GenerateError> {
     let mut all = Vec::new();
     for resident in &module.residents {
-        let stated = module
-            .case
-            .as_ref()
-            .and_then(|c| c.generators.iter().find(|(n, _)| *n == resident.name));
-        let Some((_, gen)) = stated else {
+        let Some(gen) = generation.stated(&resident.name) else {
             continue;
         };
         let not_a_ref = || GenerateError::NotARef(resident.name.clone());
@@ -457,19 +466,6 @@ fn float_value(elem: ScalarType, bits: u32) -> f64 {
     f64::from(Literal::from_bits(elem, bits).as_f32().unwrap_or(f32::NAN))
 }
 
-/// A generator as the text format writes it (`uniform(1.0, -1.0)`).
-pub fn generator_text(gen: &Generator) -> String {
-    let lit = crate::text::print_literal;
-    match gen {
-        Generator::Uniform { lo, hi } => format!("uniform({}, {})", lit(*lo), lit(*hi)),
-        Generator::NonZero { lo, hi } => format!("nonzero({}, {})", lit(*lo), lit(*hi)),
-        Generator::Special => "special".into(),
-        Generator::Constant(v) => format!("constant({})", lit(*v)),
-        Generator::Iota => "iota".into(),
-        Generator::IndexInto { operand, dim } => format!("index_into({operand}, {dim})"),
-    }
-}
-
 /// Draws of a `nonzero` generator before it takes the range's non-zero value
 /// nearest its low end: a range where zero is likely still gets random data,
 /// and no range can make generation loop.
@@ -508,7 +504,7 @@ impl<'a> ElementSource<'a> {
             int_range: (0, 0),
             nonzero_fallback: 0,
         };
-        let generator = || generator_text(gen);
+        let generator = || crate::text::print_generator(gen);
         if let Generator::Constant(l) = gen {
             source.constant =
                 constant_word(*l, elem).map_err(|reason| GenerateError::TypeMismatch {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::ir::{gmem, Call, CaseSpec, MapBuilder, MeshBuilder};
+use crate::ir::{gmem, Call, MapBuilder, MeshBuilder};
 
 fn map() -> MpmdMap {
     MapBuilder::new("m")
@@ -18,7 +18,7 @@ fn gen_err(g: Generator, elem: ScalarType) -> GenerateError {
 }
 
 /// A module with f32 `x`, i32 `i`, owned u32 `u` (3 blocks of 2) and scalar `s`.
-fn module_with(generators: Vec<(&str, Generator)>) -> Module {
+fn module() -> Module {
     let map = MapBuilder::new("f")
         .program("m", "k")
         .input("x", gmem(ScalarType::F32, [64]))
@@ -29,13 +29,6 @@ fn module_with(generators: Vec<(&str, Generator)>) -> Module {
     Module {
         meshes: vec![MeshBuilder::new("m").grid("b", 3).threads("t", 1).build()],
         maps: vec![map],
-        case: Some(CaseSpec {
-            generators: generators
-                .into_iter()
-                .map(|(n, g)| (n.to_string(), g))
-                .collect(),
-            ..Default::default()
-        }),
         ..Default::default()
     }
 }
@@ -417,9 +410,10 @@ fn scalars_take_element_zero_or_a_random_edge_value() {
 
 #[test]
 fn fallbacks_and_host_shapes() {
-    let module = module_with(vec![("u", Generator::Iota)]);
+    let module = module();
     let map = &module.maps[0];
-    let defaults = Generation::with_defaults(7);
+    let generators = [("u".to_string(), Generator::Iota)];
+    let defaults = Generation::with_defaults(7).with_generators(&generators);
     let x = generate_input(&module, map, &map.inputs[0], &defaults).unwrap();
     assert_eq!(
         x,
@@ -443,6 +437,7 @@ fn fallbacks_and_host_shapes() {
     let required = Generation {
         seed: 7,
         stream: &[],
+        generators: &[],
         fallback: Fallback::Required,
     };
     assert_eq!(
@@ -460,7 +455,7 @@ fn fallbacks_and_host_shapes() {
 
 #[test]
 fn every_input_has_its_own_stream() {
-    let module = module_with(vec![]);
+    let module = module();
     let map = &module.maps[0];
     let alone = Generation::with_defaults(1);
     let x = generate_input(&module, map, &map.inputs[0], &alone).unwrap();
@@ -487,8 +482,9 @@ fn every_input_has_its_own_stream() {
 
 #[test]
 fn call_args_generate_inputs_and_missing_scalars() {
-    let mut module = module_with(vec![("s", Generator::Constant(Literal::I32(4)))]);
-    let generation = Generation::with_defaults(3);
+    let mut module = module();
+    let generators = [("s".to_string(), Generator::Constant(Literal::I32(4)))];
+    let generation = Generation::with_defaults(3).with_generators(&generators);
     let args = call_args(&module, &generation).unwrap();
     assert_eq!(args.len(), 1);
     assert_eq!(
@@ -518,8 +514,8 @@ fn call_args_generate_inputs_and_missing_scalars() {
     assert!(!args[0].inputs.contains_key("i"));
 
     module.calls[0].scalars.clear();
-    module.case = None;
     let required = Generation {
+        generators: &[],
         fallback: Fallback::Required,
         ..generation
     };

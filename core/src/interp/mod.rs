@@ -51,8 +51,8 @@ use crate::host::{
 };
 use crate::inputs::Rng;
 use crate::ir::{
-    CompareMode, Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType,
-    Resident, ScalarType, Type,
+    Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident,
+    ScalarType, Type,
 };
 use crate::plan::LaunchPlan;
 
@@ -73,10 +73,11 @@ pub struct InterpOptions {
     /// Extra seeded schedules to run; differing results are reported as
     /// nondeterminism (0: the lockstep schedule only).
     pub extra_schedules: u32,
-    /// How outputs are compared across schedules (a case's `compare` lines):
-    /// `multiset` outputs as sorted multisets, `ignore` outputs not at all,
-    /// every other output element by element.
-    pub output_compare: Vec<(Name, CompareMode)>,
+    /// How far each named output may differ between schedules; an output
+    /// not listed must agree exactly (sign of zero and NaN payloads aside).
+    /// A case's `compare` lines give these
+    /// ([`crate::case::CaseSpec::schedule_tolerances`]).
+    pub schedule_tolerances: Vec<(Name, ScheduleTolerance)>,
     /// Compute as an adapter that flushes subnormals does (DESIGN.md allows
     /// it): every f32 operand of a float operation (arithmetic, comparison,
     /// min/max, math function, conversion to an integer or bool) and every
@@ -88,6 +89,23 @@ pub struct InterpOptions {
     /// unaffected and bf16 subnormals become zeros. The conformance oracle
     /// for flushing adapters.
     pub flush_subnormals: bool,
+}
+
+/// How far an output may differ between two schedules of one call before
+/// the call is [`RunError::Nondeterministic`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScheduleTolerance {
+    /// Element by element, floats within this many units in the last place
+    /// (0: equal; the sign of zero and NaN payloads are ignored).
+    Ulps(u32),
+    /// Element by element, floats as far apart as summing the call's f32
+    /// atomic adds in another order can move them
+    /// ([`summation_order_ulps`]).
+    SummationOrder,
+    /// The same values in any order (sorted, then equal).
+    Multiset,
+    /// Any values: not compared.
+    Any,
 }
 
 /// Default [`InterpOptions::time_limit`]: far beyond any test or corpus case
@@ -109,7 +127,7 @@ impl Default for InterpOptions {
             run: RunOptions::default(),
             detect: false,
             extra_schedules: 0,
-            output_compare: Vec::new(),
+            schedule_tolerances: Vec::new(),
             flush_subnormals: false,
         }
     }
@@ -330,8 +348,8 @@ impl Interpreter {
         };
         report.blocks_run = blocks;
         let outputs = (options.extra_schedules > 0).then(|| collect_outputs(&layout, &bufs));
-        // f32 atomic adds sum in the schedule's order (sums.rs): `profile`
-        // outputs of two schedules may differ by that much.
+        // f32 atomic adds sum in the schedule's order (sums.rs): outputs
+        // with the `SummationOrder` tolerance may differ by that much.
         let sum_order_ulps = sums::f32_atomic_add_terms(map, meshes, kernels, &|name| {
             args.scalars.get(name).copied()
         })
@@ -372,7 +390,7 @@ impl Interpreter {
                 first_difference(
                     o,
                     &alt_outputs,
-                    &options.output_compare,
+                    &options.schedule_tolerances,
                     k,
                     options.run.seed,
                     sum_order_ulps,
@@ -735,12 +753,12 @@ fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<Name, HostTe
         .collect()
 }
 
-/// The first output element that differs between two schedules (NaN payloads
-/// and the sign of zero ignored, as in comparisons).
+/// The first output element that differs between two schedules beyond its
+/// tolerance (NaN payloads and the sign of zero ignored, as in comparisons).
 fn first_difference(
     a: &BTreeMap<Name, HostTensor>,
     b: &BTreeMap<Name, HostTensor>,
-    compare: &[(Name, CompareMode)],
+    tolerances: &[(Name, ScheduleTolerance)],
     schedule: u32,
     seed: u64,
     sum_order_ulps: u64,
@@ -757,7 +775,10 @@ fn first_difference(
     };
     for (name, x) in a {
         let y = b.get(name)?;
-        let mode = compare.iter().find(|(n, _)| n == name).map(|(_, m)| m);
+        let tolerance = tolerances
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(ScheduleTolerance::Ulps(0), |(_, t)| *t);
         let (mut xs, mut ys): (Vec<u32>, Vec<u32>) = (
             x.to_bits()
                 .into_iter()
@@ -768,9 +789,9 @@ fn first_difference(
                 .map(|w| canonical(y.elem(), w))
                 .collect(),
         );
-        match mode {
-            Some(CompareMode::Ignore) => continue,
-            Some(CompareMode::Multiset) => {
+        let ulps = match tolerance {
+            ScheduleTolerance::Any => continue,
+            ScheduleTolerance::Multiset => {
                 xs.sort_unstable();
                 ys.sort_unstable();
                 if xs != ys {
@@ -780,14 +801,8 @@ fn first_difference(
                 }
                 continue;
             }
-            _ => {}
-        }
-        // `ulp(n)` states how far results may be apart; `profile` allows
-        // the reordering of f32 atomic adds.
-        let ulps = match mode {
-            Some(CompareMode::Ulp(n)) => u64::from(*n),
-            Some(CompareMode::Profile) => sum_order_ulps,
-            _ => 0,
+            ScheduleTolerance::Ulps(n) => u64::from(n),
+            ScheduleTolerance::SummationOrder => sum_order_ulps,
         };
         for (i, (&u, &v)) in xs.iter().zip(&ys).enumerate() {
             if !sums::within_ulps(x.elem(), u, v, ulps) {

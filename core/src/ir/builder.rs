@@ -245,6 +245,7 @@ impl MapBuilder {
         self
     }
 
+    /// Sets the map's debug flag ([`MpmdMap::debug`]: recorded, no effect on runs).
     pub fn debug(mut self) -> Self {
         self.map.debug = true;
         self

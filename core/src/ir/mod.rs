@@ -1,10 +1,10 @@
 //! The mpmd IR: one documented data structure that every other part reads.
 //!
-//! A [`Module`] holds meshes, kernels, MPMD maps, device-resident refs, a
-//! sequence of calls and (for test cases) a [`CaseSpec`]. The IR carries no
-//! source spans, so that `parse(print(x)) == x` is plain structural equality;
-//! the parser records spans on the side in a [`crate::text::SourceMap`] keyed by
-//! [`IrPath`].
+//! A [`Module`] holds meshes, kernels, MPMD maps, device-resident refs and a
+//! sequence of calls. A file's `case` section is test data, not IR: it lives
+//! in [`crate::case`]. The IR carries no source spans, so that
+//! `parse(print(x)) == x` is plain structural equality; the parser records
+//! spans on the side in a [`crate::text::SourceMap`] keyed by [`IrPath`].
 //!
 //! Conventions every part relies on (see ARCHITECTURE.md, "IR conventions"):
 //! - every scalar is 32 bits wide; `bool` is stored as a `u32` holding 0 or 1;
@@ -111,6 +111,8 @@ pub enum MemorySpace {
 }
 
 impl MemorySpace {
+    pub const ALL: [MemorySpace; 4] = [Self::Gmem, Self::Smem, Self::Sem, Self::Local];
+
     pub fn keyword(self) -> &'static str {
         match self {
             Self::Gmem => "gmem",
@@ -301,6 +303,10 @@ pub enum UnaryOp {
     BitNot,
 }
 
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 3] = [Self::Neg, Self::Not, Self::BitNot];
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
     Add,
@@ -328,6 +334,33 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// Every operator, in declaration order.
+    pub const ALL: [BinaryOp; 18] = [
+        Self::Add,
+        Self::Sub,
+        Self::Mul,
+        Self::Div,
+        Self::Rem,
+        Self::BitAnd,
+        Self::BitOr,
+        Self::BitXor,
+        Self::Shl,
+        Self::Shr,
+        Self::LogicAnd,
+        Self::LogicOr,
+        Self::Eq,
+        Self::Ne,
+        Self::Lt,
+        Self::Le,
+        Self::Gt,
+        Self::Ge,
+    ];
+
+    /// The comparisons ([`BinaryOp::is_comparison`]): `bool` results of two
+    /// operands of one type.
+    pub const COMPARISONS: [BinaryOp; 6] =
+        [Self::Eq, Self::Ne, Self::Lt, Self::Le, Self::Gt, Self::Ge];
+
     /// The operators a compound assignment (`+=`, `<<=`, ...) may use: the
     /// arithmetic and bitwise ones, not comparisons or `&&`/`||`.
     pub const COMPOUND: [BinaryOp; 10] = [
@@ -344,10 +377,7 @@ impl BinaryOp {
     ];
 
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            Self::Eq | Self::Ne | Self::Lt | Self::Le | Self::Gt | Self::Ge
-        )
+        Self::COMPARISONS.contains(&self)
     }
 }
 
@@ -652,6 +682,8 @@ pub enum SemOp {
 }
 
 impl SemOp {
+    pub const ALL: [SemOp; 3] = [Self::Signal, Self::Wait, Self::WaitNodec];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Signal => "signal",
@@ -788,6 +820,9 @@ pub enum OperandKind {
 }
 
 impl OperandKind {
+    /// In kernel-parameter order.
+    pub const ALL: [OperandKind; 4] = [Self::Input, Self::Output, Self::Scalar, Self::Scratch];
+
     pub fn keyword(self) -> &'static str {
         match self {
             Self::Input => "inputs",
@@ -829,6 +864,10 @@ pub struct MpmdMap {
     pub scratch: Vec<Operand>,
     pub aliases: Vec<Alias>,
     pub fast_math: bool,
+    /// The map's debug flag (`debug;`), which DESIGN.md gives every map. It
+    /// is parsed, printed and shown in `mpmd lower --target plan`, and
+    /// changes neither lowering nor any run: checks are chosen per run
+    /// ([`crate::Mode::Checked`], `mpmd run --checked`).
     pub debug: bool,
 }
 
@@ -868,108 +907,6 @@ pub struct Call {
     pub scalars: Vec<(Name, Literal)>,
 }
 
-/// Test-case metadata: how to generate inputs, compare outputs, and what to expect.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct CaseSpec {
-    pub generators: Vec<(Name, Generator)>,
-    pub compares: Vec<(Name, CompareMode)>,
-    pub expect: Expectation,
-    /// Free-form tags, in addition to those derived from the program.
-    pub tags: Vec<Name>,
-}
-
-/// A deterministic (for a seed) generator of an input's elements.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Generator {
-    /// Uniform in `[lo, hi)` (floats) or `[lo, hi]` (integers), of the input's type.
-    Uniform { lo: Literal, hi: Literal },
-    /// Like `Uniform` but never zero.
-    NonZero { lo: Literal, hi: Literal },
-    /// A mix of the type's edge values (0, -0, ±inf, NaN, subnormals, min, max,
-    /// ±1) and random values.
-    Special,
-    /// Every element is this value.
-    Constant(Literal),
-    /// Element i is i (converted to the input's type).
-    Iota,
-    /// A valid index into dimension `dim` of the named operand.
-    IndexInto { operand: Name, dim: u32 },
-}
-
-/// How an output is compared against the oracle.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CompareMode {
-    /// Bit-exact, except that the sign of zero and NaN payloads are ignored.
-    Exact,
-    /// Floats within `n` units in the last place.
-    Ulp(u32),
-    /// Floats within the bound of the operations involved (the backend's profile).
-    Profile,
-    /// As multisets: order depends on the schedule.
-    Multiset,
-    /// Not compared (for example a value observed by atomics under contention).
-    Ignore,
-}
-
-/// What a case must produce.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Expectation {
-    /// Runs and produces outputs that are compared.
-    #[default]
-    Ok,
-    /// The run must fail with this error class.
-    Fails(ErrorClass),
-    /// Validation must reject the module with this code (`E0001`, ...).
-    Reject(String),
-}
-
-/// Classes of run-time failure; conformance compares the class, not the details.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ErrorClass {
-    Deadlock,
-    OutOfBounds,
-    UninitializedRead,
-    DataRace,
-    WaitTimeout,
-    /// A signal or wait amount below 1 at run time.
-    BadSemaphoreAmount,
-    /// A `while` reached its maximum trip count (checked mode).
-    LoopLimit,
-    Nondeterministic,
-    Unsupported,
-    Refused,
-}
-
-impl ErrorClass {
-    pub fn keyword(self) -> &'static str {
-        match self {
-            Self::Deadlock => "deadlock",
-            Self::OutOfBounds => "out_of_bounds",
-            Self::UninitializedRead => "uninitialized_read",
-            Self::DataRace => "data_race",
-            Self::WaitTimeout => "wait_timeout",
-            Self::BadSemaphoreAmount => "bad_semaphore_amount",
-            Self::LoopLimit => "loop_limit",
-            Self::Nondeterministic => "nondeterministic",
-            Self::Unsupported => "unsupported",
-            Self::Refused => "refused",
-        }
-    }
-
-    pub const ALL: [ErrorClass; 10] = [
-        Self::Deadlock,
-        Self::OutOfBounds,
-        Self::UninitializedRead,
-        Self::DataRace,
-        Self::WaitTimeout,
-        Self::BadSemaphoreAmount,
-        Self::LoopLimit,
-        Self::Nondeterministic,
-        Self::Unsupported,
-        Self::Refused,
-    ];
-}
-
 /// A module-level constant (`const TILE: u32 = 16u;`): a name for a
 /// literal, usable in expressions, loop bounds and (resolved by the parser)
 /// array extents.
@@ -1002,7 +939,6 @@ pub struct Module {
     pub functions: Vec<Function>,
     /// The calls to run, in order. Empty means: call the only map once.
     pub calls: Vec<Call>,
-    pub case: Option<CaseSpec>,
 }
 
 impl Module {

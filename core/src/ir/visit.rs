@@ -148,6 +148,21 @@ pub fn walk_access(a: &RefAccess, f: &mut dyn FnMut(&Expr)) {
     }
 }
 
+/// Whether `pred` holds for some statement of `body`, nested ones included.
+pub fn any_stmt(body: &[Stmt], pred: &mut dyn FnMut(&Stmt) -> bool) -> bool {
+    let mut found = false;
+    for_each_stmt(body, &mut |stmt| found = found || pred(stmt));
+    found
+}
+
+/// Whether `pred` holds for `e` or one of its sub-expressions (index,
+/// coordinate and argument expressions included).
+pub fn any_expr(e: &Expr, pred: &mut dyn FnMut(&Expr) -> bool) -> bool {
+    let mut found = false;
+    walk_expr(e, &mut |e| found = found || pred(e));
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +194,27 @@ mod tests {
             }
         });
         assert_eq!(axes, ["x", "t", "t"]);
+    }
+
+    #[test]
+    fn any_finds_nested_statements_and_sub_expressions() {
+        let body = BodyBuilder::nested(|b| {
+            b.if_(axis_index("x").lt(4u32), |b| {
+                b.store(at("y", [axis_index("t")]), load("x", [Expr::from(2u32)]));
+            });
+        });
+        assert!(any_stmt(&body, &mut |s| matches!(s, Stmt::Store { .. })));
+        assert!(!any_stmt(&body, &mut |s| matches!(s, Stmt::For { .. })));
+        let Stmt::If { then_body, .. } = &body[0] else {
+            panic!("the body is one `if`");
+        };
+        let Stmt::Store { value, .. } = &then_body[0] else {
+            panic!("the `if` holds one store");
+        };
+        assert!(any_expr(value, &mut |e| matches!(
+            e,
+            Expr::Lit(Literal::U32(2))
+        )));
+        assert!(!any_expr(value, &mut |e| matches!(e, Expr::AxisIndex(_))));
     }
 }

@@ -25,9 +25,6 @@ pub const SMEM_ALIGN_BYTES: u32 = 16;
 pub enum LowerError {
     #[error("no map named `{0}` in the module")]
     UnknownMap(String),
-    /// Kept for compatibility with early callers; lowering never returns it.
-    #[error("lowering is not implemented yet")]
-    NotImplemented,
     #[error("map `{map}` names mesh `{mesh}`, which the module does not declare")]
     UnknownMesh { map: Name, mesh: Name },
     #[error("map `{map}` runs kernel `{kernel}`, which the module does not declare")]

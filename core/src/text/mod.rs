@@ -1,12 +1,15 @@
 //! The text format: printer and parser (see docs/text-format.md).
 //!
 //! The IR carries no spans; the parser returns a [`SourceMap`] beside the
-//! module so that diagnostics can point at lines and columns.
+//! module so that diagnostics can point at lines and columns. A file's
+//! `case` section is not IR either: [`parse_file`] returns it beside the
+//! module and [`print_file`] prints it after one.
 
 use std::collections::HashMap;
 
 use thiserror::Error;
 
+use crate::case::{CaseSpec, Generator};
 use crate::ir::{Expr, IrPath, Literal, Module, Stmt, Type};
 
 mod lexer;
@@ -152,9 +155,29 @@ pub fn is_valid_name(name: &str) -> bool {
     starts_well && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') && !lexer::is_keyword(name)
 }
 
-/// Parses a whole `.mpmd` file.
+/// A parsed `.mpmd` file: the module, the file's test-case section (test
+/// data for the conformance harness and `mpmd run`, not IR) and the spans of
+/// both.
+#[derive(Clone, Debug)]
+pub struct SourceFile {
+    pub module: Module,
+    /// The `case { ... }` section, if the file has one.
+    pub case: Option<CaseSpec>,
+    /// Spans of the module's items and statements, and of the case section
+    /// (at [`crate::ir::PathStep::Case`]).
+    pub source_map: SourceMap,
+}
+
+/// Parses a whole `.mpmd` file: the module and its case section.
+pub fn parse_file(src: &str) -> Result<SourceFile, ParseError> {
+    parser::parse_file(src)
+}
+
+/// Parses a whole `.mpmd` file for its module alone: a case section must be
+/// well formed but is left out ([`parse_file`] keeps it).
 pub fn parse(src: &str) -> Result<(Module, SourceMap), ParseError> {
-    parser::parse_module(src)
+    let file = parse_file(src)?;
+    Ok((file.module, file.source_map))
 }
 
 /// Parses a whole `.mpmd` file given as bytes: [`decode`], then [`parse`].
@@ -215,7 +238,20 @@ pub fn parse_expr(src: &str) -> Result<Expr, ParseError> {
 
 /// Prints a module in canonical form.
 pub fn print(module: &Module) -> String {
-    printer::write_module(module)
+    printer::write_file(module, None)
+}
+
+/// Prints a module and, after it, a case section, in canonical form:
+/// `parse_file(&print_file(m, c))` gives back `m` and `c`.
+pub fn print_file(module: &Module, case: Option<&CaseSpec>) -> String {
+    printer::write_file(module, case)
+}
+
+/// Prints a generator as a `generate` line writes it (`uniform(-1.0, 1.0)`).
+pub fn print_generator(generator: &Generator) -> String {
+    let mut out = String::new();
+    printer::write_generator(&mut out, generator);
+    out
 }
 
 /// Prints one expression in canonical form (used by diagnostics).

@@ -2,16 +2,22 @@
 
 use super::lexer::{is_keyword, tokenize, IntToken, Token, TokenKind};
 use super::printer::binary_level;
-use super::{excerpt, position_of, ParseError, SourceMap, Span};
+use super::{excerpt, position_of, ParseError, SourceFile, SourceMap, Span};
+use crate::backend::ErrorClass;
+use crate::case::{CaseSpec, CompareMode, Expectation, Generator};
 use crate::ir::limits::{with_nesting_stack, INLINE_NESTING, MAX_NESTING};
 use crate::ir::*;
 
 type PResult<T> = Result<T, ParseError>;
 
-pub(crate) fn parse_module(src: &str) -> PResult<(Module, SourceMap)> {
+pub(crate) fn parse_file(src: &str) -> PResult<SourceFile> {
     with_enough_stack(src, |parser| {
-        let module = parser.module()?;
-        Ok((module, std::mem::take(&mut parser.spans)))
+        let (module, case) = parser.file()?;
+        Ok(SourceFile {
+            module,
+            case,
+            source_map: std::mem::take(&mut parser.spans),
+        })
     })
 }
 
@@ -156,9 +162,7 @@ fn warp_op(word: &str) -> Option<WarpOp> {
 }
 
 fn sem_op(word: &str) -> Option<SemOp> {
-    [SemOp::Signal, SemOp::Wait, SemOp::WaitNodec]
-        .into_iter()
-        .find(|f| f.name() == word)
+    SemOp::ALL.into_iter().find(|f| f.name() == word)
 }
 
 impl Parser<'_> {
@@ -1148,13 +1152,15 @@ impl Parser<'_> {
         Ok(Const { name, value })
     }
 
-    fn module(&mut self) -> PResult<Module> {
+    /// The items of a file: the module, and its case section if it has one.
+    fn file(&mut self) -> PResult<(Module, Option<CaseSpec>)> {
         let mut module = Module::default();
+        let mut case = None;
         self.prescan_consts();
         loop {
             let start = self.peek().clone();
             match self.word_at(0) {
-                None if self.at_eof() => return Ok(module),
+                None if self.at_eof() => return Ok((module, case)),
                 Some("const") => {
                     let constant = self.const_item()?;
                     self.record(IrPath(vec![PathStep::Const(constant.name.clone())]), &start);
@@ -1197,13 +1203,13 @@ impl Parser<'_> {
                     module.calls.push(call);
                 }
                 Some("case") => {
-                    if module.case.is_some() {
+                    if case.is_some() {
                         return Err(self.error_at_token(
                             &start,
                             "a file has at most one `case` section".to_string(),
                         ));
                     }
-                    module.case = Some(self.case()?);
+                    case = Some(self.case()?);
                     self.record(IrPath(vec![PathStep::Case]), &start);
                 }
                 _ => {

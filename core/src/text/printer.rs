@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::lexer::CANONICAL_NAN;
+use crate::case::{CaseSpec, CompareMode, Expectation, Generator};
 use crate::ir::*;
 
 /// Binding strength of a binary operator, loosest first (docs/text-format.md).
@@ -595,7 +596,7 @@ fn write_call(out: &mut String, call: &Call) {
     out.push_str(");\n");
 }
 
-fn write_generator(out: &mut String, generator: &Generator) {
+pub(crate) fn write_generator(out: &mut String, generator: &Generator) {
     match generator {
         Generator::Uniform { lo, hi } | Generator::NonZero { lo, hi } => {
             let f = if matches!(generator, Generator::Uniform { .. }) {
@@ -622,7 +623,7 @@ fn write_generator(out: &mut String, generator: &Generator) {
     }
 }
 
-pub(crate) fn write_compare_mode(out: &mut String, mode: &CompareMode) {
+fn write_compare_mode(out: &mut String, mode: &CompareMode) {
     match mode {
         CompareMode::Exact => out.push_str("exact"),
         CompareMode::Ulp(n) => write!(out, "ulp({n})").unwrap(),
@@ -632,7 +633,7 @@ pub(crate) fn write_compare_mode(out: &mut String, mode: &CompareMode) {
     }
 }
 
-pub(crate) fn write_expectation(out: &mut String, expect: &Expectation) {
+fn write_expectation(out: &mut String, expect: &Expectation) {
     match expect {
         Expectation::Ok => out.push_str("ok"),
         Expectation::Fails(class) => write!(out, "fails({})", class.keyword()).unwrap(),
@@ -659,10 +660,11 @@ fn write_case(out: &mut String, case: &CaseSpec) {
     out.push_str("}\n");
 }
 
-/// The whole module: groups in the order meshes, residents, kernels, maps,
-/// calls, case, separated by blank lines; multi-line items are separated by
-/// blank lines too, one-line items (residents, calls) are not.
-pub(crate) fn write_module(module: &Module) -> String {
+/// The whole file: groups in the order constants, meshes, residents,
+/// functions, kernels, maps, calls, then the case section if there is one,
+/// separated by blank lines; multi-line items are separated by blank lines
+/// too, one-line items (constants, residents, calls) are not.
+pub(crate) fn write_file(module: &Module, case: Option<&CaseSpec>) -> String {
     let mut groups: Vec<String> = Vec::new();
     let mut group = |items: Vec<String>, separator: &str| {
         if !items.is_empty() {
@@ -731,11 +733,7 @@ pub(crate) fn write_module(module: &Module) -> String {
         "",
     );
     group(
-        module
-            .case
-            .iter()
-            .map(|c| each(&|o| write_case(o, c)))
-            .collect(),
+        case.iter().map(|c| each(&|o| write_case(o, c))).collect(),
         "",
     );
     groups.join("\n")

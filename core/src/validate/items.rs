@@ -1,4 +1,4 @@
-//! Module-level checks: items, meshes, residents, maps, calls and the case.
+//! Module-level checks: items, meshes, residents, maps and calls.
 
 use std::collections::{HashMap, HashSet};
 
@@ -6,8 +6,8 @@ use super::body::{check_kernel, ProgramCtx};
 use super::{ref_text, type_text, Sink, ValidateOptions};
 use crate::ir::limits::{wide_product, ELEMENT_BYTES, MAX_BLOCKS, MAX_BUFFER_BYTES};
 use crate::ir::{
-    Generator, IrPath, MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefType,
-    ScalarType, Stmt, Type,
+    IrPath, MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefType, ScalarType, Stmt,
+    Type,
 };
 
 /// `too_deep`: kernels whose bodies are not walked (E0057).
@@ -64,7 +64,6 @@ pub(super) fn check_module(
         }
     }
     check_calls(module, sink);
-    check_case(module, sink);
 }
 
 fn check_duplicate_items(module: &Module, sink: &mut Sink) {
@@ -893,72 +892,6 @@ fn check_calls(module: &Module, sink: &mut Sink) {
                     "write the literal with the scalar's type (`7u` for u32, `7` for i32, `7.0` for f32)",
                 );
             }
-        }
-    }
-}
-
-fn check_case(module: &Module, sink: &mut Sink) {
-    let Some(case) = &module.case else { return };
-    let path = IrPath::root().child(PathStep::Case);
-    let operands = || module.maps.iter().flat_map(|m| m.operands());
-    let is_kind =
-        |name: &str, kind: OperandKind| operands().any(|(k, o)| k == kind && o.name == name);
-    // What takes host data is `BufferStart`'s rule, as in generation.
-    let takes_data = |name: &str| {
-        module.resident(name).is_some()
-            || module
-                .maps
-                .iter()
-                .any(|m| crate::inputs::uploaded_inputs(m).any(|o| o.name == name))
-    };
-    for (name, generator) in &case.generators {
-        if takes_data(name) {
-        } else if is_kind(name, OperandKind::Input) {
-            sink.report(
-                "E0008",
-                path.clone(),
-                format!("`generate {name}` names an input that starts at zero in every call (a semaphore, or declared `zeroed`): nothing reads the values"),
-                "drop the `generate` line, or `zeroed` from the input",
-            );
-        } else {
-            sink.report(
-                "E0008",
-                path.clone(),
-                format!("`generate {name}` names no input and no resident of the module"),
-                "generate values for inputs and residents only",
-            );
-        }
-        if let Generator::IndexInto { operand, dim } = generator {
-            let rank = operands()
-                .find(|(_, o)| o.name == *operand)
-                .and_then(|(_, o)| o.ty.as_ref_type())
-                .or_else(|| module.resident(operand).map(|r| &r.ty))
-                .map(|r| r.shape.len());
-            match rank {
-                None => sink.report(
-                    "E0008",
-                    path.clone(),
-                    format!("`generate {name} = index_into({operand}, {dim})` names no ref operand `{operand}`"),
-                    "name a ref operand of the map",
-                ),
-                Some(rank) if *dim as usize >= rank => sink.report(
-                    "E0008",
-                    path.clone(),
-                    format!("`generate {name} = index_into({operand}, {dim})`: `{operand}` has {rank} dimension(s)"),
-                    "name a dimension below the operand's rank",
-                ),
-                Some(_) => {}
-            }
-        }
-    }
-    for (name, _) in &case.compares {
-        if !is_kind(name, OperandKind::Output) {
-            sink.report(
-                "E0008",
-                path.clone(),
-                format!("`compare {name}` names no output of a map in the module"),
-                "compare outputs only",
-            );
         }
     }
 }

@@ -6,8 +6,12 @@
 //! kernel exist, the map's operands are well formed and the kernel's
 //! parameters match them. Context-free body checks (types, names, ranks) run
 //! once per kernel regardless.
+//!
+//! A file's case section is checked against the module separately
+//! ([`validate_case`]): it is test data, not part of the module.
 
 mod body;
+mod case;
 mod facts;
 mod items;
 mod names;
@@ -17,6 +21,7 @@ mod uniformity;
 
 use std::collections::HashSet;
 
+use crate::case::CaseSpec;
 use crate::ir::limits::{with_nesting_stack, INLINE_NESTING};
 use crate::ir::{IrPath, MemorySpace, Module, RefType, Type};
 use crate::text::body_nesting;
@@ -162,6 +167,23 @@ impl Sink {
     fn count(&self) -> usize {
         self.diags.len()
     }
+
+    /// The diagnostics, each reported once: a kernel run by several
+    /// programs is walked once per program, and its context-free findings
+    /// come out identical each time.
+    fn finish(self) -> Result<(), Vec<Diagnostic>> {
+        let mut seen = HashSet::new();
+        let diags: Vec<Diagnostic> = self
+            .diags
+            .into_iter()
+            .filter(|d| seen.insert((d.code, d.path.clone(), d.message.clone())))
+            .collect();
+        if diags.is_empty() {
+            Ok(())
+        } else {
+            Err(diags)
+        }
+    }
 }
 
 /// Checks every rule; returns the facts of every program of a valid module,
@@ -189,19 +211,19 @@ fn validate_here(
     let too_deep = nesting::check_nesting(module, &mut sink);
     names::check_names(module, &too_deep, &mut sink);
     items::check_module(module, options, &too_deep, &mut sink);
-    // A kernel run by several programs is walked once per program; its
-    // context-free findings come out identical each time.
-    let mut seen = HashSet::new();
-    let diags: Vec<Diagnostic> = sink
-        .diags
-        .into_iter()
-        .filter(|d| seen.insert((d.code, d.path.clone(), d.message.clone())))
-        .collect();
-    if !diags.is_empty() {
-        return Err(diags);
-    }
+    sink.finish()?;
     // The checks above refuse every module whose kernels do not expand.
     ModuleInfo::of(module).map_err(|e| vec![expand_diagnostic(&e)])
+}
+
+/// Checks a file's case section against its module (E0008): `generate`
+/// names an input that takes host data or a resident, `index_into` a ref
+/// with that dimension, `compare` an output. Callers that check a whole
+/// file report these after [`validate`]'s.
+pub fn validate_case(module: &Module, case: &CaseSpec) -> Result<(), Vec<Diagnostic>> {
+    let mut sink = Sink { diags: Vec::new() };
+    case::check_case(module, case, &mut sink);
+    sink.finish()
 }
 
 /// An expansion failure the checks let through, reported under the code of

@@ -14,6 +14,9 @@
 //! - three-stage semaphore pipelines, against three separate launches and
 //!   against the same fused kernel with per-block tickets;
 //! - the call overhead of a tiny kernel, against a raw launch of the same CUBIN;
+//! - runs on caller-owned device memory (`embedding.rs`): a prepared tiny map
+//!   against a raw launch of the same CUBIN on the same stream, and the bare
+//!   backend over 256 MiB (what JAX under `jit` is compared with);
 //!
 //! and ends with the speed goals (`goal.*` lines, `goals.rs`).
 //!
@@ -26,6 +29,7 @@
 
 mod benchmarks;
 mod compile_figures;
+mod embedding;
 mod goals;
 mod reference;
 mod timing;
@@ -360,6 +364,7 @@ fn run_gpu() -> Result<(), String> {
         run_us / raw_us,
         "call_overhead, run / raw launch + sync".into(),
     );
+    embedding::embedding_figures(&mut backend, &mut goals)?;
     for line in goals.lines() {
         println!("{line}");
     }

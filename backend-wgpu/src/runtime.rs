@@ -668,9 +668,11 @@ impl WgpuBackend {
             | EmitError::TooManyDispatches { .. } => RunError::Refused {
                 reason: e.to_string(),
             },
-            EmitError::TooDeep { .. } => RunError::Unsupported {
-                reason: e.to_string(),
-            },
+            EmitError::TooDeep { .. } | EmitError::WarpOutsideBlockUniformControl { .. } => {
+                RunError::Unsupported {
+                    reason: e.to_string(),
+                }
+            }
             other => RunError::Backend(other.to_string()),
         })?;
         let limits = &self.ctx.limits;

@@ -16,7 +16,7 @@ use mpmd_core::plan::lower;
 /// Corpus cases whose generated code is pinned: one or more per construct
 /// the emitters treat specially (16-bit storage, atomics of every kind,
 /// semaphores in every shape, owned and resident refs, loops, helpers,
-/// external meshes, co-resident cycles).
+/// external meshes, co-resident cycles, warp collectives).
 const CORPUS_CASES: &[&str] = &[
     "alias_in_place",
     "atomics_cas_exchange_claim",
@@ -46,6 +46,8 @@ const CORPUS_CASES: &[&str] = &[
     "user_decoupled_lookback_scan",
     "user_split_k_matmul",
     "user_tiled_matmul_helpers",
+    "user_warp_block_sum",
+    "warp_shuffles_every_type",
 ];
 
 /// Cases also pinned in checked mode (bounds checks, wait budgets, loop

@@ -298,6 +298,12 @@ impl ModuleState<'_> {
             );
             out.push_str("var<workgroup> mpmd_shared_count: u32;\n");
         }
+        if let Some(words) = super::warp::warp_exchange_words(self.plan, self.options) {
+            out.push_str(
+                "// Warp collectives: each invocation's word, read by its warp between barriers.\n",
+            );
+            writeln!(out, "var<workgroup> mpmd_warp_words: array<u32, {words}>;").unwrap();
+        }
         out.push_str("// Block-collective broadcast of semaphore reads.\n");
         out.push_str("var<workgroup> mpmd_sem_value: i32;\n");
         if splits_blocks(self.plan, self.options) || fuses_programs(self.plan, self.options) {

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use mpmd_core::ir::ScalarType;
+use mpmd_core::ir::{ScalarType, WarpOp, WARP_SIZE};
 
 use super::generate::ModuleState;
 use super::numerics::half_name;
+use super::syntax::wgsl_scalar;
 use super::{
     fuses_programs, EmitOptions, ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS,
     ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, POLL_LOOKS,
@@ -57,6 +58,10 @@ pub(super) enum Helper {
     Max16(ScalarType),
     /// i32/u32 rounded to odd into 24 bits, as an f32 (for int → 16-bit).
     IntToF32Odd,
+    /// `mpmd_warp_ballot`: the bits of a warp's published words.
+    WarpBallot,
+    /// `mpmd_warp_<op>_<ty>`: a warp reduction in the butterfly order.
+    WarpReduce(WarpOp, ScalarType),
 }
 
 impl Helper {
@@ -92,6 +97,8 @@ impl Helper {
             Helper::SumToOdd => "sum_to_odd",
             Helper::Min16(_) | Helper::Max16(_) => "min_max_16",
             Helper::IntToF32Odd => "int_to_f32_odd",
+            Helper::WarpBallot => "warp_ballot",
+            Helper::WarpReduce(..) => "warp_reduce",
         }
     }
 
@@ -111,6 +118,8 @@ impl Helper {
                 vec![Helper::IsNan]
             }
             Helper::Min16(t) | Helper::Max16(t) => vec![Helper::Widen(*t)],
+            Helper::WarpReduce(WarpOp::ReduceMin, ScalarType::F32) => vec![Helper::MinF32],
+            Helper::WarpReduce(WarpOp::ReduceMax, ScalarType::F32) => vec![Helper::MaxF32],
             Helper::Fma16(t) => vec![Helper::Widen(*t), Helper::Narrow(*t), Helper::SumToOdd],
             _ => vec![],
         }
@@ -208,6 +217,15 @@ impl Helper {
                     ("infinity", infinity.to_string()),
                 ]
             }
+            Helper::WarpBallot => {
+                let bits: String = (0..WARP_SIZE)
+                    .map(|k| {
+                        format!("bits = bits | (select(0u, 1u, mpmd_warp_words[base + {k}u] != 0u) << {k}u);\n")
+                    })
+                    .collect();
+                vec![("bits", bits)]
+            }
+            Helper::WarpReduce(op, t) => warp_reduce_fill(*op, *t),
             _ => vec![],
         }
     }
@@ -309,6 +327,48 @@ impl ModuleState<'_> {
     }
 }
 
+/// The values of a warp reduction's section: its name, type, the loads of
+/// the 32 published words and the butterfly's combining steps (offsets 16,
+/// 8, 4, 2, 1), unrolled so that no loop counts toward the loop cap.
+fn warp_reduce_fill(op: WarpOp, t: ScalarType) -> Vec<(&'static str, String)> {
+    let ty = wgsl_scalar(t);
+    let word = |k: u32| format!("mpmd_warp_words[base + {k}u]");
+    let load = |k: u32| match t {
+        ScalarType::U32 => word(k),
+        _ => format!("bitcast<{ty}>({})", word(k)),
+    };
+    let combine = |a: String, b: String| match (op, t) {
+        (WarpOp::ReduceMin, ScalarType::F32) => format!("mpmd_min_f32({a}, {b})"),
+        (WarpOp::ReduceMax, ScalarType::F32) => format!("mpmd_max_f32({a}, {b})"),
+        (WarpOp::ReduceMin, _) => format!("min({a}, {b})"),
+        (WarpOp::ReduceMax, _) => format!("max({a}, {b})"),
+        _ => format!("{a} + {b}"),
+    };
+    let loads: String = (0..WARP_SIZE)
+        .map(|k| format!("t[{k}] = {};\n", load(k)))
+        .collect();
+    let mut levels = String::new();
+    let mut half = WARP_SIZE / 2;
+    while half > 0 {
+        for j in 0..half {
+            let sum = combine(format!("t[{j}]"), format!("t[{}]", j + half));
+            levels.push_str(&format!("t[{j}] = {sum};\n"));
+        }
+        half /= 2;
+    }
+    let what = match op {
+        WarpOp::ReduceMin => "min",
+        WarpOp::ReduceMax => "max",
+        _ => "add",
+    };
+    vec![
+        ("name", format!("{what}_{ty}")),
+        ("ty", ty.to_string()),
+        ("loads", loads),
+        ("levels", levels),
+    ]
+}
+
 /// `helpers` and every helper they call, directly or not.
 fn with_needs(mut helpers: BTreeSet<Helper>, options: &EmitOptions) -> BTreeSet<Helper> {
     let mut pending: Vec<Helper> = helpers.iter().cloned().collect();
@@ -355,7 +415,13 @@ mod tests {
             Helper::Saturating,
             Helper::SumToOdd,
             Helper::IntToF32Odd,
+            Helper::WarpBallot,
         ];
+        for op in [WarpOp::ReduceAdd, WarpOp::ReduceMin, WarpOp::ReduceMax] {
+            for t in [ScalarType::F32, ScalarType::I32, ScalarType::U32] {
+                helpers.push(Helper::WarpReduce(op, t));
+            }
+        }
         for t in [ScalarType::F16, ScalarType::BF16] {
             helpers.extend([
                 Helper::Widen(t),
@@ -392,7 +458,8 @@ mod tests {
              var<private> mpmd_block_id: u32;\n\
              var<private> mpmd_thread_id: u32;\n\
              var<private> mpmd_loop_count: u32;\n\
-             var<private> mpmd_idle: bool;\n"
+             var<private> mpmd_idle: bool;\n\
+             var<workgroup> mpmd_warp_words: array<u32, 64>;\n"
         )
     }
 

@@ -43,6 +43,7 @@ mod stmt;
 mod sync;
 mod syntax;
 mod unit;
+mod warp;
 
 pub use bindings::{binding_layout, words_for, BindingLayout, StorageBinding, WordType};
 pub use stmt::MAX_STATEMENT_NESTING;
@@ -155,6 +156,13 @@ pub enum EmitError {
         limit: usize,
     },
     /// naga rejected the generated WGSL (a bug in this backend).
+    #[error("kernel `{kernel}`: `{op}` is under {what}, which is warp-uniform but not block-uniform ({reason}); WGSL emulates warp collectives with workgroup barriers, which need the whole block; move it out of that branch or loop")]
+    WarpOutsideBlockUniformControl {
+        kernel: Name,
+        op: &'static str,
+        what: String,
+        reason: String,
+    },
     #[error("generated WGSL failed naga validation:\n{message}")]
     Naga { message: String, wgsl: String },
 }

@@ -413,3 +413,23 @@ fn mpmd_i32_to_f32_odd(v: i32) -> f32 {
   let magnitude = mpmd_u32_to_f32_odd(select(bitcast<u32>(v), 0u - bitcast<u32>(v), v < 0i));
   return select(magnitude, -magnitude, v < 0i);
 }
+
+// ==== section warp_ballot
+// Bit k set when invocation `base + k` published a nonzero word in
+// `mpmd_warp_words` (a warp's lanes, after a barrier).
+fn mpmd_warp_ballot(base: u32) -> u32 {
+  var bits = 0u;
+  {bits}
+  return bits;
+}
+
+// ==== section warp_reduce
+// A warp reduction in the butterfly order of docs/numerics.md: the words the
+// warp's 32 invocations published in `mpmd_warp_words` from `base`, combined
+// 16 apart, then 8, 4, 2 and 1 (unrolled: no loop counts toward the cap).
+fn mpmd_warp_{name}(base: u32) -> {ty} {
+  var t: array<{ty}, 32>;
+  {loads}
+  {levels}
+  return t[0];
+}

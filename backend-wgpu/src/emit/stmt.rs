@@ -32,7 +32,10 @@ struct ElseIfChain<'b> {
 /// Whether `body` holds a statement the whole block runs together.
 fn contains_collective(body: &[Stmt]) -> bool {
     any_stmt(body, &mut |s| {
-        matches!(s, Stmt::Barrier | Stmt::Sem { .. } | Stmt::SemRead { .. })
+        matches!(
+            s,
+            Stmt::Barrier | Stmt::Sem { .. } | Stmt::SemRead { .. } | Stmt::Warp { .. }
+        )
     })
 }
 
@@ -202,6 +205,7 @@ impl UnitEmitter<'_, '_> {
 
     fn stmt_unpaid(&mut self, stmt: &Stmt) -> Result<(), EmitError> {
         match stmt {
+            Stmt::Warp { dest, op, args } => self.warp(dest, *op, args)?,
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
                 let name = self.bind_scalar(&var.name, var.ty);

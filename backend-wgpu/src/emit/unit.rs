@@ -68,6 +68,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         hoisting: &Hoisting,
     ) -> Result<Self, EmitError> {
         let plan = state.plan;
+        super::warp::check_warp_control(unit)?;
         let mut top = HashMap::new();
         if unit.kernel.params.len() != plan.operands.len() {
             return Err(EmitError::Invalid {

@@ -579,7 +579,7 @@ pub const WARP_SIZE: u32 = 32;
 
 /// Warp collectives (DESIGN.md, "Semantics"): every thread of a logical warp
 /// takes part, in warp-uniform control flow. docs/text-format.md defines each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WarpOp {
     /// `shfl_idx(v, lane)`: `v` of lane `lane % 32`.
     ShuffleIdx,

@@ -122,6 +122,86 @@ impl Uniformity {
         }
     }
 
+    /// The first statement of `body` that `wanted` picks and that stands
+    /// under control flow that is not uniform at this level: the statement,
+    /// what guards it (`the condition `c``, a loop bound, a loop that some
+    /// threads leave early) and why that differs between threads.
+    pub fn first_under_nonuniform_control<'b>(
+        &self,
+        body: &'b [Stmt],
+        wanted: &dyn Fn(&Stmt) -> bool,
+    ) -> Option<(&'b Stmt, String, String)> {
+        self.find_under(body, wanted, None)
+    }
+
+    fn find_under<'b>(
+        &self,
+        body: &'b [Stmt],
+        wanted: &dyn Fn(&Stmt) -> bool,
+        guard: Option<&(String, String)>,
+    ) -> Option<(&'b Stmt, String, String)> {
+        for stmt in body {
+            if let (Some((what, why)), true) = (guard, wanted(stmt)) {
+                return Some((stmt, what.clone(), why.clone()));
+            }
+            let found = match stmt {
+                Stmt::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } => {
+                    let own = guard.cloned().or_else(|| {
+                        let reason = self.reason(cond)?;
+                        Some((format!("the condition `{}`", print_expr(cond)), reason))
+                    });
+                    self.find_under(then_body, wanted, own.as_ref())
+                        .or_else(|| self.find_under(else_body, wanted, own.as_ref()))
+                }
+                Stmt::For {
+                    start, end, body, ..
+                } => {
+                    let own = guard.cloned().or_else(|| {
+                        [start, end].into_iter().find_map(|b| {
+                            Some((
+                                format!("the loop bound `{}`", print_expr(b)),
+                                self.reason(b)?,
+                            ))
+                        })
+                    });
+                    let own = own.or_else(|| self.early_exit(body));
+                    self.find_under(body, wanted, own.as_ref())
+                }
+                Stmt::While { cond, body, .. } => {
+                    let own = guard.cloned().or_else(|| {
+                        Some((
+                            format!("the `while` condition `{}`", print_expr(cond)),
+                            self.reason(cond)?,
+                        ))
+                    });
+                    let own = own.or_else(|| self.early_exit(body));
+                    self.find_under(body, wanted, own.as_ref())
+                }
+                _ => None,
+            };
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// A loop body that some threads leave early, described as a guard.
+    fn early_exit(&self, body: &[Stmt]) -> Option<(String, String)> {
+        self.divergent_exit(body).map(|(cond, reason)| {
+            (
+                format!(
+                    "a loop that some threads leave early (`break` or `continue` under `{cond}`)"
+                ),
+                reason,
+            )
+        })
+    }
+
     /// Whether `e` is a thread-linear value (see [`Self::is_thread_linear`])
     /// divided by a `u32` multiple of the warp size (`i / 32u`, `i >> 5u`):
     /// one value per warp. Unsigned only: a signed quotient rounds toward

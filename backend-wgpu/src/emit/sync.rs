@@ -266,13 +266,18 @@ impl UnitEmitter<'_, '_> {
 /// boundaries, which also order the data for waiters of other programs. A
 /// signal of a semaphore the program also `read`s keeps its barrier: another
 /// block of the same dispatch may look at the count.
-pub(super) fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
-    let mut read = HashSet::new();
-    for_each_stmt(body, &mut |stmt| {
-        if let Stmt::SemRead { sem, .. } = stmt {
-            read.insert(sem.base.clone());
-        }
-    });
+pub(super) fn unobservable_sem_barriers(unit: &LaunchUnit) -> Vec<bool> {
+    let body = &unit.kernel.body;
+    // The semaphores the program `read`s: the kernel's parameters (= the
+    // map's operands) whose access fact says so.
+    let read: HashSet<&str> = unit
+        .kernel
+        .params
+        .iter()
+        .zip(&unit.facts.accesses)
+        .filter(|(_, access)| access.read)
+        .map(|(param, _)| param.name.as_str())
+        .collect();
     // A statement whose expressions load, or whose nested statements' do.
     let loads = |stmt: &Stmt| {
         let mut found = false;
@@ -299,7 +304,7 @@ pub(super) fn unobservable_sem_barriers(body: &[Stmt]) -> Vec<bool> {
         }
     }
     for (k, stmt) in body.iter().enumerate().rev() {
-        let read_here = matches!(stmt, Stmt::Sem { sem, .. } if read.contains(&sem.base));
+        let read_here = matches!(stmt, Stmt::Sem { sem, .. } if read.contains(sem.base.as_str()));
         if sem_without_loads(stmt, &[SemOp::Signal]) && !read_here {
             quiet[k] = true;
         } else if !private(stmt) {

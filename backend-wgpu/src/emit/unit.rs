@@ -230,7 +230,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         let unit = self.unit;
         let body = unit.kernel.body.clone();
         let quiet = if self.ordered_by_dispatch {
-            unobservable_sem_barriers(&body)
+            unobservable_sem_barriers(unit)
         } else {
             vec![false; body.len()]
         };

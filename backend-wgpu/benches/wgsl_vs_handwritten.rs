@@ -645,7 +645,7 @@ fn add_offsets(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         expected,
         "hand-written and mpmd disagree (chained scan)"
     );
-    let fused = mpmd_wgpu::emit::fuses_programs(&p, &backend.plan_emit_options(&p, options.mode));
+    let fused = mpmd_wgpu::fuses_programs(&p, &backend.plan_emit_options(&p, options.mode));
     let (mpmd, hand_time) = time(
         || {
             backend.run(&p, &args, options).expect("run");

@@ -1,6 +1,6 @@
 //! mpmd-wgpu: the portable WGSL backend (DESIGN.md, "Backends").
 //!
-//! [`mod@emit`] turns a [`LaunchPlan`](mpmd_core::plan::LaunchPlan) into one WGSL
+//! [`emit_module`] turns a [`LaunchPlan`](mpmd_core::plan::LaunchPlan) into one WGSL
 //! module (one entry point per launch unit), validated by naga;
 //! [`WgpuBackend`] runs it through wgpu on any adapter, lavapipe included.
 //!
@@ -63,16 +63,22 @@
 // `RunError` is the shared contract type of every backend (core), large by design.
 #![allow(clippy::result_large_err)]
 
-pub mod accuracy;
-pub mod emit;
-pub mod residency;
+mod accuracy;
+mod emit;
+mod residency;
 mod runtime;
 
 pub use accuracy::{
     accuracy_profile, probe_adapter, profile_for, AccuracyProfile, FloatBehaviour, SUBNORMAL_TAG,
 };
-pub use emit::{emit, emit_module, validate_wgsl, EmitError, EmitOptions, EmittedModule};
+pub use emit::{
+    binding_layout, emit, emit_module, fused_workgroup_size, fused_workgroups, fuses_programs,
+    is_split_unit, splits_blocks, validate_wgsl, words_for, AccessSite, BindingLayout, Dispatch,
+    EmitError, EmitOptions, EmittedModule, StorageBinding, WordType, FUSED_ENTRY_POINT,
+    MAX_SPLIT_DISPATCHES, MAX_STATEMENT_NESTING, SEMAPHORE_WORKGROUP_SIZE,
+};
 pub use mpmd_core::bind::DeviceArgs;
+pub use residency::{establish, lavapipe_candidate, probe_once, MAX_PROBED_WORKGROUPS};
 pub use runtime::{
     AdapterInfo, Residency, WgpuBackend, WgpuBuffer, WgpuError, WgpuOptions, WgpuPrepared,
     PIPELINE_CACHE_CAPACITY, POOL_MAX_BYTES, RUN_CACHE_CAPACITY,

@@ -442,7 +442,7 @@ impl WgpuBackend {
 
     /// What the backend established about this adapter running a
     /// dispatch's workgroups at once: on lavapipe, measured once per process
-    /// by a probe dispatch (see `mpmd_wgpu::residency`); elsewhere nothing.
+    /// by a probe dispatch (see `residency.rs`); elsewhere nothing.
     pub fn residency(&self) -> Residency {
         self.ctx
             .residency

@@ -7,8 +7,8 @@ mod common;
 use common::*;
 use mpmd_core::backend::{Backend, RunError};
 use mpmd_core::host::HostTensor;
-use mpmd_wgpu::emit::{Dispatch, MAX_SPLIT_DISPATCHES};
 use mpmd_wgpu::{emit_module, EmitError, EmitOptions, WgpuOptions};
+use mpmd_wgpu::{Dispatch, MAX_SPLIT_DISPATCHES};
 
 fn chained_scan() -> mpmd_core::ir::Module {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/chained_scan.mpmd");

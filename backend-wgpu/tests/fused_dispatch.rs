@@ -13,8 +13,8 @@ mod common;
 use common::*;
 use mpmd_core::backend::{Backend, RunError};
 use mpmd_core::host::HostTensor;
-use mpmd_wgpu::emit::{fused_workgroups, Dispatch, FUSED_ENTRY_POINT};
 use mpmd_wgpu::{emit_module, EmitOptions, WgpuBackend, WgpuOptions};
+use mpmd_wgpu::{fused_workgroups, Dispatch, FUSED_ENTRY_POINT};
 
 fn declared() -> WgpuOptions {
     WgpuOptions {
@@ -42,7 +42,7 @@ fn lavapipe_establishes_its_thread_pool_and_other_adapters_nothing() {
     if wgpu.is_llvmpipe() {
         // The pool is LP_NUM_THREADS or the CPU count (capped by Mesa); the
         // probe confirms the candidate or a power-of-two fraction of it.
-        let candidate = mpmd_wgpu::residency::lavapipe_candidate();
+        let candidate = mpmd_wgpu::lavapipe_candidate();
         assert!(residency.workgroups >= 1, "{residency:?}");
         assert!(residency.workgroups <= candidate, "{residency:?}");
         assert!(residency.how.contains("all arrived"), "{residency:?}");
@@ -440,7 +440,7 @@ fn measure_residency() {
         .unwrap_or_else(|| (1..=8).collect());
     for k in sizes {
         let start = std::time::Instant::now();
-        let (all, polls) = mpmd_wgpu::residency::probe_once(&device, &queue, k).unwrap();
+        let (all, polls) = mpmd_wgpu::probe_once(&device, &queue, k).unwrap();
         println!(
             "{k} workgroups: all arrived {all}, most polls {polls}, {:.1} ms",
             start.elapsed().as_secs_f64() * 1e3

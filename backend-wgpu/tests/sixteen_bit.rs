@@ -1098,7 +1098,7 @@ map bump {{
                 .find(|b| b.global == "g_arena_atomic_u32");
             assert_eq!(
                 arena.map(|b| b.word),
-                packed.map(|_| mpmd_wgpu::emit::WordType::AtomicU32),
+                packed.map(|_| mpmd_wgpu::WordType::AtomicU32),
                 "{layout:?}"
             );
             let start: Vec<u16> = (0..7).map(|k| round(t, k as f32)).collect();

@@ -217,7 +217,7 @@ mod wgpu_glue {
             format!(
                 "ran as one fused dispatch of {} workgroups on the declaration --wgpu-co-resident; the backend \
                  established {} running at once on this adapter ({})",
-                mpmd_wgpu::emit::fused_workgroups(plan),
+                mpmd_wgpu::fused_workgroups(plan),
                 residency.workgroups,
                 residency.how
             )

@@ -173,6 +173,7 @@ impl Emitter<'_> {
             Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
             Stmt::SemRead { dest, sem } => self.emit_sem_read(cx, dest, sem, depth)?,
             Stmt::Warp { dest, op, args } => self.emit_warp(cx, dest, *op, args, depth)?,
+            Stmt::Mma { .. } => return Err(cx.unsupported("`mma_m16n8k16` is not emitted to CUDA yet")),
         }
         Ok(())
     }

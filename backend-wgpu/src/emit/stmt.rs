@@ -206,6 +206,12 @@ impl UnitEmitter<'_, '_> {
     fn stmt_unpaid(&mut self, stmt: &Stmt) -> Result<(), EmitError> {
         match stmt {
             Stmt::Warp { dest, op, args } => self.warp(dest, *op, args)?,
+            Stmt::Mma { .. } => {
+                return Err(EmitError::Invalid {
+                    kernel: self.unit.kernel.name.clone(),
+                    message: "`mma_m16n8k16` is not emitted to WGSL yet".into(),
+                })
+            }
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
                 let name = self.bind_scalar(&var.name, var.ty);

@@ -34,7 +34,11 @@ fn contains_collective(body: &[Stmt]) -> bool {
     any_stmt(body, &mut |s| {
         matches!(
             s,
-            Stmt::Barrier | Stmt::Sem { .. } | Stmt::SemRead { .. } | Stmt::Warp { .. }
+            Stmt::Barrier
+                | Stmt::Sem { .. }
+                | Stmt::SemRead { .. }
+                | Stmt::Warp { .. }
+                | Stmt::Mma { .. }
         )
     })
 }
@@ -206,12 +210,7 @@ impl UnitEmitter<'_, '_> {
     fn stmt_unpaid(&mut self, stmt: &Stmt) -> Result<(), EmitError> {
         match stmt {
             Stmt::Warp { dest, op, args } => self.warp(dest, *op, args)?,
-            Stmt::Mma { .. } => {
-                return Err(EmitError::Invalid {
-                    kernel: self.unit.kernel.name.clone(),
-                    message: "`mma_m16n8k16` is not emitted to WGSL yet".into(),
-                })
-            }
+            Stmt::Mma { d, a, b, c } => self.mma([d, a, b, c])?,
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
                 let name = self.bind_scalar(&var.name, var.ty);

@@ -362,6 +362,48 @@ static int __float_as_int(float x) { int r; memcpy(&r, &x, 4); return r; }
 static unsigned __float_as_uint(float x) { unsigned r; memcpy(&r, &x, 4); return r; }
 static float __int_as_float(int x) { float r; memcpy(&r, &x, 4); return r; }
 static float __uint_as_float(unsigned x) { float r; memcpy(&r, &x, 4); return r; }
+// The stand-in for PTX mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: every
+// lane publishes its registers (4 of A, 2 of B, each two 16-bit elements, the
+// even one low; 4 f32 of C), the lanes meet, and each computes its 4 elements
+// of D from the whole warp's fragments, placed by PTX's layout (g = lane >> 2,
+// q = lane % 4), summing from C over k = 0..15 in order (docs/numerics.md).
+static unsigned mpmd_mma_slots[1024][10];
+static float mpmd_host_16_to_float(unsigned h, bool bf16) {
+  if (bf16) return __uint_as_float(h << 16);
+  const unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+  if (e == 0u) return (sign ? -1.0f : 1.0f) * ldexpf((float)m, -24);
+  return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+static void mpmd_host_mma_m16n8k16(bool bf16, const unsigned* ra, const unsigned* rb, const float* c, float* rd) {
+  const unsigned t = threadIdx.x, base = t & ~31u;
+  for (unsigned r = 0; r < 4u; r++) mpmd_mma_slots[t][r] = ra[r];
+  for (unsigned r = 0; r < 2u; r++) mpmd_mma_slots[t][4u + r] = rb[r];
+  for (unsigned r = 0; r < 4u; r++) memcpy(&mpmd_mma_slots[t][6u + r], &c[r], 4);
+  mpmd_barrier_wait(&mpmd_warp_barriers[t >> 5], 0);
+  float A[16][16], B[16][8], C[16][8];
+  for (unsigned lane = 0; lane < 32u; lane++) {
+    const unsigned* w = mpmd_mma_slots[base + lane];
+    const unsigned g = lane >> 2, q = lane % 4u;
+    for (unsigned i = 0; i < 8u; i++) {
+      const unsigned h = (w[i / 2u] >> (16u * (i % 2u))) & 0xffffu;
+      A[g + 8u * ((i / 2u) % 2u)][2u * q + i % 2u + 8u * (i / 4u)] = mpmd_host_16_to_float(h, bf16);
+    }
+    for (unsigned i = 0; i < 4u; i++) {
+      const unsigned h = (w[4u + i / 2u] >> (16u * (i % 2u))) & 0xffffu;
+      B[2u * q + i % 2u + 8u * (i / 2u)][g] = mpmd_host_16_to_float(h, bf16);
+    }
+    for (unsigned i = 0; i < 4u; i++) C[g + 8u * (i / 2u)][2u * q + i % 2u] = __uint_as_float(w[6u + i]);
+  }
+  mpmd_barrier_wait(&mpmd_warp_barriers[t >> 5], 0);
+  const unsigned g = (t & 31u) >> 2, q = t % 4u;
+  for (unsigned i = 0; i < 4u; i++) {
+    const unsigned row = g + 8u * (i / 2u), col = 2u * q + i % 2u;
+    float acc = C[row][col];
+    for (unsigned k = 0; k < 16u; k++) acc = acc + A[row][k] * B[k][col];
+    rd[i] = acc;
+  }
+}
 static int __float2int_rz(float x) { return (int)x; }
 static unsigned __float2uint_rz(float x) { return (unsigned)x; }
 static float __int2float_rn(int x) { return (float)x; }

@@ -595,4 +595,41 @@ static __device__ __forceinline__ float mpmd_reduce_max_f32(float v) {
   for (u32 h = 16u; h > 0u; h >>= 1) v = mpmd_max_f32(v, __uint_as_float(mpmd_shfl_xor(__float_as_uint(v), h)));
   return v;
 }
+// ---- mma ---------------------------------------------------------------------
+// mma_m16n8k16(d, a, b, c): PTX mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}
+// on the fragments of docs/text-format.md, a[2j] and a[2j+1] packed in one
+// .b32 register (a[2j] in the low half), b likewise. sm_80 and later only:
+// the emitter puts an #error below sm_80 at each use. cuda-host runs the
+// shim's stand-in for the instruction (mpmd_host_mma_m16n8k16), which
+// gathers the warp's registers and sums in docs/numerics.md's order.
+static __device__ __forceinline__ u32 mpmd_pack_halves(unsigned short lo, unsigned short hi) {
+  return (u32)lo | ((u32)hi << 16);
+}
+#define MPMD_MMA_M16N8K16(NAME, T, PTX_TYPE, IS_BF16)                                              \
+  static __device__ __forceinline__ void NAME(float* d, const T* a, const T* b, const float* c) { \
+    const u32 ra[4] = {mpmd_pack_halves(a[0].bits, a[1].bits), mpmd_pack_halves(a[2].bits, a[3].bits), \
+                       mpmd_pack_halves(a[4].bits, a[5].bits), mpmd_pack_halves(a[6].bits, a[7].bits)}; \
+    const u32 rb[2] = {mpmd_pack_halves(b[0].bits, b[1].bits), mpmd_pack_halves(b[2].bits, b[3].bits)}; \
+    float rd[4];                                                                                    \
+    MPMD_MMA_INSTRUCTION(PTX_TYPE, IS_BF16)                                                         \
+    d[0] = rd[0];                                                                                   \
+    d[1] = rd[1];                                                                                   \
+    d[2] = rd[2];                                                                                   \
+    d[3] = rd[3];                                                                                   \
+  }
+#if defined(MPMD_HOST_EMULATION)
+#define MPMD_MMA_INSTRUCTION(PTX_TYPE, IS_BF16) mpmd_host_mma_m16n8k16(IS_BF16, ra, rb, c, rd);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define MPMD_MMA_INSTRUCTION(PTX_TYPE, IS_BF16)                                                   \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE ".f32 "               \
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"                \
+               : "=f"(rd[0]), "=f"(rd[1]), "=f"(rd[2]), "=f"(rd[3])                                 \
+               : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]),             \
+                 "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#else
+// Never compiled into a kernel: each use carries an #error below sm_80.
+#define MPMD_MMA_INSTRUCTION(PTX_TYPE, IS_BF16) rd[0] = rd[1] = rd[2] = rd[3] = __int_as_float(0x7fc00000);
+#endif
+MPMD_MMA_M16N8K16(mpmd_mma_m16n8k16_f16, mpmd_half, "f16", false)
+MPMD_MMA_M16N8K16(mpmd_mma_m16n8k16_bf16, mpmd_bfloat16, "bf16", true)
 // ---- end of prelude ---------------------------------------------------------

@@ -16,7 +16,7 @@ use mpmd_core::plan::lower;
 /// Corpus cases whose generated code is pinned: one or more per construct
 /// the emitters treat specially (16-bit storage, atomics of every kind,
 /// semaphores in every shape, owned and resident refs, loops, helpers,
-/// external meshes, co-resident cycles, warp collectives).
+/// external meshes, co-resident cycles, warp collectives, mma).
 const CORPUS_CASES: &[&str] = &[
     "alias_in_place",
     "atomics_cas_exchange_claim",
@@ -34,6 +34,7 @@ const CORPUS_CASES: &[&str] = &[
     "math_fma_no_contraction",
     "mem_3d_shape_3d_grid",
     "mem_local_array",
+    "mma_k_tiles_accumulate_in_place",
     "mp_four_programs_grids_clusters",
     "mp_owned_smem_scratch",
     "resident_input_written_in_place",

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use mpmd_core::ir::visit::for_each_expr;
-use mpmd_core::ir::{AtomicOp, Binding, Expr, Literal, RefAccess, ScalarType, Stmt, WarpOp};
+use mpmd_core::ir::{mma, AtomicOp, Binding, Expr, Literal, RefAccess, ScalarType, Stmt, WarpOp};
 use mpmd_core::Mode;
 
 use super::access::Access;
@@ -173,6 +173,7 @@ impl Emitter<'_> {
             Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
             Stmt::SemRead { dest, sem } => self.emit_sem_read(cx, dest, sem, depth)?,
             Stmt::Warp { dest, op, args } => self.emit_warp(cx, dest, *op, args, depth)?,
+            Stmt::Mma { d, a, b, c } => self.emit_mma(cx, [d, a, b, c], depth)?,
         }
         Ok(())
     }
@@ -233,6 +234,53 @@ impl Emitter<'_> {
                 c_name,
                 ty: dest.ty,
             },
+        );
+        Ok(())
+    }
+
+    /// `mma_m16n8k16(d, a, b, c)`: the prelude's `mpmd_mma_m16n8k16_{f16,bf16}`
+    /// on the local arrays (PTX `mma.sync` on sm_80 and later; an `#error`
+    /// names the reason below sm_80, where PTX has only m16n8k8).
+    fn emit_mma(
+        &mut self,
+        cx: &mut UnitContext,
+        operands: [&String; 4],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let mut names = Vec::with_capacity(4);
+        let mut input = ScalarType::F16;
+        for (role, operand) in ["d", "a", "b", "c"].into_iter().zip(operands) {
+            match cx.symbol(operand)? {
+                Symbol::Local { c_name, elem, .. } => {
+                    if role == "a" {
+                        input = *elem;
+                    }
+                    names.push(c_name.clone());
+                }
+                _ => {
+                    return Err(cx.unsupported(format!(
+                        "the operand `{role}` of `{}` is not a local array",
+                        mma::NAME
+                    )))
+                }
+            }
+        }
+        let suffix = match input {
+            ScalarType::BF16 => "bf16",
+            _ => "f16",
+        };
+        self.line(0, "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800");
+        self.line(
+            0,
+            &format!(
+                "#error \"{} needs sm_80 or later: mma.sync.m16n8k16 with f32 accumulators is an sm_80 instruction (sm_75 has only m16n8k8)\"",
+                mma::NAME
+            ),
+        );
+        self.line(0, "#endif");
+        self.line(
+            depth,
+            &format!("mpmd_mma_m16n8k16_{suffix}({});", names.join(", ")),
         );
         Ok(())
     }

@@ -62,6 +62,8 @@ pub(super) enum Helper {
     WarpBallot,
     /// `mpmd_warp_<op>_<ty>`: a warp reduction in the butterfly order.
     WarpReduce(WarpOp, ScalarType),
+    /// `mpmd_mma_m16n8k16_<ty>`: one lane's sums of an `mma_m16n8k16`.
+    Mma(ScalarType),
 }
 
 impl Helper {
@@ -99,6 +101,7 @@ impl Helper {
             Helper::IntToF32Odd => "int_to_f32_odd",
             Helper::WarpBallot => "warp_ballot",
             Helper::WarpReduce(..) => "warp_reduce",
+            Helper::Mma(_) => "mma",
         }
     }
 
@@ -121,6 +124,7 @@ impl Helper {
             Helper::WarpReduce(WarpOp::ReduceMin, ScalarType::F32) => vec![Helper::MinF32],
             Helper::WarpReduce(WarpOp::ReduceMax, ScalarType::F32) => vec![Helper::MaxF32],
             Helper::Fma16(t) => vec![Helper::Widen(*t), Helper::Narrow(*t), Helper::SumToOdd],
+            Helper::Mma(t) => vec![Helper::Widen(*t)],
             _ => vec![],
         }
     }
@@ -226,6 +230,7 @@ impl Helper {
                 vec![("bits", bits)]
             }
             Helper::WarpReduce(op, t) => warp_reduce_fill(*op, *t),
+            Helper::Mma(t) => mma_fill(*t),
             _ => vec![],
         }
     }
@@ -382,6 +387,33 @@ fn with_needs(mut helpers: BTreeSet<Helper>, options: &EmitOptions) -> BTreeSet<
     helpers
 }
 
+/// The values of the `mma` section for inputs of type `t`: the widening
+/// function and one lane's 4 sums, unrolled. `a` holds the lane's rows of A
+/// as the words of its quad (word `4r + j`: register `r` of lane `j` of the
+/// quad, rows `g` (r even) and `g + 8` (r odd), columns `2j + 8 (r / 2)`
+/// and one more), `b` its two columns of B (word `8r + 4c + j`: register `r`
+/// of lane `j` of the quad that holds column `2q + c`, rows `2j + 8r` and
+/// one more). Each sum starts from `c` and adds the products for k = 0..15
+/// in order (docs/numerics.md).
+fn mma_fill(t: ScalarType) -> Vec<(&'static str, String)> {
+    let widen = format!("mpmd_{}_to_f32", half_name(t));
+    let half = |word: String, k: u32| match k % 2 {
+        0 => format!("({word} & 0xffffu)"),
+        _ => format!("({word} >> 16u)"),
+    };
+    let mut sums = String::new();
+    for i in 0..4u32 {
+        let (h, c) = (i / 2, i % 2);
+        for k in 0..16u32 {
+            let j = (k % 8) / 2;
+            let a = half(format!("a[{}]", 4 * (h + 2 * (k / 8)) + j), k);
+            let b = half(format!("b[{}]", 8 * (k / 8) + 4 * c + j), k);
+            sums.push_str(&format!("d[{i}] = d[{i}] + {widen}({a}) * {widen}({b});\n"));
+        }
+    }
+    vec![("name", half_name(t).to_string()), ("sums", sums)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,6 +459,7 @@ mod tests {
                 Helper::Widen(t),
                 Helper::Narrow(t),
                 Helper::Fma16(t),
+                Helper::Mma(t),
                 Helper::Min16(t),
                 Helper::Max16(t),
             ]);

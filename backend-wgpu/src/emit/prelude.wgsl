@@ -433,3 +433,15 @@ fn mpmd_warp_{name}(base: u32) -> {ty} {
   {levels}
   return t[0];
 }
+
+// ==== section mma
+// One lane's part of mma_m16n8k16 (docs/numerics.md): `a` holds the packed
+// words of the lane's two rows of A, `b` of its two columns of B (gathered
+// from its warp by the emitted code), and each of the 4 results starts from
+// `c` and adds the exact products for k = 0..15 in order, each sum an f32
+// addition (unrolled: no loop counts toward the cap).
+fn mpmd_mma_m16n8k16_{name}(a: array<u32, 16>, b: array<u32, 16>, c: array<f32, 4>) -> array<f32, 4> {
+  var d = c;
+  {sums}
+  return d;
+}

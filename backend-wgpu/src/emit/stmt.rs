@@ -34,7 +34,11 @@ fn contains_collective(body: &[Stmt]) -> bool {
     any_stmt(body, &mut |s| {
         matches!(
             s,
-            Stmt::Barrier | Stmt::Sem { .. } | Stmt::SemRead { .. } | Stmt::Warp { .. }
+            Stmt::Barrier
+                | Stmt::Sem { .. }
+                | Stmt::SemRead { .. }
+                | Stmt::Warp { .. }
+                | Stmt::Mma { .. }
         )
     })
 }
@@ -206,6 +210,7 @@ impl UnitEmitter<'_, '_> {
     fn stmt_unpaid(&mut self, stmt: &Stmt) -> Result<(), EmitError> {
         match stmt {
             Stmt::Warp { dest, op, args } => self.warp(dest, *op, args)?,
+            Stmt::Mma { d, a, b, c } => self.mma([d, a, b, c])?,
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
                 let name = self.bind_scalar(&var.name, var.ty);

@@ -6,11 +6,13 @@
 //! block-uniform control flow: a collective under a condition that is only
 //! warp-uniform is refused ([`EmitError::WarpOutsideBlockUniformControl`]).
 
-use mpmd_core::ir::{Binding, Expr, ScalarType, Stmt, WarpOp, WARP_SIZE};
+use mpmd_core::ir::{mma, Binding, Expr, Name, ScalarType, Stmt, WarpOp, WARP_SIZE};
 use mpmd_core::plan::LaunchPlan;
 
 use super::bindings::WordType;
 use super::helpers::Helper;
+use super::memory::Storage;
+use super::numerics::half_name;
 use super::syntax::{from_word, to_word, wgsl_scalar};
 use super::unit::UnitEmitter;
 use super::{fused_workgroup_size, fuses_programs, EmitError, EmitOptions};
@@ -19,7 +21,9 @@ use super::{fused_workgroup_size, fuses_programs, EmitError, EmitOptions};
 /// collectives: one per invocation of the widest workgroup.
 pub(super) fn warp_exchange_words(plan: &LaunchPlan, options: &EmitOptions) -> Option<u32> {
     let uses_warps = |body: &[Stmt]| {
-        mpmd_core::ir::visit::any_stmt(body, &mut |s| matches!(s, Stmt::Warp { .. }))
+        mpmd_core::ir::visit::any_stmt(body, &mut |s| {
+            matches!(s, Stmt::Warp { .. } | Stmt::Mma { .. })
+        })
     };
     if !plan.units.iter().any(|u| uses_warps(&u.kernel.body)) {
         return None;
@@ -39,21 +43,24 @@ pub(super) fn warp_exchange_words(plan: &LaunchPlan, options: &EmitOptions) -> O
 /// not block-uniform (validation allows warp-uniform control; the
 /// emulation's barriers need the whole workgroup).
 pub(super) fn check_warp_control(unit: &mpmd_core::plan::LaunchUnit) -> Result<(), EmitError> {
-    let warp = |s: &Stmt| matches!(s, Stmt::Warp { .. });
+    let warp = |s: &Stmt| matches!(s, Stmt::Warp { .. } | Stmt::Mma { .. });
     let found = unit
         .facts
         .uniformity
         .first_under_nonuniform_control(&unit.kernel.body, &warp);
+    let op = match &found {
+        Some((Stmt::Warp { op, .. }, ..)) => op.name(),
+        Some((Stmt::Mma { .. }, ..)) => mma::NAME,
+        _ => return Ok(()),
+    };
     match found {
-        Some((Stmt::Warp { op, .. }, what, reason)) => {
-            Err(EmitError::WarpOutsideBlockUniformControl {
-                kernel: unit.kernel.name.clone(),
-                op: op.name(),
-                what,
-                reason,
-            })
-        }
-        _ => Ok(()),
+        Some((_, what, reason)) => Err(EmitError::WarpOutsideBlockUniformControl {
+            kernel: unit.kernel.name.clone(),
+            op,
+            what,
+            reason,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -148,6 +155,68 @@ impl UnitEmitter<'_, '_> {
         let name = self.bind_scalar(&dest.name, dest.ty);
         self.line(&format!("let {name}: {} = {result};", wgsl_scalar(dest.ty)));
         self.line("workgroupBarrier();");
+        Ok(())
+    }
+
+    /// `mma_m16n8k16(d, a, b, c)`: each invocation publishes its registers
+    /// (the packed words of its local arrays) one at a time, and between two
+    /// barriers its quad (the 4 lanes of its `g`) reads the words of A its
+    /// rows need, the quads of its columns `2q` and `2q + 1` those of B; the
+    /// prelude's `mpmd_mma_m16n8k16_<ty>` then sums from `c` in the order of
+    /// docs/numerics.md.
+    pub(super) fn mma(&mut self, operands: [&Name; 4]) -> Result<(), EmitError> {
+        let mut vars = Vec::with_capacity(4);
+        let mut input = ScalarType::F16;
+        for (role, operand) in ["d", "a", "b", "c"].into_iter().zip(operands) {
+            let info = self.ref_info(operand)?;
+            let Storage::Local { var } = info.storage else {
+                return Err(self.invalid(format!(
+                    "the operand `{role}` of `{}` is not a local array",
+                    mma::NAME
+                )));
+            };
+            if role == "a" {
+                input = info.ty.elem;
+            }
+            vars.push(var);
+        }
+        let [d, a, b, c] = <[String; 4]>::try_from(vars)
+            .map_err(|_| self.invalid(format!("`{}` without its operands", mma::NAME)))?;
+        let (rows, cols) = (self.temp("mma_a"), self.temp("mma_b"));
+        self.line(&format!(
+            "// {}: the lane's rows of A from its quad, its columns of B from two quads.",
+            mma::NAME
+        ));
+        self.line(&format!("var {rows}: array<u32, 16>;"));
+        self.line(&format!("var {cols}: array<u32, 16>;"));
+        let quad = "(thread_id & 0xfffffffcu)";
+        for r in 0..4 {
+            self.line(&format!("mpmd_warp_words[thread_id] = {a}[{r}];"));
+            self.line("workgroupBarrier();");
+            for j in 0..4 {
+                self.line(&format!(
+                    "{rows}[{}] = mpmd_warp_words[{quad} | {j}u];",
+                    4 * r + j
+                ));
+            }
+            self.line("workgroupBarrier();");
+        }
+        // Lane 4 (2q + c) + j holds rows 2j + 8r (and one more) of column 2q + c.
+        let column_quads = "((thread_id & 0xffffffe0u) | ((thread_id & 3u) << 3u))";
+        for r in 0..2 {
+            self.line(&format!("mpmd_warp_words[thread_id] = {b}[{r}];"));
+            self.line("workgroupBarrier();");
+            for k in 0..8 {
+                self.line(&format!(
+                    "{cols}[{}] = mpmd_warp_words[{column_quads} | {k}u];",
+                    8 * r + k
+                ));
+            }
+            self.line("workgroupBarrier();");
+        }
+        let name = format!("mpmd_mma_m16n8k16_{}", half_name(input));
+        let call = self.call(Helper::Mma(input), &name, &[rows, cols, c]);
+        self.line(&format!("{d} = {call};"));
         Ok(())
     }
 }

@@ -597,6 +597,7 @@ fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> boo
             | Stmt::CompoundAssign { value, .. }
             | Stmt::Var { init: value, .. } => expr_walk(value, f),
             Stmt::LocalArray { .. }
+            | Stmt::Mma { .. }
             | Stmt::Barrier
             | Stmt::Break
             | Stmt::Continue
@@ -669,7 +670,8 @@ fn names_used(body: &[Stmt], used: &mut HashSet<String>) {
     targets(&body, used);
 }
 
-/// Adds the refs that statements of `body` target (stores, atomics, semaphores).
+/// Adds the refs that statements of `body` target (stores, atomics,
+/// semaphores, the fragments of an mma).
 fn targets(body: &[Stmt], used: &mut HashSet<String>) {
     for s in body {
         match s {
@@ -684,6 +686,7 @@ fn targets(body: &[Stmt], used: &mut HashSet<String>) {
             Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
                 used.insert(sem.base.clone());
             }
+            Stmt::Mma { d, a, b, c } => used.extend([d, a, b, c].map(|n| n.clone())),
             Stmt::If {
                 then_body,
                 else_body,

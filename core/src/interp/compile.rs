@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use crate::backend::RunError;
 use crate::ir::{
-    AtomicOp, BinaryOp, Expr, Kernel, MathFn, MemorySpace, Mesh, RefAccess, RefType, ScalarType,
-    SemOp, Stmt, UnaryOp, WarpOp,
+    mma, AtomicOp, BinaryOp, Expr, Kernel, Literal, MathFn, MemorySpace, Mesh, Name, RefAccess,
+    RefType, ScalarType, SemOp, Stmt, UnaryOp, WarpOp,
 };
 
 pub(crate) type Reg = usize;
@@ -340,7 +340,21 @@ pub(crate) enum Instr {
         /// A shuffle's lane, delta or mask.
         lane: Option<Reg>,
     },
+    /// `mma_m16n8k16` over each active warp (all 32 lanes active): the
+    /// fragment registers of every lane (docs/text-format.md's layout).
+    Mma(Box<MmaRegs>),
     End,
+}
+
+/// The registers of one `mma_m16n8k16`: the loaded fragments and the results.
+#[derive(Clone, Debug)]
+pub(crate) struct MmaRegs {
+    /// `a` and `b` are `bf16` (else `f16`).
+    pub bf16: bool,
+    pub a: [Reg; mma::A_LEN as usize],
+    pub b: [Reg; mma::B_LEN as usize],
+    pub c: [Reg; mma::C_LEN as usize],
+    pub d: [Reg; mma::C_LEN as usize],
 }
 
 impl Instr {
@@ -846,6 +860,38 @@ impl Compiler<'_> {
                     unsigned: ty == ScalarType::U32,
                 });
             }
+            Stmt::Mma { d, a, b, c } => {
+                let bf16 = match self.lookup(a) {
+                    Some(Sym::Ref { ty, .. }) => ty.elem == ScalarType::BF16,
+                    _ => return Err(self.err(format!("`{a}` is not a local array"))),
+                };
+                // Element loads and stores: the interpreter's bounds,
+                // initialisation and race checks apply to every element.
+                let fragment = |this: &mut Self, name: &Name, len: u32| {
+                    (0..len)
+                        .map(|i| {
+                            let load = Expr::Load(Box::new(element(name, i)));
+                            this.expr(&load).map(|(r, _)| r)
+                        })
+                        .collect::<Result<Vec<Reg>, RunError>>()
+                };
+                let regs = MmaRegs {
+                    bf16,
+                    a: array(fragment(self, a, mma::A_LEN)?),
+                    b: array(fragment(self, b, mma::B_LEN)?),
+                    c: array(fragment(self, c, mma::C_LEN)?),
+                    d: std::array::from_fn(|_| self.temp()),
+                };
+                let results = regs.d;
+                self.code.push(Instr::Mma(Box::new(regs)));
+                for (i, src) in (0..).zip(results) {
+                    let acc = self.access(&element(d, i))?;
+                    self.code.push(Instr::Store {
+                        acc: Box::new(acc),
+                        src,
+                    });
+                }
+            }
             Stmt::Warp { dest, op, args } => {
                 let mut regs = Vec::with_capacity(args.len());
                 let mut value_ty = dest.ty;
@@ -1325,4 +1371,20 @@ fn contains_load(e: &Expr) -> bool {
         }
     }
     false
+}
+
+/// `name[i]`: element `i` of a one-dimensional array.
+fn element(name: &Name, i: u32) -> RefAccess {
+    RefAccess {
+        base: name.clone(),
+        block: None,
+        index: vec![Expr::Lit(Literal::U32(i))],
+    }
+}
+
+/// The registers of a fragment whose length validation fixed.
+fn array<const N: usize>(regs: Vec<Reg>) -> [Reg; N] {
+    let mut out = [0; N];
+    out.iter_mut().zip(regs).for_each(|(o, r)| *o = r);
+    out
 }

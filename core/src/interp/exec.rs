@@ -7,15 +7,15 @@ use std::mem::take;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use super::compile::{
-    words_of, BinKind, CompiledAccess, FloatBin, FloatCmp, FloatUn, Half, Instr, OwnInstance,
-    ProgramCode, RegInit, Target, UnKind,
+    words_of, BinKind, CompiledAccess, FloatBin, FloatCmp, FloatUn, Half, Instr, MmaRegs,
+    OwnInstance, ProgramCode, RegInit, Target, UnKind,
 };
 use super::detect::{self, Accessor, Clock, Detector, History, Rec, SemCredits};
 use super::limits::Limits;
 use super::LateWait;
 use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
-use crate::ir::{AtomicOp, ScalarType, SemOp, WarpOp, WARP_SIZE};
+use crate::ir::{mma, AtomicOp, ScalarType, SemOp, WarpOp, WARP_SIZE};
 use crate::numerics;
 
 /// A device buffer of one call. Words are atomics so that independent blocks
@@ -726,6 +726,21 @@ impl BlockState {
                             "kernel `{}`: only some lanes of warp {warp} reached `{}` (validation's warp-uniform rule should make this impossible)",
                             code.kernel,
                             op.name()
+                        )));
+                    }
+                }
+                Instr::Mma(regs) => {
+                    let mut d: [Vec<u32>; mma::C_LEN as usize] =
+                        std::array::from_fn(|i| take(&mut self.regs[regs.d[i]]));
+                    let done = mma_m16n8k16(regs, &self.regs, &mut d, lanes, code.flush_subnormals);
+                    for (r, v) in regs.d.iter().zip(d) {
+                        self.regs[*r] = v;
+                    }
+                    if let Err(warp) = done {
+                        return Err(RunError::Backend(format!(
+                            "kernel `{}`: only some lanes of warp {warp} reached `{}` (validation's warp-uniform rule should make this impossible)",
+                            code.kernel,
+                            mma::NAME
                         )));
                     }
                 }
@@ -1584,6 +1599,88 @@ fn warp_collective(
                     half /= 2;
                 }
                 out.fill(t[0]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `mma_m16n8k16` over every warp with active lanes: gathers the warp's
+/// fragments into A (16x16), B (16x8) and C (16x8) by the layout of
+/// docs/text-format.md, computes D[r][n] = C[r][n] + sum over k of
+/// A[r][k] B[k][n] in the fixed order of docs/numerics.md (start from C, add
+/// the products for k = 0, 1, ..., 15, each product and each sum an f32
+/// operation: products of f16 values are exact), and scatters D to `d`.
+/// Fails with the warp's index when only some of its lanes are active.
+fn mma_m16n8k16(
+    regs: &MmaRegs,
+    all: &[Vec<u32>],
+    d: &mut [Vec<u32>; mma::C_LEN as usize],
+    lanes: Lanes,
+    ftz: bool,
+) -> Result<(), usize> {
+    let warp = WARP_SIZE as usize;
+    let threads = d[0].len();
+    let mut active = vec![0usize; threads.div_ceil(warp)];
+    each(lanes, |l| active[l / warp] += 1);
+    let widen = |bits: u32| {
+        let half = bits as u16;
+        if regs.bf16 {
+            numerics::bf16_to_f32(half)
+        } else {
+            numerics::f16_to_f32(half)
+        }
+    };
+    let maybe_flush = |v: f32| {
+        if ftz {
+            f32::from_bits(flush(v.to_bits()))
+        } else {
+            v
+        }
+    };
+    let (m, n, k) = (mma::M as usize, mma::N as usize, mma::K as usize);
+    for (w, &count) in active.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        let base = w * warp;
+        if count != warp || base + warp > threads {
+            return Err(w);
+        }
+        let mut a = vec![[0f32; 16]; m];
+        let mut b = vec![[0f32; 8]; k];
+        let mut c = vec![[0f32; 8]; m];
+        for lane in 0..WARP_SIZE {
+            let t = base + lane as usize;
+            for (i, &r) in (0..).zip(&regs.a) {
+                let (row, col) = mma::a_position(lane, i);
+                a[row as usize][col as usize] = maybe_flush(widen(all[r][t]));
+            }
+            for (i, &r) in (0..).zip(&regs.b) {
+                let (row, col) = mma::b_position(lane, i);
+                b[row as usize][col as usize] = maybe_flush(widen(all[r][t]));
+            }
+            for (i, &r) in (0..).zip(&regs.c) {
+                let (row, col) = mma::c_position(lane, i);
+                c[row as usize][col as usize] = maybe_flush(f32::from_bits(all[r][t]));
+            }
+        }
+        let mut out = vec![[0f32; 8]; m];
+        for row in 0..m {
+            for col in 0..n {
+                let mut acc = c[row][col];
+                for kk in 0..k {
+                    let product = maybe_flush(a[row][kk] * b[kk][col]);
+                    acc = maybe_flush(acc + product);
+                }
+                out[row][col] = acc;
+            }
+        }
+        for lane in 0..WARP_SIZE {
+            let t = base + lane as usize;
+            for (i, dst) in (0..).zip(d.iter_mut()) {
+                let (row, col) = mma::c_position(lane, i);
+                dst[t] = out[row as usize][col as usize].to_bits();
             }
         }
     }

@@ -619,6 +619,16 @@ impl BodyBuilder {
         var(name)
     }
 
+    /// `mma_m16n8k16(d, a, b, c);` on the `local` fragments named.
+    pub fn mma(&mut self, d: &str, a: &str, b: &str, c: &str) {
+        self.push(Stmt::Mma {
+            d: d.to_string(),
+            a: a.to_string(),
+            b: b.to_string(),
+            c: c.to_string(),
+        });
+    }
+
     pub fn finish(self) -> Vec<Stmt> {
         self.stmts
     }

@@ -670,6 +670,56 @@ impl WarpOp {
     }
 }
 
+/// The warp-collective matrix multiply-accumulate `mma_m16n8k16(d, a, b, c);`
+/// (DESIGN.md, "Semantics"): the shape of PTX
+/// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`. Each
+/// lane holds its fragments in `local` arrays, in PTX's layout
+/// (docs/text-format.md, "Matrix multiply-accumulate"): with `g = lane >> 2`
+/// and `q = lane % 4`: [`mma::a_position`], [`mma::b_position`] and
+/// [`mma::c_position`].
+pub mod mma {
+    use super::ScalarType;
+
+    /// The text-format name of the statement.
+    pub const NAME: &str = "mma_m16n8k16";
+    /// Rows of A, C and D.
+    pub const M: u32 = 16;
+    /// Columns of B, C and D.
+    pub const N: u32 = 8;
+    /// Columns of A, rows of B: the products summed per element.
+    pub const K: u32 = 16;
+    /// Elements of A one lane holds (`local f16[8]` or `bf16[8]`).
+    pub const A_LEN: u32 = 8;
+    /// Elements of B one lane holds (`local f16[4]` or `bf16[4]`, A's type).
+    pub const B_LEN: u32 = 4;
+    /// Elements of C and D one lane holds (`local f32[4]`).
+    pub const C_LEN: u32 = 4;
+
+    /// The element types A and B may have (both the same).
+    pub const INPUT_TYPES: [ScalarType; 2] = [ScalarType::F16, ScalarType::BF16];
+
+    /// `(row, col)` in the 16x16 row-major A of element `i` of lane `lane`'s
+    /// A fragment.
+    pub fn a_position(lane: u32, i: u32) -> (u32, u32) {
+        let (g, q) = (lane >> 2, lane % 4);
+        (g + 8 * ((i / 2) % 2), 2 * q + (i % 2) + 8 * (i / 4))
+    }
+
+    /// `(k, n)` in the 16x8 B (K rows, N columns) of element `i` of lane
+    /// `lane`'s B fragment.
+    pub fn b_position(lane: u32, i: u32) -> (u32, u32) {
+        let (g, q) = (lane >> 2, lane % 4);
+        (2 * q + (i % 2) + 8 * (i / 2), g)
+    }
+
+    /// `(row, col)` in the 16x8 C (and D) of element `i` of lane `lane`'s
+    /// C (and D) fragment.
+    pub fn c_position(lane: u32, i: u32) -> (u32, u32) {
+        let (g, q) = (lane >> 2, lane % 4);
+        (g + 8 * (i / 2), 2 * q + (i % 2))
+    }
+}
+
 /// Semaphore operations; all block-collective (DESIGN.md, "Semantics").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SemOp {
@@ -786,6 +836,10 @@ pub enum Stmt {
         op: WarpOp,
         args: Vec<Expr>,
     },
+    /// `mma_m16n8k16(d, a, b, c);` the warp-collective matrix
+    /// multiply-accumulate D = A B + C over the `local` fragments of every
+    /// lane ([`mma`]); `d` may name `c`. Warp-uniform control flow only.
+    Mma { d: Name, a: Name, b: Name, c: Name },
 }
 
 /// A kernel parameter.

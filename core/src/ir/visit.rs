@@ -64,6 +64,7 @@ pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
         | Stmt::CompoundAssign { value, .. } => walk_expr(value, f),
         Stmt::Var { init, .. } => walk_expr(init, f),
         Stmt::LocalArray { .. }
+        | Stmt::Mma { .. }
         | Stmt::Barrier
         | Stmt::Break
         | Stmt::Continue

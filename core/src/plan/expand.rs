@@ -289,6 +289,12 @@ fn renamed_stmt(stmt: &Stmt, names: &HashMap<Name, Name>) -> Stmt {
             op: *op,
             args: args.iter().map(e).collect(),
         },
+        Stmt::Mma { d, a, b, c } => Stmt::Mma {
+            d: renamed(d, names),
+            a: renamed(a, names),
+            b: renamed(b, names),
+            c: renamed(c, names),
+        },
     }
 }
 
@@ -664,6 +670,12 @@ impl Expander<'_> {
                     args,
                 }
             }
+            Stmt::Mma { d, a, b, c } => Stmt::Mma {
+                d: self.resolve(d),
+                a: self.resolve(a),
+                b: self.resolve(b),
+                c: self.resolve(c),
+            },
         })
     }
 

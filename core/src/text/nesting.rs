@@ -35,6 +35,7 @@ fn own_exprs(stmt: &Stmt) -> Vec<&Expr> {
         | Stmt::CompoundAssign { value, .. } => vec![value],
         Stmt::Var { init, .. } => vec![init],
         Stmt::LocalArray { .. }
+        | Stmt::Mma { .. }
         | Stmt::Barrier
         | Stmt::Break
         | Stmt::Continue

@@ -135,6 +135,7 @@ pub(crate) fn is_builtin_function(word: &str) -> bool {
         || scalar_type(word).is_some()
         || atomic_op(word).is_some()
         || warp_op(word).is_some()
+        || word == mma::NAME
         || sem_op(word).is_some()
         || matches!(
             word,
@@ -753,10 +754,11 @@ impl Parser<'_> {
                     let (args, depth) = self.args(&word)?;
                     return self.node(Expr::Math(f, args), depth + 1, &token);
                 }
-                let hint = if atomic_op(&word).is_some()
-                    || warp_op(&word).is_some()
-                    || word == "read"
-                {
+                let hint = if word == mma::NAME {
+                    format!(
+                        "`{word}` is a statement that writes its result to a local array: write `{word}(d, a, b, c);`"
+                    )
+                } else if atomic_op(&word).is_some() || warp_op(&word).is_some() || word == "read" {
                     format!(
                         "`{word}` is a statement, not an expression: write `let x: i32 = {word}(...);`"
                     )
@@ -990,6 +992,24 @@ impl Parser<'_> {
                 &self.peek().clone(),
                 "`read` returns a value: write `let v: i32 = read(s[i]);`".to_string(),
             )),
+            w if calls && w == mma::NAME => {
+                self.bump();
+                self.expect_punct("(", &format!("after `{w}`"))?;
+                let mut names = Vec::with_capacity(4);
+                for (i, what) in ["d", "a", "b", "c"].into_iter().enumerate() {
+                    if i > 0 {
+                        self.expect_punct(",", &format!("between the operands of `{w}`"))?;
+                    }
+                    let (name, _) = self.name(&format!(
+                        "the name of the local array `{what}` of `{w}(d, a, b, c)`"
+                    ))?;
+                    names.push(name);
+                }
+                self.expect_punct(")", &format!("after the four operands of `{w}`"))?;
+                self.expect_semicolon(END)?;
+                let [d, a, b, c] = <[Name; 4]>::try_from(names).unwrap_or_default();
+                Ok(Stmt::Mma { d, a, b, c })
+            }
             w if calls && warp_op(w).is_some() => Err(self.error_at_token(
                 &self.peek().clone(),
                 format!("`{w}` returns a value: write `let v: u32 = {w}(...);`"),

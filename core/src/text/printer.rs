@@ -400,6 +400,9 @@ pub(crate) fn write_stmt(out: &mut String, stmt: &Stmt, depth: usize) {
             write_block(out, body, depth);
         }
         Stmt::Break => out.push_str("break;"),
+        Stmt::Mma { d, a, b, c } => {
+            write!(out, "{}({d}, {a}, {b}, {c});", mma::NAME).unwrap();
+        }
         Stmt::Warp { dest, op, args } => {
             write_binding(out, "let", dest);
             write!(out, "{}(", op.name()).unwrap();

@@ -8,9 +8,9 @@ use super::{ref_text, Sink};
 use crate::ir::fold::{const_value, Leaves};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
-    type_of, AtomicOp, BinaryOp, Binding, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh, Module,
-    MpmdMap, OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp, Stmt, Type,
-    TypeError, WarpOp, WARP_SIZE,
+    mma, type_of, AtomicOp, BinaryOp, Binding, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh,
+    Module, MpmdMap, Name, OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp,
+    Stmt, Type, TypeError, WarpOp, WARP_SIZE,
 };
 use crate::text::print_expr;
 
@@ -423,6 +423,109 @@ impl Walker<'_, '_> {
                 Some(_) => {}
             }
         }
+        self.require_whole_warps(name, path);
+        self.require_warp_uniform_control(name, path);
+    }
+
+    /// The rules of `mma_m16n8k16(d, a, b, c)`: each operand a `local` array
+    /// of the thread (E0070) of its fragment's type and shape (E0071), the
+    /// program's whole warps (E0069) and warp-uniform control (E0068).
+    fn check_mma(&mut self, operands: [&Name; 4], path: &IrPath, scope: &BlockScope) {
+        let kernel = self.kernel_name().to_string();
+        let name = mma::NAME;
+        let mut types: [Option<RefType>; 4] = Default::default();
+        for (slot, (role, operand)) in ["d", "a", "b", "c"].into_iter().zip(operands).enumerate() {
+            match scope.types.ref_type(operand) {
+                Some(r) if r.space == MemorySpace::Local => types[slot] = Some(r.clone()),
+                Some(r) => self.sink.report(
+                    "E0070",
+                    path.clone(),
+                    format!(
+                        "the operand `{role}` of `{name}` in kernel `{kernel}` is `{operand}`, a `{}`; the fragments of an mma are `local` arrays of each thread",
+                        ref_text(r)
+                    ),
+                    format!("load the fragment into a `local` array first (`local {role}: ...;` and element stores) and name it"),
+                ),
+                None if scope.types.scalar(operand).is_some() => self.sink.report(
+                    "E0070",
+                    path.clone(),
+                    format!(
+                        "the operand `{role}` of `{name}` in kernel `{kernel}` is `{operand}`, a scalar; the fragments of an mma are `local` arrays of each thread"
+                    ),
+                    "name a `local` array",
+                ),
+                None => self.unknown_name(operand, path),
+            }
+        }
+        let [d, a, b, c] = types;
+        let accumulator = RefType {
+            space: MemorySpace::Local,
+            elem: ScalarType::F32,
+            shape: vec![mma::C_LEN],
+            owner: None,
+        };
+        let input = a
+            .as_ref()
+            .map(|a| a.elem)
+            .filter(|t| mma::INPUT_TYPES.contains(t));
+        let mut wrong = |role: &str, operand: &Name, found: &RefType, wanted: String| {
+            self.sink.report(
+                "E0071",
+                path.clone(),
+                format!(
+                    "the operand `{role}` of `{name}` in kernel `{kernel}` is `{operand}: {}`, but `{role}` is {wanted}",
+                    ref_text(found)
+                ),
+                format!(
+                    "declare `{operand}` as {wanted} (docs/text-format.md, \"Matrix multiply-accumulate\")"
+                ),
+            );
+        };
+        if let Some(a_type) = &a {
+            if input.is_none() || a_type.shape != [mma::A_LEN] {
+                wrong(
+                    "a",
+                    operands[1],
+                    a_type,
+                    format!(
+                        "`local f16[{}]` or `local bf16[{}]`",
+                        mma::A_LEN,
+                        mma::A_LEN
+                    ),
+                );
+            }
+        }
+        if let Some(b_type) = &b {
+            let elem_ok = match input {
+                Some(t) => b_type.elem == t,
+                None => mma::INPUT_TYPES.contains(&b_type.elem),
+            };
+            if !elem_ok || b_type.shape != [mma::B_LEN] {
+                let wanted = match input {
+                    Some(t) => format!("`local {t}[{}]` (the element type of `a`)", mma::B_LEN),
+                    None => format!(
+                        "`local f16[{}]` or `local bf16[{}]`",
+                        mma::B_LEN,
+                        mma::B_LEN
+                    ),
+                };
+                wrong("b", operands[2], b_type, wanted);
+            }
+        }
+        for (role, operand, found) in [("d", operands[0], &d), ("c", operands[3], &c)] {
+            if let Some(found) = found {
+                if *found != accumulator {
+                    wrong(role, operand, found, format!("`local f32[{}]`", mma::C_LEN));
+                }
+            }
+        }
+        self.require_whole_warps(name, path);
+        self.require_warp_uniform_control(name, path);
+    }
+
+    /// E0069: a warp collective in a program whose blocks are not whole warps.
+    fn require_whole_warps(&mut self, name: &str, path: &IrPath) {
+        let kernel = self.kernel_name().to_string();
         if let Some(ctx) = self.ctx {
             let threads = ctx.mesh.threads.size;
             if threads % WARP_SIZE != 0 {
@@ -441,7 +544,6 @@ impl Walker<'_, '_> {
                 );
             }
         }
-        self.require_warp_uniform_control(name, path);
     }
 
     /// Reports a warp collective under control flow that is not warp-uniform.
@@ -1516,6 +1618,7 @@ impl Walker<'_, '_> {
                     self.require_uniform_operand(op.name(), "amount", amount, path);
                 }
             }
+            Stmt::Mma { d, a, b, c } => self.check_mma([d, a, b, c], path, scope),
             Stmt::Warp { dest, op, args } => {
                 self.check_warp(dest, *op, args, path, scope);
                 self.declare(&dest.name, NameKind::WarpResult, path, scope);

@@ -129,8 +129,10 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0065", "recursive helper", "helper functions do not call themselves, directly or through other helpers"),
     ("E0066", "`return` out of place", "a helper with a result type ends with `return value;`, one without may end with `return;`, and no other statement is a `return`"),
     ("E0067", "malformed warp collective", "a warp collective has its number of arguments (a value, and for shuffles a `u32` lane, delta or mask)"),
-    ("E0068", "warp collective in non-warp-uniform control flow", "shuffles, votes and warp reductions are reached in warp-uniform control flow: every lane of a warp takes the same branches and loop trips"),
+    ("E0068", "warp collective in non-warp-uniform control flow", "shuffles, votes, warp reductions and `mma_m16n8k16` are reached in warp-uniform control flow: every lane of a warp takes the same branches and loop trips"),
     ("E0069", "warp collective in a program of partial warps", "a program that uses warp collectives runs a multiple of 32 threads per block"),
+    ("E0070", "mma operand that is not a local array", "the four operands of `mma_m16n8k16(d, a, b, c)` name `local` arrays of the thread: its fragments"),
+    ("E0071", "mma fragment of the wrong type or shape", "`a` is `local f16[8]` or `local bf16[8]`, `b` is `local` of `a`'s type `[4]`, `c` and `d` are `local f32[4]`"),
 ];
 
 /// The rule text of `code`.

@@ -214,7 +214,7 @@ impl Emitter<'_> {
                 };
                 let call = format!(
                     "mpmd_checked_offset(mpmd_ctl, {}, mpmd_block, {}, {}, {}, {}, {}, {own_instance}, {})",
-                    c::unsigned(cx.unit.program as u64),
+                    c::unsigned(cx.unit.program.index() as u64),
                     c::unsigned(ref_id),
                     idx_init(&coord_values),
                     idx_init(&coord_sizes),

@@ -146,7 +146,7 @@ impl Emitter<'_> {
                         depth + 3,
                         &format!(
                             "mpmd_loop_limit(mpmd_ctl, {}, mpmd_block, {}, {max_name});",
-                            c::unsigned(cx.unit.program as u64),
+                            c::unsigned(cx.unit.program.index() as u64),
                             c::unsigned(ordinal)
                         ),
                     );

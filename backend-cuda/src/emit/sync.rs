@@ -150,7 +150,7 @@ impl Emitter<'_> {
         // What an amount below 1 reports (DESIGN.md: amounts are at least 1).
         let site = format!(
             "mpmd_ctl, {}, mpmd_block, {}, {coords}, {index}",
-            c::unsigned(cx.unit.program as u64),
+            c::unsigned(cx.unit.program.index() as u64),
             c::unsigned(ref_id)
         );
         match op {

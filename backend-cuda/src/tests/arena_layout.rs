@@ -4,7 +4,7 @@
 
 use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
-use mpmd_core::plan::LaunchPlan;
+use mpmd_core::plan::{BufferId, LaunchPlan};
 
 use super::programs::*;
 use crate::arena::{buffer_words, ArenaLayout, Place, MAPPED_OUTPUT_MAX_WORDS};
@@ -16,10 +16,10 @@ fn layout(plan: &LaunchPlan) -> ArenaLayout {
     ArenaLayout::new(plan, &loaded_buffers(plan), true)
 }
 
-fn buffer(plan: &LaunchPlan, operand: &str) -> usize {
-    plan.buffers
-        .iter()
-        .position(|b| b.operands.iter().any(|o| o == operand))
+fn buffer(plan: &LaunchPlan, operand: &str) -> BufferId {
+    plan.enumerate_buffers()
+        .find(|(_, b)| b.operands.iter().any(|o| o == operand))
+        .map(|(id, _)| id)
         .unwrap_or_else(|| panic!("no buffer for `{operand}`"))
 }
 
@@ -30,7 +30,7 @@ fn assert_disjoint_and_aligned(plan: &LaunchPlan, layout: &ArenaLayout) {
     let status_word = 0..1;
     let mut device = Vec::from([layout.control_words()]);
     let mut mapped = Vec::from([status_word]);
-    for index in 0..plan.buffers.len() {
+    for index in plan.buffer_ids() {
         match layout.place(index) {
             Some(Place::Device(r)) => device.push(r.clone()),
             Some(Place::Mapped(r)) => mapped.push(r.clone()),
@@ -143,7 +143,7 @@ fn outputs_that_are_loaded_atomic_or_too_large_stay_on_the_device() {
 fn inputs_and_device_residents_are_not_mapped() {
     let plan = plan_of(&pipeline());
     let layout = layout(&plan);
-    for (index, buffer) in plan.buffers.iter().enumerate() {
+    for (index, buffer) in plan.enumerate_buffers() {
         match &buffer.init {
             mpmd_core::plan::BufferInit::Resident(_) => assert_eq!(layout.place(index), None),
             mpmd_core::plan::BufferInit::Input(_) => {
@@ -220,7 +220,7 @@ map k {
         let want = [("x", 3), ("w", 5), ("y", 4), ("z", 1), ("s", 5)];
         for (name, n) in want {
             assert_eq!(words(name), n, "{name} (mapped outputs: {map_outputs})");
-            let b = &plan.buffers[buffer(&plan, name)];
+            let b = plan.buffer(buffer(&plan, name));
             assert_eq!(buffer_words(b), n, "{name}");
         }
     }

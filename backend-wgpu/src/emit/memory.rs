@@ -412,7 +412,7 @@ impl UnitEmitter<'_, '_> {
         // accesses in checked mode, semaphore waits in both modes).
         let site = self.state.sites.len();
         self.state.sites.push(AccessSite {
-            unit: self.index,
+            unit: self.unit_id,
             reference: access.base.clone(),
             block_extents,
             shape: ty.shape.clone(),

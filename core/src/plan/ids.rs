@@ -61,6 +61,6 @@ plan_index! {
 pub(crate) fn enumerate<'a, I: 'a, T>(
     items: &'a [T],
     id: fn(usize) -> I,
-) -> impl ExactSizeIterator<Item = (I, &'a T)> + DoubleEndedIterator + 'a {
+) -> impl ExactSizeIterator<Item = (I, &'a T)> + DoubleEndedIterator + Clone + 'a {
     items.iter().enumerate().map(move |(i, item)| (id(i), item))
 }

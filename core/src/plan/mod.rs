@@ -181,26 +181,29 @@ impl LaunchPlan {
     /// Every unit with its id, in plan order.
     pub fn enumerate_units(
         &self,
-    ) -> impl ExactSizeIterator<Item = (UnitId, &LaunchUnit)> + DoubleEndedIterator {
+    ) -> impl ExactSizeIterator<Item = (UnitId, &LaunchUnit)> + DoubleEndedIterator + Clone {
         ids::enumerate(&self.units, UnitId::new)
     }
 
     /// Every buffer with its id.
     pub fn enumerate_buffers(
         &self,
-    ) -> impl ExactSizeIterator<Item = (BufferId, &BufferPlan)> + DoubleEndedIterator {
+    ) -> impl ExactSizeIterator<Item = (BufferId, &BufferPlan)> + DoubleEndedIterator + Clone {
         ids::enumerate(&self.buffers, BufferId::new)
     }
 
     /// Every operand with its id, in operand order.
     pub fn enumerate_operands(
         &self,
-    ) -> impl ExactSizeIterator<Item = (OperandId, &OperandBinding)> + DoubleEndedIterator {
+    ) -> impl ExactSizeIterator<Item = (OperandId, &OperandBinding)> + DoubleEndedIterator + Clone
+    {
         ids::enumerate(&self.operands, OperandId::new)
     }
 
     /// The ids of every buffer.
-    pub fn buffer_ids(&self) -> impl ExactSizeIterator<Item = BufferId> + DoubleEndedIterator {
+    pub fn buffer_ids(
+        &self,
+    ) -> impl ExactSizeIterator<Item = BufferId> + DoubleEndedIterator + Clone {
         (0..self.buffers.len()).map(BufferId::new)
     }
 

@@ -179,7 +179,8 @@ impl ProgramFacts {
     /// Every operand's access with its id, in operand order.
     pub fn enumerate_accesses(
         &self,
-    ) -> impl ExactSizeIterator<Item = (OperandId, OperandAccess)> + DoubleEndedIterator + '_ {
+    ) -> impl ExactSizeIterator<Item = (OperandId, OperandAccess)> + DoubleEndedIterator + Clone + '_
+    {
         self.accesses
             .iter()
             .enumerate()

@@ -48,9 +48,10 @@ pub fn buffer_words(buffer: &BufferPlan) -> usize {
     packed_words(buffer.ty.elem, buffer.len).max(1)
 }
 
-/// Where one plan buffer lives: word ranges in the arena or the mapped block.
+/// Where one plan buffer lives during a call: words of the device arena or
+/// of the host-mapped block (not the emitter's `CPlace` of one access).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Place {
+pub enum BufferPlacement {
     Device(Range<usize>),
     Mapped(Range<usize>),
 }
@@ -60,7 +61,7 @@ pub enum Place {
 #[derive(Clone, Debug)]
 pub struct ArenaLayout {
     /// Per plan buffer; `None` for device-resident refs.
-    places: Vec<Option<Place>>,
+    places: Vec<Option<BufferPlacement>>,
     /// Arena word offset of the control block.
     pub control: usize,
     /// Arena words copied back after a launch (the arena's outputs).
@@ -135,9 +136,9 @@ impl ArenaLayout {
                     let range = next..next + words(index);
                     next = align_words(range.end);
                     places[index.index()] = Some(if mapped {
-                        Place::Mapped(range)
+                        BufferPlacement::Mapped(range)
                     } else {
-                        Place::Device(range)
+                        BufferPlacement::Device(range)
                     });
                 }
                 next
@@ -165,15 +166,15 @@ impl ArenaLayout {
         }
     }
 
-    pub fn place(&self, buffer: BufferId) -> Option<&Place> {
+    pub fn place(&self, buffer: BufferId) -> Option<&BufferPlacement> {
         self.places[buffer.index()].as_ref()
     }
 
     /// The arena words of a buffer placed there.
     pub fn device_range(&self, buffer: BufferId) -> Option<Range<usize>> {
         match self.place(buffer)? {
-            Place::Device(range) => Some(range.clone()),
-            Place::Mapped(_) => None,
+            BufferPlacement::Device(range) => Some(range.clone()),
+            BufferPlacement::Mapped(_) => None,
         }
     }
 

@@ -23,7 +23,9 @@ use mpmd_core::plan::{BufferId, BufferInit, LaunchPlan, OperandId};
 use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use thiserror::Error;
 
-use crate::arena::{buffer_words, packed_words, ArenaLayout, HostBlock, Place, STATUS_WORD};
+use crate::arena::{
+    buffer_words, packed_words, ArenaLayout, BufferPlacement, HostBlock, STATUS_WORD,
+};
 use crate::control;
 use crate::emit::{emit_module_with, loaded_buffers, BlockSchedule, EmittedModule, KernelParam};
 use crate::nvrtc::{compile_cubin, CompileError, CompileOptions, Cubin};
@@ -1063,16 +1065,16 @@ impl CudaBackend {
         // whatever it holds.
         for (index, buffer) in plan.enumerate_buffers() {
             match (layout.place(index), &buffer.init) {
-                (Some(Place::Device(range)), BufferInit::Input(_)) => stream
+                (Some(BufferPlacement::Device(range)), BufferInit::Input(_)) => stream
                     .memcpy_htod(
                         inputs[&index].as_slice(),
                         &mut memory.arena.slice_mut(range.clone()),
                     )
                     .map_err(run_err("upload"))?,
-                (Some(Place::Device(range)), BufferInit::Zeroed) => stream
+                (Some(BufferPlacement::Device(range)), BufferInit::Zeroed) => stream
                     .memset_zeros(&mut memory.arena.slice_mut(range.clone()))
                     .map_err(run_err("memset"))?,
-                (Some(Place::Mapped(range)), BufferInit::Zeroed) => {
+                (Some(BufferPlacement::Mapped(range)), BufferInit::Zeroed) => {
                     let mapped = memory.mapped.as_mut().ok_or_else(|| unplaced(index))?;
                     // SAFETY: no kernel is in flight (settled above).
                     unsafe { mapped.words_mut(range.clone()) }.fill(0)
@@ -1154,10 +1156,10 @@ impl CudaBackend {
                     words.truncate(len);
                     words
                 }
-                (_, Some(Place::Device(range))) => {
+                (_, Some(BufferPlacement::Device(range))) => {
                     arena_outputs[range.start..range.start + len].to_vec()
                 }
-                (_, Some(Place::Mapped(range))) => {
+                (_, Some(BufferPlacement::Mapped(range))) => {
                     let mapped = memory.mapped.as_ref().ok_or_else(|| unplaced(index))?;
                     // SAFETY: synchronised above.
                     unsafe { mapped.words(range.start..range.start + len) }.to_vec()
@@ -1371,8 +1373,10 @@ fn buffer_addresses(
                     .get(name)
                     .map(|r| r.address)
                     .ok_or_else(|| unplaced(index)),
-                (_, Some(Place::Device(range))) => Ok(memory.arena_base + range.start as u64 * 4),
-                (_, Some(Place::Mapped(range))) => memory
+                (_, Some(BufferPlacement::Device(range))) => {
+                    Ok(memory.arena_base + range.start as u64 * 4)
+                }
+                (_, Some(BufferPlacement::Mapped(range))) => memory
                     .mapped
                     .as_ref()
                     .map(|mapped| mapped.device_address(range.start))

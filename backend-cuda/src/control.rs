@@ -182,7 +182,7 @@ pub fn decode_for_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emit::{RefInfo, TicketRange};
+    use crate::emit::{RecordedRef, TicketRange};
 
     fn module() -> EmittedModule {
         EmittedModule {
@@ -193,7 +193,7 @@ mod tests {
             total_blocks: 4,
             dynamic_smem_bytes: 0,
             params: vec![],
-            refs: vec![RefInfo {
+            refs: vec![RecordedRef {
                 name: "ready".into(),
                 shape: vec![4],
                 owner_block_shape: vec![2, 2],

@@ -77,9 +77,9 @@ pub enum EmitError {
     },
 }
 
-/// What the host needs to know about one ref named in an error record.
+/// A ref an error record can name (by id): what the host prints of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RefInfo {
+pub(crate) struct RecordedRef {
     /// The name as the kernel wrote it.
     pub name: String,
     pub shape: Vec<u32>,
@@ -132,7 +132,7 @@ pub struct EmittedModule {
     /// The kernel's parameters, in order.
     pub params: Vec<KernelParam>,
     /// Refs that an error record can name, by id.
-    pub(crate) refs: Vec<RefInfo>,
+    pub(crate) refs: Vec<RecordedRef>,
     /// The logical blocks of each program, in plan order.
     pub tickets: Vec<TicketRange>,
 }
@@ -205,7 +205,7 @@ struct Emitter<'a> {
     plan: &'a LaunchPlan,
     mode: Mode,
     out: String,
-    refs: Vec<RefInfo>,
+    refs: Vec<RecordedRef>,
     ref_ids: HashMap<(ProgramId, String), u32>,
     /// Counter of the generated temporaries (`mpmd_<letter><n>`).
     next_temp: u32,
@@ -532,7 +532,7 @@ impl Emitter<'_> {
         self.emit_body(&mut cx, &unit.kernel.body, 2)
     }
 
-    /// The id of ref `base` of this unit in error records ([`RefInfo`]),
+    /// The id of ref `base` of this unit in error records ([`RecordedRef`]),
     /// given on first use.
     fn ref_id(&mut self, cx: &UnitContext, base: &str) -> Result<u32, EmitError> {
         let key = (cx.unit.program, base.to_string());
@@ -544,17 +544,17 @@ impl Emitter<'_> {
                 ty,
                 owner_block_shape,
                 ..
-            } => RefInfo {
+            } => RecordedRef {
                 name: base.to_string(),
                 shape: ty.shape.clone(),
                 owner_block_shape: owner_block_shape.clone(),
             },
-            Symbol::Smem { ty, .. } => RefInfo {
+            Symbol::Smem { ty, .. } => RecordedRef {
                 name: base.to_string(),
                 shape: ty.shape.clone(),
                 owner_block_shape: Vec::new(),
             },
-            Symbol::Local { shape, .. } => RefInfo {
+            Symbol::Local { shape, .. } => RecordedRef {
                 name: base.to_string(),
                 shape: shape.clone(),
                 owner_block_shape: Vec::new(),

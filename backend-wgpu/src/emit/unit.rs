@@ -10,7 +10,7 @@ use mpmd_core::plan::{IdSource, LaunchUnit, UnitId};
 use super::bindings::{needs_atomic_words, sanitize, smem_global, WordType};
 use super::dispatch::BlockSource;
 use super::generate::ModuleState;
-use super::memory::{RefInfo, Storage};
+use super::memory::{Storage, WgslRef};
 use super::sync::{unobservable_sem_barriers, Hoisting};
 use super::syntax::{describe_literal, from_word, wgsl_scalar};
 use super::{splits_blocks, EmitError, TICKET_WORD};
@@ -19,7 +19,7 @@ use super::{splits_blocks, EmitError, TICKET_WORD};
 #[derive(Clone, Debug)]
 pub(super) enum Named {
     Scalar { wgsl: String, ty: ScalarType },
-    Ref(RefInfo),
+    Ref(WgslRef),
 }
 
 /// Writes one unit's WGSL function: its body line by line into `body`, then
@@ -127,7 +127,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                     };
                     top.insert(
                         param.name.clone(),
-                        Named::Ref(RefInfo {
+                        Named::Ref(WgslRef {
                             ty: r.clone(),
                             storage,
                         }),

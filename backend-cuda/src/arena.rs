@@ -16,7 +16,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, DriverError, PinnedHostSlice};
 use mpmd_core::bind::{provider, Provider};
 use mpmd_core::ir::ScalarType;
-use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
+use mpmd_core::plan::{BufferId, BufferInit, BufferPlan, LaunchPlan};
 
 use crate::control;
 
@@ -48,9 +48,10 @@ pub fn buffer_words(buffer: &BufferPlan) -> usize {
     packed_words(buffer.ty.elem, buffer.len).max(1)
 }
 
-/// Where one plan buffer lives: word ranges in the arena or the mapped block.
+/// Where one plan buffer lives during a call: words of the device arena or
+/// of the host-mapped block (not the emitter's `CPlace` of one access).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Place {
+pub enum BufferPlacement {
     Device(Range<usize>),
     Mapped(Range<usize>),
 }
@@ -60,7 +61,7 @@ pub enum Place {
 #[derive(Clone, Debug)]
 pub struct ArenaLayout {
     /// Per plan buffer; `None` for device-resident refs.
-    places: Vec<Option<Place>>,
+    places: Vec<Option<BufferPlacement>>,
     /// Arena word offset of the control block.
     pub control: usize,
     /// Arena words copied back after a launch (the arena's outputs).
@@ -75,7 +76,7 @@ impl ArenaLayout {
     /// `loaded`: the buffers some program loads from (they stay on the
     /// device, where loads are fast). `map_outputs` false (the platform
     /// cannot map host memory): every buffer on the device.
-    pub fn new(plan: &LaunchPlan, loaded: &BTreeSet<usize>, map_outputs: bool) -> Self {
+    pub fn new(plan: &LaunchPlan, loaded: &BTreeSet<BufferId>, map_outputs: bool) -> Self {
         Self::placing(plan, loaded, map_outputs, |buffer| {
             !matches!(buffer.init, BufferInit::Resident(_))
         })
@@ -99,17 +100,17 @@ impl ArenaLayout {
     /// Places the buffers `placed` accepts (see [`ArenaLayout::new`]).
     fn placing(
         plan: &LaunchPlan,
-        loaded: &BTreeSet<usize>,
+        loaded: &BTreeSet<BufferId>,
         map_outputs: bool,
         placed: impl Fn(&BufferPlan) -> bool,
     ) -> Self {
-        let words = |index: usize| buffer_words(&plan.buffers[index]);
-        let in_memory = (0..plan.buffers.len()).filter(|&i| placed(&plan.buffers[i]));
+        let words = |index: BufferId| buffer_words(plan.buffer(index));
+        let in_memory = plan.buffer_ids().filter(|&i| placed(plan.buffer(i)));
         let mut mapped_outputs = 0usize;
-        let mapped: BTreeSet<usize> = in_memory
+        let mapped: BTreeSet<BufferId> = in_memory
             .clone()
             .filter(|&index| {
-                let buffer = &plan.buffers[index];
+                let buffer = plan.buffer(index);
                 let fits = mapped_outputs + words(index) <= MAPPED_OUTPUT_MAX_WORDS;
                 let mappable = map_outputs
                     && buffer.output.is_some()
@@ -122,25 +123,26 @@ impl ArenaLayout {
                 mappable && fits
             })
             .collect();
-        let (arena_outputs, others): (Vec<usize>, Vec<usize>) = in_memory
+        let (arena_outputs, others): (Vec<BufferId>, Vec<BufferId>) = in_memory
             .filter(|index| !mapped.contains(index))
-            .partition(|&index| plan.buffers[index].output.is_some());
+            .partition(|&index| plan.buffer(index).output.is_some());
 
         let mut places = vec![None; plan.buffers.len()];
         // Lays `indices` out one after another from word `start`; returns the end.
-        let mut stack = |indices: &mut dyn Iterator<Item = usize>, start: usize, mapped: bool| {
-            let mut next = start;
-            for index in indices {
-                let range = next..next + words(index);
-                next = align_words(range.end);
-                places[index] = Some(if mapped {
-                    Place::Mapped(range)
-                } else {
-                    Place::Device(range)
-                });
-            }
-            next
-        };
+        let mut stack =
+            |indices: &mut dyn Iterator<Item = BufferId>, start: usize, mapped: bool| {
+                let mut next = start;
+                for index in indices {
+                    let range = next..next + words(index);
+                    next = align_words(range.end);
+                    places[index.index()] = Some(if mapped {
+                        BufferPlacement::Mapped(range)
+                    } else {
+                        BufferPlacement::Device(range)
+                    });
+                }
+                next
+            };
         let mapped_words = stack(
             &mut mapped.iter().copied(),
             align_words(STATUS_WORD + 1),
@@ -164,15 +166,15 @@ impl ArenaLayout {
         }
     }
 
-    pub fn place(&self, buffer: usize) -> Option<&Place> {
-        self.places[buffer].as_ref()
+    pub fn place(&self, buffer: BufferId) -> Option<&BufferPlacement> {
+        self.places[buffer.index()].as_ref()
     }
 
     /// The arena words of a buffer placed there.
-    pub fn device_range(&self, buffer: usize) -> Option<Range<usize>> {
+    pub fn device_range(&self, buffer: BufferId) -> Option<Range<usize>> {
         match self.place(buffer)? {
-            Place::Device(range) => Some(range.clone()),
-            Place::Mapped(_) => None,
+            BufferPlacement::Device(range) => Some(range.clone()),
+            BufferPlacement::Mapped(_) => None,
         }
     }
 

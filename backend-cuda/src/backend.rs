@@ -19,11 +19,13 @@ use mpmd_core::bind::{bind, DeviceArgs, DeviceMemory};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, ScalarType, Type};
 use mpmd_core::lru::Lru;
-use mpmd_core::plan::{BufferInit, LaunchPlan};
+use mpmd_core::plan::{BufferId, BufferInit, LaunchPlan, OperandId};
 use mpmd_core::{Backend, Mode, RunError, RunOptions};
 use thiserror::Error;
 
-use crate::arena::{buffer_words, packed_words, ArenaLayout, HostBlock, Place, STATUS_WORD};
+use crate::arena::{
+    buffer_words, packed_words, ArenaLayout, BufferPlacement, HostBlock, STATUS_WORD,
+};
 use crate::control;
 use crate::emit::{emit_module_with, loaded_buffers, BlockSchedule, EmittedModule, KernelParam};
 use crate::nvrtc::{compile_cubin, CompileError, CompileOptions, Cubin};
@@ -284,7 +286,7 @@ struct PreparedPlan {
     memory: Option<CallMemory>,
     /// The scalar arguments of the latest host-copy call, by operand index
     /// (what [`CudaBackend::time_relaunch`] launches with).
-    scalars: HashMap<usize, ScalarArg>,
+    scalars: HashMap<OperandId, ScalarArg>,
 }
 
 /// A prepared plan's memory, kept between its calls (see `arena`). The
@@ -799,11 +801,11 @@ impl CudaBackend {
         plan: &LaunchPlan,
         given: &[Option<&CudaBuffer>],
     ) -> Result<(), RunError> {
-        for (index, buffer) in plan.buffers.iter().enumerate() {
+        for (index, buffer) in plan.enumerate_buffers() {
             let BufferInit::Resident(name) = &buffer.init else {
                 continue;
             };
-            if given.get(index).is_some_and(Option::is_some) {
+            if given.get(index.index()).is_some_and(Option::is_some) {
                 continue;
             }
             if let Some(existing) = self.residents.get(name) {
@@ -924,14 +926,14 @@ impl CudaBackend {
             let caller: Vec<Option<u64>> = given.iter().map(|g| g.map(|b| b.ptr)).collect();
             let addresses = buffer_addresses(&shared, memory, &backend.residents, &caller)?;
             let stream = backend.stream.cu_stream();
-            for (index, buffer) in plan.buffers.iter().enumerate() {
+            for (index, buffer) in plan.enumerate_buffers() {
                 if buffer.init != BufferInit::Zeroed {
                     continue;
                 }
                 // SAFETY: the address is the caller's buffer of at least this
                 // many bytes (this function's contract) or the arena's range.
                 unsafe {
-                    match given[index] {
+                    match given[index.index()] {
                         Some(caller) if caller.bytes() == 0 => Ok(()),
                         Some(caller) => cudarc::driver::sys::cuMemsetD8Async(
                             caller.ptr,
@@ -941,7 +943,7 @@ impl CudaBackend {
                         )
                         .result(),
                         None => cudarc::driver::sys::cuMemsetD32Async(
-                            addresses[index],
+                            addresses[index.index()],
                             0,
                             buffer_words(buffer),
                             stream,
@@ -1061,18 +1063,18 @@ impl CudaBackend {
 
         // Inputs uploaded, zeroed buffers cleared; everything else keeps
         // whatever it holds.
-        for (index, buffer) in plan.buffers.iter().enumerate() {
+        for (index, buffer) in plan.enumerate_buffers() {
             match (layout.place(index), &buffer.init) {
-                (Some(Place::Device(range)), BufferInit::Input(_)) => stream
+                (Some(BufferPlacement::Device(range)), BufferInit::Input(_)) => stream
                     .memcpy_htod(
                         inputs[&index].as_slice(),
                         &mut memory.arena.slice_mut(range.clone()),
                     )
                     .map_err(run_err("upload"))?,
-                (Some(Place::Device(range)), BufferInit::Zeroed) => stream
+                (Some(BufferPlacement::Device(range)), BufferInit::Zeroed) => stream
                     .memset_zeros(&mut memory.arena.slice_mut(range.clone()))
                     .map_err(run_err("memset"))?,
-                (Some(Place::Mapped(range)), BufferInit::Zeroed) => {
+                (Some(BufferPlacement::Mapped(range)), BufferInit::Zeroed) => {
                     let mapped = memory.mapped.as_mut().ok_or_else(|| unplaced(index))?;
                     // SAFETY: no kernel is in flight (settled above).
                     unsafe { mapped.words_mut(range.clone()) }.fill(0)
@@ -1144,7 +1146,7 @@ impl CudaBackend {
             return Err(error);
         }
         let mut outputs = BTreeMap::new();
-        for (index, buffer) in plan.buffers.iter().enumerate() {
+        for (index, buffer) in plan.enumerate_buffers() {
             let Some(name) = &buffer.output else { continue };
             // The packed words of the elements (none for an empty buffer).
             let len = packed_words(buffer.ty.elem, buffer.len);
@@ -1154,10 +1156,10 @@ impl CudaBackend {
                     words.truncate(len);
                     words
                 }
-                (_, Some(Place::Device(range))) => {
+                (_, Some(BufferPlacement::Device(range))) => {
                     arena_outputs[range.start..range.start + len].to_vec()
                 }
-                (_, Some(Place::Mapped(range))) => {
+                (_, Some(BufferPlacement::Mapped(range))) => {
                     let mapped = memory.mapped.as_ref().ok_or_else(|| unplaced(index))?;
                     // SAFETY: synchronised above.
                     unsafe { mapped.words(range.start..range.start + len) }.to_vec()
@@ -1192,9 +1194,7 @@ impl CudaBackend {
         };
         let cleared: Vec<std::ops::Range<usize>> = prepared
             .plan
-            .buffers
-            .iter()
-            .enumerate()
+            .enumerate_buffers()
             .filter(|(_, buffer)| buffer.atomic && buffer.init == BufferInit::Zeroed)
             .filter_map(|(index, _)| prepared.layout.device_range(index))
             .collect();
@@ -1349,7 +1349,7 @@ fn device_address(stream: &Arc<CudaStream>, slice: &CudaSlice<u32>) -> u64 {
     address
 }
 
-fn unplaced(buffer: usize) -> RunError {
+fn unplaced(buffer: BufferId) -> RunError {
     RunError::Backend(format!("internal: plan buffer {buffer} has no memory"))
 }
 
@@ -1363,18 +1363,20 @@ fn buffer_addresses(
     caller: &[Option<u64>],
 ) -> Result<Vec<u64>, RunError> {
     let plan = &prepared.plan;
-    (0..plan.buffers.len())
+    plan.buffer_ids()
         .map(|index| {
-            if let Some(Some(address)) = caller.get(index) {
+            if let Some(Some(address)) = caller.get(index.index()) {
                 return Ok(*address);
             }
-            match (&plan.buffers[index].init, prepared.layout.place(index)) {
+            match (&plan.buffer(index).init, prepared.layout.place(index)) {
                 (BufferInit::Resident(name), _) => residents
                     .get(name)
                     .map(|r| r.address)
                     .ok_or_else(|| unplaced(index)),
-                (_, Some(Place::Device(range))) => Ok(memory.arena_base + range.start as u64 * 4),
-                (_, Some(Place::Mapped(range))) => memory
+                (_, Some(BufferPlacement::Device(range))) => {
+                    Ok(memory.arena_base + range.start as u64 * 4)
+                }
+                (_, Some(BufferPlacement::Mapped(range))) => memory
                     .mapped
                     .as_ref()
                     .map(|mapped| mapped.device_address(range.start))
@@ -1598,7 +1600,7 @@ fn launch(
     prepared: &PreparedPlan,
     addresses: &[u64],
     control: u64,
-    scalars: &HashMap<usize, ScalarArg>,
+    scalars: &HashMap<OperandId, ScalarArg>,
     timeout_ns: u64,
     time_kernels: bool,
 ) -> Result<Option<(CudaEvent, CudaEvent)>, RunError> {
@@ -1606,7 +1608,11 @@ fn launch(
     for param in &prepared.module.params {
         match param {
             KernelParam::Buffer(index) => {
-                launch.arg(addresses.get(*index).ok_or_else(|| unplaced(*index))?);
+                launch.arg(
+                    addresses
+                        .get(index.index())
+                        .ok_or_else(|| unplaced(*index))?,
+                );
             }
             KernelParam::Scalar(index) => {
                 match scalars.get(index) {
@@ -1678,9 +1684,9 @@ enum ScalarArg {
 fn scalar_args(
     plan: &LaunchPlan,
     scalars: &BTreeMap<String, Literal>,
-) -> Result<HashMap<usize, ScalarArg>, RunError> {
+) -> Result<HashMap<OperandId, ScalarArg>, RunError> {
     let mut out = HashMap::new();
-    for (index, operand) in plan.operands.iter().enumerate() {
+    for (index, operand) in plan.enumerate_operands() {
         let Type::Scalar(ty) = operand.ty else {
             continue;
         };
@@ -1715,9 +1721,9 @@ fn scalar_args(
 pub fn input_words(
     plan: &LaunchPlan,
     args: &CallArgs,
-) -> Result<HashMap<usize, Vec<u32>>, RunError> {
+) -> Result<HashMap<BufferId, Vec<u32>>, RunError> {
     let mut out = HashMap::new();
-    for (index, buffer) in plan.buffers.iter().enumerate() {
+    for (index, buffer) in plan.enumerate_buffers() {
         let BufferInit::Input(name) = &buffer.init else {
             continue;
         };

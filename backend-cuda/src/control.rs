@@ -3,7 +3,7 @@
 
 use mpmd_core::backend::Site;
 use mpmd_core::ir::Stmt;
-use mpmd_core::plan::LaunchPlan;
+use mpmd_core::plan::{LaunchPlan, ProgramId};
 use mpmd_core::RunError;
 
 use crate::emit::EmittedModule;
@@ -58,7 +58,7 @@ pub fn decode(words: &[u32], module: &EmittedModule) -> Option<RunError> {
     if words.len() < WORDS || words[CLAIMED] == 0 {
         return None;
     }
-    let program = words[PROGRAM] as usize;
+    let program = ProgramId::new(words[PROGRAM] as usize);
     let kernel = module
         .tickets
         .iter()
@@ -166,7 +166,7 @@ pub fn decode_for_plan(
             && w.semaphore == name
             && plan
                 .units
-                .get(w.unit)
+                .get(w.unit.index())
                 .is_some_and(|u| u.program == site.program)
     });
     if never_signalled {
@@ -182,7 +182,7 @@ pub fn decode_for_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emit::{RefInfo, TicketRange};
+    use crate::emit::{RecordedRef, TicketRange};
 
     fn module() -> EmittedModule {
         EmittedModule {
@@ -193,13 +193,13 @@ mod tests {
             total_blocks: 4,
             dynamic_smem_bytes: 0,
             params: vec![],
-            refs: vec![RefInfo {
+            refs: vec![RecordedRef {
                 name: "ready".into(),
                 shape: vec![4],
                 owner_block_shape: vec![2, 2],
             }],
             tickets: vec![TicketRange {
-                program: 1,
+                program: ProgramId::new(1),
                 kernel: "consume".into(),
                 first: 0,
                 count: 4,

@@ -454,7 +454,7 @@ fn host_program(plan: &LaunchPlan, module: &EmittedModule) -> Result<String, Str
                 let slot = scalar_slots;
                 scalar_slots += 1;
                 let word = format!("mpmd_scalar[{slot}]");
-                match &plan.operands[*i].ty {
+                match &plan.operand_at(*i).ty {
                     Type::Scalar(t) => parameter_from_word(*t, &word),
                     Type::Ref(_) => word,
                 }
@@ -631,7 +631,7 @@ pub fn emulate_words(
     }
     for param in &module.params {
         if let KernelParam::Scalar(i) = param {
-            let name = &plan.operands[*i].name;
+            let name = &plan.operand_at(*i).name;
             let value = scalars
                 .get(name.as_str())
                 .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{name}`")))?;
@@ -743,9 +743,7 @@ impl Backend for HostCudaBackend {
         // What the CUDA backend uploads.
         let mut inputs = crate::backend::input_words(plan, args)?;
         let start: Vec<Vec<u32>> = plan
-            .buffers
-            .iter()
-            .enumerate()
+            .enumerate_buffers()
             .map(|(index, buffer)| {
                 let len = buffer_words(buffer);
                 match &buffer.init {

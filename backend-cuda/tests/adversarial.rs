@@ -82,7 +82,7 @@ fn emulated(plan: &LaunchPlan, args: &CallArgs, mode: Mode) -> Emulated {
 
 fn output<'a>(plan: &LaunchPlan, out: &'a Emulated, name: &str) -> &'a [u32] {
     let index = plan.operand(name).and_then(|o| o.buffer).unwrap();
-    &out.buffers[index][..plan.buffers[index].len as usize]
+    &out.buffers[index.index()][..plan.buffer(index).len as usize]
 }
 
 /// NVRTC + ptxas in both modes.

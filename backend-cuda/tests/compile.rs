@@ -66,7 +66,7 @@ fn ticket_dispatch_covers_units_in_order() {
     let ranges: Vec<(usize, u64, u64)> = module
         .tickets
         .iter()
-        .map(|t| (t.program, t.first, t.count))
+        .map(|t| (t.program.index(), t.first, t.count))
         .collect();
     assert_eq!(ranges, vec![(0, 0, 4), (1, 4, 4), (2, 8, 1)]);
     // Uneven thread counts keep tickets even where cooperative launch exists.

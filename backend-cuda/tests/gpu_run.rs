@@ -342,7 +342,12 @@ fn checked_mode_reports_out_of_bounds_on_the_gpu() {
         panic!("expected out of bounds, got {err}");
     };
     assert_eq!(
-        (site.program, site.block, reference.as_str(), shape.as_str()),
+        (
+            site.program.index(),
+            site.block,
+            reference.as_str(),
+            shape.as_str()
+        ),
         (0, 1, "y", "[32]")
     );
     assert_eq!(index, &format!("[{}]", 40 + site.thread.unwrap()));

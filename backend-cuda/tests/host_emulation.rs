@@ -23,7 +23,7 @@ use mpmd_cuda::{emit_module, BlockSchedule};
 
 fn buffer_of<'a>(plan: &LaunchPlan, out: &'a Emulated, name: &str) -> &'a [u32] {
     let index = plan.operand(name).and_then(|o| o.buffer).unwrap();
-    &out.buffers[index][..plan.buffers[index].len as usize]
+    &out.buffers[index.index()][..plan.buffer(index).len as usize]
 }
 
 fn f32s(words: &[u32]) -> Vec<f32> {

@@ -9,7 +9,7 @@ use mpmd_core::bind::{bind, provider, DeviceArgs, DeviceMemory, Provider};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, MemorySpace, Name, ScalarType, SemOp, Stmt};
 use mpmd_core::lru::Lru;
-use mpmd_core::plan::{BufferInit, BufferPlan, LaunchPlan};
+use mpmd_core::plan::{BufferId, BufferInit, BufferPlan, LaunchPlan, ProgramId, UnitId};
 use mpmd_core::Mode;
 use thiserror::Error;
 
@@ -542,9 +542,9 @@ impl WgpuBackend {
             && !fuses_programs(plan, &options)
             && !splits_blocks(plan, &options)
         {
-            let kernel = |unit: usize| {
+            let kernel = |unit: UnitId| {
                 plan.units
-                    .get(unit)
+                    .get(unit.index())
                     .map(|u| format!("program {} (`{}`)", u.program, u.kernel.name))
                     .unwrap_or_else(|| format!("unit {unit}"))
             };
@@ -597,7 +597,7 @@ impl WgpuBackend {
                 .units
                 .iter()
                 .flat_map(|u| &u.smem)
-                .filter_map(|s| plan.operands.get(s.operand))
+                .filter_map(|s| plan.operands.get(s.operand.index()))
                 .filter_map(|o| o.ty.as_ref_type())
                 .map(|r| words_for(r.elem, r.len()).max(1) * 4)
                 .sum::<u64>()
@@ -629,7 +629,7 @@ impl WgpuBackend {
             let smem: u64 = unit
                 .smem
                 .iter()
-                .filter_map(|s| plan.operands.get(s.operand))
+                .filter_map(|s| plan.operands.get(s.operand.index()))
                 .filter_map(|o| o.ty.as_ref_type())
                 .map(|r| words_for(r.elem, r.len()).max(1) * 4)
                 .sum::<u64>()
@@ -687,7 +687,7 @@ impl WgpuBackend {
                         "buffer of `{}` needs {bytes} bytes; the adapter binds at most {max} bytes per storage buffer",
                         b.members
                             .iter()
-                            .flat_map(|&(i, _)| plan.buffers[i].operands.iter().map(|n| n.as_str()))
+                            .flat_map(|&(i, _)| plan.buffer(i).operands.iter().map(|n| n.as_str()))
                             .collect::<Vec<_>>()
                             .join("`, `")
                     ),
@@ -953,7 +953,7 @@ impl WgpuBackend {
                 if emitted.layout.packed {
                     return Some(create(&binding.global, binding.words, STORAGE_USAGE));
                 }
-                let buffer = &plan.buffers[binding.members[0].0];
+                let buffer = plan.buffer(binding.members[0].0);
                 (provider(buffer) == Provider::Backend).then(|| {
                     create(
                         &buffer.operands.join("="),
@@ -1112,10 +1112,10 @@ impl WgpuBackend {
         } else {
             encoder.clear_buffer(&map.status, TICKET_WORD as u64 * 4, Some(4));
         }
-        let missing = |index: usize| {
+        let missing = |index: BufferId| {
             RunError::Backend(format!(
                 "internal: plan buffer {index} (`{}`) has no memory",
-                plan.buffers[index].operands.join("=")
+                plan.buffer(index).operands.join("=")
             ))
         };
         let mut binding_buffers = Vec::with_capacity(emitted.layout.bindings.len());
@@ -1123,8 +1123,8 @@ impl WgpuBackend {
         for (binding, own) in emitted.layout.bindings.iter().zip(&map.own) {
             if !emitted.layout.packed {
                 let (index, _) = binding.members[0];
-                let buf = &plan.buffers[index];
-                let buffer = sources[index]
+                let buf = plan.buffer(index);
+                let buffer = sources[index.index()]
                     .clone()
                     .or_else(|| own.clone())
                     .ok_or_else(|| missing(index))?;
@@ -1137,12 +1137,12 @@ impl WgpuBackend {
             }
             let arena = own.clone().ok_or_else(|| missing(binding.members[0].0))?;
             for &(index, offset) in &binding.members {
-                let buf = &plan.buffers[index];
+                let buf = plan.buffer(index);
                 let bytes = buffer_words(buf) * 4;
                 if bytes == 0 {
                     continue;
                 }
-                match (&buf.init, &sources[index]) {
+                match (&buf.init, &sources[index.index()]) {
                     (BufferInit::Zeroed, _) => {
                         encoder.clear_buffer(&arena, offset * 4, Some(bytes));
                     }
@@ -1151,7 +1151,7 @@ impl WgpuBackend {
                     }
                     _ => {}
                 }
-                if let Some(source) = &sources[index] {
+                if let Some(source) = &sources[index.index()] {
                     let written =
                         buf.output.is_some() || matches!(buf.init, BufferInit::Resident(_));
                     if written {
@@ -1407,18 +1407,19 @@ impl WgpuBackend {
         // A wait's record may leave the unit out (see `mpmd_take_*`): its site names it.
         let unit_index = match (kind, emitted.sites.get(status[5] as usize)) {
             (ERROR_WAIT_TIMEOUT, Some(site)) => site.unit,
-            _ => status[2] as usize,
+            _ => UnitId::new(status[2] as usize),
         };
         let block = status[3] as u64;
         let thread = status[4];
         let site_index = status[5] as usize;
         let count = (status[6] as usize).min(MAX_RECORDED_VALUES);
         let values = &status[7..7 + MAX_RECORDED_VALUES];
+        // An unknown unit (a corrupt record) is reported under its number.
         let (program, kernel) = plan
             .units
-            .get(unit_index)
+            .get(unit_index.index())
             .map(|u| (u.program, u.kernel.name.clone()))
-            .unwrap_or((unit_index, String::from("?")));
+            .unwrap_or((ProgramId::new(unit_index.index()), String::from("?")));
         let site = |thread: Option<u32>| Site {
             program,
             kernel: kernel.clone(),
@@ -1484,7 +1485,7 @@ impl WgpuBackend {
                     })
                     .unwrap_or_else(|| format!("site {site_index}"));
                 let reference = emitted.sites.get(site_index).map(|s| s.reference.as_str());
-                let own = plan.units.get(unit_index).and_then(|u| {
+                let own = plan.units.get(unit_index.index()).and_then(|u| {
                     let name = format!("program {} `{}`", u.program, u.kernel.name);
                     Some(signallers(plan, unit_index, reference?)?.contains(&name))
                 });
@@ -1530,7 +1531,7 @@ impl WgpuBackend {
                 let ordinal = values[0];
                 let condition = plan
                     .units
-                    .get(unit_index)
+                    .get(unit_index.index())
                     .and_then(|u| {
                         let loops = mpmd_core::ir::visit::while_loops(&u.kernel.body);
                         match loops.get(ordinal as usize) {
@@ -1596,8 +1597,8 @@ impl WgpuBackend {
 
 /// The programs whose kernels signal the buffer that unit `unit` names
 /// `reference`; `None` when the unit or the buffer is unknown.
-fn signallers(plan: &LaunchPlan, unit: usize, reference: &str) -> Option<Vec<String>> {
-    let u = plan.units.get(unit)?;
+fn signallers(plan: &LaunchPlan, unit: UnitId, reference: &str) -> Option<Vec<String>> {
+    let u = plan.units.get(unit.index())?;
     let buffer = plan.param_buffer(u, reference)?;
     let names = plan
         .units
@@ -1626,18 +1627,18 @@ fn describe_sem_element(
     plan: &LaunchPlan,
     emitted: &EmittedModule,
     reference: &str,
-    unit: usize,
+    unit: UnitId,
     word: u32,
 ) -> String {
     // Find the buffer: the unit's kernel names the param; map it to the operand.
-    let Some(u) = plan.units.get(unit) else {
+    let Some(u) = plan.units.get(unit.index()) else {
         return reference.to_string();
     };
     let Some(buffer) = plan.param_buffer(u, reference) else {
         return reference.to_string();
     };
-    let buf = &plan.buffers[buffer];
-    let (_, offset) = emitted.layout.places[buffer];
+    let buf = plan.buffer(buffer);
+    let (_, offset) = emitted.layout.place(buffer);
     let local = (word as u64).saturating_sub(offset);
     let len = buf.ty.len().max(1);
     let instance = local / len;

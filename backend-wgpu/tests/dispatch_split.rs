@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use mpmd_core::backend::{Backend, RunError};
 use mpmd_core::host::HostTensor;
+use mpmd_core::plan::UnitId;
 use mpmd_wgpu::{emit_module, EmitError, EmitOptions, WgpuOptions};
 use mpmd_wgpu::{Dispatch, MAX_SPLIT_DISPATCHES};
 
@@ -46,7 +47,7 @@ fn the_schedule_states_one_dispatch_per_block() {
         vec![Dispatch {
             entry_point: "unit0_scan".into(),
             workgroups: [1, 1, 1],
-            unit: Some(0),
+            unit: Some(UnitId::new(0)),
             repeat: 4,
         }]
     );
@@ -294,13 +295,13 @@ fn leading_blocks_that_wait_on_nothing_share_the_first_dispatch() {
             Dispatch {
                 entry_point: "unit0_parts".into(),
                 workgroups: [7, 1, 1],
-                unit: Some(0),
+                unit: Some(UnitId::new(0)),
                 repeat: 1,
             },
             Dispatch {
                 entry_point: "unit0_parts".into(),
                 workgroups: [1, 1, 1],
-                unit: Some(0),
+                unit: Some(UnitId::new(0)),
                 repeat: 1,
             },
         ]

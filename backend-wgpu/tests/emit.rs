@@ -7,6 +7,7 @@ use common::*;
 use mpmd_core::backend::Backend;
 use mpmd_core::host::HostTensor;
 use mpmd_core::interp::Interpreter;
+use mpmd_core::plan::UnitId;
 use mpmd_core::Mode;
 use mpmd_wgpu::{emit, emit_module, validate_wgsl, EmitOptions, WgpuOptions};
 
@@ -259,7 +260,13 @@ fn producer_consumer_kernels_hold_no_atomic() {
             let order: Vec<(&str, [u32; 3], Option<usize>)> = emitted
                 .schedule
                 .iter()
-                .map(|d| (d.entry_point.as_str(), d.workgroups, d.unit))
+                .map(|d| {
+                    (
+                        d.entry_point.as_str(),
+                        d.workgroups,
+                        d.unit.map(UnitId::index),
+                    )
+                })
                 .collect();
             // The producer's signals and the consumer's waits touch the same
             // semaphore: two dispatches, the signals first.

@@ -96,7 +96,7 @@ pub fn describe(plan: &LaunchPlan) -> String {
     let _ = writeln!(out, "residents: {}", none_if_empty(residents));
 
     let _ = writeln!(out, "units (launch order):");
-    for (index, unit) in plan.units.iter().enumerate() {
+    for (index, unit) in plan.enumerate_units() {
         let _ = writeln!(
             out,
             "  unit {index}: program {} `{}` on mesh `{}`: {} block(s) x {} thread(s), smem {} bytes",
@@ -122,7 +122,7 @@ pub fn describe(plan: &LaunchPlan) -> String {
         for slot in &unit.smem {
             let name = plan
                 .operands
-                .get(slot.operand)
+                .get(slot.operand.index())
                 .map_or("?", |o| o.name.as_str());
             let _ = writeln!(
                 out,
@@ -133,7 +133,7 @@ pub fn describe(plan: &LaunchPlan) -> String {
     }
 
     let _ = writeln!(out, "operands:");
-    for (index, operand) in plan.operands.iter().enumerate() {
+    for (index, operand) in plan.enumerate_operands() {
         let binding = match operand.buffer {
             Some(b) => format!("buffer {b}"),
             None => "no buffer".to_string(),
@@ -148,7 +148,7 @@ pub fn describe(plan: &LaunchPlan) -> String {
     }
 
     let _ = writeln!(out, "buffers:");
-    for (index, buffer) in plan.buffers.iter().enumerate() {
+    for (index, buffer) in plan.enumerate_buffers() {
         let init = match &buffer.init {
             BufferInit::Input(name) => format!("from input `{name}`"),
             BufferInit::Zeroed => "zeroed".to_string(),

@@ -1114,7 +1114,7 @@ mod tests {
         let timeout = || {
             stopped(RunError::WaitTimeout {
                 site: mpmd_core::backend::Site {
-                    program: 0,
+                    program: mpmd_core::plan::ProgramId::new(0),
                     kernel: "k".into(),
                     block: 3,
                     thread: None,

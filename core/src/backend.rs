@@ -26,8 +26,8 @@ pub struct RunOptions {
 /// Where in a run something happened.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Site {
-    /// Program index in the map and its kernel name.
-    pub program: usize,
+    /// The program (its index in the map) and its kernel name.
+    pub program: crate::plan::ProgramId,
     pub kernel: Name,
     /// Linear block id within the program.
     pub block: u64,

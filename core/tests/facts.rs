@@ -2,7 +2,7 @@
 //! facts in every launch unit: operand accesses, uniformity, name types.
 
 use mpmd_core::ir::{BinaryOp, Expr, ScalarType};
-use mpmd_core::plan::lower;
+use mpmd_core::plan::{lower, OperandId};
 use mpmd_core::text::parse;
 use mpmd_core::validate::{validate, OperandAccess, ValidateOptions};
 
@@ -66,7 +66,7 @@ fn validation_reports_each_programs_operand_accesses_in_operand_order() {
     );
     assert_eq!(
         (produce.signals.clone(), produce.waits.clone()),
-        (vec![5], vec![])
+        (vec![OperandId::new(5)], vec![])
     );
     let consume = &map.programs[1];
     assert_eq!(
@@ -85,9 +85,10 @@ fn validation_reports_each_programs_operand_accesses_in_operand_order() {
     );
     assert_eq!(
         (consume.signals.clone(), consume.waits.clone()),
-        (vec![], vec![5])
+        (vec![], vec![OperandId::new(5)])
     );
-    assert!(consume.accesses[5].is_atomic() && consume.accesses[5].writes());
+    let ready = OperandId::new(5);
+    assert!(consume.access(ready).is_atomic() && consume.access(ready).writes());
     assert!(!produce.accesses[0].writes());
 }
 
@@ -132,7 +133,7 @@ fn the_plan_carries_the_facts_validation_returned() {
     let plan = lower(&module, "both").expect("lowers");
     let map = info.map("both").unwrap();
     for unit in &plan.units {
-        assert_eq!(unit.facts, map.programs[unit.program]);
+        assert_eq!(Some(&unit.facts), map.program(unit.program));
     }
     // The lowering's atomic flags come from the same facts.
     let atomic: Vec<(String, bool)> = plan

@@ -521,7 +521,7 @@ fn producer_consumer_through_gmem_scratch_and_a_semaphore() {
         assert!(report
             .late_waits
             .iter()
-            .all(|w| w.semaphore == "ready" && w.amount == 1 && w.site.program == 0));
+            .all(|w| w.semaphore == "ready" && w.amount == 1 && w.site.program.index() == 0));
     }
     // With the producer first, no wait has to be met later.
     let m = producer_consumer(true, false);
@@ -546,7 +546,7 @@ fn a_missing_wait_is_a_data_race() {
     assert_eq!((reference.as_str(), element), ("buf", 0));
     assert_eq!(
         (
-            first.program,
+            first.program.index(),
             first.kernel.as_str(),
             first.block,
             first.thread
@@ -555,7 +555,7 @@ fn a_missing_wait_is_a_data_race() {
     );
     assert_eq!(
         (
-            second.program,
+            second.program.index(),
             second.kernel.as_str(),
             second.block,
             second.thread
@@ -574,7 +574,7 @@ fn a_read_before_the_write_is_an_uninitialized_read() {
         e,
         RunError::UninitializedRead {
             site: mpmd_core::backend::Site {
-                program: 0,
+                program: mpmd_core::plan::ProgramId::new(0),
                 kernel: "consume".into(),
                 block: 0,
                 thread: Some(0)
@@ -815,7 +815,7 @@ fn out_of_bounds_is_reported_with_its_place_in_every_mode() {
             e,
             RunError::OutOfBounds {
                 site: mpmd_core::backend::Site {
-                    program: 0,
+                    program: mpmd_core::plan::ProgramId::new(0),
                     kernel: "oob".into(),
                     block: 0,
                     thread: Some(3)
@@ -979,7 +979,7 @@ fn backend_run_uses_the_plans_ir_and_checked_mode_detects() {
             let mesh = m.mesh(&p.mesh).unwrap().clone();
             let kernel = m.kernel(&p.kernel).unwrap().clone();
             LaunchUnit {
-                program: k,
+                program: mpmd_core::plan::ProgramId::new(k),
                 facts: ProgramFacts::of(&kernel, &mesh),
                 block_count: mesh.block_count(),
                 threads_per_block: mesh.threads.size,

@@ -222,7 +222,7 @@ fn semaphore_amounts_below_one_are_run_time_errors() {
                 } => {
                     assert_eq!(semaphore, "s");
                     assert_eq!(amount.to_string(), n);
-                    assert_eq!((site.program, site.block), (1, 0));
+                    assert_eq!((site.program.index(), site.block), (1, 0));
                 }
                 other => panic!("n = {n}: {other}"),
             }
@@ -268,7 +268,7 @@ fn the_time_limit_stops_a_runaway_loop_naming_its_block() {
                 limit_ms,
                 option,
             } => {
-                assert_eq!((site.program, site.block, *limit_ms), (0, 0, 200));
+                assert_eq!((site.program.index(), site.block, *limit_ms), (0, 0, 200));
                 assert_eq!(option, "InterpOptions::time_limit");
             }
             other => panic!("{other}"),

@@ -4,8 +4,8 @@
 use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
 use mpmd_core::plan::{
-    lower, AxisFormula, BufferInit, DependencyEdge, IdSource, LaunchPlan, LowerError, SmemSlot,
-    UnsignaledWait,
+    lower, AxisFormula, BufferId, BufferInit, DependencyEdge, IdSource, LaunchPlan, LowerError,
+    OperandId, SmemSlot, UnitId, UnsignaledWait,
 };
 
 /// The plan with kernel bodies emptied (they are copies of the module's
@@ -21,7 +21,7 @@ fn snapshot_view(plan: &LaunchPlan) -> LaunchPlan {
 fn assert_kernels_copied(module: &Module, plan: &LaunchPlan) {
     assert_eq!(&plan.map, module.map(&plan.map.name).unwrap());
     for unit in &plan.units {
-        let program = &plan.map.programs[unit.program];
+        let program = &plan.map.programs[unit.program.index()];
         assert_eq!(&unit.kernel, module.kernel(&program.kernel).unwrap());
         assert_eq!(&unit.mesh, module.mesh(&program.mesh).unwrap());
     }
@@ -43,13 +43,13 @@ fn module(meshes: Vec<Mesh>, kernels: Vec<Kernel>, maps: Vec<MpmdMap>) -> Module
 }
 
 fn unit_programs(plan: &LaunchPlan) -> Vec<usize> {
-    plan.units.iter().map(|u| u.program).collect()
+    plan.units.iter().map(|u| u.program.index()).collect()
 }
 
 fn edge(from: usize, to: usize, semaphore: &str) -> DependencyEdge {
     DependencyEdge {
-        from,
-        to,
+        from: UnitId::new(from),
+        to: UnitId::new(to),
         semaphore: semaphore.to_string(),
     }
 }
@@ -81,7 +81,11 @@ fn elementwise_plan() {
 #[test]
 fn elementwise_bindings_and_buffers() {
     let plan = lowered(&elementwise(), "scale");
-    let buffers: Vec<Option<usize>> = plan.operands.iter().map(|o| o.buffer).collect();
+    let buffers: Vec<Option<usize>> = plan
+        .operands
+        .iter()
+        .map(|o| o.buffer.map(BufferId::index))
+        .collect();
     assert_eq!(buffers, vec![Some(0), Some(1), None]);
     assert_eq!(plan.buffers[0].init, BufferInit::Input("x".into()));
     assert_eq!(plan.buffers[0].output, None);
@@ -94,8 +98,8 @@ fn elementwise_bindings_and_buffers() {
     assert!(!plan.needs_co_residency());
     // Kernel parameters reach their buffers by position.
     let unit = &plan.units[0];
-    assert_eq!(plan.param_buffer(unit, "x"), Some(0));
-    assert_eq!(plan.param_buffer(unit, "y"), Some(1));
+    assert_eq!(plan.param_buffer(unit, "x"), Some(BufferId::new(0)));
+    assert_eq!(plan.param_buffer(unit, "y"), Some(BufferId::new(1)));
     assert_eq!(plan.param_buffer(unit, "alpha"), None);
     assert_eq!(plan.param_buffer(unit, "i"), None);
 }
@@ -158,7 +162,7 @@ fn smem_slots_are_16_byte_aligned_per_owner() {
     let kc = KernelBuilder::new("kc", map.params()).body(|_| {});
     let plan = lowered(&module(vec![a, c], vec![ka, kc], vec![map]), "f");
     let slot = |operand, offset_bytes, size_bytes| SmemSlot {
-        operand,
+        operand: OperandId::new(operand),
         offset_bytes,
         size_bytes,
     };
@@ -183,7 +187,7 @@ fn unowned_smem_belongs_to_the_only_program() {
     assert_eq!(
         plan.units[0].smem,
         vec![SmemSlot {
-            operand: 1,
+            operand: OperandId::new(1),
             offset_bytes: 0,
             size_bytes: 16
         }]
@@ -261,10 +265,10 @@ fn pipeline_units_are_in_topological_order() {
     assert!(!plan.needs_co_residency());
     let mesh_names: Vec<&str> = plan.meshes.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(mesh_names, vec!["m3", "m1", "m2"]);
-    let sem_buffer = &plan.buffers[plan.operand("s12").unwrap().buffer.unwrap()];
+    let sem_buffer = plan.buffer(plan.operand("s12").unwrap().buffer.unwrap());
     assert!(sem_buffer.atomic);
     assert_eq!(sem_buffer.init, BufferInit::Zeroed);
-    let stage = &plan.buffers[plan.operand("stage").unwrap().buffer.unwrap()];
+    let stage = plan.buffer(plan.operand("stage").unwrap().buffer.unwrap());
     assert!(!stage.atomic);
     assert_eq!(stage.init, BufferInit::Uninitialized);
 }
@@ -423,12 +427,12 @@ fn intra_program_wait_is_reported() {
     assert_eq!(
         plan.graph.unsignaled_waits,
         vec![UnsignaledWait {
-            unit: 0,
+            unit: UnitId::new(0),
             semaphore: "unfed".into(),
             resident: false
         }]
     );
-    let turn = &plan.buffers[plan.operand("turn").unwrap().buffer.unwrap()];
+    let turn = plan.buffer(plan.operand("turn").unwrap().buffer.unwrap());
     assert_eq!((turn.instances, turn.len), (4, 4));
 }
 
@@ -529,11 +533,11 @@ fn hand_off_external_mesh_and_residents() {
     let mesh_names: Vec<&str> = send.meshes.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(mesh_names, vec!["producer", "ext"]);
     assert_eq!(send.residents, m.residents);
-    let hand = &send.buffers[send.operand("hand").unwrap().buffer.unwrap()];
+    let hand = send.buffer(send.operand("hand").unwrap().buffer.unwrap());
     assert_eq!(hand.init, BufferInit::Resident("hand".into()));
     assert_eq!((hand.instances, hand.len), (2, 32));
     assert!(!hand.atomic);
-    let credits = &send.buffers[send.operand("credits").unwrap().buffer.unwrap()];
+    let credits = send.buffer(send.operand("credits").unwrap().buffer.unwrap());
     assert_eq!(credits.init, BufferInit::Resident("credits".into()));
     assert!(credits.atomic);
     assert!(send.graph.unsignaled_waits.is_empty());
@@ -543,7 +547,7 @@ fn hand_off_external_mesh_and_residents() {
     assert_eq!(
         receive.graph.unsignaled_waits,
         vec![UnsignaledWait {
-            unit: 0,
+            unit: UnitId::new(0),
             semaphore: "credits".into(),
             resident: true
         }]
@@ -595,7 +599,11 @@ fn aliases_plan() {
 #[test]
 fn an_aliased_pair_is_one_buffer() {
     let plan = lowered(&aliases(), "accumulate");
-    let buffers: Vec<Option<usize>> = plan.operands.iter().map(|o| o.buffer).collect();
+    let buffers: Vec<Option<usize>> = plan
+        .operands
+        .iter()
+        .map(|o| o.buffer.map(BufferId::index))
+        .collect();
     assert_eq!(buffers, vec![Some(0), Some(1), Some(2), Some(0)]);
     assert_eq!(plan.buffers.len(), 3);
     let shared = &plan.buffers[0];
@@ -617,7 +625,7 @@ fn zeroed_output_is_zeroed() {
     let mut m = aliases();
     m.maps[0].aliases.clear();
     let plan = lowered(&m, "accumulate");
-    let acc_out = &plan.buffers[plan.operand("acc_out").unwrap().buffer.unwrap()];
+    let acc_out = plan.buffer(plan.operand("acc_out").unwrap().buffer.unwrap());
     assert_eq!(acc_out.init, BufferInit::Zeroed);
     assert_eq!(plan.buffers.len(), 4);
 }

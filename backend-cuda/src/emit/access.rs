@@ -9,15 +9,16 @@ use super::c::{self, Width};
 use super::expr::Code;
 use super::{EmitError, Emitter, Symbol, UnitContext};
 
-/// Whether an access reads or writes (what fast mode guards).
+/// Whether a memory access reads or writes (what fast mode guards).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Access {
+pub(super) enum AccessMode {
     Read,
     Write,
 }
 
-/// A resolved memory access.
-pub(super) struct Place {
+/// Where a memory access lands, as C text: base, offset and its check
+/// (not the arena's `BufferPlacement`, which places whole buffers).
+pub(super) struct CPlace {
     pub(super) base: String,
     /// `base[offset]` with the offset inline: what a fast-mode load reads.
     pub(super) element: String,
@@ -41,7 +42,7 @@ pub(super) struct Place {
     pub(super) depth: u32,
 }
 
-impl Place {
+impl CPlace {
     /// The element at the bound offset, `base[offset]` (after `compute`).
     pub(super) fn slot(&self) -> String {
         format!("{}[{}]", self.base, self.offset)
@@ -51,7 +52,7 @@ impl Place {
 impl Emitter<'_> {
     /// The statements of a write to `place` in a block of their own: the
     /// offset, then `lines` (which test `place.ok` themselves).
-    pub(super) fn guarded_block(&mut self, depth: usize, place: &Place, lines: &[String]) {
+    pub(super) fn guarded_block(&mut self, depth: usize, place: &CPlace, lines: &[String]) {
         self.line(depth, "{");
         self.line(depth + 1, &place.compute);
         for line in lines {
@@ -64,8 +65,8 @@ impl Emitter<'_> {
         &mut self,
         cx: &UnitContext,
         access: &RefAccess,
-        kind: Access,
-    ) -> Result<Place, EmitError> {
+        kind: AccessMode,
+    ) -> Result<CPlace, EmitError> {
         let symbol = cx.symbol(&access.base)?.clone();
         let (base, elem, shape, owner_block_shape, in_memory_bool) = match &symbol {
             Symbol::Buffer {
@@ -147,8 +148,8 @@ impl Emitter<'_> {
         // Loads compute their offset inline (`element`, `checked_call`);
         // writes bind it to a temporary first.
         let offset = match kind {
-            Access::Write => self.temp('o'),
-            Access::Read => String::new(),
+            AccessMode::Write => self.temp('o'),
+            AccessMode::Read => String::new(),
         };
         match self.mode {
             Mode::Fast => {
@@ -183,7 +184,7 @@ impl Emitter<'_> {
                 // page-locked host buffer are in the kernel's address space.
                 // Loads (`element`) read in place.
                 let limit = width.constant(total_len.max(1));
-                Ok(Place {
+                Ok(CPlace {
                     element: format!("{base}[{flat_offset}]"),
                     compute: format!("const {} {offset} = {flat_offset};", width.c_type()),
                     ok: format!("{offset} < {limit}"),
@@ -214,7 +215,7 @@ impl Emitter<'_> {
                 };
                 let call = format!(
                     "mpmd_checked_offset(mpmd_ctl, {}, mpmd_block, {}, {}, {}, {}, {}, {own_instance}, {})",
-                    c::unsigned(cx.unit.program as u64),
+                    c::unsigned(cx.unit.program.index() as u64),
                     c::unsigned(ref_id),
                     idx_init(&coord_values),
                     idx_init(&coord_sizes),
@@ -222,7 +223,7 @@ impl Emitter<'_> {
                     idx_init(&dims),
                     Width::U64.constant(instance_len),
                 );
-                Ok(Place {
+                Ok(CPlace {
                     element: format!("{base}[{offset}]"),
                     compute: format!("const u64 {offset} = {call};"),
                     ok: format!("{offset} != MPMD_BAD_OFFSET"),
@@ -241,7 +242,7 @@ impl Emitter<'_> {
 
     /// A load of `access`: its value as the ref's element type.
     pub(super) fn load(&mut self, cx: &UnitContext, access: &RefAccess) -> Result<Code, EmitError> {
-        let place = self.place(cx, access, Access::Read)?;
+        let place = self.place(cx, access, AccessMode::Read)?;
         // Checked: the offset comes from an inline call, so that the check
         // stays lazy inside `&&` and `||`.
         let raw = match &place.checked_call {
@@ -260,7 +261,7 @@ impl Emitter<'_> {
     pub(super) fn stored_value(
         &mut self,
         cx: &UnitContext,
-        place: &Place,
+        place: &CPlace,
         value: &Expr,
     ) -> Result<String, EmitError> {
         let v = self.expr(cx, value)?.text;

@@ -41,7 +41,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use mpmd_core::ir::{MemorySpace, RefType, ScalarType, Type};
-use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
+use mpmd_core::plan::{BufferId, IdSource, LaunchPlan, LaunchUnit, OperandId, ProgramId};
 use mpmd_core::Mode;
 use thiserror::Error;
 
@@ -71,15 +71,15 @@ pub enum EmitError {
     /// validation would refuse, or a form lowering should have expanded).
     #[error("program {program} (`{kernel}`): {detail}")]
     Unsupported {
-        program: usize,
+        program: ProgramId,
         kernel: String,
         detail: String,
     },
 }
 
-/// What the host needs to know about one ref named in an error record.
+/// A ref an error record can name (by id): what the host prints of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RefInfo {
+pub(crate) struct RecordedRef {
     /// The name as the kernel wrote it.
     pub name: String,
     pub shape: Vec<u32>,
@@ -90,11 +90,11 @@ pub(crate) struct RefInfo {
 /// One kernel parameter, in order: what a launch passes in that place.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KernelParam {
-    /// A device buffer: index into `LaunchPlan::buffers`.
-    Buffer(usize),
-    /// A scalar operand (`u32` bits for `bool` and the 16-bit floats):
-    /// index into `LaunchPlan::operands`.
-    Scalar(usize),
+    /// A device buffer (`LaunchPlan::buffers`).
+    Buffer(BufferId),
+    /// A scalar operand (`LaunchPlan::operands`; `u32` bits for `bool` and
+    /// the 16-bit floats).
+    Scalar(OperandId),
     /// The per-call control block ([`crate::CONTROL_WORDS`] `u32`s, zeroed).
     Control,
     /// The wait time limit in nanoseconds (`u64`).
@@ -104,8 +104,8 @@ pub enum KernelParam {
 /// The tickets (logical blocks) of one program.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TicketRange {
-    /// Index into `MpmdMap::programs`.
-    pub program: usize,
+    /// The program (`MpmdMap::programs`).
+    pub program: ProgramId,
     /// The kernel the program runs.
     pub kernel: String,
     /// Its first logical block.
@@ -132,7 +132,7 @@ pub struct EmittedModule {
     /// The kernel's parameters, in order.
     pub params: Vec<KernelParam>,
     /// Refs that an error record can name, by id.
-    pub(crate) refs: Vec<RefInfo>,
+    pub(crate) refs: Vec<RecordedRef>,
     /// The logical blocks of each program, in plan order.
     pub tickets: Vec<TicketRange>,
 }
@@ -205,15 +205,15 @@ struct Emitter<'a> {
     plan: &'a LaunchPlan,
     mode: Mode,
     out: String,
-    refs: Vec<RefInfo>,
-    ref_ids: HashMap<(usize, String), u32>,
+    refs: Vec<RecordedRef>,
+    ref_ids: HashMap<(ProgramId, String), u32>,
     /// Counter of the generated temporaries (`mpmd_<letter><n>`).
     next_temp: u32,
     /// Indentation depth of the statement being emitted, where the
     /// temporaries of its expressions go.
     depth: usize,
     /// Buffers of semaphores some program reads.
-    read_semaphores: BTreeSet<usize>,
+    read_semaphores: BTreeSet<BufferId>,
     /// How the unit being emitted synchronises its block and stops.
     unit_sync: UnitSync,
 }
@@ -296,7 +296,7 @@ fn emit_on_this_thread(
     // Parameters: buffers, scalars, control block, wait limit.
     let mut params = Vec::new();
     let mut param_decls = Vec::new();
-    for (index, buffer) in plan.buffers.iter().enumerate() {
+    for (index, buffer) in plan.enumerate_buffers() {
         let elem = c::buffer_element_type(&buffer.ty);
         let name = names::buffer_name(plan, index);
         // Buffers no program writes are read-only for the whole call, so they
@@ -312,7 +312,7 @@ fn emit_on_this_thread(
         param_decls.push(decl);
         params.push(KernelParam::Buffer(index));
     }
-    for (index, operand) in plan.operands.iter().enumerate() {
+    for (index, operand) in plan.enumerate_operands() {
         if let Type::Scalar(t) = operand.ty {
             param_decls.push(format!(
                 "const {} {}",
@@ -467,7 +467,7 @@ impl Emitter<'_> {
                     let slot = unit
                         .smem
                         .iter()
-                        .find(|s| s.operand == position)
+                        .find(|s| s.operand.index() == position)
                         .map(|s| s.offset_bytes);
                     match slot {
                         Some(offset) => {
@@ -532,7 +532,7 @@ impl Emitter<'_> {
         self.emit_body(&mut cx, &unit.kernel.body, 2)
     }
 
-    /// The id of ref `base` of this unit in error records ([`RefInfo`]),
+    /// The id of ref `base` of this unit in error records ([`RecordedRef`]),
     /// given on first use.
     fn ref_id(&mut self, cx: &UnitContext, base: &str) -> Result<u32, EmitError> {
         let key = (cx.unit.program, base.to_string());
@@ -544,17 +544,17 @@ impl Emitter<'_> {
                 ty,
                 owner_block_shape,
                 ..
-            } => RefInfo {
+            } => RecordedRef {
                 name: base.to_string(),
                 shape: ty.shape.clone(),
                 owner_block_shape: owner_block_shape.clone(),
             },
-            Symbol::Smem { ty, .. } => RefInfo {
+            Symbol::Smem { ty, .. } => RecordedRef {
                 name: base.to_string(),
                 shape: ty.shape.clone(),
                 owner_block_shape: Vec::new(),
             },
-            Symbol::Local { shape, .. } => RefInfo {
+            Symbol::Local { shape, .. } => RecordedRef {
                 name: base.to_string(),
                 shape: shape.clone(),
                 owner_block_shape: Vec::new(),

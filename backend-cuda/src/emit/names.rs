@@ -10,7 +10,7 @@
 //!   kernel's skeleton); per-site temporaries are exactly
 //!   `mpmd_<letter><digits>`, a form no prelude or skeleton name has.
 
-use mpmd_core::plan::LaunchPlan;
+use mpmd_core::plan::{BufferId, LaunchPlan};
 
 /// The kind letters of user names ([`user_name`]).
 pub(super) const USER_KINDS: &str = "vpslam";
@@ -40,8 +40,9 @@ pub(super) fn scalar_name(operand: &str) -> String {
 }
 
 /// The kernel parameter of plan buffer `index`.
-pub(super) fn buffer_name(plan: &LaunchPlan, index: usize) -> String {
-    let first = plan.buffers[index]
+pub(super) fn buffer_name(plan: &LaunchPlan, index: BufferId) -> String {
+    let first = plan
+        .buffer(index)
         .operands
         .first()
         .map(String::as_str)

@@ -8,7 +8,7 @@ use mpmd_core::ir::visit::for_each_expr;
 use mpmd_core::ir::{mma, AtomicOp, Binding, Expr, Literal, RefAccess, ScalarType, Stmt, WarpOp};
 use mpmd_core::Mode;
 
-use super::access::Access;
+use super::access::AccessMode;
 use super::c::{self, c_type, Home};
 use super::names::user_name;
 use super::{EmitError, Emitter, Symbol, UnitContext};
@@ -77,7 +77,7 @@ impl Emitter<'_> {
                 );
             }
             Stmt::Store { target, value } => {
-                let place = self.place(cx, target, Access::Write)?;
+                let place = self.place(cx, target, AccessMode::Write)?;
                 let v = self.stored_value(cx, &place, value)?;
                 // The value is bound before the bounds test: computed under
                 // it, long sums kept many values live across the branch and
@@ -146,7 +146,7 @@ impl Emitter<'_> {
                         depth + 3,
                         &format!(
                             "mpmd_loop_limit(mpmd_ctl, {}, mpmd_block, {}, {max_name});",
-                            c::unsigned(cx.unit.program as u64),
+                            c::unsigned(cx.unit.program.index() as u64),
                             c::unsigned(ordinal)
                         ),
                     );
@@ -294,7 +294,7 @@ impl Emitter<'_> {
         args: &[Expr],
         depth: usize,
     ) -> Result<(), EmitError> {
-        let place = self.place(cx, target, Access::Write)?;
+        let place = self.place(cx, target, AccessMode::Write)?;
         if !op.applies_to(place.elem) {
             return Err(cx.unsupported(format!(
                 "{} on `{}` of type {}: atomics need i32 or u32 (f32: load, store, add, min, max, exchange)",
@@ -451,7 +451,7 @@ impl Emitter<'_> {
             match stmt {
                 Stmt::Store { target, value } => {
                     self.depth = depth + 2;
-                    let place = self.place(cx, target, Access::Write)?;
+                    let place = self.place(cx, target, AccessMode::Write)?;
                     let v = self.stored_value(cx, &place, value)?;
                     let (elem, pointers, values) = &declared[j];
                     self.line(depth + 2, &place.compute);

@@ -6,7 +6,7 @@
 use mpmd_core::ir::{Expr, RefAccess, ScalarType, SemOp};
 use mpmd_core::plan::LaunchPlan;
 
-use super::access::{idx_init, Access, Place};
+use super::access::{idx_init, AccessMode, CPlace};
 use super::c::{self, c_type, Home};
 use super::names::user_name;
 use super::{uses, EmitError, Emitter, Symbol, UnitContext};
@@ -143,14 +143,14 @@ impl Emitter<'_> {
         amount: &Expr,
         depth: usize,
     ) -> Result<(), EmitError> {
-        let place = self.place(cx, sem, Access::Write)?;
+        let place = self.place(cx, sem, AccessMode::Write)?;
         let n = self.expr(cx, amount)?.text;
         let (ref_id, coords, index) = self.site_values(cx, sem)?;
         let pointer = format!("&{}", place.slot());
         // What an amount below 1 reports (DESIGN.md: amounts are at least 1).
         let site = format!(
             "mpmd_ctl, {}, mpmd_block, {}, {coords}, {index}",
-            c::unsigned(cx.unit.program as u64),
+            c::unsigned(cx.unit.program.index() as u64),
             c::unsigned(ref_id)
         );
         match op {
@@ -188,7 +188,7 @@ impl Emitter<'_> {
         sem: &RefAccess,
         depth: usize,
     ) -> Result<(), EmitError> {
-        let place = self.place(cx, sem, Access::Write)?;
+        let place = self.place(cx, sem, AccessMode::Write)?;
         let c_name = user_name('v', dest);
         // The first barrier keeps the slot from being overwritten before
         // every thread has read an earlier value.
@@ -219,7 +219,7 @@ impl Emitter<'_> {
 
     /// `line` on thread 0 alone, which acts for the block on a semaphore
     /// (after the offset of `place`).
-    fn on_thread_zero(&mut self, depth: usize, place: &Place, line: &str) {
+    fn on_thread_zero(&mut self, depth: usize, place: &CPlace, line: &str) {
         self.line(depth, "if (threadIdx.x == 0u) {");
         self.line(depth + 1, &place.compute);
         self.line(depth + 1, line);

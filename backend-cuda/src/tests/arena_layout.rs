@@ -4,10 +4,10 @@
 
 use mpmd_core::ir::ScalarType::*;
 use mpmd_core::ir::*;
-use mpmd_core::plan::LaunchPlan;
+use mpmd_core::plan::{BufferId, LaunchPlan};
 
 use super::programs::*;
-use crate::arena::{buffer_words, ArenaLayout, Place, MAPPED_OUTPUT_MAX_WORDS};
+use crate::arena::{buffer_words, ArenaLayout, BufferPlacement, MAPPED_OUTPUT_MAX_WORDS};
 use crate::backend::input_words;
 use crate::control;
 use crate::emit::loaded_buffers;
@@ -16,10 +16,10 @@ fn layout(plan: &LaunchPlan) -> ArenaLayout {
     ArenaLayout::new(plan, &loaded_buffers(plan), true)
 }
 
-fn buffer(plan: &LaunchPlan, operand: &str) -> usize {
-    plan.buffers
-        .iter()
-        .position(|b| b.operands.iter().any(|o| o == operand))
+fn buffer(plan: &LaunchPlan, operand: &str) -> BufferId {
+    plan.enumerate_buffers()
+        .find(|(_, b)| b.operands.iter().any(|o| o == operand))
+        .map(|(id, _)| id)
         .unwrap_or_else(|| panic!("no buffer for `{operand}`"))
 }
 
@@ -30,10 +30,10 @@ fn assert_disjoint_and_aligned(plan: &LaunchPlan, layout: &ArenaLayout) {
     let status_word = 0..1;
     let mut device = Vec::from([layout.control_words()]);
     let mut mapped = Vec::from([status_word]);
-    for index in 0..plan.buffers.len() {
+    for index in plan.buffer_ids() {
         match layout.place(index) {
-            Some(Place::Device(r)) => device.push(r.clone()),
-            Some(Place::Mapped(r)) => mapped.push(r.clone()),
+            Some(BufferPlacement::Device(r)) => device.push(r.clone()),
+            Some(BufferPlacement::Mapped(r)) => mapped.push(r.clone()),
             None => {}
         }
     }
@@ -55,11 +55,11 @@ fn a_store_only_output_is_mapped_and_nothing_is_copied_back() {
     let layout = layout(&plan);
     assert_eq!(
         layout.place(buffer(&plan, "y")),
-        Some(&Place::Mapped(64..576))
+        Some(&BufferPlacement::Mapped(64..576))
     );
     assert_eq!(
         layout.place(buffer(&plan, "x")),
-        Some(&Place::Device(64..576))
+        Some(&BufferPlacement::Device(64..576))
     );
     assert_eq!(layout.readback, 0);
     assert_eq!(layout.control_words(), 0..control::WORDS);
@@ -75,7 +75,7 @@ fn without_host_mapping_every_output_is_copied_back() {
     let layout = ArenaLayout::new(&plan, &loaded_buffers(&plan), false);
     assert_eq!(
         layout.place(buffer(&plan, "y")),
-        Some(&Place::Device(0..512))
+        Some(&BufferPlacement::Device(0..512))
     );
     assert_eq!(layout.readback, 512);
     assert_eq!(layout.control_words(), 512..512 + control::WORDS);
@@ -113,24 +113,24 @@ fn outputs_that_are_loaded_atomic_or_too_large_stay_on_the_device() {
     // `stored` (200 words) fits; `large` would pass the limit after it.
     assert_eq!(
         layout.place(buffer(&plan, "stored")),
-        Some(&Place::Mapped(64..264))
+        Some(&BufferPlacement::Mapped(64..264))
     );
     assert!(matches!(
         layout.place(buffer(&plan, "reread")),
-        Some(Place::Device(_))
+        Some(BufferPlacement::Device(_))
     ));
     assert!(matches!(
         layout.place(buffer(&plan, "counted")),
-        Some(Place::Device(_))
+        Some(BufferPlacement::Device(_))
     ));
     assert!(matches!(
         layout.place(buffer(&plan, "large")),
-        Some(Place::Device(_))
+        Some(BufferPlacement::Device(_))
     ));
     // Stored only, but its words arrive as an input: uploaded to the device.
     assert!(matches!(
         layout.place(buffer(&plan, "updated")),
-        Some(Place::Device(_))
+        Some(BufferPlacement::Device(_))
     ));
     // The arena's outputs come first and are what is copied back.
     assert_eq!(layout.readback, layout.control);
@@ -143,11 +143,14 @@ fn outputs_that_are_loaded_atomic_or_too_large_stay_on_the_device() {
 fn inputs_and_device_residents_are_not_mapped() {
     let plan = plan_of(&pipeline());
     let layout = layout(&plan);
-    for (index, buffer) in plan.buffers.iter().enumerate() {
+    for (index, buffer) in plan.enumerate_buffers() {
         match &buffer.init {
             mpmd_core::plan::BufferInit::Resident(_) => assert_eq!(layout.place(index), None),
             mpmd_core::plan::BufferInit::Input(_) => {
-                assert!(matches!(layout.place(index), Some(Place::Device(_))))
+                assert!(matches!(
+                    layout.place(index),
+                    Some(BufferPlacement::Device(_))
+                ))
             }
             _ => assert!(layout.place(index).is_some()),
         }
@@ -213,14 +216,14 @@ map k {
         let layout = ArenaLayout::new(&plan, &loaded_buffers(&plan), map_outputs);
         assert_disjoint_and_aligned(&plan, &layout);
         let words = |name: &str| match layout.place(buffer(&plan, name)) {
-            Some(Place::Device(r) | Place::Mapped(r)) => r.len(),
+            Some(BufferPlacement::Device(r) | BufferPlacement::Mapped(r)) => r.len(),
             None => 0,
         };
         // 5, 3 x 3, 7, 1 and 9 elements of 2 bytes.
         let want = [("x", 3), ("w", 5), ("y", 4), ("z", 1), ("s", 5)];
         for (name, n) in want {
             assert_eq!(words(name), n, "{name} (mapped outputs: {map_outputs})");
-            let b = &plan.buffers[buffer(&plan, name)];
+            let b = plan.buffer(buffer(&plan, name));
             assert_eq!(buffer_words(b), n, "{name}");
         }
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use mpmd_core::ir::{MemorySpace, Name, ScalarType, Type};
-use mpmd_core::plan::LaunchPlan;
+use mpmd_core::plan::{BufferId, LaunchPlan, UnitId};
 use mpmd_core::validate::OperandAccess;
 
 use super::generate::ModuleState;
@@ -74,7 +74,7 @@ pub struct StorageBinding {
     pub global: String,
     pub word: WordType,
     /// Plan buffers stored in it, with their word offsets.
-    pub members: Vec<(usize, u64)>,
+    pub members: Vec<(BufferId, u64)>,
     /// Total words.
     pub words: u64,
 }
@@ -83,10 +83,18 @@ pub struct StorageBinding {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BindingLayout {
     pub bindings: Vec<StorageBinding>,
-    /// Per plan buffer: index into `bindings` and word offset.
+    /// Per plan buffer: index into `bindings` (this layout's own index
+    /// space, not a plan buffer) and word offset; see [`BindingLayout::place`].
     pub places: Vec<(usize, u64)>,
     /// Whether buffers were packed into shared arenas.
     pub packed: bool,
+}
+
+impl BindingLayout {
+    /// Where plan buffer `buffer` lives: index into `bindings` and word offset.
+    pub fn place(&self, buffer: BufferId) -> (usize, u64) {
+        self.places[buffer.index()]
+    }
 }
 
 pub(super) fn sanitize(name: &str) -> String {
@@ -130,8 +138,8 @@ fn atomic_buffers(plan: &LaunchPlan) -> Vec<bool> {
     for unit in &plan.units {
         for (access, operand) in unit.facts.accesses.iter().zip(&plan.operands) {
             if let Some(buffer) = operand.buffer {
-                if needs_atomic_words(*access, plan.buffers[buffer].ty.elem) {
-                    atomic[buffer] = true;
+                if needs_atomic_words(*access, plan.buffer(buffer).ty.elem) {
+                    atomic[buffer.index()] = true;
                 }
             }
         }
@@ -156,13 +164,11 @@ pub fn binding_layout(
     let available = max_storage_buffers.saturating_sub(2);
     if plan.buffers.len() as u64 <= available as u64 {
         let bindings = plan
-            .buffers
-            .iter()
-            .enumerate()
+            .enumerate_buffers()
             .map(|(i, b)| StorageBinding {
-                binding: 2 + i as u32,
+                binding: 2 + i.index() as u32,
                 global: buffer_global(i, &b.operands),
-                word: words[i],
+                word: words[i.index()],
                 members: vec![(i, 0)],
                 words: words_for(b.ty.elem, b.len),
             })
@@ -177,8 +183,8 @@ pub fn binding_layout(
     // Packed: plain words share one u32 arena, atomics one arena per type.
     let mut arenas: BTreeMap<u8, StorageBinding> = BTreeMap::new();
     let mut places = vec![(0usize, 0u64); plan.buffers.len()];
-    for (i, b) in plan.buffers.iter().enumerate() {
-        let (key, word, global) = match words[i] {
+    for (i, b) in plan.enumerate_buffers() {
+        let (key, word, global) = match words[i.index()] {
             WordType::AtomicI32 => (1u8, WordType::AtomicI32, "g_arena_atomic_i32"),
             WordType::AtomicU32 => (2u8, WordType::AtomicU32, "g_arena_atomic_u32"),
             _ => (0u8, WordType::U32, "g_arena"),
@@ -191,7 +197,7 @@ pub fn binding_layout(
             words: 0,
         });
         arena.members.push((i, arena.words));
-        places[i] = (key as usize, arena.words);
+        places[i.index()] = (key as usize, arena.words);
         arena.words += words_for(b.ty.elem, b.len);
     }
     let needed = 2 + arenas.len() as u32;
@@ -223,12 +229,12 @@ pub fn binding_layout(
 /// operand name is a hint for readers; aliases are listed in a comment), so
 /// operands `x_y` and an alias `x -> y` cannot meet (see ARCHITECTURE.md,
 /// "WGSL names").
-fn buffer_global(index: usize, operands: &[Name]) -> String {
+fn buffer_global(index: BufferId, operands: &[Name]) -> String {
     let hint = operands.first().map(|n| sanitize(n)).unwrap_or_default();
     format!("g{index}_{hint}")
 }
 
-pub(super) fn smem_global(unit: usize, name: &str) -> String {
+pub(super) fn smem_global(unit: UnitId, name: &str) -> String {
     format!("s{unit}_{}", sanitize(name))
 }
 
@@ -255,7 +261,7 @@ impl ModuleState<'_> {
                 .members
                 .iter()
                 .map(|&(i, off)| {
-                    let buf = &self.plan.buffers[i];
+                    let buf = self.plan.buffer(i);
                     let owner = buf
                         .ty
                         .owner
@@ -316,9 +322,9 @@ impl ModuleState<'_> {
             out.push_str("// An invocation beyond its program's threads in a fused workgroup.\n");
             out.push_str("var<private> mpmd_idle: bool;\n");
         }
-        for (idx, unit) in self.plan.units.iter().enumerate() {
+        for (idx, unit) in self.plan.enumerate_units() {
             for slot in &unit.smem {
-                let op = &self.plan.operands[slot.operand];
+                let op = self.plan.operand_at(slot.operand);
                 if let Type::Ref(r) = &op.ty {
                     let atomic = self.smem_atomic.contains(&(idx, op.name.clone()));
                     let word = WordType::for_elem(r.elem, atomic);

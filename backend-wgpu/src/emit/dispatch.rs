@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use mpmd_core::ir::visit::any_stmt;
 use mpmd_core::ir::{Expr, Literal, Name, SemOp, Stmt};
-use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
+use mpmd_core::plan::{BufferId, IdSource, LaunchPlan, LaunchUnit, ProgramId, UnitId};
 
 use super::bindings::sanitize;
 use super::generate::{module_header, ModuleState};
@@ -41,7 +41,7 @@ pub(super) fn generate_fused(
             .map(|u| format!("`{}` {}", u.kernel.name, u.block_count))
             .collect();
         return Err(EmitError::TooManyBlocks {
-            program: plan.units.first().map_or(0, |u| u.program),
+            program: plan.units.first().map_or(ProgramId::new(0), |u| u.program),
             kernel: format!("all programs together ({})", units.join(", ")),
             blocks: total,
             max: max_blocks,
@@ -53,10 +53,15 @@ pub(super) fn generate_fused(
     let mut entry_points = Vec::new();
     let mut dispatch_lines = Vec::new();
     let mut base = 0u64;
-    for (index, unit) in plan.units.iter().enumerate() {
+    for (index, unit) in plan.enumerate_units() {
         let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
-        let mut emitter =
-            UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?;
+        let mut emitter = UnitEmitter::new(
+            &mut state,
+            index,
+            unit,
+            name.clone(),
+            &hoistings[index.index()],
+        )?;
         emitter.idle_guard = unit.threads_per_block < size;
         functions.push(emitter.emit_entry_with(BlockSource::Fused(base))?);
         let end = base + unit.block_count;
@@ -226,13 +231,13 @@ fn block_reaches_wait(unit: &LaunchUnit, block: u64) -> bool {
 pub(super) fn moved_ops(
     state: &mut ModuleState<'_>,
     hoistings: &[Hoisting],
-    index: usize,
+    index: UnitId,
     signals: bool,
     functions: &mut Vec<String>,
 ) -> Result<Option<MovedOps>, EmitError> {
     let plan = state.plan;
-    let h = &hoistings[index];
-    let unit = &plan.units[index];
+    let h = &hoistings[index.index()];
+    let unit = plan.unit(index);
     let any = unit.kernel.body.iter().zip(&h.moved).any(|(stmt, &m)| {
         m && matches!(stmt, Stmt::Sem { op, .. } if (*op == SemOp::Signal) == signals)
     });
@@ -252,7 +257,7 @@ pub(super) fn moved_ops(
 }
 
 /// The function that runs unit `index`'s moved signals (or waits) for one block.
-pub(super) fn moved_function(index: usize, signals: bool) -> String {
+pub(super) fn moved_function(index: UnitId, signals: bool) -> String {
     format!(
         "mpmd_unit{index}_{}",
         if signals { "signals" } else { "waits" }
@@ -287,10 +292,10 @@ pub(super) enum BlockSource {
 pub(super) struct MovedOps {
     /// `fn <function>(block_id: u32)` runs them for one block.
     pub(super) function: String,
-    pub(super) unit: usize,
+    pub(super) unit: UnitId,
     pub(super) blocks: u64,
     /// The plan buffers they touch.
-    pub(super) buffers: BTreeSet<usize>,
+    pub(super) buffers: BTreeSet<BufferId>,
     pub(super) signals: bool,
 }
 
@@ -306,7 +311,7 @@ pub(super) fn semaphore_entry(
     let what: Vec<String> = group
         .iter()
         .map(|m| {
-            let unit = &plan.units[m.unit];
+            let unit = plan.unit(m.unit);
             format!(
                 "the {} of unit {} (program {} `{}`)",
                 if m.signals { "signals" } else { "waits" },

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use mpmd_core::ir::{Literal, Name, ScalarType, Type};
-use mpmd_core::plan::{LaunchPlan, LaunchUnit};
+use mpmd_core::plan::{LaunchPlan, LaunchUnit, UnitId};
 use mpmd_core::Mode;
 
 use super::bindings::{binding_layout, sanitize, BindingLayout};
@@ -35,7 +35,7 @@ pub(super) struct ModuleState<'p> {
     /// Accesses that error records name, by site id.
     pub(super) sites: Vec<AccessSite>,
     /// `(unit, operand)` of the smem arrays stored as atomic words.
-    pub(super) smem_atomic: BTreeSet<(usize, Name)>,
+    pub(super) smem_atomic: BTreeSet<(UnitId, Name)>,
 }
 
 impl<'p> ModuleState<'p> {
@@ -126,8 +126,9 @@ pub(super) fn generate(
     // Block-split units: one dispatch per block, counted against one limit;
     // each takes its block from the call's ticket counter, less the tickets
     // of the split units before it.
-    let split: Vec<bool> = (0..plan.units.len())
-        .map(|u| is_split_unit(plan, options, u))
+    let split: Vec<bool> = plan
+        .enumerate_units()
+        .map(|(u, _)| is_split_unit(plan, options, u))
         .collect();
     // A split unit's first wave: its leading blocks that wait on nothing run
     // together in one dispatch (when there are at least two of them).
@@ -172,11 +173,12 @@ pub(super) fn generate(
     let mut entries = Vec::new();
     let mut entry_points = Vec::new();
     let mut dispatch = Vec::new();
-    for (index, unit) in plan.units.iter().enumerate() {
+    for (index, unit) in plan.enumerate_units() {
         let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
-        if split[index] {
+        let hoisting = &hoistings[index.index()];
+        if split[index.index()] {
             dispatch.push([1, 1, 1]);
-            let text = UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?
+            let text = UnitEmitter::new(&mut state, index, unit, name.clone(), hoisting)?
                 .emit_split_entry(ticket_base)?;
             ticket_base += unit.block_count;
             entries.push(text);
@@ -195,8 +197,8 @@ pub(super) fn generate(
         }
         let (x, y) = workgroup_grid(unit.block_count, per_dim);
         dispatch.push([x, y, 1]);
-        let text = UnitEmitter::new(&mut state, index, unit, name.clone(), &hoistings[index])?
-            .emit_entry(y > 1)?;
+        let text =
+            UnitEmitter::new(&mut state, index, unit, name.clone(), hoisting)?.emit_entry(y > 1)?;
         entries.push(text);
         entry_points.push(name);
     }
@@ -210,11 +212,23 @@ pub(super) fn generate(
     let mut sem_entries = Vec::new();
     for gap in 0..=plan.units.len() {
         let signals = match gap.checked_sub(1) {
-            Some(before) => moved_ops(&mut state, &hoistings, before, true, &mut moved_fns)?,
+            Some(before) => moved_ops(
+                &mut state,
+                &hoistings,
+                UnitId::new(before),
+                true,
+                &mut moved_fns,
+            )?,
             None => None,
         };
         let waits = match gap < plan.units.len() {
-            true => moved_ops(&mut state, &hoistings, gap, false, &mut moved_fns)?,
+            true => moved_ops(
+                &mut state,
+                &hoistings,
+                UnitId::new(gap),
+                false,
+                &mut moved_fns,
+            )?,
             false => None,
         };
         let groups = match (signals, waits) {
@@ -247,14 +261,14 @@ pub(super) fn generate(
                 schedule.push(Dispatch {
                     entry_point: entry_points[gap].clone(),
                     workgroups: [waves[gap] as u32, 1, 1],
-                    unit: Some(gap),
+                    unit: Some(UnitId::new(gap)),
                     repeat: 1,
                 });
                 if blocks > waves[gap] {
                     schedule.push(Dispatch {
                         entry_point: entry_points[gap].clone(),
                         workgroups: dispatch[gap],
-                        unit: Some(gap),
+                        unit: Some(UnitId::new(gap)),
                         repeat: (blocks - waves[gap]) as u32,
                     });
                 }
@@ -262,7 +276,7 @@ pub(super) fn generate(
                 schedule.push(Dispatch {
                     entry_point: entry_points[gap].clone(),
                     workgroups: dispatch[gap],
-                    unit: Some(gap),
+                    unit: Some(UnitId::new(gap)),
                     repeat: if split[gap] { blocks as u32 } else { 1 },
                 });
             }

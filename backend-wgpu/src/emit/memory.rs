@@ -36,9 +36,9 @@ impl Storage {
     }
 }
 
-/// A ref's type and where it is stored.
+/// What an IR ref name stands for in a unit's WGSL: its type and storage.
 #[derive(Clone, Debug)]
-pub(super) struct RefInfo {
+pub(super) struct WgslRef {
     pub(super) ty: RefType,
     pub(super) storage: Storage,
 }
@@ -211,7 +211,7 @@ impl UnitEmitter<'_, '_> {
         Ok(())
     }
 
-    pub(super) fn ref_info(&self, name: &str) -> Result<RefInfo, EmitError> {
+    pub(super) fn ref_info(&self, name: &str) -> Result<WgslRef, EmitError> {
         match self.lookup(name) {
             Some(Named::Ref(info)) => Ok(info.clone()),
             Some(Named::Scalar { .. }) => Err(self.invalid(format!("`{name}` is not a ref"))),
@@ -220,7 +220,7 @@ impl UnitEmitter<'_, '_> {
     }
 
     /// `array[index]` text for an access, with the ref's info.
-    pub(super) fn place(&mut self, access: &RefAccess) -> Result<(String, RefInfo), EmitError> {
+    pub(super) fn place(&mut self, access: &RefAccess) -> Result<(String, WgslRef), EmitError> {
         let (place, info, _) = self.place_with_depth(access)?;
         Ok((place, info))
     }
@@ -229,7 +229,7 @@ impl UnitEmitter<'_, '_> {
     pub(super) fn place_with_depth(
         &mut self,
         access: &RefAccess,
-    ) -> Result<(String, RefInfo, u32), EmitError> {
+    ) -> Result<(String, WgslRef, u32), EmitError> {
         let info = self.ref_info(&access.base)?;
         let (index, _, depth) = self.index_of(access, &info)?;
         Ok((format!("{}[{index}]", info.storage.array()), info, depth))
@@ -238,7 +238,7 @@ impl UnitEmitter<'_, '_> {
     /// A 16-bit element of `access`: its array, and a `let` (emitted here)
     /// holding its element index; the element is half `index & 1` of word
     /// `index >> 1`.
-    fn half_element(&mut self, access: &RefAccess) -> Result<(String, String, RefInfo), EmitError> {
+    fn half_element(&mut self, access: &RefAccess) -> Result<(String, String, WgslRef), EmitError> {
         let info = self.ref_info(&access.base)?;
         let (index, _, _) = self.index_of(access, &info)?;
         let array = info.storage.array().to_string();
@@ -308,7 +308,7 @@ impl UnitEmitter<'_, '_> {
     pub(super) fn index_of(
         &mut self,
         access: &RefAccess,
-        info: &RefInfo,
+        info: &WgslRef,
     ) -> Result<(String, usize, u32), EmitError> {
         let ty = &info.ty;
         if access.index.len() != ty.shape.len() {
@@ -412,7 +412,7 @@ impl UnitEmitter<'_, '_> {
         // accesses in checked mode, semaphore waits in both modes).
         let site = self.state.sites.len();
         self.state.sites.push(AccessSite {
-            unit: self.index,
+            unit: self.unit_id,
             reference: access.base.clone(),
             block_extents,
             shape: ty.shape.clone(),
@@ -508,7 +508,7 @@ fn const_u32(e: &Expr, axis_size: impl Fn(&str) -> Option<u32>) -> Option<u32> {
     }
 }
 
-pub(super) fn load_text(info: &RefInfo, place: &str) -> String {
+pub(super) fn load_text(info: &WgslRef, place: &str) -> String {
     let elem = info.ty.elem;
     match &info.storage {
         Storage::Local { .. } => place.to_string(),
@@ -523,7 +523,7 @@ pub(super) fn load_text(info: &RefInfo, place: &str) -> String {
     }
 }
 
-pub(super) fn store_text(info: &RefInfo, place: &str, value: &str) -> String {
+pub(super) fn store_text(info: &WgslRef, place: &str, value: &str) -> String {
     let elem = info.ty.elem;
     match &info.storage {
         Storage::Local { .. } => format!("{place} = {value};"),

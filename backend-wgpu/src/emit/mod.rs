@@ -49,7 +49,7 @@ pub use bindings::{binding_layout, words_for, BindingLayout, StorageBinding, Wor
 pub use stmt::MAX_STATEMENT_NESTING;
 
 use mpmd_core::ir::{Name, ScalarType};
-use mpmd_core::plan::LaunchPlan;
+use mpmd_core::plan::{LaunchPlan, ProgramId, UnitId};
 use mpmd_core::Mode;
 use thiserror::Error;
 
@@ -130,7 +130,7 @@ pub enum EmitError {
     Invalid { kernel: Name, message: String },
     #[error("program {program} (`{kernel}`) has {blocks} blocks; one WGSL dispatch reaches at most {max} ({per_dim} x {per_dim})")]
     TooManyBlocks {
-        program: usize,
+        program: ProgramId,
         kernel: Name,
         blocks: u64,
         max: u64,
@@ -170,7 +170,7 @@ pub enum EmitError {
 /// What an error record's `site` word refers to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AccessSite {
-    pub unit: usize,
+    pub unit: UnitId,
     /// The ref as the program names it.
     pub reference: Name,
     /// Extents of the owner's block coordinates when the access names them.
@@ -189,7 +189,7 @@ pub struct Dispatch {
     pub workgroups: [u32; 3],
     /// The launch unit it runs; `None` for a semaphore dispatch (semaphore
     /// operations moved out of the units next to it, see `Hoisting`).
-    pub unit: Option<usize>,
+    pub unit: Option<UnitId>,
     /// How many times it is dispatched in a row: 1, or the unit's block
     /// count for a block-split unit (a program that waits on its own signals
     /// in a plan without a cycle runs one workgroup per dispatch, in linear
@@ -205,7 +205,7 @@ pub fn splits_blocks(plan: &LaunchPlan, options: &EmitOptions) -> bool {
 }
 
 /// Whether unit `unit` runs one dispatch per block (see [`splits_blocks`]).
-pub fn is_split_unit(plan: &LaunchPlan, options: &EmitOptions, unit: usize) -> bool {
+pub fn is_split_unit(plan: &LaunchPlan, options: &EmitOptions, unit: UnitId) -> bool {
     splits_blocks(plan, options) && plan.graph.intra_program.iter().any(|e| e.to == unit)
 }
 

@@ -8,7 +8,7 @@ use mpmd_core::ir::{BinaryOp, Expr, MemorySpace, Name, RefType, ScalarType, Stmt
 use mpmd_core::Mode;
 
 use super::helpers::Helper;
-use super::memory::{store_text, RefInfo, Storage};
+use super::memory::{store_text, Storage, WgslRef};
 use super::syntax::{describe_access, fixed_array, wgsl_scalar};
 use super::unit::{Named, UnitEmitter};
 use super::EmitError;
@@ -245,7 +245,7 @@ impl UnitEmitter<'_, '_> {
                 ));
                 self.scopes.last_mut().unwrap().insert(
                     name.clone(),
-                    Named::Ref(RefInfo {
+                    Named::Ref(WgslRef {
                         ty,
                         storage: Storage::Local { var },
                     }),

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use mpmd_core::ir::visit::{for_each_expr, for_each_stmt};
 use mpmd_core::ir::{AtomicOp, BinaryOp, Expr, Name, RefAccess, ScalarType, SemOp, Stmt, Type};
-use mpmd_core::plan::{IdSource, LaunchPlan, LaunchUnit};
+use mpmd_core::plan::{BufferId, IdSource, LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
 
 use std::fmt::Write as _;
@@ -44,7 +44,7 @@ impl UnitEmitter<'_, '_> {
             op.name(),
             describe_access(sem),
             mpmd_core::text::print_expr(amount),
-            moved_function(self.index, *op == SemOp::Signal)
+            moved_function(self.unit_id, *op == SemOp::Signal)
         ));
         if barrier {
             self.line(
@@ -77,7 +77,7 @@ impl UnitEmitter<'_, '_> {
             out,
             "// The {} of unit {} (program {} `{}`) for one block, moved out of its dispatch",
             if signals { "signals" } else { "waits" },
-            self.index,
+            self.unit_id,
             unit.program,
             unit.kernel.name
         )
@@ -352,7 +352,7 @@ impl Hoisting {
         plan: &LaunchPlan,
         unit: &LaunchUnit,
         signals: bool,
-    ) -> BTreeSet<usize> {
+    ) -> BTreeSet<BufferId> {
         unit.kernel
             .body
             .iter()
@@ -368,7 +368,7 @@ impl Hoisting {
 }
 
 /// The plan buffer of semaphore parameter `name` of `unit`'s kernel.
-fn sem_buffer(plan: &LaunchPlan, unit: &LaunchUnit, name: &str) -> Option<usize> {
+fn sem_buffer(plan: &LaunchPlan, unit: &LaunchUnit, name: &str) -> Option<BufferId> {
     let param = unit.kernel.params.iter().find(|p| p.name == name)?;
     match &param.ty {
         Type::Ref(r) if r.space == MemorySpace::Sem => plan.param_buffer(unit, name),
@@ -412,7 +412,7 @@ pub(super) fn hoisting(plan: &LaunchPlan, unit: &LaunchUnit, options: &EmitOptio
         .map(|p| p.name.clone())
         .collect();
     let mut candidate = vec![None; n];
-    let mut pinned: HashSet<usize> = HashSet::new();
+    let mut pinned: HashSet<BufferId> = HashSet::new();
     let mut unknown = false;
     for (k, stmt) in body.iter().enumerate() {
         match stmt {

@@ -75,30 +75,12 @@ pub(super) fn literal_text(lit: Literal) -> Option<String> {
     })
 }
 
-/// The WGSL operator of a binary operation. `/` and `%` are WGSL's, which
-/// differ from DESIGN.md's on integers and `%` on floats: the emitter calls
-/// helpers for those.
+/// The WGSL operator of a binary operation: WGSL spells every operator as
+/// mpmd's text does (`ir::binary_symbol`, the one table). `/` and `%` are
+/// WGSL's, which differ from DESIGN.md's on integers and `%` on floats: the
+/// emitter calls helpers for those.
 fn binary_operator(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Add => "+",
-        BinaryOp::Sub => "-",
-        BinaryOp::Mul => "*",
-        BinaryOp::Div => "/",
-        BinaryOp::Rem => "%",
-        BinaryOp::BitAnd => "&",
-        BinaryOp::BitOr => "|",
-        BinaryOp::BitXor => "^",
-        BinaryOp::Shl => "<<",
-        BinaryOp::Shr => ">>",
-        BinaryOp::LogicAnd => "&&",
-        BinaryOp::LogicOr => "||",
-        BinaryOp::Eq => "==",
-        BinaryOp::Ne => "!=",
-        BinaryOp::Lt => "<",
-        BinaryOp::Le => "<=",
-        BinaryOp::Gt => ">",
-        BinaryOp::Ge => ">=",
-    }
+    mpmd_core::ir::binary_symbol(op)
 }
 
 /// `(a op b)`. On floats `!=` is `(!(a == b))`: naga emits `!=` as an

@@ -5,12 +5,12 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use mpmd_core::ir::{Expr, MemorySpace, Name, ScalarType, Type};
-use mpmd_core::plan::{IdSource, LaunchUnit};
+use mpmd_core::plan::{IdSource, LaunchUnit, UnitId};
 
 use super::bindings::{needs_atomic_words, sanitize, smem_global, WordType};
 use super::dispatch::BlockSource;
 use super::generate::ModuleState;
-use super::memory::{RefInfo, Storage};
+use super::memory::{Storage, WgslRef};
 use super::sync::{unobservable_sem_barriers, Hoisting};
 use super::syntax::{describe_literal, from_word, wgsl_scalar};
 use super::{splits_blocks, EmitError, TICKET_WORD};
@@ -19,15 +19,15 @@ use super::{splits_blocks, EmitError, TICKET_WORD};
 #[derive(Clone, Debug)]
 pub(super) enum Named {
     Scalar { wgsl: String, ty: ScalarType },
-    Ref(RefInfo),
+    Ref(WgslRef),
 }
 
 /// Writes one unit's WGSL function: its body line by line into `body`, then
 /// the entry point or function around it.
 pub(super) struct UnitEmitter<'s, 'p> {
     pub(super) state: &'s mut ModuleState<'p>,
-    /// The unit's index in the plan.
-    pub(super) index: usize,
+    /// The unit in the plan.
+    pub(super) unit_id: UnitId,
     pub(super) unit: &'p LaunchUnit,
     /// The WGSL function's name.
     pub(super) entry: String,
@@ -62,7 +62,7 @@ pub(super) struct UnitEmitter<'s, 'p> {
 impl<'s, 'p> UnitEmitter<'s, 'p> {
     pub(super) fn new(
         state: &'s mut ModuleState<'p>,
-        index: usize,
+        unit_id: UnitId,
         unit: &'p LaunchUnit,
         entry: String,
         hoisting: &Hoisting,
@@ -99,15 +99,15 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                             // 16-bit smem that is stored to: atomic words, as for gmem.
                             let atomic = needs_atomic_words(*access, r.elem);
                             if atomic {
-                                state.smem_atomic.insert((index, operand.name.clone()));
+                                state.smem_atomic.insert((unit_id, operand.name.clone()));
                             }
                             Storage::Shared {
-                                global: smem_global(index, &operand.name),
+                                global: smem_global(unit_id, &operand.name),
                                 word: WordType::for_elem(r.elem, atomic),
                             }
                         }
                         (_, Some(buffer)) => {
-                            let (binding, offset) = state.layout.places[buffer];
+                            let (binding, offset) = state.layout.place(buffer);
                             let b = &state.layout.bindings[binding];
                             Storage::Buffer {
                                 global: b.global.clone(),
@@ -127,7 +127,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                     };
                     top.insert(
                         param.name.clone(),
-                        Named::Ref(RefInfo {
+                        Named::Ref(WgslRef {
                             ty: r.clone(),
                             storage,
                         }),
@@ -139,7 +139,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         let ordered_by_dispatch = !plan.needs_co_residency() || splits_blocks(plan, state.options);
         Ok(UnitEmitter {
             state,
-            index,
+            unit_id,
             unit,
             entry,
             scopes: vec![top],
@@ -250,7 +250,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         writeln!(
             out,
             "// ---- unit {}: program {} `{}` on mesh `{}`: {} block(s) of {} thread(s)",
-            self.index,
+            self.unit_id,
             unit.program,
             unit.kernel.name,
             mesh.name,
@@ -347,7 +347,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
 
     /// Where the invocation is, for error records (`mpmd_report`).
     pub(super) fn write_location(&self, out: &mut String, thread_id: &str) {
-        writeln!(out, "  mpmd_unit = {}u;", self.index).unwrap();
+        writeln!(out, "  mpmd_unit = {}u;", self.unit_id).unwrap();
         writeln!(
             out,
             "  mpmd_block_id = block_id;\n  mpmd_thread_id = {thread_id};"

@@ -13,6 +13,7 @@ use crate::ir::{
     mma, AtomicOp, BinaryOp, Expr, Kernel, Literal, MathFn, MemorySpace, Mesh, Name, RefAccess,
     RefType, ScalarType, SemOp, Stmt, UnaryOp, WarpOp,
 };
+use crate::plan::ProgramId;
 
 pub(crate) type Reg = usize;
 
@@ -403,7 +404,7 @@ pub(crate) enum ParamBinding {
 /// One program compiled for one call.
 #[derive(Debug)]
 pub(crate) struct ProgramCode {
-    pub program: usize,
+    pub program: ProgramId,
     pub kernel: String,
     pub code: Vec<Instr>,
     pub regs: Vec<RegInit>,
@@ -471,7 +472,7 @@ fn invalid(kernel: &str, msg: impl std::fmt::Display) -> RunError {
 
 /// Compiles `kernel` for a program on `mesh`, with parameters bound as given.
 pub(crate) fn compile(
-    program: usize,
+    program: ProgramId,
     kernel: &Kernel,
     mesh: &Mesh,
     meshes: &[Mesh],

@@ -54,7 +54,7 @@ use crate::ir::{
     Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident,
     ScalarType, Type,
 };
-use crate::plan::LaunchPlan;
+use crate::plan::{LaunchPlan, ProgramId};
 
 /// Interpreter options beyond [`RunOptions`].
 #[derive(Clone, Debug)]
@@ -727,7 +727,14 @@ fn prepare(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        codes.push(compile::compile(i, kernel, mesh, meshes, &bindings, smem)?);
+        codes.push(compile::compile(
+            ProgramId::new(i),
+            kernel,
+            mesh,
+            meshes,
+            &bindings,
+            smem,
+        )?);
     }
     let tasks: u64 = codes.iter().map(|c| c.block_count).sum();
     if tasks > u32::MAX as u64 {
@@ -1142,9 +1149,11 @@ impl Backend for Interpreter {
     ) -> Result<CallOutputs, RunError> {
         let kernels = (0..plan.map.programs.len())
             .map(|i| {
-                plan.unit_of_program(i).map(|u| &u.kernel).ok_or_else(|| {
-                    RunError::Backend(format!("the plan has no unit for program {i}"))
-                })
+                plan.unit_of_program(ProgramId::new(i))
+                    .map(|u| &u.kernel)
+                    .ok_or_else(|| {
+                        RunError::Backend(format!("the plan has no unit for program {i}"))
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let interp = InterpOptions {

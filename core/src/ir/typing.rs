@@ -103,7 +103,8 @@ fn bitcast_rule(from: ScalarType, to: ScalarType) -> &'static str {
     }
 }
 
-/// Text of a binary operator, for messages and the printer.
+/// Text of a binary operator: the one table of operator spellings, which
+/// the printer, messages and the emitters (C and WGSL spell them alike) use.
 pub fn binary_symbol(op: BinaryOp) -> &'static str {
     match op {
         BinaryOp::Add => "+",
@@ -127,7 +128,7 @@ pub fn binary_symbol(op: BinaryOp) -> &'static str {
     }
 }
 
-/// Text of a unary operator.
+/// Text of a unary operator (the one table, as [`binary_symbol`]).
 pub fn unary_symbol(op: UnaryOp) -> &'static str {
     match op {
         UnaryOp::Neg => "-",

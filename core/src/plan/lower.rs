@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use thiserror::Error;
 
 use super::{
-    AxisFormula, BufferInit, BufferPlan, DependencyEdge, DependencyGraph, IdSource, LaunchPlan,
-    LaunchUnit, OperandBinding, SmemSlot, UnsignaledWait,
+    AxisFormula, BufferId, BufferInit, BufferPlan, DependencyEdge, DependencyGraph, IdSource,
+    LaunchPlan, LaunchUnit, OperandBinding, OperandId, ProgramId, SmemSlot, UnitId, UnsignaledWait,
 };
 use crate::host::BufferStart;
 use crate::ir::limits::{buffer_len, MAX_BUFFER_BYTES, MAX_NESTING};
@@ -52,7 +52,7 @@ pub enum LowerError {
     #[error("smem operand `{operand}` names no owner in a map with more than one program")]
     UnownedSmem { operand: Name },
     #[error("program {program} needs more than 4 GiB of smem per block")]
-    SmemTooLarge { program: usize },
+    SmemTooLarge { program: ProgramId },
     #[error("operand `{operand}` needs more than {MAX_BUFFER_BYTES} bytes (E0059)")]
     BufferTooLarge { operand: Name },
     #[error("kernel `{kernel}` uses `{name}` as a semaphore, but it is not a `sem` operand")]
@@ -96,9 +96,10 @@ pub fn lower(module: &Module, map: &str) -> Result<LaunchPlan, LowerError> {
     let mut units = Vec::with_capacity(order.len());
     for &program in &order {
         let mesh = program_meshes[program].clone();
-        let (smem, smem_bytes) = smem_layout(map, &mesh, &external_meshes, program)?;
+        let (smem, smem_bytes) =
+            smem_layout(map, &mesh, &external_meshes, ProgramId::new(program))?;
         units.push(LaunchUnit {
-            program,
+            program: ProgramId::new(program),
             axes: axis_formulas(&mesh),
             block_count: mesh.block_count(),
             threads_per_block: mesh.threads.size,
@@ -232,10 +233,10 @@ struct KernelUsage {
 impl KernelUsage {
     fn of(map: &MpmdMap, kernel: &str, facts: &ProgramFacts) -> Result<Self, LowerError> {
         let operands: Vec<&crate::ir::Operand> = map.operands().map(|(_, o)| o).collect();
-        let semaphores = |positions: &[usize]| -> Result<Vec<Name>, LowerError> {
+        let semaphores = |positions: &[OperandId]| -> Result<Vec<Name>, LowerError> {
             positions
                 .iter()
-                .map(|&i| semaphore_operand(kernel, operands.get(i).copied()))
+                .map(|&i| semaphore_operand(kernel, operands.get(i.index()).copied()))
                 .collect()
         };
         Ok(KernelUsage {
@@ -360,7 +361,9 @@ fn dependency_graph(map: &MpmdMap, usage: &[KernelUsage], order: &[usize]) -> De
     let mut graph = DependencyGraph::default();
     let unit_usage: Vec<&KernelUsage> = order.iter().map(|&p| &usage[p]).collect();
     for (from, signaller) in unit_usage.iter().enumerate() {
+        let from = UnitId::new(from);
         for (to, waiter) in unit_usage.iter().enumerate() {
+            let to = UnitId::new(to);
             for semaphore in waiter
                 .waits
                 .iter()
@@ -388,7 +391,7 @@ fn dependency_graph(map: &MpmdMap, usage: &[KernelUsage], order: &[usize]) -> De
                 .operand(semaphore)
                 .is_some_and(|(_, operand)| operand.resident);
             graph.unsignaled_waits.push(UnsignaledWait {
-                unit,
+                unit: UnitId::new(unit),
                 semaphore: semaphore.clone(),
                 resident,
             });
@@ -408,11 +411,11 @@ fn has_cycle(units: usize, edges: &[DependencyEdge]) -> bool {
     }
     fn visit(node: usize, edges: &[DependencyEdge], marks: &mut [Mark]) -> bool {
         marks[node] = Mark::OnStack;
-        for edge in edges.iter().filter(|e| e.from == node) {
-            match marks[edge.to] {
+        for edge in edges.iter().filter(|e| e.from.index() == node) {
+            match marks[edge.to.index()] {
                 Mark::OnStack => return true,
                 Mark::Unvisited => {
-                    if visit(edge.to, edges, marks) {
+                    if visit(edge.to.index(), edges, marks) {
                         return true;
                     }
                 }
@@ -488,7 +491,7 @@ fn bind_operands(
             buffer.operands.push(operand.name.clone());
             buffer.output = Some(operand.name.clone());
             buffer.atomic |= touched_atomically(&operand.name);
-            binding.buffer = Some(index);
+            binding.buffer = Some(BufferId::new(index));
             bindings.push(binding);
             continue;
         }
@@ -511,7 +514,7 @@ fn bind_operands(
             Some(BufferStart::Zeroed) => BufferInit::Zeroed,
             Some(BufferStart::Uninitialized) | None => BufferInit::Uninitialized,
         };
-        binding.buffer = Some(buffers.len());
+        binding.buffer = Some(BufferId::new(buffers.len()));
         buffers.push(BufferPlan {
             operands: vec![operand.name.clone()],
             ty: ref_type.clone(),
@@ -540,7 +543,7 @@ fn smem_layout(
     map: &MpmdMap,
     mesh: &Mesh,
     external_meshes: &[Name],
-    program: usize,
+    program: ProgramId,
 ) -> Result<(Vec<SmemSlot>, u32), LowerError> {
     let mut slots = Vec::new();
     let mut end: u64 = 0;
@@ -576,7 +579,7 @@ fn smem_layout(
         let size = ref_type.checked_bytes().ok_or_else(too_large)?;
         end = offset.checked_add(size).ok_or_else(too_large)?;
         slots.push(SmemSlot {
-            operand: index,
+            operand: OperandId::new(index),
             offset_bytes: u32::try_from(offset).map_err(|_| too_large())?,
             size_bytes: u32::try_from(size).map_err(|_| too_large())?,
         });

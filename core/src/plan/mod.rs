@@ -2,11 +2,13 @@
 //! (DESIGN.md, "Lowering"). Backends emit code from it and never re-derive it.
 
 mod expand;
+mod ids;
 mod lower;
 
 pub use expand::{
     inline_call, program_kernel, recursive_functions, with_unique_names, ExpandError,
 };
+pub use ids::{BufferId, OperandId, ProgramId, UnitId};
 pub use lower::{lower, LowerError};
 
 use crate::ir::{Kernel, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, Type};
@@ -38,8 +40,8 @@ pub struct LaunchPlan {
 /// One program, ready to launch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchUnit {
-    /// Index of the program in `MpmdMap::programs`.
-    pub program: usize,
+    /// The program in `MpmdMap::programs` this unit runs.
+    pub program: ProgramId,
     pub mesh: Mesh,
     pub kernel: Kernel,
     /// What validation establishes about `kernel` (operand accesses,
@@ -60,8 +62,8 @@ pub struct LaunchUnit {
 /// An `smem` operand's place in the per-block arena.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SmemSlot {
-    /// Index into `LaunchPlan::operands`.
-    pub operand: usize,
+    /// The `smem` operand (`LaunchPlan::operands`).
+    pub operand: OperandId,
     pub offset_bytes: u32,
     pub size_bytes: u32,
 }
@@ -90,8 +92,9 @@ pub struct OperandBinding {
     pub name: Name,
     pub kind: OperandKind,
     pub ty: Type,
-    /// Index into `LaunchPlan::buffers`; `None` for scalars and `smem`.
-    pub buffer: Option<usize>,
+    /// The buffer it is bound to (`LaunchPlan::buffers`); `None` for
+    /// scalars and `smem`.
+    pub buffer: Option<BufferId>,
 }
 
 /// Where a device buffer's initial contents come from: the lowering's form of
@@ -130,9 +133,9 @@ pub struct BufferPlan {
 /// A semaphore-carried ordering between programs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DependencyEdge {
-    /// Unit indices (into `LaunchPlan::units`) of the signalling and waiting programs.
-    pub from: usize,
-    pub to: usize,
+    /// The units (`LaunchPlan::units`) of the signalling and waiting programs.
+    pub from: UnitId,
+    pub to: UnitId,
     /// The semaphore operand name.
     pub semaphore: Name,
 }
@@ -140,7 +143,7 @@ pub struct DependencyEdge {
 /// A wait that no program of the call signals.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnsignaledWait {
-    pub unit: usize,
+    pub unit: UnitId,
     pub semaphore: Name,
     /// Whether the semaphore is device-resident (its count at the start of the
     /// call may satisfy the wait); otherwise the wait is a certain deadlock.
@@ -160,15 +163,59 @@ pub struct DependencyGraph {
 }
 
 impl LaunchPlan {
-    /// The unit that runs program `program` (index in the map).
-    pub fn unit_of_program(&self, program: usize) -> Option<&LaunchUnit> {
+    /// The unit `id`; panics if `id` is not one of this plan's units.
+    pub fn unit(&self, id: UnitId) -> &LaunchUnit {
+        &self.units[id.index()]
+    }
+
+    /// The buffer `id`; panics if `id` is not one of this plan's buffers.
+    pub fn buffer(&self, id: BufferId) -> &BufferPlan {
+        &self.buffers[id.index()]
+    }
+
+    /// The operand `id`; panics if `id` is not one of this plan's operands.
+    pub fn operand_at(&self, id: OperandId) -> &OperandBinding {
+        &self.operands[id.index()]
+    }
+
+    /// Every unit with its id, in plan order.
+    pub fn enumerate_units(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (UnitId, &LaunchUnit)> + DoubleEndedIterator + Clone {
+        ids::enumerate(&self.units, UnitId::new)
+    }
+
+    /// Every buffer with its id.
+    pub fn enumerate_buffers(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (BufferId, &BufferPlan)> + DoubleEndedIterator + Clone {
+        ids::enumerate(&self.buffers, BufferId::new)
+    }
+
+    /// Every operand with its id, in operand order.
+    pub fn enumerate_operands(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (OperandId, &OperandBinding)> + DoubleEndedIterator + Clone
+    {
+        ids::enumerate(&self.operands, OperandId::new)
+    }
+
+    /// The ids of every buffer.
+    pub fn buffer_ids(
+        &self,
+    ) -> impl ExactSizeIterator<Item = BufferId> + DoubleEndedIterator + Clone {
+        (0..self.buffers.len()).map(BufferId::new)
+    }
+
+    /// The unit that runs program `program`.
+    pub fn unit_of_program(&self, program: ProgramId) -> Option<&LaunchUnit> {
         self.units.iter().find(|u| u.program == program)
     }
 
     /// The plan buffer bound to parameter `name` of `unit`'s kernel (kernel
     /// parameters bind the map's operands by position); `None` for scalars,
     /// `smem` and names that are not parameters.
-    pub fn param_buffer(&self, unit: &LaunchUnit, name: &str) -> Option<usize> {
+    pub fn param_buffer(&self, unit: &LaunchUnit, name: &str) -> Option<BufferId> {
         let position = unit.kernel.params.iter().position(|p| p.name == name)?;
         self.operands.get(position)?.buffer
     }

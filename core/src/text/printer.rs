@@ -25,37 +25,7 @@ pub(crate) fn binary_level(op: BinaryOp) -> u8 {
 /// Unary operators bind tighter than every binary operator.
 pub(crate) const UNARY_LEVEL: u8 = 10;
 
-pub(crate) fn binary_symbol(op: BinaryOp) -> &'static str {
-    use BinaryOp::*;
-    match op {
-        Add => "+",
-        Sub => "-",
-        Mul => "*",
-        Div => "/",
-        Rem => "%",
-        BitAnd => "&",
-        BitOr => "|",
-        BitXor => "^",
-        Shl => "<<",
-        Shr => ">>",
-        LogicAnd => "&&",
-        LogicOr => "||",
-        Eq => "==",
-        Ne => "!=",
-        Lt => "<",
-        Le => "<=",
-        Gt => ">",
-        Ge => ">=",
-    }
-}
-
-pub(crate) fn unary_symbol(op: UnaryOp) -> &'static str {
-    match op {
-        UnaryOp::Neg => "-",
-        UnaryOp::Not => "!",
-        UnaryOp::BitNot => "~",
-    }
-}
+// Operators are spelt by `ir::binary_symbol` and `ir::unary_symbol`, their one home.
 
 /// Whether the literal's text starts with `-`.
 fn is_negative(lit: Literal) -> bool {

@@ -1675,7 +1675,7 @@ impl Walker<'_, '_> {
                 path.clone(),
                 format!(
                     "`{}=` is not a compound assignment (kernel `{}`)",
-                    crate::text::printer::binary_symbol(op),
+                    crate::ir::binary_symbol(op),
                     self.kernel.name
                 ),
                 "use one of `+= -= *= /= %= &= |= ^= <<= >>=`, or write the assignment out",

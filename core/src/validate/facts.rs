@@ -11,7 +11,7 @@ use crate::ir::{
     type_of, Expr, Kernel, MemorySpace, Mesh, Module, Name, RefType, ScalarType, Scope, SemOp,
     Stmt, TypeError,
 };
-use crate::plan::{program_kernel, ExpandError};
+use crate::plan::{program_kernel, ExpandError, OperandId, ProgramId};
 
 use super::uniformity::{Level, Uniformity};
 
@@ -60,12 +60,13 @@ impl OperandAccess {
 /// The facts of one program: its kernel as the backends run it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProgramFacts {
-    /// One entry per map operand, in operand (= kernel parameter) order.
+    /// One entry per map operand, in operand (= kernel parameter) order
+    /// (`OperandId`: [`ProgramFacts::access`]).
     pub accesses: Vec<OperandAccess>,
-    /// Semaphore operands signalled, by operand position, in first-use order.
-    pub signals: Vec<usize>,
+    /// Semaphore operands signalled, in first-use order.
+    pub signals: Vec<OperandId>,
     /// Semaphore operands waited on (`wait`, `wait_nodec`), in first-use order.
-    pub waits: Vec<usize>,
+    pub waits: Vec<OperandId>,
     /// Which values may differ between the threads of a block.
     pub uniformity: Uniformity,
     /// Which values may differ between the lanes of a warp.
@@ -78,13 +79,19 @@ pub struct ProgramFacts {
 impl ProgramFacts {
     /// The facts of `kernel`, an expanded program kernel run on `mesh`.
     pub fn of(kernel: &Kernel, mesh: &Mesh) -> Self {
-        let position = |name: &str| kernel.params.iter().position(|p| p.name == name);
+        let position = |name: &str| {
+            kernel
+                .params
+                .iter()
+                .position(|p| p.name == name)
+                .map(OperandId::new)
+        };
         let mut accesses = vec![OperandAccess::default(); kernel.params.len()];
         let mut signals = Vec::new();
         let mut waits = Vec::new();
         let mut touch = |name: &str, access: OperandAccess| {
             if let Some(i) = position(name) {
-                accesses[i] = accesses[i].union(access);
+                accesses[i.index()] = accesses[i.index()].union(access);
             }
         };
         let mut scope = Scope::from_params(&kernel.params);
@@ -160,6 +167,26 @@ impl ProgramFacts {
         }
     }
 
+    /// How the program touches operand `operand` (nothing for an id past
+    /// the kernel's parameters).
+    pub fn access(&self, operand: OperandId) -> OperandAccess {
+        self.accesses
+            .get(operand.index())
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Every operand's access with its id, in operand order.
+    pub fn enumerate_accesses(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (OperandId, OperandAccess)> + DoubleEndedIterator + Clone + '_
+    {
+        self.accesses
+            .iter()
+            .enumerate()
+            .map(|(i, access)| (OperandId::new(i), *access))
+    }
+
     /// The type of `e`, an expression of this program's kernel.
     pub fn type_of(&self, e: &Expr) -> Result<ScalarType, TypeError> {
         type_of(e, &self.scope)
@@ -195,6 +222,13 @@ fn bind_declared(stmt: &Stmt, scope: &mut Scope) {
 pub struct MapInfo {
     pub name: Name,
     pub programs: Vec<ProgramFacts>,
+}
+
+impl MapInfo {
+    /// The facts of program `program`; `None` past the map's programs.
+    pub fn program(&self, program: ProgramId) -> Option<&ProgramFacts> {
+        self.programs.get(program.index())
+    }
 }
 
 /// What [`super::validate`] returns for a valid module: the facts of every

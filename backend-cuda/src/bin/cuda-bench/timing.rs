@@ -148,7 +148,7 @@ pub fn raw_launches_ms(
             for param in &emitted.params {
                 match param {
                     KernelParam::Buffer(index) => {
-                        launch.arg(&buffers[&plan.buffers[*index].operands[0]])
+                        launch.arg(&buffers[&plan.buffer(*index).operands[0]])
                     }
                     KernelParam::Control => launch.arg(&*ctl),
                     KernelParam::WaitTimeoutNs => launch.arg(&timeout),

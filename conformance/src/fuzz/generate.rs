@@ -80,6 +80,10 @@ const WARP_SPECIAL_SLOTS: u32 = 4;
 /// Percent of the statements in warp-uniform control of a warp program
 /// that are warp statements (collectives, warp branches).
 const WARP_STMT_PERCENT: u32 = 25;
+/// Percent of the warp modules whose first program also has collectives in
+/// warp-uniform control that is not block-uniform (WGSL declines those; the
+/// other warp modules run there too).
+const WARP_BRANCH_PERCENT: u32 = 25;
 /// Counter elements and the (commuting) atomic each element is updated with.
 const COUNTER_OPS: [AtomicOp; 4] = [AtomicOp::Add, AtomicOp::Xor, AtomicOp::Or, AtomicOp::Max];
 const SIGNED_COUNTER_OPS: [AtomicOp; 3] = [AtomicOp::Min, AtomicOp::Max, AtomicOp::Add];
@@ -226,6 +230,7 @@ pub fn generate_with(seed: u64, options: &GenOptions) -> CaseFile {
     gen.resident_input = Rng::for_stream(seed, &["resident input"]).chance(25);
     let mut warp_rng = Rng::for_stream(seed, &["warps"]);
     gen.module_warps = warp_rng.chance(options.warps);
+    gen.module_warp_branches = gen.module_warps && warp_rng.chance(WARP_BRANCH_PERCENT);
     gen.warp_rng = warp_rng;
     let file = gen.file();
     if !options.adversarial_names {
@@ -269,6 +274,8 @@ struct Gen {
     /// The module's programs use warp collectives, and the stream that
     /// decides which of them do.
     module_warps: bool,
+    /// Its first program also has warp branches (WGSL declines the module).
+    module_warp_branches: bool,
     warp_rng: Rng,
     /// Control flow here is warp-uniform (read only in warp programs).
     warp_ctl: bool,
@@ -350,6 +357,7 @@ impl Gen {
             resident_input: false,
             helpers: false,
             module_warps: false,
+            module_warp_branches: false,
             warp_rng: Rng::for_stream(seed, &["warps"]),
             warp_ctl: true,
             warp_vals: vec![],
@@ -434,7 +442,7 @@ impl Gen {
 
     fn program_plan(&mut self, i: usize) -> ProgramPlan {
         let warps = self.module_warps && (i == 0 || self.warp_rng.chance(50));
-        let warp_branches = warps && self.warp_rng.chance(30);
+        let warp_branches = warps && i == 0 && self.module_warp_branches;
         let threads = if warps {
             *self.rng.pick(&WARP_THREAD_COUNTS)
         } else {
@@ -2500,6 +2508,42 @@ mod tests {
     fn same_seed_same_module() {
         assert_eq!(generate(42), generate(42));
         assert_ne!(generate(42), generate(43));
+    }
+
+    fn has_warps(file: &CaseFile) -> bool {
+        file.module.kernels.iter().any(|k| {
+            let mut found = false;
+            mpmd_core::ir::visit::for_each_stmt(&k.body, &mut |s| {
+                found |= matches!(s, Stmt::Warp { .. })
+            });
+            found
+        })
+    }
+
+    /// Warp collectives come from a stream of their own: a module without
+    /// them is the module the generator made before it had them (`warps: 0`
+    /// draws nothing from that stream), and `warps: 100` puts them in every
+    /// module, in its first program at least.
+    #[test]
+    fn modules_without_warps_are_unchanged_by_the_warp_option() {
+        let with = |warps| GenOptions {
+            warps,
+            ..GenOptions::default()
+        };
+        let mut unchanged = 0;
+        for seed in 0..60 {
+            let never = generate_with(seed, &with(0));
+            assert!(!has_warps(&never), "seed {seed}");
+            let default = generate(seed);
+            if !has_warps(&default) {
+                assert_eq!(default, never, "seed {seed}");
+                unchanged += 1;
+            }
+            let always = generate_with(seed, &with(100));
+            assert!(has_warps(&always), "seed {seed}");
+            assert_eq!(always, generate_with(seed, &with(100)), "seed {seed}");
+        }
+        assert!((30..60).contains(&unchanged), "{unchanged} of 60");
     }
 
     fn printed(seed: u64) -> String {

@@ -3,9 +3,11 @@
 //! per the interpreter ([`check_module`]).
 //!
 //! Candidates, most aggressive first: drop a program, drop a call (and its
-//! map), drop a statement, replace an `if`/`for` by its body, simplify an
-//! expression (a subtree becomes one of its children or a literal), shrink a
-//! mesh axis, shrink a ref's shape. After each change, kernels, operands,
+//! map), drop a statement, replace an `if`/`for` by its body, replace a warp
+//! collective by a `let` of its own value or of zero (its result stays
+//! defined where later statements use it), simplify an expression (a
+//! subtree becomes one of its children or a literal), shrink a mesh axis
+//! (also to whole warps), shrink a ref's shape. After each change, kernels, operands,
 //! residents, meshes and case entries that nothing uses any more are removed.
 //! The search is greedy: the first candidate that keeps the disagreement
 //! becomes the new module, until a full round finds none or time runs out.
@@ -170,6 +172,14 @@ pub enum Edit {
         path: Vec<usize>,
         branch: usize,
     },
+    /// Replace the warp collective `let d: T = op(v, ...)` by `let d: T = v;`
+    /// (`u32(v)` for a ballot; `zero`: `let d: T = 0;`), so that removing it
+    /// keeps `d` defined for the statements that use it.
+    Unwarp {
+        kernel: usize,
+        path: Vec<usize>,
+        zero: bool,
+    },
     /// Replace expression node `node` (pre-order) by replacement `choice`.
     Expr {
         kernel: usize,
@@ -217,6 +227,13 @@ pub fn edits(m: &Module) -> Vec<Edit> {
                 path: path.clone(),
                 branch,
             }));
+            if matches!(stmt_at(&k.body, &path), Stmt::Warp { .. }) {
+                out.extend([false, true].map(|zero| Edit::Unwarp {
+                    kernel: ki,
+                    path: path.clone(),
+                    zero,
+                }));
+            }
         }
     }
     for (ki, k) in m.kernels.iter().enumerate() {
@@ -308,6 +325,19 @@ pub fn apply(file: &CaseFile, edit: &Edit) -> CaseFile {
             Stmt::While { body, .. } => body,
             other => vec![other],
         }),
+        Edit::Unwarp { kernel, path, zero } => {
+            edit_stmt(&mut c.kernels[*kernel].body, path, &mut |s| match s {
+                Stmt::Warp { dest, op, args } => {
+                    let value = match (zero, args.into_iter().next()) {
+                        (false, Some(v)) if op == WarpOp::Ballot => v.cast(ScalarType::U32),
+                        (false, Some(v)) => v,
+                        _ => Expr::Lit(Literal::from_bits(dest.ty, 0)),
+                    };
+                    vec![Stmt::Let { var: dest, value }]
+                }
+                other => vec![other],
+            })
+        }
         Edit::Expr {
             kernel,
             node,
@@ -359,6 +389,9 @@ pub fn apply(file: &CaseFile, edit: &Edit) -> CaseFile {
     })
 }
 
+/// Smaller sizes to try for an axis or extent: 1, half, one less, and for a
+/// multiple of 32 past one warp, one warp and one warp less (a program with
+/// warp collectives keeps whole warps, E0069).
 fn smaller(size: u32) -> Vec<u32> {
     let mut v = vec![];
     if size > 1 {
@@ -369,6 +402,13 @@ fn smaller(size: u32) -> Vec<u32> {
     }
     if size > 2 {
         v.push(size - 1);
+    }
+    if size > WARP_SIZE && size.is_multiple_of(WARP_SIZE) {
+        for whole in [WARP_SIZE, size - WARP_SIZE] {
+            if !v.contains(&whole) {
+                v.push(whole);
+            }
+        }
     }
     v
 }
@@ -722,6 +762,58 @@ mod tests {
                 else_body: vec![]
             }
         );
+    }
+
+    #[test]
+    fn whole_warps_are_among_the_smaller_sizes() {
+        assert_eq!(smaller(96), vec![1, 48, 95, 32, 64]);
+        assert_eq!(smaller(64), vec![1, 32, 63]);
+        assert_eq!(smaller(32), vec![1, 16, 31]);
+    }
+
+    /// Replacing a warp collective keeps its result defined: by zero, every
+    /// such candidate of a generated warp module is a valid, race-free
+    /// module (a literal is uniform, so conditions on the result stay
+    /// warp-uniform); by its own value, the statement is a `let` of it.
+    #[test]
+    fn a_warp_collective_is_replaced_by_a_let_of_its_value_or_zero() {
+        let options = crate::fuzz::GenOptions {
+            warps: 100,
+            ..Default::default()
+        };
+        let seed = 7;
+        let file = crate::fuzz::generate_with(seed, &options);
+        let unwarps: Vec<Edit> = edits(&file.module)
+            .into_iter()
+            .filter(|e| matches!(e, Edit::Unwarp { .. }))
+            .collect();
+        assert!(unwarps.len() >= 4, "{}", file.print());
+        for edit in &unwarps {
+            let Edit::Unwarp { kernel, path, zero } = edit else {
+                unreachable!()
+            };
+            let Stmt::Warp { dest, op, args } = stmt_at(&file.module.kernels[*kernel].body, path)
+            else {
+                panic!("{edit:?} is not at a warp collective");
+            };
+            let candidate = apply(&file, edit);
+            let Stmt::Let { var, value } = stmt_at(&candidate.module.kernels[*kernel].body, path)
+            else {
+                panic!("{edit:?} left no `let`");
+            };
+            assert_eq!(var, dest);
+            let expected = match (zero, op) {
+                (true, _) => Expr::Lit(Literal::from_bits(dest.ty, 0)),
+                (false, WarpOp::Ballot) => args[0].clone().cast(ScalarType::U32),
+                (false, _) => args[0].clone(),
+            };
+            assert_eq!(value, &expected);
+            if *zero {
+                if let Err((stage, message)) = crate::fuzz::check_module(&candidate, seed) {
+                    panic!("{edit:?} at {stage}: {message}\n{}", candidate.print());
+                }
+            }
+        }
     }
 
     #[test]

@@ -125,6 +125,23 @@ fn generator_covers_the_ir() {
     assert!(handoff > 10, "only {handoff} hand-off modules");
 }
 
+/// Warp collectives of `body` that stand in a loop body (`in_loop`: `body`
+/// is in one).
+fn warps_in_loops(body: &[Stmt], in_loop: bool) -> u32 {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Warp { .. } => in_loop as u32,
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => warps_in_loops(then_body, in_loop) + warps_in_loops(else_body, in_loop),
+            Stmt::For { body, .. } | Stmt::While { body, .. } => warps_in_loops(body, true),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Whether `e` reads one of `names`.
 fn mentions(e: &Expr, names: &HashSet<String>) -> bool {
     let mut found = false;
@@ -146,7 +163,7 @@ fn generator_covers_warp_collectives() {
     let (mut lane_small, mut lane_past_31, mut lane_per_lane) = (0, 0, 0);
     let mut specials: BTreeMap<&str, u32> = BTreeMap::new();
     let (mut warp_modules, mut block_uniform_only, mut warp_uniform_only) = (0, 0, 0);
-    let (mut in_conditions, mut as_indices, mut digests) = (0, 0, 0);
+    let (mut in_conditions, mut as_indices, mut digests, mut in_loops) = (0, 0, 0, 0);
     for seed in SEED..SEED + PROGRAMS {
         let file = generate(seed);
         let m = &file.module;
@@ -182,6 +199,7 @@ fn generator_covers_warp_collectives() {
         }
         warp_modules += 1;
         for k in &m.kernels {
+            in_loops += warps_in_loops(&k.body, false);
             visit::for_each_stmt(&k.body, &mut |s| match s {
                 Stmt::If { cond, .. } if mentions(cond, &dests) => in_conditions += 1,
                 Stmt::Store { target, .. } if target.base.starts_with("wo") => digests += 1,
@@ -225,7 +243,7 @@ fn generator_covers_warp_collectives() {
         "{warp_modules} warp modules ({warp_uniform_only} under warp-uniform control), \
          collectives {by_op:?}, of the edge values {specials:?}, lanes {lane_small} < 32, \
          {lane_past_31} > 31, {lane_per_lane} others; results in {in_conditions} conditions, \
-         {as_indices} indices"
+         {as_indices} indices; {in_loops} in loops"
     );
     for op in WarpOp::ALL {
         for ty in ScalarType::ALL {
@@ -265,6 +283,7 @@ fn generator_covers_warp_collectives() {
         ("warp results in conditions", in_conditions, 10),
         ("warp results in indices", as_indices, 30),
         ("digests stored", digests, warp_modules),
+        ("collectives in loops", in_loops, 20),
         ("modules under warp-uniform control", warp_uniform_only, 8),
     ] {
         assert!(n >= at_least, "{what}: {n}");

@@ -161,6 +161,7 @@ fn mentions(e: &Expr, names: &HashSet<String>) -> bool {
 fn generator_covers_warp_collectives() {
     let mut by_op: BTreeMap<(&str, ScalarType), u32> = BTreeMap::new();
     let (mut lane_small, mut lane_past_31, mut lane_per_lane) = (0, 0, 0);
+    let mut rounding_sums = 0;
     let mut specials: BTreeMap<&str, u32> = BTreeMap::new();
     let (mut warp_modules, mut block_uniform_only, mut warp_uniform_only) = (0, 0, 0);
     let (mut in_conditions, mut as_indices, mut digests, mut in_loops) = (0, 0, 0, 0);
@@ -185,6 +186,11 @@ fn generator_covers_warp_collectives() {
                     dest.ty
                 };
                 *by_op.entry((op.name(), value_ty)).or_default() += 1;
+                // Full mantissas of both signs: the order of the sum shows.
+                if *op == WarpOp::ReduceAdd && matches!(args[0], Expr::Bitcast(ScalarType::F32, _))
+                {
+                    rounding_sums += 1;
+                }
                 if op.is_shuffle() {
                     match args[1] {
                         Expr::Lit(Literal::U32(l)) if l < 32 => lane_small += 1,
@@ -243,7 +249,7 @@ fn generator_covers_warp_collectives() {
         "{warp_modules} warp modules ({warp_uniform_only} under warp-uniform control), \
          collectives {by_op:?}, of the edge values {specials:?}, lanes {lane_small} < 32, \
          {lane_past_31} > 31, {lane_per_lane} others; results in {in_conditions} conditions, \
-         {as_indices} indices; {in_loops} in loops"
+         {as_indices} indices; {in_loops} in loops; {rounding_sums} f32 sums that round"
     );
     for op in WarpOp::ALL {
         for ty in ScalarType::ALL {
@@ -284,6 +290,7 @@ fn generator_covers_warp_collectives() {
         ("warp results in indices", as_indices, 30),
         ("digests stored", digests, warp_modules),
         ("collectives in loops", in_loops, 20),
+        ("f32 sums that round", rounding_sums, 8),
         ("modules under warp-uniform control", warp_uniform_only, 8),
     ] {
         assert!(n >= at_least, "{what}: {n}");
@@ -538,7 +545,12 @@ fn interpreter_backend_agrees_with_itself() {
 #[ignore]
 fn print_seed() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-    let file = generate(seed);
+    // `WARPS=100`: as `cargo xtask fuzz -- --warps 100` generates it.
+    let options = GenOptions {
+        warps: std::env::var("WARPS").map_or(GenOptions::default().warps, |w| w.parse().unwrap()),
+        ..GenOptions::default()
+    };
+    let file = generate_with(seed, &options);
     println!("{}", file.print());
     println!("{:?}", check_module(&file, seed).err());
 }

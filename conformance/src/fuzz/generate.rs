@@ -68,7 +68,7 @@ const WARP_LANES: [u32; 13] = [0, 1, 2, 5, 15, 16, 17, 31, 32, 33, 63, 100, u32:
 /// Value types a shuffle moves (every scalar type).
 const SHUFFLE_TYPES: [ScalarType; 7] = [F32, F32, I32, U32, Bool, F16, BF16];
 /// Value types of the warp reductions.
-const REDUCE_TYPES: [ScalarType; 3] = [I32, U32, F32];
+const REDUCE_TYPES: [ScalarType; 4] = [I32, U32, F32, F32];
 /// The f32 input of edge values (`special`) that only warp collectives read.
 pub const WARP_SPECIALS: &str = "xw";
 const WARP_SPECIALS_LEN: u32 = 64;
@@ -199,10 +199,10 @@ pub struct GenOptions {
     /// ([`super::names::with_adversarial_names`]): keywords and builtins of
     /// the emitted languages, generated-looking and very long names.
     pub adversarial_names: bool,
-    /// Percent of the modules whose programs use warp collectives (each
-    /// program of such a module with whole warps, the first always). Drawn
-    /// from a stream of its own: a module without warps is the same for
-    /// every value.
+    /// Percent of the modules that use warp collectives: their first
+    /// program always, each other one with even odds, each such program with
+    /// whole warps. Drawn from a stream of its own: a module without warps
+    /// is the same for every value.
     pub warps: u32,
 }
 
@@ -1553,11 +1553,13 @@ impl Gen {
             0..=3 => (lit_u32(*self.rng.pick(&WARP_LANES)), true),
             4..=6 => {
                 let c = lit_u32(*self.rng.pick(&WARP_LANES));
-                let e = match self.rng.below(5) {
+                let e = match self.rng.below(7) {
                     0 => t,
                     1 => t + c,
                     2 => t * lit_u32(self.rng.range(2, 7)),
                     3 => lit_u32(31) - t % lit_u32(32),
+                    4 => t % lit_u32(self.rng.range(2, 9)),
+                    5 => t / lit_u32(self.rng.range(2, 8)),
                     _ => var("gid") ^ c,
                 };
                 (e, false)
@@ -1571,10 +1573,26 @@ impl Gen {
         }
     }
 
+    /// An exact f32 per lane with a full mantissa, either sign and
+    /// magnitudes from 2^-9 to 2^5 (from the thread id): sums of these
+    /// round, so the order of a warp's sum shows in its bits.
+    fn lane_float(&mut self) -> Val {
+        let mix = lit_u32(2 * self.rng.range(1 << 20, 1 << 30) + 1);
+        let t = var("t");
+        let mantissa = (var("gid") * mix) & lit_u32(0x007F_FFFF);
+        let exponent = (lit_u32(118) + t.clone() % lit_u32(14)) << lit_u32(23);
+        let sign = ((t / lit_u32(self.rng.range(1, 7))) & lit_u32(1)) << lit_u32(31);
+        let bits = mantissa | exponent | sign;
+        Val::new(bits.bitcast(F32), F32, false, true, 32.0)
+    }
+
     /// A value of `ty` that usually differs from lane to lane.
     fn lane_value(&mut self, ty: ScalarType, inexact_ok: bool) -> Val {
+        if ty == F32 && self.rng.chance(30) {
+            return self.lane_float();
+        }
         let v = self.value(ty, 2, inexact_ok, false);
-        if !self.rng.chance(60) {
+        if !self.rng.chance(85) {
             return v;
         }
         let t = var("t");
@@ -1615,19 +1633,37 @@ impl Gen {
         }
     }
 
-    /// A predicate for a vote or ballot: any boolean, or one that holds in
-    /// all, none or some lanes of a warp by its form.
+    /// A predicate for a vote or ballot: any boolean (often the same in
+    /// every lane), one that differs between lanes by its form or by the
+    /// input data, or one that holds in all, none or some lanes of a warp
+    /// depending on the warp.
     fn lane_predicate(&mut self) -> Expr {
         let t = var("t");
-        match self.rng.below(6) {
-            0 | 1 => self.boolean(2, false).e,
-            2 => {
+        match self.rng.below(20) {
+            0..=2 => self.boolean(2, false).e,
+            3..=5 => {
+                let k = lit_u32(self.rng.range(2, 5));
+                self.boolean(1, false).e.ne((t % k).eq(lit_u32(0)))
+            }
+            6..=8 => {
                 let k = self.rng.range(1, 40);
                 (t % lit_u32(k)).eq(lit_u32(self.rng.range(0, k - 1)))
             }
-            3 => t.lt(lit_u32(*self.rng.pick(&[0u32, 1, 16, 31, 32, 40, 64, 100]))),
-            4 => Expr::from(self.rng.chance(50)),
-            _ => self.boolean(1, false).e,
+            9..=11 => t.lt(lit_u32(*self.rng.pick(&[0u32, 1, 16, 31, 32, 40, 64, 100]))),
+            12 => Expr::from(self.rng.chance(50)),
+            13..=16 if !self.inputs.is_empty() => {
+                // Random data at a per-lane index.
+                let x = self.rng.pick(&self.inputs).clone();
+                let c = lit_u32(self.rng.range(0, x.len - 1));
+                let v = load(&x.name, [(var("gid") + c) % lit_u32(x.len)]);
+                let zero = zero_of(x.ty);
+                if self.rng.chance(50) {
+                    v.gt(zero)
+                } else {
+                    v.lt(zero)
+                }
+            }
+            _ => (var("gid") & lit_u32(1 << self.rng.range(0, 8))).ne(lit_u32(0)),
         }
     }
 
@@ -1638,7 +1674,8 @@ impl Gen {
         let op = *self.rng.pick(&WarpOp::ALL);
         let (args, val, warp_uniform) = if op.is_shuffle() {
             let ty = *self.rng.pick(&SHUFFLE_TYPES);
-            let inexact_ok = self.rng.chance(40);
+            // Exact values reach the digest, so most shuffles move those.
+            let inexact_ok = self.rng.chance(20);
             let v = self.lane_value(ty, inexact_ok);
             let (lane, lane_uniform) = self.warp_lane();
             let uniform = op == WarpOp::ShuffleIdx && lane_uniform;
@@ -1654,7 +1691,11 @@ impl Gen {
             let ty = *self.rng.pick(&REDUCE_TYPES);
             // A float sum is exact only of exact values (its order is fixed).
             let inexact_ok = op != WarpOp::ReduceAdd && self.rng.chance(40);
-            let v = self.lane_value(ty, inexact_ok);
+            let v = if ty == F32 && op == WarpOp::ReduceAdd && self.rng.chance(60) {
+                self.lane_float()
+            } else {
+                self.lane_value(ty, inexact_ok)
+            };
             let bound = if op == WarpOp::ReduceAdd {
                 v.bound * 32.0
             } else {

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use mpmd_core::case::Generator;
+use mpmd_core::ir::visit;
 use mpmd_core::ir::*;
 
 use super::{check_module, judge_backend, BackendFactory, Finding, FuzzConfig, Signature, Verdict};
@@ -459,7 +460,8 @@ fn retype(m: &Module, name: &str, ty: &RefType) -> Module {
 }
 
 /// Removes what nothing uses any more: kernels, operands (with their
-/// parameters, aliases, call values and case entries), residents, meshes.
+/// parameters, aliases, call values and case entries), residents, meshes,
+/// helper functions and constants.
 pub fn cleanup(file: CaseFile) -> CaseFile {
     let CaseFile {
         module: mut m,
@@ -560,7 +562,34 @@ pub fn cleanup(file: CaseFile) -> CaseFile {
     }
     used_meshes.extend(m.residents.iter().filter_map(|r| r.ty.owner.clone()));
     m.meshes.retain(|x| used_meshes.contains(&x.name));
+    drop_unused_helpers(&mut m);
     CaseFile { module: m, spec }
+}
+
+/// Removes the helper functions no kernel calls (directly or through
+/// another helper) and the constants nothing names.
+fn drop_unused_helpers(m: &mut Module) {
+    let mut called: HashSet<String> = HashSet::new();
+    let mut bodies: Vec<&[Stmt]> = m.kernels.iter().map(|k| k.body.as_slice()).collect();
+    let mut names = HashSet::new();
+    while let Some(body) = bodies.pop() {
+        visit::for_each_stmt(body, &mut |s| {
+            if let Stmt::Call { function, .. } = s {
+                if called.insert(function.clone()) {
+                    if let Some(f) = m.functions.iter().find(|f| &f.name == function) {
+                        bodies.push(&f.body);
+                    }
+                }
+            }
+        });
+        visit::for_each_expr(body, &mut |e| {
+            if let Expr::Var(n) = e {
+                names.insert(n.clone());
+            }
+        });
+    }
+    m.functions.retain(|f| called.contains(&f.name));
+    m.consts.retain(|c| names.contains(&c.name));
 }
 
 // ---- IR walking ----------------------------------------------------------
@@ -762,6 +791,30 @@ mod tests {
                 else_body: vec![]
             }
         );
+    }
+
+    /// A helper or constant goes with the last statement that used it.
+    #[test]
+    fn unused_helpers_and_constants_are_removed() {
+        let uses = |m: &Module, what: &dyn Fn(&Stmt) -> bool| {
+            let mut found = false;
+            for k in &m.kernels {
+                visit::for_each_stmt(&k.body, &mut |s| found |= what(s));
+            }
+            found
+        };
+        let file = (0..)
+            .map(crate::fuzz::generate)
+            .find(|f| uses(&f.module, &|s| matches!(s, Stmt::Call { .. })))
+            .unwrap();
+        let kept = cleanup(file.clone()).module;
+        assert_eq!(kept.functions, file.module.functions);
+        let mut empty = file;
+        for k in &mut empty.module.kernels {
+            k.body.clear();
+        }
+        let empty = cleanup(empty).module;
+        assert!(empty.functions.is_empty() && empty.consts.is_empty());
     }
 
     #[test]

@@ -6,14 +6,17 @@ use std::time::{Duration, Instant};
 
 use mpmd_conformance::case::CaseFile;
 use mpmd_conformance::fuzz::{
-    check_module, generate, reduce, run_fuzz, statement_count, BackendFactory, FuzzConfig,
-    Signature,
+    check_module, generate, generate_with, reduce, run_fuzz, statement_count, BackendFactory,
+    FuzzConfig, GenOptions, Signature,
 };
 use mpmd_core::backend::{Backend, RunError, RunOptions};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::interp::Interpreter;
-use mpmd_core::ir::{Expr, MathFn, Stmt};
-use mpmd_core::plan::LaunchPlan;
+use std::collections::{BTreeMap, HashSet};
+
+use mpmd_conformance::fuzz::generate::WARP_SPECIALS;
+use mpmd_core::ir::{visit, Expr, Literal, MathFn, ScalarType, Stmt, WarpOp};
+use mpmd_core::plan::{lower, LaunchPlan};
 
 const SEED: u64 = 20_261_129;
 const PROGRAMS: u64 = 300;
@@ -122,9 +125,190 @@ fn generator_covers_the_ir() {
     assert!(handoff > 10, "only {handoff} hand-off modules");
 }
 
+/// Warp collectives of `body` that stand in a loop body (`in_loop`: `body`
+/// is in one).
+fn warps_in_loops(body: &[Stmt], in_loop: bool) -> u32 {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Warp { .. } => in_loop as u32,
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => warps_in_loops(then_body, in_loop) + warps_in_loops(else_body, in_loop),
+            Stmt::For { body, .. } | Stmt::While { body, .. } => warps_in_loops(body, true),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Whether `e` reads one of `names`.
+fn mentions(e: &Expr, names: &HashSet<String>) -> bool {
+    let mut found = false;
+    visit::walk_expr(e, &mut |x| {
+        found |= matches!(x, Expr::Var(n) if names.contains(n));
+    });
+    found
+}
+
+/// Warp coverage over the test's seeds: every op on every value type it
+/// takes, lanes that are literals below and past 31 and per-lane values,
+/// the edge values of `xw` through every f32 reduction and shuffles,
+/// collectives in block-uniform control (most modules: WGSL runs them) and
+/// under warp-uniform control that is not block-uniform, results used in
+/// conditions and as indices, and only in programs of whole warps.
+#[test]
+fn generator_covers_warp_collectives() {
+    let mut by_op: BTreeMap<(&str, ScalarType), u32> = BTreeMap::new();
+    let (mut lane_small, mut lane_past_31, mut lane_per_lane) = (0, 0, 0);
+    let mut rounding_sums = 0;
+    let mut specials: BTreeMap<&str, u32> = BTreeMap::new();
+    let (mut warp_modules, mut block_uniform_only, mut warp_uniform_only) = (0, 0, 0);
+    let (mut in_conditions, mut as_indices, mut digests, mut in_loops) = (0, 0, 0, 0);
+    for seed in SEED..SEED + PROGRAMS {
+        let file = generate(seed);
+        let m = &file.module;
+        let mut dests = HashSet::new();
+        for k in &m.kernels {
+            visit::for_each_stmt(&k.body, &mut |s| {
+                let Stmt::Warp { dest, op, args } = s else {
+                    return;
+                };
+                dests.insert(dest.name.clone());
+                let from_xw = matches!(&args[0], Expr::Load(a) if a.base == WARP_SPECIALS);
+                if from_xw {
+                    *specials.entry(op.name()).or_default() += 1;
+                    return;
+                }
+                let value_ty = if *op == WarpOp::Ballot {
+                    ScalarType::Bool
+                } else {
+                    dest.ty
+                };
+                *by_op.entry((op.name(), value_ty)).or_default() += 1;
+                // Full mantissas of both signs: the order of the sum shows.
+                if *op == WarpOp::ReduceAdd && matches!(args[0], Expr::Bitcast(ScalarType::F32, _))
+                {
+                    rounding_sums += 1;
+                }
+                if op.is_shuffle() {
+                    match args[1] {
+                        Expr::Lit(Literal::U32(l)) if l < 32 => lane_small += 1,
+                        Expr::Lit(Literal::U32(_)) => lane_past_31 += 1,
+                        _ => lane_per_lane += 1,
+                    }
+                }
+            });
+        }
+        if dests.is_empty() {
+            continue;
+        }
+        warp_modules += 1;
+        for k in &m.kernels {
+            in_loops += warps_in_loops(&k.body, false);
+            visit::for_each_stmt(&k.body, &mut |s| match s {
+                Stmt::If { cond, .. } if mentions(cond, &dests) => in_conditions += 1,
+                Stmt::Store { target, .. } if target.base.starts_with("wo") => digests += 1,
+                _ => {}
+            });
+            visit::for_each_expr(&k.body, &mut |e| {
+                if let Expr::Load(a) = e {
+                    as_indices += a.index.iter().any(|i| mentions(i, &dests)) as u32;
+                }
+            });
+        }
+        // Where the collectives stand, as the WGSL backend asks.
+        let plan = lower(m, &m.maps[0].name).expect("a generated module lowers");
+        let mut warp_only = false;
+        for unit in &plan.units {
+            let has_warps = || {
+                let mut found = false;
+                visit::for_each_stmt(&unit.kernel.body, &mut |s| {
+                    found |= matches!(s, Stmt::Warp { .. })
+                });
+                found
+            };
+            if has_warps() {
+                assert_eq!(unit.threads_per_block % 32, 0, "seed {seed}");
+            }
+            warp_only |= unit
+                .facts
+                .uniformity
+                .first_under_nonuniform_control(&unit.kernel.body, &|s| {
+                    matches!(s, Stmt::Warp { .. })
+                })
+                .is_some();
+        }
+        if warp_only {
+            warp_uniform_only += 1;
+        } else {
+            block_uniform_only += 1;
+        }
+    }
+    eprintln!(
+        "{warp_modules} warp modules ({warp_uniform_only} under warp-uniform control), \
+         collectives {by_op:?}, of the edge values {specials:?}, lanes {lane_small} < 32, \
+         {lane_past_31} > 31, {lane_per_lane} others; results in {in_conditions} conditions, \
+         {as_indices} indices; {in_loops} in loops; {rounding_sums} f32 sums that round"
+    );
+    for op in WarpOp::ALL {
+        for ty in ScalarType::ALL {
+            let takes = op.result_type(ty).is_some();
+            let n = by_op.get(&(op.name(), ty)).copied().unwrap_or(0);
+            if takes {
+                let at_least = if op.is_shuffle() { 1 } else { 5 };
+                assert!(
+                    n >= at_least,
+                    "`{}` of {ty}: {n} in {PROGRAMS} modules",
+                    op.name()
+                );
+            } else {
+                assert_eq!(n, 0, "`{}` of {ty}", op.name());
+            }
+        }
+        let all: u32 = ScalarType::ALL
+            .iter()
+            .map(|ty| by_op.get(&(op.name(), *ty)).copied().unwrap_or(0))
+            .sum();
+        assert!(all >= 12, "`{}`: {all} in {PROGRAMS} modules", op.name());
+    }
+    for op in ["reduce_add", "reduce_min", "reduce_max"] {
+        let n = specials.get(op).copied().unwrap_or(0);
+        assert!(n >= 10, "`{op}` of the edge values: {n}");
+    }
+    let shuffled: u32 = ["shfl_idx", "shfl_up", "shfl_down", "shfl_xor"]
+        .iter()
+        .map(|op| specials.get(op).copied().unwrap_or(0))
+        .sum();
+    assert!(shuffled >= 10, "shuffles of the edge values: {shuffled}");
+    for (what, n, at_least) in [
+        ("modules with warps", warp_modules, 50),
+        ("lanes below 32", lane_small, 15),
+        ("lanes past 31", lane_past_31, 15),
+        ("other lanes", lane_per_lane, 40),
+        ("warp results in conditions", in_conditions, 10),
+        ("warp results in indices", as_indices, 30),
+        ("digests stored", digests, warp_modules),
+        ("collectives in loops", in_loops, 20),
+        ("f32 sums that round", rounding_sums, 8),
+        ("modules under warp-uniform control", warp_uniform_only, 8),
+    ] {
+        assert!(n >= at_least, "{what}: {n}");
+    }
+    assert!(
+        warp_modules <= PROGRAMS as u32 / 2,
+        "{warp_modules} modules with warps"
+    );
+    assert!(
+        block_uniform_only >= 2 * warp_uniform_only,
+        "{block_uniform_only} warp modules in block-uniform control, {warp_uniform_only} not"
+    );
+}
+
 /// Runs on the interpreter (through the plan) and corrupts element 0 of the
 /// first output of the plan's map when any kernel calls `tanh`.
-struct TanhCorrupter(Interpreter);
+/// (`when` says which kernel bodies trigger it: a `tanh` by default.)
+struct TanhCorrupter(Interpreter, fn(&[Stmt]) -> bool);
 
 fn has_tanh(e: &Expr) -> bool {
     match e {
@@ -165,7 +349,7 @@ impl Backend for TanhCorrupter {
         options: &RunOptions,
     ) -> Result<CallOutputs, RunError> {
         let mut out = self.0.run(plan, args, options)?;
-        if plan.units.iter().any(|u| body_has_tanh(&u.kernel.body)) {
+        if plan.units.iter().any(|u| (self.1)(&u.kernel.body)) {
             if let Some(first) = plan.map.outputs.first() {
                 if let Some(t) = out.outputs.get_mut(&first.name) {
                     let mut bits = t.to_bits();
@@ -191,8 +375,89 @@ impl Backend for TanhCorrupter {
 
 fn corrupter() -> BackendFactory {
     BackendFactory::new("tanh-corrupter", || {
-        Ok(Box::new(TanhCorrupter(Interpreter::new())) as Box<dyn Backend>)
+        Ok(Box::new(TanhCorrupter(Interpreter::new(), body_has_tanh)) as Box<dyn Backend>)
     })
+}
+
+/// The warp collectives of `body` (nested ones included).
+fn warp_ops(body: &[Stmt]) -> Vec<WarpOp> {
+    let mut ops = vec![];
+    visit::for_each_stmt(body, &mut |s| {
+        if let Stmt::Warp { op, .. } = s {
+            ops.push(*op);
+        }
+    });
+    ops
+}
+
+fn body_has_reduce_max(body: &[Stmt]) -> bool {
+    warp_ops(body).contains(&WarpOp::ReduceMax)
+}
+
+/// Corrupts the first output of a map whose kernels use `reduce_max`.
+fn reduce_max_corrupter() -> BackendFactory {
+    BackendFactory::new("reduce-max-corrupter", || {
+        Ok(Box::new(TanhCorrupter(Interpreter::new(), body_has_reduce_max)) as Box<dyn Backend>)
+    })
+}
+
+/// The reducer takes warp collectives apart: from a one-program module with
+/// several collectives whose results later statements use, it keeps one
+/// `reduce_max` and shrinks the program to one warp.
+#[test]
+fn reducer_shrinks_a_disagreement_on_a_warp_collective() {
+    let options = GenOptions {
+        warps: 100,
+        ..GenOptions::default()
+    };
+    let (seed, file) = (SEED..)
+        .map(|s| (s, generate_with(s, &options)))
+        .find(|(_, f)| {
+            let m = &f.module;
+            let ops: Vec<WarpOp> = m.kernels.iter().flat_map(|k| warp_ops(&k.body)).collect();
+            m.maps.len() == 1
+                && m.maps[0].programs.len() == 1
+                && ops.len() >= 4
+                && ops.contains(&WarpOp::ReduceMax)
+                && statement_count(m) > 15
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = FuzzConfig {
+        seed,
+        iterations: Some(1),
+        found_dir: dir.path().to_path_buf(),
+        per_program_timeout: Duration::from_secs(60),
+        generator: options,
+        ..FuzzConfig::default()
+    };
+    let summary = run_fuzz(&config, &[reduce_max_corrupter()], &mut |_| {});
+    assert_eq!(summary.findings.len(), 1, "{summary}");
+    let finding = &summary.findings[0];
+    let text = std::fs::read_to_string(finding.reduced_path.as_ref().unwrap()).unwrap();
+    let parsed = mpmd_core::text::parse_file(&text).expect("the reduced case parses");
+    let m = &parsed.module;
+    let before = statement_count(&file.module);
+    let after = statement_count(m);
+    assert!(after <= 4 && after < before, "{before} -> {after}:\n{text}");
+    let ops: Vec<WarpOp> = m.kernels.iter().flat_map(|k| warp_ops(&k.body)).collect();
+    assert_eq!(ops, [WarpOp::ReduceMax], "{text}");
+    assert_eq!(m.meshes[0].threads.size, 32, "{text}");
+    let reduced = CaseFile {
+        module: parsed.module.clone(),
+        spec: parsed.case.expect("a case section"),
+    };
+    assert!(
+        reduce::reproduces(
+            &reduced,
+            seed,
+            &reduce_max_corrupter(),
+            &finding.signature,
+            &config
+        )
+        .is_some(),
+        "{text}"
+    );
 }
 
 /// The first generated case that the corrupter disagrees on.
@@ -280,7 +545,12 @@ fn interpreter_backend_agrees_with_itself() {
 #[ignore]
 fn print_seed() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-    let file = generate(seed);
+    // `WARPS=100`: as `cargo xtask fuzz -- --warps 100` generates it.
+    let options = GenOptions {
+        warps: std::env::var("WARPS").map_or(GenOptions::default().warps, |w| w.parse().unwrap()),
+        ..GenOptions::default()
+    };
+    let file = generate_with(seed, &options);
     println!("{}", file.print());
     println!("{:?}", check_module(&file, seed).err());
 }

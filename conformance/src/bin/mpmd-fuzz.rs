@@ -47,6 +47,10 @@ struct Args {
     /// Report disagreements without shrinking them.
     #[arg(long)]
     no_reduce: bool,
+    /// Percent of the modules that use warp collectives (default: the
+    /// generator's, `GenOptions::warps`).
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(0..=100))]
+    warps: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -98,6 +102,7 @@ fn main() -> ExitCode {
         // bit-exact comparisons when it is under test.
         generator: GenOptions {
             ieee: !with_wgsl,
+            warps: args.warps.unwrap_or(GenOptions::default().warps),
             ..Default::default()
         },
         ..FuzzConfig::default()

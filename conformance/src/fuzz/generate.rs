@@ -33,7 +33,18 @@
 //!   `%`, `sqrt` and `fma` count as inexact too. Floats are bitcast to integers
 //!   only through `abs`, since the sign of zero is unspecified;
 //! - loops have literal bounds up to 4 or the scalar `sn` (at most 5), nested
-//!   at most twice: far below 65,535 iterations per invocation.
+//!   at most twice: far below 65,535 iterations per invocation;
+//! - warp collectives ([`GenOptions::warps`]) stand only in programs of whole
+//!   warps and only in warp-uniform control: block-uniform control (most of
+//!   them; WGSL runs those) or a branch on the warp index or on a warp-uniform
+//!   result (a vote, a ballot, a reduction, `shfl_idx` of a warp-uniform
+//!   lane), under which loops leave early only on block-uniform conditions.
+//!   Their results are deterministic; an f32 `reduce_add` adds only exact
+//!   values (the butterfly order is fixed, so the sum is too) and is as large
+//!   as 32 times its operand. Integer, boolean and exact float results feed a
+//!   per-thread digest stored to `wo<i>`; edge values (NaN, infinities, ±0,
+//!   extremes) come only from the input `xw` (`special`) through shuffles
+//!   and f32 reductions straight to `ws<i>`, never into other arithmetic.
 
 use mpmd_core::case::{CaseSpec, CompareMode, Generator};
 use mpmd_core::ir::*;
@@ -49,6 +60,30 @@ const FLOAT_CLAMP: f32 = 64.0;
 /// Thread counts, including ones that are not multiples of 32.
 const THREAD_COUNTS: [u32; 10] = [1, 17, 32, 33, 48, 64, 96, 128, 200, 256];
 const INPUT_LENGTHS: [u32; 5] = [16, 33, 64, 100, 256];
+/// Thread counts of programs that use warp collectives: whole warps (E0069).
+const WARP_THREAD_COUNTS: [u32; 5] = [32, 64, 96, 128, 256];
+/// Lane, delta and mask literals of shuffles: in range, at the edges, and
+/// past 31 (only the 5 low bits count).
+const WARP_LANES: [u32; 13] = [0, 1, 2, 5, 15, 16, 17, 31, 32, 33, 63, 100, u32::MAX];
+/// Value types a shuffle moves (every scalar type).
+const SHUFFLE_TYPES: [ScalarType; 7] = [F32, F32, I32, U32, Bool, F16, BF16];
+/// Value types of the warp reductions.
+const REDUCE_TYPES: [ScalarType; 4] = [I32, U32, F32, F32];
+/// The f32 input of edge values (`special`) that only warp collectives read.
+pub const WARP_SPECIALS: &str = "xw";
+const WARP_SPECIALS_LEN: u32 = 64;
+/// The per-thread digest of a program's warp results, stored to `wo<i>`.
+const WARP_DIGEST: &str = "wd";
+/// Slots of `ws<i>`: the last special `reduce_add`, `reduce_min`,
+/// `reduce_max` and shuffle of each thread.
+const WARP_SPECIAL_SLOTS: u32 = 4;
+/// Percent of the statements in warp-uniform control of a warp program
+/// that are warp statements (collectives, warp branches).
+const WARP_STMT_PERCENT: u32 = 25;
+/// Percent of the warp modules whose first program also has collectives in
+/// warp-uniform control that is not block-uniform (WGSL declines those; the
+/// other warp modules run there too).
+const WARP_BRANCH_PERCENT: u32 = 25;
 /// Counter elements and the (commuting) atomic each element is updated with.
 const COUNTER_OPS: [AtomicOp; 4] = [AtomicOp::Add, AtomicOp::Xor, AtomicOp::Or, AtomicOp::Max];
 const SIGNED_COUNTER_OPS: [AtomicOp; 3] = [AtomicOp::Min, AtomicOp::Max, AtomicOp::Add];
@@ -107,6 +142,11 @@ struct ProgramPlan {
     out_layout: OutLayout,
     /// Whether the output may receive inexact floats.
     out_inexact: bool,
+    /// Uses warp collectives (then `threads` is a multiple of 32).
+    warps: bool,
+    /// Also under branches on the warp index or a warp-uniform result
+    /// (warp-uniform control that is not block-uniform: WGSL declines).
+    warp_branches: bool,
     smem: Option<ScalarType>,
     gscratch: Option<ScalarType>,
     /// A `u32` output whose element `gid` this thread also updates atomically.
@@ -159,6 +199,11 @@ pub struct GenOptions {
     /// ([`super::names::with_adversarial_names`]): keywords and builtins of
     /// the emitted languages, generated-looking and very long names.
     pub adversarial_names: bool,
+    /// Percent of the modules that use warp collectives: their first
+    /// program always, each other one with even odds, each such program with
+    /// whole warps. Drawn from a stream of its own: a module without warps
+    /// is the same for every value.
+    pub warps: u32,
 }
 
 impl Default for GenOptions {
@@ -166,6 +211,7 @@ impl Default for GenOptions {
         GenOptions {
             ieee: true,
             adversarial_names: true,
+            warps: 25,
         }
     }
 }
@@ -182,6 +228,10 @@ pub fn generate_with(seed: u64, options: &GenOptions) -> CaseFile {
     gen.ieee = options.ieee;
     // Streams of their own, so that the rest of a seed's program stays as it was.
     gen.resident_input = Rng::for_stream(seed, &["resident input"]).chance(25);
+    let mut warp_rng = Rng::for_stream(seed, &["warps"]);
+    gen.module_warps = warp_rng.chance(options.warps);
+    gen.module_warp_branches = gen.module_warps && warp_rng.chance(WARP_BRANCH_PERCENT);
+    gen.warp_rng = warp_rng;
     let file = gen.file();
     if !options.adversarial_names {
         return file;
@@ -221,6 +271,17 @@ struct Gen {
     resident_input: bool,
     /// The module has the helper `mix` ([`MIX`]) and the constant `TRIPS`.
     helpers: bool,
+    /// The module's programs use warp collectives, and the stream that
+    /// decides which of them do.
+    module_warps: bool,
+    /// Its first program also has warp branches (WGSL declines the module).
+    module_warp_branches: bool,
+    warp_rng: Rng,
+    /// Control flow here is warp-uniform (read only in warp programs).
+    warp_ctl: bool,
+    /// Values in scope that are warp-uniform but not block-uniform (results
+    /// of votes, ballots, reductions, `shfl_idx` of a warp-uniform lane).
+    warp_vals: Vec<Val>,
 }
 
 /// The helper function and constant a generated module may use: a loop
@@ -295,6 +356,11 @@ impl Gen {
             ieee: true,
             resident_input: false,
             helpers: false,
+            module_warps: false,
+            module_warp_branches: false,
+            warp_rng: Rng::for_stream(seed, &["warps"]),
+            warp_ctl: true,
+            warp_vals: vec![],
         }
     }
 
@@ -375,7 +441,13 @@ impl Gen {
     }
 
     fn program_plan(&mut self, i: usize) -> ProgramPlan {
-        let threads = *self.rng.pick(&THREAD_COUNTS);
+        let warps = self.module_warps && (i == 0 || self.warp_rng.chance(50));
+        let warp_branches = warps && i == 0 && self.module_warp_branches;
+        let threads = if warps {
+            *self.rng.pick(&WARP_THREAD_COUNTS)
+        } else {
+            *self.rng.pick(&THREAD_COUNTS)
+        };
         let max_blocks = if threads >= 128 { 4 } else { 8 };
         let mut b = MeshBuilder::new(&format!("m{i}"));
         let mut blocks = 1u32;
@@ -400,6 +472,8 @@ impl Gen {
             out_ty,
             out_layout,
             out_inexact: self.rng.chance(50),
+            warps,
+            warp_branches,
             smem: self
                 .rng
                 .chance(40)
@@ -464,10 +538,18 @@ impl Gen {
                 b = b.resident();
             }
         }
+        if self.programs.iter().any(|p| p.warps) {
+            b = b.input(WARP_SPECIALS, gmem(F32, [WARP_SPECIALS_LEN]));
+        }
         for (i, p) in self.programs.iter().enumerate() {
             b = b.output_zeroed(&Self::out_name(i), Self::out_type(p));
             if p.owned_atomics {
                 b = b.output_zeroed(&format!("a{i}"), gmem(U32, [p.blocks * p.threads]));
+            }
+            if p.warps {
+                let n = p.blocks * p.threads;
+                b = b.output_zeroed(&format!("wo{i}"), gmem(U32, [n]));
+                b = b.output_zeroed(&format!("ws{i}"), gmem(F32, [WARP_SPECIAL_SLOTS, n]));
             }
         }
         if self.programs.iter().any(|p| p.uses_counters) {
@@ -632,6 +714,7 @@ impl Gen {
             for x in &map.inputs {
                 let Type::Ref(r) = &x.ty else { continue };
                 let g = match r.elem {
+                    _ if x.name == WARP_SPECIALS => Generator::Special,
                     F32 => Generator::Uniform {
                         lo: Literal::f32(-4.0),
                         hi: Literal::f32(4.0),
@@ -663,6 +746,9 @@ impl Gen {
                     "fcnt" => CompareMode::Exact,
                     _ if !r.elem.is_float() => CompareMode::Exact,
                     "hout" | "hecho" => CompareMode::Exact,
+                    // Edge values moved and reduced exactly (NaN payloads
+                    // and the sign of zero are not compared).
+                    name if name.starts_with("ws") => CompareMode::Exact,
                     name => {
                         let i: usize = name[1..].parse().unwrap_or(0);
                         if self.programs.get(i).is_some_and(|p| p.out_inexact) {
@@ -687,6 +773,8 @@ impl Gen {
         self.vars.clear();
         self.next_name = 0;
         self.loop_depth = 0;
+        self.warp_ctl = true;
+        self.warp_vals.clear();
         let p = self.programs[i].clone();
         let mut body = vec![];
         let tn = p.mesh.threads.name.clone();
@@ -751,6 +839,23 @@ impl Gen {
             self.consume_edge(e, &mut body);
         }
 
+        if p.warps {
+            // Every warp program reads the edge values, makes a collective in
+            // block-uniform control and, where it may, one in a warp branch.
+            body.push(Stmt::Var {
+                var: Binding {
+                    name: WARP_DIGEST.into(),
+                    ty: U32,
+                },
+                init: lit_u32(0),
+            });
+            self.warp_specials(&mut body);
+            self.warp_collective(&mut body);
+            if p.warp_branches {
+                self.warp_branch(&mut body, 0);
+            }
+        }
+
         let budget = self.rng.range(2, 7);
         self.stmts(&mut body, budget, 0, true);
 
@@ -767,6 +872,13 @@ impl Gen {
         }
         for e in self.edges.clone().iter().filter(|e| e.to == i && e.back) {
             self.consume_edge(e, &mut body);
+        }
+
+        if p.warps {
+            body.push(Stmt::Store {
+                target: at(&format!("wo{i}"), [var("gid")]),
+                value: var(WARP_DIGEST),
+            });
         }
 
         // The final store: every element of the output written once.
@@ -849,17 +961,27 @@ impl Gen {
     }
 
     fn scoped(&mut self, f: impl FnOnce(&mut Self, &mut Vec<Stmt>)) -> Vec<Stmt> {
-        let (nv, nr) = (self.vals.len(), self.vars.len());
+        let (nv, nr, nw) = (self.vals.len(), self.vars.len(), self.warp_vals.len());
         let mut body = vec![];
         f(self, &mut body);
         self.vals.truncate(nv);
         self.vars.truncate(nr);
+        self.warp_vals.truncate(nw);
         body
+    }
+
+    /// Whether a warp collective may stand here: a warp program in
+    /// warp-uniform control.
+    fn warp_here(&self) -> bool {
+        self.programs[self.cur].warps && self.warp_ctl
     }
 
     fn stmt(&mut self, body: &mut Vec<Stmt>, depth: u32, uniform: bool) {
         let p = self.programs[self.cur].clone();
         let nested_ok = depth < 2;
+        if self.warp_here() && self.rng.chance(WARP_STMT_PERCENT) {
+            return self.warp_stmt(body, depth);
+        }
         match self.rng.below(16) {
             0..=2 => {
                 let ty = *self.rng.pick(&[F32, F32, I32, U32, Bool, F16, BF16]);
@@ -915,12 +1037,16 @@ impl Gen {
             4 | 5 => self.assign(body),
             6 if nested_ok => {
                 let cond = self.boolean(2, false);
+                // Warp collectives only where the condition is block-uniform.
+                let warp_ctl = self.warp_ctl;
+                self.warp_ctl &= cond.uniform;
                 let then_body = self.scoped(|g, b| g.stmts(b, 2, depth + 1, false));
                 let else_body = if self.rng.chance(50) {
                     self.scoped(|g, b| g.stmts(b, 2, depth + 1, false))
                 } else {
                     vec![]
                 };
+                self.warp_ctl = warp_ctl;
                 body.push(Stmt::If {
                     cond: cond.e,
                     then_body,
@@ -1041,7 +1167,9 @@ impl Gen {
     /// thread-dependent condition only where the loop has no block-collective
     /// operation (`uniform` is false), since such a loop is non-uniform.
     fn loop_exit(&mut self, body: &mut Vec<Stmt>, uniform: bool, continue_ok: bool) {
-        let cond = self.boolean(2, uniform);
+        // Where warp collectives may stand (a warp branch), a loop stays
+        // warp-uniform: it is left on block-uniform conditions only.
+        let cond = self.boolean(2, uniform || self.warp_here());
         let exit = if continue_ok && self.rng.chance(50) {
             Stmt::Continue
         } else {
@@ -1321,6 +1449,357 @@ impl Gen {
         self.vals
             .push(Val::new(var(&name), ty, false, exact, v.bound));
         body.push(Stmt::Barrier);
+    }
+
+    // ---- warp collectives -------------------------------------------------
+
+    /// A warp statement in warp-uniform control: mostly a collective,
+    /// sometimes a branch on a warp-uniform condition or a collective over
+    /// the edge values.
+    fn warp_stmt(&mut self, body: &mut Vec<Stmt>, depth: u32) {
+        let p = &self.programs[self.cur];
+        match self.rng.below(10) {
+            0 | 1 if p.warp_branches && depth < 2 => self.warp_branch(body, depth),
+            2 => self.warp_specials(body),
+            _ => self.warp_collective(body),
+        }
+    }
+
+    /// `if <warp-uniform condition> { collective; ... } else { ... }`:
+    /// warp-uniform control that is not block-uniform (no barrier inside).
+    fn warp_branch(&mut self, body: &mut Vec<Stmt>, depth: u32) {
+        let cond = self.warp_cond(body);
+        let then_body = self.scoped(|g, b| {
+            g.warp_collective(b);
+            g.stmts(b, 2, depth + 1, false);
+        });
+        let else_body = if self.rng.chance(40) {
+            self.scoped(|g, b| g.stmts(b, 2, depth + 1, false))
+        } else {
+            vec![]
+        };
+        body.push(Stmt::If {
+            cond,
+            then_body,
+            else_body,
+        });
+    }
+
+    /// A condition that is the same in every lane of a warp but not in
+    /// every thread of the block: the warp index in the forms the
+    /// uniformity analysis knows, or a warp-uniform result.
+    fn warp_cond(&mut self, body: &mut Vec<Stmt>) -> Expr {
+        let warps = self.programs[self.cur].threads / 32;
+        let k = self.rng.range(0, warps - 1);
+        let t = var("t");
+        let exact: Vec<Val> = self
+            .warp_vals
+            .iter()
+            .filter(|v| v.exact && v.ty != F16 && v.ty != BF16)
+            .cloned()
+            .collect();
+        match self.rng.below(8) {
+            0 => (t / lit_u32(32)).eq(lit_u32(k)),
+            1 => Expr::Binary(BinaryOp::Shr, Box::new(t), Box::new(lit_u32(5))).ne(lit_u32(k)),
+            2 => (t / lit_u32(64)).eq(lit_u32(k / 2)),
+            3 => ((t / lit_u32(32)) % lit_u32(2)).eq(lit_u32(k % 2)),
+            4 => {
+                // A `let` of the thread index plus a multiple of 32.
+                let name = self.fresh("wl");
+                body.push(Stmt::Let {
+                    var: Binding {
+                        name: name.clone(),
+                        ty: U32,
+                    },
+                    value: var("lin") * lit_u32(32 * warps) + t,
+                });
+                ((var(&name) / lit_u32(32)) % lit_u32(warps)).eq(lit_u32(k))
+            }
+            _ if !exact.is_empty() => {
+                let v = self.rng.pick(&exact).clone();
+                match v.ty {
+                    Bool if self.rng.chance(50) => v.e,
+                    Bool => !v.e,
+                    U32 => match self.rng.below(3) {
+                        0 => (v.e & lit_u32(1 << self.rng.range(0, 31))).ne(lit_u32(0)),
+                        1 => v.e.eq(lit_u32(0)),
+                        _ => v.e.gt(lit_u32(self.int_literal(U32) as u32)),
+                    },
+                    I32 => {
+                        if self.rng.chance(50) {
+                            (v.e & Expr::from(1i32)).eq(Expr::from(0i32))
+                        } else {
+                            v.e.gt(Expr::from(self.int_literal(I32)))
+                        }
+                    }
+                    _ => v.e.gt(Expr::from((self.rng.below(33) as f32 - 16.0) / 4.0)),
+                }
+            }
+            _ => (t / lit_u32(32)).eq(lit_u32(k)),
+        }
+    }
+
+    /// A lane, delta or mask: a literal (also past 31), a per-lane value, a
+    /// warp-uniform result or any `u32`. Whether it is warp-uniform too.
+    fn warp_lane(&mut self) -> (Expr, bool) {
+        let t = var("t");
+        let warp_u32: Vec<Val> = self
+            .warp_vals
+            .iter()
+            .filter(|v| v.ty == U32)
+            .cloned()
+            .collect();
+        match self.rng.below(10) {
+            0..=3 => (lit_u32(*self.rng.pick(&WARP_LANES)), true),
+            4..=6 => {
+                let c = lit_u32(*self.rng.pick(&WARP_LANES));
+                let e = match self.rng.below(7) {
+                    0 => t,
+                    1 => t + c,
+                    2 => t * lit_u32(self.rng.range(2, 7)),
+                    3 => lit_u32(31) - t % lit_u32(32),
+                    4 => t % lit_u32(self.rng.range(2, 9)),
+                    5 => t / lit_u32(self.rng.range(2, 8)),
+                    _ => var("gid") ^ c,
+                };
+                (e, false)
+            }
+            7 if !warp_u32.is_empty() => (self.rng.pick(&warp_u32).e.clone(), true),
+            7 | 8 => (self.int(U32, 1, true).e, true),
+            _ => {
+                let v = self.int(U32, 2, false);
+                (v.e, v.uniform)
+            }
+        }
+    }
+
+    /// An exact f32 per lane with a full mantissa, either sign and
+    /// magnitudes from 2^-9 to 2^5 (from the thread id): sums of these
+    /// round, so the order of a warp's sum shows in its bits.
+    fn lane_float(&mut self) -> Val {
+        let mix = lit_u32(2 * self.rng.range(1 << 20, 1 << 30) + 1);
+        let t = var("t");
+        let mantissa = (var("gid") * mix) & lit_u32(0x007F_FFFF);
+        let exponent = (lit_u32(118) + t.clone() % lit_u32(14)) << lit_u32(23);
+        let sign = ((t / lit_u32(self.rng.range(1, 7))) & lit_u32(1)) << lit_u32(31);
+        let bits = mantissa | exponent | sign;
+        Val::new(bits.bitcast(F32), F32, false, true, 32.0)
+    }
+
+    /// A value of `ty` that usually differs from lane to lane.
+    fn lane_value(&mut self, ty: ScalarType, inexact_ok: bool) -> Val {
+        if ty == F32 && self.rng.chance(30) {
+            return self.lane_float();
+        }
+        let v = self.value(ty, 2, inexact_ok, false);
+        if !self.rng.chance(85) {
+            return v;
+        }
+        let t = var("t");
+        let small = |ty: ScalarType| (t.clone() % lit_u32(16)).cast(ty);
+        let v = match ty {
+            U32 => Val::new(
+                v.e + var("gid") * lit_u32(2 * self.rng.range(0, 50) + 1),
+                U32,
+                false,
+                true,
+                0.0,
+            ),
+            I32 => Val::new(v.e ^ var("gid").cast(I32), I32, false, true, 0.0),
+            Bool => {
+                let k = lit_u32(self.rng.range(2, 5));
+                let e = v.e.ne((t % k).eq(lit_u32(0)));
+                Val::new(e, Bool, false, v.exact, 0.0)
+            }
+            _ => Val::new(v.e + small(ty), ty, false, v.exact, v.bound + 15.0),
+        };
+        if v.bound > FLOAT_CLAMP {
+            let b = Expr::Lit(Literal::from_bits(
+                ty,
+                u32::from(numerics::from_f32(ty, FLOAT_CLAMP).unwrap_or(0)),
+            ));
+            let b = if ty == F32 {
+                Expr::from(FLOAT_CLAMP)
+            } else {
+                b
+            };
+            Val {
+                e: math(MathFn::Min, [math(MathFn::Max, [v.e, -b.clone()]), b]),
+                bound: FLOAT_CLAMP,
+                ..v
+            }
+        } else {
+            v
+        }
+    }
+
+    /// A predicate for a vote or ballot: any boolean (often the same in
+    /// every lane), one that differs between lanes by its form or by the
+    /// input data, or one that holds in all, none or some lanes of a warp
+    /// depending on the warp.
+    fn lane_predicate(&mut self) -> Expr {
+        let t = var("t");
+        match self.rng.below(20) {
+            0..=2 => self.boolean(2, false).e,
+            3..=5 => {
+                let k = lit_u32(self.rng.range(2, 5));
+                self.boolean(1, false).e.ne((t % k).eq(lit_u32(0)))
+            }
+            6..=8 => {
+                let k = self.rng.range(1, 40);
+                (t % lit_u32(k)).eq(lit_u32(self.rng.range(0, k - 1)))
+            }
+            9..=11 => t.lt(lit_u32(*self.rng.pick(&[0u32, 1, 16, 31, 32, 40, 64, 100]))),
+            12 => Expr::from(self.rng.chance(50)),
+            13..=16 if !self.inputs.is_empty() => {
+                // Random data at a per-lane index.
+                let x = self.rng.pick(&self.inputs).clone();
+                let c = lit_u32(self.rng.range(0, x.len - 1));
+                let v = load(&x.name, [(var("gid") + c) % lit_u32(x.len)]);
+                let zero = zero_of(x.ty);
+                if self.rng.chance(50) {
+                    v.gt(zero)
+                } else {
+                    v.lt(zero)
+                }
+            }
+            _ => (var("gid") & lit_u32(1 << self.rng.range(0, 8))).ne(lit_u32(0)),
+        }
+    }
+
+    /// One warp collective of a random op on a random accepted type, its
+    /// result in scope afterwards (warp-uniform ones for warp branches and
+    /// lanes too), folded into the digest and sometimes used as an index.
+    fn warp_collective(&mut self, body: &mut Vec<Stmt>) {
+        let op = *self.rng.pick(&WarpOp::ALL);
+        let (args, val, warp_uniform) = if op.is_shuffle() {
+            let ty = *self.rng.pick(&SHUFFLE_TYPES);
+            // Exact values reach the digest, so most shuffles move those.
+            let inexact_ok = self.rng.chance(20);
+            let v = self.lane_value(ty, inexact_ok);
+            let (lane, lane_uniform) = self.warp_lane();
+            let uniform = op == WarpOp::ShuffleIdx && lane_uniform;
+            (vec![v.e.clone(), lane], v, uniform)
+        } else if matches!(op, WarpOp::VoteAny | WarpOp::VoteAll | WarpOp::Ballot) {
+            let p = self.lane_predicate();
+            (
+                vec![p],
+                Val::new(Expr::from(false), Bool, false, true, 0.0),
+                true,
+            )
+        } else {
+            let ty = *self.rng.pick(&REDUCE_TYPES);
+            // A float sum is exact only of exact values (its order is fixed).
+            let inexact_ok = op != WarpOp::ReduceAdd && self.rng.chance(40);
+            let v = if ty == F32 && op == WarpOp::ReduceAdd && self.rng.chance(60) {
+                self.lane_float()
+            } else {
+                self.lane_value(ty, inexact_ok)
+            };
+            let bound = if op == WarpOp::ReduceAdd {
+                v.bound * 32.0
+            } else {
+                v.bound
+            };
+            (vec![v.e.clone()], Val { bound, ..v }, true)
+        };
+        let ty = op.result_type(val.ty).expect("an accepted value type");
+        let prefix = match op {
+            _ if op.is_shuffle() => "sh",
+            WarpOp::VoteAny | WarpOp::VoteAll => "vt",
+            WarpOp::Ballot => "bl",
+            _ => "rd",
+        };
+        let name = self.fresh(prefix);
+        body.push(Stmt::Warp {
+            dest: Binding {
+                name: name.clone(),
+                ty,
+            },
+            op,
+            args,
+        });
+        let result = Val::new(var(&name), ty, false, val.exact, val.bound);
+        self.vals.push(result.clone());
+        if warp_uniform {
+            self.warp_vals.push(result.clone());
+        }
+        // Into the digest: integers and booleans as they are, exact floats
+        // through `abs` (the sign of zero is unspecified).
+        let word = match ty {
+            U32 => Some(result.e.clone()),
+            I32 => Some(result.e.clone().bitcast(U32)),
+            Bool => Some(result.e.clone().cast(U32)),
+            F32 if result.exact => Some(math(MathFn::Abs, [result.e.clone()]).bitcast(U32)),
+            F16 | BF16 if result.exact => {
+                Some(math(MathFn::Abs, [result.e.clone()]).cast(F32).bitcast(U32))
+            }
+            _ => None,
+        };
+        if let Some(word) = word {
+            body.push(Stmt::Assign {
+                name: WARP_DIGEST.into(),
+                value: (var(WARP_DIGEST) * lit_u32(33)) ^ word.clone(),
+            });
+            if self.rng.chance(30) && !self.inputs.is_empty() && !ty.is_float() {
+                // The result as an index.
+                let x = self.rng.pick(&self.inputs).clone();
+                let u = self.fresh("u");
+                body.push(Stmt::Let {
+                    var: Binding {
+                        name: u.clone(),
+                        ty: x.ty,
+                    },
+                    value: load(&x.name, [word % lit_u32(x.len)]),
+                });
+                let bound = if x.ty.is_float() { 4.0 } else { 0.0 };
+                self.vals.push(Val::new(var(&u), x.ty, false, true, bound));
+            }
+        }
+    }
+
+    /// A shuffle or f32 reduction of the edge values of `xw` (NaN,
+    /// infinities, ±0, extremes, subnormals), stored straight to its slot of
+    /// `ws<i>` and used for nothing else.
+    fn warp_specials(&mut self, body: &mut Vec<Stmt>) {
+        let slot = self.rng.below(u64::from(WARP_SPECIAL_SLOTS)) as u32;
+        let op = match slot {
+            0 => WarpOp::ReduceAdd,
+            1 => WarpOp::ReduceMin,
+            2 => WarpOp::ReduceMax,
+            _ => *self.rng.pick(&[
+                WarpOp::ShuffleIdx,
+                WarpOp::ShuffleUp,
+                WarpOp::ShuffleDown,
+                WarpOp::ShuffleXor,
+            ]),
+        };
+        let t = var("t");
+        let len = WARP_SPECIALS_LEN;
+        let index = match self.rng.below(4) {
+            // The edge values in order (the first 16), some lanes alike.
+            0 => (t * lit_u32(self.rng.range(0, 3)) + lit_u32(self.rng.range(0, 15))) % lit_u32(16),
+            1 => (var("gid") + lit_u32(self.rng.range(0, len - 1))) % lit_u32(len),
+            2 => lit_u32(self.rng.range(0, len - 1)),
+            _ => (t ^ lit_u32(self.rng.range(0, 31))) % lit_u32(len),
+        };
+        let mut args = vec![load(WARP_SPECIALS, [index])];
+        if op.is_shuffle() {
+            args.push(self.warp_lane().0);
+        }
+        let name = self.fresh("sp");
+        body.push(Stmt::Warp {
+            dest: Binding {
+                name: name.clone(),
+                ty: F32,
+            },
+            op,
+            args,
+        });
+        body.push(Stmt::Store {
+            target: at(&format!("ws{}", self.cur), [lit_u32(slot), var("gid")]),
+            value: var(&name),
+        });
     }
 
     // ---- expressions -----------------------------------------------------
@@ -2070,6 +2549,42 @@ mod tests {
     fn same_seed_same_module() {
         assert_eq!(generate(42), generate(42));
         assert_ne!(generate(42), generate(43));
+    }
+
+    fn has_warps(file: &CaseFile) -> bool {
+        file.module.kernels.iter().any(|k| {
+            let mut found = false;
+            mpmd_core::ir::visit::for_each_stmt(&k.body, &mut |s| {
+                found |= matches!(s, Stmt::Warp { .. })
+            });
+            found
+        })
+    }
+
+    /// Warp collectives come from a stream of their own: a module without
+    /// them is the module the generator made before it had them (`warps: 0`
+    /// draws nothing from that stream), and `warps: 100` puts them in every
+    /// module, in its first program at least.
+    #[test]
+    fn modules_without_warps_are_unchanged_by_the_warp_option() {
+        let with = |warps| GenOptions {
+            warps,
+            ..GenOptions::default()
+        };
+        let mut unchanged = 0;
+        for seed in 0..60 {
+            let never = generate_with(seed, &with(0));
+            assert!(!has_warps(&never), "seed {seed}");
+            let default = generate(seed);
+            if !has_warps(&default) {
+                assert_eq!(default, never, "seed {seed}");
+                unchanged += 1;
+            }
+            let always = generate_with(seed, &with(100));
+            assert!(has_warps(&always), "seed {seed}");
+            assert_eq!(always, generate_with(seed, &with(100)), "seed {seed}");
+        }
+        assert!((30..60).contains(&unchanged), "{unchanged} of 60");
     }
 
     fn printed(seed: u64) -> String {

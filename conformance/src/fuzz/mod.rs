@@ -25,8 +25,19 @@
 //! check, and all ten atomics on a thread-owned element; acyclic semaphore
 //! edges (signal every block of an owned `sem @ consumer`, `wait` or
 //! `wait_nodec` for one credit per producer block, then `read`), cycles (a
-//! back edge: bidirectional handshake, which a backend may refuse); and a
-//! two-call hand-off through `gmem`/`sem` residents owned by an external mesh.
+//! back edge: bidirectional handshake, which a backend may refuse); a
+//! two-call hand-off through `gmem`/`sem` residents owned by an external
+//! mesh; and, in a quarter of the modules ([`GenOptions::warps`], a stream
+//! of its own, so the other modules are as before), warp collectives in
+//! programs of whole warps: every shuffle on every scalar type with literal
+//! (also past 31), per-lane and warp-uniform lanes, votes and ballots of
+//! random and lane-pattern predicates, `reduce_add`/`min`/`max` on `i32`,
+//! `u32` and `f32`, and shuffles and f32 reductions of edge values (NaN,
+//! infinities, ±0, extremes) from the `special` input `xw`; mostly in
+//! block-uniform control, in a quarter of those modules also under a branch
+//! on the warp index or a warp-uniform result (WGSL declines those: a skip,
+//! not a disagreement); results feed later expressions, conditions, indices
+//! and a digest stored per thread.
 //!
 //! The xtask is a thin wrapper:
 //! ```no_run
@@ -514,6 +525,21 @@ pub fn judge_backend(
     Verdict::Agrees
 }
 
+/// What a skip is counted under: its reason's first clause, with what it
+/// quotes (kernel, statement and condition text, in backticks) left out, so
+/// that one reason over many modules is one line of the summary.
+pub fn skip_group(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len());
+    for (k, part) in reason.split('`').enumerate() {
+        if k % 2 == 0 {
+            out.push_str(part);
+        } else {
+            out.push_str("`…`");
+        }
+    }
+    out.split(" (").next().unwrap_or_default().to_string()
+}
+
 /// Number of statements of every kernel of a module, nested ones included.
 pub fn statement_count(module: &Module) -> usize {
     let mut count = 0;
@@ -572,8 +598,7 @@ pub fn run_fuzz(
             ) {
                 Verdict::Agrees => *summary.agreed.entry(factory.name.clone()).or_default() += 1,
                 Verdict::Skipped(reason) => {
-                    // Group by the reason's first clause, not its program names.
-                    let reason = reason.split(" (").next().unwrap_or_default().to_string();
+                    let reason = skip_group(&reason);
                     *summary
                         .skipped
                         .entry(factory.name.clone())

@@ -3,9 +3,11 @@
 //! per the interpreter ([`check_module`]).
 //!
 //! Candidates, most aggressive first: drop a program, drop a call (and its
-//! map), drop a statement, replace an `if`/`for` by its body, simplify an
-//! expression (a subtree becomes one of its children or a literal), shrink a
-//! mesh axis, shrink a ref's shape. After each change, kernels, operands,
+//! map), drop a statement, replace an `if`/`for` by its body, replace a warp
+//! collective by a `let` of its own value or of zero (its result stays
+//! defined where later statements use it), simplify an expression (a
+//! subtree becomes one of its children or a literal), shrink a mesh axis
+//! (also to whole warps), shrink a ref's shape. After each change, kernels, operands,
 //! residents, meshes and case entries that nothing uses any more are removed.
 //! The search is greedy: the first candidate that keeps the disagreement
 //! becomes the new module, until a full round finds none or time runs out.
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use mpmd_core::case::Generator;
+use mpmd_core::ir::visit;
 use mpmd_core::ir::*;
 
 use super::{check_module, judge_backend, BackendFactory, Finding, FuzzConfig, Signature, Verdict};
@@ -170,6 +173,14 @@ pub enum Edit {
         path: Vec<usize>,
         branch: usize,
     },
+    /// Replace the warp collective `let d: T = op(v, ...)` by `let d: T = v;`
+    /// (`u32(v)` for a ballot; `zero`: `let d: T = 0;`), so that removing it
+    /// keeps `d` defined for the statements that use it.
+    Unwarp {
+        kernel: usize,
+        path: Vec<usize>,
+        zero: bool,
+    },
     /// Replace expression node `node` (pre-order) by replacement `choice`.
     Expr {
         kernel: usize,
@@ -217,6 +228,13 @@ pub fn edits(m: &Module) -> Vec<Edit> {
                 path: path.clone(),
                 branch,
             }));
+            if matches!(stmt_at(&k.body, &path), Stmt::Warp { .. }) {
+                out.extend([false, true].map(|zero| Edit::Unwarp {
+                    kernel: ki,
+                    path: path.clone(),
+                    zero,
+                }));
+            }
         }
     }
     for (ki, k) in m.kernels.iter().enumerate() {
@@ -308,6 +326,19 @@ pub fn apply(file: &CaseFile, edit: &Edit) -> CaseFile {
             Stmt::While { body, .. } => body,
             other => vec![other],
         }),
+        Edit::Unwarp { kernel, path, zero } => {
+            edit_stmt(&mut c.kernels[*kernel].body, path, &mut |s| match s {
+                Stmt::Warp { dest, op, args } => {
+                    let value = match (zero, args.into_iter().next()) {
+                        (false, Some(v)) if op == WarpOp::Ballot => v.cast(ScalarType::U32),
+                        (false, Some(v)) => v,
+                        _ => Expr::Lit(Literal::from_bits(dest.ty, 0)),
+                    };
+                    vec![Stmt::Let { var: dest, value }]
+                }
+                other => vec![other],
+            })
+        }
         Edit::Expr {
             kernel,
             node,
@@ -359,6 +390,9 @@ pub fn apply(file: &CaseFile, edit: &Edit) -> CaseFile {
     })
 }
 
+/// Smaller sizes to try for an axis or extent: 1, half, one less, and for a
+/// multiple of 32 past one warp, one warp and one warp less (a program with
+/// warp collectives keeps whole warps, E0069).
 fn smaller(size: u32) -> Vec<u32> {
     let mut v = vec![];
     if size > 1 {
@@ -369,6 +403,13 @@ fn smaller(size: u32) -> Vec<u32> {
     }
     if size > 2 {
         v.push(size - 1);
+    }
+    if size > WARP_SIZE && size.is_multiple_of(WARP_SIZE) {
+        for whole in [WARP_SIZE, size - WARP_SIZE] {
+            if !v.contains(&whole) {
+                v.push(whole);
+            }
+        }
     }
     v
 }
@@ -419,7 +460,8 @@ fn retype(m: &Module, name: &str, ty: &RefType) -> Module {
 }
 
 /// Removes what nothing uses any more: kernels, operands (with their
-/// parameters, aliases, call values and case entries), residents, meshes.
+/// parameters, aliases, call values and case entries), residents, meshes,
+/// helper functions and constants.
 pub fn cleanup(file: CaseFile) -> CaseFile {
     let CaseFile {
         module: mut m,
@@ -520,7 +562,34 @@ pub fn cleanup(file: CaseFile) -> CaseFile {
     }
     used_meshes.extend(m.residents.iter().filter_map(|r| r.ty.owner.clone()));
     m.meshes.retain(|x| used_meshes.contains(&x.name));
+    drop_unused_helpers(&mut m);
     CaseFile { module: m, spec }
+}
+
+/// Removes the helper functions no kernel calls (directly or through
+/// another helper) and the constants nothing names.
+fn drop_unused_helpers(m: &mut Module) {
+    let mut called: HashSet<String> = HashSet::new();
+    let mut bodies: Vec<&[Stmt]> = m.kernels.iter().map(|k| k.body.as_slice()).collect();
+    let mut names = HashSet::new();
+    while let Some(body) = bodies.pop() {
+        visit::for_each_stmt(body, &mut |s| {
+            if let Stmt::Call { function, .. } = s {
+                if called.insert(function.clone()) {
+                    if let Some(f) = m.functions.iter().find(|f| &f.name == function) {
+                        bodies.push(&f.body);
+                    }
+                }
+            }
+        });
+        visit::for_each_expr(body, &mut |e| {
+            if let Expr::Var(n) = e {
+                names.insert(n.clone());
+            }
+        });
+    }
+    m.functions.retain(|f| called.contains(&f.name));
+    m.consts.retain(|c| names.contains(&c.name));
 }
 
 // ---- IR walking ----------------------------------------------------------
@@ -725,6 +794,82 @@ mod tests {
                 else_body: vec![]
             }
         );
+    }
+
+    /// A helper or constant goes with the last statement that used it.
+    #[test]
+    fn unused_helpers_and_constants_are_removed() {
+        let uses = |m: &Module, what: &dyn Fn(&Stmt) -> bool| {
+            let mut found = false;
+            for k in &m.kernels {
+                visit::for_each_stmt(&k.body, &mut |s| found |= what(s));
+            }
+            found
+        };
+        let file = (0..)
+            .map(crate::fuzz::generate)
+            .find(|f| uses(&f.module, &|s| matches!(s, Stmt::Call { .. })))
+            .unwrap();
+        let kept = cleanup(file.clone()).module;
+        assert_eq!(kept.functions, file.module.functions);
+        let mut empty = file;
+        for k in &mut empty.module.kernels {
+            k.body.clear();
+        }
+        let empty = cleanup(empty).module;
+        assert!(empty.functions.is_empty() && empty.consts.is_empty());
+    }
+
+    #[test]
+    fn whole_warps_are_among_the_smaller_sizes() {
+        assert_eq!(smaller(96), vec![1, 48, 95, 32, 64]);
+        assert_eq!(smaller(64), vec![1, 32, 63]);
+        assert_eq!(smaller(32), vec![1, 16, 31]);
+    }
+
+    /// Replacing a warp collective keeps its result defined: by zero, every
+    /// such candidate of a generated warp module is a valid, race-free
+    /// module (a literal is uniform, so conditions on the result stay
+    /// warp-uniform); by its own value, the statement is a `let` of it.
+    #[test]
+    fn a_warp_collective_is_replaced_by_a_let_of_its_value_or_zero() {
+        let options = crate::fuzz::GenOptions {
+            warps: 100,
+            ..Default::default()
+        };
+        let seed = 7;
+        let file = crate::fuzz::generate_with(seed, &options);
+        let unwarps: Vec<Edit> = edits(&file.module)
+            .into_iter()
+            .filter(|e| matches!(e, Edit::Unwarp { .. }))
+            .collect();
+        assert!(unwarps.len() >= 4, "{}", file.print());
+        for edit in &unwarps {
+            let Edit::Unwarp { kernel, path, zero } = edit else {
+                unreachable!()
+            };
+            let Stmt::Warp { dest, op, args } = stmt_at(&file.module.kernels[*kernel].body, path)
+            else {
+                panic!("{edit:?} is not at a warp collective");
+            };
+            let candidate = apply(&file, edit);
+            let Stmt::Let { var, value } = stmt_at(&candidate.module.kernels[*kernel].body, path)
+            else {
+                panic!("{edit:?} left no `let`");
+            };
+            assert_eq!(var, dest);
+            let expected = match (zero, op) {
+                (true, _) => Expr::Lit(Literal::from_bits(dest.ty, 0)),
+                (false, WarpOp::Ballot) => args[0].clone().cast(ScalarType::U32),
+                (false, _) => args[0].clone(),
+            };
+            assert_eq!(value, &expected);
+            if *zero {
+                if let Err((stage, message)) = crate::fuzz::check_module(&candidate, seed) {
+                    panic!("{edit:?} at {stage}: {message}\n{}", candidate.print());
+                }
+            }
+        }
     }
 
     #[test]

@@ -41,8 +41,11 @@ struct Args {
     /// Cases run at the same time (default: available cores).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Seconds before a case counts as hung and fails.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds before a case counts as hung and fails. The largest case,
+    /// the stream-K GEMM example, takes about two minutes on lavapipe with
+    /// two cores (its mma emulation), and a debug build's interpreter half
+    /// a minute: a hang is still caught, a slow machine not failed.
+    #[arg(long, default_value_t = 300)]
     timeout: u64,
     /// Directory of `.mpmd` cases (default: `$MPMD_CORPUS_DIR`, else
     /// `conformance/cases` in the working directory or a folder above it).

@@ -31,3 +31,9 @@ pub use host::{CallArgs, CallOutputs, HostTensor};
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// The builder-API version of the stream-K GEMM runs as a doctest, bit for
+/// bit against the example file.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/stream-k-gemm.md")]
+struct StreamKGemmDoctests;

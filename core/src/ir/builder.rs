@@ -573,6 +573,20 @@ impl BodyBuilder {
         });
     }
 
+    /// `while cond max max { body }`.
+    pub fn while_(
+        &mut self,
+        cond: Expr,
+        max: impl Into<Expr>,
+        body: impl FnOnce(&mut BodyBuilder),
+    ) {
+        self.push(Stmt::While {
+            cond,
+            max: max.into(),
+            body: Self::nested(body),
+        });
+    }
+
     pub fn barrier(&mut self) {
         self.push(Stmt::Barrier);
     }

@@ -720,3 +720,67 @@ map mm {
         ]
     );
 }
+
+/// One helper serves the programs of two meshes: its unowned smem parameter
+/// takes each program's owned tile. The element type and shape must still
+/// match, and a gmem owner still has to (it decides whose instances an
+/// `@[...]` access reaches).
+#[test]
+fn an_unowned_smem_helper_parameter_takes_owned_smem_refs() {
+    let src = "
+mesh p {
+  threads t = 32;
+}
+mesh q {
+  threads t = 32;
+}
+fn stage(tile: smem<u32[32]>, y: gmem<u32[64]>, at: u32) {
+  tile[axis_index(t)] = axis_index(t) + at;
+  barrier;
+  y[at + axis_index(t)] = tile[31u - axis_index(t)];
+}
+kernel kp(y: gmem<u32[64]>, tp: smem<u32[32]> @ p) {
+  stage(tp, y, 0u);
+}
+kernel kq(y: gmem<u32[64]>, tq: smem<u32[32]> @ q) {
+  stage(tq, y, 32u);
+}
+map mm {
+  programs [p: kp, q: kq];
+  outputs [y: gmem<u32[64]>];
+  scratch [tp: smem<u32[32]> @ p, tq: smem<u32[32]> @ q];
+}
+";
+    validate(&module(src), &ValidateOptions::default())
+        .expect("owned smem fits an unowned parameter");
+    let wrong_elem = src.replace(
+        "fn stage(tile: smem<u32[32]>",
+        "fn stage(tile: smem<i32[32]>",
+    );
+    let d = validate(&module(&wrong_elem), &ValidateOptions::default()).unwrap_err();
+    let found: Vec<(&str, &str)> = d.iter().map(|d| (d.code, d.message.as_str())).collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "E0064",
+                "argument 0 of `stage` (parameter `tile`) in kernel `kp` is `tp`, but the parameter is a `smem<i32[32]>` ref"
+            ),
+            (
+                "E0064",
+                "argument 0 of `stage` (parameter `tile`) in kernel `kq` is `tq`, but the parameter is a `smem<i32[32]>` ref"
+            ),
+        ]
+    );
+    let d = one(&src.replace(
+        "fn stage(tile: smem<u32[32]>",
+        "fn stage(tile: smem<u32[32]> @ q",
+    ));
+    assert_eq!(
+        (d.code, d.message.as_str()),
+        (
+            "E0064",
+            "argument 0 of `stage` (parameter `tile`) in kernel `kp` is `tp`, but the parameter is a `smem<u32[32]> @ q` ref"
+        )
+    );
+}

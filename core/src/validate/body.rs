@@ -1153,7 +1153,7 @@ impl Walker<'_, '_> {
                 Expr::Var(name) => scope.types.ref_type(name),
                 _ => None,
             };
-            if found != Some(expected) {
+            if !found.is_some_and(|found| ref_fits_param(found, expected)) {
                 fits = false;
                 report(
                     self.sink,
@@ -1712,4 +1712,18 @@ fn inline_at_call_site(
     Some(crate::plan::inline_call(f, dest, args, &mut |name| {
         format!("{function}#{ordinal}::{name}")
     }))
+}
+
+/// Whether a ref of type `found` may be passed for a helper parameter of
+/// type `expected`: the same type, or an smem parameter without an owner
+/// given an owned smem ref of the same element type and shape. A kernel only
+/// reaches its own block's smem, so the owner says nothing inside a helper,
+/// and one helper serves the programs of every mesh.
+fn ref_fits_param(found: &RefType, expected: &RefType) -> bool {
+    found == expected
+        || (expected.space == MemorySpace::Smem
+            && expected.owner.is_none()
+            && found.space == MemorySpace::Smem
+            && found.elem == expected.elem
+            && found.shape == expected.shape)
 }

@@ -125,7 +125,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0061", "`break` or `continue` outside a loop", "`break` and `continue` appear only inside the body of a `for` or `while`"),
     ("E0062", "`while` maximum is not u32", "a `while` has a `u32` maximum trip count"),
     ("E0063", "bad compound assignment", "`x op= v` applies an arithmetic or bitwise operator to a `var` or a memory element and a value of the same type, as `x = x op v` would"),
-    ("E0064", "bad helper call", "a call names a helper function of the module, gives one argument per parameter (the name of a ref of exactly the parameter's type for a ref parameter) and binds a result only when the helper has one"),
+    ("E0064", "bad helper call", "a call names a helper function of the module, gives one argument per parameter (the name of a ref of exactly the parameter's type for a ref parameter; an `smem` parameter without an owner also takes an owned `smem` ref of its element type and shape) and binds a result only when the helper has one"),
     ("E0065", "recursive helper", "helper functions do not call themselves, directly or through other helpers"),
     ("E0066", "`return` out of place", "a helper with a result type ends with `return value;`, one without may end with `return;`, and no other statement is a `return`"),
     ("E0067", "malformed warp collective", "a warp collective has its number of arguments (a value, and for shuffles a `u32` lane, delta or mask)"),

@@ -19,14 +19,20 @@ use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::Literal;
 use mpmd_core::{CallArgs, HostTensor};
 
+/// Each leaves a partial wave of tiles, so `stream_k` runs both programs:
+/// 1 tile (all stream-K), 4 tiles of which 1 is stream-K, 4 tiles again
+/// with a longer k.
 const SHAPES: [GemmShape; 3] = [
-    GemmShape::new(64, 64, 64),
+    GemmShape::new(64, 64, 128),
     GemmShape::new(96, 80, 160),
     GemmShape::new(128, 128, 256),
 ];
 
-/// Blocks a program: enough for the stream-K share to split k over blocks.
-const WAVE: u32 = 4;
+/// Blocks a program. The stream-K share of each shape has at least WAVE
+/// iterations ((tiles % WAVE) * ceil(k / 32) >= 3): with fewer, some block
+/// gets none and never signals the semaphore its tile's owner waits on, and
+/// the example deadlocks (64x64x64 at WAVE 3 or more does).
+const WAVE: u32 = 3;
 
 /// Timed calls of each run (after one checked call).
 const CALLS: usize = 3;

@@ -139,7 +139,8 @@ impl GemmConfig {
     ) -> Result<Vec<(&'static str, Literal)>, String> {
         let threads = self.threads();
         let (bm, bn) = (self.bm(), self.bn());
-        if threads == 0 || (bm * BK) % threads != 0 || (BK * bn) % threads != 0 {
+        if threads == 0 || !(bm * BK).is_multiple_of(threads) || !(BK * bn).is_multiple_of(threads)
+        {
             return Err(format!(
                 "a {bm} x {bn} tile of {threads} threads does not split its {BK}-deep loads evenly"
             ));

@@ -304,8 +304,10 @@ pub fn gemm_figures(
             .map_err(err)?;
             // SAFETY: the buffers hold the capacities the args name and
             // outlive the run, which the synchronisation below waits for.
-            let run =
-                unsafe { backend.enqueue(prepared, &args) }.and_then(|()| backend.synchronize());
+            let run = match unsafe { backend.enqueue(prepared, &args) } {
+                Ok(()) => backend.synchronize(),
+                Err(e) => Err(e),
+            };
             if let Err(e) = run {
                 let message = format!(
                     "bench.gemm.{name} error={}",

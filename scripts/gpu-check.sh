@@ -33,6 +33,15 @@
 #   /usr/local/cuda/lib64, the ld.so cache, then a search of /opt, /usr and
 #   /root. A BIN_DIR/libnvrtc.so.13.xz or .gz
 #   (with libnvrtc-builtins.so.13.*.xz or .gz) is unpacked to a temporary folder.
+# and, for the GEMM benchmark's baseline only, cuBLAS (libcublas.so.13 or
+# .12 with its libcublasLt beside it; not shipped in the bundle, it is
+# hundreds of MB: the CUDA toolkit, or the nvidia-cublas wheel that JAX
+# and PyTorch with CUDA install), searched in order: $MPMD_CUBLAS_DIR,
+# BIN_DIR/lib, BIN_DIR/nvidia/cu13/lib, BIN_DIR/nvidia/cublas/lib, any
+# python's nvidia/cu13/lib and nvidia/cublas/lib, /usr/local/cuda/lib64,
+# the ld.so cache, then a search of /opt, /usr and /root. Without it
+# cuda-bench prints `gemm.cublas missing: ...` and the two GEMM goals stay
+# "not measured" (never met).
 #
 # Runs, from the repository root (so that conformance finds its corpus):
 #   1. device and driver facts (nvidia-smi);
@@ -45,7 +54,9 @@
 #      WGSL judged against the interpreter and compared with each other), at
 #      most 200 s, then the WGSL benchmark on that adapter, at most 120 s;
 #   5. the benchmarks (f32, f16 and bf16; a prepared map on caller memory
-#      against a raw launch), at most 180 s;
+#      against a raw launch; the bf16 GEMM example, stream-K and
+#      data-parallel at 64x64 and 128x128 tiles, against cuBLAS, with
+#      ptxas registers and spills of its kernels), at most 210 s;
 #   6. the Python package on the GPU: mpmd.Cuda on device arrays and
 #      mpmd.jax under jit (pytest python/tests_gpu, at most 120 s), then the
 #      JAX benchmark (python/benches/jax_bench.py, at most 120 s: against
@@ -53,7 +64,8 @@
 #      from step 5);
 #   7. the fuzzer with CUDA executing, 30 s (at most 60 s);
 # and writes every figure to OUT_FILE (default gpu-check-report.txt), ending
-# with a summary: test, corpus and fuzz counts and the speed goals. The
+# with a summary: test, corpus and fuzz counts, the GEMM figures (ptxas
+# registers and spills, TFLOP/s against cuBLAS) and the speed goals. The
 # whole run stays under 10 minutes. Exit status: 0 when every step passed,
 # 1 when a step failed, 2 when the set-up is missing something.
 set -u -o pipefail
@@ -157,6 +169,52 @@ if NVRTC_DIR=$(find_nvrtc_dir); then
 else
   say "FATAL nvrtc: libnvrtc.so.13 not found (put nvidia/cu13/lib of the nvidia-cuda-nvrtc wheel in $BIN_DIR/lib, or set MPMD_NVRTC_DIR)"
   exit 2
+fi
+# ---- cuBLAS (the GEMM benchmark's baseline) -----------------------------------
+find_cublas_dir() {
+  local candidates=()
+  [ -n "${MPMD_CUBLAS_DIR:-}" ] && candidates+=("$MPMD_CUBLAS_DIR")
+  candidates+=("$BIN_DIR/lib" "$BIN_DIR/nvidia/cu13/lib" "$BIN_DIR/nvidia/cublas/lib")
+  local py
+  for py in python3 python; do
+    if command -v "$py" >/dev/null 2>&1; then
+      local site
+      site=$("$py" -c 'import site,sys; print("\n".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null) || true
+      while IFS= read -r dir; do
+        [ -n "$dir" ] && candidates+=("$dir/nvidia/cu13/lib" "$dir/nvidia/cublas/lib")
+      done <<<"$site"
+    fi
+  done
+  candidates+=("/usr/local/cuda/lib64")
+  local dir soname
+  for dir in "${candidates[@]}"; do
+    for soname in libcublas.so.13 libcublas.so.12; do
+      if [ -f "$dir/$soname" ]; then
+        echo "$dir"
+        return 0
+      fi
+    done
+  done
+  if command -v ldconfig >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -qE 'libcublas\.so\.1[23] '; then
+    echo "system"
+    return 0
+  fi
+  local found
+  found=$(find /opt /usr /root -maxdepth 8 \( -name libcublas.so.13 -o -name libcublas.so.12 \) 2>/dev/null | head -n 1)
+  if [ -n "$found" ]; then
+    dirname "$found"
+    return 0
+  fi
+  return 1
+}
+if CUBLAS_DIR=$(find_cublas_dir); then
+  if [ "$CUBLAS_DIR" != "system" ]; then
+    # Last: a python's nvidia/cu13/lib may hold another NVRTC than the one chosen above.
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUBLAS_DIR"
+  fi
+  say "cublas $CUBLAS_DIR"
+else
+  say "cublas not found (libcublas.so.13 or .12; set MPMD_CUBLAS_DIR): the GEMM benchmark runs without its baseline and its goals are not measured"
 fi
 # ptxas is only needed for compile-only checks; runs load CUBINs from NVRTC.
 for dir in "$BIN_DIR/bin" "$BIN_DIR/nvidia/cu13/bin" "$REPO_ROOT/target/mpmd-tools/python/nvidia/cu13/bin" /usr/local/cuda/bin; do
@@ -298,10 +356,10 @@ fi
 section "benchmarks"
 ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
 if BENCH=$(bin cuda-bench); then
-  MPMD_BENCH_ARCH="${ARCH:-90}" timeout 180 "$BENCH" --examples "$REPO_ROOT/examples" >"$WORK/bench.txt" 2>&1
+  MPMD_BENCH_ARCH="${ARCH:-90}" timeout 210 "$BENCH" --examples "$REPO_ROOT/examples" >"$WORK/bench.txt" 2>&1
   rc=$?
   tee -a "$OUT" <"$WORK/bench.txt"
-  if judge benchmarks $rc 180 && grep -q '^gpu skipped' "$WORK/bench.txt"; then
+  if judge benchmarks $rc 210 && grep -q '^gpu skipped' "$WORK/bench.txt"; then
     say "benchmarks did not reach the GPU"
     STATUS=1
   fi
@@ -368,6 +426,7 @@ section "summary"
 grep -hE '^(test result|[0-9]+ passed, [0-9]+ failed|triage:|fuzz: |[0-9]+ (passed|failed))' \
   "$WORK/tests.txt" "$WORK/embed-tests.txt" "$WORK/conformance.txt" "$WORK/conformance-wgsl.txt" \
   "$WORK/pytest-gpu.txt" "$WORK/fuzz.txt" 2>/dev/null | tee -a "$OUT"
+grep -hE '^(ptxas\.gemm\.|bench\.gemm\.|gemm\.)' "$WORK/bench.txt" 2>/dev/null | tee -a "$OUT"
 grep -h '^goal\.' "$WORK/bench.txt" "$WORK/jax-bench.txt" "$WORK/goals-extra.txt" 2>/dev/null | tee -a "$OUT"
 
 section "done"

@@ -140,7 +140,16 @@ fn run_benches(root: &Path, setup: &tools::Setup, which: &[BenchTarget]) -> Exit
     for target in which {
         let mut cmd = cargo(root, setup);
         match target {
-            BenchTarget::Interp => cmd.args(["bench", "-p", "mpmd-core", "--bench", "interp"]),
+            // Throughput over 2^20 elements, and the GEMM example at small shapes.
+            BenchTarget::Interp => cmd.args([
+                "bench",
+                "-p",
+                "mpmd-core",
+                "--bench",
+                "interp",
+                "--bench",
+                "gemm_interp",
+            ]),
             BenchTarget::Wgpu => {
                 cmd.args(["bench", "-p", "mpmd-wgpu", "--bench", "wgsl_vs_handwritten"])
             }

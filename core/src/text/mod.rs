@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use thiserror::Error;
 
 use crate::case::{CaseSpec, Generator};
-use crate::ir::{Expr, IrPath, Literal, Module, Stmt, Type};
+use crate::ir::{Expr, IrPath, Literal, Module, PathStep, ScalarType, Stmt, Type};
 
 mod lexer;
 mod nesting;
@@ -171,6 +171,76 @@ pub struct SourceFile {
 /// Parses a whole `.mpmd` file: the module and its case section.
 pub fn parse_file(src: &str) -> Result<SourceFile, ParseError> {
     parser::parse_file(src)
+}
+
+/// Why [`parse_file_with`] refused its constant overrides (or the text).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ConstOverrideError {
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    #[error("the override `{name}` matches no constant of the module (its constants: {declared})")]
+    NoSuchConstant {
+        name: String,
+        /// The module's constant names, comma-separated (`none` when it has none).
+        declared: String,
+    },
+    #[error("the override `{name}` is a `{given}` but the constant is declared `{declared}` (line {line})")]
+    TypeMismatch {
+        name: String,
+        declared: ScalarType,
+        given: ScalarType,
+        /// The line of the constant's declaration.
+        line: u32,
+    },
+    #[error("the constant `{name}` is overridden twice")]
+    Duplicate { name: String },
+}
+
+/// [`parse_file`] with the values of some module constants replaced before
+/// they are resolved into types, axis sizes and loop bounds, so one text
+/// serves several configurations without editing it (the GEMM benchmark
+/// instantiates `examples/stream_k_gemm.mpmd` at other tile sizes and
+/// capacities this way). Each override names a `const` of the file and
+/// gives a literal of exactly its declared type (`Literal::U32(4096)` for a
+/// `u32`); the module's `consts` then hold the new values. An override
+/// naming no constant, of another type, or given twice is an error; a
+/// syntax error of the text is reported first.
+pub fn parse_file_with(
+    src: &str,
+    overrides: &[(&str, Literal)],
+) -> Result<SourceFile, ConstOverrideError> {
+    let mut by_name = HashMap::new();
+    for (name, value) in overrides {
+        if by_name.insert(name.to_string(), *value).is_some() {
+            return Err(ConstOverrideError::Duplicate {
+                name: name.to_string(),
+            });
+        }
+    }
+    let file = parser::parse_file_overriding(src, &by_name)?;
+    for (name, given) in overrides {
+        let Some(constant) = file.module.consts.iter().find(|c| c.name == *name) else {
+            let names: Vec<&str> = file.module.consts.iter().map(|c| c.name.as_str()).collect();
+            return Err(ConstOverrideError::NoSuchConstant {
+                name: name.to_string(),
+                declared: if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                },
+            });
+        };
+        if constant.value.ty() != given.ty() {
+            let path = IrPath(vec![PathStep::Const(constant.name.clone())]);
+            return Err(ConstOverrideError::TypeMismatch {
+                name: name.to_string(),
+                declared: constant.value.ty(),
+                given: given.ty(),
+                line: file.source_map.span_of(&path).map_or(0, |span| span.line),
+            });
+        }
+    }
+    Ok(file)
 }
 
 /// Parses a whole `.mpmd` file for its module alone: a case section must be

@@ -7,11 +7,22 @@ use crate::backend::ErrorClass;
 use crate::case::{CaseSpec, CompareMode, Expectation, Generator};
 use crate::ir::limits::{with_nesting_stack, INLINE_NESTING, MAX_NESTING};
 use crate::ir::*;
+use std::collections::HashMap;
 
 type PResult<T> = Result<T, ParseError>;
 
 pub(crate) fn parse_file(src: &str) -> PResult<SourceFile> {
-    with_enough_stack(src, |parser| {
+    parse_file_overriding(src, &HashMap::new())
+}
+
+/// [`parse_file`] with the values of the named constants replaced (see
+/// `text::parse_file_with`, which checks the names and types): an override
+/// whose type differs from the constant's declared type is not applied.
+pub(crate) fn parse_file_overriding(
+    src: &str,
+    overrides: &HashMap<String, Literal>,
+) -> PResult<SourceFile> {
+    with_enough_stack(src, overrides, |parser| {
         let (module, case) = parser.file()?;
         Ok(SourceFile {
             module,
@@ -23,7 +34,7 @@ pub(crate) fn parse_file(src: &str) -> PResult<SourceFile> {
 
 /// Parses one expression that makes up the whole of `src`.
 pub(crate) fn parse_expr_only(src: &str) -> PResult<Expr> {
-    with_enough_stack(src, |parser| {
+    with_enough_stack(src, &HashMap::new(), |parser| {
         let expr = parser.expr()?;
         if !parser.at_eof() {
             return Err(parser.expected("end of expression"));
@@ -37,15 +48,16 @@ pub(crate) fn parse_expr_only(src: &str) -> PResult<Expr> {
 /// stack for [`MAX_NESTING`] levels when it nests deeper.
 fn with_enough_stack<T: Send>(
     src: &str,
+    overrides: &HashMap<String, Literal>,
     parse: impl Fn(&mut Parser) -> PResult<T> + Sync,
 ) -> PResult<T> {
     let tokens = tokenize(src);
-    let mut inline = Parser::new(src, &tokens, INLINE_NESTING);
+    let mut inline = Parser::new(src, &tokens, INLINE_NESTING, overrides);
     let result = parse(&mut inline);
     if !inline.needs_stack {
         return result;
     }
-    with_nesting_stack(|| parse(&mut Parser::new(src, &tokens, MAX_NESTING)))
+    with_nesting_stack(|| parse(&mut Parser::new(src, &tokens, MAX_NESTING, overrides)))
 }
 
 /// An expression and its depth in nesting levels.
@@ -74,11 +86,18 @@ struct Parser<'s> {
     needs_stack: bool,
     /// The module's `const` values, found before the items are parsed so
     /// that an extent or axis size may name a constant declared later.
-    consts: std::collections::HashMap<String, Literal>,
+    consts: HashMap<String, Literal>,
+    /// Values that replace those of the constants of these names.
+    overrides: &'s HashMap<String, Literal>,
 }
 
 impl<'s> Parser<'s> {
-    fn new(src: &'s str, tokens: &'s [Token], stack_limit: usize) -> Self {
+    fn new(
+        src: &'s str,
+        tokens: &'s [Token],
+        stack_limit: usize,
+        overrides: &'s HashMap<String, Literal>,
+    ) -> Self {
         Parser {
             src,
             tokens,
@@ -89,6 +108,7 @@ impl<'s> Parser<'s> {
             stack_limit,
             needs_stack: false,
             consts: Default::default(),
+            overrides,
         }
     }
 }
@@ -1169,6 +1189,12 @@ impl Parser<'_> {
             ));
         };
         self.expect_semicolon("after the constant")?;
+        // An override of another type is left out here and reported by
+        // `text::parse_file_with`.
+        let value = match self.overrides.get(&name) {
+            Some(given) if given.ty() == value.ty() => *given,
+            _ => value,
+        };
         Ok(Const { name, value })
     }
 

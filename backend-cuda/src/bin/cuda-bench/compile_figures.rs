@@ -1,5 +1,6 @@
 //! Figures that need no GPU: ptxas registers and spills of every benchmark
-//! kernel, and NVRTC cold-compile and cache-hit times of the examples.
+//! kernel and of every GEMM kernel (sm_80 and sm_90), and NVRTC cold-compile
+//! and cache-hit times of the examples.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -7,10 +8,96 @@ use std::time::Instant;
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::Mode;
 use mpmd_cuda::{
-    check_plan, compile_with_cache, emit_module, CompileOptions, ModuleCache, NvrtcOutput,
+    assemble, check_plan, compile_ptx, compile_with_cache, emit_module, CompileOptions,
+    ModuleCache, NvrtcOutput,
 };
 
 use crate::benchmarks::{benchmarks, plans};
+use crate::gemm_config::*;
+
+/// The architectures of the GEMM figures: where `mma_m16n8k16` first
+/// exists, and Hopper.
+const GEMM_ARCHS: [u32; 2] = [80, 90];
+
+/// ptxas registers and spills of each GEMM map at each configuration and
+/// architecture (fast mode; WAVE = [`COMPILE_WAVE`], capacities holding the
+/// benchmark's shapes), and whether the PTX has `mma.sync`: one
+/// `ptxas.gemm.CONFIG.MAP sm_ARCH ...` line each.
+pub fn gemm_compile_figures(examples: &Path) -> bool {
+    let path = examples.join(GEMM_FILE);
+    let source = match std::fs::read_to_string(&path) {
+        Ok(source) => source,
+        Err(e) => {
+            println!("ptxas.gemm error={}: {e}", path.display());
+            return false;
+        }
+    };
+    let caps = match GemmCaps::holding(&GEMM_SHAPES) {
+        Ok(caps) => caps,
+        Err(e) => {
+            println!("ptxas.gemm error={e}");
+            return false;
+        }
+    };
+    let mut ok = true;
+    for config in GEMM_CONFIGS {
+        let label = config.label();
+        let module = match config.module(&source, COMPILE_WAVE, caps) {
+            Ok(module) => module,
+            Err(e) => {
+                println!("ptxas.gemm.{label} error={}", e.replace('\n', " | "));
+                ok = false;
+                continue;
+            }
+        };
+        for map in GEMM_MAPS {
+            for arch in GEMM_ARCHS {
+                match gemm_kernel_figure(&module, map, arch) {
+                    Ok(line) => {
+                        println!("ptxas.gemm.{label}.{map} sm_{arch} wave={COMPILE_WAVE} {line}")
+                    }
+                    Err(e) => {
+                        ok = false;
+                        println!(
+                            "ptxas.gemm.{label}.{map} sm_{arch} error={}",
+                            e.replace('\n', " | ")
+                        );
+                    }
+                }
+            }
+        }
+    }
+    ok
+}
+
+fn gemm_kernel_figure(
+    module: &mpmd_core::ir::Module,
+    map: &str,
+    arch: u32,
+) -> Result<String, String> {
+    let plan = lower(module, map).map_err(|e| e.to_string())?;
+    let emitted = emit_module(&plan, Mode::Fast).map_err(|e| e.to_string())?;
+    let options = CompileOptions {
+        arch,
+        fast_math: plan.map.fast_math,
+        ..CompileOptions::default()
+    };
+    let ptx = compile_ptx(&emitted.source, &options).map_err(|e| e.to_string())?;
+    let report = assemble(&ptx, arch).map_err(|e| e.to_string())?;
+    let kernel = report
+        .kernel(&emitted.kernel_name)
+        .ok_or_else(|| format!("ptxas reported no kernel `{}`", emitted.kernel_name))?;
+    Ok(format!(
+        "registers={} spill_stores={} spill_loads={} mma_sync={} blocks={} threads={} smem={}",
+        kernel.registers,
+        kernel.spill_store_bytes,
+        kernel.spill_load_bytes,
+        ptx.text.contains("mma.sync"),
+        emitted.total_blocks,
+        emitted.block_dim,
+        emitted.dynamic_smem_bytes
+    ))
+}
 
 pub fn compile_figures() -> bool {
     let mut ok = true;

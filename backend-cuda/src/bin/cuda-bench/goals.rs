@@ -36,7 +36,7 @@ impl Goals {
     /// One `goal.NAME ...` line per goal, in the order.
     pub fn lines(&self) -> Vec<String> {
         // (name, target, whether the figure must be at least the target)
-        let targets: [(&str, f64, bool); 12] = [
+        let targets: [(&str, f64, bool); 14] = [
             ("copy_pct_of_memcpy", 90.0, true),
             ("elementwise_pct_of_memcpy", 90.0, true),
             ("reduction_pct_of_memcpy", 80.0, true),
@@ -49,6 +49,8 @@ impl Goals {
             ("pipeline_ratio", 1.2, false),
             ("call_overhead_ratio", 1.5, false),
             ("embedding_call_ratio", 1.2, false),
+            ("gemm_vs_cublas", 0.6, true),
+            ("stream_k_vs_data_parallel", 1.3, true),
         ];
         targets
             .into_iter()
@@ -86,6 +88,8 @@ mod tests {
         goals.at_most("pipeline_ratio", 1.4, "pipeline.a".into());
         goals.at_most("pipeline_ratio", 0.976, "pipeline.b".into());
         goals.at_most("call_overhead_ratio", 1.5, "call".into());
+        goals.at_least("stream_k_vs_data_parallel", 1.25, "gemm a".into());
+        goals.at_least("stream_k_vs_data_parallel", 1.31, "gemm b".into());
         assert_eq!(
             goals.lines(),
             [
@@ -101,6 +105,8 @@ mod tests {
                 "goal.pipeline_ratio figure=0.976 target=1.2 met (pipeline.b)",
                 "goal.call_overhead_ratio figure=1.500 target=1.5 met (call)",
                 "goal.embedding_call_ratio not measured",
+                "goal.gemm_vs_cublas not measured",
+                "goal.stream_k_vs_data_parallel figure=1.310 target=1.3 met (gemm b)",
             ]
         );
     }

@@ -1,9 +1,11 @@
 //! `cuda-bench`: benchmarks of the CUDA backend.
 //!
 //! Always prints ptxas registers and spills (sm_90) of every benchmark
-//! kernel, and the cold-compile and cache-hit times of every example
-//! (`--examples DIR`, default the repository's `examples/`). With a GPU
-//! (and unless `--compile-only`), also runs, each beside its baseline:
+//! kernel, those (sm_80 and sm_90) of both maps of the GEMM example
+//! (`DIR/stream_k_gemm.mpmd`, read at run time) at 64x64 and 128x128 tiles
+//! (`ptxas.gemm.*`), and the cold-compile and cache-hit times of every
+//! example (`--examples DIR`, default the repository's `examples/`). With a
+//! GPU (and unless `--compile-only`), also runs, each beside its baseline:
 //! - `cuMemcpyDtoD` of 256 MiB (the baseline), also right after an upload;
 //! - hand-written CUDA C copies and reductions (`reference_kernels.cu`), to
 //!   show what the device reaches with 4- and 16-byte accesses and shuffles;
@@ -17,6 +19,12 @@
 //! - runs on caller-owned device memory (`embedding.rs`): a prepared tiny map
 //!   against a raw launch of the same CUBIN on the same stream, and the bare
 //!   backend over 256 MiB (what JAX under `jit` is compared with);
+//! - the bf16 GEMM example (`gemm.rs`): its `stream_k` and `data_parallel`
+//!   maps at both tile configurations, prepared on the same device buffers
+//!   as cuBLAS `cublasGemmEx` (bf16 in, f32 out), at 4096^3 and
+//!   1536x1536x16384, in TFLOP/s, each result checked against cuBLAS's
+//!   (exact by construction); cuBLAS is loaded at run time, and without it
+//!   a `gemm.cublas missing: ...` line leaves the GEMM goals unmeasured;
 //!
 //! and ends with the speed goals (`goal.*` lines, `goals.rs`).
 //!
@@ -25,11 +33,16 @@
 //!
 //! `benchmarks.rs` builds the maps, `timing.rs` times kernels,
 //! `reference.rs` the hand-written kernels, `compile_figures.rs` the figures
-//! that need no GPU.
+//! that need no GPU, `gemm.rs` the GEMM against cuBLAS, whose
+//! configurations (`test-support/gemm_config.rs`) `tests/gemm.rs` and the
+//! interpreter's `core/benches/gemm_interp.rs` share.
 
 mod benchmarks;
 mod compile_figures;
 mod embedding;
+mod gemm;
+#[path = "../../../../test-support/gemm_config.rs"]
+mod gemm_config;
 mod goals;
 mod reference;
 mod timing;
@@ -50,12 +63,12 @@ use mpmd_cuda::{
 };
 
 use benchmarks::*;
-use compile_figures::{compile_cache_figures, compile_figures};
+use compile_figures::{compile_cache_figures, compile_figures, gemm_compile_figures};
 use goals::Goals;
 use reference::reference_figures;
 use timing::*;
 
-fn run_gpu() -> Result<(), String> {
+fn run_gpu(examples: &std::path::Path) -> Result<(), String> {
     let mut goals = Goals::default();
     let mut backend = CudaBackend::new(CudaOptions {
         time_kernels: true,
@@ -365,10 +378,12 @@ fn run_gpu() -> Result<(), String> {
         "call_overhead, run / raw launch + sync".into(),
     );
     embedding::embedding_figures(&mut backend, &mut goals)?;
+    // A wrong GEMM result fails the run after the goals are printed.
+    let gemm = gemm::gemm_figures(&mut backend, examples, &mut goals);
     for line in goals.lines() {
         println!("{line}");
     }
-    Ok(())
+    gemm
 }
 
 /// `--source NAME`: the generated CUDA C of benchmark `NAME` (one of the
@@ -419,7 +434,9 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(mpmd_cuda::CHECK_ARCH);
-    let compiled = compile_figures() & compile_cache_figures(&examples, arch);
+    let compiled = compile_figures()
+        & gemm_compile_figures(&examples)
+        & compile_cache_figures(&examples, arch);
     let mut status = if compiled { 0 } else { 1 };
     if compile_only {
         std::process::exit(status);
@@ -428,7 +445,7 @@ fn main() {
         println!("gpu skipped: no CUDA driver (libcuda.so.1) on this machine");
         std::process::exit(status);
     }
-    if let Err(e) = run_gpu() {
+    if let Err(e) = run_gpu(&examples) {
         println!("gpu error={}", e.replace('\n', " | "));
         status = 1;
     }

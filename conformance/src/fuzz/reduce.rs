@@ -665,8 +665,13 @@ fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> boo
             | Stmt::Assign { value, .. }
             | Stmt::CompoundAssign { value, .. }
             | Stmt::Var { init: value, .. } => expr_walk(value, f),
+            Stmt::Mma { d, a, b, c } => [d, a, b, c]
+                .into_iter()
+                .any(|fragment| fragment.row.as_mut().is_some_and(|r| expr_walk(r, f))),
+            Stmt::MmaLoad { dest, source, .. } => {
+                dest.row.as_mut().is_some_and(|r| expr_walk(r, f)) || access_walk(source, f)
+            }
             Stmt::LocalArray { .. }
-            | Stmt::Mma { .. }
             | Stmt::Barrier
             | Stmt::Break
             | Stmt::Continue
@@ -740,7 +745,7 @@ fn names_used(body: &[Stmt], used: &mut HashSet<String>) {
 }
 
 /// Adds the refs that statements of `body` target (stores, atomics,
-/// semaphores, the fragments of an mma).
+/// semaphores, the fragments of an mma and a fragment load's source).
 fn targets(body: &[Stmt], used: &mut HashSet<String>) {
     for s in body {
         match s {
@@ -755,7 +760,11 @@ fn targets(body: &[Stmt], used: &mut HashSet<String>) {
             Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
                 used.insert(sem.base.clone());
             }
-            Stmt::Mma { d, a, b, c } => used.extend([d, a, b, c].map(|n| n.clone())),
+            Stmt::Mma { d, a, b, c } => used.extend([d, a, b, c].map(|f| f.array.clone())),
+            Stmt::MmaLoad { dest, source, .. } => {
+                used.insert(dest.array.clone());
+                used.insert(source.base.clone());
+            }
             Stmt::If {
                 then_body,
                 else_body,

@@ -63,8 +63,16 @@ pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
         | Stmt::Assign { value, .. }
         | Stmt::CompoundAssign { value, .. } => walk_expr(value, f),
         Stmt::Var { init, .. } => walk_expr(init, f),
+        Stmt::Mma { d, a, b, c } => {
+            for fragment in [d, a, b, c] {
+                fragment.row.iter().for_each(|r| walk_expr(r, f));
+            }
+        }
+        Stmt::MmaLoad { dest, source, .. } => {
+            dest.row.iter().for_each(|r| walk_expr(r, f));
+            walk_access(source, f);
+        }
         Stmt::LocalArray { .. }
-        | Stmt::Mma { .. }
         | Stmt::Barrier
         | Stmt::Break
         | Stmt::Continue

@@ -284,7 +284,10 @@ impl Emitter<'_> {
             };
             let temp = self.temp('f');
             if role == "d" {
-                self.line(depth, &format!("{} {temp}[{len}];", c_type(elem, Home::Value)));
+                self.line(
+                    depth,
+                    &format!("{} {temp}[{len}];", c_type(elem, Home::Value)),
+                );
             } else {
                 let elements = (0..len)
                     .map(|i| self.load(cx, &operand.element(i)).map(|code| code.text))
@@ -319,7 +322,12 @@ impl Emitter<'_> {
         );
         if operands[0].row.is_some() {
             for i in 0..mma::C_LEN {
-                self.store_text(cx, &operands[0].element(i), &format!("{}[{i}]", names[0]), depth)?;
+                self.store_text(
+                    cx,
+                    &operands[0].element(i),
+                    &format!("{}[{i}]", names[0]),
+                    depth,
+                )?;
             }
         }
         Ok(())
@@ -390,7 +398,11 @@ impl Emitter<'_> {
             row_access.index[dims - 1] = bin(
                 BinaryOp::Add,
                 source.index[dims - 1].clone(),
-                bin(BinaryOp::Mul, bin(BinaryOp::Div, lane, u32_lit(16)), u32_lit(8)),
+                bin(
+                    BinaryOp::Mul,
+                    bin(BinaryOp::Div, lane, u32_lit(16)),
+                    u32_lit(8),
+                ),
             );
         }
         self.depth = depth + 1;

@@ -38,9 +38,7 @@ fn own_exprs(stmt: &Stmt) -> Vec<&Expr> {
             .into_iter()
             .filter_map(|f| f.row.as_ref())
             .collect(),
-        Stmt::MmaLoad { dest, source, .. } => {
-            dest.row.iter().chain(access(source)).collect()
-        }
+        Stmt::MmaLoad { dest, source, .. } => dest.row.iter().chain(access(source)).collect(),
         Stmt::LocalArray { .. }
         | Stmt::Barrier
         | Stmt::Break

@@ -8,9 +8,9 @@ use super::{ref_text, Sink};
 use crate::ir::fold::{const_value, Leaves};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
-    mma, type_of, AtomicOp, BinaryOp, Binding, Expr, Fragment, IrPath, Kernel, Literal, MemorySpace, Mesh,
-    Module, MpmdMap, OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp,
-    Stmt, Type, TypeError, WarpOp, WARP_SIZE,
+    mma, type_of, AtomicOp, BinaryOp, Binding, Expr, Fragment, IrPath, Kernel, Literal,
+    MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefAccess, RefType, ScalarType,
+    Scope, SemOp, Stmt, Type, TypeError, WarpOp, WARP_SIZE,
 };
 use crate::text::print_expr;
 
@@ -484,7 +484,7 @@ impl Walker<'_, '_> {
             }
         };
         let Some((row, found)) = row_type else {
-            return Some((r, written));
+            return Some((r.clone(), format!("`{array}: {}`", ref_text(&r))));
         };
         if let Some(t) = found.filter(|t| *t != ScalarType::U32) {
             self.sink.report(
@@ -531,8 +531,9 @@ impl Walker<'_, '_> {
         ))
     }
 
-    /// Reports fragment `role` of `op` (`written`, of type `found`) unless
-    /// it is `local` of one of `elems` with `len` elements: E0071.
+    /// Reports fragment `role` of `op` (`written`: how to name it, with
+    /// its type; `found`: the fragment's own type) unless it is `local` of
+    /// one of `elems` with `len` elements: E0071.
     #[allow(clippy::too_many_arguments)]
     fn require_fragment_type(
         &mut self,
@@ -549,14 +550,16 @@ impl Walker<'_, '_> {
             return true;
         }
         let kernel = self.kernel_name().to_string();
-        let types: Vec<String> = elems.iter().map(|t| format!("`local {t}[{len}]`")).collect();
+        let types: Vec<String> = elems
+            .iter()
+            .map(|t| format!("`local {t}[{len}]`"))
+            .collect();
         let wanted = format!("{}{why}", types.join(" or "));
         self.sink.report(
             "E0071",
             path.clone(),
             format!(
-                "the operand `{role}` of `{op}` in kernel `{kernel}` is {written}, whose fragment is `{}`, but `{role}` is {wanted} (or a row of a 2-D `local` array of that type whose last extent is {len})",
-                ref_text(found)
+                "the operand `{role}` of `{op}` in kernel `{kernel}` is {written}, but `{role}` is {wanted} (or a row of a 2-D `local` array of that type whose last extent is {len})"
             ),
             "declare the array with the fragment's type and length (docs/text-format.md, \"Matrix multiply-accumulate\")",
         );
@@ -579,7 +582,16 @@ impl Walker<'_, '_> {
             .map(|(a, _)| a.elem)
             .filter(|t| mma::INPUT_TYPES.contains(t));
         if let Some((a_type, written)) = &a {
-            self.require_fragment_type(name, "a", written, a_type, &mma::INPUT_TYPES, mma::A_LEN, "", path);
+            self.require_fragment_type(
+                name,
+                "a",
+                written,
+                a_type,
+                &mma::INPUT_TYPES,
+                mma::A_LEN,
+                "",
+                path,
+            );
         }
         if let Some((b_type, written)) = &b {
             let (elems, why) = match input {
@@ -590,7 +602,16 @@ impl Walker<'_, '_> {
         }
         for (role, operand) in [("d", &d), ("c", &c)] {
             if let Some((found, written)) = operand {
-                self.require_fragment_type(name, role, written, found, &[ScalarType::F32], mma::C_LEN, "", path);
+                self.require_fragment_type(
+                    name,
+                    role,
+                    written,
+                    found,
+                    &[ScalarType::F32],
+                    mma::C_LEN,
+                    "",
+                    path,
+                );
             }
         }
         self.require_whole_warps(name, path);
@@ -636,7 +657,10 @@ impl Walker<'_, '_> {
             };
             let dims = r.shape.len();
             let problem = if !matches!(r.space, MemorySpace::Gmem | MemorySpace::Smem) {
-                Some(format!("a `{}`; fragments load from gmem or smem", r.space.keyword()))
+                Some(format!(
+                    "a `{}`; fragments load from gmem or smem",
+                    r.space.keyword()
+                ))
             } else if !elem_ok {
                 Some(format!("of `{}`, not {wanted_elem}", r.elem))
             } else if dims < 2 {
@@ -682,11 +706,13 @@ impl Walker<'_, '_> {
                 None => {}
             }
         }
-        let origins = source
-            .index
-            .iter()
-            .map(|e| ("index", e))
-            .chain(source.block.iter().flatten().map(|e| ("block coordinate", e)));
+        let origins = source.index.iter().map(|e| ("index", e)).chain(
+            source
+                .block
+                .iter()
+                .flatten()
+                .map(|e| ("block coordinate", e)),
+        );
         for (what, e) in origins {
             let Some(reason) = self.warp_uniformity.as_ref().and_then(|u| u.reason(e)) else {
                 continue;

@@ -355,3 +355,63 @@ fn a_block_past_the_tile_is_out_of_bounds_at_its_first_element_outside() {
         other => panic!("{other}"),
     }
 }
+
+/// A module whose kernel loads `call` with the sources `v: gmem<f16[64]>`,
+/// `w: smem<f16[8, 16]>` and `odd: smem<f16[3]>` (one warp).
+fn small_sources(call: &str) -> String {
+    format!(
+        "
+mesh m {{
+  threads t = 32;
+}}
+
+kernel k(v: gmem<f16[64]>, y: gmem<f32[32]>, odd: smem<f16[3]>, w: smem<f16[8, 16]>) {{
+  local fa: f16[8];
+  {call}
+  odd[0u] = v[0u];
+  y[axis_index(t)] = f32(fa[0u]);
+}}
+
+map mm {{
+  programs [m: k];
+  inputs [v: gmem<f16[64]>];
+  outputs [y: gmem<f32[32]>];
+  scratch [odd: smem<f16[3]>, w: smem<f16[8, 16]>];
+}}
+"
+    )
+}
+
+#[test]
+fn loads_need_two_dimensions_that_hold_the_block() {
+    assert_eq!(
+        found(&small_sources("mma_load_a(fa, v[0u]);")),
+        [(
+            "E0072",
+            "the source `v: gmem<f16[64]>` of `mma_load_a` in kernel `k` is 1-dimensional; the block's rows are its second-to-last dimension and its columns its last".to_string()
+        )]
+    );
+    assert_eq!(
+        found(&small_sources("mma_load_a(fa, w[0u, 0u]);")),
+        [(
+            "E0072",
+            "the source `w: smem<f16[8, 16]>` of `mma_load_a` in kernel `k` is 8 x 16 in its last two dimensions, smaller than the 16 x 16 block".to_string()
+        )]
+    );
+}
+
+/// `ldmatrix` needs 16-byte aligned rows: every smem slot of the arena
+/// starts at a multiple of 16 bytes, whatever the slots before it hold.
+#[test]
+fn smem_slots_start_16_byte_aligned() {
+    let m = module(&small_sources("fa[0u] = w[1u, 2u];"));
+    validate(&m, &ValidateOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let plan = mpmd_core::plan::lower(&m, "mm").expect("lowers");
+    let slots: Vec<(u32, u32)> = plan.units[0]
+        .smem
+        .iter()
+        .map(|s| (s.offset_bytes, s.size_bytes))
+        .collect();
+    // (The plan sizes a 16-bit smem slot in 32-bit words.)
+    assert_eq!(slots, [(0, 12), (16, 512)]);
+}

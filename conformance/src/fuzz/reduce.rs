@@ -829,6 +829,42 @@ mod tests {
         assert!(empty.functions.is_empty() && empty.consts.is_empty());
     }
 
+    /// Fragment rows and a fragment load's source and origin count as
+    /// uses, and the expression walk reaches them (to simplify them).
+    #[test]
+    fn fragment_rows_and_load_sources_are_uses() {
+        let body = BodyBuilder::nested(|b| {
+            b.mma(
+                Fragment::row("acc", Expr::Var("j".into())),
+                "fa",
+                "fb",
+                Fragment::row("acc", Expr::Var("k".into())),
+            );
+            b.mma_load(
+                mma::Operand::A,
+                Fragment::row("fa2", Expr::Var("i".into())),
+                RefAccess {
+                    base: "tile".into(),
+                    block: None,
+                    index: vec![Expr::Var("r".into()), Expr::from(0u32)],
+                },
+            );
+        });
+        let mut used = HashSet::new();
+        names_used(&body, &mut used);
+        let mut used: Vec<_> = used.into_iter().collect();
+        used.sort();
+        assert_eq!(used, ["acc", "fa", "fa2", "fb", "i", "j", "k", "r", "tile"]);
+        let mut vars = vec![];
+        for_each_expr(&mut body.clone(), &mut |e| {
+            if let Expr::Var(n) = e {
+                vars.push(n.clone());
+            }
+            false
+        });
+        assert_eq!(vars, ["j", "k", "i", "r"]);
+    }
+
     #[test]
     fn whole_warps_are_among_the_smaller_sizes() {
         assert_eq!(smaller(96), vec![1, 48, 95, 32, 64]);

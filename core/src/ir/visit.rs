@@ -206,6 +206,30 @@ mod tests {
     }
 
     #[test]
+    fn visits_fragment_rows_and_load_origins() {
+        let body = BodyBuilder::nested(|b| {
+            b.mma(
+                Fragment::row("acc", axis_index("d")),
+                Fragment::row("fa", axis_index("a")),
+                "fb",
+                Fragment::row("acc", axis_index("c")),
+            );
+            b.mma_load(
+                mma::Operand::B,
+                Fragment::row("fb", axis_index("row")),
+                at("s", [axis_index("origin"), axis_size("col")]),
+            );
+        });
+        let mut axes = vec![];
+        for_each_expr(&body, &mut |e| {
+            if let Expr::AxisIndex(a) | Expr::AxisSize(a) = e {
+                axes.push(a.clone());
+            }
+        });
+        assert_eq!(axes, ["d", "a", "c", "row", "origin", "col"]);
+    }
+
+    #[test]
     fn any_finds_nested_statements_and_sub_expressions() {
         let body = BodyBuilder::nested(|b| {
             b.if_(axis_index("x").lt(4u32), |b| {

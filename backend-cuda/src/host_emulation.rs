@@ -404,6 +404,34 @@ static void mpmd_host_mma_m16n8k16(bool bf16, const unsigned* ra, const unsigned
     rd[i] = acc;
   }
 }
+// The stand-in for PTX ldmatrix.sync.aligned.m8n8.{x4,x2.trans}.shared.b16:
+// every lane publishes the row address it supplies, the lanes meet, and
+// lane l takes, for each matrix j, row l / 4 and columns 2 (l % 4) + {0, 1}
+// (with .trans: column l / 4 of rows 2 (l % 4) + {0, 1}) from the rows lanes
+// 8j..8j+7 named, so a lane's values come from other lanes' addresses as on
+// the GPU. A supplied address that is not 16-byte aligned aborts.
+static const unsigned char* mpmd_ldmatrix_rows[1024];
+static void mpmd_host_ldmatrix(unsigned matrices, bool trans, const void* row, unsigned* r) {
+  const unsigned t = threadIdx.x, base = t & ~31u, lane = t & 31u;
+  if (lane < 8u * matrices && ((unsigned long long)row & 15ull) != 0ull) {
+    fprintf(stderr, "ldmatrix: lane %u supplies a row address that is not 16-byte aligned\n", lane);
+    abort();
+  }
+  mpmd_ldmatrix_rows[t] = (const unsigned char*)row;
+  mpmd_barrier_wait(&mpmd_warp_barriers[t >> 5], 0);
+  for (unsigned j = 0; j < matrices; j++) {
+    unsigned word = 0;
+    for (unsigned h = 0; h < 2u; h++) {
+      const unsigned matrix_row = trans ? 2u * (lane % 4u) + h : lane / 4u;
+      const unsigned matrix_col = trans ? lane / 4u : 2u * (lane % 4u) + h;
+      unsigned short e;
+      memcpy(&e, mpmd_ldmatrix_rows[base + 8u * j + matrix_row] + 2u * matrix_col, 2);
+      word |= (unsigned)e << (16u * h);
+    }
+    r[j] = word;
+  }
+  mpmd_barrier_wait(&mpmd_warp_barriers[t >> 5], 0);
+}
 static int __float2int_rz(float x) { return (int)x; }
 static unsigned __float2uint_rz(float x) { return (unsigned)x; }
 static float __int2float_rn(int x) { return (float)x; }

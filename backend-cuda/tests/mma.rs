@@ -11,10 +11,13 @@ use mpmd_core::plan::lower;
 use mpmd_core::Mode;
 use mpmd_cuda::{compile_ptx, emit_module, CompileOptions};
 
-const CASES: [(&str, &str); 3] = [
+const CASES: [(&str, &str); 6] = [
     ("mma_f16_layout_identity_permutation", "f16"),
     ("mma_bf16_layout_identity_permutation", "bf16"),
     ("mma_k_tiles_accumulate_in_place", "bf16"),
+    ("mma_rows_fragment_grid", "bf16"),
+    ("mma_load_double_buffered_smem", "f16"),
+    ("mma_load_gmem_rows_per_lane", "bf16"),
 ];
 
 fn case_plan(name: &str) -> mpmd_core::plan::LaunchPlan {
@@ -23,7 +26,11 @@ fn case_plan(name: &str) -> mpmd_core::plan::LaunchPlan {
         env!("CARGO_MANIFEST_DIR")
     );
     let source = std::fs::read_to_string(&path).expect("corpus case reads");
-    let (module, _) = mpmd_core::text::parse(&source).unwrap_or_else(|e| panic!("{e:?}"));
+    source_plan(&source)
+}
+
+fn source_plan(source: &str) -> mpmd_core::plan::LaunchPlan {
+    let (module, _) = mpmd_core::text::parse(source).unwrap_or_else(|e| panic!("{e:?}"));
     mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
     lower(&module, &module.maps[0].name).expect("lowers")
 }
@@ -75,4 +82,138 @@ fn below_sm_80_the_compile_names_the_reason() {
         text.contains("mma_m16n8k16 needs sm_80 or later") && text.contains("m16n8k8"),
         "{text}"
     );
+}
+
+/// PTX for `source` (one map) on `arch`, in `mode`, and its ptxas report
+/// of the kernel.
+fn assembled(source: &str, mode: Mode, arch: u32) -> (String, mpmd_cuda::KernelResources) {
+    let plan = source_plan(source);
+    let emitted = emit_module(&plan, mode).unwrap();
+    let options = CompileOptions {
+        arch,
+        ..CompileOptions::default()
+    };
+    let ptx = compile_ptx(&emitted.source, &options).unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
+    let report = mpmd_cuda::assemble(&ptx, arch).unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
+    let kernel = report.kernel(&emitted.kernel_name).unwrap().clone();
+    (ptx.text, kernel)
+}
+
+/// One `mma_load_a` and one `mma_load_b` from `source_decl` (the smem or
+/// gmem tiles `sa` of 16x`A_COLS` and `sb` of 16x`B_COLS`), at column
+/// origins `k0` and `n0`, then an mma and the store of its result.
+fn one_load_each(space: &str, a_cols: u32, b_cols: u32) -> String {
+    let (params, scratch, fill) = if space == "smem" {
+        (
+            format!(", sa: smem<f16[16, {a_cols}]>, sb: smem<f16[16, {b_cols}]>"),
+            format!("scratch [sa: smem<f16[16, {a_cols}]>, sb: smem<f16[16, {b_cols}]>];"),
+            format!(
+                "for e: u32 in 0u..{a_cols}u {{
+    sa[e % 16u, (axis_index(t) + 32u * e) % {a_cols}u] = x[e % 16u, (axis_index(t) + 32u * e) % {a_cols}u];
+  }}
+  for e: u32 in 0u..{b_cols}u {{
+    sb[e % 16u, (axis_index(t) + 32u * e) % {b_cols}u] = y[e % 16u, (axis_index(t) + 32u * e) % {b_cols}u];
+  }}
+  barrier;"
+            ),
+        )
+    } else {
+        (String::new(), String::new(), String::new())
+    };
+    let (sa, sb) = if space == "smem" {
+        ("sa", "sb")
+    } else {
+        ("x", "y")
+    };
+    format!(
+        "
+mesh m {{
+  threads t = 32;
+}}
+
+kernel k(x: gmem<f16[16, {a_cols}]>, y: gmem<f16[16, {b_cols}]>, k0: u32, n0: u32, out: gmem<f32[32, 4]>{params}) {{
+  {fill}
+  local fa: f16[8];
+  local fb: f16[4];
+  local acc: f32[4];
+  for e: u32 in 0u..4u {{
+    acc[e] = 0.0;
+  }}
+  mma_load_a(fa, {sa}[0u, k0]);
+  mma_load_b(fb, {sb}[0u, n0]);
+  mma_m16n8k16(acc, fa, fb, acc);
+  for e: u32 in 0u..4u {{
+    out[axis_index(t), e] = acc[e];
+  }}
+}}
+
+map mm {{
+  programs [m: k];
+  inputs [x: gmem<f16[16, {a_cols}]>, y: gmem<f16[16, {b_cols}]>];
+  outputs [out: gmem<f32[32, 4]>];
+  scalars [k0: u32, n0: u32];
+  {scratch}
+}}
+"
+    )
+}
+
+const LDMATRIX_A: &str = "ldmatrix.sync.aligned.m8n8.x4.shared.b16";
+const LDMATRIX_B: &str = "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16";
+
+#[test]
+fn fragment_loads_use_ldmatrix_exactly_for_smem_rows_of_16_bytes_in_fast_mode() {
+    require_tools();
+    // (tiles, mode, ldmatrix x4 count, x2.trans count)
+    let expectations = [
+        (one_load_each("smem", 32, 16), Mode::Fast, 1, 1),
+        // Checked mode reports each element's bounds: element loads.
+        (one_load_each("smem", 32, 16), Mode::Checked, 0, 0),
+        // Rows of 36 and 12 elements are not whole 16-byte units.
+        (one_load_each("smem", 36, 12), Mode::Fast, 0, 0),
+        // Only A's rows are.
+        (one_load_each("smem", 24, 12), Mode::Fast, 1, 0),
+        (one_load_each("gmem", 32, 16), Mode::Fast, 0, 0),
+    ];
+    for (k, (source, mode, a, b)) in expectations.iter().enumerate() {
+        for arch in [80, 90] {
+            let (ptx, kernel) = assembled(source, *mode, arch);
+            assert_eq!(
+                (
+                    ptx.matches(LDMATRIX_A).count(),
+                    ptx.matches(LDMATRIX_B).count()
+                ),
+                (*a, *b),
+                "expectation {k} sm_{arch} {mode:?}"
+            );
+            assert!(
+                !kernel.spills(),
+                "expectation {k} sm_{arch} {mode:?}: {kernel:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fragment_rows_under_constant_loops_stay_in_registers() {
+    require_tools();
+    for name in ["mma_rows_fragment_grid", "mma_load_double_buffered_smem"] {
+        let path = format!(
+            "{}/../conformance/cases/{name}.mpmd",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let source = std::fs::read_to_string(&path).expect("corpus case reads");
+        for arch in [80, 90] {
+            let (_, kernel) = assembled(&source, Mode::Fast, arch);
+            assert_eq!(
+                (
+                    kernel.stack_frame_bytes,
+                    kernel.spill_store_bytes,
+                    kernel.spill_load_bytes
+                ),
+                (0, 0, 0),
+                "{name} sm_{arch}: {kernel:?}"
+            );
+        }
+    }
 }

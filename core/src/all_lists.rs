@@ -156,6 +156,16 @@ fn semaphore_ops() {
 }
 
 #[test]
+fn mma_operands() {
+    use mma::Operand::*;
+    let position = |o| match o {
+        A => 0,
+        B => 1,
+    };
+    assert_listed_in_order(&mma::Operand::ALL, position);
+}
+
+#[test]
 fn operand_kinds() {
     use OperandKind::*;
     let position = |k| match k {

@@ -8,7 +8,7 @@
 use half::{bf16, f16};
 use mpmd_core::backend::Mode;
 use mpmd_core::interp::{InterpOptions, Interpreter};
-use mpmd_core::ir::{mma, Module, Stmt};
+use mpmd_core::ir::{mma, Fragment, Module, Stmt};
 use mpmd_core::text::{parse, print};
 use mpmd_core::validate::{validate, Diagnostic, ValidateOptions};
 use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
@@ -266,25 +266,25 @@ fn mma_prints_and_parses_back() {
     let has_mma = m.kernels[0]
         .body
         .iter()
-        .any(|s| matches!(s, Stmt::Mma { d, c, .. } if d == "acc" && c == "acc"));
+        .any(|s| matches!(s, Stmt::Mma { d, c, .. } if *d == Fragment::whole("acc") && *c == Fragment::whole("acc")));
     assert!(has_mma);
 }
 
 #[test]
-fn mma_is_a_statement_of_four_names() {
+fn mma_is_a_statement_of_four_fragments() {
     let expr = tiles("f16").replace(
         "mma_m16n8k16(acc, fa, fb, acc);",
         "let v: f32 = mma_m16n8k16(acc, fa, fb, acc);",
     );
     let e = parse(&expr).expect_err("refused").render("t");
     assert!(e.contains("is a statement that writes its result"), "{e}");
-    let index = tiles("f16").replace(
+    let element = tiles("f16").replace(
         "mma_m16n8k16(acc, fa, fb, acc);",
-        "mma_m16n8k16(acc[0], fa, fb, acc);",
+        "mma_m16n8k16(acc[0u, 1u], fa, fb, acc);",
     );
-    let e = parse(&index).expect_err("refused").render("t");
+    let e = parse(&element).expect_err("refused").render("t");
     assert!(
-        e.contains("`,` between the operands of `mma_m16n8k16`"),
+        e.contains("a fragment of `mma_m16n8k16` is a local array or one row of a 2-D local array: `acc` or `acc[i]`, one index"),
         "{e}"
     );
     let three = tiles("f16").replace(

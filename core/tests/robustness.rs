@@ -158,6 +158,17 @@ fn simple_stmt() -> impl Strategy<Value = Stmt> {
             amount
         }),
         (name(), access(e())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
+        (
+            select(mma::Operand::ALL.to_vec()),
+            name(),
+            proptest::option::of(e()),
+            access(e())
+        )
+            .prop_map(|(operand, array, row, source)| Stmt::MmaLoad {
+                operand,
+                dest: Fragment { array, row },
+                source,
+            }),
     ]
 }
 

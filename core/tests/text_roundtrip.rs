@@ -166,6 +166,24 @@ fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
             amount
         }),
         (name(), access(e.clone())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
+        vec((name(), option::of(e.clone())), 4).prop_map(|f| {
+            let [d, a, b, c] = [0, 1, 2, 3].map(|k| Fragment {
+                array: f[k].0.clone(),
+                row: f[k].1.clone(),
+            });
+            Stmt::Mma { d, a, b, c }
+        }),
+        (
+            select(mma::Operand::ALL.to_vec()),
+            name(),
+            option::of(e.clone()),
+            access(e.clone())
+        )
+            .prop_map(|(operand, array, row, source)| Stmt::MmaLoad {
+                operand,
+                dest: Fragment { array, row },
+                source,
+            }),
         Just(Stmt::Break),
         Just(Stmt::Continue),
         // Builtin names (`min`, `signal`, ...) cannot name a helper (E0056).

@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 
 use mpmd_core::ir::visit::for_each_expr;
-use mpmd_core::ir::{mma, AtomicOp, Binding, Expr, Literal, RefAccess, ScalarType, Stmt, WarpOp};
+use mpmd_core::ir::{
+    mma, AtomicOp, BinaryOp, Binding, Expr, Fragment, Literal, RefAccess, ScalarType, Stmt, WarpOp,
+};
 use mpmd_core::Mode;
 
 use super::access::AccessMode;
@@ -174,6 +176,11 @@ impl Emitter<'_> {
             Stmt::SemRead { dest, sem } => self.emit_sem_read(cx, dest, sem, depth)?,
             Stmt::Warp { dest, op, args } => self.emit_warp(cx, dest, *op, args, depth)?,
             Stmt::Mma { d, a, b, c } => self.emit_mma(cx, [d, a, b, c], depth)?,
+            Stmt::MmaLoad {
+                operand,
+                dest,
+                source,
+            } => self.emit_mma_load(cx, *operand, dest, source, depth)?,
         }
         Ok(())
     }
@@ -240,30 +247,61 @@ impl Emitter<'_> {
 
     /// `mma_m16n8k16(d, a, b, c)`: the prelude's `mpmd_mma_m16n8k16_{f16,bf16}`
     /// on the local arrays (PTX `mma.sync` on sm_80 and later; an `#error`
-    /// names the reason below sm_80, where PTX has only m16n8k8).
+    /// names the reason below sm_80, where PTX has only m16n8k8). A row of a
+    /// 2-D local array goes through a fragment-sized temporary: its elements
+    /// are loaded (or, for `d`, stored) as ordinary element accesses, so
+    /// they are checked like any other; with rows known after unrolling the
+    /// temporaries stay in registers.
     fn emit_mma(
         &mut self,
         cx: &mut UnitContext,
-        operands: [&String; 4],
+        operands: [&Fragment; 4],
         depth: usize,
     ) -> Result<(), EmitError> {
         let mut names = Vec::with_capacity(4);
         let mut input = ScalarType::F16;
         for (role, operand) in ["d", "a", "b", "c"].into_iter().zip(operands) {
-            match cx.symbol(operand)? {
-                Symbol::Local { c_name, elem, .. } => {
-                    if role == "a" {
-                        input = *elem;
-                    }
-                    names.push(c_name.clone());
-                }
+            let (c_name, elem) = match cx.symbol(&operand.array)? {
+                Symbol::Local { c_name, elem, .. } => (c_name.clone(), *elem),
                 _ => {
                     return Err(cx.unsupported(format!(
                         "the operand `{role}` of `{}` is not a local array",
                         mma::NAME
                     )))
                 }
+            };
+            if role == "a" {
+                input = elem;
             }
+            if operand.row.is_none() {
+                names.push(c_name);
+                continue;
+            }
+            let len = match role {
+                "a" => mma::A_LEN,
+                "b" => mma::B_LEN,
+                _ => mma::C_LEN,
+            };
+            let temp = self.temp('f');
+            if role == "d" {
+                self.line(
+                    depth,
+                    &format!("{} {temp}[{len}];", c_type(elem, Home::Value)),
+                );
+            } else {
+                let elements = (0..len)
+                    .map(|i| self.load(cx, &operand.element(i)).map(|code| code.text))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.line(
+                    depth,
+                    &format!(
+                        "const {} {temp}[{len}] = {{{}}};",
+                        c_type(elem, Home::Value),
+                        elements.join(", ")
+                    ),
+                );
+            }
+            names.push(temp);
         }
         let suffix = match input {
             ScalarType::BF16 => "bf16",
@@ -282,6 +320,108 @@ impl Emitter<'_> {
             depth,
             &format!("mpmd_mma_m16n8k16_{suffix}({});", names.join(", ")),
         );
+        if operands[0].row.is_some() {
+            for i in 0..mma::C_LEN {
+                self.store_text(
+                    cx,
+                    &operands[0].element(i),
+                    &format!("{}[{i}]", names[0]),
+                    depth,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores the C value `value` (of the element's type) to `target`, as a
+    /// `Stmt::Store` would.
+    fn store_text(
+        &mut self,
+        cx: &mut UnitContext,
+        target: &RefAccess,
+        value: &str,
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        self.depth = depth;
+        let place = self.place(cx, target, AccessMode::Write)?;
+        let line = format!("if ({}) {} = {value};", place.ok, place.slot());
+        self.guarded_block(depth, &place, &[line]);
+        Ok(())
+    }
+
+    /// `mma_load_a(fa, s[.., r0, k0])` and `mma_load_b`: the element loads
+    /// the statement means (`ir::mma::element_loads`), and in fast mode,
+    /// for an smem source whose rows are whole 16-byte units (last extent a
+    /// multiple of 8), PTX `ldmatrix` (x4 for A, x2.trans for B) behind a
+    /// test that the column origin is a multiple of 8, which makes every
+    /// row address 16-byte aligned (the arena aligns each smem slot to 16
+    /// bytes). The origin is warp-uniform (validation, E0073), so the whole
+    /// warp takes one path.
+    fn emit_mma_load(
+        &mut self,
+        cx: &mut UnitContext,
+        operand: mma::Operand,
+        dest: &Fragment,
+        source: &RefAccess,
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let thread_axis = cx.unit.mesh.threads.name.clone();
+        let element_loads = mma::element_loads(operand, dest, source, &thread_axis);
+        let rows_of_16_bytes = match cx.symbol(&source.base)? {
+            Symbol::Smem { ty, .. } => ty.shape.last().is_some_and(|&n| n % 8 == 0),
+            _ => false,
+        };
+        let dims = source.index.len();
+        if self.mode == Mode::Checked || !rows_of_16_bytes || dims < 2 {
+            return self.emit_body(cx, &element_loads, depth);
+        }
+        let column = self.expr(cx, &source.index[dims - 1])?;
+        self.line(
+            depth,
+            &format!(
+                "if (MPMD_HAS_LDMATRIX && (({}) & 7u) == 0u) {{",
+                column.text
+            ),
+        );
+        // Lane l supplies the address of row l % 16 of the block (A: at
+        // column 8 (l / 16) too, the right half of the block for lanes 16..31).
+        let u32_lit = |v: u32| Expr::Lit(Literal::U32(v));
+        let bin = |op, a: Expr, b: Expr| Expr::Binary(op, Box::new(a), Box::new(b));
+        let lane = bin(BinaryOp::Rem, Expr::AxisIndex(thread_axis), u32_lit(32));
+        let mut row_access = source.clone();
+        row_access.index[dims - 2] = bin(
+            BinaryOp::Add,
+            source.index[dims - 2].clone(),
+            bin(BinaryOp::Rem, lane.clone(), u32_lit(16)),
+        );
+        if operand == mma::Operand::A {
+            row_access.index[dims - 1] = bin(
+                BinaryOp::Add,
+                source.index[dims - 1].clone(),
+                bin(
+                    BinaryOp::Mul,
+                    bin(BinaryOp::Div, lane, u32_lit(16)),
+                    u32_lit(8),
+                ),
+            );
+        }
+        self.depth = depth + 1;
+        let place = self.place(cx, &row_access, AccessMode::Read)?;
+        let (words, call) = match operand {
+            mma::Operand::A => (4, "mpmd_ldmatrix_x4"),
+            mma::Operand::B => (2, "mpmd_ldmatrix_x2_trans"),
+        };
+        let regs = self.temp('r');
+        self.line(depth + 1, &format!("u32 {regs}[{words}];"));
+        self.line(depth + 1, &format!("{call}({regs}, &{});", place.element));
+        let elem = place.elem;
+        for i in 0..operand.fragment_len() {
+            let value = c::from_low_half(elem, &format!("{regs}[{}] >> {}u", i / 2, 16 * (i % 2)));
+            self.store_text(cx, &dest.element(i), &value, depth + 1)?;
+        }
+        self.line(depth, "} else {");
+        self.emit_body(cx, &element_loads, depth + 1)?;
+        self.line(depth, "}");
         Ok(())
     }
 

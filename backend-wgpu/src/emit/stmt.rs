@@ -211,6 +211,11 @@ impl UnitEmitter<'_, '_> {
         match stmt {
             Stmt::Warp { dest, op, args } => self.warp(dest, *op, args)?,
             Stmt::Mma { d, a, b, c } => self.mma([d, a, b, c])?,
+            Stmt::MmaLoad {
+                operand,
+                dest,
+                source,
+            } => self.mma_load(*operand, dest, source)?,
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
                 let name = self.bind_scalar(&var.name, var.ty);

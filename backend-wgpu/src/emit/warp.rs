@@ -6,12 +6,12 @@
 //! block-uniform control flow: a collective under a condition that is only
 //! warp-uniform is refused ([`EmitError::WarpOutsideBlockUniformControl`]).
 
-use mpmd_core::ir::{mma, Binding, Expr, Name, ScalarType, Stmt, WarpOp, WARP_SIZE};
+use mpmd_core::ir::{mma, Binding, Expr, Fragment, RefAccess, ScalarType, Stmt, WarpOp, WARP_SIZE};
 use mpmd_core::plan::LaunchPlan;
 
 use super::bindings::WordType;
 use super::helpers::Helper;
-use super::memory::Storage;
+use super::memory::{store_text, Storage};
 use super::numerics::half_name;
 use super::syntax::{from_word, to_word, wgsl_scalar};
 use super::unit::UnitEmitter;
@@ -164,11 +164,15 @@ impl UnitEmitter<'_, '_> {
     /// rows need, the quads of its columns `2q` and `2q + 1` those of B; the
     /// prelude's `mpmd_mma_m16n8k16_<ty>` then sums from `c` in the order of
     /// docs/numerics.md.
-    pub(super) fn mma(&mut self, operands: [&Name; 4]) -> Result<(), EmitError> {
+    ///
+    /// A row of a 2-D local array (`fa[i]`) reads and writes its elements
+    /// through the ordinary element accesses (checked like any other); a
+    /// whole array passes its words.
+    pub(super) fn mma(&mut self, operands: [&Fragment; 4]) -> Result<(), EmitError> {
         let mut vars = Vec::with_capacity(4);
         let mut input = ScalarType::F16;
         for (role, operand) in ["d", "a", "b", "c"].into_iter().zip(operands) {
-            let info = self.ref_info(operand)?;
+            let info = self.ref_info(&operand.array)?;
             let Storage::Local { var } = info.storage else {
                 return Err(self.invalid(format!(
                     "the operand `{role}` of `{}` is not a local array",
@@ -182,6 +186,24 @@ impl UnitEmitter<'_, '_> {
         }
         let [d, a, b, c] = <[String; 4]>::try_from(vars)
             .map_err(|_| self.invalid(format!("`{}` without its operands", mma::NAME)))?;
+        let [d_fragment, a_fragment, b_fragment, c_fragment] = operands;
+        let a_words = self.fragment_words(a_fragment, &a, mma::A_LEN)?;
+        let b_words = self.fragment_words(b_fragment, &b, mma::B_LEN)?;
+        let c = match &c_fragment.row {
+            None => c,
+            Some(_) => {
+                let elements = (0..mma::C_LEN)
+                    .map(|i| self.expr(&Expr::Load(Box::new(c_fragment.element(i)))))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let name = self.temp("mma_c");
+                self.line(&format!(
+                    "let {name} = array<f32, {}>({});",
+                    mma::C_LEN,
+                    elements.join(", ")
+                ));
+                name
+            }
+        };
         let (rows, cols) = (self.temp("mma_a"), self.temp("mma_b"));
         self.line(&format!(
             "// {}: the lane's rows of A from its quad, its columns of B from two quads.",
@@ -190,8 +212,8 @@ impl UnitEmitter<'_, '_> {
         self.line(&format!("var {rows}: array<u32, 16>;"));
         self.line(&format!("var {cols}: array<u32, 16>;"));
         let quad = "(thread_id & 0xfffffffcu)";
-        for r in 0..4 {
-            self.line(&format!("mpmd_warp_words[thread_id] = {a}[{r}];"));
+        for (r, word) in a_words.iter().enumerate() {
+            self.line(&format!("mpmd_warp_words[thread_id] = {word};"));
             self.line("workgroupBarrier();");
             for j in 0..4 {
                 self.line(&format!(
@@ -203,8 +225,8 @@ impl UnitEmitter<'_, '_> {
         }
         // Lane 4 (2q + c) + j holds rows 2j + 8r (and one more) of column 2q + c.
         let column_quads = "((thread_id & 0xffffffe0u) | ((thread_id & 3u) << 3u))";
-        for r in 0..2 {
-            self.line(&format!("mpmd_warp_words[thread_id] = {b}[{r}];"));
+        for (r, word) in b_words.iter().enumerate() {
+            self.line(&format!("mpmd_warp_words[thread_id] = {word};"));
             self.line("workgroupBarrier();");
             for k in 0..8 {
                 self.line(&format!(
@@ -216,7 +238,56 @@ impl UnitEmitter<'_, '_> {
         }
         let name = format!("mpmd_mma_m16n8k16_{}", half_name(input));
         let call = self.call(Helper::Mma(input), &name, &[rows, cols, c]);
-        self.line(&format!("{d} = {call};"));
+        if d_fragment.row.is_none() {
+            self.line(&format!("{d} = {call};"));
+            return Ok(());
+        }
+        let result = self.temp("mma_d");
+        self.line(&format!("let {result} = {call};"));
+        for i in 0..mma::C_LEN {
+            let (place, info) = self.place(&d_fragment.element(i))?;
+            let text = store_text(&info, &place, &format!("{result}[{i}]"));
+            self.line(&text);
+        }
+        Ok(())
+    }
+
+    /// The packed words (two 16-bit elements each, the even one low) of a
+    /// 16-bit fragment of `len` elements held in the local array `var`.
+    fn fragment_words(
+        &mut self,
+        fragment: &Fragment,
+        var: &str,
+        len: u32,
+    ) -> Result<Vec<String>, EmitError> {
+        (0..len / 2)
+            .map(|r| match &fragment.row {
+                None => Ok(format!("{var}[{r}]")),
+                Some(_) => {
+                    let low = self.expr(&Expr::Load(Box::new(fragment.element(2 * r))))?;
+                    let high = self.expr(&Expr::Load(Box::new(fragment.element(2 * r + 1))))?;
+                    Ok(format!("({low} | ({high} << 16u))"))
+                }
+            })
+            .collect()
+    }
+
+    /// `mma_load_a` / `mma_load_b`: the element loads it means
+    /// (`ir::mma::element_loads`), no exchange between lanes.
+    pub(super) fn mma_load(
+        &mut self,
+        operand: mma::Operand,
+        dest: &Fragment,
+        source: &RefAccess,
+    ) -> Result<(), EmitError> {
+        let thread_axis = self.unit.mesh.threads.name.clone();
+        self.line(&format!(
+            "// {}: the lane's fragment, element by element.",
+            operand.load_name()
+        ));
+        for stmt in mma::element_loads(operand, dest, source, &thread_axis) {
+            self.stmt(&stmt)?;
+        }
         Ok(())
     }
 }

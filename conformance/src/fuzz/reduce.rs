@@ -665,8 +665,13 @@ fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> boo
             | Stmt::Assign { value, .. }
             | Stmt::CompoundAssign { value, .. }
             | Stmt::Var { init: value, .. } => expr_walk(value, f),
+            Stmt::Mma { d, a, b, c } => [d, a, b, c]
+                .into_iter()
+                .any(|fragment| fragment.row.as_mut().is_some_and(|r| expr_walk(r, f))),
+            Stmt::MmaLoad { dest, source, .. } => {
+                dest.row.as_mut().is_some_and(|r| expr_walk(r, f)) || access_walk(source, f)
+            }
             Stmt::LocalArray { .. }
-            | Stmt::Mma { .. }
             | Stmt::Barrier
             | Stmt::Break
             | Stmt::Continue
@@ -740,7 +745,7 @@ fn names_used(body: &[Stmt], used: &mut HashSet<String>) {
 }
 
 /// Adds the refs that statements of `body` target (stores, atomics,
-/// semaphores, the fragments of an mma).
+/// semaphores, the fragments of an mma and a fragment load's source).
 fn targets(body: &[Stmt], used: &mut HashSet<String>) {
     for s in body {
         match s {
@@ -755,7 +760,11 @@ fn targets(body: &[Stmt], used: &mut HashSet<String>) {
             Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
                 used.insert(sem.base.clone());
             }
-            Stmt::Mma { d, a, b, c } => used.extend([d, a, b, c].map(|n| n.clone())),
+            Stmt::Mma { d, a, b, c } => used.extend([d, a, b, c].map(|f| f.array.clone())),
+            Stmt::MmaLoad { dest, source, .. } => {
+                used.insert(dest.array.clone());
+                used.insert(source.base.clone());
+            }
             Stmt::If {
                 then_body,
                 else_body,
@@ -818,6 +827,42 @@ mod tests {
         }
         let empty = cleanup(empty).module;
         assert!(empty.functions.is_empty() && empty.consts.is_empty());
+    }
+
+    /// Fragment rows and a fragment load's source and origin count as
+    /// uses, and the expression walk reaches them (to simplify them).
+    #[test]
+    fn fragment_rows_and_load_sources_are_uses() {
+        let body = BodyBuilder::nested(|b| {
+            b.mma(
+                Fragment::row("acc", Expr::Var("j".into())),
+                "fa",
+                "fb",
+                Fragment::row("acc", Expr::Var("k".into())),
+            );
+            b.mma_load(
+                mma::Operand::A,
+                Fragment::row("fa2", Expr::Var("i".into())),
+                RefAccess {
+                    base: "tile".into(),
+                    block: None,
+                    index: vec![Expr::Var("r".into()), Expr::from(0u32)],
+                },
+            );
+        });
+        let mut used = HashSet::new();
+        names_used(&body, &mut used);
+        let mut used: Vec<_> = used.into_iter().collect();
+        used.sort();
+        assert_eq!(used, ["acc", "fa", "fa2", "fb", "i", "j", "k", "r", "tile"]);
+        let mut vars = vec![];
+        for_each_expr(&mut body.clone(), &mut |e| {
+            if let Expr::Var(n) = e {
+                vars.push(n.clone());
+            }
+            false
+        });
+        assert_eq!(vars, ["j", "k", "i", "r"]);
     }
 
     #[test]

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use crate::backend::RunError;
 use crate::ir::{
-    mma, AtomicOp, BinaryOp, Expr, Kernel, Literal, MathFn, MemorySpace, Mesh, Name, RefAccess,
-    RefType, ScalarType, SemOp, Stmt, UnaryOp, WarpOp,
+    mma, AtomicOp, BinaryOp, Expr, Fragment, Kernel, MathFn, MemorySpace, Mesh, RefAccess, RefType,
+    ScalarType, SemOp, Stmt, UnaryOp, WarpOp,
 };
 use crate::plan::ProgramId;
 
@@ -862,16 +862,17 @@ impl Compiler<'_> {
                 });
             }
             Stmt::Mma { d, a, b, c } => {
-                let bf16 = match self.lookup(a) {
+                let bf16 = match self.lookup(&a.array) {
                     Some(Sym::Ref { ty, .. }) => ty.elem == ScalarType::BF16,
-                    _ => return Err(self.err(format!("`{a}` is not a local array"))),
+                    _ => return Err(self.err(format!("`{}` is not a local array", a.array))),
                 };
-                // Element loads and stores: the interpreter's bounds,
-                // initialisation and race checks apply to every element.
-                let fragment = |this: &mut Self, name: &Name, len: u32| {
+                // Element loads and stores (a row's index is part of each):
+                // the interpreter's bounds, initialisation and race checks
+                // apply to every element.
+                let fragment = |this: &mut Self, fragment: &Fragment, len: u32| {
                     (0..len)
                         .map(|i| {
-                            let load = Expr::Load(Box::new(element(name, i)));
+                            let load = Expr::Load(Box::new(fragment.element(i)));
                             this.expr(&load).map(|(r, _)| r)
                         })
                         .collect::<Result<Vec<Reg>, RunError>>()
@@ -886,12 +887,21 @@ impl Compiler<'_> {
                 let results = regs.d;
                 self.code.push(Instr::Mma(Box::new(regs)));
                 for (i, src) in (0..).zip(results) {
-                    let acc = self.access(&element(d, i))?;
+                    let acc = self.access(&d.element(i))?;
                     self.code.push(Instr::Store {
                         acc: Box::new(acc),
                         src,
                     });
                 }
+            }
+            Stmt::MmaLoad {
+                operand,
+                dest,
+                source,
+            } => {
+                // Exactly the element loads it means: each checked as a load.
+                let thread_axis = self.mesh.threads.name.clone();
+                self.body(&mma::element_loads(*operand, dest, source, &thread_axis))?;
             }
             Stmt::Warp { dest, op, args } => {
                 let mut regs = Vec::with_capacity(args.len());
@@ -1372,15 +1382,6 @@ fn contains_load(e: &Expr) -> bool {
         }
     }
     false
-}
-
-/// `name[i]`: element `i` of a one-dimensional array.
-fn element(name: &Name, i: u32) -> RefAccess {
-    RefAccess {
-        base: name.clone(),
-        block: None,
-        index: vec![Expr::Lit(Literal::U32(i))],
-    }
 }
 
 /// The registers of a fragment whose length validation fixed.

@@ -633,13 +633,35 @@ impl BodyBuilder {
         var(name)
     }
 
-    /// `mma_m16n8k16(d, a, b, c);` on the `local` fragments named.
-    pub fn mma(&mut self, d: &str, a: &str, b: &str, c: &str) {
+    /// `mma_m16n8k16(d, a, b, c);` on the fragments given: a `&str` names a
+    /// whole `local` array, a [`Fragment`] may be a row (`Fragment::row`).
+    pub fn mma(
+        &mut self,
+        d: impl Into<Fragment>,
+        a: impl Into<Fragment>,
+        b: impl Into<Fragment>,
+        c: impl Into<Fragment>,
+    ) {
         self.push(Stmt::Mma {
-            d: d.to_string(),
-            a: a.to_string(),
-            b: b.to_string(),
-            c: c.to_string(),
+            d: d.into(),
+            a: a.into(),
+            b: b.into(),
+            c: c.into(),
+        });
+    }
+
+    /// `mma_load_a(dest, source);` or `mma_load_b(dest, source);`: the
+    /// lane's fragment of the block whose top-left element `source` names.
+    pub fn mma_load(
+        &mut self,
+        operand: mma::Operand,
+        dest: impl Into<Fragment>,
+        source: RefAccess,
+    ) {
+        self.push(Stmt::MmaLoad {
+            operand,
+            dest: dest.into(),
+            source,
         });
     }
 

@@ -678,7 +678,7 @@ impl WarpOp {
 /// and `q = lane % 4`: [`mma::a_position`], [`mma::b_position`] and
 /// [`mma::c_position`].
 pub mod mma {
-    use super::ScalarType;
+    use super::{BinaryOp, Expr, Fragment, Literal, RefAccess, ScalarType, Stmt, WARP_SIZE};
 
     /// The text-format name of the statement.
     pub const NAME: &str = "mma_m16n8k16";
@@ -717,6 +717,120 @@ pub mod mma {
     pub fn c_position(lane: u32, i: u32) -> (u32, u32) {
         let (g, q) = (lane >> 2, lane % 4);
         (g + 8 * (i / 2), 2 * q + (i % 2))
+    }
+
+    /// The input operands a fragment load fills: `mma_load_a` loads the
+    /// lane's A fragment of a 16x16 block, `mma_load_b` its B fragment of
+    /// a 16x8 (K x N) block, each of a row-major tile whose top-left element
+    /// the source access names.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Operand {
+        A,
+        B,
+    }
+
+    impl Operand {
+        pub const ALL: [Operand; 2] = [Self::A, Self::B];
+
+        /// The text-format name of the load.
+        pub fn load_name(self) -> &'static str {
+            match self {
+                Self::A => "mma_load_a",
+                Self::B => "mma_load_b",
+            }
+        }
+
+        /// The operand's role in `mma_m16n8k16(d, a, b, c)`.
+        pub fn role(self) -> &'static str {
+            match self {
+                Self::A => "a",
+                Self::B => "b",
+            }
+        }
+
+        /// Elements of the fragment one lane holds.
+        pub fn fragment_len(self) -> u32 {
+            match self {
+                Self::A => A_LEN,
+                Self::B => B_LEN,
+            }
+        }
+
+        /// (rows, columns) of the block: 16x16 (M x K) for A, 16x8 (K x N)
+        /// for B.
+        pub fn block_shape(self) -> (u32, u32) {
+            match self {
+                Self::A => (M, K),
+                Self::B => (K, N),
+            }
+        }
+
+        /// `(row, col)` in the block of element `i` of lane `lane`'s
+        /// fragment: [`a_position`] or [`b_position`].
+        pub fn position(self, lane: u32, i: u32) -> (u32, u32) {
+            match self {
+                Self::A => a_position(lane, i),
+                Self::B => b_position(lane, i),
+            }
+        }
+    }
+
+    /// What `operand`'s load into `dest` from `source` means: one element
+    /// store a fragment element, `dest[i] = source[.., r0 + row, k0 + col]`
+    /// with `(row, col)` = [`Operand::position`] of the lane (`lane` =
+    /// `axis_index(thread_axis) % 32u`), the sums `u32` additions as `+`
+    /// computes them. The interpreter and the WGSL backend run these; the
+    /// CUDA backend too, except where `ldmatrix` does the same.
+    pub fn element_loads(
+        operand: Operand,
+        dest: &Fragment,
+        source: &RefAccess,
+        thread_axis: &str,
+    ) -> Vec<Stmt> {
+        let u32_lit = |v: u32| Expr::Lit(Literal::U32(v));
+        let bin = |op, a: Expr, b: Expr| Expr::Binary(op, Box::new(a), Box::new(b));
+        let plus = |a: Expr, v: u32| match v {
+            0 => a,
+            v => bin(BinaryOp::Add, a, u32_lit(v)),
+        };
+        let lane = bin(
+            BinaryOp::Rem,
+            Expr::AxisIndex(thread_axis.to_string()),
+            u32_lit(WARP_SIZE),
+        );
+        // The lane's part of each position: g = lane >> 2 and 2q = 2 (lane % 4).
+        let g = bin(BinaryOp::Shr, lane.clone(), u32_lit(2));
+        let two_q = bin(
+            BinaryOp::Mul,
+            bin(BinaryOp::Rem, lane, u32_lit(4)),
+            u32_lit(2),
+        );
+        let (row_lane, col_lane) = match operand {
+            Operand::A => (g, two_q),
+            Operand::B => (two_q, g),
+        };
+        let dims = source.index.len();
+        (0..operand.fragment_len())
+            .map(|i| {
+                // Lane 0's position is the constant part.
+                let (row, col) = operand.position(0, i);
+                let mut index = source.index.clone();
+                if dims >= 2 {
+                    let origin_row = index[dims - 2].clone();
+                    let origin_col = index[dims - 1].clone();
+                    index[dims - 2] = bin(BinaryOp::Add, origin_row, plus(row_lane.clone(), row));
+                    index[dims - 1] = bin(BinaryOp::Add, origin_col, plus(col_lane.clone(), col));
+                }
+                Stmt::Store {
+                    target: dest.element(i),
+                    value: Expr::Load(Box::new(RefAccess {
+                        base: source.base.clone(),
+                        block: source.block.clone(),
+                        index,
+                    })),
+                }
+            })
+            .collect()
     }
 }
 
@@ -839,7 +953,68 @@ pub enum Stmt {
     /// `mma_m16n8k16(d, a, b, c);` the warp-collective matrix
     /// multiply-accumulate D = A B + C over the `local` fragments of every
     /// lane ([`mma`]); `d` may name `c`. Warp-uniform control flow only.
-    Mma { d: Name, a: Name, b: Name, c: Name },
+    Mma {
+        d: Fragment,
+        a: Fragment,
+        b: Fragment,
+        c: Fragment,
+    },
+    /// `mma_load_a(dest, src[.., r0, k0]);` or `mma_load_b(...)`: the
+    /// warp-collective load of every lane's fragment of the block of
+    /// `source` whose top-left element `source` names ([`mma::Operand`]).
+    /// The origin indices are warp-uniform; warp-uniform control flow only.
+    MmaLoad {
+        operand: mma::Operand,
+        dest: Fragment,
+        source: RefAccess,
+    },
+}
+
+/// A fragment operand of `mma_m16n8k16` and of the fragment loads: a
+/// `local` array of the fragment's length (`fa`), or one row of a 2-D
+/// `local` array whose last extent is that length (`fa[i]`, `i` a `u32`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Fragment {
+    pub array: Name,
+    pub row: Option<Expr>,
+}
+
+impl From<&str> for Fragment {
+    fn from(array: &str) -> Fragment {
+        Fragment::whole(array)
+    }
+}
+
+impl Fragment {
+    /// The whole local array `array`.
+    pub fn whole(array: &str) -> Fragment {
+        Fragment {
+            array: array.to_string(),
+            row: None,
+        }
+    }
+
+    /// Row `row` of the 2-D local array `array`.
+    pub fn row(array: &str, row: Expr) -> Fragment {
+        Fragment {
+            array: array.to_string(),
+            row: Some(row),
+        }
+    }
+
+    /// The access of the fragment's element `i`: `array[i]` or
+    /// `array[row, i]`.
+    pub fn element(&self, i: u32) -> RefAccess {
+        let i = Expr::Lit(Literal::U32(i));
+        RefAccess {
+            base: self.array.clone(),
+            block: None,
+            index: match &self.row {
+                None => vec![i],
+                Some(row) => vec![row.clone(), i],
+            },
+        }
+    }
 }
 
 /// A kernel parameter.

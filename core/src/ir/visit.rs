@@ -63,8 +63,16 @@ pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
         | Stmt::Assign { value, .. }
         | Stmt::CompoundAssign { value, .. } => walk_expr(value, f),
         Stmt::Var { init, .. } => walk_expr(init, f),
+        Stmt::Mma { d, a, b, c } => {
+            for fragment in [d, a, b, c] {
+                fragment.row.iter().for_each(|r| walk_expr(r, f));
+            }
+        }
+        Stmt::MmaLoad { dest, source, .. } => {
+            dest.row.iter().for_each(|r| walk_expr(r, f));
+            walk_access(source, f);
+        }
         Stmt::LocalArray { .. }
-        | Stmt::Mma { .. }
         | Stmt::Barrier
         | Stmt::Break
         | Stmt::Continue
@@ -195,6 +203,30 @@ mod tests {
             }
         });
         assert_eq!(axes, ["x", "t", "t"]);
+    }
+
+    #[test]
+    fn visits_fragment_rows_and_load_origins() {
+        let body = BodyBuilder::nested(|b| {
+            b.mma(
+                Fragment::row("acc", axis_index("d")),
+                Fragment::row("fa", axis_index("a")),
+                "fb",
+                Fragment::row("acc", axis_index("c")),
+            );
+            b.mma_load(
+                mma::Operand::B,
+                Fragment::row("fb", axis_index("row")),
+                at("s", [axis_index("origin"), axis_size("col")]),
+            );
+        });
+        let mut axes = vec![];
+        for_each_expr(&body, &mut |e| {
+            if let Expr::AxisIndex(a) | Expr::AxisSize(a) = e {
+                axes.push(a.clone());
+            }
+        });
+        assert_eq!(axes, ["d", "a", "c", "row", "origin", "col"]);
     }
 
     #[test]

@@ -29,7 +29,9 @@ use thiserror::Error;
 
 use crate::ir::limits::MAX_NESTING;
 use crate::ir::visit::for_each_stmt;
-use crate::ir::{Binding, Expr, Function, Kernel, Module, MpmdMap, Name, Param, RefAccess, Stmt};
+use crate::ir::{
+    Binding, Expr, Fragment, Function, Kernel, Module, MpmdMap, Name, Param, RefAccess, Stmt,
+};
 
 /// Why a kernel could not be expanded (validation reports each first).
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -153,6 +155,11 @@ fn renamed_access(a: &RefAccess, names: &HashMap<Name, Name>) -> RefAccess {
     rewrite_access(a, &|n| Expr::Var(rename(n)), &rename)
 }
 
+fn renamed_fragment(f: &Fragment, names: &HashMap<Name, Name>) -> Fragment {
+    let rename = |n: &Name| renamed(n, names);
+    rewrite_fragment(f, &|n| Expr::Var(rename(n)), &rename)
+}
+
 fn renamed_expr(e: &Expr, names: &HashMap<Name, Name>) -> Expr {
     let rename = |n: &Name| renamed(n, names);
     rewrite_expr(e, &|n| Expr::Var(rename(n)), &rename)
@@ -174,6 +181,17 @@ fn rewrite_expr(e: &Expr, var: &dyn Fn(&Name) -> Expr, base: &dyn Fn(&Name) -> N
 }
 
 /// [`rewrite_expr`] for an access: its base and every coordinate and index.
+fn rewrite_fragment(
+    f: &Fragment,
+    var: &dyn Fn(&Name) -> Expr,
+    array: &dyn Fn(&Name) -> Name,
+) -> Fragment {
+    Fragment {
+        array: array(&f.array),
+        row: f.row.as_ref().map(|r| rewrite_expr(r, var, array)),
+    }
+}
+
 fn rewrite_access(
     a: &RefAccess,
     var: &dyn Fn(&Name) -> Expr,
@@ -289,11 +307,23 @@ fn renamed_stmt(stmt: &Stmt, names: &HashMap<Name, Name>) -> Stmt {
             op: *op,
             args: args.iter().map(e).collect(),
         },
-        Stmt::Mma { d, a, b, c } => Stmt::Mma {
-            d: renamed(d, names),
-            a: renamed(a, names),
-            b: renamed(b, names),
-            c: renamed(c, names),
+        Stmt::Mma { d, a, b, c } => {
+            let f = |f: &Fragment| renamed_fragment(f, names);
+            Stmt::Mma {
+                d: f(d),
+                a: f(a),
+                b: f(b),
+                c: f(c),
+            }
+        }
+        Stmt::MmaLoad {
+            operand,
+            dest,
+            source,
+        } => Stmt::MmaLoad {
+            operand: *operand,
+            dest: renamed_fragment(dest, names),
+            source: renamed_access(source, names),
         },
     }
 }
@@ -671,16 +701,29 @@ impl Expander<'_> {
                 }
             }
             Stmt::Mma { d, a, b, c } => Stmt::Mma {
-                d: self.resolve(d),
-                a: self.resolve(a),
-                b: self.resolve(b),
-                c: self.resolve(c),
+                d: self.fragment(d),
+                a: self.fragment(a),
+                b: self.fragment(b),
+                c: self.fragment(c),
+            },
+            Stmt::MmaLoad {
+                operand,
+                dest,
+                source,
+            } => Stmt::MmaLoad {
+                operand: *operand,
+                dest: self.fragment(dest),
+                source: self.access(source),
             },
         })
     }
 
     fn access(&self, a: &RefAccess) -> RefAccess {
         rewrite_access(a, &|n| self.variable(n), &|n| self.resolve(n))
+    }
+
+    fn fragment(&self, f: &Fragment) -> Fragment {
+        rewrite_fragment(f, &|n| self.variable(n), &|n| self.resolve(n))
     }
 
     /// Rewrites names (renamed bindings, constants) in `e`.

@@ -34,8 +34,12 @@ fn own_exprs(stmt: &Stmt) -> Vec<&Expr> {
         | Stmt::Assign { value, .. }
         | Stmt::CompoundAssign { value, .. } => vec![value],
         Stmt::Var { init, .. } => vec![init],
+        Stmt::Mma { d, a, b, c } => [d, a, b, c]
+            .into_iter()
+            .filter_map(|f| f.row.as_ref())
+            .collect(),
+        Stmt::MmaLoad { dest, source, .. } => dest.row.iter().chain(access(source)).collect(),
         Stmt::LocalArray { .. }
-        | Stmt::Mma { .. }
         | Stmt::Barrier
         | Stmt::Break
         | Stmt::Continue
@@ -65,8 +69,20 @@ pub fn statement_nesting(stmt: &Stmt, level: usize) -> usize {
         stmt,
         Stmt::CompoundAssign { .. } | Stmt::CompoundStore { .. }
     ));
-    level.saturating_add(deepest.unwrap_or(0).saturating_add(compound * 2))
+    let deepest = deepest.unwrap_or(0).saturating_add(compound * 2);
+    // A fragment load means element loads (`ir::mma::element_loads`) whose
+    // indices add the lane's offset to the origin inside a load: measured
+    // as that too.
+    let deepest = match stmt {
+        Stmt::MmaLoad { .. } => deepest.saturating_add(3).max(FRAGMENT_LOAD_INDEX_NESTING),
+        _ => deepest,
+    };
+    level.saturating_add(deepest)
 }
+
+/// The nesting of the element loads' lane offset,
+/// `origin + ((axis_index(t) % 32u) % 4u * 2u + 1u)` inside a load.
+const FRAGMENT_LOAD_INDEX_NESTING: usize = 8;
 
 /// Visits the statements of a kernel body, outer before inner and without
 /// recursion, with their paths (under `root`) and nesting. The blocks of a

@@ -156,6 +156,7 @@ pub(crate) fn is_builtin_function(word: &str) -> bool {
         || atomic_op(word).is_some()
         || warp_op(word).is_some()
         || word == mma::NAME
+        || mma_load(word).is_some()
         || sem_op(word).is_some()
         || matches!(
             word,
@@ -180,6 +181,12 @@ fn atomic_op(word: &str) -> Option<AtomicOp> {
 
 fn warp_op(word: &str) -> Option<WarpOp> {
     WarpOp::ALL.into_iter().find(|f| f.name() == word)
+}
+
+fn mma_load(word: &str) -> Option<mma::Operand> {
+    mma::Operand::ALL
+        .into_iter()
+        .find(|o| o.load_name() == word)
 }
 
 fn sem_op(word: &str) -> Option<SemOp> {
@@ -778,6 +785,11 @@ impl Parser<'_> {
                     format!(
                         "`{word}` is a statement that writes its result to a local array: write `{word}(d, a, b, c);`"
                     )
+                } else if let Some(operand) = mma_load(&word) {
+                    format!(
+                        "`{word}` is a statement that writes a fragment to a local array: write `{word}({}, src[.., row, col]);`",
+                        operand.role()
+                    )
                 } else if atomic_op(&word).is_some() || warp_op(&word).is_some() || word == "read" {
                     format!(
                         "`{word}` is a statement, not an expression: write `let x: i32 = {word}(...);`"
@@ -791,6 +803,32 @@ impl Parser<'_> {
                 Err(self.error_at_token(&token, hint))
             }
         }
+    }
+
+    /// A fragment operand `what` of `op`: a local array's name, or one row
+    /// of one (`fa[i]`).
+    fn fragment(&mut self, op: &str, what: &str, form: &str) -> PResult<Fragment> {
+        let (array, _) = self.name(&format!(
+            "the local array `{what}` of {form} (a name, or a row: `{what}[i]`)"
+        ))?;
+        if !self.is_punct("[") {
+            return Ok(Fragment { array, row: None });
+        }
+        self.bump();
+        let row = self.expr()?;
+        if self.is_punct(",") {
+            return Err(self.error_at_token(
+                &self.peek().clone(),
+                format!(
+                    "a fragment of `{op}` is a local array or one row of a 2-D local array: `{array}` or `{array}[i]`, one index"
+                ),
+            ));
+        }
+        self.expect_punct("]", &format!("after the row of `{array}`"))?;
+        Ok(Fragment {
+            array,
+            row: Some(row),
+        })
     }
 
     /// `base[i, ...]` or `base@[c, ...][i, ...]`, and the depth of its
@@ -1015,20 +1053,35 @@ impl Parser<'_> {
             w if calls && w == mma::NAME => {
                 self.bump();
                 self.expect_punct("(", &format!("after `{w}`"))?;
-                let mut names = Vec::with_capacity(4);
+                let mut fragments = Vec::with_capacity(4);
                 for (i, what) in ["d", "a", "b", "c"].into_iter().enumerate() {
                     if i > 0 {
                         self.expect_punct(",", &format!("between the operands of `{w}`"))?;
                     }
-                    let (name, _) = self.name(&format!(
-                        "the name of the local array `{what}` of `{w}(d, a, b, c)`"
-                    ))?;
-                    names.push(name);
+                    fragments.push(self.fragment(w, what, &format!("`{w}(d, a, b, c)`"))?);
                 }
                 self.expect_punct(")", &format!("after the four operands of `{w}`"))?;
                 self.expect_semicolon(END)?;
-                let [d, a, b, c] = <[Name; 4]>::try_from(names).unwrap_or_default();
-                Ok(Stmt::Mma { d, a, b, c })
+                match <[Fragment; 4]>::try_from(fragments) {
+                    Ok([d, a, b, c]) => Ok(Stmt::Mma { d, a, b, c }),
+                    Err(_) => Err(self.expected("four operands")),
+                }
+            }
+            w if calls && mma_load(w).is_some() => {
+                let operand = mma_load(w).unwrap_or(mma::Operand::A);
+                self.bump();
+                self.expect_punct("(", &format!("after `{w}`"))?;
+                let role = operand.role();
+                let dest = self.fragment(w, role, &format!("`{w}({role}, src[..])`"))?;
+                self.expect_punct(",", &format!("after the fragment of `{w}`"))?;
+                let (source, _) = self.access()?;
+                self.expect_punct(")", &format!("after the source of `{w}`"))?;
+                self.expect_semicolon(END)?;
+                Ok(Stmt::MmaLoad {
+                    operand,
+                    dest,
+                    source,
+                })
             }
             w if calls && warp_op(w).is_some() => Err(self.error_at_token(
                 &self.peek().clone(),

@@ -213,6 +213,16 @@ fn write_expr_list<'e>(out: &mut String, exprs: impl IntoIterator<Item = &'e Exp
     }
 }
 
+/// `fa` or `fa[row]`.
+fn write_fragment(out: &mut String, fragment: &Fragment) {
+    out.push_str(&fragment.array);
+    if let Some(row) = &fragment.row {
+        out.push('[');
+        write_expr(out, row);
+        out.push(']');
+    }
+}
+
 fn write_access(out: &mut String, access: &RefAccess) {
     out.push_str(&access.base);
     if let Some(block) = &access.block {
@@ -371,7 +381,25 @@ pub(crate) fn write_stmt(out: &mut String, stmt: &Stmt, depth: usize) {
         }
         Stmt::Break => out.push_str("break;"),
         Stmt::Mma { d, a, b, c } => {
-            write!(out, "{}({d}, {a}, {b}, {c});", mma::NAME).unwrap();
+            write!(out, "{}(", mma::NAME).unwrap();
+            for (k, fragment) in [d, a, b, c].into_iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                write_fragment(out, fragment);
+            }
+            out.push_str(");");
+        }
+        Stmt::MmaLoad {
+            operand,
+            dest,
+            source,
+        } => {
+            write!(out, "{}(", operand.load_name()).unwrap();
+            write_fragment(out, dest);
+            out.push_str(", ");
+            write_access(out, source);
+            out.push_str(");");
         }
         Stmt::Warp { dest, op, args } => {
             write_binding(out, "let", dest);

@@ -8,9 +8,9 @@ use super::{ref_text, Sink};
 use crate::ir::fold::{const_value, Leaves};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
-    mma, type_of, AtomicOp, BinaryOp, Binding, Expr, IrPath, Kernel, Literal, MemorySpace, Mesh,
-    Module, MpmdMap, Name, OperandKind, PathStep, RefAccess, RefType, ScalarType, Scope, SemOp,
-    Stmt, Type, TypeError, WarpOp, WARP_SIZE,
+    mma, type_of, AtomicOp, BinaryOp, Binding, Expr, Fragment, IrPath, Kernel, Literal,
+    MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefAccess, RefType, ScalarType,
+    Scope, SemOp, Stmt, Type, TypeError, WarpOp, WARP_SIZE,
 };
 use crate::text::print_expr;
 
@@ -70,6 +70,8 @@ enum AccessKind {
     Atomic(AtomicOp),
     Sem(SemOp),
     SemRead,
+    /// The source of a fragment load.
+    MmaLoad(mma::Operand),
 }
 
 impl AccessKind {
@@ -80,12 +82,13 @@ impl AccessKind {
             AccessKind::Atomic(op) => op.name(),
             AccessKind::Sem(op) => op.name(),
             AccessKind::SemRead => "read",
+            AccessKind::MmaLoad(operand) => operand.load_name(),
         }
     }
 
     fn writes(self) -> bool {
         match self {
-            AccessKind::Load | AccessKind::SemRead => false,
+            AccessKind::Load | AccessKind::SemRead | AccessKind::MmaLoad(_) => false,
             AccessKind::Atomic(op) => op != AtomicOp::Load,
             AccessKind::Store | AccessKind::Sem(SemOp::Signal | SemOp::Wait) => true,
             AccessKind::Sem(SemOp::WaitNodec) => false,
@@ -427,97 +430,302 @@ impl Walker<'_, '_> {
         self.require_warp_uniform_control(name, path);
     }
 
-    /// The rules of `mma_m16n8k16(d, a, b, c)`: each operand a `local` array
-    /// of the thread (E0070) of its fragment's type and shape (E0071), the
-    /// program's whole warps (E0069) and warp-uniform control (E0068).
-    fn check_mma(&mut self, operands: [&Name; 4], path: &IrPath, scope: &BlockScope) {
+    /// A fragment operand `role` of `op`: a `local` array (E0070), whole
+    /// or one row of a 2-D one by a `u32` row index (E0071, E0047 for a
+    /// constant row past the end). Returns the fragment's own type, `local
+    /// elem[len]` (a row's: the array's element type and last extent), and
+    /// how to name it in a message, when the operand has the right form.
+    fn check_fragment(
+        &mut self,
+        op: &str,
+        role: &str,
+        fragment: &Fragment,
+        path: &IrPath,
+        scope: &BlockScope,
+    ) -> Option<(RefType, String)> {
         let kernel = self.kernel_name().to_string();
-        let name = mma::NAME;
-        let mut types: [Option<RefType>; 4] = Default::default();
-        for (slot, (role, operand)) in ["d", "a", "b", "c"].into_iter().zip(operands).enumerate() {
-            match scope.types.ref_type(operand) {
-                Some(r) if r.space == MemorySpace::Local => types[slot] = Some(r.clone()),
-                Some(r) => self.sink.report(
+        let array = &fragment.array;
+        let row_type = fragment
+            .row
+            .as_ref()
+            .map(|row| (row, self.check_expr(row, path, scope)));
+        let written = match &fragment.row {
+            None => format!("`{array}`"),
+            Some(row) => format!("`{array}[{}]`", print_expr(row)),
+        };
+        let r = match scope.types.ref_type(array) {
+            Some(r) if r.space == MemorySpace::Local => r.clone(),
+            Some(r) => {
+                self.sink.report(
                     "E0070",
                     path.clone(),
                     format!(
-                        "the operand `{role}` of `{name}` in kernel `{kernel}` is `{operand}`, a `{}`; the fragments of an mma are `local` arrays of each thread",
+                        "the operand `{role}` of `{op}` in kernel `{kernel}` is {written}, of a `{}`; the fragments of an mma are `local` arrays of each thread, or rows of them",
                         ref_text(r)
                     ),
-                    format!("load the fragment into a `local` array first (`local {role}: ...;` and element stores) and name it"),
-                ),
-                None if scope.types.scalar(operand).is_some() => self.sink.report(
+                    format!("load the fragment into a `local` array first (`local {role}: ...;`) and name it (or a row of it: `{role}[i]`)"),
+                );
+                return None;
+            }
+            None if scope.types.scalar(array).is_some() => {
+                self.sink.report(
                     "E0070",
                     path.clone(),
                     format!(
-                        "the operand `{role}` of `{name}` in kernel `{kernel}` is `{operand}`, a scalar; the fragments of an mma are `local` arrays of each thread"
+                        "the operand `{role}` of `{op}` in kernel `{kernel}` is {written}, of a scalar; the fragments of an mma are `local` arrays of each thread, or rows of them"
                     ),
-                    "name a `local` array",
-                ),
-                None => self.unknown_name(operand, path),
+                    "name a `local` array, or a row of a 2-D one",
+                );
+                return None;
             }
-        }
-        let [d, a, b, c] = types;
-        let accumulator = RefType {
-            space: MemorySpace::Local,
-            elem: ScalarType::F32,
-            shape: vec![mma::C_LEN],
-            owner: None,
+            None => {
+                self.unknown_name(array, path);
+                return None;
+            }
         };
-        let input = a
-            .as_ref()
-            .map(|a| a.elem)
-            .filter(|t| mma::INPUT_TYPES.contains(t));
-        let mut wrong = |role: &str, operand: &Name, found: &RefType, wanted: String| {
+        let Some((row, found)) = row_type else {
+            return Some((r.clone(), format!("`{array}: {}`", ref_text(&r))));
+        };
+        if let Some(t) = found.filter(|t| *t != ScalarType::U32) {
             self.sink.report(
                 "E0071",
                 path.clone(),
                 format!(
-                    "the operand `{role}` of `{name}` in kernel `{kernel}` is `{operand}: {}`, but `{role}` is {wanted}",
-                    ref_text(found)
+                    "the row `{}` of the operand `{role}` of `{op}` in kernel `{kernel}` has type `{t}`; a fragment's row index is `u32`",
+                    print_expr(row)
                 ),
-                format!(
-                    "declare `{operand}` as {wanted} (docs/text-format.md, \"Matrix multiply-accumulate\")"
-                ),
+                "convert it: `u32(...)`",
             );
+        }
+        let [rows, len] = r.shape[..] else {
+            self.sink.report(
+                "E0071",
+                path.clone(),
+                format!(
+                    "the operand `{role}` of `{op}` in kernel `{kernel}` is {written}, a row of `{array}: {}`, which is not a 2-D array",
+                    ref_text(&r)
+                ),
+                format!("declare `{array}` as `local {}[rows, length]`, one fragment a row, or name the whole array", r.elem),
+            );
+            return None;
         };
-        if let Some(a_type) = &a {
-            if input.is_none() || a_type.shape != [mma::A_LEN] {
-                wrong(
-                    "a",
-                    operands[1],
-                    a_type,
+        if let Some((v, shown)) = self.constant_index(row) {
+            if v < 0 || v >= i64::from(rows) {
+                self.sink.report(
+                    "E0047",
+                    path.clone(),
                     format!(
-                        "`local f16[{}]` or `local bf16[{}]`",
-                        mma::A_LEN,
-                        mma::A_LEN
+                        "row {shown} of `{array}` (the operand `{role}` of `{op}`) is out of bounds: `{array}` has {rows} rows (kernel `{kernel}`)"
                     ),
+                    format!("use a row in 0..{rows}"),
                 );
             }
         }
-        if let Some(b_type) = &b {
-            let elem_ok = match input {
-                Some(t) => b_type.elem == t,
-                None => mma::INPUT_TYPES.contains(&b_type.elem),
+        let fragment_type = RefType {
+            shape: vec![len],
+            ..r.clone()
+        };
+        Some((
+            fragment_type,
+            format!("{written}, a row of `{array}: {}`", ref_text(&r)),
+        ))
+    }
+
+    /// Reports fragment `role` of `op` (`written`: how to name it, with
+    /// its type; `found`: the fragment's own type) unless it is `local` of
+    /// one of `elems` with `len` elements: E0071.
+    #[allow(clippy::too_many_arguments)]
+    fn require_fragment_type(
+        &mut self,
+        op: &str,
+        role: &str,
+        written: &str,
+        found: &RefType,
+        elems: &[ScalarType],
+        len: u32,
+        why: &str,
+        path: &IrPath,
+    ) -> bool {
+        if elems.contains(&found.elem) && found.shape == [len] {
+            return true;
+        }
+        let kernel = self.kernel_name().to_string();
+        let types: Vec<String> = elems
+            .iter()
+            .map(|t| format!("`local {t}[{len}]`"))
+            .collect();
+        let wanted = format!("{}{why}", types.join(" or "));
+        self.sink.report(
+            "E0071",
+            path.clone(),
+            format!(
+                "the operand `{role}` of `{op}` in kernel `{kernel}` is {written}, but `{role}` is {wanted} (or a row of a 2-D `local` array of that type whose last extent is {len})"
+            ),
+            "declare the array with the fragment's type and length (docs/text-format.md, \"Matrix multiply-accumulate\")",
+        );
+        false
+    }
+
+    /// The rules of `mma_m16n8k16(d, a, b, c)`: each operand a `local` array
+    /// of the thread or a row of one (E0070) of its fragment's type and
+    /// shape (E0071), the program's whole warps (E0069) and warp-uniform
+    /// control (E0068).
+    fn check_mma(&mut self, operands: [&Fragment; 4], path: &IrPath, scope: &BlockScope) {
+        let name = mma::NAME;
+        let mut found: [Option<(RefType, String)>; 4] = Default::default();
+        for (slot, (role, operand)) in ["d", "a", "b", "c"].into_iter().zip(operands).enumerate() {
+            found[slot] = self.check_fragment(name, role, operand, path, scope);
+        }
+        let [d, a, b, c] = found;
+        let input = a
+            .as_ref()
+            .map(|(a, _)| a.elem)
+            .filter(|t| mma::INPUT_TYPES.contains(t));
+        if let Some((a_type, written)) = &a {
+            self.require_fragment_type(
+                name,
+                "a",
+                written,
+                a_type,
+                &mma::INPUT_TYPES,
+                mma::A_LEN,
+                "",
+                path,
+            );
+        }
+        if let Some((b_type, written)) = &b {
+            let (elems, why) = match input {
+                Some(t) => (vec![t], " (the element type of `a`)"),
+                None => (mma::INPUT_TYPES.to_vec(), ""),
             };
-            if !elem_ok || b_type.shape != [mma::B_LEN] {
-                let wanted = match input {
-                    Some(t) => format!("`local {t}[{}]` (the element type of `a`)", mma::B_LEN),
-                    None => format!(
-                        "`local f16[{}]` or `local bf16[{}]`",
-                        mma::B_LEN,
-                        mma::B_LEN
-                    ),
-                };
-                wrong("b", operands[2], b_type, wanted);
+            self.require_fragment_type(name, "b", written, b_type, &elems, mma::B_LEN, why, path);
+        }
+        for (role, operand) in [("d", &d), ("c", &c)] {
+            if let Some((found, written)) = operand {
+                self.require_fragment_type(
+                    name,
+                    role,
+                    written,
+                    found,
+                    &[ScalarType::F32],
+                    mma::C_LEN,
+                    "",
+                    path,
+                );
             }
         }
-        for (role, operand, found) in [("d", operands[0], &d), ("c", operands[3], &c)] {
-            if let Some(found) = found {
-                if *found != accumulator {
-                    wrong(role, operand, found, format!("`local f32[{}]`", mma::C_LEN));
+        self.require_whole_warps(name, path);
+        self.require_warp_uniform_control(name, path);
+    }
+
+    /// The rules of `mma_load_a(fa, src[.., r0, k0])` and `mma_load_b`: the
+    /// destination a fragment of the operand (E0070, E0071), the source a
+    /// gmem or smem ref of at least two dimensions, of the fragment's type,
+    /// whose last two extents hold the block (E0072), origin indices the
+    /// same in every lane (E0073), a constant origin whose block fits
+    /// (E0047), and the rules of every warp collective (E0068, E0069).
+    fn check_mma_load(
+        &mut self,
+        operand: mma::Operand,
+        dest: &Fragment,
+        source: &RefAccess,
+        path: &IrPath,
+        scope: &BlockScope,
+    ) {
+        let kernel = self.kernel_name().to_string();
+        let name = operand.load_name();
+        let role = operand.role();
+        let len = operand.fragment_len();
+        let fragment = self.check_fragment(name, role, dest, path, scope);
+        let elem = match &fragment {
+            Some((found, written)) => self
+                .require_fragment_type(name, role, written, found, &mma::INPUT_TYPES, len, "", path)
+                .then_some(found.elem),
+            None => None,
+        };
+        let r = self.check_access(source, AccessKind::MmaLoad(operand), path, scope);
+        let (block_rows, block_cols) = operand.block_shape();
+        let base = &source.base;
+        if let Some(r) = r.filter(|r| r.space != MemorySpace::Sem) {
+            let wanted_elem = match elem {
+                Some(t) => format!("`{t}` (the fragment's type)"),
+                None => "`f16` or `bf16`".to_string(),
+            };
+            let elem_ok = match elem {
+                Some(t) => r.elem == t,
+                None => mma::INPUT_TYPES.contains(&r.elem),
+            };
+            let dims = r.shape.len();
+            let problem = if !matches!(r.space, MemorySpace::Gmem | MemorySpace::Smem) {
+                Some(format!(
+                    "a `{}`; fragments load from gmem or smem",
+                    r.space.keyword()
+                ))
+            } else if !elem_ok {
+                Some(format!("of `{}`, not {wanted_elem}", r.elem))
+            } else if dims < 2 {
+                Some(format!("{dims}-dimensional; the block's rows are its second-to-last dimension and its columns its last"))
+            } else if r.shape[dims - 2] < block_rows || r.shape[dims - 1] < block_cols {
+                Some(format!(
+                    "{} x {} in its last two dimensions, smaller than the {block_rows} x {block_cols} block",
+                    r.shape[dims - 2],
+                    r.shape[dims - 1]
+                ))
+            } else {
+                None
+            };
+            match problem {
+                Some(problem) => self.sink.report(
+                    "E0072",
+                    path.clone(),
+                    format!(
+                        "the source `{base}: {}` of `{name}` in kernel `{kernel}` is {problem}",
+                        ref_text(&r)
+                    ),
+                    format!("load from a gmem or smem ref of {wanted_elem} with at least {block_rows} rows and {block_cols} columns in its last two dimensions"),
+                ),
+                None if source.index.len() == dims => {
+                    for (which, dim, extent) in [("row", dims - 2, block_rows), ("column", dims - 1, block_cols)] {
+                        if let Some((v, shown)) = self.constant_index(&source.index[dim]) {
+                            let end = v + i64::from(extent);
+                            if v >= 0 && end > i64::from(r.shape[dim]) {
+                                self.sink.report(
+                                    "E0047",
+                                    path.clone(),
+                                    format!(
+                                        "the block of `{name}` at {which} {shown} of `{base}` reaches {which} {}, out of bounds for dimension {dim} (extent {}) in kernel `{kernel}`",
+                                        end - 1,
+                                        r.shape[dim]
+                                    ),
+                                    format!("use a {which} origin in 0..={}", r.shape[dim] - extent),
+                                );
+                            }
+                        }
+                    }
                 }
+                None => {}
             }
+        }
+        let origins = source.index.iter().map(|e| ("index", e)).chain(
+            source
+                .block
+                .iter()
+                .flatten()
+                .map(|e| ("block coordinate", e)),
+        );
+        for (what, e) in origins {
+            let Some(reason) = self.warp_uniformity.as_ref().and_then(|u| u.reason(e)) else {
+                continue;
+            };
+            self.sink.report(
+                "E0073",
+                path.clone(),
+                format!(
+                    "the {what} `{}` of the source of `{name}` in kernel `{kernel}` is not warp-uniform ({reason}); every lane names the same block",
+                    print_expr(e)
+                ),
+                "compute the origin from warp-uniform values (block-uniform values, `axis_index(t) / 32u`, loop variables of warp-uniform loops); each lane's part of the block is the statement's",
+            );
         }
         self.require_whole_warps(name, path);
         self.require_warp_uniform_control(name, path);
@@ -783,7 +991,9 @@ impl Walker<'_, '_> {
         };
         let base = &a.base;
         match access {
-            AccessKind::Load | AccessKind::Store | AccessKind::Atomic(_) if r.space == MemorySpace::Sem => {
+            AccessKind::Load | AccessKind::Store | AccessKind::Atomic(_) | AccessKind::MmaLoad(_)
+                if r.space == MemorySpace::Sem =>
+            {
                 self.sink.report(
                     "E0048",
                     path.clone(),
@@ -1619,6 +1829,11 @@ impl Walker<'_, '_> {
                 }
             }
             Stmt::Mma { d, a, b, c } => self.check_mma([d, a, b, c], path, scope),
+            Stmt::MmaLoad {
+                operand,
+                dest,
+                source,
+            } => self.check_mma_load(*operand, dest, source, path, scope),
             Stmt::Warp { dest, op, args } => {
                 self.check_warp(dest, *op, args, path, scope);
                 self.declare(&dest.name, NameKind::WarpResult, path, scope);

@@ -143,6 +143,13 @@ impl ProgramFacts {
                         ..OperandAccess::default()
                     },
                 ),
+                Stmt::MmaLoad { source, .. } => touch(
+                    &source.base,
+                    OperandAccess {
+                        loaded: true,
+                        ..OperandAccess::default()
+                    },
+                ),
                 _ => {}
             }
         });

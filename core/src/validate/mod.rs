@@ -129,10 +129,12 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0065", "recursive helper", "helper functions do not call themselves, directly or through other helpers"),
     ("E0066", "`return` out of place", "a helper with a result type ends with `return value;`, one without may end with `return;`, and no other statement is a `return`"),
     ("E0067", "malformed warp collective", "a warp collective has its number of arguments (a value, and for shuffles a `u32` lane, delta or mask)"),
-    ("E0068", "warp collective in non-warp-uniform control flow", "shuffles, votes, warp reductions and `mma_m16n8k16` are reached in warp-uniform control flow: every lane of a warp takes the same branches and loop trips"),
+    ("E0068", "warp collective in non-warp-uniform control flow", "shuffles, votes, warp reductions, `mma_m16n8k16` and the fragment loads `mma_load_a` and `mma_load_b` are reached in warp-uniform control flow: every lane of a warp takes the same branches and loop trips"),
     ("E0069", "warp collective in a program of partial warps", "a program that uses warp collectives runs a multiple of 32 threads per block"),
-    ("E0070", "mma operand that is not a local array", "the four operands of `mma_m16n8k16(d, a, b, c)` name `local` arrays of the thread: its fragments"),
-    ("E0071", "mma fragment of the wrong type or shape", "`a` is `local f16[8]` or `local bf16[8]`, `b` is `local` of `a`'s type `[4]`, `c` and `d` are `local f32[4]`"),
+    ("E0070", "mma operand that is not a local array", "the four operands of `mma_m16n8k16(d, a, b, c)` and the destination of `mma_load_a` and `mma_load_b` name `local` arrays of the thread, or rows of them (`fa[i]`): its fragments"),
+    ("E0071", "mma fragment of the wrong type or shape", "`a` is `local f16[8]` or `local bf16[8]`, `b` is `local` of `a`'s type `[4]`, `c` and `d` are `local f32[4]`; a row `fa[i]` is of a 2-D `local` array of that type whose last extent is the fragment's length, and its index `i` is `u32`"),
+    ("E0072", "fragment load from the wrong source", "`mma_load_a` and `mma_load_b` load from a gmem or smem ref of the fragment's element type with at least two dimensions, whose last two extents hold the block (16 x 16 for A, 16 x 8 for B)"),
+    ("E0073", "fragment load origin that is not warp-uniform", "the indices (and block coordinates) of the source of `mma_load_a` and `mma_load_b` are warp-uniform: every lane names the same block"),
 ];
 
 /// The rule text of `code`.

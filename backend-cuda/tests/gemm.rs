@@ -1,7 +1,8 @@
 //! `examples/stream_k_gemm.mpmd` at the benchmark's configurations (64 x 64
 //! and 128 x 128 tiles, `test-support/gemm_config.rs`, shared by path):
-//! both maps compile and assemble for sm_80 and sm_90 without spills, to
-//! PTX that uses `mma.sync`, and both configurations multiply exactly on
+//! both maps compile and assemble for sm_80 and sm_90 without spills or a
+//! stack frame, to PTX that loads fragments with `ldmatrix` and multiplies
+//! with `mma.sync`, and both configurations multiply exactly on
 //! cuda-host (the generated CUDA C on CPU threads) at small shapes. The
 //! example's own configuration is checked on cuda-host by conformance, and
 //! every configuration against cuBLAS by `cuda-bench` on a GPU.
@@ -56,6 +57,18 @@ fn gemm_kernels_assemble_without_spills_for_sm_80_and_sm_90_with_mma_sync() {
                     ptx.text
                         .contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
                     "{what}: no bf16 mma.sync"
+                );
+                // The fragments come from smem tiles whose rows are 16-byte
+                // multiples: the ldmatrix path, A as x4, B transposed as x2.
+                for load in [
+                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                    "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+                ] {
+                    assert!(ptx.text.contains(load), "{what}: no `{load}`");
+                }
+                assert_eq!(
+                    kernel.stack_frame_bytes, 0,
+                    "{what}: fragments on the stack"
                 );
                 assert_eq!(emitted.block_dim, config.threads(), "{what}");
                 checked.push(what);

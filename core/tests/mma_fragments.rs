@@ -412,6 +412,6 @@ fn smem_slots_start_16_byte_aligned() {
         .iter()
         .map(|s| (s.offset_bytes, s.size_bytes))
         .collect();
-    // (The plan sizes a 16-bit smem slot in 32-bit words.)
-    assert_eq!(slots, [(0, 12), (16, 512)]);
+    // 16-bit elements take 2 bytes: `odd` ends at byte 6, `w` starts at 16.
+    assert_eq!(slots, [(0, 6), (16, 256)]);
 }

@@ -66,9 +66,6 @@ pub fn on_large_stack<T: Send>(stack_bytes: usize, f: impl FnOnce() -> T + Send)
 /// linear block id is a `u32` on every backend.
 pub const MAX_BLOCKS: u64 = u32::MAX as u64;
 
-/// Bytes of one element: every scalar is 32 bits.
-pub const ELEMENT_BYTES: u64 = 4;
-
 /// Largest buffer, in bytes: one `gmem` or `sem` ref with all its instances
 /// (one per block of its owner mesh). 1 TiB: more than any device has, and
 /// small enough that offsets and sums of buffers never overflow a `u64`.
@@ -100,9 +97,11 @@ impl RefType {
         checked_product(self.shape.iter().map(|&d| u64::from(d)))
     }
 
-    /// Bytes of one instance, or `None` past a `u64`.
+    /// Bytes of one instance (2 an element for `f16`/`bf16`, else 4), or
+    /// `None` past a `u64`.
     pub fn checked_bytes(&self) -> Option<u64> {
-        self.checked_len()?.checked_mul(ELEMENT_BYTES)
+        self.checked_len()?
+            .checked_mul(u64::from(self.elem.byte_size()))
     }
 }
 
@@ -118,7 +117,7 @@ impl Mesh {
 /// when that passes [`MAX_BUFFER_BYTES`] (or a `u64`).
 pub fn buffer_len(ty: &RefType, instances: u64) -> Option<u64> {
     let len = ty.checked_len()?.checked_mul(instances)?;
-    (len.checked_mul(ELEMENT_BYTES)? <= MAX_BUFFER_BYTES).then_some(len)
+    (len.checked_mul(u64::from(ty.elem.byte_size()))? <= MAX_BUFFER_BYTES).then_some(len)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::body::{check_kernel, ProgramCtx};
 use super::{ref_text, type_text, Sink, ValidateOptions};
-use crate::ir::limits::{wide_product, ELEMENT_BYTES, MAX_BLOCKS, MAX_BUFFER_BYTES};
+use crate::ir::limits::{wide_product, MAX_BLOCKS, MAX_BUFFER_BYTES};
 use crate::ir::{
     IrPath, MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefType, ScalarType, Stmt,
     Type,
@@ -325,7 +325,8 @@ fn check_ref_type(
 
 /// Bytes of one instance of `r`, or `None` past 128 bits.
 pub(super) fn instance_bytes(r: &RefType) -> Option<u128> {
-    wide_product(r.shape.iter().map(|&d| u64::from(d)).chain([ELEMENT_BYTES]))
+    let element = u64::from(r.elem.byte_size());
+    wide_product(r.shape.iter().map(|&d| u64::from(d)).chain([element]))
 }
 
 /// A count for a message; `None` is one past 128 bits.

@@ -1534,6 +1534,7 @@ impl Parser<'_> {
             Some("profile") => CompareMode::Profile,
             Some("multiset") => CompareMode::Multiset,
             Some("ignore") => CompareMode::Ignore,
+            Some("mma") => CompareMode::Mma,
             Some("ulp") => {
                 self.bump();
                 self.expect_punct("(", "after `ulp`")?;
@@ -1543,7 +1544,7 @@ impl Parser<'_> {
             }
             _ => {
                 return Err(self.expected(
-                    "a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset` or `ignore`)",
+                    "a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset`, `ignore` or `mma`)",
                 ))
             }
         };

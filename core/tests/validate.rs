@@ -365,10 +365,7 @@ fn e0008_case_names_unknown_operands() {
 
 #[test]
 fn e0008_mma_compares_float_outputs_only() {
-    let module = single(
-        scale_map().output("n", gmem(U32, [512])).build(),
-        |_| {},
-    );
+    let module = single(scale_map().output("n", gmem(U32, [512])).build(), |_| {});
     let case = CaseSpec {
         compares: vec![
             ("y".into(), CompareMode::Mma),

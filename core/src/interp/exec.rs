@@ -1685,8 +1685,8 @@ fn mma_m16n8k16(
                     }
                     MmaProbe::Magnitude => {
                         // Each product of two widened 16-bit values is exact in f64.
-                        let products = (0..k)
-                            .map(|kk| (f64::from(a[row][kk]) * f64::from(b[kk][col])).abs());
+                        let products =
+                            (0..k).map(|kk| (f64::from(a[row][kk]) * f64::from(b[kk][col])).abs());
                         f32_at_least(std::iter::once(f64::from(c[row][col]).abs()).chain(products))
                     }
                     MmaProbe::StepCount => f32_at_least([f64::from(c[row][col]).abs(), 1.0]),
@@ -2281,9 +2281,30 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{load_run_packed, round_chunk, span_of, store_run_packed, widen_chunk, CHUNK};
+    use super::{
+        f32_at_least, load_run_packed, round_chunk, span_of, store_run_packed, widen_chunk, CHUNK,
+    };
     use crate::numerics;
     use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+    /// The mma probes' rounding: exact sums that are floats stay, others go
+    /// up, including sums that f64 itself rounded.
+    #[test]
+    fn f32_at_least_never_underestimates() {
+        assert_eq!(f32_at_least([3.0, 0.25, 0.0]), 3.25);
+        assert_eq!(f32_at_least([]), 0.0);
+        // 2^24 + 1 is between the floats 2^24 and 2^24 + 2.
+        assert_eq!(f32_at_least([16_777_216.0, 1.0]), 16_777_218.0);
+        // 1 + 2^-60 rounds to 1 in f64: the result must still be above 1.
+        let tiny = f64::powi(2.0, -60);
+        assert_eq!(f32_at_least([1.0, tiny]), 1.0f32.next_up());
+        assert_eq!(
+            f32_at_least([f64::from(f32::MAX), f64::from(f32::MAX)]),
+            f32::INFINITY
+        );
+        assert!(f32_at_least([1.0, f64::NAN]).is_nan());
+        assert_eq!(f32_at_least([1.0, f64::INFINITY]), f32::INFINITY);
+    }
 
     /// The chunked 16-bit conversions are `numerics`' rules: every f16 and
     /// bf16 widens to the same f32, and f32 values around every f16 and bf16

@@ -1542,11 +1542,9 @@ impl Parser<'_> {
                 self.expect_punct(")", "after the number of ULPs")?;
                 return Ok(CompareMode::Ulp(n));
             }
-            _ => {
-                return Err(self.expected(
-                    "a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset`, `ignore` or `mma`)",
-                ))
-            }
+            _ => return Err(self.expected(
+                "a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset`, `ignore` or `mma`)",
+            )),
         };
         self.bump();
         Ok(mode)

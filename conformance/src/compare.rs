@@ -63,9 +63,9 @@ pub struct Difference {
 /// How an element fared under the `mma` bound.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MmaVerdict {
-    /// The oracle's probes for the element: the number of mma steps that
-    /// reach it and its magnitude (docs/numerics.md).
-    pub steps: f32,
+    /// From the oracle's probes: the number of mma steps that reach the
+    /// element (with its slack) and its magnitude (docs/numerics.md).
+    pub steps: f64,
     pub magnitude: f32,
     /// `|actual - expected|`, exact in f64 (NaN when either is NaN,
     /// infinite when one is infinite).
@@ -96,7 +96,10 @@ impl std::fmt::Display for Difference {
 
 impl std::fmt::Display for MmaVerdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let probes = format!("{} mma steps of magnitude {:?}", self.steps, self.magnitude);
+        let probes = format!(
+            "{:.3} mma steps of magnitude {:?}",
+            self.steps, self.magnitude
+        );
         match self.bound {
             Some(bound) => write!(
                 f,
@@ -400,14 +403,42 @@ pub fn compare_within(
 }
 
 /// What the oracle's mma probes gave for one output: the interpreter run
-/// again, same calls, inputs and seed, with `MmaProbe::Magnitude` and
-/// `MmaProbe::StepCount` (docs/numerics.md, "Matrix multiply-accumulate").
+/// again, same calls, inputs and seed, with each `MmaProbe`
+/// (docs/numerics.md, "Matrix multiply-accumulate").
 #[derive(Clone, Debug, PartialEq)]
 pub struct MmaProbes {
-    /// Per element, the magnitude S: |c| plus every |a_k b_k| that reaches it.
+    /// `MmaProbe::Magnitude`: per element, the magnitude S, |c| plus every
+    /// |a_k b_k| that reaches it.
     pub magnitude: HostTensor,
-    /// Per element, the number n of mma steps that reach it.
-    pub steps: HostTensor,
+    /// `MmaProbe::StepCount`: per element, the number of mma steps that
+    /// reach it plus the magnitude its accumulators started from.
+    pub counted: HostTensor,
+    /// `MmaProbe::Start`: per element, the magnitude its accumulators
+    /// started from.
+    pub start: HostTensor,
+}
+
+/// How far the step count read from the probes is raised, relative to the
+/// count probe: the additions outside the mma round the count probe and the
+/// start probe to nearest, each by at most half an f32 ulp (2^-24); 2^-20
+/// covers eight such additions of the largest value.
+const STEP_COUNT_SLACK: f64 = 1.0 / (1u64 << 20) as f64;
+
+/// The number n of mma steps that reach an element, from its count probe
+/// `counted` and start probe `start` (values of the output's type):
+/// `counted - start`, raised by [`STEP_COUNT_SLACK`] of `counted` and, for
+/// a 16-bit output, by one ulp of the type at `counted` (both probes were
+/// rounded to it).
+fn mma_steps(elem: ScalarType, counted: u32, start: u32) -> f64 {
+    let (value, conversion) = match elem {
+        ScalarType::F32 => (f64::from(f32::from_bits(counted)), 0.0),
+        _ => (f64::from(widen(elem, counted)), ulp16(elem, counted)),
+    };
+    let start = match elem {
+        ScalarType::F32 => f64::from(f32::from_bits(start)),
+        _ => f64::from(widen(elem, start)),
+    };
+    value - start + STEP_COUNT_SLACK * value.abs() + conversion
 }
 
 const TWO_POW_22: f64 = (1u64 << 22) as f64;
@@ -423,13 +454,12 @@ pub const MMA_STEP_ABSOLUTE: f64 = 17.0 * (1.0 / (1u128 << 126) as f64);
 
 /// How far an element reached by `steps` mma steps of magnitude
 /// `magnitude` may be from the oracle's: `n (MMA_STEP_RELATIVE S +
-/// MMA_STEP_ABSOLUTE)`; `None` when either probe is negative or NaN (the
-/// output is then not a sum of mma results). Infinite probes give an
+/// MMA_STEP_ABSOLUTE)`; `None` when either is negative or NaN (the output
+/// is then not a sum of mma results). An infinite magnitude gives an
 /// infinite bound.
-pub fn mma_bound(steps: f32, magnitude: f32) -> Option<f64> {
-    let valid = |v: f32| v >= 0.0;
-    (valid(steps) && valid(magnitude))
-        .then(|| f64::from(steps) * (MMA_STEP_RELATIVE * f64::from(magnitude) + MMA_STEP_ABSOLUTE))
+pub fn mma_bound(steps: f64, magnitude: f32) -> Option<f64> {
+    (steps >= 0.0 && magnitude >= 0.0)
+        .then(|| steps * (MMA_STEP_RELATIVE * f64::from(magnitude) + MMA_STEP_ABSOLUTE))
 }
 
 /// One unit in the last place of a 16-bit float at the magnitude of `bits`
@@ -449,7 +479,7 @@ fn ulp16(elem: ScalarType, bits: u32) -> f64 {
 /// 2 between two backends that are each within one of it.
 fn mma_agree(
     elem: ScalarType,
-    [expected, actual, steps, magnitude]: [u32; 4],
+    [expected, actual, magnitude, counted, start]: [u32; 5],
     bounds: f64,
 ) -> (bool, Option<u64>, MmaVerdict) {
     let value = |bits: u32| match elem {
@@ -461,7 +491,7 @@ fn mma_agree(
         ScalarType::F32 => ulp_distance(e, a),
         _ => ulp_distance16(elem, expected, actual),
     };
-    let (steps, magnitude) = (value(steps), value(magnitude));
+    let (steps, magnitude) = (mma_steps(elem, counted, start), value(magnitude));
     let probed = mma_bound(steps, magnitude);
     // A 16-bit output is the f32 result rounded: each side moves by at most
     // half an ulp of the larger, which is finite below (infinities return
@@ -524,8 +554,10 @@ pub fn compare_mma(
         Some(describe("", actual))
     } else if !same(&probes.magnitude) {
         Some(describe(" (the magnitude probe)", &probes.magnitude))
-    } else if !same(&probes.steps) {
-        Some(describe(" (the step-count probe)", &probes.steps))
+    } else if !same(&probes.counted) {
+        Some(describe(" (the step-count probe)", &probes.counted))
+    } else if !same(&probes.start) {
+        Some(describe(" (the start probe)", &probes.start))
     } else {
         None
     };
@@ -541,8 +573,9 @@ pub fn compare_mma(
     let words = [
         expected.to_bits(),
         actual.to_bits(),
-        probes.steps.to_bits(),
         probes.magnitude.to_bits(),
+        probes.counted.to_bits(),
+        probes.start.to_bits(),
     ];
     let mut first = Vec::new();
     let mut count = 0;
@@ -702,10 +735,12 @@ mod tests {
         HostTensor::new(elem, vec![values.len() as u32], bits).unwrap()
     }
 
+    /// Probes of accumulators that start from zero: `steps` counted.
     fn probes(steps: &[f32], magnitude: &[f32]) -> MmaProbes {
         MmaProbes {
             magnitude: f(magnitude),
-            steps: f(steps),
+            counted: f(steps),
+            start: f(&vec![0.0; steps.len()]),
         }
     }
 
@@ -717,11 +752,25 @@ mod tests {
             mma_bound(2.0, 16.0),
             Some(35.0 * f64::powi(2.0, -18) + 34.0 * f64::powi(2.0, -126))
         );
+        // The count is read against the start probe, raised by 2^-20 of
+        // the count (and for 16-bit outputs one ulp of the type).
+        assert_eq!(
+            mma_steps(ScalarType::F32, 2.0f32.to_bits(), 0),
+            2.0 + f64::powi(2.0, -19)
+        );
+        assert_eq!(
+            mma_steps(ScalarType::F32, 1024.0f32.to_bits(), 1021.0f32.to_bits()),
+            3.0 + f64::powi(2.0, -10)
+        );
+        assert_eq!(
+            mma_steps(ScalarType::BF16, 0x4080, 0x4000),
+            2.0 + f64::powi(2.0, -18) + f64::powi(2.0, -5)
+        );
         assert_eq!(mma_bound(0.0, 16.0), Some(0.0));
         assert_eq!(mma_bound(1.0, f32::INFINITY), Some(f64::INFINITY));
         assert_eq!(mma_bound(-1.0, 16.0), None);
         assert_eq!(mma_bound(1.0, -0.5), None);
-        assert_eq!(mma_bound(f32::NAN, 1.0), None);
+        assert_eq!(mma_bound(f64::NAN, 1.0), None);
     }
 
     #[test]
@@ -738,11 +787,23 @@ mod tests {
         assert_eq!(m.count, 1);
         assert_eq!(
             m.to_string(),
-            "1 of 2 elements differ\n      [1] expected 10.0 (0x41200000) got 10.000134 (0x4120008d) (141 ulp) distance 1.345e-4 > bound 1.335e-4 (2 mma steps of magnitude 16.0)"
+            "1 of 2 elements differ\n      [1] expected 10.0 (0x41200000) got 10.000134 (0x4120008d) (141 ulp) distance 1.345e-4 > bound 1.335e-4 (2.000 mma steps of magnitude 16.0)"
         );
         let verdict = m.first[0].mma.unwrap();
         assert_eq!(verdict.distance, 141.0 * f64::powi(2.0, -20));
-        assert_eq!(verdict.bound, mma_bound(2.0, 16.0));
+        assert_eq!(verdict.bound, mma_bound(2.0 + f64::powi(2.0, -19), 16.0));
+        // Two steps on accumulators that started at 100: the same bound.
+        let from_100 = MmaProbes {
+            magnitude: f(&[16.0]),
+            counted: f(&[102.0]),
+            start: f(&[100.0]),
+        };
+        let one = |v: f32| f(&[v]);
+        assert_eq!(
+            compare_mma(&one(10.0), &from_100, &one(above(10.0, 140)), 1.0),
+            Ok(())
+        );
+        assert!(compare_mma(&one(10.0), &from_100, &one(above(10.0, 141)), 1.0).is_err());
         // Below 10, the same distance is more ulps; it is the distance that counts.
         assert_eq!(
             compare_mma(
@@ -774,20 +835,22 @@ mod tests {
         let bf = |v: &[f32]| sixteen(ScalarType::BF16, v);
         let p = MmaProbes {
             magnitude: bf(&[16.0]),
-            steps: bf(&[1.0]),
+            counted: bf(&[1.0]),
+            start: bf(&[0.0]),
         };
         // bf16 ulps at 10 are 2^-4; the probes' bound is far below one.
         assert_eq!(compare_mma(&bf(&[10.0]), &p, &bf(&[10.0625]), 1.0), Ok(()));
         let m = compare_mma(&bf(&[10.0]), &p, &bf(&[10.125]), 1.0).unwrap_err();
         assert_eq!(
             m.to_string(),
-            "1 of 1 elements differ\n      [0] expected 10bf16 (0x4120) got 10.125bf16 (0x4122) (2 ulp) distance 1.250e-1 > bound 6.257e-2 (1 mma steps of magnitude 16.0)"
+            "1 of 1 elements differ\n      [0] expected 10bf16 (0x4120) got 10.125bf16 (0x4122) (2 ulp) distance 1.250e-1 > bound 6.257e-2 (1.008 mma steps of magnitude 16.0)"
         );
         // An f16 infinity is no ulp away from the largest finite value.
         let h = |v: &[f32]| sixteen(ScalarType::F16, v);
         let p16 = MmaProbes {
             magnitude: h(&[65504.0]),
-            steps: h(&[1.0]),
+            counted: h(&[1.0]),
+            start: h(&[0.0]),
         };
         assert!(compare_mma(&h(&[65504.0]), &p16, &h(&[f32::INFINITY]), 1.0).is_err());
     }
@@ -820,7 +883,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             m.to_string(),
-            "1 of 1 elements differ\n      [0] expected 1.0 (0x3f800000) got 1.0000001 (0x3f800001) (1 ulp) distance 1.192e-7, no bound: the probes gave 1 mma steps of magnitude -1.0, so the output is not a sum of mma results (docs/numerics.md)"
+            "1 of 1 elements differ\n      [0] expected 1.0 (0x3f800000) got 1.0000001 (0x3f800001) (1 ulp) distance 1.192e-7, no bound: the probes gave 1.000 mma steps of magnitude -1.0, so the output is not a sum of mma results (docs/numerics.md)"
         );
         // Equal values pass whatever the probes say; subnormals match zero.
         assert_eq!(

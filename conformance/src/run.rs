@@ -296,16 +296,22 @@ pub fn run_interp_with(
             })
         };
         let magnitudes = probe(MmaProbe::Magnitude)?;
-        let steps = probe(MmaProbe::StepCount)?;
+        let counts = probe(MmaProbe::StepCount)?;
+        let starts = probe(MmaProbe::Start)?;
         for o in observed.iter_mut().filter(|o| probed(o)) {
             let find = |list: &[Observed]| {
                 list.iter()
                     .find(|p| p.call == o.call && p.name == o.name)
                     .map(|p| p.tensor.clone())
             };
-            o.mma = find(&magnitudes)
-                .zip(find(&steps))
-                .map(|(magnitude, steps)| MmaProbes { magnitude, steps });
+            o.mma = match (find(&magnitudes), find(&counts), find(&starts)) {
+                (Some(magnitude), Some(counted), Some(start)) => Some(MmaProbes {
+                    magnitude,
+                    counted,
+                    start,
+                }),
+                _ => None,
+            };
         }
     }
     Ok(observed)

@@ -348,6 +348,20 @@ fn the_step_count_probe_adds_one_to_the_accumulators_magnitude() {
 }
 
 #[test]
+fn the_start_probe_passes_the_accumulators_magnitude_through() {
+    let m = module(&tiles("bf16"));
+    let inputs = probe_inputs();
+    let c = inputs[2].1.to_f32();
+    let out = run_probe(&m, inputs, Mode::Checked, MmaProbe::Start).expect("runs");
+    let got = out.outputs["out"].to_f32();
+    assert_eq!(got[0], 16_777_216.0);
+    assert_eq!(got[1], 3.0);
+    for (i, (&g, &c)) in got.iter().zip(&c).enumerate() {
+        assert_eq!(g, c.abs(), "{i}");
+    }
+}
+
+#[test]
 fn mma_prints_and_parses_back() {
     let m = module(&tiles("f16"));
     let text = print(&m);

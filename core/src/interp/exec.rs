@@ -1690,6 +1690,7 @@ fn mma_m16n8k16(
                         f32_at_least(std::iter::once(f64::from(c[row][col]).abs()).chain(products))
                     }
                     MmaProbe::StepCount => f32_at_least([f64::from(c[row][col]).abs(), 1.0]),
+                    MmaProbe::Start => c[row][col].abs(),
                 };
             }
         }

@@ -107,9 +107,14 @@ pub enum MmaProbe {
     /// The magnitude `|C| + sum over k of |A B|`, rounded up to f32 (never
     /// below the exact value).
     Magnitude,
-    /// The step count `|C| + 1`, rounded up to f32: an accumulator that
-    /// starts at zero counts the mma steps that reach it.
+    /// The step count `|C| + 1`, rounded up to f32: each mma adds one to
+    /// the accumulator's magnitude, so an element holds the mma steps that
+    /// reach it plus what its accumulators started from (read against
+    /// [`MmaProbe::Start`]).
     StepCount,
+    /// `|C|`: every mma passes its accumulator's magnitude through, so an
+    /// element holds what [`MmaProbe::StepCount`] counted from.
+    Start,
 }
 
 /// How far an output may differ between two schedules of one call before

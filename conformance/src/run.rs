@@ -274,8 +274,7 @@ pub fn run_interp_with(
         flush_subnormals,
         ..InterpOptions::default()
     };
-    let mut observed =
-        interp_sequence(module, calls, &options).map_err(|e| SequenceError::Run(Box::new(e)))?;
+    let mut observed = interp_sequence(module, calls, &options).map_err(SequenceError::Run)?;
     let probed =
         |o: &Observed| mode_for(&spec.compares, &o.name, o.tensor.elem()) == CompareMode::Mma;
     if observed.iter().any(probed) {
@@ -323,14 +322,16 @@ fn interp_sequence(
     module: &Module,
     calls: &[PreparedCall],
     options: &InterpOptions,
-) -> Result<Vec<Observed>, RunError> {
+) -> Result<Vec<Observed>, Box<RunError>> {
     let mut interp = Interpreter::new();
     let mut observed = Vec::new();
     for (i, call) in calls.iter().enumerate() {
         for (name, tensor) in &call.residents {
             interp.set_resident(name, tensor.clone());
         }
-        let out = interp.call(module, &call.map, &call.args, options)?;
+        let out = interp
+            .call(module, &call.map, &call.args, options)
+            .map_err(Box::new)?;
         observe_outputs(i, out, &mut observed);
     }
     collect_residents(module, &interp, &mut observed);
@@ -1017,6 +1018,81 @@ mod tests {
             assert!(matches!(against(&ieee), Status::Fail(_)), "{mode:?}");
             assert_eq!(against(&flushed), Status::Pass, "{mode:?}");
         }
+    }
+
+    /// An `mma` output judged through the runner: the oracle carries its
+    /// probes, a backend's result a few ulps off passes where `exact` would
+    /// not, and one far off fails with its distance and bound; triage holds
+    /// two backends to twice the bound.
+    #[test]
+    fn mma_outputs_are_judged_by_the_oracles_probes() {
+        let case =
+            crate::case::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
+                .unwrap()
+                .into_iter()
+                .find(|c| c.name == "mma_k_tiles_accumulate_in_place")
+                .unwrap();
+        let file = case.parsed.as_ref().unwrap();
+        let calls = prepare_calls(&case.name, file, 1).unwrap();
+        let oracle = run_interp(file, &calls, Mode::Fast, 1, 0);
+        let reference = oracle.as_ref().unwrap();
+        let out = &reference[0];
+        assert_eq!(out.name, "out");
+        let probes = out.mma.as_ref().expect("an mma output carries probes");
+        // Four k-tiles from zero: four steps everywhere, nothing to start from.
+        assert!(probes.counted.to_f32().iter().all(|&t| t == 4.0));
+        assert!(probes.start.to_f32().iter().all(|&p| p == 0.0));
+        let moved = |ulps: u32| {
+            let mut values = out.tensor.to_f32();
+            values[5] = f32::from_bits(values[5].to_bits() + ulps);
+            vec![Observed {
+                tensor: HostTensor::from_f32(out.tensor.shape().to_vec(), &values),
+                mma: None,
+                ..out.clone()
+            }]
+        };
+        let judged = |observed: Vec<Observed>| {
+            judge(
+                &file.spec,
+                BackendId::Cuda,
+                Mode::Fast,
+                Ok(observed),
+                Some(&oracle),
+                Tolerance::EXACT,
+            )
+        };
+        assert_eq!(judged(moved(2)), Status::Pass);
+        let Status::Fail(why) = judged(moved(1 << 16)) else {
+            panic!("a result far off passed");
+        };
+        assert!(
+            why.starts_with("fast mode: call 0: output `out` (mma: within the bound of its probes): 1 of 512 elements differ\n      [5] expected "),
+            "{why}"
+        );
+        assert!(
+            why.contains("> bound ") && why.contains("(4.000 mma steps of magnitude "),
+            "{why}"
+        );
+        // Triage: twice the bound between two backends.
+        let magnitude = f64::from(probes.magnitude.to_f32()[5]);
+        let bound = crate::compare::mma_bound(4.0, magnitude as f32).unwrap();
+        let ulp = f64::from(out.tensor.to_f32()[5].abs().next_up() - out.tensor.to_f32()[5].abs());
+        let within_two = ((1.5 * bound / ulp) as u32).max(1);
+        let cuda = ran(reference.clone());
+        let mma = [("out".to_string(), CompareMode::Mma)];
+        let triaged = |wgpu: Vec<Observed>| {
+            triage(
+                &mma,
+                &[Mode::Fast],
+                std::slice::from_ref(&cuda),
+                &[ran(wgpu)],
+                std::slice::from_ref(&oracle),
+                Tolerance::EXACT,
+            )
+        };
+        assert!(matches!(judged(moved(within_two)), Status::Fail(_)));
+        assert_eq!(triaged(moved(within_two)), Status::Pass);
+        assert!(matches!(triaged(moved(1 << 16)), Status::Fail(_)));
     }
 
     #[test]

@@ -583,3 +583,65 @@ fn the_probes_count_steps_through_chains_and_partial_sums() {
         }
     }
 }
+
+/// An index that depends on an mma result: the reference run stays in
+/// bounds, the step-count probe (d = |c| + 1) does not, and the oracle
+/// fails with the mode's precondition (docs/numerics.md).
+#[test]
+fn a_probe_that_fails_where_the_run_did_not_names_the_precondition() {
+    let text = "
+mesh m {
+  grid [b = 1];
+  threads t = 32;
+}
+
+kernel k(out: gmem<f32[32]>) {
+  local fa: f16[8];
+  local fb: f16[4];
+  local acc: f32[4];
+  for i: u32 in 0u..8u {
+    fa[i] = f16(0.0);
+  }
+  for i: u32 in 0u..4u {
+    fb[i] = f16(0.0);
+    acc[i] = 1.0;
+  }
+  mma_m16n8k16(acc, fa, fb, acc);
+  out[(u32(acc[0]) - 1u) * 32u + axis_index(t)] = acc[0];
+}
+
+map steered {
+  programs [m: k];
+  outputs [out: gmem<f32[32]>];
+}
+
+case {
+  compare out = mma;
+  expect ok;
+}
+";
+    let source = mpmd_core::text::parse_file(text).unwrap_or_else(|e| panic!("{}", e.render("t")));
+    let file = CaseFile {
+        module: source.module,
+        spec: source.case.unwrap(),
+    };
+    file.validate().expect("valid");
+    let calls = [PreparedCall {
+        map: "steered".into(),
+        args: CallArgs::default(),
+        residents: vec![],
+    }];
+    for mode in [Mode::Fast, Mode::Checked] {
+        let error =
+            run_interp(&file, &calls, mode, 1, 0).expect_err("the probe steps out of bounds");
+        let text = error.to_string();
+        assert!(
+            text.starts_with("the mma probe StepCount failed where the run did not: "),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(" (the `mma` compare mode needs control flow and indices that do not depend on mma results: docs/numerics.md)"),
+            "{text}"
+        );
+    }
+}

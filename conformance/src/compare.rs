@@ -67,8 +67,8 @@ pub struct MmaVerdict {
     /// element (with its slack) and its magnitude (docs/numerics.md).
     pub steps: f64,
     pub magnitude: f32,
-    /// `|actual - expected|`, exact in f64 (NaN when either is NaN,
-    /// infinite when one is infinite).
+    /// `|actual - expected|`, in f64 (NaN when either is NaN, infinite when
+    /// one is infinite).
     pub distance: f64,
     /// The allowed distance; `None` when the probes give none (a negative or
     /// NaN step count or magnitude: the output is not a sum of mma results).

@@ -20,7 +20,8 @@ use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
 use mpmd_core::inputs::{self, Generation};
 use mpmd_core::interp::{
-    InterpOptions, Interpreter, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
+    InterpOptions, Interpreter, MmaProbe, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT,
+    DEFAULT_TIME_LIMIT,
 };
 use mpmd_core::ir::{Call, Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan, LowerError};
@@ -988,6 +989,7 @@ pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOp
         }),
         schedule_tolerances: case.map(CaseSpec::schedule_tolerances).unwrap_or_default(),
         flush_subnormals: false,
+        mma_probe: MmaProbe::Off,
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use mpmd_core::case::{CaseSpec, CompareMode, Expectation};
 use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation, DEFAULT_GENERATED_BYTES};
-use mpmd_core::interp::{InterpOptions, Interpreter};
+use mpmd_core::interp::{InterpOptions, Interpreter, MmaProbe};
 use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::LaunchPlan;
 use mpmd_core::{
@@ -14,7 +14,7 @@ use mpmd_core::{
 use crate::analysis::{bounded_ops, profile_tolerance, tags, BackendId, SUBNORMAL_TAG};
 use crate::backends::{cuda_check_plan, new_backend, Availability, Environment};
 use crate::case::{Case, CaseFile, CaseKind};
-use crate::compare::{compare, mode_for, Tolerance};
+use crate::compare::{compare, compare_mma, mode_for, Mismatch, MmaProbes, Tolerance};
 
 /// The result of one case on one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +137,9 @@ pub struct Observed {
     pub call: Option<usize>,
     pub name: String,
     pub tensor: HostTensor,
+    /// The oracle's mma probes of an output compared as `mma`; `None`
+    /// elsewhere (and always for a backend's results).
+    pub mma: Option<MmaProbes>,
 }
 
 impl Observed {
@@ -235,6 +238,7 @@ fn collect_residents(module: &Module, backend: &dyn Backend, observed: &mut Vec<
                 call: None,
                 name: r.name.clone(),
                 tensor,
+                mma: None,
             });
         }
     }
@@ -262,7 +266,6 @@ pub fn run_interp_with(
     extra_schedules: u32,
     flush_subnormals: bool,
 ) -> Result<Vec<Observed>, SequenceError> {
-    let mut interp = Interpreter::new();
     let options = InterpOptions {
         run: RunOptions { mode, seed },
         detect: true,
@@ -271,16 +274,85 @@ pub fn run_interp_with(
         flush_subnormals,
         ..InterpOptions::default()
     };
+    let mut observed = interp_sequence(module, calls, &options).map_err(SequenceError::Run)?;
+    let probed =
+        |o: &Observed| mode_for(&spec.compares, &o.name, o.tensor.elem()) == CompareMode::Mma;
+    if observed.iter().any(probed) {
+        // The probes follow the reference run exactly (lockstep, no
+        // detection: it found nothing above), changing only what each mma
+        // computes.
+        let probe = |mma_probe: MmaProbe| {
+            let options = InterpOptions {
+                detect: false,
+                extra_schedules: 0,
+                mma_probe,
+                ..options.clone()
+            };
+            interp_sequence(module, calls, &options).map_err(|e| {
+                SequenceError::Setup(format!(
+                    "the mma probe {mma_probe:?} failed where the run did not: {e} (the `mma` compare mode needs control flow and indices that do not depend on mma results: docs/numerics.md)"
+                ))
+            })
+        };
+        let magnitudes = probe(MmaProbe::Magnitude)?;
+        let counts = probe(MmaProbe::StepCount)?;
+        let starts = probe(MmaProbe::Start)?;
+        for o in observed.iter_mut().filter(|o| probed(o)) {
+            let find = |list: &[Observed]| {
+                list.iter()
+                    .find(|p| p.call == o.call && p.name == o.name)
+                    .map(|p| p.tensor.clone())
+            };
+            o.mma = match (find(&magnitudes), find(&counts), find(&starts)) {
+                (Some(magnitude), Some(counted), Some(start)) => Some(MmaProbes {
+                    magnitude,
+                    counted,
+                    start,
+                }),
+                _ => None,
+            };
+        }
+    }
+    Ok(observed)
+}
+
+/// Runs the calls in order on one interpreter with `options`: every call's
+/// outputs, then the residents after the last call.
+fn interp_sequence(
+    module: &Module,
+    calls: &[PreparedCall],
+    options: &InterpOptions,
+) -> Result<Vec<Observed>, Box<RunError>> {
+    let mut interp = Interpreter::new();
     let mut observed = Vec::new();
     for (i, call) in calls.iter().enumerate() {
-        give_residents(&mut interp, call)?;
+        for (name, tensor) in &call.residents {
+            interp.set_resident(name, tensor.clone());
+        }
         let out = interp
-            .call(module, &call.map, &call.args, &options)
-            .map_err(|e| SequenceError::Run(Box::new(e)))?;
+            .call(module, &call.map, &call.args, options)
+            .map_err(Box::new)?;
         observe_outputs(i, out, &mut observed);
     }
     collect_residents(module, &interp, &mut observed);
     Ok(observed)
+}
+
+/// Compares a result with the reference `expected` by `mode`: `mma` by
+/// the reference's probes, `bounds` times the bound (1 against the oracle,
+/// 2 between two backends); the others by [`compare`] with `tolerance`.
+fn compare_observed(
+    mode: &CompareMode,
+    expected: &Observed,
+    probes: Option<&MmaProbes>,
+    actual: &HostTensor,
+    tolerance: Tolerance,
+    bounds: f64,
+) -> Result<(), Mismatch> {
+    match (mode, probes) {
+        (CompareMode::Mma, Some(probes)) => compare_mma(&expected.tensor, probes, actual, bounds),
+        _ => compare(mode, &expected.tensor, actual, tolerance),
+    }
 }
 
 /// Records the outputs of call `call`.
@@ -289,6 +361,7 @@ fn observe_outputs(call: usize, outputs: CallOutputs, observed: &mut Vec<Observe
         call: Some(call),
         name,
         tensor,
+        mma: None,
     }));
 }
 
@@ -427,7 +500,10 @@ fn judge(
                     continue;
                 };
                 let mode = mode_for(&spec.compares, &exp.name, exp.tensor.elem());
-                if let Err(mismatch) = compare(&mode, &exp.tensor, &act.tensor, tolerance) {
+                let probes = exp.mma.as_ref();
+                if let Err(mismatch) =
+                    compare_observed(&mode, exp, probes, &act.tensor, tolerance, 1.0)
+                {
                     problems.push(format!(
                         "{} ({}): {mismatch}",
                         exp.label(),
@@ -454,6 +530,7 @@ fn describe_mode(mode: &CompareMode, tolerance: Tolerance) -> String {
         ),
         CompareMode::Multiset => "multiset".into(),
         CompareMode::Ignore => "ignore".into(),
+        CompareMode::Mma => "mma: within the bound of its probes".into(),
     }
 }
 
@@ -608,7 +685,14 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
                 "wgpu flushes subnormals on this adapter and cuda keeps them (adapter deviation `subnormal`)".into(),
             ))
         } else {
-            Some(triage(&spec.compares, &modes, cuda, wgpu, tolerance))
+            Some(triage(
+                &spec.compares,
+                &modes,
+                cuda,
+                wgpu,
+                &oracle,
+                tolerance,
+            ))
         };
     }
     result
@@ -636,8 +720,10 @@ pub fn looser(a: Tolerance, b: Tolerance) -> Tolerance {
 }
 
 /// Triage: CUDA's runs against WGSL's, mode by mode (`modes[i]` gave
-/// `cuda[i]` and `wgpu[i]`), each output by the case's compare mode with
-/// `tolerance` for `profile`. Pass when they agree, fail with the first
+/// `cuda[i]` and `wgpu[i]`, and `oracle[i]` the interpreter's run whose mma
+/// probes bound `mma` outputs), each output by the case's compare mode with
+/// `tolerance` for `profile` and twice the bound for `mma` (each backend is
+/// within one of the oracle). Pass when they agree, fail with the first
 /// differences when they do not, skip when either did not run; the modes
 /// combine like a backend's.
 pub fn triage(
@@ -645,12 +731,17 @@ pub fn triage(
     modes: &[Mode],
     cuda: &[Execution],
     wgpu: &[Execution],
+    oracle: &[Result<Vec<Observed>, SequenceError>],
     tolerance: Tolerance,
 ) -> Status {
     modes
         .iter()
+        .enumerate()
         .zip(cuda.iter().zip(wgpu))
-        .map(|(&mode, (c, w))| triage_mode(compares, mode, c, w, tolerance))
+        .map(|((i, &mode), (c, w))| {
+            let reference = oracle.get(i).and_then(|o| o.as_ref().ok());
+            triage_mode(compares, mode, c, w, reference, tolerance)
+        })
         .reduce(Status::combine)
         .unwrap_or_else(|| Status::Skip("no mode ran".into()))
 }
@@ -660,6 +751,7 @@ fn triage_mode(
     mode: Mode,
     cuda: &Execution,
     wgpu: &Execution,
+    oracle: Option<&Vec<Observed>>,
     tolerance: Tolerance,
 ) -> Status {
     let m = mode_name(mode);
@@ -703,7 +795,11 @@ fn triage_mode(
             continue;
         };
         let compare_mode = mode_for(compares, &c.name, c.tensor.elem());
-        if let Err(mismatch) = compare(&compare_mode, &c.tensor, &w.tensor, tolerance) {
+        let probes = oracle
+            .and_then(|o| o.iter().find(|r| r.call == c.call && r.name == c.name))
+            .and_then(|r| r.mma.as_ref());
+        if let Err(mismatch) = compare_observed(&compare_mode, c, probes, &w.tensor, tolerance, 2.0)
+        {
             problems.push(format!(
                 "{} ({}): {}",
                 c.label(),
@@ -748,6 +844,9 @@ fn describe_disagreement(
         );
         if let Some(u) = d.ulp {
             text += &format!(" ({u} ulp)");
+        }
+        if let Some(m) = &d.mma {
+            text += &format!(" {m}");
         }
     }
     text
@@ -921,6 +1020,81 @@ mod tests {
         }
     }
 
+    /// An `mma` output judged through the runner: the oracle carries its
+    /// probes, a backend's result a few ulps off passes where `exact` would
+    /// not, and one far off fails with its distance and bound; triage holds
+    /// two backends to twice the bound.
+    #[test]
+    fn mma_outputs_are_judged_by_the_oracles_probes() {
+        let case =
+            crate::case::load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
+                .unwrap()
+                .into_iter()
+                .find(|c| c.name == "mma_k_tiles_accumulate_in_place")
+                .unwrap();
+        let file = case.parsed.as_ref().unwrap();
+        let calls = prepare_calls(&case.name, file, 1).unwrap();
+        let oracle = run_interp(file, &calls, Mode::Fast, 1, 0);
+        let reference = oracle.as_ref().unwrap();
+        let out = &reference[0];
+        assert_eq!(out.name, "out");
+        let probes = out.mma.as_ref().expect("an mma output carries probes");
+        // Four k-tiles from zero: four steps everywhere, nothing to start from.
+        assert!(probes.counted.to_f32().iter().all(|&t| t == 4.0));
+        assert!(probes.start.to_f32().iter().all(|&p| p == 0.0));
+        let moved = |ulps: u32| {
+            let mut values = out.tensor.to_f32();
+            values[5] = f32::from_bits(values[5].to_bits() + ulps);
+            vec![Observed {
+                tensor: HostTensor::from_f32(out.tensor.shape().to_vec(), &values),
+                mma: None,
+                ..out.clone()
+            }]
+        };
+        let judged = |observed: Vec<Observed>| {
+            judge(
+                &file.spec,
+                BackendId::Cuda,
+                Mode::Fast,
+                Ok(observed),
+                Some(&oracle),
+                Tolerance::EXACT,
+            )
+        };
+        assert_eq!(judged(moved(2)), Status::Pass);
+        let Status::Fail(why) = judged(moved(1 << 16)) else {
+            panic!("a result far off passed");
+        };
+        assert!(
+            why.starts_with("fast mode: call 0: output `out` (mma: within the bound of its probes): 1 of 512 elements differ\n      [5] expected "),
+            "{why}"
+        );
+        assert!(
+            why.contains("> bound ") && why.contains("(4.000 mma steps of magnitude "),
+            "{why}"
+        );
+        // Triage: twice the bound between two backends.
+        let magnitude = f64::from(probes.magnitude.to_f32()[5]);
+        let bound = crate::compare::mma_bound(4.0, magnitude as f32).unwrap();
+        let ulp = f64::from(out.tensor.to_f32()[5].abs().next_up() - out.tensor.to_f32()[5].abs());
+        let within_two = ((1.5 * bound / ulp) as u32).max(1);
+        let cuda = ran(reference.clone());
+        let mma = [("out".to_string(), CompareMode::Mma)];
+        let triaged = |wgpu: Vec<Observed>| {
+            triage(
+                &mma,
+                &[Mode::Fast],
+                std::slice::from_ref(&cuda),
+                &[ran(wgpu)],
+                std::slice::from_ref(&oracle),
+                Tolerance::EXACT,
+            )
+        };
+        assert!(matches!(judged(moved(within_two)), Status::Fail(_)));
+        assert_eq!(triaged(moved(within_two)), Status::Pass);
+        assert!(matches!(triaged(moved(1 << 16)), Status::Fail(_)));
+    }
+
     #[test]
     fn combine_takes_the_worse_result_and_skip_only_when_both_skip() {
         let skip = Status::Skip("x".into());
@@ -959,6 +1133,7 @@ mod tests {
             call: Some(call),
             name: name.into(),
             tensor,
+            mma: None,
         }
     }
 
@@ -980,7 +1155,7 @@ mod tests {
     }
 
     fn one_mode(cuda: Execution, wgpu: Execution, tolerance: Tolerance) -> Status {
-        triage(&[], &[Mode::Fast], &[cuda], &[wgpu], tolerance)
+        triage(&[], &[Mode::Fast], &[cuda], &[wgpu], &[], tolerance)
     }
 
     const TWO_ULP: Tolerance = Tolerance::bounded(2, 0.0);
@@ -1032,7 +1207,7 @@ mod tests {
         );
         let ignored = [("n".to_string(), CompareMode::Ignore)];
         assert_eq!(
-            triage(&ignored, &[Mode::Fast], &[cuda], &[wgpu], loose),
+            triage(&ignored, &[Mode::Fast], &[cuda], &[wgpu], &[], loose),
             Status::Pass
         );
         let counts = |w: &[i32]| ran(vec![output(0, "c", HostTensor::from_i32(vec![3], w))]);
@@ -1043,6 +1218,7 @@ mod tests {
                 &[Mode::Fast],
                 &[counts(&[3, 1, 2])],
                 &[counts(&[1, 2, 3])],
+                &[],
                 Tolerance::EXACT
             ),
             Status::Pass
@@ -1056,6 +1232,7 @@ mod tests {
             call: None,
             name: "acc".into(),
             tensor: f32s(&[2.0]),
+            mma: None,
         };
         let status = one_mode(
             ran(vec![y.clone(), resident]),
@@ -1104,7 +1281,14 @@ mod tests {
         // A mode that ran on both decides over one that did not.
         let modes = [Mode::Fast, Mode::Checked];
         assert_eq!(
-            triage(&[], &modes, &[no_gpu, y.clone()], &[y.clone(), y], TWO_ULP),
+            triage(
+                &[],
+                &modes,
+                &[no_gpu, y.clone()],
+                &[y.clone(), y],
+                &[],
+                TWO_ULP
+            ),
             Status::Pass
         );
     }

@@ -69,13 +69,19 @@ pub enum CompareMode {
     Multiset,
     /// Not compared (for example a value observed by atomics under contention).
     Ignore,
+    /// Floats that are sums of `mma_m16n8k16` results, within the
+    /// tensor-core bound of docs/numerics.md ("Matrix multiply-accumulate"):
+    /// each element's distance from the oracle's is bounded by its magnitude
+    /// and its number of mma steps, which conformance learns from the
+    /// interpreter's probes ([`crate::interp::MmaProbe`]).
+    Mma,
 }
 
 impl CompareMode {
     /// What the mode lets differ between two schedules of the interpreter:
     /// `profile` allows only the reordering of f32 atomic adds there (the
     /// other operations are the interpreter's own, identical in every
-    /// schedule).
+    /// schedule); `mma` none (the interpreter's mma is one fixed order).
     pub fn schedule_tolerance(&self) -> ScheduleTolerance {
         match self {
             CompareMode::Exact => ScheduleTolerance::Ulps(0),
@@ -83,6 +89,7 @@ impl CompareMode {
             CompareMode::Profile => ScheduleTolerance::SummationOrder,
             CompareMode::Multiset => ScheduleTolerance::Multiset,
             CompareMode::Ignore => ScheduleTolerance::Any,
+            CompareMode::Mma => ScheduleTolerance::Ulps(0),
         }
     }
 }
@@ -112,6 +119,7 @@ mod tests {
                 ("c".into(), CompareMode::Profile),
                 ("d".into(), CompareMode::Multiset),
                 ("e".into(), CompareMode::Ignore),
+                ("f".into(), CompareMode::Mma),
             ],
             ..CaseSpec::default()
         };
@@ -123,6 +131,7 @@ mod tests {
                 ("c".to_string(), ScheduleTolerance::SummationOrder),
                 ("d".to_string(), ScheduleTolerance::Multiset),
                 ("e".to_string(), ScheduleTolerance::Any),
+                ("f".to_string(), ScheduleTolerance::Ulps(0)),
             ]
         );
     }

@@ -7,7 +7,7 @@
 
 use half::{bf16, f16};
 use mpmd_core::backend::Mode;
-use mpmd_core::interp::{InterpOptions, Interpreter};
+use mpmd_core::interp::{InterpOptions, Interpreter, MmaProbe};
 use mpmd_core::ir::{mma, Fragment, Module, Stmt};
 use mpmd_core::text::{parse, print};
 use mpmd_core::validate::{validate, Diagnostic, ValidateOptions};
@@ -71,6 +71,15 @@ map mmas {{
 }
 
 fn run(m: &Module, inputs: Vec<(&str, HostTensor)>, mode: Mode) -> Result<CallOutputs, RunError> {
+    run_probe(m, inputs, mode, MmaProbe::Off)
+}
+
+fn run_probe(
+    m: &Module,
+    inputs: Vec<(&str, HostTensor)>,
+    mode: Mode,
+    mma_probe: MmaProbe,
+) -> Result<CallOutputs, RunError> {
     let args = CallArgs {
         inputs: inputs
             .into_iter()
@@ -82,6 +91,7 @@ fn run(m: &Module, inputs: Vec<(&str, HostTensor)>, mode: Mode) -> Result<CallOu
         detect: mode == Mode::Checked,
         extra_schedules: 3,
         run: RunOptions { mode, seed: 5 },
+        mma_probe,
         ..Default::default()
     };
     Interpreter::new().call(m, "mmas", &args, &options)
@@ -255,6 +265,100 @@ fn the_sum_starts_from_c_and_goes_up_in_k() {
     )
     .expect("runs");
     assert_eq!(out.outputs["out"].to_f32()[0], 0.0);
+}
+
+/// The adversarial tiles of `the_sum_starts_from_c_and_goes_up_in_k`
+/// (warp 0, element (0, 0): c = 2^24, products 1 and -2^24) and random
+/// ones in the other warps, as bf16 inputs.
+fn probe_inputs() -> Vec<(&'static str, HostTensor)> {
+    let mut a = values(1024, 1);
+    let mut b = values(512, 2);
+    let mut c = values(512, 3);
+    a[..256].fill(0.0);
+    b[..128].fill(0.0);
+    c[..128].fill(0.0);
+    a[0] = 1.0;
+    b[0] = 1.0;
+    a[1] = -256.0;
+    b[8] = 65_536.0;
+    c[0] = 16_777_216.0;
+    c[1] = -3.0;
+    let bf = |shape: Vec<u32>, v: &[f32]| {
+        HostTensor::from_bf16(
+            shape,
+            &v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>(),
+        )
+    };
+    vec![
+        ("x", bf(vec![4, 16, 16], &a)),
+        ("y", bf(vec![4, 16, 8], &b)),
+        ("z", HostTensor::from_f32(vec![4, 16, 8], &c)),
+    ]
+}
+
+#[test]
+fn the_magnitude_probe_gives_c_plus_the_products_in_absolute_value_rounded_up() {
+    let m = module(&tiles("bf16"));
+    let inputs = probe_inputs();
+    let a = inputs[0].1.to_f32();
+    let b = inputs[1].1.to_f32();
+    let c = inputs[2].1.to_f32();
+    for mode in [Mode::Checked, Mode::Fast] {
+        let out = run_probe(&m, inputs.clone(), mode, MmaProbe::Magnitude).expect("runs");
+        let got = out.outputs["out"].to_f32();
+        // 2^24 + 1 + 2^24 = 2^25 + 1 lies between the floats 2^25 and
+        // 2^25 + 4: rounded up, never to nearest.
+        assert_eq!(got[0], 33_554_436.0, "{mode:?}");
+        // c = -3 and no products: |c|.
+        assert_eq!(got[1], 3.0, "{mode:?}");
+        assert_eq!(got[2], 0.0, "{mode:?}");
+        for w in 1..4 {
+            for r in 0..16 {
+                for n in 0..8 {
+                    let mut exact = f64::from(c[w * 128 + r * 8 + n]).abs();
+                    for k in 0..16 {
+                        exact += (f64::from(a[w * 256 + r * 16 + k])
+                            * f64::from(b[w * 128 + k * 8 + n]))
+                        .abs();
+                    }
+                    let g = got[w * 128 + r * 8 + n];
+                    // At least the exact value, and at most one float above it.
+                    assert!(f64::from(g) >= exact, "{w} {r} {n}: {g} < {exact}");
+                    assert!(f64::from(g.next_down()) < exact, "{w} {r} {n}: {g} {exact}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_step_count_probe_adds_one_to_the_accumulators_magnitude() {
+    let m = module(&tiles("bf16"));
+    let inputs = probe_inputs();
+    let c = inputs[2].1.to_f32();
+    let out = run_probe(&m, inputs, Mode::Checked, MmaProbe::StepCount).expect("runs");
+    let got = out.outputs["out"].to_f32();
+    // 2^24 + 1 is no f32: rounded up.
+    assert_eq!(got[0], 16_777_218.0);
+    assert_eq!(got[1], 4.0);
+    assert_eq!(got[2], 1.0);
+    for (i, (&g, &c)) in got.iter().zip(&c).enumerate().skip(128) {
+        assert_eq!(g, c.abs() + 1.0, "{i}");
+    }
+}
+
+#[test]
+fn the_start_probe_passes_the_accumulators_magnitude_through() {
+    let m = module(&tiles("bf16"));
+    let inputs = probe_inputs();
+    let c = inputs[2].1.to_f32();
+    let out = run_probe(&m, inputs, Mode::Checked, MmaProbe::Start).expect("runs");
+    let got = out.outputs["out"].to_f32();
+    assert_eq!(got[0], 16_777_216.0);
+    assert_eq!(got[1], 3.0);
+    for (i, (&g, &c)) in got.iter().zip(&c).enumerate() {
+        assert_eq!(g, c.abs(), "{i}");
+    }
 }
 
 #[test]

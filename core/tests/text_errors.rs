@@ -102,7 +102,7 @@ fn unexpected_tokens_name_what_was_expected() {
         (
             2,
             15,
-            "expected a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset` or `ignore`), found `close`"
+            "expected a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset`, `ignore` or `mma`), found `close`"
                 .to_string()
         )
     );

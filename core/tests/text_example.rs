@@ -353,6 +353,7 @@ fn every_operator_function_and_case_option_round_trips() {
         CompareMode::Profile,
         CompareMode::Multiset,
         CompareMode::Ignore,
+        CompareMode::Mma,
     ];
     let mut expectations: Vec<Expectation> = ErrorClass::ALL
         .into_iter()

@@ -362,6 +362,7 @@ fn compare_mode() -> impl Strategy<Value = CompareMode> {
         Just(CompareMode::Profile),
         Just(CompareMode::Multiset),
         Just(CompareMode::Ignore),
+        Just(CompareMode::Mma),
     ]
 }
 

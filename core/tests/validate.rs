@@ -363,6 +363,28 @@ fn e0008_case_names_unknown_operands() {
     assert!(d.iter().all(|d| d.path == path([PathStep::Case])));
 }
 
+#[test]
+fn e0008_mma_compares_float_outputs_only() {
+    let module = single(scale_map().output("n", gmem(U32, [512])).build(), |_| {});
+    let case = CaseSpec {
+        compares: vec![
+            ("y".into(), CompareMode::Mma),
+            ("n".into(), CompareMode::Mma),
+            ("n".into(), CompareMode::Exact),
+        ],
+        ..Default::default()
+    };
+    let d = validate_case(&module, &case).unwrap_err();
+    let messages: Vec<_> = d.iter().map(|d| (d.code, d.message.as_str())).collect();
+    assert_eq!(
+        messages,
+        [(
+            "E0008",
+            "`compare n = mma` names an output of type `u32`: the mma bound is for float outputs"
+        )]
+    );
+}
+
 // ---- meshes ----------------------------------------------------------------
 
 #[test]

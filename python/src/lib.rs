@@ -21,7 +21,8 @@ use mpmd_cli::{BackendKind, CliError, Target};
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
 use mpmd_core::interp::{
-    InterpOptions, Interpreter, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
+    InterpOptions, Interpreter, MmaProbe, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT,
+    DEFAULT_TIME_LIMIT,
 };
 use mpmd_core::ir::{Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::lru::Lru;
@@ -726,6 +727,7 @@ fn interp_options(settings: &InterpSettings, case: Option<&CaseSpec>) -> InterpO
         }),
         schedule_tolerances: case.map(CaseSpec::schedule_tolerances).unwrap_or_default(),
         flush_subnormals: false,
+        mma_probe: MmaProbe::Off,
     }
 }
 

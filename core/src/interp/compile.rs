@@ -419,6 +419,8 @@ pub(crate) struct ProgramCode {
     /// Flush subnormal f32 operands and results of float operations to zero
     /// (`InterpOptions::flush_subnormals`).
     pub flush_subnormals: bool,
+    /// What `mma_m16n8k16` computes (`InterpOptions::mma_probe`).
+    pub mma_probe: super::MmaProbe,
     /// The condition of each `while`, as the text format writes it, in
     /// source order (`ir::visit::while_loops`): how a limit error names it.
     pub while_conditions: Vec<String>,
@@ -550,6 +552,7 @@ pub(crate) fn compile(
         block_count,
         synchronises: c.synchronises,
         flush_subnormals: false,
+        mma_probe: super::MmaProbe::Off,
         while_conditions: c.while_conditions,
         loop_limit_is_error: false,
     })

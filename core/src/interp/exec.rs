@@ -12,7 +12,7 @@ use super::compile::{
 };
 use super::detect::{self, Accessor, Clock, Detector, History, Rec, SemCredits};
 use super::limits::Limits;
-use super::LateWait;
+use super::{LateWait, MmaProbe};
 use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
 use crate::ir::{mma, AtomicOp, ScalarType, SemOp, WarpOp, WARP_SIZE};
@@ -732,7 +732,11 @@ impl BlockState {
                 Instr::Mma(regs) => {
                     let mut d: [Vec<u32>; mma::C_LEN as usize] =
                         std::array::from_fn(|i| take(&mut self.regs[regs.d[i]]));
-                    let done = mma_m16n8k16(regs, &self.regs, &mut d, lanes, code.flush_subnormals);
+                    let arithmetic = MmaArithmetic {
+                        ftz: code.flush_subnormals,
+                        probe: code.mma_probe,
+                    };
+                    let done = mma_m16n8k16(regs, &self.regs, &mut d, lanes, arithmetic);
                     for (r, v) in regs.d.iter().zip(d) {
                         self.regs[*r] = v;
                     }
@@ -1610,15 +1614,17 @@ fn warp_collective(
 /// docs/text-format.md, computes D[r][n] = C[r][n] + sum over k of
 /// A[r][k] B[k][n] in the fixed order of docs/numerics.md (start from C, add
 /// the products for k = 0, 1, ..., 15, each product and each sum an f32
-/// operation: products of f16 values are exact), and scatters D to `d`.
+/// operation: products of f16 values are exact), or under a probe what
+/// `arithmetic.probe` says, and scatters D to `d`.
 /// Fails with the warp's index when only some of its lanes are active.
 fn mma_m16n8k16(
     regs: &MmaRegs,
     all: &[Vec<u32>],
     d: &mut [Vec<u32>; mma::C_LEN as usize],
     lanes: Lanes,
-    ftz: bool,
+    arithmetic: MmaArithmetic,
 ) -> Result<(), usize> {
+    let MmaArithmetic { ftz, probe } = arithmetic;
     let warp = WARP_SIZE as usize;
     let threads = d[0].len();
     let mut active = vec![0usize; threads.div_ceil(warp)];
@@ -1668,12 +1674,24 @@ fn mma_m16n8k16(
         let mut out = vec![[0f32; 8]; m];
         for row in 0..m {
             for col in 0..n {
-                let mut acc = c[row][col];
-                for kk in 0..k {
-                    let product = maybe_flush(a[row][kk] * b[kk][col]);
-                    acc = maybe_flush(acc + product);
-                }
-                out[row][col] = acc;
+                out[row][col] = match probe {
+                    MmaProbe::Off => {
+                        let mut acc = c[row][col];
+                        for kk in 0..k {
+                            let product = maybe_flush(a[row][kk] * b[kk][col]);
+                            acc = maybe_flush(acc + product);
+                        }
+                        acc
+                    }
+                    MmaProbe::Magnitude => {
+                        // Each product of two widened 16-bit values is exact in f64.
+                        let products =
+                            (0..k).map(|kk| (f64::from(a[row][kk]) * f64::from(b[kk][col])).abs());
+                        f32_at_least(std::iter::once(f64::from(c[row][col]).abs()).chain(products))
+                    }
+                    MmaProbe::StepCount => f32_at_least([f64::from(c[row][col]).abs(), 1.0]),
+                    MmaProbe::Start => c[row][col].abs(),
+                };
             }
         }
         for lane in 0..WARP_SIZE {
@@ -1685,6 +1703,41 @@ fn mma_m16n8k16(
         }
     }
     Ok(())
+}
+
+/// How `mma_m16n8k16` computes: flushing subnormals or not, and its probe.
+#[derive(Clone, Copy)]
+struct MmaArithmetic {
+    ftz: bool,
+    probe: MmaProbe,
+}
+
+/// An f32 no smaller than the exact sum of `terms`, at most 17
+/// non-negative values each exact in f64 (NaN stays NaN, past f32's range
+/// is +inf). The f64 sum is exact unless an addition rounded, which
+/// TwoSum's error term shows; then it is below the exact sum by less than
+/// 17 * 2^-53 relative, so raising it by 2^-46 (a rounding of 2^-53 more)
+/// puts it above. Rounding up to f32 keeps it there.
+fn f32_at_least(terms: impl IntoIterator<Item = f64>) -> f32 {
+    let mut sum = 0.0f64;
+    let mut exact = true;
+    for term in terms {
+        let next = sum + term;
+        let moved = next - sum;
+        exact &= (sum - (next - moved)) + (term - moved) == 0.0;
+        sum = next;
+    }
+    let bound = if exact {
+        sum
+    } else {
+        sum * (1.0 + f64::powi(2.0, -46))
+    };
+    let nearest = bound as f32;
+    if f64::from(nearest) < bound {
+        nearest.next_up()
+    } else {
+        nearest
+    }
 }
 
 fn f32_rmw(old: u32, operand: u32, ftz: bool, f: impl Fn(f32, f32) -> f32) -> u32 {
@@ -2229,9 +2282,30 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{load_run_packed, round_chunk, span_of, store_run_packed, widen_chunk, CHUNK};
+    use super::{
+        f32_at_least, load_run_packed, round_chunk, span_of, store_run_packed, widen_chunk, CHUNK,
+    };
     use crate::numerics;
     use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+    /// The mma probes' rounding: exact sums that are floats stay, others go
+    /// up, including sums that f64 itself rounded.
+    #[test]
+    fn f32_at_least_never_underestimates() {
+        assert_eq!(f32_at_least([3.0, 0.25, 0.0]), 3.25);
+        assert_eq!(f32_at_least([]), 0.0);
+        // 2^24 + 1 is between the floats 2^24 and 2^24 + 2.
+        assert_eq!(f32_at_least([16_777_216.0, 1.0]), 16_777_218.0);
+        // 1 + 2^-60 rounds to 1 in f64: the result must still be above 1.
+        let tiny = f64::powi(2.0, -60);
+        assert_eq!(f32_at_least([1.0, tiny]), 1.0f32.next_up());
+        assert_eq!(
+            f32_at_least([f64::from(f32::MAX), f64::from(f32::MAX)]),
+            f32::INFINITY
+        );
+        assert!(f32_at_least([1.0, f64::NAN]).is_nan());
+        assert_eq!(f32_at_least([1.0, f64::INFINITY]), f32::INFINITY);
+    }
 
     /// The chunked 16-bit conversions are `numerics`' rules: every f16 and
     /// bf16 widens to the same f32, and f32 values around every f16 and bf16

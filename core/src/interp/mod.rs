@@ -89,6 +89,32 @@ pub struct InterpOptions {
     /// unaffected and bf16 subnormals become zeros. The conformance oracle
     /// for flushing adapters.
     pub flush_subnormals: bool,
+    /// What `mma_m16n8k16` computes: its result ([`MmaProbe::Off`], the
+    /// default) or one of the probes conformance's `mma` compare mode runs
+    /// to learn each output element's bound (docs/numerics.md).
+    pub mma_probe: MmaProbe,
+}
+
+/// What `mma_m16n8k16` computes for every element of D; every other
+/// operation is unchanged. The probes trace, through the same moves, adds
+/// and conversions that build an output from mma results, what its bound
+/// needs (docs/numerics.md, "Matrix multiply-accumulate").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MmaProbe {
+    /// The result, `C + sum over k of A B` in the documented order.
+    #[default]
+    Off,
+    /// The magnitude `|C| + sum over k of |A B|`, rounded up to f32 (never
+    /// below the exact value).
+    Magnitude,
+    /// The step count `|C| + 1`, rounded up to f32: each mma adds one to
+    /// the accumulator's magnitude, so an element holds the mma steps that
+    /// reach it plus what its accumulators started from (read against
+    /// [`MmaProbe::Start`]).
+    StepCount,
+    /// `|C|`: every mma passes its accumulator's magnitude through, so an
+    /// element holds what [`MmaProbe::StepCount`] counted from.
+    Start,
 }
 
 /// How far an output may differ between two schedules of one call before
@@ -129,6 +155,7 @@ impl Default for InterpOptions {
             extra_schedules: 0,
             schedule_tolerances: Vec::new(),
             flush_subnormals: false,
+            mma_probe: MmaProbe::Off,
         }
     }
 }
@@ -310,6 +337,7 @@ impl Interpreter {
         let (layout, mut codes) = prepare(map, meshes, kernels, residents, args)?;
         for code in &mut codes {
             code.flush_subnormals = options.flush_subnormals;
+            code.mma_probe = options.mma_probe;
             code.loop_limit_is_error = options.run.mode == Mode::Checked;
         }
         let detect = options.detect;

@@ -1613,6 +1613,7 @@ impl Parser<'_> {
             Some("profile") => CompareMode::Profile,
             Some("multiset") => CompareMode::Multiset,
             Some("ignore") => CompareMode::Ignore,
+            Some("mma") => CompareMode::Mma,
             Some("ulp") => {
                 self.bump();
                 self.expect_punct("(", "after `ulp`")?;
@@ -1620,11 +1621,9 @@ impl Parser<'_> {
                 self.expect_punct(")", "after the number of ULPs")?;
                 return Ok(CompareMode::Ulp(n));
             }
-            _ => {
-                return Err(self.expected(
-                    "a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset` or `ignore`)",
-                ))
-            }
+            _ => return Err(self.expected(
+                "a comparison mode (`exact`, `ulp(n)`, `profile`, `multiset`, `ignore` or `mma`)",
+            )),
         };
         self.bump();
         Ok(mode)

@@ -631,6 +631,7 @@ fn write_compare_mode(out: &mut String, mode: &CompareMode) {
         CompareMode::Profile => out.push_str("profile"),
         CompareMode::Multiset => out.push_str("multiset"),
         CompareMode::Ignore => out.push_str("ignore"),
+        CompareMode::Mma => out.push_str("mma"),
     }
 }
 

@@ -1,9 +1,9 @@
 //! The case section against the module (E0008): what it generates, indexes
-//! and compares exists. The case is test data beside the module
+//! and compares exists, and `mma` compares float outputs only. The case is test data beside the module
 //! ([`crate::case`]), so this check is separate from the module's.
 
 use super::Sink;
-use crate::case::{CaseSpec, Generator};
+use crate::case::{CaseSpec, CompareMode, Generator};
 use crate::ir::{IrPath, Module, OperandKind, PathStep};
 
 pub(super) fn check_case(module: &Module, case: &CaseSpec, sink: &mut Sink) {
@@ -59,13 +59,31 @@ pub(super) fn check_case(module: &Module, case: &CaseSpec, sink: &mut Sink) {
             }
         }
     }
-    for (name, _) in &case.compares {
+    for (name, mode) in &case.compares {
         if !is_kind(name, OperandKind::Output) {
             sink.report(
                 "E0008",
                 path.clone(),
                 format!("`compare {name}` names no output of a map in the module"),
                 "compare outputs only",
+            );
+            continue;
+        }
+        // The mma bound is relative to a float magnitude: it has no meaning
+        // for integers and bools.
+        let non_float = operands()
+            .filter(|(k, o)| *k == OperandKind::Output && o.name == *name)
+            .filter_map(|(_, o)| o.ty.as_ref_type())
+            .find(|r| !r.elem.is_float());
+        if let (CompareMode::Mma, Some(r)) = (mode, non_float) {
+            sink.report(
+                "E0008",
+                path.clone(),
+                format!(
+                    "`compare {name} = mma` names an output of type `{}`: the mma bound is for float outputs",
+                    r.elem
+                ),
+                "compare integer and bool outputs with `exact`",
             );
         }
     }

@@ -69,7 +69,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0005", "missing scalar value in a call", "a call gives a value for every scalar operand of its map"),
     ("E0006", "unknown scalar value in a call", "a call gives values only for scalar operands of its map, each once"),
     ("E0007", "scalar value of the wrong type", "a call's scalar value has the type of the scalar operand"),
-    ("E0008", "case names an unknown operand", "`generate` names an input that takes host data (not `zeroed`, not a semaphore) or a device-resident ref, `compare` an output, `index_into` a ref operand or resident (with an existing dimension)"),
+    ("E0008", "case names an unknown operand", "`generate` names an input that takes host data (not `zeroed`, not a semaphore) or a device-resident ref, `compare` an output (`compare NAME = mma` a float output), `index_into` a ref operand or resident (with an existing dimension)"),
     ("E0009", "too many axes", "a mesh has at most 3 grid axes and at most 3 cluster axes"),
     ("E0010", "thread axis size out of range", "a mesh's thread axis has 1 to 1024 threads"),
     ("E0011", "axis of size zero", "grid and cluster axes have size at least 1"),

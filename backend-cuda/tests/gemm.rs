@@ -12,12 +12,12 @@ mod common;
 #[path = "../../test-support/gemm_config.rs"]
 mod gemm_config;
 
-use common::require_tools;
+use common::{assemble_without_spills, require_tools};
 use gemm_config::*;
 use mpmd_core::ir::{Literal, ScalarType};
 use mpmd_core::plan::lower;
 use mpmd_core::{Backend, CallArgs, HostTensor, Mode, RunOptions};
-use mpmd_cuda::{assemble, compile_ptx, emit_module, CompileOptions, HostCudaBackend};
+use mpmd_cuda::{emit_module, CompileOptions, HostCudaBackend};
 
 fn example_source() -> String {
     let path = format!("{}/../examples/{GEMM_FILE}", env!("CARGO_MANIFEST_DIR"));
@@ -38,21 +38,13 @@ fn gemm_kernels_assemble_without_spills_for_sm_80_and_sm_90_with_mma_sync() {
             let plan = lower(&module, map).unwrap();
             let emitted = emit_module(&plan, Mode::Fast).unwrap();
             for arch in [80, 90] {
-                let what = format!("{map} at {} for sm_{arch}", config.label());
+                let what = format!("{map} at {}", config.label());
                 let options = CompileOptions {
                     arch,
                     fast_math: plan.map.fast_math,
                     ..CompileOptions::default()
                 };
-                let ptx = compile_ptx(&emitted.source, &options)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let report = assemble(&ptx, arch).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let kernel = report.kernel(&emitted.kernel_name).unwrap();
-                assert_eq!(
-                    (kernel.spill_store_bytes, kernel.spill_load_bytes),
-                    (0, 0),
-                    "{what}: spills"
-                );
+                let (ptx, kernel) = assemble_without_spills(&emitted, &options, &what);
                 assert!(
                     ptx.text
                         .contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),

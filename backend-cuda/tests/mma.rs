@@ -6,10 +6,11 @@
 
 mod common;
 
-use common::require_tools;
-use mpmd_core::plan::lower;
+use common::{
+    assemble_without_spills, corpus_plan, corpus_text, for_arch, require_tools, text_plan,
+};
 use mpmd_core::Mode;
-use mpmd_cuda::{compile_ptx, emit_module, CompileOptions};
+use mpmd_cuda::{compile_ptx, emit_module};
 
 const CASES: [(&str, &str); 6] = [
     ("mma_f16_layout_identity_permutation", "f16"),
@@ -20,43 +21,16 @@ const CASES: [(&str, &str); 6] = [
     ("mma_load_gmem_rows_per_lane", "bf16"),
 ];
 
-fn case_plan(name: &str) -> mpmd_core::plan::LaunchPlan {
-    let path = format!(
-        "{}/../conformance/cases/{name}.mpmd",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let source = std::fs::read_to_string(&path).expect("corpus case reads");
-    source_plan(&source)
-}
-
-fn source_plan(source: &str) -> mpmd_core::plan::LaunchPlan {
-    let (module, _) = mpmd_core::text::parse(source).unwrap_or_else(|e| panic!("{e:?}"));
-    mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
-    lower(&module, &module.maps[0].name).expect("lowers")
-}
-
 #[test]
 fn mma_cases_assemble_for_sm_80_and_sm_90_with_mma_sync() {
     require_tools();
     for (name, ty) in CASES {
-        let plan = case_plan(name);
+        let plan = corpus_plan(name);
         for mode in [Mode::Fast, Mode::Checked] {
             let emitted = emit_module(&plan, mode).unwrap();
             for arch in [80, 90] {
-                let options = CompileOptions {
-                    arch,
-                    ..CompileOptions::default()
-                };
-                let ptx = compile_ptx(&emitted.source, &options)
-                    .unwrap_or_else(|e| panic!("{name} sm_{arch} {mode:?}: {e}"));
-                let report = mpmd_cuda::assemble(&ptx, arch)
-                    .unwrap_or_else(|e| panic!("{name} sm_{arch} {mode:?}: {e}"));
-                let kernel = report.kernel(&emitted.kernel_name).unwrap();
-                assert_eq!(
-                    (kernel.spill_store_bytes, kernel.spill_load_bytes),
-                    (0, 0),
-                    "{name} sm_{arch} {mode:?}"
-                );
+                let what = format!("{name} {mode:?}");
+                let (ptx, _) = assemble_without_spills(&emitted, &for_arch(arch), &what);
                 let instruction = format!("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32");
                 assert!(
                     ptx.text.contains(&instruction),
@@ -70,13 +44,9 @@ fn mma_cases_assemble_for_sm_80_and_sm_90_with_mma_sync() {
 #[test]
 fn below_sm_80_the_compile_names_the_reason() {
     require_tools();
-    let plan = case_plan("mma_f16_layout_identity_permutation");
+    let plan = corpus_plan("mma_f16_layout_identity_permutation");
     let emitted = emit_module(&plan, Mode::Fast).unwrap();
-    let options = CompileOptions {
-        arch: 75,
-        ..CompileOptions::default()
-    };
-    let e = compile_ptx(&emitted.source, &options).expect_err("sm_75 has no m16n8k16");
+    let e = compile_ptx(&emitted.source, &for_arch(75)).expect_err("sm_75 has no m16n8k16");
     let text = e.to_string();
     assert!(
         text.contains("mma_m16n8k16 needs sm_80 or later") && text.contains("m16n8k8"),
@@ -85,17 +55,10 @@ fn below_sm_80_the_compile_names_the_reason() {
 }
 
 /// PTX for `source` (one map) on `arch`, in `mode`, and its ptxas report
-/// of the kernel.
+/// of the kernel (which spills nothing).
 fn assembled(source: &str, mode: Mode, arch: u32) -> (String, mpmd_cuda::KernelResources) {
-    let plan = source_plan(source);
-    let emitted = emit_module(&plan, mode).unwrap();
-    let options = CompileOptions {
-        arch,
-        ..CompileOptions::default()
-    };
-    let ptx = compile_ptx(&emitted.source, &options).unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
-    let report = mpmd_cuda::assemble(&ptx, arch).unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
-    let kernel = report.kernel(&emitted.kernel_name).unwrap().clone();
+    let emitted = emit_module(&text_plan(source), mode).unwrap();
+    let (ptx, kernel) = assemble_without_spills(&emitted, &for_arch(arch), &format!("{mode:?}"));
     (ptx.text, kernel)
 }
 
@@ -198,11 +161,7 @@ fn fragment_loads_use_ldmatrix_exactly_for_smem_rows_of_16_bytes_in_fast_mode() 
 fn fragment_rows_under_constant_loops_stay_in_registers() {
     require_tools();
     for name in ["mma_rows_fragment_grid", "mma_load_double_buffered_smem"] {
-        let path = format!(
-            "{}/../conformance/cases/{name}.mpmd",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let source = std::fs::read_to_string(&path).expect("corpus case reads");
+        let source = corpus_text(name);
         for arch in [80, 90] {
             let (_, kernel) = assembled(&source, Mode::Fast, arch);
             assert_eq!(

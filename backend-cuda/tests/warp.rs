@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::require_tools;
-use mpmd_core::plan::lower;
+use common::{assemble_without_spills, corpus_plan, for_arch, require_tools};
 use mpmd_core::Mode;
-use mpmd_cuda::{compile_ptx, emit_module, CompileOptions};
+use mpmd_cuda::emit_module;
 
 const CASES: [&str; 4] = [
     "warp_shuffles_every_type",
@@ -18,39 +17,16 @@ const CASES: [&str; 4] = [
     "user_warp_block_sum",
 ];
 
-fn case_plan(name: &str) -> mpmd_core::plan::LaunchPlan {
-    let path = format!(
-        "{}/../conformance/cases/{name}.mpmd",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let source = std::fs::read_to_string(&path).expect("corpus case reads");
-    let (module, _) = mpmd_core::text::parse(&source).unwrap_or_else(|e| panic!("{e:?}"));
-    mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
-    lower(&module, &module.maps[0].name).expect("lowers")
-}
-
 #[test]
 fn warp_cases_assemble_for_sm_75_and_sm_90_with_warp_instructions() {
     require_tools();
     for name in CASES {
-        let plan = case_plan(name);
+        let plan = corpus_plan(name);
         for mode in [Mode::Fast, Mode::Checked] {
             let emitted = emit_module(&plan, mode).unwrap();
             for arch in [75, 90] {
-                let options = CompileOptions {
-                    arch,
-                    ..CompileOptions::default()
-                };
-                let ptx = compile_ptx(&emitted.source, &options)
-                    .unwrap_or_else(|e| panic!("{name} sm_{arch} {mode:?}: {e}"));
-                let report = mpmd_cuda::assemble(&ptx, arch)
-                    .unwrap_or_else(|e| panic!("{name} sm_{arch} {mode:?}: {e}"));
-                let kernel = report.kernel(&emitted.kernel_name).unwrap();
-                assert_eq!(
-                    (kernel.spill_store_bytes, kernel.spill_load_bytes),
-                    (0, 0),
-                    "{name} sm_{arch} {mode:?}"
-                );
+                let what = format!("{name} {mode:?}");
+                let (ptx, _) = assemble_without_spills(&emitted, &for_arch(arch), &what);
                 let text = &ptx.text;
                 let warp_instruction = text.contains("shfl.sync") || text.contains("vote.sync");
                 assert!(warp_instruction, "{name} sm_{arch}: no warp instruction");

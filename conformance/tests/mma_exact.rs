@@ -3,7 +3,8 @@
 //! mma`, which a real GPU needs); the interpreter, cuda-host (the emitted
 //! CUDA C with the shim's stand-in for `mma.sync`) and WGSL on lavapipe all
 //! compute docs/numerics.md's fixed order, and this test holds them to it:
-//! every output of the mma corpus cases, exactly the oracle's bits.
+//! every output of every corpus case that compares by the bound, exactly
+//! the oracle's bits.
 #![cfg(all(feature = "wgpu", feature = "cuda"))]
 
 #[path = "../../test-support/needs.rs"]
@@ -15,14 +16,17 @@ use mpmd_conformance::case::load_dir;
 use mpmd_conformance::run::{prepare_calls, run_interp};
 use mpmd_core::{Mode, RunError, RunOptions};
 
-/// The mma corpus cases, and whether WGSL runs them (it refuses an mma
-/// under a branch that is warp- but not block-uniform).
-const CASES: [(&str, bool); 4] = [
-    ("mma_f16_layout_identity_permutation", true),
-    ("mma_bf16_layout_identity_permutation", true),
-    ("mma_k_tiles_accumulate_in_place", true),
-    ("mma_in_warp_branch", false),
-];
+/// The mma corpus cases WGSL refuses (an mma under a branch that is warp-
+/// but not block-uniform: its emulation needs workgroup barriers).
+const WGSL_REFUSES: [&str; 1] = ["mma_in_warp_branch"];
+
+/// Whether a case compares some output by the tensor-core bound.
+fn compares_mma(file: &mpmd_conformance::case::CaseFile) -> bool {
+    file.spec
+        .compares
+        .iter()
+        .any(|(_, mode)| *mode == mpmd_core::case::CompareMode::Mma)
+}
 
 #[test]
 fn interpreter_cuda_host_and_wgpu_agree_bit_for_bit_on_the_mma_cases() {
@@ -36,11 +40,15 @@ fn interpreter_cuda_host_and_wgpu_agree_bit_for_bit_on_the_mma_cases() {
     }
     let corpus = load_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases"))
         .expect("the corpus directory is readable");
-    for (name, wgsl_runs) in CASES {
-        let case = corpus
-            .iter()
-            .find(|c| c.name == name)
-            .unwrap_or_else(|| panic!("no case {name}"));
+    let cases: Vec<_> = corpus
+        .iter()
+        .filter(|c| c.parsed.as_ref().is_ok_and(compares_mma))
+        .collect();
+    // Every mma case of the corpus, the stream-K GEMM among them.
+    assert!(cases.len() >= 8, "only {} mma cases", cases.len());
+    for case in cases {
+        let name = case.name.as_str();
+        let wgsl_runs = !WGSL_REFUSES.contains(&name);
         let file = case.parsed.as_ref().expect("parses");
         let calls = prepare_calls(name, file, 1).expect("inputs");
         let oracle = run_interp(file, &calls, Mode::Fast, 1, 0).expect("the oracle runs");

@@ -9,6 +9,7 @@ use std::path::Path;
 use mpmd_cli::npy;
 use mpmd_core::ir::ScalarType;
 use mpmd_core::numerics;
+use mpmd_core::HostTensor;
 
 /// Checks the output files an example's run wrote into a folder.
 type OutputCheck = fn(&Path);
@@ -27,7 +28,62 @@ const EXAMPLES: &[(&str, OutputCheck)] = &[
     ("chained_scan", check_chained_scan),
     ("f16_elementwise", check_f16_elementwise),
     ("bf16_rowsum", check_bf16_rowsum),
+    ("stream_k_gemm", check_stream_k_gemm),
 ];
+
+/// `--input` arguments a run of example `name` gets instead of its
+/// generators, their files written into `dir`: the GEMM's inputs are
+/// multiples of 1/4 in [-2, 2], so every sum of products is exact in f32 in
+/// any order and its outputs are known exactly.
+fn given_inputs(name: &str, dir: &Path) -> Vec<String> {
+    if name != "stream_k_gemm" {
+        return vec![];
+    }
+    let module = gemm_module();
+    let map = &module.maps[0];
+    map.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let len = input.ty.as_ref_type().unwrap().shape.iter().product::<u32>();
+            // Quarters are exact in bf16: the high half of the f32's bits.
+            let bits: Vec<u32> = (0..len)
+                .map(|j| ((j * (7 + 4 * i as u32) + 3) % 17) as f32 * 0.25 - 2.0)
+                .map(|v| v.to_bits() >> 16)
+                .collect();
+            let path = dir.join(format!("{}.npy", input.name));
+            npy::write(&path, &HostTensor::new(ScalarType::BF16, vec![len], bits).unwrap()).unwrap();
+            format!("{}={}", input.name, path.display())
+        })
+        .collect()
+}
+
+fn gemm_module() -> mpmd_core::ir::Module {
+    let text = std::fs::read_to_string(example("stream_k_gemm")).unwrap();
+    mpmd_core::text::parse_file(&text).unwrap().module
+}
+
+/// Every call's C is A B exactly (see [`given_inputs`]).
+fn check_stream_k_gemm(dir: &Path) {
+    let widen = |file: &str| npy::read(&dir.join(file)).unwrap().to_f32();
+    let (a, b) = (widen("a.npy"), widen("b.npy"));
+    let calls = gemm_module().effective_calls();
+    assert_eq!(calls.len(), 6);
+    for (index, call) in calls.iter().enumerate() {
+        let scalar = |name: &str| match call.scalars.iter().find(|(n, _)| n == name) {
+            Some((_, mpmd_core::ir::Literal::U32(v))) => *v as usize,
+            other => panic!("{name}: {other:?}"),
+        };
+        let (m, n, k) = (scalar("m"), scalar("n"), scalar("k"));
+        let (_, c) = read_f32(dir, &format!("{index}_{}_c.npy", call.map));
+        for r in 0..m {
+            for j in 0..n {
+                let exact: f32 = (0..k).map(|kk| a[r * k + kk] * b[kk * n + j]).sum();
+                assert_eq!(c[r * n + j], exact, "call {index}: C[{r}, {j}] of {m}x{n}x{k}");
+            }
+        }
+    }
+}
 
 fn read_f32(dir: &Path, file: &str) -> (Vec<u32>, Vec<f32>) {
     let tensor = npy::read(&dir.join(file)).expect("output file");
@@ -195,6 +251,10 @@ fn every_example_runs_on_the_interpreter_with_exact_outputs() {
             ];
             if checked {
                 args.push("--checked");
+            }
+            let inputs = given_inputs(name, dir.path());
+            for input in &inputs {
+                args.extend(["--input", input.as_str()]);
             }
             let output = mpmd(&args);
             assert!(

@@ -3273,6 +3273,99 @@ mod tests {
         assert!((30..60).contains(&unchanged), "{unchanged} of 60");
     }
 
+    fn has_mma(file: &CaseFile) -> bool {
+        file.module.kernels.iter().any(|k| {
+            let mut found = false;
+            mpmd_core::ir::visit::for_each_stmt(&k.body, &mut |s| {
+                found |= matches!(s, Stmt::Mma { .. })
+            });
+            found
+        })
+    }
+
+    /// `file` without what the mma groups add: their statements (`mm<g>_`
+    /// names, the tile's barrier, a branch around a group) and operands;
+    /// and without kernel parameters, which follow the operands the
+    /// kernels name (an input only the mma statements read stays a
+    /// parameter).
+    fn without_mma(file: &CaseFile) -> CaseFile {
+        let mut file = file.clone();
+        let mma_operand = |name: &str| {
+            [MMA_OUTPUT_PREFIX, MMA_TILE_PREFIX, MMA_INPUT_PREFIX]
+                .iter()
+                .any(|p| name.starts_with(p))
+        };
+        let mma_stmt = |s: &Stmt| match s {
+            Stmt::Mma { .. } | Stmt::MmaLoad { .. } => true,
+            Stmt::LocalArray { name, .. } => name.starts_with("mm"),
+            Stmt::For { var, .. } => var.name.starts_with("mm"),
+            Stmt::If { then_body, .. } => {
+                matches!(then_body.first(), Some(Stmt::LocalArray { name, .. }) if name.starts_with("mm"))
+            }
+            _ => false,
+        };
+        for k in &mut file.module.kernels {
+            let mut body = vec![];
+            let mut after_tile = false;
+            for s in k.body.drain(..) {
+                let tile_fill = matches!(&s, Stmt::For { var, .. } if var.name.ends_with("_f"));
+                let drop = mma_stmt(&s) || (after_tile && s == Stmt::Barrier);
+                after_tile = tile_fill && mma_stmt(&s);
+                if !drop {
+                    body.push(s);
+                }
+            }
+            k.body = body;
+            k.params.clear();
+        }
+        for map in &mut file.module.maps {
+            map.inputs.retain(|o| !mma_operand(&o.name));
+            map.outputs.retain(|o| !mma_operand(&o.name));
+            map.scratch.retain(|o| !mma_operand(&o.name));
+        }
+        file.spec.generators.retain(|(n, _)| !mma_operand(n));
+        file.spec.compares.retain(|(n, _)| !mma_operand(n));
+        file
+    }
+
+    /// The mma statements come from a stream of their own and leave nothing
+    /// behind for the rest of the kernel: a module without them is the
+    /// module the generator made before it had them, and a module with
+    /// them is that module plus the mma groups (names as generated).
+    #[test]
+    fn modules_without_mma_are_unchanged_by_the_mma_option() {
+        let with = |mma| GenOptions {
+            warps: 100,
+            mma,
+            adversarial_names: false,
+            ..GenOptions::default()
+        };
+        let mut unchanged = 0;
+        for seed in 0..40 {
+            let never = generate_with(seed, &with(0));
+            assert!(!has_mma(&never), "seed {seed}");
+            let half = generate_with(seed, &with(50));
+            if !has_mma(&half) {
+                assert_eq!(half, never, "seed {seed}");
+                unchanged += 1;
+            }
+            let always = generate_with(seed, &with(100));
+            assert!(has_mma(&always), "seed {seed}");
+            let stripped = without_mma(&always);
+            let never = without_mma(&never);
+            if stripped != never {
+                let (a, b) = (stripped.print(), never.print());
+                let first = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+                panic!(
+                    "seed {seed}: line {first:?}: {:?} vs {:?}",
+                    first.and_then(|i| a.lines().nth(i)),
+                    first.and_then(|i| b.lines().nth(i))
+                );
+            }
+        }
+        assert!((10..30).contains(&unchanged), "{unchanged} of 40");
+    }
+
     fn printed(seed: u64) -> String {
         generate(seed).print()
     }

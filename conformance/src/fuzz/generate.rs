@@ -44,7 +44,28 @@
 //!   as 32 times its operand. Integer, boolean and exact float results feed a
 //!   per-thread digest stored to `wo<i>`; edge values (NaN, infinities, ±0,
 //!   extremes) come only from the input `xw` (`special`) through shuffles
-//!   and f32 reductions straight to `ws<i>`, never into other arithmetic.
+//!   and f32 reductions straight to `ws<i>`, never into other arithmetic;
+//! - tensor cores ([`GenOptions::mma`], a stream of its own that makes every
+//!   mma choice, so the rest of a module is as without them): in warp
+//!   programs, one or two groups at the top of the kernel (block-uniform
+//!   control; sometimes under a branch on the warp index, which WGSL
+//!   declines), each of one 16-bit type: fragments declared as whole
+//!   arrays or as rows of 2-D arrays, A and B filled element by element
+//!   (exact values of the lane, converted inputs, generated exact values,
+//!   a few edge values: NaN, infinities, subnormals, bf16 values whose
+//!   products overflow f32) or with `mma_load_a/b` from an smem tile the
+//!   block filled before a barrier or from a gmem input, at warp-uniform
+//!   origins (literals, multiples of a row loop's variable, from the block
+//!   or warp index) that keep the block inside the [`MMA_TILE`]-shaped
+//!   source; C zero or per-lane values; multiplies on whole arrays (into
+//!   C or a separate D, sometimes again in place) or per row (constant,
+//!   loop-variable, lane- or warp-dependent rows; sometimes a k loop over
+//!   every A row); D stored per thread to `mo<i>`, sometimes two rows
+//!   added. Every fragment element read was written (the fills cover
+//!   every row), and mma results reach nothing but `mo<i>`, compared as
+//!   `mma`: nothing else depends on them, as the mode's probes need
+//!   (docs/numerics.md), and every input of a fragment is exact, so the
+//!   CPU backends must match the oracle's bits.
 
 use mpmd_core::case::{CaseSpec, CompareMode, Generator};
 use mpmd_core::ir::*;

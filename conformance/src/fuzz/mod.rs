@@ -37,7 +37,15 @@
 //! block-uniform control, in a quarter of those modules also under a branch
 //! on the warp index or a warp-uniform result (WGSL declines those: a skip,
 //! not a disagreement); results feed later expressions, conditions, indices
-//! and a digest stored per thread.
+//! and a digest stored per thread; and, in half of the warp modules
+//! ([`GenOptions::mma`], a stream of its own), `mma_m16n8k16` on f16 and
+//! bf16 fragments (whole arrays and rows of 2-D arrays) filled per lane
+//! (edge values among them) or by `mma_load_a/b` from smem tiles and gmem
+//! inputs, chained in place, stored to an output compared as `mma`: by the
+//! bits on the interpreter, cuda-host and WGSL, which compute the
+//! documented order, and by the tensor-core bound of the oracle's probes on
+//! a GPU ([`FloatPolicy::mma`]; [`check_module`] runs the oracle through
+//! [`crate::run::run_oracle`], as the conformance runner does).
 //!
 //! The xtask is a thin wrapper:
 //! ```no_run

@@ -546,9 +546,13 @@ fn interpreter_backend_agrees_with_itself() {
 #[ignore]
 fn print_seed() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-    // `WARPS=100`: as `cargo xtask fuzz -- --warps 100` generates it.
+    // `WARPS=100`, `MMA=100`: as `cargo xtask fuzz -- --warps 100 --mma 100`
+    // generates it.
+    let percent =
+        |name: &str, default: u32| std::env::var(name).map_or(default, |w| w.parse().unwrap());
     let options = GenOptions {
-        warps: std::env::var("WARPS").map_or(GenOptions::default().warps, |w| w.parse().unwrap()),
+        warps: percent("WARPS", GenOptions::default().warps),
+        mma: percent("MMA", GenOptions::default().mma),
         ..GenOptions::default()
     };
     let file = generate_with(seed, &options);

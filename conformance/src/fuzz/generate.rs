@@ -47,9 +47,9 @@
 //!   and f32 reductions straight to `ws<i>`, never into other arithmetic;
 //! - tensor cores ([`GenOptions::mma`], a stream of its own that makes every
 //!   mma choice, so the rest of a module is as without them): in warp
-//!   programs, one or two groups at the top of the kernel (block-uniform
-//!   control; sometimes under a branch on the warp index, which WGSL
-//!   declines), each of one 16-bit type: fragments declared as whole
+//!   programs, one or two groups after the warp prologue, at the kernel's
+//!   top level (block-uniform control; sometimes under a branch on the warp
+//!   index, which WGSL declines), each of one 16-bit type: fragments declared as whole
 //!   arrays or as rows of 2-D arrays, A and B filled element by element
 //!   (exact values of the lane, converted inputs, generated exact values,
 //!   a few edge values: NaN, infinities, subnormals, bf16 values whose

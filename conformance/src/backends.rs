@@ -405,7 +405,8 @@ pub fn fuzz_factory(name: &str) -> Result<Option<BackendFactory>, String> {
             )
         }
         "cuda" => Some(match new_backend(BackendId::Cuda) {
-            Ok(_) => BackendFactory::new("cuda", || new_backend(BackendId::Cuda)),
+            Ok(_) => BackendFactory::new("cuda", || new_backend(BackendId::Cuda))
+                .with_floats(FloatPolicy::CUDA_GPU),
             Err(_) => {
                 BackendFactory::new("cuda", || Ok(Box::new(CudaCompileOnly) as Box<dyn Backend>))
             }

@@ -608,6 +608,25 @@ pub fn compare_mma(
     }
 }
 
+/// Compares `actual` against the oracle's `expected` by `mode`: `mma` by the
+/// oracle's `probes` ([`compare_mma`], `bounds` times the bound: 1 against
+/// the oracle, 2 between two backends), every other mode by
+/// [`compare_within`] with `exact` and `profile`. An `mma` output without
+/// probes is a mismatch that says so.
+pub fn compare_probed(
+    mode: &CompareMode,
+    expected: &HostTensor,
+    probes: Option<&MmaProbes>,
+    actual: &HostTensor,
+    [exact, profile]: [Tolerance; 2],
+    bounds: f64,
+) -> Result<(), Mismatch> {
+    match (mode, probes) {
+        (CompareMode::Mma, Some(probes)) => compare_mma(expected, probes, actual, bounds),
+        _ => compare_within(mode, expected, actual, exact, profile),
+    }
+}
+
 /// The compare mode of output `name`: the case's own (`compares`), else
 /// exact for integers and bools and the backend's profile for floats.
 pub fn mode_for(compares: &[(String, CompareMode)], name: &str, elem: ScalarType) -> CompareMode {

@@ -14,7 +14,7 @@ use mpmd_core::{
 use crate::analysis::{bounded_ops, profile_tolerance, tags, BackendId, SUBNORMAL_TAG};
 use crate::backends::{cuda_check_plan, new_backend, Availability, Environment};
 use crate::case::{Case, CaseFile, CaseKind};
-use crate::compare::{compare, compare_mma, mode_for, Mismatch, MmaProbes, Tolerance};
+use crate::compare::{compare_probed, mode_for, Mismatch, MmaProbes, Tolerance};
 
 /// The result of one case on one backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -259,7 +259,7 @@ pub fn run_interp(
 /// [`run_interp`], flushing subnormal f32 operands and results when
 /// `flush_subnormals` (the oracle for an adapter that flushes them).
 pub fn run_interp_with(
-    CaseFile { module, spec }: &CaseFile,
+    file: &CaseFile,
     calls: &[PreparedCall],
     mode: Mode,
     seed: u64,
@@ -270,11 +270,24 @@ pub fn run_interp_with(
         run: RunOptions { mode, seed },
         detect: true,
         extra_schedules,
-        schedule_tolerances: spec.schedule_tolerances(),
+        schedule_tolerances: file.spec.schedule_tolerances(),
         flush_subnormals,
         ..InterpOptions::default()
     };
-    let mut observed = interp_sequence(module, calls, &options).map_err(SequenceError::Run)?;
+    run_oracle(file, calls, &options)
+}
+
+/// The oracle's run of `calls` with `options` (every call's outputs, then
+/// the residents after the last call) and, for each output the case
+/// compares as `mma`, its probes: the same calls run again with each
+/// `MmaProbe` (docs/numerics.md). [`run_interp_with`] and the fuzzer's
+/// `check_module` both judge by it.
+pub fn run_oracle(
+    CaseFile { module, spec }: &CaseFile,
+    calls: &[PreparedCall],
+    options: &InterpOptions,
+) -> Result<Vec<Observed>, SequenceError> {
+    let mut observed = interp_sequence(module, calls, options).map_err(SequenceError::Run)?;
     let probed =
         |o: &Observed| mode_for(&spec.compares, &o.name, o.tensor.elem()) == CompareMode::Mma;
     if observed.iter().any(probed) {
@@ -338,9 +351,9 @@ fn interp_sequence(
     Ok(observed)
 }
 
-/// Compares a result with the reference `expected` by `mode`: `mma` by
-/// the reference's probes, `bounds` times the bound (1 against the oracle,
-/// 2 between two backends); the others by [`compare`] with `tolerance`.
+/// Compares a result with the reference `expected` by `mode`
+/// ([`compare_probed`] with the reference's probes, `bounds` times the
+/// bound: 1 against the oracle, 2 between two backends).
 fn compare_observed(
     mode: &CompareMode,
     expected: &Observed,
@@ -349,10 +362,8 @@ fn compare_observed(
     tolerance: Tolerance,
     bounds: f64,
 ) -> Result<(), Mismatch> {
-    match (mode, probes) {
-        (CompareMode::Mma, Some(probes)) => compare_mma(&expected.tensor, probes, actual, bounds),
-        _ => compare(mode, &expected.tensor, actual, tolerance),
-    }
+    let tolerances = [Tolerance::EXACT, tolerance];
+    compare_probed(mode, &expected.tensor, probes, actual, tolerances, bounds)
 }
 
 /// Records the outputs of call `call`.

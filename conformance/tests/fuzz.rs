@@ -15,7 +15,8 @@ use mpmd_core::interp::Interpreter;
 use std::collections::{BTreeMap, HashSet};
 
 use mpmd_conformance::fuzz::generate::WARP_SPECIALS;
-use mpmd_core::ir::{visit, Expr, Literal, MathFn, ScalarType, Stmt, WarpOp};
+use mpmd_core::case::CompareMode;
+use mpmd_core::ir::{mma, visit, Expr, Literal, MathFn, ScalarType, Stmt, WarpOp};
 use mpmd_core::plan::{lower, LaunchPlan};
 
 const SEED: u64 = 20_261_129;
@@ -545,9 +546,13 @@ fn interpreter_backend_agrees_with_itself() {
 #[ignore]
 fn print_seed() {
     let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-    // `WARPS=100`: as `cargo xtask fuzz -- --warps 100` generates it.
+    // `WARPS=100`, `MMA=100`: as `cargo xtask fuzz -- --warps 100 --mma 100`
+    // generates it.
+    let percent =
+        |name: &str, default: u32| std::env::var(name).map_or(default, |w| w.parse().unwrap());
     let options = GenOptions {
-        warps: std::env::var("WARPS").map_or(GenOptions::default().warps, |w| w.parse().unwrap()),
+        warps: percent("WARPS", GenOptions::default().warps),
+        mma: percent("MMA", GenOptions::default().mma),
         ..GenOptions::default()
     };
     let file = generate_with(seed, &options);
@@ -653,4 +658,78 @@ fn a_found_case_reproduces_its_failing_inputs() {
         reduce::reproduces(file, seed, &corrupter(), &finding.signature, &config).is_some(),
         "{text}"
     );
+}
+
+/// Options that put warp collectives and mma groups in every module.
+fn all_mma() -> GenOptions {
+    GenOptions {
+        warps: 100,
+        mma: 100,
+        ..GenOptions::default()
+    }
+}
+
+/// The mma statements of `body` (nested ones included): multiplies, A
+/// loads, B loads.
+fn mma_statements(body: &[Stmt]) -> [u32; 3] {
+    let mut counts = [0; 3];
+    visit::for_each_stmt(body, &mut |s| match s {
+        Stmt::Mma { .. } => counts[0] += 1,
+        Stmt::MmaLoad {
+            operand: mma::Operand::A,
+            ..
+        } => counts[1] += 1,
+        Stmt::MmaLoad {
+            operand: mma::Operand::B,
+            ..
+        } => counts[2] += 1,
+        _ => {}
+    });
+    counts
+}
+
+/// Modules with `mma_m16n8k16` and fragment loads validate, round-trip and
+/// run race-free and deterministically on the interpreter, with the oracle's
+/// probes for every `mma` output; the same seed gives the same module.
+#[test]
+fn generated_mma_programs_are_valid_and_probed() {
+    let mut failures = vec![];
+    let (mut multiplies, mut loads_a, mut loads_b, mut probed) = (0, 0, 0, 0);
+    for seed in SEED..SEED + 40 {
+        let file = generate_with(seed, &all_mma());
+        assert_eq!(file, generate_with(seed, &all_mma()), "seed {seed}");
+        for k in &file.module.kernels {
+            let [m, a, b] = mma_statements(&k.body);
+            (multiplies, loads_a, loads_b) = (multiplies + m, loads_a + a, loads_b + b);
+        }
+        match check_module(&file, seed) {
+            Ok(oracle) => {
+                let mma_outputs: Vec<&String> = file
+                    .spec
+                    .compares
+                    .iter()
+                    .filter(|(_, m)| *m == CompareMode::Mma)
+                    .map(|(n, _)| n)
+                    .collect();
+                assert!(!mma_outputs.is_empty(), "seed {seed}: no mma output");
+                for name in mma_outputs {
+                    assert!(oracle.mma[0].contains_key(name), "seed {seed}: `{name}`");
+                    probed += 1;
+                }
+            }
+            Err((stage, message)) => failures.push(format!("seed {seed} at {stage}: {message}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} generator bugs:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(multiplies >= 60, "{multiplies} multiplies");
+    assert!(
+        loads_a >= 10 && loads_b >= 10,
+        "{loads_a} A, {loads_b} B loads"
+    );
+    assert!(probed >= 40, "{probed} probed outputs");
 }

@@ -51,6 +51,10 @@ struct Args {
     /// generator's, `GenOptions::warps`).
     #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(0..=100))]
     warps: Option<u32>,
+    /// Percent of the warp modules that also use `mma_m16n8k16` and the
+    /// fragment loads (default: the generator's, `GenOptions::mma`).
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(0..=100))]
+    mma: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         generator: GenOptions {
             ieee: !with_wgsl,
             warps: args.warps.unwrap_or(GenOptions::default().warps),
+            mma: args.mma.unwrap_or(GenOptions::default().mma),
             ..Default::default()
         },
         ..FuzzConfig::default()

@@ -44,7 +44,28 @@
 //!   as 32 times its operand. Integer, boolean and exact float results feed a
 //!   per-thread digest stored to `wo<i>`; edge values (NaN, infinities, ±0,
 //!   extremes) come only from the input `xw` (`special`) through shuffles
-//!   and f32 reductions straight to `ws<i>`, never into other arithmetic.
+//!   and f32 reductions straight to `ws<i>`, never into other arithmetic;
+//! - tensor cores ([`GenOptions::mma`], a stream of its own that makes every
+//!   mma choice, so the rest of a module is as without them): in warp
+//!   programs, one or two groups after the warp prologue, at the kernel's
+//!   top level (block-uniform control; sometimes under a branch on the warp
+//!   index, which WGSL declines), each of one 16-bit type: fragments declared as whole
+//!   arrays or as rows of 2-D arrays, A and B filled element by element
+//!   (exact values of the lane, converted inputs, generated exact values,
+//!   a few edge values: NaN, infinities, subnormals, bf16 values whose
+//!   products overflow f32) or with `mma_load_a/b` from an smem tile the
+//!   block filled before a barrier or from a gmem input, at warp-uniform
+//!   origins (literals, multiples of a row loop's variable, from the block
+//!   or warp index) that keep the block inside the [`MMA_TILE`]-shaped
+//!   source; C zero or per-lane values; multiplies on whole arrays (into
+//!   C or a separate D, sometimes again in place) or per row (constant,
+//!   loop-variable, lane- or warp-dependent rows; sometimes a k loop over
+//!   every A row); D stored per thread to `mo<i>`, sometimes two rows
+//!   added. Every fragment element read was written (the fills cover
+//!   every row), and mma results reach nothing but `mo<i>`, compared as
+//!   `mma`: nothing else depends on them, as the mode's probes need
+//!   (docs/numerics.md), and every input of a fragment is exact, so the
+//!   CPU backends must match the oracle's bits.
 
 use mpmd_core::case::{CaseSpec, CompareMode, Generator};
 use mpmd_core::ir::*;
@@ -84,6 +105,25 @@ const WARP_STMT_PERCENT: u32 = 25;
 /// warp-uniform control that is not block-uniform (WGSL declines those; the
 /// other warp modules run there too).
 const WARP_BRANCH_PERCENT: u32 = 25;
+/// Percent of the warp modules that also multiply on tensor cores (the
+/// default of [`GenOptions::mma`]).
+const MMA_PERCENT: u32 = 50;
+/// Most mma groups (fragments, fills, multiplies, stores) of one program.
+const MMA_GROUPS_MAX: u32 = 2;
+/// Most rows of a 2-D fragment array; every group has one slot of the
+/// output per row.
+const MMA_ROWS_MAX: u32 = 3;
+/// Shape of a fragment source (an smem tile or a gmem input): two buffers of
+/// 32 rows by 24 columns, room for A blocks (16x16) at row origins up to 16
+/// and column origins up to 8, and B blocks (16x8) at origins up to 16.
+const MMA_TILE: [u32; 3] = [2, 32, 24];
+/// Prefixes of the mma operands of program `i`, group `g`: the output
+/// `mo<i>` (compared as `mma`), the smem tile `mt<i>_<g>` and the gmem input
+/// `mx<i>_<g>`; and of the group's locals, `mm<g>_...` (no name the rest of
+/// the generator makes starts with `mm`).
+pub const MMA_OUTPUT_PREFIX: &str = "mo";
+const MMA_TILE_PREFIX: &str = "mt";
+const MMA_INPUT_PREFIX: &str = "mx";
 /// Counter elements and the (commuting) atomic each element is updated with.
 const COUNTER_OPS: [AtomicOp; 4] = [AtomicOp::Add, AtomicOp::Xor, AtomicOp::Or, AtomicOp::Max];
 const SIGNED_COUNTER_OPS: [AtomicOp; 3] = [AtomicOp::Min, AtomicOp::Max, AtomicOp::Add];
@@ -147,11 +187,50 @@ struct ProgramPlan {
     /// Also under branches on the warp index or a warp-uniform result
     /// (warp-uniform control that is not block-uniform: WGSL declines).
     warp_branches: bool,
+    /// Tensor-core groups (warp programs of mma modules only; planned from
+    /// the mma stream after every other choice of the plan).
+    mma: Vec<MmaGroup>,
     smem: Option<ScalarType>,
     gscratch: Option<ScalarType>,
     /// A `u32` output whose element `gid` this thread also updates atomically.
     owned_atomics: bool,
     uses_counters: bool,
+}
+
+/// Where a group's A or B fragments come from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum MmaSource {
+    /// Element stores of per-lane values.
+    Values,
+    /// `mma_load_a/b` from the program's smem tile, which the block fills
+    /// before a barrier.
+    Smem,
+    /// `mma_load_a/b` from the group's gmem input.
+    Gmem,
+}
+
+/// One tensor-core group of a program: fragments of one 16-bit type, filled,
+/// multiplied (sometimes twice, accumulating in place) and stored to the
+/// program's `mo<i>` at slots `MMA_ROWS_MAX * g ..`.
+#[derive(Clone, Debug)]
+struct MmaGroup {
+    ty: ScalarType,
+    /// 0: whole arrays; 2 or 3: rows of 2-D arrays.
+    rows: u32,
+    a: MmaSource,
+    b: MmaSource,
+    /// The gmem input holds edge values (`special`), else `uniform(-4, 4)`.
+    special_input: bool,
+    /// The multiplies stand under a branch on the warp index (warp-uniform,
+    /// not block-uniform: WGSL declines); only where the program has warp
+    /// branches.
+    in_branch: bool,
+}
+
+impl MmaGroup {
+    fn source_needed(&self, s: MmaSource) -> bool {
+        self.a == s || self.b == s
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -204,6 +283,12 @@ pub struct GenOptions {
     /// whole warps. Drawn from a stream of its own: a module without warps
     /// is the same for every value.
     pub warps: u32,
+    /// Percent of the warp modules whose warp programs also use
+    /// `mma_m16n8k16` and the fragment loads (the first always, each other
+    /// one with even odds). Drawn from a stream of its own, as is everything
+    /// the mma statements choose: a module without them is the same for
+    /// every value.
+    pub mma: u32,
 }
 
 impl Default for GenOptions {
@@ -212,6 +297,7 @@ impl Default for GenOptions {
             ieee: true,
             adversarial_names: true,
             warps: 25,
+            mma: MMA_PERCENT,
         }
     }
 }
@@ -232,6 +318,9 @@ pub fn generate_with(seed: u64, options: &GenOptions) -> CaseFile {
     gen.module_warps = warp_rng.chance(options.warps);
     gen.module_warp_branches = gen.module_warps && warp_rng.chance(WARP_BRANCH_PERCENT);
     gen.warp_rng = warp_rng;
+    let mut mma_rng = Rng::for_stream(seed, &["mma"]);
+    gen.module_mma = gen.module_warps && mma_rng.chance(options.mma);
+    gen.mma_rng = mma_rng;
     let file = gen.file();
     if !options.adversarial_names {
         return file;
@@ -282,6 +371,11 @@ struct Gen {
     /// Values in scope that are warp-uniform but not block-uniform (results
     /// of votes, ballots, reductions, `shfl_idx` of a warp-uniform lane).
     warp_vals: Vec<Val>,
+    /// The module's warp programs multiply on tensor cores; the stream that
+    /// makes every mma choice (never `rng`, so that the rest of the module
+    /// is as without them).
+    module_mma: bool,
+    mma_rng: Rng,
 }
 
 /// The helper function and constant a generated module may use: a loop
@@ -361,6 +455,8 @@ impl Gen {
             warp_rng: Rng::for_stream(seed, &["warps"]),
             warp_ctl: true,
             warp_vals: vec![],
+            module_mma: false,
+            mma_rng: Rng::for_stream(seed, &["mma"]),
         }
     }
 
@@ -402,6 +498,9 @@ impl Gen {
         self.plan_edges();
         self.has_tick = self.rng.chance(30);
         self.helpers = self.rng.chance(40);
+        if self.module_mma {
+            self.plan_mma();
+        }
 
         let map = self.main_map();
         let params = map.params();
@@ -474,6 +573,7 @@ impl Gen {
             out_inexact: self.rng.chance(50),
             warps,
             warp_branches,
+            mma: vec![],
             smem: self
                 .rng
                 .chance(40)
@@ -542,6 +642,13 @@ impl Gen {
             b = b.input(WARP_SPECIALS, gmem(F32, [WARP_SPECIALS_LEN]));
         }
         for (i, p) in self.programs.iter().enumerate() {
+            for (g, group) in p.mma.iter().enumerate() {
+                if group.source_needed(MmaSource::Gmem) {
+                    b = b.input(&mma_input(i, g), gmem(group.ty, MMA_TILE));
+                }
+            }
+        }
+        for (i, p) in self.programs.iter().enumerate() {
             b = b.output_zeroed(&Self::out_name(i), Self::out_type(p));
             if p.owned_atomics {
                 b = b.output_zeroed(&format!("a{i}"), gmem(U32, [p.blocks * p.threads]));
@@ -550,6 +657,11 @@ impl Gen {
                 let n = p.blocks * p.threads;
                 b = b.output_zeroed(&format!("wo{i}"), gmem(U32, [n]));
                 b = b.output_zeroed(&format!("ws{i}"), gmem(F32, [WARP_SPECIAL_SLOTS, n]));
+            }
+            if !p.mma.is_empty() {
+                let slots = MMA_ROWS_MAX * p.mma.len() as u32;
+                let shape = [slots, p.blocks * p.threads, mma::C_LEN];
+                b = b.output_zeroed(&format!("{MMA_OUTPUT_PREFIX}{i}"), gmem(F32, shape));
             }
         }
         if self.programs.iter().any(|p| p.uses_counters) {
@@ -579,6 +691,12 @@ impl Gen {
             }
             if let Some(ty) = p.gscratch {
                 b = b.scratch(&format!("g{i}"), gmem(ty, [p.blocks * p.threads]));
+            }
+            for (g, group) in p.mma.iter().enumerate() {
+                if group.source_needed(MmaSource::Smem) {
+                    let tile = smem(group.ty, MMA_TILE).owned_by(&p.mesh.name);
+                    b = b.scratch(&mma_tile(i, g), tile);
+                }
             }
         }
         for e in &self.edges {
@@ -713,8 +831,15 @@ impl Gen {
         for map in &module.maps {
             for x in &map.inputs {
                 let Type::Ref(r) = &x.ty else { continue };
+                let mma_special = self.mma_input_is_special(&x.name);
                 let g = match r.elem {
                     _ if x.name == WARP_SPECIALS => Generator::Special,
+                    // Fragment sources: NaN payloads never reach a bitcast.
+                    _ if mma_special == Some(true) => Generator::Special,
+                    _ if mma_special == Some(false) => Generator::Uniform {
+                        lo: Literal::f32(-4.0),
+                        hi: Literal::f32(4.0),
+                    },
                     F32 => Generator::Uniform {
                         lo: Literal::f32(-4.0),
                         hi: Literal::f32(4.0),
@@ -749,6 +874,9 @@ impl Gen {
                     // Edge values moved and reduced exactly (NaN payloads
                     // and the sign of zero are not compared).
                     name if name.starts_with("ws") => CompareMode::Exact,
+                    // Sums of mma results: the tensor-core bound on a GPU
+                    // (the fuzzer holds the CPU backends to the bits).
+                    name if name.starts_with(MMA_OUTPUT_PREFIX) => CompareMode::Mma,
                     name => {
                         let i: usize = name[1..].parse().unwrap_or(0);
                         if self.programs.get(i).is_some_and(|p| p.out_inexact) {
@@ -854,6 +982,9 @@ impl Gen {
             if p.warp_branches {
                 self.warp_branch(&mut body, 0);
             }
+        }
+        for (g, group) in p.mma.iter().enumerate() {
+            self.with_mma_stream(|gen| gen.mma_group(&mut body, g, group));
         }
 
         let budget = self.rng.range(2, 7);
@@ -1802,6 +1933,569 @@ impl Gen {
         });
     }
 
+    // ---- tensor cores ----------------------------------------------------
+
+    /// Plans the mma groups of the warp programs (the first always, each
+    /// other one with even odds), from the mma stream alone.
+    fn plan_mma(&mut self) {
+        for i in 0..self.programs.len() {
+            let (warps, branches) = (self.programs[i].warps, self.programs[i].warp_branches);
+            if !warps || (i > 0 && !self.mma_rng.chance(50)) {
+                continue;
+            }
+            let r = &mut self.mma_rng;
+            let count = r.range(1, MMA_GROUPS_MAX);
+            let sources = [
+                MmaSource::Values,
+                MmaSource::Values,
+                MmaSource::Smem,
+                MmaSource::Gmem,
+            ];
+            let groups = (0..count)
+                .map(|_| MmaGroup {
+                    ty: *r.pick(&mma::INPUT_TYPES),
+                    rows: if r.chance(50) {
+                        0
+                    } else {
+                        r.range(2, MMA_ROWS_MAX)
+                    },
+                    a: *r.pick(&sources),
+                    b: *r.pick(&sources),
+                    special_input: r.chance(50),
+                    in_branch: branches && r.chance(40),
+                })
+                .collect();
+            self.programs[i].mma = groups;
+        }
+    }
+
+    /// Whether the fragment source input `name` holds edge values; `None`
+    /// when it is no fragment source.
+    fn mma_input_is_special(&self, name: &str) -> Option<bool> {
+        self.programs.iter().enumerate().find_map(|(i, p)| {
+            p.mma.iter().enumerate().find_map(|(g, group)| {
+                (group.source_needed(MmaSource::Gmem) && mma_input(i, g) == name)
+                    .then_some(group.special_input)
+            })
+        })
+    }
+
+    /// Runs `f` with the mma stream as `rng` and restores everything the
+    /// rest of the kernel would see: the mma statements leave no value in
+    /// scope (their results reach only `mo<i>`, as the `mma` compare mode
+    /// needs) and draw nothing from the main stream.
+    fn with_mma_stream(&mut self, f: impl FnOnce(&mut Self)) {
+        std::mem::swap(&mut self.rng, &mut self.mma_rng);
+        let (nv, nr, nw) = (self.vals.len(), self.vars.len(), self.warp_vals.len());
+        let (nest, loop_depth, warp_ctl) = (self.nest, self.loop_depth, self.warp_ctl);
+        f(self);
+        self.vals.truncate(nv);
+        self.vars.truncate(nr);
+        self.warp_vals.truncate(nw);
+        (self.nest, self.loop_depth, self.warp_ctl) = (nest, loop_depth, warp_ctl);
+        std::mem::swap(&mut self.rng, &mut self.mma_rng);
+    }
+
+    /// One mma group at the top of a warp program (block-uniform control):
+    /// its smem tile filled before a barrier, then (sometimes under a branch
+    /// on the warp index) fragments declared and filled, multiplied and
+    /// stored to the group's slots of `mo<i>`.
+    fn mma_group(&mut self, body: &mut Vec<Stmt>, g: usize, group: &MmaGroup) {
+        let i = self.cur;
+        let threads = self.programs[i].threads;
+        if group.source_needed(MmaSource::Smem) {
+            self.mma_fill_tile(body, g, group.ty, threads);
+            body.push(Stmt::Barrier);
+        }
+        let name = |what: &str| format!("mm{g}_{what}");
+        let (fa, fb, acc) = (name("a"), name("b"), name("c"));
+        let shape = |len: u32| {
+            if group.rows == 0 {
+                vec![len]
+            } else {
+                vec![group.rows, len]
+            }
+        };
+        let mut stmts = vec![
+            Stmt::LocalArray {
+                name: fa.clone(),
+                elem: group.ty,
+                shape: shape(mma::A_LEN),
+            },
+            Stmt::LocalArray {
+                name: fb.clone(),
+                elem: group.ty,
+                shape: shape(mma::B_LEN),
+            },
+            Stmt::LocalArray {
+                name: acc.clone(),
+                elem: F32,
+                shape: shape(mma::C_LEN),
+            },
+        ];
+        self.mma_fill_fragment(&mut stmts, g, group, mma::Operand::A, &fa);
+        self.mma_fill_fragment(&mut stmts, g, group, mma::Operand::B, &fb);
+        self.mma_fill_accumulator(&mut stmts, g, group, &acc);
+        let result = self.mma_multiply(&mut stmts, g, group, [&fa, &fb, &acc]);
+        self.mma_store(&mut stmts, g, group, &result);
+        if group.in_branch {
+            let warps = threads / 32;
+            let k = self.rng.range(0, warps - 1);
+            let warp = var("t") / lit_u32(32);
+            let cond = if self.rng.chance(50) {
+                warp.eq(lit_u32(k))
+            } else {
+                (warp % lit_u32(2)).eq(lit_u32(k % 2))
+            };
+            body.push(Stmt::If {
+                cond,
+                then_body: stmts,
+                else_body: vec![],
+            });
+        } else {
+            body.extend(stmts);
+        }
+    }
+
+    /// Every element of the group's smem tile written once by the block
+    /// (element `x` by thread `x % threads`), from values of `x`.
+    fn mma_fill_tile(&mut self, body: &mut Vec<Stmt>, g: usize, ty: ScalarType, threads: u32) {
+        let [bufs, rows, cols] = MMA_TILE;
+        let total = bufs * rows * cols;
+        let (f, x) = (format!("mm{g}_f"), format!("mm{g}_x"));
+        let value = self.mma_tile_value(ty, var(&x));
+        let store = Stmt::Store {
+            target: at(
+                &mma_tile(self.cur, g),
+                [
+                    var(&x) / lit_u32(rows * cols),
+                    var(&x) / lit_u32(cols) % lit_u32(rows),
+                    var(&x) % lit_u32(cols),
+                ],
+            ),
+            value,
+        };
+        let guarded = if total.is_multiple_of(threads) {
+            store
+        } else {
+            Stmt::If {
+                cond: var(&x).lt(lit_u32(total)),
+                then_body: vec![store],
+                else_body: vec![],
+            }
+        };
+        body.push(Stmt::For {
+            var: Binding {
+                name: f.clone(),
+                ty: U32,
+            },
+            start: lit_u32(0),
+            end: lit_u32(total.div_ceil(threads)),
+            body: vec![
+                Stmt::Let {
+                    var: Binding {
+                        name: x.clone(),
+                        ty: U32,
+                    },
+                    value: var("t") + lit_u32(threads) * var(&f),
+                },
+                guarded,
+            ],
+        });
+    }
+
+    /// A value of tile element `x`: exact small values or converted input
+    /// data, sometimes an edge value.
+    fn mma_tile_value(&mut self, ty: ScalarType, x: Expr) -> Expr {
+        let base = match self.rng.below(3) {
+            0 => {
+                let c = lit_u32(2 * self.rng.range(1, 20) + 1);
+                (((x.clone() * c) % lit_u32(23)).cast(F32) * 0.25f32 - 2.75f32).cast(ty)
+            }
+            1 if !self.inputs.is_empty() => {
+                let input = self.rng.pick(&self.inputs).clone();
+                let c = lit_u32(self.rng.range(0, input.len - 1));
+                let e = load(&input.name, [(x.clone() + c) % lit_u32(input.len)]);
+                cast_to(e, input.ty, ty)
+            }
+            _ => {
+                let c = lit_u32(self.rng.range(0, 63));
+                (((x.clone() ^ c) % lit_u32(9)).cast(F32) - 4.0f32).cast(ty)
+            }
+        };
+        self.sprinkle_special(ty, x, base)
+    }
+
+    /// `base`, or in a few of the elements (`index` picks them) an edge
+    /// value of `ty` in its place.
+    fn sprinkle_special(&mut self, ty: ScalarType, index: Expr, base: Expr) -> Expr {
+        if !self.rng.chance(40) {
+            return base;
+        }
+        let k = self.rng.range(3, 9);
+        let phase = self.rng.range(0, k - 1);
+        let special = self.mma_special(ty, index.clone());
+        select((index % lit_u32(k)).eq(lit_u32(phase)), special, base)
+    }
+
+    /// An edge value of the 16-bit type `ty`: the f32 edge values of `xw`
+    /// converted (NaN, infinities, subnormals, extremes), a large value
+    /// (in bf16, products of two overflow f32), a subnormal, an infinity
+    /// or a NaN.
+    fn mma_special(&mut self, ty: ScalarType, index: Expr) -> Expr {
+        let half = |bits: u32| Expr::Lit(Literal::from_bits(ty, bits));
+        let sign = if self.rng.chance(50) { 0x8000 } else { 0 };
+        match self.rng.below(5) {
+            0 | 1 => {
+                let c = lit_u32(self.rng.range(0, WARP_SPECIALS_LEN - 1));
+                load(WARP_SPECIALS, [(index + c) % lit_u32(WARP_SPECIALS_LEN)]).cast(ty)
+            }
+            2 => {
+                let large = if ty == BF16 { 3.0e19f32 } else { 16384.0 };
+                ((index % lit_u32(8) + lit_u32(1)).cast(F32) * large).cast(ty)
+            }
+            3 => {
+                // The largest subnormals down to the smallest.
+                let top = if ty == BF16 { 0x7f } else { 0x3ff };
+                half(sign | self.rng.range(1, top))
+            }
+            _ => {
+                let (inf, nan) = if ty == BF16 {
+                    (0x7f80, 0x7fc0)
+                } else {
+                    (0x7c00, 0x7e00)
+                };
+                half(if self.rng.chance(50) { sign | inf } else { nan })
+            }
+        }
+    }
+
+    /// A per-lane value of A or B element `e` (of type `ty`): exact
+    /// values of the lane, converted input data or a generated exact value,
+    /// sometimes an edge value.
+    fn mma_input_value(&mut self, ty: ScalarType, e: Expr) -> Expr {
+        let t = var("t");
+        let base = match self.rng.below(5) {
+            0 | 1 => {
+                // Multiples of 1/4 in [-2, 2]: exact in both types.
+                let c1 = lit_u32(self.rng.range(1, 40));
+                let c2 = lit_u32(self.rng.range(1, 16));
+                (((t.clone() * c1 + e.clone() * c2) % lit_u32(17)).cast(F32) * 0.25f32 - 2.0f32)
+                    .cast(ty)
+            }
+            2 if !self.inputs.is_empty() => {
+                let input = self.rng.pick(&self.inputs).clone();
+                let c = lit_u32(self.rng.range(0, input.len - 1));
+                let index = (var("gid") * lit_u32(8) + e.clone() + c) % lit_u32(input.len);
+                cast_to(load(&input.name, [index]), input.ty, ty)
+            }
+            _ => self.value(ty, 2, false, false).e,
+        };
+        let spread = lit_u32(self.rng.range(1, 5));
+        self.sprinkle_special(ty, t + e * spread, base)
+    }
+
+    /// A per-lane value of C element `e`: exact f32 values (small ones,
+    /// generated ones, full mantissas), sometimes an edge value of `xw`.
+    fn mma_c_value(&mut self, e: Expr) -> Expr {
+        let gid = var("gid");
+        let base = match self.rng.below(3) {
+            0 => {
+                let c1 = lit_u32(self.rng.range(1, 40));
+                let c2 = lit_u32(self.rng.range(1, 16));
+                ((gid.clone() * c1 + e.clone() * c2) % lit_u32(13)).cast(F32) - 6.0f32
+            }
+            1 => self.value(F32, 2, false, false).e,
+            _ => self.lane_float().e,
+        };
+        if !self.rng.chance(30) {
+            return base;
+        }
+        let k = self.rng.range(3, 9);
+        let index = gid + e * lit_u32(self.rng.range(1, 5));
+        let c = lit_u32(self.rng.range(0, WARP_SPECIALS_LEN - 1));
+        select(
+            (index.clone() % lit_u32(k)).eq(lit_u32(0)),
+            load(WARP_SPECIALS, [(index + c) % lit_u32(WARP_SPECIALS_LEN)]),
+            base,
+        )
+    }
+
+    /// Fills every row of the A or B fragment array `array`: element by
+    /// element with per-lane values, or with `mma_load_a/b` from the smem
+    /// tile or the gmem input at warp-uniform origins that keep the block
+    /// inside [`MMA_TILE`].
+    fn mma_fill_fragment(
+        &mut self,
+        body: &mut Vec<Stmt>,
+        g: usize,
+        group: &MmaGroup,
+        operand: mma::Operand,
+        array: &str,
+    ) {
+        let (source, len, role) = match operand {
+            mma::Operand::A => (group.a, mma::A_LEN, "a"),
+            mma::Operand::B => (group.b, mma::B_LEN, "b"),
+        };
+        let row_var = format!("mm{g}_i{role}");
+        let row = (group.rows > 0).then(|| var(&row_var));
+        let mut fill = vec![];
+        match source {
+            MmaSource::Values => {
+                let e = format!("mm{g}_e{role}");
+                // Each row its own values.
+                let element = match &row {
+                    Some(r) => var(&e) + r.clone() * lit_u32(len),
+                    None => var(&e),
+                };
+                let value = self.mma_input_value(group.ty, element);
+                let mut index = row.iter().cloned().collect::<Vec<_>>();
+                index.push(var(&e));
+                fill.push(Stmt::For {
+                    var: Binding { name: e, ty: U32 },
+                    start: lit_u32(0),
+                    end: lit_u32(len),
+                    body: vec![Stmt::Store {
+                        target: at(array, index),
+                        value,
+                    }],
+                });
+            }
+            MmaSource::Smem | MmaSource::Gmem => {
+                let base = if source == MmaSource::Smem {
+                    mma_tile(self.cur, g)
+                } else {
+                    mma_input(self.cur, g)
+                };
+                let (block_rows, block_cols) = operand.block_shape();
+                let [bufs, rows, cols] = MMA_TILE;
+                let origin = [
+                    self.mma_origin(bufs - 1, row.as_ref(), 1),
+                    self.mma_origin(rows - block_rows, row.as_ref(), 8),
+                    self.mma_origin(cols - block_cols, row.as_ref(), 4),
+                ];
+                let dest = match &row {
+                    Some(r) => Fragment::row(array, r.clone()),
+                    None => Fragment::whole(array),
+                };
+                fill.push(Stmt::MmaLoad {
+                    operand,
+                    dest,
+                    source: at(&base, origin),
+                });
+            }
+        }
+        if group.rows == 0 {
+            body.extend(fill);
+        } else {
+            body.push(Stmt::For {
+                var: Binding {
+                    name: row_var,
+                    ty: U32,
+                },
+                start: lit_u32(0),
+                end: lit_u32(group.rows),
+                body: fill,
+            });
+        }
+    }
+
+    /// A warp-uniform origin index in `0..=most`: a literal (often a
+    /// multiple of 8, where CUDA uses `ldmatrix`), a multiple `step` of the
+    /// row loop's variable, or from the block or warp index.
+    fn mma_origin(&mut self, most: u32, row: Option<&Expr>, step: u32) -> Expr {
+        let eights: Vec<u32> = (0..=most).filter(|v| v % 8 == 0).collect();
+        match self.rng.below(6) {
+            0 => lit_u32(self.rng.range(0, most)),
+            1 => lit_u32(*self.rng.pick(&eights)),
+            // The loop runs at most `MMA_ROWS_MAX` rows: `step * i <= most`.
+            2 if row.is_some() && step * (MMA_ROWS_MAX - 1) <= most => {
+                row.cloned().unwrap_or(lit_u32(0)) * lit_u32(step)
+            }
+            3 => (var("lin") % lit_u32(2)) * lit_u32(most / 2),
+            4 => (var("t") / lit_u32(32) % lit_u32(2)) * lit_u32(most),
+            _ => lit_u32(*self.rng.pick(&eights)),
+        }
+    }
+
+    /// Zero or per-lane values in every element of every accumulator row.
+    fn mma_fill_accumulator(
+        &mut self,
+        body: &mut Vec<Stmt>,
+        g: usize,
+        group: &MmaGroup,
+        acc: &str,
+    ) {
+        let e = format!("mm{g}_ec");
+        let value = if self.rng.chance(30) {
+            Expr::from(0.0f32)
+        } else {
+            self.mma_c_value(var(&e))
+        };
+        let row_var = format!("mm{g}_ic");
+        let mut index = vec![];
+        if group.rows > 0 {
+            index.push(var(&row_var));
+        }
+        index.push(var(&e));
+        let fill = Stmt::For {
+            var: Binding { name: e, ty: U32 },
+            start: lit_u32(0),
+            end: lit_u32(mma::C_LEN),
+            body: vec![Stmt::Store {
+                target: at(acc, index),
+                value,
+            }],
+        };
+        body.push(if group.rows == 0 {
+            fill
+        } else {
+            Stmt::For {
+                var: Binding {
+                    name: row_var,
+                    ty: U32,
+                },
+                start: lit_u32(0),
+                end: lit_u32(group.rows),
+                body: vec![fill],
+            }
+        });
+    }
+
+    /// The multiplies: on whole arrays into the accumulator or a separate
+    /// `d`, sometimes once more accumulating in place; on rows, one per
+    /// accumulator row, sometimes over every A row in turn (a k loop). The
+    /// fragment holding D is returned.
+    fn mma_multiply(
+        &mut self,
+        body: &mut Vec<Stmt>,
+        g: usize,
+        group: &MmaGroup,
+        [fa, fb, acc]: [&str; 3],
+    ) -> String {
+        if group.rows == 0 {
+            let d = if self.rng.chance(50) {
+                acc.to_string()
+            } else {
+                let d = format!("mm{g}_d");
+                body.push(Stmt::LocalArray {
+                    name: d.clone(),
+                    elem: F32,
+                    shape: vec![mma::C_LEN],
+                });
+                d
+            };
+            body.push(Stmt::Mma {
+                d: Fragment::whole(&d),
+                a: Fragment::whole(fa),
+                b: Fragment::whole(fb),
+                c: Fragment::whole(acc),
+            });
+            if self.rng.chance(40) {
+                body.push(Stmt::Mma {
+                    d: Fragment::whole(&d),
+                    a: Fragment::whole(fa),
+                    b: Fragment::whole(fb),
+                    c: Fragment::whole(&d),
+                });
+            }
+            return d;
+        }
+        let rows = group.rows;
+        let (j, k) = (format!("mm{g}_j"), format!("mm{g}_k"));
+        let chained = self.rng.chance(40);
+        let acc_row = if self.rng.chance(20) {
+            // Each lane its own row order: rows may differ between lanes.
+            (var("t") + var(&j)) % lit_u32(rows)
+        } else {
+            var(&j)
+        };
+        let a_row = if chained {
+            var(&k)
+        } else {
+            self.mma_row(&j, rows)
+        };
+        let b_row = self.mma_row(&j, rows);
+        let multiply = Stmt::Mma {
+            d: Fragment::row(acc, acc_row.clone()),
+            a: Fragment::row(fa, a_row),
+            b: Fragment::row(fb, b_row),
+            c: Fragment::row(acc, acc_row),
+        };
+        let over = |name: &str, body: Vec<Stmt>| Stmt::For {
+            var: Binding {
+                name: name.to_string(),
+                ty: U32,
+            },
+            start: lit_u32(0),
+            end: lit_u32(rows),
+            body,
+        };
+        let inner = over(&j, vec![multiply]);
+        body.push(if chained {
+            over(&k, vec![inner])
+        } else {
+            inner
+        });
+        acc.to_string()
+    }
+
+    /// A fragment row in a loop over `j`: `j` itself, the next row, a
+    /// constant one, or one that depends on the lane or the warp.
+    fn mma_row(&mut self, j: &str, rows: u32) -> Expr {
+        match self.rng.below(10) {
+            0..=4 => var(j),
+            5 | 6 => (var(j) + lit_u32(1)) % lit_u32(rows),
+            7 => lit_u32(self.rng.range(0, rows - 1)),
+            8 => (var("t") + var(j)) % lit_u32(rows),
+            _ => (var("t") / lit_u32(32) + var(j)) % lit_u32(rows),
+        }
+    }
+
+    /// D's elements to the group's slots of `mo<i>` at the thread's global
+    /// id: one slot per row, sometimes the sum of two rows (an addition of
+    /// mma results, which the `mma` bound covers).
+    fn mma_store(&mut self, body: &mut Vec<Stmt>, g: usize, group: &MmaGroup, d: &str) {
+        let out = format!("{MMA_OUTPUT_PREFIX}{}", self.cur);
+        let e = format!("mm{g}_es");
+        let first_slot = MMA_ROWS_MAX * g as u32;
+        let element = |row: Option<Expr>| {
+            let mut index: Vec<Expr> = row.into_iter().collect();
+            index.push(var(&e));
+            load(d, index)
+        };
+        let store = |slot: Expr, value: Expr| Stmt::For {
+            var: Binding {
+                name: e.clone(),
+                ty: U32,
+            },
+            start: lit_u32(0),
+            end: lit_u32(mma::C_LEN),
+            body: vec![Stmt::Store {
+                target: at(&out, [slot, var("gid"), var(&e)]),
+                value,
+            }],
+        };
+        if group.rows == 0 {
+            body.push(store(lit_u32(first_slot), element(None)));
+            return;
+        }
+        let j = format!("mm{g}_js");
+        let row = var(&j);
+        let value = if self.rng.chance(25) {
+            element(Some(row.clone()))
+                + element(Some((row.clone() + lit_u32(1)) % lit_u32(group.rows)))
+        } else {
+            element(Some(row.clone()))
+        };
+        body.push(Stmt::For {
+            var: Binding { name: j, ty: U32 },
+            start: lit_u32(0),
+            end: lit_u32(group.rows),
+            body: vec![store(lit_u32(first_slot) + row, value)],
+        });
+    }
+
     // ---- expressions -----------------------------------------------------
 
     /// An in-bounds `u32` index below `len`.
@@ -2451,7 +3145,16 @@ impl Gen {
     }
 }
 
-/// `0` of any scalar type, as a literal.
+/// The gmem fragment source of program `i`'s mma group `g`.
+fn mma_input(i: usize, g: usize) -> String {
+    format!("{MMA_INPUT_PREFIX}{i}_{g}")
+}
+
+/// The smem tile of program `i`'s mma group `g`.
+fn mma_tile(i: usize, g: usize) -> String {
+    format!("{MMA_TILE_PREFIX}{i}_{g}")
+}
+
 /// Kernels name the operands they use (DESIGN.md): each kernel keeps the
 /// parameters its body mentions, and an operand no kernel mentions stays
 /// with the first (every operand is named by some kernel, E0060).
@@ -2478,6 +3181,9 @@ fn name_only_used_operands(kernels: &mut [Kernel]) {
                 Stmt::Sem { sem, .. } | Stmt::SemRead { sem, .. } => {
                     names.insert(sem.base.clone());
                 }
+                Stmt::MmaLoad { source, .. } => {
+                    names.insert(source.base.clone());
+                }
                 _ => {}
             });
             names
@@ -2490,6 +3196,7 @@ fn name_only_used_operands(kernels: &mut [Kernel]) {
     }
 }
 
+/// `0` of any scalar type, as a literal.
 fn zero_of(ty: ScalarType) -> Expr {
     Expr::Lit(Literal::from_bits(ty, 0))
 }
@@ -2585,6 +3292,99 @@ mod tests {
             assert_eq!(always, generate_with(seed, &with(100)), "seed {seed}");
         }
         assert!((30..60).contains(&unchanged), "{unchanged} of 60");
+    }
+
+    fn has_mma(file: &CaseFile) -> bool {
+        file.module.kernels.iter().any(|k| {
+            let mut found = false;
+            mpmd_core::ir::visit::for_each_stmt(&k.body, &mut |s| {
+                found |= matches!(s, Stmt::Mma { .. })
+            });
+            found
+        })
+    }
+
+    /// `file` without what the mma groups add: their statements (`mm<g>_`
+    /// names, the tile's barrier, a branch around a group) and operands;
+    /// and without kernel parameters, which follow the operands the
+    /// kernels name (an input only the mma statements read stays a
+    /// parameter).
+    fn without_mma(file: &CaseFile) -> CaseFile {
+        let mut file = file.clone();
+        let mma_operand = |name: &str| {
+            [MMA_OUTPUT_PREFIX, MMA_TILE_PREFIX, MMA_INPUT_PREFIX]
+                .iter()
+                .any(|p| name.starts_with(p))
+        };
+        let mma_stmt = |s: &Stmt| match s {
+            Stmt::Mma { .. } | Stmt::MmaLoad { .. } => true,
+            Stmt::LocalArray { name, .. } => name.starts_with("mm"),
+            Stmt::For { var, .. } => var.name.starts_with("mm"),
+            Stmt::If { then_body, .. } => {
+                matches!(then_body.first(), Some(Stmt::LocalArray { name, .. }) if name.starts_with("mm"))
+            }
+            _ => false,
+        };
+        for k in &mut file.module.kernels {
+            let mut body = vec![];
+            let mut after_tile = false;
+            for s in k.body.drain(..) {
+                let tile_fill = matches!(&s, Stmt::For { var, .. } if var.name.ends_with("_f"));
+                let drop = mma_stmt(&s) || (after_tile && s == Stmt::Barrier);
+                after_tile = tile_fill && mma_stmt(&s);
+                if !drop {
+                    body.push(s);
+                }
+            }
+            k.body = body;
+            k.params.clear();
+        }
+        for map in &mut file.module.maps {
+            map.inputs.retain(|o| !mma_operand(&o.name));
+            map.outputs.retain(|o| !mma_operand(&o.name));
+            map.scratch.retain(|o| !mma_operand(&o.name));
+        }
+        file.spec.generators.retain(|(n, _)| !mma_operand(n));
+        file.spec.compares.retain(|(n, _)| !mma_operand(n));
+        file
+    }
+
+    /// The mma statements come from a stream of their own and leave nothing
+    /// behind for the rest of the kernel: a module without them is the
+    /// module the generator made before it had them, and a module with
+    /// them is that module plus the mma groups (names as generated).
+    #[test]
+    fn modules_without_mma_are_unchanged_by_the_mma_option() {
+        let with = |mma| GenOptions {
+            warps: 100,
+            mma,
+            adversarial_names: false,
+            ..GenOptions::default()
+        };
+        let mut unchanged = 0;
+        for seed in 0..40 {
+            let never = generate_with(seed, &with(0));
+            assert!(!has_mma(&never), "seed {seed}");
+            let half = generate_with(seed, &with(50));
+            if !has_mma(&half) {
+                assert_eq!(half, never, "seed {seed}");
+                unchanged += 1;
+            }
+            let always = generate_with(seed, &with(100));
+            assert!(has_mma(&always), "seed {seed}");
+            let stripped = without_mma(&always);
+            let never = without_mma(&never);
+            if stripped != never {
+                let (a, b) = (stripped.print(), never.print());
+                let first = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+                panic!(
+                    "seed {seed}: line {first:?}: {:?} vs {:?}",
+                    first.and_then(|i| a.lines().nth(i)),
+                    first.and_then(|i| b.lines().nth(i))
+                );
+            }
+        }
+        assert!((10..30).contains(&unchanged), "{unchanged} of 40");
     }
 
     fn printed(seed: u64) -> String {

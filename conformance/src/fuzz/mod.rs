@@ -37,7 +37,15 @@
 //! block-uniform control, in a quarter of those modules also under a branch
 //! on the warp index or a warp-uniform result (WGSL declines those: a skip,
 //! not a disagreement); results feed later expressions, conditions, indices
-//! and a digest stored per thread.
+//! and a digest stored per thread; and, in half of the warp modules
+//! ([`GenOptions::mma`], a stream of its own), `mma_m16n8k16` on f16 and
+//! bf16 fragments (whole arrays and rows of 2-D arrays) filled per lane
+//! (edge values among them) or by `mma_load_a/b` from smem tiles and gmem
+//! inputs, chained in place, stored to an output compared as `mma`: by the
+//! bits on the interpreter, cuda-host and WGSL, which compute the
+//! documented order, and by the tensor-core bound of the oracle's probes on
+//! a GPU ([`FloatPolicy::mma`]; [`check_module`] runs the oracle through
+//! [`crate::run::run_oracle`], as the conformance runner does).
 //!
 //! The xtask is a thin wrapper:
 //! ```no_run
@@ -65,14 +73,15 @@ use mpmd_core::backend::{Backend, Mode, RunError, RunOptions};
 use mpmd_core::case::{CaseSpec, CompareMode, Generator};
 use mpmd_core::host::{CallArgs, CallOutputs, HostTensor};
 use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation, DEFAULT_GENERATED_BYTES};
-use mpmd_core::interp::{InterpOptions, Interpreter};
+use mpmd_core::interp::InterpOptions;
 use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::{lower, LaunchPlan};
 
 pub use generate::{generate, generate_with, GenOptions};
 
 use crate::case::CaseFile;
-use crate::compare::{compare_within, Tolerance};
+use crate::compare::{compare_probed, MmaProbes, Tolerance};
+use crate::run::{run_oracle, PreparedCall};
 
 /// Makes a fresh backend (fresh device-resident state) for one module. It is
 /// called on a worker thread, so the backend itself need not be `Send`.
@@ -84,12 +93,10 @@ pub const PROFILE_ULP: u64 = 4;
 pub const PROFILE_ABS: f32 = 2e-3;
 
 /// How closely a backend's floats must match the interpreter's; outputs are
-/// judged by [`crate::compare::compare_within`] (+0 equals -0, any NaN equals
-/// any NaN, a subnormal equals a zero; `ulp(n)` allows `n` units in the last
-/// place; `multiset` compares the sorted values; `ignore` compares nothing).
-/// The generator writes no `mma`, so no output is compared as `mma`, which
-/// needs the oracle's probes (`compare_within` reports it as a mismatch
-/// rather than pass it).
+/// judged by [`crate::compare::compare_probed`], the runner's comparison (+0
+/// equals -0, any NaN equals any NaN, a subnormal equals a zero; `ulp(n)`
+/// allows `n` units in the last place; `multiset` compares the sorted
+/// values; `ignore` compares nothing; `mma` per [`FloatPolicy::mma`]).
 ///
 /// The generator sends a value through a function that is not correctly
 /// rounded only when it is bounded by 64 in magnitude, and never through a
@@ -105,21 +112,48 @@ pub struct FloatPolicy {
     /// Bound for `profile` outputs (values that went through exp, log, rsqrt,
     /// sin, cos, tanh or pow, each bounded by 64 in magnitude).
     pub profile: Tolerance,
+    /// How `mma` outputs (sums of `mma_m16n8k16` results of exact inputs)
+    /// are judged.
+    pub mma: MmaJudgement,
+}
+
+/// How a backend's `mma` outputs are judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmaJudgement {
+    /// Bit for bit (`exact`, no slack): the backend computes
+    /// docs/numerics.md's fixed order of the mma, as the interpreter,
+    /// cuda-host and WGSL do, from the same inputs (the generator feeds
+    /// fragments only exact values).
+    Exact,
+    /// Within the tensor-core bound of the oracle's probes
+    /// ([`crate::compare::compare_mma`]): real tensor cores round their own
+    /// way.
+    Bound,
 }
 
 const PROFILE: Tolerance = Tolerance::bounded(PROFILE_ULP, PROFILE_ABS);
 
 impl FloatPolicy {
-    /// CUDA with `--prec-div=true --prec-sqrt=true --fmad=false`, and the interpreter.
+    /// The interpreter and cuda-host: CUDA C with `--prec-div=true
+    /// --prec-sqrt=true --fmad=false`, the mma in the documented order.
     pub const IEEE: FloatPolicy = FloatPolicy {
         exact: Tolerance::EXACT,
         profile: PROFILE,
+        mma: MmaJudgement::Exact,
+    };
+    /// CUDA on a GPU: IEEE, but `mma.sync` on tensor cores.
+    pub const CUDA_GPU: FloatPolicy = FloatPolicy {
+        mma: MmaJudgement::Bound,
+        ..FloatPolicy::IEEE
     };
     /// WGSL: `/` is within 2.5 ulp, sqrt and fma are inherited from other
-    /// operations, `%` from `x - y * trunc(x / y)`: everything gets the profile bound.
+    /// operations, `%` from `x - y * trunc(x / y)`: everything gets the
+    /// profile bound, but the mma, emulated in the documented order on
+    /// exact inputs, is held to the bits.
     pub const WGSL: FloatPolicy = FloatPolicy {
         exact: PROFILE,
         profile: PROFILE,
+        mma: MmaJudgement::Exact,
     };
 }
 
@@ -314,6 +348,9 @@ pub struct Oracle {
     pub residents: Vec<(String, HostTensor)>,
     pub plans: Vec<Result<LaunchPlan, String>>,
     pub outputs: Vec<CallOutputs>,
+    /// Per call, the probes of the outputs compared as `mma`
+    /// ([`crate::run::run_oracle`]).
+    pub mma: Vec<BTreeMap<String, MmaProbes>>,
 }
 
 /// Seed of the inputs of a module (fixed, so that a reduction sees the same data).
@@ -374,10 +411,16 @@ pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str,
     let residents = resident_data(module, &generation, DEFAULT_GENERATED_BYTES)
         .map_err(|e| ("inputs", e.to_string()))?;
     let calls = module.effective_calls();
-    let mut interp = Interpreter::new();
-    for (name, tensor) in &residents {
-        interp.set_resident(name, tensor.clone());
-    }
+    let prepared: Vec<PreparedCall> = calls
+        .iter()
+        .zip(&args)
+        .enumerate()
+        .map(|(i, (call, a))| PreparedCall {
+            map: call.map.clone(),
+            args: a.clone(),
+            residents: if i == 0 { residents.clone() } else { vec![] },
+        })
+        .collect();
     let options = InterpOptions {
         run: RunOptions {
             mode: Mode::Checked,
@@ -390,20 +433,28 @@ pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str,
         flush_subnormals: false,
         ..InterpOptions::default()
     };
-    let mut outputs = vec![];
-    let mut plans = vec![];
-    for (call, a) in calls.iter().zip(&args) {
-        let out = interp
-            .call(module, &call.map, a, &options)
-            .map_err(|e| ("interpreter", format!("call of `{}`: {e}", call.map)))?;
-        outputs.push(out);
-        plans.push(lower(module, &call.map).map_err(|e| e.to_string()));
+    let observed =
+        run_oracle(file, &prepared, &options).map_err(|e| ("interpreter", e.to_string()))?;
+    let mut outputs = vec![CallOutputs::default(); calls.len()];
+    let mut mma = vec![BTreeMap::new(); calls.len()];
+    for o in observed {
+        // Residents after the last call (`call` None) are not compared.
+        let Some(i) = o.call else { continue };
+        if let Some(probes) = o.mma {
+            mma[i].insert(o.name.clone(), probes);
+        }
+        outputs[i].outputs.insert(o.name, o.tensor);
     }
+    let plans = calls
+        .iter()
+        .map(|call| lower(module, &call.map).map_err(|e| e.to_string()))
+        .collect();
     Ok(Oracle {
         args,
         residents,
         plans,
         outputs,
+        mma,
     })
 }
 
@@ -500,12 +551,21 @@ pub fn judge_backend(
         }
     };
     let compares = &file.spec.compares;
-    for (expected, got) in oracle.outputs.iter().zip(&outputs) {
+    let floats = factory.floats;
+    for ((expected, probes), got) in oracle.outputs.iter().zip(&oracle.mma).zip(&outputs) {
         for (name, want) in &expected.outputs {
-            let mode = compares
+            let stated = compares
                 .iter()
                 .find(|(n, _)| n == name)
                 .map_or(CompareMode::Exact, |(_, m)| m.clone());
+            let (mode, exact) = match stated {
+                // The documented order, bit for bit: no slack, whatever
+                // the backend's `exact` floats.
+                CompareMode::Mma if floats.mma == MmaJudgement::Exact => {
+                    (CompareMode::Exact, Tolerance::EXACT)
+                }
+                mode => (mode, floats.exact),
+            };
             let Some(have) = got.outputs.get(name) else {
                 return Verdict::Disagrees(
                     Signature::WrongValue {
@@ -514,8 +574,10 @@ pub fn judge_backend(
                     format!("output `{name}` missing"),
                 );
             };
-            let floats = factory.floats;
-            if let Err(mismatch) = compare_within(&mode, want, have, floats.exact, floats.profile) {
+            let tolerances = [exact, floats.profile];
+            if let Err(mismatch) =
+                compare_probed(&mode, want, probes.get(name), have, tolerances, 1.0)
+            {
                 return Verdict::Disagrees(
                     Signature::WrongValue {
                         output: name.clone(),

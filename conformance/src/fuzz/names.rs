@@ -8,8 +8,9 @@
 //!
 //! It works on the canonical text (`parse(print(m)) == m`): every name the
 //! generator makes contains a digit or is one of `GENERATOR_NAMES`, and no
-//! mpmd keyword or builtin is either, so renaming those identifiers renames
-//! exactly the generated names.
+//! mpmd keyword or builtin is either, except the builtins of
+//! `BUILTINS_WITH_DIGITS` (`mma_m16n8k16`), which are never renamed, so
+//! renaming those identifiers renames exactly the generated names.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -172,6 +173,9 @@ const GENERATOR_NAMES: &[&str] = &[
     "hin", "send_k", "recv_k", "b", "x",
 ];
 
+/// Builtins of the text format whose names have a digit.
+const BUILTINS_WITH_DIGITS: &[&str] = &[mpmd_core::ir::mma::NAME];
+
 /// Percent of names replaced.
 const RENAME_PERCENT: u32 = 40;
 
@@ -186,6 +190,7 @@ pub fn with_adversarial_names(file: &CaseFile, rng: &mut Rng) -> Option<CaseFile
     for word in identifiers(&printed) {
         let is_generated = (word.bytes().any(|b| b.is_ascii_digit())
             || GENERATOR_NAMES.contains(&word))
+            && !BUILTINS_WITH_DIGITS.contains(&word)
             && text::is_valid_name(word);
         if present.insert(word.to_string()) && is_generated {
             generated.push(word.to_string());

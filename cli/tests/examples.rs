@@ -45,14 +45,24 @@ fn given_inputs(name: &str, dir: &Path) -> Vec<String> {
         .iter()
         .enumerate()
         .map(|(i, input)| {
-            let len = input.ty.as_ref_type().unwrap().shape.iter().product::<u32>();
+            let len = input
+                .ty
+                .as_ref_type()
+                .unwrap()
+                .shape
+                .iter()
+                .product::<u32>();
             // Quarters are exact in bf16: the high half of the f32's bits.
             let bits: Vec<u32> = (0..len)
                 .map(|j| ((j * (7 + 4 * i as u32) + 3) % 17) as f32 * 0.25 - 2.0)
                 .map(|v| v.to_bits() >> 16)
                 .collect();
             let path = dir.join(format!("{}.npy", input.name));
-            npy::write(&path, &HostTensor::new(ScalarType::BF16, vec![len], bits).unwrap()).unwrap();
+            npy::write(
+                &path,
+                &HostTensor::new(ScalarType::BF16, vec![len], bits).unwrap(),
+            )
+            .unwrap();
             format!("{}={}", input.name, path.display())
         })
         .collect()
@@ -79,7 +89,11 @@ fn check_stream_k_gemm(dir: &Path) {
         for r in 0..m {
             for j in 0..n {
                 let exact: f32 = (0..k).map(|kk| a[r * k + kk] * b[kk * n + j]).sum();
-                assert_eq!(c[r * n + j], exact, "call {index}: C[{r}, {j}] of {m}x{n}x{k}");
+                assert_eq!(
+                    c[r * n + j],
+                    exact,
+                    "call {index}: C[{r}, {j}] of {m}x{n}x{k}"
+                );
             }
         }
     }

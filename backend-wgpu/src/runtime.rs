@@ -16,9 +16,11 @@ use thiserror::Error;
 use crate::emit::{
     emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, is_split_unit,
     splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
-    ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT,
-    MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS, TICKET_WORD,
+    ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_SUBGROUP_NOT_WARP,
+    ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
+    TICKET_WORD,
 };
+use crate::subgroups::{SubgroupFacts, WarpChoice};
 
 /// Compiled modules (WGSL, bind group layout, pipelines) a device keeps, the
 /// least recently used going first: a process that runs many distinct maps
@@ -56,6 +58,9 @@ pub struct WgpuOptions {
     /// Use at most this many storage buffers per stage even if the adapter
     /// allows more (packing the rest); for tests of the packed layout.
     pub max_storage_buffers: Option<u32>,
+    /// Emulate warp collectives through workgroup memory even where the
+    /// adapter's subgroups are the logical warps ([`WgpuBackend::warp_path`]).
+    pub emulated_warps: bool,
 }
 
 /// Adapter facts for reports.
@@ -94,6 +99,8 @@ struct GpuContext {
     info: AdapterInfo,
     limits: wgpu::Limits,
     llvmpipe: bool,
+    /// What the device says about its subgroups (the warp path's input).
+    subgroups: SubgroupFacts,
     device: wgpu::Device,
     queue: wgpu::Queue,
     modules: Mutex<Lru<String, Arc<CompiledModule>>>,
@@ -145,9 +152,12 @@ fn create_context() -> Result<GpuContext, WgpuError> {
     // The adapter's own limits: lavapipe allows 1024 invocations and more
     // storage buffers than WebGPU's defaults.
     let limits = adapter.limits();
+    // Subgroup operations where the adapter has them: native warp collectives
+    // need them (`WarpChoice::for_adapter`).
+    let features = adapter.features() & wgpu::Features::SUBGROUP;
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("mpmd"),
-        required_features: wgpu::Features::empty(),
+        required_features: features,
         required_limits: limits.clone(),
         ..Default::default()
     }))
@@ -163,6 +173,7 @@ fn create_context() -> Result<GpuContext, WgpuError> {
         info,
         limits,
         llvmpipe,
+        subgroups: subgroup_facts(&device, &raw),
         device,
         queue,
         modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
@@ -179,6 +190,7 @@ fn context_on(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
         info: adapter_info(&raw),
         limits: device.limits(),
         llvmpipe,
+        subgroups: subgroup_facts(&device, &raw),
         device,
         queue,
         modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
@@ -193,6 +205,15 @@ fn adapter_info(raw: &wgpu::AdapterInfo) -> AdapterInfo {
         driver_info: raw.driver_info.clone(),
         backend: raw.backend.to_string(),
         device_type: format!("{:?}", raw.device_type),
+    }
+}
+
+/// The device's subgroup feature and the adapter's subgroup sizes.
+fn subgroup_facts(device: &wgpu::Device, raw: &wgpu::AdapterInfo) -> SubgroupFacts {
+    SubgroupFacts {
+        feature: device.features().contains(wgpu::Features::SUBGROUP),
+        min_size: raw.subgroup_min_size,
+        max_size: raw.subgroup_max_size,
     }
 }
 
@@ -427,6 +448,16 @@ impl WgpuBackend {
         self.ctx.limits.clone()
     }
 
+    /// How this backend runs warp collectives here, and why: native
+    /// subgroup operations only where the adapter qualifies
+    /// ([`WarpChoice::for_adapter`]) and `WgpuOptions::emulated_warps` is off.
+    pub fn warp_path(&self) -> WarpChoice {
+        match self.options.emulated_warps {
+            true => WarpChoice::emulated_by_request(self.ctx.subgroups),
+            false => WarpChoice::for_adapter(self.ctx.subgroups),
+        }
+    }
+
     /// Whether a successful run of `plan` is only `unverified`: it needs
     /// co-residency for more workgroups than the backend established for
     /// this adapter ([`Self::resident_workgroups`]), so it runs (as one fused
@@ -502,6 +533,7 @@ impl WgpuBackend {
                 .map_or(adapter_max, |m| m.min(adapter_max)),
             max_workgroups_per_dimension: self.ctx.limits.max_compute_workgroups_per_dimension,
             co_resident: self.options.co_resident,
+            warps: self.warp_path().path,
         }
     }
 
@@ -1568,6 +1600,23 @@ impl WgpuBackend {
                     amount,
                 }
             }
+            ERROR_SUBGROUP_NOT_WARP => RunError::Unsupported {
+                reason: format!(
+                    "the adapter's subgroups are not the logical warps: {} ran in a subgroup of {} invocation(s) \
+                     as its invocation {}{}, where native warp collectives need every logical warp (threads \
+                     32w to 32w + 31) to be one whole subgroup, thread 32w + l its invocation l. The warp \
+                     collectives' results would be wrong; WgpuOptions::emulated_warps runs them through \
+                     workgroup memory instead",
+                    site(Some(thread)),
+                    values[0],
+                    values[1],
+                    if values[2] == 0 {
+                        ", and its subgroup did not hold exactly its warp's 32 threads"
+                    } else {
+                        ""
+                    }
+                ),
+            },
             ERROR_LOOP_CAP => {
                 let cap = self
                     .emit_options(Mode::Fast)

@@ -1,0 +1,156 @@
+//! Which warp path an adapter gets: native subgroup operations only where
+//! the device has them and every subgroup is exactly 32 invocations wide
+//! (a logical warp); the emulation through workgroup memory everywhere else.
+
+use crate::emit::WarpPath;
+use mpmd_core::ir::WARP_SIZE;
+
+/// What a device says about its subgroups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubgroupFacts {
+    /// The device was created with `wgpu::Features::SUBGROUP`.
+    pub feature: bool,
+    /// The adapter's smallest and largest subgroup sizes
+    /// (`wgpu::AdapterInfo::subgroup_min_size`, `subgroup_max_size`).
+    pub min_size: u32,
+    pub max_size: u32,
+}
+
+/// The warp path a backend uses on its adapter, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WarpChoice {
+    pub path: WarpPath,
+    /// The reason, for reports (conformance's environment lines).
+    pub why: String,
+}
+
+impl WarpChoice {
+    /// Native only when the device has subgroup operations and its
+    /// subgroups are always 32 invocations wide; the shader still checks
+    /// at run time that each subgroup is one logical warp.
+    pub fn for_adapter(facts: SubgroupFacts) -> WarpChoice {
+        let emulated = |why: String| WarpChoice {
+            path: WarpPath::Emulated,
+            why,
+        };
+        if !facts.feature {
+            return emulated(
+                "the device has no subgroup operations (wgpu::Features::SUBGROUP)".to_string(),
+            );
+        }
+        if facts.min_size != WARP_SIZE || facts.max_size != WARP_SIZE {
+            let sizes = if facts.min_size == facts.max_size {
+                format!("{}", facts.min_size)
+            } else {
+                format!("{} to {}", facts.min_size, facts.max_size)
+            };
+            return emulated(format!(
+                "the adapter's subgroups are {sizes} invocations wide, not always {WARP_SIZE} (a logical warp)"
+            ));
+        }
+        WarpChoice {
+            path: WarpPath::Native,
+            why: format!(
+                "the adapter's subgroups are {WARP_SIZE} invocations wide; each entry point checks at run time \
+                 that its subgroups are the logical warps"
+            ),
+        }
+    }
+
+    /// The emulation because the user asked for it
+    /// (`WgpuOptions::emulated_warps`), with what the adapter would give.
+    pub fn emulated_by_request(facts: SubgroupFacts) -> WarpChoice {
+        let adapter = WarpChoice::for_adapter(facts);
+        let would = match adapter.path {
+            WarpPath::Native => "native",
+            WarpPath::Emulated => "emulated",
+        };
+        WarpChoice {
+            path: WarpPath::Emulated,
+            why: format!(
+                "WgpuOptions::emulated_warps (the adapter's choice would be {would}: {})",
+                adapter.why
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for WarpChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.path {
+            WarpPath::Native => write!(f, "native subgroups ({})", self.why),
+            WarpPath::Emulated => write!(f, "emulated through workgroup memory ({})", self.why),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(feature: bool, min_size: u32, max_size: u32) -> SubgroupFacts {
+        SubgroupFacts {
+            feature,
+            min_size,
+            max_size,
+        }
+    }
+
+    #[test]
+    fn lavapipe_gets_the_emulation_with_its_subgroup_size() {
+        let choice = WarpChoice::for_adapter(facts(true, 8, 8));
+        assert_eq!(choice.path, WarpPath::Emulated);
+        assert_eq!(
+            choice.to_string(),
+            "emulated through workgroup memory (the adapter's subgroups are 8 invocations wide, \
+             not always 32 (a logical warp))"
+        );
+    }
+
+    #[test]
+    fn thirty_two_wide_subgroups_get_native_collectives() {
+        let choice = WarpChoice::for_adapter(facts(true, 32, 32));
+        assert_eq!(choice.path, WarpPath::Native);
+        assert_eq!(
+            choice.to_string(),
+            "native subgroups (the adapter's subgroups are 32 invocations wide; each entry point checks \
+             at run time that its subgroups are the logical warps)"
+        );
+    }
+
+    #[test]
+    fn sizes_that_may_differ_from_32_or_no_feature_get_the_emulation() {
+        // RDNA: 32 or 64; Intel: 8 to 32; no feature at all even at 32.
+        for (f, why) in [
+            (
+                facts(true, 32, 64),
+                "the adapter's subgroups are 32 to 64 invocations wide, not always 32 (a logical warp)",
+            ),
+            (
+                facts(true, 8, 32),
+                "the adapter's subgroups are 8 to 32 invocations wide, not always 32 (a logical warp)",
+            ),
+            (
+                facts(false, 32, 32),
+                "the device has no subgroup operations (wgpu::Features::SUBGROUP)",
+            ),
+        ] {
+            let choice = WarpChoice::for_adapter(f);
+            assert_eq!(choice.path, WarpPath::Emulated, "{f:?}");
+            assert_eq!(choice.why, why, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn a_request_for_the_emulation_says_what_the_adapter_would_give() {
+        let choice = WarpChoice::emulated_by_request(facts(true, 32, 32));
+        assert_eq!(choice.path, WarpPath::Emulated);
+        assert!(
+            choice
+                .why
+                .starts_with("WgpuOptions::emulated_warps (the adapter's choice would be native: "),
+            "{}",
+            choice.why
+        );
+    }
+}

@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use crate::emit::{
     emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, is_split_unit,
-    splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
+    splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, WarpPath, ERROR_LOOP_CAP,
     ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_SUBGROUP_NOT_WARP,
     ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
     TICKET_WORD,
@@ -58,9 +58,13 @@ pub struct WgpuOptions {
     /// Use at most this many storage buffers per stage even if the adapter
     /// allows more (packing the rest); for tests of the packed layout.
     pub max_storage_buffers: Option<u32>,
-    /// Emulate warp collectives through workgroup memory even where the
-    /// adapter's subgroups are the logical warps ([`WgpuBackend::warp_path`]).
-    pub emulated_warps: bool,
+    /// How warp collectives run: `None` (the default) as the adapter
+    /// qualifies ([`WarpChoice::for_adapter`]); `Some(WarpPath::Emulated)`
+    /// through workgroup memory everywhere; `Some(WarpPath::Native)` on
+    /// subgroups wherever the device has them, for tests: where the
+    /// subgroups are not the logical warps, a run that uses them fails with
+    /// the run-time check's `Unsupported` error ([`WgpuBackend::warp_path`]).
+    pub warps: Option<WarpPath>,
 }
 
 /// Adapter facts for reports.
@@ -450,11 +454,12 @@ impl WgpuBackend {
 
     /// How this backend runs warp collectives here, and why: native
     /// subgroup operations only where the adapter qualifies
-    /// ([`WarpChoice::for_adapter`]) and `WgpuOptions::emulated_warps` is off.
+    /// ([`WarpChoice::for_adapter`]), unless `WgpuOptions::warps` asks for
+    /// a path ([`WarpChoice::requested`]).
     pub fn warp_path(&self) -> WarpChoice {
-        match self.options.emulated_warps {
-            true => WarpChoice::emulated_by_request(self.ctx.subgroups),
-            false => WarpChoice::for_adapter(self.ctx.subgroups),
+        match self.options.warps {
+            Some(path) => WarpChoice::requested(path, self.ctx.subgroups),
+            None => WarpChoice::for_adapter(self.ctx.subgroups),
         }
     }
 
@@ -1605,8 +1610,8 @@ impl WgpuBackend {
                     "the adapter's subgroups are not the logical warps: {} ran in a subgroup of {} invocation(s) \
                      as its invocation {}{}, where native warp collectives need every logical warp (threads \
                      32w to 32w + 31) to be one whole subgroup, thread 32w + l its invocation l. The warp \
-                     collectives' results would be wrong; WgpuOptions::emulated_warps runs them through \
-                     workgroup memory instead",
+                     collectives' results would be wrong; WgpuOptions::warps = Some(WarpPath::Emulated) runs \
+                     them through workgroup memory instead",
                     site(Some(thread)),
                     values[0],
                     values[1],

@@ -57,18 +57,28 @@ impl WarpChoice {
         }
     }
 
-    /// The emulation because the user asked for it
-    /// (`WgpuOptions::emulated_warps`), with what the adapter would give.
-    pub fn emulated_by_request(facts: SubgroupFacts) -> WarpChoice {
+    /// The path the user asked for (`WgpuOptions::warps`), with what the
+    /// adapter would give. Native needs the device's subgroup operations;
+    /// without them the emulation runs, saying so.
+    pub fn requested(path: WarpPath, facts: SubgroupFacts) -> WarpChoice {
         let adapter = WarpChoice::for_adapter(facts);
         let would = match adapter.path {
             WarpPath::Native => "native",
             WarpPath::Emulated => "emulated",
         };
+        if path == WarpPath::Native && !facts.feature {
+            return WarpChoice {
+                path: WarpPath::Emulated,
+                why: format!(
+                    "WgpuOptions::warps asks for native subgroups, but {}",
+                    adapter.why
+                ),
+            };
+        }
         WarpChoice {
-            path: WarpPath::Emulated,
+            path,
             why: format!(
-                "WgpuOptions::emulated_warps (the adapter's choice would be {would}: {})",
+                "requested by WgpuOptions::warps; the adapter's own choice would be {would}: {}",
                 adapter.why
             ),
         }
@@ -142,15 +152,29 @@ mod tests {
     }
 
     #[test]
-    fn a_request_for_the_emulation_says_what_the_adapter_would_give() {
-        let choice = WarpChoice::emulated_by_request(facts(true, 32, 32));
-        assert_eq!(choice.path, WarpPath::Emulated);
-        assert!(
-            choice
-                .why
-                .starts_with("WgpuOptions::emulated_warps (the adapter's choice would be native: "),
-            "{}",
-            choice.why
+    fn a_request_is_honoured_where_the_device_allows_it() {
+        let emulated = WarpChoice::requested(WarpPath::Emulated, facts(true, 32, 32));
+        assert_eq!(emulated.path, WarpPath::Emulated);
+        assert_eq!(
+            emulated.why,
+            "requested by WgpuOptions::warps; the adapter's own choice would be native: the adapter's \
+             subgroups are 32 invocations wide; each entry point checks at run time that its subgroups \
+             are the logical warps"
+        );
+        // Native on lavapipe's subgroups of 8: the run-time check reports it.
+        let forced = WarpChoice::requested(WarpPath::Native, facts(true, 8, 8));
+        assert_eq!(forced.path, WarpPath::Native);
+        assert_eq!(
+            forced.why,
+            "requested by WgpuOptions::warps; the adapter's own choice would be emulated: the adapter's \
+             subgroups are 8 invocations wide, not always 32 (a logical warp)"
+        );
+        let impossible = WarpChoice::requested(WarpPath::Native, facts(false, 32, 32));
+        assert_eq!(impossible.path, WarpPath::Emulated);
+        assert_eq!(
+            impossible.why,
+            "WgpuOptions::warps asks for native subgroups, but the device has no subgroup operations \
+             (wgpu::Features::SUBGROUP)"
         );
     }
 }

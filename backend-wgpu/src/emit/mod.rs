@@ -180,14 +180,16 @@ pub enum EmitError {
         what: String,
         limit: usize,
     },
-    /// naga rejected the generated WGSL (a bug in this backend).
-    #[error("kernel `{kernel}`: `{op}` is under {what}, which is warp-uniform but not block-uniform ({reason}); WGSL emulates warp collectives with workgroup barriers, which need the whole block; move it out of that branch or loop")]
+    /// An emulated warp collective under control flow that is only
+    /// warp-uniform ([`WarpPath::Emulated`]: its barriers need the block).
+    #[error("kernel `{kernel}`: `{op}` is under {what}, which is warp-uniform but not block-uniform ({reason}); WGSL emulates warp collectives with workgroup barriers, which need the whole block, where the adapter's subgroups are not the logical warps; move it out of that branch or loop")]
     WarpOutsideBlockUniformControl {
         kernel: Name,
         op: &'static str,
         what: String,
         reason: String,
     },
+    /// naga rejected the generated WGSL (a bug in this backend).
     #[error("generated WGSL failed naga validation:\n{message}")]
     Naga { message: String, wgsl: String },
 }

@@ -111,6 +111,9 @@ struct GpuContext {
     /// Workgroups this adapter is established to run at once (measured on
     /// first need; see [`WgpuBackend::resident_workgroups`]).
     residency: OnceLock<Residency>,
+    /// The warp path the adapter qualifies for (decided on first need; see
+    /// [`WgpuBackend::warp_path`]).
+    warps: OnceLock<WarpChoice>,
 }
 
 /// What the backend established about workgroups running at once.
@@ -182,6 +185,7 @@ fn create_context() -> Result<GpuContext, WgpuError> {
         queue,
         modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
         residency: OnceLock::new(),
+        warps: OnceLock::new(),
     })
 }
 
@@ -199,6 +203,7 @@ fn context_on(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
         queue,
         modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
         residency: OnceLock::new(),
+        warps: OnceLock::new(),
     }
 }
 
@@ -452,15 +457,38 @@ impl WgpuBackend {
         self.ctx.limits.clone()
     }
 
-    /// How this backend runs warp collectives here, and why: native
-    /// subgroup operations only where the adapter qualifies
-    /// ([`WarpChoice::for_adapter`]), unless `WgpuOptions::warps` asks for
-    /// a path ([`WarpChoice::requested`]).
+    /// How this backend runs warp collectives here, and why, unless
+    /// `WgpuOptions::warps` asks for a path ([`WarpChoice::requested`]):
+    /// native subgroup operations only where the adapter's facts qualify
+    /// ([`WarpChoice::for_adapter`]) and, once per device, a probe dispatch
+    /// of native collectives found its subgroups to be the logical warps and
+    /// computed what the interpreter does (`subgroups::probe`); an adapter
+    /// that reports subgroups of 32 but runs fewer lanes in them (lavapipe
+    /// with `LP_NATIVE_VECTOR_WIDTH=1024`) gets the emulation.
     pub fn warp_path(&self) -> WarpChoice {
-        match self.options.warps {
-            Some(path) => WarpChoice::requested(path, self.ctx.subgroups),
-            None => WarpChoice::for_adapter(self.ctx.subgroups),
+        if let Some(path) = self.options.warps {
+            return WarpChoice::requested(path, self.ctx.subgroups);
         }
+        self.ctx
+            .warps
+            .get_or_init(|| {
+                let choice = WarpChoice::for_adapter(self.ctx.subgroups);
+                if choice.path == WarpPath::Emulated {
+                    return choice;
+                }
+                let mut native = WgpuBackend::on_context(
+                    self.ctx.clone(),
+                    WgpuOptions {
+                        warps: Some(WarpPath::Native),
+                        ..WgpuOptions::default()
+                    },
+                );
+                match crate::subgroups::probe(&mut native) {
+                    Ok(()) => choice.probed(),
+                    Err(failure) => choice.refuted(&failure),
+                }
+            })
+            .clone()
     }
 
     /// Whether a successful run of `plan` is only `unverified`: it needs

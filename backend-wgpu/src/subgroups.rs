@@ -3,6 +3,9 @@
 //! (a logical warp); the emulation through workgroup memory everywhere else.
 
 use crate::emit::WarpPath;
+use crate::runtime::WgpuBackend;
+use mpmd_core::backend::{Backend, RunOptions};
+use mpmd_core::host::CallArgs;
 use mpmd_core::ir::WARP_SIZE;
 
 /// What a device says about its subgroups.
@@ -83,6 +86,89 @@ impl WarpChoice {
             ),
         }
     }
+}
+
+impl WarpChoice {
+    /// The native choice after its probe passed.
+    pub(crate) fn probed(self) -> WarpChoice {
+        WarpChoice {
+            why: format!(
+                "{}; a probe dispatch of native collectives agreed",
+                self.why
+            ),
+            ..self
+        }
+    }
+
+    /// The emulation, because the probe of native collectives failed.
+    pub(crate) fn refuted(self, failure: &str) -> WarpChoice {
+        WarpChoice {
+            path: WarpPath::Emulated,
+            why: format!(
+                "the adapter reports subgroups of {WARP_SIZE} invocations, but a probe dispatch of native \
+                 collectives failed: {failure}"
+            ),
+        }
+    }
+}
+
+/// Two blocks of 4 warps: each lane's warp sum, its `shfl_down` by 1 and
+/// the ballot of odd thread ids, which the probe compares with what they
+/// mean (docs/text-format.md).
+const PROBE: &str = "
+mesh m {
+  grid [b = 2];
+  threads t = 128;
+}
+kernel probe(y: gmem<u32[768]>) {
+  let i: u32 = axis_index(b) * 128u + axis_index(t);
+  let sum: u32 = reduce_add(i);
+  let down: u32 = shfl_down(i, 1u);
+  let odd: u32 = ballot(i % 2u == 1u);
+  y[3u * i] = sum;
+  y[3u * i + 1u] = down;
+  y[3u * i + 2u] = odd;
+}
+map probe {
+  programs [m: probe];
+  outputs [y: gmem<u32[768]>];
+}
+";
+
+/// Runs [`PROBE`] on `backend` (native warps): `Err` with the run's error
+/// (the entry point's check) or the first value that differs.
+pub(crate) fn probe(backend: &mut WgpuBackend) -> Result<(), String> {
+    let (module, _) = mpmd_core::text::parse(PROBE).map_err(|e| format!("{e:?}"))?;
+    let plan = mpmd_core::plan::lower(&module, "probe").map_err(|e| e.to_string())?;
+    let outputs = backend
+        .run(&plan, &CallArgs::default(), &RunOptions::default())
+        .map_err(|e| e.to_string())?;
+    let got = outputs
+        .outputs
+        .get("y")
+        .map(|y| y.to_u32())
+        .ok_or("the probe returned no `y`")?;
+    for i in 0..256u32 {
+        let warp_first = i & !31;
+        let expected = [
+            WARP_SIZE * warp_first + WARP_SIZE * (WARP_SIZE - 1) / 2,
+            if i % 32 < 31 { i + 1 } else { i },
+            0xaaaa_aaaa,
+        ];
+        for (k, (what, want)) in ["reduce_add", "shfl_down", "ballot"]
+            .iter()
+            .zip(expected)
+            .enumerate()
+        {
+            let seen = got.get(3 * i as usize + k).copied();
+            if seen != Some(want) {
+                return Err(format!(
+                    "thread {i}'s {what} gave {seen:?} where the language gives {want}"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl std::fmt::Display for WarpChoice {

@@ -15,10 +15,10 @@ use thiserror::Error;
 
 use crate::emit::{
     emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, is_split_unit,
-    splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, WarpPath, ERROR_LOOP_CAP,
-    ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_SUBGROUP_NOT_WARP,
-    ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS,
-    TICKET_WORD,
+    own_workgroup_bytes, splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, WarpPath,
+    ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT,
+    ERROR_SUBGROUP_NOT_WARP, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING,
+    STATUS_BINDING, STATUS_WORDS, TICKET_WORD,
 };
 use crate::subgroups::{SubgroupFacts, WarpChoice};
 
@@ -665,21 +665,22 @@ impl WgpuBackend {
                 .filter_map(|s| plan.operands.get(s.operand.index()))
                 .filter_map(|o| o.ty.as_ref_type())
                 .map(|r| words_for(r.elem, r.len()).max(1) * 4)
-                .sum::<u64>()
-                + 16;
+                .sum::<u64>();
+            let own = own_workgroup_bytes(plan, &options, None);
+            let smem = smem + own;
             if size > max_threads || smem > limits.max_compute_workgroup_storage_size as u64 {
                 return Err(RunError::Refused {
                     reason: format!(
                         "the plan needs co-residency and runs as one fused dispatch of every program, whose \
                          workgroup has {size} invocation(s) (the widest program) and {smem} bytes of workgroup \
-                         memory (every program's smem plus 16 bytes of the backend's own); the adapter allows \
+                         memory (every program's smem plus {own} bytes of the backend's own); the adapter allows \
                          {max_threads} invocations and {} bytes",
                         limits.max_compute_workgroup_storage_size
                     ),
                 });
             }
         }
-        for unit in &plan.units {
+        for (id, unit) in plan.enumerate_units() {
             let max_threads = limits
                 .max_compute_invocations_per_workgroup
                 .min(limits.max_compute_workgroup_size_x);
@@ -697,12 +698,13 @@ impl WgpuBackend {
                 .filter_map(|s| plan.operands.get(s.operand.index()))
                 .filter_map(|o| o.ty.as_ref_type())
                 .map(|r| words_for(r.elem, r.len()).max(1) * 4)
-                .sum::<u64>()
-                + 16;
+                .sum::<u64>();
+            let own = own_workgroup_bytes(plan, &options, Some(id));
+            let smem = smem + own;
             if smem > limits.max_compute_workgroup_storage_size as u64 {
                 return Err(RunError::Refused {
                     reason: format!(
-                        "program {} (`{}`) needs {smem} bytes of workgroup memory (smem plus 16 bytes of the backend's own); the adapter allows {}",
+                        "program {} (`{}`) needs {smem} bytes of workgroup memory (smem plus {own} bytes of the backend's own); the adapter allows {}",
                         unit.program, unit.kernel.name, limits.max_compute_workgroup_storage_size
                     ),
                 });

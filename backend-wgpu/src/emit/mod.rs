@@ -249,6 +249,22 @@ pub fn fuses_programs(plan: &LaunchPlan, options: &EmitOptions) -> bool {
 /// The entry point of a fused dispatch.
 pub const FUSED_ENTRY_POINT: &str = "mpmd_fused";
 
+/// Bytes of workgroup memory the backend's own variables take besides the
+/// programs' smem, in the entry point of `unit` (`None`: the fused one):
+/// 16 (the semaphore broadcast, the ticket, the loop cap's two words) and,
+/// where it uses emulated warp collectives, the exchange array.
+pub fn own_workgroup_bytes(plan: &LaunchPlan, options: &EmitOptions, unit: Option<UnitId>) -> u64 {
+    let exchanges = match unit {
+        None => true,
+        Some(unit) => plan.units.get(unit.index()).is_some_and(warp::uses_warps),
+    };
+    let exchange_words = match exchanges {
+        true => warp::warp_exchange_words(plan, options).unwrap_or(0),
+        false => 0,
+    };
+    16 + 4 * exchange_words as u64
+}
+
 /// Workgroups a fused dispatch of `plan` runs: one per block of every program.
 pub fn fused_workgroups(plan: &LaunchPlan) -> u64 {
     plan.units.iter().map(|u| u.block_count).sum()

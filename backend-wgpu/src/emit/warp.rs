@@ -43,13 +43,18 @@ pub(super) fn checks_subgroups(unit: &LaunchUnit, options: &EmitOptions) -> bool
     options.warps == WarpPath::Native && uses_warps(unit)
 }
 
+/// Words each invocation publishes for an emulated `mma_m16n8k16`: its A
+/// and B registers, all at once between one pair of barriers.
+pub(super) const MMA_EXCHANGE_WORDS: u32 = (mma::A_LEN + mma::B_LEN) / 2;
+
 /// Words of the exchange array when some program of the plan uses emulated
-/// warp collectives: one per invocation of the widest workgroup.
+/// warp collectives: one per invocation of the widest workgroup, or
+/// [`MMA_EXCHANGE_WORDS`] per invocation when some program uses an mma.
 pub(super) fn warp_exchange_words(plan: &LaunchPlan, options: &EmitOptions) -> Option<u32> {
     if options.warps == WarpPath::Native || !plan.units.iter().any(uses_warps) {
         return None;
     }
-    Some(if fuses_programs(plan, options) {
+    let invocations = if fuses_programs(plan, options) {
         fused_workgroup_size(plan)
     } else {
         plan.units
@@ -57,6 +62,14 @@ pub(super) fn warp_exchange_words(plan: &LaunchPlan, options: &EmitOptions) -> O
             .map(|u| u.threads_per_block)
             .max()
             .unwrap_or(WARP_SIZE)
+    };
+    let uses_mma = plan.units.iter().any(|u| {
+        mpmd_core::ir::visit::any_stmt(&u.kernel.body, &mut |s| matches!(s, Stmt::Mma { .. }))
+    });
+    // At most 1,024 invocations (the runtime refuses wider workgroups): no overflow.
+    Some(match uses_mma {
+        true => invocations.saturating_mul(MMA_EXCHANGE_WORDS),
+        false => invocations,
     })
 }
 
@@ -90,12 +103,18 @@ pub(super) fn check_warp_control(unit: &LaunchUnit, warps: WarpPath) -> Result<(
 }
 
 /// Where a lane reads a word from: `lane` of its warp (the native path's
-/// `subgroupShuffle` argument) and the same invocation in the workgroup's
-/// numbering (the emulation's index into `mpmd_warp_words`: the warp's
-/// first invocation, `thread_id & 0xffffffe0u`, with `lane` in the low bits).
+/// `subgroupShuffle` argument).
 struct Source {
     lane: String,
-    invocation: String,
+}
+
+impl Source {
+    /// The same invocation in the workgroup's numbering (the emulation's
+    /// index into `mpmd_warp_words`): the warp's first invocation with
+    /// `lane` in the low bits.
+    fn invocation(&self) -> String {
+        format!("{WARP_BASE} | {}", self.lane)
+    }
 }
 
 /// The invocation's own lane in its warp.
@@ -116,10 +135,7 @@ fn shuffle_source(op: WarpOp, amount: &str) -> Source {
         }
         _ => format!("({own} ^ {amount})"),
     };
-    Source {
-        invocation: format!("{WARP_BASE} | {lane}"),
-        lane,
-    }
+    Source { lane }
 }
 
 /// What a lane gathers for `mma_m16n8k16` (the layout of
@@ -136,20 +152,13 @@ enum MmaGather {
 }
 
 impl MmaGather {
-    /// Where word `k` of one register comes from. The emulation's index
-    /// keeps the warp's bits in the mask (`RowsOfA`) or ORs in the warp's
-    /// first invocation (`ColumnsOfB`); either way it is `WARP_BASE | lane`.
+    /// Where word `k` of one register comes from.
     fn source(self, k: u32) -> Source {
-        match self {
-            MmaGather::RowsOfA => Source {
-                lane: format!("(thread_id & 28u) | {k}u"),
-                invocation: format!("(thread_id & 0xfffffffcu) | {k}u"),
-            },
-            MmaGather::ColumnsOfB => Source {
-                lane: format!("((thread_id & 3u) << 3u) | {k}u"),
-                invocation: format!("({WARP_BASE} | ((thread_id & 3u) << 3u)) | {k}u"),
-            },
-        }
+        let lane = match self {
+            MmaGather::RowsOfA => format!("((thread_id & 28u) | {k}u)"),
+            MmaGather::ColumnsOfB => format!("(((thread_id & 3u) << 3u) | {k}u)"),
+        };
+        Source { lane }
     }
 
     /// Words gathered from each register: the 4 lanes of a quad, or 8 of two.
@@ -167,14 +176,19 @@ impl UnitEmitter<'_, '_> {
     }
 
     /// The word that `source` holds in `word`. Emulated: a read of
-    /// `mpmd_warp_words` (every lane published `word` before the barrier);
-    /// native: `subgroupShuffle` of the lane's `word`, a name (so that its
-    /// expression is evaluated once).
-    fn exchange(&self, word: &str, source: &Source) -> String {
+    /// `mpmd_warp_words` (every lane published `word` before the barrier,
+    /// as its word `slot` of `per_lane`); native: `subgroupShuffle` of the
+    /// lane's `word`, a name (so that its expression is evaluated once).
+    fn exchange(&self, word: &str, source: &Source, slot: u32, per_lane: u32) -> String {
         if self.native_warps() {
             format!("subgroupShuffle({word}, {})", source.lane)
+        } else if per_lane == 1 {
+            format!("mpmd_warp_words[{}]", source.invocation())
         } else {
-            format!("mpmd_warp_words[{}]", source.invocation)
+            format!(
+                "mpmd_warp_words[({}) * {per_lane}u + {slot}u]",
+                source.invocation()
+            )
         }
     }
 
@@ -253,7 +267,7 @@ impl UnitEmitter<'_, '_> {
                 let amount = self.temp("lane");
                 self.line(&format!("let {amount}: u32 = ({lane}) & 31u;"));
                 let source = shuffle_source(op, &amount);
-                from_word(ty, WordType::U32, &self.exchange(&word, &source))
+                from_word(ty, WordType::U32, &self.exchange(&word, &source, 0, 1))
             }
             // The subgroup is 32 wide: its ballot is the first word.
             WarpOp::Ballot if native => format!("subgroupBallot({v}).x"),
@@ -317,9 +331,9 @@ impl UnitEmitter<'_, '_> {
 
     /// `mma_m16n8k16(d, a, b, c)`: each lane gathers the words of A its rows
     /// need from its quad and those of B its columns need from the quads of
-    /// columns `2q` and `2q + 1` ([`MmaGather`]); emulated, each register
-    /// is published between two barriers, natively each word is a
-    /// `subgroupShuffle`. The prelude's `mpmd_mma_m16n8k16_<ty>` then sums
+    /// columns `2q` and `2q + 1` ([`MmaGather`]); emulated, every lane
+    /// publishes its 6 registers at once between one pair of barriers,
+    /// natively each word is a `subgroupShuffle`. The prelude's `mpmd_mma_m16n8k16_<ty>` then sums
     /// from `c` in the order of docs/numerics.md.
     ///
     /// A row of a 2-D local array (`fa[i]`) reads and writes its elements
@@ -368,21 +382,39 @@ impl UnitEmitter<'_, '_> {
         ));
         self.line(&format!("var {rows}: array<u32, 16>;"));
         self.line(&format!("var {cols}: array<u32, 16>;"));
-        for (gather, words, into) in [
-            (MmaGather::RowsOfA, a_words, &rows),
-            (MmaGather::ColumnsOfB, b_words, &cols),
-        ] {
-            let per_register = gather.words();
-            for (r, word) in (0u32..).zip(words) {
-                let word = self.word_name(word);
-                self.publish(&word);
-                for k in 0..per_register {
-                    let value = self.exchange(&word, &gather.source(k));
-                    self.line(&format!("{into}[{}] = {value};", per_register * r + k));
-                }
-                self.release();
+        // Slot `s` of a lane's published words is its register `s`: A's, then B's.
+        let registers: Vec<(MmaGather, u32, String, &String)> = (0u32..)
+            .zip(a_words)
+            .map(|(r, w)| (MmaGather::RowsOfA, r, w, &rows))
+            .chain(
+                (0u32..)
+                    .zip(b_words)
+                    .map(|(r, w)| (MmaGather::ColumnsOfB, r, w, &cols)),
+            )
+            .collect();
+        let native = self.native_warps();
+        let mut words = Vec::with_capacity(registers.len());
+        for (slot, (_, _, word, _)) in (0u32..).zip(&registers) {
+            if native {
+                words.push(self.word_name(word.clone()));
+            } else {
+                self.line(&format!(
+                    "mpmd_warp_words[thread_id * {MMA_EXCHANGE_WORDS}u + {slot}u] = {word};"
+                ));
+                words.push(word.clone());
             }
         }
+        if !native {
+            self.line("workgroupBarrier();");
+        }
+        for (slot, ((gather, r, _, into), word)) in (0u32..).zip(registers.iter().zip(&words)) {
+            let per_register = gather.words();
+            for k in 0..per_register {
+                let value = self.exchange(word, &gather.source(k), slot, MMA_EXCHANGE_WORDS);
+                self.line(&format!("{into}[{}] = {value};", per_register * r + k));
+            }
+        }
+        self.release();
         let name = format!("mpmd_mma_m16n8k16_{}", half_name(input));
         let call = self.call(Helper::Mma(input), &name, &[rows, cols, c]);
         if d_fragment.row.is_none() {

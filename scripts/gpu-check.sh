@@ -52,7 +52,12 @@
 #   4. when a Vulkan loader and the NVIDIA Vulkan driver are there, the
 #      corpus again with WGSL on the GPU as well (interp,cuda,wgpu: CUDA and
 #      WGSL judged against the interpreter and compared with each other), at
-#      most 200 s, then the WGSL benchmark on that adapter, at most 120 s;
+#      most 200 s, then the WGSL benchmark on that adapter, at most 120 s.
+#      NVIDIA's subgroups are 32 wide, so WGSL runs the warp collectives and
+#      mma on native subgroups (after the backend's probe dispatch agreed):
+#      the report states the path (`wgpu warp collectives:`) and the warp and
+#      mma cases' rows, i.e. whether native subgroups agreed with the
+#      interpreter; any other path on this driver fails the step;
 #   5. the benchmarks (f32, f16 and bf16; a prepared map on caller memory
 #      against a raw launch; the bf16 GEMM example, stream-K and
 #      data-parallel at 64x64 and 128x128 tiles, against cuBLAS, with
@@ -341,6 +346,13 @@ else
   rc=$?
   cat "$WORK/conformance-wgsl.txt" >>"$OUT"
   judge "wgsl conformance" $rc 200
+  # Native warp collectives are the point of running WGSL here: say which
+  # path ran, and fail the step when it was not native.
+  WARP_LINE=$(grep -m1 '^  wgpu warp collectives:' "$WORK/conformance-wgsl.txt")
+  case "$WARP_LINE" in
+    *"wgpu warp collectives: native subgroups"*) say "wgsl warp collectives ran on native subgroups" ;;
+    *) say "wgsl warp collectives did NOT run on native subgroups on this driver: ${WARP_LINE:-no line in the report}"; STATUS=1 ;;
+  esac
   if WGSL_BENCH=$(bin wgsl_bench); then
     say "wgsl benchmark (generated WGSL against hand-written WGSL, same adapter):"
     VK_ICD_FILENAMES="$VK_ICD" timeout 120 "$WGSL_BENCH" --bench >"$WORK/wgsl-bench.txt" 2>&1
@@ -426,6 +438,7 @@ section "summary"
 grep -hE '^(test result|[0-9]+ passed, [0-9]+ failed|triage:|fuzz: |[0-9]+ (passed|failed))' \
   "$WORK/tests.txt" "$WORK/embed-tests.txt" "$WORK/conformance.txt" "$WORK/conformance-wgsl.txt" \
   "$WORK/pytest-gpu.txt" "$WORK/fuzz.txt" 2>/dev/null | tee -a "$OUT"
+grep -hE '^(  wgpu warp collectives:|warp_|mma_|user_warp_)' "$WORK/conformance-wgsl.txt" 2>/dev/null | sed 's/^/wgsl /' | tee -a "$OUT"
 grep -hE '^(ptxas\.gemm\.|bench\.gemm\.|gemm\.)' "$WORK/bench.txt" 2>/dev/null | tee -a "$OUT"
 grep -h '^goal\.' "$WORK/bench.txt" "$WORK/jax-bench.txt" "$WORK/goals-extra.txt" 2>/dev/null | tee -a "$OUT"
 

@@ -67,15 +67,17 @@ mod accuracy;
 mod emit;
 mod residency;
 mod runtime;
+mod subgroups;
 
 pub use accuracy::{
     accuracy_profile, probe_adapter, profile_for, AccuracyProfile, FloatBehaviour, SUBNORMAL_TAG,
 };
 pub use emit::{
     binding_layout, emit, emit_module, fused_workgroup_size, fused_workgroups, fuses_programs,
-    is_split_unit, splits_blocks, validate_wgsl, words_for, AccessSite, BindingLayout, Dispatch,
-    EmitError, EmitOptions, EmittedModule, StorageBinding, WordType, FUSED_ENTRY_POINT,
-    MAX_SPLIT_DISPATCHES, MAX_STATEMENT_NESTING, SEMAPHORE_WORKGROUP_SIZE,
+    is_split_unit, own_workgroup_bytes, splits_blocks, validate_wgsl, validate_wgsl_with,
+    words_for, AccessSite, BindingLayout, Dispatch, EmitError, EmitOptions, EmittedModule,
+    StorageBinding, WarpPath, WordType, FUSED_ENTRY_POINT, MAX_SPLIT_DISPATCHES,
+    MAX_STATEMENT_NESTING, SEMAPHORE_WORKGROUP_SIZE,
 };
 pub use mpmd_core::bind::DeviceArgs;
 pub use residency::{establish, lavapipe_candidate, probe_once, MAX_PROBED_WORKGROUPS};
@@ -83,6 +85,7 @@ pub use runtime::{
     AdapterInfo, Residency, WgpuBackend, WgpuBuffer, WgpuError, WgpuOptions, WgpuPrepared,
     PIPELINE_CACHE_CAPACITY, POOL_MAX_BYTES, RUN_CACHE_CAPACITY,
 };
+pub use subgroups::{SubgroupFacts, WarpChoice};
 /// The wgpu this backend is built with: a caller's device, queue and
 /// buffers must come from this version.
 pub use wgpu;

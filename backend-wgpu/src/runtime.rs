@@ -15,10 +15,12 @@ use thiserror::Error;
 
 use crate::emit::{
     emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, is_split_unit,
-    splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, ERROR_LOOP_CAP,
-    ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT,
-    MAX_RECORDED_VALUES, PARAMS_BINDING, STATUS_BINDING, STATUS_WORDS, TICKET_WORD,
+    own_workgroup_bytes, splits_blocks, words_for, EmitError, EmitOptions, EmittedModule, WarpPath,
+    ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT,
+    ERROR_SUBGROUP_NOT_WARP, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, PARAMS_BINDING,
+    STATUS_BINDING, STATUS_WORDS, TICKET_WORD,
 };
+use crate::subgroups::{SubgroupFacts, WarpChoice};
 
 /// Compiled modules (WGSL, bind group layout, pipelines) a device keeps, the
 /// least recently used going first: a process that runs many distinct maps
@@ -56,6 +58,13 @@ pub struct WgpuOptions {
     /// Use at most this many storage buffers per stage even if the adapter
     /// allows more (packing the rest); for tests of the packed layout.
     pub max_storage_buffers: Option<u32>,
+    /// How warp collectives run: `None` (the default) as the adapter
+    /// qualifies ([`WarpChoice::for_adapter`]); `Some(WarpPath::Emulated)`
+    /// through workgroup memory everywhere; `Some(WarpPath::Native)` on
+    /// subgroups wherever the device has them, for tests: where the
+    /// subgroups are not the logical warps, a run that uses them fails with
+    /// the run-time check's `Unsupported` error ([`WgpuBackend::warp_path`]).
+    pub warps: Option<WarpPath>,
 }
 
 /// Adapter facts for reports.
@@ -94,12 +103,17 @@ struct GpuContext {
     info: AdapterInfo,
     limits: wgpu::Limits,
     llvmpipe: bool,
+    /// What the device says about its subgroups (the warp path's input).
+    subgroups: SubgroupFacts,
     device: wgpu::Device,
     queue: wgpu::Queue,
     modules: Mutex<Lru<String, Arc<CompiledModule>>>,
     /// Workgroups this adapter is established to run at once (measured on
     /// first need; see [`WgpuBackend::resident_workgroups`]).
     residency: OnceLock<Residency>,
+    /// The warp path the adapter qualifies for (decided on first need; see
+    /// [`WgpuBackend::warp_path`]).
+    warps: OnceLock<WarpChoice>,
 }
 
 /// What the backend established about workgroups running at once.
@@ -145,9 +159,12 @@ fn create_context() -> Result<GpuContext, WgpuError> {
     // The adapter's own limits: lavapipe allows 1024 invocations and more
     // storage buffers than WebGPU's defaults.
     let limits = adapter.limits();
+    // Subgroup operations where the adapter has them: native warp collectives
+    // need them (`WarpChoice::for_adapter`).
+    let features = adapter.features() & wgpu::Features::SUBGROUP;
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("mpmd"),
-        required_features: wgpu::Features::empty(),
+        required_features: features,
         required_limits: limits.clone(),
         ..Default::default()
     }))
@@ -163,10 +180,12 @@ fn create_context() -> Result<GpuContext, WgpuError> {
         info,
         limits,
         llvmpipe,
+        subgroups: subgroup_facts(&device, &raw),
         device,
         queue,
         modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
         residency: OnceLock::new(),
+        warps: OnceLock::new(),
     })
 }
 
@@ -179,10 +198,12 @@ fn context_on(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext {
         info: adapter_info(&raw),
         limits: device.limits(),
         llvmpipe,
+        subgroups: subgroup_facts(&device, &raw),
         device,
         queue,
         modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
         residency: OnceLock::new(),
+        warps: OnceLock::new(),
     }
 }
 
@@ -193,6 +214,15 @@ fn adapter_info(raw: &wgpu::AdapterInfo) -> AdapterInfo {
         driver_info: raw.driver_info.clone(),
         backend: raw.backend.to_string(),
         device_type: format!("{:?}", raw.device_type),
+    }
+}
+
+/// The device's subgroup feature and the adapter's subgroup sizes.
+fn subgroup_facts(device: &wgpu::Device, raw: &wgpu::AdapterInfo) -> SubgroupFacts {
+    SubgroupFacts {
+        feature: device.features().contains(wgpu::Features::SUBGROUP),
+        min_size: raw.subgroup_min_size,
+        max_size: raw.subgroup_max_size,
     }
 }
 
@@ -427,6 +457,40 @@ impl WgpuBackend {
         self.ctx.limits.clone()
     }
 
+    /// How this backend runs warp collectives here, and why, unless
+    /// `WgpuOptions::warps` asks for a path ([`WarpChoice::requested`]):
+    /// native subgroup operations only where the adapter's facts qualify
+    /// ([`WarpChoice::for_adapter`]) and, once per device, a probe dispatch
+    /// of native collectives found its subgroups to be the logical warps and
+    /// computed what the interpreter does (`subgroups::probe`); an adapter
+    /// that reports subgroups of 32 but runs fewer lanes in them (lavapipe
+    /// with `LP_NATIVE_VECTOR_WIDTH=1024`) gets the emulation.
+    pub fn warp_path(&self) -> WarpChoice {
+        if let Some(path) = self.options.warps {
+            return WarpChoice::requested(path, self.ctx.subgroups);
+        }
+        self.ctx
+            .warps
+            .get_or_init(|| {
+                let choice = WarpChoice::for_adapter(self.ctx.subgroups);
+                if choice.path == WarpPath::Emulated {
+                    return choice;
+                }
+                let mut native = WgpuBackend::on_context(
+                    self.ctx.clone(),
+                    WgpuOptions {
+                        warps: Some(WarpPath::Native),
+                        ..WgpuOptions::default()
+                    },
+                );
+                match crate::subgroups::probe(&mut native) {
+                    Ok(()) => choice.probed(),
+                    Err(failure) => choice.refuted(&failure),
+                }
+            })
+            .clone()
+    }
+
     /// Whether a successful run of `plan` is only `unverified`: it needs
     /// co-residency for more workgroups than the backend established for
     /// this adapter ([`Self::resident_workgroups`]), so it runs (as one fused
@@ -502,6 +566,7 @@ impl WgpuBackend {
                 .map_or(adapter_max, |m| m.min(adapter_max)),
             max_workgroups_per_dimension: self.ctx.limits.max_compute_workgroups_per_dimension,
             co_resident: self.options.co_resident,
+            warps: self.warp_path().path,
         }
     }
 
@@ -600,21 +665,22 @@ impl WgpuBackend {
                 .filter_map(|s| plan.operands.get(s.operand.index()))
                 .filter_map(|o| o.ty.as_ref_type())
                 .map(|r| words_for(r.elem, r.len()).max(1) * 4)
-                .sum::<u64>()
-                + 16;
+                .sum::<u64>();
+            let own = own_workgroup_bytes(plan, &options, None);
+            let smem = smem + own;
             if size > max_threads || smem > limits.max_compute_workgroup_storage_size as u64 {
                 return Err(RunError::Refused {
                     reason: format!(
                         "the plan needs co-residency and runs as one fused dispatch of every program, whose \
                          workgroup has {size} invocation(s) (the widest program) and {smem} bytes of workgroup \
-                         memory (every program's smem plus 16 bytes of the backend's own); the adapter allows \
+                         memory (every program's smem plus {own} bytes of the backend's own); the adapter allows \
                          {max_threads} invocations and {} bytes",
                         limits.max_compute_workgroup_storage_size
                     ),
                 });
             }
         }
-        for unit in &plan.units {
+        for (id, unit) in plan.enumerate_units() {
             let max_threads = limits
                 .max_compute_invocations_per_workgroup
                 .min(limits.max_compute_workgroup_size_x);
@@ -632,12 +698,13 @@ impl WgpuBackend {
                 .filter_map(|s| plan.operands.get(s.operand.index()))
                 .filter_map(|o| o.ty.as_ref_type())
                 .map(|r| words_for(r.elem, r.len()).max(1) * 4)
-                .sum::<u64>()
-                + 16;
+                .sum::<u64>();
+            let own = own_workgroup_bytes(plan, &options, Some(id));
+            let smem = smem + own;
             if smem > limits.max_compute_workgroup_storage_size as u64 {
                 return Err(RunError::Refused {
                     reason: format!(
-                        "program {} (`{}`) needs {smem} bytes of workgroup memory (smem plus 16 bytes of the backend's own); the adapter allows {}",
+                        "program {} (`{}`) needs {smem} bytes of workgroup memory (smem plus {own} bytes of the backend's own); the adapter allows {}",
                         unit.program, unit.kernel.name, limits.max_compute_workgroup_storage_size
                     ),
                 });
@@ -1568,6 +1635,23 @@ impl WgpuBackend {
                     amount,
                 }
             }
+            ERROR_SUBGROUP_NOT_WARP => RunError::Unsupported {
+                reason: format!(
+                    "the adapter's subgroups are not the logical warps: {} ran in a subgroup of {} invocation(s) \
+                     as its invocation {}{}, where native warp collectives need every logical warp (threads \
+                     32w to 32w + 31) to be one whole subgroup, thread 32w + l its invocation l. The warp \
+                     collectives' results would be wrong; WgpuOptions::warps = Some(WarpPath::Emulated) runs \
+                     them through workgroup memory instead",
+                    site(Some(thread)),
+                    values[0],
+                    values[1],
+                    if values[2] == 0 {
+                        ", and its subgroup did not hold exactly its warp's 32 threads"
+                    } else {
+                        ""
+                    }
+                ),
+            },
             ERROR_LOOP_CAP => {
                 let cap = self
                     .emit_options(Mode::Fast)

@@ -9,7 +9,7 @@ use mpmd_core::host::HostTensor;
 use mpmd_core::interp::Interpreter;
 use mpmd_core::plan::UnitId;
 use mpmd_core::Mode;
-use mpmd_wgpu::{emit, emit_module, validate_wgsl, EmitOptions, WgpuOptions};
+use mpmd_wgpu::{emit, emit_module, validate_wgsl, EmitOptions, WarpPath, WgpuOptions};
 
 /// Runs the `naga` CLI on `wgsl` when it is installed.
 fn naga_cli_accepts(wgsl: &str, tag: &str) {
@@ -457,4 +457,81 @@ fn f32_atomics_agree_with_the_interpreter() {
     assert_eq!(acc, vec![x.iter().sum::<f32>(), -12.5, 19.25, 128.0]);
     let own: Vec<f32> = x.iter().map(|v| v + 1.0).collect();
     assert_eq!(out.outputs["own"].to_f32(), own);
+}
+
+/// One warp sum per warp of a 64-thread block.
+const WARP_SUM: &str = "
+mesh m {
+  grid [b = 1];
+  threads t = 64;
+}
+kernel warp_sum(x: gmem<u32[64]>, y: gmem<u32[64]>) {
+  let i: u32 = axis_index(t);
+  let s: u32 = reduce_add(x[i]);
+  y[i] = s;
+}
+map warp_sum {
+  programs [m: warp_sum];
+  inputs [x: gmem<u32[64]>];
+  outputs [y: gmem<u32[64]>];
+}
+";
+
+/// lavapipe's subgroups are 8 invocations wide: the backend emulates warp
+/// collectives, and says why. Native subgroups forced there compile and
+/// run, and the entry point's check refuses the run instead of giving the
+/// wrong sums, naming the subgroup it found.
+#[test]
+fn lavapipe_emulates_warps_and_its_check_refuses_forced_native_subgroups() {
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    if !wgpu.is_llvmpipe() {
+        eprintln!("SKIPPED: the adapter is not lavapipe, whose subgroup facts this test states");
+        return;
+    }
+    let choice = wgpu.warp_path();
+    assert_eq!(choice.path, WarpPath::Emulated);
+    assert_eq!(
+        choice.why,
+        "the adapter's subgroups are 8 invocations wide, not always 32 (a logical warp)"
+    );
+    let m = module(WARP_SUM);
+    let x: Vec<u32> = (0..64).collect();
+    let a = args(vec![("x", HostTensor::from_u32(vec![64], &x))], vec![]);
+    let out = assert_same(&mut wgpu, &m, "warp_sum", &a);
+    let sums: Vec<u32> = (0..64).map(|i| if i < 32 { 496 } else { 1520 }).collect();
+    assert_eq!(out.outputs["y"].to_u32(), sums);
+
+    let Some(mut forced) = backend(WgpuOptions {
+        warps: Some(WarpPath::Native),
+        ..WgpuOptions::default()
+    }) else {
+        return;
+    };
+    assert_eq!(forced.warp_path().path, WarpPath::Native);
+    let p = plan(&m, "warp_sum");
+    let err = forced.run(&p, &a, &fast()).unwrap_err();
+    let mpmd_core::backend::RunError::Unsupported { reason } = &err else {
+        panic!("{err:?}");
+    };
+    // Thread `t` runs as invocation `t % 8` of a subgroup of 8.
+    let prefix =
+        "the adapter's subgroups are not the logical warps: program 0 (warp_sum), block 0, thread ";
+    let rest = reason
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("{reason}"));
+    let (thread, rest) = rest.split_once(' ').unwrap();
+    let thread: u32 = thread.parse().unwrap();
+    assert_eq!(
+        rest,
+        format!(
+            "ran in a subgroup of 8 invocation(s) as its invocation {}, and its subgroup did not hold \
+             exactly its warp's 32 threads, where native warp collectives need every logical warp \
+             (threads 32w to 32w + 31) to be one whole subgroup, thread 32w + l its invocation l. The \
+             warp collectives' results would be wrong; WgpuOptions::warps = Some(WarpPath::Emulated) \
+             runs them through workgroup memory instead",
+            thread % 8
+        )
+    );
 }

@@ -14,7 +14,7 @@ use mpmd_core::host::HostTensor;
 use mpmd_core::interp::Interpreter;
 use mpmd_core::ir::{BinaryOp, Binding, Expr, Literal, MathFn, ScalarType, Stmt, UnaryOp};
 use mpmd_core::Mode;
-use mpmd_wgpu::{emit, EmitError, WgpuOptions};
+use mpmd_wgpu::{emit, emit_module, EmitError, EmitOptions, WarpPath, WgpuOptions};
 
 /// Runs `tool args... file` on `wgsl`; `Some(report)` when it refuses it,
 /// `None` when it accepts it or is not installed (then a note is printed).
@@ -812,4 +812,224 @@ fn every_example_and_corpus_case_passes_tint() {
         }
     }
     assert!(checked > 100, "only {checked} modules checked");
+}
+
+// ---- native warp collectives (subgroups) -------------------------------------------
+
+/// What tint needs before a native module, which the module cannot hold:
+/// naga 30 refuses `enable subgroups;` (not yet implemented, gfx-rs/wgpu
+/// #5555) and does not know the `subgroup_uniformity` rule. Validation
+/// (E0068) proved that whole warps reach every collective, which tint's
+/// uniformity analysis cannot see.
+const TINT_SUBGROUP_HEADER: &str = "enable subgroups;\ndiagnostic(off, subgroup_uniformity);\n";
+
+fn native(mode: Mode, co_resident: bool) -> EmitOptions {
+    EmitOptions {
+        mode,
+        co_resident,
+        warps: WarpPath::Native,
+        ..EmitOptions::default()
+    }
+}
+
+fn uses_warps(p: &mpmd_core::plan::LaunchPlan) -> bool {
+    p.units.iter().any(|u| {
+        mpmd_core::ir::visit::any_stmt(&u.kernel.body, &mut |s| {
+            matches!(s, Stmt::Warp { .. } | Stmt::Mma { .. })
+        })
+    })
+}
+
+/// A native module: subgroup operations, the run-time check in each entry
+/// point, no exchange array; naga (library, with subgroups; and CLI) and
+/// tint (with its header) read it.
+fn check_native(wgsl: &str, tag: &str) {
+    assert!(
+        !wgsl.contains("mpmd_warp_words"),
+        "{tag}: exchange array in a native module"
+    );
+    assert!(wgsl.contains("subgroup"), "{tag}: no subgroup operation");
+    assert!(
+        wgsl.contains("mpmd_check_subgroups(mpmd_subgroup_size, mpmd_subgroup_lane, thread_id);"),
+        "{tag}: no subgroup check"
+    );
+    if let Some(report) = tool_refuses("naga", &[], wgsl, tag) {
+        panic!("naga CLI refused {tag}:\n{report}");
+    }
+    let for_tint = format!("{TINT_SUBGROUP_HEADER}{wgsl}");
+    if let Some(report) = tool_refuses(
+        "tint",
+        &["--format", "wgsl", "-o", "/dev/null"],
+        &for_tint,
+        tag,
+    ) {
+        panic!("tint refused {tag}:\n{report}");
+    }
+}
+
+/// Every example and corpus case with warp collectives emits natively in
+/// both modes, to WGSL every compiler reads; those under control that is
+/// only warp-uniform, which the emulation refuses, among them.
+#[test]
+fn every_warp_program_emits_natively_for_every_compiler() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = example_files();
+    for dir in ["conformance/cases", "conformance/cases/found"] {
+        if let Ok(entries) = std::fs::read_dir(root.join(dir)) {
+            files.extend(
+                entries
+                    .map(|e| e.unwrap().path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "mpmd")),
+            );
+        }
+    }
+    let (mut checked, mut refused_emulated) = (Vec::new(), Vec::new());
+    for file in &files {
+        let src = std::fs::read_to_string(file).unwrap();
+        let Ok((m, _)) = mpmd_core::text::parse(&src) else {
+            continue;
+        };
+        if mpmd_core::validate::validate(&m, &Default::default()).is_err() {
+            continue;
+        }
+        for map in &m.maps {
+            let Ok(p) = mpmd_core::plan::lower(&m, &map.name) else {
+                continue;
+            };
+            if !uses_warps(&p) {
+                continue;
+            }
+            let tag = format!(
+                "{}-{}",
+                file.file_stem().unwrap().to_string_lossy(),
+                map.name
+            );
+            for mode in [Mode::Fast, Mode::Checked] {
+                let emitted = emit_module(&p, &native(mode, false))
+                    .unwrap_or_else(|e| panic!("{tag} ({mode:?}): {e}"));
+                check_native(&emitted.wgsl, &format!("{tag}-native-{mode:?}"));
+                if let Err(EmitError::WarpOutsideBlockUniformControl { .. }) = emit(&p, mode) {
+                    refused_emulated.push(format!("{tag} {mode:?}"));
+                }
+            }
+            checked.push(tag);
+        }
+    }
+    assert!(
+        checked.len() >= 16,
+        "only {} maps checked: {checked:?}",
+        checked.len()
+    );
+    refused_emulated.sort();
+    assert_eq!(
+        refused_emulated,
+        [
+            "mma_in_warp_branch-tiles Checked",
+            "mma_in_warp_branch-tiles Fast",
+            "warp_collective_in_warp_branch-sums Checked",
+            "warp_collective_in_warp_branch-sums Fast",
+        ]
+    );
+}
+
+/// A collective under a branch on the warp index: the emulation refuses it
+/// (its barriers need the whole block), the native path runs it in the
+/// branch, with no barrier.
+#[test]
+fn warp_only_uniform_control_is_refused_only_by_the_emulation() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let src =
+        std::fs::read_to_string(root.join("conformance/cases/warp_collective_in_warp_branch.mpmd"))
+            .unwrap();
+    let m = module(&src);
+    let p = plan(&m, "sums");
+    let refusal = emit(&p, Mode::Fast).unwrap_err();
+    assert_eq!(
+        refusal.to_string(),
+        "kernel `first_warp_sums`: `reduce_add` is under the condition `warp == 0u`, which is warp-uniform \
+         but not block-uniform (`warp` is not block-uniform); WGSL emulates warp collectives with workgroup \
+         barriers, which need the whole block, where the adapter's subgroups are not the logical warps; move \
+         it out of that branch or loop"
+    );
+    let wgsl = emit_module(&p, &native(Mode::Fast, false)).unwrap().wgsl;
+    assert!(!wgsl.contains("workgroupBarrier"), "{wgsl}");
+    let branch = wgsl.find("if ((v_warp == 0u))").expect("the branch");
+    let sum = wgsl.find("subgroupAdd(").expect("the reduction");
+    assert!(sum > branch, "{wgsl}");
+}
+
+/// A fused dispatch (a cycle) whose programs use native collectives, one
+/// narrower than the workgroup: the entry point takes the subgroup builtins
+/// and passes them on; an idle copy does not check its subgroup.
+#[test]
+fn a_fused_dispatch_passes_the_subgroup_builtins_to_its_programs() {
+    let src = "
+mesh ma {
+  grid [ab = 2];
+  threads at = 32;
+}
+mesh mb {
+  grid [bb = 2];
+  threads bt = 64;
+}
+kernel side_a(x: gmem<u32[64]>, y: gmem<u32[64]>, ping: gmem<u32[64]>, pong: gmem<u32[128]>, to_b: sem<[1]> @ mb, to_a: sem<[1]> @ ma) {
+  let i: u32 = axis_index(ab) * 32u + axis_index(at);
+  let near: u32 = shfl_xor(x[i], 1u);
+  ping[i] = near + 1u;
+  signal(to_b@[axis_index(ab)][0], 1);
+  wait(to_a[0], 1);
+  y[i] = pong[axis_index(ab) * 64u + 32u + axis_index(at)] * 2u;
+}
+kernel side_b(x: gmem<u32[64]>, y: gmem<u32[64]>, ping: gmem<u32[64]>, pong: gmem<u32[128]>, to_b: sem<[1]> @ mb, to_a: sem<[1]> @ ma) {
+  wait(to_b[0], 1);
+  let i: u32 = axis_index(bb) * 32u + axis_index(bt) % 32u;
+  var s: u32 = 0u;
+  if axis_index(bt) / 32u == 1u {
+    let total: u32 = reduce_add(ping[i]);
+    s = total;
+  }
+  pong[axis_index(bb) * 64u + axis_index(bt)] = s;
+  signal(to_a@[axis_index(bb)][0], 1);
+}
+map handshake {
+  programs [ma: side_a, mb: side_b];
+  inputs [x: gmem<u32[64]>];
+  outputs [y: gmem<u32[64]>];
+  scratch [ping: gmem<u32[64]>, pong: gmem<u32[128]>, to_b: sem<[1]> @ mb, to_a: sem<[1]> @ ma];
+}
+";
+    let m = module(src);
+    let p = plan(&m, "handshake");
+    let wgsl = emit_module(&p, &native(Mode::Fast, true)).unwrap().wgsl;
+    assert!(
+        wgsl.contains(
+            "fn mpmd_fused(@builtin(local_invocation_id) mpmd_lid: vec3<u32>, @builtin(subgroup_size) \
+             mpmd_subgroup_size: u32, @builtin(subgroup_invocation_id) mpmd_subgroup_lane: u32) {"
+        ),
+        "{wgsl}"
+    );
+    assert!(wgsl.contains(
+        "fn unit0_side_a(thread_id: u32, mpmd_subgroup_size: u32, mpmd_subgroup_lane: u32) {"
+    ));
+    assert!(
+        wgsl.contains("unit0_side_a(mpmd_lid.x, mpmd_subgroup_size, mpmd_subgroup_lane); return;")
+    );
+    // side_a runs 32 of the workgroup's 64 invocations: its idle copies skip the check.
+    assert!(wgsl.contains(
+        "  if (!mpmd_idle) { mpmd_check_subgroups(mpmd_subgroup_size, mpmd_subgroup_lane, thread_id); }"
+    ));
+    assert!(wgsl
+        .contains("  mpmd_check_subgroups(mpmd_subgroup_size, mpmd_subgroup_lane, thread_id);\n"));
+    check_native(&wgsl, "fused-native");
+    // The emulation of the same plan refuses side_b's collective under the warp branch.
+    assert!(matches!(
+        emit_module(
+            &p,
+            &EmitOptions {
+                co_resident: true,
+                ..EmitOptions::default()
+            }
+        ),
+        Err(EmitError::WarpOutsideBlockUniformControl { .. })
+    ));
 }

@@ -171,3 +171,36 @@ fn fused_dispatch_generated_code() {
         }
     }
 }
+
+/// The module an adapter whose subgroups are the logical warps runs (native
+/// warp collectives: `subgroup*` builtins, no `mpmd_warp_words`, no
+/// barriers), which `mpmd lower` does not print: shuffles of every type,
+/// votes and ballots, reductions with NaN and wrapping, mma with whole and
+/// row fragments, and a collective under a branch that is only warp-uniform.
+#[test]
+fn native_warps_generated_code() {
+    for case in [
+        "warp_shuffles_every_type",
+        "warp_votes_every_ballot_lane",
+        "warp_reductions_ties_nan_wrap",
+        "mma_f16_layout_identity_permutation",
+        "mma_rows_fragment_grid",
+        "warp_collective_in_warp_branch",
+    ] {
+        let path = corpus_case(case);
+        let module = load_module(&path).expect("case loads");
+        for map in &module.maps {
+            let plan = lower(&module, &map.name).expect("the map lowers");
+            let options = mpmd_wgpu::EmitOptions {
+                mode: Mode::Fast,
+                warps: mpmd_wgpu::WarpPath::Native,
+                ..mpmd_wgpu::EmitOptions::default()
+            };
+            let module = mpmd_wgpu::emit_module(&plan, &options).expect("WGSL emits");
+            insta::assert_snapshot!(
+                snapshot_name(&path, &map.name, "native-warps.wgsl"),
+                module.wgsl
+            );
+        }
+    }
+}

@@ -178,6 +178,12 @@ mod wgpu_glue {
                 profile.adapter
             ),
         ));
+        // Native subgroups or the emulation: which one ran the corpus's warp
+        // collectives on this adapter.
+        header.push((
+            "wgpu warp collectives".into(),
+            backend.warp_path().to_string(),
+        ));
         // Cycles run fused only where this many workgroups run at once (or
         // on --wgpu-co-resident, unverified).
         let residency = backend.residency();

@@ -12,7 +12,7 @@ use mpmd_core::plan::{BufferId, IdSource, LaunchPlan, LaunchUnit, ProgramId, Uni
 use super::bindings::sanitize;
 use super::generate::{module_header, ModuleState};
 use super::sync::Hoisting;
-use super::unit::UnitEmitter;
+use super::unit::{UnitEmitter, SUBGROUP_ARGUMENTS, SUBGROUP_BUILTINS};
 use super::{
     fused_workgroup_size, fused_workgroups, Dispatch, EmitError, EmittedModule, FUSED_ENTRY_POINT,
     SEMAPHORE_WORKGROUP_SIZE, TICKET_WORD,
@@ -52,6 +52,8 @@ pub(super) fn generate_fused(
     let mut functions = Vec::new();
     let mut entry_points = Vec::new();
     let mut dispatch_lines = Vec::new();
+    // Some program uses native warp collectives: the entry point takes the subgroup builtins.
+    let mut fused_subgroups = false;
     let mut base = 0u64;
     for (index, unit) in plan.enumerate_units() {
         let name = format!("unit{index}_{}", sanitize(&unit.kernel.name));
@@ -63,10 +65,17 @@ pub(super) fn generate_fused(
             &hoistings[index.index()],
         )?;
         emitter.idle_guard = unit.threads_per_block < size;
+        let subgroups = match emitter.checks_subgroups() {
+            true => {
+                fused_subgroups = true;
+                format!(", {SUBGROUP_ARGUMENTS}")
+            }
+            false => String::new(),
+        };
         functions.push(emitter.emit_entry_with(BlockSource::Fused(base))?);
         let end = base + unit.block_count;
         dispatch_lines.push(format!(
-            "  if (ticket < {end}u) {{ {name}(mpmd_lid.x); return; }}"
+            "  if (ticket < {end}u) {{ {name}(mpmd_lid.x{subgroups}); return; }}"
         ));
         entry_points.push(name);
         base = end;
@@ -101,9 +110,13 @@ pub(super) fn generate_fused(
         out,
         "// ---- the fused dispatch: a workgroup's ticket names its program and block.\n\
          @compute @workgroup_size({size})\n\
-         fn {FUSED_ENTRY_POINT}(@builtin(local_invocation_id) mpmd_lid: vec3<u32>) {{\n  \
+         fn {FUSED_ENTRY_POINT}(@builtin(local_invocation_id) mpmd_lid: vec3<u32>{}) {{\n  \
          if (mpmd_lid.x == 0u) {{ mpmd_ticket = atomicAdd(&mpmd_status[{TICKET_WORD}], 1u); }}\n  \
          let ticket: u32 = workgroupUniformLoad(&mpmd_ticket);\n{}\n}}",
+        match fused_subgroups {
+            true => format!(", {SUBGROUP_BUILTINS}"),
+            false => String::new(),
+        },
         dispatch_lines.join("\n")
     )
     .unwrap();

@@ -8,9 +8,10 @@ use mpmd_core::ir::{ScalarType, WarpOp, WARP_SIZE};
 use super::generate::ModuleState;
 use super::numerics::half_name;
 use super::syntax::wgsl_scalar;
+use super::warp::reduction_name;
 use super::{
     fuses_programs, EmitOptions, ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS,
-    ERROR_SEM_AMOUNT, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, POLL_LOOKS,
+    ERROR_SEM_AMOUNT, ERROR_SUBGROUP_NOT_WARP, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, POLL_LOOKS,
 };
 
 /// The helper functions, one section each (see its header for the format).
@@ -62,6 +63,12 @@ pub(super) enum Helper {
     WarpBallot,
     /// `mpmd_warp_<op>_<ty>`: a warp reduction in the butterfly order.
     WarpReduce(WarpOp, ScalarType),
+    /// `mpmd_check_subgroups`: the native path's check that the adapter's
+    /// subgroups are the logical warps.
+    SubgroupCheck,
+    /// `mpmd_subgroup_<op>_f32`: an f32 warp reduction on subgroups, in the
+    /// butterfly order.
+    SubgroupReduce(WarpOp),
     /// `mpmd_mma_m16n8k16_<ty>`: one lane's sums of an `mma_m16n8k16`.
     Mma(ScalarType),
 }
@@ -101,6 +108,8 @@ impl Helper {
             Helper::IntToF32Odd => "int_to_f32_odd",
             Helper::WarpBallot => "warp_ballot",
             Helper::WarpReduce(..) => "warp_reduce",
+            Helper::SubgroupCheck => "subgroup_check",
+            Helper::SubgroupReduce(_) => "subgroup_reduce",
             Helper::Mma(_) => "mma",
         }
     }
@@ -113,7 +122,8 @@ impl Helper {
             | Helper::Check(_)
             | Helper::SemAmount
             | Helper::LoopLimit
-            | Helper::SemTake(_) => vec![Helper::Report],
+            | Helper::SemTake(_)
+            | Helper::SubgroupCheck => vec![Helper::Report],
             Helper::SemWait(_) if capped => vec![Helper::Report, Helper::LoopCap],
             Helper::SemWait(_) => vec![Helper::Report],
             Helper::Fmod if capped => vec![Helper::LoopCap],
@@ -123,6 +133,8 @@ impl Helper {
             Helper::Min16(t) | Helper::Max16(t) => vec![Helper::Widen(*t)],
             Helper::WarpReduce(WarpOp::ReduceMin, ScalarType::F32) => vec![Helper::MinF32],
             Helper::WarpReduce(WarpOp::ReduceMax, ScalarType::F32) => vec![Helper::MaxF32],
+            Helper::SubgroupReduce(WarpOp::ReduceMin) => vec![Helper::MinF32],
+            Helper::SubgroupReduce(WarpOp::ReduceMax) => vec![Helper::MaxF32],
             Helper::Fma16(t) => vec![Helper::Widen(*t), Helper::Narrow(*t), Helper::SumToOdd],
             Helper::Mma(t) => vec![Helper::Widen(*t)],
             _ => vec![],
@@ -230,6 +242,7 @@ impl Helper {
                 vec![("bits", bits)]
             }
             Helper::WarpReduce(op, t) => warp_reduce_fill(*op, *t),
+            Helper::SubgroupReduce(op) => subgroup_reduce_fill(*op),
             Helper::Mma(t) => mma_fill(*t),
             _ => vec![],
         }
@@ -244,6 +257,10 @@ impl Helper {
             ("ERROR_LOOP_CAP", ERROR_LOOP_CAP.to_string()),
             ("ERROR_SEM_AMOUNT", ERROR_SEM_AMOUNT.to_string()),
             ("ERROR_LOOP_LIMIT", ERROR_LOOP_LIMIT.to_string()),
+            (
+                "ERROR_SUBGROUP_NOT_WARP",
+                ERROR_SUBGROUP_NOT_WARP.to_string(),
+            ),
             ("MAX_RECORDED_VALUES", MAX_RECORDED_VALUES.to_string()),
         ];
         values.extend(self.fill(options, fused));
@@ -342,13 +359,7 @@ fn warp_reduce_fill(op: WarpOp, t: ScalarType) -> Vec<(&'static str, String)> {
         ScalarType::U32 => word(k),
         _ => format!("bitcast<{ty}>({})", word(k)),
     };
-    let combine = |a: String, b: String| match (op, t) {
-        (WarpOp::ReduceMin, ScalarType::F32) => format!("mpmd_min_f32({a}, {b})"),
-        (WarpOp::ReduceMax, ScalarType::F32) => format!("mpmd_max_f32({a}, {b})"),
-        (WarpOp::ReduceMin, _) => format!("min({a}, {b})"),
-        (WarpOp::ReduceMax, _) => format!("max({a}, {b})"),
-        _ => format!("{a} + {b}"),
-    };
+    let combine = |a: String, b: String| combine_text(op, t, &a, &b);
     let loads: String = (0..WARP_SIZE)
         .map(|k| format!("t[{k}] = {};\n", load(k)))
         .collect();
@@ -361,15 +372,47 @@ fn warp_reduce_fill(op: WarpOp, t: ScalarType) -> Vec<(&'static str, String)> {
         }
         half /= 2;
     }
-    let what = match op {
-        WarpOp::ReduceMin => "min",
-        WarpOp::ReduceMax => "max",
-        _ => "add",
-    };
     vec![
-        ("name", format!("{what}_{ty}")),
+        ("name", format!("{}_{ty}", reduction_name(op))),
         ("ty", ty.to_string()),
         ("loads", loads),
+        ("levels", levels),
+    ]
+}
+
+/// One step of a warp reduction: `a` combined with `b`, in that order (the
+/// language's `min`/`max` for f32, with its NaN rule).
+fn combine_text(op: WarpOp, t: ScalarType, a: &str, b: &str) -> String {
+    match (op, t) {
+        (WarpOp::ReduceMin, ScalarType::F32) => format!("mpmd_min_f32({a}, {b})"),
+        (WarpOp::ReduceMax, ScalarType::F32) => format!("mpmd_max_f32({a}, {b})"),
+        (WarpOp::ReduceMin, _) => format!("min({a}, {b})"),
+        (WarpOp::ReduceMax, _) => format!("max({a}, {b})"),
+        _ => format!("{a} + {b}"),
+    }
+}
+
+/// The values of the `subgroup_reduce` section for an f32 reduction: its
+/// name and the butterfly's steps (offsets 16, 8, 4, 2, 1), each the
+/// partner's word by `subgroupShuffleXor` and the two combined in the
+/// tree's order (lower lane's value first).
+fn subgroup_reduce_fill(op: WarpOp) -> Vec<(&'static str, String)> {
+    let mut levels = String::new();
+    let mut half = WARP_SIZE / 2;
+    while half > 0 {
+        let other = format!("o{half}");
+        levels.push_str(&format!(
+            "let {other} = bitcast<f32>(subgroupShuffleXor(bitcast<u32>(t), {half}u));\n"
+        ));
+        let lower = combine_text(op, ScalarType::F32, "t", &other);
+        let upper = combine_text(op, ScalarType::F32, &other, "t");
+        levels.push_str(&format!(
+            "t = select({upper}, {lower}, (thread & {half}u) == 0u);\n"
+        ));
+        half /= 2;
+    }
+    vec![
+        ("name", format!("{}_f32", reduction_name(op))),
         ("levels", levels),
     ]
 }
@@ -417,7 +460,7 @@ fn mma_fill(t: ScalarType) -> Vec<(&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emit::{validate_wgsl, STATUS_WORDS};
+    use crate::emit::{validate_wgsl_with, WarpPath, STATUS_WORDS};
 
     /// Every helper, each parameterised one with the parameters that change
     /// its text.
@@ -449,10 +492,12 @@ mod tests {
             Helper::IntToF32Odd,
             Helper::WarpBallot,
         ];
+        helpers.push(Helper::SubgroupCheck);
         for op in [WarpOp::ReduceAdd, WarpOp::ReduceMin, WarpOp::ReduceMax] {
             for t in [ScalarType::F32, ScalarType::I32, ScalarType::U32] {
                 helpers.push(Helper::WarpReduce(op, t));
             }
+            helpers.push(Helper::SubgroupReduce(op));
         }
         for t in [ScalarType::F16, ScalarType::BF16] {
             helpers.extend([
@@ -505,7 +550,8 @@ mod tests {
                     .map(|h| h.text(&options, fused))
                     .collect();
                 let module = format!("{}\n{text}", globals());
-                if let Err(e) = validate_wgsl(&module) {
+                // Subgroup operations allowed: the native path's sections use them.
+                if let Err(e) = validate_wgsl_with(&module, WarpPath::Native) {
                     panic!(
                         "{helper:?} (loop cap {:?}, fused {fused}):\n{e}\n{module}",
                         options.loop_cap

@@ -84,6 +84,26 @@ pub const ERROR_SEM_AMOUNT: u32 = 4;
 /// A `while` reached its maximum (checked mode); values: the loop's
 /// ordinal (`ir::visit::while_loops`) and the maximum.
 pub const ERROR_LOOP_LIMIT: u32 = 5;
+/// Native warp collectives found that the invocation's subgroup is not its
+/// logical warp; values: the subgroup's size, the invocation's id in it,
+/// and whether the subgroup holds exactly the 32 invocations of the warp.
+pub const ERROR_SUBGROUP_NOT_WARP: u32 = 6;
+
+/// How warp collectives (shuffles, votes, ballots, reductions,
+/// `mma_m16n8k16`) move words between the lanes of a logical warp.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WarpPath {
+    /// Through workgroup memory (`mpmd_warp_words`) between workgroup
+    /// barriers: right on every adapter, but a collective must stand under
+    /// block-uniform control ([`EmitError::WarpOutsideBlockUniformControl`]).
+    #[default]
+    Emulated,
+    /// WGSL `subgroup*` builtins, no barriers: only for an adapter whose
+    /// subgroups are the logical warps (`crate::WarpChoice::for_adapter`
+    /// decides); each entry point that uses them checks that at run time
+    /// and records [`ERROR_SUBGROUP_NOT_WARP`] where it does not hold.
+    Native,
+}
 
 /// Options of the code generator.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -108,6 +128,10 @@ pub struct EmitOptions {
     /// ([`fuses_programs`]) with polling waits, instead of being refused or
     /// split one dispatch per block.
     pub co_resident: bool,
+    /// How warp collectives exchange words. The runtime picks
+    /// [`WarpPath::Native`] only on an adapter that qualifies; tests may
+    /// force either.
+    pub warps: WarpPath,
 }
 
 impl Default for EmitOptions {
@@ -119,6 +143,7 @@ impl Default for EmitOptions {
             max_storage_buffers: u32::MAX,
             max_workgroups_per_dimension: 65_535,
             co_resident: false,
+            warps: WarpPath::Emulated,
         }
     }
 }
@@ -155,14 +180,16 @@ pub enum EmitError {
         what: String,
         limit: usize,
     },
-    /// naga rejected the generated WGSL (a bug in this backend).
-    #[error("kernel `{kernel}`: `{op}` is under {what}, which is warp-uniform but not block-uniform ({reason}); WGSL emulates warp collectives with workgroup barriers, which need the whole block; move it out of that branch or loop")]
+    /// An emulated warp collective under control flow that is only
+    /// warp-uniform ([`WarpPath::Emulated`]: its barriers need the block).
+    #[error("kernel `{kernel}`: `{op}` is under {what}, which is warp-uniform but not block-uniform ({reason}); WGSL emulates warp collectives with workgroup barriers, which need the whole block, where the adapter's subgroups are not the logical warps; move it out of that branch or loop")]
     WarpOutsideBlockUniformControl {
         kernel: Name,
         op: &'static str,
         what: String,
         reason: String,
     },
+    /// naga rejected the generated WGSL (a bug in this backend).
     #[error("generated WGSL failed naga validation:\n{message}")]
     Naga { message: String, wgsl: String },
 }
@@ -221,6 +248,22 @@ pub fn fuses_programs(plan: &LaunchPlan, options: &EmitOptions) -> bool {
 
 /// The entry point of a fused dispatch.
 pub const FUSED_ENTRY_POINT: &str = "mpmd_fused";
+
+/// Bytes of workgroup memory the backend's own variables take besides the
+/// programs' smem, in the entry point of `unit` (`None`: the fused one):
+/// 16 (the semaphore broadcast, the ticket, the loop cap's two words) and,
+/// where it uses emulated warp collectives, the exchange array.
+pub fn own_workgroup_bytes(plan: &LaunchPlan, options: &EmitOptions, unit: Option<UnitId>) -> u64 {
+    let exchanges = match unit {
+        None => true,
+        Some(unit) => plan.units.get(unit.index()).is_some_and(warp::uses_warps),
+    };
+    let exchange_words = match exchanges {
+        true => warp::warp_exchange_words(plan, options).unwrap_or(0),
+        false => 0,
+    };
+    16 + 4 * exchange_words as u64
+}
 
 /// Workgroups a fused dispatch of `plan` runs: one per block of every program.
 pub fn fused_workgroups(plan: &LaunchPlan) -> u64 {
@@ -286,7 +329,7 @@ pub fn emit(plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
 /// Generates the module for `plan` and validates it with naga.
 pub fn emit_module(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, EmitError> {
     let module = on_deep_stack(|| generate(plan, options))?;
-    validate_wgsl(&module.wgsl).map_err(|message| EmitError::Naga {
+    validate_wgsl_with(&module.wgsl, options.warps).map_err(|message| EmitError::Naga {
         message,
         wgsl: module.wgsl.clone(),
     })?;
@@ -306,11 +349,22 @@ fn on_deep_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 
 /// Parses and validates WGSL with naga; the error is naga's rendered report.
 pub fn validate_wgsl(source: &str) -> Result<naga::Module, String> {
+    validate_wgsl_with(source, WarpPath::Emulated)
+}
+
+/// [`validate_wgsl`] for a module of the given warp path: a native one may
+/// use subgroup operations in compute shaders (what a device with
+/// `wgpu::Features::SUBGROUP` accepts), an emulated one may not.
+pub fn validate_wgsl_with(source: &str, warps: WarpPath) -> Result<naga::Module, String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
-    let mut validator = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::default(),
-    );
+    let capabilities = match warps {
+        WarpPath::Emulated => naga::valid::Capabilities::default(),
+        WarpPath::Native => {
+            naga::valid::Capabilities::default() | naga::valid::Capabilities::SUBGROUP
+        }
+    };
+    let mut validator =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities);
     validator
         .validate(&module)
         .map_err(|e| e.emit_to_string(source))?;

@@ -434,6 +434,34 @@ fn mpmd_warp_{name}(base: u32) -> {ty} {
   return t[0];
 }
 
+// ==== section subgroup_check
+// Native warp collectives need every logical warp (threads 32w to 32w + 31 of
+// the workgroup) to be one whole subgroup, thread 32w + l its invocation l,
+// which WGSL does not promise. Where it does not hold their results would be
+// wrong, so the error is recorded: the subgroup's size, the invocation's id in
+// it, and whether the subgroup holds exactly the warp's 32 threads.
+fn mpmd_check_subgroups(size: u32, lane: u32, thread: u32) {
+  let full = subgroupBallot(true).x == 0xffffffffu;
+  let first = subgroupMin(thread) == (thread & 0xffffffe0u);
+  let last = subgroupMax(thread) == (thread | 31u);
+  let whole = full && first && last;
+  if (size != 32u || lane != (thread & 31u) || !whole) {
+    mpmd_report({ERROR_SUBGROUP_NOT_WARP}u, 0u, 3u, array<u32, {MAX_RECORDED_VALUES}>(size, lane, u32(whole), 0u, 0u, 0u, 0u, 0u));
+  }
+}
+
+// ==== section subgroup_reduce
+// An f32 warp reduction on subgroups (the subgroup is the logical warp), in the
+// butterfly order of docs/numerics.md: partners 16 lanes apart, then 8, 4, 2
+// and 1. The lower lane of a pair combines (its value, its partner's), the upper
+// one the same two in the same order, so both hold the tree's t[j] and every
+// lane ends with t[0], bit for bit (unrolled: no loop counts toward the cap).
+fn mpmd_subgroup_{name}(v: f32, thread: u32) -> f32 {
+  var t = v;
+  {levels}
+  return t;
+}
+
 // ==== section mma
 // One lane's part of mma_m16n8k16 (docs/numerics.md): `a` holds the packed
 // words of the lane's two rows of A, `b` of its two columns of B (gathered

@@ -10,10 +10,18 @@ use mpmd_core::plan::{IdSource, LaunchUnit, UnitId};
 use super::bindings::{needs_atomic_words, sanitize, smem_global, WordType};
 use super::dispatch::BlockSource;
 use super::generate::ModuleState;
+use super::helpers::Helper;
 use super::memory::{Storage, WgslRef};
 use super::sync::{unobservable_sem_barriers, Hoisting};
 use super::syntax::{describe_literal, from_word, wgsl_scalar};
 use super::{splits_blocks, EmitError, TICKET_WORD};
+
+/// The entry point parameters of a unit with native warp collectives.
+pub(super) const SUBGROUP_BUILTINS: &str = "@builtin(subgroup_size) mpmd_subgroup_size: u32, @builtin(subgroup_invocation_id) mpmd_subgroup_lane: u32";
+/// The same as parameters of a program's function in a fused dispatch.
+pub(super) const SUBGROUP_PARAMETERS: &str = "mpmd_subgroup_size: u32, mpmd_subgroup_lane: u32";
+/// What the fused entry point passes for them.
+pub(super) const SUBGROUP_ARGUMENTS: &str = "mpmd_subgroup_size, mpmd_subgroup_lane";
 
 /// What an IR name stands for in the unit's WGSL.
 #[derive(Clone, Debug)]
@@ -68,7 +76,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         hoisting: &Hoisting,
     ) -> Result<Self, EmitError> {
         let plan = state.plan;
-        super::warp::check_warp_control(unit)?;
+        super::warp::check_warp_control(unit, state.options.warps)?;
         let mut top = HashMap::new();
         if unit.kernel.params.len() != plan.operands.len() {
             return Err(EmitError::Invalid {
@@ -260,7 +268,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         .unwrap();
         if let BlockSource::Fused(base) = source {
             // A function of the fused dispatch: the entry point took the ticket.
-            writeln!(out, "fn {}(thread_id: u32) {{", self.entry).unwrap();
+            let subgroups = match self.checks_subgroups() {
+                true => format!(", {SUBGROUP_PARAMETERS}"),
+                false => String::new(),
+            };
+            writeln!(out, "fn {}(thread_id: u32{subgroups}) {{", self.entry).unwrap();
             writeln!(
                 out,
                 "  // The workgroup's ticket less the {base} block(s) of the programs before this one."
@@ -288,13 +300,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 )
                 .unwrap();
             }
+            self.write_subgroup_check(&mut out);
             self.write_body(&mut out, true, "Kernel body.");
             return Ok(out);
         }
         writeln!(out, "@compute @workgroup_size({})", unit.threads_per_block).unwrap();
+        let subgroups = match self.checks_subgroups() {
+            true => format!(", {SUBGROUP_BUILTINS}"),
+            false => String::new(),
+        };
         writeln!(
             out,
-            "fn {}(@builtin(workgroup_id) mpmd_wid: vec3<u32>, @builtin(local_invocation_id) mpmd_lid: vec3<u32>) {{",
+            "fn {}(@builtin(workgroup_id) mpmd_wid: vec3<u32>, @builtin(local_invocation_id) mpmd_lid: vec3<u32>{subgroups}) {{",
             self.entry
         )
         .unwrap();
@@ -341,8 +358,31 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         // memory-bound kernel.)
         out.push_str("  let thread_id: u32 = mpmd_lid.x;\n");
         self.write_location(&mut out, "thread_id");
+        self.write_subgroup_check(&mut out);
         self.write_body(&mut out, true, "Kernel body.");
         Ok(out)
+    }
+
+    /// Whether this unit's entry point checks the adapter's subgroups (it
+    /// uses native warp collectives).
+    pub(super) fn checks_subgroups(&self) -> bool {
+        super::warp::checks_subgroups(self.unit, self.state.options)
+    }
+
+    /// Native warp collectives: the check that the invocation's subgroup is
+    /// its logical warp (an idle copy of a fused workgroup has no warp).
+    fn write_subgroup_check(&mut self, out: &mut String) {
+        if !self.checks_subgroups() {
+            return;
+        }
+        self.state.helpers.insert(Helper::SubgroupCheck);
+        out.push_str("  // Native warp collectives: the subgroup must be the logical warp.\n");
+        let check = "mpmd_check_subgroups(mpmd_subgroup_size, mpmd_subgroup_lane, thread_id);";
+        if self.idle_guard {
+            writeln!(out, "  if (!mpmd_idle) {{ {check} }}").unwrap();
+        } else {
+            writeln!(out, "  {check}").unwrap();
+        }
     }
 
     /// Where the invocation is, for error records (`mpmd_report`).

@@ -1,13 +1,24 @@
-//! Warp collectives, emulated through workgroup memory: every invocation
-//! publishes its value's word in `mpmd_warp_words`, a barrier makes the
-//! words visible, each reads what its op needs (a shuffle one word, a vote
-//! or reduction its warp's 32 in the fixed order of docs/numerics.md), and a
-//! second barrier frees the words for the next collective. The barriers need
-//! block-uniform control flow: a collective under a condition that is only
-//! warp-uniform is refused ([`EmitError::WarpOutsideBlockUniformControl`]).
+//! Warp collectives, on one of two paths ([`WarpPath`]).
+//!
+//! Emulated: every invocation publishes its value's word in
+//! `mpmd_warp_words`, a barrier makes the words visible, each reads what its
+//! op needs (a shuffle one word, a vote or reduction its warp's 32 in the
+//! fixed order of docs/numerics.md), and a second barrier frees the words
+//! for the next collective. The barriers need block-uniform control flow: a
+//! collective under a condition that is only warp-uniform is refused
+//! ([`EmitError::WarpOutsideBlockUniformControl`]).
+//!
+//! Native: the adapter's subgroups are the logical warps (checked at the
+//! entry point, `mpmd_check_subgroups`), so a word moves with
+//! `subgroupShuffle` and votes, ballots and integer reductions are the
+//! `subgroup*` builtins; no barrier, so warp-uniform control suffices.
+//!
+//! Both paths take which lane a word comes from from one place
+//! ([`shuffle_source`], [`MmaGather::source`]) and differ only in how the
+//! word moves ([`UnitEmitter::exchange`]).
 
 use mpmd_core::ir::{mma, Binding, Expr, Fragment, RefAccess, ScalarType, Stmt, WarpOp, WARP_SIZE};
-use mpmd_core::plan::LaunchPlan;
+use mpmd_core::plan::{LaunchPlan, LaunchUnit};
 
 use super::bindings::WordType;
 use super::helpers::Helper;
@@ -15,20 +26,35 @@ use super::memory::{store_text, Storage};
 use super::numerics::half_name;
 use super::syntax::{from_word, to_word, wgsl_scalar};
 use super::unit::UnitEmitter;
-use super::{fused_workgroup_size, fuses_programs, EmitError, EmitOptions};
+use super::{fused_workgroup_size, fuses_programs, EmitError, EmitOptions, WarpPath};
 
-/// Words of the exchange array when some program of the plan uses warp
-/// collectives: one per invocation of the widest workgroup.
+/// Whether the unit's kernel exchanges words between lanes (shuffles,
+/// votes, ballots, reductions, `mma_m16n8k16`; the fragment loads are
+/// element loads of the lane's own).
+pub(super) fn uses_warps(unit: &LaunchUnit) -> bool {
+    mpmd_core::ir::visit::any_stmt(&unit.kernel.body, &mut |s| {
+        matches!(s, Stmt::Warp { .. } | Stmt::Mma { .. })
+    })
+}
+
+/// Whether the unit's entry point checks that the adapter's subgroups are
+/// its logical warps: it uses warp collectives on the native path.
+pub(super) fn checks_subgroups(unit: &LaunchUnit, options: &EmitOptions) -> bool {
+    options.warps == WarpPath::Native && uses_warps(unit)
+}
+
+/// Words each invocation publishes for an emulated `mma_m16n8k16`: its A
+/// and B registers, all at once between one pair of barriers.
+pub(super) const MMA_EXCHANGE_WORDS: u32 = (mma::A_LEN + mma::B_LEN) / 2;
+
+/// Words of the exchange array when some program of the plan uses emulated
+/// warp collectives: one per invocation of the widest workgroup, or
+/// [`MMA_EXCHANGE_WORDS`] per invocation when some program uses an mma.
 pub(super) fn warp_exchange_words(plan: &LaunchPlan, options: &EmitOptions) -> Option<u32> {
-    let uses_warps = |body: &[Stmt]| {
-        mpmd_core::ir::visit::any_stmt(body, &mut |s| {
-            matches!(s, Stmt::Warp { .. } | Stmt::Mma { .. })
-        })
-    };
-    if !plan.units.iter().any(|u| uses_warps(&u.kernel.body)) {
+    if options.warps == WarpPath::Native || !plan.units.iter().any(uses_warps) {
         return None;
     }
-    Some(if fuses_programs(plan, options) {
+    let invocations = if fuses_programs(plan, options) {
         fused_workgroup_size(plan)
     } else {
         plan.units
@@ -36,13 +62,25 @@ pub(super) fn warp_exchange_words(plan: &LaunchPlan, options: &EmitOptions) -> O
             .map(|u| u.threads_per_block)
             .max()
             .unwrap_or(WARP_SIZE)
+    };
+    let uses_mma = plan.units.iter().any(|u| {
+        mpmd_core::ir::visit::any_stmt(&u.kernel.body, &mut |s| matches!(s, Stmt::Mma { .. }))
+    });
+    // At most 1,024 invocations (the runtime refuses wider workgroups): no overflow.
+    Some(match uses_mma {
+        true => invocations.saturating_mul(MMA_EXCHANGE_WORDS),
+        false => invocations,
     })
 }
 
-/// Refuses a unit whose warp collectives stand under control flow that is
-/// not block-uniform (validation allows warp-uniform control; the
-/// emulation's barriers need the whole workgroup).
-pub(super) fn check_warp_control(unit: &mpmd_core::plan::LaunchUnit) -> Result<(), EmitError> {
+/// Refuses a unit whose emulated warp collectives stand under control flow
+/// that is not block-uniform (validation allows warp-uniform control; the
+/// emulation's barriers need the whole workgroup). Native collectives have
+/// no barrier, so warp-uniform control is all they need.
+pub(super) fn check_warp_control(unit: &LaunchUnit, warps: WarpPath) -> Result<(), EmitError> {
+    if warps == WarpPath::Native {
+        return Ok(());
+    }
     let warp = |s: &Stmt| matches!(s, Stmt::Warp { .. } | Stmt::Mma { .. });
     let found = unit
         .facts
@@ -64,7 +102,124 @@ pub(super) fn check_warp_control(unit: &mpmd_core::plan::LaunchUnit) -> Result<(
     }
 }
 
+/// Where a lane reads a word from: `lane` of its warp (the native path's
+/// `subgroupShuffle` argument).
+struct Source {
+    lane: String,
+}
+
+impl Source {
+    /// The same invocation in the workgroup's numbering (the emulation's
+    /// index into `mpmd_warp_words`): the warp's first invocation with
+    /// `lane` in the low bits.
+    fn invocation(&self) -> String {
+        format!("{WARP_BASE} | {}", self.lane)
+    }
+}
+
+/// The invocation's own lane in its warp.
+const OWN_LANE: &str = "(thread_id & 31u)";
+/// The first invocation of the invocation's warp.
+const WARP_BASE: &str = "(thread_id & 0xffffffe0u)";
+
+/// The source lane of a shuffle by `amount` (already `% 32`), as
+/// docs/text-format.md's table says: `shfl_up` and `shfl_down` keep the
+/// lane's own value past the ends of the warp.
+fn shuffle_source(op: WarpOp, amount: &str) -> Source {
+    let own = OWN_LANE;
+    let lane = match op {
+        WarpOp::ShuffleIdx => amount.to_string(),
+        WarpOp::ShuffleUp => format!("select({own}, {own} - {amount}, {own} >= {amount})"),
+        WarpOp::ShuffleDown => {
+            format!("select({own}, {own} + {amount}, {own} + {amount} <= 31u)")
+        }
+        _ => format!("({own} ^ {amount})"),
+    };
+    Source { lane }
+}
+
+/// What a lane gathers for `mma_m16n8k16` (the layout of
+/// docs/text-format.md; `mpmd_mma_m16n8k16_<ty>` in prelude.wgsl reads it).
+#[derive(Clone, Copy)]
+enum MmaGather {
+    /// Its rows `g` and `g + 8` of A: word `j` of a register comes from
+    /// lane `j` of its quad (lanes `4g..4g + 4`).
+    RowsOfA,
+    /// Its columns `2q` and `2q + 1` of B: word `k` of a register from lane
+    /// `k` of the two quads from lane `8q` (lane `4(2q + c) + j` holds rows
+    /// `2j + 8r` and one more of column `2q + c`).
+    ColumnsOfB,
+}
+
+impl MmaGather {
+    /// Where word `k` of one register comes from.
+    fn source(self, k: u32) -> Source {
+        let lane = match self {
+            MmaGather::RowsOfA => format!("((thread_id & 28u) | {k}u)"),
+            MmaGather::ColumnsOfB => format!("(((thread_id & 3u) << 3u) | {k}u)"),
+        };
+        Source { lane }
+    }
+
+    /// Words gathered from each register: the 4 lanes of a quad, or 8 of two.
+    fn words(self) -> u32 {
+        match self {
+            MmaGather::RowsOfA => 4,
+            MmaGather::ColumnsOfB => 8,
+        }
+    }
+}
+
 impl UnitEmitter<'_, '_> {
+    fn native_warps(&self) -> bool {
+        self.state.options.warps == WarpPath::Native
+    }
+
+    /// The word that `source` holds in `word`. Emulated: a read of
+    /// `mpmd_warp_words` (every lane published `word` before the barrier,
+    /// as its word `slot` of `per_lane`); native: `subgroupShuffle` of the
+    /// lane's `word`, a name (so that its expression is evaluated once).
+    fn exchange(&self, word: &str, source: &Source, slot: u32, per_lane: u32) -> String {
+        if self.native_warps() {
+            format!("subgroupShuffle({word}, {})", source.lane)
+        } else if per_lane == 1 {
+            format!("mpmd_warp_words[{}]", source.invocation())
+        } else {
+            format!(
+                "mpmd_warp_words[({}) * {per_lane}u + {slot}u]",
+                source.invocation()
+            )
+        }
+    }
+
+    /// On the emulation, publishes `word` for the warp and waits for every
+    /// lane's; nothing on the native path.
+    fn publish(&mut self, word: &str) {
+        if !self.native_warps() {
+            self.line(&format!("mpmd_warp_words[thread_id] = {word};"));
+            self.line("workgroupBarrier();");
+        }
+    }
+
+    /// On the emulation, frees `mpmd_warp_words` for the next collective.
+    fn release(&mut self) {
+        if !self.native_warps() {
+            self.line("workgroupBarrier();");
+        }
+    }
+
+    /// On the native path, `word` bound to a fresh name (shuffled several
+    /// times or by an expression that may report, it is evaluated once);
+    /// the emulation publishes the text as it is.
+    fn word_name(&mut self, word: String) -> String {
+        if !self.native_warps() {
+            return word;
+        }
+        let name = self.temp("word");
+        self.line(&format!("let {name}: u32 = {word};"));
+        name
+    }
+
     pub(super) fn warp(
         &mut self,
         dest: &Binding,
@@ -89,37 +244,35 @@ impl UnitEmitter<'_, '_> {
             None => None,
         };
         let name = op.name();
-        self.line(&format!(
-            "// {name}: each invocation publishes its word; its warp reads them between two barriers."
-        ));
-        self.line(&format!(
-            "mpmd_warp_words[thread_id] = {};",
-            to_word(ty, WordType::U32, &v)
-        ));
-        self.line("workgroupBarrier();");
-        let base = "(thread_id & 0xffffffe0u)";
-        let own = "(thread_id & 31u)";
+        let native = self.native_warps();
+        if native {
+            self.line(&format!(
+                "// {name}: subgroup operations (the subgroup is the logical warp)."
+            ));
+        } else {
+            self.line(&format!(
+                "// {name}: each invocation publishes its word; its warp reads them between two barriers."
+            ));
+        }
+        let word = match op {
+            // Every other value moves as its 32-bit word (16-bit and bool values too).
+            _ if op.is_shuffle() => self.word_name(to_word(ty, WordType::U32, &v)),
+            _ => to_word(ty, WordType::U32, &v),
+        };
+        self.publish(&word);
+        let base = WARP_BASE;
         let result = match op {
             _ if op.is_shuffle() => {
                 let lane = lane.ok_or_else(|| invalid(format!("`{name}` without a lane")))?;
                 let amount = self.temp("lane");
                 self.line(&format!("let {amount}: u32 = ({lane}) & 31u;"));
-                let source = match op {
-                    WarpOp::ShuffleIdx => amount,
-                    WarpOp::ShuffleUp => {
-                        format!("select({own}, {own} - {amount}, {own} >= {amount})")
-                    }
-                    WarpOp::ShuffleDown => {
-                        format!("select({own}, {own} + {amount}, {own} + {amount} <= 31u)")
-                    }
-                    _ => format!("({own} ^ {amount})"),
-                };
-                from_word(
-                    ty,
-                    WordType::U32,
-                    &format!("mpmd_warp_words[{base} | {source}]"),
-                )
+                let source = shuffle_source(op, &amount);
+                from_word(ty, WordType::U32, &self.exchange(&word, &source, 0, 1))
             }
+            // The subgroup is 32 wide: its ballot is the first word.
+            WarpOp::Ballot if native => format!("subgroupBallot({v}).x"),
+            WarpOp::VoteAny if native => format!("subgroupAny({v})"),
+            WarpOp::VoteAll if native => format!("subgroupAll({v})"),
             WarpOp::Ballot => self.call(Helper::WarpBallot, "mpmd_warp_ballot", &[base.into()]),
             WarpOp::VoteAny => {
                 let bits = self.call(Helper::WarpBallot, "mpmd_warp_ballot", &[base.into()]);
@@ -129,20 +282,16 @@ impl UnitEmitter<'_, '_> {
                 let bits = self.call(Helper::WarpBallot, "mpmd_warp_ballot", &[base.into()]);
                 format!("({bits} == 0xffffffffu)")
             }
+            _ if native => self.native_reduction(op, ty, &v),
             _ => {
                 // Integer sums wrap: add the words as u32.
                 let (on, back) = match (op, ty) {
                     (WarpOp::ReduceAdd, ScalarType::I32) => (ScalarType::U32, true),
                     _ => (ty, false),
                 };
-                let what = match op {
-                    WarpOp::ReduceMin => "min",
-                    WarpOp::ReduceMax => "max",
-                    _ => "add",
-                };
                 let call = self.call(
                     Helper::WarpReduce(op, on),
-                    &format!("mpmd_warp_{what}_{}", wgsl_scalar(on)),
+                    &format!("mpmd_warp_{}_{}", reduction_name(op), wgsl_scalar(on)),
                     &[base.into()],
                 );
                 if back {
@@ -154,16 +303,38 @@ impl UnitEmitter<'_, '_> {
         };
         let name = self.bind_scalar(&dest.name, dest.ty);
         self.line(&format!("let {name}: {} = {result};", wgsl_scalar(dest.ty)));
-        self.line("workgroupBarrier();");
+        self.release();
         Ok(())
     }
 
-    /// `mma_m16n8k16(d, a, b, c)`: each invocation publishes its registers
-    /// (the packed words of its local arrays) one at a time, and between two
-    /// barriers its quad (the 4 lanes of its `g`) reads the words of A its
-    /// rows need, the quads of its columns `2q` and `2q + 1` those of B; the
-    /// prelude's `mpmd_mma_m16n8k16_<ty>` then sums from `c` in the order of
-    /// docs/numerics.md.
+    /// A warp reduction with subgroup operations: integers by the builtins
+    /// (exact; sums wrap, so an i32 sum adds the words as u32), f32 by the
+    /// butterfly of docs/numerics.md (`mpmd_subgroup_<op>_f32`), since
+    /// `subgroupAdd` has no fixed order and `subgroupMin`/`subgroupMax`
+    /// leave NaN to the adapter.
+    fn native_reduction(&mut self, op: WarpOp, ty: ScalarType, v: &str) -> String {
+        let what = reduction_name(op);
+        match (op, ty) {
+            (_, ScalarType::F32) => self.call(
+                Helper::SubgroupReduce(op),
+                &format!("mpmd_subgroup_{what}_f32"),
+                &[v.to_string(), "thread_id".to_string()],
+            ),
+            (WarpOp::ReduceAdd, ScalarType::I32) => {
+                format!("bitcast<i32>(subgroupAdd(bitcast<u32>({v})))")
+            }
+            (WarpOp::ReduceAdd, _) => format!("subgroupAdd({v})"),
+            (WarpOp::ReduceMin, _) => format!("subgroupMin({v})"),
+            _ => format!("subgroupMax({v})"),
+        }
+    }
+
+    /// `mma_m16n8k16(d, a, b, c)`: each lane gathers the words of A its rows
+    /// need from its quad and those of B its columns need from the quads of
+    /// columns `2q` and `2q + 1` ([`MmaGather`]); emulated, every lane
+    /// publishes its 6 registers at once between one pair of barriers,
+    /// natively each word is a `subgroupShuffle`. The prelude's `mpmd_mma_m16n8k16_<ty>` then sums
+    /// from `c` in the order of docs/numerics.md.
     ///
     /// A row of a 2-D local array (`fa[i]`) reads and writes its elements
     /// through the ordinary element accesses (checked like any other); a
@@ -211,31 +382,39 @@ impl UnitEmitter<'_, '_> {
         ));
         self.line(&format!("var {rows}: array<u32, 16>;"));
         self.line(&format!("var {cols}: array<u32, 16>;"));
-        let quad = "(thread_id & 0xfffffffcu)";
-        for (r, word) in a_words.iter().enumerate() {
-            self.line(&format!("mpmd_warp_words[thread_id] = {word};"));
-            self.line("workgroupBarrier();");
-            for j in 0..4 {
+        // Slot `s` of a lane's published words is its register `s`: A's, then B's.
+        let registers: Vec<(MmaGather, u32, String, &String)> = (0u32..)
+            .zip(a_words)
+            .map(|(r, w)| (MmaGather::RowsOfA, r, w, &rows))
+            .chain(
+                (0u32..)
+                    .zip(b_words)
+                    .map(|(r, w)| (MmaGather::ColumnsOfB, r, w, &cols)),
+            )
+            .collect();
+        let native = self.native_warps();
+        let mut words = Vec::with_capacity(registers.len());
+        for (slot, (_, _, word, _)) in (0u32..).zip(&registers) {
+            if native {
+                words.push(self.word_name(word.clone()));
+            } else {
                 self.line(&format!(
-                    "{rows}[{}] = mpmd_warp_words[{quad} | {j}u];",
-                    4 * r + j
+                    "mpmd_warp_words[thread_id * {MMA_EXCHANGE_WORDS}u + {slot}u] = {word};"
                 ));
+                words.push(word.clone());
             }
+        }
+        if !native {
             self.line("workgroupBarrier();");
         }
-        // Lane 4 (2q + c) + j holds rows 2j + 8r (and one more) of column 2q + c.
-        let column_quads = "((thread_id & 0xffffffe0u) | ((thread_id & 3u) << 3u))";
-        for (r, word) in b_words.iter().enumerate() {
-            self.line(&format!("mpmd_warp_words[thread_id] = {word};"));
-            self.line("workgroupBarrier();");
-            for k in 0..8 {
-                self.line(&format!(
-                    "{cols}[{}] = mpmd_warp_words[{column_quads} | {k}u];",
-                    8 * r + k
-                ));
+        for (slot, ((gather, r, _, into), word)) in (0u32..).zip(registers.iter().zip(&words)) {
+            let per_register = gather.words();
+            for k in 0..per_register {
+                let value = self.exchange(word, &gather.source(k), slot, MMA_EXCHANGE_WORDS);
+                self.line(&format!("{into}[{}] = {value};", per_register * r + k));
             }
-            self.line("workgroupBarrier();");
         }
+        self.release();
         let name = format!("mpmd_mma_m16n8k16_{}", half_name(input));
         let call = self.call(Helper::Mma(input), &name, &[rows, cols, c]);
         if d_fragment.row.is_none() {
@@ -289,5 +468,14 @@ impl UnitEmitter<'_, '_> {
             self.stmt(&stmt)?;
         }
         Ok(())
+    }
+}
+
+/// The name of a warp reduction in helper names (`mpmd_warp_add_f32`).
+pub(super) fn reduction_name(op: WarpOp) -> &'static str {
+    match op {
+        WarpOp::ReduceMin => "min",
+        WarpOp::ReduceMax => "max",
+        _ => "add",
     }
 }

@@ -6,19 +6,15 @@
 
 #![allow(clippy::result_large_err)]
 
+mod common;
+use common::{module, one};
 use mpmd_core::backend::Mode;
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{Expr, Literal, Module, Stmt};
 use mpmd_core::plan::program_kernel;
 use mpmd_core::text::{parse, print};
-use mpmd_core::validate::{validate, Diagnostic, ValidateOptions};
+use mpmd_core::validate::{validate, ValidateOptions};
 use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
-
-fn module(src: &str) -> Module {
-    parse(src)
-        .unwrap_or_else(|e| panic!("{}", e.render("test")))
-        .0
-}
 
 fn valid(src: &str) -> Module {
     let m = module(src);
@@ -26,13 +22,6 @@ fn valid(src: &str) -> Module {
         panic!("expected a valid module, got {d:#?}");
     }
     m
-}
-
-/// The only diagnostic of `src`.
-fn one(src: &str) -> Diagnostic {
-    let d = validate(&module(src), &ValidateOptions::default()).expect_err("must be rejected");
-    assert_eq!(d.len(), 1, "expected one diagnostic, got {d:#?}");
-    d.into_iter().next().unwrap()
 }
 
 fn run(

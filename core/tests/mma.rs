@@ -5,29 +5,15 @@
 
 #![allow(clippy::result_large_err)]
 
+mod common;
+use common::{codes, diagnostics, module};
 use half::{bf16, f16};
 use mpmd_core::backend::Mode;
 use mpmd_core::interp::{InterpOptions, Interpreter, MmaProbe};
 use mpmd_core::ir::{mma, Fragment, Module, Stmt};
 use mpmd_core::text::{parse, print};
-use mpmd_core::validate::{validate, Diagnostic, ValidateOptions};
+use mpmd_core::validate::{validate, ValidateOptions};
 use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
-
-fn module(src: &str) -> Module {
-    parse(src)
-        .unwrap_or_else(|e| panic!("{}", e.render("test")))
-        .0
-}
-
-fn diagnostics(src: &str) -> Vec<Diagnostic> {
-    validate(&module(src), &ValidateOptions::default())
-        .err()
-        .unwrap_or_default()
-}
-
-fn codes(src: &str) -> Vec<&'static str> {
-    diagnostics(src).iter().map(|d| d.code).collect()
-}
 
 /// Four warps (two blocks of 64 threads), each multiplying its own tiles:
 /// fragments loaded from gmem by the documented layout, D stored back.

@@ -6,34 +6,14 @@
 
 #![allow(clippy::result_large_err)]
 
+mod common;
+use common::{found, module};
 use mpmd_core::backend::Mode;
 use mpmd_core::interp::{InterpOptions, Interpreter};
-use mpmd_core::ir::{
-    mma, BodyBuilder, Expr, Fragment, Literal, Module, RefAccess, ScalarType, Stmt,
-};
+use mpmd_core::ir::{mma, BodyBuilder, Expr, Fragment, Literal, RefAccess, ScalarType, Stmt};
 use mpmd_core::text::{parse, print};
-use mpmd_core::validate::{validate, Diagnostic, ValidateOptions};
+use mpmd_core::validate::{validate, ValidateOptions};
 use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
-
-fn module(src: &str) -> Module {
-    parse(src)
-        .unwrap_or_else(|e| panic!("{}", e.render("test")))
-        .0
-}
-
-fn diagnostics(src: &str) -> Vec<Diagnostic> {
-    validate(&module(src), &ValidateOptions::default())
-        .err()
-        .unwrap_or_default()
-}
-
-/// The codes and messages of `src`'s diagnostics.
-fn found(src: &str) -> Vec<(&'static str, String)> {
-    diagnostics(src)
-        .into_iter()
-        .map(|d| (d.code, d.message))
-        .collect()
-}
 
 /// A kernel of `threads` threads (one block) with the gmem tile
 /// `x: f16[48, 32]`, the smem tile `s: f16[2, 32, 16]`, `decls` and `body`.

@@ -5,24 +5,14 @@
 
 #![allow(clippy::result_large_err)]
 
+mod common;
+use common::{diagnostics, module};
 use mpmd_core::backend::Mode;
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{Module, WarpOp};
 use mpmd_core::text::{parse, print};
-use mpmd_core::validate::{validate, Diagnostic, ValidateOptions};
+use mpmd_core::validate::{validate, ValidateOptions};
 use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
-
-fn module(src: &str) -> Module {
-    parse(src)
-        .unwrap_or_else(|e| panic!("{}", e.render("test")))
-        .0
-}
-
-fn diagnostics(src: &str) -> Vec<Diagnostic> {
-    validate(&module(src), &ValidateOptions::default())
-        .err()
-        .unwrap_or_default()
-}
 
 fn run(m: &Module, inputs: &[(&str, HostTensor)], mode: Mode) -> Result<CallOutputs, RunError> {
     let args = CallArgs {

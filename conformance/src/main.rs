@@ -29,9 +29,10 @@ struct Args {
         default_value = "interp,wgpu,cuda,cuda-host"
     )]
     backends: Vec<String>,
-    /// Only cases whose name contains PATTERN (or matches it, with `*`).
+    /// Only cases whose name contains PATTERN (or matches it, with `*`);
+    /// given several times, cases that match any of them.
     #[arg(long, value_name = "PATTERN")]
-    filter: Option<String>,
+    filter: Vec<String>,
     /// Seed for inputs and schedules.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -94,9 +95,7 @@ fn main() -> ExitCode {
     let cases: Vec<Case> = cases
         .into_iter()
         .filter(|c| {
-            args.filter
-                .as_deref()
-                .is_none_or(|p| matches_filter(&c.name, p))
+            args.filter.is_empty() || args.filter.iter().any(|p| matches_filter(&c.name, p))
         })
         .collect();
     if cases.is_empty() {

@@ -75,3 +75,29 @@ fn a_relative_corpus_variable_is_read_from_the_working_directory() {
         Path::new("/abs")
     );
 }
+
+#[test]
+fn several_filters_select_the_cases_that_match_any() {
+    let checkout = tempfile::tempdir().unwrap();
+    for case in ["alpha_one", "beta_two", "gamma_three"] {
+        corpus_with_one_case(checkout.path(), case);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_mpmd-conformance"))
+        .args(["--backends", "interp", "--jobs", "1"])
+        .args(["--filter", "alpha", "--filter", "*three"])
+        .current_dir(checkout.path())
+        .env_remove("MPMD_CORPUS_DIR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.starts_with("mpmd conformance: 2 cases, seed 1, backends interp"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\nalpha_one ") && stdout.contains("\ngamma_three "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("beta_two"), "{stdout}");
+}

@@ -409,8 +409,9 @@ static __device__ __noinline__ void mpmd_loop_limit(u32* ctl, u32 program, u32 b
 }
 
 // Checked mode: the element offset of an access, or MPMD_BAD_OFFSET after
-// reporting an out-of-bounds coordinate or index.
-static __device__ __forceinline__ u64 mpmd_checked_offset(u32* ctl, u32 program, u32 block, u32 ref,
+// reporting an out-of-bounds coordinate or index. Not inlined: at every
+// access of an mma-heavy kernel NVRTC took 20x longer (backend-cuda/README.md).
+static __device__ __noinline__ u64 mpmd_checked_offset(u32* ctl, u32 program, u32 block, u32 ref,
                                                           mpmd_idx coords, mpmd_idx coord_sizes,
                                                           mpmd_idx index, mpmd_idx dims,
                                                           u64 own_instance, u64 instance_len) {

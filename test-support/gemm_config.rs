@@ -7,8 +7,10 @@
 //! it depends on `mpmd-core` alone.
 #![allow(dead_code)]
 
-use mpmd_core::ir::{Literal, Module};
+use mpmd_core::inputs::Rng;
+use mpmd_core::ir::{Literal, Module, ScalarType};
 use mpmd_core::text::parse_file_with;
+use mpmd_core::HostTensor;
 
 /// The example's file name, in the repository's `examples/`.
 pub const GEMM_FILE: &str = "stream_k_gemm.mpmd";
@@ -187,4 +189,27 @@ impl GemmConfig {
         )?;
         Ok(file.module)
     }
+}
+
+/// `len` multiples of 1/4 in [-2, 2] from `seed`. They are exact in bf16,
+/// and every f32 sum of up to 2^16 of their products is a multiple of 1/16
+/// below 2^18, exact in any order: a GEMM of them has one right result,
+/// whatever order the backend (or cuBLAS, or a tensor core) sums in.
+pub fn quarters(len: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..len)
+        .map(|_| (rng.next_u64() % 17) as f32 * 0.25 - 2.0)
+        .collect()
+}
+
+/// The bf16 bits of [`quarters`]: the high half of their f32 bits (exact).
+pub fn bf16_bits(values: &[f32]) -> Vec<u16> {
+    values.iter().map(|v| (v.to_bits() >> 16) as u16).collect()
+}
+
+/// [`quarters`] as a bf16 tensor of `len` elements, zero past the values.
+pub fn bf16_tensor(values: &[f32], len: u32) -> HostTensor {
+    let mut bits: Vec<u32> = bf16_bits(values).into_iter().map(u32::from).collect();
+    bits.resize(len as usize, 0);
+    HostTensor::new(ScalarType::BF16, vec![len], bits).expect("one word per element")
 }

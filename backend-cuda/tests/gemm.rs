@@ -14,9 +14,9 @@ mod gemm_config;
 
 use common::{assemble_without_spills, require_tools};
 use gemm_config::*;
-use mpmd_core::ir::{Literal, ScalarType};
+use mpmd_core::ir::Literal;
 use mpmd_core::plan::lower;
-use mpmd_core::{Backend, CallArgs, HostTensor, Mode, RunOptions};
+use mpmd_core::{Backend, CallArgs, Mode, RunOptions};
 use mpmd_cuda::{emit_module, CompileOptions, HostCudaBackend};
 
 fn example_source() -> String {
@@ -121,15 +121,6 @@ fn every_configuration_sets_each_constant_of_the_example() {
     );
 }
 
-/// `len` multiples of 1/4 in [-2, 2] (exact in bf16; every f32 sum of their
-/// products is exact in any order, so results compare exactly).
-fn quarters(len: usize, seed: u64) -> Vec<f32> {
-    let mut rng = mpmd_core::inputs::Rng::new(seed);
-    (0..len)
-        .map(|_| (rng.next_u64() % 17) as f32 * 0.25 - 2.0)
-        .collect()
-}
-
 #[test]
 fn both_configurations_multiply_exactly_on_cuda_host() {
     // WAVE 3; each shape leaves a partial wave whose stream-K share has at
@@ -146,15 +137,9 @@ fn both_configurations_multiply_exactly_on_cuda_host() {
         let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
         let a = quarters(m * k, 2 * seed as u64);
         let b = quarters(k * n, 2 * seed as u64 + 1);
-        // Multiples of 1/4 are exact in bf16, the f32's high half.
-        let padded = |values: &[f32], cap: u32| {
-            let mut bits: Vec<u32> = values.iter().map(|v| v.to_bits() >> 16).collect();
-            bits.resize(cap as usize, 0);
-            HostTensor::new(ScalarType::BF16, vec![cap], bits).unwrap()
-        };
         let mut args = CallArgs::default();
-        args.inputs.insert("a".into(), padded(&a, caps.a));
-        args.inputs.insert("b".into(), padded(&b, caps.b));
+        args.inputs.insert("a".into(), bf16_tensor(&a, caps.a));
+        args.inputs.insert("b".into(), bf16_tensor(&b, caps.b));
         for (name, value) in [("m", shape.m), ("n", shape.n), ("k", shape.k)] {
             args.scalars.insert(name.into(), Literal::U32(value));
         }

@@ -4,12 +4,14 @@
 
 mod common;
 use common::*;
+
+#[path = "../../test-support/gemm_config.rs"]
+mod gemm_config;
 use std::path::Path;
 
 use mpmd_cli::npy;
 use mpmd_core::ir::ScalarType;
 use mpmd_core::numerics;
-use mpmd_core::HostTensor;
 
 /// Checks the output files an example's run wrote into a folder.
 type OutputCheck = fn(&Path);
@@ -52,17 +54,9 @@ fn given_inputs(name: &str, dir: &Path) -> Vec<String> {
                 .shape
                 .iter()
                 .product::<u32>();
-            // Quarters are exact in bf16: the high half of the f32's bits.
-            let bits: Vec<u32> = (0..len)
-                .map(|j| ((j * (7 + 4 * i as u32) + 3) % 17) as f32 * 0.25 - 2.0)
-                .map(|v| v.to_bits() >> 16)
-                .collect();
+            let values = gemm_config::quarters(len as usize, i as u64);
             let path = dir.join(format!("{}.npy", input.name));
-            npy::write(
-                &path,
-                &HostTensor::new(ScalarType::BF16, vec![len], bits).unwrap(),
-            )
-            .unwrap();
+            npy::write(&path, &gemm_config::bf16_tensor(&values, len)).unwrap();
             format!("{}={}", input.name, path.display())
         })
         .collect()

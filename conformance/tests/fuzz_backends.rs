@@ -12,21 +12,28 @@ mod needs;
 
 use mpmd_conformance::backends::fuzz_factory;
 use mpmd_conformance::fuzz::{
-    check_module, generate_with, judge_backend, run_fuzz, FuzzConfig, GenOptions, Verdict,
+    check_module, generate_with, judge_backend, run_fuzz, BackendFactory, FuzzConfig, GenOptions,
+    Verdict,
 };
 use mpmd_core::ir::{visit, Stmt, WarpOp};
 use mpmd_core::plan::lower;
 use mpmd_core::Mode;
 
-#[test]
-fn short_fuzz_run_agrees_on_every_backend() {
-    let factories: Vec<_> = ["wgpu", "cuda", "cuda-host"]
+/// The factories of the backends judged against the oracle: wgpu, cuda and
+/// cuda-host (a missing one fails the test, `needs::setup`).
+fn gpu_factories() -> Vec<BackendFactory> {
+    ["wgpu", "cuda", "cuda-host"]
         .into_iter()
         .map(|name| {
             needs::setup(&format!("backend `{name}`"), fuzz_factory(name))
                 .expect("a backend factory, not the oracle")
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn short_fuzz_run_agrees_on_every_backend() {
+    let factories = gpu_factories();
     let found = tempfile::tempdir().unwrap();
     let config = FuzzConfig {
         seed: 20_261_129,
@@ -93,13 +100,7 @@ fn warp_ops(body: &[Stmt]) -> Vec<&'static str> {
 #[test]
 fn warp_collectives_agree_on_every_backend() {
     const MODULES: u64 = 12;
-    let factories: Vec<_> = ["wgpu", "cuda", "cuda-host"]
-        .into_iter()
-        .map(|name| {
-            needs::setup(&format!("backend `{name}`"), fuzz_factory(name))
-                .expect("a backend factory, not the oracle")
-        })
-        .collect();
+    let factories = gpu_factories();
     let options = GenOptions {
         ieee: false,
         warps: 100,
@@ -194,13 +195,7 @@ fn mma_statements(body: &[Stmt]) -> (u32, u32) {
 #[test]
 fn mma_modules_agree_bit_for_bit_on_every_backend() {
     const MODULES: u64 = 8;
-    let factories: Vec<_> = ["wgpu", "cuda", "cuda-host"]
-        .into_iter()
-        .map(|name| {
-            needs::setup(&format!("backend `{name}`"), fuzz_factory(name))
-                .expect("a backend factory, not the oracle")
-        })
-        .collect();
+    let factories = gpu_factories();
     let options = GenOptions {
         ieee: false,
         warps: 100,

@@ -17,7 +17,7 @@ use std::time::Instant;
 use gemm_config::*;
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::Literal;
-use mpmd_core::{CallArgs, HostTensor};
+use mpmd_core::CallArgs;
 
 /// Each leaves a partial wave of tiles, so `stream_k` runs both programs:
 /// 1 tile (all stream-K), 4 tiles of which 1 is stream-K, 4 tiles again
@@ -37,20 +37,6 @@ const WAVE: u32 = 3;
 /// Timed calls of each run (after one checked call).
 const CALLS: usize = 3;
 
-/// `len` multiples of 1/4 in [-2, 2], from a fixed linear congruential
-/// sequence (a benchmark needs no better).
-fn quarters(len: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed;
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) % 17) as f32 * 0.25 - 2.0
-        })
-        .collect()
-}
-
 fn main() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -66,13 +52,11 @@ fn main() {
         let (m, n, k) = (shape.m as usize, shape.n as usize, shape.k as usize);
         let a = quarters(m * k, 1);
         let b = quarters(k * n, 2);
-        let bf16 = |values: &[f32]| {
-            let bits: Vec<half::bf16> = values.iter().map(|&v| half::bf16::from_f32(v)).collect();
-            HostTensor::from_bf16(vec![values.len() as u32], &bits)
-        };
         let mut args = CallArgs::default();
-        args.inputs.insert("a".into(), bf16(&a));
-        args.inputs.insert("b".into(), bf16(&b));
+        args.inputs
+            .insert("a".into(), bf16_tensor(&a, a.len() as u32));
+        args.inputs
+            .insert("b".into(), bf16_tensor(&b, b.len() as u32));
         for (name, value) in [("m", shape.m), ("n", shape.n), ("k", shape.k)] {
             args.scalars.insert(name.into(), Literal::U32(value));
         }

@@ -5,11 +5,14 @@
 //! backends with the interpreter; this test ties the interpreter to the
 //! mathematics.
 
-use half::bf16;
+#[path = "../../test-support/gemm_config.rs"]
+mod gemm_config;
+
+use gemm_config::{bf16_tensor, quarters};
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{Literal, Module, ScalarType};
 use mpmd_core::text::parse_file;
-use mpmd_core::{CallArgs, HostTensor, Mode, RunOptions};
+use mpmd_core::{CallArgs, Mode, RunOptions};
 
 const EXAMPLE: &str = include_str!("../../examples/stream_k_gemm.mpmd");
 
@@ -23,20 +26,6 @@ fn capacity(module: &Module, map: &str, operand: &str) -> usize {
     let map = module.maps.iter().find(|m| m.name == map).unwrap();
     let (_, op) = map.operands().find(|(_, o)| o.name == operand).unwrap();
     op.ty.as_ref_type().unwrap().shape.iter().product::<u32>() as usize
-}
-
-/// Values in [-2, 2) with few significant bits, so that products are exact
-/// and sums are nearly so (any indexing mistake is far outside the bound).
-fn inputs(len: usize, seed: u64) -> Vec<bf16> {
-    let mut state = seed;
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            bf16::from_f32(((state >> 33) % 64) as f32 / 16.0 - 2.0)
-        })
-        .collect()
 }
 
 fn scalar(call: &mpmd_core::ir::Call, name: &str) -> usize {
@@ -61,18 +50,12 @@ fn every_call_of_the_example_computes_the_product() {
     };
     for (index, call) in calls.iter().enumerate() {
         let (m, n, k) = (scalar(call, "m"), scalar(call, "n"), scalar(call, "k"));
-        let a = inputs(capacity(&module, &call.map, "a"), 2 * index as u64 + 1);
-        let b = inputs(capacity(&module, &call.map, "b"), 2 * index as u64 + 2);
+        let a = quarters(capacity(&module, &call.map, "a"), 2 * index as u64 + 1);
+        let b = quarters(capacity(&module, &call.map, "b"), 2 * index as u64 + 2);
         let args = CallArgs {
             inputs: [
-                (
-                    "a".to_string(),
-                    HostTensor::from_bf16(vec![a.len() as u32], &a),
-                ),
-                (
-                    "b".to_string(),
-                    HostTensor::from_bf16(vec![b.len() as u32], &b),
-                ),
+                ("a".to_string(), bf16_tensor(&a, a.len() as u32)),
+                ("b".to_string(), bf16_tensor(&b, b.len() as u32)),
             ]
             .into(),
             scalars: call.scalars.iter().cloned().collect(),
@@ -87,7 +70,7 @@ fn every_call_of_the_example_computes_the_product() {
             for j in 0..n {
                 let (mut exact, mut magnitude) = (0f64, 0f64);
                 for kk in 0..k {
-                    let p = f64::from(a[r * k + kk].to_f32()) * f64::from(b[kk * n + j].to_f32());
+                    let p = f64::from(a[r * k + kk]) * f64::from(b[kk * n + j]);
                     exact += p;
                     magnitude += p.abs();
                 }

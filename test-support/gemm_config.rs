@@ -2,9 +2,11 @@
 //! times, `backend-cuda/tests/gemm.rs` assembles and `core/benches/
 //! gemm_interp.rs` interprets: the example's constants given other values
 //! through `text::parse_file_with`, so one text serves every tile
-//! configuration, SM count and capacity. Included by path (`#[path]`, as
-//! `needs.rs` is) so that all three instantiate the example the same way;
-//! it depends on `mpmd-core` alone.
+//! configuration, SM count and capacity; and the inputs every GEMM check
+//! uses ([`quarters`]). Included by path (`#[path]`, as `needs.rs` is, also
+//! by `core/tests/stream_k_gemm.rs` and `cli/tests/examples.rs`) so that all
+//! instantiate and feed the example the same way; it depends on `mpmd-core`
+//! alone.
 #![allow(dead_code)]
 
 use mpmd_core::inputs::Rng;

@@ -117,21 +117,26 @@ else
   say "gpu nvidia-smi not found (the driver library may still be present)"
 fi
 
+# The site-packages folders of each python on PATH, one a line (where the
+# nvidia-* wheels put their libraries).
+python_site_dirs() {
+  local py
+  for py in python3 python; do
+    if command -v "$py" >/dev/null 2>&1; then
+      "$py" -c 'import site; print("\n".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null || true
+    fi
+  done
+}
+
 # ---- NVRTC --------------------------------------------------------------
 find_nvrtc_dir() {
   local candidates=()
   [ -n "${MPMD_NVRTC_DIR:-}" ] && candidates+=("$MPMD_NVRTC_DIR")
   candidates+=("$BIN_DIR/lib" "$BIN_DIR/nvidia/cu13/lib" "$REPO_ROOT/target/mpmd-tools/python/nvidia/cu13/lib")
-  local py
-  for py in python3 python; do
-    if command -v "$py" >/dev/null 2>&1; then
-      local site
-      site=$("$py" -c 'import site,sys; print("\n".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null) || true
-      while IFS= read -r dir; do
-        [ -n "$dir" ] && candidates+=("$dir/nvidia/cu13/lib")
-      done <<<"$site"
-    fi
-  done
+  local site
+  while IFS= read -r site; do
+    [ -n "$site" ] && candidates+=("$site/nvidia/cu13/lib")
+  done < <(python_site_dirs)
   candidates+=("/usr/local/cuda/lib64")
   local dir
   for dir in "${candidates[@]}"; do
@@ -180,16 +185,10 @@ find_cublas_dir() {
   local candidates=()
   [ -n "${MPMD_CUBLAS_DIR:-}" ] && candidates+=("$MPMD_CUBLAS_DIR")
   candidates+=("$BIN_DIR/lib" "$BIN_DIR/nvidia/cu13/lib" "$BIN_DIR/nvidia/cublas/lib")
-  local py
-  for py in python3 python; do
-    if command -v "$py" >/dev/null 2>&1; then
-      local site
-      site=$("$py" -c 'import site,sys; print("\n".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null) || true
-      while IFS= read -r dir; do
-        [ -n "$dir" ] && candidates+=("$dir/nvidia/cu13/lib" "$dir/nvidia/cublas/lib")
-      done <<<"$site"
-    fi
-  done
+  local site
+  while IFS= read -r site; do
+    [ -n "$site" ] && candidates+=("$site/nvidia/cu13/lib" "$site/nvidia/cublas/lib")
+  done < <(python_site_dirs)
   candidates+=("/usr/local/cuda/lib64")
   local dir soname
   for dir in "${candidates[@]}"; do

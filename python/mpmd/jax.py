@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from collections import OrderedDict
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -94,6 +96,39 @@ def _register_ffi() -> bool:
     return True
 
 
+#: How many FFI registrations are kept (least recently used first out).
+REGISTRATION_BOUND = 256
+
+# Registrations by what they run: (module text, map, backend, CUDA flag) ->
+# (registration, backend). A compiled executable calls its registration for
+# as long as it lives, long after the function that made it is gone (Pallas
+# users build kernels inside jitted functions), so registrations are kept
+# here, one per distinct map and backend, not by the function.
+_registrations: "OrderedDict[Tuple[str, str, int, bool], Tuple[Any, Backend]]" = OrderedDict()
+_registrations_lock = threading.Lock()
+# The backend of kernels made without one (their maps bind no residents,
+# so one interpreter serves them all).
+_default_backend: Optional[Backend] = None
+
+
+def _registration(module: Module, map_name: str, backend: Backend, cuda: bool):
+    """The FFI registration running ``map_name`` of ``module`` on ``backend``:
+    the one made before for the same map, backend and flag, else a new one."""
+    key = (module.text(), map_name, id(backend), cuda)
+    with _registrations_lock:
+        entry = _registrations.get(key)
+        if entry is not None:
+            _registrations.move_to_end(key)
+            return entry[0]
+        registered = _mpmd.ffi_kernel(module, map_name, backend._raw, cuda)
+        # The entry holds the backend, so its id cannot be reused while the
+        # key names it.
+        _registrations[key] = (registered, backend)
+        while len(_registrations) > REGISTRATION_BOUND:
+            _registrations.popitem(last=False)
+        return registered
+
+
 def synchronize() -> None:
     """Waits for every XLA stream mpmd kernels ran on (GPU) and raises the
     first error a kernel recorded there as its mpmd exception."""
@@ -141,8 +176,12 @@ def kernel(
     import jax.numpy as jnp
     from jax.experimental import io_callback
 
+    global _default_backend
     default_backend = backend is None
-    backend = Interpreter() if backend is None else backend
+    if backend is None:
+        if _default_backend is None:
+            _default_backend = Interpreter()
+        backend = _default_backend if not module.binds_residents(map_name) else Interpreter()
     inputs = module.inputs(map_name)
     scalars = module.scalars(map_name)
     parameters = [name for name, _, _ in inputs] + [name for name, _ in scalars]
@@ -155,8 +194,8 @@ def kernel(
     use_ffi = not stateful and _register_ffi()
 
     if use_ffi:
-        registered = _mpmd.ffi_kernel(
-            module, map_name, backend._raw, default_backend or isinstance(backend, Cuda)
+        registered = _registration(
+            module, map_name, backend, default_backend or isinstance(backend, Cuda)
         )
         ffi_shapes = [
             jax.ShapeDtypeStruct(shape.shape, _device_dtype(output_dtypes[name]))
@@ -256,6 +295,5 @@ def kernel(
         f"parameters {', '.join(parameters) or 'none'}; "
         f"returns {{{', '.join(result_shapes)}}}."
     )
-    # The registration lives as long as the function.
     call._mpmd_ffi_kernel = registered if use_ffi else None  # type: ignore[attr-defined]
     return call

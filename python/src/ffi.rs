@@ -623,7 +623,7 @@ unsafe fn decode(frame: &xla::CallFrame) -> Result<Call<'_>, Failure> {
         kernel_id.ok_or_else(|| Failure::argument("mpmd: no `mpmd_kernel` attribute".into()))?;
     let kernel = kernels().get(&(id as u64)).cloned().ok_or_else(|| {
         Failure::argument(format!(
-            "mpmd: kernel {id} is not registered (its mpmd.jax.kernel function was deleted)"
+            "mpmd: kernel {id} is not registered (its registration was dropped: mpmd.jax keeps the mpmd.jax.REGISTRATION_BOUND most recently used ones)"
         ))
     })?;
     // SAFETY: XLA's lists.

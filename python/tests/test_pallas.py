@@ -1,0 +1,139 @@
+"""Pallas programs run unchanged (but for the mesh class) under jax.jit on
+every CPU backend and equal their `jnp` references; what mpmd.pallas does
+not lower is refused with the primitive, its source line and the docs."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="mpmd.pallas needs jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.experimental import pallas as pl  # noqa: E402
+
+import mpmd  # noqa: E402
+import mpmd.pallas as mp  # noqa: E402
+from pallas_programs import PROGRAMS  # noqa: E402
+
+BACKENDS = {
+    "interp": lambda: mpmd.Interpreter(),
+    "checked": lambda: mpmd.Interpreter(checked=True, schedules=2),
+    "wgpu": lambda: mpmd.Wgpu(),
+}
+
+
+def _leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def _assert_matches(program, got, want):
+    got, want = _leaves(got), _leaves(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        if program.rtol:
+            np.testing.assert_allclose(g, w, rtol=program.rtol, atol=program.rtol)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_pallas_program_equals_its_jnp_reference(name, backend):
+    program = PROGRAMS[name]()
+    with mp.backend(BACKENDS[backend]()):
+        got = jax.jit(program.fn)(*program.args)
+    _assert_matches(program, got, program.reference(*program.args))
+
+
+def test_every_program_lowers_to_a_module_that_checks():
+    for name, make in PROGRAMS.items():
+        program = make()
+        for module in mp.to_modules(program.fn, *program.args):
+            assert "map main" in module.text(), name
+            # The lowered text reads back as the same module.
+            assert mpmd.Module.from_text(module.text()).text() == module.text()
+
+
+def test_the_refused_multi_mesh_program_runs_and_the_jax_fallback_refuses_it():
+    program = PROGRAMS["producer_consumer"]()
+    got = jax.jit(program.fn)(*program.args)
+    _assert_matches(program, got, program.reference(*program.args))
+
+
+def test_shapes_come_from_the_traced_arguments():
+    mesh = mp.Mesh(grid=(4,), grid_names=("b",))
+
+    def scale(x):
+        n = x.shape[0] // 4
+
+        @pl.kernel(out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=mesh)
+        def k(x_ref, y_ref):
+            tile = pl.ds(lax.axis_index("b") * n, n)
+            y_ref[tile] = x_ref[tile] * 3.0
+
+        return k(x)
+
+    for size in (64, 512):
+        x = jnp.arange(size, dtype=jnp.float32)
+        np.testing.assert_array_equal(jax.jit(scale)(x), x * 3.0)
+        assert f"gmem<f32[{size}]>" in mp.to_module(scale, x).text()
+
+
+def test_a_kernel_built_inside_jit_works_on_every_call():
+    program = PROGRAMS["elementwise"]()
+    f = jax.jit(lambda x: program.fn(x))
+    for seed in range(3):
+        x = jnp.full((1024,), float(seed), jnp.float32)
+        np.testing.assert_array_equal(f(x), 2.0 * x + 1.0)
+
+
+def test_checked_mode_reports_a_race_as_mpmds_exception():
+    producer = mp.Mesh(grid=(2,), grid_names=("p",))
+    consumer = mp.Mesh(grid=(1,), grid_names=("c",))
+
+    def produce(x_ref, y_ref, buf, ready):
+        p = lax.axis_index("p")
+        buf[pl.ds(p * 64, 64)] = x_ref[pl.ds(p * 64, 64)]
+
+    def consume(x_ref, y_ref, buf, ready):
+        # No wait: the read races with the producers' writes.
+        y_ref[...] = buf[...]
+
+    from pallas_programs import gmem_scratch, semaphores
+
+    fn = mp.mpmd_map(
+        [(producer, produce), (consumer, consume)],
+        out_types=jax.ShapeDtypeStruct((128,), jnp.float32),
+        scratch_types=[gmem_scratch((128,), jnp.float32, producer), semaphores((1,), consumer)],
+    )
+    with mp.backend(mpmd.Interpreter(checked=True)):
+        with pytest.raises(Exception, match=r"data race|uninitiali[sz]ed"):
+            jax.block_until_ready(jax.jit(fn)(jnp.zeros(128, jnp.float32)))
+
+
+def test_an_unsupported_primitive_is_refused_with_its_line_and_the_docs():
+    mesh = mp.Mesh(grid=(1,), grid_names=("b",))
+
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((128,), jnp.float32), mesh=mesh)
+    def k(x_ref, y_ref):
+        y_ref[...] = jnp.cumsum(x_ref[...])  # the refused line
+
+    with pytest.raises(mp.LoweringError) as error:
+        jax.jit(k)(jnp.zeros(128, jnp.float32))
+    message = str(error.value)
+    assert re.search(r"cannot lower `cum\w+`", message), message
+    assert "test_pallas.py:" in message, message
+    assert "docs/pallas.md#supported-primitives" in message
+    assert isinstance(error.value, mpmd.MpmdError)
+
+
+def test_an_unsupported_jax_version_is_named_with_the_supported_range():
+    from mpmd.pallas import _compat
+
+    with pytest.raises(mp.UnsupportedJaxError, match=r"supports jax >=0\.10\.0,<0\.12\.0; jax 0\.4\.30 is installed"):
+        _compat.check_jax_version("0.4.30")
+    _compat.check_jax_version(jax.__version__)

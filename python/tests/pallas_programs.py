@@ -25,6 +25,11 @@ from mpmd.pallas import _compat as jx
 
 F32 = jnp.float32
 
+#: Pallas's `interpret` argument of the single-mesh programs' `pl.kernel`
+#: (tests set it to run them on Pallas's own GPU interpret mode: a second
+#: oracle, written by other people).
+INTERPRET: Any = False
+
 
 @dataclasses.dataclass
 class Program:
@@ -69,7 +74,7 @@ def semaphores(shape, mesh):
 def elementwise() -> Program:
     mesh = mp.Mesh(grid=(8,), grid_names=("b",))
 
-    @pl.kernel(out_type=jax.ShapeDtypeStruct((1024,), F32), mesh=mesh)
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((1024,), F32), mesh=mesh, interpret=INTERPRET)
     def axpb(x_ref, y_ref):
         b = lax.axis_index("b")
         tile = pl.ds(b * 128, 128)
@@ -81,7 +86,7 @@ def elementwise() -> Program:
 def elementwise_math() -> Program:
     mesh = mp.Mesh(grid=(2,), grid_names=("b",))
 
-    @pl.kernel(out_type=jax.ShapeDtypeStruct((2, 256), F32), mesh=mesh)
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((2, 256), F32), mesh=mesh, interpret=INTERPRET)
     def math_kernel(x_ref, y_ref):
         b = lax.axis_index("b")
         x = x_ref[b]
@@ -95,7 +100,7 @@ def integer_ops() -> Program:
     mesh = mp.Mesh(grid=(2,), grid_names=("b",))
 
     @pl.kernel(out_type=(jax.ShapeDtypeStruct((256,), jnp.int32), jax.ShapeDtypeStruct((256,), jnp.uint32)),
-               mesh=mesh)
+               mesh=mesh, interpret=INTERPRET)
     def int_kernel(a_ref, i_ref, u_ref):
         b = lax.axis_index("b")
         tile = pl.ds(b * 128, 128)
@@ -112,7 +117,7 @@ def integer_ops() -> Program:
 def block_reduction() -> Program:
     mesh = mp.Mesh(grid=(4,), grid_names=("b",))
 
-    @pl.kernel(out_type=(jax.ShapeDtypeStruct((4,), F32), jax.ShapeDtypeStruct((4,), F32)), mesh=mesh)
+    @pl.kernel(out_type=(jax.ShapeDtypeStruct((4,), F32), jax.ShapeDtypeStruct((4,), F32)), mesh=mesh, interpret=INTERPRET)
     def reduce_kernel(x_ref, sum_ref, max_ref):
         b = lax.axis_index("b")
         x = x_ref[pl.ds(b * 512, 512)]
@@ -127,7 +132,7 @@ def block_reduction() -> Program:
 def row_reductions() -> Program:
     mesh = mp.Mesh(grid=(2,), grid_names=("b",))
 
-    @pl.kernel(out_type=(jax.ShapeDtypeStruct((2, 16), F32), jax.ShapeDtypeStruct((2, 32), F32)), mesh=mesh)
+    @pl.kernel(out_type=(jax.ShapeDtypeStruct((2, 16), F32), jax.ShapeDtypeStruct((2, 32), F32)), mesh=mesh, interpret=INTERPRET)
     def rows_kernel(x_ref, rows_ref, cols_ref):
         b = lax.axis_index("b")
         x = x_ref[b]
@@ -142,7 +147,7 @@ def row_reductions() -> Program:
 def softmax() -> Program:
     mesh = mp.Mesh(grid=(4,), grid_names=("row",))
 
-    @pl.kernel(out_type=jax.ShapeDtypeStruct((4, 128), F32), mesh=mesh)
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((4, 128), F32), mesh=mesh, interpret=INTERPRET)
     def softmax_kernel(x_ref, y_ref):
         r = lax.axis_index("row")
         x = x_ref[r]
@@ -157,7 +162,7 @@ def softmax() -> Program:
 def matmul_tile() -> Program:
     mesh = mp.Mesh(grid=(2, 2), grid_names=("i", "j"))
 
-    @pl.kernel(out_type=jax.ShapeDtypeStruct((64, 64), F32), mesh=mesh)
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((64, 64), F32), mesh=mesh, interpret=INTERPRET)
     def matmul_kernel(a_ref, b_ref, c_ref):
         i = lax.axis_index("i")
         j = lax.axis_index("j")
@@ -172,7 +177,7 @@ def matmul_tile() -> Program:
 def matmul_bf16() -> Program:
     mesh = mp.Mesh(grid=(2,), grid_names=("i",))
 
-    @pl.kernel(out_type=jax.ShapeDtypeStruct((32, 16), F32), mesh=mesh)
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((32, 16), F32), mesh=mesh, interpret=INTERPRET)
     def bf16_kernel(a_ref, b_ref, c_ref):
         i = lax.axis_index("i")
         a = a_ref[pl.ds(i * 16, 16), :]
@@ -191,6 +196,7 @@ def copy_pipeline() -> Program:
         out_type=jax.ShapeDtypeStruct((512,), F32),
         mesh=mesh,
         scratch_types=[plgpu.SMEM((128,), F32), plgpu.SMEM((128,), F32), plgpu.Barrier()],
+        interpret=INTERPRET,
     )
     def pipeline_kernel(x_ref, y_ref, in_smem, out_smem, barrier):
         b = lax.axis_index("b")
@@ -208,7 +214,7 @@ def copy_pipeline() -> Program:
 def fori_accumulate() -> Program:
     mesh = mp.Mesh(grid=(2,), grid_names=("b",))
 
-    @pl.kernel(out_type=jax.ShapeDtypeStruct((2, 64), F32), mesh=mesh)
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((2, 64), F32), mesh=mesh, interpret=INTERPRET)
     def loop_kernel(x_ref, y_ref):
         b = lax.axis_index("b")
 
@@ -233,7 +239,7 @@ def fori_accumulate() -> Program:
 def while_loop_count() -> Program:
     mesh = mp.Mesh(grid=(4,), grid_names=("b",))
 
-    @pl.kernel(out_type=jax.ShapeDtypeStruct((4,), jnp.int32), mesh=mesh)
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((4,), jnp.int32), mesh=mesh, interpret=INTERPRET)
     def collatz_kernel(n_ref, steps_ref):
         b = lax.axis_index("b")
 

@@ -1,5 +1,5 @@
 //! The Python package's tests: a virtual environment under the target
-//! directory with maturin, pytest, numpy, ml_dtypes and jax (CPU) from PyPI,
+//! directory with maturin, pytest, numpy, ml_dtypes, jax (CPU) and absl-py from PyPI,
 //! the package built into it (`maturin develop`, debug), then pytest over
 //! `python/tests`. A missing Python or pip is a failure that names what to
 //! install: a test that could not run never counts as a pass.
@@ -10,12 +10,15 @@ use std::process::{Command, ExitCode, Stdio};
 use crate::tools::{self, Setup};
 
 /// What the environment gets from PyPI; a change here reinstalls.
-pub const REQUIREMENTS: [&str; 5] = [
+pub const REQUIREMENTS: [&str; 6] = [
     "maturin>=1.5,<2",
     "pytest>=7",
     "numpy>=1.22",
     "ml_dtypes>=0.2",
-    "jax>=0.4.34",
+    // mpmd.pallas's supported range (python/mpmd/pallas/_compat.py).
+    "jax>=0.10.0,<0.12",
+    // `import jax.experimental.pallas.mosaic_gpu` needs it.
+    "absl-py",
 ];
 
 /// Sets up the environment, builds the package and the CLI the tests

@@ -152,6 +152,9 @@ def _as_callable(compiled: Compiled, module: Module, chosen: Backend) -> Callabl
 
 
 def _lowering(ctx, *in_nodes, **params):
+    if params.get("interpret"):
+        # The user asked for Pallas's own interpret mode: Pallas lowers it.
+        return jx.pallas_mpmd._mpmd_map_fallback_lowering(ctx, *in_nodes, **params)
     compiled = _compile_params(ctx.avals_in, params)
     module = _module_of(compiled)
     run = _as_callable(compiled, module, _current_backend())

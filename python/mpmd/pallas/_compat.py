@@ -92,6 +92,8 @@ Slice = state_indexing.Slice
 AbstractRef = state_types.AbstractRef
 
 __all__ = [
+    "pallas_mpmd",
+    "discharge_state",
     "SUPPORTED_JAX",
     "UnsupportedJaxError",
     "check_jax_version",

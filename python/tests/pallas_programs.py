@@ -21,7 +21,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 import mpmd.pallas as mp
-from mpmd.pallas import _compat as jx
 
 F32 = jnp.float32
 
@@ -56,16 +55,9 @@ def _quarters(shape, seed=0, dtype=np.float32):
     return jnp.asarray((_rng(seed).integers(-8, 9, size=shape) / 4.0).astype(dtype))
 
 
-def gmem_scratch(shape, dtype, mesh):
-    return jx.MemoryRef(jax.core.ShapedArray(shape, dtype), jx.CoreMemorySpace(plgpu.GMEM, mesh))
-
-
-def smem_scratch(shape, dtype, mesh):
-    return jx.MemoryRef(jax.core.ShapedArray(shape, dtype), jx.CoreMemorySpace(plgpu.SMEM, mesh))
-
-
-def semaphores(shape, mesh):
-    return jx.MemoryRef(jax.core.ShapedArray(shape, jx.Semaphore()), jx.CoreMemorySpace(plgpu.GMEM, mesh))
+gmem_scratch = mp.gmem_scratch
+smem_scratch = mp.smem_scratch
+semaphores = mp.semaphores
 
 
 # ------------------------------------------------------- single mesh

@@ -172,3 +172,13 @@ def test_the_corpus_holds_what_mpmd_pallas_lowers_today():
     assert done.returncode == 0, (
         f"conformance/cases/pallas_*.mpmd are stale: run `python {script}`\n{done.stdout}{done.stderr}"
     )
+
+
+def test_the_readme_pallas_example_runs():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "pallas_refused.py"
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok: y == 3x + 1", done.stdout + done.stderr

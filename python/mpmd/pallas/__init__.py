@@ -35,6 +35,9 @@ from .. import Backend, Interpreter, Module
 __all__ = [
     "Mesh",
     "mpmd_map",
+    "gmem_scratch",
+    "smem_scratch",
+    "semaphores",
     "backend",
     "to_module",
     "to_modules",
@@ -66,6 +69,29 @@ class Mesh(jx.plgpu.Mesh):
                     f"axis `{name}` has size {mine[name]} in one mesh and {size} in another; "
                     "an axis name means one size in an mpmd_map"
                 )
+
+
+# ------------------------------------------------------ scratch types
+
+
+def gmem_scratch(shape, dtype, mesh) -> Any:
+    """A GMEM scratch operand owned by ``mesh`` (Pallas's
+    ``MemoryRef(ShapedArray(shape, dtype), CoreMemorySpace(GMEM, mesh))``)."""
+    return jx.MemoryRef(jx.jax.core.ShapedArray(tuple(shape), dtype),
+                        jx.CoreMemorySpace(jx.plgpu.GMEM, mesh))
+
+
+def smem_scratch(shape, dtype, mesh) -> Any:
+    """An SMEM scratch operand of each block of ``mesh``."""
+    return jx.MemoryRef(jx.jax.core.ShapedArray(tuple(shape), dtype),
+                        jx.CoreMemorySpace(jx.plgpu.SMEM, mesh))
+
+
+def semaphores(shape, mesh) -> Any:
+    """Semaphores in GMEM owned by ``mesh`` (Pallas's
+    ``MemoryRef(ShapedArray(shape, Semaphore()), CoreMemorySpace(GMEM, mesh))``)."""
+    return jx.MemoryRef(jx.jax.core.ShapedArray(tuple(shape), jx.Semaphore()),
+                        jx.CoreMemorySpace(jx.plgpu.GMEM, mesh))
 
 
 # ----------------------------------------------------------- backends

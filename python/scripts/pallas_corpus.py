@@ -55,8 +55,14 @@ def case_files() -> Dict[str, str]:
                 "case {",
             ]
             for operand, dtype, _shape in module.inputs("main"):
-                ty = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
-                      "uint32": "u32", "bool": "bool"}[dtype]
+                ty = {
+                    "float32": "f32",
+                    "float16": "f16",
+                    "bfloat16": "bf16",
+                    "int32": "i32",
+                    "uint32": "u32",
+                    "bool": "bool",
+                }[dtype]
                 lines.append(f"  generate {operand} = {GENERATORS[ty]};")
             for operand, _dtype, _shape in module.outputs("main"):
                 lines.append(f"  compare {operand} = {program.compare};")
@@ -71,8 +77,9 @@ def main() -> int:
     args = parser.parse_args()
     wanted = case_files()
     present = {p.name for p in CASES.glob("pallas_*.mpmd")}
-    stale = sorted(n for n, text in wanted.items()
-                   if not (CASES / n).is_file() or (CASES / n).read_text() != text)
+    stale = sorted(
+        n for n, text in wanted.items() if not (CASES / n).is_file() or (CASES / n).read_text() != text
+    )
     extra = sorted(present - set(wanted))
     if args.check:
         for n in stale:

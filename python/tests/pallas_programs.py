@@ -85,14 +85,19 @@ def elementwise_math() -> Program:
         y_ref[b, :] = jnp.where(x > 0.0, jnp.exp(x) * jnp.tanh(x), jnp.abs(x) + jnp.sqrt(x * x + 1.0))
 
     ref = lambda x: jnp.where(x > 0.0, jnp.exp(x) * jnp.tanh(x), jnp.abs(x) + jnp.sqrt(x * x + 1.0))
-    return Program("elementwise_math", math_kernel, (_uniform((2, 256), 1),), ref, rtol=2e-6, compare="profile")
+    return Program(
+        "elementwise_math", math_kernel, (_uniform((2, 256), 1),), ref, rtol=2e-6, compare="profile"
+    )
 
 
 def integer_ops() -> Program:
     mesh = mp.Mesh(grid=(2,), grid_names=("b",))
 
-    @pl.kernel(out_type=(jax.ShapeDtypeStruct((256,), jnp.int32), jax.ShapeDtypeStruct((256,), jnp.uint32)),
-               mesh=mesh, interpret=INTERPRET)
+    @pl.kernel(
+        out_type=(jax.ShapeDtypeStruct((256,), jnp.int32), jax.ShapeDtypeStruct((256,), jnp.uint32)),
+        mesh=mesh,
+        interpret=INTERPRET,
+    )
     def int_kernel(a_ref, i_ref, u_ref):
         b = lax.axis_index("b")
         tile = pl.ds(b * 128, 128)
@@ -101,15 +106,21 @@ def integer_ops() -> Program:
         u_ref[tile] = (a.astype(jnp.uint32) ^ jnp.uint32(0x5A5A)) & jnp.uint32(0xFFFF)
 
     a = jnp.asarray(_rng(2).integers(-1000, 1000, size=256).astype(np.int32))
-    ref = lambda a: (jnp.where(a % 3 == 0, a // 3, a * 7 - (a >> 1)),
-                     (a.astype(jnp.uint32) ^ jnp.uint32(0x5A5A)) & jnp.uint32(0xFFFF))
+    ref = lambda a: (
+        jnp.where(a % 3 == 0, a // 3, a * 7 - (a >> 1)),
+        (a.astype(jnp.uint32) ^ jnp.uint32(0x5A5A)) & jnp.uint32(0xFFFF),
+    )
     return Program("integer_ops", int_kernel, (a,), ref)
 
 
 def block_reduction() -> Program:
     mesh = mp.Mesh(grid=(4,), grid_names=("b",))
 
-    @pl.kernel(out_type=(jax.ShapeDtypeStruct((4,), F32), jax.ShapeDtypeStruct((4,), F32)), mesh=mesh, interpret=INTERPRET)
+    @pl.kernel(
+        out_type=(jax.ShapeDtypeStruct((4,), F32), jax.ShapeDtypeStruct((4,), F32)),
+        mesh=mesh,
+        interpret=INTERPRET,
+    )
     def reduce_kernel(x_ref, sum_ref, max_ref):
         b = lax.axis_index("b")
         x = x_ref[pl.ds(b * 512, 512)]
@@ -124,7 +135,11 @@ def block_reduction() -> Program:
 def row_reductions() -> Program:
     mesh = mp.Mesh(grid=(2,), grid_names=("b",))
 
-    @pl.kernel(out_type=(jax.ShapeDtypeStruct((2, 16), F32), jax.ShapeDtypeStruct((2, 32), F32)), mesh=mesh, interpret=INTERPRET)
+    @pl.kernel(
+        out_type=(jax.ShapeDtypeStruct((2, 16), F32), jax.ShapeDtypeStruct((2, 32), F32)),
+        mesh=mesh,
+        interpret=INTERPRET,
+    )
     def rows_kernel(x_ref, rows_ref, cols_ref):
         b = lax.axis_index("b")
         x = x_ref[b]
@@ -147,8 +162,9 @@ def softmax() -> Program:
         y_ref[r, :] = e / jnp.sum(e)
 
     x = _uniform((4, 128), 5, lo=-4.0, hi=4.0)
-    return Program("softmax", softmax_kernel, (x,), lambda x: jax.nn.softmax(x, axis=-1), rtol=1e-5,
-                   compare="profile")
+    return Program(
+        "softmax", softmax_kernel, (x,), lambda x: jax.nn.softmax(x, axis=-1), rtol=1e-5, compare="profile"
+    )
 
 
 def matmul_tile() -> Program:
@@ -222,7 +238,7 @@ def fori_accumulate() -> Program:
     x = _quarters((2, 256), 11)
 
     def ref(x):
-        y = sum(x[:, k * 64:(k + 1) * 64] * (k + 1) for k in range(4))
+        y = sum(x[:, k * 64 : (k + 1) * 64] * (k + 1) for k in range(4))
         return y.at[1, 0].set(-1.0)
 
     return Program("fori_accumulate", loop_kernel, (x,), ref)
@@ -273,8 +289,12 @@ def atomics_histogram() -> Program:
         return counts[...]
 
     x = jnp.asarray(_rng(12).integers(0, 5, size=512).astype(np.int32))
-    return Program("atomics_histogram", hist, (x, jnp.zeros(128, jnp.int32)),
-                   lambda x, c: c + x.reshape(4, 128).sum(axis=0))
+    return Program(
+        "atomics_histogram",
+        hist,
+        (x, jnp.zeros(128, jnp.int32)),
+        lambda x, c: c + x.reshape(4, 128).sum(axis=0),
+    )
 
 
 # -------------------------------------------------------- several meshes

@@ -134,7 +134,9 @@ def test_an_unsupported_primitive_is_refused_with_its_line_and_the_docs():
 def test_an_unsupported_jax_version_is_named_with_the_supported_range():
     from mpmd.pallas import _compat
 
-    with pytest.raises(mp.UnsupportedJaxError, match=r"supports jax >=0\.10\.0,<0\.12\.0; jax 0\.4\.30 is installed"):
+    with pytest.raises(
+        mp.UnsupportedJaxError, match=r"supports jax >=0\.10\.0,<0\.12\.0; jax 0\.4\.30 is installed"
+    ):
         _compat.check_jax_version("0.4.30")
     _compat.check_jax_version(jax.__version__)
 
@@ -142,8 +144,16 @@ def test_an_unsupported_jax_version_is_named_with_the_supported_range():
 # Single-mesh programs Pallas's GPU interpret mode runs (jax 0.10.2 fails
 # on copy_pipeline's barrier itself: "NotImplementedError: nan + barrier").
 SECOND_ORACLE = [
-    "elementwise", "elementwise_math", "integer_ops", "block_reduction", "row_reductions", "softmax",
-    "matmul_tile", "matmul_bf16", "fori_accumulate", "while_loop_count",
+    "elementwise",
+    "elementwise_math",
+    "integer_ops",
+    "block_reduction",
+    "row_reductions",
+    "softmax",
+    "matmul_tile",
+    "matmul_bf16",
+    "fori_accumulate",
+    "while_loop_count",
 ]
 
 
@@ -167,8 +177,9 @@ def test_the_corpus_holds_what_mpmd_pallas_lowers_today():
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "pallas_corpus.py"
-    done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, (
         f"conformance/cases/pallas_*.mpmd are stale: run `python {script}`\n{done.stdout}{done.stderr}"
     )

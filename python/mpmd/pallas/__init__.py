@@ -22,9 +22,8 @@ import contextlib
 import dataclasses
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List
 
-import numpy as np
 
 from . import _compat as jx
 from ._compat import SUPPORTED_JAX, UnsupportedJaxError
@@ -77,21 +76,20 @@ class Mesh(jx.plgpu.Mesh):
 def gmem_scratch(shape, dtype, mesh) -> Any:
     """A GMEM scratch operand owned by ``mesh`` (Pallas's
     ``MemoryRef(ShapedArray(shape, dtype), CoreMemorySpace(GMEM, mesh))``)."""
-    return jx.MemoryRef(jx.jax.core.ShapedArray(tuple(shape), dtype),
-                        jx.CoreMemorySpace(jx.plgpu.GMEM, mesh))
+    return jx.MemoryRef(jx.jax.core.ShapedArray(tuple(shape), dtype), jx.CoreMemorySpace(jx.plgpu.GMEM, mesh))
 
 
 def smem_scratch(shape, dtype, mesh) -> Any:
     """An SMEM scratch operand of each block of ``mesh``."""
-    return jx.MemoryRef(jx.jax.core.ShapedArray(tuple(shape), dtype),
-                        jx.CoreMemorySpace(jx.plgpu.SMEM, mesh))
+    return jx.MemoryRef(jx.jax.core.ShapedArray(tuple(shape), dtype), jx.CoreMemorySpace(jx.plgpu.SMEM, mesh))
 
 
 def semaphores(shape, mesh) -> Any:
     """Semaphores in GMEM owned by ``mesh`` (Pallas's
     ``MemoryRef(ShapedArray(shape, Semaphore()), CoreMemorySpace(GMEM, mesh))``)."""
-    return jx.MemoryRef(jx.jax.core.ShapedArray(tuple(shape), jx.Semaphore()),
-                        jx.CoreMemorySpace(jx.plgpu.GMEM, mesh))
+    return jx.MemoryRef(
+        jx.jax.core.ShapedArray(tuple(shape), jx.Semaphore()), jx.CoreMemorySpace(jx.plgpu.GMEM, mesh)
+    )
 
 
 # ----------------------------------------------------------- backends

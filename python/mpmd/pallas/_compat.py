@@ -71,6 +71,7 @@ except ImportError as error:
         f"needs absl-py): {error}"
     ) from error
 
+
 def discharge_state(closed_jaxpr):
     """The jaxpr with Refs discharged (their writes become outputs), as JAX
     does before lowering; the signature changed between releases."""

@@ -56,9 +56,7 @@ def mpmd_type(dtype) -> str:
     try:
         return DTYPE_TO_MPMD[name]
     except KeyError:
-        raise Unsupported(
-            f"element type {name} (mpmd has {', '.join(DTYPE_TO_MPMD)})"
-        ) from None
+        raise Unsupported(f"element type {name} (mpmd has {', '.join(DTYPE_TO_MPMD)})") from None
 
 
 def literal(value, ty: str) -> str:

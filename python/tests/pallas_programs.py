@@ -194,7 +194,7 @@ def matmul_bf16() -> Program:
     bf16 = ml_dtypes.bfloat16
     a, b = _quarters((32, 32), 8, bf16), _quarters((32, 16), 9, bf16)
     ref = lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32)
-    return Program("matmul_bf16", bf16_kernel, (a, b), ref)
+    return Program("matmul_bf16", bf16_kernel, (a, b), ref, compare="mma")
 
 
 def copy_pipeline() -> Program:

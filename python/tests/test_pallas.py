@@ -64,6 +64,14 @@ def test_the_refused_multi_mesh_program_runs_and_the_jax_fallback_refuses_it():
     _assert_matches(program, got, program.reference(*program.args))
 
 
+def test_a_16_bit_dot_of_whole_blocks_lowers_to_mma_and_an_f32_dot_does_not():
+    bf16 = PROGRAMS["matmul_bf16"]()
+    text = mp.to_module(bf16.fn, *bf16.args).text()
+    assert "mma_m16n8k16(" in text and "local fa0: bf16[8];" in text, text
+    f32 = PROGRAMS["matmul_tile"]()
+    assert "mma_m16n8k16" not in mp.to_module(f32.fn, *f32.args).text()
+
+
 def test_shapes_come_from_the_traced_arguments():
     mesh = mp.Mesh(grid=(4,), grid_names=("b",))
 

@@ -439,6 +439,9 @@ def rule_dot_general(pc, eqn, ins):
     m_dim, n_dim = 1 - lc, 1 - rc
     out_shape = (lhs.shape[m_dim], rhs.shape[n_dim])
     result = pc.alloc(out_shape, out_ty, "dot")
+    if _fits_mma(lhs, rhs, out_shape, depth, acc_ty):
+        _dot_mma(pc, lhs, rhs, lc, rc, out_shape, depth, result, out_ty)
+        return pc.buffer_array(result, out_shape)
 
     def widen(expr: str, ty: str) -> str:
         return expr if ty == acc_ty else f"{acc_ty}({expr})"
@@ -460,3 +463,80 @@ def rule_dot_general(pc, eqn, ins):
     pc.for_elements(out_shape, one)
     pc.body.emit("barrier;")
     return pc.buffer_array(result, out_shape)
+
+
+#: The shape of one `mma_m16n8k16`: M, N, K.
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+
+
+def _fits_mma(lhs: Array, rhs: Array, out_shape, depth: int, acc_ty: str) -> bool:
+    """A 16-bit product with f32 accumulation whose tiles are whole mma blocks."""
+    m, n = out_shape
+    return (
+        lhs.ty == rhs.ty
+        and lhs.ty in ("f16", "bf16")
+        and acc_ty == "f32"
+        and m % MMA_M == 0
+        and n % MMA_N == 0
+        and depth % MMA_K == 0
+    )
+
+
+def _dot_mma(pc, lhs: Array, rhs: Array, lc: int, rc: int, out_shape, depth: int, result, out_ty: str) -> None:
+    """C = A B as `mma_m16n8k16` sequences: each warp computes whole 16x8
+    tiles of C, gathering its fragments with the layout of docs/text-format.md
+    ("Matrix multiply-accumulate"). Every warp runs the same number of rounds
+    (a warp past the last tile recomputes it and stores nothing), so each mma
+    stands in block-uniform control flow, as WGSL's emulation needs. The sum
+    is the scalar path's: products exact, added for k in order in f32."""
+    m, n = out_shape
+    tiles_n = n // MMA_N
+    tiles = (m // MMA_M) * tiles_n
+    warps = THREADS // 32
+    rounds = -(-tiles // warps)
+    body, fresh = pc.body, pc.names.fresh
+    lane = body.let("u32", "axis_index(tid) % 32u", "lane")
+    warp = body.let("u32", "axis_index(tid) / 32u", "warp")
+    g = body.let("u32", f"{lane} >> 2u", "g")
+    q = body.let("u32", f"{lane} % 4u", "q")
+
+    def a_at(row: str, k: str) -> str:
+        return lhs.at([row, k] if lc == 1 else [k, row])
+
+    def b_at(k: str, col: str) -> str:
+        return rhs.at([k, col] if rc == 0 else [col, k])
+
+    r = fresh("r")
+    with body.block(f"for {r}: u32 in 0u..{u32(rounds)}"):
+        wanted = body.let("u32", f"{warp} + {r} * {u32(warps)}", "tile")
+        tile = body.let("u32", f"min({wanted}, {u32(tiles - 1)})", "tile")
+        row0 = body.let("u32", f"{tile} / {u32(tiles_n)} * {u32(MMA_M)}", "row")
+        col0 = body.let("u32", f"{tile} % {u32(tiles_n)} * {u32(MMA_N)}", "col")
+        fa, fb, acc = fresh("fa"), fresh("fb"), fresh("acc")
+        body.emit(f"local {fa}: {lhs.ty}[8];")
+        body.emit(f"local {fb}: {rhs.ty}[4];")
+        body.emit(f"local {acc}: f32[4];")
+        i = fresh("i")
+        with body.block(f"for {i}: u32 in 0u..4u"):
+            body.emit(f"{acc}[{i}] = 0.0;")
+        kk = fresh("kk")
+        with body.block(f"for {kk}: u32 in 0u..{u32(depth // MMA_K)}"):
+            k0 = body.let("u32", f"{kk} * {u32(MMA_K)}", "k")
+            i = fresh("i")
+            with body.block(f"for {i}: u32 in 0u..8u"):
+                row = f"{row0} + {g} + 8u * ({i} / 2u % 2u)"
+                col = f"{k0} + 2u * {q} + {i} % 2u + 8u * ({i} / 4u)"
+                body.emit(f"{fa}[{i}] = {a_at(row, col)};")
+            i = fresh("i")
+            with body.block(f"for {i}: u32 in 0u..4u"):
+                k = f"{k0} + 2u * {q} + {i} % 2u + 8u * ({i} / 2u)"
+                body.emit(f"{fb}[{i}] = {b_at(k, f'{col0} + {g}')};")
+            body.emit(f"mma_m16n8k16({acc}, {fa}, {fb}, {acc});")
+        with body.block(f"if {wanted} < {u32(tiles)}"):
+            i = fresh("i")
+            with body.block(f"for {i}: u32 in 0u..4u"):
+                value = f"{acc}[{i}]" if out_ty == "f32" else f"{out_ty}({acc}[{i}])"
+                body.emit(
+                    f"{result.name}[{row0} + {g} + 8u * ({i} / 2u), {col0} + 2u * {q} + {i} % 2u] = {value};"
+                )
+    body.emit("barrier;")

@@ -1,11 +1,10 @@
 """The program Mosaic GPU refuses ("Lowering multiple mesh/function pairs is not
 supported by the Mosaic GPU backend"), written in Pallas, run by mpmd under
-jax.jit on the CPU (docs/pallas.md).
+jax.jit on the CPU: the README's Python example (a test keeps the two equal).
 """
 import jax, jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import mosaic_gpu as plgpu
 import mpmd.pallas as mp
 
 producer = mp.Mesh(grid=(4,), grid_names=("p",))   # was plgpu.Mesh

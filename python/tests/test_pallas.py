@@ -198,6 +198,10 @@ def test_the_readme_pallas_example_runs():
     import sys
     from pathlib import Path
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "pallas_refused.py"
+    root = Path(__file__).resolve().parents[2]
+    example = root / "python" / "examples" / "pallas_refused.py"
+    readme = (root / "README.md").read_text()
+    start = readme.index("```python\n", readme.index("### From Python: Pallas programs")) + len("```python\n")
+    assert readme[start : readme.index("```", start)] in example.read_text(), "README and example differ"
     done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok: y == 3x + 1", done.stdout + done.stderr

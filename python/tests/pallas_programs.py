@@ -447,6 +447,88 @@ def external_mesh_handoff() -> Program:
     return Program("external_mesh_handoff", both, (_quarters(128, 18),), lambda x: (x + 0.5) * 2.0 - 1.0)
 
 
+def dtypes_and_updates() -> Program:
+    """f16 arithmetic, a bool mask, integer indices, `+=` on an output and
+    SMEM scratch."""
+    mesh = mp.Mesh(grid=(2,), grid_names=("b",))
+
+    @pl.kernel(
+        out_type=(
+            jax.ShapeDtypeStruct((2, 64), jnp.float16),
+            jax.ShapeDtypeStruct((2, 64), jnp.bool_),
+            jax.ShapeDtypeStruct((2, 64), jnp.uint32),
+        ),
+        mesh=mesh,
+        scratch_types=[plgpu.SMEM((64,), jnp.float16)],
+        interpret=INTERPRET,
+    )
+    def mixed_kernel(h_ref, u_ref, h_out, mask_out, u_out, tile):
+        b = lax.axis_index("b")
+        tile[...] = h_ref[b, :] * jnp.float16(1.5)
+        h_out[b, :] = tile[...] + jnp.float16(0.25)
+        mask_out[b, :] = tile[...] > jnp.float16(0.0)
+        u_out[b, :] = u_ref[b, :]
+        u_out[b, :] += jnp.uint32(7)
+        u_out[b, 0] = u_ref[b, 63]
+
+    h = _quarters((2, 64), 19, np.float16)
+    u = jnp.asarray(_rng(20).integers(0, 1000, size=(2, 64)).astype(np.uint32))
+
+    def ref(h, u):
+        t = h * jnp.float16(1.5)
+        return t + jnp.float16(0.25), t > 0, (u + 7).at[:, 0].set(u[:, 63])
+
+    return Program("dtypes_and_updates", mixed_kernel, (h, u), ref)
+
+
+def scan_switch_scoped() -> Program:
+    """lax.scan with stacked outputs, lax.switch, a closed-over scalar and
+    run_scoped scratch."""
+    mesh = mp.Mesh(grid=(3,), grid_names=("b",))
+    scale = 0.5
+
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((3, 4, 32), F32), mesh=mesh, interpret=INTERPRET)
+    def scan_kernel(x_ref, y_ref):
+        b = lax.axis_index("b")
+
+        def body(carry, row):
+            new = carry + row * scale
+            return new, new
+
+        _, ys = lax.scan(body, jnp.zeros((32,), F32), x_ref[b])
+
+        def scoped(buf):
+            buf[...] = lax.switch(b, [lambda v: v, lambda v: v * 2.0, lambda v: -v], ys)
+            y_ref[b] = buf[...]
+
+        pl.run_scoped(scoped, plgpu.SMEM((4, 32), F32))
+
+    x = _quarters((3, 4, 32), 21)
+
+    def ref(x):
+        ys = jnp.cumsum(x * 0.5, axis=1)
+        return ys * jnp.asarray([1.0, 2.0, -1.0], F32)[:, None, None]
+
+    return Program("scan_switch_scoped", scan_kernel, (x,), ref)
+
+
+def axis_sizes() -> Program:
+    """lax.axis_size of the program's own mesh and of the other mesh."""
+    left = mp.Mesh(grid=(2,), grid_names=("l",))
+    right = mp.Mesh(grid=(3,), grid_names=("r",))
+
+    def on_left(o_ref):
+        l = lax.axis_index("l")
+        o_ref[l] = jnp.int32(lax.axis_size("l") * 10 + lax.axis_size("r"))
+
+    def on_right(o_ref):
+        r = lax.axis_index("r")
+        o_ref[2 + r] = lax.axis_size("r") * 100 + r
+
+    fn = mp.mpmd_map([(left, on_left), (right, on_right)], out_types=jax.ShapeDtypeStruct((5,), jnp.int32))
+    return Program("axis_sizes", fn, (), lambda: jnp.asarray([23, 23, 300, 301, 302], jnp.int32))
+
+
 PROGRAMS: Dict[str, Callable[[], Program]] = {
     f.__name__: f
     for f in (
@@ -467,5 +549,8 @@ PROGRAMS: Dict[str, Callable[[], Program]] = {
         stream_k_fixup,
         scratch_operands,
         external_mesh_handoff,
+        dtypes_and_updates,
+        scan_switch_scoped,
+        axis_sizes,
     )
 }

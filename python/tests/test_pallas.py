@@ -162,6 +162,8 @@ SECOND_ORACLE = [
     "matmul_bf16",
     "fori_accumulate",
     "while_loop_count",
+    "dtypes_and_updates",
+    "scan_switch_scoped",
 ]
 
 

@@ -22,14 +22,14 @@ import contextlib
 import dataclasses
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, Iterator, List, Optional
 
 
 from . import _compat as jx
 from ._compat import SUPPORTED_JAX, UnsupportedJaxError
 from ._lower import Compiled, LoweringError, compile_map
 
-from .. import Backend, Interpreter, Module
+from .. import Backend, Module
 
 __all__ = [
     "Mesh",
@@ -97,15 +97,11 @@ def semaphores(shape, mesh) -> Any:
 _state = threading.local()
 
 
-def _current_backend() -> Backend:
+def _current_backend() -> Optional[Backend]:
+    """The backend a ``with backend(...)`` block chose, or None: mpmd.jax's
+    default (the interpreter on the CPU, CUDA on XLA's stream on a GPU)."""
     stack = getattr(_state, "stack", None)
-    if stack:
-        return stack[-1]
-    default = getattr(_state, "default", None)
-    if default is None:
-        default = Interpreter()
-        _state.default = default
-    return default
+    return stack[-1] if stack else None
 
 
 @contextlib.contextmanager
@@ -156,7 +152,7 @@ def _compile_params(in_avals, params) -> Compiled:
     )
 
 
-def _as_callable(compiled: Compiled, module: Module, chosen: Backend) -> Callable[..., List[Any]]:
+def _as_callable(compiled: Compiled, module: Module, chosen: Optional[Backend]) -> Callable[..., List[Any]]:
     from .. import jax as mpmd_jax
     import jax.numpy as jnp
 

@@ -201,7 +201,8 @@ def rule_run_scoped(pc, eqn, ins):
     refs = []
     for var in jaxpr.invars:
         refs.append(scratch_ref(pc, var.aval, "scoped"))
-    return pc.run(jaxpr, [*refs], ())
+    # The eqn's operands are the values the body closes over (constvars).
+    return pc.run(jaxpr, refs, ins)
 
 
 def scratch_ref(pc: ProgramCompiler, aval, prefix: str) -> Value:

@@ -279,7 +279,9 @@ class ProgramCompiler:
     def run(self, jaxpr, args: Sequence[Value], consts: Sequence[Any] = ()) -> List[Value]:
         env: Dict[Any, Value] = {}
         for var, const in zip(jaxpr.constvars, consts):
-            env[var] = self.constant(const, var.aval)
+            # run_scoped binds its closed-over values as constvars.
+            known = isinstance(const, (Scalar, Array, Ref, CopyBarrier))
+            env[var] = const if known else self.constant(const, var.aval)
         for var, arg in zip(jaxpr.invars, args):
             env[var] = arg
         uses = _use_counts(jaxpr)

@@ -139,6 +139,21 @@ def test_an_unsupported_primitive_is_refused_with_its_line_and_the_docs():
     assert isinstance(error.value, mpmd.MpmdError)
 
 
+def test_a_store_under_a_condition_loaded_from_memory_is_refused_with_the_reason():
+    mesh = mp.Mesh(grid=(2,), grid_names=("b",))
+
+    @pl.kernel(out_type=jax.ShapeDtypeStruct((128,), jnp.float32), mesh=mesh)
+    def k(x_ref, y_ref):
+        @pl.when(x_ref[0] > 0)
+        def _():
+            y_ref[...] = x_ref[...] * 2.0
+
+    with pytest.raises(mp.LoweringError) as error:
+        jax.jit(k)(jnp.ones(128, jnp.float32))
+    message = str(error.value)
+    assert "a value loaded from memory" in message and "error[E0053]" in message, message
+
+
 def test_an_unsupported_jax_version_is_named_with_the_supported_range():
     from mpmd.pallas import _compat
 

@@ -29,7 +29,7 @@ from . import _compat as jx
 from ._compat import SUPPORTED_JAX, UnsupportedJaxError
 from ._lower import Compiled, LoweringError, compile_map
 
-from .. import Backend, Module
+from .. import Backend, Module, ValidationError
 
 __all__ = [
     "Mesh",
@@ -131,7 +131,17 @@ _MODULES_BOUND = 64
 def _module_of(compiled: Compiled) -> Module:
     module = _MODULES.get(compiled.text)
     if module is None:
-        module = Module.from_text(compiled.text, name="<mpmd.pallas>")
+        try:
+            module = Module.from_text(compiled.text, name="<mpmd.pallas>")
+        except ValidationError as refused:
+            raise LoweringError(
+                "mpmd.pallas lowered this mpmd_map to a module that mpmd refuses (the diagnostics "
+                "below, on the lowered text; docs/errors.md has each rule). Most often a `pl.when`, "
+                "`lax.cond` or loop whose condition is a value loaded from memory holds an array "
+                "store, a copy or a semaphore operation: mpmd needs such conditions block-uniform "
+                "(grid indices, loop counters, scalar inputs, constants; docs/pallas.md, 'Control "
+                f"flow').\n{refused}"
+            ) from None
         _MODULES[compiled.text] = module
         while len(_MODULES) > _MODULES_BOUND:
             _MODULES.popitem(last=False)

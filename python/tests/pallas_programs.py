@@ -197,6 +197,34 @@ def matmul_bf16() -> Program:
     return Program("matmul_bf16", bf16_kernel, (a, b), ref, compare="mma")
 
 
+def wgmma_tile() -> Program:
+    """plgpu.wgmma into a run_scoped accumulator, twice (two K halves)."""
+    mesh = mp.Mesh(grid=(2,), grid_names=("b",))
+
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((2, 64, 32), F32),
+        mesh=mesh,
+        scratch_types=[plgpu.SMEM((64, 64), jnp.float16), plgpu.SMEM((64, 32), jnp.float16)],
+        interpret=INTERPRET,
+    )
+    def wgmma_kernel(a_ref, b_ref, c_ref, a_smem, b_smem):
+        blk = lax.axis_index("b")
+        a_smem[...] = a_ref[blk]
+        b_smem[...] = b_ref[...]
+
+        def scope(acc_ref):
+            plgpu.wgmma(acc_ref, a_smem.at[:, pl.ds(0, 32)], b_smem.at[pl.ds(0, 32), :])
+            plgpu.wgmma(acc_ref, a_smem.at[:, pl.ds(32, 32)], b_smem.at[pl.ds(32, 32), :])
+            plgpu.wgmma_wait(0)
+            c_ref[blk] = acc_ref[...]
+
+        pl.run_scoped(scope, plgpu.ACC((64, 32), F32))
+
+    a, b = _quarters((2, 64, 64), 22, np.float16), _quarters((64, 32), 23, np.float16)
+    ref = lambda a, b: jnp.einsum("bik,kj->bij", a.astype(F32), b.astype(F32))
+    return Program("wgmma_tile", wgmma_kernel, (a, b), ref, compare="mma")
+
+
 def copy_pipeline() -> Program:
     mesh = mp.Mesh(grid=(4,), grid_names=("b",))
 
@@ -540,6 +568,7 @@ PROGRAMS: Dict[str, Callable[[], Program]] = {
         softmax,
         matmul_tile,
         matmul_bf16,
+        wgmma_tile,
         copy_pipeline,
         fori_accumulate,
         while_loop_count,

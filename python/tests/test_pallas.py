@@ -68,6 +68,8 @@ def test_a_16_bit_dot_of_whole_blocks_lowers_to_mma_and_an_f32_dot_does_not():
     bf16 = PROGRAMS["matmul_bf16"]()
     text = mp.to_module(bf16.fn, *bf16.args).text()
     assert "mma_m16n8k16(" in text and "local fa0: bf16[8];" in text, text
+    wgmma = PROGRAMS["wgmma_tile"]()
+    assert mp.to_module(wgmma.fn, *wgmma.args).text().count("mma_m16n8k16(") == 2
     f32 = PROGRAMS["matmul_tile"]()
     assert "mma_m16n8k16" not in mp.to_module(f32.fn, *f32.args).text()
 
@@ -179,6 +181,7 @@ SECOND_ORACLE = [
     "while_loop_count",
     "dtypes_and_updates",
     "scan_switch_scoped",
+    "wgmma_tile",
 ]
 
 

@@ -216,9 +216,14 @@ def scratch_ref(pc: ProgramCompiler, aval, prefix: str) -> Value:
         return Ref(name, shape or (1,), "i32", "sem", True) if shape else Ref(name, (1,), "i32", "sem", True)
     if not isinstance(dtype, np.dtype) and "barrier" in str(dtype).lower():
         return CopyBarrier()
-    space = _space_of(getattr(aval, "memory_space", None))
+    memory_space = str(getattr(aval, "memory_space", None)).lower()
     ty = mpmd_type(dtype)
-    return pc.alloc(shape, ty, prefix, space)
+    if "regs" in memory_space:
+        # A wgmma accumulator (plgpu.ACC): a temporary that starts at zero.
+        buffer = pc.alloc(shape, ty, "acc")
+        pc.materialize(Array(shape, ty, lambda index: _zero(ty), 1), into=buffer)
+        return buffer
+    return pc.alloc(shape, ty, prefix, _space_of(memory_space))
 
 
 def _space_of(memory_space) -> str:

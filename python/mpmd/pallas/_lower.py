@@ -19,7 +19,7 @@ from ._program import (
     Value,
 )
 from ._program import RULES, Compiled, LoweringError, ModuleBuilder
-from . import _compute as compute, _control as control, _memory as memory
+from . import _compute as compute, _control as control, _dot as dot, _memory as memory
 from ._control import _space_of
 
 RULES.update(
@@ -96,7 +96,10 @@ RULES.update(
         "reduce_min": compute.rule_reduce("reduce_min"),
         "reduce_and": compute.rule_reduce("reduce_and"),
         "reduce_or": compute.rule_reduce("reduce_or"),
-        "dot_general": compute.rule_dot_general,
+        "dot_general": dot.rule_dot_general,
+        "wgmma_ref": dot.rule_wgmma_ref,
+        "wgmma_wait": memory.rule_no_op,
+        "wgmma_accumulator_deref_p": dot.rule_wgmma_accumulator_deref,
         "axis_index": control.rule_axis_index,
         "program_id": control.rule_program_id,
         "num_programs": control.rule_num_programs,

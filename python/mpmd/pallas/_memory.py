@@ -245,6 +245,9 @@ def _split_transforms(eqn, ins, names: Sequence[str], fixed: int):
     rest = list(ins[fixed:])
     out = []
     for tree in trees:
+        if tree is None:  # no transforms (wgmma passes None)
+            out.append(())
+            continue
         n = tree.num_leaves
         out.append(jx.tree_util.tree_unflatten(tree, rest[:n]))
         rest = rest[n:]

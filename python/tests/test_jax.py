@@ -1,5 +1,6 @@
 """mpmd maps inside jax.jit on CPU, checked against jnp."""
 
+import gc
 import runpy
 
 import jax
@@ -113,3 +114,30 @@ def test_vmap_runs_the_map_once_per_batch_element():
     ys = jax.jit(jax.vmap(lambda x, a: axpb(x, alpha=a)["y"]))(xs, alphas)
     assert ys.shape == (3, 256)
     assert (ys == xs * alphas[:, None] + 1.0).all()
+
+
+def test_a_kernel_made_inside_a_jitted_function_works_on_every_call():
+    # As Pallas users write `pl.pallas_call(...)(x)`: the kernel function dies
+    # after tracing, the compiled executable calls its registration later.
+    module = mpmd.Module.from_file(EXAMPLES / "elementwise.mpmd")
+    f = jax.jit(lambda a: mpmd.jax.kernel(module, "axpb")(a, alpha=2.0)["y"])
+    x = jnp.arange(256, dtype=jnp.float32)
+    first = f(x)
+    gc.collect()
+    np.testing.assert_array_equal(f(x), first)
+    np.testing.assert_array_equal(f(x + 1.0), 2.0 * (x + 1.0) + 1.0)
+    # Made again for the same map and backend: one registration, not one per trace.
+    before = len(mpmd.jax._registrations)
+    for _ in range(3):
+        jax.jit(lambda a: mpmd.jax.kernel(module, "axpb")(a, alpha=3.0)["y"])(x)
+    assert len(mpmd.jax._registrations) == before
+
+
+def test_registrations_are_bounded_least_recently_used_first(monkeypatch):
+    monkeypatch.setattr(mpmd.jax, "REGISTRATION_BOUND", 2)
+    monkeypatch.setattr(mpmd.jax, "_registrations", type(mpmd.jax._registrations)())
+    module = mpmd.Module.from_file(EXAMPLES / "elementwise.mpmd")
+    backends = [mpmd.Interpreter() for _ in range(3)]
+    for backend in backends:
+        mpmd.jax.kernel(module, "axpb", backend)
+    assert [entry[1] for entry in mpmd.jax._registrations.values()] == backends[1:]

@@ -13,7 +13,6 @@ import mpmd.jax
 from conftest import CASES, EXAMPLES, PY_EXAMPLES
 
 
-
 def test_a_jitted_function_matches_jnp():
     axpb = mpmd.jax.kernel(mpmd.Module.from_file(EXAMPLES / "elementwise.mpmd"), "axpb")
 
@@ -47,7 +46,9 @@ def test_f16_under_jit_matches_jnp_bit_for_bit():
     x = jnp.linspace(-100, 100, 1024, dtype=jnp.float16)
     out = jax.jit(lambda x: axpb(x, alpha=1.5))(x)
     expected = (x.astype(jnp.float32) * 1.5 + 1.0).astype(jnp.float16)
-    np.testing.assert_array_equal(np.asarray(out["y32"]).view(np.uint16), np.asarray(expected).view(np.uint16))
+    np.testing.assert_array_equal(
+        np.asarray(out["y32"]).view(np.uint16), np.asarray(expected).view(np.uint16)
+    )
 
 
 def test_wrong_dtype_or_shape_is_a_value_error_at_trace_time():

@@ -3,6 +3,7 @@ dot_general (see _program.py for the mapping)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, List, Optional
 
@@ -404,16 +405,13 @@ def rule_reduce(kind: str):
         def reduce_one(out_index: List[str]) -> None:
             acc = pc.names.fresh("acc")
             pc.body.emit(f"var {acc}: {ty} = {init};")
-            loops = []
-            for size in reduced:
-                k = pc.names.fresh("k")
-                loops.append(pc.body.block(f"for {k}: u32 in 0u..{u32(size)}"))
-                loops[-1].__enter__()
-                loops[-1].var = k  # type: ignore[attr-defined]
-            red_index = [blk.var for blk in loops]  # type: ignore[attr-defined]
-            pc.body.emit(f"{acc} = {combine(acc, operand.at(full_index(out_index, red_index)))};")
-            for blk in reversed(loops):
-                blk.__exit__(None, None, None)
+            with contextlib.ExitStack() as loops:
+                red_index = []
+                for size in reduced:
+                    k = pc.names.fresh("k")
+                    loops.enter_context(pc.body.block(f"for {k}: u32 in 0u..{u32(size)}"))
+                    red_index.append(k)
+                pc.body.emit(f"{acc} = {combine(acc, operand.at(full_index(out_index, red_index)))};")
             pc.body.emit(f"{result.name}[{_index_text(out_index)}] = {acc};")
 
         pc.for_elements(out_shape, reduce_one)

@@ -81,8 +81,18 @@ def _fits_mma(lhs: Array, rhs: Array, out_shape, depth: int, acc_ty: str) -> boo
     )
 
 
-def _dot_mma(pc, lhs: Array, rhs: Array, lc: int, rc: int, out_shape, depth: int, result, out_ty: str,
-             initial: Optional[Array]) -> None:
+def _dot_mma(
+    pc,
+    lhs: Array,
+    rhs: Array,
+    lc: int,
+    rc: int,
+    out_shape,
+    depth: int,
+    result,
+    out_ty: str,
+    initial: Optional[Array],
+) -> None:
     """C = A B as `mma_m16n8k16` sequences: each warp computes whole 16x8
     tiles of C, gathering its fragments with the layout of docs/text-format.md
     ("Matrix multiply-accumulate"). Every warp runs the same number of rounds
@@ -146,7 +156,6 @@ def _dot_mma(pc, lhs: Array, rhs: Array, lc: int, rc: int, out_shape, depth: int
     body.emit("barrier;")
 
 
-
 def rule_wgmma_ref(pc, eqn, ins):
     """``acc += a @ b`` on refs (the accumulator from ``run_scoped(...,
     plgpu.ACC(...))``, the operands in SMEM, untransformed or indexed)."""
@@ -158,7 +167,9 @@ def rule_wgmma_ref(pc, eqn, ins):
     for ref, transforms in ((a, a_t), (b, b_t)):
         shape, to_base = _view(pc, ref, transforms)
         name = ref.name
-        operands.append(Array(shape, ref.ty, lambda index, f=to_base, n=name: f"{n}[{', '.join(f(index))}]", 1, True))
+        operands.append(
+            Array(shape, ref.ty, lambda index, f=to_base, n=name: f"{n}[{', '.join(f(index))}]", 1, True)
+        )
     acc_shape, _ = _view(pc, acc, acc_t)
     if acc_t or len(acc_shape) != 2:
         raise Unsupported("a transformed wgmma accumulator")

@@ -147,13 +147,6 @@ def _byte_size(ty: str) -> int:
 
 
 @dataclasses.dataclass
-class Operand:
-    name: str
-    kind: str  # input | output | scalar | scratch
-    text: str  # the map's operand text (type and suffixes)
-
-
-@dataclasses.dataclass
 class Compiled:
     """A lowered map: the module text and how Pallas's operands travel."""
 
@@ -190,9 +183,10 @@ class ModuleBuilder:
     def __init__(self) -> None:
         self.names = Names()
         self.meshes: List[str] = []
-        self.scratch: List[Tuple[str, str]] = []  # (name, operand text)
         self.kernels: List[str] = []
-        self.operands: List[Operand] = []
+        # Pallas axis name -> mpmd axis name (several meshes may share an
+        # axis, with one size, which Pallas checks).
+        self.axes: Dict[Any, str] = {}
 
     def mesh(self, mesh, role: str) -> Tuple[str, Dict[Any, str]]:
         """Declares ``mesh``; returns its name and Pallas axis -> mpmd axis."""
@@ -221,14 +215,9 @@ class ModuleBuilder:
         return name, axes
 
     def axis_name(self, axis) -> str:
-        # Axes of several meshes may share a Pallas name (with one size, which
-        # Pallas checks): one mpmd name each.
-        key = ("axis", axis)
-        if not hasattr(self, "_axes"):
-            self._axes: Dict[Any, str] = {}
-        if key not in self._axes:
-            self._axes[key] = self.names.claim(f"{axis}")
-        return self._axes[key]
+        if axis not in self.axes:
+            self.axes[axis] = self.names.claim(f"{axis}")
+        return self.axes[axis]
 
 
 class ProgramCompiler:
@@ -423,11 +412,7 @@ class ProgramCompiler:
         """A loop whose body starts with a barrier when it synchronises."""
         with self.body.block(header):
             start = len(self.body.lines)
-            self.body.loops += 1
-            try:
-                emit_body()
-            finally:
-                self.body.loops -= 1
+            emit_body()
             inner = self.body.lines[start:]
             if any(
                 line.strip() in ("barrier;",) or line.strip().startswith(("signal(", "wait("))

@@ -156,8 +156,6 @@ class Body:
         self.names = names
         self.lines: List[str] = []
         self.depth = 1
-        #: How many uniform loops enclose the current statement.
-        self.loops = 0
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)

@@ -809,18 +809,12 @@ impl CudaBackend {
                 continue;
             }
             if let Some(existing) = self.residents.get(name) {
-                if existing.elem != buffer.ty.elem {
-                    return Err(RunError::BadArguments(format!(
-                        "resident `{name}` holds `{}` elements; map `{}` declares `{}`",
-                        existing.elem, plan.map.name, buffer.ty.elem
-                    )));
-                }
-                if existing.len != buffer.len {
-                    return Err(RunError::BadArguments(format!(
-                        "resident `{name}` already holds {} elements; map `{}` declares {}",
-                        existing.len, plan.map.name, buffer.len
-                    )));
-                }
+                mpmd_core::host::check_resident(
+                    name,
+                    &plan.map.name,
+                    (existing.elem, existing.len),
+                    (buffer.ty.elem, buffer.len),
+                )?;
             } else {
                 let words = self
                     .stream
@@ -1690,17 +1684,8 @@ fn scalar_args(
         let Type::Scalar(ty) = operand.ty else {
             continue;
         };
-        let value = scalars.get(&operand.name).ok_or_else(|| {
-            RunError::BadArguments(format!("missing scalar `{}` ({ty})", operand.name))
-        })?;
-        if value.ty() != ty {
-            return Err(RunError::BadArguments(format!(
-                "scalar `{}` is {ty}, but the call gives a {}",
-                operand.name,
-                value.ty()
-            )));
-        }
-        let arg = match *value {
+        let value = mpmd_core::host::scalar(scalars, &operand.name, ty)?;
+        let arg = match value {
             Literal::F32(b) => ScalarArg::F32(b.to_f32()),
             Literal::I32(v) => ScalarArg::I32(v),
             Literal::U32(v) => ScalarArg::U32(v),

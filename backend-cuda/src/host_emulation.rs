@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-use mpmd_core::ir::{Literal, Type};
+use mpmd_core::ir::{Literal, Name, Type};
 use mpmd_core::plan::{BufferInit, LaunchPlan};
 use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunOptions};
 use thiserror::Error;
@@ -630,7 +630,7 @@ pub fn emulate_words(
     plan: &LaunchPlan,
     mode: Mode,
     start: &[Vec<u32>],
-    scalars: &BTreeMap<&str, Literal>,
+    scalars: &BTreeMap<Name, Literal>,
     options: HostOptions,
 ) -> Result<Emulated, RunError> {
     let backend_error = |e: String| RunError::Backend(e);
@@ -659,10 +659,13 @@ pub fn emulate_words(
     }
     for param in &module.params {
         if let KernelParam::Scalar(i) = param {
-            let name = &plan.operand_at(*i).name;
-            let value = scalars
-                .get(name.as_str())
-                .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{name}`")))?;
+            let operand = plan.operand_at(*i);
+            let value = match &operand.ty {
+                Type::Scalar(ty) => mpmd_core::host::scalar(scalars, &operand.name, *ty)?,
+                Type::Ref(_) => *scalars.get(&operand.name).ok_or_else(|| {
+                    RunError::BadArguments(format!("missing scalar `{}`", operand.name))
+                })?,
+            };
             // A 16-bit float's bits in the low half, as the CUDA backend passes it.
             stdin.extend_from_slice(&value.to_bits().to_le_bytes());
         }
@@ -775,27 +778,32 @@ impl Backend for HostCudaBackend {
             .map(|(index, buffer)| {
                 let len = buffer_words(buffer);
                 match &buffer.init {
-                    BufferInit::Input(_) => inputs.remove(&index).unwrap_or_else(|| vec![0; len]),
-                    BufferInit::Resident(name) => self
-                        .residents
-                        .get(name)
-                        .map(|t| {
-                            let mut w = t.words().to_vec();
-                            w.resize(len, 0);
-                            w
-                        })
-                        .unwrap_or_else(|| vec![0; len]),
-                    BufferInit::Uninitialized => vec![UNINITIALISED_WORD; len],
-                    BufferInit::Zeroed => vec![0; len],
+                    BufferInit::Input(_) => {
+                        Ok(inputs.remove(&index).unwrap_or_else(|| vec![0; len]))
+                    }
+                    BufferInit::Resident(name) => match self.residents.get(name) {
+                        Some(tensor) => {
+                            mpmd_core::host::check_resident(
+                                name,
+                                &plan.map.name,
+                                (tensor.elem(), tensor.len() as u64),
+                                (buffer.ty.elem, buffer.len),
+                            )?;
+                            // Residents hold at least one word, as uploads do.
+                            let mut words = tensor.words().to_vec();
+                            if words.is_empty() {
+                                words.push(0);
+                            }
+                            Ok(words)
+                        }
+                        None => Ok(vec![0; len]),
+                    },
+                    BufferInit::Uninitialized => Ok(vec![UNINITIALISED_WORD; len]),
+                    BufferInit::Zeroed => Ok(vec![0; len]),
                 }
             })
-            .collect();
-        let scalars = args
-            .scalars
-            .iter()
-            .map(|(name, value)| (name.as_str(), *value))
-            .collect();
-        let out = emulate_words(plan, options.mode, &start, &scalars, self.options)?;
+            .collect::<Result<_, RunError>>()?;
+        let out = emulate_words(plan, options.mode, &start, &args.scalars, self.options)?;
         // As the backend does: the status word says whether to read the
         // control block; the two must agree.
         match (out.status, out.error) {

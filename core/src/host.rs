@@ -362,6 +362,55 @@ impl CallArgs {
         }
         Ok(tensor)
     }
+
+    /// The value of scalar parameter `name` of type `ty` ([`scalar`]).
+    pub fn scalar(&self, name: &str, ty: ScalarType) -> Result<Literal, RunError> {
+        scalar(&self.scalars, name, ty)
+    }
+}
+
+/// The value of scalar parameter `name`, which has type `ty`, in a call's
+/// `scalars`: every backend's check that the call gives it, of exactly that
+/// type (a value of another type would have its bits reinterpreted).
+pub fn scalar(
+    scalars: &BTreeMap<Name, Literal>,
+    name: &str,
+    ty: ScalarType,
+) -> Result<Literal, RunError> {
+    let value = scalars
+        .get(name)
+        .ok_or_else(|| RunError::BadArguments(format!("missing scalar `{name}` ({ty})")))?;
+    if value.ty() != ty {
+        return Err(RunError::BadArguments(format!(
+            "scalar `{name}` is `{ty}`, the call passes a `{}`",
+            value.ty()
+        )));
+    }
+    Ok(*value)
+}
+
+/// Every backend's check that the resident `name` a backend holds (`elem`
+/// elements, `len` of them) fits the map `map` that binds it as `declared_elem`
+/// elements, `declared_len` of them: a resident of another type would have
+/// its bits reinterpreted, and one of another length would be resized or
+/// written past its end.
+pub fn check_resident(
+    name: &str,
+    map: &str,
+    (elem, len): (ScalarType, u64),
+    (declared_elem, declared_len): (ScalarType, u64),
+) -> Result<(), RunError> {
+    if elem != declared_elem {
+        return Err(RunError::BadArguments(format!(
+            "resident `{name}` holds `{elem}` elements; map `{map}` declares `{declared_elem}`"
+        )));
+    }
+    if len != declared_len {
+        return Err(RunError::BadArguments(format!(
+            "resident `{name}` holds {len} elements; map `{map}` declares {declared_len}"
+        )));
+    }
+    Ok(())
 }
 
 /// What one call returns.

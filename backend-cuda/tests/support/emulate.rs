@@ -53,5 +53,9 @@ pub fn emulate_with_residents(
         wait_timeout_ns: timeout_ns,
         ..HostOptions::default()
     };
-    emulate_words(plan, mode, &start, scalars, options).expect("the emulated kernel runs")
+    let scalars: BTreeMap<String, Literal> = scalars
+        .iter()
+        .map(|(name, value)| (name.to_string(), *value))
+        .collect();
+    emulate_words(plan, mode, &start, &scalars, options).expect("the emulated kernel runs")
 }

@@ -17,9 +17,9 @@
 //! system's temporary folder). The compiler is `$MPMD_HOST_CXX`, else `c++`;
 //! it must read C++17 (g++ 8 or clang 7 and later).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
@@ -29,7 +29,9 @@ use mpmd_core::{Backend, CallArgs, CallOutputs, HostTensor, Mode, RunError, RunO
 use thiserror::Error;
 
 use crate::arena::{buffer_words, packed_words};
-use crate::cache::{default_dir, key_hash, unique_suffix};
+use crate::cache::{key_hash, unique_suffix};
+use crate::host_cache::{default_folder, verify, BinaryCache, CacheError, Verified, DISK_BYTES};
+use mpmd_core::lru::Lru;
 use crate::control;
 use crate::emit::c::parameter_from_word;
 use crate::emit::{emit_module, EmittedModule, KernelParam, SMEM_ARENA_DECLARATION};
@@ -62,9 +64,10 @@ pub enum HostEmulationError {
         source_path: String,
         stderr: String,
     },
-    /// The folder of compiled programs cannot be written.
-    #[error("cuda-host: cannot use the folder {dir}: {reason}")]
-    Io { dir: String, reason: String },
+    /// The folder of compiled programs cannot be used (not private, or
+    /// not writable).
+    #[error(transparent)]
+    Cache(#[from] CacheError),
 }
 
 /// The host compiler, found once per process.
@@ -108,40 +111,42 @@ pub fn host_compiler() -> Result<HostCompiler, HostEmulationError> {
             };
             let compiler = HostCompiler { program, version };
             let probe = format!("{SHIM}\nint main() {{ return 0; }}\n");
-            compile_cached(&compiler, &probe, "probe").map_err(|e| match e {
-                HostEmulationError::Compile {
+            match compile_cached(&compiler, &probe, "probe") {
+                Ok(_) => Ok(compiler),
+                Err(HostEmulationError::Compile {
                     compiler, stderr, ..
-                } => HostEmulationError::CompilerUnfit { compiler, stderr },
-                other => other,
-            })?;
-            Ok(compiler)
+                }) => Err(HostEmulationError::CompilerUnfit { compiler, stderr }),
+                // The compiler is there; a cache folder that cannot be used
+                // fails every run with its reason (a failure, not a
+                // backend that is missing).
+                Err(HostEmulationError::Cache(_)) => Ok(compiler),
+                Err(other) => Err(other),
+            }
         })
         .clone()
 }
 
-/// Where compiled programs are kept.
-fn cache_dir() -> PathBuf {
-    default_dir()
-        .map(|d| d.join("cuda-host"))
-        .unwrap_or_else(|| std::env::temp_dir().join("mpmd-cuda-host"))
+/// Programs this process has built or checked, by key hash: at most
+/// [`MEMORY_PROGRAMS`], the least recently used going first. A hit is
+/// checked against its digest again before each run.
+fn compiled() -> &'static Mutex<Lru<String, Verified>> {
+    static COMPILED: OnceLock<Mutex<Lru<String, Verified>>> = OnceLock::new();
+    COMPILED.get_or_init(|| Mutex::new(Lru::new(MEMORY_PROGRAMS)))
 }
 
-/// Binaries compiled by this process, by key hash (each checked against its
-/// full key on disk once).
-fn compiled() -> &'static Mutex<HashMap<String, PathBuf>> {
-    static COMPILED: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
-    COMPILED.get_or_init(|| Mutex::new(HashMap::new()))
-}
+/// Programs the memory side of the cache holds (a path and a digest each).
+pub const MEMORY_PROGRAMS: usize = 256;
 
 /// Programs this process has compiled (cache misses), which tests count.
-#[cfg(test)]
-pub(crate) fn compilations() -> u64 {
+pub fn compilations() -> u64 {
     COMPILATIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 static COMPILATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Compiles `program` once per source, compiler and flags; the binary's path.
+/// Compiles `program` once per source, compiler and flags into the cache
+/// folder ([`crate::host_cache`]); the binary, checked against the digest
+/// recorded when it was built.
 fn compile_cached(
     compiler: &HostCompiler,
     program: &str,
@@ -154,54 +159,58 @@ fn compile_cached(
         HOST_CXX_FLAGS.join(" ")
     );
     let hash = key_hash(&key);
-    if let Some(path) = compiled().lock().ok().and_then(|m| m.get(&hash).cloned()) {
-        return Ok(path);
-    }
-    let dir = cache_dir();
-    let io = |e: std::io::Error| HostEmulationError::Io {
-        dir: dir.display().to_string(),
-        reason: e.to_string(),
-    };
-    std::fs::create_dir_all(&dir).map_err(io)?;
-    let binary = dir.join(&hash);
-    let key_path = dir.join(format!("{hash}.key"));
-    // The key is written after the binary: a key that matches means the binary is whole.
-    let cached = std::fs::read_to_string(&key_path).is_ok_and(|k| k == key) && binary.is_file();
-    if !cached {
-        COMPILATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let suffix = unique_suffix();
-        let source = dir.join(format!("{hash}.{suffix}.cpp"));
-        let tmp_binary = dir.join(format!("{hash}.{suffix}.tmp"));
-        std::fs::write(&source, program).map_err(io)?;
-        let output = Command::new(&compiler.program)
-            .args(HOST_CXX_FLAGS)
-            .arg("-o")
-            .arg(&tmp_binary)
-            .arg(&source)
-            .output()
-            .map_err(io)?;
-        if !output.status.success() {
-            return Err(HostEmulationError::Compile {
-                compiler: compiler.program.clone(),
-                map: map.to_string(),
-                source_path: source.display().to_string(),
-                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            });
+    let cache = BinaryCache::open(&default_folder(), DISK_BYTES)?;
+    let remembered = compiled().lock().ok().and_then(|mut m| m.get(&hash).cloned());
+    if let Some(binary) = remembered {
+        if binary.path.parent() == Some(cache.dir()) && verify(&binary, None) {
+            return Ok(binary.path);
         }
-        let _ = std::fs::remove_file(&source);
-        std::fs::rename(&tmp_binary, &binary).map_err(io)?;
-        write_atomically(&dir, &key_path, key.as_bytes()).map_err(io)?;
+        if let Ok(mut m) = compiled().lock() {
+            m.remove(&hash);
+        }
     }
-    if let Ok(mut map) = compiled().lock() {
-        map.insert(hash, binary.clone());
+    let verified = match cache.lookup(&key) {
+        Some(found) => found,
+        None => {
+            COMPILATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = cache.dir().to_path_buf();
+            let io = |e: std::io::Error| {
+                HostEmulationError::Cache(CacheError {
+                    dir: dir.display().to_string(),
+                    reason: e.to_string(),
+                })
+            };
+            cache.store(
+                &key,
+                |binary| {
+                    let source = dir.join(format!("{hash}.{}.cpp", unique_suffix()));
+                    std::fs::write(&source, program).map_err(io)?;
+                    let output = Command::new(&compiler.program)
+                        .args(HOST_CXX_FLAGS)
+                        .arg("-o")
+                        .arg(binary)
+                        .arg(&source)
+                        .output()
+                        .map_err(io)?;
+                    if !output.status.success() {
+                        return Err(HostEmulationError::Compile {
+                            compiler: compiler.program.clone(),
+                            map: map.to_string(),
+                            source_path: source.display().to_string(),
+                            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+                        });
+                    }
+                    let _ = std::fs::remove_file(&source);
+                    Ok(())
+                },
+                io,
+            )?
+        }
+    };
+    if let Ok(mut m) = compiled().lock() {
+        m.insert(hash, verified.clone());
     }
-    Ok(binary)
-}
-
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("key.{}.tmp", unique_suffix()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    Ok(verified.path)
 }
 
 /// The shim: CUDA's built-ins on POSIX threads. Only C headers, so a

@@ -28,6 +28,7 @@ mod backend;
 mod cache;
 mod control;
 mod emit;
+mod host_cache;
 mod host_emulation;
 mod nvrtc;
 mod ptxas;
@@ -57,7 +58,9 @@ pub use emit::{
     emit, emit_module, emit_module_with, BlockSchedule, EmitError, EmittedModule, KernelParam,
     TicketRange, PRELUDE,
 };
+pub use host_cache::{CacheError, DISK_BYTES as HOST_CACHE_BYTES};
 pub use host_emulation::{
+    compilations as host_compilations, MEMORY_PROGRAMS as HOST_MEMORY_PROGRAMS,
     emulate_words, host_compiler, Emulated, HostCompiler, HostCudaBackend, HostEmulationError,
     HostOptions, HOST_CXX_FLAGS, UNINITIALISED_WORD,
 };

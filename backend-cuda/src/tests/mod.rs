@@ -8,6 +8,7 @@ mod programs;
 
 mod arena_layout;
 mod caches;
+mod host_cache;
 
 /// Fails (never skips) when the CUDA tools are not on the paths the backend
 /// searches, as `tests/common::require_tools` does.

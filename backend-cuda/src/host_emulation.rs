@@ -30,11 +30,11 @@ use thiserror::Error;
 
 use crate::arena::{buffer_words, packed_words};
 use crate::cache::{key_hash, unique_suffix};
-use crate::host_cache::{default_folder, verify, BinaryCache, CacheError, Verified, DISK_BYTES};
-use mpmd_core::lru::Lru;
 use crate::control;
 use crate::emit::c::parameter_from_word;
 use crate::emit::{emit_module, EmittedModule, KernelParam, SMEM_ARENA_DECLARATION};
+use crate::host_cache::{default_folder, verify, BinaryCache, CacheError, Verified, DISK_BYTES};
+use mpmd_core::lru::Lru;
 
 /// The name reports use for this backend.
 const NAME: &str = "cuda-host";
@@ -160,7 +160,10 @@ fn compile_cached(
     );
     let hash = key_hash(&key);
     let cache = BinaryCache::open(&default_folder(), DISK_BYTES)?;
-    let remembered = compiled().lock().ok().and_then(|mut m| m.get(&hash).cloned());
+    let remembered = compiled()
+        .lock()
+        .ok()
+        .and_then(|mut m| m.get(&hash).cloned());
     if let Some(binary) = remembered {
         if binary.path.parent() == Some(cache.dir()) && verify(&binary, None) {
             return Ok(binary.path);

@@ -227,6 +227,9 @@ const SHIM: &str = r#"
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #define MPMD_HOST_EMULATION 1
 #define __global__
 #define __device__
@@ -330,7 +333,12 @@ static int __any_sync(unsigned, int p) { return __ballot_sync(0u, p) != 0u; }
 static int __all_sync(unsigned, int p) { return __ballot_sync(0u, p) == 0xffffffffu; }
 static void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static void __nanosleep(unsigned) { sched_yield(); }
+// A real sleep: co-resident blocks share the host's cores with the block
+// they wait for.
+static void __nanosleep(unsigned ns) {
+  struct timespec ts = {0, (long)ns};
+  nanosleep(&ts, 0);
+}
 template <class T> static T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static float atomicAdd(float* p, float v) {
   unsigned* w = (unsigned*)p;
@@ -458,7 +466,8 @@ static void mpmd_write(const void* p, size_t words) { fwrite(p, 4, words, stdout
 "#;
 
 /// The C++ program that runs `module` (emitted from `plan`): reads from
-/// stdin the time limit in seconds, the wait timeout, every buffer's words
+/// stdin the time limit in seconds, the wait timeout, whether to run the
+/// blocks co-resident (each `u64`), every buffer's words
 /// and every scalar's bits; writes to stdout the control block, the status
 /// word and every buffer's words (all little-endian `u32`, the timeouts `u64`).
 fn host_program(plan: &LaunchPlan, module: &EmittedModule) -> Result<String, String> {
@@ -530,15 +539,18 @@ static const int mpmd_nbuf = {buffers};
 static unsigned* mpmd_buf[{nbuf}];
 static const unsigned long long mpmd_len[{nbuf}] = {{{lens}}};
 static unsigned mpmd_scalar[{nscalar}];
-static unsigned mpmd_ctl[64];
-static unsigned mpmd_status_word;
+// The control block and the status word live in the shared mapping with
+// the buffers: co-resident blocks are processes that see one memory.
+static unsigned* mpmd_ctl;
+static unsigned* mpmd_status_word;
 static unsigned long long mpmd_timeout_ns;
+static unsigned long long mpmd_first_block = 0, mpmd_end_block = {total}ull;
 static mpmd_host_barrier mpmd_pool_barrier;
 // The last thread to finish a block readies the block barrier for the next.
 static void mpmd_next_block() {{ mpmd_block_barrier.expected = {dim}u; mpmd_block_barrier.arrived = 0; }}
 static void* mpmd_thread_main(void* arg) {{
   threadIdx = mpmd_dim3{{(unsigned)(size_t)arg, 0u, 0u}};
-  for (unsigned long long block = 0; block < {total}ull; block++) {{
+  for (unsigned long long block = mpmd_first_block; block < mpmd_end_block; block++) {{
     blockIdx = mpmd_dim3{{(unsigned)block, 0u, 0u}};
     {kernel}({args});
     mpmd_barrier_drop(&mpmd_block_barrier);
@@ -546,17 +558,78 @@ static void* mpmd_thread_main(void* arg) {{
   }}
   return 0;
 }}
+// Blocks mpmd_first_block..mpmd_end_block, one after another, on one host
+// thread per CUDA thread of the block; 0, or 4 when a thread cannot start.
+static int mpmd_run_blocks() {{
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 1u << 20);
+  static pthread_t threads[{dim}];
+  for (unsigned t = 0; t < {dim}u; t++) {{
+    if (pthread_create(&threads[t], &attr, mpmd_thread_main, (void*)(size_t)t) != 0) return 4;
+  }}
+  for (unsigned t = 0; t < {dim}u; t++) pthread_join(threads[t], 0);
+  return 0;
+}}
+// Every block at once, as a co-resident grid runs: one process per block
+// (its own __shared__ storage, block and warp barriers), all of them on the
+// shared mapping. A block that fails stops the others; its signal or exit
+// code is the program's.
+static int mpmd_run_co_resident(unsigned seconds) {{
+  static pid_t children[{slots}];
+  if ({total}ull > {slots}ull) return 5;
+  unsigned long long started = 0;
+  int failed_signal = 0, failed_code = 0;
+  for (; started < {total}ull; started++) {{
+    const pid_t pid = fork();
+    if (pid == 0) {{
+      alarm(seconds);
+      mpmd_first_block = started;
+      mpmd_end_block = started + 1;
+      _exit(mpmd_run_blocks());
+    }}
+    if (pid < 0) {{ failed_code = 5; break; }}
+    children[started] = pid;
+  }}
+  for (unsigned long long running = started; running > 0; running--) {{
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    const int failed = WIFSIGNALED(status) ? 1 : (WIFEXITED(status) && WEXITSTATUS(status) != 0) ? 2 : 0;
+    if (failed && !failed_signal && !failed_code) {{
+      if (failed == 1) failed_signal = WTERMSIG(status); else failed_code = WEXITSTATUS(status);
+      for (unsigned long long k = 0; k < started; k++) if (children[k] != pid) kill(children[k], SIGKILL);
+    }}
+  }}
+  if (failed_signal) {{
+    signal(failed_signal, SIG_DFL);
+    raise(failed_signal);
+  }}
+  return failed_code;
+}}
 int main() {{
-  unsigned long long limits[2];
-  if (!mpmd_read(limits, 4)) return 3;
+  unsigned long long limits[3];
+  if (!mpmd_read(limits, 6)) return 3;
   alarm((unsigned)limits[0]);
   mpmd_timeout_ns = limits[1];
+  const bool co_resident = limits[2] != 0;
+  unsigned long long offsets[{nbuf}], bytes = 0;
   for (int k = 0; k < mpmd_nbuf; k++) {{
-    mpmd_buf[k] = (unsigned*)malloc(mpmd_len[k] * 4);
-    if (!mpmd_buf[k] || !mpmd_read(mpmd_buf[k], mpmd_len[k])) return 3;
+    offsets[k] = bytes;
+    bytes += (mpmd_len[k] * 4 + 63) / 64 * 64;
   }}
+  const unsigned long long control_at = bytes;
+  bytes += 65 * 4;
+  unsigned char* shared = (unsigned char*)mmap(0, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return 3;
+  for (int k = 0; k < mpmd_nbuf; k++) {{
+    mpmd_buf[k] = (unsigned*)(shared + offsets[k]);
+    if (!mpmd_read(mpmd_buf[k], mpmd_len[k])) return 3;
+  }}
+  mpmd_ctl = (unsigned*)(shared + control_at);
+  mpmd_status_word = mpmd_ctl + 64;
   if ({nscalar} > 1 && !mpmd_read(mpmd_scalar, {nscalar} - 1)) return 3;
-  unsigned long long status_address = (unsigned long long)&mpmd_status_word;
+  unsigned long long status_address = (unsigned long long)mpmd_status_word;
   mpmd_ctl[{status_lo}] = (unsigned)status_address;
   mpmd_ctl[{status_hi}] = (unsigned)(status_address >> 32);
   gridDim = mpmd_dim3{{(unsigned){total}ull, 1u, 1u}};
@@ -570,22 +643,17 @@ int main() {{
     mpmd_partial_threads[k] = partial[k];
     mpmd_barrier_init(&mpmd_partial_barriers[k], partial[k]);
   }}
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 1u << 20);
-  static pthread_t threads[{dim}];
-  for (unsigned t = 0; t < {dim}u; t++) {{
-    if (pthread_create(&threads[t], &attr, mpmd_thread_main, (void*)(size_t)t) != 0) return 4;
-  }}
-  for (unsigned t = 0; t < {dim}u; t++) pthread_join(threads[t], 0);
+  const int failed = co_resident ? mpmd_run_co_resident((unsigned)limits[0]) : mpmd_run_blocks();
+  if (failed) return failed;
   mpmd_write(mpmd_ctl, 64);
-  mpmd_write(&mpmd_status_word, 1);
+  mpmd_write(mpmd_status_word, 1);
   for (int k = 0; k < mpmd_nbuf; k++) mpmd_write(mpmd_buf[k], mpmd_len[k]);
   fflush(stdout);
   return 0;
 }}
 "#,
         nbuf = buffers.max(1),
+        slots = module.total_blocks.clamp(1, CO_RESIDENT_BLOCKS),
         lens = if lens.is_empty() { "1ull".to_string() } else { lens.join(", ") },
         nscalar = scalar_slots + 1,
         kernel = module.kernel_name,
@@ -614,6 +682,50 @@ pub struct Emulated {
     pub status: u32,
     /// Every plan buffer's words after the call (at least one word each).
     pub buffers: Vec<Vec<u32>>,
+    /// Whether the blocks ran co-resident ([`co_resident`]), else one after
+    /// another.
+    pub co_resident: bool,
+}
+
+/// Most host threads a co-resident run starts: one per CUDA thread of the
+/// grid (each with a 1 MiB stack).
+pub const CO_RESIDENT_THREADS: u64 = 4096;
+
+/// Most blocks a co-resident run starts (one process each).
+pub const CO_RESIDENT_BLOCKS: u64 = 256;
+
+/// Whether `cuda-host` runs `module`'s blocks co-resident, as a GPU runs a
+/// cooperative grid: the plan needs it ([`LaunchPlan::needs_co_residency`]:
+/// a cycle, or a program that waits on its own blocks) and the grid fits
+/// [`CO_RESIDENT_THREADS`] and [`CO_RESIDENT_BLOCKS`]. Otherwise the blocks
+/// run one after another in ticket order, which meets every wait on an
+/// earlier block. A plan with a cycle whose grid does not fit is refused
+/// with the numbers.
+pub fn co_resident(plan: &LaunchPlan, module: &EmittedModule) -> Result<bool, RunError> {
+    if !plan.needs_co_residency() {
+        return Ok(false);
+    }
+    if let Some(reason) = too_big_to_co_reside(module) {
+        if plan.graph.has_cycle {
+            return Err(RunError::Refused {
+                reason: format!("the map needs all its blocks resident at once (a semaphore cycle), and {reason}"),
+            });
+        }
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Why `module`'s grid cannot run co-resident on `cuda-host`, if it cannot.
+fn too_big_to_co_reside(module: &EmittedModule) -> Option<String> {
+    let blocks = module.total_blocks;
+    let threads = blocks.saturating_mul(u64::from(module.block_dim));
+    (threads > CO_RESIDENT_THREADS || blocks > CO_RESIDENT_BLOCKS).then(|| {
+        format!(
+            "cuda-host runs a co-resident grid on one host thread per CUDA thread: this one needs {threads} threads ({blocks} blocks of {}), its limit is {CO_RESIDENT_THREADS} threads in at most {CO_RESIDENT_BLOCKS} blocks",
+            module.block_dim
+        )
+    })
 }
 
 /// Settings of an emulated call.
@@ -622,6 +734,11 @@ pub struct HostOptions {
     /// The kernel's wait time limit. Blocks run in ticket order, so a wait
     /// not met when it is reached is never met: a short limit loses nothing.
     pub wait_timeout_ns: u64,
+    /// The kernel's wait time limit when the blocks run co-resident: long
+    /// enough for a block to wait for others that share the host's cores,
+    /// short enough that a wait nothing can meet (a deadlock) is reported
+    /// soon.
+    pub co_resident_wait_timeout_ns: u64,
     /// The program is killed after this many seconds.
     pub time_limit_s: u32,
 }
@@ -630,6 +747,7 @@ impl Default for HostOptions {
     fn default() -> Self {
         HostOptions {
             wait_timeout_ns: 100_000_000,
+            co_resident_wait_timeout_ns: 3_000_000_000,
             time_limit_s: 120,
         }
     }
@@ -653,9 +771,16 @@ pub fn emulate_words(
     let program = host_program(plan, &module).map_err(backend_error)?;
     let binary = compile_cached(&compiler, &program, &plan.map.name)
         .map_err(|e| backend_error(e.to_string()))?;
+    let co_resident = co_resident(plan, &module)?;
+    let wait_timeout_ns = if co_resident {
+        options.co_resident_wait_timeout_ns
+    } else {
+        options.wait_timeout_ns
+    };
     let mut stdin = Vec::new();
     stdin.extend_from_slice(&u64::from(options.time_limit_s).to_le_bytes());
-    stdin.extend_from_slice(&options.wait_timeout_ns.to_le_bytes());
+    stdin.extend_from_slice(&wait_timeout_ns.to_le_bytes());
+    stdin.extend_from_slice(&u64::from(co_resident).to_le_bytes());
     for (index, buffer) in plan.buffers.iter().enumerate() {
         let words = &start[index];
         if words.len() != buffer_words(buffer) {
@@ -744,6 +869,7 @@ pub fn emulate_words(
         aborted: control[control::ABORT] != 0,
         status,
         buffers,
+        co_resident,
     })
 }
 
@@ -774,15 +900,6 @@ impl Backend for HostCudaBackend {
         args: &CallArgs,
         options: &RunOptions,
     ) -> Result<CallOutputs, RunError> {
-        // Blocks run one after another in ticket order (programs in the
-        // plan's order, a program's blocks in linear order): a cycle can never
-        // be met, and a program that waits on its own blocks only when each
-        // waits on an earlier one (found out below).
-        if plan.graph.has_cycle {
-            return Err(RunError::Unsupported {
-                reason: "cuda-host runs blocks one after another, and this plan needs co-resident blocks (a cycle)".into(),
-            });
-        }
         // What the CUDA backend uploads.
         let mut inputs = crate::backend::input_words(plan, args)?;
         let start: Vec<Vec<u32>> = plan
@@ -821,13 +938,20 @@ impl Backend for HostCudaBackend {
         match (out.status, out.error) {
             (0, None) => {}
             (1, Some(error @ (RunError::WaitTimeout { .. } | RunError::Deadlock { .. })))
-                if !plan.graph.intra_program.is_empty() =>
+                if !out.co_resident && !plan.graph.intra_program.is_empty() =>
             {
-                return Err(RunError::Unsupported {
+                // Too big to run co-resident: blocks ran one after another,
+                // and a wait on a later block of its own program timed out.
+                let module =
+                    emit_module(plan, options.mode).map_err(|e| RunError::Unsupported {
+                        reason: e.to_string(),
+                    })?;
+                let why = too_big_to_co_reside(&module).unwrap_or_default();
+                return Err(RunError::Refused {
                     reason: format!(
-                        "cuda-host runs blocks one after another, and this plan needs co-resident blocks (a wait on a later block of its own program: {error})"
+                        "the map needs all its blocks resident at once (a wait on a later block of its own program: {error}), and {why}"
                     ),
-                })
+                });
             }
             (1, Some(error)) => return Err(error),
             (status, recorded) => {

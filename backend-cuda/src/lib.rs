@@ -60,9 +60,10 @@ pub use emit::{
 };
 pub use host_cache::{CacheError, DISK_BYTES as HOST_CACHE_BYTES};
 pub use host_emulation::{
-    compilations as host_compilations, emulate_words, host_compiler, Emulated, HostCompiler,
-    HostCudaBackend, HostEmulationError, HostOptions, HOST_CXX_FLAGS,
-    MEMORY_PROGRAMS as HOST_MEMORY_PROGRAMS, UNINITIALISED_WORD,
+    co_resident, compilations as host_compilations, emulate_words, host_compiler, Emulated,
+    HostCompiler, HostCudaBackend, HostEmulationError, HostOptions, CO_RESIDENT_BLOCKS,
+    CO_RESIDENT_THREADS, HOST_CXX_FLAGS, MEMORY_PROGRAMS as HOST_MEMORY_PROGRAMS,
+    UNINITIALISED_WORD,
 };
 pub use mpmd_core::bind::DeviceArgs;
 /// Which output NVRTC produces: PTX text or a CUBIN.

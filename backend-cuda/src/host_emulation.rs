@@ -3,19 +3,21 @@
 //!
 //! A small shim maps CUDA's built-ins to C++ (one POSIX thread per CUDA
 //! thread, a barrier per block, `__shared__` as static storage, sequentially
-//! consistent atomics); the blocks run one after another in ticket order, so
-//! a wait between programs, or on an earlier block of its own program (a
-//! chained scan), finds its signals already made. Plans with a cycle are
-//! declined with that reason, and a wait on a later block of its own program
-//! times out and is reported as not supported, with the reason. The GPU memory model is not emulated: this checks the generated
-//! logic (schedules, addressing, numerics, semaphores, error records).
+//! consistent atomics). Most plans run their blocks one after another in
+//! ticket order, so a wait between programs, or on an earlier block of its
+//! own program (a chained scan), finds its signals already made. A plan that
+//! needs co-resident blocks (a cycle, a program that waits on its own blocks)
+//! runs every block at once, one process per block on one shared mapping, as
+//! a cooperative grid runs on a GPU ([`co_resident`]). The GPU memory model is
+//! not emulated: this checks the generated logic (schedules, addressing,
+//! numerics, semaphores, error records).
 //!
 //! Each program is compiled once: the binary depends only on the emitted
 //! source (inputs, scalars and resident words travel through stdin), and it is
-//! cached by a hash of source, compiler and flags, in memory and on disk next
-//! to the module cache ([`crate::cache::default_dir`]`/cuda-host`, else the
-//! system's temporary folder). The compiler is `$MPMD_HOST_CXX`, else `c++`;
-//! it must read C++17 (g++ 8 or clang 7 and later).
+//! cached by a hash of source, compiler and flags, in memory and in a private
+//! folder that runs only what it built ([`crate::host_cache`]). The compiler
+//! is `$MPMD_HOST_CXX`, else `c++`; it must read C++17 (g++ 8 or clang 7 and
+//! later).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -731,8 +733,9 @@ fn too_big_to_co_reside(module: &EmittedModule) -> Option<String> {
 /// Settings of an emulated call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostOptions {
-    /// The kernel's wait time limit. Blocks run in ticket order, so a wait
-    /// not met when it is reached is never met: a short limit loses nothing.
+    /// The kernel's wait time limit when blocks run one after another in
+    /// ticket order: a wait not met when it is reached is never met, so a
+    /// short limit loses nothing.
     pub wait_timeout_ns: u64,
     /// The kernel's wait time limit when the blocks run co-resident: long
     /// enough for a block to wait for others that share the host's cores,

@@ -1,8 +1,9 @@
 //! The `cuda-host` column: the emitted CUDA C run on CPU threads, judged
 //! against the interpreter like any backend in fast and checked mode, next
 //! to `cuda` (which, without a GPU, only compiles). Plans that need
-//! co-resident blocks are declined with the reason; an out-of-bounds case is
-//! caught by the CUDA text's own checked mode.
+//! co-resident blocks (a cycle, all-to-all) run with every block at once and
+//! pass, a cycle nothing can meet included; an out-of-bounds case is caught
+//! by the CUDA text's own checked mode.
 #![cfg(feature = "cuda")]
 
 #[path = "../../test-support/needs.rs"]
@@ -14,9 +15,11 @@ use mpmd_conformance::case::{load_dir, matches_filter};
 use mpmd_conformance::report::{render_json, render_text};
 use mpmd_conformance::run::{run_case, RunConfig, Status};
 
-const CASES: [&str; 4] = [
+const CASES: [&str; 6] = [
+    "fail_deadlock_cycle",
     "fail_out_of_bounds_checked",
     "i32_arith_edges",
+    "sem_all_to_all_barrier",
     "sem_bidirectional_handshake",
     "sem_producer_consumer",
 ];
@@ -57,10 +60,11 @@ fn cuda_host_is_a_column_judged_against_the_interpreter() {
     // Checked mode ran the CUDA text's bounds check, which reported the
     // expected class (fast mode, where it is undefined, is a skip).
     assert_eq!(host("fail_out_of_bounds_checked"), Status::Pass);
-    match host("sem_bidirectional_handshake") {
-        Status::Skip(why) => assert!(why.contains("needs co-resident blocks"), "{why}"),
-        other => panic!("a cycle must be declined, got {other:?}"),
-    }
+    // Co-resident blocks: a cycle, every block waiting on every other, and
+    // a cycle nothing can meet (a wait that times out, as on a GPU).
+    assert_eq!(host("sem_bidirectional_handshake"), Status::Pass);
+    assert_eq!(host("sem_all_to_all_barrier"), Status::Pass);
+    assert_eq!(host("fail_deadlock_cycle"), Status::Pass);
     for r in &results {
         assert!(r.elapsed.contains_key(&BackendId::CudaHost), "{}", r.name);
     }
@@ -70,11 +74,11 @@ fn cuda_host_is_a_column_judged_against_the_interpreter() {
     assert_eq!(header, ["case", "interp", "cuda", "cuda-host"]);
     assert!(
         text.lines()
-            .any(|l| l.starts_with("cuda-host: 3 passed, 0 failed, 1 skipped in ")),
+            .any(|l| l.starts_with("cuda-host: 6 passed, 0 failed, 0 skipped in ")),
         "{text}"
     );
     let json = render_json(&results, &env, 1);
-    assert_eq!(json["backends"]["cuda-host"]["passed"], 3);
+    assert_eq!(json["backends"]["cuda-host"]["passed"], 6);
     assert_eq!(
         json["cases"][1]["results"]["cuda-host"]["status"], "pass",
         "{json}"

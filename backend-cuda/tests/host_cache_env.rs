@@ -2,6 +2,9 @@
 //! what it does with a folder it cannot trust. One test: it sets the
 //! process's environment. Needs a C++17 compiler (`c++`).
 
+// RunError is the shared error type of every backend.
+#![allow(clippy::result_large_err)]
+
 mod common;
 
 use std::os::unix::fs::PermissionsExt;

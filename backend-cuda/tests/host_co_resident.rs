@@ -3,6 +3,9 @@
 //! cooperative grid runs on a GPU: each corpus case of that kind gives the
 //! interpreter's outputs exactly, or its error. Needs a C++17 compiler.
 
+// RunError is the shared error type of every backend.
+#![allow(clippy::result_large_err)]
+
 mod common;
 
 use common::corpus_text;

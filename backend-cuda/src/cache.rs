@@ -31,9 +31,14 @@ pub fn key_text(source: &str, args: &[String], nvrtc_version: (i32, i32)) -> Str
     )
 }
 
-/// A 128-bit FNV-1a hash of the key, as 32 hex digits (two 64-bit passes
-/// with different offsets).
+/// A 128-bit FNV-1a hash of the key, as 32 hex digits ([`fnv128_hex`]).
 pub fn key_hash(key: &str) -> String {
+    fnv128_hex(key.as_bytes())
+}
+
+/// A 128-bit FNV-1a hash of `bytes`, as 32 hex digits (two 64-bit passes
+/// with different offsets).
+pub fn fnv128_hex(bytes: &[u8]) -> String {
     fn fnv(bytes: &[u8], offset: u64) -> u64 {
         let mut h = offset;
         for &b in bytes {
@@ -42,7 +47,6 @@ pub fn key_hash(key: &str) -> String {
         }
         h
     }
-    let bytes = key.as_bytes();
     format!(
         "{:016x}{:016x}",
         fnv(bytes, 0xcbf2_9ce4_8422_2325),

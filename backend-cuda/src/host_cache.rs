@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 
 use thiserror::Error;
 
-use crate::cache::{default_dir, key_hash, unique_suffix};
+use crate::cache::{default_dir, fnv128_hex, key_hash, unique_suffix};
 
 /// The bound of the folder's entries, binaries and entry files together.
 pub const DISK_BYTES: u64 = 256 << 20;
@@ -55,19 +55,7 @@ pub struct CacheError {
 /// 32 hex digits. It finds truncated and corrupt files; the folder's privacy
 /// keeps others from writing there at all.
 pub fn digest(bytes: &[u8]) -> String {
-    fn fnv(bytes: &[u8], offset: u64) -> u64 {
-        let mut h = offset;
-        for &b in bytes {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h
-    }
-    format!(
-        "{:016x}{:016x}",
-        fnv(bytes, 0xcbf2_9ce4_8422_2325),
-        fnv(bytes, 0x6c62_272e_07bb_0142)
-    )
+    fnv128_hex(bytes)
 }
 
 /// The folder compiled programs are kept in (see the module's text).
@@ -130,7 +118,7 @@ impl BinaryCache {
         }
         if meta.mode() & 0o022 != 0 {
             return Err(refuse(format!(
-                "others may write to it (mode {:o}); it must be private (0700)",
+                "others may write to it (mode {:o}); it must be private (0700): remove it, or `chmod 700` it if only you wrote there",
                 meta.mode() & 0o7777
             )));
         }

@@ -838,7 +838,13 @@ pub fn emulate_words(
                 options.time_limit_s
             ),
             Some(signal) => format!("was killed by signal {signal}"),
-            None => format!("exited with {}", output.status),
+            // The codes the shim's main returns.
+            None => match output.status.code() {
+                Some(3) => "could not read its input or map its memory (exit 3)".to_string(),
+                Some(4) => "could not start a thread per CUDA thread (exit 4)".to_string(),
+                Some(5) => "could not start a process per co-resident block (exit 5)".to_string(),
+                _ => format!("exited with {}", output.status),
+            },
         };
         return Err(backend_error(format!(
             "cuda-host: the emulated kernel of map `{}` ({mode:?} mode) {what}{}",

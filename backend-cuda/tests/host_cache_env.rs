@@ -67,7 +67,7 @@ fn the_cache_runs_only_what_it_built() {
     assert_eq!(
         run().unwrap_err(),
         RunError::Backend(format!(
-            "cuda-host cannot use its cache folder {}/cuda-host: others may write to it (mode 777); it must be private (0700); set MPMD_CACHE_DIR to a folder of your own",
+            "cuda-host cannot use its cache folder {}/cuda-host: others may write to it (mode 777); it must be private (0700): remove it, or `chmod 700` it if only you wrote there; set MPMD_CACHE_DIR to a folder of your own",
             shared.display()
         ))
     );

@@ -57,7 +57,7 @@ fn a_folder_others_may_write_to_is_refused() {
         error,
         CacheError {
             dir: dir.display().to_string(),
-            reason: "others may write to it (mode 777); it must be private (0700)".into()
+            reason: "others may write to it (mode 777); it must be private (0700): remove it, or `chmod 700` it if only you wrote there".into()
         }
     );
     assert!(error

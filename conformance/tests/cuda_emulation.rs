@@ -1,10 +1,11 @@
 //! Differential fuzzing of the CUDA code generator without a GPU, through
 //! the `cuda-host` backend (`mpmd_cuda::HostCudaBackend`): the fuzzer's
 //! programs are emitted as CUDA C, compiled for the CPU (one thread per CUDA
-//! thread, blocks one after another in logical order) and judged against the
-//! interpreter like any backend. This checks the generated logic (schedules,
-//! addressing, numerics, semaphores, loads-first loops) on every CI run; the
-//! GPU memory model and co-residency need a GPU. Needs the host C++ compiler
+//! thread, blocks one after another in logical order, or all at once when the
+//! plan needs them co-resident) and judged against the interpreter like any
+//! backend. This checks the generated logic (schedules, addressing, numerics,
+//! semaphores, loads-first loops) on every CI run; the GPU memory model needs
+//! a GPU. Needs the host C++ compiler
 //! (README set-up). `MPMD_EMULATED_FUZZ=N` runs N programs per mode instead
 //! of the few CI runs.
 #![cfg(feature = "cuda")]
@@ -44,7 +45,7 @@ fn fuzz(seed: u64, iterations: u64, mode: Mode) {
         summary.findings
     );
     let agreed = summary.agreed.get("cuda-host").copied().unwrap_or(0);
-    // Only plans that need co-residency are declined; most programs must run.
+    // Only grids too big to run co-resident are declined; most programs must run.
     assert!(
         agreed * 2 >= iterations,
         "only {agreed} of {iterations} programs ran: {:?}",

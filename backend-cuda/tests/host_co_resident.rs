@@ -41,7 +41,7 @@ fn plan_of_case(name: &str) -> mpmd_core::plan::LaunchPlan {
 }
 
 /// The cases whose plans need co-resident blocks, with what makes them so.
-const CO_RESIDENT_CASES: [&str; 4] = [
+const CO_RESIDENT_CASES: [&str; 5] = [
     // A cycle: two pairs of blocks that signal each other.
     "sem_bidirectional_handshake",
     // Every block waits on every other (a wait on later blocks of its own program).
@@ -49,6 +49,7 @@ const CO_RESIDENT_CASES: [&str; 4] = [
     // Waits on earlier blocks of its own program (a chained scan, a look-back).
     "sem_chained_scan_lower_blocks",
     "user_decoupled_lookback_scan",
+    "pallas_chained_scan",
 ];
 
 #[test]

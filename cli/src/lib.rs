@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod describe;
+pub mod files;
 pub mod npy;
 
 use std::collections::BTreeMap;
@@ -455,13 +456,18 @@ pub fn run_command(command: Command) -> Result<String, CliError> {
     }
 }
 
+/// The largest `.mpmd` file read (a bound, so that a device or a huge file
+/// given by mistake is refused instead of filling memory).
+pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
+
 /// The file's text; bytes that are not UTF-8 are a rendered error at their
 /// line and column.
 fn read_source(path: &Path) -> Result<String, CliError> {
-    let bytes = std::fs::read(path).map_err(|source| CliError::ReadFile {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let bytes =
+        files::read_regular(path, MAX_SOURCE_BYTES).map_err(|source| CliError::ReadFile {
+            path: path.display().to_string(),
+            source,
+        })?;
     match text::decode(&bytes) {
         Ok(text) => Ok(text.to_string()),
         Err(e) => Err(CliError::Rejected(e.render(&path.display().to_string()))),
@@ -619,7 +625,7 @@ fn lower_command(
     let mut written = String::new();
     for (name, text) in maps.iter().zip(texts) {
         let path = dir.join(file_name(name, target.extension()));
-        std::fs::write(&path, text).map_err(|source| CliError::WriteFile {
+        files::write_replacing(&path, text.as_bytes()).map_err(|source| CliError::WriteFile {
             path: path.display().to_string(),
             source,
         })?;
@@ -1315,7 +1321,10 @@ fn read_npy_for(
     shape: &[u32],
     path: &Path,
 ) -> Result<HostTensor, CliError> {
-    let mut tensor = npy::read(path)?;
+    // The widest element a file may hold for it is 4 bytes (bool as `<u4`).
+    let max_data_bytes =
+        mpmd_core::host::element_count(shape).map_or(u64::MAX, |n| n.saturating_mul(4));
+    let mut tensor = npy::read_at_most(path, max_data_bytes)?;
     let prefix = format!("--{flag} `{name}`: `{}`", path.display());
     let compatible = tensor.elem() == elem
         || (elem == ScalarType::Bool && matches!(tensor.elem(), ScalarType::U32 | ScalarType::I32));

@@ -807,32 +807,6 @@ fn assignments<'a>(
     Ok(by_name)
 }
 
-/// Parses a scalar value of type `ty` (`7`, `7u`, `-1.5`, `inf`, `true`).
-pub fn parse_scalar(ty: ScalarType, text: &str) -> Option<Literal> {
-    match ty {
-        ScalarType::F32 => text.parse::<f32>().ok().map(Literal::f32),
-        ScalarType::I32 => text.parse::<i32>().ok().map(Literal::I32),
-        ScalarType::U32 => text
-            .strip_suffix('u')
-            .unwrap_or(text)
-            .parse::<u32>()
-            .ok()
-            .map(Literal::U32),
-        ScalarType::Bool => match text {
-            "true" | "1" => Some(Literal::Bool(true)),
-            "false" | "0" => Some(Literal::Bool(false)),
-            _ => None,
-        },
-        // `1.5`, `1.5f16`, `inf`: the value rounded once to the type.
-        ScalarType::F16 | ScalarType::BF16 => {
-            let digits = text.strip_suffix(ty.keyword()).unwrap_or(text);
-            let v = digits.parse::<f64>().ok()?;
-            let bits = mpmd_core::numerics::from_f64(ty, v)?;
-            Some(Literal::from_bits(ty, u32::from(bits)))
-        }
-    }
-}
-
 /// The backend of one `mpmd run`: the interpreter and CUDA are kept as
 /// themselves so that the interpreter's report (schedules run) and CUDA's
 /// kernel time can be shown.
@@ -1141,12 +1115,8 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 continue;
             };
             let value = match scalar_texts.get(scalar.name.as_str()) {
-                Some(text) => parse_scalar(ty, text).ok_or_else(|| {
-                    CliError::Usage(format!(
-                        "--scalar `{}={text}`: not a {} value",
-                        scalar.name,
-                        ty.keyword()
-                    ))
+                Some(text) => mpmd_core::host::parse_scalar(ty, text).map_err(|e| {
+                    CliError::Usage(format!("--scalar `{}={text}`: {e}", scalar.name))
                 })?,
                 None => call
                     .scalars
@@ -1428,36 +1398,6 @@ fn value_text(value: Literal) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scalars_parse_by_type() {
-        assert_eq!(parse_scalar(ScalarType::U32, "7u"), Some(Literal::U32(7)));
-        assert_eq!(parse_scalar(ScalarType::U32, "7"), Some(Literal::U32(7)));
-        assert_eq!(parse_scalar(ScalarType::I32, "-3"), Some(Literal::I32(-3)));
-        assert_eq!(
-            parse_scalar(ScalarType::F32, "2.5"),
-            Some(Literal::f32(2.5))
-        );
-        assert_eq!(
-            parse_scalar(ScalarType::Bool, "true"),
-            Some(Literal::Bool(true))
-        );
-        assert_eq!(parse_scalar(ScalarType::I32, "x"), None);
-        assert_eq!(
-            parse_scalar(ScalarType::F16, "0.1"),
-            Some(Literal::F16(0x2e66))
-        );
-        assert_eq!(
-            parse_scalar(ScalarType::BF16, "-2.5bf16"),
-            Some(Literal::BF16(0xc020))
-        );
-        assert_eq!(
-            parse_scalar(ScalarType::F16, "1e6"),
-            Some(Literal::F16(0x7c00)),
-            "too large: infinity, as a cast of the f32 would give"
-        );
-        assert_eq!(parse_scalar(ScalarType::BF16, "one"), None);
-    }
 
     fn parse_run(extra: &[&str]) -> RunRequest {
         let mut args = vec!["mpmd", "run", "f.mpmd"];

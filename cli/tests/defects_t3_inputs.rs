@@ -146,3 +146,46 @@ fn outputs_replace_a_planted_symlink_instead_of_following_it() {
         .unwrap()
         .contains("k"));
 }
+
+/// `--scalar` takes what the same literal in a file takes: a number past
+/// the type's range is an error, for every type (core's `host::parse_scalar`,
+/// which the Python package's scalar arguments share).
+#[test]
+fn out_of_range_scalar_flags_are_errors() {
+    let program = defect("scalar_flag_overflow.mpmd");
+    for (flag, message) in [
+        (
+            "a=1e39",
+            "--scalar `a=1e39`: `1e39` is out of range for `f32` (its largest finite value is 3.4028235e38; give `inf` for infinity)",
+        ),
+        (
+            "d=70000",
+            "--scalar `d=70000`: `70000` is out of range for `f16` (its largest finite value is 6.5504e4; give `inf` for infinity)",
+        ),
+        (
+            "e=1e39",
+            "--scalar `e=1e39`: `1e39` is out of range for `bf16`",
+        ),
+        (
+            "c=4294967296",
+            "--scalar `c=4294967296`: `4294967296` is out of range for `u32` (it holds 0 to 4294967295)",
+        ),
+        (
+            "b=2.5",
+            "--scalar `b=2.5`: `2.5` is not a `i32` value (`i32` takes an integer)",
+        ),
+    ] {
+        expect(&["run", &program, "--scalar", flag], 1, &[message]);
+    }
+    // Infinity when asked for, and the largest finite values, pass.
+    expect(
+        &[
+            "run", &program, "--scalar", "a=inf", "--scalar", "d=65504", "--scalar", "e=-inf",
+        ],
+        0,
+        &[
+            "y: f32[1] first [inf]",
+            "h: f16[2] first [65500.0f16, 0.0f16] min 0.0 max 65504.0",
+        ],
+    );
+}

@@ -351,7 +351,7 @@ fn run_errors_are_one_line_and_exit_1() {
         ),
         (
             &["run", file, "--scalar", "alpha=abc"],
-            "error: --scalar `alpha=abc`: not a f32 value\n",
+            "error: --scalar `alpha=abc`: `abc` is not a `f32` value (`f32` takes a number, `inf` or `nan`)\n",
         ),
         (
             &["run", file, "--input", "x"],

@@ -413,6 +413,195 @@ pub fn check_resident(
     Ok(())
 }
 
+/// A number a user gives for a scalar parameter (a CLI flag's text, a
+/// Python object), before it has the parameter's type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UserNumber {
+    Int(i128),
+    Float(f64),
+    Bool(bool),
+}
+
+/// Why a user's number is not a value of a scalar type.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScalarValueError {
+    /// Not a value of the type at all (a float for an integer, a word).
+    #[error("`{given}` is not a `{ty}` value (`{ty}` takes {})", takes(*ty))]
+    NotOfType { ty: ScalarType, given: String },
+    /// A number the type cannot hold: an integer outside its range, a
+    /// finite float that would round to infinity.
+    #[error("`{given}` is out of range for `{ty}` ({})", range_of(*ty))]
+    OutOfRange { ty: ScalarType, given: String },
+}
+
+fn takes(ty: ScalarType) -> &'static str {
+    match ty {
+        ScalarType::Bool => "`true` or `false`",
+        ScalarType::I32 | ScalarType::U32 => "an integer",
+        ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => "a number, `inf` or `nan`",
+    }
+}
+
+fn range_of(ty: ScalarType) -> String {
+    let largest = |bits: u16| crate::numerics::to_f32(ty, bits).unwrap_or(f32::MAX);
+    match ty {
+        ScalarType::I32 => format!("it holds {} to {}", i32::MIN, i32::MAX),
+        ScalarType::U32 => format!("it holds 0 to {}", u32::MAX),
+        ScalarType::F32 => format!(
+            "its largest finite value is {:e}; give `inf` for infinity",
+            f32::MAX
+        ),
+        ScalarType::F16 => format!(
+            "its largest finite value is {:e}; give `inf` for infinity",
+            largest(0x7bff)
+        ),
+        ScalarType::BF16 => format!(
+            "its largest finite value is {:e}; give `inf` for infinity",
+            largest(0x7f7f)
+        ),
+        ScalarType::Bool => "it holds `true` and `false`".into(),
+    }
+}
+
+/// The one rule that turns a user's number into a scalar of type `ty`
+/// (the CLI's `--scalar`, the Python package's scalar arguments): integers
+/// must be in range; floats are rounded once to the type (nearest, ties to
+/// even), and a finite number that would round to infinity is out of range,
+/// as the same literal in a file is; integers are taken for float types;
+/// `bool` takes only a bool.
+pub fn scalar_value(ty: ScalarType, value: UserNumber) -> Result<Literal, ScalarValueError> {
+    let given = || match value {
+        UserNumber::Int(v) => v.to_string(),
+        // Debug writes `1e39`, `2.5`, `inf`: the number as a user wrote it.
+        UserNumber::Float(v) => format!("{v:?}"),
+        UserNumber::Bool(v) => v.to_string(),
+    };
+    let not_of_type = || ScalarValueError::NotOfType { ty, given: given() };
+    let out_of_range = || ScalarValueError::OutOfRange { ty, given: given() };
+    let float = match value {
+        UserNumber::Bool(v) if ty == ScalarType::Bool => return Ok(Literal::Bool(v)),
+        UserNumber::Bool(_) => return Err(not_of_type()),
+        _ if ty == ScalarType::Bool => return Err(not_of_type()),
+        UserNumber::Int(v) if ty == ScalarType::I32 => {
+            return i32::try_from(v)
+                .map(Literal::I32)
+                .map_err(|_| out_of_range())
+        }
+        UserNumber::Int(v) if ty == ScalarType::U32 => {
+            return u32::try_from(v)
+                .map(Literal::U32)
+                .map_err(|_| out_of_range())
+        }
+        UserNumber::Float(_) if !ty.is_float() => return Err(not_of_type()),
+        // i128 → f64 rounds once; every i128 is far inside f64's range.
+        UserNumber::Int(v) => v as f64,
+        UserNumber::Float(v) => v,
+    };
+    let literal = rounded_float(ty, float).ok_or_else(not_of_type)?;
+    if float.is_finite() && literal_is_infinite(literal) {
+        return Err(out_of_range());
+    }
+    Ok(literal)
+}
+
+/// `v` rounded once to the float type `ty` (`None` for another type).
+fn rounded_float(ty: ScalarType, v: f64) -> Option<Literal> {
+    match ty {
+        ScalarType::F32 => Some(Literal::f32(v as f32)),
+        ScalarType::F16 | ScalarType::BF16 => {
+            crate::numerics::from_f64(ty, v).map(|bits| Literal::from_bits(ty, u32::from(bits)))
+        }
+        _ => None,
+    }
+}
+
+fn literal_is_infinite(literal: Literal) -> bool {
+    match literal {
+        Literal::F32(bits) => bits.to_f32().is_infinite(),
+        Literal::F16(bits) | Literal::BF16(bits) => {
+            crate::numerics::to_f32(literal.ty(), bits).is_some_and(f32::is_infinite)
+        }
+        _ => false,
+    }
+}
+
+/// A scalar of type `ty` written as text (the CLI's `--scalar NAME=TEXT`):
+/// `7`, `7u` (`u32`), `-1.5`, `1.5f16` (the type's own suffix), `inf`,
+/// `nan`, `true` / `false` (or `1` / `0`) for `bool`; the value then follows
+/// [`scalar_value`]'s rule. A decimal `f32` is rounded once, from the text.
+pub fn parse_scalar(ty: ScalarType, text: &str) -> Result<Literal, ScalarValueError> {
+    let not_of_type = || ScalarValueError::NotOfType {
+        ty,
+        given: text.to_string(),
+    };
+    let out_of_range = || ScalarValueError::OutOfRange {
+        ty,
+        given: text.to_string(),
+    };
+    let number = match ty {
+        ScalarType::Bool => match text {
+            "true" | "1" => UserNumber::Bool(true),
+            "false" | "0" => UserNumber::Bool(false),
+            _ => return Err(not_of_type()),
+        },
+        ScalarType::I32 | ScalarType::U32 => {
+            let digits = match ty {
+                ScalarType::U32 => text.strip_suffix('u').unwrap_or(text),
+                _ => text,
+            };
+            match digits.parse::<i128>() {
+                Ok(v) => UserNumber::Int(v),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow
+                    ) =>
+                {
+                    return Err(out_of_range())
+                }
+                Err(_) => return Err(not_of_type()),
+            }
+        }
+        ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => {
+            let digits = text.strip_suffix(ty.keyword()).unwrap_or(text);
+            let Ok(v) = digits.parse::<f64>() else {
+                return Err(not_of_type());
+            };
+            let spelled_infinite = matches!(
+                digits
+                    .trim_start_matches(['+', '-'])
+                    .to_ascii_lowercase()
+                    .as_str(),
+                "inf" | "infinity"
+            );
+            if v.is_infinite() && !spelled_infinite {
+                // Past even f64's range.
+                return Err(out_of_range());
+            }
+            if ty == ScalarType::F32 {
+                // Rounded once from the decimal text, not through f64.
+                let single = digits.parse::<f32>().map_err(|_| not_of_type())?;
+                if single.is_infinite() && !spelled_infinite {
+                    return Err(out_of_range());
+                }
+                return Ok(Literal::f32(single));
+            }
+            UserNumber::Float(v)
+        }
+    };
+    scalar_value(ty, number).map_err(|e| match e {
+        // Name the value as the user wrote it.
+        ScalarValueError::NotOfType { ty, .. } => ScalarValueError::NotOfType {
+            ty,
+            given: text.to_string(),
+        },
+        ScalarValueError::OutOfRange { ty, .. } => ScalarValueError::OutOfRange {
+            ty,
+            given: text.to_string(),
+        },
+    })
+}
+
 /// What one call returns.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CallOutputs {
@@ -500,6 +689,110 @@ pub fn element_count(shape: &[u32]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn users_numbers_out_of_range_are_errors_for_every_type() {
+        use ScalarType::*;
+        let refused = |ty, text| parse_scalar(ty, text).unwrap_err().to_string();
+        assert_eq!(
+            refused(F32, "1e39"),
+            "`1e39` is out of range for `f32` (its largest finite value is 3.4028235e38; give `inf` for infinity)"
+        );
+        assert_eq!(
+            refused(F32, "-1e400"),
+            "`-1e400` is out of range for `f32` (its largest finite value is 3.4028235e38; give `inf` for infinity)"
+        );
+        assert_eq!(
+            refused(F16, "70000"),
+            "`70000` is out of range for `f16` (its largest finite value is 6.5504e4; give `inf` for infinity)"
+        );
+        assert_eq!(
+            refused(BF16, "1e39bf16"),
+            "`1e39bf16` is out of range for `bf16` (its largest finite value is 3.3895314e38; give `inf` for infinity)"
+        );
+        assert_eq!(
+            refused(U32, "4294967296"),
+            "`4294967296` is out of range for `u32` (it holds 0 to 4294967295)"
+        );
+        assert_eq!(
+            refused(U32, "-1"),
+            "`-1` is out of range for `u32` (it holds 0 to 4294967295)"
+        );
+        assert_eq!(
+            refused(I32, "99999999999999999999999999999999999999999"),
+            "`99999999999999999999999999999999999999999` is out of range for `i32` (it holds -2147483648 to 2147483647)"
+        );
+        assert_eq!(
+            refused(I32, "1.5"),
+            "`1.5` is not a `i32` value (`i32` takes an integer)"
+        );
+        assert_eq!(
+            refused(Bool, "2"),
+            "`2` is not a `bool` value (`bool` takes `true` or `false`)"
+        );
+        assert_eq!(
+            refused(F32, "abc"),
+            "`abc` is not a `f32` value (`f32` takes a number, `inf` or `nan`)"
+        );
+        // In range, spelled infinities and the largest finite values pass.
+        assert_eq!(
+            parse_scalar(F32, "3.4028235e38"),
+            Ok(Literal::f32(f32::MAX))
+        );
+        assert_eq!(
+            parse_scalar(F32, "-inf"),
+            Ok(Literal::f32(f32::NEG_INFINITY))
+        );
+        assert_eq!(parse_scalar(F16, "65504"), Ok(Literal::F16(0x7bff)));
+        assert_eq!(parse_scalar(F16, "inf"), Ok(Literal::F16(0x7c00)));
+        assert_eq!(parse_scalar(F16, "0.1f16"), Ok(Literal::F16(0x2e66)));
+        assert_eq!(parse_scalar(BF16, "-2.5bf16"), Ok(Literal::BF16(0xc020)));
+        assert_eq!(parse_scalar(U32, "7u"), Ok(Literal::U32(7)));
+        assert_eq!(parse_scalar(I32, "-3"), Ok(Literal::I32(-3)));
+        assert_eq!(parse_scalar(Bool, "1"), Ok(Literal::Bool(true)));
+    }
+
+    #[test]
+    fn numbers_from_python_follow_the_same_rule() {
+        use ScalarType::{BF16, F16, F32, I32, U32};
+        use UserNumber::{Bool, Float, Int};
+        let refused = |ty, v| scalar_value(ty, v).unwrap_err().to_string();
+        assert_eq!(
+            refused(F32, Float(1e39)),
+            "`1e39` is out of range for `f32` (its largest finite value is 3.4028235e38; give `inf` for infinity)"
+        );
+        assert_eq!(
+            refused(F16, Int(70000)),
+            "`70000` is out of range for `f16` (its largest finite value is 6.5504e4; give `inf` for infinity)"
+        );
+        assert_eq!(
+            refused(I32, Int(1 << 31)),
+            "`2147483648` is out of range for `i32` (it holds -2147483648 to 2147483647)"
+        );
+        assert_eq!(
+            refused(U32, Float(2.5)),
+            "`2.5` is not a `u32` value (`u32` takes an integer)"
+        );
+        assert_eq!(
+            refused(F32, Bool(true)),
+            "`true` is not a `f32` value (`f32` takes a number, `inf` or `nan`)"
+        );
+        assert_eq!(
+            scalar_value(F32, Float(f64::INFINITY)),
+            Ok(Literal::f32(f32::INFINITY))
+        );
+        assert_eq!(scalar_value(F32, Int(2)), Ok(Literal::f32(2.0)));
+        assert_eq!(scalar_value(BF16, Float(1.0)), Ok(Literal::BF16(0x3f80)));
+        assert_eq!(scalar_value(U32, Int(7)), Ok(Literal::U32(7)));
+        assert_eq!(
+            scalar_value(ScalarType::Bool, Bool(false)),
+            Ok(Literal::Bool(false))
+        );
+        assert!(matches!(
+            scalar_value(F16, Float(f64::NAN)),
+            Ok(Literal::F16(bits)) if bits & 0x7c00 == 0x7c00 && bits & 0x3ff != 0
+        ));
+    }
 
     #[test]
     fn new_checks_that_shape_and_length_agree() {

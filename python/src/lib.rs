@@ -19,7 +19,7 @@ mod ffi;
 
 use mpmd_cli::{BackendKind, CliError, Target};
 use mpmd_core::case::CaseSpec;
-use mpmd_core::host::host_shape;
+use mpmd_core::host::{self, host_shape, ScalarValueError, UserNumber};
 use mpmd_core::interp::{
     InterpOptions, Interpreter, MmaProbe, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT,
     DEFAULT_TIME_LIMIT,
@@ -520,40 +520,24 @@ fn scalar_value(
             ty.keyword()
         ))
     };
-    match ty {
-        ScalarType::F32 => value
-            .extract::<f64>()
-            .map(|v| Literal::f32(v as f32))
-            .map_err(|_| not_a("a float")),
-        ScalarType::F16 | ScalarType::BF16 => {
-            let v = value.extract::<f64>().map_err(|_| not_a("a float"))?;
-            let bits = mpmd_core::numerics::from_f64(ty, v).ok_or_else(|| {
-                PyValueError::new_err(format!("{what}: {v} is not a {} value", ty.keyword()))
-            })?;
-            Ok(Literal::from_bits(ty, u32::from(bits)))
-        }
+    // Python's own types first; the number then follows core's one rule
+    // (range, rounding), which `mpmd run --scalar` shares.
+    let number = match ty {
+        ScalarType::Bool => UserNumber::Bool(value.extract::<bool>().map_err(|_| not_a("a bool"))?),
         ScalarType::I32 | ScalarType::U32 => {
             if value.is_instance_of::<pyo3::types::PyBool>() {
                 return Err(not_a("an int"));
             }
-            let v = value.extract::<i128>().map_err(|_| not_a("an int"))?;
-            let out_of_range = || {
-                PyValueError::new_err(format!(
-                    "{what} is {}, and {v} is out of its range",
-                    ty.keyword()
-                ))
-            };
-            Ok(if ty == ScalarType::I32 {
-                Literal::I32(i32::try_from(v).map_err(|_| out_of_range())?)
-            } else {
-                Literal::U32(u32::try_from(v).map_err(|_| out_of_range())?)
-            })
+            UserNumber::Int(value.extract::<i128>().map_err(|_| not_a("an int"))?)
         }
-        ScalarType::Bool => value
-            .extract::<bool>()
-            .map(Literal::Bool)
-            .map_err(|_| not_a("a bool")),
-    }
+        ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => {
+            UserNumber::Float(value.extract::<f64>().map_err(|_| not_a("a float"))?)
+        }
+    };
+    host::scalar_value(ty, number).map_err(|e| match e {
+        ScalarValueError::OutOfRange { .. } => PyValueError::new_err(format!("{what}: {e}")),
+        ScalarValueError::NotOfType { .. } => PyTypeError::new_err(format!("{what}: {e}")),
+    })
 }
 
 /// An input's data from Python: numpy's dtype name, the shape, the bytes

@@ -509,9 +509,10 @@ pub fn load_source(source: &str, file: &str) -> Result<SourceFile, CliError> {
     if diagnostics.is_empty() {
         return Ok(parsed);
     }
+    let renderer = validate::Renderer::new(file, Some((source, &parsed.source_map)));
     let mut rendered: String = diagnostics
         .iter()
-        .map(|d| validate::render(d, file, Some((source, &parsed.source_map))))
+        .map(|d| renderer.render(d))
         .collect::<Vec<_>>()
         .join("\n");
     if !rendered.ends_with('\n') {

@@ -86,24 +86,48 @@ impl ParseError {
 
 /// Line `line` (1-based) of `src`, without its line end. Lines end at LF,
 /// CR LF or a CR alone; a byte-order mark at the start is not part of line 1.
+/// To look up many lines of one text, make one [`SourceLines`].
 pub fn source_line(src: &str, line: u32) -> &str {
-    let bom = lexer::bom_len(src);
-    let mut start = bom;
-    let mut current = 1;
-    for (i, c) in src[bom..].char_indices().map(|(i, c)| (i + bom, c)) {
-        if !lexer::ends_line(src, i, c) {
-            continue;
+    SourceLines::new(src).line(line)
+}
+
+/// The lines of a text, found once (one pass), so that looking up a line
+/// costs no scan: rendering one diagnostic per line of a long file stays
+/// linear.
+#[derive(Clone, Debug)]
+pub struct SourceLines<'s> {
+    src: &'s str,
+    /// Byte ranges of the lines, line ends excluded.
+    lines: Vec<(usize, usize)>,
+}
+
+impl<'s> SourceLines<'s> {
+    pub fn new(src: &'s str) -> Self {
+        let bom = lexer::bom_len(src);
+        let mut lines = Vec::new();
+        let mut start = bom;
+        for (i, c) in src[bom..].char_indices().map(|(i, c)| (i + bom, c)) {
+            if lexer::ends_line(src, i, c) {
+                // A CR LF line: the CR is part of the line end.
+                let end = if src[start..i].ends_with('\r') {
+                    i - 1
+                } else {
+                    i
+                };
+                lines.push((start, end));
+                start = i + 1;
+            }
         }
-        if current == line {
-            return src[start..i].trim_end_matches('\r');
-        }
-        current += 1;
-        start = i + 1;
+        lines.push((start, src.len()));
+        Self { src, lines }
     }
-    if current == line {
-        &src[start..]
-    } else {
-        ""
+
+    /// Line `line` (1-based), or `""` past the end.
+    pub fn line(&self, line: u32) -> &'s str {
+        (line as usize)
+            .checked_sub(1)
+            .and_then(|i| self.lines.get(i))
+            .map_or("", |&(start, end)| &self.src[start..end])
     }
 }
 

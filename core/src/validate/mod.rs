@@ -27,7 +27,7 @@ use crate::ir::{IrPath, MemorySpace, Module, RefType, Type};
 use crate::text::body_nesting;
 
 pub use facts::{MapInfo, ModuleInfo, OperandAccess, ProgramFacts};
-pub use render::render;
+pub use render::{render, Renderer};
 pub use uniformity::{Level, Uniformity};
 
 /// Limits validation enforces.

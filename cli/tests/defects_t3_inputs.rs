@@ -189,3 +189,22 @@ fn out_of_range_scalar_flags_are_errors() {
         ],
     );
 }
+
+/// A name generated twice, `reject` of a code that does not exist and a
+/// float generator for a `u32` input passed `check`; each is E0074 now.
+#[test]
+fn case_sections_that_cannot_mean_what_they_say_are_refused() {
+    for (file, message) in [
+        ("case_duplicate_generate.mpmd", "error[E0074]: `generate x` is given twice"),
+        (
+            "case_reject_unknown_code.mpmd",
+            "error[E0074]: `expect reject(E9999)` names no validation error code",
+        ),
+        (
+            "case_float_generator_for_u32.mpmd",
+            "error[E0074]: generator `uniform(0.0, 1.0)` for `x`: the bounds are floats, and `u32` takes integers; write integer bounds such as `uniform(0, 10)`",
+        ),
+    ] {
+        expect(&["check", &defect(file)], 1, &[message, "has 1 error(s)"]);
+    }
+}

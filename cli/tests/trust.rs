@@ -45,6 +45,8 @@ fn one_input(elem: &str, len: u32, case_line: &str) -> String {
 }
 
 /// d05a/b/c (spun forever), d06 (printed `I32(5)`), d24a (`nan` became 0).
+/// `check` refuses them (E0074, generation's own check), so `run` never
+/// starts.
 #[test]
 fn generators_that_cannot_generate_say_which_and_why() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,7 +59,16 @@ fn generators_that_cannot_generate_say_which_and_why() {
     ];
     for (elem, line, message) in cases {
         let file = write(dir.path(), "g.mpmd", &one_input(elem, 8, line));
-        assert_fails(&["run", &file], message);
+        for command in ["run", "check"] {
+            let output = mpmd(&[command, &file]);
+            assert_eq!(output.status.code(), Some(1), "{command} {line}");
+            let first_line = stderr(&output).lines().next().unwrap_or("").to_string() + "\n";
+            assert_eq!(
+                first_line,
+                message.replacen("error:", "error[E0074]:", 1),
+                "{command} {line}"
+            );
+        }
     }
 }
 

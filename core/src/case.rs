@@ -5,7 +5,8 @@
 //! (`compare`), what the run must produce (`expect`) and free-form `tags`.
 //! The text format reads it beside the module ([`crate::text::parse_file`])
 //! and prints it beside one ([`crate::text::print_file`]);
-//! [`crate::validate::validate_case`] checks it against the module (E0008).
+//! [`crate::validate::validate_case`] checks it against the module (E0008,
+//! E0074).
 //!
 //! Who reads what: input generation ([`crate::inputs`], so `mpmd run` and
 //! the fuzzer too) reads the `generate` lines; the conformance harness

@@ -180,6 +180,40 @@ pub fn uploaded_inputs(map: &MpmdMap) -> impl Iterator<Item = &Operand> {
 /// could hold before it allocates.
 pub const DEFAULT_GENERATED_BYTES: u64 = crate::interp::DEFAULT_MEMORY_LIMIT;
 
+/// Whether the stated generator (a case's `generate` line) can make
+/// elements of type `elem` for `name`: every error [`generate_input`] would
+/// report about the generator itself (not about `index_into`'s operand, or
+/// sizes), and float bounds for an integer type, a slip (`uniform(0.0,
+/// 1.0)` for a `u32` gives only 0 and 1) that a generator shared by every
+/// type ([`Fallback::Same`], the fuzzer's) may make on purpose. Validation
+/// calls it on each `generate` line (E0074), so a case is refused before it
+/// runs.
+pub fn check_generator(
+    generator: &Generator,
+    name: &str,
+    elem: ScalarType,
+) -> Result<(), GenerateError> {
+    if let Generator::Uniform { lo, hi } | Generator::NonZero { lo, hi } = generator {
+        if matches!(elem, ScalarType::I32 | ScalarType::U32)
+            && (lo.ty().is_float() || hi.ty().is_float())
+        {
+            let form = if matches!(generator, Generator::NonZero { .. }) {
+                "nonzero"
+            } else {
+                "uniform"
+            };
+            return Err(GenerateError::TypeMismatch {
+                name: name.into(),
+                generator: crate::text::print_generator(generator),
+                reason: format!(
+                    "the bounds are floats, and `{elem}` takes integers; write integer bounds such as `{form}(0, 10)`"
+                ),
+            });
+        }
+    }
+    ElementSource::new(generator, name, elem, None).map(|_| ())
+}
+
 /// Generates the data of `input` (a ref) of `map`, with its host shape, at
 /// most [`DEFAULT_GENERATED_BYTES`].
 pub fn generate_input(

@@ -155,8 +155,13 @@ pub fn describe(plan: &LaunchPlan) -> String {
             BufferInit::Uninitialized => "uninitialised".to_string(),
             BufferInit::Resident(name) => format!("resident `{name}`"),
         };
+        // Elements of the buffer's own size (2 bytes for f16 and bf16).
+        let bytes = buffer
+            .len
+            .checked_mul(u64::from(buffer.ty.elem.byte_size()))
+            .map_or_else(|| "more than 2^64".to_string(), |b| b.to_string());
         let mut line = format!(
-            "  {index}: [{}] {} x {} instance(s) = {} words, {init}",
+            "  {index}: [{}] {} x {} instance(s) = {} elements ({bytes} bytes), {init}",
             buffer.operands.join(", "),
             ref_type_text(&buffer.ty),
             buffer.instances,

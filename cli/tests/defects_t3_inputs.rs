@@ -208,3 +208,33 @@ fn case_sections_that_cannot_mean_what_they_say_are_refused() {
         expect(&["check", &defect(file)], 1, &[message, "has 1 error(s)"]);
     }
 }
+
+/// `lower --target plan` counted a 16-bit buffer's elements as "words".
+#[test]
+fn the_plan_counts_elements_and_bytes() {
+    let text = expect(
+        &[
+            "lower",
+            "--target",
+            "plan",
+            &defect("scalar_flag_overflow.mpmd"),
+        ],
+        0,
+        &[
+            "[h] gmem<f16[2]> x 1 instance(s) = 2 elements (4 bytes), uninitialised",
+            "[y] gmem<f32[1]> x 1 instance(s) = 1 elements (4 bytes), uninitialised",
+        ],
+    );
+    assert!(!text.contains("words"), "{text}");
+}
+
+/// A thread axis of 2^32 - 1 with a warp collective: the E0069 hint's next
+/// multiple of 32 overflowed a u32 and panicked (debug builds).
+#[test]
+fn validation_of_a_huge_thread_axis_reports_instead_of_panicking() {
+    expect(
+        &["check", &defect("validate_threads_max_warp_overflow.mpmd")],
+        1,
+        &["error[E0010]", "error[E0069]", "for example 4294967264"],
+    );
+}

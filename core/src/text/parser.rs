@@ -89,6 +89,11 @@ struct Parser<'s> {
     consts: HashMap<String, Literal>,
     /// Values that replace those of the constants of these names.
     overrides: &'s HashMap<String, Literal>,
+    /// The types of the names of the kernel or helper being parsed
+    /// (parameters and bindings so far; names are unique in a kernel), for
+    /// hints only: a warp collective written inside an expression is told
+    /// to bind its result with the value's own type.
+    names: Scope,
 }
 
 impl<'s> Parser<'s> {
@@ -109,6 +114,7 @@ impl<'s> Parser<'s> {
             needs_stack: false,
             consts: Default::default(),
             overrides,
+            names: Scope::new(),
         }
     }
 }
@@ -698,6 +704,30 @@ impl Parser<'_> {
         Ok(unzip_depths(args))
     }
 
+    /// The type of the value the statement `word` (an atomic, a warp
+    /// collective or `read`), written as if it were an expression (the
+    /// parser is at the `(` after the word), would bind: `read` counts in `i32`; an atomic gives the
+    /// element's type, a warp collective its `result_type` for its first
+    /// argument. `None` when the arguments do not parse or type. The parser
+    /// is left where it was.
+    fn result_type_of_statement(&mut self, word: &str) -> Option<ScalarType> {
+        if word == "read" {
+            return Some(ScalarType::I32);
+        }
+        // An error path: the copy of the spans is made once per parse.
+        let saved = (self.pos, self.depth, self.needs_stack, self.spans.clone());
+        let first = self
+            .args(word)
+            .ok()
+            .and_then(|(args, _)| args.into_iter().next());
+        (self.pos, self.depth, self.needs_stack, self.spans) = saved;
+        let value = type_of(&first?, &self.names).ok()?;
+        match warp_op(word) {
+            Some(op) => op.result_type(value),
+            None => Some(value),
+        }
+    }
+
     /// `name(arg)` where the single argument is a name (axis functions).
     fn axis_arg(&mut self, function: &str) -> PResult<Name> {
         self.expect_punct("(", &format!("after `{function}`"))?;
@@ -791,8 +821,11 @@ impl Parser<'_> {
                         operand.role()
                     )
                 } else if atomic_op(&word).is_some() || warp_op(&word).is_some() || word == "read" {
+                    let ty = self
+                        .result_type_of_statement(&word)
+                        .map_or_else(|| "TYPE".to_string(), |t| t.keyword().to_string());
                     format!(
-                        "`{word}` is a statement, not an expression: write `let x: i32 = {word}(...);`"
+                        "`{word}` is a statement, not an expression: write `let v: {ty} = {word}(...);` before it, then use `v`"
                     )
                 } else {
                     format!(
@@ -869,6 +902,7 @@ impl Parser<'_> {
         let (name, _) = self.name(&format!("a name after `{keyword}`"))?;
         self.expect_punct(":", &format!("after the name `{name}`"))?;
         let ty = self.scalar_type("")?;
+        self.names.bind_scalar(&name, ty);
         Ok(Binding { name, ty })
     }
 
@@ -1019,6 +1053,15 @@ impl Parser<'_> {
                 let elem = self.scalar_type("as the element type")?;
                 let shape = self.shape()?;
                 self.expect_semicolon(END)?;
+                self.names.bind_ref(
+                    &name,
+                    RefType {
+                        space: MemorySpace::Local,
+                        elem,
+                        shape: shape.clone(),
+                        owner: None,
+                    },
+                );
                 Ok(Stmt::LocalArray { name, elem, shape })
             }
             "barrier" => {
@@ -1395,6 +1438,10 @@ impl Parser<'_> {
             p.expect_punct(":", &format!("after the parameter name `{param}`"))?;
             let ty = p.ty()?;
             p.record(path.child(PathStep::Param(param.clone())), &start);
+            match &ty {
+                Type::Scalar(t) => p.names.bind_scalar(&param, *t),
+                Type::Ref(r) => p.names.bind_ref(&param, r.clone()),
+            }
             Ok(Param { name: param, ty })
         })
     }
@@ -1403,6 +1450,7 @@ impl Parser<'_> {
         self.bump();
         let (name, _) = self.name("a kernel name after `kernel`")?;
         let kernel_path = IrPath(vec![PathStep::Kernel(name.clone())]);
+        self.names = Scope::new();
         let params = self.params(&kernel_path, "after the kernel name")?;
         let body = self.block(&kernel_path, "before the kernel body")?;
         Ok(Kernel { name, params, body })
@@ -1413,6 +1461,7 @@ impl Parser<'_> {
         self.bump();
         let (name, _) = self.name("a function name after `fn`")?;
         let path = IrPath(vec![PathStep::Function(name.clone())]);
+        self.names = Scope::new();
         let params = self.params(&path, "after the function name")?;
         let result = if self.eat_punct("->") {
             Some(self.scalar_type("as the result type")?)
@@ -1712,5 +1761,41 @@ impl Parser<'_> {
             }
         }
         Ok(case)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A kernel on `x: gmem<f32[32]>` whose body stores `value` to `y`.
+    fn hint_for(value: &str) -> String {
+        let src = format!(
+            "mesh m {{ grid [b = 1]; threads t = 32; }}\n\
+             kernel k(x: gmem<f32[32]>, n: gmem<i32[32]>, y: gmem<f32[32]>) {{\n\
+               let i: u32 = axis_index(t);\n\
+               local acc: f16[4];\n\
+               y[i] = {value};\n\
+             }}\n"
+        );
+        super::super::parse(&src).unwrap_err().message
+    }
+
+    /// The hint names the type the statement's result has, not `i32`
+    /// whatever the value.
+    #[test]
+    fn a_statement_written_as_an_expression_is_told_its_result_type() {
+        let cases = [
+            ("shfl_idx(x[i], 0u) + 1.0", "let v: f32 = shfl_idx(...);"),
+            ("f32(reduce_add(n[i]))", "let v: i32 = reduce_add(...);"),
+            ("f32(ballot(x[i] > 0.0))", "let v: u32 = ballot(...);"),
+            ("f32(shfl_xor(acc[0u], 1u))", "let v: f16 = shfl_xor(...);"),
+            ("atomic_add(x[i], 1.0)", "let v: f32 = atomic_add(...);"),
+            ("f32(read(n[i]))", "let v: i32 = read(...);"),
+            ("shfl_idx(nope, 0u)", "let v: TYPE = shfl_idx(...);"),
+        ];
+        for (value, hint) in cases {
+            let message = hint_for(value);
+            assert!(message.contains(hint), "{value}: {message}");
+            assert!(message.ends_with("before it, then use `v`"), "{message}");
+        }
     }
 }

@@ -747,7 +747,12 @@ impl Walker<'_, '_> {
                     format!(
                         "give mesh `{}` a multiple of {WARP_SIZE} threads (for example {}) and skip the extra threads' work with `if`",
                         ctx.mesh.name,
-                        threads.div_ceil(WARP_SIZE) * WARP_SIZE
+                        // The next multiple, or the one below where that
+                        // passes a u32 (a size E0010 refuses anyway).
+                        threads
+                            .div_ceil(WARP_SIZE)
+                            .checked_mul(WARP_SIZE)
+                            .unwrap_or(threads / WARP_SIZE * WARP_SIZE)
                     ),
                 );
             }

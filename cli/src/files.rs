@@ -28,7 +28,16 @@ pub fn read_regular(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
     }
     // The size can change after the check: read at most one byte past the
     // bound to tell a file that grew from one that fits.
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    let mut bytes = Vec::new();
+    // An error, not an abort, when memory cannot hold the file.
+    bytes
+        .try_reserve_exact(usize::try_from(meta.len()).unwrap_or(usize::MAX))
+        .map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("its {} bytes do not fit in memory", meta.len()),
+            )
+        })?;
     Read::by_ref(&mut file)
         .take(max_bytes.saturating_add(1))
         .read_to_end(&mut bytes)?;

@@ -340,12 +340,15 @@ fn e0008_case_names_unknown_operands() {
     };
     // The case is checked against the module, apart from it.
     assert!(validate(&module, &ValidateOptions::default()).is_ok());
-    // The repeated `generate y` is reported once.
+    // The repeated `generate y` is reported once as unknown; each name
+    // given twice is E0074.
     let d = validate_case(&module, &case).unwrap_err();
     let messages: Vec<_> = d.iter().map(|d| (d.code, d.message.as_str())).collect();
     assert_eq!(
         messages,
         [
+            ("E0074", "`generate y` is given twice"),
+            ("E0074", "`generate x` is given twice"),
             (
                 "E0008",
                 "`generate y` names no input and no resident of the module"
@@ -378,10 +381,13 @@ fn e0008_mma_compares_float_outputs_only() {
     let messages: Vec<_> = d.iter().map(|d| (d.code, d.message.as_str())).collect();
     assert_eq!(
         messages,
-        [(
-            "E0008",
-            "`compare n = mma` names an output of type `u32`: the mma bound is for float outputs"
-        )]
+        [
+            ("E0074", "`compare n` is given twice"),
+            (
+                "E0008",
+                "`compare n = mma` names an output of type `u32`: the mma bound is for float outputs"
+            )
+        ]
     );
 }
 

@@ -264,7 +264,7 @@ fn the_time_limit_stops_a_runaway_loop_naming_its_block() {
         );
         match &err {
             RunError::TimeLimit {
-                site,
+                at: mpmd_core::backend::Activity::Running(site),
                 limit_ms,
                 option,
             } => {

@@ -674,7 +674,7 @@ impl BlockState {
                                 det.sem_credits
                                     .entry((buf, addr))
                                     .or_insert_with(|| SemCredits::starting_at(count))
-                                    .signal(n as u64, released);
+                                    .signal(n as u64, released, (self.task, self.epoch - 1));
                             }
                             word.store((word.load(Relaxed) as i32).wrapping_add(n) as u32, Relaxed);
                             env.signalled = true;
@@ -692,10 +692,18 @@ impl BlockState {
                             }
                             let consume = *op == SemOp::Wait;
                             if let Some(det) = env.detect.as_deref_mut() {
+                                let wait = (self.task, self.epoch);
+                                let contest = det.contests.get(&((buf, addr), wait));
                                 det.sem_credits
                                     .entry((buf, addr))
                                     .or_insert_with(|| SemCredits::starting_at(value))
-                                    .take(n as u64, consume, &mut self.clock);
+                                    .take(
+                                        n as u64,
+                                        consume,
+                                        &mut self.clock,
+                                        (wait, self.epoch + 1),
+                                        contest,
+                                    );
                             }
                             if consume {
                                 word.store(value.wrapping_sub(n) as u32, Relaxed);

@@ -229,6 +229,14 @@ impl Limits {
         }
     }
 
+    /// Makes `charge` (memory kept from earlier, now reused by the call)
+    /// part of what the call gives back when it ends.
+    pub fn absorb(&self, charge: Charge) {
+        self.charged.fetch_add(charge.bytes, Relaxed);
+        // The bytes stay in `used` until the call ends.
+        std::mem::forget(charge);
+    }
+
     /// Fills `len` elements by `fill(range)` in chunks, looking at the clock
     /// between two (`doing` names the work in a time-limit report).
     pub fn fill_in_chunks(

@@ -37,7 +37,7 @@ mod exec;
 mod limits;
 mod sums;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use compile::{checked_len, words_of, ArrayInfo, ParamBinding, ProgramCode, MAX_WORDS};
@@ -246,6 +246,23 @@ impl Default for Interpreter {
     }
 }
 
+/// Runs of one schedule at most (`Interpreter::run_detected`): each rerun
+/// learns contested waits that the previous one's orderings hid.
+const MAX_CONTEST_PASSES: u32 = 4;
+
+/// An extra schedule, enough to run it again exactly.
+#[derive(Clone, Copy, Debug)]
+struct AltSeed {
+    rng_seed: u64,
+    warps: bool,
+}
+
+impl AltSeed {
+    fn start(self) -> AltSchedule {
+        AltSchedule::new(Rng::new(self.rng_seed), true, self.warps, true)
+    }
+}
+
 /// Where a buffer's contents come from at the start of a call.
 #[derive(Clone, Debug)]
 enum Init {
@@ -421,8 +438,6 @@ impl Interpreter {
             charge_buffers(&limits, &layout, detect, extra)?;
         }
 
-        let (bufs, init) = self.make_buffers(&layout, args, detect, &limits)?;
-        let mut detector = detect.then(|| self.detector(init));
         let parallel = !detect
             && codes.iter().all(|c| !c.synchronises)
             && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
@@ -432,20 +447,36 @@ impl Interpreter {
             parallel,
             ..Default::default()
         };
-        let first = if parallel {
-            run_parallel(&codes, &bufs, &limits)
-        } else {
-            run_sequential(
+        let first = if detect {
+            self.run_detected(
+                &layout,
+                args,
                 &codes,
-                &bufs,
                 &limits,
-                detector.as_mut(),
                 None,
                 Some(&mut report.late_waits),
             )
+            .map(|(bufs, detector, blocks)| (bufs, Some(detector), blocks))
+        } else {
+            self.make_buffers(&layout, args, false, &limits)
+                .and_then(|(bufs, _)| {
+                    let blocks = if parallel {
+                        run_parallel(&codes, &bufs, &limits)
+                    } else {
+                        run_sequential(
+                            &codes,
+                            &bufs,
+                            &limits,
+                            None,
+                            None,
+                            Some(&mut report.late_waits),
+                        )
+                    }?;
+                    Ok((bufs, None, blocks))
+                })
         };
-        let blocks = match first {
-            Ok(b) => b,
+        let (bufs, detector, blocks) = match first {
+            Ok(first) => first,
             Err(e) => {
                 self.last_report = Some(report);
                 return Err(e);
@@ -462,32 +493,34 @@ impl Interpreter {
 
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
-            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, detect, &limits)?;
-            let mut alt_detector = detect.then(|| self.detector(alt_init));
             let seed = options
                 .run
                 .seed
                 .wrapping_add(k as u64)
                 .wrapping_mul(0x2545_F491_4F6C_DD1D);
-            let mut alt = AltSchedule::new(
+            let schedule = AltSeed {
                 // The offset keeps every seed's schedules as they were.
-                Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15),
-                true,
-                k % 2 == 1 || codes.iter().all(|c| c.threads <= 32),
-                true,
-            );
-            let result = run_sequential(
-                &codes,
-                &alt_bufs,
-                &limits,
-                alt_detector.as_mut(),
-                Some(&mut alt),
-                None,
-            );
-            if let Err(e) = result {
-                self.last_report = Some(report);
-                return Err(e);
-            }
+                rng_seed: seed ^ 0x9E37_79B9_7F4A_7C15,
+                warps: k % 2 == 1 || codes.iter().all(|c| c.threads <= 32),
+            };
+            let result = if detect {
+                self.run_detected(&layout, args, &codes, &limits, Some(schedule), None)
+                    .map(|(bufs, detector, _)| (bufs, Some(detector)))
+            } else {
+                self.make_buffers(&layout, args, false, &limits)
+                    .and_then(|(bufs, _)| {
+                        let mut alt = schedule.start();
+                        run_sequential(&codes, &bufs, &limits, None, Some(&mut alt), None)?;
+                        Ok((bufs, None))
+                    })
+            };
+            let (alt_bufs, alt_detector) = match result {
+                Ok(done) => done,
+                Err(e) => {
+                    self.last_report = Some(report);
+                    return Err(e);
+                }
+            };
             let alt_outputs = collect_outputs(&layout, &alt_bufs);
             self.recycle(alt_bufs, &limits);
             self.recycle_detector(alt_detector, &limits);
@@ -560,6 +593,52 @@ impl Interpreter {
         Ok(CallOutputs { outputs })
     }
 
+    /// Runs one schedule with detection; when it finds waits that another
+    /// schedule could satisfy with other signals ([`detect::Detector::find_contests`]),
+    /// runs the same schedule again with those waits ordered after only
+    /// what every candidate signal is ordered after, until no new contest
+    /// shows (at most [`MAX_CONTEST_PASSES`] runs). The verdict and the
+    /// buffers are the last run's.
+    fn run_detected(
+        &mut self,
+        layout: &Layout,
+        args: &CallArgs,
+        codes: &[ProgramCode],
+        limits: &Limits,
+        schedule: Option<AltSeed>,
+        mut late_waits: Option<&mut Vec<LateWait>>,
+    ) -> Result<(Vec<GlobalBuf>, detect::Detector, u64), RunError> {
+        let mut contests = HashMap::new();
+        let mut pass = 1;
+        loop {
+            let (bufs, init) = self.make_buffers(layout, args, true, limits)?;
+            let mut detector = self.detector(init, limits);
+            detector.contests = std::mem::take(&mut contests);
+            if let Some(late) = late_waits.as_deref_mut() {
+                late.clear();
+            }
+            let mut alt = schedule.map(AltSeed::start);
+            let blocks = run_sequential(
+                codes,
+                &bufs,
+                limits,
+                Some(&mut detector),
+                alt.as_mut(),
+                late_waits.as_deref_mut(),
+            )?;
+            let found = detector.find_contests();
+            contests = std::mem::take(&mut detector.contests);
+            let learned = detect::Detector::learn(&mut contests, found);
+            if !learned || pass >= MAX_CONTEST_PASSES {
+                detector.contests = contests;
+                return Ok((bufs, detector, blocks));
+            }
+            pass += 1;
+            self.recycle(bufs, limits);
+            self.recycle_detector(Some(detector), limits);
+        }
+    }
+
     /// Fresh device buffers for one schedule, and which words start initialised.
     /// Keeps a call's buffers for reuse, so that repeated calls do not pay
     /// for fresh pages.
@@ -577,20 +656,23 @@ impl Interpreter {
 
     /// A detector for a call's buffers, with which words start initialised;
     /// its access histories come from the pool and grow on first use.
-    fn detector(&mut self, init: Vec<Vec<bool>>) -> detect::Detector {
+    fn detector(&mut self, init: Vec<Vec<bool>>, limits: &Limits) -> detect::Detector {
         let shadow = init
             .iter()
             .map(|words| {
                 // The smallest pooled history that holds the buffer.
                 let pool = &mut self.shadow_pool;
-                // The call charged its detection state: the pooled
-                // history's own charge goes.
+                // Its charge becomes the call's.
                 pool.iter()
                     .enumerate()
                     .filter(|(_, (h, _))| h.capacity() >= words.len())
                     .min_by_key(|(_, (h, _))| h.capacity())
                     .map(|(k, _)| k)
-                    .map_or_else(Vec::new, |k| pool.swap_remove(k).0)
+                    .map_or_else(Vec::new, |k| {
+                        let (shadow, charge) = pool.swap_remove(k);
+                        limits.absorb(charge);
+                        shadow
+                    })
             })
             .collect();
         detect::Detector {
@@ -711,8 +793,12 @@ fn buffer(
     limits: &Limits,
 ) -> Result<Vec<AtomicU32>, RunError> {
     let mut words = match pool.iter().position(|(b, _)| b.len() == len) {
-        // The call charged its buffers: the pooled one's own charge goes.
-        Some(i) => pool.swap_remove(i).0,
+        // Its charge becomes the call's.
+        Some(i) => {
+            let (words, charge) = pool.swap_remove(i);
+            limits.absorb(charge);
+            words
+        }
         None => {
             let mut words = Vec::with_capacity(len);
             limits.fill_in_chunks(len, FILLING, |r| match source {

@@ -100,8 +100,11 @@ pub struct RunFlags {
     /// [default: 2 with --checked, as conformance runs, else 0].
     #[arg(long, value_name = "N")]
     pub schedules: Option<u32>,
-    /// Interpreter: wall-clock bound on one call, all schedules
-    /// together, in seconds (0: no bound).
+    /// Wall-clock bound on one call, in seconds (0: no bound): on the
+    /// interpreter all schedules together, buffers filled included; on
+    /// wgpu compiling the pipelines, the dispatches and reading back (a
+    /// compile or dispatch past it goes on in the background until the
+    /// process exits).
     #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Some(DEFAULT_TIME_LIMIT)))]
     pub timeout: Seconds,
     /// Bound on the host memory the run holds at once: generated and
@@ -354,6 +357,7 @@ fn limit_hint(error: &inputs::GenerateError) -> &'static str {
 /// sets each in the CLI: the one table that turns one into the other.
 pub const OPTION_FLAGS: &[(&str, &str)] = &[
     ("InterpOptions::time_limit", "--timeout SECONDS"),
+    ("WgpuOptions::time_limit", "--timeout SECONDS"),
     ("InterpOptions::memory_limit", "--memory-limit BYTES"),
     ("InterpOptions::extra_schedules", "--schedules N"),
     ("WgpuOptions::co_resident", "--co-resident"),
@@ -676,6 +680,17 @@ pub fn resolve_backend(
     kind: BackendKind,
     co_resident: bool,
 ) -> Result<Box<dyn Backend + Send>, CliError> {
+    resolve_backend_within(kind, co_resident, None)
+}
+
+/// [`resolve_backend`] whose runs are bounded by `time_limit` where the
+/// backend can bound them (`--timeout`: wgpu's compile, dispatches and
+/// read-back; the interpreter takes its limit from its options).
+pub fn resolve_backend_within(
+    kind: BackendKind,
+    co_resident: bool,
+    time_limit: Option<Duration>,
+) -> Result<Box<dyn Backend + Send>, CliError> {
     let unavailable = |reason: String| CliError::BackendUnavailable {
         name: kind.name(),
         reason,
@@ -686,6 +701,7 @@ pub fn resolve_backend(
         BackendKind::Wgpu => {
             let options = mpmd_wgpu::WgpuOptions {
                 co_resident,
+                time_limit,
                 ..Default::default()
             };
             let backend =
@@ -1074,7 +1090,11 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             budget.clone(),
         )),
         BackendKind::Cuda => RunBackend::Cuda(cuda_backend(request.time)?),
-        other => RunBackend::Other(resolve_backend(other, request.co_resident)?),
+        other => RunBackend::Other(resolve_backend_within(
+            other,
+            request.co_resident,
+            request.time_limit,
+        )?),
     };
 
     // Residents get their data before the first call: from --input, else

@@ -561,6 +561,24 @@ fn wgpu_messages_name_the_cli_flag() {
     );
 }
 
+/// t3: `--timeout` bounds a wgpu run too (it was ignored there): 65,536
+/// workgroups with 512 KiB local arrays each stop at half a second.
+#[test]
+fn wgpu_runs_stop_at_the_timeout() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../defects/t3_wgpu_timeout_ignored.mpmd");
+    let started = std::time::Instant::now();
+    let output = mpmd(&["run", file.to_str().unwrap(), "--backend", "wgpu", "--timeout", "0.5"]);
+    require_backend(&output, "wgpu");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.starts_with("error: call 0 (map `k`) failed: time limit of 500 ms reached while ")
+            && message.ends_with("; raise it with --timeout SECONDS\n"),
+        "{message}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+}
+
 /// A chained scan runs on wgpu one dispatch per block, verified; a block that
 /// waits on a higher block is unsupported, and the message names the flag.
 #[test]

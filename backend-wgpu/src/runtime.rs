@@ -799,63 +799,63 @@ impl WgpuBackend {
         // report), so the compile runs on its own thread and the run waits
         // for it at most until its deadline.
         let compile = move || -> Result<CompiledModule, RunError> {
-        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(&label),
-            source: wgpu::ShaderSource::Wgsl(emitted.wgsl.as_str().into()),
-        });
-        let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage { read_only },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        };
-        let mut entries = vec![
-            storage(PARAMS_BINDING, true),
-            storage(STATUS_BINDING, false),
-        ];
-        for b in &emitted.layout.bindings {
-            entries.push(storage(b.binding, false));
-        }
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("mpmd operands"),
-            entries: &entries,
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("mpmd"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        let pipelines = emitted
-            .schedule
-            .iter()
-            .map(|step| {
-                let entry = step.entry_point.as_str();
-                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(entry),
-                    layout: Some(&pipeline_layout),
-                    module: &module,
-                    entry_point: Some(entry),
-                    compilation_options: Default::default(),
-                    cache: None,
+            let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(emitted.wgsl.as_str().into()),
+            });
+            let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+                binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            };
+            let mut entries = vec![
+                storage(PARAMS_BINDING, true),
+                storage(STATUS_BINDING, false),
+            ];
+            for b in &emitted.layout.bindings {
+                entries.push(storage(b.binding, false));
+            }
+            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some("mpmd operands"),
+                entries: &entries,
+            });
+            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some("mpmd"),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+            let pipelines = emitted
+                .schedule
+                .iter()
+                .map(|step| {
+                    let entry = step.entry_point.as_str();
+                    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(entry),
+                        layout: Some(&pipeline_layout),
+                        module: &module,
+                        entry_point: Some(entry),
+                        compilation_options: Default::default(),
+                        cache: None,
+                    })
                 })
+                .collect();
+            if let Some(err) = pollster::block_on(scope.pop()) {
+                return Err(RunError::Backend(format!(
+                    "wgpu rejected the generated shader: {err}\n{}",
+                    emitted.wgsl
+                )));
+            }
+            Ok(CompiledModule {
+                emitted,
+                layout,
+                pipelines,
             })
-            .collect();
-        if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(RunError::Backend(format!(
-                "wgpu rejected the generated shader: {err}\n{}",
-                emitted.wgsl
-            )));
-        }
-        Ok(CompiledModule {
-            emitted,
-            layout,
-            pipelines,
-        })
         };
         let compiled = Arc::new(match self.deadline {
             None => compile()?,

@@ -50,7 +50,10 @@ fn assert_time_limit(result: Result<(), RunError>, elapsed: Duration, limit_ms: 
         }
         other => panic!("{other:?} after {elapsed:?}"),
     }
-    assert!(elapsed < Duration::from_millis(limit_ms + 2500), "{elapsed:?}");
+    assert!(
+        elapsed < Duration::from_millis(limit_ms + 2500),
+        "{elapsed:?}"
+    );
 }
 
 /// 65,536 workgroups of 1,024 threads, each with a 512 KiB local array:

@@ -1170,9 +1170,7 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                     let what = format!("input `{}` of map `{}`", input.name, map.name);
                     read_input(&input.name, &what, elem, &shape, Path::new(path), &budget)?
                 }
-                None => {
-                    inputs::generate_input_charged(&module, map, input, &generation, &budget)?
-                }
+                None => inputs::generate_input_charged(&module, map, input, &generation, &budget)?,
             };
             args.inputs.insert(input.name.clone(), tensor);
             input_charges.push(charge);
@@ -1381,7 +1379,10 @@ fn read_input(
             format!("--input `{name}` ({what})")
         })
         .map_err(CliError::MemoryLimit)?;
-    Ok((read_npy_for("input", name, what, elem, shape, path)?, charge))
+    Ok((
+        read_npy_for("input", name, what, elem, shape, path)?,
+        charge,
+    ))
 }
 
 /// Reads the `.npy` file of `--FLAG NAME=PATH` for `what`, as

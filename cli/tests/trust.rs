@@ -565,9 +565,17 @@ fn wgpu_messages_name_the_cli_flag() {
 /// workgroups with 512 KiB local arrays each stop at half a second.
 #[test]
 fn wgpu_runs_stop_at_the_timeout() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../defects/t3_wgpu_timeout_ignored.mpmd");
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../defects/t3_wgpu_timeout_ignored.mpmd");
     let started = std::time::Instant::now();
-    let output = mpmd(&["run", file.to_str().unwrap(), "--backend", "wgpu", "--timeout", "0.5"]);
+    let output = mpmd(&[
+        "run",
+        file.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--timeout",
+        "0.5",
+    ]);
     require_backend(&output, "wgpu");
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let message = stderr(&output);

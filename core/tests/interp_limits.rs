@@ -93,14 +93,9 @@ fn generation_refuses_past_what_the_run_already_holds() {
     let input = &map.inputs[0];
     let budget = MemoryBudget::new(6 << 10);
     let held = budget.charge(3 << 10, || "other data".into()).unwrap();
-    let err = inputs::generate_input_charged(
-        &module,
-        map,
-        input,
-        &Generation::with_defaults(0),
-        &budget,
-    )
-    .unwrap_err();
+    let err =
+        inputs::generate_input_charged(&module, map, input, &Generation::with_defaults(0), &budget)
+            .unwrap_err();
     assert_eq!(
         err,
         GenerateError::OverBudget {
@@ -115,7 +110,10 @@ fn generation_refuses_past_what_the_run_already_holds() {
     let (tensor, charge) =
         inputs::generate_input_charged(&module, map, input, &Generation::with_defaults(0), &budget)
             .unwrap();
-    assert_eq!((tensor.len(), charge.bytes(), budget.in_use()), (1024, 4096, 4096));
+    assert_eq!(
+        (tensor.len(), charge.bytes(), budget.in_use()),
+        (1024, 4096, 4096)
+    );
 }
 
 /// Residents stay charged between calls: a resident's words and written
@@ -160,8 +158,7 @@ fn sixteen_bit_inputs_are_charged_packed() {
     assert_eq!(tensor.bytes().len(), 2048);
 }
 
-const BIG_ALLOCATION: &str =
-    include_str!("../../defects/t3_interp_timeout_big_allocation.mpmd");
+const BIG_ALLOCATION: &str = include_str!("../../defects/t3_interp_timeout_big_allocation.mpmd");
 const CHECKED_LOCAL_ARRAYS: &str =
     include_str!("../../defects/t3_interp_timeout_checked_local_arrays.mpmd");
 

@@ -118,7 +118,10 @@ fn a_wait_that_either_block_can_satisfy_races_on_every_seed() {
         "programs [r: read, w: signal_both];",
     );
     assert_ne!(reader_first, WAIT_EITHER_BLOCK);
-    for (name, src) in [("signallers first", WAIT_EITHER_BLOCK), ("reader first", &reader_first)] {
+    for (name, src) in [
+        ("signallers first", WAIT_EITHER_BLOCK),
+        ("reader first", &reader_first),
+    ] {
         for seed in 0..6 {
             for extra in [0, 1, 2, 5] {
                 let err = run(src, &checked(seed, extra)).unwrap_err();

@@ -250,13 +250,8 @@ impl Detector {
         let covers = |clock: &Clock, (task, epoch): SignalKey| clock.covers(task, epoch);
         let mut found = Vec::new();
         for (&element, credits) in &self.sem_credits {
-            let clock_of = |key: &SignalKey| {
-                credits
-                    .seen
-                    .iter()
-                    .find(|(k, _)| k == key)
-                    .map(|(_, c)| c)
-            };
+            let clock_of =
+                |key: &SignalKey| credits.seen.iter().find(|(k, _)| k == key).map(|(_, c)| c);
             let concurrent = |a: &SignalKey, b: &SignalKey| match (clock_of(a), clock_of(b)) {
                 (Some(ca), Some(cb)) => !covers(cb, *a) && !covers(ca, *b),
                 _ => false,

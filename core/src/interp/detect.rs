@@ -27,7 +27,7 @@
 //!   made both, or, across tasks, when the later task's clock covers the
 //!   earlier epoch. Each call starts with empty shadows (call order).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// One recorded access to a memory word.
 #[derive(Clone, Copy, Debug)]
@@ -208,6 +208,10 @@ pub(crate) type SignalKey = (u32, u32);
 /// A wait of one call: its task and the epoch it began in.
 pub(crate) type WaitKey = (u32, u32);
 
+/// Alternatives of a contested wait whose clocks its meet takes
+/// ([`Detector::find_contests`]).
+const MEET_ALTERNATIVES: usize = 64;
+
 /// A semaphore element (buffer, element).
 pub(crate) type SemElement = (usize, u64);
 
@@ -250,33 +254,47 @@ impl Detector {
         let covers = |clock: &Clock, (task, epoch): SignalKey| clock.covers(task, epoch);
         let mut found = Vec::new();
         for (&element, credits) in &self.sem_credits {
-            let clock_of =
-                |key: &SignalKey| credits.seen.iter().find(|(k, _)| k == key).map(|(_, c)| c);
+            let clocks: HashMap<SignalKey, &Clock> =
+                credits.seen.iter().map(|(k, c)| (*k, c)).collect();
+            let clock_of = |key: &SignalKey| clocks.get(key).copied();
             let concurrent = |a: &SignalKey, b: &SignalKey| match (clock_of(a), clock_of(b)) {
                 (Some(ca), Some(cb)) => !covers(cb, *a) && !covers(ca, *b),
                 _ => false,
             };
             for wait in &credits.waits {
                 let (task, _) = wait.key;
-                let alternatives: Vec<SignalKey> = credits
-                    .seen
-                    .iter()
-                    .filter(|(key, clock)| {
-                        !wait.joined.contains(key)
-                            && !clock.covers(task, wait.after)
-                            && wait.joined.iter().any(|j| concurrent(j, key))
-                    })
-                    .map(|(key, _)| *key)
-                    .collect();
+                let joined: HashSet<&SignalKey> = wait.joined.iter().collect();
+                // Other signals that could have taken the place of one the
+                // wait took. What unordered signals are all ordered after
+                // shrinks to their common past within a few of them, so
+                // the scan stops once every replaceable signal the wait
+                // took has an alternative and the meet has
+                // `MEET_ALTERNATIVES` of them (linear in the waits).
+                let mut alternatives: Vec<SignalKey> = Vec::new();
+                let mut skip: Vec<SignalKey> = Vec::new();
+                for (key, clock) in &credits.seen {
+                    if alternatives.len() >= MEET_ALTERNATIVES && skip.len() == wait.joined.len() {
+                        break;
+                    }
+                    if joined.contains(key) || clock.covers(task, wait.after) {
+                        continue;
+                    }
+                    let mut replaces_one = false;
+                    for j in &wait.joined {
+                        if concurrent(j, key) {
+                            replaces_one = true;
+                            if !skip.contains(j) {
+                                skip.push(*j);
+                            }
+                        }
+                    }
+                    if replaces_one && alternatives.len() < MEET_ALTERNATIVES {
+                        alternatives.push(*key);
+                    }
+                }
                 if alternatives.is_empty() {
                     continue;
                 }
-                let skip: Vec<SignalKey> = wait
-                    .joined
-                    .iter()
-                    .filter(|j| alternatives.iter().any(|a| concurrent(j, a)))
-                    .copied()
-                    .collect();
                 let meet = skip
                     .iter()
                     .chain(&alternatives)

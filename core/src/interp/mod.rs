@@ -639,10 +639,9 @@ impl Interpreter {
         }
     }
 
-    /// Fresh device buffers for one schedule, and which words start initialised.
     /// Keeps a call's buffers for reuse, so that repeated calls do not pay
-    /// for fresh pages.
-    /// Their memory stays charged (moved from the call's charge).
+    /// for fresh pages; their memory stays charged (moved from the call's
+    /// charge).
     /// An interpreter that shares a run's budget keeps none: what it does
     /// not need goes back to the run.
     fn recycle(&mut self, bufs: Vec<GlobalBuf>, limits: &Limits) {
@@ -699,7 +698,8 @@ impl Interpreter {
         }
     }
 
-    /// Allocating and filling them looks at the call's clock.
+    /// Fresh device buffers for one schedule, and which words start
+    /// initialised. Allocating and filling them looks at the call's clock.
     fn make_buffers(
         &mut self,
         layout: &Layout,

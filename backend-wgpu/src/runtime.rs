@@ -65,6 +65,26 @@ pub struct WgpuOptions {
     /// subgroups are not the logical warps, a run that uses them fails with
     /// the run-time check's `Unsupported` error ([`WgpuBackend::warp_path`]).
     pub warps: Option<WarpPath>,
+    /// Wall-clock bound on one [`Backend::run`] (compiling the pipelines,
+    /// the dispatches and reading back) and on [`WgpuBackend::prepare`]'s
+    /// compile; past it the call fails with [`RunError::TimeLimit`] saying
+    /// what it was doing. A GPU cannot be stopped: a compile or a dispatch
+    /// that passes the limit goes on in the background (the device stays
+    /// busy until it ends). `None` (the default): no bound.
+    pub time_limit: Option<std::time::Duration>,
+}
+
+/// A run's deadline and the limit it came from.
+type Deadline = Option<(std::time::Instant, std::time::Duration)>;
+
+/// The error of a run whose [`WgpuOptions::time_limit`] passed while it was
+/// `doing` something.
+fn time_limit(doing: &str, limit: std::time::Duration) -> RunError {
+    RunError::TimeLimit {
+        at: mpmd_core::backend::Activity::Other(doing.to_string()),
+        limit_ms: limit.as_millis().min(u128::from(u64::MAX)) as u64,
+        option: "WgpuOptions::time_limit".into(),
+    }
 }
 
 /// Adapter facts for reports.
@@ -319,6 +339,8 @@ pub struct WgpuBackend {
     /// Maps run on caller memory since the last [`WgpuBackend::synchronize`],
     /// whose status it reads.
     pending: Vec<Arc<PreparedMap>>,
+    /// The deadline of the run or prepare under way ([`WgpuOptions::time_limit`]).
+    deadline: Deadline,
 }
 
 /// A caller's buffer bound to one operand of a run
@@ -420,7 +442,16 @@ impl WgpuBackend {
             pool: Arc::new(BufferPool::default()),
             run_cache: Vec::new(),
             pending: Vec::new(),
+            deadline: None,
         }
+    }
+
+    /// Starts the clock of a run or prepare.
+    fn start_clock(&mut self) {
+        self.deadline = self
+            .options
+            .time_limit
+            .map(|limit| (std::time::Instant::now() + limit, limit));
     }
 
     /// The device runs go to.
@@ -761,63 +792,96 @@ impl WgpuBackend {
                 });
             }
         }
-        let device = &self.ctx.device;
-        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(&plan.map.name),
-            source: wgpu::ShaderSource::Wgsl(emitted.wgsl.as_str().into()),
-        });
-        let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage { read_only },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        };
-        let mut entries = vec![
-            storage(PARAMS_BINDING, true),
-            storage(STATUS_BINDING, false),
-        ];
-        for b in &emitted.layout.bindings {
-            entries.push(storage(b.binding, false));
-        }
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("mpmd operands"),
-            entries: &entries,
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("mpmd"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        let pipelines = emitted
-            .schedule
-            .iter()
-            .map(|step| {
-                let entry = step.entry_point.as_str();
-                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(entry),
-                    layout: Some(&pipeline_layout),
-                    module: &module,
-                    entry_point: Some(entry),
-                    compilation_options: Default::default(),
-                    cache: None,
+        let device = self.ctx.device.clone();
+        let label = plan.map.name.clone();
+        // naga and the driver compile here; on lavapipe a 1 KB checked-mode
+        // module can take minutes (every bounds check inlines the error
+        // report), so the compile runs on its own thread and the run waits
+        // for it at most until its deadline.
+        let compile = move || -> Result<CompiledModule, RunError> {
+            let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(emitted.wgsl.as_str().into()),
+            });
+            let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+                binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            };
+            let mut entries = vec![
+                storage(PARAMS_BINDING, true),
+                storage(STATUS_BINDING, false),
+            ];
+            for b in &emitted.layout.bindings {
+                entries.push(storage(b.binding, false));
+            }
+            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some("mpmd operands"),
+                entries: &entries,
+            });
+            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some("mpmd"),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+            let pipelines = emitted
+                .schedule
+                .iter()
+                .map(|step| {
+                    let entry = step.entry_point.as_str();
+                    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(entry),
+                        layout: Some(&pipeline_layout),
+                        module: &module,
+                        entry_point: Some(entry),
+                        compilation_options: Default::default(),
+                        cache: None,
+                    })
                 })
+                .collect();
+            if let Some(err) = pollster::block_on(scope.pop()) {
+                return Err(RunError::Backend(format!(
+                    "wgpu rejected the generated shader: {err}\n{}",
+                    emitted.wgsl
+                )));
+            }
+            Ok(CompiledModule {
+                emitted,
+                layout,
+                pipelines,
             })
-            .collect();
-        if let Some(err) = pollster::block_on(scope.pop()) {
-            return Err(RunError::Backend(format!(
-                "wgpu rejected the generated shader: {err}\n{}",
-                emitted.wgsl
-            )));
-        }
-        let compiled = Arc::new(CompiledModule {
-            emitted,
-            layout,
-            pipelines,
+        };
+        let compiled = Arc::new(match self.deadline {
+            None => compile()?,
+            Some((at, limit)) => {
+                let (done, result) = std::sync::mpsc::channel();
+                std::thread::Builder::new()
+                    .name("mpmd-wgsl-compile".into())
+                    // Deeply nested modules need stack in naga and the driver.
+                    .stack_size(256 << 20)
+                    .spawn(move || {
+                        let _ = done.send(compile());
+                    })
+                    .map_err(|e| RunError::Backend(format!("cannot start the compile: {e}")))?;
+                match result.recv_timeout(at.saturating_duration_since(std::time::Instant::now())) {
+                    Ok(compiled) => compiled?,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        return Err(time_limit(
+                            "compiling the WGSL pipelines (the compile goes on in the background)",
+                            limit,
+                        ))
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        return Err(RunError::Backend("the WGSL compile stopped".into()))
+                    }
+                }
+            }
         });
         self.ctx
             .modules
@@ -879,7 +943,12 @@ impl WgpuBackend {
         });
         let staging = self.stage_reads(&mut encoder, buffers);
         self.ctx.queue.submit([encoder.finish()]);
-        let words = map_and_read(device, &staging, buffers.iter().map(|b| b.2).collect());
+        let words = map_and_read(
+            device,
+            &staging,
+            buffers.iter().map(|b| b.2).collect(),
+            None,
+        );
         self.pool.put(staging);
         words
     }
@@ -907,10 +976,13 @@ impl WgpuBackend {
     }
 }
 
+/// Maps `staging` and reads `words` words of each; with a `deadline`, a
+/// submission that has not finished by then is a time-limit error.
 fn map_and_read(
     device: &wgpu::Device,
     staging: &[wgpu::Buffer],
     words: Vec<u64>,
+    deadline: Deadline,
 ) -> Result<Vec<Vec<u32>>, RunError> {
     type MapResults = Arc<Mutex<Vec<Option<Result<(), String>>>>>;
     let results: MapResults = Arc::new(Mutex::new(vec![None; staging.len()]));
@@ -925,9 +997,27 @@ fn map_and_read(
     // callbacks: wait until they have all arrived, not only until our poll returns.
     let start = std::time::Instant::now();
     let results = loop {
-        device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| RunError::Backend(format!("waiting for the device failed: {e}")))?;
+        let poll = match deadline {
+            None => wgpu::PollType::wait_indefinitely(),
+            Some((at, _)) => wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: Some(at.saturating_duration_since(std::time::Instant::now())),
+            },
+        };
+        match (device.poll(poll), deadline) {
+            (Ok(_), _) => {}
+            (Err(wgpu::PollError::Timeout), Some((_, limit))) => {
+                return Err(time_limit(
+                    "waiting for the dispatches (lavapipe compiles shaders at the first one; they go on on the device)",
+                    limit,
+                ))
+            }
+            (Err(e), _) => {
+                return Err(RunError::Backend(format!(
+                    "waiting for the device failed: {e}"
+                )))
+            }
+        }
         let done = results.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if done.iter().all(Option::is_some) || start.elapsed() > std::time::Duration::from_secs(60)
         {
@@ -986,6 +1076,7 @@ impl WgpuBackend {
     /// runs need besides the caller's buffers. Run it with
     /// [`WgpuBackend::enqueue`].
     pub fn prepare(&mut self, plan: &LaunchPlan, mode: Mode) -> Result<WgpuPrepared, RunError> {
+        self.start_clock();
         Ok(WgpuPrepared {
             map: self.prepare_map(plan, mode)?,
         })
@@ -1348,6 +1439,7 @@ impl Backend for WgpuBackend {
         if !self.pending.is_empty() {
             self.synchronize()?;
         }
+        self.start_clock();
         let map = self.run_prepared(plan, options.mode)?;
         let params = params_words(&map.compiled.emitted, &args.scalars)?;
         for buf in &plan.buffers {
@@ -1412,7 +1504,7 @@ impl Backend for WgpuBackend {
                 "wgpu rejected the launch: {err}"
             )));
         }
-        let words = map_and_read(&ctx.device, &staging, lengths);
+        let words = map_and_read(&ctx.device, &staging, lengths, self.deadline);
         self.pool.put(staging);
         self.pool.put(lent);
         let mut words = words?;

@@ -21,8 +21,8 @@ use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
 use mpmd_core::inputs::{self, Generation};
 use mpmd_core::interp::{
-    InterpOptions, Interpreter, MmaProbe, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT,
-    DEFAULT_TIME_LIMIT,
+    Charge, InterpOptions, Interpreter, MemoryBudget, MmaProbe, OverBudget,
+    DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT,
 };
 use mpmd_core::ir::{Call, Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan, LowerError};
@@ -101,13 +101,17 @@ pub struct RunFlags {
     /// [default: 2 with --checked, as conformance runs, else 0].
     #[arg(long, value_name = "N")]
     pub schedules: Option<u32>,
-    /// Interpreter: wall-clock bound on one call, all schedules
-    /// together, in seconds (0: no bound).
+    /// Wall-clock bound on one call, in seconds (0: no bound): on the
+    /// interpreter all schedules together, buffers filled included; on
+    /// wgpu compiling the pipelines, the dispatches and reading back (a
+    /// compile or dispatch past it goes on in the background until the
+    /// process exits).
     #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Some(DEFAULT_TIME_LIMIT)))]
     pub timeout: Seconds,
-    /// Bound on host memory: each generated input, and everything the
-    /// interpreter allocates for one call. BYTES, or with a binary
-    /// suffix: 512M, 4G.
+    /// Bound on the host memory the run holds at once: generated and
+    /// read inputs and residents together, and on the interpreter
+    /// everything it allocates beside them (buffers, block states,
+    /// detection state). BYTES, or with a binary suffix: 512M, 4G.
     #[arg(long, value_name = "BYTES", default_value_t = ByteSize(DEFAULT_MEMORY_LIMIT))]
     pub memory_limit: ByteSize,
     /// wgpu: declare that every workgroup of a dispatch runs at once on
@@ -311,6 +315,10 @@ pub enum CliError {
     Npy(#[from] npy::NpyError),
     #[error("{error}{}", limit_hint(error))]
     Generate { error: inputs::GenerateError },
+    /// Inputs (generated or read) would pass `--memory-limit` beside what
+    /// the run already holds.
+    #[error("{0}; raise it with --memory-limit BYTES")]
+    MemoryLimit(OverBudget),
     #[error("cannot give resident `{name}` its data: {error}")]
     Resident { name: String, error: Box<RunError> },
     #[error("cannot create `{path}`: {source}")]
@@ -339,7 +347,9 @@ impl From<inputs::GenerateError> for CliError {
 /// How the CLI user raises the limit a generation error names.
 fn limit_hint(error: &inputs::GenerateError) -> &'static str {
     match error {
-        inputs::GenerateError::TooLarge { .. } => "; raise it with --memory-limit BYTES",
+        inputs::GenerateError::TooLarge { .. } | inputs::GenerateError::OverBudget { .. } => {
+            "; raise it with --memory-limit BYTES"
+        }
         _ => "",
     }
 }
@@ -348,6 +358,7 @@ fn limit_hint(error: &inputs::GenerateError) -> &'static str {
 /// sets each in the CLI: the one table that turns one into the other.
 pub const OPTION_FLAGS: &[(&str, &str)] = &[
     ("InterpOptions::time_limit", "--timeout SECONDS"),
+    ("WgpuOptions::time_limit", "--timeout SECONDS"),
     ("InterpOptions::memory_limit", "--memory-limit BYTES"),
     ("InterpOptions::extra_schedules", "--schedules N"),
     ("WgpuOptions::co_resident", "--co-resident"),
@@ -376,11 +387,11 @@ pub fn with_option_names(error: RunError, table: &[(&str, &str)]) -> RunError {
     let rename = |text: &str| name_options(text, table);
     match error {
         RunError::TimeLimit {
-            site,
+            at,
             limit_ms,
             option,
         } => RunError::TimeLimit {
-            site,
+            at,
             limit_ms,
             option: rename(&option),
         },
@@ -676,6 +687,17 @@ pub fn resolve_backend(
     kind: BackendKind,
     co_resident: bool,
 ) -> Result<Box<dyn Backend + Send>, CliError> {
+    resolve_backend_within(kind, co_resident, None)
+}
+
+/// [`resolve_backend`] whose runs are bounded by `time_limit` where the
+/// backend can bound them (`--timeout`: wgpu's compile, dispatches and
+/// read-back; the interpreter takes its limit from its options).
+pub fn resolve_backend_within(
+    kind: BackendKind,
+    co_resident: bool,
+    time_limit: Option<Duration>,
+) -> Result<Box<dyn Backend + Send>, CliError> {
     let unavailable = |reason: String| CliError::BackendUnavailable {
         name: kind.name(),
         reason,
@@ -686,6 +708,7 @@ pub fn resolve_backend(
         BackendKind::Wgpu => {
             let options = mpmd_wgpu::WgpuOptions {
                 co_resident,
+                time_limit,
                 ..Default::default()
             };
             let backend =
@@ -1039,36 +1062,46 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
     let generators = case.as_ref().map_or(&[][..], |c| &c.generators);
     let generation = Generation::with_defaults(request.seed).with_generators(generators);
     let checked = request.mode == Mode::Checked;
+    // One account of host memory for the whole run: inputs, residents and
+    // everything the interpreter allocates (`--memory-limit`).
+    let budget = MemoryBudget::new(request.memory_limit);
     let mut backend = match request.backend {
-        BackendKind::Interp => RunBackend::Interp(Interpreter::with_options(interp_options(
-            request,
-            case.as_ref(),
-        ))),
+        BackendKind::Interp => RunBackend::Interp(Interpreter::with_budget(
+            interp_options(request, case.as_ref()),
+            budget.clone(),
+        )),
         BackendKind::Cuda => RunBackend::Cuda(cuda_backend(request.time)?),
-        other => RunBackend::Other(resolve_backend(other, request.co_resident)?),
+        other => RunBackend::Other(resolve_backend_within(
+            other,
+            request.co_resident,
+            request.time_limit,
+        )?),
     };
 
     // Residents get their data before the first call: from --input, else
     // from the case's `generate` line, else they start as declared.
-    let mut resident_data: BTreeMap<String, HostTensor> =
-        inputs::resident_data(&module, &generation, request.memory_limit)?
-            .into_iter()
-            .collect();
+    // Each tensor keeps its charge until the backend holds the data.
+    let mut resident_data: BTreeMap<String, (HostTensor, Charge)> = BTreeMap::new();
     for resident in &module.residents {
         if let Some(path) = input_files.get(resident.name.as_str()) {
             let shape = host_shape(&module.meshes, &resident.ty).unwrap_or_default();
             let what = format!("resident `{}`", resident.name);
-            let tensor = read_input(
+            let read = read_input(
                 &resident.name,
                 &what,
                 resident.ty.elem,
                 &shape,
                 Path::new(path),
+                &budget,
             )?;
-            resident_data.insert(resident.name.clone(), tensor);
+            resident_data.insert(resident.name.clone(), read);
         }
     }
-    for (name, tensor) in resident_data {
+    let generated = inputs::resident_data_charged(&module, &generation, &budget)?;
+    for (name, tensor, charge) in generated {
+        resident_data.entry(name).or_insert((tensor, charge));
+    }
+    for (name, (tensor, _charge)) in resident_data {
         backend
             .get()
             .set_resident(&name, tensor)
@@ -1092,24 +1125,36 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
             .ok_or_else(|| CliError::Lower(LowerError::UnknownMap(call.map.clone())))?;
         let plan = lower(&module, &call.map)?;
         let mut args = CallArgs::default();
+        // All of the call's inputs must fit before any is made.
+        let input_bytes = inputs::uploaded_inputs(map)
+            .filter_map(|input| {
+                let elem = input.ty.as_ref_type()?.elem;
+                let shape = inputs::host_shape(&module, input)?;
+                Some(packed_bytes(elem, &shape))
+            })
+            .fold(0u64, u64::saturating_add);
+        drop(
+            budget
+                .charge(input_bytes, || {
+                    format!("the inputs of call {index} (map `{}`)", map.name)
+                })
+                .map_err(CliError::MemoryLimit)?,
+        );
+        // The inputs' memory stays charged while the call runs.
+        let mut input_charges: Vec<Charge> = Vec::new();
         for input in inputs::uploaded_inputs(map) {
-            let tensor = match input_files.get(input.name.as_str()) {
+            let (tensor, charge) = match input_files.get(input.name.as_str()) {
                 Some(path) => {
                     let ty = input.ty.as_ref_type();
                     let elem = ty.map_or(ScalarType::U32, |r| r.elem);
                     let shape = inputs::host_shape(&module, input).unwrap_or_default();
                     let what = format!("input `{}` of map `{}`", input.name, map.name);
-                    read_input(&input.name, &what, elem, &shape, Path::new(path))?
+                    read_input(&input.name, &what, elem, &shape, Path::new(path), &budget)?
                 }
-                None => inputs::generate_input_within(
-                    &module,
-                    map,
-                    input,
-                    &generation,
-                    request.memory_limit,
-                )?,
+                None => inputs::generate_input_charged(&module, map, input, &generation, &budget)?,
             };
             args.inputs.insert(input.name.clone(), tensor);
+            input_charges.push(charge);
         }
         for scalar in &map.scalars {
             let Type::Scalar(ty) = scalar.ty else {
@@ -1144,6 +1189,14 @@ fn run(request: &RunRequest) -> Result<String, CliError> {
                 error: Box::new(for_cli(error)),
             })?;
         let wall = started.elapsed();
+        // The outputs are the run's memory while they are summarised and written.
+        let _outputs_charge = budget.record(
+            outputs
+                .outputs
+                .values()
+                .map(|t| packed_bytes(t.elem(), t.shape()))
+                .fold(0u64, u64::saturating_add),
+        );
         let _ = write!(summary, "call {index}: map `{}`", map.name);
         // The backend's own verdict: a fused dispatch is verified only where
         // it established co-residency for this plan (splits are verified).
@@ -1268,18 +1321,45 @@ pub fn shape_text(shape: &[u32]) -> String {
     npy::shape_text(shape)
 }
 
+/// Host bytes of a tensor of `elem` and `shape`: packed words (two 16-bit
+/// elements a word), saturating.
+fn packed_bytes(elem: ScalarType, shape: &[u32]) -> u64 {
+    let elements = shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
+        .unwrap_or(u64::MAX);
+    let words = if elem.is_16bit() {
+        elements.div_ceil(2)
+    } else {
+        elements
+    };
+    words.saturating_mul(4)
+}
+
 /// Reads `--input NAME=PATH` for `what` (an input of a map, or a resident),
 /// whose tensor has element type `elem` and host shape `shape`: the file's
 /// shape must be exactly that, its dtype the element type's (bool takes
 /// `|b1`, or 0/1 integers).
+///
+/// The data is charged to `budget` before it is read (its size follows
+/// from the shape, which the file must match).
 fn read_input(
     name: &str,
     what: &str,
     elem: ScalarType,
     shape: &[u32],
     path: &Path,
-) -> Result<HostTensor, CliError> {
-    read_npy_for("input", name, what, elem, shape, path)
+    budget: &MemoryBudget,
+) -> Result<(HostTensor, Charge), CliError> {
+    let charge = budget
+        .charge(packed_bytes(elem, shape), || {
+            format!("--input `{name}` ({what})")
+        })
+        .map_err(CliError::MemoryLimit)?;
+    Ok((
+        read_npy_for("input", name, what, elem, shape, path)?,
+        charge,
+    ))
 }
 
 /// Reads the `.npy` file of `--FLAG NAME=PATH` for `what`, as
@@ -1356,30 +1436,48 @@ pub fn summarize(name: &str, tensor: &HostTensor) -> String {
     if tensor.is_empty() {
         return text;
     }
-    match tensor.elem() {
+    // Streamed from the packed words: a summary copies nothing (the
+    // tensor may be most of --memory-limit).
+    let elem = tensor.elem();
+    let bits = tensor
+        .words()
+        .iter()
+        .flat_map(move |&w| {
+            let halves = [w & 0xffff, w >> 16];
+            let whole = [w, 0];
+            if elem.is_16bit() {
+                halves.into_iter().take(2)
+            } else {
+                whole.into_iter().take(1)
+            }
+        })
+        .take(tensor.len());
+    match elem {
         ScalarType::F32 | ScalarType::F16 | ScalarType::BF16 => {
-            let floats = tensor.to_f32();
-            let min = floats.iter().copied().fold(f32::INFINITY, f32::min);
-            let max = floats.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum: f64 = floats.iter().map(|&v| f64::from(v)).sum();
+            let (mut min, mut max, mut sum) = (f32::INFINITY, f32::NEG_INFINITY, 0f64);
+            for v in bits.map(|b| Literal::from_bits(elem, b).as_f32().unwrap_or(f32::NAN)) {
+                min = min.min(v);
+                max = max.max(v);
+                sum += f64::from(v);
+            }
             let _ = write!(text, " min {min:?} max {max:?} sum {sum:?}");
         }
         ScalarType::I32 => {
-            let ints = tensor.to_i32();
-            let sum: i64 = ints.iter().map(|&v| i64::from(v)).sum();
-            let (min, max) = (
-                ints.iter().min().unwrap_or(&0),
-                ints.iter().max().unwrap_or(&0),
-            );
+            let (mut min, mut max, mut sum) = (i32::MAX, i32::MIN, 0i64);
+            for v in bits.map(|b| b as i32) {
+                min = min.min(v);
+                max = max.max(v);
+                sum += i64::from(v);
+            }
             let _ = write!(text, " min {min} max {max} sum {sum}");
         }
         ScalarType::U32 | ScalarType::Bool => {
-            let words = tensor.to_bits();
-            let sum: u64 = words.iter().map(|&v| u64::from(v)).sum();
-            let (min, max) = (
-                words.iter().min().unwrap_or(&0),
-                words.iter().max().unwrap_or(&0),
-            );
+            let (mut min, mut max, mut sum) = (u32::MAX, 0u32, 0u64);
+            for v in bits {
+                min = min.min(v);
+                max = max.max(v);
+                sum += u64::from(v);
+            }
             let _ = write!(text, " min {min} max {max} sum {sum}");
         }
     }
@@ -1479,7 +1577,7 @@ mod tests {
     fn run_errors_name_cli_flags() {
         let site = mpmd_core::backend::Site::default();
         let error = for_cli(RunError::TimeLimit {
-            site,
+            at: mpmd_core::backend::Activity::Running(site),
             limit_ms: 1000,
             option: "InterpOptions::time_limit".into(),
         });

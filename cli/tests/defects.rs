@@ -139,7 +139,7 @@ fn the_limit_rows() {
     expect(
         &["run", &defect("d14b_input_generation_oom.mpmd")],
         1,
-        &["8589934588 bytes, more than the limit of 4294967296 bytes"],
+        &["8589934588 bytes, more than the memory limit of 4294967296 bytes"],
     );
     let start = Instant::now();
     expect(

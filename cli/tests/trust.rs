@@ -82,20 +82,39 @@ fn generated_inputs_past_the_memory_limit_are_refused_up_front() {
     let file = write(dir.path(), "big.mpmd", source);
     assert_fails(
         &["run", &file],
-        "error: generated input `x`: 2147483647 elements take 8589934588 bytes, more than the limit of 4294967296 bytes on generated data; raise it with --memory-limit BYTES\n",
+        "error: the inputs of call 0 (map `k`): 8589934588 bytes, more than the memory limit of 4294967296 bytes; raise it with --memory-limit BYTES\n",
     );
     let small = example("elementwise");
     assert_fails(
         &["run", small.to_str().unwrap(), "--memory-limit", "1000"],
-        "error: generated input `x`: 256 elements take 1024 bytes, more than the limit of 1000 bytes on generated data; raise it with --memory-limit BYTES\n",
+        "error: the inputs of call 0 (map `axpb`): 1024 bytes, more than the memory limit of 1000 bytes; raise it with --memory-limit BYTES\n",
     );
-    // The interpreter's budget counts the call's buffers too (x and y: 2 KiB).
+    // One budget for the run: the generated input (1 KiB) and the
+    // interpreter's buffers (x and y: 2 KiB) together pass 2 KiB, which
+    // each fits alone (before, each was checked alone and the run passed).
     assert_fails(
-        &["run", small.to_str().unwrap(), "--memory-limit", "1K"],
-        "error: call 0 (map `axpb`) failed: the interpreter needs 2048 bytes for the call's buffers (512 words), more than its memory limit of 1024 bytes; raise it with --memory-limit BYTES\n",
+        &["run", small.to_str().unwrap(), "--memory-limit", "2K"],
+        "error: call 0 (map `axpb`) failed: the interpreter needs 3072 bytes for the call's buffers (512 words), 2048 bytes beside the 1024 bytes the run already holds, more than its memory limit of 2048 bytes; raise it with --memory-limit BYTES\n",
     );
     let output = mpmd(&["run", small.to_str().unwrap(), "--memory-limit", "1M"]);
     assert!(output.status.success(), "{}", stderr(&output));
+}
+
+/// t3: six generated inputs of 1 GiB each, each under the default 4 GiB
+/// limit, were generated (6 GiB, a minute) before the interpreter refused
+/// them, and eight aborted the process; the call's inputs together are
+/// now refused before any is made.
+#[test]
+fn inputs_that_pass_the_memory_limit_together_are_refused_before_generation() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../defects/t3_interp_inputs_sum_past_memory_limit_small.mpmd");
+    let file = file.to_str().unwrap();
+    let started = std::time::Instant::now();
+    assert_fails(
+        &["run", file],
+        "error: the inputs of call 0 (map `k`): 6442450944 bytes, more than the memory limit of 4294967296 bytes; raise it with --memory-limit BYTES\n",
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
 /// d17: the first of two `--input x=` was dropped silently.
@@ -551,6 +570,32 @@ fn wgpu_messages_name_the_cli_flag() {
         ) && !message.contains("WgpuOptions"),
         "{message}"
     );
+}
+
+/// t3: `--timeout` bounds a wgpu run too (it was ignored there): 65,536
+/// workgroups with 512 KiB local arrays each stop at half a second.
+#[test]
+fn wgpu_runs_stop_at_the_timeout() {
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../defects/t3_wgpu_timeout_ignored.mpmd");
+    let started = std::time::Instant::now();
+    let output = mpmd(&[
+        "run",
+        file.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--timeout",
+        "0.5",
+    ]);
+    require_backend(&output, "wgpu");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.starts_with("error: call 0 (map `k`) failed: time limit of 500 ms reached while ")
+            && message.ends_with("; raise it with --timeout SECONDS\n"),
+        "{message}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
 }
 
 /// A chained scan runs on wgpu one dispatch per block, verified; a block that

@@ -49,6 +49,25 @@ impl std::fmt::Display for Site {
     }
 }
 
+/// What a run was doing when its time limit passed ([`RunError::TimeLimit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Activity {
+    /// Running this block (printed `at program P (KERNEL), block B`).
+    Running(Site),
+    /// Work outside any block, such as `filling the call's buffers` or
+    /// `compiling the WGSL pipelines` (printed after `while`).
+    Other(String),
+}
+
+impl std::fmt::Display for Activity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Activity::Running(site) => write!(f, "at {site}"),
+            Activity::Other(doing) => write!(f, "while {doing}"),
+        }
+    }
+}
+
 /// Why a run did not produce outputs.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum RunError {
@@ -98,10 +117,11 @@ pub enum RunError {
     },
     #[error("wait on `{semaphore}` timed out at {site}")]
     WaitTimeout { site: Site, semaphore: String },
-    #[error("time limit of {limit_ms} ms reached at {site}; raise it with {option}")]
+    #[error("time limit of {limit_ms} ms reached {at}; raise it with {option}")]
     TimeLimit {
-        /// The block that was running when the limit passed.
-        site: Site,
+        /// What the run was doing when the limit passed: running a block,
+        /// or something outside any block (filling buffers, compiling).
+        at: Activity,
         limit_ms: u64,
         /// How the caller raises the limit (`--timeout SECONDS` in the CLI,
         /// `InterpOptions::time_limit` in Rust).

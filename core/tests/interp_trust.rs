@@ -102,6 +102,77 @@ fn race_verdicts_do_not_depend_on_the_seed_or_the_schedules() {
     }
 }
 
+const WAIT_EITHER_BLOCK: &str = include_str!("../../defects/t3_race_wait_either_block.mpmd");
+
+/// t3: two blocks signal one element and only block 0 writes the data the
+/// waiter reads after taking one unit. Whichever block's unit it took in
+/// this schedule, another schedule gives it the other block's, so the read
+/// is never ordered after the write: a data race on every seed and
+/// schedule count, with the reader's program first or last (before: the
+/// lockstep schedule passed, and the extra schedules said `data_race`,
+/// `uninitialized_read` or nothing, by seed).
+#[test]
+fn a_wait_that_either_block_can_satisfy_races_on_every_seed() {
+    let reader_first = WAIT_EITHER_BLOCK.replace(
+        "programs [w: signal_both, r: read];",
+        "programs [r: read, w: signal_both];",
+    );
+    assert_ne!(reader_first, WAIT_EITHER_BLOCK);
+    for (name, src) in [
+        ("signallers first", WAIT_EITHER_BLOCK),
+        ("reader first", &reader_first),
+    ] {
+        for seed in 0..6 {
+            for extra in [0, 1, 2, 5] {
+                let err = run(src, &checked(seed, extra)).unwrap_err();
+                assert!(
+                    matches!(&err, RunError::DataRace { reference, .. } if reference == "data"),
+                    "{name}, seed {seed}, {extra} extra schedules: {err}"
+                );
+            }
+        }
+    }
+    // Waiting for both units orders the read after both signals.
+    let both = WAIT_EITHER_BLOCK.replace("wait(s[0u], 1);", "wait(s[0u], 2);");
+    assert_ne!(both, WAIT_EITHER_BLOCK);
+    for seed in 0..6 {
+        let out = run(&both, &checked(seed, 3)).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(out.outputs["y"].to_bits(), vec![7; 32]);
+    }
+    // What every candidate signal is ordered after still orders the wait
+    // (their meet): when both signallers first wait for a producer, the
+    // reader is ordered after the producer's write whichever unit it took.
+    let common = r#"
+mesh p { grid [pb = 1]; threads pt = 32; }
+mesh w { grid [b = 2]; threads t = 32; }
+mesh r { grid [rb = 1]; threads u = 32; }
+kernel produce(data: gmem<u32[32]>, y: gmem<u32[32]>, go: sem<[1]>, s: sem<[1]>) {
+  data[axis_index(pt)] = 7u;
+  signal(go[0u], 2);
+}
+kernel relay(data: gmem<u32[32]>, y: gmem<u32[32]>, go: sem<[1]>, s: sem<[1]>) {
+  wait(go[0u], 1);
+  signal(s[0u], 1);
+}
+kernel read(data: gmem<u32[32]>, y: gmem<u32[32]>, go: sem<[1]>, s: sem<[1]>) {
+  wait(s[0u], 1);
+  y[axis_index(u)] = data[axis_index(u)];
+}
+map m {
+  programs [p: produce, w: relay, r: read];
+  outputs [y: gmem<u32[32]>];
+  scratch [data: gmem<u32[32]>, go: sem<[1]>, s: sem<[1]>];
+}
+"#;
+    for seed in 0..6 {
+        for extra in [0, 2] {
+            let out = run(common, &checked(seed, extra))
+                .unwrap_or_else(|e| panic!("seed {seed}, {extra}: {e}"));
+            assert_eq!(out.outputs["y"].to_bits(), vec![7; 32]);
+        }
+    }
+}
+
 /// Waiting for all four signals makes the same reduction race-free: taking
 /// exactly the consumed units does not invent races either.
 #[test]
@@ -264,7 +335,7 @@ fn the_time_limit_stops_a_runaway_loop_naming_its_block() {
         );
         match &err {
             RunError::TimeLimit {
-                site,
+                at: mpmd_core::backend::Activity::Running(site),
                 limit_ms,
                 option,
             } => {

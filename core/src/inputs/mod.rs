@@ -15,6 +15,7 @@ use thiserror::Error;
 
 use crate::case::Generator;
 use crate::host::{BufferStart, CallArgs, HostTensor};
+use crate::interp::{Charge, MemoryBudget};
 use crate::ir::{Literal, Module, MpmdMap, Name, Operand, OperandKind, RefType, ScalarType, Type};
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -60,6 +61,16 @@ pub enum GenerateError {
         name: String,
         elements: u64,
         bytes: u64,
+        limit: u64,
+    },
+    /// The tensor fits the limit alone, not beside what the run already
+    /// holds (other inputs, residents) on the same [`MemoryBudget`].
+    #[error("generated input `{name}`: {elements} elements take {bytes} bytes; with the {in_use} bytes the run already holds (other inputs and residents) that is more than the memory limit of {limit} bytes")]
+    OverBudget {
+        name: String,
+        elements: u64,
+        bytes: u64,
+        in_use: u64,
         limit: u64,
     },
 }
@@ -234,6 +245,21 @@ pub fn generate_input_within(
     generation: &Generation,
     limit_bytes: u64,
 ) -> Result<HostTensor, GenerateError> {
+    let budget = MemoryBudget::new(limit_bytes);
+    generate_input_charged(module, map, input, generation, &budget).map(|(tensor, _)| tensor)
+}
+
+/// [`generate_input`] charged to `budget`, the run's account of host
+/// memory: refused with [`GenerateError::TooLarge`] or
+/// [`GenerateError::OverBudget`] before anything is allocated. The charge
+/// lives as long as the caller keeps it (drop it with the tensor).
+pub fn generate_input_charged(
+    module: &Module,
+    map: &MpmdMap,
+    input: &Operand,
+    generation: &Generation,
+    budget: &MemoryBudget,
+) -> Result<(HostTensor, Charge), GenerateError> {
     let not_a_ref = || GenerateError::NotARef(input.name.clone());
     let elem = input.ty.as_ref_type().ok_or_else(not_a_ref)?.elem;
     let shape = host_shape(module, input).ok_or_else(not_a_ref)?;
@@ -254,7 +280,7 @@ pub fn generate_input_within(
         elem,
         &shape,
         index_bound,
-        limit_bytes,
+        budget,
         &mut rng,
     )
 }
@@ -272,36 +298,66 @@ pub fn resident_data(
 ) -> Result<Vec<(Name, HostTensor)>, GenerateError> {
     let mut all = Vec::new();
     for resident in &module.residents {
-        let Some(gen) = generation.stated(&resident.name) else {
-            continue;
-        };
-        let not_a_ref = || GenerateError::NotARef(resident.name.clone());
-        let shape = crate::host::host_shape(&module.meshes, &resident.ty).ok_or_else(not_a_ref)?;
-        let index_bound = match gen {
-            Generator::IndexInto { operand, dim } => {
-                // As validation looks it up: an operand of a map, else a resident.
-                let found = module
-                    .maps
-                    .iter()
-                    .find_map(|m| m.operand(operand).map(|(_, o)| o.ty.as_ref_type()))
-                    .or_else(|| module.resident(operand).map(|r| Some(&r.ty)));
-                Some(index_bound(&resident.name, operand, *dim, found)?)
-            }
-            _ => None,
-        };
-        let mut rng = generation.rng(&resident.name);
-        let tensor = generate_words(
-            gen,
-            &resident.name,
-            resident.ty.elem,
-            &shape,
-            index_bound,
-            limit_bytes,
-            &mut rng,
-        )?;
-        all.push((resident.name.clone(), tensor));
+        // Each alone within the limit.
+        let budget = MemoryBudget::new(limit_bytes);
+        if let Some((tensor, _)) = generate_resident(module, resident, generation, &budget)? {
+            all.push((resident.name.clone(), tensor));
+        }
     }
     Ok(all)
+}
+
+/// [`resident_data`] charged to `budget`, all residents together: each
+/// tensor comes with its charge.
+pub fn resident_data_charged(
+    module: &Module,
+    generation: &Generation,
+    budget: &MemoryBudget,
+) -> Result<Vec<(Name, HostTensor, Charge)>, GenerateError> {
+    let mut all = Vec::new();
+    for resident in &module.residents {
+        if let Some((tensor, charge)) = generate_resident(module, resident, generation, budget)? {
+            all.push((resident.name.clone(), tensor, charge));
+        }
+    }
+    Ok(all)
+}
+
+/// The data of `resident` when `generation` states a generator for it.
+fn generate_resident(
+    module: &Module,
+    resident: &crate::ir::Resident,
+    generation: &Generation,
+    budget: &MemoryBudget,
+) -> Result<Option<(HostTensor, Charge)>, GenerateError> {
+    let Some(gen) = generation.stated(&resident.name) else {
+        return Ok(None);
+    };
+    let not_a_ref = || GenerateError::NotARef(resident.name.clone());
+    let shape = crate::host::host_shape(&module.meshes, &resident.ty).ok_or_else(not_a_ref)?;
+    let index_bound = match gen {
+        Generator::IndexInto { operand, dim } => {
+            // As validation looks it up: an operand of a map, else a resident.
+            let found = module
+                .maps
+                .iter()
+                .find_map(|m| m.operand(operand).map(|(_, o)| o.ty.as_ref_type()))
+                .or_else(|| module.resident(operand).map(|r| Some(&r.ty)));
+            Some(index_bound(&resident.name, operand, *dim, found)?)
+        }
+        _ => None,
+    };
+    let mut rng = generation.rng(&resident.name);
+    generate_words(
+        gen,
+        &resident.name,
+        resident.ty.elem,
+        &shape,
+        index_bound,
+        budget,
+        &mut rng,
+    )
+    .map(Some)
 }
 
 /// The host shape of a ref operand's tensor ([`crate::host::host_shape`]).
@@ -724,46 +780,63 @@ pub fn generate_tensor(
         }
         _ => None,
     };
-    generate_words(
-        gen,
-        name,
-        elem,
-        shape,
-        index_bound,
-        DEFAULT_GENERATED_BYTES,
-        rng,
-    )
+    let budget = MemoryBudget::new(DEFAULT_GENERATED_BYTES);
+    generate_words(gen, name, elem, shape, index_bound, &budget, rng).map(|(tensor, _)| tensor)
 }
 
+/// Generates packed words (two 16-bit elements a word), charged to
+/// `budget` before anything is allocated.
 fn generate_words(
     gen: &Generator,
     name: &str,
     elem: ScalarType,
     shape: &[u32],
     index_bound: Option<u32>,
-    limit_bytes: u64,
+    budget: &MemoryBudget,
     rng: &mut Rng,
-) -> Result<HostTensor, GenerateError> {
+) -> Result<(HostTensor, Charge), GenerateError> {
     let source = ElementSource::new(gen, name, elem, index_bound)?;
+    let limit = budget.limit();
     let elements = crate::host::element_count(shape);
-    let bytes = elements.and_then(|n| n.checked_mul(4));
-    let len = match bytes {
-        Some(b) if b <= limit_bytes => usize::try_from(elements.unwrap_or(0)).ok(),
-        _ => None,
-    }
-    .ok_or(GenerateError::TooLarge {
+    let words = elements.and_then(|n| usize::try_from(n).ok()).map(|n| {
+        if elem.is_16bit() {
+            n.div_ceil(2)
+        } else {
+            n
+        }
+    });
+    let bytes = words.and_then(|w| (w as u64).checked_mul(4));
+    let too_large = || GenerateError::TooLarge {
         name: name.into(),
         elements: elements.unwrap_or(u64::MAX),
         bytes: bytes.unwrap_or(u64::MAX),
-        limit: limit_bytes,
-    })?;
-    let bits = (0..len).map(|i| source.word(i, rng)).collect();
-    HostTensor::new(elem, shape.to_vec(), bits).map_err(|_| GenerateError::TooLarge {
-        name: name.into(),
-        elements: len as u64,
-        bytes: bytes.unwrap_or(u64::MAX),
-        limit: limit_bytes,
-    })
+        limit,
+    };
+    let (len, bytes) = match (elements.and_then(|n| usize::try_from(n).ok()), bytes) {
+        (Some(len), Some(bytes)) if bytes <= limit => (len, bytes),
+        _ => return Err(too_large()),
+    };
+    let charge = budget
+        .charge(bytes, || format!("generated input `{name}`"))
+        .map_err(|over| GenerateError::OverBudget {
+            name: name.into(),
+            elements: len as u64,
+            bytes,
+            in_use: over.in_use,
+            limit,
+        })?;
+    let mut element = (0..len).map(|i| source.word(i, rng));
+    let words: Vec<u32> = if elem.is_16bit() {
+        let mut words = Vec::with_capacity(len.div_ceil(2));
+        while let Some(low) = element.next() {
+            let high = element.next().unwrap_or(0);
+            words.push((low & 0xffff) | ((high & 0xffff) << 16));
+        }
+        words
+    } else {
+        element.collect()
+    };
+    Ok((HostTensor::from_packed(elem, shape.to_vec(), words), charge))
 }
 
 /// Generates a scalar parameter's value: element 0 of a one-element input.

@@ -8,10 +8,16 @@
 //!   of `n` releases `n` units carrying the signaller's clock (its own entry =
 //!   the epoch before the signal's barrier) into the semaphore element's
 //!   queue of credits ([`SemCredits`]); a completed wait takes its `n` units
-//!   from the front of the queue and joins exactly their clocks (a
-//!   `wait_nodec` joins the first `n` units' clocks and leaves them). So a
-//!   wait is ordered after the signals it consumed and no others: a wait for
-//!   3 of 4 signals never looks ordered after the 4th, in any schedule.
+//!   from the front of the queue and joins their clocks (a `wait_nodec`
+//!   joins the first `n` units' clocks and leaves them). A wait is ordered
+//!   after a signal only when every schedule has it consume that signal:
+//!   when another signal on the element, unordered with one the wait took
+//!   and not ordered after the wait, could have taken its place
+//!   ([`Detector::find_contests`]), the schedule runs again with the wait
+//!   joining, instead of the contested clocks, only what every candidate
+//!   signal is ordered after (their meet, [`Contest`]). So a wait for 3 of
+//!   4 signals, or for 1 of 2 blocks' signals, is ordered after none of the
+//!   contested signals, in every schedule and on every seed.
 //!   Units counted before the call started carry no clock (call order
 //!   already orders them);
 //! - every memory word keeps the accesses since its last ordered plain write
@@ -21,7 +27,7 @@
 //!   made both, or, across tasks, when the later task's clock covers the
 //!   earlier epoch. Each call starts with empty shadows (call order).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// One recorded access to a memory word.
 #[derive(Clone, Copy, Debug)]
@@ -79,6 +85,17 @@ impl Clock {
 
     pub fn clear(&mut self) {
         self.entries.clear();
+    }
+
+    /// What both clocks cover: each task's smaller epoch, for tasks in both.
+    pub fn meet(&self, other: &Clock) -> Clock {
+        Clock {
+            entries: self
+                .entries
+                .iter()
+                .filter_map(|(&t, &e)| other.entries.get(&t).map(|&o| (t, e.min(o))))
+                .collect(),
+        }
     }
 }
 
@@ -183,6 +200,36 @@ pub(crate) fn record(
     Ok(())
 }
 
+/// A signal of one call: its task and the epoch it released (unique per
+/// task, since every signal ends an epoch). The same in a rerun of the
+/// same schedule.
+pub(crate) type SignalKey = (u32, u32);
+
+/// A wait of one call: its task and the epoch it began in.
+pub(crate) type WaitKey = (u32, u32);
+
+/// Alternatives of a contested wait whose clocks its meet takes
+/// ([`Detector::find_contests`]).
+const MEET_ALTERNATIVES: usize = 64;
+
+/// A semaphore element (buffer, element).
+pub(crate) type SemElement = (usize, u64);
+
+/// How a contested wait is ordered in a rerun: it skips the clocks of the
+/// signals in `skip` (those another signal could have replaced) and joins
+/// `meet`, what every candidate signal is ordered after.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Contest {
+    pub skip: Vec<SignalKey>,
+    pub meet: Clock,
+}
+
+impl PartialEq for Clock {
+    fn eq(&self, other: &Clock) -> bool {
+        self.entries == other.entries
+    }
+}
+
 /// Detection state of one call's device buffers.
 #[derive(Default)]
 pub(crate) struct Detector {
@@ -191,7 +238,118 @@ pub(crate) struct Detector {
     /// Per buffer: access history per word (allocated on first use).
     pub shadow: Vec<Vec<History>>,
     /// Released units per semaphore element (buffer, element).
-    pub sem_credits: HashMap<(usize, u64), SemCredits>,
+    pub sem_credits: HashMap<SemElement, SemCredits>,
+    /// Waits an earlier run of this schedule found contested.
+    pub contests: HashMap<(SemElement, WaitKey), Contest>,
+}
+
+impl Detector {
+    /// The waits of this run that consumed (or, `wait_nodec`, joined) a
+    /// signal another signal could have replaced in another schedule: one
+    /// on the same element, unordered with it, not ordered after the wait,
+    /// that the wait did not take. Such a wait is ordered after neither
+    /// (only after what both are ordered after): the memory model orders a
+    /// wait after the signals it consumes in every schedule.
+    pub fn find_contests(&self) -> Vec<((SemElement, WaitKey), Contest)> {
+        let covers = |clock: &Clock, (task, epoch): SignalKey| clock.covers(task, epoch);
+        let mut found = Vec::new();
+        for (&element, credits) in &self.sem_credits {
+            let clocks: HashMap<SignalKey, &Clock> =
+                credits.seen.iter().map(|(k, c)| (*k, c)).collect();
+            let clock_of = |key: &SignalKey| clocks.get(key).copied();
+            let concurrent = |a: &SignalKey, b: &SignalKey| match (clock_of(a), clock_of(b)) {
+                (Some(ca), Some(cb)) => !covers(cb, *a) && !covers(ca, *b),
+                _ => false,
+            };
+            for wait in &credits.waits {
+                let (task, _) = wait.key;
+                let joined: HashSet<&SignalKey> = wait.joined.iter().collect();
+                // Other signals that could have taken the place of one the
+                // wait took. What unordered signals are all ordered after
+                // shrinks to their common past within a few of them, so
+                // the scan stops once every replaceable signal the wait
+                // took has an alternative and the meet has
+                // `MEET_ALTERNATIVES` of them (linear in the waits).
+                let mut alternatives: Vec<SignalKey> = Vec::new();
+                let mut skip: Vec<SignalKey> = Vec::new();
+                for (key, clock) in &credits.seen {
+                    if alternatives.len() >= MEET_ALTERNATIVES && skip.len() == wait.joined.len() {
+                        break;
+                    }
+                    if joined.contains(key) || clock.covers(task, wait.after) {
+                        continue;
+                    }
+                    let mut replaces_one = false;
+                    for j in &wait.joined {
+                        if concurrent(j, key) {
+                            replaces_one = true;
+                            if !skip.contains(j) {
+                                skip.push(*j);
+                            }
+                        }
+                    }
+                    if replaces_one && alternatives.len() < MEET_ALTERNATIVES {
+                        alternatives.push(*key);
+                    }
+                }
+                if alternatives.is_empty() {
+                    continue;
+                }
+                let meet = skip
+                    .iter()
+                    .chain(&alternatives)
+                    .filter_map(clock_of)
+                    .fold(None, |acc: Option<Clock>, c| {
+                        Some(acc.map_or_else(|| c.clone(), |m| m.meet(c)))
+                    })
+                    .unwrap_or_default();
+                found.push(((element, wait.key), Contest { skip, meet }));
+            }
+        }
+        found
+    }
+
+    /// Adds `found` to the contests a rerun uses; whether anything changed
+    /// (a new contested wait, or another signal to skip).
+    pub fn learn(
+        contests: &mut HashMap<(SemElement, WaitKey), Contest>,
+        found: Vec<((SemElement, WaitKey), Contest)>,
+    ) -> bool {
+        let mut changed = false;
+        for (key, contest) in found {
+            match contests.get_mut(&key) {
+                None => {
+                    contests.insert(key, contest);
+                    changed = true;
+                }
+                Some(known) => {
+                    for s in contest.skip {
+                        if !known.skip.contains(&s) {
+                            known.skip.push(s);
+                            changed = true;
+                        }
+                    }
+                    let meet = known.meet.meet(&contest.meet);
+                    if meet != known.meet {
+                        known.meet = meet;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        changed
+    }
+}
+
+/// A completed wait on an element, for [`Detector::find_contests`].
+#[derive(Debug)]
+struct WaitRecord {
+    key: WaitKey,
+    /// The waiter's epoch after the wait: a signal whose clock covers it is
+    /// ordered after the wait.
+    after: u32,
+    /// The signals whose units it took (or joined, `wait_nodec`).
+    joined: Vec<SignalKey>,
 }
 
 /// The units of one semaphore element in arrival order, each signal's with
@@ -201,8 +359,12 @@ pub(crate) struct SemCredits {
     /// Units counted when the call first touched the element: made by
     /// earlier calls, ordered by call order, so they carry no clock.
     before_call: u64,
-    /// Units signalled in this call, oldest first: (units left, clock).
-    signals: VecDeque<(u64, Clock)>,
+    /// Units signalled in this call, oldest first: (units left, clock, signal).
+    signals: VecDeque<(u64, Clock, SignalKey)>,
+    /// Every signal of this call on the element, with the clock it released.
+    seen: Vec<(SignalKey, Clock)>,
+    /// Every completed wait on the element.
+    waits: Vec<WaitRecord>,
 }
 
 impl SemCredits {
@@ -211,28 +373,43 @@ impl SemCredits {
     pub fn starting_at(count: i32) -> Self {
         SemCredits {
             before_call: count.max(0) as u64,
-            signals: VecDeque::new(),
+            ..Self::default()
         }
     }
 
-    pub fn signal(&mut self, units: u64, clock: Clock) {
-        self.signals.push_back((units, clock));
+    pub fn signal(&mut self, units: u64, clock: Clock, key: SignalKey) {
+        self.seen.push((key, clock.clone()));
+        self.signals.push_back((units, clock, key));
     }
 
     /// Joins the clocks of the first `units` units into `into`; `consume`
     /// also takes them (a `wait`), otherwise they stay (`wait_nodec`).
-    pub fn take(&mut self, mut units: u64, consume: bool, into: &mut Clock) {
+    /// `wait` is the waiter and `after` its epoch after the wait; a
+    /// `contest` found by an earlier run of this schedule replaces the
+    /// contested signals' clocks by their meet.
+    pub fn take(
+        &mut self,
+        mut units: u64,
+        consume: bool,
+        into: &mut Clock,
+        (wait, after): (WaitKey, u32),
+        contest: Option<&Contest>,
+    ) {
         let old = units.min(self.before_call);
         units -= old;
         if consume {
             self.before_call -= old;
         }
         let mut used = 0;
-        for (left, clock) in self.signals.iter_mut() {
+        let mut joined = Vec::new();
+        for (left, clock, key) in self.signals.iter_mut() {
             if units == 0 {
                 break;
             }
-            into.join(clock);
+            joined.push(*key);
+            if !contest.is_some_and(|c| c.skip.contains(key)) {
+                into.join(clock);
+            }
             let k = units.min(*left);
             units -= k;
             if consume {
@@ -243,6 +420,14 @@ impl SemCredits {
             }
         }
         self.signals.drain(..used);
+        if let Some(contest) = contest {
+            into.join(&contest.meet);
+        }
+        self.waits.push(WaitRecord {
+            key: wait,
+            after,
+            joined,
+        });
     }
 }
 

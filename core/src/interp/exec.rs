@@ -471,11 +471,35 @@ impl BlockState {
                     // Only the active lanes declare the array again: under the
                     // warp-group schedule another warp re-runs the declaration
                     // after this one has written (and will read) its own elements.
+                    // Flags are element-major (element `i` of lane `l` at
+                    // `i * t + l`): each element's row of lanes is cleared
+                    // where the lanes are active, looking at the clock
+                    // between chunks of rows (arrays may be large).
                     if let Some(init) = self.det.local_init.get_mut(*id) {
-                        let t = code.threads;
-                        each(lanes, |l| {
-                            init.iter_mut().skip(l).step_by(t).for_each(|w| *w = false)
-                        });
+                        let t = code.threads.max(1);
+                        let rows = init.len() / t;
+                        let rows_per_chunk = (super::limits::FILL_CHUNK / t).max(1);
+                        let block = self.block;
+                        let site = || Site {
+                            program: code.program,
+                            kernel: code.kernel.clone(),
+                            block,
+                            thread: None,
+                        };
+                        for first in (0..rows).step_by(rows_per_chunk) {
+                            env.limits.check_time(site)?;
+                            let last = rows.min(first + rows_per_chunk);
+                            for row in init[first * t..last * t].chunks_mut(t) {
+                                match lanes {
+                                    Lanes::Range(lo, hi) => row[lo..hi].fill(false),
+                                    Lanes::Mask(m) => row
+                                        .iter_mut()
+                                        .zip(m)
+                                        .filter(|(_, &on)| on)
+                                        .for_each(|(w, _)| *w = false),
+                                }
+                            }
+                        }
                     }
                 }
                 Instr::IfThen { cond, else_pc } => {
@@ -650,7 +674,7 @@ impl BlockState {
                                 det.sem_credits
                                     .entry((buf, addr))
                                     .or_insert_with(|| SemCredits::starting_at(count))
-                                    .signal(n as u64, released);
+                                    .signal(n as u64, released, (self.task, self.epoch - 1));
                             }
                             word.store((word.load(Relaxed) as i32).wrapping_add(n) as u32, Relaxed);
                             env.signalled = true;
@@ -668,10 +692,18 @@ impl BlockState {
                             }
                             let consume = *op == SemOp::Wait;
                             if let Some(det) = env.detect.as_deref_mut() {
+                                let wait = (self.task, self.epoch);
+                                let contest = det.contests.get(&((buf, addr), wait));
                                 det.sem_credits
                                     .entry((buf, addr))
                                     .or_insert_with(|| SemCredits::starting_at(value))
-                                    .take(n as u64, consume, &mut self.clock);
+                                    .take(
+                                        n as u64,
+                                        consume,
+                                        &mut self.clock,
+                                        (wait, self.epoch + 1),
+                                        contest,
+                                    );
                             }
                             if consume {
                                 word.store(value.wrapping_sub(n) as u32, Relaxed);
@@ -898,7 +930,12 @@ impl BlockState {
             Target::Global(b) => {
                 let shadow = &mut det.shadow[b];
                 if shadow.is_empty() {
-                    shadow.resize_with(det.init[b].len(), History::default);
+                    // Charged with the call's buffers; filling looks at the clock.
+                    let len = det.init[b].len();
+                    env.limits
+                        .fill_in_chunks(len, "allocating race-detection state", |r| {
+                            shadow.resize_with(r.end, History::default)
+                        })?;
                 }
                 (&mut det.init[b], shadow.get_mut(addr as usize))
             }

@@ -37,12 +37,13 @@ mod exec;
 mod limits;
 mod sums;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use compile::{checked_len, words_of, ArrayInfo, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use limits::Limits;
+pub use limits::{Charge, MemoryBudget, OverBudget};
 pub use sums::{f32_atomic_add_terms, summation_order_ulps};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
@@ -63,9 +64,13 @@ pub struct InterpOptions {
     /// stops with [`RunError::TimeLimit`] naming the block that was running.
     /// `None`: no bound. Default [`DEFAULT_TIME_LIMIT`].
     pub time_limit: Option<std::time::Duration>,
-    /// Bound on the host memory one call may allocate (buffers, locals, smem,
-    /// detection state), in bytes; a call that would pass it is refused before
-    /// it allocates, with the size and the limit. Default [`DEFAULT_MEMORY_LIMIT`].
+    /// Bound on the host memory the interpreter holds during a call
+    /// (buffers, block states with their locals and smem, detection state,
+    /// residents, buffers kept for reuse), in bytes; a call that would pass
+    /// it is refused before it allocates, with the size and the limit.
+    /// Default [`DEFAULT_MEMORY_LIMIT`]. An interpreter that shares a run's
+    /// [`MemoryBudget`] ([`Interpreter::with_budget`]) charges that budget,
+    /// whose limit applies instead.
     pub memory_limit: u64,
     pub run: RunOptions,
     /// Detect data races, reads of unwritten memory and out-of-bounds accesses.
@@ -187,11 +192,19 @@ pub struct InterpReport {
 }
 
 /// A device-resident ref's contents, kept across calls.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct ResidentState {
     tensor: HostTensor,
     /// Which elements were ever written (for uninitialised-read detection).
     init: Vec<bool>,
+    /// The memory of both, held on the interpreter's budget.
+    _charge: Charge,
+}
+
+/// Host bytes of a resident's state: its packed words and a written flag
+/// per element.
+fn resident_bytes(elem: ScalarType, len: u64) -> u64 {
+    words_of(elem, len).saturating_mul(4).saturating_add(len)
 }
 
 /// At most this many access histories (16 bytes each, one per element) are
@@ -200,17 +213,54 @@ struct ResidentState {
 const SHADOW_POOL_ELEMENTS: usize = 8 << 20;
 
 /// Runs maps on host data; owns the device-resident refs across calls.
-#[derive(Default)]
 pub struct Interpreter {
     residents: BTreeMap<String, ResidentState>,
     last_report: Option<InterpReport>,
-    /// Device buffers of earlier calls, reused by later ones.
-    pool: Vec<Vec<AtomicU32>>,
+    /// Device buffers of earlier calls, reused by later ones, each with its
+    /// charge.
+    pool: Vec<(Vec<AtomicU32>, Charge)>,
     /// Emptied access histories of earlier detectors: their pages stay
     /// mapped, so a later call does not fault them in again.
-    shadow_pool: Vec<Vec<detect::History>>,
+    shadow_pool: Vec<(Vec<detect::History>, Charge)>,
     /// What [`Backend::run`] runs with beyond its [`RunOptions`].
     backend_options: InterpOptions,
+    /// The account of everything the interpreter holds: residents, pooled
+    /// buffers, and during a call everything the call allocates.
+    budget: MemoryBudget,
+    /// Whether `budget` is a caller's (its limit stays) or the
+    /// interpreter's own (each call sets `InterpOptions::memory_limit`).
+    shared_budget: bool,
+}
+
+impl Default for Interpreter {
+    fn default() -> Self {
+        Interpreter {
+            residents: BTreeMap::new(),
+            last_report: None,
+            pool: Vec::new(),
+            shadow_pool: Vec::new(),
+            backend_options: InterpOptions::default(),
+            budget: MemoryBudget::new(DEFAULT_MEMORY_LIMIT),
+            shared_budget: false,
+        }
+    }
+}
+
+/// Runs of one schedule at most (`Interpreter::run_detected`): each rerun
+/// learns contested waits that the previous one's orderings hid.
+const MAX_CONTEST_PASSES: u32 = 4;
+
+/// An extra schedule, enough to run it again exactly.
+#[derive(Clone, Copy, Debug)]
+struct AltSeed {
+    rng_seed: u64,
+    warps: bool,
+}
+
+impl AltSeed {
+    fn start(self) -> AltSchedule {
+        AltSchedule::new(Rng::new(self.rng_seed), true, self.warps, true)
+    }
 }
 
 /// Where a buffer's contents come from at the start of a call.
@@ -254,14 +304,46 @@ impl Interpreter {
         }
     }
 
+    /// [`Interpreter::with_options`] charging `budget`, the run's one
+    /// account of host memory, instead of a budget of its own: a caller
+    /// that generates or reads inputs charges the same budget, so the
+    /// budget's limit bounds inputs and everything the interpreter
+    /// allocates together (`mpmd run --memory-limit`).
+    /// `InterpOptions::memory_limit` is then not used.
+    pub fn with_budget(options: InterpOptions, budget: MemoryBudget) -> Self {
+        Interpreter {
+            backend_options: options,
+            budget,
+            shared_budget: true,
+            ..Self::default()
+        }
+    }
+
+    /// The budget this interpreter charges.
+    pub fn memory_budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
     /// Gives device-resident ref `name` the contents `tensor` (every element
     /// counts as written), before or between calls. A call that binds the
     /// resident with another element type or length fails with
-    /// [`RunError::BadArguments`].
+    /// [`RunError::BadArguments`]. The data is counted on the memory
+    /// budget (never refused: it exists already; the next call sees it).
     pub fn set_resident(&mut self, name: &str, tensor: HostTensor) {
         let init = vec![true; tensor.len()];
-        self.residents
-            .insert(name.to_string(), ResidentState { tensor, init });
+        let charge = self
+            .budget
+            .record(resident_bytes(tensor.elem(), tensor.len() as u64));
+        // The old contents go first, so they are not counted twice.
+        self.residents.remove(name);
+        self.residents.insert(
+            name.to_string(),
+            ResidentState {
+                tensor,
+                init,
+                _charge: charge,
+            },
+        );
     }
 
     /// The report of the last successful or failed call, if any.
@@ -341,11 +423,21 @@ impl Interpreter {
             code.loop_limit_is_error = options.run.mode == Mode::Checked;
         }
         let detect = options.detect;
-        let limits = Limits::new(options.time_limit, options.memory_limit);
-        charge_buffers(&limits, &layout, detect, options.extra_schedules > 0)?;
+        if !self.shared_budget {
+            self.budget.set_limit(options.memory_limit);
+        }
+        let limits = Limits::new(options.time_limit, self.budget.clone());
+        let extra = options.extra_schedules > 0;
+        if let Err(error) = charge_buffers(&limits, &layout, detect, extra) {
+            if self.pool.is_empty() && self.shadow_pool.is_empty() {
+                return Err(error);
+            }
+            // Buffers kept for reuse give way to what the call needs.
+            self.pool.clear();
+            self.shadow_pool.clear();
+            charge_buffers(&limits, &layout, detect, extra)?;
+        }
 
-        let (bufs, init) = self.make_buffers(&layout, args, detect)?;
-        let mut detector = detect.then(|| self.detector(init));
         let parallel = !detect
             && codes.iter().all(|c| !c.synchronises)
             && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
@@ -355,20 +447,36 @@ impl Interpreter {
             parallel,
             ..Default::default()
         };
-        let first = if parallel {
-            run_parallel(&codes, &bufs, &limits)
-        } else {
-            run_sequential(
+        let first = if detect {
+            self.run_detected(
+                &layout,
+                args,
                 &codes,
-                &bufs,
                 &limits,
-                detector.as_mut(),
                 None,
                 Some(&mut report.late_waits),
             )
+            .map(|(bufs, detector, blocks)| (bufs, Some(detector), blocks))
+        } else {
+            self.make_buffers(&layout, args, false, &limits)
+                .and_then(|(bufs, _)| {
+                    let blocks = if parallel {
+                        run_parallel(&codes, &bufs, &limits)
+                    } else {
+                        run_sequential(
+                            &codes,
+                            &bufs,
+                            &limits,
+                            None,
+                            None,
+                            Some(&mut report.late_waits),
+                        )
+                    }?;
+                    Ok((bufs, None, blocks))
+                })
         };
-        let blocks = match first {
-            Ok(b) => b,
+        let (bufs, detector, blocks) = match first {
+            Ok(first) => first,
             Err(e) => {
                 self.last_report = Some(report);
                 return Err(e);
@@ -385,35 +493,37 @@ impl Interpreter {
 
         for k in 1..=options.extra_schedules {
             report.schedules_run += 1;
-            let (alt_bufs, alt_init) = self.make_buffers(&layout, args, detect)?;
-            let mut alt_detector = detect.then(|| self.detector(alt_init));
             let seed = options
                 .run
                 .seed
                 .wrapping_add(k as u64)
                 .wrapping_mul(0x2545_F491_4F6C_DD1D);
-            let mut alt = AltSchedule::new(
+            let schedule = AltSeed {
                 // The offset keeps every seed's schedules as they were.
-                Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15),
-                true,
-                k % 2 == 1 || codes.iter().all(|c| c.threads <= 32),
-                true,
-            );
-            let result = run_sequential(
-                &codes,
-                &alt_bufs,
-                &limits,
-                alt_detector.as_mut(),
-                Some(&mut alt),
-                None,
-            );
-            if let Err(e) = result {
-                self.last_report = Some(report);
-                return Err(e);
-            }
+                rng_seed: seed ^ 0x9E37_79B9_7F4A_7C15,
+                warps: k % 2 == 1 || codes.iter().all(|c| c.threads <= 32),
+            };
+            let result = if detect {
+                self.run_detected(&layout, args, &codes, &limits, Some(schedule), None)
+                    .map(|(bufs, detector, _)| (bufs, Some(detector)))
+            } else {
+                self.make_buffers(&layout, args, false, &limits)
+                    .and_then(|(bufs, _)| {
+                        let mut alt = schedule.start();
+                        run_sequential(&codes, &bufs, &limits, None, Some(&mut alt), None)?;
+                        Ok((bufs, None))
+                    })
+            };
+            let (alt_bufs, alt_detector) = match result {
+                Ok(done) => done,
+                Err(e) => {
+                    self.last_report = Some(report);
+                    return Err(e);
+                }
+            };
             let alt_outputs = collect_outputs(&layout, &alt_bufs);
-            self.recycle(alt_bufs);
-            self.recycle_detector(alt_detector);
+            self.recycle(alt_bufs, &limits);
+            self.recycle_detector(alt_detector, &limits);
             let difference = outputs.as_ref().and_then(|o| {
                 first_difference(
                     o,
@@ -437,14 +547,22 @@ impl Interpreter {
                 let init = match &detector {
                     Some(d) => d.init[i].clone(),
                     // Without detection nothing tracks writes: count every element as written.
-                    None => vec![true; spec.len as usize],
+                    None => flags(spec.len as usize, true, &limits)?,
                 };
                 let tensor = HostTensor::from_packed(spec.ty.elem, spec.shape.clone(), words);
-                self.residents
-                    .insert(name.clone(), ResidentState { tensor, init });
+                // Charged with the call's buffers (`charge_buffers`).
+                let charge = limits.keep(resident_bytes(spec.ty.elem, spec.len));
+                self.residents.insert(
+                    name.clone(),
+                    ResidentState {
+                        tensor,
+                        init,
+                        _charge: charge,
+                    },
+                );
             }
         }
-        self.recycle_detector(detector);
+        self.recycle_detector(detector, &limits);
         // Outputs take their buffers without a copy; the rest are reused.
         let mut slots: Vec<Option<Vec<AtomicU32>>> =
             bufs.into_iter().map(|b| Some(b.words)).collect();
@@ -469,36 +587,91 @@ impl Interpreter {
                 .flatten()
                 .map(|words| GlobalBuf { words })
                 .collect(),
+            &limits,
         );
         self.last_report = Some(report);
         Ok(CallOutputs { outputs })
     }
 
-    /// Fresh device buffers for one schedule, and which words start initialised.
+    /// Runs one schedule with detection; when it finds waits that another
+    /// schedule could satisfy with other signals ([`detect::Detector::find_contests`]),
+    /// runs the same schedule again with those waits ordered after only
+    /// what every candidate signal is ordered after, until no new contest
+    /// shows (at most [`MAX_CONTEST_PASSES`] runs). The verdict and the
+    /// buffers are the last run's.
+    fn run_detected(
+        &mut self,
+        layout: &Layout,
+        args: &CallArgs,
+        codes: &[ProgramCode],
+        limits: &Limits,
+        schedule: Option<AltSeed>,
+        mut late_waits: Option<&mut Vec<LateWait>>,
+    ) -> Result<(Vec<GlobalBuf>, detect::Detector, u64), RunError> {
+        let mut contests = HashMap::new();
+        let mut pass = 1;
+        loop {
+            let (bufs, init) = self.make_buffers(layout, args, true, limits)?;
+            let mut detector = self.detector(init, limits);
+            detector.contests = std::mem::take(&mut contests);
+            if let Some(late) = late_waits.as_deref_mut() {
+                late.clear();
+            }
+            let mut alt = schedule.map(AltSeed::start);
+            let blocks = run_sequential(
+                codes,
+                &bufs,
+                limits,
+                Some(&mut detector),
+                alt.as_mut(),
+                late_waits.as_deref_mut(),
+            )?;
+            let found = detector.find_contests();
+            contests = std::mem::take(&mut detector.contests);
+            let learned = detect::Detector::learn(&mut contests, found);
+            if !learned || pass >= MAX_CONTEST_PASSES {
+                detector.contests = contests;
+                return Ok((bufs, detector, blocks));
+            }
+            pass += 1;
+            self.recycle(bufs, limits);
+            self.recycle_detector(Some(detector), limits);
+        }
+    }
+
     /// Keeps a call's buffers for reuse, so that repeated calls do not pay
-    /// for fresh pages.
-    fn recycle(&mut self, bufs: Vec<GlobalBuf>) {
+    /// for fresh pages; their memory stays charged (moved from the call's
+    /// charge).
+    /// An interpreter that shares a run's budget keeps none: what it does
+    /// not need goes back to the run.
+    fn recycle(&mut self, bufs: Vec<GlobalBuf>, limits: &Limits) {
         for b in bufs {
-            if self.pool.len() < 16 && !b.words.is_empty() {
-                self.pool.push(b.words);
+            if !self.shared_budget && self.pool.len() < 16 && !b.words.is_empty() {
+                let charge = limits.keep((b.words.len() as u64).saturating_mul(4));
+                self.pool.push((b.words, charge));
             }
         }
     }
 
     /// A detector for a call's buffers, with which words start initialised;
     /// its access histories come from the pool and grow on first use.
-    fn detector(&mut self, init: Vec<Vec<bool>>) -> detect::Detector {
+    fn detector(&mut self, init: Vec<Vec<bool>>, limits: &Limits) -> detect::Detector {
         let shadow = init
             .iter()
             .map(|words| {
                 // The smallest pooled history that holds the buffer.
                 let pool = &mut self.shadow_pool;
+                // Its charge becomes the call's.
                 pool.iter()
                     .enumerate()
-                    .filter(|(_, h)| h.capacity() >= words.len())
-                    .min_by_key(|(_, h)| h.capacity())
+                    .filter(|(_, (h, _))| h.capacity() >= words.len())
+                    .min_by_key(|(_, (h, _))| h.capacity())
                     .map(|(k, _)| k)
-                    .map_or_else(Vec::new, |k| pool.swap_remove(k))
+                    .map_or_else(Vec::new, |k| {
+                        let (shadow, charge) = pool.swap_remove(k);
+                        limits.absorb(charge);
+                        shadow
+                    })
             })
             .collect();
         detect::Detector {
@@ -510,22 +683,29 @@ impl Interpreter {
 
     /// Keeps a finished detector's histories, up to `SHADOW_POOL_ELEMENTS` in all
     /// (a pooled history holds 16 bytes per word of its buffer).
-    fn recycle_detector(&mut self, detector: Option<detect::Detector>) {
-        let mut kept: usize = self.shadow_pool.iter().map(Vec::capacity).sum();
+    fn recycle_detector(&mut self, detector: Option<detect::Detector>, limits: &Limits) {
+        let mut kept: usize = self.shadow_pool.iter().map(|(h, _)| h.capacity()).sum();
         for mut shadow in detector.into_iter().flat_map(|d| d.shadow) {
-            if shadow.capacity() > 0 && kept + shadow.capacity() <= SHADOW_POOL_ELEMENTS {
+            if !self.shared_budget
+                && shadow.capacity() > 0
+                && kept + shadow.capacity() <= SHADOW_POOL_ELEMENTS
+            {
                 kept += shadow.capacity();
                 shadow.clear();
-                self.shadow_pool.push(shadow);
+                let bytes = (shadow.capacity() * std::mem::size_of::<detect::History>()) as u64;
+                self.shadow_pool.push((shadow, limits.keep(bytes)));
             }
         }
     }
 
+    /// Fresh device buffers for one schedule, and which words start
+    /// initialised. Allocating and filling them looks at the call's clock.
     fn make_buffers(
         &mut self,
         layout: &Layout,
         args: &CallArgs,
         detect: bool,
+        limits: &Limits,
     ) -> Result<(Vec<GlobalBuf>, Vec<Vec<bool>>), RunError> {
         let mut bufs = Vec::with_capacity(layout.buffers.len());
         let mut inits = Vec::with_capacity(layout.buffers.len());
@@ -533,17 +713,29 @@ impl Interpreter {
             // Detection state is per element; storage is packed words.
             let len = spec.len as usize;
             let words_len = words_of(spec.ty.elem, spec.len) as usize;
-            let bits = |v: bool| if detect { vec![v; len] } else { vec![] };
+            let bits = |v: bool| {
+                if detect {
+                    flags(len, v, limits)
+                } else {
+                    Ok(vec![])
+                }
+            };
             let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
                 Init::Input(name) => {
                     let t = args.input(name, spec.ty.elem, len as u64)?;
                     (
-                        buffer(&mut self.pool, words_len, Some(t.words())),
-                        bits(true),
+                        buffer(&mut self.pool, words_len, Some(t.words()), limits)?,
+                        bits(true)?,
                     )
                 }
-                Init::Zeroed => (buffer(&mut self.pool, words_len, None), bits(true)),
-                Init::Uninitialized => (buffer(&mut self.pool, words_len, None), bits(false)),
+                Init::Zeroed => (
+                    buffer(&mut self.pool, words_len, None, limits)?,
+                    bits(true)?,
+                ),
+                Init::Uninitialized => (
+                    buffer(&mut self.pool, words_len, None, limits)?,
+                    bits(false)?,
+                ),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
                     Some(r) if r.tensor.elem() != spec.ty.elem => {
                         return Err(RunError::BadArguments(format!(
@@ -554,7 +746,8 @@ impl Interpreter {
                     }
                     Some(r) if r.tensor.len() == len => {
                         let init = if detect { r.init.clone() } else { vec![] };
-                        let words = buffer(&mut self.pool, words_len, Some(r.tensor.words()));
+                        let words =
+                            buffer(&mut self.pool, words_len, Some(r.tensor.words()), limits)?;
                         (words, init)
                     }
                     Some(r) => {
@@ -563,7 +756,10 @@ impl Interpreter {
                             r.tensor.len()
                         )))
                     }
-                    None => (buffer(&mut self.pool, words_len, None), bits(*zeroed)),
+                    None => (
+                        buffer(&mut self.pool, words_len, None, limits)?,
+                        bits(*zeroed)?,
+                    ),
                 },
             };
             bufs.push(GlobalBuf { words });
@@ -573,35 +769,88 @@ impl Interpreter {
     }
 }
 
+/// What a time-limit report says the call was doing while it filled buffers.
+const FILLING: &str = "allocating and filling the call's buffers";
+
+/// `len` written flags, all `value`, made in chunks that look at the clock.
+fn flags(len: usize, value: bool, limits: &Limits) -> Result<Vec<bool>, RunError> {
+    if !value {
+        // Zeroed pages from the allocator: nothing to fill.
+        return Ok(vec![false; len]);
+    }
+    let mut flags = Vec::with_capacity(len);
+    limits.fill_in_chunks(len, FILLING, |r| flags.resize(r.end, true))?;
+    Ok(flags)
+}
+
 /// A buffer of `len` words, a copy of `source` or zeros, taken from `pool`
 /// when one of that length is there; large buffers are filled on all host
-/// cores.
-fn buffer(pool: &mut Vec<Vec<AtomicU32>>, len: usize, source: Option<&[u32]>) -> Vec<AtomicU32> {
-    let mut words = match pool.iter().position(|b| b.len() == len) {
-        Some(i) => pool.swap_remove(i),
-        None => (0..len).map(|_| AtomicU32::new(0)).collect(),
+/// cores. Allocating and filling look at the call's clock between chunks.
+fn buffer(
+    pool: &mut Vec<(Vec<AtomicU32>, Charge)>,
+    len: usize,
+    source: Option<&[u32]>,
+    limits: &Limits,
+) -> Result<Vec<AtomicU32>, RunError> {
+    let mut words = match pool.iter().position(|(b, _)| b.len() == len) {
+        // Its charge becomes the call's.
+        Some(i) => {
+            let (words, charge) = pool.swap_remove(i);
+            limits.absorb(charge);
+            words
+        }
+        None => {
+            let mut words = Vec::with_capacity(len);
+            limits.fill_in_chunks(len, FILLING, |r| match source {
+                Some(source) => {
+                    words.extend(source[r].iter().map(|&v| AtomicU32::new(v)));
+                }
+                None => words.extend(r.map(|_| AtomicU32::new(0))),
+            })?;
+            return Ok(words);
+        }
     };
     // Plain loops over exclusive slices: they compile to memcpy and memset.
-    let fill = |part: &mut [AtomicU32], from: usize| match source {
-        Some(source) => part
-            .iter_mut()
-            .zip(&source[from..])
-            .for_each(|(w, &v)| *w.get_mut() = v),
-        None => part.iter_mut().for_each(|w| *w.get_mut() = 0),
+    let fill = |part: &mut [AtomicU32], from: usize| -> Result<(), RunError> {
+        limits.check_time_during(FILLING)?;
+        match source {
+            Some(source) => part
+                .iter_mut()
+                .zip(&source[from..])
+                .for_each(|(w, &v)| *w.get_mut() = v),
+            None => part.iter_mut().for_each(|w| *w.get_mut() = 0),
+        }
+        Ok(())
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = len.div_ceil(workers).clamp(1, limits::FILL_CHUNK);
     if len < 1 << 18 || workers < 2 {
-        fill(&mut words, 0);
-        return words;
-    }
-    let chunk = len.div_ceil(workers);
-    std::thread::scope(|s| {
         for (c, part) in words.chunks_mut(chunk).enumerate() {
-            let fill = &fill;
-            s.spawn(move || fill(part, c * chunk));
+            fill(part, c * chunk)?;
         }
-    });
-    words
+        return Ok(words);
+    }
+    let per_worker = len.div_ceil(workers);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = words
+            .chunks_mut(per_worker)
+            .enumerate()
+            .map(|(w, part)| {
+                let fill = &fill;
+                s.spawn(move || {
+                    for (c, piece) in part.chunks_mut(chunk).enumerate() {
+                        fill(piece, w * per_worker + c * chunk)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(RunError::Backend("buffer fill panicked".into())))
+        })
+    })?;
+    Ok(words)
 }
 
 /// Binds operands to buffers and compiles every program.
@@ -1084,8 +1333,9 @@ fn new_block_state(
 
 /// Charges the call's device buffers before any is allocated: their packed
 /// words (4 bytes an element, 2 for the 16-bit floats), with detection a
-/// written flag and a 16-byte access history per element, and with extra
-/// schedules a second set beside the first schedule's outputs.
+/// written flag and a 16-byte access history per element, with extra
+/// schedules a second set beside the first schedule's outputs, and the
+/// residents' contents after the call (words and written flags).
 fn charge_buffers(
     limits: &Limits,
     layout: &Layout,
@@ -1109,9 +1359,15 @@ fn charge_buffers(
     // Extra schedules: a second set of buffers (and detection state) beside
     // the first schedule's, and the first schedule's outputs kept.
     let copies = if extra_schedules { 2 } else { 1 };
+    // A resident's contents after the call are copied out of its buffer.
+    let residents = sum(&|b| match b.init {
+        Init::Resident { .. } => resident_bytes(b.ty.elem, b.len),
+        _ => 0,
+    });
     let bytes = storage
         .saturating_mul(copies + u64::from(extra_schedules))
-        .saturating_add(detection.saturating_mul(copies));
+        .saturating_add(detection.saturating_mul(copies))
+        .saturating_add(residents);
     limits.charge(bytes, || {
         format!(
             "the call's buffers ({words} words{})",

@@ -34,7 +34,7 @@ fn align_words(offset: usize) -> usize {
     offset.div_ceil(ALIGN_WORDS) * ALIGN_WORDS
 }
 
-/// Words that hold `len` elements of `elem` packed (DESIGN.md: 16-bit
+/// Words that hold `len` elements of `elem` packed (docs/design.md: 16-bit
 /// floats take 2 bytes, element `i` in word `i / 2`, the low half for even
 /// `i`), as [`mpmd_core::HostTensor::words`] holds them; saturates.
 pub fn packed_words(elem: ScalarType, len: u64) -> usize {

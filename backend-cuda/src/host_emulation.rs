@@ -46,7 +46,7 @@ const NAME: &str = "cuda-host";
 pub const UNINITIALISED_WORD: u32 = 0xdead_beef;
 
 /// The flags `cuda-host` compiles every program with: optimised enough to
-/// run the corpus quickly, no contraction of `a*b+c` (DESIGN.md's numerics).
+/// run the corpus quickly, no contraction of `a*b+c` (docs/design.md's numerics).
 pub const HOST_CXX_FLAGS: [&str; 5] = ["-std=c++17", "-O1", "-ffp-contract=off", "-pthread", "-w"];
 
 /// Why `cuda-host` cannot compile or run a program.

@@ -1,5 +1,5 @@
 //! mpmd-cuda: launch plan → CUDA C → NVRTC (through `cudarc`) → one driver
-//! launch per call (DESIGN.md, "Backends").
+//! launch per call (docs/design.md, "Backends").
 //!
 //! - [`emit`] / [`emit_module`] turn a plan into readable CUDA C (one
 //!   kernel; its blocks become logical blocks by block index, a resident

@@ -30,7 +30,7 @@ pub enum CompileError {
     NulInSource,
 }
 
-/// Compile settings. The defaults are the exact IEEE settings of DESIGN.md.
+/// Compile settings. The defaults are the exact IEEE settings of docs/design.md.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CompileOptions {
     /// Target SM version, e.g. 90 for `sm_90`.

@@ -78,7 +78,7 @@ static __device__ __forceinline__ u32 mpmd_f32_to_u32(float x) {
   return __float2uint_rz(x);
 }
 
-// ---- 16-bit floats (DESIGN.md "Semantics"; core/src/numerics.rs is the rule).
+// ---- 16-bit floats (docs/design.md "Semantics"; core/src/numerics.rs is the rule).
 // Values and memory are 16 bits: a struct of one `unsigned short`, so that a
 // store is a native 16-bit store (no lost writes beside it) and the C++
 // compiler refuses any arithmetic the emitter did not write out. Operations
@@ -214,7 +214,7 @@ static __device__ __forceinline__ mpmd_half mpmd_neg_f16(mpmd_half h) { return m
 static __device__ __forceinline__ mpmd_bfloat16 mpmd_neg_bf16(mpmd_bfloat16 h) { return mpmd_bfloat16_bits(h.bits ^ 0x8000u); }
 static __device__ __forceinline__ mpmd_half mpmd_abs_f16(mpmd_half h) { return mpmd_half_bits(h.bits & 0x7fffu); }
 static __device__ __forceinline__ mpmd_bfloat16 mpmd_abs_bf16(mpmd_bfloat16 h) { return mpmd_bfloat16_bits(h.bits & 0x7fffu); }
-// min and max with one NaN operand return the other (DESIGN.md), whatever
+// min and max with one NaN operand return the other (docs/design.md), whatever
 // kind of NaN it is (the host's fminf returns NaN for a signalling one).
 static __device__ __forceinline__ float mpmd_min_f32(float x, float y) {
   return x != x ? y : (y != y ? x : fminf(x, y));
@@ -309,7 +309,7 @@ static __device__ __forceinline__ mpmd_bfloat16 mpmd_fma_bf16(mpmd_bfloat16 a, m
 }
 // ---- numerics end
 
-// Checked mode evaluates both operands of `select` (DESIGN.md), so that an
+// Checked mode evaluates both operands of `select` (docs/design.md), so that an
 // out-of-bounds load in either is reported; `&&` and `||` stay C's lazy forms.
 template <typename T>
 static __device__ __forceinline__ T mpmd_select(bool c, T a, T b) { return c ? a : b; }

@@ -1,6 +1,6 @@
 //! The integer helpers of the generated CUDA C (prelude.cu, "numerics"
 //! section) compiled for the host with `c++` and compared with the IR's
-//! integer semantics (DESIGN.md, "Semantics"), on edge values. Needs a C++
+//! integer semantics (docs/design.md, "Semantics"), on edge values. Needs a C++
 //! compiler on PATH (`c++`, as Rust's own toolchain set-up provides).
 
 use std::process::Command;

@@ -13,7 +13,7 @@ use mpmd_core::Mode;
 use mpmd_wgpu::{emit_module, EmitOptions, WgpuOptions};
 
 /// Equal words, except that NaN payloads and the sign of zero are ignored
-/// (DESIGN.md, "Conformance").
+/// (docs/design.md, "Conformance").
 fn assert_equivalent(got: &CallOutputs, expected: &CallOutputs) {
     assert_eq!(
         got.outputs.keys().collect::<Vec<_>>(),
@@ -298,7 +298,7 @@ fn integer_edge_numerics_match_interpreter() {
     let Some(out) = run_and_compare(INTEGER_EDGES, "edges", &a) else {
         return;
     };
-    // Spot checks against DESIGN.md's rules, independent of the interpreter.
+    // Spot checks against docs/design.md's rules, independent of the interpreter.
     let o = out.outputs["o"].to_i32();
     let row = |k: usize| &o[k * 14..(k + 1) * 14];
     // k = 0: x = i32::MIN, y = i32::MIN.

@@ -5,7 +5,7 @@
 //! (`mpmd_conformance::compare::compare_within`), so that `mpmd run` and
 //! `cargo xtask conformance` mean the same by "within N ulp": NaN matches
 //! NaN (any payload), `+0` matches `-0`, and a subnormal matches zero
-//! (DESIGN.md lets f32 subnormals flush). `--rtol R --atol A` is numpy's
+//! (docs/design.md lets f32 subnormals flush). `--rtol R --atol A` is numpy's
 //! `allclose(got, ref, rtol=R, atol=A, equal_nan=True)`, which conformance
 //! has no mode for; it lives here.
 

@@ -94,7 +94,7 @@ pub enum RunError {
         second: Site,
     },
     /// A semaphore operation's amount, computed at run time, is below 1
-    /// (DESIGN.md: `n >= 1`; literal amounts are a validation error, E0055).
+    /// (docs/design.md: `n >= 1`; literal amounts are a validation error, E0055).
     #[error("semaphore amount {amount} on `{semaphore}` at {site}: a signal or wait amount must be at least 1")]
     BadSemaphoreAmount {
         site: Site,

@@ -1,4 +1,4 @@
-//! Runs on memory the caller owns (DESIGN.md, "Embedding"): which operands
+//! Runs on memory the caller owns (docs/design.md, "Front ends and embedding"): which operands
 //! of a map a caller binds its own device buffers to, and the one check of
 //! what it binds, which every backend's prepared run makes before it
 //! launches anything.

@@ -610,7 +610,7 @@ pub struct CallOutputs {
 }
 
 /// How an operand's device buffer starts a call. This is the one rule
-/// (DESIGN.md, "Semantics"): the lowering ([`crate::plan::BufferInit`]), the
+/// (docs/design.md, "Semantics"): the lowering ([`crate::plan::BufferInit`]), the
 /// interpreter and input generation all take it from [`BufferStart::of`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferStart {

@@ -1,4 +1,4 @@
-//! The numerics of the 16-bit floats (DESIGN.md, "Semantics"; docs/numerics.md):
+//! The numerics of the 16-bit floats (docs/design.md, "Semantics"; docs/numerics.md):
 //! the one definition the interpreter, input generation and comparison use,
 //! and the rule every backend's emitted code is tested against.
 //!

@@ -202,7 +202,7 @@ fn arithmetic_rounds_once_from_the_widened_values() {
     }
 }
 
-/// The rounding ties of DESIGN.md: f32 1 + 2^-11 rounds to f16 1.0, 1 +
+/// The rounding ties of docs/design.md: f32 1 + 2^-11 rounds to f16 1.0, 1 +
 /// 3·2^-11 to 1 + 2^-10; bf16 1 + 2^-8 to 1.0. Reached through a 16-bit sum
 /// whose exact value is the tie.
 #[test]
@@ -445,7 +445,7 @@ fn cast_sources(ty: ScalarType) -> Vec<u32> {
     }
 }
 
-/// The cast of `bits` of `from` to `to`, by the rules of DESIGN.md.
+/// The cast of `bits` of `from` to `to`, by the rules of docs/design.md.
 fn cast(from: ScalarType, to: ScalarType, bits: u32) -> u32 {
     let value = Literal::from_bits(from, bits);
     if from == to {
@@ -941,7 +941,7 @@ map m { programs [m: k]; outputs [y: gmem<f16[4]>]; scalars [n: u32]; }
 }
 
 /// bf16 loads, f32 accumulation, a bf16 and an f32 store: the row sums of
-/// DESIGN.md's mixed-precision pattern, exactly as f32 sums in row order.
+/// docs/design.md's mixed-precision pattern, exactly as f32 sums in row order.
 #[test]
 fn bf16_row_sum_accumulates_in_f32() {
     let (rows, cols) = (64u32, 100u32);

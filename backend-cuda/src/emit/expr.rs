@@ -1,4 +1,4 @@
-//! Expressions: C expression text with the exact numerics of DESIGN.md
+//! Expressions: C expression text with the exact numerics of docs/design.md
 //! (integer helpers, one rounding for 16-bit floats, saturating casts),
 //! kept shallow by binding deep text to temporaries.
 
@@ -103,7 +103,7 @@ impl Emitter<'_> {
                 let a = self.expr(cx, a)?;
                 let b = self.expr(cx, b)?;
                 let depth = c.depth.max(a.depth).max(b.depth) + 1;
-                // Both operands are evaluated (DESIGN.md): in checked mode a
+                // Both operands are evaluated (docs/design.md): in checked mode a
                 // call, so that an out-of-bounds load in either is reported.
                 let text = match self.mode {
                     Mode::Fast => format!("({} ? {} : {})", c.text, a.text, b.text),

@@ -147,7 +147,7 @@ impl Emitter<'_> {
         let n = self.expr(cx, amount)?.text;
         let (ref_id, coords, index) = self.site_values(cx, sem)?;
         let pointer = format!("&{}", place.slot());
-        // What an amount below 1 reports (DESIGN.md: amounts are at least 1).
+        // What an amount below 1 reports (docs/design.md: amounts are at least 1).
         let site = format!(
             "mpmd_ctl, {}, mpmd_block, {}, {coords}, {index}",
             c::unsigned(cx.unit.program.index() as u64),

@@ -292,7 +292,7 @@ pub fn every_operation(backend: &mut dyn Backend, math: MathFunctions) {
             for (i, &triple) in operands.iter().enumerate() {
                 for (k, (name, _)) in VALUE_OPS.iter().enumerate() {
                     let (got, want) = (y[k * OPS_LEN + i], expected_op(ty, name, triple));
-                    // The sign of a zero min or max is unspecified (DESIGN.md).
+                    // The sign of a zero min or max is unspecified (docs/design.md).
                     let zeros = matches!(*name, "min" | "max")
                         && f32_of(ty, got as u16) == 0.0
                         && f32_of(ty, want) == 0.0;

@@ -65,7 +65,7 @@ pub(crate) struct CompiledAccess {
     pub elem: ScalarType,
 }
 
-/// A 16-bit float format (DESIGN.md, "Types"): registers hold its bits in
+/// A 16-bit float format (docs/design.md, "Types"): registers hold its bits in
 /// the low half of a word, the high half zero; memory holds 2 bytes an element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Half {
@@ -1038,7 +1038,7 @@ impl Compiler<'_> {
     }
 
     /// `a && b` / `a || b` whose right operand loads: the right operand runs
-    /// only on the lanes the left one does not decide (DESIGN.md: no load,
+    /// only on the lanes the left one does not decide (docs/design.md: no load,
     /// no out-of-bounds report, no race there). Without a load the right
     /// operand cannot fail, so evaluating it everywhere gives the same values.
     fn short_circuit(

@@ -1,6 +1,6 @@
 //! Race and uninitialised-read detection.
 //!
-//! Scheme (sound for the happens-before of DESIGN.md, "Semantics"):
+//! Scheme (sound for the happens-before of docs/design.md, "Semantics"):
 //! - every block is a *task* with an epoch counter that advances at each
 //!   barrier (semaphore operations include one);
 //! - each task carries a sparse vector clock: for other tasks, the last epoch

@@ -1812,7 +1812,7 @@ fn f1(f: impl Fn(f32) -> f32) -> impl Fn(u32) -> u32 {
     move |a| f(f32::from_bits(a)).to_bits()
 }
 
-/// Element `i` of packed 16-bit storage (DESIGN.md: 2 bytes an element,
+/// Element `i` of packed 16-bit storage (docs/design.md: 2 bytes an element,
 /// little-endian): the word `i / 2` and the shift of its half (low for even `i`).
 #[inline(always)]
 fn half_of(i: usize) -> (usize, u32) {
@@ -2129,7 +2129,7 @@ macro_rules! by_format {
 }
 
 /// A 16-bit arithmetic operation: the f32 operation on the exact widened
-/// operands, rounded once (DESIGN.md; `numerics`).
+/// operands, rounded once (docs/design.md; `numerics`).
 fn half_binary<const BF: bool, const FTZ: bool>(
     op: FloatBin,
     d: &mut [u32],
@@ -2221,7 +2221,7 @@ struct Flags {
     uniform: bool,
 }
 
-/// One binary operation over all (active) lanes, with DESIGN.md's numerics.
+/// One binary operation over all (active) lanes, with docs/design.md's numerics.
 fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes, flags: Flags) {
     use BinKind::*;
     let Flags { ftz, uniform } = flags;

@@ -83,7 +83,7 @@ pub struct InterpOptions {
     /// A case's `compare` lines give these
     /// ([`crate::case::CaseSpec::schedule_tolerances`]).
     pub schedule_tolerances: Vec<(Name, ScheduleTolerance)>,
-    /// Compute as an adapter that flushes subnormals does (DESIGN.md allows
+    /// Compute as an adapter that flushes subnormals does (docs/design.md allows
     /// it): every f32 operand of a float operation (arithmetic, comparison,
     /// min/max, math function, conversion to an integer or bool) and every
     /// f32 result of one becomes a zero of the same sign when it is

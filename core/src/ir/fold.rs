@@ -1,4 +1,4 @@
-//! Compile-time constant integer and bool expressions, with DESIGN.md's
+//! Compile-time constant integer and bool expressions, with docs/design.md's
 //! numerics (wrapping arithmetic, division by zero returns the dividend,
 //! remainder by zero is 0, shift amounts modulo 32). Floats are not folded.
 //! Validation folds indices for E0047 (the WGSL compiler rejects a constant

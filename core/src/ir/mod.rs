@@ -97,7 +97,7 @@ impl ScalarType {
     }
 }
 
-/// Where a ref lives and who sees it (DESIGN.md, "The IR").
+/// Where a ref lives and who sees it (docs/design.md, "The IR").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MemorySpace {
     /// Device memory, seen by every thread of every program.
@@ -198,7 +198,7 @@ impl Mesh {
         self.checked_block_count().unwrap_or(u64::MAX)
     }
 
-    /// `shape()` of DESIGN.md: grid axes, then cluster axes, then the thread axis.
+    /// `shape()` of docs/design.md: grid axes, then cluster axes, then the thread axis.
     pub fn shape(&self) -> Vec<u32> {
         self.block_axes()
             .chain(std::iter::once(&self.threads))
@@ -577,7 +577,7 @@ pub struct Binding {
 /// threads of a block in linear thread order.
 pub const WARP_SIZE: u32 = 32;
 
-/// Warp collectives (DESIGN.md, "Semantics"): every thread of a logical warp
+/// Warp collectives (docs/design.md, "Semantics"): every thread of a logical warp
 /// takes part, in warp-uniform control flow. docs/text-format.md defines each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WarpOp {
@@ -671,7 +671,7 @@ impl WarpOp {
 }
 
 /// The warp-collective matrix multiply-accumulate `mma_m16n8k16(d, a, b, c);`
-/// (DESIGN.md, "Semantics"): the shape of PTX
+/// (docs/design.md, "Semantics"): the shape of PTX
 /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`. Each
 /// lane holds its fragments in `local` arrays, in PTX's layout
 /// (docs/text-format.md, "Matrix multiply-accumulate"): with `g = lane >> 2`
@@ -834,7 +834,7 @@ pub mod mma {
     }
 }
 
-/// Semaphore operations; all block-collective (DESIGN.md, "Semantics").
+/// Semaphore operations; all block-collective (docs/design.md, "Semantics").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SemOp {
     /// Barrier, then one release atomic add of `amount`.
@@ -897,7 +897,7 @@ pub enum Stmt {
     /// most `max` times (a `u32`, constant or block-uniform). A thread whose
     /// condition still holds after `max` iterations has reached the loop's
     /// limit: an error in checked mode (`loop_limit`), a loop exit in fast
-    /// mode (DESIGN.md: every loop is bounded).
+    /// mode (docs/design.md: every loop is bounded).
     While {
         cond: Expr,
         max: Expr,
@@ -1093,7 +1093,7 @@ pub struct MpmdMap {
     pub scratch: Vec<Operand>,
     pub aliases: Vec<Alias>,
     pub fast_math: bool,
-    /// The map's debug flag (`debug;`), which DESIGN.md gives every map. It
+    /// The map's debug flag (`debug;`), which docs/design.md gives every map. It
     /// is parsed, printed and shown in `mpmd lower --target plan`, and
     /// changes neither lowering nor any run: checks are chosen per run
     /// ([`crate::Mode::Checked`], `mpmd run --checked`).

@@ -1,4 +1,4 @@
-//! Lowering a validated map to a [`LaunchPlan`] (DESIGN.md, "Lowering").
+//! Lowering a validated map to a [`LaunchPlan`] (docs/design.md, "Lowering").
 //!
 //! Lowering trusts validation for everything it does not need to compute the
 //! plan, but never panics: whatever it would need validation for and finds

@@ -1,5 +1,5 @@
 //! The launch plan: the backend-neutral result of lowering a validated map
-//! (DESIGN.md, "Lowering"). Backends emit code from it and never re-derive it.
+//! (docs/design.md, "Lowering"). Backends emit code from it and never re-derive it.
 
 mod expand;
 mod ids;
@@ -150,7 +150,7 @@ pub struct UnsignaledWait {
     pub resident: bool,
 }
 
-/// Signal → wait edges between programs (DESIGN.md, "Lowering").
+/// Signal → wait edges between programs (docs/design.md, "Lowering").
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DependencyGraph {
     /// Edges between different programs.

@@ -706,7 +706,7 @@ fn check_call_meshes<'a>(
 }
 
 /// A kernel names the operands it uses, in any order, each with the map's
-/// type for it (DESIGN.md, "MPMD map"); it need not take them all.
+/// type for it (docs/design.md, "MPMD map"); it need not take them all.
 fn check_params(map: &MpmdMap, kernel: &crate::ir::Kernel, path: &IrPath, sink: &mut Sink) -> bool {
     let mut ok = true;
     for param in &kernel.params {

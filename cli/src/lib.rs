@@ -980,6 +980,7 @@ pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOp
     let checked = request.mode == Mode::Checked;
     InterpOptions {
         time_limit: request.time_limit,
+        interrupt: None,
         memory_limit: request.memory_limit,
         run: RunOptions {
             mode: request.mode,

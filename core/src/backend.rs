@@ -127,6 +127,10 @@ pub enum RunError {
         /// `InterpOptions::time_limit` in Rust).
         option: String,
     },
+    /// The caller asked the run to stop (Ctrl-C in Python: an
+    /// [`crate::interp::Interrupt`] raised while the call ran).
+    #[error("interrupted {at}")]
+    Interrupted { at: Activity },
     #[error("the interpreter needs {needed} bytes for {what}, more than its memory limit of {limit} bytes; raise it with {option}")]
     MemoryLimit {
         what: String,
@@ -211,9 +215,10 @@ impl RunError {
             RunError::Nondeterministic { .. } => ErrorClass::Nondeterministic,
             RunError::Unsupported { .. } => ErrorClass::Unsupported,
             RunError::Refused { .. } | RunError::MemoryLimit { .. } => ErrorClass::Refused,
-            RunError::BadArguments(_) | RunError::Backend(_) | RunError::TimeLimit { .. } => {
-                return None
-            }
+            RunError::BadArguments(_)
+            | RunError::Backend(_)
+            | RunError::TimeLimit { .. }
+            | RunError::Interrupted { .. } => return None,
         })
     }
 }

@@ -221,3 +221,39 @@ fn the_time_limit_holds_while_checked_local_arrays_are_declared() {
     }
     assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
 }
+
+#[test]
+fn a_raised_interrupt_stops_a_running_call() {
+    let module = parse(
+        "mesh m { grid [b = 1]; threads t = 1; }
+         kernel k(y: gmem<u32[1]>, n: u32) {
+           var acc: u32 = 0u;
+           for i: u32 in 0u..n { acc += i; }
+           y[0] = acc;
+         }
+         map k { programs [m: k]; outputs [y: gmem<u32[1]>]; scalars [n: u32]; }",
+    );
+    let interrupt = mpmd_core::interp::Interrupt::new();
+    let options = InterpOptions {
+        time_limit: None,
+        interrupt: Some(interrupt.clone()),
+        ..Default::default()
+    };
+    let mut args = CallArgs::default();
+    args.scalars
+        .insert("n".into(), mpmd_core::ir::Literal::U32(4_000_000_000));
+    let raiser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        interrupt.raise();
+    });
+    let start = Instant::now();
+    let result = Interpreter::new().call(&module, "k", &args, &options);
+    raiser.join().expect("the raiser thread ends");
+    match result {
+        Err(RunError::Interrupted {
+            at: Activity::Running(site),
+        }) => assert_eq!(site.kernel, "k"),
+        other => panic!("expected an interrupt, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(30));
+}

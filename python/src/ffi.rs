@@ -794,6 +794,8 @@ fn run_on_host(
             &kernel.map,
             Some(&kernel.plan),
             &args,
+            // XLA owns this thread: a signal is JAX's to handle.
+            None,
         )
         .map_err(|e| Failure::run(&e))?
     };

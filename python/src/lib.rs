@@ -21,7 +21,7 @@ use mpmd_cli::{BackendKind, CliError, Target};
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::{self, host_shape, ScalarValueError, UserNumber};
 use mpmd_core::interp::{
-    InterpOptions, Interpreter, MmaProbe, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT,
+    InterpOptions, Interpreter, Interrupt, MmaProbe, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT,
     DEFAULT_TIME_LIMIT,
 };
 use mpmd_core::ir::{Literal, Module, MpmdMap, Operand, ScalarType, Type};
@@ -622,6 +622,9 @@ pub(crate) enum Engine {
     },
 }
 
+/// How often a waiting `call` looks for signals (Ctrl-C).
+const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Maps the CUDA engine keeps prepared for runs on device memory.
 const DEVICE_PREPARED: usize = 16;
 
@@ -634,11 +637,12 @@ pub(crate) fn run_engine(
     map: &str,
     plan: Option<&LaunchPlan>,
     args: &CallArgs,
+    interrupt: Option<&Interrupt>,
 ) -> Result<CallOutputs, CoreRunError> {
     let no_plan = || CoreRunError::Backend("no plan for a lowered backend".into());
     match engine {
         Engine::Interp { interp, settings } => {
-            let options = interp_options(settings, case);
+            let options = interp_options(settings, case, interrupt);
             interp.call(module, map, args, &options)
         }
         Engine::Lowered { backend, options } => {
@@ -690,7 +694,11 @@ impl PyBackend {
 /// run` sets them: checked mode detects and runs the default extra
 /// schedules unless `schedules` says otherwise; schedules compare outputs
 /// as the module's `compare` lines say.
-fn interp_options(settings: &InterpSettings, case: Option<&CaseSpec>) -> InterpOptions {
+fn interp_options(
+    settings: &InterpSettings,
+    case: Option<&CaseSpec>,
+    interrupt: Option<&Interrupt>,
+) -> InterpOptions {
     let mode = if settings.checked {
         Mode::Checked
     } else {
@@ -698,6 +706,7 @@ fn interp_options(settings: &InterpSettings, case: Option<&CaseSpec>) -> InterpO
     };
     InterpOptions {
         time_limit: settings.time_limit,
+        interrupt: interrupt.cloned(),
         memory_limit: settings.memory_limit,
         run: RunOptions {
             mode,
@@ -820,16 +829,47 @@ impl PyBackend {
             "interp" => None,
             _ => Some(module.plan(map)?),
         };
-        let result = py.detach(|| -> Result<_, PyErr> {
-            let mut engine = self.engine()?;
-            Ok(run_engine(
-                &mut engine,
-                &module_ir,
-                case.as_ref(),
-                map,
-                plan.as_deref(),
-                &args,
-            ))
+        // The call runs on a worker thread while this one waits without the
+        // GIL and looks for signals, so Ctrl-C stops an interpreter call
+        // (through its interrupt flag) and raises KeyboardInterrupt.
+        let interrupt = &Interrupt::new();
+        let (module_ir, case, plan, args) = (&module_ir, &case, &plan, &args);
+        let result = py.detach(|| {
+            std::thread::scope(|scope| -> PyResult<_> {
+                let (done, finished) = std::sync::mpsc::channel();
+                let worker = scope.spawn(move || {
+                    let result = self.engine().map(|mut engine| {
+                        run_engine(
+                            &mut engine,
+                            module_ir,
+                            case.as_ref(),
+                            map,
+                            plan.as_deref(),
+                            args,
+                            Some(interrupt),
+                        )
+                    });
+                    let _ = done.send(());
+                    result
+                });
+                loop {
+                    match finished.recv_timeout(SIGNAL_POLL) {
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            if let Err(signal) = Python::attach(|py| py.check_signals()) {
+                                interrupt.raise();
+                                // The interpreter stops at its next time check.
+                                let _ = worker.join();
+                                return Err(signal);
+                            }
+                        }
+                        _ => {
+                            return worker.join().unwrap_or_else(|_| {
+                                Err(MpmdError::new_err("the call's worker thread panicked"))
+                            })
+                        }
+                    }
+                }
+            })
         })?;
         let outputs = result.map_err(|e| run_error(py, Some(map), &e))?;
         let dict = PyDict::new(py);

@@ -275,3 +275,33 @@ def test_any_dlpack_object_is_an_input():
     np.testing.assert_array_equal(y, x * np.float32(0.5) + 1)
     with pytest.raises(ValueError, match=r"given int64 of shape \(256,\)$"):
         mpmd.Interpreter().call(axpb, "axpb", x=DlpackOnly(np.arange(256)), alpha=0.5)
+
+
+LOOP = """
+mesh m { grid [b = 1]; threads t = 1; }
+kernel k(y: gmem<u32[1]>, n: u32) {
+  var acc: u32 = 0u;
+  for i: u32 in 0u..n {
+    acc += i;
+  }
+  y[0] = acc;
+}
+map k { programs [m: k]; outputs [y: gmem<u32[1]>]; scalars [n: u32]; }
+"""
+
+
+def test_ctrl_c_stops_an_interpreter_call_and_the_backend_stays_usable():
+    import os
+    import signal
+    import threading
+    import time
+
+    module = mpmd.Module.from_text(LOOP)
+    backend = mpmd.Interpreter(timeout=None)
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        backend.call(module, "k", n=4_000_000_000)
+    assert time.monotonic() - start < 10.0
+    assert backend.call(module, "k", n=4)["y"].tolist() == [6]

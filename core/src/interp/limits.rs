@@ -153,18 +153,45 @@ impl MemoryBudget {
     }
 }
 
+/// A flag another thread raises to stop a running call
+/// ([`super::InterpOptions::interrupt`]): the call stops at its next time
+/// check with [`RunError::Interrupted`]. Python raises it on Ctrl-C.
+#[derive(Clone, Debug, Default)]
+pub struct Interrupt(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Interrupt {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks every call holding this flag to stop.
+    pub fn raise(&self) {
+        self.0.store(true, Relaxed);
+    }
+
+    pub fn is_raised(&self) -> bool {
+        self.0.load(Relaxed)
+    }
+}
+
 /// One call's clock and its share of the memory budget: everything the call
 /// charges through it is given back when the call ends (dropping it).
 pub(crate) struct Limits {
     deadline: Option<(Instant, Duration)>,
+    interrupt: Option<Interrupt>,
     budget: MemoryBudget,
     charged: AtomicU64,
 }
 
 impl Limits {
-    pub fn new(time_limit: Option<Duration>, budget: MemoryBudget) -> Self {
+    pub fn new(
+        time_limit: Option<Duration>,
+        interrupt: Option<Interrupt>,
+        budget: MemoryBudget,
+    ) -> Self {
         Limits {
             deadline: time_limit.map(|l| (Instant::now() + l, l)),
+            interrupt,
             budget,
             charged: AtomicU64::new(0),
         }
@@ -191,6 +218,9 @@ impl Limits {
     }
 
     fn check_time_at(&self, at: impl FnOnce() -> crate::backend::Activity) -> Result<(), RunError> {
+        if self.interrupt.as_ref().is_some_and(Interrupt::is_raised) {
+            return Err(RunError::Interrupted { at: at() });
+        }
         match self.deadline {
             Some((deadline, limit)) if Instant::now() >= deadline => Err(RunError::TimeLimit {
                 at: at(),

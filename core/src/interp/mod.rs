@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use compile::{checked_len, words_of, ArrayInfo, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use limits::Limits;
-pub use limits::{Charge, MemoryBudget, OverBudget};
+pub use limits::{Charge, Interrupt, MemoryBudget, OverBudget};
 pub use sums::{f32_atomic_add_terms, summation_order_ulps};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
@@ -64,6 +64,9 @@ pub struct InterpOptions {
     /// stops with [`RunError::TimeLimit`] naming the block that was running.
     /// `None`: no bound. Default [`DEFAULT_TIME_LIMIT`].
     pub time_limit: Option<std::time::Duration>,
+    /// A flag another thread may raise to stop the call at its next time
+    /// check ([`RunError::Interrupted`]). `None`: no such flag.
+    pub interrupt: Option<Interrupt>,
     /// Bound on the host memory the interpreter holds during a call
     /// (buffers, block states with their locals and smem, detection state,
     /// residents, buffers kept for reuse), in bytes; a call that would pass
@@ -154,6 +157,7 @@ impl Default for InterpOptions {
     fn default() -> Self {
         InterpOptions {
             time_limit: Some(DEFAULT_TIME_LIMIT),
+            interrupt: None,
             memory_limit: DEFAULT_MEMORY_LIMIT,
             run: RunOptions::default(),
             detect: false,
@@ -426,7 +430,11 @@ impl Interpreter {
         if !self.shared_budget {
             self.budget.set_limit(options.memory_limit);
         }
-        let limits = Limits::new(options.time_limit, self.budget.clone());
+        let limits = Limits::new(
+            options.time_limit,
+            options.interrupt.clone(),
+            self.budget.clone(),
+        );
         let extra = options.extra_schedules > 0;
         if let Err(error) = charge_buffers(&limits, &layout, detect, extra) {
             if self.pool.is_empty() && self.shadow_pool.is_empty() {

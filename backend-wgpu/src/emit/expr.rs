@@ -6,7 +6,7 @@ use mpmd_core::ir::{BinaryOp, Expr, Literal, MathFn, ScalarType, UnaryOp};
 use super::bindings::sanitize;
 use super::helpers::Helper;
 use super::memory::load_text;
-use super::syntax::{binary_text, literal_text, wgsl_scalar};
+use super::syntax::{binary_text, literal_text, opaque_operand, wgsl_scalar};
 use super::unit::{Named, UnitEmitter};
 use super::EmitError;
 
@@ -29,6 +29,9 @@ pub(super) struct Value {
     /// A literal not yet written: its parent decides whether it is spelled
     /// or read at run time (`UnitEmitter::spell`); `text` is empty until then.
     pub(super) leaf: Option<Literal>,
+    /// `text` is already opaque with the zero word of this operand position
+    /// (an f32 product): as that operand it needs no second wrap.
+    pub(super) opaque_at: Option<usize>,
 }
 
 impl Value {
@@ -39,6 +42,7 @@ impl Value {
             depth: 0,
             constant: true,
             leaf: Some(lit),
+            opaque_at: None,
         }
     }
 
@@ -49,6 +53,7 @@ impl Value {
             depth: 0,
             constant,
             leaf: None,
+            opaque_at: None,
         }
     }
 
@@ -60,6 +65,7 @@ impl Value {
             depth: operands.iter().map(|v| v.depth).max().unwrap_or(0) + 4,
             constant: operands.iter().all(|v| v.constant),
             leaf: None,
+            opaque_at: None,
         }
     }
 
@@ -73,6 +79,28 @@ impl UnitEmitter<'_, '_> {
         let k = self.state.runtime_literal(lit);
         self.rt_used.insert(k);
         format!("rt_{k}")
+    }
+
+    /// `operands` of one float operation (f32 values, or 16-bit float
+    /// bits), each made opaque with the zero word of its position
+    /// (`syntax::opaque_operand`). This is the one place that decides it:
+    /// every float operation the driver could simplify (`+ - * /`, `fma`,
+    /// comparisons, math functions, on f32 and on the f32 values of 16-bit
+    /// floats) takes its operands through here, so no operand is a constant
+    /// to the driver and no two operands are provably equal.
+    pub(super) fn opaque_operands(&mut self, ty: ScalarType, operands: &[String]) -> Vec<String> {
+        operands
+            .iter()
+            .enumerate()
+            .map(|(position, value)| {
+                let k = self.state.opaque_zero(position);
+                self.rt_used.insert(k);
+                if ty == ScalarType::F32 {
+                    self.state.helpers.insert(Helper::Opaque);
+                }
+                opaque_operand(ty, value, &format!("rt_{k}"))
+            })
+            .collect()
     }
 
     /// The WGSL text of `e` (temporaries it needs are emitted before it).
@@ -211,7 +239,12 @@ impl UnitEmitter<'_, '_> {
                     .collect();
                 let texts: Vec<String> = vs.iter().map(|v| v.text.clone()).collect();
                 let text = self.math(*f, t, &texts)?;
-                Value::op(text, t, &vs.iter().collect::<Vec<_>>())
+                let mut v = Value::op(text, t, &vs.iter().collect::<Vec<_>>());
+                if t.is_float() {
+                    // Opaque operands (`opaque_operands`) nest three deeper.
+                    v.depth += 3;
+                }
+                v
             }
         };
         Ok(self.bounded(v))
@@ -230,6 +263,7 @@ impl UnitEmitter<'_, '_> {
             depth: 0,
             constant: v.constant,
             leaf: None,
+            opaque_at: v.opaque_at,
         }
     }
 
@@ -343,14 +377,29 @@ impl UnitEmitter<'_, '_> {
         } else {
             t
         };
-        let (xt, yt) = (x.text.clone(), y.text.clone());
+        let (xt, yt) = match t {
+            // Every f32 `+ - * /` and comparison: opaque operands (a product
+            // that is already opaque with its position's word as it is).
+            ScalarType::F32 if op != BinaryOp::Rem => {
+                let operands = self.opaque_operands(t, &[x.text.clone(), y.text.clone()]);
+                let pick = |v: &Value, position: usize| match v.opaque_at {
+                    Some(p) if p == position => v.text.clone(),
+                    _ => operands[position].clone(),
+                };
+                (pick(&x, 0), pick(&y, 1))
+            }
+            _ => (x.text.clone(), y.text.clone()),
+        };
+        let mut opaque_at = None;
         let text = match (op, t) {
-            // No contraction into fma: multiply the product by a 1.0 the
-            // compiler cannot see, so a following add cannot fuse with the
-            // rounding of x * y (fusing the outer multiply is exact).
-            (BinaryOp::Mul, ScalarType::F32) if !self.state.plan.map.fast_math => {
-                let one = self.runtime_literal(Literal::f32(1.0));
-                binary_text(op, true, &binary_text(op, true, &xt, &yt), &one)
+            // No contraction into fma: the product itself is opaque too, so
+            // no consumer that adds it (an f32 atomic add, a warp sum) sees a
+            // multiply it could fuse with. Fast math allows contraction, but
+            // the operands of `+` are opaque anyway: WGSL never contracts.
+            (BinaryOp::Mul, ScalarType::F32) => {
+                let product = binary_text(op, true, &xt, &yt);
+                opaque_at = Some(0);
+                self.opaque_operands(t, &[product]).remove(0)
             }
             (BinaryOp::Div, ScalarType::I32) => {
                 self.call(Helper::DivI32, "mpmd_div_i32", &[xt, yt])
@@ -367,7 +416,13 @@ impl UnitEmitter<'_, '_> {
             (BinaryOp::Rem, _) => self.call(Helper::Fmod, "mpmd_fmod", &[xt, yt]),
             _ => binary_text(op, t == ScalarType::F32, &xt, &yt),
         };
-        Ok(Value::op(text, result, &[&x, &y]))
+        let mut v = Value::op(text, result, &[&x, &y]);
+        v.opaque_at = opaque_at;
+        if t == ScalarType::F32 && op != BinaryOp::Rem {
+            // Opaque operands nest three deeper, a product six.
+            v.depth += if op == BinaryOp::Mul { 6 } else { 3 };
+        }
+        Ok(v)
     }
 }
 

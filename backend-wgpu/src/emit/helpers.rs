@@ -28,6 +28,9 @@ pub(super) enum Helper {
     /// `mpmd_loop_pay` and `mpmd_loop_tick`: in every module with a loop cap.
     LoopCap,
     IsNan,
+    /// `mpmd_opaque`: an f32 operand the driver cannot see through
+    /// (`syntax::opaque_operand`).
+    Opaque,
     DivI32,
     DivU32,
     RemI32,
@@ -81,6 +84,7 @@ impl Helper {
             Helper::Report => "report",
             Helper::LoopCap => "loop_cap",
             Helper::IsNan => "is_nan",
+            Helper::Opaque => "opaque",
             Helper::DivI32 => "div_i32",
             Helper::DivU32 => "div_u32",
             Helper::RemI32 => "rem_i32",
@@ -469,6 +473,7 @@ mod tests {
             Helper::Report,
             Helper::LoopCap,
             Helper::IsNan,
+            Helper::Opaque,
             Helper::DivI32,
             Helper::DivU32,
             Helper::RemI32,

@@ -61,6 +61,14 @@ fn mpmd_is_nan(x: f32) -> bool {
   return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
+// ==== section opaque
+// v, with its bits OR'd with a 0u read at run time: the driver cannot prove
+// the result a constant or equal to another operand, so it applies no
+// identity that holds only without infinities and NaN (x * 0 = 0, x - x = 0).
+fn mpmd_opaque(v: f32, zero: u32) -> f32 {
+  return bitcast<f32>(bitcast<u32>(v) | zero);
+}
+
 // ==== section div_i32
 // Division by zero returns the dividend; i32::MIN / -1 wraps to i32::MIN.
 fn mpmd_div_i32(a: i32, b: i32) -> i32 {

@@ -45,7 +45,12 @@
 //! bits on the interpreter, cuda-host and WGSL, which compute the
 //! documented order, and by the tensor-core bound of the oracle's probes on
 //! a GPU ([`FloatPolicy::mma`]; [`check_module`] runs the oracle through
-//! [`crate::run::run_oracle`], as the conformance runner does).
+//! [`crate::run::run_oracle`], as the conformance runner does); and, in a
+//! quarter of the modules ([`GenOptions::provable_operands`], a stream of
+//! its own), operands a compiler can prove zero or equal on edge values:
+//! zeros derived from integers (`d & 0`, `d - d`, `d * 0`) in products,
+//! quotients and `fma`, a loop from 0 accumulating `x * f32(j)`,
+//! self-subtraction, in f32 and 16-bit floats, compared exactly.
 //!
 //! The xtask is a thin wrapper:
 //! ```no_run

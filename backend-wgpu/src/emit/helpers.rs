@@ -54,6 +54,10 @@ pub(super) enum Helper {
     Widen(ScalarType),
     /// f32 to the nearest 16-bit float (`mpmd_f32_to_f16`, `mpmd_f32_to_bf16`).
     Narrow(ScalarType),
+    /// 64-bit integer arithmetic on `vec2<u32>` (for `FmaF32`).
+    U64,
+    /// f32 `fma` rounded once, on the bits (`mpmd_fma_f32`).
+    FmaF32,
     /// `fma` rounded once (`mpmd_fma_f16`, `mpmd_fma_bf16`).
     Fma16(ScalarType),
     /// The f32 sum of two floats rounded to odd (for `Fma16`).
@@ -105,6 +109,8 @@ impl Helper {
             Helper::Widen(_) => "f16_to_f32",
             Helper::Narrow(t) if bf16(t) => "f32_to_bf16",
             Helper::Narrow(_) => "f32_to_f16",
+            Helper::U64 => "u64",
+            Helper::FmaF32 => "fma_f32",
             Helper::Fma16(t) if bf16(t) => "fma_bf16",
             Helper::Fma16(_) => "fma_f16",
             Helper::SumToOdd => "sum_to_odd",
@@ -140,6 +146,7 @@ impl Helper {
             Helper::SubgroupReduce(WarpOp::ReduceMin) => vec![Helper::MinF32],
             Helper::SubgroupReduce(WarpOp::ReduceMax) => vec![Helper::MaxF32],
             Helper::Fma16(t) => vec![Helper::Widen(*t), Helper::Narrow(*t), Helper::SumToOdd],
+            Helper::FmaF32 => vec![Helper::U64],
             Helper::Mma(t) => vec![Helper::Widen(*t)],
             _ => vec![],
         }
@@ -494,6 +501,8 @@ mod tests {
             Helper::LoopLimit,
             Helper::Saturating,
             Helper::SumToOdd,
+            Helper::U64,
+            Helper::FmaF32,
             Helper::IntToF32Odd,
             Helper::WarpBallot,
         ];

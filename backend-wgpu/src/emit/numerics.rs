@@ -153,6 +153,12 @@ impl UnitEmitter<'_, '_> {
             (MathFn::Abs, ScalarType::U32) => a,
             (MathFn::Min, ScalarType::F32) => self.call(Helper::MinF32, "mpmd_min_f32", v),
             (MathFn::Max, ScalarType::F32) => self.call(Helper::MaxF32, "mpmd_max_f32", v),
+            // Rounded once on the bits: adapters may compute WGSL's `fma`
+            // with two roundings (lavapipe does).
+            (MathFn::Fma, ScalarType::F32) => {
+                let operands = self.opaque_operands(t, v);
+                self.call(Helper::FmaF32, "mpmd_fma_f32", &operands)
+            }
             (_, ScalarType::F32) => {
                 let operands = self.opaque_operands(t, v);
                 format!("{}({})", math_builtin(f), operands.join(", "))

@@ -89,10 +89,19 @@ impl UnitEmitter<'_, '_> {
     /// floats) takes its operands through here, so no operand is a constant
     /// to the driver and no two operands are provably equal.
     pub(super) fn opaque_operands(&mut self, ty: ScalarType, operands: &[String]) -> Vec<String> {
-        operands
+        let at: Vec<(&str, usize)> = operands
             .iter()
             .enumerate()
-            .map(|(position, value)| {
+            .map(|(position, value)| (value.as_str(), position))
+            .collect();
+        self.opaque_operands_at(ty, &at)
+    }
+
+    /// `opaque_operands` with the position (zero word) of each operand given.
+    fn opaque_operands_at(&mut self, ty: ScalarType, operands: &[(&str, usize)]) -> Vec<String> {
+        operands
+            .iter()
+            .map(|&(value, position)| {
                 let k = self.state.opaque_zero(position);
                 self.rt_used.insert(k);
                 if ty == ScalarType::F32 {
@@ -101,6 +110,25 @@ impl UnitEmitter<'_, '_> {
                 opaque_operand(ty, value, &format!("rt_{k}"))
             })
             .collect()
+    }
+
+    /// The operands of binary float operation `op`, opaque: with one zero
+    /// word for both where two equal operands allow no wrong identity
+    /// (`a + a = 2a` and `a * a` hold for infinities and NaN too), else one
+    /// each (`a - a`, `a / a` and `a == a` do not). An operand that already
+    /// is opaque with its word (a product, `Value::opaque_at`) stays as it is.
+    pub(super) fn opaque_binary(&mut self, op: BinaryOp, x: &Value, y: &Value) -> (String, String) {
+        let positions = binary_positions(op);
+        let mut texts = [x.text.clone(), y.text.clone()];
+        for (text, (v, position)) in texts.iter_mut().zip([x, y].into_iter().zip(positions)) {
+            if v.opaque_at != Some(position) {
+                *text = self
+                    .opaque_operands_at(v.ty, &[(text.as_str(), position)])
+                    .remove(0);
+            }
+        }
+        let [a, b] = texts;
+        (a, b)
     }
 
     /// The WGSL text of `e` (temporaries it needs are emitted before it).
@@ -380,14 +408,7 @@ impl UnitEmitter<'_, '_> {
         let (xt, yt) = match t {
             // Every f32 `+ - * /` and comparison: opaque operands (a product
             // that is already opaque with its position's word as it is).
-            ScalarType::F32 if op != BinaryOp::Rem => {
-                let operands = self.opaque_operands(t, &[x.text.clone(), y.text.clone()]);
-                let pick = |v: &Value, position: usize| match v.opaque_at {
-                    Some(p) if p == position => v.text.clone(),
-                    _ => operands[position].clone(),
-                };
-                (pick(&x, 0), pick(&y, 1))
-            }
+            ScalarType::F32 if op != BinaryOp::Rem => self.opaque_binary(op, &x, &y),
             _ => (x.text.clone(), y.text.clone()),
         };
         let mut opaque_at = None;
@@ -399,7 +420,7 @@ impl UnitEmitter<'_, '_> {
             (BinaryOp::Mul, ScalarType::F32) => {
                 let product = binary_text(op, true, &xt, &yt);
                 opaque_at = Some(0);
-                self.opaque_operands(t, &[product]).remove(0)
+                self.opaque_operands_at(t, &[(&product, 0)]).remove(0)
             }
             (BinaryOp::Div, ScalarType::I32) => {
                 self.call(Helper::DivI32, "mpmd_div_i32", &[xt, yt])
@@ -423,6 +444,15 @@ impl UnitEmitter<'_, '_> {
             v.depth += if op == BinaryOp::Mul { 6 } else { 3 };
         }
         Ok(v)
+    }
+}
+
+/// The zero-word positions of the two operands of binary float operation
+/// `op` (`UnitEmitter::opaque_binary`).
+fn binary_positions(op: BinaryOp) -> [usize; 2] {
+    match op {
+        BinaryOp::Add | BinaryOp::Mul => [0, 0],
+        _ => [0, 1],
     }
 }
 

@@ -48,8 +48,8 @@ impl UnitEmitter<'_, '_> {
             }
             _ => {
                 // The f32 operation on opaque bits (`opaque_operands`).
-                let bits = self.opaque_operands(t, &[x.text.clone(), y.text.clone()]);
-                let (a, b) = (self.widen(t, &bits[0]), self.widen(t, &bits[1]));
+                let (a, b) = self.opaque_binary(op, &x, &y);
+                let (a, b) = (self.widen(t, &a), self.widen(t, &b));
                 self.binary_half_values(op, t, &a, &b)?
             }
         };

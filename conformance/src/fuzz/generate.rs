@@ -30,7 +30,7 @@
 //!   float-to-int casts, bitcasts, comparisons), so integers are always exact
 //!   and float outputs are compared bit-exactly unless an inexact value
 //!   reaches them (then `profile`). With [`GenOptions::ieee`] off (WGSL), `/`,
-//!   `%`, `sqrt` and `fma` count as inexact too. Floats are bitcast to integers
+//!   `%` and `sqrt` count as inexact too (`fma` rounds once everywhere). Floats are bitcast to integers
 //!   only through `abs`, since the sign of zero is unspecified;
 //! - loops have literal bounds up to 4 or the scalar `sn` (at most 5), nested
 //!   at most twice: far below 65,535 iterations per invocation;
@@ -290,12 +290,13 @@ struct Input {
 /// Choices that change what the generator promises about floats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GenOptions {
-    /// Treat `/`, `%`, `sqrt` and `fma` as correctly rounded (single rounding),
-    /// as the design requires and IEEE backends (CUDA, the interpreter) do: their
+    /// Treat `/`, `%` and `sqrt` as correctly rounded (single rounding), as
+    /// the design requires and IEEE backends (CUDA, the interpreter) do: their
     /// float results are compared bit-exactly and may feed floor, ceil, casts,
     /// bitcasts and comparisons. Off for WGSL, whose specification bounds these
-    /// only loosely (2.5 ulp division; sqrt, fma and `%` inherited from other
-    /// operations): they then count as inexact.
+    /// only loosely (2.5 ulp division; sqrt and `%` inherited from other
+    /// operations): they then count as inexact. `fma` is exact either way:
+    /// the WGSL backend rounds it once on the bits (docs/numerics.md).
     pub ieee: bool,
     /// Replace some generated names by adversarial ones
     /// ([`super::names::with_adversarial_names`]): keywords and builtins of
@@ -2918,7 +2919,9 @@ impl Gen {
                     a.bound.max(b.bound),
                 )
             }
-            17 if inexact_ok || self.ieee => {
+            // fma rounds once on every backend (the WGSL backend on the
+            // bits): exact, as `+ - *` are, also where `ieee` is off.
+            17 => {
                 let (a, b, c) = (
                     self.float(d, inexact_ok, uniform),
                     self.float(d, inexact_ok, uniform),
@@ -2932,7 +2935,7 @@ impl Gen {
                 );
                 v.uniform &= c.uniform;
                 v.exact &= c.exact;
-                self.rounded(v)
+                v
             }
             18 if inexact_ok => {
                 let (a, b) = (self.float(d, true, uniform), self.float(d, true, uniform));
@@ -3109,7 +3112,7 @@ impl Gen {
         }
     }
 
-    /// The result of `/`, `%`, `sqrt` or `fma`: exact only on IEEE backends.
+    /// The result of `/`, `%` or `sqrt`: exact only on IEEE backends.
     fn rounded(&self, v: Val) -> Val {
         Val {
             exact: v.exact && self.ieee,

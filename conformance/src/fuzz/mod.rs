@@ -151,10 +151,11 @@ impl FloatPolicy {
         mma: MmaJudgement::Bound,
         ..FloatPolicy::IEEE
     };
-    /// WGSL: `/` is within 2.5 ulp, sqrt and fma are inherited from other
-    /// operations, `%` from `x - y * trunc(x / y)`: everything gets the
-    /// profile bound, but the mma, emulated in the documented order on
-    /// exact inputs, is held to the bits.
+    /// WGSL: `/` is within 2.5 ulp, sqrt is inherited from other
+    /// operations, `%` from `x - y * trunc(x / y)` (the backend computes
+    /// `%` and `fma` exactly on the bits, but the specification promises
+    /// neither): everything gets the profile bound, but the mma, emulated
+    /// in the documented order on exact inputs, is held to the bits.
     pub const WGSL: FloatPolicy = FloatPolicy {
         exact: PROFILE,
         profile: PROFILE,

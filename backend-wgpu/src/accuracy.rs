@@ -54,7 +54,7 @@ pub fn accuracy_profile() -> AccuracyProfile {
             ("pow (a > 0)", 128.0),
             ("a / b", 0.5),
             ("a * b + c (no contraction)", 0.0),
-            ("fma(a, b, 1)", 1.0),
+            ("fma(a, b, 1)", 0.5),
         ],
         deviations: vec![(
             "log_subnormal",

@@ -362,6 +362,9 @@ fn special_values_on_this_adapter() {
         o[16].is_nan() && o[17].is_nan() && o[19].is_nan(),
         "inf - inf, inf * 0, inf / inf"
     );
+    // One value on both sides: lavapipe folded it to 0 until every float
+    // operand was made opaque to the driver (ACCURACY.md).
+    assert!(o[9].is_nan(), "inf - inf, one value: {:e}", o[9]);
     assert_eq!(
         o[15].to_bits(),
         1e-40f32.to_bits(),
@@ -382,9 +385,6 @@ fn special_values_on_this_adapter() {
             o[2]
         );
         assert_eq!(o[10], 1.0, "tanh(100)");
-        // The driver folds operations whose operands are one value, assuming
-        // no NaN or infinity (ACCURACY.md): x - x is 0 even for x = inf.
-        assert_eq!(o[9], 0.0);
     }
 }
 

@@ -578,6 +578,117 @@ map k {
     );
 }
 
+/// Issue 28: where lavapipe can prove an operand a constant (a zero derived
+/// from integers, a loop counter after unrolling) or two operands equal, it
+/// applied identities that hold only without infinities and NaN: `x * 0 = 0`,
+/// `x - x = 0`, `fma(x, 0, c) = c`, `x / 0` (16-bit too). Every float
+/// operand is opaque to the driver now (`syntax::opaque_operand`), so each
+/// row matches the interpreter: NaN where the interpreter gives NaN, the
+/// same value (the sign of a zero aside) everywhere else.
+const PROVABLE_OPERANDS: &str = "
+mesh m {
+  threads t = 8;
+}
+kernel k(x: gmem<f32[8]>, d: gmem<i32[8]>, y: gmem<f32[112]>) {
+  let t: u32 = axis_index(t);
+  let xv: f32 = x[t];
+  let dv: i32 = d[t];
+  var acc: f32 = 0.0;
+  for j: u32 in 0u..2u {
+    acc += xv * f32(j);
+  }
+  y[t] = acc;
+  y[8u + t] = xv - xv;
+  y[16u + t] = fma(xv, f32(dv & 0), 1.0);
+  y[24u + t] = f32(dv) / f32(dv - dv);
+  y[32u + t] = f32(dv & 0) * xv;
+  y[40u + t] = f32(f16(dv) / f16(dv * 0));
+  y[48u + t] = f32(bf16(dv) / bf16(dv & 0));
+  y[56u + t] = xv + (-xv);
+  y[64u + t] = f32(xv == xv) + 2.0 * f32(xv >= xv);
+  y[72u + t] = f32(f16(xv) - f16(xv));
+  y[80u + t] = sqrt(xv * xv);
+  y[88u + t] = f32(fma(bf16(xv), bf16(dv * 0), bf16(1.0)));
+  y[96u + t] = xv * f32(dv - dv) + 1.0;
+  y[104u + t] = f32(dv - dv) / f32(dv * 0);
+}
+map k {
+  programs [m: k];
+  inputs [x: gmem<f32[8]>, d: gmem<i32[8]>];
+  outputs [y: gmem<f32[112]>];
+}
+";
+
+#[test]
+fn infinities_and_nan_survive_operands_the_driver_can_prove() {
+    let rows = [
+        "acc += x * f32(j), j from 0, unrolled",
+        "x - x",
+        "fma(x, f32(d & 0), 1.0)",
+        "f32(d) / f32(d - d)",
+        "f32(d & 0) * x",
+        "f16(d) / f16(d * 0)",
+        "bf16(d) / bf16(d & 0)",
+        "x + (-x)",
+        "(x == x) + 2 (x >= x)",
+        "f16(x) - f16(x)",
+        "sqrt(x * x)",
+        "bf16 fma(x, d * 0, 1)",
+        "x * f32(d - d) + 1",
+        "f32(d - d) / f32(d * 0)",
+    ];
+    let m = module(PROVABLE_OPERANDS);
+    let x = [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1.0,
+        -2.5,
+        1.0e30,
+        f32::MAX,
+        0.0,
+    ];
+    let d = [1, 2, -3, 4, 5, 6, 7, 0];
+    let a = args(
+        vec![
+            ("x", HostTensor::from_f32(vec![8], &x)),
+            ("d", HostTensor::from_i32(vec![8], &d)),
+        ],
+        vec![],
+    );
+    let p = plan(&m, "k");
+    let expected = Interpreter::new().run(&p, &a, &fast()).unwrap().outputs["y"].to_f32();
+    // The interpreter is IEEE: the rows this test is about.
+    assert!(
+        expected[..8].iter().take(3).all(|v| v.is_nan()),
+        "{expected:?}"
+    );
+    assert!(expected[24..32]
+        .iter()
+        .all(|v| v.is_infinite() || v.is_nan()));
+    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
+        return;
+    };
+    let got = wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].to_f32();
+    let mut wrong = vec![];
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        // NaN matches NaN (payloads are unspecified), zeros match whatever
+        // their sign (unspecified), everything else bit for bit.
+        if !(g.is_nan() && e.is_nan()
+            || g == e && g.to_bits() == e.to_bits()
+            || *g == 0.0 && *e == 0.0)
+        {
+            wrong.push(format!(
+                "{} with x = {:e}, d = {}: wgpu {g:e}, interpreter {e:e}",
+                rows[i / 8],
+                x[i % 8],
+                d[i % 8]
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 // ---- item 5: run-time errors that say what happened ---------------------------------
 
 const D22: &str = "

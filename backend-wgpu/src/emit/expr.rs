@@ -6,7 +6,7 @@ use mpmd_core::ir::{BinaryOp, Expr, Literal, MathFn, ScalarType, UnaryOp};
 use super::bindings::sanitize;
 use super::helpers::Helper;
 use super::memory::load_text;
-use super::syntax::{binary_text, literal_text, wgsl_scalar};
+use super::syntax::{binary_text, literal_text, opaque_operand, wgsl_scalar};
 use super::unit::{Named, UnitEmitter};
 use super::EmitError;
 
@@ -29,6 +29,9 @@ pub(super) struct Value {
     /// A literal not yet written: its parent decides whether it is spelled
     /// or read at run time (`UnitEmitter::spell`); `text` is empty until then.
     pub(super) leaf: Option<Literal>,
+    /// `text` is already opaque with the zero word of this operand position
+    /// (an f32 product): as that operand it needs no second wrap.
+    pub(super) opaque_at: Option<usize>,
 }
 
 impl Value {
@@ -39,6 +42,7 @@ impl Value {
             depth: 0,
             constant: true,
             leaf: Some(lit),
+            opaque_at: None,
         }
     }
 
@@ -49,6 +53,7 @@ impl Value {
             depth: 0,
             constant,
             leaf: None,
+            opaque_at: None,
         }
     }
 
@@ -60,6 +65,7 @@ impl Value {
             depth: operands.iter().map(|v| v.depth).max().unwrap_or(0) + 4,
             constant: operands.iter().all(|v| v.constant),
             leaf: None,
+            opaque_at: None,
         }
     }
 
@@ -73,6 +79,56 @@ impl UnitEmitter<'_, '_> {
         let k = self.state.runtime_literal(lit);
         self.rt_used.insert(k);
         format!("rt_{k}")
+    }
+
+    /// `operands` of one float operation (f32 values, or 16-bit float
+    /// bits), each made opaque with the zero word of its position
+    /// (`syntax::opaque_operand`). This is the one place that decides it:
+    /// every float operation the driver could simplify (`+ - * /`, `fma`,
+    /// comparisons, math functions, on f32 and on the f32 values of 16-bit
+    /// floats) takes its operands through here, so no operand is a constant
+    /// to the driver and no two operands are provably equal.
+    pub(super) fn opaque_operands(&mut self, ty: ScalarType, operands: &[String]) -> Vec<String> {
+        let at: Vec<(&str, usize)> = operands
+            .iter()
+            .enumerate()
+            .map(|(position, value)| (value.as_str(), position))
+            .collect();
+        self.opaque_operands_at(ty, &at)
+    }
+
+    /// `opaque_operands` with the position (zero word) of each operand given.
+    fn opaque_operands_at(&mut self, ty: ScalarType, operands: &[(&str, usize)]) -> Vec<String> {
+        operands
+            .iter()
+            .map(|&(value, position)| {
+                let k = self.state.opaque_zero(position);
+                self.rt_used.insert(k);
+                if ty == ScalarType::F32 {
+                    self.state.helpers.insert(Helper::Opaque);
+                }
+                opaque_operand(ty, value, &format!("rt_{k}"))
+            })
+            .collect()
+    }
+
+    /// The operands of binary float operation `op`, opaque: with one zero
+    /// word for both where two equal operands allow no wrong identity
+    /// (`a + a = 2a` and `a * a` hold for infinities and NaN too), else one
+    /// each (`a - a`, `a / a` and `a == a` do not). An operand that already
+    /// is opaque with its word (a product, `Value::opaque_at`) stays as it is.
+    pub(super) fn opaque_binary(&mut self, op: BinaryOp, x: &Value, y: &Value) -> (String, String) {
+        let positions = binary_positions(op);
+        let mut texts = [x.text.clone(), y.text.clone()];
+        for (text, (v, position)) in texts.iter_mut().zip([x, y].into_iter().zip(positions)) {
+            if v.opaque_at != Some(position) {
+                *text = self
+                    .opaque_operands_at(v.ty, &[(text.as_str(), position)])
+                    .remove(0);
+            }
+        }
+        let [a, b] = texts;
+        (a, b)
     }
 
     /// The WGSL text of `e` (temporaries it needs are emitted before it).
@@ -211,7 +267,12 @@ impl UnitEmitter<'_, '_> {
                     .collect();
                 let texts: Vec<String> = vs.iter().map(|v| v.text.clone()).collect();
                 let text = self.math(*f, t, &texts)?;
-                Value::op(text, t, &vs.iter().collect::<Vec<_>>())
+                let mut v = Value::op(text, t, &vs.iter().collect::<Vec<_>>());
+                if t.is_float() {
+                    // Opaque operands (`opaque_operands`) nest three deeper.
+                    v.depth += 3;
+                }
+                v
             }
         };
         Ok(self.bounded(v))
@@ -230,6 +291,7 @@ impl UnitEmitter<'_, '_> {
             depth: 0,
             constant: v.constant,
             leaf: None,
+            opaque_at: v.opaque_at,
         }
     }
 
@@ -343,14 +405,22 @@ impl UnitEmitter<'_, '_> {
         } else {
             t
         };
-        let (xt, yt) = (x.text.clone(), y.text.clone());
+        let (xt, yt) = match t {
+            // Every f32 `+ - * /` and comparison: opaque operands (a product
+            // that is already opaque with its position's word as it is).
+            ScalarType::F32 if op != BinaryOp::Rem => self.opaque_binary(op, &x, &y),
+            _ => (x.text.clone(), y.text.clone()),
+        };
+        let mut opaque_at = None;
         let text = match (op, t) {
-            // No contraction into fma: multiply the product by a 1.0 the
-            // compiler cannot see, so a following add cannot fuse with the
-            // rounding of x * y (fusing the outer multiply is exact).
-            (BinaryOp::Mul, ScalarType::F32) if !self.state.plan.map.fast_math => {
-                let one = self.runtime_literal(Literal::f32(1.0));
-                binary_text(op, true, &binary_text(op, true, &xt, &yt), &one)
+            // No contraction into fma: the product itself is opaque too, so
+            // no consumer that adds it (an f32 atomic add, a warp sum) sees a
+            // multiply it could fuse with. Fast math allows contraction, but
+            // the operands of `+` are opaque anyway: WGSL never contracts.
+            (BinaryOp::Mul, ScalarType::F32) => {
+                let product = binary_text(op, true, &xt, &yt);
+                opaque_at = Some(0);
+                self.opaque_operands_at(t, &[(&product, 0)]).remove(0)
             }
             (BinaryOp::Div, ScalarType::I32) => {
                 self.call(Helper::DivI32, "mpmd_div_i32", &[xt, yt])
@@ -367,7 +437,22 @@ impl UnitEmitter<'_, '_> {
             (BinaryOp::Rem, _) => self.call(Helper::Fmod, "mpmd_fmod", &[xt, yt]),
             _ => binary_text(op, t == ScalarType::F32, &xt, &yt),
         };
-        Ok(Value::op(text, result, &[&x, &y]))
+        let mut v = Value::op(text, result, &[&x, &y]);
+        v.opaque_at = opaque_at;
+        if t == ScalarType::F32 && op != BinaryOp::Rem {
+            // Opaque operands nest three deeper, a product six.
+            v.depth += if op == BinaryOp::Mul { 6 } else { 3 };
+        }
+        Ok(v)
+    }
+}
+
+/// The zero-word positions of the two operands of binary float operation
+/// `op` (`UnitEmitter::opaque_binary`).
+fn binary_positions(op: BinaryOp) -> [usize; 2] {
+    match op {
+        BinaryOp::Add | BinaryOp::Mul => [0, 0],
+        _ => [0, 1],
     }
 }
 

@@ -14,6 +14,7 @@ use super::dispatch::{
 };
 use super::helpers::Helper;
 use super::sync::{hoisting, Hoisting};
+use super::syntax::OPAQUE_POSITIONS;
 use super::unit::UnitEmitter;
 use super::{
     fuses_programs, is_split_unit, AccessSite, Dispatch, EmitError, EmitOptions, EmittedModule,
@@ -27,9 +28,14 @@ pub(super) struct ModuleState<'p> {
     pub(super) layout: BindingLayout,
     /// Scalar operands in `mpmd_params` word order.
     pub(super) scalar_slots: Vec<(Name, ScalarType)>,
-    /// Literals read at run time (`rt_<k>`), after the scalars.
+    /// Words read at run time (`rt_<k>`), after the scalars: literals and
+    /// the opaque zero words.
     pub(super) literals: Vec<Literal>,
     literal_slot: HashMap<Literal, usize>,
+    /// The `rt_<k>` slots of the opaque zero words, by operand position
+    /// (`UnitEmitter::opaque_operands`): each its own slot, never shared
+    /// with a literal `0u` or with another position.
+    opaque_zero_slot: [Option<usize>; OPAQUE_POSITIONS],
     /// Helper functions the code called so far.
     pub(super) helpers: BTreeSet<Helper>,
     /// Accesses that error records name, by site id.
@@ -56,6 +62,7 @@ impl<'p> ModuleState<'p> {
             scalar_slots,
             literals: vec![],
             literal_slot: HashMap::new(),
+            opaque_zero_slot: [None; OPAQUE_POSITIONS],
             helpers: BTreeSet::new(),
             sites: vec![],
             smem_atomic: BTreeSet::new(),
@@ -71,6 +78,23 @@ impl<'p> ModuleState<'p> {
         self.literals.push(lit);
         self.literal_slot.insert(lit, k);
         k
+    }
+
+    /// The `rt_<k>` slot of the zero word that makes operands at `position`
+    /// opaque (a `0u` the driver cannot see; `syntax::opaque_operand`).
+    pub(super) fn opaque_zero(&mut self, position: usize) -> usize {
+        if let Some(k) = self.opaque_zero_slot[position] {
+            return k;
+        }
+        let k = self.literals.len();
+        self.literals.push(Literal::U32(0));
+        self.opaque_zero_slot[position] = Some(k);
+        k
+    }
+
+    /// Whether `rt_<k>` is an opaque zero word (for its comment).
+    pub(super) fn is_opaque_zero(&self, k: usize) -> bool {
+        self.opaque_zero_slot.contains(&Some(k))
     }
 
     /// After the module's header comment: the globals, the helpers and

@@ -28,6 +28,9 @@ pub(super) enum Helper {
     /// `mpmd_loop_pay` and `mpmd_loop_tick`: in every module with a loop cap.
     LoopCap,
     IsNan,
+    /// `mpmd_opaque`: an f32 operand the driver cannot see through
+    /// (`syntax::opaque_operand`).
+    Opaque,
     DivI32,
     DivU32,
     RemI32,
@@ -51,6 +54,10 @@ pub(super) enum Helper {
     Widen(ScalarType),
     /// f32 to the nearest 16-bit float (`mpmd_f32_to_f16`, `mpmd_f32_to_bf16`).
     Narrow(ScalarType),
+    /// 64-bit integer arithmetic on `vec2<u32>` (for `FmaF32`).
+    U64,
+    /// f32 `fma` rounded once, on the bits (`mpmd_fma_f32`).
+    FmaF32,
     /// `fma` rounded once (`mpmd_fma_f16`, `mpmd_fma_bf16`).
     Fma16(ScalarType),
     /// The f32 sum of two floats rounded to odd (for `Fma16`).
@@ -81,6 +88,7 @@ impl Helper {
             Helper::Report => "report",
             Helper::LoopCap => "loop_cap",
             Helper::IsNan => "is_nan",
+            Helper::Opaque => "opaque",
             Helper::DivI32 => "div_i32",
             Helper::DivU32 => "div_u32",
             Helper::RemI32 => "rem_i32",
@@ -101,6 +109,8 @@ impl Helper {
             Helper::Widen(_) => "f16_to_f32",
             Helper::Narrow(t) if bf16(t) => "f32_to_bf16",
             Helper::Narrow(_) => "f32_to_f16",
+            Helper::U64 => "u64",
+            Helper::FmaF32 => "fma_f32",
             Helper::Fma16(t) if bf16(t) => "fma_bf16",
             Helper::Fma16(_) => "fma_f16",
             Helper::SumToOdd => "sum_to_odd",
@@ -136,6 +146,7 @@ impl Helper {
             Helper::SubgroupReduce(WarpOp::ReduceMin) => vec![Helper::MinF32],
             Helper::SubgroupReduce(WarpOp::ReduceMax) => vec![Helper::MaxF32],
             Helper::Fma16(t) => vec![Helper::Widen(*t), Helper::Narrow(*t), Helper::SumToOdd],
+            Helper::FmaF32 => vec![Helper::U64],
             Helper::Mma(t) => vec![Helper::Widen(*t)],
             _ => vec![],
         }
@@ -469,6 +480,7 @@ mod tests {
             Helper::Report,
             Helper::LoopCap,
             Helper::IsNan,
+            Helper::Opaque,
             Helper::DivI32,
             Helper::DivU32,
             Helper::RemI32,
@@ -489,6 +501,8 @@ mod tests {
             Helper::LoopLimit,
             Helper::Saturating,
             Helper::SumToOdd,
+            Helper::U64,
+            Helper::FmaF32,
             Helper::IntToF32Odd,
             Helper::WarpBallot,
         ];

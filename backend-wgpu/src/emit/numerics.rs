@@ -40,22 +40,42 @@ impl UnitEmitter<'_, '_> {
         let ry = constant || (is_arithmetic(op) && y.leaf.is_some());
         let x = self.spell(x, rx);
         let y = self.spell(y, ry);
-        let (a, b) = (self.widen(t, &x.text), self.widen(t, &y.text));
         let (text, ty) = match op {
             BinaryOp::Rem => {
+                let (a, b) = (self.widen(t, &x.text), self.widen(t, &y.text));
                 let r = self.call(Helper::Fmod, "mpmd_fmod", &[a, b]);
                 (self.narrow(t, &r), t)
             }
-            // The product of two 16-bit floats is exact in f32: no contraction can change it.
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => {
-                (self.narrow(t, &binary_text(op, true, &a, &b)), t)
+            _ => {
+                // The f32 operation on opaque bits (`opaque_operands`).
+                let (a, b) = self.opaque_binary(op, &x, &y);
+                let (a, b) = (self.widen(t, &a), self.widen(t, &b));
+                self.binary_half_values(op, t, &a, &b)?
             }
-            _ if op.is_comparison() => (binary_text(op, true, &a, &b), ScalarType::Bool),
-            other => return Err(self.invalid(format!("`{other:?}` on `{t}`"))),
         };
         let mut v = Value::op(text, ty, &[&x, &y]);
-        v.depth += 4;
+        // The widening and narrowing calls and the opaque bits.
+        v.depth += 5;
         Ok(v)
+    }
+
+    /// `a op b` on the widened f32 values `a`, `b` of two 16-bit floats of
+    /// type `t` (not `%`): the text and its type.
+    fn binary_half_values(
+        &mut self,
+        op: BinaryOp,
+        t: ScalarType,
+        a: &str,
+        b: &str,
+    ) -> Result<(String, ScalarType), EmitError> {
+        Ok(match op {
+            // The product of two 16-bit floats is exact in f32: no contraction can change it.
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div => {
+                (self.narrow(t, &binary_text(op, true, a, b)), t)
+            }
+            _ if op.is_comparison() => (binary_text(op, true, a, b), ScalarType::Bool),
+            other => return Err(self.invalid(format!("`{other:?}` on `{t}`"))),
+        })
     }
 
     /// The exact f32 value of 16-bit float bits `v` of type `t`.
@@ -133,6 +153,16 @@ impl UnitEmitter<'_, '_> {
             (MathFn::Abs, ScalarType::U32) => a,
             (MathFn::Min, ScalarType::F32) => self.call(Helper::MinF32, "mpmd_min_f32", v),
             (MathFn::Max, ScalarType::F32) => self.call(Helper::MaxF32, "mpmd_max_f32", v),
+            // Rounded once on the bits: adapters may compute WGSL's `fma`
+            // with two roundings (lavapipe does).
+            (MathFn::Fma, ScalarType::F32) => {
+                let operands = self.opaque_operands(t, v);
+                self.call(Helper::FmaF32, "mpmd_fma_f32", &operands)
+            }
+            (_, ScalarType::F32) => {
+                let operands = self.opaque_operands(t, v);
+                format!("{}({})", math_builtin(f), operands.join(", "))
+            }
             _ => format!("{}({})", math_builtin(f), v.join(", ")),
         })
     }
@@ -154,12 +184,13 @@ impl UnitEmitter<'_, '_> {
             }
             MathFn::Fma => {
                 let one = self.runtime_literal(Literal::f32(1.0));
-                let mut args = v.to_vec();
+                let mut args = self.opaque_operands(t, v);
                 args.push(one);
                 self.call(Helper::Fma16(t), &format!("mpmd_fma_{n}"), &args)
             }
             _ => {
-                let wide: Vec<String> = v.iter().map(|a| self.widen(t, a)).collect();
+                let bits = self.opaque_operands(t, v);
+                let wide: Vec<String> = bits.iter().map(|a| self.widen(t, a)).collect();
                 self.narrow(t, &format!("{}({})", math_builtin(f), wide.join(", ")))
             }
         }

@@ -61,6 +61,14 @@ fn mpmd_is_nan(x: f32) -> bool {
   return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
+// ==== section opaque
+// v, with its bits OR'd with a 0u read at run time: the driver cannot prove
+// the result a constant or equal to another operand, so it applies no
+// identity that holds only without infinities and NaN (x * 0 = 0, x - x = 0).
+fn mpmd_opaque(v: f32, zero: u32) -> f32 {
+  return bitcast<f32>(bitcast<u32>(v) | zero);
+}
+
 // ==== section div_i32
 // Division by zero returns the dividend; i32::MIN / -1 wraps to i32::MIN.
 fn mpmd_div_i32(a: i32, b: i32) -> i32 {
@@ -339,6 +347,142 @@ fn mpmd_f32_to_f16(x: f32) -> u32 {
   let half = 1u << (shift - 1u);
   let up = rest > half || (rest == half && (q & 1u) == 1u);
   return sign | (q + u32(up));
+}
+
+// ==== section u64
+// Unsigned 64-bit integers as vec2<u32>(high word, low word), for fma_f32.
+// Shift amounts of 32 or more are written out: WGSL shifts a u32 by the
+// amount modulo 32.
+fn mpmd_u64_shl(x: vec2<u32>, n: u32) -> vec2<u32> {
+  if (n == 0u) { return x; }
+  if (n >= 64u) { return vec2<u32>(0u, 0u); }
+  if (n >= 32u) { return vec2<u32>(x.y << (n - 32u), 0u); }
+  return vec2<u32>((x.x << n) | (x.y >> (32u - n)), x.y << n);
+}
+
+fn mpmd_u64_shr(x: vec2<u32>, n: u32) -> vec2<u32> {
+  if (n == 0u) { return x; }
+  if (n >= 64u) { return vec2<u32>(0u, 0u); }
+  if (n >= 32u) { return vec2<u32>(0u, x.x >> (n - 32u)); }
+  return vec2<u32>(x.x >> n, (x.y >> n) | (x.x << (32u - n)));
+}
+
+// Whether any of the n lowest bits of x is set.
+fn mpmd_u64_low_bits(x: vec2<u32>, n: u32) -> bool {
+  if (n == 0u) { return false; }
+  if (n >= 64u) { return (x.x | x.y) != 0u; }
+  let low = mpmd_u64_shl(x, 64u - n);
+  return (low.x | low.y) != 0u;
+}
+
+fn mpmd_u64_clz(x: vec2<u32>) -> u32 {
+  if (x.x != 0u) { return countLeadingZeros(x.x); }
+  return 32u + countLeadingZeros(x.y);
+}
+
+fn mpmd_u64_add(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+  let low = a.y + b.y;
+  return vec2<u32>(a.x + b.x + select(0u, 1u, low < a.y), low);
+}
+
+// a - b for a >= b.
+fn mpmd_u64_sub(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+  return vec2<u32>(a.x - b.x - select(0u, 1u, a.y < b.y), a.y - b.y);
+}
+
+fn mpmd_u64_less(a: vec2<u32>, b: vec2<u32>) -> bool {
+  return a.x < b.x || (a.x == b.x && a.y < b.y);
+}
+
+// ==== section fma_f32
+// fma on f32 rounded once (nearest, ties to even), on the bits: lavapipe's
+// fma rounds the product first, which a chain of fma (a matmul over k = 256)
+// carries past any fixed bound. NaN, infinities and zero operands take the
+// plain operations, which are exact there (an infinite or NaN c with finite
+// factors is the result). Otherwise the product of the
+// significands is exact in 48 bits, both terms are aligned with their
+// leading bit at bit 62 of a 64-bit integer, the smaller shifted right with
+// the bits it loses kept as a sticky bit (the larger's bit 0 is always 0,
+// so the sum is odd and never a tie when it is inexact), added or
+// subtracted, and rounded once to 24 bits, or to the subnormal grid 2^-149.
+fn mpmd_fma_f32(a: f32, b: f32, c: f32) -> f32 {
+  let ua = bitcast<u32>(a);
+  let ub = bitcast<u32>(b);
+  let uc = bitcast<u32>(c);
+  let ea = (ua >> 23u) & 0xffu;
+  let eb = (ub >> 23u) & 0xffu;
+  let ec = (uc >> 23u) & 0xffu;
+  // An infinite or NaN c with finite factors: the exact product is finite
+  // (a * b may overflow, and inf - inf would be NaN).
+  if (ec == 255u && ea != 255u && eb != 255u) { return c; }
+  if (ea == 255u || eb == 255u || ec == 255u || (ua << 1u) == 0u || (ub << 1u) == 0u) {
+    return a * b + c;
+  }
+  if ((uc << 1u) == 0u) { return a * b; }
+  // Significands and the exponents of their lowest bits: value = m * 2^x.
+  let ma = select((ua & 0x7fffffu) | 0x800000u, ua & 0x7fffffu, ea == 0u);
+  let mb = select((ub & 0x7fffffu) | 0x800000u, ub & 0x7fffffu, eb == 0u);
+  let mc = select((uc & 0x7fffffu) | 0x800000u, uc & 0x7fffffu, ec == 0u);
+  let xa = i32(max(ea, 1u)) - 150i;
+  let xb = i32(max(eb, 1u)) - 150i;
+  let xc = i32(max(ec, 1u)) - 150i;
+  // The product of the significands, exactly, from 16-bit halves.
+  let a0 = ma & 0xffffu;
+  let a1 = ma >> 16u;
+  let b0 = mb & 0xffffu;
+  let b1 = mb >> 16u;
+  let p00 = a0 * b0;
+  let mid = a0 * b1 + a1 * b0;
+  let low = p00 + (mid << 16u);
+  var p = vec2<u32>(a1 * b1 + (mid >> 16u) + select(0u, 1u, low < p00), low);
+  var q = vec2<u32>(0u, mc);
+  // Leading bits at bit 62 (bit 63 takes a carry).
+  let sp = mpmd_u64_clz(p) - 1u;
+  let sq = mpmd_u64_clz(q) - 1u;
+  p = mpmd_u64_shl(p, sp);
+  q = mpmd_u64_shl(q, sq);
+  let xp = xa + xb - i32(sp);
+  let xq = xc - i32(sq);
+  let sign_p = (ua ^ ub) & 0x80000000u;
+  let sign_q = uc & 0x80000000u;
+  // The larger magnitude first.
+  var big = p;
+  var small = q;
+  var x = xp;
+  var gap = xp - xq;
+  var sign = sign_p;
+  if (xq > xp || (xq == xp && mpmd_u64_less(p, q))) {
+    big = q;
+    small = p;
+    x = xq;
+    gap = xq - xp;
+    sign = sign_q;
+  }
+  let shift_small = u32(min(gap, 64i));
+  let lost = mpmd_u64_low_bits(small, shift_small);
+  small = mpmd_u64_shr(small, shift_small);
+  small.y = small.y | select(0u, 1u, lost);
+  var s = mpmd_u64_add(big, small);
+  if (sign_p != sign_q) { s = mpmd_u64_sub(big, small); }
+  if ((s.x | s.y) == 0u) { return 0.0f; }
+  // Keep 24 bits, or down to the subnormal grid: m * 2^(x + shift).
+  let top = 63i - i32(mpmd_u64_clz(s));
+  let shift = max(top - 23i, -149i - x);
+  var m = 0u;
+  if (shift <= 0i) {
+    m = mpmd_u64_shl(s, u32(-shift)).y;
+  } else {
+    m = mpmd_u64_shr(s, u32(shift)).y;
+    let guard = (mpmd_u64_shr(s, u32(shift - 1i)).y & 1u) == 1u;
+    let rest = mpmd_u64_low_bits(s, u32(shift - 1i));
+    if (guard && (rest || (m & 1u) == 1u)) { m = m + 1u; }
+  }
+  // The biased exponent less one: a carry of m into bit 24 steps it.
+  let k = x + shift + 149i;
+  if (k >= 255i) { return bitcast<f32>(sign | 0x7f800000u); }
+  let bits = (u32(k) << 23u) + m;
+  if (bits >= 0x7f800000u) { return bitcast<f32>(sign | 0x7f800000u); }
+  return bitcast<f32>(sign | bits);
 }
 
 // ==== section fma_bf16

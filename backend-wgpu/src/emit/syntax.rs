@@ -92,6 +92,30 @@ pub(super) fn binary_text(op: BinaryOp, float: bool, a: &str, b: &str) -> String
     format!("({a} {} {b})", binary_operator(op))
 }
 
+/// How many operand positions float operations have at most (`fma`): one
+/// opaque zero word each (`opaque_operand`).
+pub(super) const OPAQUE_POSITIONS: usize = 3;
+
+/// A float operand of a float operation, made opaque to the driver's
+/// optimiser: its bits OR'd with `zero_word`, a `0u` read at run time (one
+/// word per operand position). The value and its bits are unchanged, but
+/// the driver can no longer prove the operand a constant (a zero derived from
+/// integers, `f32(d & 0)`, or a loop counter after unrolling) or two operands
+/// equal (`x - x`), so it cannot apply the identities that hold only without
+/// infinities and NaN (`x * 0 = 0`, `x - x = 0`, `fma(x, 0, c) = c`): the
+/// SPIR-V that naga emits does not declare `SignedZeroInfNanPreserve`, and
+/// lavapipe applies them. An operand that is not a bare multiply also keeps
+/// the driver from contracting `a * b + c` into an fma. `ty` is `f32` (the
+/// value, through the `mpmd_opaque` helper) or a 16-bit float (its bits in a
+/// `u32`).
+pub(super) fn opaque_operand(ty: ScalarType, value: &str, zero_word: &str) -> String {
+    if ty.is_16bit() {
+        format!("({value} | {zero_word})")
+    } else {
+        format!("mpmd_opaque({value}, {zero_word})")
+    }
+}
+
 /// The WGSL built-in of a math function on f32 (the others are helpers).
 pub(super) fn math_builtin(f: MathFn) -> &'static str {
     match f {

@@ -447,7 +447,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             }
         }
         if !self.rt_used.is_empty() {
-            out.push_str("  // Literals read at run time (operations on literals alone would be folded by WGSL).\n");
+            out.push_str("  // Words read at run time: literals (operations on literals alone would be folded by WGSL) and the zeros that make float operands opaque.\n");
             let scalars = self.state.scalar_slots.len();
             for &k in &self.rt_used {
                 let lit = self.state.literals[k];
@@ -457,7 +457,11 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                     "  let rt_{k}: {} = {}; // {}",
                     wgsl_scalar(lit.ty()),
                     from_word(lit.ty(), WordType::U32, &word),
-                    describe_literal(lit)
+                    if self.state.is_opaque_zero(k) {
+                        "0u, makes float operands opaque".to_string()
+                    } else {
+                        describe_literal(lit)
+                    }
                 )
                 .unwrap();
             }

@@ -55,6 +55,11 @@ struct Args {
     /// fragment loads (default: the generator's, `GenOptions::mma`).
     #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(0..=100))]
     mma: Option<u32>,
+    /// Percent of the modules whose first program computes on edge values
+    /// with operands a compiler can prove zero or equal (default: the
+    /// generator's, `GenOptions::provable_operands`).
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(0..=100))]
+    provable_operands: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -108,6 +113,9 @@ fn main() -> ExitCode {
             ieee: !with_wgsl,
             warps: args.warps.unwrap_or(GenOptions::default().warps),
             mma: args.mma.unwrap_or(GenOptions::default().mma),
+            provable_operands: args
+                .provable_operands
+                .unwrap_or(GenOptions::default().provable_operands),
             ..Default::default()
         },
         ..FuzzConfig::default()

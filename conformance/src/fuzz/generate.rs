@@ -30,7 +30,7 @@
 //!   float-to-int casts, bitcasts, comparisons), so integers are always exact
 //!   and float outputs are compared bit-exactly unless an inexact value
 //!   reaches them (then `profile`). With [`GenOptions::ieee`] off (WGSL), `/`,
-//!   `%`, `sqrt` and `fma` count as inexact too. Floats are bitcast to integers
+//!   `%` and `sqrt` count as inexact too (`fma` rounds once everywhere). Floats are bitcast to integers
 //!   only through `abs`, since the sign of zero is unspecified;
 //! - loops have literal bounds up to 4 or the scalar `sn` (at most 5), nested
 //!   at most twice: far below 65,535 iterations per invocation;
@@ -66,6 +66,16 @@
 //!   `mma`: nothing else depends on them, as the mode's probes need
 //!   (docs/numerics.md), and every input of a fragment is exact, so the
 //!   CPU backends must match the oracle's bits.
+//! - provable operands ([`GenOptions::provable_operands`], a stream of its
+//!   own): in the first program, at its top level, an edge value `zx` from
+//!   the `special` input `xz`, an integer `zd` and zeros derived from it
+//!   (`zd & 0`, `zd - zd`, `zd * 0`), then per thread a loop from 0 that
+//!   accumulates `zx * f32(j)`, a self-subtraction, `fma` with a zero
+//!   factor, a division by a zero, a product with a zero, and one 16-bit
+//!   operation of those shapes, stored to `zs0` and compared exactly: each
+//!   result is a zero, an infinity, NaN or a correctly rounded sum of
+//!   multiples of `zx`, on every backend, and a compiler that folds as if
+//!   no infinity or NaN existed (lavapipe did) disagrees.
 
 use mpmd_core::case::{CaseSpec, CompareMode, Generator};
 use mpmd_core::ir::*;
@@ -93,6 +103,19 @@ const REDUCE_TYPES: [ScalarType; 4] = [I32, U32, F32, F32];
 /// The f32 input of edge values (`special`) that only warp collectives read.
 pub const WARP_SPECIALS: &str = "xw";
 const WARP_SPECIALS_LEN: u32 = 64;
+/// The f32 input of edge values (`special`) that only the provable-operand
+/// statements read ([`GenOptions::provable_operands`]).
+pub const PROVABLE_SPECIALS: &str = "xz";
+const PROVABLE_SPECIALS_LEN: u32 = 64;
+/// The output of the provable-operand statements of the first program,
+/// `[PROVABLE_SLOTS, threads]`, compared exactly (NaN matches NaN).
+const PROVABLE_OUTPUT: &str = "zs0";
+/// Slots of `zs0`: a loop from 0 unrolled, self-subtraction, fma with a
+/// zero, a division by a zero, a product with a zero, a 16-bit operation.
+const PROVABLE_SLOTS: u32 = 6;
+/// Percent of the modules with provable-operand statements (the default of
+/// [`GenOptions::provable_operands`]).
+const PROVABLE_PERCENT: u32 = 25;
 /// The per-thread digest of a program's warp results, stored to `wo<i>`.
 const WARP_DIGEST: &str = "wd";
 /// Slots of `ws<i>`: the last special `reduce_add`, `reduce_min`,
@@ -267,12 +290,13 @@ struct Input {
 /// Choices that change what the generator promises about floats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GenOptions {
-    /// Treat `/`, `%`, `sqrt` and `fma` as correctly rounded (single rounding),
-    /// as the design requires and IEEE backends (CUDA, the interpreter) do: their
+    /// Treat `/`, `%` and `sqrt` as correctly rounded (single rounding), as
+    /// the design requires and IEEE backends (CUDA, the interpreter) do: their
     /// float results are compared bit-exactly and may feed floor, ceil, casts,
     /// bitcasts and comparisons. Off for WGSL, whose specification bounds these
-    /// only loosely (2.5 ulp division; sqrt, fma and `%` inherited from other
-    /// operations): they then count as inexact.
+    /// only loosely (2.5 ulp division; sqrt and `%` inherited from other
+    /// operations): they then count as inexact. `fma` is exact either way:
+    /// the WGSL backend rounds it once on the bits (docs/numerics.md).
     pub ieee: bool,
     /// Replace some generated names by adversarial ones
     /// ([`super::names::with_adversarial_names`]): keywords and builtins of
@@ -289,6 +313,15 @@ pub struct GenOptions {
     /// the mma statements choose: a module without them is the same for
     /// every value.
     pub mma: u32,
+    /// Percent of the modules whose first program also computes, on edge
+    /// values (NaN, infinities, extremes) from the `special` input `xz`,
+    /// float operations where a compiler can prove an operand zero or two
+    /// operands equal: zeros derived from integers (`d & 0`, `d - d`,
+    /// `d * 0`), a loop from 0 that a compiler unrolls (`acc += x * f32(j)`),
+    /// self-subtraction; stored to `zs0` and compared exactly (issue 28:
+    /// lavapipe folded `x * 0` to 0, `x - x` to 0). Drawn from a stream of
+    /// its own: a module without them is the same for every value.
+    pub provable_operands: u32,
 }
 
 impl Default for GenOptions {
@@ -298,6 +331,7 @@ impl Default for GenOptions {
             adversarial_names: true,
             warps: 25,
             mma: MMA_PERCENT,
+            provable_operands: PROVABLE_PERCENT,
         }
     }
 }
@@ -321,6 +355,9 @@ pub fn generate_with(seed: u64, options: &GenOptions) -> CaseFile {
     let mut mma_rng = Rng::for_stream(seed, &["mma"]);
     gen.module_mma = gen.module_warps && mma_rng.chance(options.mma);
     gen.mma_rng = mma_rng;
+    let mut provable_rng = Rng::for_stream(seed, &["provable operands"]);
+    gen.module_provable = provable_rng.chance(options.provable_operands);
+    gen.provable_rng = provable_rng;
     let file = gen.file();
     if !options.adversarial_names {
         return file;
@@ -376,6 +413,11 @@ struct Gen {
     /// is as without them).
     module_mma: bool,
     mma_rng: Rng,
+    /// The module's first program has the provable-operand statements
+    /// ([`GenOptions::provable_operands`]), and the stream that makes their
+    /// choices (never `rng`).
+    module_provable: bool,
+    provable_rng: Rng,
 }
 
 /// The helper function and constant a generated module may use: a loop
@@ -457,6 +499,8 @@ impl Gen {
             warp_vals: vec![],
             module_mma: false,
             mma_rng: Rng::for_stream(seed, &["mma"]),
+            module_provable: false,
+            provable_rng: Rng::for_stream(seed, &["provable operands"]),
         }
     }
 
@@ -641,6 +685,9 @@ impl Gen {
         if self.programs.iter().any(|p| p.warps) {
             b = b.input(WARP_SPECIALS, gmem(F32, [WARP_SPECIALS_LEN]));
         }
+        if self.module_provable {
+            b = b.input(PROVABLE_SPECIALS, gmem(F32, [PROVABLE_SPECIALS_LEN]));
+        }
         for (i, p) in self.programs.iter().enumerate() {
             for (g, group) in p.mma.iter().enumerate() {
                 if group.source_needed(MmaSource::Gmem) {
@@ -663,6 +710,10 @@ impl Gen {
                 let shape = [slots, p.blocks * p.threads, mma::C_LEN];
                 b = b.output_zeroed(&format!("{MMA_OUTPUT_PREFIX}{i}"), gmem(F32, shape));
             }
+        }
+        if self.module_provable {
+            let n = self.programs[0].blocks * self.programs[0].threads;
+            b = b.output_zeroed(PROVABLE_OUTPUT, gmem(F32, [PROVABLE_SLOTS, n]));
         }
         if self.programs.iter().any(|p| p.uses_counters) {
             b = b.output_zeroed("cnt", gmem(U32, [COUNTER_OPS.len() as u32]));
@@ -833,7 +884,9 @@ impl Gen {
                 let Type::Ref(r) = &x.ty else { continue };
                 let mma_special = self.mma_input_is_special(&x.name);
                 let g = match r.elem {
-                    _ if x.name == WARP_SPECIALS => Generator::Special,
+                    _ if x.name == WARP_SPECIALS || x.name == PROVABLE_SPECIALS => {
+                        Generator::Special
+                    }
                     // Fragment sources: NaN payloads never reach a bitcast.
                     _ if mma_special == Some(true) => Generator::Special,
                     _ if mma_special == Some(false) => Generator::Uniform {
@@ -874,6 +927,10 @@ impl Gen {
                     // Edge values moved and reduced exactly (NaN payloads
                     // and the sign of zero are not compared).
                     name if name.starts_with("ws") => CompareMode::Exact,
+                    // Edge values through operations on provable operands:
+                    // every result is exact (zeros, infinities, NaN, or
+                    // correctly rounded sums of multiples of an input).
+                    PROVABLE_OUTPUT => CompareMode::Exact,
                     // Sums of mma results: the tensor-core bound on a GPU
                     // (the fuzzer holds the CPU backends to the bits).
                     name if name.starts_with(MMA_OUTPUT_PREFIX) => CompareMode::Mma,
@@ -1010,6 +1067,10 @@ impl Gen {
                 target: at(&format!("wo{i}"), [var("gid")]),
                 value: var(WARP_DIGEST),
             });
+        }
+
+        if i == 0 && self.module_provable {
+            self.provable_operands(&mut body);
         }
 
         // The final store: every element of the output written once.
@@ -1933,6 +1994,126 @@ impl Gen {
         });
     }
 
+    // ---- provable operands ------------------------------------------------
+
+    /// The provable-operand statements ([`GenOptions::provable_operands`]) of
+    /// the first program, at its top level, from their own stream (nothing
+    /// drawn from `rng`, no name from `fresh`, no value left in scope): an
+    /// edge value `x` from `xz`, an integer `d` and a zero `z` derived from
+    /// it, then one statement per slot of `zs0`, each a shape lavapipe folded
+    /// as if no infinity or NaN existed.
+    fn provable_operands(&mut self, body: &mut Vec<Stmt>) {
+        let r = &mut self.provable_rng;
+        let len = PROVABLE_SPECIALS_LEN;
+        let t = var("t");
+        let index = match r.below(3) {
+            // The edge values in order (the first 16), some lanes alike.
+            0 => (t * lit_u32(r.range(1, 3)) + lit_u32(r.range(0, 15))) % lit_u32(16),
+            1 => (var("gid") + lit_u32(r.range(0, len - 1))) % lit_u32(len),
+            _ => t % lit_u32(16),
+        };
+        let x = || var("zx");
+        body.push(Stmt::Let {
+            var: Binding {
+                name: "zx".into(),
+                ty: F32,
+            },
+            value: load(PROVABLE_SPECIALS, [index]),
+        });
+        // An integer the compiler knows nothing about, and zeros it can
+        // prove from it.
+        let d = match r.below(3) {
+            0 => var("gid").cast(I32) - Expr::Lit(Literal::I32(r.range(0, 40) as i32)),
+            1 => var("lin").cast(I32) + Expr::Lit(Literal::I32(1)),
+            _ => var("t").cast(I32) * Expr::Lit(Literal::I32(-3)),
+        };
+        body.push(Stmt::Let {
+            var: Binding {
+                name: "zd".into(),
+                ty: I32,
+            },
+            value: d,
+        });
+        let dv = || var("zd");
+        let zero = |r: &mut Rng| match r.below(3) {
+            0 => dv() & Expr::Lit(Literal::I32(0)),
+            1 => dv() - dv(),
+            _ => dv() * Expr::Lit(Literal::I32(0)),
+        };
+        let fzero = |r: &mut Rng| zero(r).cast(F32);
+        let store = |slot: u32, value: Expr| Stmt::Store {
+            target: at(PROVABLE_OUTPUT, [lit_u32(slot), var("gid")]),
+            value,
+        };
+        // 0: a loop from 0, which a compiler unrolls: `x * f32(0)` first.
+        let trips = r.range(2, 4);
+        body.push(Stmt::Var {
+            var: Binding {
+                name: "zacc".into(),
+                ty: F32,
+            },
+            init: Expr::Lit(Literal::f32(0.0)),
+        });
+        let term = if r.chance(50) {
+            x() * var("zj").cast(F32)
+        } else {
+            var("zj").cast(F32) * x()
+        };
+        body.push(Stmt::For {
+            var: Binding {
+                name: "zj".into(),
+                ty: U32,
+            },
+            start: lit_u32(0),
+            end: lit_u32(trips),
+            body: vec![Stmt::CompoundAssign {
+                name: "zacc".into(),
+                op: BinaryOp::Add,
+                value: term,
+            }],
+        });
+        body.push(store(0, var("zacc")));
+        // 1: self-subtraction.
+        let same = match r.below(3) {
+            0 => x() - x(),
+            1 => x() + (-x()),
+            _ => (x() - x()) * x(),
+        };
+        body.push(store(1, same));
+        // 2: fma with a zero factor.
+        let c = Expr::Lit(Literal::f32(*r.pick(&[1.0f32, -0.5, 3.0])));
+        let fma = if r.chance(50) {
+            math(MathFn::Fma, [x(), fzero(r), c])
+        } else {
+            math(MathFn::Fma, [fzero(r), x(), c])
+        };
+        body.push(store(2, fma));
+        // 3: a division by a zero.
+        let quotient = match r.below(3) {
+            0 => x() / fzero(r),
+            1 => dv().cast(F32) / fzero(r),
+            _ => fzero(r) / fzero(r),
+        };
+        body.push(store(3, quotient));
+        // 4: a product with a zero, sometimes added to.
+        let product = match r.below(3) {
+            0 => fzero(r) * x(),
+            1 => x() * fzero(r),
+            _ => x() * fzero(r) + Expr::Lit(Literal::f32(1.0)),
+        };
+        body.push(store(4, product));
+        // 5: the f32 steps of a 16-bit operation.
+        let half = *r.pick(&[F16, BF16]);
+        let h = |e: Expr| e.cast(half);
+        let sixteen = match r.below(4) {
+            0 => h(dv()) / h(zero(r)),
+            1 => h(x()) - h(x()),
+            2 => h(x()) * h(zero(r)),
+            _ => math(MathFn::Fma, [h(x()), h(zero(r)), half_one(half)]),
+        };
+        body.push(store(5, sixteen.cast(F32)));
+    }
+
     // ---- tensor cores ----------------------------------------------------
 
     /// Plans the mma groups of the warp programs (the first always, each
@@ -2738,7 +2919,9 @@ impl Gen {
                     a.bound.max(b.bound),
                 )
             }
-            17 if inexact_ok || self.ieee => {
+            // fma rounds once on every backend (the WGSL backend on the
+            // bits): exact, as `+ - *` are, also where `ieee` is off.
+            17 => {
                 let (a, b, c) = (
                     self.float(d, inexact_ok, uniform),
                     self.float(d, inexact_ok, uniform),
@@ -2752,7 +2935,7 @@ impl Gen {
                 );
                 v.uniform &= c.uniform;
                 v.exact &= c.exact;
-                self.rounded(v)
+                v
             }
             18 if inexact_ok => {
                 let (a, b) = (self.float(d, true, uniform), self.float(d, true, uniform));
@@ -2929,7 +3112,7 @@ impl Gen {
         }
     }
 
-    /// The result of `/`, `%`, `sqrt` or `fma`: exact only on IEEE backends.
+    /// The result of `/`, `%` or `sqrt`: exact only on IEEE backends.
     fn rounded(&self, v: Val) -> Val {
         Val {
             exact: v.exact && self.ieee,
@@ -3490,5 +3673,81 @@ mod tests {
             crate::fuzz::check_module(&generate(*seed), *seed)
                 .unwrap_or_else(|e| panic!("seed {seed}: {e:?}"));
         }
+    }
+
+    fn has_provable(file: &CaseFile) -> bool {
+        file.module.maps[0]
+            .outputs
+            .iter()
+            .any(|o| o.name == PROVABLE_OUTPUT)
+    }
+
+    /// The provable-operand statements come from a stream of their own: a
+    /// module without them is the module the generator made before it had
+    /// them, and `provable_operands: 100` puts them in every module.
+    #[test]
+    fn modules_without_provable_operands_are_unchanged_by_the_option() {
+        // Names as generated, so that `zs0` is found by its name.
+        let with = |provable_operands| GenOptions {
+            provable_operands,
+            adversarial_names: false,
+            ..GenOptions::default()
+        };
+        let mut unchanged = 0;
+        for seed in 0..60 {
+            let never = generate_with(seed, &with(0));
+            assert!(!has_provable(&never), "seed {seed}");
+            let default = generate_with(seed, &with(PROVABLE_PERCENT));
+            if !has_provable(&default) {
+                assert_eq!(default, never, "seed {seed}");
+                unchanged += 1;
+            }
+            let always = generate_with(seed, &with(100));
+            assert!(has_provable(&always), "seed {seed}");
+            assert_eq!(always, generate_with(seed, &with(100)), "seed {seed}");
+        }
+        assert!((30..60).contains(&unchanged), "{unchanged} of 60");
+    }
+
+    /// Modules with the provable-operand statements check on the oracle,
+    /// and their `zs0` holds what the statements are for: NaN and
+    /// infinities from edge values and zeros a compiler can prove, in every
+    /// slot over the seeds; every shape of the generator appears.
+    #[test]
+    fn provable_operand_modules_check_and_produce_nan_and_infinities() {
+        let options = GenOptions {
+            provable_operands: 100,
+            adversarial_names: false,
+            ..GenOptions::default()
+        };
+        let mut specials_per_slot = [0u32; PROVABLE_SLOTS as usize];
+        let mut shapes = std::collections::BTreeSet::new();
+        for seed in 0..24 {
+            let file = generate_with(seed, &options);
+            let oracle = crate::fuzz::check_module(&file, seed)
+                .unwrap_or_else(|e| panic!("seed {seed}: {e:?}"));
+            let zs = oracle.outputs[0].outputs[PROVABLE_OUTPUT].to_f32();
+            let n = zs.len() / PROVABLE_SLOTS as usize;
+            for (slot, count) in specials_per_slot.iter_mut().enumerate() {
+                *count += zs[slot * n..(slot + 1) * n]
+                    .iter()
+                    .filter(|v| !v.is_finite())
+                    .count() as u32;
+            }
+            let text = mpmd_core::text::print(&file.module);
+            for shape in [
+                "zd & 0)", "zd - zd)", "zd * 0)", "zx - zx", "zx + -zx", "f32(zj)", "fma(", "f16(",
+                "bf16(",
+            ] {
+                if text.contains(shape) {
+                    shapes.insert(shape);
+                }
+            }
+        }
+        assert!(
+            specials_per_slot.iter().all(|&c| c > 0),
+            "NaN or infinities per slot: {specials_per_slot:?}"
+        );
+        assert_eq!(shapes.len(), 9, "{shapes:?}");
     }
 }

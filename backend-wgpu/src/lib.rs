@@ -1,4 +1,4 @@
-//! mpmd-wgpu: the portable WGSL backend (DESIGN.md, "Backends").
+//! mpmd-wgpu: the portable WGSL backend (docs/design.md, "Backends").
 //!
 //! [`emit_module`] turns a [`LaunchPlan`](mpmd_core::plan::LaunchPlan) into one WGSL
 //! module (one entry point per launch unit), validated by naga;

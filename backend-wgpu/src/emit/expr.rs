@@ -313,7 +313,7 @@ impl UnitEmitter<'_, '_> {
     }
 
     /// `a && b` and `a || b` evaluate `b` only when `a` does not decide
-    /// (DESIGN.md: no load, no out-of-bounds report). WGSL's own operators
+    /// (docs/design.md: no load, no out-of-bounds report). WGSL's own operators
     /// short-circuit; when `b` needed temporaries (statements), they run
     /// under an `if` on `a` instead, so they too are skipped.
     fn logic(&mut self, op: BinaryOp, a: &Expr, b: &Expr) -> Result<Value, EmitError> {

@@ -3,7 +3,7 @@
 //! One WGSL module holds every launch unit of a plan as its own entry point
 //! (`unit<k>_<kernel>`), each with its own `@workgroup_size`. The host runs
 //! them as separate dispatches in plan order, which is WGSL's only
-//! cross-workgroup ordering (DESIGN.md, "Backends"). A plan that needs
+//! cross-workgroup ordering (docs/design.md, "Backends"). A plan that needs
 //! co-residency, where the adapter runs all of its workgroups at once, is
 //! instead one fused entry point (`mpmd_fused`) calling one function per
 //! unit ([`fuses_programs`]); a block-split unit runs one dispatch per block
@@ -17,7 +17,7 @@
 //! has the argument why no two can meet; "WGSL nesting" how expressions and
 //! statements stay within what naga and tint read.
 //!
-//! Where WGSL differs from DESIGN.md's numerics the generated code says so
+//! Where WGSL differs from docs/design.md's numerics the generated code says so
 //! explicitly (integer division, shifts, float→int, min/max with NaN, float
 //! `%`, contraction), and no operation is ever applied to literals alone:
 //! WGSL evaluates such expressions at shader creation and makes overflow,
@@ -28,7 +28,7 @@
 //! schedule, `dispatch` the fused, block-split and semaphore dispatches,
 //! `bindings` where buffers live and the globals, `unit` one unit's entry
 //! point, `stmt`, `expr` and `memory` its statements, expressions and
-//! accesses, `sync` semaphores and barriers, `numerics` DESIGN.md's numerics
+//! accesses, `sync` semaphores and barriers, `numerics` docs/design.md's numerics
 //! where WGSL differs, `helpers` the WGSL helper functions and `syntax` how
 //! types and literals are spelled.
 

@@ -1,4 +1,4 @@
-//! DESIGN.md's numerics where WGSL differs: 16-bit floats emulated on their
+//! docs/design.md's numerics where WGSL differs: 16-bit floats emulated on their
 //! bits, casts that saturate, integer division and remainder by zero, `min`
 //! and `max` with NaN, and the math functions.
 

@@ -264,7 +264,7 @@ fn mpmd_take_{global}(index: u32, amount: i32, take: bool, site: u32) {
 }
 
 // ==== section sem_amount
-// A semaphore amount below 1 is an error (DESIGN.md): report it (semaphore
+// A semaphore amount below 1 is an error (docs/design.md): report it (semaphore
 // element, amount, whether it is a u32) and skip the operation.
 fn mpmd_sem_amount_ok(amount: i32, index: u32, site: u32, unsigned: bool) -> bool {
   if (amount >= 1i) { return true; }

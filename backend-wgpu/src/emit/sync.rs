@@ -146,7 +146,7 @@ impl UnitEmitter<'_, '_> {
         })
     }
 
-    /// The run-time check that a semaphore amount is at least 1 (DESIGN.md),
+    /// The run-time check that a semaphore amount is at least 1 (docs/design.md),
     /// as a condition that reports and is false when it is not; empty for a
     /// literal amount (validation checks those, E0055). An amount that is a
     /// u32 of 2^31 or more is refused too: the counters are i32.

@@ -77,7 +77,7 @@ pub(super) fn literal_text(lit: Literal) -> Option<String> {
 
 /// The WGSL operator of a binary operation: WGSL spells every operator as
 /// mpmd's text does (`ir::binary_symbol`, the one table). `/` and `%` are
-/// WGSL's, which differ from DESIGN.md's on integers and `%` on floats: the
+/// WGSL's, which differ from docs/design.md's on integers and `%` on floats: the
 /// emitter calls helpers for those.
 fn binary_operator(op: BinaryOp) -> &'static str {
     mpmd_core::ir::binary_symbol(op)

@@ -3338,7 +3338,7 @@ fn mma_tile(i: usize, g: usize) -> String {
     format!("{MMA_TILE_PREFIX}{i}_{g}")
 }
 
-/// Kernels name the operands they use (DESIGN.md): each kernel keeps the
+/// Kernels name the operands they use (docs/design.md): each kernel keeps the
 /// parameters its body mentions, and an operand no kernel mentions stays
 /// with the first (every operand is named by some kernel, E0060).
 fn name_only_used_operands(kernels: &mut [Kernel]) {

@@ -1056,19 +1056,6 @@ fn buffer_words(buf: &BufferPlan) -> u64 {
     words_for(buf.ty.elem, buf.len)
 }
 
-fn scalar_word(name: &str, ty: ScalarType, value: Option<&Literal>) -> Result<u32, RunError> {
-    match value {
-        None => Err(RunError::BadArguments(format!(
-            "missing value for scalar parameter `{name}`"
-        ))),
-        Some(v) if v.ty() != ty => Err(RunError::BadArguments(format!(
-            "scalar parameter `{name}` is `{ty}` but the call passes a `{}`",
-            v.ty()
-        ))),
-        Some(v) => Ok(v.to_bits()),
-    }
-}
-
 impl WgpuBackend {
     /// Prepares `plan` to run in `mode` on this backend's device: checks it
     /// against the adapter (refusals are the host-copy path's), compiles it
@@ -1372,7 +1359,7 @@ fn params_words(
 ) -> Result<Vec<u32>, RunError> {
     let mut words = Vec::with_capacity(emitted.scalar_slots.len());
     for (name, ty) in &emitted.scalar_slots {
-        words.push(scalar_word(name, *ty, scalars.get(name))?);
+        words.push(mpmd_core::host::scalar(scalars, name, *ty)?.to_bits());
     }
     Ok(emitted.params_words(&words))
 }

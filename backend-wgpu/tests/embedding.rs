@@ -294,7 +294,7 @@ fn buffers_that_do_not_match_the_map_are_refused() {
             &prepared,
             &with(x.clone(), y.clone()).scalar("alpha", Literal::I32(1))
         )),
-        "scalar parameter `alpha` is `f32` but the call passes a `i32`"
+        "scalar `alpha` is `f32`, the call passes a `i32`"
     );
     // A map prepared on another device.
     let mut other = backend_on_caller_device(WgpuOptions::default());

@@ -845,7 +845,7 @@ fn bad_arguments_are_errors() {
     let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
     assert_eq!(
         err,
-        RunError::BadArguments("missing value for scalar parameter `alpha`".into())
+        RunError::BadArguments("missing scalar `alpha` (f32)".into())
     );
     let a = args(
         vec![("x", HostTensor::from_f32(vec![3], &[1.0; 3]))],

@@ -889,16 +889,7 @@ fn prepare(
     for (kind, op) in map.operands() {
         let r = match &op.ty {
             Type::Scalar(t) => {
-                let v = args.scalars.get(&op.name).ok_or_else(|| {
-                    RunError::BadArguments(format!("missing scalar `{}`", op.name))
-                })?;
-                if v.ty() != *t {
-                    return Err(RunError::BadArguments(format!(
-                        "scalar `{}` is `{t}`, the call passes a `{}`",
-                        op.name,
-                        v.ty()
-                    )));
-                }
+                let v = args.scalar(&op.name, *t)?;
                 bound.push(Bound::Scalar(*t, v.to_bits()));
                 continue;
             }

@@ -173,14 +173,20 @@ impl HostTensor {
         }
     }
 
-    pub fn zeros(elem: ScalarType, shape: Vec<u32>) -> Self {
-        let len = shape.iter().map(|&d| d as usize).product();
-        HostTensor {
+    /// A tensor of zeros; `TooLarge` when the shape's element count does not
+    /// fit this machine's addresses.
+    pub fn zeros(elem: ScalarType, shape: Vec<u32>) -> Result<Self, ShapeError> {
+        let len = crate::ir::limits::checked_product(shape.iter().map(|&d| u64::from(d)))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| ShapeError::TooLarge {
+                shape: shape.clone(),
+            })?;
+        Ok(HostTensor {
             elem,
             shape,
             len,
             words: vec![0; words_for(elem, len)],
-        }
+        })
     }
 
     /// `values` in `shape`, which must hold `values.len()` elements (checked
@@ -689,6 +695,19 @@ pub fn element_count(shape: &[u32]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zeros_of_a_shape_past_the_address_space_is_an_error() {
+        let huge = vec![u32::MAX, u32::MAX, u32::MAX];
+        assert_eq!(
+            HostTensor::zeros(ScalarType::F32, huge.clone()).unwrap_err(),
+            ShapeError::TooLarge { shape: huge }
+        );
+        assert_eq!(
+            HostTensor::zeros(ScalarType::F16, vec![3]).unwrap().len(),
+            3
+        );
+    }
 
     #[test]
     fn users_numbers_out_of_range_are_errors_for_every_type() {

@@ -116,7 +116,10 @@ fn bad_arguments_are_errors() {
         RunError::BadArguments("input `x` holds `i32` elements; the map declares `f32`".into())
     );
     let wrong_type = args(
-        &[("x", HostTensor::zeros(F32, vec![256]))],
+        &[(
+            "x",
+            HostTensor::zeros(F32, vec![256]).expect("small tensor"),
+        )],
         &[("alpha", Literal::I32(1))],
     );
     let e = run(&m, "axpb", &wrong_type, &opts(false, 0)).unwrap_err();
@@ -311,7 +314,13 @@ fn every_atomic_gives_exact_counts_under_contention() {
 #[test]
 fn atomic_results_differ_between_schedules_and_that_is_reported() {
     let m = atomics_module();
-    let a = args(&[("c_in", HostTensor::zeros(I32, vec![10]))], &[]);
+    let a = args(
+        &[(
+            "c_in",
+            HostTensor::zeros(I32, vec![10]).expect("small tensor"),
+        )],
+        &[],
+    );
     let e = run(&m, "atomics", &a, &opts(false, 3)).unwrap_err();
     let RunError::Nondeterministic { detail } = &e else {
         panic!("expected nondeterminism, got {e}")
@@ -329,7 +338,13 @@ fn atomic_results_differ_between_schedules_and_that_is_reported() {
 #[test]
 fn schedules_are_compared_with_the_output_tolerances() {
     let m = atomics_module();
-    let a = args(&[("c_in", HostTensor::zeros(I32, vec![10]))], &[]);
+    let a = args(
+        &[(
+            "c_in",
+            HostTensor::zeros(I32, vec![10]).expect("small tensor"),
+        )],
+        &[],
+    );
     let mut o = opts(false, 3);
     o.schedule_tolerances = vec![
         ("olds".into(), ScheduleTolerance::Multiset),
@@ -532,7 +547,13 @@ fn producer_consumer_through_gmem_scratch_and_a_semaphore() {
 #[test]
 fn a_missing_wait_is_a_data_race() {
     let m = producer_consumer(false, false);
-    let a = args(&[("x", HostTensor::zeros(F32, vec![128]))], &[]);
+    let a = args(
+        &[(
+            "x",
+            HostTensor::zeros(F32, vec![128]).expect("small tensor"),
+        )],
+        &[],
+    );
     let e = run(&m, "pc", &a, &opts(true, 0)).unwrap_err();
     let RunError::DataRace {
         reference,
@@ -568,7 +589,13 @@ fn a_missing_wait_is_a_data_race() {
 fn a_read_before_the_write_is_an_uninitialized_read() {
     // Consumer first and no wait: it reads scratch that nobody wrote yet.
     let m = producer_consumer(false, true);
-    let a = args(&[("x", HostTensor::zeros(F32, vec![128]))], &[]);
+    let a = args(
+        &[(
+            "x",
+            HostTensor::zeros(F32, vec![128]).expect("small tensor"),
+        )],
+        &[],
+    );
     let e = run(&m, "pc", &a, &opts(true, 0)).unwrap_err();
     assert_eq!(
         e,
@@ -808,7 +835,13 @@ fn out_of_bounds_is_reported_with_its_place_in_every_mode() {
         );
     });
     let m = module(vec![mesh], vec![kernel], vec![map]);
-    let a = args(&[("x", HostTensor::zeros(F32, vec![2, 8]))], &[]);
+    let a = args(
+        &[(
+            "x",
+            HostTensor::zeros(F32, vec![2, 8]).expect("small tensor"),
+        )],
+        &[],
+    );
     for o in [opts(false, 0), opts(true, 0), opts(false, 1)] {
         let e = run(&m, "oob", &a, &o).unwrap_err();
         assert_eq!(

@@ -289,6 +289,23 @@ static unsigned long long mpmd_host_nanoseconds() {
   return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 static void __syncthreads() { mpmd_barrier_wait(&mpmd_block_barrier, 0); }
+// __syncthreads_count and its votes: the threads where the predicate holds
+// count themselves; the last arrival publishes the count and zeroes the
+// counter (under the barrier's lock, before any thread leaves), so the next
+// vote's additions start from 0. The published count stays until the next
+// vote's barrier completes, which every thread reaches after reading it.
+static unsigned mpmd_vote_tally = 0;
+static unsigned mpmd_vote_result = 0;
+static void mpmd_vote_publish() {
+  mpmd_vote_result = __atomic_exchange_n(&mpmd_vote_tally, 0u, __ATOMIC_SEQ_CST);
+}
+static int __syncthreads_count(int p) {
+  if (p) __atomic_fetch_add(&mpmd_vote_tally, 1u, __ATOMIC_SEQ_CST);
+  mpmd_barrier_wait(&mpmd_block_barrier, mpmd_vote_publish);
+  return (int)__atomic_load_n(&mpmd_vote_result, __ATOMIC_SEQ_CST);
+}
+static int __syncthreads_or(int p) { return __syncthreads_count(p) != 0; }
+static int __syncthreads_and(int p) { return __syncthreads_count(!p) == 0; }
 // Named barrier 1 of the block's first n threads: one barrier per thread
 // count the kernel uses, made by main.
 static unsigned mpmd_partial_count = 0;

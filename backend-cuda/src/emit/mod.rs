@@ -28,6 +28,7 @@
 //! (memory accesses and their bounds) and [`expr`] (expressions).
 
 mod access;
+mod block;
 pub(crate) mod c;
 mod expr;
 mod names;

@@ -175,6 +175,9 @@ impl Emitter<'_> {
             Stmt::Sem { op, sem, amount } => self.emit_sem(cx, *op, sem, amount, depth)?,
             Stmt::SemRead { dest, sem } => self.emit_sem_read(cx, dest, sem, depth)?,
             Stmt::Warp { dest, op, args } => self.emit_warp(cx, dest, *op, args, depth)?,
+            Stmt::BlockCollective { dest, op, args } => {
+                self.emit_block_collective(cx, dest, *op, args, depth)?
+            }
             Stmt::Mma { d, a, b, c } => self.emit_mma(cx, [d, a, b, c], depth)?,
             Stmt::MmaLoad {
                 operand,

@@ -33,6 +33,7 @@
 //! types and literals are spelled.
 
 mod bindings;
+mod block;
 mod dispatch;
 mod expr;
 mod generate;
@@ -251,8 +252,9 @@ pub const FUSED_ENTRY_POINT: &str = "mpmd_fused";
 
 /// Bytes of workgroup memory the backend's own variables take besides the
 /// programs' smem, in the entry point of `unit` (`None`: the fused one):
-/// 16 (the semaphore broadcast, the ticket, the loop cap's two words) and,
-/// where it uses emulated warp collectives, the exchange array.
+/// 16 (the semaphore broadcast, the ticket, the loop cap's two words),
+/// where it uses emulated warp collectives the exchange array, and where
+/// some unit uses block collectives their two words (declared per module).
 pub fn own_workgroup_bytes(plan: &LaunchPlan, options: &EmitOptions, unit: Option<UnitId>) -> u64 {
     let exchanges = match unit {
         None => true,
@@ -262,7 +264,11 @@ pub fn own_workgroup_bytes(plan: &LaunchPlan, options: &EmitOptions, unit: Optio
         true => warp::warp_exchange_words(plan, options).unwrap_or(0),
         false => 0,
     };
-    16 + 4 * exchange_words as u64
+    let block_collectives = match block::uses_block_collectives(plan) {
+        true => block::BLOCK_COLLECTIVE_BYTES,
+        false => 0,
+    };
+    16 + 4 * exchange_words as u64 + block_collectives
 }
 
 /// Workgroups a fused dispatch of `plan` runs: one per block of every program.

@@ -37,6 +37,7 @@ fn contains_collective(body: &[Stmt]) -> bool {
             Stmt::Barrier
                 | Stmt::Sem { .. }
                 | Stmt::SemRead { .. }
+                | Stmt::BlockCollective { .. }
                 | Stmt::Warp { .. }
                 | Stmt::Mma { .. }
         )
@@ -116,6 +117,9 @@ impl UnitEmitter<'_, '_> {
                 }
                 Stmt::SemRead { dest, .. } => {
                     inner.insert(dest.clone());
+                }
+                Stmt::BlockCollective { dest, .. } => {
+                    inner.insert(dest.name.clone());
                 }
                 Stmt::LocalArray { name, .. } => {
                     inner.insert(name.clone());
@@ -210,6 +214,7 @@ impl UnitEmitter<'_, '_> {
     fn stmt_unpaid(&mut self, stmt: &Stmt) -> Result<(), EmitError> {
         match stmt {
             Stmt::Warp { dest, op, args } => self.warp(dest, *op, args)?,
+            Stmt::BlockCollective { dest, op, args } => self.block_collective(dest, *op, args)?,
             Stmt::Mma { d, a, b, c } => self.mma([d, a, b, c])?,
             Stmt::MmaLoad {
                 operand,

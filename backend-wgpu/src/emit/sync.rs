@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use mpmd_core::ir::visit::{for_each_expr, for_each_stmt};
-use mpmd_core::ir::{AtomicOp, BinaryOp, Expr, Name, RefAccess, ScalarType, SemOp, Stmt, Type};
+use mpmd_core::ir::{AtomicOp, BinaryOp, BlockOp, Expr, Name, RefAccess, ScalarType, SemOp, Stmt, Type};
 use mpmd_core::plan::{BufferId, IdSource, LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
 
@@ -544,6 +544,11 @@ fn may_report(stmt: &Stmt, checked: bool, capped: bool, f32_refs: &HashSet<&str>
         Stmt::Store { .. } | Stmt::Atomic { .. } | Stmt::SemRead { .. } if checked => {
             reports = true
         }
+        // A source thread past the block.
+        Stmt::BlockCollective {
+            op: BlockOp::Broadcast,
+            ..
+        } if checked => reports = true,
         // A `while` reports reaching its limit in checked mode.
         Stmt::While { .. } if checked || capped => reports = true,
         Stmt::For { .. }

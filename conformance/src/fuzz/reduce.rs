@@ -764,9 +764,9 @@ fn for_each_expr(body: &mut [Stmt], f: &mut dyn FnMut(&mut Expr) -> bool) -> boo
             | Stmt::Continue
             | Stmt::Return { value: None } => false,
             Stmt::Return { value: Some(value) } => expr_walk(value, f),
-            Stmt::Call { args, .. } | Stmt::Warp { args, .. } => {
-                args.iter_mut().any(|a| expr_walk(a, f))
-            }
+            Stmt::Call { args, .. }
+            | Stmt::Warp { args, .. }
+            | Stmt::BlockCollective { args, .. } => args.iter_mut().any(|a| expr_walk(a, f)),
             Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {
                 access_walk(target, f) || expr_walk(value, f)
             }

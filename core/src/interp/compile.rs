@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use crate::backend::RunError;
 use crate::ir::{
-    mma, AtomicOp, BinaryOp, Expr, Fragment, Kernel, MathFn, MemorySpace, Mesh, RefAccess, RefType,
+    mma, AtomicOp, BlockOp, BinaryOp, Expr, Fragment, Kernel, MathFn, MemorySpace, Mesh, RefAccess, RefType,
     ScalarType, SemOp, Stmt, UnaryOp, WarpOp,
 };
 use crate::plan::ProgramId;
@@ -331,6 +331,16 @@ pub(crate) enum Instr {
         dst: Reg,
         acc: Box<CompiledAccess>,
     },
+    /// A block collective over the block's active threads (all of them:
+    /// validation keeps it in block-uniform control); a boundary, like
+    /// `Barrier`, whose barrier it implies.
+    BlockCollective {
+        op: BlockOp,
+        dst: Reg,
+        value: Reg,
+        /// The broadcast's source thread.
+        source: Option<Reg>,
+    },
     /// A warp collective over each active warp (all 32 lanes active).
     Warp {
         op: WarpOp,
@@ -363,7 +373,11 @@ impl Instr {
     pub fn is_boundary(&self) -> bool {
         matches!(
             self,
-            Instr::Barrier | Instr::Sem { .. } | Instr::SemRead { .. } | Instr::End
+            Instr::Barrier
+                | Instr::BlockCollective { .. }
+                | Instr::Sem { .. }
+                | Instr::SemRead { .. }
+                | Instr::End
         )
     }
 }
@@ -929,6 +943,32 @@ impl Compiler<'_> {
                     dst,
                     value,
                     lane,
+                });
+                self.scope.push((
+                    dest.name.clone(),
+                    Sym::Scalar {
+                        reg: dst,
+                        ty: dest.ty,
+                    },
+                ));
+            }
+            Stmt::BlockCollective { dest, op, args } => {
+                let mut regs = Vec::with_capacity(args.len());
+                for arg in args {
+                    regs.push(self.expr(arg)?.0);
+                }
+                let (Some(&value), source) = (regs.first(), regs.get(1).copied()) else {
+                    return Err(RunError::Backend(format!(
+                        "`{}` without its value (validation refuses this)",
+                        op.name()
+                    )));
+                };
+                let dst = self.temp();
+                self.code.push(Instr::BlockCollective {
+                    op: *op,
+                    dst,
+                    value,
+                    source,
                 });
                 self.scope.push((
                     dest.name.clone(),

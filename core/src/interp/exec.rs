@@ -15,7 +15,7 @@ use super::limits::Limits;
 use super::{LateWait, MmaProbe};
 use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
-use crate::ir::{mma, AtomicOp, ScalarType, SemOp, WarpOp, WARP_SIZE};
+use crate::ir::{mma, AtomicOp, BlockOp, ScalarType, SemOp, WarpOp, WARP_SIZE};
 use crate::numerics;
 
 /// A device buffer of one call. Words are atomics so that independent blocks
@@ -635,6 +635,45 @@ impl BlockState {
                     continue;
                 }
                 Instr::Barrier => {
+                    self.epoch += 1;
+                    self.after_boundary(env);
+                    continue;
+                }
+                // Like `Barrier` (the barrier it implies); no thread is here
+                // when all left a loop: nothing to compute.
+                Instr::BlockCollective { .. } if self.no_lanes() => {
+                    self.after_boundary(env);
+                    continue;
+                }
+                Instr::BlockCollective {
+                    op,
+                    dst,
+                    value,
+                    source,
+                } => {
+                    let active = || (0..self.mask.len()).filter(|&l| self.mask[l]);
+                    let values = &self.regs[*value];
+                    let result = match op {
+                        BlockOp::Broadcast => {
+                            let first = active().next().unwrap_or(0);
+                            let from = source.map_or(0, |r| self.regs[r][first]);
+                            match values.get(from as usize) {
+                                Some(&v) if self.mask[from as usize] => v,
+                                _ => {
+                                    return Err(RunError::OutOfBounds {
+                                        site: self.site(code, None),
+                                        reference: format!("{} source thread", op.name()),
+                                        index: format!("[{from}]"),
+                                        shape: format!("[{}]", self.mask.len()),
+                                    })
+                                }
+                            }
+                        }
+                        BlockOp::Any => u32::from(active().any(|l| values[l] != 0)),
+                        BlockOp::All => u32::from(active().all(|l| values[l] != 0)),
+                        BlockOp::Count => active().filter(|&l| values[l] != 0).count() as u32,
+                    };
+                    self.regs[*dst].fill(result);
                     self.epoch += 1;
                     self.after_boundary(env);
                     continue;

@@ -633,6 +633,25 @@ impl BodyBuilder {
         var(name)
     }
 
+    /// `let name: ty = op(args...);` a block collective.
+    pub fn block_collective(
+        &mut self,
+        name: &str,
+        ty: ScalarType,
+        op: BlockOp,
+        args: Vec<Expr>,
+    ) -> Expr {
+        self.push(Stmt::BlockCollective {
+            dest: Binding {
+                name: name.to_string(),
+                ty,
+            },
+            op,
+            args,
+        });
+        var(name)
+    }
+
     /// `mma_m16n8k16(d, a, b, c);` on the fragments given: a `&str` names a
     /// whole `local` array, a [`Fragment`] may be a row (`Fragment::row`).
     pub fn mma(

@@ -670,6 +670,65 @@ impl WarpOp {
     }
 }
 
+/// Block collectives (docs/text-format.md, "Block collectives"): every
+/// thread of the block takes part, in block-uniform control flow; each
+/// implies a `barrier` and its result is block-uniform. CUDA's
+/// `__syncthreads_or/and/count` and a broadcast through shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BlockOp {
+    /// `block_broadcast(v, src)`: `v` of thread `src` (a block-uniform
+    /// `u32`; out of range: an out-of-bounds error in checked mode, an
+    /// unspecified value in fast mode).
+    Broadcast,
+    /// `block_any(p)`: whether `p` holds in some thread of the block.
+    Any,
+    /// `block_all(p)`: whether `p` holds in every thread of the block.
+    All,
+    /// `block_count(p)`: the number of threads of the block where `p` holds.
+    Count,
+}
+
+impl BlockOp {
+    pub const ALL: [BlockOp; 4] = [Self::Broadcast, Self::Any, Self::All, Self::Count];
+
+    /// Text-format function name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Broadcast => "block_broadcast",
+            Self::Any => "block_any",
+            Self::All => "block_all",
+            Self::Count => "block_count",
+        }
+    }
+
+    /// The op whose text-format name is `name`.
+    pub fn from_name(name: &str) -> Option<BlockOp> {
+        Self::ALL.into_iter().find(|op| op.name() == name)
+    }
+
+    /// Number of arguments: the value, and for the broadcast the `u32`
+    /// source thread.
+    pub fn arity(self) -> usize {
+        match self {
+            Self::Broadcast => 2,
+            _ => 1,
+        }
+    }
+
+    /// The result type for a first argument of type `value`, or `None` when
+    /// the op does not take that type.
+    pub fn result_type(self, value: ScalarType) -> Option<ScalarType> {
+        use ScalarType as T;
+        match self {
+            Self::Broadcast => {
+                matches!(value, T::I32 | T::U32 | T::F32 | T::Bool).then_some(value)
+            }
+            Self::Any | Self::All => (value == T::Bool).then_some(T::Bool),
+            Self::Count => (value == T::Bool).then_some(T::U32),
+        }
+    }
+}
+
 /// The warp-collective matrix multiply-accumulate `mma_m16n8k16(d, a, b, c);`
 /// (docs/design.md, "Semantics"): the shape of PTX
 /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`. Each
@@ -948,6 +1007,14 @@ pub enum Stmt {
     Warp {
         dest: Binding,
         op: WarpOp,
+        args: Vec<Expr>,
+    },
+    /// `let dest: ty = block_op(args...);` a block collective
+    /// ([`BlockOp`]): block-uniform control flow only; implies a barrier;
+    /// the result is block-uniform.
+    BlockCollective {
+        dest: Binding,
+        op: BlockOp,
         args: Vec<Expr>,
     },
     /// `mma_m16n8k16(d, a, b, c);` the warp-collective matrix

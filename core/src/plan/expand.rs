@@ -307,6 +307,11 @@ fn renamed_stmt(stmt: &Stmt, names: &HashMap<Name, Name>) -> Stmt {
             op: *op,
             args: args.iter().map(e).collect(),
         },
+        Stmt::BlockCollective { dest, op, args } => Stmt::BlockCollective {
+            dest: renamed_binding(dest, names),
+            op: *op,
+            args: args.iter().map(e).collect(),
+        },
         Stmt::Mma { d, a, b, c } => {
             let f = |f: &Fragment| renamed_fragment(f, names);
             Stmt::Mma {
@@ -397,7 +402,8 @@ fn declared_by(stmt: &Stmt) -> Option<&Name> {
         Stmt::Let { var, .. }
         | Stmt::Var { var, .. }
         | Stmt::For { var, .. }
-        | Stmt::Warp { dest: var, .. } => Some(&var.name),
+        | Stmt::Warp { dest: var, .. }
+        | Stmt::BlockCollective { dest: var, .. } => Some(&var.name),
         Stmt::Atomic {
             dest: Some(dest), ..
         } => Some(&dest.name),
@@ -695,6 +701,14 @@ impl Expander<'_> {
             Stmt::Warp { dest, op, args } => {
                 let args = args.iter().map(|a| self.expr(a)).collect();
                 Stmt::Warp {
+                    dest: self.binding(dest),
+                    op: *op,
+                    args,
+                }
+            }
+            Stmt::BlockCollective { dest, op, args } => {
+                let args = args.iter().map(|a| self.expr(a)).collect();
+                Stmt::BlockCollective {
                     dest: self.binding(dest),
                     op: *op,
                     args,

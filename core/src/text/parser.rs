@@ -161,6 +161,7 @@ pub(crate) fn is_builtin_function(word: &str) -> bool {
         || scalar_type(word).is_some()
         || atomic_op(word).is_some()
         || warp_op(word).is_some()
+        || BlockOp::from_name(word).is_some()
         || word == mma::NAME
         || mma_load(word).is_some()
         || sem_op(word).is_some()
@@ -722,9 +723,10 @@ impl Parser<'_> {
             .and_then(|(args, _)| args.into_iter().next());
         (self.pos, self.depth, self.needs_stack, self.spans) = saved;
         let value = type_of(&first?, &self.names).ok()?;
-        match warp_op(word) {
-            Some(op) => op.result_type(value),
-            None => Some(value),
+        match (warp_op(word), BlockOp::from_name(word)) {
+            (Some(op), _) => op.result_type(value),
+            (_, Some(op)) => op.result_type(value),
+            _ => Some(value),
         }
     }
 
@@ -820,7 +822,11 @@ impl Parser<'_> {
                         "`{word}` is a statement that writes a fragment to a local array: write `{word}({}, src[.., row, col]);`",
                         operand.role()
                     )
-                } else if atomic_op(&word).is_some() || warp_op(&word).is_some() || word == "read" {
+                } else if atomic_op(&word).is_some()
+                    || warp_op(&word).is_some()
+                    || BlockOp::from_name(&word).is_some()
+                    || word == "read"
+                {
                     let ty = self
                         .result_type_of_statement(&word)
                         .map_or_else(|| "TYPE".to_string(), |t| t.keyword().to_string());
@@ -993,6 +999,7 @@ impl Parser<'_> {
                 let value_calls = self.is_punct_at(1, "(");
                 let value_atomic = value_word.as_deref().and_then(atomic_op);
                 let value_warp = value_word.as_deref().and_then(warp_op);
+                let value_block = value_word.as_deref().and_then(BlockOp::from_name);
                 let stmt = match (value_atomic, value_word.as_deref()) {
                     (Some(op), _) if value_calls => self.atomic(op, Some(var))?,
                     (_, Some("read")) if value_calls => {
@@ -1014,8 +1021,17 @@ impl Parser<'_> {
                             sem,
                         }
                     }
-                    (_, Some(w)) if value_calls => match value_warp {
-                        Some(op) => {
+                    (_, Some(w)) if value_calls => match (value_warp, value_block) {
+                        (_, Some(op)) => {
+                            self.bump();
+                            let (args, _) = self.args(w)?;
+                            Stmt::BlockCollective {
+                                dest: var,
+                                op,
+                                args,
+                            }
+                        }
+                        (Some(op), _) => {
                             self.bump();
                             let (args, _) = self.args(w)?;
                             Stmt::Warp {
@@ -1024,8 +1040,8 @@ impl Parser<'_> {
                                 args,
                             }
                         }
-                        None if !is_builtin_function(w) => self.helper_call(Some(var))?,
-                        None => Stmt::Let {
+                        (None, None) if !is_builtin_function(w) => self.helper_call(Some(var))?,
+                        (None, None) => Stmt::Let {
                             var,
                             value: self.expr()?,
                         },
@@ -1129,6 +1145,10 @@ impl Parser<'_> {
             w if calls && warp_op(w).is_some() => Err(self.error_at_token(
                 &self.peek().clone(),
                 format!("`{w}` returns a value: write `let v: u32 = {w}(...);`"),
+            )),
+            w if calls && BlockOp::from_name(w).is_some() => Err(self.error_at_token(
+                &self.peek().clone(),
+                format!("`{w}` returns a value: write `let v: TYPE = {w}(...);`"),
             )),
             w if calls && !is_builtin_function(w) => {
                 let stmt = self.helper_call(None)?;

@@ -401,6 +401,12 @@ pub(crate) fn write_stmt(out: &mut String, stmt: &Stmt, depth: usize) {
             write_access(out, source);
             out.push_str(");");
         }
+        Stmt::BlockCollective { dest, op, args } => {
+            write_binding(out, "let", dest);
+            write!(out, "{}(", op.name()).unwrap();
+            write_expr_list(out, args);
+            out.push_str(");");
+        }
         Stmt::Warp { dest, op, args } => {
             write_binding(out, "let", dest);
             write!(out, "{}(", op.name()).unwrap();

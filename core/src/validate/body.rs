@@ -10,7 +10,7 @@ use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
     mma, type_of, AtomicOp, BinaryOp, Binding, Expr, Fragment, IrPath, Kernel, Literal,
     MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefAccess, RefType, ScalarType,
-    Scope, SemOp, Stmt, Type, TypeError, WarpOp, WARP_SIZE,
+    Scope, SemOp, Stmt, Type, TypeError, WarpOp, WARP_SIZE, BlockOp,
 };
 use crate::text::print_expr;
 
@@ -36,6 +36,7 @@ enum NameKind {
     AtomicResult,
     SemRead,
     WarpResult,
+    BlockResult,
     Const,
 }
 
@@ -51,6 +52,7 @@ impl NameKind {
             NameKind::AtomicResult => "an atomic's result",
             NameKind::SemRead => "a semaphore read",
             NameKind::WarpResult => "a warp collective's result",
+            NameKind::BlockResult => "a block collective's result",
             NameKind::Const => "a module constant",
         }
     }
@@ -430,6 +432,91 @@ impl Walker<'_, '_> {
         self.require_warp_uniform_control(name, path);
     }
 
+    /// The rules of one block collective: operands (E0075), result type
+    /// (E0037, E0038) and block-uniform control (E0053).
+    fn check_block_collective(
+        &mut self,
+        dest: &Binding,
+        op: BlockOp,
+        args: &[Expr],
+        path: &IrPath,
+        scope: &BlockScope,
+    ) {
+        let found: Vec<_> = args
+            .iter()
+            .map(|a| self.check_expr(a, path, scope))
+            .collect();
+        let kernel = self.kernel.name.clone();
+        let name = op.name();
+        let accepts = match op {
+            BlockOp::Broadcast => "an `i32`, `u32`, `f32` or `bool` value",
+            _ => "a `bool`",
+        };
+        if args.len() != op.arity() {
+            let wanted = match op {
+                BlockOp::Broadcast => "a value and the `u32` index of the thread it comes from",
+                _ => "one `bool`",
+            };
+            self.sink.report(
+                "E0075",
+                path.clone(),
+                format!(
+                    "`{name}` takes {} argument(s), found {} (kernel `{kernel}`)",
+                    op.arity(),
+                    args.len()
+                ),
+                format!("give `{name}` {wanted}"),
+            );
+        }
+        if let (BlockOp::Broadcast, Some(source)) = (op, args.get(1)) {
+            if let Some(Some(ty)) = found.get(1).filter(|t| **t != Some(ScalarType::U32)) {
+                self.sink.report(
+                    "E0075",
+                    path.clone(),
+                    format!(
+                        "the source thread `{}` of `{name}` in kernel `{kernel}` has type `{ty}`; thread indices are `u32`",
+                        print_expr(source)
+                    ),
+                    "cast it: `u32(...)`",
+                );
+            } else if let Some(reason) = self.nonuniform_reason(source) {
+                self.sink.report(
+                    "E0075",
+                    path.clone(),
+                    format!(
+                        "the source thread `{}` of `{name}` in kernel `{kernel}` is not block-uniform ({reason})",
+                        print_expr(source)
+                    ),
+                    "name one thread for the whole block: a literal such as `0u`, or a value computed from literals, scalar parameters, grid axis indices, axis sizes, semaphore reads and block collectives",
+                );
+            }
+        }
+        if let Some(Some(value)) = found.first() {
+            match op.result_type(*value) {
+                None => self.sink.report(
+                    "E0037",
+                    path.clone(),
+                    format!(
+                        "`{name}` in kernel `{kernel}` takes {accepts}, but `{}` is `{value}`",
+                        print_expr(&args[0])
+                    ),
+                    format!("give `{name}` {accepts}"),
+                ),
+                Some(result) if result != dest.ty => self.sink.report(
+                    "E0038",
+                    path.clone(),
+                    format!(
+                        "the result `{}` of `{name}` in kernel `{kernel}` is declared `{}`, but `{name}` of a `{value}` gives `{result}`",
+                        dest.name, dest.ty
+                    ),
+                    format!("declare `let {}: {result} = {name}(...);`", dest.name),
+                ),
+                Some(_) => {}
+            }
+        }
+        self.require_uniform_control(name, path);
+    }
+
     /// A fragment operand `role` of `op`: a `local` array (E0070), whole
     /// or one row of a 2-D one by a `u32` row index (E0071, E0047 for a
     /// constant row past the end). Returns the fragment's own type, `local
@@ -786,7 +873,7 @@ impl Walker<'_, '_> {
                 "E0053",
                 path.clone(),
                 message,
-                format!("move `{op}` out of that branch or loop, or make the condition depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes and semaphore reads"),
+                format!("move `{op}` out of that branch or loop, or make the condition depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes, semaphore reads and block collectives (`block_broadcast`, `block_any`, ...)"),
             );
         }
     }
@@ -1842,6 +1929,11 @@ impl Walker<'_, '_> {
             Stmt::Warp { dest, op, args } => {
                 self.check_warp(dest, *op, args, path, scope);
                 self.declare(&dest.name, NameKind::WarpResult, path, scope);
+                scope.types.bind_scalar(&dest.name, dest.ty);
+            }
+            Stmt::BlockCollective { dest, op, args } => {
+                self.check_block_collective(dest, *op, args, path, scope);
+                self.declare(&dest.name, NameKind::BlockResult, path, scope);
                 scope.types.bind_scalar(&dest.name, dest.ty);
             }
             Stmt::SemRead { dest, sem } => {

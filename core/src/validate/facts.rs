@@ -206,7 +206,8 @@ fn bind_declared(stmt: &Stmt, scope: &mut Scope) {
         Stmt::Let { var, .. }
         | Stmt::Var { var, .. }
         | Stmt::For { var, .. }
-        | Stmt::Warp { dest: var, .. } => scope.bind_scalar(&var.name, var.ty),
+        | Stmt::Warp { dest: var, .. }
+        | Stmt::BlockCollective { dest: var, .. } => scope.bind_scalar(&var.name, var.ty),
         Stmt::Atomic {
             dest: Some(dest), ..
         } => scope.bind_scalar(&dest.name, dest.ty),

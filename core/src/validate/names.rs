@@ -94,7 +94,10 @@ fn check_body(body: &[Stmt], path: &IrPath, check: &mut impl FnMut(&str, &IrPath
     for (i, stmt) in body.iter().enumerate() {
         let here = path.child(PathStep::Stmt(i));
         match stmt {
-            Stmt::Let { var, .. } | Stmt::Var { var, .. } | Stmt::Warp { dest: var, .. } => {
+            Stmt::Let { var, .. }
+            | Stmt::Var { var, .. }
+            | Stmt::Warp { dest: var, .. }
+            | Stmt::BlockCollective { dest: var, .. } => {
                 check(&var.name, &here, "variable")
             }
             Stmt::Atomic {

@@ -328,6 +328,11 @@ impl Pass<'_, '_, '_> {
                     };
                     changed |= self.set(&dest.name, yes);
                 }
+                // One result for the whole block (so for each warp too):
+                // validation keeps block collectives in block-uniform control.
+                Stmt::BlockCollective { dest, .. } => {
+                    changed |= self.set(&dest.name, under_nonuniform)
+                }
                 Stmt::If {
                     cond,
                     then_body,

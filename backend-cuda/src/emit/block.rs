@@ -1,0 +1,129 @@
+//! Block collectives (docs/text-format.md, "Block collectives").
+//!
+//! Votes: CUDA's `__syncthreads_or`, `__syncthreads_and` and
+//! `__syncthreads_count` (one barrier) where every thread of the block runs
+//! the unit; in a unit with fewer threads than the block (inside a resident
+//! walk, [`UnitSync::Partial`]) those would wait for threads that are not
+//! there, so the unit's threads count in `mpmd_value` between its own
+//! barriers. Broadcast: the source thread writes its value's word to
+//! `mpmd_value` between two barriers (the first: every thread has read the
+//! slot's earlier value, a `read`'s or a collective's).
+
+use mpmd_core::ir::{Binding, BlockOp, Expr};
+use mpmd_core::Mode;
+
+use super::c::{self, c_type, Home};
+use super::names::user_name;
+use super::sync::UnitSync;
+use super::{EmitError, Emitter, RecordedRef, Symbol, UnitContext};
+
+impl Emitter<'_> {
+    pub(super) fn emit_block_collective(
+        &mut self,
+        cx: &mut UnitContext,
+        dest: &Binding,
+        op: BlockOp,
+        args: &[Expr],
+        depth: usize,
+    ) -> Result<(), EmitError> {
+        let name = op.name();
+        let values = args
+            .iter()
+            .map(|a| self.expr(cx, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let [value, rest @ ..] = values.as_slice() else {
+            return Err(cx.unsupported(format!("`{name}` without a value")));
+        };
+        let threads = cx.unit.threads_per_block;
+        let barrier = self.unit_sync.barrier();
+        let text = match op {
+            BlockOp::Broadcast => {
+                let source = rest
+                    .first()
+                    .ok_or_else(|| cx.unsupported(format!("`{name}` without a source thread")))?;
+                let from = self.temp('s');
+                self.line(depth, &format!("const u32 {from} = {};", source.text));
+                if self.mode == Mode::Checked {
+                    self.report_source_out_of_range(cx, op, &from, threads, depth);
+                }
+                self.line(depth, &format!("// {name}: thread {from} shares its word."));
+                self.line(depth, &barrier);
+                self.line(
+                    depth,
+                    &format!(
+                        "if (threadIdx.x == {from}) mpmd_value = (int){};",
+                        c::word_of(value.ty, &value.text)
+                    ),
+                );
+                self.line(depth, &barrier);
+                c::from_word(value.ty, "(u32)mpmd_value")
+            }
+            _ if self.unit_sync == UnitSync::WholeBlock => {
+                let p = &value.text;
+                match op {
+                    BlockOp::Any => format!("(__syncthreads_or((int)({p})) != 0)"),
+                    BlockOp::All => format!("(__syncthreads_and((int)({p})) != 0)"),
+                    _ => format!("(u32)__syncthreads_count((int)({p}))"),
+                }
+            }
+            _ => {
+                self.line(
+                    depth,
+                    &format!("// {name}: the unit's threads count in mpmd_value."),
+                );
+                self.line(depth, &barrier);
+                self.line(depth, "if (threadIdx.x == 0u) mpmd_value = 0;");
+                self.line(depth, &barrier);
+                self.line(
+                    depth,
+                    &format!("if ({}) atomicAdd(&mpmd_value, 1);", value.text),
+                );
+                self.line(depth, &barrier);
+                let count = "(u32)mpmd_value";
+                match op {
+                    BlockOp::Any => format!("({count} != 0u)"),
+                    BlockOp::All => format!("({count} == {})", c::unsigned(threads)),
+                    _ => count.to_string(),
+                }
+            }
+        };
+        let c_name = user_name('v', &dest.name);
+        let c_ty = c_type(dest.ty, Home::Value);
+        self.line(depth, &format!("const {c_ty} {c_name} = {text};"));
+        cx.symbols.insert(
+            dest.name.clone(),
+            Symbol::Scalar {
+                c_name,
+                ty: dest.ty,
+            },
+        );
+        Ok(())
+    }
+
+    /// Checked mode: a broadcast source past the block's `threads` is
+    /// reported as an out-of-bounds index into them would be.
+    fn report_source_out_of_range(
+        &mut self,
+        cx: &UnitContext,
+        op: BlockOp,
+        from: &str,
+        threads: u32,
+        depth: usize,
+    ) {
+        let ref_id = self.refs.len() as u32;
+        self.refs.push(RecordedRef {
+            name: format!("{} source thread", op.name()),
+            shape: vec![threads],
+            owner_block_shape: Vec::new(),
+        });
+        self.line(
+            depth,
+            &format!(
+                "if ({from} >= {}) mpmd_report(mpmd_ctl, MPMD_ERR_OUT_OF_BOUNDS, {}, mpmd_block, {}, mpmd_idx{{0u, {{}}}}, mpmd_idx{{1u, {{{from}}}}}, threadIdx.x);",
+                c::unsigned(threads),
+                c::unsigned(cx.unit.program.index() as u64),
+                c::unsigned(ref_id)
+            ),
+        );
+    }
+}

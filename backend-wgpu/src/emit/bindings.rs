@@ -311,7 +311,9 @@ impl ModuleState<'_> {
             writeln!(out, "var<workgroup> mpmd_warp_words: array<u32, {words}>;").unwrap();
         }
         if super::block::uses_block_collectives(self.plan) {
-            out.push_str("// Block collectives: the word every invocation loads, and the vote count.\n");
+            out.push_str(
+                "// Block collectives: the word every invocation loads, and the vote count.\n",
+            );
             out.push_str("var<workgroup> mpmd_block_word: u32;\n");
             out.push_str("var<workgroup> mpmd_block_votes: atomic<u32>;\n");
         }

@@ -5,7 +5,9 @@
 use std::collections::{BTreeSet, HashSet};
 
 use mpmd_core::ir::visit::{for_each_expr, for_each_stmt};
-use mpmd_core::ir::{AtomicOp, BinaryOp, BlockOp, Expr, Name, RefAccess, ScalarType, SemOp, Stmt, Type};
+use mpmd_core::ir::{
+    AtomicOp, BinaryOp, BlockOp, Expr, Name, RefAccess, ScalarType, SemOp, Stmt, Type,
+};
 use mpmd_core::plan::{BufferId, IdSource, LaunchPlan, LaunchUnit};
 use mpmd_core::Mode;
 

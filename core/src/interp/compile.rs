@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use crate::backend::RunError;
 use crate::ir::{
-    mma, AtomicOp, BlockOp, BinaryOp, Expr, Fragment, Kernel, MathFn, MemorySpace, Mesh, RefAccess, RefType,
-    ScalarType, SemOp, Stmt, UnaryOp, WarpOp,
+    mma, AtomicOp, BinaryOp, BlockOp, Expr, Fragment, Kernel, MathFn, MemorySpace, Mesh, RefAccess,
+    RefType, ScalarType, SemOp, Stmt, UnaryOp, WarpOp,
 };
 use crate::plan::ProgramId;
 

@@ -720,9 +720,7 @@ impl BlockOp {
     pub fn result_type(self, value: ScalarType) -> Option<ScalarType> {
         use ScalarType as T;
         match self {
-            Self::Broadcast => {
-                matches!(value, T::I32 | T::U32 | T::F32 | T::Bool).then_some(value)
-            }
+            Self::Broadcast => matches!(value, T::I32 | T::U32 | T::F32 | T::Bool).then_some(value),
             Self::Any | Self::All => (value == T::Bool).then_some(T::Bool),
             Self::Count => (value == T::Bool).then_some(T::U32),
         }

@@ -78,9 +78,7 @@ pub fn for_each_expr(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
         | Stmt::Continue
         | Stmt::Return { value: None } => {}
         Stmt::Return { value: Some(value) } => walk_expr(value, f),
-        Stmt::Call { args, .. }
-        | Stmt::Warp { args, .. }
-        | Stmt::BlockCollective { args, .. } => {
+        Stmt::Call { args, .. } | Stmt::Warp { args, .. } | Stmt::BlockCollective { args, .. } => {
             args.iter().for_each(|a| walk_expr(a, f))
         }
         Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {

@@ -45,9 +45,9 @@ fn own_exprs(stmt: &Stmt) -> Vec<&Expr> {
         | Stmt::Continue
         | Stmt::Return { value: None } => vec![],
         Stmt::Return { value: Some(value) } => vec![value],
-        Stmt::Call { args, .. }
-        | Stmt::Warp { args, .. }
-        | Stmt::BlockCollective { args, .. } => args.iter().collect(),
+        Stmt::Call { args, .. } | Stmt::Warp { args, .. } | Stmt::BlockCollective { args, .. } => {
+            args.iter().collect()
+        }
         Stmt::Store { target, value } | Stmt::CompoundStore { target, value, .. } => {
             access(target).chain([value]).collect()
         }

@@ -8,9 +8,9 @@ use super::{ref_text, Sink};
 use crate::ir::fold::{const_value, Leaves};
 use crate::ir::limits::{wide_product, MAX_LOCAL_BYTES};
 use crate::ir::{
-    mma, type_of, AtomicOp, BinaryOp, Binding, Expr, Fragment, IrPath, Kernel, Literal,
+    mma, type_of, AtomicOp, BinaryOp, Binding, BlockOp, Expr, Fragment, IrPath, Kernel, Literal,
     MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefAccess, RefType, ScalarType,
-    Scope, SemOp, Stmt, Type, TypeError, WarpOp, WARP_SIZE, BlockOp,
+    Scope, SemOp, Stmt, Type, TypeError, WarpOp, WARP_SIZE,
 };
 use crate::text::print_expr;
 

@@ -97,9 +97,7 @@ fn check_body(body: &[Stmt], path: &IrPath, check: &mut impl FnMut(&str, &IrPath
             Stmt::Let { var, .. }
             | Stmt::Var { var, .. }
             | Stmt::Warp { dest: var, .. }
-            | Stmt::BlockCollective { dest: var, .. } => {
-                check(&var.name, &here, "variable")
-            }
+            | Stmt::BlockCollective { dest: var, .. } => check(&var.name, &here, "variable"),
             Stmt::Atomic {
                 dest: Some(var), ..
             } => check(&var.name, &here, "variable"),

@@ -135,8 +135,8 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0071", "mma fragment of the wrong type or shape", "`a` is `local f16[8]` or `local bf16[8]`, `b` is `local` of `a`'s type `[4]`, `c` and `d` are `local f32[4]`; a row `fa[i]` is of a 2-D `local` array of that type whose last extent is the fragment's length, and its index `i` is `u32`"),
     ("E0072", "fragment load from the wrong source", "`mma_load_a` and `mma_load_b` load from a gmem or smem ref of the fragment's element type with at least two dimensions, whose last two extents hold the block (16 x 16 for A, 16 x 8 for B)"),
     ("E0073", "fragment load origin that is not warp-uniform", "the indices (and block coordinates) of the source of `mma_load_a` and `mma_load_b` are warp-uniform: every lane names the same block"),
-    ("E0075", "malformed block collective", "a block collective has its arguments: `block_any`, `block_all` and `block_count` one `bool`; `block_broadcast` an `i32`, `u32`, `f32` or `bool` value and a block-uniform `u32` source thread"),
     ("E0074", "bad case line", "a case section has at most one `generate` line for each operand and one `compare` line for each output, each generator can make values of its operand's type (integer bounds for integer operands), and `expect reject(CODE)` names a code of this list"),
+    ("E0075", "malformed block collective", "a block collective has its arguments: `block_any`, `block_all` and `block_count` one `bool`; `block_broadcast` an `i32`, `u32`, `f32` or `bool` value and a block-uniform `u32` source thread"),
 ];
 
 /// The rule text of `code`.

@@ -317,6 +317,17 @@ static void mpmd_partial_barrier(unsigned n) {
   }
   abort();
 }
+// mpmd_bar_count: the first n threads count themselves between partial
+// barriers (the first: every thread has read the previous count).
+static unsigned mpmd_partial_tally = 0;
+static unsigned mpmd_partial_vote_count(unsigned n, bool p) {
+  mpmd_partial_barrier(n);
+  if (threadIdx.x == 0u) __atomic_store_n(&mpmd_partial_tally, 0u, __ATOMIC_SEQ_CST);
+  mpmd_partial_barrier(n);
+  if (p) __atomic_fetch_add(&mpmd_partial_tally, 1u, __ATOMIC_SEQ_CST);
+  mpmd_partial_barrier(n);
+  return __atomic_load_n(&mpmd_partial_tally, __ATOMIC_SEQ_CST);
+}
 // Warp collectives: the 32 lanes of a warp meet at a barrier of their own
 // (one block runs at a time), each publishing its word in a slot.
 static unsigned mpmd_warp_slots[1024];

@@ -360,6 +360,22 @@ static __device__ __forceinline__ void mpmd_bar_sync(u32 n) {
 #endif
 }
 
+// `__syncthreads_count` of the block's first `n` threads, at the same named
+// barrier as mpmd_bar_sync: how many of them pass a true `p`.
+static __device__ __forceinline__ u32 mpmd_bar_count(u32 n, bool p) {
+#ifdef MPMD_HOST_EMULATION
+  return mpmd_partial_vote_count(n, p);
+#else
+  u32 count;
+  asm volatile(
+      "{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\tbar.red.popc.u32 %0, 1, %1, q;\n\t}"
+      : "=r"(count)
+      : "r"(n), "r"((u32)p)
+      : "memory");
+  return count;
+#endif
+}
+
 static __device__ __forceinline__ u64 mpmd_globaltimer() {
 #ifdef MPMD_HOST_EMULATION
   return mpmd_host_nanoseconds();  // tests/host_emulation.rs runs kernels on CPU threads
@@ -406,6 +422,18 @@ static __device__ __noinline__ void mpmd_loop_limit(u32* ctl, u32 program, u32 b
   limit.n = 1u;
   limit.v[0] = max;
   mpmd_report(ctl, MPMD_ERR_LOOP_LIMIT, program, block, loop, none, limit, threadIdx.x);
+}
+
+// Checked mode: the source thread of a `block_broadcast` at or past the
+// block's `threads`, reported as an index past them would be.
+static __device__ __noinline__ void mpmd_broadcast_source(u32* ctl, u32 program, u32 block, u32 ref,
+                                                          u32 source, u32 threads) {
+  mpmd_idx none;
+  none.n = 0u;
+  mpmd_idx index;
+  index.n = 1u;
+  index.v[0] = source;
+  mpmd_report(ctl, MPMD_ERR_OUT_OF_BOUNDS, program, block, ref, none, index, threadIdx.x);
 }
 
 // Checked mode: the element offset of an access, or MPMD_BAD_OFFSET after

@@ -99,7 +99,11 @@ fn every_block_collective_has_its_exact_result_on_every_schedule() {
         )
         .expect("runs");
         let u = |name: &str| out.outputs[name].to_u32();
-        let bits: Vec<u32> = out.outputs["bf"].to_f32().iter().map(|v| v.to_bits()).collect();
+        let bits: Vec<u32> = out.outputs["bf"]
+            .to_f32()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
         for t in 0..160usize {
             let base = t / 80 * 80;
             let block = base..base + 80;
@@ -175,7 +179,11 @@ fn a_block_collective_under_a_thread_dependent_condition_is_refused_naming_it() 
         "for r: u32 in 0u..4u {\n    if x[g] < r {\n      break;\n    }\n    let a: bool = block_any(x[g] == r);\n    y[g] = select(a, 1u, 0u);\n  }",
     ));
     assert_eq!(d.code, "E0053");
-    assert!(d.message.contains("a loop that some threads leave early"), "{}", d.message);
+    assert!(
+        d.message.contains("a loop that some threads leave early"),
+        "{}",
+        d.message
+    );
 }
 
 /// The round-3 reproducer's loop: thread 0 claims a tile, the block leaves
@@ -204,7 +212,11 @@ fn a_broadcast_result_may_decide_a_break_around_barriers() {
     // Both barriers of the loop are refused.
     let d = diagnostics(&work_queue("let tile: u32 = slot[0u];"));
     assert_eq!(d.iter().map(|d| d.code).collect::<Vec<_>>(), ["E0053"; 2]);
-    assert!(d[0].message.ends_with("(`tile` is not block-uniform)"), "{}", d[0].message);
+    assert!(
+        d[0].message.ends_with("(`tile` is not block-uniform)"),
+        "{}",
+        d[0].message
+    );
     // With the broadcast: accepted.
     assert_eq!(
         codes(&work_queue(
@@ -246,10 +258,15 @@ fn operands_and_results_are_typed() {
     assert_eq!(codes_of("let a: bool = block_count(x[g] > 1u);"), ["E0038"]);
     assert_eq!(codes_of("let a: u32 = block_broadcast(x[g]);"), ["E0075"]);
     assert_eq!(codes_of("let a: bool = block_any(true, 1u);"), ["E0075"]);
-    assert_eq!(codes_of("let a: u32 = block_broadcast(x[g], 1);"), ["E0075"]);
+    assert_eq!(
+        codes_of("let a: u32 = block_broadcast(x[g], 1);"),
+        ["E0075"]
+    );
     let h = "let h: f16 = f16(1.0);\n  let a: f16 = block_broadcast(h, 0u);";
     assert_eq!(codes_of(h), ["E0037"]);
-    let d = one(&shaped("let v: u32 = block_broadcast(x[g], i ^ 1u);\n  y[g] = v;"));
+    let d = one(&shaped(
+        "let v: u32 = block_broadcast(x[g], i ^ 1u);\n  y[g] = v;",
+    ));
     assert_eq!(d.code, "E0075");
     assert_eq!(
         d.message,
@@ -271,7 +288,11 @@ fn a_block_collective_is_a_statement() {
         "{text}"
     );
     let err = parse(&shaped("block_any(true);")).unwrap_err();
-    assert!(err.render("t").contains("`block_any` returns a value"), "{}", err.render("t"));
+    assert!(
+        err.render("t").contains("`block_any` returns a value"),
+        "{}",
+        err.render("t")
+    );
 }
 
 const SOURCE: &str = "
@@ -301,16 +322,26 @@ fn a_source_past_the_block_is_out_of_bounds() {
     validate(&m, &ValidateOptions::default()).expect("valid");
     let x: Vec<u32> = (0..64).collect();
     for mode in [Mode::Checked, Mode::Fast] {
-        let err = run(&m, "src", &[("x", HostTensor::from_u32(vec![64], &x))], mode)
-            .expect_err("out of range");
+        let err = run(
+            &m,
+            "src",
+            &[("x", HostTensor::from_u32(vec![64], &x))],
+            mode,
+        )
+        .expect_err("out of range");
         assert_eq!(
             err.to_string(),
             "out-of-bounds access at program 0 (k), block 0: `block_broadcast source thread` index [64] (shape [64])"
         );
     }
     let last = module(&print(&m).replace("u32(axis_size(t)) + 0u", "u32(axis_size(t)) - 1u"));
-    let out = run(&last, "src", &[("x", HostTensor::from_u32(vec![64], &x))], Mode::Checked)
-        .expect("thread 63 is in range");
+    let out = run(
+        &last,
+        "src",
+        &[("x", HostTensor::from_u32(vec![64], &x))],
+        Mode::Checked,
+    )
+    .expect("thread 63 is in range");
     assert_eq!(out.outputs["y"].to_u32(), vec![63; 64]);
 }
 
@@ -349,7 +380,8 @@ fn each_block_collective_orders_the_block_like_a_barrier() {
         "barrier;",
     ] {
         let m = module(&ORDERS.replace("SYNC", sync));
-        let out = run(&m, "orders", &inputs, Mode::Checked).unwrap_or_else(|e| panic!("{sync}: {e}"));
+        let out =
+            run(&m, "orders", &inputs, Mode::Checked).unwrap_or_else(|e| panic!("{sync}: {e}"));
         assert_eq!(out.outputs["y"].to_u32(), expected, "{sync}");
     }
     // Without one, the same kernel races.

@@ -166,7 +166,11 @@ fn stmt(e: BoxedStrategy<Expr>) -> BoxedStrategy<Stmt> {
             amount
         }),
         (name(), access(e.clone())).prop_map(|(dest, sem)| Stmt::SemRead { dest, sem }),
-        (binding(), select(BlockOp::ALL.to_vec()), vec(e.clone(), 0..3))
+        (
+            binding(),
+            select(BlockOp::ALL.to_vec()),
+            vec(e.clone(), 0..3)
+        )
             .prop_map(|(dest, op, args)| Stmt::BlockCollective { dest, op, args }),
         vec((name(), option::of(e.clone())), 4).prop_map(|f| {
             let [d, a, b, c] = [0, 1, 2, 3].map(|k| Fragment {

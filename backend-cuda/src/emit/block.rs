@@ -1,11 +1,13 @@
 //! Block collectives (docs/text-format.md, "Block collectives").
 //!
 //! Votes: CUDA's `__syncthreads_or`, `__syncthreads_and` and
-//! `__syncthreads_count` (one barrier) where every thread of the block runs
-//! the unit; in a unit with fewer threads than the block (inside a resident
-//! walk, [`UnitSync::Partial`]) those would wait for threads that are not
-//! there, so the unit's threads count in `mpmd_value` between its own
-//! barriers. Broadcast: the source thread writes its value's word to
+//! `__syncthreads_count` (PTX `bar.red`, one barrier) where every thread of
+//! the block runs the unit. A unit with fewer threads than the block:
+//! inside a resident walk ([`UnitSync::Partial`], the block's other threads
+//! are on another logical block) `bar.red.popc` at the unit's named barrier
+//! (`mpmd_bar_count`); with tickets, where the other threads have returned
+//! (what `__syncthreads_and` makes of them is the hardware's), a count in
+//! `mpmd_value` between three barriers. Broadcast: the source thread writes its value's word to
 //! `mpmd_value` between two barriers (the first: every thread has read the
 //! slot's earlier value, a `read`'s or a collective's).
 
@@ -58,7 +60,7 @@ impl Emitter<'_> {
                 self.line(depth, &barrier);
                 c::from_word(value.ty, "(u32)mpmd_value")
             }
-            _ if self.unit_sync == UnitSync::WholeBlock => {
+            _ if self.unit_fills_block => {
                 let p = &value.text;
                 match op {
                     BlockOp::Any => format!("(__syncthreads_or((int)({p})) != 0)"),
@@ -67,23 +69,17 @@ impl Emitter<'_> {
                 }
             }
             _ => {
-                self.line(
-                    depth,
-                    &format!("// {name}: the unit's threads count in mpmd_value."),
-                );
-                self.line(depth, &barrier);
-                self.line(depth, "if (threadIdx.x == 0u) mpmd_value = 0;");
-                self.line(depth, &barrier);
-                self.line(
-                    depth,
-                    &format!("if ({}) atomicAdd(&mpmd_value, 1);", value.text),
-                );
-                self.line(depth, &barrier);
-                let count = "(u32)mpmd_value";
+                let count = match self.unit_sync {
+                    UnitSync::Partial { threads } => {
+                        format!("mpmd_bar_count({}, {})", c::unsigned(threads), value.text)
+                    }
+                    // Tickets: the block's other threads have returned.
+                    UnitSync::WholeBlock => self.count_in_shared_memory(&value.text, depth),
+                };
                 match op {
                     BlockOp::Any => format!("({count} != 0u)"),
                     BlockOp::All => format!("({count} == {})", c::unsigned(threads)),
-                    _ => count.to_string(),
+                    _ => count,
                 }
             }
         };
@@ -100,8 +96,24 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// How many of the unit's threads pass a true `p`, counted in
+    /// `mpmd_value` between the unit's barriers (the first: every thread
+    /// has read the slot's earlier value): the votes of a unit whose block
+    /// has threads that returned, where `__syncthreads_and` would leave
+    /// what they count as to the hardware.
+    fn count_in_shared_memory(&mut self, p: &str, depth: usize) -> String {
+        let barrier = self.unit_sync.barrier();
+        self.line(depth, &barrier);
+        self.line(depth, "if (threadIdx.x == 0u) mpmd_value = 0;");
+        self.line(depth, &barrier);
+        self.line(depth, &format!("if ({p}) atomicAdd(&mpmd_value, 1);"));
+        self.line(depth, &barrier);
+        "(u32)mpmd_value".to_string()
+    }
+
     /// Checked mode: a broadcast source past the block's `threads` is
-    /// reported as an out-of-bounds index into them would be.
+    /// reported as an out-of-bounds index into them would be, by thread 0
+    /// (the source is the same in every thread).
     fn report_source_out_of_range(
         &mut self,
         cx: &UnitContext,
@@ -119,10 +131,10 @@ impl Emitter<'_> {
         self.line(
             depth,
             &format!(
-                "if ({from} >= {}) mpmd_report(mpmd_ctl, MPMD_ERR_OUT_OF_BOUNDS, {}, mpmd_block, {}, mpmd_idx{{0u, {{}}}}, mpmd_idx{{1u, {{{from}}}}}, threadIdx.x);",
-                c::unsigned(threads),
+                "if (threadIdx.x == 0u && {from} >= {threads}) mpmd_broadcast_source(mpmd_ctl, {}, mpmd_block, {}, {from}, {threads});",
                 c::unsigned(cx.unit.program.index() as u64),
-                c::unsigned(ref_id)
+                c::unsigned(ref_id),
+                threads = c::unsigned(threads)
             ),
         );
     }

@@ -217,6 +217,10 @@ struct Emitter<'a> {
     read_semaphores: BTreeSet<BufferId>,
     /// How the unit being emitted synchronises its block and stops.
     unit_sync: UnitSync,
+    /// Every thread of the CUDA block runs the unit being emitted (none
+    /// left it for a smaller program): `__syncthreads_count` and its votes
+    /// count exactly the unit's threads.
+    unit_fills_block: bool,
 }
 
 /// Per-program state while emitting its body.
@@ -278,6 +282,7 @@ fn emit_on_this_thread(
         depth: 2,
         read_semaphores: uses::read_semaphores(plan),
         unit_sync: UnitSync::WholeBlock,
+        unit_fills_block: true,
     };
     let _ = writeln!(
         e.out,
@@ -357,6 +362,7 @@ fn emit_on_this_thread(
             unit.threads_per_block,
             c::unsigned(first),
         );
+        e.unit_fills_block = unit.threads_per_block == block_dim;
         if unit.threads_per_block == block_dim {
             e.unit_sync = UnitSync::WholeBlock;
             e.emit_unit(unit)?;

@@ -64,7 +64,8 @@ impl UnitEmitter<'_, '_> {
                 let from = self.temp("source");
                 if self.state.options.mode == Mode::Checked {
                     // A source past the block is reported as an index past
-                    // the block's threads would be.
+                    // the block's threads would be, by invocation 0 (the
+                    // source is the same in every invocation).
                     let site = self.state.sites.len();
                     self.state.sites.push(AccessSite {
                         unit: self.unit_id,
@@ -74,8 +75,9 @@ impl UnitEmitter<'_, '_> {
                         signed: vec![false],
                     });
                     self.state.helpers.insert(Helper::Check(1));
+                    self.line(&format!("var {from}: u32 = {s};"));
                     self.line(&format!(
-                        "let {from}: u32 = mpmd_check1({site}u, {s}, {threads}u);"
+                        "if (thread_id == 0u) {{ {from} = mpmd_check1({site}u, {from}, {threads}u); }}"
                     ));
                 } else {
                     self.line(&format!("let {from}: u32 = {s};"));

@@ -104,11 +104,11 @@ fn every_block_collective_has_its_exact_result_on_every_schedule() {
             .iter()
             .map(|v| v.to_bits())
             .collect();
-        for t in 0..160usize {
+        for (t, &got) in bits.iter().enumerate() {
             let base = t / 80 * 80;
             let block = base..base + 80;
             let from = (p[base + 3] % 80) as usize;
-            assert_eq!(bits[t], x[base + 79].to_bits(), "thread {t}");
+            assert_eq!(got, x[base + 79].to_bits(), "thread {t}");
             assert_eq!(out.outputs["bi"].to_i32()[t], n[base + from], "thread {t}");
             assert_eq!(u("bu")[t], from as u32 * 7, "thread {t}");
             assert_eq!(u("bb")[t], u32::from(p[base] != 0), "thread {t}");

@@ -119,6 +119,10 @@ fn generator_covers_the_ir() {
         "atomic_min(fcnt[1u], ",
         "atomic_max(fcnt[2u], ",
         "compare fcnt = exact;",
+        "= block_broadcast(",
+        "= block_any(",
+        "= block_all(",
+        "= block_count(",
     ] {
         assert!(text.contains(word), "`{word}` never generated");
     }

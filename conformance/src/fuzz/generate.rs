@@ -1293,6 +1293,11 @@ impl Gen {
                     else_body: vec![],
                 });
             }
+            // Modules without warp collectives only: theirs keep their random
+            // stream (the warp coverage is measured on fixed seeds).
+            10 if uniform && !self.module_warps && self.rng.chance(40) => {
+                self.block_collective(body, p.threads)
+            }
             10 if uniform => body.push(Stmt::Barrier),
             10 if self.rng.chance(30) => self.deep_chain(body),
             11 => self.local_array(body, uniform),
@@ -1315,6 +1320,38 @@ impl Gen {
                     .push(Val::new(var(&name), ty, v.uniform, v.exact, v.bound));
             }
         }
+    }
+
+    /// `let b: ty = block_op(...);` in block-uniform control: a broadcast of
+    /// a per-thread value from a thread of the block, or a vote on a
+    /// per-thread condition. The result is block-uniform, so later
+    /// conditions on it may hold barriers.
+    fn block_collective(&mut self, body: &mut Vec<Stmt>, threads: u32) {
+        let name = self.fresh("bc");
+        let op = *self.rng.pick(&BlockOp::ALL);
+        let (ty, args, val) = match op {
+            BlockOp::Broadcast => {
+                let ty = *self.rng.pick(&[F32, I32, U32, Bool]);
+                let v = self.value(ty, 2, true, false);
+                let source = lit_u32(self.rng.range(0, threads.saturating_sub(1)));
+                let val = Val::new(var(&name), ty, true, v.exact, v.bound);
+                (ty, vec![v.e, source], val)
+            }
+            _ => {
+                let p = self.boolean(2, false);
+                let ty = if op == BlockOp::Count { U32 } else { Bool };
+                (ty, vec![p.e], Val::new(var(&name), ty, true, true, 0.0))
+            }
+        };
+        body.push(Stmt::BlockCollective {
+            dest: Binding {
+                name: name.clone(),
+                ty,
+            },
+            op,
+            args,
+        });
+        self.vals.push(val);
     }
 
     /// `var w = 0u; while w < trips max limit { w += 1u; ... }` with a

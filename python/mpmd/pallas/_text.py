@@ -41,8 +41,8 @@ BUILTINS = set(
     fma pow select bitcast read signal wait wait_nodec atomic_add atomic_min atomic_max
     atomic_and atomic_or atomic_xor atomic_exchange atomic_compare_exchange atomic_load
     atomic_store shfl_idx shfl_up shfl_down shfl_xor vote_any vote_all ballot reduce_add
-    reduce_min reduce_max mma_m16n8k16 mma_load_a mma_load_b f32_bits f16_bits
-    bf16_bits""".split()
+    reduce_min reduce_max block_broadcast block_any block_all block_count mma_m16n8k16
+    mma_load_a mma_load_b f32_bits f16_bits bf16_bits""".split()
 )
 
 

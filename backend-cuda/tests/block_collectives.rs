@@ -2,12 +2,12 @@
 //! `_and` and `_count` (PTX `bar.red`) where the program fills the block,
 //! `bar.red.popc` at the named barrier of a smaller program inside the
 //! resident walk, and a count in shared memory with tickets (after the
-//! other threads returned); the broadcast goes through `mpmd_value`. Every corpus
-//! case assembles for sm_75 and sm_90 in both modes (without spills in
-//! fast mode); cuda-host runs the three block schedules'
-//! shapes against the interpreter, and reports a source past the block in
-//! checked mode. (The corpus cases run on cuda-host in conformance too:
-//! `cargo xtask conformance --filter block_ --backends cuda-host`.)
+//! other threads returned); the broadcast goes through `mpmd_value`. Every
+//! corpus case assembles for sm_75 and sm_90 in both modes (without spills
+//! in fast mode); cuda-host runs a smaller program in the resident walk and
+//! with tickets against the interpreter, and reports a source past the
+//! block in checked mode. (The corpus cases run on cuda-host in conformance
+//! too: `cargo xtask conformance --filter block_ --backends cuda-host`.)
 
 mod common;
 #[path = "support/emulate.rs"]

@@ -331,7 +331,7 @@ fn a_source_past_the_block_is_out_of_bounds() {
         .expect_err("out of range");
         assert_eq!(
             err.to_string(),
-            "out-of-bounds access at program 0 (k), block 0: `block_broadcast source thread` index [64] (shape [64])"
+            "out-of-bounds access at program 0 (k), block 0, thread 0: `block_broadcast source thread` index [64] (shape [64])"
         );
     }
     let last = module(&print(&m).replace("u32(axis_size(t)) + 0u", "u32(axis_size(t)) - 1u"));

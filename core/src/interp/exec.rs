@@ -659,9 +659,10 @@ impl BlockState {
                             let from = source.map_or(0, |r| self.regs[r][first]);
                             match values.get(from as usize) {
                                 Some(&v) if self.mask[from as usize] => v,
+                                // Reported by thread 0, as on the GPU backends.
                                 _ => {
                                     return Err(RunError::OutOfBounds {
-                                        site: self.site(code, None),
+                                        site: self.site(code, Some(0)),
                                         reference: format!("{} source thread", op.name()),
                                         index: format!("[{from}]"),
                                         shape: format!("[{}]", self.mask.len()),

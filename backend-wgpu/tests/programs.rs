@@ -1012,7 +1012,7 @@ fn a_short_count_of_a_moved_wait_is_a_deadlock_naming_block_and_element() {
         assert_eq!(expected.class(), Some(ErrorClass::Deadlock));
         assert!(
             expected.to_string().contains(
-                "program 0 (take), block 3 waits on `ready` element 7 for 1 (count is 0)"
+                "program 0 (take), block 3 waits on `ready@[1, 1][1]` for 1 (count is 0)"
             ),
             "{expected}"
         );

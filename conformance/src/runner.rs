@@ -112,7 +112,8 @@ pub fn process_ticks(proc_pid_stat: &str) -> Option<u64> {
 }
 
 /// The share of the machine between two readings that was this process's
-/// or idle, in [0, 1]; 1 when no ticks passed.
+/// or idle; 1 when no ticks passed. It may pass 1: a child's CPU time
+/// arrives all at once when it exits (see [`MachineClock::tick`]).
 pub fn available_share(before: &CpuSample, after: &CpuSample) -> f64 {
     let total = after.total.saturating_sub(before.total);
     if total == 0 {
@@ -120,7 +121,7 @@ pub fn available_share(before: &CpuSample, after: &CpuSample) -> f64 {
     }
     let ours = after.process.saturating_sub(before.process);
     let idle = after.idle.saturating_sub(before.idle);
-    ((ours + idle) as f64 / total as f64).clamp(0.0, 1.0)
+    (ours + idle) as f64 / total as f64
 }
 
 /// The machine time one case has been charged.
@@ -143,7 +144,10 @@ impl MachineClock {
         }
     }
 
-    /// Charges the time since the last reading and returns the total.
+    /// Charges the time since the last reading and returns the total. A
+    /// finished child's CPU time (ptxas, the host compiler) is counted in
+    /// the interval it exits in, so one interval may be charged more than
+    /// its wall time; the total never passes the wall time since the start.
     pub fn tick(&mut self) -> Duration {
         let now = Instant::now();
         let sample = CpuSample::read();
@@ -151,7 +155,8 @@ impl MachineClock {
             (Some(before), Some(after)) => available_share(before, after),
             _ => 1.0,
         };
-        self.charged += (now - self.last_wall).mul_f64(share);
+        self.charged =
+            (self.charged + (now - self.last_wall).mul_f64(share)).min(now - self.started);
         self.last_wall = now;
         self.last = sample;
         self.charged
@@ -451,6 +456,13 @@ mod tests {
         };
         assert_eq!(available_share(&before, &half), 1.0);
         assert_eq!(available_share(&busy, &busy), 1.0, "no ticks passed");
+        // A child that ran 3 s on the other CPU exited in this second.
+        let child = CpuSample {
+            process: 300,
+            total: 200,
+            idle: 0,
+        };
+        assert_eq!(available_share(&before, &child), 1.5);
     }
 
     #[test]

@@ -36,8 +36,8 @@ enum Task {
         #[arg(long, conflicts_with = "debug")]
         release: bool,
         /// Build the harness without optimisations for the workspace's own
-        /// crates (the build `cargo xtask test` shares; the interpreter and
-        /// the WGSL backend then run the corpus several times slower).
+        /// crates (the build `cargo xtask test` shares; the interpreter then
+        /// runs the corpus about 6 times slower).
         #[arg(long)]
         debug: bool,
         /// Arguments for the harness: --backends, --filter, --seed, --json, --jobs, ...

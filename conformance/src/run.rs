@@ -555,6 +555,17 @@ fn all(config: &RunConfig, status: Status) -> BTreeMap<BackendId, Status> {
 
 /// Runs one case on every selected backend, in fast and in checked mode.
 pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResult {
+    run_case_reporting(case, config, env, &|_| {})
+}
+
+/// [`run_case`], telling `stage` what it starts (`the interpreter`, then
+/// each backend's name), so that a watchdog can say where a case hung.
+pub fn run_case_reporting(
+    case: &Case,
+    config: &RunConfig,
+    env: &Environment,
+    stage: &dyn Fn(&str),
+) -> CaseResult {
     let mut result = CaseResult {
         name: case.name.clone(),
         kind: case.kind(),
@@ -632,6 +643,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         Expectation::Fails(c) => Some(*c),
         _ => None,
     };
+    stage("the interpreter (the oracle)");
     let oracle_start = std::time::Instant::now();
     let oracle: Vec<Result<Vec<Observed>, SequenceError>> = modes
         .iter()
@@ -644,6 +656,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
     let mut executions: BTreeMap<BackendId, Vec<Execution>> = BTreeMap::new();
 
     for &backend in &config.backends {
+        stage(backend.name());
         let backend_start = std::time::Instant::now();
         let status = match backend {
             BackendId::Interp => modes

@@ -353,7 +353,7 @@ fn special_values_on_this_adapter() {
     for (l, v) in labels.iter().zip(&o) {
         println!("| {l} | {v:e} (0x{:08x}) |", v.to_bits());
     }
-    // What DESIGN.md requires on every adapter:
+    // What docs/design.md requires on every adapter:
     assert_eq!(o[3], f32::INFINITY);
     assert_eq!(o[4], 0.0);
     assert!(o[8].is_nan());

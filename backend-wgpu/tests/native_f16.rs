@@ -1,7 +1,7 @@
 //! What WGSL's native `f16` (`enable f16;`, the `shader-f16` feature) does
 //! with every f16 bit pattern on this adapter: the measurement behind the
 //! backend's choice to emulate f16 on u32 bits everywhere (README, "16-bit
-//! floats"). DESIGN.md requires f16 subnormals to be kept and every bit
+//! floats"). docs/design.md requires f16 subnormals to be kept and every bit
 //! pattern to survive a move; lavapipe does not promise to keep f16
 //! subnormals (`shaderDenormPreserveFloat16 = false`).
 //!

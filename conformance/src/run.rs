@@ -446,7 +446,7 @@ fn judge(
     let m = mode_name(mode);
     match &spec.expect {
         Expectation::Reject(_) => Status::Fail("a reject case reached a run".into()),
-        // Fast mode leaves a `while` at its maximum (DESIGN.md): the run
+        // Fast mode leaves a `while` at its maximum (docs/design.md): the run
         // must succeed there; only checked mode reports the limit.
         Expectation::Fails(ErrorClass::LoopLimit) if mode == Mode::Fast => match outcome {
             Ok(_) => Status::Pass,
@@ -908,7 +908,7 @@ fn run_on_gpu(
         return Status::Compiled;
     }
     // An adapter that flushes subnormals is judged against an oracle that
-    // flushes them too (DESIGN.md allows flushing): a case that feeds it
+    // flushes them too (docs/design.md allows flushing): a case that feeds it
     // subnormals passes when its results are those of either oracle. Other
     // deviations skip the cases they concern.
     let flushing_oracle = backend == BackendId::Wgpu && subnormals_flushed(env, file);

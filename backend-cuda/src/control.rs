@@ -44,7 +44,8 @@ fn list(values: &[u32]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-/// `[i, j]`, or `@[c0, c1][i, j]` for an access naming an owner's block.
+/// `[i, j]`, or `@[c0, c1][i, j]` for an access naming an owner's block
+/// (out-of-bounds reports give the index and the shape this way).
 pub fn format_access(coords: &[u32], index: &[u32]) -> String {
     if coords.is_empty() {
         list(index)
@@ -72,6 +73,7 @@ pub fn decode(words: &[u32], module: &EmittedModule) -> Option<RunError> {
     let coords = &words[COORDS..COORDS + ncoords];
     let index = &words[INDEX..INDEX + nindex];
     let access = format_access(coords, index);
+    let element = mpmd_core::backend::element_text(&reference, coords, index);
     // Semaphore operations are block-collective: their records name no thread.
     let block_site = || Site {
         program,
@@ -82,11 +84,11 @@ pub fn decode(words: &[u32], module: &EmittedModule) -> Option<RunError> {
     match words[KIND] {
         ERR_WAIT_TIMEOUT => Some(RunError::WaitTimeout {
             site: block_site(),
-            semaphore: format!("{reference}{access}"),
+            semaphore: element.clone(),
         }),
         ERR_SEM_AMOUNT => Some(RunError::BadSemaphoreAmount {
             site: block_site(),
-            semaphore: format!("{reference}{access}"),
+            semaphore: element.clone(),
             amount: i64::from(words[THREAD] as i32),
         }),
         ERR_LOOP_LIMIT => Some(RunError::LoopLimit {

@@ -1811,11 +1811,6 @@ fn describe_sem_element(
         index[k] = element % d.max(1) as u64;
         element /= d.max(1) as u64;
     }
-    let idx = index
-        .iter()
-        .map(|v| v.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
     match buf.ty.owner.as_ref().and_then(|m| plan.mesh(m)) {
         Some(mesh) if buf.ty.space == MemorySpace::Sem || buf.ty.space == MemorySpace::Gmem => {
             let extents: Vec<u64> = mesh.block_axes().map(|a| a.size as u64).collect();
@@ -1825,13 +1820,8 @@ fn describe_sem_element(
                 coords[k] = rest % d.max(1);
                 rest /= d.max(1);
             }
-            let c = coords
-                .iter()
-                .map(|v| v.to_string())
-                .collect::<Vec<_>>()
-                .join(", ");
-            format!("{reference}@[{c}][{idx}]")
+            mpmd_core::backend::element_text(reference, &coords, &index)
         }
-        _ => format!("{reference}[{idx}]"),
+        _ => mpmd_core::backend::element_text(reference, &[] as &[u64], &index),
     }
 }

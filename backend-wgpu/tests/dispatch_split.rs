@@ -18,9 +18,7 @@ fn chained_scan() -> mpmd_core::ir::Module {
 
 #[test]
 fn chained_scan_runs_verified_with_the_interpreters_results() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = chained_scan();
     let p = plan(&m, "chained_scan");
     assert!(p.needs_co_residency() && !p.graph.has_cycle);
@@ -33,8 +31,7 @@ fn chained_scan_runs_verified_with_the_interpreters_results() {
     let co = backend(WgpuOptions {
         co_resident: true,
         ..Default::default()
-    })
-    .unwrap();
+    });
     assert_eq!(co.unverified(&p), co.resident_workgroups() < 4);
 }
 
@@ -123,9 +120,7 @@ map tokens {
 
 #[test]
 fn a_token_passes_through_every_block_in_order() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(TOKENS);
     let out = assert_same(&mut wgpu, &m, "tokens", &args(vec![], vec![]));
     assert_eq!(out.outputs["log"].to_u32(), vec![0, 11, 22, 33, 44, 55]);
@@ -174,9 +169,7 @@ map backwards {
 
 #[test]
 fn a_block_that_waits_on_a_higher_block_is_unsupported() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(BACKWARDS);
     let (expected, got) = run_both(&mut wgpu, &m, "backwards", &args(vec![], vec![]), &fast());
     assert_eq!(expected.unwrap().outputs["o"].to_u32(), vec![1, 2, 3, 4]);
@@ -237,9 +230,7 @@ fn more_split_dispatches_than_the_limit_are_refused() {
     let err = emit_module(&p, &EmitOptions::default()).unwrap_err();
     assert!(matches!(err, EmitError::TooManyDispatches { .. }));
     assert_eq!(err.to_string(), expected);
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     match wgpu.run(&p, &args(vec![], vec![]), &fast()) {
         Err(RunError::Refused { reason }) => assert_eq!(reason, expected),
         other => panic!("expected a refusal, got {other:?}"),
@@ -328,9 +319,7 @@ fn leading_blocks_that_wait_on_nothing_share_the_first_dispatch() {
     assert_eq!(chain.schedule.len(), 1);
     assert_eq!(chain.schedule[0].repeat, 4);
 
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let x: Vec<u32> = (0..256).map(|i| i * 3 + 1).collect();
     let call = args(vec![("x", HostTensor::from_u32(vec![256], &x))], vec![]);
     let out = assert_same(&mut wgpu, &m, "finalize", &call);

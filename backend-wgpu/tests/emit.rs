@@ -57,9 +57,7 @@ fn user_names_are_prefixed_and_cannot_collide() {
     insta::assert_snapshot!("names_declarations", declarations(&wgsl));
     insta::assert_snapshot!("names_entry", functions(&wgsl, &["unit0_switch"]));
     naga_cli_accepts(&wgsl, "names");
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let x: Vec<f32> = (0..64).map(|i| i as f32).collect();
     let a = args(
         vec![("loop", HostTensor::from_f32(vec![64], &x))],
@@ -104,9 +102,7 @@ fn operations_on_literals_alone_are_read_at_run_time() {
     // Every operation's literals are `rt_<k>` lets of the parameter buffer.
     insta::assert_snapshot!("literals_entry", functions(&wgsl, &["unit0_lits"]));
     naga_cli_accepts(&wgsl, "literals");
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let a = args(vec![], vec![]);
     let got = wgpu.run(&p, &a, &fast()).unwrap();
     let expected = Interpreter::new().run(&p, &a, &fast()).unwrap();
@@ -445,9 +441,7 @@ fn f32_atomics_are_compare_exchange_loops_on_atomic_words() {
 
 #[test]
 fn f32_atomics_agree_with_the_interpreter() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(F32_ATOMICS);
     // Multiples of 0.25: the sum is exact in any order.
     let x: Vec<f32> = (0..128).map(|k| (k as f32 - 50.0) * 0.25).collect();
@@ -483,13 +477,8 @@ map warp_sum {
 /// wrong sums, naming the subgroup it found.
 #[test]
 fn lavapipe_emulates_warps_and_its_check_refuses_forced_native_subgroups() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
-    if !wgpu.is_llvmpipe() {
-        eprintln!("SKIPPED: the adapter is not lavapipe, whose subgroup facts this test states");
-        return;
-    }
+    let mut wgpu = backend(WgpuOptions::default());
+    require_llvmpipe(&wgpu, "the test states its subgroup facts");
     let choice = wgpu.warp_path();
     assert_eq!(choice.path, WarpPath::Emulated);
     assert_eq!(
@@ -503,12 +492,10 @@ fn lavapipe_emulates_warps_and_its_check_refuses_forced_native_subgroups() {
     let sums: Vec<u32> = (0..64).map(|i| if i < 32 { 496 } else { 1520 }).collect();
     assert_eq!(out.outputs["y"].to_u32(), sums);
 
-    let Some(mut forced) = backend(WgpuOptions {
+    let mut forced = backend(WgpuOptions {
         warps: Some(WarpPath::Native),
         ..WgpuOptions::default()
-    }) else {
-        return;
-    };
+    });
     assert_eq!(forced.warp_path().path, WarpPath::Native);
     let p = plan(&m, "warp_sum");
     let err = forced.run(&p, &a, &fast()).unwrap_err();

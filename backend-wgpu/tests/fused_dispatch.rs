@@ -35,9 +35,7 @@ fn established(wgpu: &WgpuBackend, workgroups: u64) -> bool {
 
 #[test]
 fn lavapipe_establishes_its_thread_pool_and_other_adapters_nothing() {
-    let Some(wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let wgpu = backend(WgpuOptions::default());
     let residency = wgpu.residency();
     if wgpu.is_llvmpipe() {
         // The pool is LP_NUM_THREADS or the CPU count (capped by Mesa); the
@@ -53,9 +51,7 @@ fn lavapipe_establishes_its_thread_pool_and_other_adapters_nothing() {
 
 #[test]
 fn the_handshake_example_runs_fused_with_the_interpreters_result() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = handshake_example();
     let p = plan(&m, "handshake");
     assert!(p.graph.has_cycle);
@@ -68,12 +64,12 @@ fn the_handshake_example_runs_fused_with_the_interpreters_result() {
         let y: Vec<f32> = (0..64).map(|i| 2.0 * i as f32 + 2.5).collect();
         assert_eq!(out.outputs["y"].to_f32(), y);
         assert!(!wgpu.unverified(&p));
-        let declared = backend(declared()).unwrap();
+        let declared = backend(declared());
         assert!(!declared.unverified(&p), "established beats declared");
     } else {
         let err = wgpu.run(&p, &call, &fast()).unwrap_err();
         assert!(matches!(err, RunError::Refused { .. }), "{err}");
-        let mut declared = backend(declared()).unwrap();
+        let mut declared = backend(declared());
         assert!(declared.unverified(&p));
         declared_run(&mut declared, &m, "handshake", &call);
     }
@@ -196,13 +192,11 @@ fn a_pipeline_with_back_pressure_runs_fused_and_idle_invocations_stay_idle() {
         )
     );
 
-    let Some(wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let wgpu = backend(WgpuOptions::default());
     let mut wgpu = if established(&wgpu, 2) {
         wgpu
     } else {
-        backend(declared()).unwrap()
+        backend(declared())
     };
     let x: Vec<i32> = (0..256).map(|i| i * 7 - 300).collect();
     let call = args(vec![("x", HostTensor::from_i32(vec![256], &x))], vec![]);
@@ -238,9 +232,7 @@ fn all_to_all(blocks: u32) -> String {
 
 #[test]
 fn an_all_to_all_barrier_runs_fused_where_established_and_is_unsupported_split() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let resident = wgpu.resident_workgroups();
     assert!(resident >= 1);
     // As many blocks as are established (at least 2): fused and verified.
@@ -315,9 +307,7 @@ fn wide_handshake(blocks: u32) -> String {
 
 #[test]
 fn a_cycle_beyond_what_is_established_is_refused_with_the_numbers() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let resident = wgpu.resident_workgroups();
     // Each side's blocks all signal and wait on one element: a side of
     // `resident` blocks makes twice as many workgroups as established.
@@ -354,7 +344,7 @@ fn a_cycle_beyond_what_is_established_is_refused_with_the_numbers() {
     );
     // Any successful run would rest on the declaration alone.
     assert!(wgpu.unverified(&p));
-    assert!(backend(declared()).unwrap().unverified(&p));
+    assert!(backend(declared()).unverified(&p));
 }
 
 #[test]
@@ -386,14 +376,12 @@ map stuck {
 ";
     let m = module(src);
     let p = plan(&m, "stuck");
-    let Some(mut capped) = backend(WgpuOptions {
+    let mut capped = backend(WgpuOptions {
         co_resident: true,
         loop_cap: Some(500),
         wait_poll_budget: Some(1_000_000),
         ..Default::default()
-    }) else {
-        return;
-    };
+    });
     let err = capped.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
     let RunError::Unsupported { reason } = &err else {
         panic!("expected unsupported (loop cap), got {err}")
@@ -413,8 +401,7 @@ map stuck {
         loop_cap: Some(60_000),
         wait_poll_budget: Some(1_000),
         ..Default::default()
-    })
-    .unwrap();
+    });
     let err = budgeted
         .run(&p, &args(vec![], vec![]), &fast())
         .unwrap_err();

@@ -21,28 +21,18 @@ map count { programs [m: count]; outputs [y: gmem<u32[1]>]; scalars [n: u32, one
 
 /// A backend on llvmpipe with the backend's loop cap effectively off, to see
 /// the driver's own behaviour; `None` (with a message) on other adapters.
-fn uncapped_llvmpipe() -> Option<mpmd_wgpu::WgpuBackend> {
+fn uncapped_llvmpipe() -> mpmd_wgpu::WgpuBackend {
     let wgpu = backend(WgpuOptions {
         loop_cap: Some(u32::MAX),
         ..Default::default()
-    })?;
-    let adapter = wgpu.adapter_info().to_string();
-    needs::setup(
-        "Mesa's lavapipe (llvmpipe) as the WebGPU adapter",
-        if wgpu.is_llvmpipe() {
-            Ok(())
-        } else {
-            Err(format!("the adapter is {adapter}, not llvmpipe"))
-        },
-    );
-    Some(wgpu)
+    });
+    require_llvmpipe(&wgpu, "the test states lavapipe's traps");
+    wgpu
 }
 
 #[test]
 fn llvmpipe_ends_loops_after_65535_header_visits() {
-    let Some(mut wgpu) = uncapped_llvmpipe() else {
-        return;
-    };
+    let mut wgpu = uncapped_llvmpipe();
     let p = plan(&module(NESTED), "count");
     let count = |wgpu: &mut mpmd_wgpu::WgpuBackend, n: u32| {
         let a = args(
@@ -60,9 +50,7 @@ fn llvmpipe_ends_loops_after_65535_header_visits() {
         "the driver's silent limit moved; revisit LLVMPIPE_LOOP_CAP"
     );
     // With the backend's cap (the default on llvmpipe) the same run is refused.
-    let Some(mut capped) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut capped = backend(WgpuOptions::default());
     let a = args(
         vec![],
         vec![("n", Literal::U32(21_846)), ("one", Literal::U32(1))],
@@ -78,9 +66,7 @@ fn llvmpipe_ends_loops_after_65535_header_visits() {
 
 #[test]
 fn multiply_add_is_not_contracted_unless_fast_math() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(
         "
 mesh m { threads t = 1; }
@@ -116,9 +102,7 @@ map count { programs [m: count]; outputs [y: gmem<u32[8]>]; scalars [n: u32]; }
 
 #[test]
 fn divergent_loops_share_the_llvmpipe_budget() {
-    let Some(mut wgpu) = uncapped_llvmpipe() else {
-        return;
-    };
+    let mut wgpu = uncapped_llvmpipe();
     let p = plan(&module(DIVERGENT), "count");
     let n = |n: u32| args(vec![], vec![("n", Literal::U32(n))]);
     // Lanes 1..7 share a SIMD vector with lane 0: the two branches' loops
@@ -132,9 +116,7 @@ fn divergent_loops_share_the_llvmpipe_budget() {
         "the driver no longer shares the loop budget between divergent lanes"
     );
     // The backend pays both branches up front: refused, not wrong.
-    let Some(mut capped) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut capped = backend(WgpuOptions::default());
     let err = capped.run(&p, &n(40_000), &fast()).unwrap_err();
     assert_eq!(
         err.class(),
@@ -237,9 +219,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {{
 /// the write, so the trap is not pinned down by a test.)
 #[test]
 fn a_spin_of_atomic_add_zero_sees_another_workgroups_write() {
-    let Some(wgpu) = uncapped_llvmpipe() else {
-        return;
-    };
+    let wgpu = uncapped_llvmpipe();
     // Two workgroups must run at once for the question to mean anything.
     needs::setup(
         "lavapipe running two workgroups at once (LP_NUM_THREADS of 2 or more)",

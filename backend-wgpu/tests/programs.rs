@@ -37,8 +37,8 @@ fn assert_equivalent(got: &CallOutputs, expected: &CallOutputs) {
     }
 }
 
-fn run_and_compare(src: &str, map: &str, a: &mpmd_core::host::CallArgs) -> Option<CallOutputs> {
-    let mut wgpu = backend(WgpuOptions::default())?;
+fn run_and_compare(src: &str, map: &str, a: &mpmd_core::host::CallArgs) -> CallOutputs {
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(src);
     let (expected, got) = run_both(&mut wgpu, &m, map, a, &fast());
     let expected = expected.unwrap_or_else(|e| panic!("interpreter failed: {e}"));
@@ -50,7 +50,7 @@ fn run_and_compare(src: &str, map: &str, a: &mpmd_core::host::CallArgs) -> Optio
         .run(&p, a, &checked())
         .unwrap_or_else(|e| panic!("wgpu (checked) failed: {e}"));
     assert_equivalent(&checked_out, &expected);
-    Some(got)
+    got
 }
 
 const ELEMENTWISE: &str = "
@@ -83,9 +83,7 @@ fn elementwise_matches_interpreter() {
         ],
         vec![("alpha", Literal::f32(1.5)), ("n", Literal::U32(470))],
     );
-    let Some(out) = run_and_compare(ELEMENTWISE, "saxpy", &a) else {
-        return;
-    };
+    let out = run_and_compare(ELEMENTWISE, "saxpy", &a);
     let y = out.outputs["y"].to_f32();
     assert_eq!(y[475], 0.0, "beyond n the zeroed output stays zero");
     let expect = 1.5 * x[7] + z[7] - x[7].abs().sqrt() / 3.0;
@@ -124,9 +122,7 @@ map block_sum {
 fn smem_reduction_matches_interpreter() {
     let x: Vec<u32> = (0..384).map(|i| i * 7 + 1).collect();
     let a = args(vec![("x", HostTensor::from_u32(vec![384], &x))], vec![]);
-    let Some(out) = run_and_compare(REDUCTION, "block_sum", &a) else {
-        return;
-    };
+    let out = run_and_compare(REDUCTION, "block_sum", &a);
     let sums: Vec<u32> = (0..3)
         .map(|b| x[b * 128..(b + 1) * 128].iter().sum())
         .collect();
@@ -159,9 +155,7 @@ map hist {
 
 #[test]
 fn atomics_match_interpreter() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let x: Vec<u32> = (0..256u32).map(|i| (i * 37 + 11) % 251).collect();
     let m = module(ATOMICS);
     let p = plan(&m, "hist");
@@ -295,9 +289,7 @@ fn integer_edge_numerics_match_interpreter() {
         ],
         vec![],
     );
-    let Some(out) = run_and_compare(INTEGER_EDGES, "edges", &a) else {
-        return;
-    };
+    let out = run_and_compare(INTEGER_EDGES, "edges", &a);
     // Spot checks against docs/design.md's rules, independent of the interpreter.
     let o = out.outputs["o"].to_i32();
     let row = |k: usize| &o[k * 14..(k + 1) * 14];
@@ -348,9 +340,7 @@ map two {
 #[test]
 fn two_programs_with_different_grids() {
     let a = args(vec![], vec![("k", Literal::U32(3))]);
-    let Some(out) = run_and_compare(TWO_GRIDS, "two", &a) else {
-        return;
-    };
+    let out = run_and_compare(TWO_GRIDS, "two", &a);
     let y = &out.outputs["y"].words();
     let z = &out.outputs["z"].words();
     assert_eq!(y[100], 100 * 3 + 1);
@@ -388,15 +378,11 @@ map pipeline {
 fn producer_consumer_via_semaphore() {
     let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
     let a = args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]);
-    let Some(out) = run_and_compare(PIPELINE, "pipeline", &a) else {
-        return;
-    };
+    let out = run_and_compare(PIPELINE, "pipeline", &a);
     let y = out.outputs["y"].to_f32();
     assert_eq!(y[200], 401.0);
     // Calling twice works: non-resident semaphores start at zero every call.
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let p = plan(&module(PIPELINE), "pipeline");
     assert!(!wgpu.unverified(&p));
     for _ in 0..2 {
@@ -443,9 +429,7 @@ call receive();
 
 #[test]
 fn external_mesh_handoff_with_residents() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(HANDOFF);
     let send = plan(&m, "send");
     let receive = plan(&m, "receive");
@@ -499,9 +483,7 @@ map cycle {
 
 #[test]
 fn cycle_is_refused_without_co_residency() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let p = plan(&module(CYCLE), "cycle");
     assert!(p.graph.has_cycle);
     if wgpu.co_residency_established(&p) {
@@ -542,9 +524,7 @@ fn wait_timeout_is_reported_not_hung() {
     // Without the co-residency declaration, and more workgroups than the
     // backend established: one dispatch per block, and block 0's wait finds
     // the count short (tests/dispatch_split.rs).
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
     if wgpu.co_residency_established(&p) {
         // Established: fused, and the wait gives up (the default budget).
@@ -561,13 +541,11 @@ fn wait_timeout_is_reported_not_hung() {
     );
     }
     // Declared co-resident: it runs, the wait gives up, and the error names it.
-    let Some(mut wgpu) = backend(WgpuOptions {
+    let mut wgpu = backend(WgpuOptions {
         co_resident: true,
         wait_poll_budget: Some(2000),
         ..Default::default()
-    }) else {
-        return;
-    };
+    });
     let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
     let RunError::WaitTimeout { site, semaphore } = &err else {
         panic!("expected a timeout, got {err}")
@@ -601,9 +579,7 @@ map underfed {
 
 #[test]
 fn unmet_wait_after_all_signals_is_a_deadlock() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(UNDERFED);
     let (expected, got) = run_both(&mut wgpu, &m, "underfed", &args(vec![], vec![]), &fast());
     assert_eq!(expected.unwrap_err().class(), Some(ErrorClass::Deadlock));
@@ -635,9 +611,7 @@ map shift {
 
 #[test]
 fn checked_mode_reports_out_of_bounds() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(OOB);
     let p = plan(&m, "shift");
     let a = args(
@@ -710,12 +684,10 @@ map spin {
 fn loop_cap_is_unsupported_not_a_wrong_answer() {
     // The cap is on by default on llvmpipe; set it explicitly so that the
     // test means the same on any adapter.
-    let Some(mut wgpu) = backend(WgpuOptions {
+    let mut wgpu = backend(WgpuOptions {
         loop_cap: Some(65_000),
         ..Default::default()
-    }) else {
-        return;
-    };
+    });
     for src in [LONG_LOOP, LONG_UNIFORM_LOOP] {
         let p = plan(&module(src), "spin");
         let ok = wgpu
@@ -742,19 +714,17 @@ fn loop_cap_is_unsupported_not_a_wrong_answer() {
         );
         assert!(err.to_string().starts_with("not supported on this adapter"));
     }
-    if let Some(default) = backend(WgpuOptions::default()) {
-        if default.is_llvmpipe() {
-            let mut default = default;
-            let p = plan(&module(LONG_LOOP), "spin");
-            let err = default
-                .run(
-                    &p,
-                    &args(vec![], vec![("n", Literal::U32(70_000))]),
-                    &fast(),
-                )
-                .unwrap_err();
-            assert_eq!(err.class(), Some(ErrorClass::Unsupported), "{err}");
-        }
+    let mut default = backend(WgpuOptions::default());
+    if default.is_llvmpipe() {
+        let p = plan(&module(LONG_LOOP), "spin");
+        let err = default
+            .run(
+                &p,
+                &args(vec![], vec![("n", Literal::U32(70_000))]),
+                &fast(),
+            )
+            .unwrap_err();
+        assert_eq!(err.class(), Some(ErrorClass::Unsupported), "{err}");
     }
 }
 
@@ -773,9 +743,7 @@ map ids {
   outputs [y: gmem<u32[140000]> zeroed];
 }
 ";
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let p = plan(&module(src), "ids");
     // The block id linearised from a 2-D grid of workgroups (65,535 a row
     // with the default options; the adapter's own limit may differ).
@@ -799,12 +767,10 @@ map ids {
 
 #[test]
 fn packed_bindings_when_the_adapter_has_few() {
-    let Some(mut wgpu) = backend(WgpuOptions {
+    let mut wgpu = backend(WgpuOptions {
         max_storage_buffers: Some(5),
         ..Default::default()
-    }) else {
-        return;
-    };
+    });
     let m = module(PIPELINE);
     let p = plan(&m, "pipeline");
     let on_adapter = emit_module(&p, &wgpu.plan_emit_options(&p, Mode::Fast)).unwrap();
@@ -838,9 +804,7 @@ fn packed_bindings_when_the_adapter_has_few() {
 
 #[test]
 fn bad_arguments_are_errors() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let p = plan(&module(ELEMENTWISE), "saxpy");
     let err = wgpu.run(&p, &args(vec![], vec![]), &fast()).unwrap_err();
     assert_eq!(
@@ -957,9 +921,7 @@ fn ordered_semaphores_keep_the_barriers_the_block_can_observe() {
 
     let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
     let a = args(vec![("x", HostTensor::from_f32(vec![256], &x))], vec![]);
-    let Some(out) = run_and_compare(SEM_AS_BARRIER, "pipeline", &a) else {
-        return;
-    };
+    let out = run_and_compare(SEM_AS_BARRIER, "pipeline", &a);
     // Block 1, thread 5: buf = 2 * 69, acc = x[64 + 58] + 0.5.
     assert_eq!(out.outputs["y"].to_f32()[69], 138.0 + 122.5);
     // z[69] = acc[58] of producer block 1 = 2 * x[122].
@@ -1002,9 +964,7 @@ fn a_short_count_of_a_moved_wait_is_a_deadlock_naming_block_and_element() {
         "short_count_wait",
         functions(&wgsl, &["unit1_take", "mpmd_unit1_waits"])
     );
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     for options in [fast(), checked()] {
         let expected = Interpreter::new()
             .run(&p, &args(vec![], vec![]), &options)
@@ -1012,7 +972,7 @@ fn a_short_count_of_a_moved_wait_is_a_deadlock_naming_block_and_element() {
         assert_eq!(expected.class(), Some(ErrorClass::Deadlock));
         assert!(
             expected.to_string().contains(
-                "program 0 (take), block 3 waits on `ready` element 7 for 1 (count is 0)"
+                "program 0 (take), block 3 waits on `ready@[1, 1][1]` for 1 (count is 0)"
             ),
             "{expected}"
         );
@@ -1064,9 +1024,7 @@ fn a_moved_signal_out_of_bounds_is_reported_in_checked_mode() {
         "moved_signal_checked",
         functions(&wgsl, &["mpmd_unit0_signals"])
     );
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let expected = Interpreter::new()
         .run(&p, &args(vec![], vec![]), &checked())
         .unwrap_err();
@@ -1180,9 +1138,7 @@ fn moved_and_kept_semaphore_operations_in_one_plan() {
         )
     );
 
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let mut interp = Interpreter::new();
     let none = args(vec![], vec![]);
     wgpu.run(&fill, &none, &fast()).unwrap();
@@ -1285,9 +1241,7 @@ fn signals_and_waits_of_different_semaphores_share_a_dispatch() {
         "shared_semaphore_dispatch",
         functions(&emitted.wgsl, &["mpmd_sems1"])
     );
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let out = assert_same(&mut wgpu, &module(&src), "shared", &args(vec![], vec![]));
     assert_eq!(out.outputs["y"].words()[299 * 32], 300);
     assert_eq!(out.outputs["w"].words()[299 * 32 + 5], 301);

@@ -76,9 +76,7 @@ fn check_program(
             wgsl.len()
         );
     }
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     for options in [fast(), checked()] {
         let start = std::time::Instant::now();
         let expected = Interpreter::new()
@@ -511,9 +509,7 @@ map sc {{
                 _ => 0.0,
             })
             .collect();
-        let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-            continue;
-        };
+        let mut wgpu = backend(WgpuOptions::default());
         for options in [fast(), checked()] {
             let got = wgpu
                 .run(&p, &a, &options)
@@ -523,9 +519,7 @@ map sc {{
     }
     // `select` evaluates both operands: thread 0 reads x[-1], reported.
     let m = module(&base("select(false, x[i] > 0.0, i >= 0)"));
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let p = plan(&m, "sc");
     let expected = Interpreter::new().run(&p, &a, &checked());
     let got = wgpu.run(&p, &a, &checked());
@@ -666,9 +660,7 @@ fn infinities_and_nan_survive_operands_the_driver_can_prove() {
     assert!(expected[24..32]
         .iter()
         .all(|v| v.is_infinite() || v.is_nan()));
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let got = wgpu.run(&p, &a, &fast()).unwrap().outputs["y"].to_f32();
     let mut wrong = vec![];
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
@@ -722,9 +714,7 @@ map dl {
 fn semaphore_amounts_below_one_are_run_time_errors() {
     let m = module(D22);
     let p = plan(&m, "dl");
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     for mode in [fast(), checked()] {
         for n in [-1, 0] {
             let err = wgpu
@@ -763,9 +753,7 @@ map dl {
 }
 ";
     let m = module(src);
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let err = wgpu
         .run(&plan(&m, "dl"), &args(vec![], vec![]), &fast())
         .unwrap_err();
@@ -800,13 +788,8 @@ map k {
 }
 ";
     let m = module(src);
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
-    if !wgpu.is_llvmpipe() {
-        eprintln!("SKIPPED: the loop cap applies on llvmpipe only");
-        return;
-    }
+    let mut wgpu = backend(WgpuOptions::default());
+    require_llvmpipe(&wgpu, "the loop cap applies on llvmpipe only");
     let err = wgpu
         .run(&plan(&m, "k"), &args(vec![], vec![]), &fast())
         .unwrap_err();
@@ -861,9 +844,7 @@ map k {
         assert!(!wgsl.contains("[64u]"), "{wgsl}");
         compilers_accept(&wgsl, &format!("const-index-{mode:?}"));
     }
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let err = wgpu.run(&p, &args(vec![], vec![]), &checked()).unwrap_err();
     assert!(
         matches!(&err, RunError::OutOfBounds { index, .. } if index == "[4]" || index == "[64]"),

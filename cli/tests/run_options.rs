@@ -409,8 +409,8 @@ fn call_runs_one_call_of_the_file() {
         &["run", &file, "--call", "1"],
         "error: call 1 (map `receive`) failed: deadlock: every live block waits\n\
          wait-for graph (no live block can signal):\n  \
-         program 0 (receive), block 0 waits on `credits` element 0 for 1 (count is 0)\n  \
-         program 0 (receive), block 1 waits on `credits` element 1 for 1 (count is 0)\n",
+         program 0 (receive), block 0 waits on `credits@[0][0]` for 1 (count is 0)\n  \
+         program 0 (receive), block 1 waits on `credits@[1][0]` for 1 (count is 0)\n",
     );
     // Call 0's residents, written by --out, start call 1 where call 0 left them.
     let hand = format!("hand={}", out0.join("resident.hand.npy").display());

@@ -12,3 +12,4 @@ pub mod compare;
 pub mod fuzz;
 pub mod report;
 pub mod run;
+pub mod runner;

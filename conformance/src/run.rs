@@ -446,7 +446,7 @@ fn judge(
     let m = mode_name(mode);
     match &spec.expect {
         Expectation::Reject(_) => Status::Fail("a reject case reached a run".into()),
-        // Fast mode leaves a `while` at its maximum (DESIGN.md): the run
+        // Fast mode leaves a `while` at its maximum (docs/design.md): the run
         // must succeed there; only checked mode reports the limit.
         Expectation::Fails(ErrorClass::LoopLimit) if mode == Mode::Fast => match outcome {
             Ok(_) => Status::Pass,
@@ -555,6 +555,17 @@ fn all(config: &RunConfig, status: Status) -> BTreeMap<BackendId, Status> {
 
 /// Runs one case on every selected backend, in fast and in checked mode.
 pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResult {
+    run_case_reporting(case, config, env, &|_| {})
+}
+
+/// [`run_case`], telling `stage` what it starts (`the interpreter`, then
+/// each backend's name), so that a watchdog can say where a case hung.
+pub fn run_case_reporting(
+    case: &Case,
+    config: &RunConfig,
+    env: &Environment,
+    stage: &dyn Fn(&str),
+) -> CaseResult {
     let mut result = CaseResult {
         name: case.name.clone(),
         kind: case.kind(),
@@ -632,6 +643,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
         Expectation::Fails(c) => Some(*c),
         _ => None,
     };
+    stage("the interpreter (the oracle)");
     let oracle_start = std::time::Instant::now();
     let oracle: Vec<Result<Vec<Observed>, SequenceError>> = modes
         .iter()
@@ -644,6 +656,7 @@ pub fn run_case(case: &Case, config: &RunConfig, env: &Environment) -> CaseResul
     let mut executions: BTreeMap<BackendId, Vec<Execution>> = BTreeMap::new();
 
     for &backend in &config.backends {
+        stage(backend.name());
         let backend_start = std::time::Instant::now();
         let status = match backend {
             BackendId::Interp => modes
@@ -895,7 +908,7 @@ fn run_on_gpu(
         return Status::Compiled;
     }
     // An adapter that flushes subnormals is judged against an oracle that
-    // flushes them too (DESIGN.md allows flushing): a case that feeds it
+    // flushes them too (docs/design.md allows flushing): a case that feeds it
     // subnormals passes when its results are those of either oracle. Other
     // deviations skip the cases they concern.
     let flushing_oracle = backend == BackendId::Wgpu && subnormals_flushed(env, file);

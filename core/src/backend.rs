@@ -49,6 +49,28 @@ impl std::fmt::Display for Site {
     }
 }
 
+/// How every backend's reports name one element of a ref: the text
+/// format's own spelling, `name[i, j]`, or `name@[c0, c1][i, j]` for an
+/// instance of a ref owned by a mesh (its block coordinates first).
+pub fn element_text(
+    name: &str,
+    coords: &[impl std::fmt::Display],
+    index: &[impl std::fmt::Display],
+) -> String {
+    fn join(values: &[impl std::fmt::Display]) -> String {
+        values
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+    if coords.is_empty() {
+        format!("{name}[{}]", join(index))
+    } else {
+        format!("{name}@[{}][{}]", join(coords), join(index))
+    }
+}
+
 /// What a run was doing when its time limit passed ([`RunError::TimeLimit`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Activity {

@@ -753,8 +753,8 @@ fn a_wait_nobody_signals_is_a_deadlock_with_the_wait_for_graph() {
         assert_eq!(
             wait_for_graph,
             "wait-for graph (no live block can signal):\n  \
-             program 0 (dl), block 0 waits on `s` element 1 for 2 (count is 0)\n  \
-             program 0 (dl), block 1 waits on `s` element 1 for 2 (count is 0)"
+             program 0 (dl), block 0 waits on `s[1]` for 2 (count is 0)\n  \
+             program 0 (dl), block 1 waits on `s[1]` for 2 (count is 0)"
         );
     }
 }
@@ -990,7 +990,7 @@ fn residents_hand_data_and_credits_to_a_later_call() {
     assert_eq!(e.class(), Some(ErrorClass::Deadlock));
     assert!(
         e.to_string()
-            .contains("waits on `flag` element 1 for 1 (count is 0)"),
+            .contains("waits on `flag@[1][0]` for 1 (count is 0)"),
         "{e}"
     );
 }

@@ -291,7 +291,7 @@ fn semaphore_amounts_below_one_are_run_time_errors() {
                     semaphore,
                     amount,
                 } => {
-                    assert_eq!(semaphore, "s");
+                    assert_eq!(semaphore, "s[0]");
                     assert_eq!(amount.to_string(), n);
                     assert_eq!((site.program.index(), site.block), (1, 0));
                 }

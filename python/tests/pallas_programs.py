@@ -557,6 +557,45 @@ def axis_sizes() -> Program:
     return Program("axis_sizes", fn, (), lambda: jnp.asarray([23, 23, 300, 301, 302], jnp.int32))
 
 
+def kernel_list_atomics() -> Program:
+    """`pl.kernel(body=[f, g], mesh=[m1, m2])`: `iota`, `plgpu.atomic_max` /
+    `atomic_min` into a Ref, a `wait` without decrement and `semaphore_read`."""
+    left = mp.Mesh(grid=(2,), grid_names=("l",))
+    right = mp.Mesh(grid=(1,), grid_names=("r",))
+
+    def bounds(x, hi0, lo0):
+        hi, lo = jax.new_ref(hi0), jax.new_ref(lo0)
+
+        def on_left(x_ref, hi_ref, lo_ref, counts_ref, done):
+            l = lax.axis_index("l")
+            v = x_ref[pl.ds(l * 64, 64)] + lax.iota(jnp.int32, 64)
+            plgpu.atomic_max(hi_ref.at[pl.ds(0, 64)], v)
+            plgpu.atomic_min(lo_ref.at[pl.ds(0, 64)], v)
+            pl.semaphore_signal(done.at[0], 1)
+
+        def on_right(x_ref, hi_ref, lo_ref, counts_ref, done):
+            pl.semaphore_wait(done.at[0], 2, decrement=False)
+            counts_ref[0] = pl.semaphore_read(done.at[0])
+
+        k = pl.kernel(
+            body=[on_left, on_right],
+            mesh=[left, right],
+            out_type=jax.ShapeDtypeStruct((1,), jnp.int32),
+            scratch_types=[mp.semaphores((1,), right)],
+        )
+        counts = k(x, hi, lo)
+        return counts, hi[...], lo[...]
+
+    x = jnp.asarray(_rng(24).integers(-500, 500, size=128).astype(np.int32))
+    start = (jnp.full(64, -(2**31), jnp.int32), jnp.full(64, 2**31 - 1, jnp.int32))
+
+    def ref(x, hi0, lo0):
+        v = x.reshape(2, 64) + jnp.arange(64, dtype=jnp.int32)
+        return jnp.asarray([2], jnp.int32), jnp.maximum(hi0, v.max(axis=0)), jnp.minimum(lo0, v.min(axis=0))
+
+    return Program("kernel_list_atomics", bounds, (x, *start), ref)
+
+
 PROGRAMS: Dict[str, Callable[[], Program]] = {
     f.__name__: f
     for f in (
@@ -581,5 +620,6 @@ PROGRAMS: Dict[str, Callable[[], Program]] = {
         dtypes_and_updates,
         scan_switch_scoped,
         axis_sizes,
+        kernel_list_atomics,
     )
 }

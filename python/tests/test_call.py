@@ -207,8 +207,8 @@ def test_a_deadlock_message_holds_the_wait_for_graph():
     assert str(caught.value) == (
         "deadlock: every live block waits\n"
         "wait-for graph (no live block can signal):\n"
-        "  program 0 (ka), block 0 waits on `s` element 0 for 1 (count is 0)\n"
-        "  program 1 (kb), block 0 waits on `s` element 1 for 1 (count is 0)"
+        "  program 0 (ka), block 0 waits on `s[0]` for 1 (count is 0)\n"
+        "  program 1 (kb), block 0 waits on `s[1]` for 1 (count is 0)"
     )
     assert str(caught.value) == cli_run_error("fail_deadlock_cycle")
 

@@ -87,7 +87,7 @@ def test_a_run_error_inside_jit_carries_the_report():
     cycle = mpmd.jax.kernel(mpmd.Module.from_file(CASES / "fail_deadlock_cycle.mpmd"), "cycle")
     with pytest.raises(Exception, match="wait-for graph") as caught:
         jax.block_until_ready(jax.jit(cycle)())
-    assert "program 1 (kb), block 0 waits on `s` element 1 for 1 (count is 0)" in str(caught.value)
+    assert "program 1 (kb), block 0 waits on `s[1]` for 1 (count is 0)" in str(caught.value)
 
 
 def test_the_readme_example_runs_and_matches_jnp(capsys):

@@ -27,12 +27,19 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up the tools, then run the conformance corpus on every backend
-    /// (arguments go to the harness; try `cargo xtask conformance --help`).
+    /// Set up the tools, then build the harness with optimisations and run
+    /// the conformance corpus on every backend (arguments go to the
+    /// harness; try `cargo xtask conformance --help`).
     Conformance {
-        /// Build the harness with optimisations (slower build, faster run).
-        #[arg(long)]
+        /// Build the harness with optimisations: the default, accepted so
+        /// that scripts which pass it keep working.
+        #[arg(long, conflicts_with = "debug")]
         release: bool,
+        /// Build the harness without optimisations for the workspace's own
+        /// crates (the build `cargo xtask test` shares; the interpreter then
+        /// runs the corpus about 6 times slower).
+        #[arg(long)]
+        debug: bool,
         /// Arguments for the harness: --backends, --filter, --seed, --json, --jobs, ...
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -122,9 +129,11 @@ fn main() -> ExitCode {
             }
         }
         Task::Pytest { args } => python::run_pytest(&root, &setup, &args),
-        Task::Conformance { release, args } => {
-            run_conformance_binary(&root, &setup, "mpmd-conformance", release, &args)
-        }
+        Task::Conformance {
+            release: _,
+            debug,
+            args,
+        } => run_conformance_binary(&root, &setup, "mpmd-conformance", !debug, &args),
         Task::Fuzz { release, args } => {
             run_conformance_binary(&root, &setup, "mpmd-fuzz", release, &args)
         }
@@ -180,6 +189,20 @@ fn run_benches(root: &Path, setup: &tools::Setup, which: &[BenchTarget]) -> Exit
 
 /// The binaries `scripts/gpu-check.sh` looks for.
 const BUNDLE_BINARIES: [&str; 4] = ["mpmd", "mpmd-conformance", "mpmd-fuzz", "cuda-bench"];
+
+/// Every file [`gpu_bundle`] writes (besides `vulkan/*.deb`), in order:
+/// `scripts/gpu-check.sh`'s `BUNDLE_FILES`, which its dry run checks a
+/// bundle for (a test keeps the two lists equal).
+const BUNDLE_FILES: [&str; 8] = [
+    "mpmd",
+    "mpmd-conformance",
+    "mpmd-fuzz",
+    "cuda-bench",
+    "gpu_run",
+    "gpu_embedding",
+    "_mpmd.abi3.so",
+    "wgsl_bench",
+];
 
 /// Debian packages that let WGSL run on the GPU machine's own Vulkan driver
 /// when that machine has no Vulkan loader: the loader, and the GLVND
@@ -294,7 +317,7 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
         eprintln!("xtask: cannot create {}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
-    let release = root.join("target").join("release");
+    let release = tools::target_dir(root).join("release");
     let mut files: Vec<(PathBuf, &str)> = BUNDLE_BINARIES
         .iter()
         .map(|name| (release.join(name), *name))
@@ -303,6 +326,11 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
     files.push((PathBuf::from(gpu_embedding), "gpu_embedding"));
     files.push((release.join("lib_mpmd.so"), "_mpmd.abi3.so"));
     files.push((PathBuf::from(wgsl_bench), "wgsl_bench"));
+    let names: Vec<&str> = files.iter().map(|(_, name)| *name).collect();
+    if names != BUNDLE_FILES {
+        eprintln!("xtask: the bundle's files {names:?} are not BUNDLE_FILES {BUNDLE_FILES:?}");
+        return ExitCode::FAILURE;
+    }
     let mut total = 0;
     for (from, name) in files {
         let to = dir.join(name);
@@ -333,7 +361,19 @@ fn gpu_bundle(root: &Path, setup: &tools::Setup, dir: &Path) -> ExitCode {
         total as f64 / 1e6,
         dir.display()
     );
-    ExitCode::SUCCESS
+    // The dry run: every file a step needs, the size sent with the
+    // checkout, the library searches, pytest's collection, the limits.
+    let mut dry_run = Command::new("bash");
+    dry_run
+        .arg(root.join("scripts").join("gpu-check.sh"))
+        .arg("--dry-run")
+        .arg(dir)
+        .arg(dir.join("dry-run-report.txt"));
+    setup.apply_env(&mut dry_run);
+    if std::env::var_os("MPMD_GPU_CHECK_PYTHON").is_none() && venv_python.is_file() {
+        dry_run.env("MPMD_GPU_CHECK_PYTHON", &venv_python);
+    }
+    run_announced(&mut dry_run)
 }
 
 /// The `"executable"` of the test target `name` in cargo's JSON messages.
@@ -387,6 +427,14 @@ fn run_conformance_binary(
     args: &[String],
 ) -> ExitCode {
     let cwd = std::env::current_dir().unwrap_or_else(|_| root.to_path_buf());
+    eprintln!(
+        "xtask: building {binary} ({}); cargo's progress follows, then the harness's on stderr",
+        if release {
+            "optimised: a few minutes on 2 cores the first time"
+        } else {
+            "workspace crates unoptimised"
+        }
+    );
     exit_code_of(&mut conformance_command(
         root, setup, binary, release, args, &cwd,
     ))
@@ -403,12 +451,14 @@ fn conformance_command(
     args: &[String],
     cwd: &Path,
 ) -> Command {
+    // Not `--quiet`: cargo's `Compiling ...` lines and its progress bar are
+    // the progress of the build, which takes minutes on a fresh machine.
     let mut cmd = cargo(root, setup);
     cmd.current_dir(cwd)
         .arg("run")
         .arg("--manifest-path")
         .arg(root.join("Cargo.toml"))
-        .args(["--quiet", "--package", "mpmd-conformance"]);
+        .args(["--package", "mpmd-conformance"]);
     if release {
         cmd.arg("--release");
     }
@@ -610,7 +660,6 @@ mod tests {
                 "run",
                 "--manifest-path",
                 "/repo/Cargo.toml",
-                "--quiet",
                 "--package",
                 "mpmd-conformance",
                 "--bin",
@@ -620,6 +669,119 @@ mod tests {
                 "out.json"
             ]
         );
+    }
+
+    /// A bundle of stand-ins: every file executable (the extension too).
+    fn fake_bundle(dir: &Path, files: &[&str]) {
+        std::fs::create_dir_all(dir).unwrap();
+        for name in files {
+            let path = dir.join(name);
+            std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+            let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+            std::fs::set_permissions(&path, permissions).unwrap();
+        }
+    }
+
+    /// A python that answers the dry run's questions as the GPU machine's
+    /// would (the versions it has), and collects two tests.
+    const FAKE_PYTHON: &str = r#"#!/bin/sh
+case "$*" in
+  *"import numpy, pytest"*) exit 0 ;;
+  *sys.version*) echo 3.12.3 ;;
+  *"import jax;"*) echo 0.11.2 ;;
+  *"import torch;"*) echo 2.9.0 ;;
+  *"import ml_dtypes;"*) echo 0.5.3 ;;
+  *--collect-only*)
+    echo "tests_gpu/test_cuda.py::test_one"
+    echo "tests_gpu/test_cuda.py::test_two" ;;
+  *) exit 1 ;;
+esac
+"#;
+
+    fn dry_run(bundle: &Path, python: &Path) -> (Option<i32>, String) {
+        let root = workspace_root();
+        let output = Command::new("bash")
+            .arg(root.join("scripts/gpu-check.sh"))
+            .arg("--dry-run")
+            .arg(bundle)
+            .arg(bundle.join("report.txt"))
+            .env("MPMD_GPU_CHECK_PYTHON", python)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    }
+
+    /// The GPU check's dry run works here, without a GPU, so the script
+    /// cannot rot between the rare runs on one: a complete bundle passes
+    /// (each file, the size, the limits, pytest's collection), a missing
+    /// file fails naming it. The real extension and pytest's real
+    /// collection are checked where a bundle is built (`cargo xtask
+    /// gpu-bundle` ends with the dry run); this test's are stand-ins.
+    #[test]
+    fn the_gpu_check_dry_run_checks_the_bundle() {
+        let base = std::env::temp_dir().join(format!("xtask-dry-run-{}", std::process::id()));
+        let python = base.join("python3");
+        fake_bundle(&base, &[]);
+        std::fs::write(&python, FAKE_PYTHON).unwrap();
+        let mut permissions = std::fs::metadata(&python).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&python, permissions).unwrap();
+
+        let complete = base.join("complete");
+        fake_bundle(&complete, &BUNDLE_FILES);
+        let (code, report) = dry_run(&complete, &python);
+        assert_eq!(code, Some(0), "{report}");
+        for name in BUNDLE_FILES {
+            assert!(
+                report.contains(&format!("dry-run bundle {name} ok\n")),
+                "{name}: {report}"
+            );
+        }
+        for line in [
+            "dry-run size ok: checkout ",
+            "dry-run limits ok: 540 s (at most 540 s, under 10 minutes with the set-up)\n",
+            "dry-run python jax 0.11.2\n",
+            "dry-run python collected 2 tests in python/tests_gpu\n",
+            "dry-run ok: the GPU check would start with this bundle\n",
+        ] {
+            assert!(report.contains(line), "{line}: {report}");
+        }
+        // The library searches say what they found or that they found nothing.
+        assert!(report.contains("\nnvrtc "), "{report}");
+        assert!(report.contains("\ncublas "), "{report}");
+
+        let partial = base.join("partial");
+        fake_bundle(&partial, &BUNDLE_FILES[..4]);
+        let (code, report) = dry_run(&partial, &python);
+        assert_eq!(code, Some(1), "{report}");
+        assert!(
+            report.contains(&format!(
+                "dry-run FAILED bundle gpu_run: no executable gpu_run in {}\n",
+                partial.display()
+            )),
+            "{report}"
+        );
+        assert!(!report.contains("dry-run ok"), "{report}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn the_gpu_check_looks_for_the_files_the_bundle_holds() {
+        let script =
+            std::fs::read_to_string(workspace_root().join("scripts/gpu-check.sh")).unwrap();
+        let line = script
+            .lines()
+            .find(|l| l.starts_with("BUNDLE_FILES=("))
+            .expect("gpu-check.sh lists BUNDLE_FILES");
+        let listed: Vec<&str> = line["BUNDLE_FILES=(".len()..line.len() - 1]
+            .split_whitespace()
+            .collect();
+        assert_eq!(listed, BUNDLE_FILES);
+        assert_eq!(BUNDLE_FILES[..4], BUNDLE_BINARIES);
     }
 
     #[test]

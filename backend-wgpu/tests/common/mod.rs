@@ -13,13 +13,27 @@ use mpmd_wgpu::{WgpuBackend, WgpuOptions};
 pub mod needs;
 
 /// The backend; a missing adapter fails the test (the README's set-up
-/// provides lavapipe: `needs::setup`). Always `Some`: the `Option` keeps
-/// the callers' `let Some(..) else` form.
-pub fn backend(options: WgpuOptions) -> Option<WgpuBackend> {
-    Some(needs::setup(
+/// provides lavapipe: `needs::setup`).
+pub fn backend(options: WgpuOptions) -> WgpuBackend {
+    needs::setup(
         "a WebGPU adapter (Mesa's lavapipe)",
         WgpuBackend::new(options),
-    ))
+    )
+}
+
+/// Fails the test unless `wgpu` runs on lavapipe (llvmpipe), whose facts
+/// the test states (`what`): the README's set-up makes lavapipe the
+/// adapter, so another one is a set-up the test cannot check, never a pass.
+pub fn require_llvmpipe(wgpu: &WgpuBackend, what: &str) {
+    let adapter = wgpu.adapter_info().to_string();
+    needs::setup(
+        &format!("Mesa's lavapipe (llvmpipe) as the WebGPU adapter ({what})"),
+        if wgpu.is_llvmpipe() {
+            Ok(())
+        } else {
+            Err(format!("the adapter is {adapter}, not llvmpipe"))
+        },
+    );
 }
 
 /// The repository's `examples/*.mpmd` files, sorted.

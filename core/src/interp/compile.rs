@@ -42,12 +42,13 @@ pub(crate) enum Target {
 }
 
 /// Which instance of an owned ref plain indexing reaches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum OwnInstance {
     /// Unowned refs, `smem` and locals: the only instance.
     Zero,
-    /// Owned by the program's own mesh: the block's own instance.
-    Block,
+    /// Owned by the program's own mesh: the block's own instance, whose
+    /// coordinates (for reports) split the block id by these extents.
+    Block(Vec<u32>),
 }
 
 /// A compiled ref access: the target, its per-dimension index registers and,
@@ -1060,7 +1061,7 @@ impl Compiler<'_> {
                     )));
                 }
                 if matches!(target, Target::Global(_)) {
-                    own = OwnInstance::Block;
+                    own = OwnInstance::Block(self.mesh.block_axes().map(|a| a.size).collect());
                 }
                 None
             }

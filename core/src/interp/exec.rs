@@ -66,7 +66,8 @@ pub(crate) struct Env<'a> {
 #[derive(Debug)]
 pub(crate) enum Status {
     Done,
-    /// Waiting on semaphore element `addr` of buffer `buf` for `amount`.
+    /// Waiting on semaphore element `addr` of buffer `buf` for `amount`;
+    /// `name` is the element as reports write it (`ready@[1][0]`).
     Blocked {
         buf: usize,
         addr: u64,
@@ -699,7 +700,7 @@ impl BlockState {
                     let Some(n) = i32::try_from(value).ok().filter(|&n| n >= 1) else {
                         return Err(RunError::BadSemaphoreAmount {
                             site: self.site(code, None),
-                            semaphore: acc.name.clone(),
+                            semaphore: self.element_label(acc, lane),
                             amount: value,
                         });
                     };
@@ -727,7 +728,7 @@ impl BlockState {
                                     buf,
                                     addr,
                                     amount: n,
-                                    name: acc.name.clone(),
+                                    name: self.element_label(acc, lane),
                                 });
                             }
                             let consume = *op == SemOp::Wait;
@@ -865,6 +866,34 @@ impl BlockState {
         Ok((buf, addr))
     }
 
+    /// The semaphore element `acc` names for `lane`, as every backend's
+    /// reports write it ([`crate::backend::element_text`]).
+    fn element_label(&self, acc: &CompiledAccess, lane: usize) -> String {
+        let value = |&(r, _, signed): &(usize, u32, bool)| -> i64 {
+            let v = self.regs[r][lane];
+            if signed {
+                i64::from(v as i32)
+            } else {
+                i64::from(v)
+            }
+        };
+        let index: Vec<i64> = acc.dims.iter().map(value).collect();
+        let coords: Vec<i64> = match (&acc.coords, &acc.own) {
+            (Some(cs), _) => cs.iter().map(value).collect(),
+            (None, OwnInstance::Block(extents)) => {
+                let mut rest = self.block;
+                let mut coords = vec![0i64; extents.len()];
+                for (k, &d) in extents.iter().enumerate().rev() {
+                    coords[k] = (rest % u64::from(d.max(1))) as i64;
+                    rest /= u64::from(d.max(1));
+                }
+                coords
+            }
+            (None, OwnInstance::Zero) => vec![],
+        };
+        crate::backend::element_text(&acc.name, &coords, &index)
+    }
+
     /// Element address of `acc` for `lane`, or the out-of-bounds error.
     fn address(
         &self,
@@ -889,7 +918,7 @@ impl BlockState {
                 }
                 inst
             }
-            None if acc.own == OwnInstance::Block => self.block,
+            None if matches!(acc.own, OwnInstance::Block(_)) => self.block,
             None => 0,
         };
         if ok {
@@ -1080,7 +1109,7 @@ impl BlockState {
         b: usize,
     ) -> Result<(&'e [AtomicU32], usize), RunError> {
         let base = match acc.own {
-            OwnInstance::Block => self.block * acc.inst_len,
+            OwnInstance::Block(_) => self.block * acc.inst_len,
             OwnInstance::Zero => 0,
         };
         let words = &env.bufs[b].words;

@@ -1405,7 +1405,7 @@ fn deadlock(
         {
             let count = bufs[*buf].words[*addr as usize].load(Relaxed) as i32;
             lines.push(format!(
-                "  program {} ({}), block {} waits on `{name}` element {addr} for {amount} (count is {count})",
+                "  program {} ({}), block {} waits on `{name}` for {amount} (count is {count})",
                 code.program,
                 code.kernel,
                 *task as u64 - offsets[p]

@@ -206,6 +206,11 @@ def rule_semaphore_wait(pc: ProgramCompiler, eqn, ins):
     args = _unflatten_args(eqn, ins, "args_tree")
     ref, transforms, amount = args[0], args[1], args[2]
     decrement = args[3] if len(args) > 3 else True
+    if isinstance(decrement, Scalar):
+        # A static flag travels as a literal operand of the equation.
+        if decrement.expr not in ("true", "false"):
+            raise Unsupported("a semaphore_wait whose `decrement` is not known when traced")
+        decrement = decrement.expr == "true"
     target = _sem_target(pc, _ref_of(ref), transforms)
     op = "wait" if decrement else "wait_nodec"
     pc.body.emit(f"{op}({target}, {_i32(pc, amount)});")

@@ -117,12 +117,10 @@ map fused {
 
 #[test]
 fn idle_invocations_of_a_fused_workgroup_do_not_vote() {
-    let Some(mut wgpu) = backend(WgpuOptions {
+    let mut wgpu = backend(WgpuOptions {
         co_resident: true,
         ..Default::default()
-    }) else {
-        return;
-    };
+    });
     let m = module(FUSED);
     let p = plan(&m, "fused");
     assert!(p.graph.has_cycle);
@@ -138,9 +136,7 @@ fn idle_invocations_of_a_fused_workgroup_do_not_vote() {
 
 #[test]
 fn a_broadcast_source_past_the_block_is_reported_in_checked_mode() {
-    let Some(mut wgpu) = backend(WgpuOptions::default()) else {
-        return;
-    };
+    let mut wgpu = backend(WgpuOptions::default());
     let m = module(&corpus("fail_block_broadcast_source_out_of_range"));
     let p = plan(&m, "k");
     let x: Vec<u32> = (0..64).collect();

@@ -217,6 +217,12 @@ fn a_broadcast_result_may_decide_a_break_around_barriers() {
         "{}",
         d[0].message
     );
+    // The help names the way out.
+    assert!(
+        d[0].help.contains("`let v: u32 = block_broadcast(x, 0u);`"),
+        "{}",
+        d[0].help
+    );
     // With the broadcast: accepted.
     assert_eq!(
         codes(&work_queue(

@@ -873,7 +873,7 @@ impl Walker<'_, '_> {
                 "E0053",
                 path.clone(),
                 message,
-                format!("move `{op}` out of that branch or loop, or make the condition depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes, semaphore reads and block collectives (`block_broadcast`, `block_any`, ...)"),
+                format!("move `{op}` out of that branch or loop, or make the condition depend only on literals, scalar parameters, grid/cluster axis indices, axis sizes, semaphore reads and block collectives: a per-thread value (a load, an atomic's result) becomes block-uniform as one thread's `let v: u32 = block_broadcast(x, 0u);` or as a vote (`block_any(p)`, `block_all(p)`, `block_count(p)`)"),
             );
         }
     }
@@ -890,7 +890,7 @@ impl Walker<'_, '_> {
                 "E0054",
                 path.clone(),
                 message,
-                "compute it only from literals, scalar parameters, grid/cluster axis indices, axis sizes and semaphore reads",
+                "compute it only from literals, scalar parameters, grid/cluster axis indices, axis sizes, semaphore reads and block collectives' results",
             );
         }
     }

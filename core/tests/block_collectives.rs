@@ -395,3 +395,72 @@ fn each_block_collective_orders_the_block_like_a_barrier() {
     let err = run(&m, "orders", &inputs, Mode::Checked).expect_err("a race");
     assert!(matches!(err, RunError::DataRace { .. }), "{err}");
 }
+
+/// A helper that claims a tile for the block: its broadcast's result,
+/// returned, is block-uniform at the call.
+const HELPER: &str = "
+mesh m {
+  grid [b = 2];
+  threads t = 64;
+}
+
+fn claim(next: gmem<u32[1]>) -> u32 {
+  var got: u32 = 0u;
+  if axis_index(t) == 0u {
+    let c: u32 = atomic_add(next[0u], 1u);
+    got = c;
+  }
+  let tile: u32 = block_broadcast(got, 0u);
+  return tile;
+}
+
+kernel k(x: gmem<u32[512]>, y: gmem<u32[512]>, next: gmem<u32[1]>) {
+  let i: u32 = axis_index(t);
+  while true max 9u {
+    let tile: u32 = claim(next);
+    if tile >= 8u {
+      break;
+    }
+    barrier;
+    y[tile * 64u + i] = x[tile * 64u + i] + 1u;
+  }
+}
+
+map k {
+  programs [m: k];
+  inputs [x: gmem<u32[512]>];
+  outputs [y: gmem<u32[512]>];
+  scratch [next: gmem<u32[1]> zeroed];
+}
+";
+
+#[test]
+fn a_block_collective_in_a_helper_keeps_its_rules_and_its_uniform_result() {
+    assert_eq!(codes(HELPER), Vec::<&str>::new());
+    let m = module(HELPER);
+    let x: Vec<u32> = (0..512).collect();
+    let out = run(
+        &m,
+        "k",
+        &[("x", HostTensor::from_u32(vec![512], &x))],
+        Mode::Checked,
+    )
+    .expect("runs");
+    let y: Vec<u32> = (1..=512).collect();
+    assert_eq!(out.outputs["y"].to_u32(), y);
+    // Called by some threads only: refused at the helper's collective.
+    let some = HELPER.replace(
+        "    let tile: u32 = claim(next);",
+        "    var tile: u32 = 9u;\n    if i < 3u {\n      let c2: u32 = claim(next);\n      tile = c2;\n    }",
+    );
+    let d = diagnostics(&some);
+    assert_eq!(d[0].code, "E0053");
+    assert!(
+        d[0].message.starts_with("block_broadcast in kernel `k`")
+            && d[0]
+                .message
+                .ends_with("(in helper `claim`, inlined at this call)"),
+        "{}",
+        d[0].message
+    );
+}

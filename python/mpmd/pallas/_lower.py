@@ -12,13 +12,16 @@ from . import _compat as jx
 from ._text import Unsupported, mpmd_type, ref_type
 from ._program import (
     DOCS,
+    RULES,
+    Compiled,
     CopyBarrier,
+    LoweringError,
+    ModuleBuilder,
     ProgramCompiler,
     Ref,
     Scalar,
     Value,
 )
-from ._program import RULES, Compiled, LoweringError, ModuleBuilder
 from . import _compute as compute, _control as control, _dot as dot, _memory as memory
 from ._control import _space_of
 

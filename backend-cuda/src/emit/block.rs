@@ -14,10 +14,9 @@
 use mpmd_core::ir::{Binding, BlockOp, Expr};
 use mpmd_core::Mode;
 
-use super::c::{self, c_type, Home};
-use super::names::user_name;
+use super::c;
 use super::sync::UnitSync;
-use super::{EmitError, Emitter, RecordedRef, Symbol, UnitContext};
+use super::{EmitError, Emitter, RecordedRef, UnitContext};
 
 impl Emitter<'_> {
     pub(super) fn emit_block_collective(
@@ -83,16 +82,7 @@ impl Emitter<'_> {
                 }
             }
         };
-        let c_name = user_name('v', &dest.name);
-        let c_ty = c_type(dest.ty, Home::Value);
-        self.line(depth, &format!("const {c_ty} {c_name} = {text};"));
-        cx.symbols.insert(
-            dest.name.clone(),
-            Symbol::Scalar {
-                c_name,
-                ty: dest.ty,
-            },
-        );
+        self.bind_scalar(cx, dest, "const ", &text, depth);
         Ok(())
     }
 

@@ -43,16 +43,12 @@ impl Emitter<'_> {
         match stmt {
             Stmt::Let { var, value: init } | Stmt::Var { var, init } => {
                 let v = self.expr(cx, init)?;
-                let c_name = user_name('v', &var.name);
                 let qualifier = if matches!(stmt, Stmt::Let { .. }) {
                     "const "
                 } else {
                     ""
                 };
-                let ty = c_type(var.ty, Home::Value);
-                self.line(depth, &format!("{qualifier}{ty} {c_name} = {};", v.text));
-                cx.symbols
-                    .insert(var.name.clone(), Symbol::Scalar { c_name, ty: var.ty });
+                self.bind_scalar(cx, var, qualifier, &v.text, depth);
             }
             Stmt::Assign { name, value } => {
                 let v = self.expr(cx, value)?;
@@ -235,17 +231,30 @@ impl Emitter<'_> {
                 format!("mpmd_{name}_{suffix}({})", value.text)
             }
         };
-        let c_name = user_name('v', &dest.name);
-        let c_ty = c_type(dest.ty, Home::Value);
-        self.line(depth, &format!("const {c_ty} {c_name} = {text};"));
+        self.bind_scalar(cx, dest, "const ", &text, depth);
+        Ok(())
+    }
+
+    /// Declares the C variable of `binding` (`const ` or no `qualifier`),
+    /// initialised with `text`, and records it as the binding's symbol.
+    pub(super) fn bind_scalar(
+        &mut self,
+        cx: &mut UnitContext,
+        binding: &Binding,
+        qualifier: &str,
+        text: &str,
+        depth: usize,
+    ) {
+        let c_name = user_name('v', &binding.name);
+        let ty = c_type(binding.ty, Home::Value);
+        self.line(depth, &format!("{qualifier}{ty} {c_name} = {text};"));
         cx.symbols.insert(
-            dest.name.clone(),
+            binding.name.clone(),
             Symbol::Scalar {
                 c_name,
-                ty: dest.ty,
+                ty: binding.ty,
             },
         );
-        Ok(())
     }
 
     /// `mma_m16n8k16(d, a, b, c)`: the prelude's `mpmd_mma_m16n8k16_{f16,bf16}`

@@ -400,33 +400,12 @@ impl Walker<'_, '_> {
             }
         }
         if let Some(Some(value)) = found.first() {
-            match op.result_type(*value) {
-                None => {
-                    let accepts = match op {
-                        WarpOp::VoteAny | WarpOp::VoteAll | WarpOp::Ballot => "a `bool`",
-                        _ => "an `i32`, `u32` or `f32` value",
-                    };
-                    self.sink.report(
-                        "E0037",
-                        path.clone(),
-                        format!(
-                            "`{name}` in kernel `{kernel}` takes {accepts}, but `{}` is `{value}`",
-                            print_expr(&args[0])
-                        ),
-                        format!("give `{name}` {accepts}"),
-                    );
-                }
-                Some(result) if result != dest.ty => self.sink.report(
-                    "E0038",
-                    path.clone(),
-                    format!(
-                        "the result `{}` of `{name}` in kernel `{kernel}` is declared `{}`, but `{name}` of a `{value}` gives `{result}`",
-                        dest.name, dest.ty
-                    ),
-                    format!("declare `let {}: {result} = {name}(...);`", dest.name),
-                ),
-                Some(_) => {}
-            }
+            let accepts = match op {
+                WarpOp::VoteAny | WarpOp::VoteAll | WarpOp::Ballot => "a `bool`",
+                _ => "an `i32`, `u32` or `f32` value",
+            };
+            let result = op.result_type(*value);
+            self.check_collective_result(dest, name, accepts, &args[0], *value, result, path);
         }
         self.require_whole_warps(name, path);
         self.require_warp_uniform_control(name, path);
@@ -492,29 +471,49 @@ impl Walker<'_, '_> {
             }
         }
         if let Some(Some(value)) = found.first() {
-            match op.result_type(*value) {
-                None => self.sink.report(
-                    "E0037",
-                    path.clone(),
-                    format!(
-                        "`{name}` in kernel `{kernel}` takes {accepts}, but `{}` is `{value}`",
-                        print_expr(&args[0])
-                    ),
-                    format!("give `{name}` {accepts}"),
-                ),
-                Some(result) if result != dest.ty => self.sink.report(
-                    "E0038",
-                    path.clone(),
-                    format!(
-                        "the result `{}` of `{name}` in kernel `{kernel}` is declared `{}`, but `{name}` of a `{value}` gives `{result}`",
-                        dest.name, dest.ty
-                    ),
-                    format!("declare `let {}: {result} = {name}(...);`", dest.name),
-                ),
-                Some(_) => {}
-            }
+            let result = op.result_type(*value);
+            self.check_collective_result(dest, name, accepts, &args[0], *value, result, path);
         }
         self.require_uniform_control(name, path);
+    }
+
+    /// A warp or block collective's value and result types: `value` (the
+    /// type of `arg`, its first operand) must be one the collective takes
+    /// (E0037: `result` is None otherwise) and `result` the declared type of
+    /// `dest` (E0038).
+    #[allow(clippy::too_many_arguments)]
+    fn check_collective_result(
+        &mut self,
+        dest: &Binding,
+        name: &str,
+        accepts: &str,
+        arg: &Expr,
+        value: ScalarType,
+        result: Option<ScalarType>,
+        path: &IrPath,
+    ) {
+        let kernel = &self.kernel.name;
+        match result {
+            None => self.sink.report(
+                "E0037",
+                path.clone(),
+                format!(
+                    "`{name}` in kernel `{kernel}` takes {accepts}, but `{}` is `{value}`",
+                    print_expr(arg)
+                ),
+                format!("give `{name}` {accepts}"),
+            ),
+            Some(result) if result != dest.ty => self.sink.report(
+                "E0038",
+                path.clone(),
+                format!(
+                    "the result `{}` of `{name}` in kernel `{kernel}` is declared `{}`, but `{name}` of a `{value}` gives `{result}`",
+                    dest.name, dest.ty
+                ),
+                format!("declare `let {}: {result} = {name}(...);`", dest.name),
+            ),
+            Some(_) => {}
+        }
     }
 
     /// A fragment operand `role` of `op`: a `local` array (E0070), whole

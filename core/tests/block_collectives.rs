@@ -9,11 +9,10 @@
 mod common;
 use common::{codes, diagnostics, module, one};
 use mpmd_core::backend::Mode;
-use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{BlockOp, Module};
 use mpmd_core::text::{parse, print};
 use mpmd_core::validate::{validate, ValidateOptions};
-use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
+use mpmd_core::{CallOutputs, HostTensor, RunError};
 
 fn run(
     m: &Module,
@@ -21,20 +20,7 @@ fn run(
     inputs: &[(&str, HostTensor)],
     mode: Mode,
 ) -> Result<CallOutputs, RunError> {
-    let args = CallArgs {
-        inputs: inputs
-            .iter()
-            .map(|(n, t)| (n.to_string(), t.clone()))
-            .collect(),
-        scalars: Default::default(),
-    };
-    let options = InterpOptions {
-        detect: mode == Mode::Checked,
-        extra_schedules: 3,
-        run: RunOptions { mode, seed: 7 },
-        ..Default::default()
-    };
-    Interpreter::new().call(m, map, &args, &options)
+    common::run_with_schedules(m, map, inputs, mode, 3)
 }
 
 /// Two blocks of 80 threads (not whole warps: block collectives do not need

@@ -9,12 +9,11 @@
 mod common;
 use common::{module, one};
 use mpmd_core::backend::Mode;
-use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{Expr, Literal, Module, Stmt};
 use mpmd_core::plan::program_kernel;
 use mpmd_core::text::{parse, print};
 use mpmd_core::validate::{validate, ValidateOptions};
-use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
+use mpmd_core::{CallOutputs, HostTensor, RunError};
 
 fn valid(src: &str) -> Module {
     let m = module(src);
@@ -30,20 +29,7 @@ fn run(
     inputs: &[(&str, HostTensor)],
     mode: Mode,
 ) -> Result<CallOutputs, RunError> {
-    let args = CallArgs {
-        inputs: inputs
-            .iter()
-            .map(|(n, t)| (n.to_string(), t.clone()))
-            .collect(),
-        scalars: Default::default(),
-    };
-    let options = InterpOptions {
-        detect: mode == Mode::Checked,
-        extra_schedules: 2,
-        run: RunOptions { mode, seed: 7 },
-        ..Default::default()
-    };
-    Interpreter::new().call(m, map, &args, &options)
+    common::run_with_schedules(m, map, inputs, mode, 2)
 }
 
 const LOOPS: &str = "

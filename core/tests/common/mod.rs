@@ -1,10 +1,39 @@
-//! What the core tests of the language share: a module from text, and the
-//! diagnostics validation gives it.
+//! What the core tests of the language share: a module from text, the
+//! diagnostics validation gives it, and a run on the interpreter.
 #![allow(dead_code)]
 
+use mpmd_core::backend::Mode;
+use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::Module;
 use mpmd_core::text::parse;
 use mpmd_core::validate::{validate, Diagnostic, ValidateOptions};
+use mpmd_core::{CallArgs, CallOutputs, HostTensor, RunError, RunOptions};
+
+/// One call of `map` on the interpreter with `inputs`, seed 7, in `mode`
+/// (checked: with detection), plus `extra_schedules` seeded schedules.
+#[allow(clippy::result_large_err)]
+pub fn run_with_schedules(
+    m: &Module,
+    map: &str,
+    inputs: &[(&str, HostTensor)],
+    mode: Mode,
+    extra_schedules: u32,
+) -> Result<CallOutputs, RunError> {
+    let args = CallArgs {
+        inputs: inputs
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.clone()))
+            .collect(),
+        scalars: Default::default(),
+    };
+    let options = InterpOptions {
+        detect: mode == Mode::Checked,
+        extra_schedules,
+        run: RunOptions { mode, seed: 7 },
+        ..Default::default()
+    };
+    Interpreter::new().call(m, map, &args, &options)
+}
 
 /// The module of `src` (panics with the rendered syntax error).
 pub fn module(src: &str) -> Module {

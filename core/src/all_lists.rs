@@ -122,6 +122,10 @@ fn math_functions() {
         Ceil => 11,
         Fma => 12,
         Pow => 13,
+        Popcount => 14,
+        Clz => 15,
+        Ffs => 16,
+        Brev => 17,
     };
     assert_listed_in_order(&MathFn::ALL, position);
 }

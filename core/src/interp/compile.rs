@@ -174,6 +174,8 @@ pub(crate) enum UnKind {
     LogicNot,
     BitNot,
     IAbs,
+    /// A bit operation (`MathFn::is_bit_operation`, `ir::fold::bit_operation`).
+    Bits(MathFn),
     Float(FloatUn),
     Half(FloatUn, Half),
     F2I,
@@ -1268,6 +1270,7 @@ impl Compiler<'_> {
                     MathFn::Abs if float => fl(FloatUn::Abs),
                     MathFn::Abs if signed => Some(UnKind::IAbs),
                     MathFn::Abs => Some(UnKind::Copy),
+                    f if f.is_bit_operation() => Some(UnKind::Bits(*f)),
                     _ => None,
                 };
                 if let Some(k) = unary {

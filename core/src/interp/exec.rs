@@ -15,7 +15,7 @@ use super::limits::Limits;
 use super::{LateWait, MmaProbe};
 use crate::backend::{RunError, Site};
 use crate::inputs::Rng;
-use crate::ir::{mma, AtomicOp, BlockOp, ScalarType, SemOp, WarpOp, WARP_SIZE};
+use crate::ir::{fold, mma, AtomicOp, BlockOp, ScalarType, SemOp, WarpOp, WARP_SIZE};
 use crate::numerics;
 
 /// A device buffer of one call. Words are atomics so that independent blocks
@@ -2361,6 +2361,7 @@ fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
         LogicNot => map1(d, a, m, |x| (x == 0) as u32),
         BitNot => map1(d, a, m, |x| !x),
         IAbs => map1(d, a, m, |x| (x as i32).wrapping_abs() as u32),
+        Bits(f) => map1(d, a, m, |x| fold::bit_operation(f, x).unwrap_or(x)),
         Float(op) => with_float_un!(op, |f| map1(d, a, m, f1(f))),
         Half(op, h) => by_format!(h, ftz, half_unary(op, d, a, m)),
         F2I => map1(d, a, m, |x| f32::from_bits(x) as i32 as u32),

@@ -72,9 +72,26 @@ pub fn const_value(e: &Expr, leaves: &Leaves) -> Option<Literal> {
                 (MathFn::Min, [U32(a), U32(b)]) => U32(*a.min(b)),
                 (MathFn::Max, [I32(a), I32(b)]) => I32(*a.max(b)),
                 (MathFn::Max, [U32(a), U32(b)]) => U32(*a.max(b)),
+                (f, [I32(v)]) => I32(bit_operation(*f, *v as u32)? as i32),
+                (f, [U32(v)]) => U32(bit_operation(*f, *v)?),
                 _ => return None,
             }
         }
+    })
+}
+
+/// A bit operation (`MathFn::is_bit_operation`) on the 32 bits of an `i32`
+/// or `u32`, which it reads and gives as the same type: the one definition
+/// the interpreter and constant folding share (docs/design.md, "Bit
+/// operations"). `None` for any other function.
+pub fn bit_operation(f: MathFn, x: u32) -> Option<u32> {
+    Some(match f {
+        MathFn::Popcount => x.count_ones(),
+        MathFn::Clz => x.leading_zeros(),
+        MathFn::Ffs if x == 0 => 0,
+        MathFn::Ffs => x.trailing_zeros() + 1,
+        MathFn::Brev => x.reverse_bits(),
+        _ => return None,
     })
 }
 

@@ -267,14 +267,15 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
                     });
                 }
             }
-            let ok = first.is_float() || (f.accepts_integers() && first.is_integer());
+            let ok = (f.accepts_floats() && first.is_float())
+                || (f.accepts_integers() && first.is_integer());
             if !ok {
                 return Err(TypeError::BadOperand {
                     op: f.name(),
-                    expected: if f.accepts_integers() {
-                        "numeric"
-                    } else {
-                        "float (f32, f16 or bf16)"
+                    expected: match (f.accepts_floats(), f.accepts_integers()) {
+                        (true, true) => "numeric",
+                        (true, false) => "float (f32, f16 or bf16)",
+                        _ => "integer (i32 or u32)",
                     },
                     found: first,
                 });

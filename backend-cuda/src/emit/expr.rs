@@ -54,6 +54,12 @@ impl Emitter<'_> {
     pub(super) fn expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<Code, EmitError> {
         let code = match e {
             Expr::Lit(l) => Code::new(c::literal(*l), l.ty(), 1),
+            Expr::WarpPosition(p) => {
+                return Err(cx.unsupported(format!(
+                    "`{}()` is expanded by `plan::program_kernel` before the emitter",
+                    p.name()
+                )))
+            }
             Expr::Var(name) => match cx.symbol(name)? {
                 Symbol::Scalar { c_name, ty } => Code::new(c_name.clone(), *ty, 1),
                 _ => return Err(cx.unsupported(format!("`{name}` is a ref, not a value"))),

@@ -30,6 +30,7 @@ pub fn const_value(e: &Expr, leaves: &Leaves) -> Option<Literal> {
         Expr::Lit(lit @ (I32(_) | U32(_) | Bool(_))) => *lit,
         Expr::Lit(Literal::F32(_) | Literal::F16(_) | Literal::BF16(_))
         | Expr::Load(_)
+        | Expr::WarpPosition(_)
         | Expr::Bitcast(..) => return None,
         Expr::Var(n) => (leaves.name)(n)?,
         Expr::AxisSize(axis) => U32((leaves.axis_size)(axis)?),

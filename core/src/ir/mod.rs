@@ -508,6 +508,10 @@ pub enum Expr {
     AxisIndex(Name),
     /// Size of a named axis of any mesh in scope (`u32`).
     AxisSize(Name),
+    /// The thread's lane in its logical warp or the warp's index in the
+    /// block (`u32`): `lane_id()`, `warp_id()`. `plan::program_kernel`
+    /// expands them into the thread axis's `axis_index`.
+    WarpPosition(WarpPosition),
     Load(Box<RefAccess>),
     Unary(UnaryOp, Box<Expr>),
     Binary(BinaryOp, Box<Expr>, Box<Expr>),
@@ -518,6 +522,42 @@ pub enum Expr {
     /// Reinterpretation of the 32 bits (`bitcast<f32>(x)`).
     Bitcast(ScalarType, Box<Expr>),
     Math(MathFn, Vec<Expr>),
+}
+
+/// Where a thread stands among the logical warps of its block (`u32`
+/// values): lane `l` of warp `w` is thread `32w + l` in linear thread order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WarpPosition {
+    /// `lane_id()`: the linear thread index modulo 32.
+    Lane,
+    /// `warp_id()`: the linear thread index divided by 32.
+    Warp,
+}
+
+impl WarpPosition {
+    pub const ALL: [WarpPosition; 2] = [Self::Lane, Self::Warp];
+
+    /// Text-format function name (`lane_id`, `warp_id`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lane => "lane_id",
+            Self::Warp => "warp_id",
+        }
+    }
+
+    /// The expression it stands for in a program whose thread axis is
+    /// `thread_axis`: `axis_index(t) % 32u` or `axis_index(t) / 32u`.
+    pub fn expansion(self, thread_axis: &str) -> Expr {
+        let op = match self {
+            Self::Lane => BinaryOp::Rem,
+            Self::Warp => BinaryOp::Div,
+        };
+        Expr::Binary(
+            op,
+            Box::new(Expr::AxisIndex(thread_axis.to_string())),
+            Box::new(Expr::Lit(Literal::U32(WARP_SIZE))),
+        )
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -153,6 +153,7 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
     use ScalarType::*;
     Ok(match expr {
         Expr::Lit(l) => l.ty(),
+        Expr::WarpPosition(_) => U32,
         Expr::Var(name) => match scope.scalar(name) {
             Some(t) => t,
             None if scope.ref_type(name).is_some() => {

@@ -44,6 +44,8 @@ pub enum ExpandError {
     StrayReturn { kernel: Name },
     #[error("kernel `{kernel}` nests {nesting} levels once its helper calls are inlined, more than {MAX_NESTING}")]
     TooDeep { kernel: Name, nesting: usize },
+    #[error("kernel `{kernel}` uses `lane_id()` or `warp_id()` and runs on meshes whose thread axes are named `{first}` and `{other}`; name them alike")]
+    ThreadAxes { kernel: Name, first: Name, other: Name },
 }
 
 /// The statements `function(args)` stands for at a call, binding its result
@@ -369,6 +371,7 @@ pub fn program_kernel(
         renames: vec![HashMap::new()],
         rename_only: false,
         originals: HashMap::new(),
+        thread_axis: thread_axis(module, map, kernel)?,
     };
     let body = expander.block(&kernel.body)?;
     let nesting = crate::text::body_nesting(&body);
@@ -383,6 +386,36 @@ pub fn program_kernel(
         params,
         body,
     })
+}
+
+/// The thread axis of the meshes that run `kernel` in `map`, for the
+/// expansion of `lane_id()` and `warp_id()`; `None` when no program runs it.
+/// Meshes with differently named thread axes cannot share a kernel that
+/// uses them (its expansion names one axis).
+fn thread_axis(module: &Module, map: &MpmdMap, kernel: &Kernel) -> Result<Option<Name>, ExpandError> {
+    let mut axes = map
+        .programs
+        .iter()
+        .filter(|p| p.kernel == kernel.name)
+        .filter_map(|p| module.mesh(&p.mesh))
+        .map(|mesh| &mesh.threads.name);
+    let Some(first) = axes.next() else {
+        return Ok(None);
+    };
+    if let Some(other) = axes.find(|a| *a != first) {
+        let mut uses = false;
+        crate::ir::visit::for_each_expr(&kernel.body, &mut |e| {
+            uses |= matches!(e, Expr::WarpPosition(_));
+        });
+        if uses {
+            return Err(ExpandError::ThreadAxes {
+                kernel: kernel.name.clone(),
+                first: first.clone(),
+                other: other.clone(),
+            });
+        }
+    }
+    Ok(Some(first.clone()))
 }
 
 /// Every name a kernel declares (parameters and bindings), for fresh names.
@@ -433,6 +466,7 @@ pub fn with_unique_names(module: &Module, kernel: &Kernel) -> (Kernel, HashMap<N
         renames: vec![HashMap::new()],
         rename_only: true,
         originals: HashMap::new(),
+        thread_axis: None,
     };
     let body = expander
         .block(&kernel.body)
@@ -476,6 +510,9 @@ struct Expander<'m> {
     rename_only: bool,
     /// Each fresh name's original.
     originals: HashMap<Name, Name>,
+    /// The thread axis of the program's mesh, which `lane_id()` and
+    /// `warp_id()` expand into; `None`: keep them as written.
+    thread_axis: Option<Name>,
 }
 
 impl Expander<'_> {
@@ -733,16 +770,39 @@ impl Expander<'_> {
     }
 
     fn access(&self, a: &RefAccess) -> RefAccess {
-        rewrite_access(a, &|n| self.variable(n), &|n| self.resolve(n))
+        let mut out = rewrite_access(a, &|n| self.variable(n), &|n| self.resolve(n));
+        for e in out.block.iter_mut().flatten().chain(&mut out.index) {
+            self.expand_positions(e);
+        }
+        out
     }
 
     fn fragment(&self, f: &Fragment) -> Fragment {
-        rewrite_fragment(f, &|n| self.variable(n), &|n| self.resolve(n))
+        let mut out = rewrite_fragment(f, &|n| self.variable(n), &|n| self.resolve(n));
+        if let Some(row) = &mut out.row {
+            self.expand_positions(row);
+        }
+        out
     }
 
-    /// Rewrites names (renamed bindings, constants) in `e`.
+    /// Rewrites names (renamed bindings, constants) and warp positions in `e`.
     fn expr(&self, e: &Expr) -> Expr {
-        rewrite_expr(e, &|n| self.variable(n), &|n| self.resolve(n))
+        let mut out = rewrite_expr(e, &|n| self.variable(n), &|n| self.resolve(n));
+        self.expand_positions(&mut out);
+        out
+    }
+
+    /// Replaces `lane_id()` and `warp_id()` in `e` by their expansions
+    /// ([`WarpPosition::expansion`]) on the program's thread axis.
+    fn expand_positions(&self, e: &mut Expr) {
+        let Some(thread_axis) = &self.thread_axis else {
+            return;
+        };
+        crate::ir::visit::walk_expr_mut(e, &mut |node| {
+            if let Expr::WarpPosition(p) = node {
+                *node = p.expansion(thread_axis);
+            }
+        });
     }
 
     /// What a use of the variable `name` becomes: its renamed binding, or

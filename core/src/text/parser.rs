@@ -170,6 +170,8 @@ pub(crate) fn is_builtin_function(word: &str) -> bool {
             "select"
                 | "axis_index"
                 | "axis_size"
+                | "lane_id"
+                | "warp_id"
                 | "bitcast"
                 | "read"
                 | "f32_bits"
@@ -797,6 +799,16 @@ impl Parser<'_> {
         match word.as_str() {
             "axis_index" => Ok((Expr::AxisIndex(self.axis_arg(&word)?), 1)),
             "axis_size" => Ok((Expr::AxisSize(self.axis_arg(&word)?), 1)),
+            "lane_id" | "warp_id" => {
+                self.expect_punct("(", &format!("after `{word}`"))?;
+                self.expect_punct(")", &format!("after `{word}(`: it takes no arguments"))?;
+                let position = if word == "lane_id" {
+                    WarpPosition::Lane
+                } else {
+                    WarpPosition::Warp
+                };
+                Ok((Expr::WarpPosition(position), 1))
+            }
             "select" => {
                 self.expect_punct("(", "after `select`")?;
                 let (cond, d0) = self.sub_expr()?;

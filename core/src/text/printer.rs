@@ -100,7 +100,11 @@ pub(crate) fn parenthesized(expr: &Expr, min: u8, guard_sign: bool) -> bool {
 pub(crate) fn operand_contexts(expr: &Expr) -> Vec<(&Expr, u8, bool, bool)> {
     let plain = |e| (e, 0, false, false);
     match expr {
-        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => vec![],
+        Expr::Lit(_)
+        | Expr::Var(_)
+        | Expr::AxisIndex(_)
+        | Expr::AxisSize(_)
+        | Expr::WarpPosition(_) => vec![],
         Expr::Load(access) => access
             .block
             .iter()
@@ -168,6 +172,7 @@ fn write_expr_in(out: &mut String, expr: &Expr, min: u8, guard_sign: bool) {
         Expr::Var(name) => out.push_str(name),
         Expr::AxisIndex(axis) => write!(out, "axis_index({axis})").unwrap(),
         Expr::AxisSize(axis) => write!(out, "axis_size({axis})").unwrap(),
+        Expr::WarpPosition(p) => write!(out, "{}()", p.name()).unwrap(),
         Expr::Load(access) => write_access(out, access),
         Expr::Unary(op, _) => {
             out.push_str(unary_symbol(*op));

@@ -968,7 +968,7 @@ impl Walker<'_, '_> {
     /// Checks the loads and axis uses inside `e` (not their types).
     fn visit_leaves(&mut self, e: &Expr, path: &IrPath, scope: &BlockScope) {
         match e {
-            Expr::Lit(_) | Expr::Var(_) => {}
+            Expr::Lit(_) | Expr::Var(_) | Expr::WarpPosition(_) => {}
             Expr::Load(access) => {
                 self.check_access(access, AccessKind::Load, path, scope);
             }
@@ -1282,6 +1282,7 @@ impl Walker<'_, '_> {
                 (thread_axis == Some(axis.as_str()))
                     .then(|| format!("`axis_index({axis})`, the thread axis"))
             }
+            Expr::WarpPosition(p) => Some(format!("`{}()`, which differs between threads", p.name())),
             Expr::Load(access) => Some(format!("a load from `{}`", access.base)),
             Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => {
                 self.bound_violation(x, scope)

@@ -137,6 +137,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0073", "fragment load origin that is not warp-uniform", "the indices (and block coordinates) of the source of `mma_load_a` and `mma_load_b` are warp-uniform: every lane names the same block"),
     ("E0074", "bad case line", "a case section has at most one `generate` line for each operand and one `compare` line for each output, each generator can make values of its operand's type (integer bounds for integer operands), and `expect reject(CODE)` names a code of this list"),
     ("E0075", "malformed block collective", "a block collective has its arguments: `block_any`, `block_all` and `block_count` one `bool`; `block_broadcast` an `i32`, `u32`, `f32` or `bool` value and a block-uniform `u32` source thread"),
+    ("E0076", "warp position on differently named thread axes", "a kernel that uses `lane_id()` or `warp_id()` runs only on meshes whose thread axes have one name"),
 ];
 
 /// The rule text of `code`.
@@ -241,13 +242,20 @@ fn expand_diagnostic(e: &crate::plan::ExpandError) -> Diagnostic {
         ExpandError::Recursive { kernel, .. } => ("E0065", kernel),
         ExpandError::StrayReturn { kernel } => ("E0066", kernel),
         ExpandError::TooDeep { kernel, .. } => ("E0057", kernel),
+        ExpandError::ThreadAxes { kernel, .. } => ("E0076", kernel),
+    };
+    let help = match e {
+        ExpandError::ThreadAxes { .. } => {
+            "give the meshes' thread axes one name (`threads t = ...` in each)"
+        }
+        _ => "this is a validation gap: please report it with the module",
     };
     Diagnostic {
         code,
         path: IrPath::root().child(crate::ir::PathStep::Kernel(kernel.clone())),
         message: e.to_string(),
         rule: rule_of(code).to_string(),
-        help: "this is a validation gap: please report it with the module".to_string(),
+        help: help.to_string(),
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::ir::{BinaryOp, Binding, Expr, Literal, Name, Stmt, WarpOp, WARP_SIZE};
+use crate::ir::{BinaryOp, Binding, Expr, Literal, Name, Stmt, WarpOp, WarpPosition, WARP_SIZE};
 use crate::text::print_expr;
 
 /// Helper calls inlined inside one another at most this deep while
@@ -114,6 +114,12 @@ impl Uniformity {
                 .then(|| format!("`{name}` is not {}", self.level.word())),
             Expr::AxisIndex(axis) => (*axis == self.thread_axis)
                 .then(|| format!("`axis_index({axis})` is the thread axis")),
+            Expr::WarpPosition(WarpPosition::Lane) => {
+                Some("`lane_id()` differs between the lanes of a warp".to_string())
+            }
+            // The same in every lane of a warp, not in every thread of a block.
+            Expr::WarpPosition(WarpPosition::Warp) => (self.level == Level::Block)
+                .then(|| "`warp_id()` differs between the warps of a block".to_string()),
             Expr::Load(access) => Some(format!("it loads from `{}`", access.base)),
             Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => self.reason(x),
             Expr::Binary(_, a, b) => self.reason(a).or_else(|| self.reason(b)),

@@ -45,7 +45,11 @@ pub enum ExpandError {
     #[error("kernel `{kernel}` nests {nesting} levels once its helper calls are inlined, more than {MAX_NESTING}")]
     TooDeep { kernel: Name, nesting: usize },
     #[error("kernel `{kernel}` uses `lane_id()` or `warp_id()` and runs on meshes whose thread axes are named `{first}` and `{other}`; name them alike")]
-    ThreadAxes { kernel: Name, first: Name, other: Name },
+    ThreadAxes {
+        kernel: Name,
+        first: Name,
+        other: Name,
+    },
 }
 
 /// The statements `function(args)` stands for at a call, binding its result
@@ -392,7 +396,11 @@ pub fn program_kernel(
 /// expansion of `lane_id()` and `warp_id()`; `None` when no program runs it.
 /// Meshes with differently named thread axes cannot share a kernel that
 /// uses them (its expansion names one axis).
-fn thread_axis(module: &Module, map: &MpmdMap, kernel: &Kernel) -> Result<Option<Name>, ExpandError> {
+fn thread_axis(
+    module: &Module,
+    map: &MpmdMap,
+    kernel: &Kernel,
+) -> Result<Option<Name>, ExpandError> {
     let mut axes = map
         .programs
         .iter()

@@ -1282,7 +1282,9 @@ impl Walker<'_, '_> {
                 (thread_axis == Some(axis.as_str()))
                     .then(|| format!("`axis_index({axis})`, the thread axis"))
             }
-            Expr::WarpPosition(p) => Some(format!("`{}()`, which differs between threads", p.name())),
+            Expr::WarpPosition(p) => {
+                Some(format!("`{}()`, which differs between threads", p.name()))
+            }
             Expr::Load(access) => Some(format!("a load from `{}`", access.base)),
             Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => {
                 self.bound_violation(x, scope)

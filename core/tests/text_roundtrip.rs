@@ -108,6 +108,7 @@ fn expr() -> BoxedStrategy<Expr> {
         2 => name().prop_map(Expr::Var),
         1 => name().prop_map(Expr::AxisIndex),
         1 => name().prop_map(Expr::AxisSize),
+        1 => select(WarpPosition::ALL.to_vec()).prop_map(Expr::WarpPosition),
     ];
     leaf.prop_recursive(4, 24, 3, |inner| {
         prop_oneof![

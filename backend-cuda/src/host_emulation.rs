@@ -463,7 +463,7 @@ static void mpmd_host_mma_m16n8k16(bool bf16, const unsigned* ra, const unsigned
     rd[i] = acc;
   }
 }
-// The stand-in for PTX ldmatrix.sync.aligned.m8n8.{x4,x2.trans}.shared.b16:
+// The stand-in for PTX ldmatrix.sync.aligned.m8n8.{x4,x2,x2.trans}.shared.b16:
 // every lane publishes the row address it supplies, the lanes meet, and
 // lane l takes, for each matrix j, row l / 4 and columns 2 (l % 4) + {0, 1}
 // (with .trans: column l / 4 of rows 2 (l % 4) + {0, 1}) from the rows lanes

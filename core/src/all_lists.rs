@@ -165,6 +165,7 @@ fn mma_operands() {
     let position = |o| match o {
         A => 0,
         B => 1,
+        BKMajor => 2,
     };
     assert_listed_in_order(&mma::Operand::ALL, position);
 }

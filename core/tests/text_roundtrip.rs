@@ -424,10 +424,19 @@ fn module() -> impl Strategy<Value = Module> {
         vec(map(), 0..3),
         vec(resident(), 0..3),
         vec(call(), 0..3),
+        vec(
+            (name(), literal(), 1..4usize).prop_map(|(name, value, len)| ConstTable {
+                name,
+                elem: value.ty(),
+                values: vec![value; len],
+            }),
+            0..2,
+        ),
     )
         .prop_map(
-            |(consts, meshes, functions, kernels, maps, residents, calls)| Module {
+            |(consts, meshes, functions, kernels, maps, residents, calls, tables)| Module {
                 consts,
+                tables,
                 meshes,
                 functions,
                 kernels,

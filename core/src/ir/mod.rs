@@ -675,6 +675,29 @@ pub struct Const {
     pub value: Literal,
 }
 
+/// A module-level constant table (`const LUT: f32[4] = [0.5, 1.0, 2.0,
+/// 4.0];`): read-only values a kernel indexes like a one-dimensional
+/// array (`LUT[i]`). `plan::program_kernel` gives each kernel that reads
+/// it a `local` array of the values, so every backend runs it as one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConstTable {
+    pub name: Name,
+    pub elem: ScalarType,
+    pub values: Vec<Literal>,
+}
+
+impl ConstTable {
+    /// The type a kernel reads it through: `local<elem[len]>`.
+    pub fn ref_type(&self) -> RefType {
+        RefType {
+            space: MemorySpace::Local,
+            elem: self.elem,
+            shape: vec![u32::try_from(self.values.len()).unwrap_or(u32::MAX)],
+            owner: None,
+        }
+    }
+}
+
 /// A helper function (`fn row_major(r: u32, c: u32) -> u32 { ... }`):
 /// statements that kernels call by name and that are inlined at every call
 /// (there is no recursion). Its body ends with `return value;` exactly when
@@ -691,6 +714,8 @@ pub struct Function {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Module {
     pub consts: Vec<Const>,
+    /// Constant tables, printed after the scalar constants.
+    pub tables: Vec<ConstTable>,
     pub meshes: Vec<Mesh>,
     pub kernels: Vec<Kernel>,
     pub maps: Vec<MpmdMap>,
@@ -706,6 +731,9 @@ impl Module {
     }
     pub fn constant(&self, name: &str) -> Option<&Const> {
         self.consts.iter().find(|c| c.name == name)
+    }
+    pub fn table(&self, name: &str) -> Option<&ConstTable> {
+        self.tables.iter().find(|t| t.name == name)
     }
     pub fn function(&self, name: &str) -> Option<&Function> {
         self.functions.iter().find(|f| f.name == name)

@@ -347,6 +347,7 @@ pub fn program_kernel(
 ) -> Result<Kernel, ExpandError> {
     let mut taken = declared_names(kernel);
     taken.extend(module.consts.iter().map(|c| c.name.clone()));
+    taken.extend(module.tables.iter().map(|t| t.name.clone()));
     let params = map
         .params()
         .into_iter()
@@ -377,7 +378,7 @@ pub fn program_kernel(
         originals: HashMap::new(),
         thread_axis: thread_axis(module, map, kernel)?,
     };
-    let body = expander.block(&kernel.body)?;
+    let body = with_tables(module, expander.block(&kernel.body)?);
     let nesting = crate::text::body_nesting(&body);
     if nesting > MAX_NESTING {
         return Err(ExpandError::TooDeep {
@@ -426,6 +427,42 @@ fn thread_axis(
     Ok(Some(first.clone()))
 }
 
+/// `body` after the `local` copy of every constant table it reads: the
+/// array, then one store of each value, in table order.
+fn with_tables(module: &Module, body: Vec<Stmt>) -> Vec<Stmt> {
+    let mut read = HashSet::new();
+    crate::ir::visit::for_each_expr(&body, &mut |e| {
+        if let Expr::Load(a) = e {
+            read.insert(a.base.clone());
+        }
+    });
+    let mut out = Vec::new();
+    for table in module.tables.iter().filter(|t| read.contains(&t.name)) {
+        out.push(Stmt::LocalArray {
+            name: table.name.clone(),
+            elem: table.elem,
+            shape: table.ref_type().shape,
+        });
+        for (i, v) in table.values.iter().enumerate() {
+            out.push(Stmt::Store {
+                target: RefAccess {
+                    base: table.name.clone(),
+                    block: None,
+                    index: vec![Expr::Lit(crate::ir::Literal::U32(
+                        u32::try_from(i).unwrap_or(u32::MAX),
+                    ))],
+                },
+                value: Expr::Lit(*v),
+            });
+        }
+    }
+    if out.is_empty() {
+        return body;
+    }
+    out.extend(body);
+    out
+}
+
 /// Every name a kernel declares (parameters and bindings), for fresh names.
 fn declared_names(kernel: &Kernel) -> HashSet<Name> {
     let mut names: HashSet<Name> = kernel.params.iter().map(|p| p.name.clone()).collect();
@@ -464,6 +501,7 @@ fn declared_by(stmt: &Stmt) -> Option<&Name> {
 pub fn with_unique_names(module: &Module, kernel: &Kernel) -> (Kernel, HashMap<Name, Name>) {
     let mut taken = declared_names(kernel);
     taken.extend(module.consts.iter().map(|c| c.name.clone()));
+    taken.extend(module.tables.iter().map(|t| t.name.clone()));
     let mut expander = Expander {
         module,
         kernel: &kernel.name,

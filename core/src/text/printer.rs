@@ -500,6 +500,24 @@ fn write_const(out: &mut String, constant: &Const) {
     out.push_str(";\n");
 }
 
+fn write_table(out: &mut String, table: &ConstTable) {
+    write!(
+        out,
+        "const {}: {}[{}] = [",
+        table.name,
+        table.elem,
+        table.values.len()
+    )
+    .unwrap();
+    for (i, v) in table.values.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_literal(out, *v);
+    }
+    out.push_str("];\n");
+}
+
 fn write_resident(out: &mut String, resident: &Resident) {
     write!(out, "resident {}: ", resident.name).unwrap();
     write_ref_type(out, &resident.ty);
@@ -694,6 +712,7 @@ pub(crate) fn write_file(module: &Module, case: Option<&CaseSpec>) -> String {
             .consts
             .iter()
             .map(|c| each(&|o| write_const(o, c)))
+            .chain(module.tables.iter().map(|t| each(&|o| write_table(o, t))))
             .collect(),
         "",
     );

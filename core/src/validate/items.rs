@@ -18,6 +18,7 @@ pub(super) fn check_module(
     sink: &mut Sink,
 ) {
     check_duplicate_items(module, sink);
+    check_tables(module, sink);
     check_functions(module, sink);
     for mesh in &module.meshes {
         check_mesh(mesh, sink);
@@ -88,7 +89,11 @@ fn check_duplicate_items(module: &Module, sink: &mut Sink) {
     }
     dups(
         "constant",
-        module.consts.iter().map(|c| c.name.as_str()),
+        module
+            .consts
+            .iter()
+            .map(|c| c.name.as_str())
+            .chain(module.tables.iter().map(|t| t.name.as_str())),
         PathStep::Const,
         sink,
     );
@@ -123,6 +128,48 @@ fn check_duplicate_items(module: &Module, sink: &mut Sink) {
         sink,
     );
 }
+
+/// A constant table (E0077) holds 1 to [`MAX_TABLE_LEN`] values, each of
+/// its element type: every thread that reads it gets a `local` copy.
+fn check_tables(module: &Module, sink: &mut Sink) {
+    for table in &module.tables {
+        let path = IrPath::root().child(PathStep::Const(table.name.clone()));
+        let name = &table.name;
+        let problem = if table.values.is_empty() || table.values.len() > MAX_TABLE_LEN {
+            Some(format!(
+                "has {} values; a table holds 1 to {MAX_TABLE_LEN}",
+                table.values.len()
+            ))
+        } else {
+            table
+                .values
+                .iter()
+                .position(|v| v.ty() != table.elem)
+                .map(|i| {
+                    format!(
+                        "is declared `{}` but its value {i} is a `{}` literal",
+                        table.elem,
+                        table.values[i].ty()
+                    )
+                })
+        };
+        if let Some(problem) = problem {
+            sink.report(
+                "E0077",
+                path,
+                format!("the constant table `{name}` {problem}"),
+                format!(
+                    "list 1 to {MAX_TABLE_LEN} literals of type `{}`",
+                    table.elem
+                ),
+            );
+        }
+    }
+}
+
+/// The most values a constant table holds (each reading thread keeps a
+/// `local` copy).
+pub const MAX_TABLE_LEN: usize = 1024;
 
 fn check_mesh(mesh: &Mesh, sink: &mut Sink) {
     let path = IrPath::root().child(PathStep::Mesh(mesh.name.clone()));

@@ -138,6 +138,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0074", "bad case line", "a case section has at most one `generate` line for each operand and one `compare` line for each output, each generator can make values of its operand's type (integer bounds for integer operands), and `expect reject(CODE)` names a code of this list"),
     ("E0075", "malformed block collective", "a block collective has its arguments: `block_any`, `block_all` and `block_count` one `bool`; `block_broadcast` an `i32`, `u32`, `f32` or `bool` value and a block-uniform `u32` source thread"),
     ("E0076", "warp position on differently named thread axes", "a kernel that uses `lane_id()` or `warp_id()` runs only on meshes whose thread axes have one name"),
+    ("E0077", "malformed or written constant table", "a constant table lists 1 to 1024 literals of its element type and is only read"),
 ];
 
 /// The rule text of `code`.

@@ -336,6 +336,16 @@ impl Walker<'_, '_> {
                 }
             }
         }
+        if access.writes() && scope.kinds.get(base.as_str()) == Some(&NameKind::Table) {
+            self.sink.report(
+                "E0077",
+                path.clone(),
+                format!("`{op}` writes the constant table `{base}` in kernel `{kernel}`"),
+                format!(
+                    "a constant table is read-only: copy it into a `local` array to change values"
+                ),
+            );
+        }
         if let Some(ctx) = self.ctx {
             let program_mesh = ctx.mesh.name.as_str();
             let operand = ctx.map.operand(base);
@@ -389,7 +399,8 @@ impl Walker<'_, '_> {
                     NameKind::ScalarParam
                     | NameKind::RefParam
                     | NameKind::LocalArray
-                    | NameKind::Const,
+                    | NameKind::Const
+                    | NameKind::Table,
                 )
                 | None => None,
                 // A mutable value may change while the loop runs.

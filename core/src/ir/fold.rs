@@ -100,6 +100,9 @@ fn binary(op: BinaryOp, a: Literal, b: Literal) -> Option<Literal> {
     use BinaryOp::*;
     use Literal::{Bool, I32, U32};
     Some(match (a, b) {
+        // A shift amount of the other integer type: its bits, modulo 32.
+        (I32(a), U32(b)) if matches!(op, Shl | Shr) => return binary(op, I32(a), I32(b as i32)),
+        (U32(a), I32(b)) if matches!(op, Shl | Shr) => return binary(op, U32(a), U32(b as u32)),
         (I32(a), I32(b)) => match op {
             Add => I32(a.wrapping_add(b)),
             Sub => I32(a.wrapping_sub(b)),

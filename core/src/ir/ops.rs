@@ -29,7 +29,8 @@ pub enum BinaryOp {
     BitAnd,
     BitOr,
     BitXor,
-    /// Shift amounts are taken modulo 32.
+    /// Shift amounts (`i32` or `u32`, whatever the left operand's type) are
+    /// taken modulo 32; the result has the left operand's type.
     Shl,
     /// Arithmetic for `i32`, logical for `u32`; amount modulo 32.
     Shr,

@@ -187,7 +187,11 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
             let lhs = type_of(a, scope)?;
             let rhs = type_of(b, scope)?;
             let sym = binary_symbol(*op);
-            if lhs != rhs {
+            // A shift's amount may be either integer type (its bits, modulo
+            // 32); the result has the left operand's type.
+            let shift_amount =
+                matches!(op, BinaryOp::Shl | BinaryOp::Shr) && lhs.is_integer() && rhs.is_integer();
+            if lhs != rhs && !shift_amount {
                 return Err(TypeError::Mismatch { op: sym, lhs, rhs });
             }
             let (ok, expected) = match op {

@@ -375,12 +375,12 @@ impl DeviceArray {
         };
         let len = mpmd_core::host::element_count(&self.shape)
             .and_then(|elements| usize::try_from(mpmd_core::host::words_for(elem, elements)).ok())
-        .ok_or_else(|| {
-            crate::MpmdError::new_err(format!(
-                "a device array of shape {:?} has more bytes than this machine can address",
-                self.shape
-            ))
-        })?;
+            .ok_or_else(|| {
+                crate::MpmdError::new_err(format!(
+                    "a device array of shape {:?} has more bytes than this machine can address",
+                    self.shape
+                ))
+            })?;
         let tensor = mpmd_core::HostTensor::from_words(
             elem,
             self.shape.clone(),

@@ -1,4 +1,5 @@
-//! A readable rendering of a [`LaunchPlan`] for `mpmd lower --target plan`.
+//! A readable rendering of a [`LaunchPlan`] (`mpmd lower --target plan`,
+//! `Module.lower("plan")` in Python).
 
 use std::fmt::Write;
 

@@ -273,14 +273,35 @@ fn axis() -> impl Strategy<Value = Axis> {
 }
 
 fn mesh() -> impl Strategy<Value = Mesh> {
-    (name(), vec(axis(), 0..4), vec(axis(), 0..4), axis()).prop_map(
-        |(name, grid, cluster, threads)| Mesh {
-            name,
-            grid,
-            cluster,
-            threads,
-        },
+    (
+        name(),
+        vec(axis(), 0..4),
+        vec(axis(), 0..4),
+        axis(),
+        vec(axis(), 0..3),
     )
+        .prop_map(|(name, grid, cluster, threads, thread_axes)| {
+            // Several thread axes: the linear axis is their product (the
+            // parser's, u32::MAX when it overflows).
+            let threads = if thread_axes.is_empty() {
+                threads
+            } else {
+                Axis {
+                    name: LINEAR_THREADS.to_string(),
+                    size: thread_axes
+                        .iter()
+                        .try_fold(1u32, |n, a| n.checked_mul(a.size))
+                        .unwrap_or(u32::MAX),
+                }
+            };
+            Mesh {
+                name,
+                grid,
+                cluster,
+                threads,
+                thread_axes,
+            }
+        })
 }
 
 fn kernel() -> impl Strategy<Value = Kernel> {

@@ -145,7 +145,7 @@ map m1 {
     assert_eq!(d.code, "E0076");
     assert_eq!(
         d.message,
-        "kernel `k` uses `lane_id()` or `warp_id()` and runs on meshes whose thread axes are named `t` and `u`; name them alike"
+        "kernel `k` uses `lane_id()`, `warp_id()` or a thread axis and runs on meshes whose thread axes differ (`t` and `u`); give them one form"
     );
     let m = module(&src.replace("threads u = 64", "threads t = 64"));
     validate(&m, &ValidateOptions::default()).expect("valid");

@@ -185,8 +185,20 @@ pub struct Mesh {
     pub name: Name,
     pub grid: Vec<Axis>,
     pub cluster: Vec<Axis>,
+    /// The linear thread axis (threads per block). For a block of several
+    /// thread axes it is named [`LINEAR_THREADS`] and its size is their
+    /// product.
     pub threads: Axis,
+    /// The thread axes of `threads [tx = 32, ty = 2]`, the first fastest:
+    /// thread `(x, y)` is linear thread `x + 32 y`. Empty for one thread
+    /// axis (`threads t = 64`). `plan::program_kernel` writes their
+    /// `axis_index` as arithmetic on the linear axis.
+    pub thread_axes: Vec<Axis>,
 }
+
+/// The name of the linear thread axis of a mesh with several thread axes:
+/// a keyword, so that no axis of a file can take it.
+pub const LINEAR_THREADS: &str = "threads";
 
 impl Mesh {
     /// Grid axes, then cluster axes: the axes a block coordinate names.
@@ -209,8 +221,29 @@ impl Mesh {
             .collect()
     }
 
+    /// Grid axes, cluster axes, then the thread axis or, for a block of
+    /// several, the thread axes (the axes a program may name).
     pub fn axes(&self) -> impl Iterator<Item = &Axis> {
-        self.block_axes().chain(std::iter::once(&self.threads))
+        let threads: &[Axis] = if self.thread_axes.is_empty() {
+            std::slice::from_ref(&self.threads)
+        } else {
+            &self.thread_axes
+        };
+        self.block_axes().chain(threads)
+    }
+
+    /// `(stride, size)` of the thread axis `name` of a block of several
+    /// (`axis_index(name)` is `linear / stride % size`); `None` for any
+    /// other name. Strides saturate (validation bounds the block).
+    pub fn thread_axis_stride(&self, name: &str) -> Option<(u32, u32)> {
+        let mut stride = 1u32;
+        for axis in &self.thread_axes {
+            if axis.name == name {
+                return Some((stride, axis.size));
+            }
+            stride = stride.saturating_mul(axis.size);
+        }
+        None
     }
 
     pub fn axis(&self, name: &str) -> Option<&Axis> {

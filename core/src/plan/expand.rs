@@ -30,7 +30,8 @@ use thiserror::Error;
 use crate::ir::limits::MAX_NESTING;
 use crate::ir::visit::for_each_stmt;
 use crate::ir::{
-    Binding, Expr, Fragment, Function, Kernel, Module, MpmdMap, Name, Param, RefAccess, Stmt,
+    Axis, BinaryOp, Binding, Expr, Fragment, Function, Kernel, Mesh, Module, MpmdMap, Name, Param,
+    RefAccess, Stmt,
 };
 
 /// Why a kernel could not be expanded (validation reports each first).
@@ -44,7 +45,7 @@ pub enum ExpandError {
     StrayReturn { kernel: Name },
     #[error("kernel `{kernel}` nests {nesting} levels once its helper calls are inlined, more than {MAX_NESTING}")]
     TooDeep { kernel: Name, nesting: usize },
-    #[error("kernel `{kernel}` uses `lane_id()` or `warp_id()` and runs on meshes whose thread axes are named `{first}` and `{other}`; name them alike")]
+    #[error("kernel `{kernel}` uses `lane_id()`, `warp_id()` or a thread axis and runs on meshes whose thread axes differ (`{first}` and `{other}`); give them one form")]
     ThreadAxes {
         kernel: Name,
         first: Name,
@@ -376,7 +377,7 @@ pub fn program_kernel(
         renames: vec![HashMap::new()],
         rename_only: false,
         originals: HashMap::new(),
-        thread_axis: thread_axis(module, map, kernel)?,
+        threads: program_threads(module, map, kernel)?,
     };
     let body = with_tables(module, expander.block(&kernel.body)?);
     let nesting = crate::text::body_nesting(&body);
@@ -393,38 +394,60 @@ pub fn program_kernel(
     })
 }
 
-/// The thread axis of the meshes that run `kernel` in `map`, for the
-/// expansion of `lane_id()` and `warp_id()`; `None` when no program runs it.
-/// Meshes with differently named thread axes cannot share a kernel that
-/// uses them (its expansion names one axis).
-fn thread_axis(
+/// The thread axes of the meshes that run `kernel` in `map` (the linear
+/// axis's name and the axes of a block of several), for the expansion of
+/// `lane_id()`, `warp_id()` and a thread axis's `axis_index`; `None` when
+/// no program runs it. Meshes whose thread axes differ cannot share a
+/// kernel (or its helpers) that uses those (its expansion names one form).
+fn program_threads(
     module: &Module,
     map: &MpmdMap,
     kernel: &Kernel,
-) -> Result<Option<Name>, ExpandError> {
-    let mut axes = map
+) -> Result<Option<(Name, Vec<Axis>)>, ExpandError> {
+    let mut meshes = map
         .programs
         .iter()
         .filter(|p| p.kernel == kernel.name)
-        .filter_map(|p| module.mesh(&p.mesh))
-        .map(|mesh| &mesh.threads.name);
-    let Some(first) = axes.next() else {
+        .filter_map(|p| module.mesh(&p.mesh));
+    let Some(first) = meshes.next() else {
         return Ok(None);
     };
-    if let Some(other) = axes.find(|a| *a != first) {
+    let form = |m: &Mesh| (m.threads.name.clone(), m.thread_axes.clone());
+    if let Some(other) = meshes.find(|m| form(m) != form(first)) {
+        let thread_axis = |name: &str| {
+            [first, other]
+                .iter()
+                .any(|m| m.threads.name == name || m.thread_axis_stride(name).is_some())
+        };
         let mut uses = false;
-        crate::ir::visit::for_each_expr(&kernel.body, &mut |e| {
-            uses |= matches!(e, Expr::WarpPosition(_));
-        });
+        let mut look = |e: &Expr| {
+            uses |= match e {
+                Expr::WarpPosition(_) => true,
+                Expr::AxisIndex(a) => thread_axis(a),
+                _ => false,
+            }
+        };
+        crate::ir::visit::for_each_expr(&kernel.body, &mut look);
+        for f in &module.functions {
+            crate::ir::visit::for_each_expr(&f.body, &mut look);
+        }
         if uses {
+            let names = |m: &Mesh| {
+                if m.thread_axes.is_empty() {
+                    m.threads.name.clone()
+                } else {
+                    let axes: Vec<&str> = m.thread_axes.iter().map(|a| a.name.as_str()).collect();
+                    format!("[{}]", axes.join(", "))
+                }
+            };
             return Err(ExpandError::ThreadAxes {
                 kernel: kernel.name.clone(),
-                first: first.clone(),
-                other: other.clone(),
+                first: names(first),
+                other: names(other),
             });
         }
     }
-    Ok(Some(first.clone()))
+    Ok(Some(form(first)))
 }
 
 /// `body` after the `local` copy of every constant table it reads: the
@@ -512,7 +535,7 @@ pub fn with_unique_names(module: &Module, kernel: &Kernel) -> (Kernel, HashMap<N
         renames: vec![HashMap::new()],
         rename_only: true,
         originals: HashMap::new(),
-        thread_axis: None,
+        threads: None,
     };
     let body = expander
         .block(&kernel.body)
@@ -556,9 +579,10 @@ struct Expander<'m> {
     rename_only: bool,
     /// Each fresh name's original.
     originals: HashMap<Name, Name>,
-    /// The thread axis of the program's mesh, which `lane_id()` and
-    /// `warp_id()` expand into; `None`: keep them as written.
-    thread_axis: Option<Name>,
+    /// The linear thread axis of the program's mesh and its thread axes
+    /// (of a block of several), which `lane_id()`, `warp_id()` and those
+    /// axes' `axis_index` expand into; `None`: keep them as written.
+    threads: Option<(Name, Vec<Axis>)>,
 }
 
 impl Expander<'_> {
@@ -839,15 +863,35 @@ impl Expander<'_> {
     }
 
     /// Replaces `lane_id()` and `warp_id()` in `e` by their expansions
-    /// ([`WarpPosition::expansion`]) on the program's thread axis.
+    /// ([`WarpPosition::expansion`]) on the program's linear thread axis,
+    /// and `axis_index(ty)` of a thread axis of a block of several by
+    /// `axis_index(threads) / stride % size` (the first axis fastest).
     fn expand_positions(&self, e: &mut Expr) {
-        let Some(thread_axis) = &self.thread_axis else {
+        let Some((linear, axes)) = &self.threads else {
             return;
         };
-        crate::ir::visit::walk_expr_mut(e, &mut |node| {
-            if let Expr::WarpPosition(p) = node {
-                *node = p.expansion(thread_axis);
+        crate::ir::visit::walk_expr_mut(e, &mut |node| match node {
+            Expr::WarpPosition(p) => *node = p.expansion(linear),
+            Expr::AxisIndex(name) => {
+                let mut stride = 1u32;
+                for (i, axis) in axes.iter().enumerate() {
+                    if axis.name == *name {
+                        let u32_lit = |v: u32| Box::new(Expr::Lit(crate::ir::Literal::U32(v)));
+                        let mut index = Expr::AxisIndex(linear.clone());
+                        if stride > 1 {
+                            index = Expr::Binary(BinaryOp::Div, Box::new(index), u32_lit(stride));
+                        }
+                        if i + 1 < axes.len() {
+                            index =
+                                Expr::Binary(BinaryOp::Rem, Box::new(index), u32_lit(axis.size));
+                        }
+                        *node = index;
+                        return;
+                    }
+                    stride = stride.saturating_mul(axis.size);
+                }
             }
+            _ => {}
         });
     }
 

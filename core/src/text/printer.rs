@@ -485,12 +485,16 @@ fn write_mesh(out: &mut String, mesh: &Mesh) {
     writeln!(out, "mesh {} {{", mesh.name).unwrap();
     write_axes(out, "grid", &mesh.grid);
     write_axes(out, "cluster", &mesh.cluster);
-    writeln!(
-        out,
-        "  threads {} = {};",
-        mesh.threads.name, mesh.threads.size
-    )
-    .unwrap();
+    if mesh.thread_axes.is_empty() {
+        writeln!(
+            out,
+            "  threads {} = {};",
+            mesh.threads.name, mesh.threads.size
+        )
+        .unwrap();
+    } else {
+        write_axes(out, "threads", &mesh.thread_axes);
+    }
     out.push_str("}\n");
 }
 

@@ -255,6 +255,7 @@ fn check_kernel_as_written(
             Uniformity::analyse(
                 &kernel.body,
                 &ctx.mesh.threads.name,
+                &ctx.mesh.thread_axes,
                 level,
                 &mut |function, dest, args, ordinal| {
                     inline_at_call_site(module, recursive, function, dest, args, ordinal)

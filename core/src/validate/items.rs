@@ -7,7 +7,7 @@ use super::{ref_text, type_text, Sink, ValidateOptions};
 use crate::ir::limits::{wide_product, MAX_BLOCKS, MAX_BUFFER_BYTES};
 use crate::ir::{
     IrPath, MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefType, ScalarType, Stmt,
-    Type,
+    Type, LINEAR_THREADS,
 };
 
 /// `too_deep`: kernels whose bodies are not walked (E0057).
@@ -201,6 +201,35 @@ fn check_mesh(mesh: &Mesh, sink: &mut Sink) {
         }
     }
     let threads = &mesh.threads;
+    if !mesh.thread_axes.is_empty() {
+        let product = mesh
+            .thread_axes
+            .iter()
+            .try_fold(1u32, |n, a| n.checked_mul(a.size));
+        let problem = if mesh.thread_axes.len() > 3 {
+            Some(format!(
+                "has {} thread axes; at most 3 are allowed",
+                mesh.thread_axes.len()
+            ))
+        } else if let Some(axis) = mesh.thread_axes.iter().find(|a| a.size == 0) {
+            Some(format!("has the thread axis `{}` of size 0", axis.name))
+        } else if threads.name != LINEAR_THREADS || product != Some(threads.size) {
+            Some(format!(
+                "has the linear thread axis `{}` of {} threads, not `{LINEAR_THREADS}` of the thread axes' product",
+                threads.name, threads.size
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            sink.report(
+                "E0078",
+                path.clone(),
+                format!("mesh `{}` {problem}", mesh.name),
+                "write the block as `threads [x = .., y = ..];`, 1 to 3 axes of at least 1 thread each",
+            );
+        }
+    }
     if threads.size == 0 || threads.size > 1024 {
         sink.report(
             "E0010",

@@ -137,8 +137,9 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0073", "fragment load origin that is not warp-uniform", "the indices (and block coordinates) of the source of `mma_load_a` and `mma_load_b` are warp-uniform: every lane names the same block"),
     ("E0074", "bad case line", "a case section has at most one `generate` line for each operand and one `compare` line for each output, each generator can make values of its operand's type (integer bounds for integer operands), and `expect reject(CODE)` names a code of this list"),
     ("E0075", "malformed block collective", "a block collective has its arguments: `block_any`, `block_all` and `block_count` one `bool`; `block_broadcast` an `i32`, `u32`, `f32` or `bool` value and a block-uniform `u32` source thread"),
-    ("E0076", "warp position on differently named thread axes", "a kernel that uses `lane_id()` or `warp_id()` runs only on meshes whose thread axes have one name"),
+    ("E0076", "warp position on differently named thread axes", "a kernel that uses `lane_id()`, `warp_id()` or a thread axis runs only on meshes whose thread axes are alike (one name, or the same axes of a block of several)"),
     ("E0077", "malformed or written constant table", "a constant table lists 1 to 1024 literals of its element type and is only read"),
+    ("E0078", "malformed thread axes", "a block of several thread axes has 1 to 3 of them, each of at least 1 thread, and its linear thread axis is their product"),
 ];
 
 /// The rule text of `code`.
@@ -247,7 +248,7 @@ fn expand_diagnostic(e: &crate::plan::ExpandError) -> Diagnostic {
     };
     let help = match e {
         ExpandError::ThreadAxes { .. } => {
-            "give the meshes' thread axes one name (`threads t = ...` in each)"
+            "give the meshes' thread axes one form (`threads t = ...` or the same `threads [..]` in each)"
         }
         _ => "this is a validation gap: please report it with the module",
     };

@@ -214,7 +214,26 @@ impl Parser<'_> {
                 }
                 Some("threads") => {
                     self.bump();
-                    let axis = self.axis()?;
+                    let axes = if self.is_punct("[") {
+                        self.list("[", "]", "after `threads`", |p| p.axis())?
+                    } else {
+                        vec![]
+                    };
+                    let axis = if axes.is_empty() {
+                        (self.axis()?, vec![])
+                    } else {
+                        let size = axes
+                            .iter()
+                            .try_fold(1u32, |n, a| n.checked_mul(a.size))
+                            .unwrap_or(u32::MAX);
+                        (
+                            Axis {
+                                name: LINEAR_THREADS.to_string(),
+                                size,
+                            },
+                            axes,
+                        )
+                    };
                     self.expect_semicolon("after the thread axis")?;
                     if threads.replace(axis).is_some() {
                         return Err(self.error_at_token(
@@ -224,7 +243,7 @@ impl Parser<'_> {
                     }
                 }
                 _ if self.is_punct("}") => {
-                    let Some(threads) = threads else {
+                    let Some((threads, thread_axes)) = threads else {
                         return Err(self.expected(&format!("a `threads` line in mesh `{name}`")));
                     };
                     self.bump();
@@ -233,6 +252,7 @@ impl Parser<'_> {
                         grid: grid.unwrap_or_default(),
                         cluster: cluster.unwrap_or_default(),
                         threads,
+                        thread_axes,
                     });
                 }
                 _ => return Err(self.expected("`grid`, `cluster`, `threads` or `}` in a mesh")),

@@ -341,9 +341,7 @@ impl Walker<'_, '_> {
                 "E0077",
                 path.clone(),
                 format!("`{op}` writes the constant table `{base}` in kernel `{kernel}`"),
-                format!(
-                    "a constant table is read-only: copy it into a `local` array to change values"
-                ),
+                "a constant table is read-only: copy it into a `local` array to change values",
             );
         }
         if let Some(ctx) = self.ctx {
@@ -414,9 +412,10 @@ impl Walker<'_, '_> {
                     .then(|| format!("`{name}`, {} that is not block-uniform", kind.describe())),
             },
             Expr::AxisIndex(axis) => {
-                let thread_axis = self.ctx.map(|c| c.mesh.threads.name.as_str());
-                (thread_axis == Some(axis.as_str()))
-                    .then(|| format!("`axis_index({axis})`, the thread axis"))
+                let thread_axis = self.ctx.is_some_and(|c| {
+                    c.mesh.threads.name == *axis || c.mesh.thread_axis_stride(axis).is_some()
+                });
+                thread_axis.then(|| format!("`axis_index({axis})`, the thread axis"))
             }
             Expr::WarpPosition(p) => {
                 Some(format!("`{}()`, which differs between threads", p.name()))

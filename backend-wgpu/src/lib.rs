@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use mpmd_core::ir::{Literal, ScalarType};
-//! use mpmd_core::{plan::lower, text::parse, Mode};
+//! use mpmd_core::{plan::lower, text::parse, validate::validate, Mode};
 //! use mpmd_wgpu::{wgpu, DeviceArgs, WgpuBackend, WgpuBuffer, WgpuOptions};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,6 +28,7 @@
 //! let (device, queue) = pollster::block_on(adapter.request_device(&Default::default()))?;
 //!
 //! let (module, _) = parse(include_str!("../../examples/elementwise.mpmd")).map_err(|e| format!("{e:?}"))?;
+//! let module = validate(&module, &Default::default()).map_err(|d| format!("{d:?}"))?;
 //! let plan = lower(&module, "axpb")?; // y = x * alpha + 1 over 256 f32
 //! let mut backend = WgpuBackend::from_device(device.clone(), queue.clone(), WgpuOptions::default());
 //! let prepared = backend.prepare(&plan, Mode::Fast)?;

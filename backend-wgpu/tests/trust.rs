@@ -836,7 +836,7 @@ map k {
         diagnostics.iter().all(|d| d.code == "E0047"),
         "{diagnostics:?}"
     );
-    let p = mpmd_core::plan::lower(&m, "k").unwrap();
+    let p = mpmd_core::plan::lower(&validated(&m), "k").unwrap();
     for mode in [Mode::Fast, Mode::Checked] {
         let wgsl = emit(&p, mode).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         // The property, anywhere in either mode's module: no constant index
@@ -879,7 +879,7 @@ fn every_example_and_corpus_case_passes_tint() {
             continue;
         }
         for map in &m.maps {
-            let Ok(p) = mpmd_core::plan::lower(&m, &map.name) else {
+            let Ok(p) = mpmd_core::plan::lower(&validated(&m), &map.name) else {
                 continue;
             };
             for mode in [Mode::Fast, Mode::Checked] {
@@ -985,7 +985,7 @@ fn every_warp_program_emits_natively_for_every_compiler() {
             continue;
         }
         for map in &m.maps {
-            let Ok(p) = mpmd_core::plan::lower(&m, &map.name) else {
+            let Ok(p) = mpmd_core::plan::lower(&validated(&m), &map.name) else {
                 continue;
             };
             if !uses_warps(&p) {
@@ -1124,4 +1124,10 @@ map handshake {
         ),
         Err(EmitError::WarpOutsideBlockUniformControl { .. })
     ));
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -26,8 +26,8 @@ use mpmd_core::interp::{
 };
 use mpmd_core::ir::{Call, Literal, Module, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::plan::{lower, LaunchPlan, LowerError};
-use mpmd_core::text::{self, SourceFile};
-use mpmd_core::validate::{self, ValidateOptions};
+use mpmd_core::text;
+use mpmd_core::validate::{self, ValidModule, ValidateOptions};
 use mpmd_core::{Backend, CallArgs, HostTensor, Mode, RunError, RunOptions};
 use thiserror::Error;
 
@@ -485,23 +485,32 @@ fn read_source(path: &Path) -> Result<String, CliError> {
     }
 }
 
+/// A file that passed validation: its module, with every program as
+/// validation expanded it, and its case section.
+#[derive(Clone, Debug)]
+pub struct ValidFile {
+    pub module: ValidModule,
+    /// The `case { ... }` section, if the file has one.
+    pub case: Option<CaseSpec>,
+}
+
 /// Parses and validates a file, its case section too; errors come back
 /// rendered.
-pub fn load_file(path: &Path) -> Result<SourceFile, CliError> {
+pub fn load_file(path: &Path) -> Result<ValidFile, CliError> {
     let source = read_source(path)?;
     load_source(&source, &path.display().to_string())
 }
 
 /// The module of a file, as [`load_file`] checks it (a case section is
 /// checked, then left out).
-pub fn load_module(path: &Path) -> Result<Module, CliError> {
+pub fn load_module(path: &Path) -> Result<ValidModule, CliError> {
     load_file(path).map(|file| file.module)
 }
 
 /// Parses and validates `source`, named `file` in diagnostics: the module,
 /// then its case section against it. Errors come back rendered as `mpmd
 /// check` prints them (the Python package's `Module.from_text` too).
-pub fn load_source(source: &str, file: &str) -> Result<SourceFile, CliError> {
+pub fn load_source(source: &str, file: &str) -> Result<ValidFile, CliError> {
     let parsed = text::parse_file(source).map_err(|e| {
         let mut rendered = e.render(file);
         if !rendered.ends_with('\n') {
@@ -509,16 +518,18 @@ pub fn load_source(source: &str, file: &str) -> Result<SourceFile, CliError> {
         }
         CliError::Rejected(rendered)
     })?;
-    let mut diagnostics = validate::validate(&parsed.module, &ValidateOptions::default())
-        .err()
-        .unwrap_or_default();
+    let validated = validate::validate(&parsed.module, &ValidateOptions::default());
+    let mut diagnostics = validated.as_ref().err().cloned().unwrap_or_default();
     if let Some(case) = &parsed.case {
         if let Err(found) = validate::validate_case(&parsed.module, case) {
             diagnostics.extend(found);
         }
     }
-    if diagnostics.is_empty() {
-        return Ok(parsed);
+    if let (Ok(module), true) = (validated, diagnostics.is_empty()) {
+        return Ok(ValidFile {
+            module,
+            case: parsed.case,
+        });
     }
     let renderer = validate::Renderer::new(file, Some((source, &parsed.source_map)));
     let mut rendered: String = diagnostics
@@ -999,7 +1010,7 @@ pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOp
 }
 
 fn run(request: &RunRequest) -> Result<String, CliError> {
-    let SourceFile { module, case, .. } = load_file(&request.file)?;
+    let ValidFile { module, case } = load_file(&request.file)?;
     let calls = module.effective_calls();
     if calls.is_empty() {
         return Err(CliError::Usage(format!(

@@ -7,6 +7,7 @@ use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation, DEFAULT_
 use mpmd_core::interp::{InterpOptions, Interpreter, MmaProbe};
 use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::LaunchPlan;
+use mpmd_core::validate::ValidModule;
 use mpmd_core::{
     Backend, CallArgs, CallOutputs, ErrorClass, HostTensor, Mode, RunError, RunOptions,
 };
@@ -247,19 +248,21 @@ fn collect_residents(module: &Module, backend: &dyn Backend, observed: &mut Vec<
 /// The oracle: the interpreter with detection on and extra schedules, which
 /// compares the schedules' outputs per the case's compare modes.
 pub fn run_interp(
-    file: &CaseFile,
+    module: &ValidModule,
+    spec: &CaseSpec,
     calls: &[PreparedCall],
     mode: Mode,
     seed: u64,
     extra_schedules: u32,
 ) -> Result<Vec<Observed>, SequenceError> {
-    run_interp_with(file, calls, mode, seed, extra_schedules, false)
+    run_interp_with(module, spec, calls, mode, seed, extra_schedules, false)
 }
 
 /// [`run_interp`], flushing subnormal f32 operands and results when
 /// `flush_subnormals` (the oracle for an adapter that flushes them).
 pub fn run_interp_with(
-    file: &CaseFile,
+    module: &ValidModule,
+    spec: &CaseSpec,
     calls: &[PreparedCall],
     mode: Mode,
     seed: u64,
@@ -270,11 +273,11 @@ pub fn run_interp_with(
         run: RunOptions { mode, seed },
         detect: true,
         extra_schedules,
-        schedule_tolerances: file.spec.schedule_tolerances(),
+        schedule_tolerances: spec.schedule_tolerances(),
         flush_subnormals,
         ..InterpOptions::default()
     };
-    run_oracle(file, calls, &options)
+    run_oracle(module, spec, calls, &options)
 }
 
 /// The oracle's run of `calls` with `options` (every call's outputs, then
@@ -283,7 +286,8 @@ pub fn run_interp_with(
 /// `MmaProbe` (docs/numerics.md). [`run_interp_with`] and the fuzzer's
 /// `check_module` both judge by it.
 pub fn run_oracle(
-    CaseFile { module, spec }: &CaseFile,
+    module: &ValidModule,
+    spec: &CaseSpec,
     calls: &[PreparedCall],
     options: &InterpOptions,
 ) -> Result<Vec<Observed>, SequenceError> {
@@ -332,7 +336,7 @@ pub fn run_oracle(
 /// Runs the calls in order on one interpreter with `options`: every call's
 /// outputs, then the residents after the last call.
 fn interp_sequence(
-    module: &Module,
+    module: &ValidModule,
     calls: &[PreparedCall],
     options: &InterpOptions,
 ) -> Result<Vec<Observed>, Box<RunError>> {
@@ -376,7 +380,7 @@ fn observe_outputs(call: usize, outputs: CallOutputs, observed: &mut Vec<Observe
     }));
 }
 
-fn lower_all(module: &Module, calls: &[PreparedCall]) -> Result<Vec<LaunchPlan>, String> {
+fn lower_all(module: &ValidModule, calls: &[PreparedCall]) -> Result<Vec<LaunchPlan>, String> {
     calls
         .iter()
         .map(|c| {
@@ -586,7 +590,7 @@ pub fn run_case_reporting(
         }
     };
     result.tags = tags(file);
-    let CaseFile { module, spec } = file;
+    let CaseFile { spec, .. } = file;
 
     // Validation is shared by every backend: each only ever receives validated modules.
     let validation = file.validate();
@@ -616,19 +620,22 @@ pub fn run_case_reporting(
             .collect();
         return result;
     }
-    if let Err(diags) = validation {
-        let list = diags
-            .iter()
-            .map(|d| format!("{}: {}", d.code, d.message))
-            .collect::<Vec<_>>()
-            .join("; ");
-        result.results = all(
-            config,
-            Status::Fail(format!("rejected by validation: {list}")),
-        );
-        result.triage = not_compared("rejected by validation");
-        return result;
-    }
+    let valid = match validation {
+        Ok(valid) => valid,
+        Err(diags) => {
+            let list = diags
+                .iter()
+                .map(|d| format!("{}: {}", d.code, d.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            result.results = all(
+                config,
+                Status::Fail(format!("rejected by validation: {list}")),
+            );
+            result.triage = not_compared("rejected by validation");
+            return result;
+        }
+    };
     let calls = match prepare_calls(&case.name, file, config.seed) {
         Ok(c) => c,
         Err(e) => {
@@ -647,12 +654,21 @@ pub fn run_case_reporting(
     let oracle_start = std::time::Instant::now();
     let oracle: Vec<Result<Vec<Observed>, SequenceError>> = modes
         .iter()
-        .map(|&mode| run_interp(file, &calls, mode, config.seed, config.extra_schedules))
+        .map(|&mode| {
+            run_interp(
+                &valid,
+                spec,
+                &calls,
+                mode,
+                config.seed,
+                config.extra_schedules,
+            )
+        })
         .collect();
     result
         .elapsed
         .insert(BackendId::Interp, oracle_start.elapsed());
-    let ops = bounded_ops(module);
+    let ops = bounded_ops(&valid);
     let mut executions: BTreeMap<BackendId, Vec<Execution>> = BTreeMap::new();
 
     for &backend in &config.backends {
@@ -672,6 +688,7 @@ pub fn run_case_reporting(
                 let status = run_on_gpu(
                     backend,
                     file,
+                    &valid,
                     &calls,
                     env,
                     &modes,
@@ -880,6 +897,7 @@ fn describe_disagreement(
 fn run_on_gpu(
     backend: BackendId,
     file: &CaseFile,
+    valid: &ValidModule,
     calls: &[PreparedCall],
     env: &Environment,
     modes: &[Mode],
@@ -895,7 +913,7 @@ fn run_on_gpu(
         return Status::Skip(reason.clone());
     }
     let module = &file.module;
-    let plans = match lower_all(module, calls) {
+    let plans = match lower_all(valid, calls) {
         Ok(p) => p,
         Err(e) => return Status::Fail(e),
     };
@@ -951,7 +969,15 @@ fn run_on_gpu(
             let ieee = judge(&file.spec, backend, mode, outcome, Some(oracle), tolerance);
             match kept {
                 Some(outcome) if ieee != Status::Pass => {
-                    let flushed = run_interp_with(file, calls, mode, seed, extra_schedules, true);
+                    let flushed = run_interp_with(
+                        valid,
+                        &file.spec,
+                        calls,
+                        mode,
+                        seed,
+                        extra_schedules,
+                        true,
+                    );
                     match judge(
                         &file.spec,
                         backend,
@@ -1025,10 +1051,11 @@ mod tests {
                 .unwrap();
         let file = case.parsed.as_ref().unwrap();
         let calls = prepare_calls(&case.name, file, 1).unwrap();
-        let tolerance = profile_tolerance(BackendId::Wgpu, &bounded_ops(&file.module), &[]);
+        let valid = file.validate().expect("valid");
+        let tolerance = profile_tolerance(BackendId::Wgpu, &bounded_ops(&valid), &[]);
         for mode in [Mode::Fast, Mode::Checked] {
-            let ieee = run_interp(file, &calls, mode, 1, 0);
-            let flushed = run_interp_with(file, &calls, mode, 1, 0, true);
+            let ieee = run_interp(&valid, &file.spec, &calls, mode, 1, 0);
+            let flushed = run_interp_with(&valid, &file.spec, &calls, mode, 1, 0, true);
             let against = |oracle| {
                 judge(
                     &file.spec,
@@ -1058,7 +1085,8 @@ mod tests {
                 .unwrap();
         let file = case.parsed.as_ref().unwrap();
         let calls = prepare_calls(&case.name, file, 1).unwrap();
-        let oracle = run_interp(file, &calls, Mode::Fast, 1, 0);
+        let valid = file.validate().expect("valid");
+        let oracle = run_interp(&valid, &file.spec, &calls, Mode::Fast, 1, 0);
         let reference = oracle.as_ref().unwrap();
         let out = &reference[0];
         assert_eq!(out.name, "out");

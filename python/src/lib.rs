@@ -17,6 +17,7 @@ use std::time::Duration;
 mod dlpack;
 mod ffi;
 
+use mpmd_cli::ValidFile;
 use mpmd_cli::{BackendKind, CliError, Target};
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::{self, host_shape, ScalarValueError, UserNumber};
@@ -24,10 +25,10 @@ use mpmd_core::interp::{
     InterpOptions, Interpreter, Interrupt, MmaProbe, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT,
     DEFAULT_TIME_LIMIT,
 };
-use mpmd_core::ir::{Literal, Module, MpmdMap, Operand, ScalarType, Type};
+use mpmd_core::ir::{Literal, MpmdMap, Operand, ScalarType, Type};
 use mpmd_core::lru::Lru;
 use mpmd_core::plan::{lower, LaunchPlan};
-use mpmd_core::text::SourceFile;
+use mpmd_core::validate::ValidModule;
 use mpmd_core::RunError as CoreRunError;
 use mpmd_core::{
     inputs, text, Backend, CallArgs, CallOutputs, ErrorClass, HostTensor, Mode, RunOptions,
@@ -227,7 +228,7 @@ fn validation_error(rendered: String) -> PyErr {
 /// A parsed and validated module (`.mpmd` text).
 #[pyclass(module = "mpmd", name = "Module", frozen)]
 pub(crate) struct PyModule_ {
-    pub(crate) module: Arc<Module>,
+    pub(crate) module: Arc<ValidModule>,
     /// The file's case section (its `generate` and `compare` lines are used).
     pub(crate) case: Option<CaseSpec>,
     /// The file name diagnostics name.
@@ -239,7 +240,7 @@ pub(crate) struct PyModule_ {
 type Operands = Vec<(String, &'static str, Vec<u32>)>;
 
 impl PyModule_ {
-    fn new(source: SourceFile, file: String) -> Self {
+    fn new(source: ValidFile, file: String) -> Self {
         PyModule_ {
             module: Arc::new(source.module),
             case: source.case,
@@ -632,7 +633,7 @@ const DEVICE_PREPARED: usize = 16;
 /// backend but the interpreter runs).
 pub(crate) fn run_engine(
     engine: &mut Engine,
-    module: &Arc<Module>,
+    module: &Arc<ValidModule>,
     case: Option<&CaseSpec>,
     map: &str,
     plan: Option<&LaunchPlan>,

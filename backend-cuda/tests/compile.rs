@@ -310,7 +310,7 @@ map m1 {{
         ""
     )));
     assert!(!batched(&emitted(
-        "for j: u32 in axis_index(t)..8u { y[j] = x[j]; }",
+        "for j: u32 in axis_index(b)..8u { y[j] = x[j]; }",
         ""
     )));
 }

@@ -402,6 +402,10 @@ mod tests {
         // An integer ref adds no bound.
         m.maps[0].outputs[0].ty = Type::Ref(gmem(ScalarType::U32, [4, 32]));
         m.kernels[0].params[0].ty = Type::Ref(gmem(ScalarType::U32, [4, 32]));
+        let Stmt::Atomic { args, .. } = &mut m.kernels[0].body[1] else {
+            panic!("the kernel's second statement is the atomic add");
+        };
+        args[0] = Expr::from(1u32);
         assert!(bounded_ops(&valid(&m)).is_empty());
     }
 

@@ -17,6 +17,7 @@ mod ids;
 pub mod inputs;
 pub mod interp;
 pub mod ir;
+pub mod load;
 pub mod lru;
 pub mod numerics;
 pub mod plan;

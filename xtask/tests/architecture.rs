@@ -19,7 +19,11 @@ fn read(path: &Path) -> String {
 
 /// The names between backticks in `text`.
 fn quoted(text: &str) -> Vec<String> {
-    text.split('`').skip(1).step_by(2).map(str::to_string).collect()
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
 }
 
 /// The workspace's members, from the root `Cargo.toml`.
@@ -148,7 +152,13 @@ g = ["dep:b"]
 }
 
 /// Owned collections that may grow without bound.
-const UNBOUNDED: [&str; 5] = ["HashMap<", "BTreeMap<", "HashSet<", "BTreeSet<", "VecDeque<"];
+const UNBOUNDED: [&str; 5] = [
+    "HashMap<",
+    "BTreeMap<",
+    "HashSet<",
+    "BTreeSet<",
+    "VecDeque<",
+];
 
 /// Fields and statics of the backends' long-lived state that are such
 /// collections and are not caches, each with why it is bounded: (file,
@@ -264,7 +274,10 @@ fn backend_caches_are_bounded() {
         for file in files {
             let relative = file.strip_prefix(&root).expect("under the root");
             let shown = relative.to_string_lossy().replace('\\', "/");
-            if ["/emit/", "/tests/", "/bin/"].iter().any(|d| shown.contains(d)) {
+            if ["/emit/", "/tests/", "/bin/"]
+                .iter()
+                .any(|d| shown.contains(d))
+            {
                 continue;
             }
             for item in unbounded_collections(&read(&file)) {
@@ -282,7 +295,10 @@ fn backend_caches_are_bounded() {
         "backend state that may grow without bound: make it a core::lru::Lru, or list it in BOUNDED_COLLECTIONS with its bound: {unlisted:?}"
     );
     let stale: Vec<_> = allowed.difference(&found).collect();
-    assert!(stale.is_empty(), "BOUNDED_COLLECTIONS lists what is gone: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "BOUNDED_COLLECTIONS lists what is gone: {stale:?}"
+    );
 }
 
 /// The scan sees fields, statics and structs as the backends write them.
@@ -487,5 +503,42 @@ fn the_export_scan_reads_every_form() {
     assert_eq!(
         names.into_iter().collect::<Vec<_>>(),
         ["G", "K", "L", "M", "c", "check", "e", "h"]
+    );
+}
+
+/// The one rule for the words a buffer takes (`mpmd_core::host::words_for`,
+/// ARCHITECTURE.md's `host.rs` row): no other library source packs 16-bit
+/// elements two a word or rounds bytes up to words on its own (tests may, as
+/// independent oracles).
+#[test]
+fn words_are_counted_in_one_place() {
+    let root = root();
+    let mut found = Vec::new();
+    for member in members() {
+        let src = root.join(&member).join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for file in files {
+            let shown = file
+                .strip_prefix(&root)
+                .expect("under the root")
+                .to_string_lossy()
+                .replace('\\', "/");
+            if shown == "core/src/host.rs" || shown.contains("/tests/") {
+                continue;
+            }
+            for (n, line) in read(&file).lines().enumerate() {
+                if line.contains("div_ceil(2)") || line.contains("div_ceil(4)") {
+                    found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "words counted outside mpmd_core::host::words_for: {found:#?}"
     );
 }

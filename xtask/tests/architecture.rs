@@ -175,6 +175,16 @@ const BOUNDED_COLLECTIONS: &[(&str, &str, &str)] = &[
         "the device-resident refs the caller set or its maps bind: the caller's state, one per resident name, freed with the backend",
     ),
     (
+        "backend-cuda/src/backend/mod.rs",
+        "CudaBackend.prepared",
+        "the host-copy path's prepared plans, most recently used first, truncated to PREPARED_PLANS (the first PLANS_WITH_ARENA keep their memory)",
+    ),
+    (
+        "backend-cuda/src/backend/mod.rs",
+        "CudaBackend.pending",
+        "the prepared maps enqueued since the last synchronisation, each once; `synchronize` empties it",
+    ),
+    (
         "backend-cuda/src/host_emulation.rs",
         "HostCudaBackend.residents",
         "the device-resident refs the caller set or its maps bind: the caller's state, one per resident name",
@@ -188,6 +198,16 @@ const BOUNDED_COLLECTIONS: &[(&str, &str, &str)] = &[
         "backend-wgpu/src/runtime/mod.rs",
         "WgpuBackend.residents",
         "the device-resident refs the caller set or its maps bind: the caller's state, one per resident name, freed with the backend",
+    ),
+    (
+        "backend-wgpu/src/runtime/mod.rs",
+        "WgpuBackend.run_cache",
+        "the host-copy path's prepared maps, most recently used first, truncated to RUN_CACHE_CAPACITY",
+    ),
+    (
+        "backend-wgpu/src/runtime/mod.rs",
+        "WgpuBackend.pending",
+        "the prepared maps enqueued since the last synchronisation, each once; `synchronize` empties it",
     ),
     (
         "backend-wgpu/src/runtime/cache.rs",
@@ -208,7 +228,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Every owned unbounded collection in a struct field or a static of
-/// `source`: `Struct.field` or `static NAME`.
+/// `source`: `Struct.field` or `static NAME`. A backend itself (a struct
+/// named `...Backend`) lives as long as its user keeps it, so its `Vec`s
+/// count too (a most-recently-used list is a cache).
 fn unbounded_collections(source: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut current: Option<(String, usize)> = None;
@@ -243,6 +265,9 @@ fn unbounded_collections(source: &str) -> Vec<String> {
             continue;
         }
         if let Some((name, _)) = &current {
+            let owned = |ty: &str| {
+                owned(ty) || (name.ends_with("Backend") && ty.trim().starts_with("Vec<"))
+            };
             let field = trimmed
                 .trim_start_matches("pub(crate) ")
                 .trim_start_matches("pub(super) ")
@@ -309,6 +334,10 @@ pub struct Backend {
     cache: Lru<String, u32>,
     pub(super) seen: HashMap<String, u32>,
     borrowed: &'a BTreeMap<u32, u32>,
+    recent: Vec<Plan>,
+}
+struct Plan {
+    shape: Vec<u32>,
 }
 fn f(x: &HashMap<u32, u32>) {
     static KEPT: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
@@ -317,7 +346,7 @@ fn f(x: &HashMap<u32, u32>) {
 "#;
     assert_eq!(
         unbounded_collections(source),
-        ["Backend.seen", "static KEPT"]
+        ["Backend.seen", "Backend.recent", "static KEPT"]
     );
 }
 

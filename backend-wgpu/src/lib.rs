@@ -74,11 +74,9 @@ pub use accuracy::{
     accuracy_profile, probe_adapter, profile_for, AccuracyProfile, FloatBehaviour, SUBNORMAL_TAG,
 };
 pub use emit::{
-    binding_layout, emit, emit_module, fused_workgroup_size, fused_workgroups, fuses_programs,
-    is_split_unit, own_workgroup_bytes, splits_blocks, validate_wgsl, validate_wgsl_with,
-    words_for, AccessSite, BindingLayout, Dispatch, EmitError, EmitOptions, EmittedModule,
-    StorageBinding, WarpPath, WordType, FUSED_ENTRY_POINT, MAX_SPLIT_DISPATCHES,
-    MAX_STATEMENT_NESTING, SEMAPHORE_WORKGROUP_SIZE,
+    emit, emit_module, fused_workgroups, fuses_programs, own_workgroup_bytes, validate_wgsl,
+    BindingLayout, Dispatch, EmitError, EmitOptions, EmittedModule, StorageBinding, WarpPath,
+    WordType, FUSED_ENTRY_POINT, MAX_SPLIT_DISPATCHES,
 };
 pub use mpmd_core::bind::DeviceArgs;
 pub use residency::{establish, lavapipe_candidate, probe_once, MAX_PROBED_WORKGROUPS};

@@ -37,3 +37,41 @@ pub fn load_module(path: &Path) -> Result<ValidModule, FrontendError> {
 pub fn load_source(source: &str, file: &str) -> Result<ValidFile, FrontendError> {
     Ok(mpmd_core::load::load_source(source, file)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_load_with_their_diagnostics_rendered_or_name_what_went_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.mpmd");
+        std::fs::write(&good, "mesh m { grid [b = 1]; threads t = 1; }\n").unwrap();
+        assert_eq!(load_module(&good).unwrap().meshes.len(), 1);
+
+        let bad = dir.path().join("bad.mpmd");
+        std::fs::write(&bad, b"mesh m {\n  \xff\n").unwrap();
+        let FrontendError::Rejected(rendered) = load_file(&bad).unwrap_err() else {
+            panic!("not rendered");
+        };
+        assert!(
+            rendered.contains(&format!("{}:2:3", bad.display())),
+            "{rendered}"
+        );
+
+        let missing = dir.path().join("missing.mpmd");
+        let error = load_file(&missing).unwrap_err();
+        assert!(matches!(error, FrontendError::ReadFile { .. }));
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("cannot read `{}`: ", missing.display())),
+            "{error}"
+        );
+        // A folder is not a regular file: refused, not read.
+        assert!(matches!(
+            load_file(dir.path()).unwrap_err(),
+            FrontendError::ReadFile { .. }
+        ));
+    }
+}

@@ -61,10 +61,38 @@ impl Rec {
     }
 }
 
+/// Hashes a task id with one multiplication (Fx's): a clock is looked up
+/// on every checked access of memory another block touched, and SipHash,
+/// the default, cost more than the rest of the check. Task ids are the
+/// interpreter's own, so no input can aim collisions at it; nothing
+/// depends on a clock's iteration order (joins take maxima, meets minima).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TaskHasher(u64);
+
+impl std::hash::Hasher for TaskHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 /// A sparse vector clock: task -> last epoch ordered before the holder.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Clock {
-    entries: HashMap<u32, u32>,
+    entries: HashMap<u32, u32, std::hash::BuildHasherDefault<TaskHasher>>,
 }
 
 impl Clock {

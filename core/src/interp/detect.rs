@@ -215,12 +215,28 @@ pub(crate) fn record(
             }
         }
         History::Many(list) => {
+            // The first conflicting access in list order is the one
+            // reported; then one pass drops the subsumed accesses (keeping
+            // the others' order) and finds the same kind's among the rest.
             if let Some(r) = list.iter().find(|r| conflicts(r, who, write, atomic)) {
                 return Err(*r);
             }
-            list.retain(|r| !subsumed(r, who, write, atomic));
-            match list.iter_mut().find(|r| same_kind(r, who, write, atomic)) {
-                Some(r) => r.add_thread(who.thread),
+            let mut kept = 0;
+            let mut same = None;
+            for i in 0..list.len() {
+                let r = list[i];
+                if subsumed(&r, who, write, atomic) {
+                    continue;
+                }
+                if same.is_none() && same_kind(&r, who, write, atomic) {
+                    same = Some(kept);
+                }
+                list[kept] = r;
+                kept += 1;
+            }
+            list.truncate(kept);
+            match same {
+                Some(i) => list[i].add_thread(who.thread),
                 None => list.push(new),
             }
         }

@@ -337,7 +337,9 @@ pub(super) fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes,
 /// The divisor of a uniform operand `b` (the same in every lane) when it
 /// is a power of two.
 fn pow2_divisor(b: &[u32], uniform: bool) -> Option<u32> {
-    b.first().copied().filter(|y| uniform && y.is_power_of_two())
+    b.first()
+        .copied()
+        .filter(|y| uniform && y.is_power_of_two())
 }
 
 /// One unary operation or conversion over all (active) lanes; `ftz` as in

@@ -437,7 +437,7 @@ impl Interpreter {
 
         let parallel = !detect
             && codes.iter().all(|c| !c.synchronises)
-            && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
+            && host_cores() > 1
             && codes.iter().map(|c| c.block_count).sum::<u64>() > 1;
         let mut report = InterpReport {
             schedules_run: 1,

@@ -544,7 +544,7 @@ map axpb16 { programs [m: axpb16]; inputs [x: gmem<f16[256]>]; outputs [y: gmem<
     for mode in [Mode::Fast, Mode::Checked] {
         let paired = EmitOptions {
             mode,
-            paired_stores: true,
+            subgroups: true,
             ..EmitOptions::default()
         };
         let wgsl = emit_module(&p, &paired).unwrap().wgsl;

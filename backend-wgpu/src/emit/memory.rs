@@ -157,6 +157,7 @@ impl UnitEmitter<'_, '_> {
         }
         self.depth -= 1;
         self.line("}");
+        self.loop_exit();
     }
 
     /// An f32 atomic on an `atomic<u32>` word (WGSL has no float atomics):

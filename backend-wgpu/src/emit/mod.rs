@@ -135,11 +135,16 @@ pub struct EmitOptions {
     /// force either.
     pub warps: WarpPath,
     /// The device has subgroup operations (`wgpu::Features::SUBGROUP`; any
-    /// subgroup size): a 16-bit gmem or smem store that is the only write
+    /// subgroup size). A 16-bit gmem or smem store that is the only write
     /// of its array in the kernel lets two neighbouring invocations that
     /// store the two halves of one word write it whole, one atomic store
-    /// each, instead of two atomics each (`emit/pairing.rs`).
-    pub paired_stores: bool,
+    /// each, instead of two atomics each (`emit/pairing.rs`). With a
+    /// [`loop_cap`](Self::loop_cap), loops are charged as they run instead
+    /// of up front: llvmpipe counts header visits per SIMD vector, which is
+    /// its subgroup, so each loop's entry and exit take the subgroup's
+    /// largest count (`subgroupMax`); only a branch that threads may take
+    /// differently still pays its loops up front.
+    pub subgroups: bool,
 }
 
 impl Default for EmitOptions {
@@ -152,7 +157,7 @@ impl Default for EmitOptions {
             max_workgroups_per_dimension: 65_535,
             co_resident: false,
             warps: WarpPath::Emulated,
-            paired_stores: false,
+            subgroups: false,
         }
     }
 }
@@ -343,7 +348,7 @@ pub fn emit(plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
 /// Generates the module for `plan` and validates it with naga.
 pub fn emit_module(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, EmitError> {
     let module = on_deep_stack(|| generate(plan, options))?;
-    validate_wgsl_capabilities(&module.wgsl, options.warps, options.paired_stores).map_err(
+    validate_wgsl_capabilities(&module.wgsl, options.warps, options.subgroups).map_err(
         |message| EmitError::Naga {
             message,
             wgsl: module.wgsl.clone(),
@@ -376,14 +381,14 @@ pub fn validate_wgsl_with(source: &str, warps: WarpPath) -> Result<naga::Module,
 }
 
 /// [`validate_wgsl_with`], subgroup operations allowed also for paired
-/// 16-bit stores ([`EmitOptions::paired_stores`]).
+/// 16-bit stores and loop counts ([`EmitOptions::subgroups`]).
 fn validate_wgsl_capabilities(
     source: &str,
     warps: WarpPath,
-    paired_stores: bool,
+    subgroups: bool,
 ) -> Result<naga::Module, String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
-    let capabilities = match warps == WarpPath::Native || paired_stores {
+    let capabilities = match warps == WarpPath::Native || subgroups {
         false => naga::valid::Capabilities::default(),
         true => naga::valid::Capabilities::default() | naga::valid::Capabilities::SUBGROUP,
     };

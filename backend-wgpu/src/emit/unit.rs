@@ -69,7 +69,7 @@ pub(super) struct UnitEmitter<'s, 'p> {
     /// the extra invocations (`mpmd_idle`) skip stores and atomics.
     pub(super) idle_guard: bool,
     /// The WGSL arrays whose 16-bit stores may pair (`emit/pairing.rs`;
-    /// empty unless `EmitOptions::paired_stores`).
+    /// empty unless `EmitOptions::subgroups`).
     pub(super) pair_arrays: HashSet<String>,
     /// A paired store was written: the entry point takes the subgroup lane.
     pub(super) pairs_used: bool,
@@ -153,7 +153,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         }
         let _ = scalar_index;
         let ordered_by_dispatch = !plan.needs_co_residency() || splits_blocks(plan, state.options);
-        let pair_arrays = match state.options.paired_stores {
+        let pair_arrays = match state.options.subgroups {
             false => HashSet::new(),
             true => super::pairing::pairable_arrays(&unit.kernel.body, &|name: &str| match top
                 .get(name)

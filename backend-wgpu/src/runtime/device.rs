@@ -316,7 +316,7 @@ impl WgpuBackend {
             max_workgroups_per_dimension: self.ctx.limits.max_compute_workgroups_per_dimension,
             co_resident: self.options.co_resident,
             warps: self.warp_path().path,
-            paired_stores: self.ctx.subgroups.feature,
+            subgroups: self.ctx.subgroups.feature,
         }
     }
 

@@ -68,6 +68,7 @@ mod accuracy;
 mod emit;
 mod residency;
 mod runtime;
+mod runtime_dir;
 mod subgroups;
 
 pub use accuracy::{
@@ -84,6 +85,7 @@ pub use runtime::{
     AdapterInfo, Residency, WgpuBackend, WgpuBuffer, WgpuError, WgpuOptions, WgpuPrepared,
     PIPELINE_CACHE_CAPACITY, POOL_MAX_BYTES, RUN_CACHE_CAPACITY,
 };
+pub use runtime_dir::{quiet_display_lookup, RuntimeDir};
 pub use subgroups::{SubgroupFacts, WarpChoice};
 /// The wgpu this backend is built with: a caller's device, queue and
 /// buffers must come from this version.

@@ -317,6 +317,7 @@ impl WgpuBackend {
             max_workgroups_per_dimension: self.ctx.limits.max_compute_workgroups_per_dimension,
             co_resident: self.options.co_resident,
             warps: self.warp_path().path,
+            subgroups: self.ctx.subgroups.feature,
         }
     }
 

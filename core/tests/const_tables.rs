@@ -8,7 +8,6 @@ mod common;
 use common::{codes, found, module};
 use mpmd_core::backend::Mode;
 use mpmd_core::ir::{ConstTable, Literal, ScalarType, Stmt};
-use mpmd_core::plan::program_kernel;
 use mpmd_core::text::{parse, print};
 use mpmd_core::validate::{validate, ValidateOptions};
 
@@ -69,7 +68,7 @@ fn tables_print_canonically_and_expand_to_a_local_copy() {
         "{text}"
     );
     assert_eq!(module(&text), m);
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
+    let kernel = expanded(&m);
     // LUT's array and 4 stores, PERM's array and 8 stores, then the body.
     assert!(matches!(
         &kernel.body[0],
@@ -142,4 +141,11 @@ fn tables_are_read_only_and_their_names_are_taken() {
     assert_eq!(codes(&reuse)[0], "E0043");
     let twice = format!("const LUT: u32 = 1u;\n{TABLES}");
     assert_eq!(codes(&twice), ["E0001"]);
+}
+
+/// The kernel the first map's first program runs, as validation expanded
+/// it: what the interpreter and the backends receive.
+fn expanded(m: &mpmd_core::ir::Module) -> mpmd_core::ir::Kernel {
+    let valid = validate(m, &ValidateOptions::default()).expect("valid");
+    valid.valid_maps()[0].programs()[0].kernel().clone()
 }

@@ -281,7 +281,7 @@ map mm {{
         run: RunOptions { mode, seed: 3 },
         ..Default::default()
     };
-    Interpreter::new().call(&m, "mm", &args, &options)
+    Interpreter::new().call(&validated(&m), "mm", &args, &options)
 }
 
 #[test]
@@ -386,7 +386,7 @@ fn loads_need_two_dimensions_that_hold_the_block() {
 fn smem_slots_start_16_byte_aligned() {
     let m = module(&small_sources("fa[0u] = w[1u, 2u];"));
     validate(&m, &ValidateOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
-    let plan = mpmd_core::plan::lower(&m, "mm").expect("lowers");
+    let plan = mpmd_core::plan::lower(&validated(&m), "mm").expect("lowers");
     let slots: Vec<(u32, u32)> = plan.units[0]
         .smem
         .iter()
@@ -459,4 +459,10 @@ map mm {
     let m = module(&src.replace("f16[16, 8]", "f16[8, 16]"));
     validate(&m, &ValidateOptions::default()).expect("valid");
     assert_eq!(module(&print(&m)), m);
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -9,7 +9,6 @@ mod common;
 use common::{codes, found, module};
 use mpmd_core::backend::Mode;
 use mpmd_core::ir::{Axis, BinaryOp, Expr, Literal, Stmt, LINEAR_THREADS};
-use mpmd_core::plan::program_kernel;
 use mpmd_core::text::print;
 use mpmd_core::validate::{validate, ValidateOptions};
 
@@ -67,7 +66,7 @@ fn thread_axes_print_as_written_and_expand_to_linear_arithmetic() {
     let text = print(&m);
     assert!(text.contains("  threads [tx = 32, ty = 3];\n"), "{text}");
     assert_eq!(module(&text), m);
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
+    let kernel = expanded(&m);
     let Stmt::Let { value, .. } = &kernel.body[0] else {
         panic!("a let");
     };
@@ -145,4 +144,11 @@ fn thread_axes_are_checked() {
             "mesh `m` has 4 thread axes; at most 3 are allowed".to_string()
         )]
     );
+}
+
+/// The kernel the first map's first program runs, as validation expanded
+/// it: what the interpreter and the backends receive.
+fn expanded(m: &mpmd_core::ir::Module) -> mpmd_core::ir::Kernel {
+    let valid = validate(m, &ValidateOptions::default()).expect("valid");
+    valid.valid_maps()[0].programs()[0].kernel().clone()
 }

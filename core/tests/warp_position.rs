@@ -1,6 +1,6 @@
 //! `lane_id()` and `warp_id()`: their values, their uniformity (warp_id is
 //! warp-uniform, not block-uniform; lane_id is neither), their expansion
-//! (`plan::program_kernel`), the text form and E0076.
+//! (`expand::program_kernel`), the text form and E0076.
 
 #![allow(clippy::result_large_err)]
 
@@ -8,7 +8,6 @@ mod common;
 use common::{module, one};
 use mpmd_core::backend::Mode;
 use mpmd_core::ir::{BinaryOp, Expr, Literal, Stmt};
-use mpmd_core::plan::program_kernel;
 use mpmd_core::text::print;
 use mpmd_core::validate::{validate, ValidateOptions};
 
@@ -62,7 +61,7 @@ fn lane_and_warp_ids_expand_to_the_thread_axis_and_print_as_written() {
     assert!(text.contains("lanes[i] = lane_id();"), "{text}");
     assert!(text.contains("if warp_id() == 1u {"), "{text}");
     assert_eq!(module(&text), m);
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
+    let kernel = expanded(&m);
     let expansion = |op| {
         Expr::Binary(
             op,
@@ -149,4 +148,11 @@ map m1 {
     );
     let m = module(&src.replace("threads u = 64", "threads t = 64"));
     validate(&m, &ValidateOptions::default()).expect("valid");
+}
+
+/// The kernel the first map's first program runs, as validation expanded
+/// it: what the interpreter and the backends receive.
+fn expanded(m: &mpmd_core::ir::Module) -> mpmd_core::ir::Kernel {
+    let valid = validate(m, &ValidateOptions::default()).expect("valid");
+    valid.valid_maps()[0].programs()[0].kernel().clone()
 }

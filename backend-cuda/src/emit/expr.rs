@@ -56,7 +56,7 @@ impl Emitter<'_> {
             Expr::Lit(l) => Code::new(c::literal(*l), l.ty(), 1),
             Expr::WarpPosition(p) => {
                 return Err(cx.unsupported(format!(
-                    "`{}()` is expanded by `plan::program_kernel` before the emitter",
+                    "`{}()` is expanded by `expand::program_kernel` before the emitter",
                     p.name()
                 )))
             }

@@ -166,7 +166,7 @@ impl UnitEmitter<'_, '_> {
             Expr::Lit(l) => Value::leaf(*l),
             Expr::WarpPosition(p) => {
                 return Err(self.invalid(format!(
-                    "`{}()` is expanded by `plan::program_kernel` before the emitter",
+                    "`{}()` is expanded by `expand::program_kernel` before the emitter",
                     p.name()
                 )))
             }

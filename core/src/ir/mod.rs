@@ -191,7 +191,7 @@ pub struct Mesh {
     pub threads: Axis,
     /// The thread axes of `threads [tx = 32, ty = 2]`, the first fastest:
     /// thread `(x, y)` is linear thread `x + 32 y`. Empty for one thread
-    /// axis (`threads t = 64`). `plan::program_kernel` writes their
+    /// axis (`threads t = 64`). `expand::program_kernel` writes their
     /// `axis_index` as arithmetic on the linear axis.
     pub thread_axes: Vec<Axis>,
 }
@@ -354,7 +354,7 @@ pub enum Expr {
     /// Size of a named axis of any mesh in scope (`u32`).
     AxisSize(Name),
     /// The thread's lane in its logical warp or the warp's index in the
-    /// block (`u32`): `lane_id()`, `warp_id()`. `plan::program_kernel`
+    /// block (`u32`): `lane_id()`, `warp_id()`. `expand::program_kernel`
     /// expands them into the thread axis's `axis_index`.
     WarpPosition(WarpPosition),
     Load(Box<RefAccess>),
@@ -478,7 +478,7 @@ pub enum Stmt {
         value: Expr,
     },
     /// `[let dest: ty =] helper(args...);` a call of a module-level helper
-    /// function, inlined where it is called (`plan::inline_call`). A ref
+    /// function, inlined where it is called (`expand::inline_call`). A ref
     /// parameter takes the name of a ref in scope; a scalar one any value.
     Call {
         dest: Option<Binding>,
@@ -710,7 +710,7 @@ pub struct Const {
 
 /// A module-level constant table (`const LUT: f32[4] = [0.5, 1.0, 2.0,
 /// 4.0];`): read-only values a kernel indexes like a one-dimensional
-/// array (`LUT[i]`). `plan::program_kernel` gives each kernel that reads
+/// array (`LUT[i]`). `expand::program_kernel` gives each kernel that reads
 /// it a `local` array of the values, so every backend runs it as one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConstTable {

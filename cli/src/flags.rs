@@ -79,7 +79,8 @@ pub struct RunFlags {
     /// interpreter all schedules together, buffers filled included; on
     /// wgpu compiling the pipelines, the dispatches and reading back (a
     /// compile or dispatch past it goes on in the background until the
-    /// process exits).
+    /// process exits); on cuda-host the emulated program, in whole seconds
+    /// rounded up (compiling it is not bounded).
     #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Some(DEFAULT_TIME_LIMIT)))]
     pub timeout: Seconds,
     /// Bound on the host memory the run holds at once: generated and
@@ -236,6 +237,9 @@ pub enum BackendKind {
     /// CUDA through NVRTC (NVIDIA GPUs); each semaphore wait gives up after
     /// $MPMD_CUDA_WAIT_TIMEOUT_MS milliseconds (default 10000).
     Cuda,
+    /// The CUDA backend's generated C run on CPU threads (no GPU needed):
+    /// compiled by the host C++ compiler, $MPMD_HOST_CXX else `c++`.
+    CudaHost,
 }
 
 impl BackendKind {
@@ -244,6 +248,7 @@ impl BackendKind {
             Self::Interp => "interp",
             Self::Wgpu => "wgpu",
             Self::Cuda => "cuda",
+            Self::CudaHost => "cuda-host",
         }
     }
 }

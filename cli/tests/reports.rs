@@ -1,0 +1,146 @@
+//! What `mpmd run --checked` and `mpmd lower` report, asserted as exact
+//! text: results that differ between schedules (and how to declare an
+//! output order-dependent), data races, the plan of 16-bit buffers and
+//! collective hints.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// Runs `args` and returns stderr, asserting exit code 1 and nothing on stdout.
+fn failure(args: &[&str]) -> String {
+    let output = mpmd(args);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{args:?}: {}",
+        stdout(&output)
+    );
+    assert_eq!(stdout(&output), "", "{args:?}");
+    stderr(&output)
+}
+
+/// 128 threads each take a ticket from one counter: `olds` holds the
+/// tickets in the order the schedule gave them.
+const TICKETS: &str = "mesh m {
+  grid [b = 2];
+  threads t = 64;
+}
+
+kernel take(count: gmem<u32[1]>, olds: gmem<u32[128]>) {
+  let i: u32 = axis_index(b) * axis_size(t) + axis_index(t);
+  let old: u32 = atomic_add(count[0], 1u);
+  olds[i] = old;
+}
+
+map take {
+  programs [m: take];
+  outputs [count: gmem<u32[1]> zeroed, olds: gmem<u32[128]>];
+}
+";
+
+/// 128 threads exchange their id into one cell: which id stays in the cell
+/// (and so is missing from `prev`) depends on the schedule.
+const EXCHANGE_CHAIN: &str = "mesh m {
+  grid [b = 2];
+  threads t = 64;
+}
+
+kernel chain(cell: gmem<u32[1]>, prev: gmem<u32[128]>) {
+  let i: u32 = axis_index(b) * axis_size(t) + axis_index(t);
+  let before: u32 = atomic_exchange(cell[0], i + 1u);
+  prev[i] = before;
+}
+
+map chain {
+  programs [m: chain];
+  outputs [cell: gmem<u32[1]> zeroed, prev: gmem<u32[128]>];
+}
+
+case {
+  compare cell = ignore;
+  compare prev = multiset;
+}
+";
+
+/// 128 f32 atomic adds into one word: the sum's rounding depends on the order.
+const FLOAT_SUM: &str = "mesh m {
+  grid [b = 2];
+  threads t = 64;
+}
+
+kernel total(x: gmem<f32[128]>, s: gmem<f32[1]>) {
+  let i: u32 = axis_index(b) * axis_size(t) + axis_index(t);
+  atomic_add(s[0], x[i]);
+}
+
+map total {
+  programs [m: total];
+  inputs [x: gmem<f32[128]>];
+  outputs [s: gmem<f32[1]> zeroed];
+}
+";
+
+/// An output that differs between schedules names the `compare` lines that
+/// declare it order-dependent: `multiset` and `ignore` for values in another
+/// order, `ignore` once a multiset differs, `profile` first for float sums
+/// of f32 atomic adds. With the line added, the run passes.
+#[test]
+fn schedule_differences_say_how_to_declare_an_output_order_dependent() {
+    let dir = tempfile::tempdir().unwrap();
+    let tickets = write(dir.path(), "tickets.mpmd", TICKETS);
+    assert_eq!(
+        failure(&["run", &tickets, "--checked"]),
+        "error: call 0 (map `take`) failed: results differ between schedules: \
+         output `olds` element 0 is 0 in the lockstep schedule and 57 in extra schedule 1 (seed 0); \
+         if `olds` depends on the schedule by design, declare it in the file's `case { ... }` section: \
+         `compare olds = multiset;` (the same values in any order) or `compare olds = ignore;` (not compared)\n"
+    );
+    let chain = write(dir.path(), "chain.mpmd", EXCHANGE_CHAIN);
+    assert_eq!(
+        failure(&["run", &chain, "--checked"]),
+        "error: call 0 (map `chain`) failed: results differ between schedules: \
+         output `prev` differs as a multiset between the lockstep schedule and extra schedule 1 (seed 0); \
+         if `prev` depends on the schedule by design, declare it in the file's `case { ... }` section: \
+         `compare prev = ignore;` (not compared)\n"
+    );
+    let sum = write(dir.path(), "sum.mpmd", FLOAT_SUM);
+    assert_eq!(
+        failure(&["run", &sum, "--checked"]),
+        "error: call 0 (map `total`) failed: results differ between schedules: \
+         output `s` element 0 is 2.6133726 in the lockstep schedule and 2.6133716 in extra schedule 2 (seed 0); \
+         if `s` depends on the schedule by design, declare it in the file's `case { ... }` section: \
+         `compare s = profile;` (f32 atomic adds summed in any order), \
+         `compare s = multiset;` (the same values in any order) or `compare s = ignore;` (not compared)\n"
+    );
+    // The hint's lines, added to the files, make the runs pass.
+    for (name, source) in [
+        (
+            "tickets_declared.mpmd",
+            format!("{TICKETS}\ncase {{\n  compare olds = multiset;\n}}\n"),
+        ),
+        (
+            "chain_declared.mpmd",
+            EXCHANGE_CHAIN.replace("compare prev = multiset;", "compare prev = ignore;"),
+        ),
+        (
+            "sum_declared.mpmd",
+            format!("{FLOAT_SUM}\ncase {{\n  compare s = profile;\n}}\n"),
+        ),
+    ] {
+        let file = write(dir.path(), name, &source);
+        let output = mpmd(&["run", &file, "--checked"]);
+        assert!(output.status.success(), "{name}: {}", stderr(&output));
+        assert!(
+            stdout(&output).contains("(checked, 3 schedules agree)"),
+            "{name}: {}",
+            stdout(&output)
+        );
+    }
+}

@@ -144,3 +144,64 @@ fn schedule_differences_say_how_to_declare_an_output_order_dependent() {
         );
     }
 }
+
+/// `lower --target plan` counts a 16-bit buffer in elements and bytes (2 a
+/// element), never in 32-bit words.
+#[test]
+fn the_plan_of_16_bit_buffers_counts_elements_and_bytes() {
+    let output = mpmd(&[
+        "lower",
+        "--target",
+        "plan",
+        example("bf16_rowsum").to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "plan for map `rowsum`: 1 program(s)\n\
+         meshes:\n  m: grid [r = 16] threads t = 64\n\
+         external meshes: none\n\
+         residents: none\n\
+         units (launch order):\n  \
+         unit 0: program 0 `rowsum` on mesh `m`: 16 block(s) x 64 thread(s), smem 256 bytes\n    \
+         axes: r = (block / 1) % 16, t = (thread / 1) % 64\n    \
+         smem `red`: offset 0 bytes, 256 bytes\n\
+         operands:\n  \
+         0: input `x`: gmem<bf16[16, 256]> -> buffer 0\n  \
+         1: output `sum`: gmem<f32[16]> -> buffer 1\n  \
+         2: output `sum16`: gmem<bf16[16]> -> buffer 2\n  \
+         3: scratch `red`: smem<f32[64]> -> no buffer\n\
+         buffers:\n  \
+         0: [x] gmem<bf16[16, 256]> x 1 instance(s) = 4096 elements (8192 bytes), from input `x`\n  \
+         1: [sum] gmem<f32[16]> x 1 instance(s) = 16 elements (64 bytes), uninitialised, read back as `sum`\n  \
+         2: [sum16] gmem<bf16[16]> x 1 instance(s) = 16 elements (32 bytes), uninitialised, read back as `sum16`\n\
+         dependency graph:\n  edges: none\n  intra-program: none\n  unsignaled waits: none\n  cycle: no\n  needs co-residency: no\n"
+    );
+}
+
+/// A warp collective written inside an expression is told to bind its
+/// result with the value's own type (`f16` here, not `i32`).
+#[test]
+fn a_warp_collective_inside_an_expression_is_told_its_own_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "hint.mpmd",
+        "mesh m { grid [b = 1]; threads t = 32; }\n\
+         kernel k(h: gmem<f16[32]>, y: gmem<f32[32]>) {\n  \
+         let i: u32 = axis_index(t);\n  \
+         y[i] = f32(shfl_xor(h[i], 1u)) + 1.0;\n\
+         }\n",
+    );
+    assert_eq!(
+        failure(&["check", &file]),
+        format!(
+            "error: `shfl_xor` is a statement, not an expression: \
+             write `let v: f16 = shfl_xor(...);` before it, then use `v`\n \
+             --> {file}:4:14\n  |\n\
+             4 |   y[i] = f32(shfl_xor(h[i], 1u)) + 1.0;\n  \
+             |              ^\n\
+             error: 1 of 1 file(s) rejected\n"
+        )
+    );
+}

@@ -15,7 +15,7 @@ pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
 
 /// The file's text; bytes that are not UTF-8 are a rendered error at their
 /// line and column.
-fn read_source(path: &Path) -> Result<String, CliError> {
+pub(crate) fn read_source(path: &Path) -> Result<String, CliError> {
     let bytes =
         files::read_regular(path, MAX_SOURCE_BYTES).map_err(|source| CliError::ReadFile {
             path: path.display().to_string(),

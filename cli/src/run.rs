@@ -12,16 +12,18 @@ use mpmd_core::inputs::{self, Generation};
 use mpmd_core::interp::{
     Charge, InterpOptions, Interpreter, MemoryBudget, MmaProbe, DEFAULT_EXTRA_SCHEDULES,
 };
-use mpmd_core::ir::{Call, ScalarType, Type};
+use mpmd_core::ir::{Call, Module, ScalarType, Type};
 use mpmd_core::plan::{lower, LowerError};
 use mpmd_core::text::SourceFile;
+use mpmd_core::validate::Renderer;
 use mpmd_core::{CallArgs, HostTensor, Mode, RunError, RunOptions};
 
 use crate::arrays::{compare_targets, packed_bytes, read_input};
 use crate::backends::{cuda_backend, RunBackend};
 use crate::compare::{self, Tolerance};
+use crate::load::read_source;
 use crate::output::{create_dir, write_summary_line};
-use crate::{for_cli, load_file, resolve_backend_within, BackendKind, CliError, RunFlags};
+use crate::{for_cli, load_source, resolve_backend_within, BackendKind, CliError, RunFlags};
 
 /// Everything `mpmd run` needs.
 #[derive(Clone, Debug)]
@@ -154,8 +156,32 @@ pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOp
     }
 }
 
+/// The statements `error` points at (a race's two accesses) as they are
+/// written in the file, each rendered with its line: what
+/// [`CliError::Run`]'s `notes` hold.
+fn source_notes(error: &RunError, module: &Module, renderer: &Renderer) -> String {
+    error
+        .statements()
+        .into_iter()
+        .filter_map(|(label, path)| {
+            let written = mpmd_core::plan::source_path(module, path)?;
+            Some(format!(
+                "\n{}",
+                renderer.render_note(&label, &written).trim_end()
+            ))
+        })
+        .collect()
+}
+
 pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
-    let SourceFile { module, case, .. } = load_file(&request.file)?;
+    let source = read_source(&request.file)?;
+    let file_name = request.file.display().to_string();
+    let SourceFile {
+        module,
+        case,
+        source_map,
+    } = load_source(&source, &file_name)?;
+    let renderer = Renderer::new(&file_name, Some((&source, &source_map)));
     let calls = module.effective_calls();
     if calls.is_empty() {
         return Err(CliError::Usage(format!(
@@ -343,6 +369,7 @@ pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
             .map_err(|error| CliError::Run {
                 index,
                 map: map.name.clone(),
+                notes: source_notes(&error, &module, &renderer),
                 error: Box::new(for_cli(error)),
             })?;
         let wall = started.elapsed();
@@ -401,6 +428,7 @@ pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
                         "no value returned for output `{}`",
                         output.name
                     ))),
+                    notes: String::new(),
                 })?;
             let stem = if calls.len() == 1 {
                 output.name.clone()

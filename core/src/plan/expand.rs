@@ -30,7 +30,8 @@ use thiserror::Error;
 use crate::ir::limits::MAX_NESTING;
 use crate::ir::visit::for_each_stmt;
 use crate::ir::{
-    Binding, Expr, Fragment, Function, Kernel, Module, MpmdMap, Name, Param, RefAccess, Stmt,
+    Binding, Expr, Fragment, Function, IrPath, Kernel, Module, MpmdMap, Name, Param, PathStep,
+    RefAccess, Stmt,
 };
 
 /// Why a kernel could not be expanded (validation reports each first).
@@ -383,6 +384,67 @@ pub fn program_kernel(
         params,
         body,
     })
+}
+
+/// The statement as written in `module` that a statement of
+/// [`program_kernel`]'s expansion of its kernel comes from: `path` is
+/// `kernel K / stmt ...` in the expansion, the result the same statement
+/// in kernel `K` as written (whose span a `text::SourceMap` has). Only
+/// inlining moves statements: one that a helper call expanded to maps to
+/// that call. `None` when `path` names no statement of the expansion of
+/// a kernel of `module`.
+pub fn source_path(module: &Module, path: &IrPath) -> Option<IrPath> {
+    let (PathStep::Kernel(name), steps) = path.0.split_first()? else {
+        return None;
+    };
+    let mut stmts: &[Stmt] = &module.kernel(name)?.body;
+    let mut out = vec![PathStep::Kernel(name.clone())];
+    let mut steps = steps.iter();
+    while let Some(step) = steps.next() {
+        let PathStep::Stmt(wanted) = step else {
+            return None;
+        };
+        // The statement as written whose expansion covers index `wanted`.
+        let mut first = 0usize;
+        let (index, stmt) = stmts.iter().enumerate().find(|(_, s)| {
+            first += expanded_len(module, s, 0);
+            first > *wanted
+        })?;
+        out.push(PathStep::Stmt(index));
+        if matches!(stmt, Stmt::Call { .. }) {
+            break;
+        }
+        let Some(child) = steps.next() else { break };
+        stmts = match (child, stmt) {
+            (PathStep::Then, Stmt::If { then_body, .. }) => then_body,
+            (PathStep::Else, Stmt::If { else_body, .. }) => else_body,
+            (PathStep::Body, Stmt::For { body, .. } | Stmt::While { body, .. }) => body,
+            _ => return None,
+        };
+        out.push(child.clone());
+    }
+    Some(IrPath(out))
+}
+
+/// How many statements [`program_kernel`] puts in place of `stmt`: one,
+/// or for a helper call those of its inlined body (calls in it inlined in
+/// turn, at most [`MAX_NESTING`] deep, as validation requires).
+fn expanded_len(module: &Module, stmt: &Stmt, depth: usize) -> usize {
+    let Stmt::Call {
+        dest,
+        function,
+        args,
+    } = stmt
+    else {
+        return 1;
+    };
+    let Some(f) = module.function(function).filter(|_| depth < MAX_NESTING) else {
+        return 1;
+    };
+    inline_call(f, dest.as_ref(), args, &mut |name| name.to_string())
+        .iter()
+        .map(|s| expanded_len(module, s, depth + 1))
+        .sum()
 }
 
 /// Every name a kernel declares (parameters and bindings), for fresh names.

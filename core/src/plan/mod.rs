@@ -6,7 +6,7 @@ mod ids;
 mod lower;
 
 pub use expand::{
-    inline_call, program_kernel, recursive_functions, with_unique_names, ExpandError,
+    inline_call, program_kernel, recursive_functions, source_path, with_unique_names, ExpandError,
 };
 pub use ids::{BufferId, OperandId, ProgramId, UnitId};
 pub use lower::{lower, LowerError};

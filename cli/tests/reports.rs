@@ -263,7 +263,35 @@ map m {
 }
 ";
 
-/// A race report names the element by its N-D index, what each access did
+/// Each block of `produce` writes its own instance of `part`; `consume`
+/// reads instance 1 unordered.
+const RACE_OWNED: &str = "mesh p {
+  grid [b = 2];
+  threads t = 4;
+}
+
+mesh q {
+  grid [c = 1];
+  threads u = 4;
+}
+
+kernel produce(part: gmem<f32[4]> @ p) {
+  part[axis_index(t)] = 1.0;
+}
+
+kernel consume(part: gmem<f32[4]> @ p, y: gmem<f32[4]>) {
+  let u: u32 = axis_index(u);
+  y[u] = part@[1u][u];
+}
+
+map m {
+  programs [p: produce, q: consume];
+  outputs [part: gmem<f32[4]> @ p, y: gmem<f32[4]>];
+}
+";
+
+/// A race report names the element by its N-D index (an owned ref's
+/// instance by its block coordinates), what each access did
 /// (read, write, atomic) and the line of each, as written: statements after
 /// an inlined helper keep their own lines; an access inside a helper shows
 /// the line that calls it.
@@ -284,6 +312,22 @@ fn race_reports_give_the_index_the_kinds_and_the_lines_of_both_accesses() {
              --> {file}:23:3\n   |\n\
              23 |   atomic_add(g[1u, u], 1.0);\n   \
              |   ^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        )
+    );
+    let file = write(dir.path(), "race_owned.mpmd", RACE_OWNED);
+    assert_eq!(
+        failure(&["run", &file, "--checked"]),
+        format!(
+            "error: call 0 (map `m`) failed: data race on `part@[1][0]`: \
+             write by program 0 (produce), block 1, thread 0 and read by program 1 (consume), block 0, thread 0\n\
+             note: the write\n  \
+             --> {file}:12:3\n   |\n\
+             12 |   part[axis_index(t)] = 1.0;\n   \
+             |   ^^^^^^^^^^^^^^^^^^^^^^^^^^\n\
+             note: the read\n  \
+             --> {file}:17:3\n   |\n\
+             17 |   y[u] = part@[1u][u];\n   \
+             |   ^^^^^^^^^^^^^^^^^^^^\n"
         )
     );
     let file = write(dir.path(), "race_in_helper.mpmd", RACE_IN_HELPER);

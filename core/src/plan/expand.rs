@@ -817,3 +817,52 @@ impl Expander<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Statements after an inlined call keep their place as written; those
+    /// the call became map to the call.
+    #[test]
+    fn source_paths_undo_the_inlining_of_helper_calls() {
+        let src = "mesh m { grid [b = 1]; threads t = 32; }\n\
+                   fn twice(v: u32) -> u32 {\n  let w: u32 = v * 2u;\n  return w;\n}\n\
+                   kernel k(y: gmem<u32[32]>) {\n  \
+                     let i: u32 = axis_index(t);\n  \
+                     let a: u32 = twice(i);\n  \
+                     if i > 3u {\n    let b: u32 = twice(a);\n    y[i] = b;\n  }\n  \
+                     y[0u] = a;\n}\n\
+                   map k { programs [m: k]; outputs [y: gmem<u32[32]>]; }\n";
+        let module = crate::text::parse_file(src).unwrap().module;
+        let kernel = program_kernel(&module, &module.maps[0], &module.kernels[0]).unwrap();
+        // `twice(i)` became `let v`, `let w`, `let a`.
+        assert_eq!(kernel.body.len(), 6);
+        let path = |steps: &[PathStep]| {
+            let mut all = vec![PathStep::Kernel("k".into())];
+            all.extend_from_slice(steps);
+            IrPath(all)
+        };
+        use PathStep::{Stmt as S, Then};
+        let cases = [
+            (vec![S(0)], vec![S(0)]),
+            (vec![S(2)], vec![S(1)]),
+            (vec![S(3)], vec![S(1)]),
+            (vec![S(4), Then, S(1)], vec![S(2), Then, S(0)]),
+            (vec![S(4), Then, S(3)], vec![S(2), Then, S(1)]),
+            (vec![S(5)], vec![S(3)]),
+        ];
+        for (expanded, written) in cases {
+            assert_eq!(
+                source_path(&module, &path(&expanded)),
+                Some(path(&written)),
+                "{expanded:?}"
+            );
+        }
+        assert_eq!(source_path(&module, &path(&[S(6)])), None);
+        assert_eq!(
+            source_path(&module, &IrPath(vec![PathStep::Kernel("nope".into())])),
+            None
+        );
+    }
+}

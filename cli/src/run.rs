@@ -19,11 +19,11 @@ use mpmd_core::validate::Renderer;
 use mpmd_core::{CallArgs, HostTensor, Mode, RunError, RunOptions};
 
 use crate::arrays::{compare_targets, packed_bytes, read_input};
-use crate::backends::{cuda_backend, RunBackend};
+use crate::backends::RunBackend;
 use crate::compare::{self, Tolerance};
-use crate::load::read_source;
 use crate::output::{create_dir, write_summary_line};
-use crate::{for_cli, load_source, resolve_backend_within, BackendKind, CliError, RunFlags};
+use crate::{for_cli, resolve_backend_within, BackendKind, CliError, RunFlags};
+use mpmd_frontend::{cuda_backend, load_file_with_text};
 
 /// Everything `mpmd run` needs.
 #[derive(Clone, Debug)]
@@ -174,13 +174,15 @@ fn source_notes(error: &RunError, module: &Module, renderer: &Renderer) -> Strin
 }
 
 pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
-    let source = read_source(&request.file)?;
+    let (
+        source,
+        SourceFile {
+            module,
+            case,
+            source_map,
+        },
+    ) = load_file_with_text(&request.file)?;
     let file_name = request.file.display().to_string();
-    let SourceFile {
-        module,
-        case,
-        source_map,
-    } = load_source(&source, &file_name)?;
     let renderer = Renderer::new(&file_name, Some((&source, &source_map)));
     let calls = module.effective_calls();
     if calls.is_empty() {

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use mpmd_cli::Target;
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
 use mpmd_core::interp::DEFAULT_MEMORY_LIMIT;
@@ -12,6 +11,7 @@ use mpmd_core::ir::{Module, MpmdMap, Operand, Type};
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::text::SourceFile;
 use mpmd_core::{inputs, text};
+use mpmd_frontend::Target;
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -89,7 +89,7 @@ impl PyModule_ {
     /// Reads, parses and validates a `.mpmd` file.
     #[staticmethod]
     fn from_file(path: PathBuf) -> PyResult<Self> {
-        let source = mpmd_cli::load_file(&path).map_err(load_error)?;
+        let source = mpmd_frontend::load_file(&path).map_err(load_error)?;
         Ok(PyModule_::new(source, path.display().to_string()))
     }
 
@@ -97,7 +97,7 @@ impl PyModule_ {
     #[staticmethod]
     #[pyo3(signature = (text, name = "<text>"))]
     fn from_text(text: &str, name: &str) -> PyResult<Self> {
-        let source = mpmd_cli::load_source(text, name).map_err(load_error)?;
+        let source = mpmd_frontend::load_source(text, name).map_err(load_error)?;
         Ok(PyModule_::new(source, name.to_string()))
     }
 
@@ -175,7 +175,8 @@ impl PyModule_ {
         for name in &maps {
             let plan = self.plan(name)?;
             texts.push(
-                mpmd_cli::emit(target, &plan).map_err(|e| LowerError::new_err(e.to_string()))?,
+                mpmd_frontend::emit(target, &plan)
+                    .map_err(|e| LowerError::new_err(e.to_string()))?,
             );
         }
         Ok(texts.join("\n"))

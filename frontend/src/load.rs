@@ -1,0 +1,45 @@
+//! Reading, parsing and validating `.mpmd` files.
+
+use std::path::Path;
+
+use mpmd_core::ir::Module;
+use mpmd_core::text::SourceFile;
+
+use crate::{files, FrontendError};
+
+/// The largest `.mpmd` file read (a bound, so that a device or a huge file
+/// given by mistake is refused instead of filling memory).
+pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
+
+/// Parses and validates a file, its case section too; errors come back
+/// rendered (bytes that are not UTF-8 at their line and column).
+pub fn load_file(path: &Path) -> Result<SourceFile, FrontendError> {
+    load_file_with_text(path).map(|(_, file)| file)
+}
+
+/// [`load_file`], with the file's text: what a front end needs to show
+/// the source lines a run's error points at (a race's accesses).
+pub fn load_file_with_text(path: &Path) -> Result<(String, SourceFile), FrontendError> {
+    let bytes =
+        files::read_regular(path, MAX_SOURCE_BYTES).map_err(|source| FrontendError::ReadFile {
+            path: path.display().to_string(),
+            source,
+        })?;
+    let file = mpmd_core::load::load_bytes(&bytes, &path.display().to_string())?;
+    // `load_bytes` decoded these bytes: this decoding succeeds.
+    let text = mpmd_core::text::decode(&bytes).map_or_else(|_| String::new(), str::to_string);
+    Ok((text, file))
+}
+
+/// The module of a file, as [`load_file`] checks it (a case section is
+/// checked, then left out).
+pub fn load_module(path: &Path) -> Result<Module, FrontendError> {
+    load_file(path).map(|file| file.module)
+}
+
+/// Parses and validates `source`, named `file` in diagnostics: the module,
+/// then its case section against it. Errors come back rendered as `mpmd
+/// check` prints them (the Python package's `Module.from_text` too).
+pub fn load_source(source: &str, file: &str) -> Result<SourceFile, FrontendError> {
+    Ok(mpmd_core::load::load_source(source, file)?)
+}

@@ -387,6 +387,37 @@ fn run_on_cuda_host_takes_inputs_writes_outputs_and_times_calls() {
     );
 }
 
+/// `--timeout` bounds the emulated program on cuda-host (in whole seconds):
+/// a loop of four billion iterations is stopped after one.
+#[test]
+fn run_on_cuda_host_stops_at_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("spin.mpmd");
+    std::fs::write(
+        &file,
+        "mesh m {\n  grid [b = 1];\n  threads t = 1;\n}\n\n\
+         kernel spin(y: gmem<u32[1]>) {\n  var n: u32 = 0u;\n  \
+         while n < 4000000000u max 4000000000u {\n    n += 1u;\n    y[0u] = n;\n  }\n}\n\n\
+         map spin {\n  programs [m: spin];\n  outputs [y: gmem<u32[1]>];\n}\n",
+    )
+    .unwrap();
+    let output = mpmd(&[
+        "run",
+        file.to_str().unwrap(),
+        "--backend",
+        "cuda-host",
+        "--timeout",
+        "0.5",
+    ]);
+    require_backend(&output, "cuda-host");
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "error: call 0 (map `spin`) failed: backend error: cuda-host: the emulated kernel of map `spin` \
+         (Fast mode) ran past its time limit of 1 s and was stopped\n"
+    );
+}
+
 /// Without a host C++ compiler, `--backend cuda-host` says in one line
 /// what is missing and how to get it.
 #[test]

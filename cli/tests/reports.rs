@@ -336,11 +336,11 @@ fn race_reports_give_the_index_the_kinds_and_the_lines_of_both_accesses() {
         format!(
             "error: call 0 (map `m`) failed: data race on `out[0, 0]`: \
              write by program 0 (k), block 0, thread 0 and write by program 0 (k), block 0, thread 1\n\
-             note: the first write\n  \
+             note: the first write, in helper `publish`, called here\n  \
              --> {file}:13:3\n   |\n\
              13 |   publish(out, v);\n   \
              |   ^^^^^^^^^^^^^^^^\n\
-             note: the second write\n  \
+             note: the second write, in helper `publish`, called here\n  \
              --> {file}:13:3\n   |\n\
              13 |   publish(out, v);\n   \
              |   ^^^^^^^^^^^^^^^^\n"

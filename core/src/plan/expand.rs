@@ -860,6 +860,16 @@ mod tests {
             );
         }
         assert_eq!(source_path(&module, &path(&[S(6)])), None);
+        // What the statements as written are.
+        assert!(
+            matches!(module.stmt_at(&path(&[S(1)])), Some(Stmt::Call { function, .. }) if function == "twice")
+        );
+        assert!(matches!(
+            module.stmt_at(&path(&[S(2), Then, S(1)])),
+            Some(Stmt::Store { .. })
+        ));
+        assert!(module.stmt_at(&path(&[S(2), Then])).is_none());
+        assert!(module.stmt_at(&path(&[S(9)])).is_none());
         assert_eq!(
             source_path(&module, &IrPath(vec![PathStep::Kernel("nope".into())])),
             None

@@ -12,7 +12,7 @@ use mpmd_core::inputs::{self, Generation};
 use mpmd_core::interp::{
     Charge, InterpOptions, Interpreter, MemoryBudget, MmaProbe, DEFAULT_EXTRA_SCHEDULES,
 };
-use mpmd_core::ir::{Call, Module, ScalarType, Stmt, Type};
+use mpmd_core::ir::{Call, ScalarType, Type};
 use mpmd_core::plan::{lower, LowerError};
 use mpmd_core::text::SourceFile;
 use mpmd_core::validate::Renderer;
@@ -23,7 +23,7 @@ use crate::backends::RunBackend;
 use crate::compare::{self, Tolerance};
 use crate::output::{create_dir, write_summary_line};
 use crate::{for_cli, resolve_backend_within, BackendKind, CliError, RunFlags};
-use mpmd_frontend::{cuda_backend, load_file_with_text};
+use mpmd_frontend::{cuda_backend, load_file_with_text, source_notes};
 
 /// Everything `mpmd run` needs.
 #[derive(Clone, Debug)]
@@ -154,29 +154,6 @@ pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOp
         flush_subnormals: false,
         mma_probe: MmaProbe::Off,
     }
-}
-
-/// The statements `error` points at (a race's two accesses) as they are
-/// written in the file, each rendered with its line (for an access inside
-/// a helper, the line that calls it): what [`CliError::Run`]'s `notes` hold.
-fn source_notes(error: &RunError, module: &Module, renderer: &Renderer) -> String {
-    error
-        .statements()
-        .into_iter()
-        .filter_map(|(label, path)| {
-            let written = mpmd_core::plan::source_path(module, path)?;
-            let label = match module.stmt_at(&written) {
-                Some(Stmt::Call { function, .. }) => {
-                    format!("{label}, in helper `{function}`, called here")
-                }
-                _ => label,
-            };
-            Some(format!(
-                "\n{}",
-                renderer.render_note(&label, &written).trim_end()
-            ))
-        })
-        .collect()
 }
 
 pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {

@@ -13,8 +13,8 @@ use mpmd_core::interp::{
     Charge, InterpOptions, Interpreter, MemoryBudget, MmaProbe, DEFAULT_EXTRA_SCHEDULES,
 };
 use mpmd_core::ir::{Call, ScalarType, Type};
+use mpmd_core::load::ValidFile;
 use mpmd_core::plan::{lower, LowerError};
-use mpmd_core::text::SourceFile;
 use mpmd_core::validate::Renderer;
 use mpmd_core::{CallArgs, HostTensor, Mode, RunError, RunOptions};
 
@@ -159,7 +159,7 @@ pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOp
 pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
     let (
         source,
-        SourceFile {
+        ValidFile {
             module,
             case,
             source_map,

@@ -158,8 +158,8 @@ pub enum RunError {
         /// What each access did, `first`'s then `second`'s.
         kinds: [AccessKind; 2],
         /// The statement of each access, in the kernel as the program runs
-        /// it ([`crate::plan::program_kernel`], which inlines helpers):
-        /// [`crate::plan::source_path`] turns one into the statement as
+        /// it (validation's expansion, which inlines helpers):
+        /// [`crate::validate::source_path`] turns one into the statement as
         /// written, whose span a `text::SourceMap` has. `None` where the
         /// interpreter kept no path (more than 65,535 accesses in a kernel).
         paths: [Option<IrPath>; 2],

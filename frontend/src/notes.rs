@@ -15,7 +15,7 @@ pub fn source_notes(error: &RunError, module: &Module, renderer: &Renderer) -> S
         .statements()
         .into_iter()
         .filter_map(|(label, path)| {
-            let written = mpmd_core::plan::source_path(module, path)?;
+            let written = mpmd_core::validate::source_path(module, path)?;
             let label = match module.stmt_at(&written) {
                 Some(Stmt::Call { function, .. }) => {
                     format!("{label}, in helper `{function}`, called here")

@@ -133,11 +133,14 @@ map k {
         Err(RunError::DataRace {
             reference,
             element,
+            index,
             first,
             second,
+            ..
         }) => {
             assert_eq!(reference, "tile");
             assert_eq!(element, 0);
+            assert_eq!(index, "tile[0, 0]");
             assert_eq!(first.thread, Some(0));
             assert_eq!(second.thread, Some(8));
             assert_eq!(second.block, 0);

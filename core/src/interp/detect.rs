@@ -42,6 +42,9 @@ pub(crate) struct Rec {
     pub other: u16,
     pub write: bool,
     pub atomic: bool,
+    /// Which access of its program's code made it (`CompiledAccess::site`),
+    /// for the statement a race report shows.
+    pub site: u16,
 }
 
 impl Rec {
@@ -133,6 +136,8 @@ pub(crate) struct Accessor<'a> {
     pub epoch: u32,
     pub thread: u32,
     pub clock: &'a Clock,
+    /// The access's `CompiledAccess::site`.
+    pub site: u16,
 }
 
 impl Accessor<'_> {
@@ -209,8 +214,15 @@ fn subsumed(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
     who.ordered_after(r) && (!r.write || write) && (!atomic || r.atomic)
 }
 
+/// One record serves the threads of a task that make one access (same
+/// statement, same kind) in one epoch; a race report names one of them and
+/// that statement.
 fn same_kind(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
-    r.task == who.task && r.epoch == who.epoch && r.write == write && r.atomic == atomic
+    r.task == who.task
+        && r.epoch == who.epoch
+        && r.write == write
+        && r.atomic == atomic
+        && r.site == who.site
 }
 
 /// Checks an access against a word's history and records it; returns the
@@ -228,6 +240,7 @@ pub(crate) fn record(
         other: 0,
         write,
         atomic,
+        site: who.site,
     };
     match history {
         History::Empty => *history = History::One(new),
@@ -514,6 +527,7 @@ mod tests {
             epoch: 0,
             thread: 0,
             clock,
+            site: 0,
         };
         record(history, &who, true, false).map_err(|first| first.task)
     }
@@ -530,6 +544,7 @@ mod tests {
             epoch: 0,
             thread: 0,
             clock: &clock,
+            site: 0,
         };
         record(&mut history, &reader, false, false).unwrap();
         let atomic = Accessor { task: 2, ..reader };

@@ -4,6 +4,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::*;
+use crate::backend::AccessKind;
 
 impl BlockState {
     pub(super) fn sem_address(
@@ -199,17 +200,28 @@ impl BlockState {
                 epoch: self.epoch,
                 thread: lane as u32,
                 clock: &self.clock,
+                site: acc.site,
             };
             if let Err(first) = detect::record(history, &who, write, atomic) {
-                let first_site = match acc.target {
-                    Target::Global(_) => env_site(env, first),
-                    _ => Site {
-                        program: code.program,
-                        kernel: code.kernel.clone(),
-                        block: self.block,
-                        thread: None,
-                    },
+                let (first_site, first_code) = match acc.target {
+                    Target::Global(_) => (env_site(env, first), task_code(env, first.task)),
+                    _ => (
+                        Site {
+                            program: code.program,
+                            kernel: code.kernel.clone(),
+                            block: self.block,
+                            thread: None,
+                        },
+                        Some(code),
+                    ),
                 };
+                let path_of = |code: Option<&ProgramCode>, site: u16| {
+                    code?.access_paths.get(usize::from(site)).cloned()
+                };
+                let paths = [
+                    path_of(first_code, first.site),
+                    path_of(Some(code), acc.site),
+                ];
                 let first_site = Site {
                     thread: Some(if first.task == self.task {
                         first.thread_other_than(lane as u32)
@@ -221,8 +233,14 @@ impl BlockState {
                 return Err(RunError::DataRace {
                     reference: acc.name.clone(),
                     element: addr,
+                    index: self.element_label(acc, lane),
                     first: first_site,
                     second: self.site(code, Some(lane as u32)),
+                    kinds: [
+                        AccessKind::of(first.write, first.atomic),
+                        AccessKind::of(write, atomic),
+                    ],
+                    paths,
                 });
             }
         }
@@ -714,6 +732,16 @@ impl BlockState {
 }
 
 /// The site of a recorded access (of any block of the call).
+/// The program whose blocks include `task`.
+fn task_code<'e>(env: &Env<'e>, task: u32) -> Option<&'e ProgramCode> {
+    let p = env
+        .task_offsets
+        .iter()
+        .rposition(|&o| o <= u64::from(task))
+        .unwrap_or(0);
+    env.codes.get(p)
+}
+
 fn env_site(env: &Env, rec: Rec) -> Site {
     let task = rec.task as u64;
     let p = env

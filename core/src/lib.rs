@@ -11,10 +11,13 @@
 pub mod backend;
 pub mod bind;
 pub mod case;
+mod expand;
 pub mod host;
+mod ids;
 pub mod inputs;
 pub mod interp;
 pub mod ir;
+pub mod load;
 pub mod lru;
 pub mod numerics;
 pub mod plan;

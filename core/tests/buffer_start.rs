@@ -62,7 +62,7 @@ fn zeroed_and_semaphore_inputs_start_at_zero_everywhere() {
     );
 
     // The lowering (it had `Input` for both, so backends uploaded host data).
-    let plan = lower(&module, "k").unwrap();
+    let plan = lower(&validated(&module), "k").unwrap();
     let inits: Vec<_> = plan.buffers.iter().map(|b| b.init.clone()).collect();
     assert_eq!(
         inits,
@@ -151,7 +151,7 @@ case {
 ";
 
 fn run_twice(interp: &mut Interpreter, module: &Module) -> Result<Vec<Vec<f32>>, RunError> {
-    let plan = lower(module, "add").unwrap();
+    let plan = lower(&validated(module), "add").unwrap();
     let args = call_args(module, &Generation::with_defaults(0)).unwrap();
     let options = RunOptions {
         mode: Mode::Checked,
@@ -205,6 +205,14 @@ fn residents_take_generated_data_before_the_first_call() {
     interp.set_resident("acc", HostTensor::from_i32(vec![4], &[1, 2, 3, 4]));
     assert_eq!(
         run_twice(&mut interp, &module).unwrap_err(),
-        RunError::BadArguments("resident `acc` holds `i32` elements, the map binds `f32`".into())
+        RunError::BadArguments(
+            "resident `acc` holds `i32` elements; map `add` declares `f32`".into()
+        )
     );
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

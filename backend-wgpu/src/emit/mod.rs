@@ -47,8 +47,7 @@ mod syntax;
 mod unit;
 mod warp;
 
-pub use bindings::{binding_layout, words_for, BindingLayout, StorageBinding, WordType};
-pub use stmt::MAX_STATEMENT_NESTING;
+pub use bindings::{BindingLayout, StorageBinding, WordType};
 
 use mpmd_core::ir::{Name, ScalarType};
 use mpmd_core::plan::{LaunchPlan, ProgramId, UnitId};
@@ -321,7 +320,7 @@ pub struct EmittedModule {
     pub scalar_slots: Vec<(Name, ScalarType)>,
     /// Words after the scalars: the runtime literals.
     pub literal_words: Vec<u32>,
-    pub sites: Vec<AccessSite>,
+    pub(crate) sites: Vec<AccessSite>,
 }
 
 impl EmittedModule {

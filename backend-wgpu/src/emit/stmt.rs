@@ -391,7 +391,7 @@ impl UnitEmitter<'_, '_> {
             | Stmt::Call { .. }
             | Stmt::Return { .. } => {
                 return Err(self.invalid(
-                    "a compound assignment or helper call that lowering did not expand (plan::program_kernel)",
+                    "a compound assignment or helper call that validation did not expand (expand::program_kernel)",
                 ))
             }
             Stmt::Barrier => {

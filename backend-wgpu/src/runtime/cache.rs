@@ -5,14 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use mpmd_core::backend::RunError;
+use mpmd_core::host::words_for;
 use mpmd_core::ir::ScalarType;
 use mpmd_core::plan::{BufferPlan, LaunchPlan};
 use mpmd_core::Mode;
 
 use super::{time_limit, Deadline, WgpuBackend, POOL_MAX_BYTES, STAGING_USAGE};
-use crate::emit::{
-    emit_module, words_for, EmitError, EmittedModule, PARAMS_BINDING, STATUS_BINDING,
-};
+use crate::emit::{emit_module, EmitError, EmittedModule, PARAMS_BINDING, STATUS_BINDING};
 
 pub(super) struct CompiledModule {
     pub(super) emitted: EmittedModule,
@@ -246,18 +245,12 @@ impl WgpuBackend {
         buf: &BufferPlan,
     ) -> Result<wgpu::Buffer, RunError> {
         if let Some(r) = self.residents.get(name) {
-            if r.elem != buf.ty.elem {
-                return Err(RunError::BadArguments(format!(
-                    "resident `{name}` holds `{}` elements but this map binds it as `{}`",
-                    r.elem, buf.ty.elem
-                )));
-            }
-            if r.elements != buf.len {
-                return Err(RunError::BadArguments(format!(
-                    "resident `{name}` has {} elements but this map binds it as {}",
-                    r.elements, buf.len
-                )));
-            }
+            mpmd_core::host::check_resident(
+                name,
+                &plan.map.name,
+                (r.elem, r.elements),
+                (buf.ty.elem, buf.len),
+            )?;
             return Ok(r.buffer.clone());
         }
         // New buffers are zero-filled by wgpu: a fresh resident starts at zero.

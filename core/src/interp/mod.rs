@@ -31,6 +31,9 @@
 //!   random lane order inside stores and atomics; any difference in outputs is
 //!   [`RunError::Nondeterministic`].
 
+mod blocks;
+mod buffers;
+mod code;
 mod compile;
 mod detect;
 mod exec;
@@ -40,6 +43,8 @@ mod sums;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
+use blocks::*;
+use buffers::*;
 use compile::{checked_len, words_of, ArrayInfo, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use limits::Limits;
@@ -48,14 +53,16 @@ pub use sums::{f32_atomic_add_terms, summation_order_ulps};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{
-    host_shape, resident_starts_zeroed, BufferStart, CallArgs, CallOutputs, HostTensor,
+    check_resident, host_shape, resident_starts_zeroed, BufferStart, CallArgs, CallOutputs,
+    HostTensor,
 };
 use crate::inputs::Rng;
 use crate::ir::{
-    Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident,
-    ScalarType, Type,
+    Kernel, Literal, MemorySpace, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, ScalarType,
+    Type,
 };
 use crate::plan::{LaunchPlan, ProgramId};
+use crate::validate::ValidModule;
 
 /// Interpreter options beyond [`RunOptions`].
 #[derive(Clone, Debug)]
@@ -288,6 +295,8 @@ struct BufferSpec {
 
 /// A map's operands bound for one call.
 struct Layout {
+    /// The map's name, for messages.
+    map: Name,
     buffers: Vec<BufferSpec>,
     /// Output name and buffer, in map order.
     outputs: Vec<(Name, usize)>,
@@ -355,40 +364,20 @@ impl Interpreter {
         self.last_report.as_ref()
     }
 
-    /// Runs one call of `map` from `module`.
+    /// Runs one call of `map` from `module`, each program's kernel as
+    /// validation expanded it.
     pub fn call(
         &mut self,
-        module: &Module,
+        module: &ValidModule,
         map: &str,
         args: &CallArgs,
         options: &InterpOptions,
     ) -> Result<CallOutputs, RunError> {
-        let map = module
+        let (map, valid_map) = module
             .map(map)
+            .zip(module.valid_map(map))
             .ok_or_else(|| RunError::BadArguments(format!("no map named `{map}` in the module")))?;
-        let kernels = map
-            .programs
-            .iter()
-            .map(|p| {
-                let kernel = module.kernel(&p.kernel).ok_or_else(|| {
-                    RunError::BadArguments(format!("no kernel named `{}` in the module", p.kernel))
-                })?;
-                // Before anything recurses over the body (ir::limits).
-                if crate::text::body_nesting(&kernel.body) > crate::ir::limits::MAX_NESTING {
-                    return Err(RunError::Refused {
-                        reason: format!(
-                            "kernel `{}` nests deeper than {} levels",
-                            kernel.name,
-                            crate::ir::limits::MAX_NESTING
-                        ),
-                    });
-                }
-                crate::plan::program_kernel(module, map, kernel).map_err(|e| RunError::Refused {
-                    reason: e.to_string(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let kernels: Vec<&Kernel> = kernels.iter().collect();
+        let kernels: Vec<&Kernel> = valid_map.programs().iter().map(|p| p.kernel()).collect();
         // The compiler recurses over bodies (ir::limits::INLINE_NESTING).
         let deep = kernels
             .iter()
@@ -448,7 +437,7 @@ impl Interpreter {
 
         let parallel = !detect
             && codes.iter().all(|c| !c.synchronises)
-            && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
+            && host_cores() > 1
             && codes.iter().map(|c| c.block_count).sum::<u64>() > 1;
         let mut report = InterpReport {
             schedules_run: 1,
@@ -745,24 +734,17 @@ impl Interpreter {
                     bits(false)?,
                 ),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
-                    Some(r) if r.tensor.elem() != spec.ty.elem => {
-                        return Err(RunError::BadArguments(format!(
-                            "resident `{name}` holds `{}` elements, the map binds `{}`",
-                            r.tensor.elem(),
-                            spec.ty.elem
-                        )))
-                    }
-                    Some(r) if r.tensor.len() == len => {
+                    Some(r) => {
+                        check_resident(
+                            name,
+                            &layout.map,
+                            (r.tensor.elem(), r.tensor.len() as u64),
+                            (spec.ty.elem, spec.len),
+                        )?;
                         let init = if detect { r.init.clone() } else { vec![] };
                         let words =
                             buffer(&mut self.pool, words_len, Some(r.tensor.words()), limits)?;
                         (words, init)
-                    }
-                    Some(r) => {
-                        return Err(RunError::BadArguments(format!(
-                            "resident `{name}` holds {} elements, the map binds {len}",
-                            r.tensor.len()
-                        )))
                     }
                     None => (
                         buffer(&mut self.pool, words_len, None, limits)?,
@@ -775,265 +757,6 @@ impl Interpreter {
         }
         Ok((bufs, inits))
     }
-}
-
-/// What a time-limit report says the call was doing while it filled buffers.
-const FILLING: &str = "allocating and filling the call's buffers";
-
-/// `len` written flags, all `value`, made in chunks that look at the clock.
-fn flags(len: usize, value: bool, limits: &Limits) -> Result<Vec<bool>, RunError> {
-    if !value {
-        // Zeroed pages from the allocator: nothing to fill.
-        return Ok(vec![false; len]);
-    }
-    let mut flags = Vec::with_capacity(len);
-    limits.fill_in_chunks(len, FILLING, |r| flags.resize(r.end, true))?;
-    Ok(flags)
-}
-
-/// A buffer of `len` words, a copy of `source` or zeros, taken from `pool`
-/// when one of that length is there; large buffers are filled on all host
-/// cores. Allocating and filling look at the call's clock between chunks.
-fn buffer(
-    pool: &mut Vec<(Vec<AtomicU32>, Charge)>,
-    len: usize,
-    source: Option<&[u32]>,
-    limits: &Limits,
-) -> Result<Vec<AtomicU32>, RunError> {
-    let mut words = match pool.iter().position(|(b, _)| b.len() == len) {
-        // Its charge becomes the call's.
-        Some(i) => {
-            let (words, charge) = pool.swap_remove(i);
-            limits.absorb(charge);
-            words
-        }
-        None => {
-            let mut words = Vec::with_capacity(len);
-            limits.fill_in_chunks(len, FILLING, |r| match source {
-                Some(source) => {
-                    words.extend(source[r].iter().map(|&v| AtomicU32::new(v)));
-                }
-                None => words.extend(r.map(|_| AtomicU32::new(0))),
-            })?;
-            return Ok(words);
-        }
-    };
-    // Plain loops over exclusive slices: they compile to memcpy and memset.
-    let fill = |part: &mut [AtomicU32], from: usize| -> Result<(), RunError> {
-        limits.check_time_during(FILLING)?;
-        match source {
-            Some(source) => part
-                .iter_mut()
-                .zip(&source[from..])
-                .for_each(|(w, &v)| *w.get_mut() = v),
-            None => part.iter_mut().for_each(|w| *w.get_mut() = 0),
-        }
-        Ok(())
-    };
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = len.div_ceil(workers).clamp(1, limits::FILL_CHUNK);
-    if len < 1 << 18 || workers < 2 {
-        for (c, part) in words.chunks_mut(chunk).enumerate() {
-            fill(part, c * chunk)?;
-        }
-        return Ok(words);
-    }
-    let per_worker = len.div_ceil(workers);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = words
-            .chunks_mut(per_worker)
-            .enumerate()
-            .map(|(w, part)| {
-                let fill = &fill;
-                s.spawn(move || {
-                    for (c, piece) in part.chunks_mut(chunk).enumerate() {
-                        fill(piece, w * per_worker + c * chunk)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(RunError::Backend("buffer fill panicked".into())))
-        })
-    })?;
-    Ok(words)
-}
-
-/// Binds operands to buffers and compiles every program.
-fn prepare(
-    map: &MpmdMap,
-    meshes: &[Mesh],
-    kernels: &[&Kernel],
-    residents: &[Resident],
-    args: &CallArgs,
-) -> Result<(Layout, Vec<ProgramCode>), RunError> {
-    let find_mesh = |name: &str| {
-        meshes
-            .iter()
-            .find(|m| m.name == name)
-            .ok_or_else(|| RunError::BadArguments(format!("unknown mesh `{name}`")))
-    };
-    #[derive(Clone)]
-    enum Bound {
-        Scalar(ScalarType, u32),
-        Buffer(usize, RefType),
-        Smem(RefType),
-    }
-    let mut buffers: Vec<BufferSpec> = vec![];
-    let mut bound: Vec<Bound> = vec![];
-    let mut by_name: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut outputs = vec![];
-    let mut total_words = 0u64;
-    for (kind, op) in map.operands() {
-        let r = match &op.ty {
-            Type::Scalar(t) => {
-                let v = args.scalar(&op.name, *t)?;
-                bound.push(Bound::Scalar(*t, v.to_bits()));
-                continue;
-            }
-            Type::Ref(r) => r,
-        };
-        match r.space {
-            MemorySpace::Smem => {
-                bound.push(Bound::Smem(r.clone()));
-                continue;
-            }
-            MemorySpace::Local => {
-                return Err(RunError::Backend(format!(
-                    "operand `{}` is in local memory",
-                    op.name
-                )));
-            }
-            MemorySpace::Gmem | MemorySpace::Sem => {}
-        }
-        let alias = map
-            .aliases
-            .iter()
-            .find(|a| a.output == op.name)
-            .map(|a| a.input.as_str());
-        let index = if let (OperandKind::Output, Some(input)) = (kind, alias) {
-            *by_name.get(input).ok_or_else(|| {
-                RunError::BadArguments(format!(
-                    "output `{}` aliases unknown input `{input}`",
-                    op.name
-                ))
-            })?
-        } else {
-            if let Some(owner) = &r.owner {
-                find_mesh(owner)?;
-            }
-            let shape = host_shape(meshes, r).unwrap_or_default();
-            let len = checked_len(&shape)
-                .filter(|&n| words_of(r.elem, n) <= MAX_WORDS)
-                .ok_or_else(|| RunError::Refused {
-                    reason: format!("operand `{}` is larger than {MAX_WORDS} words", op.name),
-                })?;
-            total_words += words_of(r.elem, len);
-            if total_words > MAX_WORDS {
-                return Err(RunError::Refused {
-                    reason: format!("operands need more than {MAX_WORDS} words"),
-                });
-            }
-            let init = match BufferStart::of(kind, op) {
-                Some(BufferStart::Resident) => {
-                    let decl = residents
-                        .iter()
-                        .find(|d| d.name == op.name)
-                        .ok_or_else(|| {
-                            RunError::BadArguments(format!(
-                                "`{}` is bound to a resident the module does not declare",
-                                op.name
-                            ))
-                        })?;
-                    Init::Resident {
-                        name: op.name.clone(),
-                        zeroed: resident_starts_zeroed(decl),
-                    }
-                }
-                Some(BufferStart::Uploaded) => Init::Input(op.name.clone()),
-                Some(BufferStart::Zeroed) => Init::Zeroed,
-                Some(BufferStart::Uninitialized) | None => Init::Uninitialized,
-            };
-            buffers.push(BufferSpec {
-                ty: r.clone(),
-                len,
-                shape,
-                init,
-            });
-            buffers.len() - 1
-        };
-        by_name.insert(&op.name, index);
-        if kind == OperandKind::Output {
-            outputs.push((op.name.clone(), index));
-        }
-        bound.push(Bound::Buffer(index, r.clone()));
-    }
-
-    let mut codes = vec![];
-    for (i, (program, kernel)) in map.programs.iter().zip(kernels).enumerate() {
-        let mesh = find_mesh(&program.mesh)?;
-        let mut smem = vec![];
-        let bindings = bound
-            .iter()
-            .map(|b| -> Result<ParamBinding, RunError> {
-                Ok(match b {
-                    Bound::Scalar(ty, bits) => ParamBinding::Scalar {
-                        ty: *ty,
-                        bits: *bits,
-                    },
-                    Bound::Buffer(buffer, ty) => ParamBinding::Global {
-                        buffer: *buffer,
-                        ty: ty.clone(),
-                    },
-                    Bound::Smem(ty) if ty.owner.as_deref().is_none_or(|o| o == mesh.name) => {
-                        let len = checked_len(&ty.shape)
-                            .filter(|&n| words_of(ty.elem, n) <= MAX_WORDS)
-                            .ok_or_else(|| RunError::Refused {
-                                reason: format!("an smem operand is larger than {MAX_WORDS} words"),
-                            })?;
-                        smem.push(ArrayInfo { len, elem: ty.elem });
-                        ParamBinding::Smem {
-                            slot: smem.len() - 1,
-                            ty: ty.clone(),
-                        }
-                    }
-                    Bound::Smem(_) => ParamBinding::Foreign,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        codes.push(compile::compile(
-            ProgramId::new(i),
-            kernel,
-            mesh,
-            meshes,
-            &bindings,
-            smem,
-        )?);
-    }
-    let tasks: u64 = codes.iter().map(|c| c.block_count).sum();
-    if tasks > u32::MAX as u64 {
-        return Err(RunError::Refused {
-            reason: format!("{tasks} blocks in one call (at most {})", u32::MAX),
-        });
-    }
-    Ok((Layout { buffers, outputs }, codes))
-}
-
-fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<Name, HostTensor> {
-    layout
-        .outputs
-        .iter()
-        .map(|(name, i)| {
-            let spec = &layout.buffers[*i];
-            let words = bufs[*i].words.iter().map(|w| w.load(Relaxed)).collect();
-            (
-                name.clone(),
-                HostTensor::from_packed(spec.ty.elem, spec.shape.clone(), words),
-            )
-        })
-        .collect()
 }
 
 /// The first output element that differs between two schedules beyond its
@@ -1113,309 +836,6 @@ fn show(v: Literal) -> String {
 /// Detection state per element of a buffer: a written flag and a 16-byte
 /// access history.
 pub(crate) const DETECTION_BYTES_PER_ELEMENT: u64 = 1 + 16;
-
-fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
-    let mut acc = 0;
-    codes
-        .iter()
-        .map(|c| {
-            let o = acc;
-            acc += c.block_count;
-            o
-        })
-        .collect()
-}
-
-/// Runs independent blocks (no atomics, no semaphores) on all host cores; the
-/// error of the lowest block wins so that reports do not depend on timing.
-fn run_parallel(
-    codes: &[ProgramCode],
-    bufs: &[GlobalBuf],
-    limits: &Limits,
-) -> Result<u64, RunError> {
-    let offsets = task_offsets(codes);
-    let total: u64 = codes.iter().map(|c| c.block_count).sum();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(total as usize)
-        .max(1) as u64;
-    let offsets = &offsets;
-    let results: Vec<Result<u64, RunError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let range = total * w / workers..total * (w + 1) / workers;
-                s.spawn(move || {
-                    let mut env = Env {
-                        bufs,
-                        detect: None,
-                        alt: None,
-                        signalled: false,
-                        late_waits: None,
-                        codes,
-                        task_offsets: offsets,
-                        limits,
-                        ticks: 0,
-                    };
-                    let mut states: Vec<Option<BlockState>> = codes.iter().map(|_| None).collect();
-                    for task in range.clone() {
-                        let p = offsets.iter().rposition(|&o| o <= task).unwrap_or(0);
-                        let code = &codes[p];
-                        let block = task - offsets[p];
-                        limits.check_time(|| block_site(code, block))?;
-                        let st = match &mut states[p] {
-                            Some(st) => st,
-                            empty => empty.insert(new_block_state(limits, code, false)?),
-                        };
-                        st.reset(code, task as u32, block);
-                        match st.run(code, &mut env)? {
-                            Status::Done => {}
-                            other => {
-                                return Err(RunError::Backend(format!(
-                                    "block of an independent program stopped early: {other:?}"
-                                )))
-                            }
-                        }
-                    }
-                    Ok(range.end - range.start)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(RunError::Backend("interpreter worker panicked".into()))
-                })
-            })
-            .collect()
-    });
-    let mut blocks = 0;
-    for r in results {
-        blocks += r?;
-    }
-    Ok(blocks)
-}
-
-/// The cooperative scheduler: lockstep (in order) when `alt` is `None`,
-/// otherwise random order with preemption.
-fn run_sequential(
-    codes: &[ProgramCode],
-    bufs: &[GlobalBuf],
-    limits: &Limits,
-    detect: Option<&mut detect::Detector>,
-    mut alt: Option<&mut AltSchedule>,
-    late_waits: Option<&mut Vec<LateWait>>,
-) -> Result<u64, RunError> {
-    let offsets = task_offsets(codes);
-    let total: u64 = codes.iter().map(|c| c.block_count).sum();
-    let detecting = detect.is_some();
-    // Alternative schedules start blocks in a random order, a few at a time.
-    let start_order: Option<Vec<u32>> = alt.as_deref_mut().map(|a| {
-        let mut order: Vec<u32> = (0..total as u32).collect();
-        a.rng.shuffle(&mut order);
-        order
-    });
-    const WINDOW: usize = 8;
-    let mut env = Env {
-        bufs,
-        detect,
-        alt,
-        signalled: false,
-        late_waits,
-        codes,
-        task_offsets: &offsets,
-        limits,
-        ticks: 0,
-    };
-    let mut pools: Vec<Vec<BlockState>> = codes.iter().map(|_| vec![]).collect();
-    let mut live: BTreeMap<u32, BlockState> = BTreeMap::new();
-    let mut ready: VecDeque<u32> = VecDeque::new();
-    let mut waiting: Vec<(u32, Status)> = vec![];
-    let mut next_start = 0u64;
-    let mut done = 0u64;
-    let program_of = |task: u32| offsets.iter().rposition(|&o| o <= task as u64).unwrap_or(0);
-    loop {
-        let can_start = next_start < total;
-        let task = match env.alt.as_deref_mut() {
-            None => match ready.pop_front() {
-                Some(t) => t,
-                None if can_start => {
-                    next_start += 1;
-                    (next_start - 1) as u32
-                }
-                None => break,
-            },
-            Some(a) => {
-                let prefer_ready = !ready.is_empty()
-                    && (!can_start || live.len() >= WINDOW || a.rng.below(2) == 0);
-                if prefer_ready {
-                    let i = a.rng.below(ready.len() as u64) as usize;
-                    match ready.swap_remove_back(i) {
-                        Some(t) => t,
-                        None => break,
-                    }
-                } else if can_start {
-                    next_start += 1;
-                    start_order
-                        .as_ref()
-                        .map_or(next_start as u32 - 1, |o| o[next_start as usize - 1])
-                } else {
-                    break;
-                }
-            }
-        };
-        let p = program_of(task);
-        let code = &codes[p];
-        let block = task as u64 - offsets[p];
-        limits.check_time(|| block_site(code, block))?;
-        let mut st = match live.remove(&task) {
-            Some(st) => st,
-            None => {
-                let mut st = match pools[p].pop() {
-                    Some(st) => st,
-                    None => new_block_state(limits, code, detecting)?,
-                };
-                st.reset(code, task, block);
-                st
-            }
-        };
-        let status = st.run(code, &mut env)?;
-        match status {
-            Status::Done => {
-                done += 1;
-                pools[p].push(st);
-            }
-            Status::Yielded => {
-                ready.push_back(task);
-                live.insert(task, st);
-            }
-            blocked @ Status::Blocked { .. } => {
-                waiting.push((task, blocked));
-                live.insert(task, st);
-            }
-        }
-        if env.signalled {
-            env.signalled = false;
-            ready.extend(waiting.drain(..).map(|(t, _)| t));
-        }
-    }
-    if !waiting.is_empty() {
-        return Err(deadlock(codes, &offsets, bufs, &waiting));
-    }
-    Ok(done)
-}
-
-fn block_site(code: &ProgramCode, block: u64) -> Site {
-    Site {
-        program: code.program,
-        kernel: code.kernel.clone(),
-        block,
-        thread: None,
-    }
-}
-
-/// A block's state, charged to the memory budget (blocks that wait stay
-/// alive, so a call may hold many at once).
-fn new_block_state(
-    limits: &Limits,
-    code: &ProgramCode,
-    detect: bool,
-) -> Result<BlockState, RunError> {
-    limits.charge(BlockState::bytes(code, detect), || {
-        format!(
-            "the state of a block of program {} (`{}`: registers, locals, smem)",
-            code.program, code.kernel
-        )
-    })?;
-    Ok(BlockState::new(code, detect))
-}
-
-/// Charges the call's device buffers before any is allocated: their packed
-/// words (4 bytes an element, 2 for the 16-bit floats), with detection a
-/// written flag and a 16-byte access history per element, with extra
-/// schedules a second set beside the first schedule's outputs, and the
-/// residents' contents after the call (words and written flags).
-fn charge_buffers(
-    limits: &Limits,
-    layout: &Layout,
-    detect: bool,
-    extra_schedules: bool,
-) -> Result<(), RunError> {
-    let sum = |f: &dyn Fn(&BufferSpec) -> u64| {
-        layout
-            .buffers
-            .iter()
-            .fold(0u64, |sum, b| sum.saturating_add(f(b)))
-    };
-    let words = sum(&|b| words_of(b.ty.elem, b.len));
-    let storage = words.saturating_mul(4);
-    let elements = sum(&|b| b.len);
-    let detection = if detect {
-        elements.saturating_mul(DETECTION_BYTES_PER_ELEMENT)
-    } else {
-        0
-    };
-    // Extra schedules: a second set of buffers (and detection state) beside
-    // the first schedule's, and the first schedule's outputs kept.
-    let copies = if extra_schedules { 2 } else { 1 };
-    // A resident's contents after the call are copied out of its buffer.
-    let residents = sum(&|b| match b.init {
-        Init::Resident { .. } => resident_bytes(b.ty.elem, b.len),
-        _ => 0,
-    });
-    let bytes = storage
-        .saturating_mul(copies + u64::from(extra_schedules))
-        .saturating_add(detection.saturating_mul(copies))
-        .saturating_add(residents);
-    limits.charge(bytes, || {
-        format!(
-            "the call's buffers ({words} words{})",
-            if detect {
-                ", with race and uninitialised-read detection"
-            } else {
-                ""
-            }
-        )
-    })
-}
-
-/// The wait-for graph of a deadlock: every waiting block, what it waits for,
-/// and the semaphore's count.
-fn deadlock(
-    codes: &[ProgramCode],
-    offsets: &[u64],
-    bufs: &[GlobalBuf],
-    waiting: &[(u32, Status)],
-) -> RunError {
-    let mut lines = vec!["wait-for graph (no live block can signal):".to_string()];
-    let mut sorted: Vec<&(u32, Status)> = waiting.iter().collect();
-    sorted.sort_by_key(|(t, _)| *t);
-    for (task, status) in sorted {
-        let p = offsets
-            .iter()
-            .rposition(|&o| o <= *task as u64)
-            .unwrap_or(0);
-        let code = &codes[p];
-        if let Status::Blocked {
-            buf,
-            addr,
-            amount,
-            name,
-        } = status
-        {
-            let count = bufs[*buf].words[*addr as usize].load(Relaxed) as i32;
-            lines.push(format!(
-                "  program {} ({}), block {} waits on `{name}` for {amount} (count is {count})",
-                code.program,
-                code.kernel,
-                *task as u64 - offsets[p]
-            ));
-        }
-    }
-    RunError::Deadlock {
-        wait_for_graph: lines.join("\n"),
-    }
-}
 
 impl Backend for Interpreter {
     fn name(&self) -> &'static str {

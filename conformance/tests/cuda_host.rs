@@ -117,8 +117,8 @@ map k { programs [m: k]; outputs [y: gmem<u32[2]>]; scratch [filled: sem<[2]> @ 
     ];
     for (src, element) in programs {
         let (module, _) = mpmd_core::text::parse(src).expect("parses");
-        mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
-        let plan = mpmd_core::plan::lower(&module, "k").expect("lowers");
+        let valid = mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
+        let plan = mpmd_core::plan::lower(&valid, "k").expect("lowers");
         let mut backends: Vec<(&str, Box<dyn Backend>)> = vec![
             ("interp", Box::new(mpmd_core::interp::Interpreter::new())),
             (

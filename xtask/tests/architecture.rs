@@ -475,6 +475,7 @@ const WGPU_API: &[&str] = &[
     "POOL_MAX_BYTES",
     "RUN_CACHE_CAPACITY",
     "Residency",
+    "RuntimeDir",
     "SUBNORMAL_TAG",
     "StorageBinding",
     "SubgroupFacts",
@@ -497,6 +498,7 @@ const WGPU_API: &[&str] = &[
     "probe_adapter",
     "probe_once",
     "profile_for",
+    "quiet_display_lookup",
     "validate_wgsl",
     "wgpu",
 ];

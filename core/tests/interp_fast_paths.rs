@@ -140,7 +140,7 @@ map k {
         }) => {
             assert_eq!(reference, "tile");
             assert_eq!(element, 0);
-            assert_eq!(index, "tile[0, 0]");
+            assert_eq!(index, "tile[0]");
             assert_eq!(first.thread, Some(0));
             assert_eq!(second.thread, Some(8));
             assert_eq!(second.block, 0);
@@ -251,10 +251,13 @@ map k {{
         Err(RunError::DataRace {
             reference,
             element,
+            index,
             first,
             second,
+            ..
         }) => {
             assert_eq!((reference.as_str(), element), ("tile", 0));
+            assert_eq!(index, "tile[0]");
             assert_eq!((first.thread, second.thread), (Some(0), Some(1)));
         }
         other => panic!("expected a data race, got {other:?}"),

@@ -140,7 +140,7 @@ map k {
         }) => {
             assert_eq!(reference, "tile");
             assert_eq!(element, 0);
-            assert_eq!(index, "tile[0]");
+            assert_eq!(index, "tile[0, 0]");
             assert_eq!(first.thread, Some(0));
             assert_eq!(second.thread, Some(8));
             assert_eq!(second.block, 0);

@@ -223,7 +223,7 @@ fn generator_covers_warp_collectives() {
             });
         }
         // Where the collectives stand, as the WGSL backend asks.
-        let plan = lower(m, &m.maps[0].name).expect("a generated module lowers");
+        let plan = lower(&validated(m), &m.maps[0].name).expect("a generated module lowers");
         let mut warp_only = false;
         for unit in &plan.units {
             let has_warps = || {
@@ -780,4 +780,10 @@ fn generated_mma_programs_are_valid_and_probed() {
         "{loads_a} A, {loads_b} B loads"
     );
     assert!(probed >= 40, "{probed} probed outputs");
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -6,8 +6,20 @@
 
 use std::fmt::Write;
 
-use crate::text::{self, SourceFile};
-use crate::validate::{self, ValidateOptions};
+use crate::case::CaseSpec;
+use crate::text::{self, SourceMap};
+use crate::validate::{self, ValidModule, ValidateOptions};
+
+/// A text that parsed and validated: its module, with every program as
+/// validation expanded it, its case section, and where each item and
+/// statement is in the text (for reports that show source lines).
+#[derive(Clone, Debug)]
+pub struct ValidFile {
+    pub module: ValidModule,
+    /// The `case { ... }` section, if the text has one.
+    pub case: Option<CaseSpec>,
+    pub source_map: SourceMap,
+}
 
 /// A text that does not parse or validate: its diagnostics, rendered (one
 /// or more, each ending in a newline, then a count line when validation
@@ -18,14 +30,14 @@ pub struct Rejected(pub String);
 
 /// Decodes `bytes` (UTF-8; a byte that is not is a rendered error at its
 /// line and column) and loads them as [`load_source`] does.
-pub fn load_bytes(bytes: &[u8], file: &str) -> Result<SourceFile, Rejected> {
+pub fn load_bytes(bytes: &[u8], file: &str) -> Result<ValidFile, Rejected> {
     let source = text::decode(bytes).map_err(|e| Rejected(e.render(file)))?;
     load_source(source, file)
 }
 
 /// Parses and validates `source`, named `file` in diagnostics: the module,
 /// then its case section against it.
-pub fn load_source(source: &str, file: &str) -> Result<SourceFile, Rejected> {
+pub fn load_source(source: &str, file: &str) -> Result<ValidFile, Rejected> {
     let parsed = text::parse_file(source).map_err(|e| {
         let mut rendered = e.render(file);
         if !rendered.ends_with('\n') {
@@ -33,16 +45,19 @@ pub fn load_source(source: &str, file: &str) -> Result<SourceFile, Rejected> {
         }
         Rejected(rendered)
     })?;
-    let mut diagnostics = validate::validate(&parsed.module, &ValidateOptions::default())
-        .err()
-        .unwrap_or_default();
+    let validated = validate::validate(&parsed.module, &ValidateOptions::default());
+    let mut diagnostics = validated.as_ref().err().cloned().unwrap_or_default();
     if let Some(case) = &parsed.case {
         if let Err(found) = validate::validate_case(&parsed.module, case) {
             diagnostics.extend(found);
         }
     }
-    if diagnostics.is_empty() {
-        return Ok(parsed);
+    if let (Ok(module), true) = (validated, diagnostics.is_empty()) {
+        return Ok(ValidFile {
+            module,
+            case: parsed.case,
+            source_map: parsed.source_map,
+        });
     }
     let renderer = validate::Renderer::new(file, Some((source, &parsed.source_map)));
     let mut rendered: String = diagnostics

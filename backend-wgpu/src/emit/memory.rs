@@ -67,7 +67,10 @@ impl UnitEmitter<'_, '_> {
         let arg = |k: usize| values.get(k).cloned().unwrap_or_default();
         if self.idle_guard {
             // An idle invocation of a fused workgroup: no atomic; a result reads 0.
-            let result = dest.map(|(name, ty)| (self.bind_scalar(name, ty), ty));
+            let result = match dest {
+                Some((name, ty)) => Some((self.bind_scalar(name, ty)?, ty)),
+                None => None,
+            };
             if let Some((wgsl, ty)) = &result {
                 self.line(&format!("var {wgsl}: {};", wgsl_scalar(*ty)));
             }
@@ -128,21 +131,26 @@ impl UnitEmitter<'_, '_> {
             }
         };
         // A compare-exchange's result is a variable already: nothing to run.
-        self.atomic_result(dest, &value, op != AtomicOp::CompareExchange);
-        Ok(())
+        self.atomic_result(dest, &value, op != AtomicOp::CompareExchange)
     }
 
     /// An atomic's `value`: bound to `dest`, or else run for its effect
     /// where `value` is the call that does the operation (`run`).
-    fn atomic_result(&mut self, dest: Option<(&str, ScalarType)>, value: &str, run: bool) {
+    fn atomic_result(
+        &mut self,
+        dest: Option<(&str, ScalarType)>,
+        value: &str,
+        run: bool,
+    ) -> Result<(), EmitError> {
         match dest {
             Some((name, ty)) => {
-                let wgsl = self.bind_scalar(name, ty);
+                let wgsl = self.bind_scalar(name, ty)?;
                 self.line(&format!("let {wgsl}: {} = {value};", wgsl_scalar(ty)));
             }
             None if run => self.line(&format!("_ = {value};")),
             None => {}
         }
+        Ok(())
     }
 
     /// A compare-exchange loop that runs `body` until it breaks, counted
@@ -157,6 +165,7 @@ impl UnitEmitter<'_, '_> {
         }
         self.depth -= 1;
         self.line("}");
+        self.loop_exit();
     }
 
     /// An f32 atomic on an `atomic<u32>` word (WGSL has no float atomics):
@@ -207,8 +216,7 @@ impl UnitEmitter<'_, '_> {
         };
         // After a compare-exchange loop the value is a variable's.
         let run = matches!(op, AtomicOp::Load | AtomicOp::Exchange);
-        self.atomic_result(dest, &value, run);
-        Ok(())
+        self.atomic_result(dest, &value, run)
     }
 
     pub(super) fn ref_info(&self, name: &str) -> Result<WgslRef, EmitError> {
@@ -290,8 +298,12 @@ impl UnitEmitter<'_, '_> {
                     self.line("if (!mpmd_idle) {");
                     self.depth += 1;
                 }
-                self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
-                self.line(&format!("atomicOr(&{word}, {value} << {shift});"));
+                if self.pair_arrays.contains(&array) {
+                    self.paired_store(&word, &i, &value, &shift);
+                } else {
+                    self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
+                    self.line(&format!("atomicOr(&{word}, {value} << {shift});"));
+                }
                 if self.idle_guard {
                     self.depth -= 1;
                     self.line("}");
@@ -302,6 +314,43 @@ impl UnitEmitter<'_, '_> {
             )),
         }
         Ok(())
+    }
+
+    /// A 16-bit store that pairs with the subgroup neighbour's
+    /// (`emit/pairing.rs`): when the neighbour is active here and stores the
+    /// other half of the same word, both store the whole word (the same
+    /// value); otherwise the two-atomic store.
+    fn paired_store(&mut self, word: &str, index: &str, bits: &str, shift: &str) {
+        self.pairs_used = true;
+        let active = self.temp("active");
+        let neighbour = self.temp("neighbour");
+        let other_index = self.temp("other");
+        let other_bits = self.temp("otherbits");
+        self.line(
+            "// Paired store: the subgroup neighbour stores the other half of the word, or each stores its own.",
+        );
+        self.line(&format!("let {active}: vec4<u32> = subgroupBallot(true);"));
+        self.line(&format!("let {neighbour}: u32 = mpmd_subgroup_lane ^ 1u;"));
+        self.line(&format!(
+            "let {other_index}: u32 = subgroupShuffleXor({index}, 1u);"
+        ));
+        self.line(&format!(
+            "let {other_bits}: u32 = subgroupShuffleXor({bits}, 1u);"
+        ));
+        self.line(&format!(
+            "if (((({active}[{neighbour} >> 5u] >> ({neighbour} & 31u)) & 1u) == 1u) && ({other_index} == ({index} ^ 1u))) {{"
+        ));
+        self.depth += 1;
+        self.line(&format!(
+            "atomicStore(&{word}, ({bits} << {shift}) | ({other_bits} << ({shift} ^ 16u)));"
+        ));
+        self.depth -= 1;
+        self.line("} else {");
+        self.depth += 1;
+        self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
+        self.line(&format!("atomicOr(&{word}, {bits} << {shift});"));
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// The element index expression of an access (and its checked-mode site id).

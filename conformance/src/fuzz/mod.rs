@@ -434,14 +434,14 @@ pub fn stated_input_seed(spec: &CaseSpec) -> Option<u64> {
 /// otherwise.
 pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str, String)> {
     let CaseFile { module, spec } = file;
-    if let Err(diags) = file.validate() {
+    let valid = file.validate().map_err(|diags| {
         let text = diags
             .iter()
             .map(|d| format!("{}: {}", d.code, d.message))
             .collect::<Vec<_>>()
             .join("; ");
-        return Err(("validate", text));
-    }
+        ("validate", text)
+    })?;
     match mpmd_core::text::parse_file(&file.print()) {
         Ok(parsed) if parsed.module == *module && parsed.case.as_ref() == Some(spec) => {}
         Ok(_) => return Err(("round-trip", "parse(print(m)) != m".into())),
@@ -474,8 +474,8 @@ pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str,
         flush_subnormals: false,
         ..InterpOptions::default()
     };
-    let observed =
-        run_oracle(file, &prepared, &options).map_err(|e| ("interpreter", e.to_string()))?;
+    let observed = run_oracle(&valid, spec, &prepared, &options)
+        .map_err(|e| ("interpreter", e.to_string()))?;
     let mut outputs = vec![CallOutputs::default(); calls.len()];
     let mut mma = vec![BTreeMap::new(); calls.len()];
     for o in observed {
@@ -488,7 +488,7 @@ pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str,
     }
     let plans = calls
         .iter()
-        .map(|call| lower(module, &call.map).map_err(|e| e.to_string()))
+        .map(|call| lower(&valid, &call.map).map_err(|e| e.to_string()))
         .collect();
     Ok(Oracle {
         args,

@@ -5,7 +5,7 @@
 //! once per program and returns its result with the program's facts
 //! (`validate::ValidModule`); the lowering, the interpreter and conformance's
 //! analysis take the kernels from there, and backends receive them in the
-//! plan. Nothing else calls it (`core/tests/layering.rs`). This module sits
+//! plan. Nothing else calls it (`xtask/tests/architecture.rs`). This module sits
 //! below both validation and the lowering and imports neither:
 //! - parameters: a kernel names the operands it uses, in any order; the
 //!   program's kernel takes every operand of the map, in the map's order

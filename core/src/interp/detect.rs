@@ -175,6 +175,35 @@ impl History {
     }
 }
 
+impl History {
+    /// Whether another plain read of this word by a thread of `task` in
+    /// `epoch` would find no race and change nothing: the task's only access
+    /// in the epoch is a plain read that two threads made (`other` set). Its
+    /// conflicts with other tasks' accesses do not depend on the thread, the
+    /// task's earlier epochs are ordered before it, and such a read neither
+    /// subsumes that access (only the one thread that made it alone would)
+    /// nor adds a thread to it (it names one other already); any other
+    /// access of the task in the epoch could depend on the thread.
+    pub fn read_settled(&self, task: u32, epoch: u32) -> bool {
+        let settled = |r: &Rec| !r.write && !r.atomic && r.other != 0;
+        let mine = |r: &&Rec| r.task == task && r.epoch == epoch;
+        match self {
+            History::Empty => false,
+            History::One(r) => mine(&r) && settled(r),
+            History::Many(list) => {
+                let mut found = false;
+                for r in list.iter().filter(mine) {
+                    if !settled(r) {
+                        return false;
+                    }
+                    found = true;
+                }
+                found
+            }
+        }
+    }
+}
+
 fn conflicts(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
     (r.write || write) && !(r.atomic && atomic) && !who.ordered_after(r)
 }

@@ -268,6 +268,7 @@ impl BlockState {
                     self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
                 }
                 _ => (|| {
+                    let mut settled = SettledReads::new();
                     for l in 0..t {
                         if !self.mask[l] {
                             continue;
@@ -275,7 +276,12 @@ impl BlockState {
                         let addr = self
                             .lane_address(code, acc, folded, &flat, l)
                             .map_err(|e| *e)?;
-                        self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                        if !settled.contains(addr) {
+                            self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                            if self.read_settled(env, acc, addr) {
+                                settled.insert(addr);
+                            }
+                        }
                         d[l] = self.read_elem(env, acc, addr, l, t);
                     }
                     Ok(())
@@ -286,6 +292,23 @@ impl BlockState {
         };
         self.regs[dst] = d;
         result
+    }
+
+    /// Whether, after a lane of this block read element `addr` of a global
+    /// or smem ref with detection, a read of it by any other lane in the same
+    /// load changes nothing and finds no race (`History::read_settled`:
+    /// this block's only access in this epoch is a plain read already made
+    /// by two threads). Locals have a written flag per lane: never settled.
+    fn read_settled(&self, env: &Env, acc: &CompiledAccess, addr: u64) -> bool {
+        let history = match acc.target {
+            Target::Global(b) => env
+                .detect
+                .as_deref()
+                .and_then(|det| det.shadow[b].get(addr as usize)),
+            Target::Smem(s) => self.det.smem_shadow[s].get(addr as usize),
+            Target::Local(_) => None,
+        };
+        history.is_some_and(|h| h.read_settled(self.task, self.epoch))
     }
 
     /// The element a plain access of an owned ref starts at: its block's
@@ -732,5 +755,29 @@ fn env_site(env: &Env, rec: Rec) -> Site {
         kernel: code.kernel.clone(),
         block: task - env.task_offsets[p],
         thread: None,
+    }
+}
+
+/// Elements whose later reads in one load are settled
+/// ([`BlockState::read_settled`]): a few slots by element, so a broadcast
+/// (`tile[ty, k]`) or a row read by every warp (`tile[k, tx]`) is checked
+/// twice per element and load, not once per lane.
+struct SettledReads {
+    slots: [u64; 32],
+}
+
+impl SettledReads {
+    fn new() -> Self {
+        SettledReads {
+            slots: [u64::MAX; 32],
+        }
+    }
+
+    fn contains(&self, addr: u64) -> bool {
+        self.slots[addr as usize % 32] == addr
+    }
+
+    fn insert(&mut self, addr: u64) {
+        self.slots[addr as usize % 32] = addr;
     }
 }

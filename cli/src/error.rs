@@ -31,11 +31,15 @@ pub enum CliError {
     Lower(#[from] LowerError),
     #[error("{0}")]
     Usage(String),
-    #[error("call {index} (map `{map}`) failed: {error}")]
+    #[error("call {index} (map `{map}`) failed: {error}{notes}")]
     Run {
         index: usize,
         map: String,
         error: Box<RunError>,
+        /// The source of the statements the error points at (a race's
+        /// accesses), rendered: empty, or lines that each start with a
+        /// newline.
+        notes: String,
     },
     #[error(transparent)]
     Npy(#[from] npy::NpyError),
@@ -102,6 +106,7 @@ pub const OPTION_FLAGS: &[(&str, &str)] = &[
     ("InterpOptions::memory_limit", "--memory-limit BYTES"),
     ("InterpOptions::extra_schedules", "--schedules N"),
     ("WgpuOptions::co_resident", "--co-resident"),
+    ("HostOptions::time_limit_s", "--timeout SECONDS"),
 ];
 
 /// `text` with every Rust option of [`OPTION_FLAGS`] replaced by its flag.

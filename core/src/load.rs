@@ -7,16 +7,18 @@
 use std::fmt::Write;
 
 use crate::case::CaseSpec;
-use crate::text;
+use crate::text::{self, SourceMap};
 use crate::validate::{self, ValidModule, ValidateOptions};
 
 /// A text that parsed and validated: its module, with every program as
-/// validation expanded it, and its case section.
-#[derive(Clone, Debug, PartialEq)]
+/// validation expanded it, its case section, and where each item and
+/// statement is in the text (for reports that show source lines).
+#[derive(Clone, Debug)]
 pub struct ValidFile {
     pub module: ValidModule,
     /// The `case { ... }` section, if the text has one.
     pub case: Option<CaseSpec>,
+    pub source_map: SourceMap,
 }
 
 /// A text that does not parse or validate: its diagnostics, rendered (one
@@ -54,6 +56,7 @@ pub fn load_source(source: &str, file: &str) -> Result<ValidFile, Rejected> {
         return Ok(ValidFile {
             module,
             case: parsed.case,
+            source_map: parsed.source_map,
         });
     }
     let renderer = validate::Renderer::new(file, Some((source, &parsed.source_map)));

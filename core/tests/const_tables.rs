@@ -149,3 +149,23 @@ fn expanded(m: &mpmd_core::ir::Module) -> mpmd_core::ir::Kernel {
     let valid = validate(m, &ValidateOptions::default()).expect("valid");
     valid.valid_maps()[0].programs()[0].kernel().clone()
 }
+
+#[test]
+fn source_paths_skip_the_table_copies() {
+    use mpmd_core::ir::{IrPath, PathStep};
+    let m = module(TABLES);
+    let expanded_path = |i: usize| IrPath(vec![PathStep::Kernel("k".into()), PathStep::Stmt(i)]);
+    // 14 copy statements, then the body as written.
+    assert_eq!(
+        mpmd_core::validate::source_path(&m, &expanded_path(14)),
+        Some(expanded_path(0))
+    );
+    assert_eq!(
+        mpmd_core::validate::source_path(&m, &expanded_path(16)),
+        Some(expanded_path(2))
+    );
+    assert_eq!(
+        mpmd_core::validate::source_path(&m, &expanded_path(3)),
+        None
+    );
+}

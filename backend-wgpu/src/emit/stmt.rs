@@ -151,8 +151,13 @@ impl UnitEmitter<'_, '_> {
         let collective = contains_collective(std::slice::from_ref(stmt));
         match stmt {
             Stmt::If { cond, .. } if self.is_uniform(cond) => return Ok(false),
-            // A loop's visits are counted as it runs, for its subgroup (`loop_enter`).
-            Stmt::For { .. } | Stmt::While { .. } if self.state.options.subgroups => {
+            // A loop that holds a `while` (or is one) is counted as it runs,
+            // for its subgroup (`loop_enter`): paid up front, a `while` costs
+            // its `max`. A `for` nest's cost is its trip counts, paid once
+            // (cheaper than a count per iteration).
+            Stmt::For { .. } | Stmt::While { .. }
+                if self.state.options.subgroups && contains_while(std::slice::from_ref(stmt)) =>
+            {
                 return Ok(false)
             }
             _ => {}
@@ -226,12 +231,12 @@ impl UnitEmitter<'_, '_> {
             } => self.mma_load(*operand, dest, source)?,
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
-                let name = self.bind_scalar(&var.name, var.ty);
+                let name = self.bind_scalar(&var.name, var.ty)?;
                 self.line(&format!("let {name}: {} = {v};", wgsl_scalar(var.ty)));
             }
             Stmt::Var { var, init } => {
                 let v = self.expr(init)?;
-                let name = self.bind_scalar(&var.name, var.ty);
+                let name = self.bind_scalar(&var.name, var.ty)?;
                 self.line(&format!("var {name}: {} = {v};", wgsl_scalar(var.ty)));
             }
             Stmt::Assign { name, value } => {
@@ -245,7 +250,7 @@ impl UnitEmitter<'_, '_> {
                 self.line(&format!("{target} = {v};"));
             }
             Stmt::LocalArray { name, elem, shape } => {
-                let var = self.fresh("v_", name);
+                let var = self.fresh("v_", name)?;
                 let ty = RefType {
                     space: MemorySpace::Local,
                     elem: *elem,
@@ -322,7 +327,7 @@ impl UnitEmitter<'_, '_> {
                 let end_name = self.temp("end");
                 self.line(&format!("let {end_name}: {} = {e};", wgsl_scalar(var.ty)));
                 self.scopes.push(HashMap::new());
-                let v = self.bind_scalar(&var.name, var.ty);
+                let v = self.bind_scalar(&var.name, var.ty)?;
                 let one = if var.ty == ScalarType::I32 {
                     "1i"
                 } else {
@@ -409,7 +414,7 @@ impl UnitEmitter<'_, '_> {
                 self.line(&format!(
                     "if (thread_id == 0u) {{ mpmd_sem_value = atomicLoad(&{place}); }}"
                 ));
-                let name = self.bind_scalar(dest, ScalarType::I32);
+                let name = self.bind_scalar(dest, ScalarType::I32)?;
                 self.line(&format!(
                     "let {name}: i32 = workgroupUniformLoad(&mpmd_sem_value);"
                 ));
@@ -573,6 +578,11 @@ impl UnitEmitter<'_, '_> {
             self.line("if (mpmd_loop_tick()) { break; }");
         }
     }
+}
+
+/// Whether `body` holds a `while` loop.
+fn contains_while(body: &[Stmt]) -> bool {
+    any_stmt(body, &mut |s| matches!(s, Stmt::While { .. }))
 }
 
 /// Whether `body` holds a loop.

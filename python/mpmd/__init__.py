@@ -103,10 +103,16 @@ def _as_numpy(name: str, value: Any) -> np.ndarray:
 
 
 def _triple(name: str, value: Any):
+    """``(dtype name, shape, data)`` of an input: the data is the array
+    itself where it is C-contiguous and little-endian (the extension reads
+    its memory in place and copies it once), else a C-ordered
+    little-endian copy of it."""
     array = _as_numpy(name, value)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    return (array.dtype.name, tuple(array.shape), array.tobytes(order="C"))
+    elif not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return (array.dtype.name, array.shape, array)
 
 
 def _array(triple) -> np.ndarray:

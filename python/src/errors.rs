@@ -102,6 +102,7 @@ create_exception!(
 /// parameter that sets each: Python's counterpart of the CLI's `OPTION_FLAGS`.
 pub(crate) const OPTION_PARAMETERS: &[(&str, &str)] = &[
     ("InterpOptions::time_limit", "Interpreter(timeout=SECONDS)"),
+    ("WgpuOptions::time_limit", "Wgpu(timeout=SECONDS)"),
     (
         "InterpOptions::memory_limit",
         "Interpreter(memory_limit=BYTES)",

@@ -10,17 +10,20 @@
 #![allow(clippy::result_large_err)]
 
 mod backend;
+mod buffer;
 mod convert;
 mod device;
 mod dlpack;
 mod errors;
 mod ffi;
+mod interrupt;
 mod module;
 
 pub(crate) use backend::*;
 pub(crate) use convert::*;
 pub(crate) use device::*;
 pub(crate) use errors::*;
+pub(crate) use interrupt::SigintGuard;
 pub(crate) use module::*;
 
 use pyo3::prelude::*;

@@ -1,0 +1,177 @@
+//! What goes wrong in a command, and how run errors name options (CLI flags,
+//! the Python package's parameters).
+
+use mpmd_core::inputs;
+use mpmd_core::interp::OverBudget;
+use mpmd_core::plan::LowerError;
+use mpmd_core::RunError;
+use thiserror::Error;
+
+use crate::npy;
+
+#[derive(Debug, Error)]
+pub enum CliError {
+    #[error("cannot read `{path}`: {source}")]
+    ReadFile {
+        path: String,
+        source: std::io::Error,
+    },
+    /// Already rendered diagnostics (parse or validation errors).
+    #[error("{0}")]
+    Rejected(String),
+    #[error("backend `{name}` is not available: {reason}")]
+    BackendUnavailable { name: &'static str, reason: String },
+    #[error("cannot emit {target}: {reason}")]
+    Emit {
+        target: &'static str,
+        reason: String,
+    },
+    #[error("cannot lower: {0}")]
+    Lower(#[from] LowerError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("call {index} (map `{map}`) failed: {error}")]
+    Run {
+        index: usize,
+        map: String,
+        error: Box<RunError>,
+    },
+    #[error(transparent)]
+    Npy(#[from] npy::NpyError),
+    #[error("{error}{}", limit_hint(error))]
+    Generate { error: inputs::GenerateError },
+    /// Inputs (generated or read) would pass `--memory-limit` beside what
+    /// the run already holds.
+    #[error("{0}; raise it with --memory-limit BYTES")]
+    MemoryLimit(OverBudget),
+    #[error("cannot give resident `{name}` its data: {error}")]
+    Resident { name: String, error: Box<RunError> },
+    #[error("cannot create `{path}`: {source}")]
+    CreateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot write `{path}`: {source}")]
+    WriteFile {
+        path: String,
+        source: std::io::Error,
+    },
+    /// `--compare` found outputs that differ from their reference: the
+    /// run's summary (stdout, as for a run that matches) and one report per
+    /// such output (stderr).
+    #[error("{report}")]
+    Mismatch { summary: String, report: String },
+}
+
+impl From<inputs::GenerateError> for CliError {
+    fn from(error: inputs::GenerateError) -> Self {
+        CliError::Generate { error }
+    }
+}
+
+/// How the CLI user raises the limit a generation error names.
+fn limit_hint(error: &inputs::GenerateError) -> &'static str {
+    match error {
+        inputs::GenerateError::TooLarge { .. } | inputs::GenerateError::OverBudget { .. } => {
+            "; raise it with --memory-limit BYTES"
+        }
+        _ => "",
+    }
+}
+
+/// The Rust options that messages of the library name, and the flag that
+/// sets each in the CLI: the one table that turns one into the other.
+pub const OPTION_FLAGS: &[(&str, &str)] = &[
+    ("InterpOptions::time_limit", "--timeout SECONDS"),
+    ("WgpuOptions::time_limit", "--timeout SECONDS"),
+    ("InterpOptions::memory_limit", "--memory-limit BYTES"),
+    ("InterpOptions::extra_schedules", "--schedules N"),
+    ("WgpuOptions::co_resident", "--co-resident"),
+];
+
+/// `text` with every Rust option of [`OPTION_FLAGS`] replaced by its flag.
+pub fn name_flags(text: &str) -> String {
+    name_options(text, OPTION_FLAGS)
+}
+
+/// `text` with every Rust option of `table` replaced by its name there.
+pub fn name_options(text: &str, table: &[(&str, &str)]) -> String {
+    table.iter().fold(text.to_string(), |t, (option, name)| {
+        t.replace(option, name)
+    })
+}
+
+/// A run error as the CLI reports it: options named by their flags.
+pub fn for_cli(error: RunError) -> RunError {
+    with_option_names(error, OPTION_FLAGS)
+}
+
+/// A run error whose messages name options as `table` says (the CLI's
+/// flags, the Python package's parameters).
+pub fn with_option_names(error: RunError, table: &[(&str, &str)]) -> RunError {
+    let rename = |text: &str| name_options(text, table);
+    match error {
+        RunError::TimeLimit {
+            at,
+            limit_ms,
+            option,
+        } => RunError::TimeLimit {
+            at,
+            limit_ms,
+            option: rename(&option),
+        },
+        RunError::MemoryLimit {
+            what,
+            needed,
+            limit,
+            option,
+        } => RunError::MemoryLimit {
+            what,
+            needed,
+            limit,
+            option: rename(&option),
+        },
+        RunError::Deadlock { wait_for_graph } => RunError::Deadlock {
+            wait_for_graph: rename(&wait_for_graph),
+        },
+        RunError::Nondeterministic { detail } => RunError::Nondeterministic {
+            detail: rename(&detail),
+        },
+        RunError::Unsupported { reason } => RunError::Unsupported {
+            reason: rename(&reason),
+        },
+        RunError::Refused { reason } => RunError::Refused {
+            reason: rename(&reason),
+        },
+        RunError::BadArguments(text) => RunError::BadArguments(rename(&text)),
+        RunError::Backend(text) => RunError::Backend(rename(&text)),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages of the library name Rust options; the CLI names its flags.
+    #[test]
+    fn run_errors_name_cli_flags() {
+        let site = mpmd_core::backend::Site::default();
+        let error = for_cli(RunError::TimeLimit {
+            at: mpmd_core::backend::Activity::Running(site),
+            limit_ms: 1000,
+            option: "InterpOptions::time_limit".into(),
+        });
+        assert_eq!(
+            error.to_string(),
+            "time limit of 1000 ms reached at program 0 (), block 0; raise it with --timeout SECONDS"
+        );
+        let error = for_cli(RunError::Refused {
+            reason: "2 GiB is more than InterpOptions::memory_limit".into(),
+        });
+        assert_eq!(
+            error.to_string(),
+            "refused before launch: 2 GiB is more than --memory-limit BYTES"
+        );
+    }
+}

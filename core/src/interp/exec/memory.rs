@@ -1,0 +1,601 @@
+//! Memory accesses of a block: addresses, bounds, loads, stores, atomics
+//! and the race and uninitialised-read detection of each access.
+
+#![allow(clippy::needless_range_loop)]
+
+use super::*;
+
+impl BlockState {
+    pub(super) fn sem_address(
+        &self,
+        code: &ProgramCode,
+        acc: &CompiledAccess,
+        lane: usize,
+    ) -> Result<(usize, u64), RunError> {
+        let Target::Global(buf) = acc.target else {
+            return Err(RunError::Backend(format!(
+                "`{}` is not a semaphore",
+                acc.name
+            )));
+        };
+        let addr = self
+            .address(code, acc, lane)
+            .map_err(|e| e.with_thread(None))?;
+        Ok((buf, addr))
+    }
+
+    /// The semaphore element `acc` names for `lane`, as every backend's
+    /// reports write it ([`crate::backend::element_text`]).
+    pub(super) fn element_label(&self, acc: &CompiledAccess, lane: usize) -> String {
+        let value = |&(r, _, signed): &(usize, u32, bool)| -> i64 {
+            let v = self.regs[r][lane];
+            if signed {
+                i64::from(v as i32)
+            } else {
+                i64::from(v)
+            }
+        };
+        let index: Vec<i64> = acc.dims.iter().map(value).collect();
+        let coords: Vec<i64> = match (&acc.coords, &acc.own) {
+            (Some(cs), _) => cs.iter().map(value).collect(),
+            (None, OwnInstance::Block(extents)) => {
+                let mut rest = self.block;
+                let mut coords = vec![0i64; extents.len()];
+                for (k, &d) in extents.iter().enumerate().rev() {
+                    coords[k] = (rest % u64::from(d.max(1))) as i64;
+                    rest /= u64::from(d.max(1));
+                }
+                coords
+            }
+            (None, OwnInstance::Zero) => vec![],
+        };
+        crate::backend::element_text(&acc.name, &coords, &index)
+    }
+
+    /// Element address of `acc` for `lane`, or the out-of-bounds error.
+    pub(super) fn address(
+        &self,
+        code: &ProgramCode,
+        acc: &CompiledAccess,
+        lane: usize,
+    ) -> Result<u64, Box<RunError>> {
+        let mut flat = 0u64;
+        let mut ok = true;
+        for &(r, extent, _) in &acc.dims {
+            let i = self.regs[r][lane];
+            ok &= i < extent;
+            flat = flat * extent as u64 + i as u64;
+        }
+        let inst = match &acc.coords {
+            Some(cs) => {
+                let mut inst = 0u64;
+                for &(r, extent, _) in cs {
+                    let c = self.regs[r][lane];
+                    ok &= c < extent;
+                    inst = inst * extent as u64 + c as u64;
+                }
+                inst
+            }
+            None if matches!(acc.own, OwnInstance::Block(_)) => self.block,
+            None => 0,
+        };
+        if ok {
+            return Ok(inst * acc.inst_len + flat);
+        }
+        Err(Box::new(self.oob(code, acc, lane)))
+    }
+
+    pub(super) fn oob(&self, code: &ProgramCode, acc: &CompiledAccess, lane: usize) -> RunError {
+        let show = |list: &[(usize, u32, bool)]| {
+            let vals: Vec<String> = list
+                .iter()
+                .map(|&(r, _, signed)| {
+                    let v = self.regs[r][lane];
+                    if signed {
+                        (v as i32).to_string()
+                    } else {
+                        v.to_string()
+                    }
+                })
+                .collect();
+            let ext: Vec<String> = list.iter().map(|&(_, e, _)| e.to_string()).collect();
+            (
+                format!("[{}]", vals.join(", ")),
+                format!("[{}]", ext.join(", ")),
+            )
+        };
+        let (mut index, mut shape) = show(&acc.dims);
+        if let Some(cs) = &acc.coords {
+            let (ci, cs) = show(cs);
+            index = format!("@{ci}{index}");
+            shape = format!("@{cs}{shape}");
+        }
+        RunError::OutOfBounds {
+            site: self.site(code, Some(lane as u32)),
+            reference: acc.name.clone(),
+            index,
+            shape,
+        }
+    }
+
+    pub(super) fn lane_order(&self, env: &mut Env, t: usize) -> Option<Vec<usize>> {
+        let alt = env.alt.as_deref_mut()?;
+        if !alt.shuffle_lanes {
+            return None;
+        }
+        let mut perm = take(&mut alt.perm);
+        perm.clear();
+        perm.extend(0..t);
+        alt.rng.shuffle(&mut perm);
+        Some(perm)
+    }
+
+    pub(super) fn return_order(env: &mut Env, order: Option<Vec<usize>>) {
+        if let (Some(alt), Some(o)) = (env.alt.as_deref_mut(), order) {
+            alt.perm = o;
+        }
+    }
+
+    /// Checks and records one access when detection is on.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn detect_access(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        acc: &CompiledAccess,
+        addr: u64,
+        lane: usize,
+        read: bool,
+        write: bool,
+        atomic: bool,
+    ) -> Result<(), RunError> {
+        let Some(det) = env.detect.as_deref_mut() else {
+            return Ok(());
+        };
+        let t = code.threads;
+        let (init, history): (&mut Vec<bool>, Option<&mut History>) = match acc.target {
+            Target::Global(b) => {
+                let shadow = &mut det.shadow[b];
+                if shadow.is_empty() {
+                    // Charged with the call's buffers; filling looks at the clock.
+                    let len = det.init[b].len();
+                    env.limits
+                        .fill_in_chunks(len, "allocating race-detection state", |r| {
+                            shadow.resize_with(r.end, History::default)
+                        })?;
+                }
+                (&mut det.init[b], shadow.get_mut(addr as usize))
+            }
+            Target::Smem(s) => (
+                &mut self.det.smem_init[s],
+                self.det.smem_shadow[s].get_mut(addr as usize),
+            ),
+            Target::Local(id) => (&mut self.det.local_init[id], None),
+        };
+        let slot = match acc.target {
+            Target::Local(_) => addr as usize * t + lane,
+            _ => addr as usize,
+        };
+        if read && !init.get(slot).copied().unwrap_or(false) {
+            return Err(RunError::UninitializedRead {
+                site: Site {
+                    program: code.program,
+                    kernel: code.kernel.clone(),
+                    block: self.block,
+                    thread: Some(lane as u32),
+                },
+                reference: acc.name.clone(),
+                element: addr,
+            });
+        }
+        if write {
+            if let Some(b) = init.get_mut(slot) {
+                *b = true;
+            }
+        }
+        if let Some(history) = history {
+            let who = Accessor {
+                task: self.task,
+                epoch: self.epoch,
+                thread: lane as u32,
+                clock: &self.clock,
+            };
+            if let Err(first) = detect::record(history, &who, write, atomic) {
+                let first_site = match acc.target {
+                    Target::Global(_) => env_site(env, first),
+                    _ => Site {
+                        program: code.program,
+                        kernel: code.kernel.clone(),
+                        block: self.block,
+                        thread: None,
+                    },
+                };
+                let first_site = Site {
+                    thread: Some(if first.task == self.task {
+                        first.thread_other_than(lane as u32)
+                    } else {
+                        u32::from(first.thread)
+                    }),
+                    ..first_site
+                };
+                return Err(RunError::DataRace {
+                    reference: acc.name.clone(),
+                    element: addr,
+                    first: first_site,
+                    second: self.site(code, Some(lane as u32)),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn load(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        dst: usize,
+        acc: &CompiledAccess,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let mut d = take(&mut self.regs[dst]);
+        let result = if env.detect.is_none() && acc.coords.is_none() && acc.dims.len() == 1 {
+            self.load_1d(code, env, acc, &mut d)
+        } else {
+            (|| {
+                for l in 0..t {
+                    if !self.mask[l] {
+                        continue;
+                    }
+                    let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                    self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                    d[l] = self.read_elem(env, acc, addr, l, t);
+                }
+                Ok(())
+            })()
+        };
+        self.regs[dst] = d;
+        result
+    }
+
+    /// The buffer of a one-dimensional access of this block and the element
+    /// its instance starts at (mid-word for a 16-bit instance of odd length).
+    pub(super) fn own_instance<'e>(
+        &self,
+        code: &ProgramCode,
+        env: &'e Env,
+        acc: &CompiledAccess,
+        b: usize,
+    ) -> Result<(&'e [AtomicU32], usize), RunError> {
+        let base = match acc.own {
+            OwnInstance::Block(_) => self.block * acc.inst_len,
+            OwnInstance::Zero => 0,
+        };
+        let words = &env.bufs[b].words;
+        if words_of(acc.elem, base + acc.inst_len) > words.len() as u64 {
+            return Err(corrupt(code));
+        }
+        Ok((words, base as usize))
+    }
+
+    /// A one-dimensional load of the block's own instance without detection.
+    pub(super) fn load_1d(
+        &self,
+        code: &ProgramCode,
+        env: &Env,
+        acc: &CompiledAccess,
+        d: &mut [u32],
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let (r, extent, _) = acc.dims[0];
+        let idx = &self.regs[r];
+        let lanes = lanes_of(self.span, &self.mask);
+        let run = consecutive_run(&lanes, idx, extent);
+        let packed = acc.elem.is_16bit();
+        let result = match acc.target {
+            Target::Global(b) => {
+                let (words, base) = self.own_instance(code, env, acc, b)?;
+                if packed {
+                    if let Some(Run { lanes, words: at }) = run {
+                        load_run_packed(words, base + at.start, &mut d[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        d[l] = load_packed(words, base + i)
+                    })
+                } else {
+                    let words = &words[base..base + acc.inst_len as usize];
+                    if let Some(Run { lanes, words: at }) = run {
+                        d[lanes]
+                            .iter_mut()
+                            .zip(&words[at])
+                            .for_each(|(d, w)| *d = w.load(Relaxed));
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i].load(Relaxed))
+                }
+            }
+            Target::Smem(s) => {
+                let words = &self.smem[s];
+                if packed {
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = get_packed(words, i))
+                } else {
+                    if let Some(Run { lanes, words: at }) = run {
+                        d[lanes].copy_from_slice(&words[at]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i])
+                }
+            }
+            Target::Local(id) => {
+                let words = &self.locals[id];
+                if packed {
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        d[l] = get_packed(words, i * t + l)
+                    })
+                } else {
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i * t + l])
+                }
+            }
+        };
+        result.map_err(|l| self.oob(code, acc, l))
+    }
+
+    /// Element `addr` of an access's memory, as a lane's register holds it
+    /// (a 16-bit element in the low half).
+    pub(super) fn read_elem(
+        &self,
+        env: &Env,
+        acc: &CompiledAccess,
+        addr: u64,
+        lane: usize,
+        t: usize,
+    ) -> u32 {
+        let packed = acc.elem.is_16bit();
+        let (words, i): (&[u32], usize) = match acc.target {
+            Target::Global(b) => {
+                let words = &env.bufs[b].words;
+                return match packed {
+                    true => load_packed(words, addr as usize),
+                    false => words[addr as usize].load(Relaxed),
+                };
+            }
+            Target::Smem(s) => (&self.smem[s], addr as usize),
+            Target::Local(id) => (&self.locals[id], addr as usize * t + lane),
+        };
+        match packed {
+            true => get_packed(words, i),
+            false => words[i],
+        }
+    }
+
+    /// Writes element `addr` of an access's memory; a 16-bit element
+    /// replaces its half of the word and keeps the other.
+    pub(super) fn write_elem(
+        &mut self,
+        env: &Env,
+        acc: &CompiledAccess,
+        addr: u64,
+        lane: usize,
+        t: usize,
+        v: u32,
+    ) {
+        let packed = acc.elem.is_16bit();
+        let (words, i): (&mut [u32], usize) = match acc.target {
+            Target::Global(b) => {
+                let words = &env.bufs[b].words;
+                match packed {
+                    true => store_packed(words, addr as usize, v),
+                    false => words[addr as usize].store(v, Relaxed),
+                }
+                return;
+            }
+            Target::Smem(s) => (&mut self.smem[s], addr as usize),
+            Target::Local(id) => (&mut self.locals[id], addr as usize * t + lane),
+        };
+        match packed {
+            true => set_packed(words, i, v),
+            false => words[i] = v,
+        }
+    }
+
+    /// A 32-bit word of an atomic's memory (atomics are 32-bit only).
+    pub(super) fn read_word(
+        &self,
+        env: &Env,
+        target: Target,
+        addr: u64,
+        lane: usize,
+        t: usize,
+    ) -> u32 {
+        match target {
+            Target::Global(b) => env.bufs[b].words[addr as usize].load(Relaxed),
+            Target::Smem(s) => self.smem[s][addr as usize],
+            Target::Local(id) => self.locals[id][addr as usize * t + lane],
+        }
+    }
+
+    pub(super) fn write_word(
+        &mut self,
+        env: &Env,
+        target: Target,
+        addr: u64,
+        lane: usize,
+        t: usize,
+        v: u32,
+    ) {
+        match target {
+            Target::Global(b) => env.bufs[b].words[addr as usize].store(v, Relaxed),
+            Target::Smem(s) => self.smem[s][addr as usize] = v,
+            Target::Local(id) => self.locals[id][addr as usize * t + lane] = v,
+        }
+    }
+
+    pub(super) fn store(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        src: usize,
+        acc: &CompiledAccess,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let shuffled = env.alt.as_ref().is_some_and(|a| a.shuffle_lanes);
+        if env.detect.is_none() && !shuffled && acc.coords.is_none() && acc.dims.len() == 1 {
+            return self.store_1d(code, env, src, acc);
+        }
+        let order = self.lane_order(env, t);
+        let result = (|| {
+            for k in 0..t {
+                let l = order.as_ref().map_or(k, |o| o[k]);
+                if !self.mask[l] {
+                    continue;
+                }
+                let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                self.detect_access(code, env, acc, addr, l, false, true, false)?;
+                let v = self.regs[src][l];
+                self.write_elem(env, acc, addr, l, t, v);
+            }
+            Ok(())
+        })();
+        Self::return_order(env, order);
+        result
+    }
+
+    /// A one-dimensional store to the block's own instance without detection
+    /// or lane shuffling; lanes before an out-of-bounds one still store.
+    pub(super) fn store_1d(
+        &mut self,
+        code: &ProgramCode,
+        env: &Env,
+        src: usize,
+        acc: &CompiledAccess,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let (r, extent, _) = acc.dims[0];
+        let lanes = lanes_of(self.span, &self.mask);
+        let (idx, s) = (&self.regs[r], &self.regs[src]);
+        let run = consecutive_run(&lanes, idx, extent);
+        let packed = acc.elem.is_16bit();
+        let result = match acc.target {
+            Target::Global(b) => {
+                let (words, base) = self.own_instance(code, env, acc, b)?;
+                if packed {
+                    if let Some(Run { lanes, words: at }) = run {
+                        store_run_packed(words, base + at.start, &s[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        store_packed(words, base + i, s[l])
+                    })
+                } else {
+                    let words = &words[base..base + acc.inst_len as usize];
+                    if let Some(Run { lanes, words: at }) = run {
+                        words[at]
+                            .iter()
+                            .zip(&s[lanes])
+                            .for_each(|(w, &v)| w.store(v, Relaxed));
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| words[i].store(s[l], Relaxed))
+                }
+            }
+            Target::Smem(k) => {
+                let words = &mut self.smem[k];
+                if packed {
+                    try_each_index(lanes, idx, extent, |l, i| set_packed(words, i, s[l]))
+                } else {
+                    if let Some(Run { lanes, words: at }) = run {
+                        words[at].copy_from_slice(&s[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| words[i] = s[l])
+                }
+            }
+            Target::Local(id) => {
+                let words = &mut self.locals[id];
+                if packed {
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        set_packed(words, i * t + l, s[l])
+                    })
+                } else {
+                    try_each_index(lanes, idx, extent, |l, i| words[i * t + l] = s[l])
+                }
+            }
+        };
+        // Lanes before an out-of-bounds one have stored, as on a GPU.
+        result.map_err(|l| self.oob(code, acc, l))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn atomic(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env,
+        op: AtomicOp,
+        signed: bool,
+        acc: &CompiledAccess,
+        args: [usize; 2],
+        dst: Option<usize>,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
+        let float = acc.elem == crate::ir::ScalarType::F32;
+        let ftz = code.flush_subnormals;
+        let order = self.lane_order(env, t);
+        let result = (|| {
+            for k in 0..t {
+                let l = order.as_ref().map_or(k, |o| o[k]);
+                if !self.mask[l] {
+                    continue;
+                }
+                let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                let reads = op != AtomicOp::Store;
+                let writes = op != AtomicOp::Load;
+                self.detect_access(code, env, acc, addr, l, reads, writes, true)?;
+                let old = self.read_word(env, acc.target, addr, l, t);
+                let a = self.regs[args[0]][l];
+                let b = self.regs[args[1]][l];
+                let new = match op {
+                    AtomicOp::Load => None,
+                    AtomicOp::Store | AtomicOp::Exchange => Some(a),
+                    AtomicOp::Add if float => Some(f32_rmw(old, a, ftz, |x, y| x + y)),
+                    AtomicOp::Min if float => Some(f32_rmw(old, a, ftz, f32::min)),
+                    AtomicOp::Max if float => Some(f32_rmw(old, a, ftz, f32::max)),
+                    AtomicOp::Add => Some(old.wrapping_add(a)),
+                    AtomicOp::Min if signed => Some((old as i32).min(a as i32) as u32),
+                    AtomicOp::Min => Some(old.min(a)),
+                    AtomicOp::Max if signed => Some((old as i32).max(a as i32) as u32),
+                    AtomicOp::Max => Some(old.max(a)),
+                    AtomicOp::And => Some(old & a),
+                    AtomicOp::Or => Some(old | a),
+                    AtomicOp::Xor => Some(old ^ a),
+                    AtomicOp::CompareExchange => (old == a).then_some(b),
+                };
+                if let Some(v) = new {
+                    self.write_word(env, acc.target, addr, l, t, v);
+                }
+                if let Some(d) = dst {
+                    self.regs[d][l] = old;
+                }
+            }
+            Ok(())
+        })();
+        Self::return_order(env, order);
+        result
+    }
+}
+
+/// The site of a recorded access (of any block of the call).
+fn env_site(env: &Env, rec: Rec) -> Site {
+    let task = rec.task as u64;
+    let p = env
+        .task_offsets
+        .iter()
+        .rposition(|&o| o <= task)
+        .unwrap_or(0);
+    let code = &env.codes[p.min(env.codes.len().saturating_sub(1))];
+    Site {
+        program: code.program,
+        kernel: code.kernel.clone(),
+        block: task - env.task_offsets[p],
+        thread: None,
+    }
+}

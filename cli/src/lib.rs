@@ -27,7 +27,9 @@ pub use crate::error::{
     for_cli, name_flags, name_options, with_option_names, CliError, OPTION_FLAGS,
 };
 pub use crate::flags::{BackendKind, ByteSize, Cli, Command, RunFlags, Seconds, Target};
-pub use crate::load::{load_file, load_module, load_source, MAX_SOURCE_BYTES};
+pub use crate::load::{
+    load_file, load_file_with, load_module, load_source, load_source_with, MAX_SOURCE_BYTES,
+};
 pub use crate::lowering::emit;
 pub use crate::output::{file_name, shape_text, summarize};
 pub use crate::run::{interp_options, RunRequest};

@@ -3,8 +3,9 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use mpmd_core::ir::Module;
-use mpmd_core::text::{self, SourceFile};
+use mpmd_core::host::{self, UserNumber};
+use mpmd_core::ir::{Literal, Module};
+use mpmd_core::text::{self, ConstOverrideError, SourceFile};
 use mpmd_core::validate::{self, ValidateOptions};
 
 use crate::{files, CliError};
@@ -44,12 +45,60 @@ pub fn load_module(path: &Path) -> Result<Module, CliError> {
 /// then its case section against it. Errors come back rendered as `mpmd
 /// check` prints them (the Python package's `Module.from_text` too).
 pub fn load_source(source: &str, file: &str) -> Result<SourceFile, CliError> {
-    let parsed = text::parse_file(source).map_err(|e| {
-        let mut rendered = e.render(file);
-        if !rendered.ends_with('\n') {
-            rendered.push('\n');
+    load_source_with(source, file, &[])
+}
+
+/// [`load_file`] with module constants overridden ([`load_source_with`]).
+pub fn load_file_with(
+    path: &Path,
+    overrides: &[(&str, UserNumber)],
+) -> Result<SourceFile, CliError> {
+    let source = read_source(path)?;
+    load_source_with(&source, &path.display().to_string(), overrides)
+}
+
+/// [`load_source`] with module constants overridden before they are
+/// resolved (`text::parse_file_with`; the Python package's `consts=`). Each
+/// value becomes a literal of its constant's declared type by the rule
+/// scalar arguments follow (`host::scalar_value`); a value that type cannot
+/// hold, or an override that names no constant, is [`CliError::Usage`] with
+/// the library's message. The text's syntax errors come first, its
+/// validation (of the module with the new values) after.
+pub fn load_source_with(
+    source: &str,
+    file: &str,
+    overrides: &[(&str, UserNumber)],
+) -> Result<SourceFile, CliError> {
+    let literals = if overrides.is_empty() {
+        Vec::new()
+    } else {
+        // The declared types, from the text as written; a text that does
+        // not parse is reported by the parse below.
+        let declared = text::parse_file(source)
+            .map(|file| file.module.consts)
+            .unwrap_or_default();
+        overrides
+            .iter()
+            .map(
+                |&(name, value)| match declared.iter().find(|c| c.name == name) {
+                    Some(constant) => host::scalar_value(constant.value.ty(), value)
+                        .map(|literal| (name, literal))
+                        .map_err(|e| CliError::Usage(format!("the override `{name}`: {e}"))),
+                    // The parse below names the constants there are.
+                    None => Ok((name, Literal::Bool(false))),
+                },
+            )
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let parsed = text::parse_file_with(source, &literals).map_err(|e| match e {
+        ConstOverrideError::Parse(e) => {
+            let mut rendered = e.render(file);
+            if !rendered.ends_with('\n') {
+                rendered.push('\n');
+            }
+            CliError::Rejected(rendered)
         }
-        CliError::Rejected(rendered)
+        other => CliError::Usage(other.to_string()),
     })?;
     let mut diagnostics = validate::validate(&parsed.module, &ValidateOptions::default())
         .err()

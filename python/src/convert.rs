@@ -64,6 +64,34 @@ pub(crate) fn literal_to_py(py: Python<'_>, value: Literal) -> PyResult<Py<PyAny
     })
 }
 
+/// The name of `value`'s type, for messages.
+pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A Python number as a user's number, before it has a type: a bool, an
+/// int (or anything with `__index__`), or a float (or anything with
+/// `__float__`); None for anything else.
+pub(crate) fn user_number(value: &Bound<'_, PyAny>) -> Option<UserNumber> {
+    if let Ok(b) = value.cast::<pyo3::types::PyBool>() {
+        return Some(UserNumber::Bool(b.is_true()));
+    }
+    if value.is_instance_of::<pyo3::types::PyFloat>() {
+        return value.extract::<f64>().ok().map(UserNumber::Float);
+    }
+    if let Ok(v) = value.extract::<i128>() {
+        return Some(UserNumber::Int(v));
+    }
+    if value.is_instance_of::<pyo3::types::PyString>() {
+        return None;
+    }
+    value.extract::<f64>().ok().map(UserNumber::Float)
+}
+
 /// A Python number as a scalar of type `ty`, or why not.
 pub(crate) fn scalar_value(
     map: &str,
@@ -72,11 +100,7 @@ pub(crate) fn scalar_value(
     value: &Bound<'_, PyAny>,
 ) -> PyResult<Literal> {
     let what = format!("scalar `{name}` of map `{map}`");
-    let type_name = value
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into());
+    let type_name = type_name(value);
     let not_a = |expected: &str| {
         PyTypeError::new_err(format!(
             "{what} is {}: expected {expected}, given {type_name}",

@@ -4,7 +4,7 @@ use mpmd_cli::CliError;
 use mpmd_core::ErrorClass;
 use mpmd_core::RunError as CoreRunError;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyOSError};
+use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 create_exception!(
@@ -149,6 +149,8 @@ pub(crate) fn load_error(error: CliError) -> PyErr {
     match error {
         CliError::Rejected(rendered) => validation_error(rendered),
         CliError::ReadFile { .. } => PyOSError::new_err(error.to_string()),
+        // A constant override the loader refused (`consts=`).
+        CliError::Usage(message) => PyValueError::new_err(message),
         other => MpmdError::new_err(other.to_string()),
     }
 }

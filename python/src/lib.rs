@@ -28,6 +28,20 @@ pub(crate) use module::*;
 
 use pyo3::prelude::*;
 
+/// Runs the `mpmd` CLI with `argv` (the program name first), as the `mpmd`
+/// binary does: output on stdout, errors on stderr; returns its exit code.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    use std::io::Write;
+    let code = py.detach(|| mpmd_cli::main_with_args(argv));
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // ExitCode keeps its number to itself; the CLI's are small.
+    (0..=u8::MAX)
+        .find(|&n| std::process::ExitCode::from(n) == code)
+        .unwrap_or(1)
+}
+
 #[pymodule]
 fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -35,6 +49,7 @@ fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
     m.add_class::<PyBackend>()?;
     m.add_class::<dlpack::DeviceArray>()?;
     m.add_class::<ffi::PyFfiKernel>()?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(ffi::ffi_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(ffi::ffi_handler, m)?)?;
     m.add_function(wrap_pyfunction!(ffi::ffi_synchronize, m)?)?;

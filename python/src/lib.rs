@@ -1,7 +1,9 @@
 //! `mpmd._mpmd`: the Rust half of the `mpmd` Python package.
 //!
 //! The Python half (`python/mpmd/__init__.py`) turns numpy arrays, DLPack
-//! objects and JAX arrays into `(dtype name, shape, bytes)` triples and back;
+//! objects and JAX arrays into `(dtype name, shape, data)` triples (the
+//! data a C-contiguous array read in place, `buffer.rs`) and bytearrays back
+//! into arrays;
 //! everything that decides (parsing, validation and its rendered
 //! diagnostics, argument checks, running, error classes) is here, in the
 //! library's own terms, so Python behaves as the Rust library and the CLI do.

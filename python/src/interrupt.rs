@@ -94,16 +94,22 @@ mod unix {
         }
     }
 
-    /// Whether this is the process's main thread.
+    /// Whether this is the process's main thread (asked once a thread).
     fn on_main_thread() -> bool {
-        #[cfg(target_os = "linux")]
-        // SAFETY: plain queries of this process and thread.
-        return unsafe { libc::getpid() == libc::gettid() };
-        #[cfg(target_vendor = "apple")]
-        // SAFETY: a plain query of this thread.
-        return unsafe { libc::pthread_main_np() } != 0;
-        #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
-        return false;
+        thread_local! {
+            static MAIN: bool = {
+                #[cfg(target_os = "linux")]
+                // SAFETY: plain queries of this process and thread.
+                let main = unsafe { libc::getpid() == libc::gettid() };
+                #[cfg(target_vendor = "apple")]
+                // SAFETY: a plain query of this thread.
+                let main = unsafe { libc::pthread_main_np() } != 0;
+                #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+                let main = false;
+                main
+            };
+        }
+        MAIN.with(|main| *main)
     }
 
     /// The main thread's interrupt for the next call: the last one, unless
@@ -128,20 +134,24 @@ mod unix {
         let interrupt = main_interrupt().clone();
         // SAFETY: sigaction on zeroed structs filled in as its manual says.
         unsafe {
+            let mut ours: libc::sigaction = std::mem::zeroed();
+            ours.sa_sigaction = on_sigint as InfoHandler as usize;
+            ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut ours.sa_mask);
+            // Ours runs the previous handler, so that is read and stored
+            // before ours goes in.
             let mut previous: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGINT, std::ptr::null(), &mut previous) != 0
-                || previous.sa_sigaction == libc::SIG_DFL
-                || previous.sa_sigaction == libc::SIG_IGN
-                || previous.sa_sigaction == on_sigint as InfoHandler as usize
-            {
+            if libc::sigaction(libc::SIGINT, std::ptr::null(), &mut previous) != 0 {
+                return (none, interrupt);
+            }
+            let watched = previous.sa_sigaction != libc::SIG_DFL
+                && previous.sa_sigaction != libc::SIG_IGN
+                && previous.sa_sigaction != on_sigint as InfoHandler as usize;
+            if !watched {
                 return (none, interrupt);
             }
             PREVIOUS_HANDLER.store(previous.sa_sigaction, Ordering::Release);
             PREVIOUS_FLAGS.store(previous.sa_flags as usize, Ordering::Release);
-            let mut ours: libc::sigaction = std::mem::zeroed();
-            ours.sa_sigaction = on_sigint as InfoHandler as usize;
-            ours.sa_flags = libc::SA_SIGINFO | (previous.sa_flags & libc::SA_ONSTACK);
-            ours.sa_mask = previous.sa_mask;
             if libc::sigaction(libc::SIGINT, &ours, std::ptr::null_mut()) != 0 {
                 return (none, interrupt);
             }

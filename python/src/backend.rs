@@ -302,8 +302,9 @@ impl PyBackend {
     }
 
     /// Runs one call of `map`: `inputs` maps each input the call uploads to
-    /// its `(dtype, shape, bytes)`, `scalars` each scalar to a Python
-    /// number. Returns `{output: (dtype, shape, bytearray)}` in map order.
+    /// its `(dtype, shape, data)` (an array or bytes), `scalars` each scalar
+    /// to a Python number. Returns `{output: (dtype, shape, bytearray)}` in
+    /// map order.
     fn call<'py>(
         &self,
         py: Python<'py>,
@@ -369,7 +370,7 @@ impl PyBackend {
     /// the call uploads to a DLPack capsule of a CUDA array of exactly its
     /// dtype and host shape (C-contiguous; used in place, the producer's
     /// stream synchronised with the legacy default stream by `__dlpack__`)
-    /// or to `(dtype, shape, bytes)` (copied to the device); `scalars`
+    /// or to `(dtype, shape, data)` (copied to the device); `scalars`
     /// each scalar to a Python number. Returns `{output: DeviceArray}` in
     /// map order, on the same device; errors are raised as by `call`.
     fn call_device<'py>(
@@ -461,9 +462,10 @@ impl PyBackend {
     }
 
     /// Gives device-resident ref `name` the data `data` (`(dtype, shape,
-    /// bytes)`). With `module`, the data must have exactly the dtype and
-    /// host shape the module declares; without, the array's own are kept
-    /// and the next call that binds the resident checks them.
+    /// data)`, the data an array or bytes). With `module`, the data must
+    /// have exactly the dtype and host shape the module declares; without,
+    /// the array's own are kept and the next call that binds the resident
+    /// checks them.
     #[pyo3(signature = (name, data, module = None))]
     fn set_resident(
         &self,

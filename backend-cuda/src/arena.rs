@@ -38,8 +38,7 @@ fn align_words(offset: usize) -> usize {
 /// floats take 2 bytes, element `i` in word `i / 2`, the low half for even
 /// `i`), as [`mpmd_core::HostTensor::words`] holds them; saturates.
 pub fn packed_words(elem: ScalarType, len: u64) -> usize {
-    let bytes = len.saturating_mul(u64::from(elem.byte_size()));
-    usize::try_from(bytes.div_ceil(4)).unwrap_or(usize::MAX)
+    usize::try_from(mpmd_core::host::words_for(elem, len)).unwrap_or(usize::MAX)
 }
 
 /// Words a plan buffer takes in device memory: its packed elements, at

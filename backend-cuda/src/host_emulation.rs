@@ -828,12 +828,14 @@ pub fn emulate_words(
     for param in &module.params {
         if let KernelParam::Scalar(i) = param {
             let operand = plan.operand_at(*i);
-            let value = match &operand.ty {
-                Type::Scalar(ty) => mpmd_core::host::scalar(scalars, &operand.name, *ty)?,
-                Type::Ref(_) => *scalars.get(&operand.name).ok_or_else(|| {
-                    RunError::BadArguments(format!("missing scalar `{}`", operand.name))
-                })?,
+            // The emitter makes a scalar parameter of scalar operands only.
+            let Type::Scalar(ty) = operand.ty else {
+                return Err(RunError::Backend(format!(
+                    "internal: kernel parameter for `{}` is not a scalar",
+                    operand.name
+                )));
             };
+            let value = mpmd_core::host::scalar(scalars, &operand.name, ty)?;
             // A 16-bit float's bits in the low half, as the CUDA backend passes it.
             stdin.extend_from_slice(&value.to_bits().to_le_bytes());
         }

@@ -831,6 +831,37 @@ fn bad_arguments_are_errors() {
     );
 }
 
+/// A resident of another length or element type than the map binds is
+/// refused before anything runs, with the message every backend gives
+/// (`mpmd_core::host::check_resident`), and is left as it was.
+#[test]
+fn a_resident_of_another_length_or_type_is_refused_with_the_shared_message() {
+    let source = include_str!("../../conformance/cases/resident_input_written_in_place.mpmd");
+    let p = plan(&module(source), "accumulate");
+    let mut wgpu = backend(WgpuOptions::default());
+    let call = args(
+        vec![("x", HostTensor::from_i32(vec![64], &[1; 64]))],
+        vec![("step", Literal::I32(1))],
+    );
+    wgpu.set_resident("total", HostTensor::from_i32(vec![3], &[7, 8, 9]))
+        .unwrap();
+    assert_eq!(
+        wgpu.run(&p, &call, &fast()).unwrap_err(),
+        RunError::BadArguments(
+            "resident `total` holds 3 elements; map `accumulate` declares 64".into()
+        )
+    );
+    assert_eq!(wgpu.resident("total").unwrap().to_i32(), vec![7, 8, 9]);
+    wgpu.set_resident("total", HostTensor::from_u32(vec![64], &[1; 64]))
+        .unwrap();
+    assert_eq!(
+        wgpu.run(&p, &call, &fast()).unwrap_err(),
+        RunError::BadArguments(
+            "resident `total` holds `u32` elements; map `accumulate` declares `i32`".into()
+        )
+    );
+}
+
 /// Semaphore operations between smem accesses: their barriers order the
 /// block's own threads, so they stay in the kernel even where the operation
 /// itself moves to a semaphore dispatch. The pipeline's tail signal and head

@@ -96,16 +96,9 @@ pub(crate) fn compare_targets(
 /// Host bytes of a tensor of `elem` and `shape`: packed words (two 16-bit
 /// elements a word), saturating.
 pub(crate) fn packed_bytes(elem: ScalarType, shape: &[u32]) -> u64 {
-    let elements = shape
-        .iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
-        .unwrap_or(u64::MAX);
-    let words = if elem.is_16bit() {
-        elements.div_ceil(2)
-    } else {
-        elements
-    };
-    words.saturating_mul(4)
+    mpmd_core::host::element_count(shape)
+        .and_then(|elements| mpmd_core::host::word_bytes(elem, elements))
+        .unwrap_or(u64::MAX)
 }
 
 /// Reads `--input NAME=PATH` for `what` (an input of a map, or a resident),

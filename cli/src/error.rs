@@ -5,6 +5,7 @@ use mpmd_core::inputs;
 use mpmd_core::interp::OverBudget;
 use mpmd_core::plan::LowerError;
 use mpmd_core::RunError;
+use mpmd_frontend::{name_options, with_option_names};
 use thiserror::Error;
 
 use crate::npy;
@@ -63,6 +64,21 @@ pub enum CliError {
     Mismatch { summary: String, report: String },
 }
 
+/// The shared services' errors are the CLI's, message for message.
+impl From<mpmd_frontend::FrontendError> for CliError {
+    fn from(error: mpmd_frontend::FrontendError) -> Self {
+        use mpmd_frontend::FrontendError as F;
+        match error {
+            F::ReadFile { path, source } => CliError::ReadFile { path, source },
+            F::Rejected(rendered) => CliError::Rejected(rendered),
+            F::BackendUnavailable { name, reason } => CliError::BackendUnavailable { name, reason },
+            F::Emit { target, reason } => CliError::Emit { target, reason },
+            F::Lower(error) => CliError::Lower(error),
+            F::ConstOverride(message) => CliError::Usage(message),
+        }
+    }
+}
+
 impl From<inputs::GenerateError> for CliError {
     fn from(error: inputs::GenerateError) -> Self {
         CliError::Generate { error }
@@ -94,59 +110,9 @@ pub fn name_flags(text: &str) -> String {
     name_options(text, OPTION_FLAGS)
 }
 
-/// `text` with every Rust option of `table` replaced by its name there.
-pub fn name_options(text: &str, table: &[(&str, &str)]) -> String {
-    table.iter().fold(text.to_string(), |t, (option, name)| {
-        t.replace(option, name)
-    })
-}
-
 /// A run error as the CLI reports it: options named by their flags.
 pub fn for_cli(error: RunError) -> RunError {
     with_option_names(error, OPTION_FLAGS)
-}
-
-/// A run error whose messages name options as `table` says (the CLI's
-/// flags, the Python package's parameters).
-pub fn with_option_names(error: RunError, table: &[(&str, &str)]) -> RunError {
-    let rename = |text: &str| name_options(text, table);
-    match error {
-        RunError::TimeLimit {
-            at,
-            limit_ms,
-            option,
-        } => RunError::TimeLimit {
-            at,
-            limit_ms,
-            option: rename(&option),
-        },
-        RunError::MemoryLimit {
-            what,
-            needed,
-            limit,
-            option,
-        } => RunError::MemoryLimit {
-            what,
-            needed,
-            limit,
-            option: rename(&option),
-        },
-        RunError::Deadlock { wait_for_graph } => RunError::Deadlock {
-            wait_for_graph: rename(&wait_for_graph),
-        },
-        RunError::Nondeterministic { detail } => RunError::Nondeterministic {
-            detail: rename(&detail),
-        },
-        RunError::Unsupported { reason } => RunError::Unsupported {
-            reason: rename(&reason),
-        },
-        RunError::Refused { reason } => RunError::Refused {
-            reason: rename(&reason),
-        },
-        RunError::BadArguments(text) => RunError::BadArguments(rename(&text)),
-        RunError::Backend(text) => RunError::Backend(rename(&text)),
-        other => other,
-    }
 }
 
 #[cfg(test)]

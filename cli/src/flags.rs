@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use mpmd_core::interp::{DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT};
+use mpmd_frontend::{BackendKind, Target};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -212,48 +213,6 @@ impl std::fmt::Display for ByteSize {
         match exact {
             Some((suffix, shift)) => write!(f, "{}{suffix}", self.0 >> shift),
             None => write!(f, "{}", self.0),
-        }
-    }
-}
-
-/// What `mpmd lower` prints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Target {
-    /// The launch plan, readably.
-    Plan,
-    /// CUDA C (from `mpmd-cuda`).
-    Cuda,
-    /// WGSL (from `mpmd-wgpu`).
-    Wgsl,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BackendKind {
-    /// The reference interpreter.
-    Interp,
-    /// WebGPU through wgpu (any adapter).
-    Wgpu,
-    /// CUDA through NVRTC (NVIDIA GPUs); each semaphore wait gives up after
-    /// $MPMD_CUDA_WAIT_TIMEOUT_MS milliseconds (default 10000).
-    Cuda,
-}
-
-impl BackendKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Interp => "interp",
-            Self::Wgpu => "wgpu",
-            Self::Cuda => "cuda",
-        }
-    }
-}
-
-impl Target {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Plan => "plan",
-            Self::Cuda => "cuda",
-            Self::Wgsl => "wgsl",
         }
     }
 }

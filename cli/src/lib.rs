@@ -4,8 +4,6 @@
 //! other tools can run the same code.
 
 pub mod compare;
-pub mod describe;
-pub mod files;
 pub mod npy;
 
 mod arrays;
@@ -22,17 +20,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-pub use crate::backends::{resolve_backend, resolve_backend_within, CUDA_WAIT_TIMEOUT_VAR};
-pub use crate::error::{
-    for_cli, name_flags, name_options, with_option_names, CliError, OPTION_FLAGS,
-};
-pub use crate::flags::{BackendKind, ByteSize, Cli, Command, RunFlags, Seconds, Target};
-pub use crate::load::{
-    load_file, load_file_with, load_module, load_source, load_source_with, MAX_SOURCE_BYTES,
-};
-pub use crate::lowering::emit;
+pub use crate::error::{for_cli, name_flags, CliError, OPTION_FLAGS};
+pub use crate::flags::{ByteSize, Cli, Command, RunFlags, Seconds};
+// What every front end shares (loading, backends by name, targets, option
+// names) is mpmd-frontend's.
 pub use crate::output::{file_name, shape_text, summarize};
 pub use crate::run::{interp_options, RunRequest};
+use mpmd_frontend::{files, load_file, load_module, resolve_backend_within, BackendKind, Target};
 
 /// Parses `args` (the program name first) and runs the command: output on
 /// stdout, errors on stderr.

@@ -3,37 +3,11 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use mpmd_core::plan::{lower, LaunchPlan};
-use mpmd_core::Mode;
+use mpmd_core::plan::lower;
+use mpmd_frontend::emit;
 
 use crate::output::{create_dir, file_name};
-use crate::{describe, files, load_module, CliError, Target};
-
-/// The text `mpmd lower` prints for one lowered map. Each target is one arm.
-pub fn emit(target: Target, plan: &LaunchPlan) -> Result<String, CliError> {
-    match target {
-        Target::Plan => Ok(describe::describe(plan)),
-        Target::Cuda => mpmd_cuda::emit(plan, Mode::Fast).map_err(|e| CliError::Emit {
-            target: target.name(),
-            reason: e.to_string(),
-        }),
-        Target::Wgsl => mpmd_wgpu::emit(plan, Mode::Fast).map_err(|e| CliError::Emit {
-            target: target.name(),
-            reason: e.to_string(),
-        }),
-    }
-}
-
-impl Target {
-    /// The file name ending of `lower --out-dir`.
-    fn extension(self) -> &'static str {
-        match self {
-            Self::Plan => "plan.txt",
-            Self::Cuda => "cu",
-            Self::Wgsl => "wgsl",
-        }
-    }
-}
+use crate::{files, load_module, CliError, Target};
 
 pub(crate) fn lower_command(
     target: Target,
@@ -85,14 +59,4 @@ pub(crate) fn lower_command(
         let _ = writeln!(written, "map `{name}` -> {}", path.display());
     }
     Ok(written)
-}
-
-impl Target {
-    fn language(self) -> &'static str {
-        match self {
-            Self::Plan => "plan",
-            Self::Cuda => "CUDA C",
-            Self::Wgsl => "WGSL",
-        }
-    }
 }

@@ -127,19 +127,50 @@ pub fn summarize(name: &str, tensor: &HostTensor) -> String {
     text
 }
 
+/// A value as `mpmd run` shows it: the text format's literal
+/// (`mpmd_core::text::print_literal`, the one printer), except that a `u32`
+/// has no `u` suffix and an `f32` NaN reads `NaN`.
 fn value_text(value: Literal) -> String {
     match value {
-        Literal::F32(bits) => format!("{:?}", bits.to_f32()),
-        Literal::I32(v) => v.to_string(),
         Literal::U32(v) => v.to_string(),
-        Literal::Bool(v) => v.to_string(),
-        Literal::F16(_) | Literal::BF16(_) => mpmd_core::text::print_literal(value),
+        Literal::F32(bits) if bits.to_f32().is_nan() => "NaN".to_string(),
+        _ => mpmd_core::text::print_literal(value),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_show_as_the_text_formats_literals_less_the_u32_suffix() {
+        let shown = [
+            Literal::f32(1.5),
+            Literal::f32(-0.0),
+            Literal::f32(f32::INFINITY),
+            Literal::f32(f32::NAN),
+            Literal::I32(-7),
+            Literal::U32(7),
+            Literal::Bool(true),
+            Literal::F16(0x3c00),
+            Literal::BF16(0x7f80),
+        ]
+        .map(value_text);
+        assert_eq!(
+            shown,
+            [
+                "1.5",
+                "-0.0",
+                "inf",
+                "NaN",
+                "-7",
+                "7",
+                "true",
+                "1.0f16",
+                "bf16_bits(0x7f80)"
+            ]
+        );
+    }
 
     #[test]
     fn long_file_names_are_shortened_with_a_hash() {

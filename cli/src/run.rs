@@ -18,10 +18,11 @@ use mpmd_core::text::SourceFile;
 use mpmd_core::{CallArgs, HostTensor, Mode, RunError, RunOptions};
 
 use crate::arrays::{compare_targets, packed_bytes, read_input};
-use crate::backends::{cuda_backend, RunBackend};
+use crate::backends::RunBackend;
 use crate::compare::{self, Tolerance};
 use crate::output::{create_dir, write_summary_line};
 use crate::{for_cli, load_file, resolve_backend_within, BackendKind, CliError, RunFlags};
+use mpmd_frontend::cuda_backend;
 
 /// Everything `mpmd run` needs.
 #[derive(Clone, Debug)]

@@ -9,9 +9,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use mpmd_cli::load_module;
 use mpmd_core::backend::Mode;
 use mpmd_core::plan::lower;
+use mpmd_frontend::load_module;
 
 /// Corpus cases whose generated code is pinned: one or more per construct
 /// the emitters treat specially (16-bit storage, atomics of every kind,

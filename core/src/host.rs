@@ -62,13 +62,31 @@ fn check_count(shape: &[u32], got: usize) -> Result<(), ShapeError> {
     Ok(())
 }
 
-/// Words that hold `len` elements of `elem`.
-pub(crate) fn words_for(elem: ScalarType, len: usize) -> usize {
+/// The 32-bit words that hold `elements` elements of `elem` packed: 16-bit
+/// floats two a word (element `2k` in the low half), every other type one a
+/// word. The one rule for the size of a buffer in words: host tensors, the
+/// interpreter, both backends, input generation, the CLI and the Python
+/// package call it. It cannot overflow (the result is at most `elements`);
+/// a caller that needs bytes or a `usize` converts with checked arithmetic
+/// ([`word_bytes`], `usize::try_from`).
+pub fn words_for(elem: ScalarType, elements: u64) -> u64 {
     if elem.is_16bit() {
-        len.div_ceil(2)
+        elements.div_ceil(2)
     } else {
-        len
+        elements
     }
+}
+
+/// The bytes of the words that hold `elements` elements of `elem`
+/// (`4 * words_for`), or `None` past a `u64`.
+pub fn word_bytes(elem: ScalarType, elements: u64) -> Option<u64> {
+    words_for(elem, elements).checked_mul(4)
+}
+
+/// [`words_for`] of an in-memory count (never more than `len`, so the
+/// conversions are exact).
+fn words_of_len(elem: ScalarType, len: usize) -> usize {
+    words_for(elem, len as u64) as usize
 }
 
 impl HostTensor {
@@ -134,7 +152,7 @@ impl HostTensor {
         mut words: Vec<u32>,
     ) -> Result<Self, ShapeError> {
         let len = addressable_count(&shape)?;
-        let needed = words_for(elem, len);
+        let needed = words_of_len(elem, len);
         if words.len() != needed {
             let got = if elem.is_16bit() {
                 words.len() * 2
@@ -161,10 +179,11 @@ impl HostTensor {
     }
 
     /// From packed words the crate produced itself for `shape` (a buffer of
-    /// exactly [`words_for`] words); the length comes from the shape.
+    /// exactly [`words_for`] words, so its element count is addressable);
+    /// the length comes from the shape.
     pub(crate) fn from_packed(elem: ScalarType, shape: Vec<u32>, words: Vec<u32>) -> Self {
-        let len = shape.iter().map(|&d| d as usize).product();
-        debug_assert_eq!(words.len(), words_for(elem, len));
+        let len = addressable_count(&shape).unwrap_or(usize::MAX);
+        debug_assert_eq!(words.len(), words_of_len(elem, len));
         HostTensor {
             elem,
             shape,
@@ -176,16 +195,12 @@ impl HostTensor {
     /// A tensor of zeros; `TooLarge` when the shape's element count does not
     /// fit this machine's addresses.
     pub fn zeros(elem: ScalarType, shape: Vec<u32>) -> Result<Self, ShapeError> {
-        let len = crate::ir::limits::checked_product(shape.iter().map(|&d| u64::from(d)))
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| ShapeError::TooLarge {
-                shape: shape.clone(),
-            })?;
+        let len = addressable_count(&shape)?;
         Ok(HostTensor {
             elem,
             shape,
             len,
-            words: vec![0; words_for(elem, len)],
+            words: vec![0; words_of_len(elem, len)],
         })
     }
 
@@ -687,14 +702,37 @@ pub fn host_shape(meshes: &[Mesh], ty: &RefType) -> Option<Vec<u32>> {
 
 /// The number of elements of a tensor of `shape`; `None` when it does not fit in a `u64`.
 pub fn element_count(shape: &[u32]) -> Option<u64> {
-    shape
-        .iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
+    crate::ir::limits::checked_product(shape.iter().map(|&d| u64::from(d)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_pack_16_bit_elements_two_a_word_and_bytes_are_checked() {
+        use ScalarType::*;
+        for elem in [F32, I32, U32, Bool] {
+            assert_eq!(words_for(elem, 0), 0);
+            assert_eq!(words_for(elem, 3), 3);
+            assert_eq!(words_for(elem, u64::MAX), u64::MAX);
+        }
+        for elem in [F16, BF16] {
+            assert_eq!(words_for(elem, 0), 0);
+            assert_eq!(words_for(elem, 1), 1);
+            assert_eq!(words_for(elem, 3), 2);
+            assert_eq!(words_for(elem, 4), 2);
+            assert_eq!(words_for(elem, u64::MAX), 1 << 63);
+        }
+        assert_eq!(word_bytes(F16, 3), Some(8));
+        assert_eq!(word_bytes(F32, u64::MAX / 4), Some(u64::MAX / 4 * 4));
+        assert_eq!(word_bytes(F32, u64::MAX / 4 + 1), None);
+        assert_eq!(word_bytes(BF16, u64::MAX), None);
+        // What a host tensor holds is that many words.
+        let tensor = HostTensor::zeros(F16, vec![3, 5]).unwrap();
+        assert_eq!(tensor.words().len() as u64, words_for(F16, 15));
+        assert_eq!(tensor.bytes().len(), 30);
+    }
 
     #[test]
     fn zeros_of_a_shape_past_the_address_space_is_an_error() {

@@ -15,6 +15,7 @@ pub mod host;
 pub mod inputs;
 pub mod interp;
 pub mod ir;
+pub mod load;
 pub mod lru;
 pub mod numerics;
 pub mod plan;

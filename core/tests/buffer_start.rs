@@ -205,6 +205,8 @@ fn residents_take_generated_data_before_the_first_call() {
     interp.set_resident("acc", HostTensor::from_i32(vec![4], &[1, 2, 3, 4]));
     assert_eq!(
         run_twice(&mut interp, &module).unwrap_err(),
-        RunError::BadArguments("resident `acc` holds `i32` elements, the map binds `f32`".into())
+        RunError::BadArguments(
+            "resident `acc` holds `i32` elements; map `add` declares `f32`".into()
+        )
     );
 }

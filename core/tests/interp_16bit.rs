@@ -1021,7 +1021,7 @@ map m { programs [m: put]; outputs [y: gmem<bf16[3]>]; scratch [keep: gmem<bf16[
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("holds 4 elements, the map binds 3"),
+            .contains("resident `keep` holds 4 elements; map `m` declares 3"),
         "{err}"
     );
 }

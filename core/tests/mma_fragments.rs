@@ -138,7 +138,7 @@ fn rows_are_u32_rows_of_2d_local_arrays_of_the_fragment_length() {
         mma("mma_m16n8k16(one[0u], fa[1u], fb[2u], acc[0u]);"),
         [(
             "E0071",
-            "the operand `d` of `mma_m16n8k16` in kernel `k` is `one[0u]`, a row of `one: local f32[4]`, which is not a 2-D array".to_string()
+            "the operand `d` of `mma_m16n8k16` in kernel `k` is `one[0u]`, a row of `one: local<f32[4]>`, which is not a 2-D array".to_string()
         )]
     );
     assert_eq!(
@@ -152,7 +152,7 @@ fn rows_are_u32_rows_of_2d_local_arrays_of_the_fragment_length() {
         mma("mma_m16n8k16(acc[0u], fa[0u], fa[1u], acc[0u]);"),
         [(
             "E0071",
-            "the operand `b` of `mma_m16n8k16` in kernel `k` is `fa[1u]`, a row of `fa: local f16[2, 8]`, but `b` is `local f16[4]` (the element type of `a`) (or a row of a 2-D `local` array of that type whose last extent is 4)".to_string()
+            "the operand `b` of `mma_m16n8k16` in kernel `k` is `fa[1u]`, a row of `fa: local<f16[2, 8]>`, but `b` is `local f16[4]` (the element type of `a`) (or a row of a 2-D `local` array of that type whose last extent is 4)".to_string()
         )]
     );
     assert_eq!(
@@ -179,7 +179,7 @@ fn loads_read_gmem_or_smem_of_the_fragment_type_that_holds_the_block() {
     wrong(
         "local big: f16[16, 16];",
         "mma_load_a(fa[0u], big[0u, 0u]);",
-        "the source `big: local f16[16, 16]` of `mma_load_a` in kernel `k` is a `local`; fragments load from gmem or smem",
+        "the source `big: local<f16[16, 16]>` of `mma_load_a` in kernel `k` is a `local`; fragments load from gmem or smem",
     );
     wrong(
         "local b16: bf16[8];",
@@ -196,7 +196,7 @@ fn loads_read_gmem_or_smem_of_the_fragment_type_that_holds_the_block() {
         load("", "mma_load_a(fb[0u], x[0u, 0u]);"),
         [(
             "E0071",
-            "the operand `a` of `mma_load_a` in kernel `k` is `fb[0u]`, a row of `fb: local f16[3, 4]`, but `a` is `local f16[8]` or `local bf16[8]` (or a row of a 2-D `local` array of that type whose last extent is 8)".to_string()
+            "the operand `a` of `mma_load_a` in kernel `k` is `fb[0u]`, a row of `fb: local<f16[3, 4]>`, but `a` is `local f16[8]` or `local bf16[8]` (or a row of a 2-D `local` array of that type whose last extent is 8)".to_string()
         )]
     );
     assert_eq!(

@@ -466,3 +466,61 @@ proptest! {
         prop_assert_eq!(parsed, e, "printed: {}", text);
     }
 }
+
+/// Every ref type, of every space, prints as text the parser reads back to
+/// the same type: the one printer (`text::print_ref_type`) serves validation's
+/// messages (`declare `resident r: ...;``) and the CLI's plan description, so
+/// what they quote can be pasted into a module (`local f32[4]`, validation's
+/// old form of a local ref, did not parse).
+#[test]
+fn printed_ref_types_parse_back_in_every_space() {
+    let refs = [
+        RefType {
+            space: MemorySpace::Gmem,
+            elem: ScalarType::BF16,
+            shape: vec![4, 256],
+            owner: Some("m".into()),
+        },
+        RefType {
+            space: MemorySpace::Smem,
+            elem: ScalarType::F32,
+            shape: vec![2],
+            owner: None,
+        },
+        RefType {
+            space: MemorySpace::Sem,
+            elem: ScalarType::I32,
+            shape: vec![3],
+            owner: None,
+        },
+        // Validation refuses a semaphore of `u32`, but its message must
+        // still name the type it was given, not `sem<[3]>` (an `i32` one).
+        RefType {
+            space: MemorySpace::Sem,
+            elem: ScalarType::U32,
+            shape: vec![3],
+            owner: None,
+        },
+        RefType {
+            space: MemorySpace::Local,
+            elem: ScalarType::F16,
+            shape: vec![2, 8],
+            owner: None,
+        },
+    ];
+    for r in refs {
+        let printed = mpmd_core::text::print_ref_type(&r);
+        let source = format!("kernel k(x: {printed}) {{}}\n");
+        let (module, _) = parse(&source).unwrap_or_else(|e| panic!("`{printed}`: {e:?}"));
+        assert_eq!(module.kernels[0].params[0].ty, Type::Ref(r), "`{printed}`");
+    }
+    assert_eq!(
+        mpmd_core::text::print_ref_type(&RefType {
+            space: MemorySpace::Local,
+            elem: ScalarType::F32,
+            shape: vec![4],
+            owner: None,
+        }),
+        "local<f32[4]>"
+    );
+}

@@ -730,7 +730,7 @@ fn e0024_local_operand() {
         &one(&module),
         "E0024",
         operand_path("scale", "tmp"),
-        "scratch operand `tmp` of map `scale` has type `local f32[4]`; local arrays exist only inside a kernel body",
+        "scratch operand `tmp` of map `scale` has type `local<f32[4]>`; local arrays exist only inside a kernel body",
     );
 }
 
@@ -767,7 +767,7 @@ fn e0026_bad_shapes() {
         &d[1],
         "E0026",
         kstmt("kern", [s(0)]),
-        "local array `tmp` in kernel `kern` has type `local f32[]`, which has no elements",
+        "local array `tmp` in kernel `kern` has type `local<f32[]>`, which has no elements",
     );
 }
 
@@ -1910,7 +1910,7 @@ fn e0059_refs_whose_sizes_wrap_a_u64_are_refused_with_their_true_size() {
     );
     assert_eq!(
         parsed_diags(&d04d),
-        [("E0059", format!("local array `tmp` in kernel `k` has type `local u32[{HUGE}]`: 18446744073709551620 elements, 73786976294838206480 bytes per thread; a local array holds at most 524288 bytes (512 KiB)"))]
+        [("E0059", format!("local array `tmp` in kernel `k` has type `local<u32[{HUGE}]>`: 18446744073709551620 elements, 73786976294838206480 bytes per thread; a local array holds at most 524288 bytes (512 KiB)"))]
     );
 }
 

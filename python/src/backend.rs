@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mpmd_cli::{BackendKind, CliError};
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
 use mpmd_core::interp::{
@@ -17,6 +16,7 @@ use mpmd_core::plan::LaunchPlan;
 use mpmd_core::RunError as CoreRunError;
 use mpmd_core::{Backend, CallArgs, CallOutputs, Mode, RunOptions};
 use mpmd_cuda::{CudaBackend, CudaOptions, CudaPrepared};
+use mpmd_frontend::{BackendKind, FrontendError};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -113,7 +113,7 @@ impl PyBackend {
         time_limit: Option<Duration>,
     ) -> PyResult<Self> {
         let backend = py
-            .detach(|| mpmd_cli::resolve_backend_within(kind, co_resident, time_limit))
+            .detach(|| mpmd_frontend::resolve_backend_within(kind, co_resident, time_limit))
             .map_err(|e| BackendUnavailableError::new_err(e.to_string()))?;
         let mode = if checked { Mode::Checked } else { Mode::Fast };
         Ok(PyBackend::new(
@@ -257,7 +257,7 @@ impl PyBackend {
             ..CudaOptions::default()
         };
         let backend = py.detach(|| CudaBackend::new(options)).map_err(|e| {
-            let unavailable = CliError::BackendUnavailable {
+            let unavailable = FrontendError::BackendUnavailable {
                 name: BackendKind::Cuda.name(),
                 reason: e.to_string(),
             };

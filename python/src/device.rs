@@ -101,9 +101,7 @@ pub(crate) fn run_on_device(
             }
             _ => {}
         }
-        let words = (buffer.len * u64::from(buffer.ty.elem.byte_size()))
-            .div_ceil(4)
-            .max(1);
+        let words = mpmd_core::host::words_for(buffer.ty.elem, buffer.len).max(1);
         let memory =
             backend.alloc_zeroed(usize::try_from(words).map_err(|_| CoreRunError::Refused {
                 reason: format!("output `{name}` does not fit this machine's memory"),

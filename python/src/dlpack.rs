@@ -373,19 +373,14 @@ impl DeviceArray {
         } else {
             self.elem
         };
-        let len = mpmd_core::ir::limits::checked_product(
-            self.shape
-                .iter()
-                .map(|&d| u64::from(d))
-                .chain([u64::from(elem.byte_size())]),
-        )
-        .and_then(|bytes| usize::try_from(bytes.div_ceil(4)).ok())
-        .ok_or_else(|| {
-            crate::MpmdError::new_err(format!(
-                "a device array of shape {:?} has more bytes than this machine can address",
-                self.shape
-            ))
-        })?;
+        let len = mpmd_core::host::element_count(&self.shape)
+            .and_then(|elements| usize::try_from(mpmd_core::host::words_for(elem, elements)).ok())
+            .ok_or_else(|| {
+                crate::MpmdError::new_err(format!(
+                    "a device array of shape {:?} has more bytes than this machine can address",
+                    self.shape
+                ))
+            })?;
         let tensor = mpmd_core::HostTensor::from_words(
             elem,
             self.shape.clone(),

@@ -1,8 +1,8 @@
 //! The exceptions mpmd raises, and how library errors become them.
 
-use mpmd_cli::CliError;
 use mpmd_core::ErrorClass;
 use mpmd_core::RunError as CoreRunError;
+use mpmd_frontend::FrontendError;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -114,7 +114,7 @@ pub(crate) const OPTION_PARAMETERS: &[(&str, &str)] = &[
 /// A run error's text as Python reports it: the CLI's report, options
 /// named by their parameters.
 pub(crate) fn run_error_text(error: &CoreRunError) -> String {
-    mpmd_cli::with_option_names(error.clone(), OPTION_PARAMETERS).to_string()
+    mpmd_frontend::with_option_names(error.clone(), OPTION_PARAMETERS).to_string()
 }
 
 /// The exception for a run error: one class per [`ErrorClass`], `RunError`
@@ -145,12 +145,12 @@ pub(crate) fn run_error(py: Python<'_>, map: Option<&str>, error: &CoreRunError)
 
 /// A module the CLI's loader refused, or a file it could not read, as
 /// the exception Python raises: the message is exactly what the CLI prints.
-pub(crate) fn load_error(error: CliError) -> PyErr {
+pub(crate) fn load_error(error: FrontendError) -> PyErr {
     match error {
-        CliError::Rejected(rendered) => validation_error(rendered),
-        CliError::ReadFile { .. } => PyOSError::new_err(error.to_string()),
+        FrontendError::Rejected(rendered) => validation_error(rendered),
+        FrontendError::ReadFile { .. } => PyOSError::new_err(error.to_string()),
         // A constant override the loader refused (`consts=`).
-        CliError::Usage(message) => PyValueError::new_err(message),
+        FrontendError::ConstOverride(message) => PyValueError::new_err(message),
         other => MpmdError::new_err(other.to_string()),
     }
 }

@@ -287,7 +287,7 @@ pub fn ffi_kernel(
     let spec = |o: &mpmd_core::ir::Operand| -> Option<OperandSpec> {
         let ty = o.ty.as_ref_type()?;
         let shape = inputs::host_shape(&module.module, o)?;
-        let len = shape.iter().map(|&d| u64::from(d)).product();
+        let len = mpmd_core::host::element_count(&shape)?;
         Some(OperandSpec {
             name: o.name.clone(),
             elem: ty.elem,

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use mpmd_cli::Target;
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::{host_shape, UserNumber};
 use mpmd_core::interp::DEFAULT_MEMORY_LIMIT;
@@ -12,6 +11,7 @@ use mpmd_core::ir::{Module, MpmdMap, Operand, Type};
 use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::text::SourceFile;
 use mpmd_core::{inputs, text};
+use mpmd_frontend::Target;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -92,7 +92,8 @@ impl PyModule_ {
     #[pyo3(signature = (path, consts = None))]
     fn from_file(path: PathBuf, consts: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let overrides = const_overrides(consts)?;
-        let source = mpmd_cli::load_file_with(&path, &borrowed(&overrides)).map_err(load_error)?;
+        let source =
+            mpmd_frontend::load_file_with(&path, &borrowed(&overrides)).map_err(load_error)?;
         Ok(PyModule_::new(source, path.display().to_string()))
     }
 
@@ -102,8 +103,8 @@ impl PyModule_ {
     #[pyo3(signature = (text, name = "<text>", consts = None))]
     fn from_text(text: &str, name: &str, consts: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let overrides = const_overrides(consts)?;
-        let source =
-            mpmd_cli::load_source_with(text, name, &borrowed(&overrides)).map_err(load_error)?;
+        let source = mpmd_frontend::load_source_with(text, name, &borrowed(&overrides))
+            .map_err(load_error)?;
         Ok(PyModule_::new(source, name.to_string()))
     }
 
@@ -181,7 +182,8 @@ impl PyModule_ {
         for name in &maps {
             let plan = self.plan(name)?;
             texts.push(
-                mpmd_cli::emit(target, &plan).map_err(|e| LowerError::new_err(e.to_string()))?,
+                mpmd_frontend::emit(target, &plan)
+                    .map_err(|e| LowerError::new_err(e.to_string()))?,
             );
         }
         Ok(texts.join("\n"))

@@ -244,7 +244,7 @@ def test_set_resident_without_a_module_is_checked_by_the_next_call():
         backend.call(handoff, "receive")
     assert caught.value.error_class is None
     assert str(caught.value) == (
-        "bad call arguments: resident `credits` holds `u32` elements, the map binds `i32`"
+        "bad call arguments: resident `credits` holds `u32` elements; map `receive` declares `i32`"
     )
     with pytest.raises(ValueError) as caught:
         backend.set_resident("hand", np.zeros(4))

@@ -112,13 +112,7 @@ pub(super) fn sanitize(name: &str) -> String {
 
 /// 32-bit words that hold `elements` elements of `elem`: 16-bit floats are
 /// packed two a word (element `i` in word `i / 2`, the low half for even `i`).
-pub fn words_for(elem: ScalarType, elements: u64) -> u64 {
-    if elem.is_16bit() {
-        elements.div_ceil(2)
-    } else {
-        elements
-    }
-}
+pub use mpmd_core::host::words_for;
 
 /// Whether memory of element type `elem` that a program accesses as
 /// `access` is held in atomic words: atomics and semaphore operations, and

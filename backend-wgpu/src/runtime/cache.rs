@@ -246,18 +246,12 @@ impl WgpuBackend {
         buf: &BufferPlan,
     ) -> Result<wgpu::Buffer, RunError> {
         if let Some(r) = self.residents.get(name) {
-            if r.elem != buf.ty.elem {
-                return Err(RunError::BadArguments(format!(
-                    "resident `{name}` holds `{}` elements but this map binds it as `{}`",
-                    r.elem, buf.ty.elem
-                )));
-            }
-            if r.elements != buf.len {
-                return Err(RunError::BadArguments(format!(
-                    "resident `{name}` has {} elements but this map binds it as {}",
-                    r.elements, buf.len
-                )));
-            }
+            mpmd_core::host::check_resident(
+                name,
+                &plan.map.name,
+                (r.elem, r.elements),
+                (buf.ty.elem, buf.len),
+            )?;
             return Ok(r.buffer.clone());
         }
         // New buffers are zero-filled by wgpu: a fresh resident starts at zero.

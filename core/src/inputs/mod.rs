@@ -798,14 +798,7 @@ fn generate_words(
     let source = ElementSource::new(gen, name, elem, index_bound)?;
     let limit = budget.limit();
     let elements = crate::host::element_count(shape);
-    let words = elements.and_then(|n| usize::try_from(n).ok()).map(|n| {
-        if elem.is_16bit() {
-            n.div_ceil(2)
-        } else {
-            n
-        }
-    });
-    let bytes = words.and_then(|w| (w as u64).checked_mul(4));
+    let bytes = elements.and_then(|n| crate::host::word_bytes(elem, n));
     let too_large = || GenerateError::TooLarge {
         name: name.into(),
         elements: elements.unwrap_or(u64::MAX),
@@ -827,7 +820,7 @@ fn generate_words(
         })?;
     let mut element = (0..len).map(|i| source.word(i, rng));
     let words: Vec<u32> = if elem.is_16bit() {
-        let mut words = Vec::with_capacity(len.div_ceil(2));
+        let mut words = Vec::with_capacity(crate::host::words_for(elem, len as u64) as usize);
         while let Some(low) = element.next() {
             let high = element.next().unwrap_or(0);
             words.push((low & 0xffff) | ((high & 0xffff) << 16));

@@ -244,7 +244,14 @@ pub(super) fn prepare(
             reason: format!("{tasks} blocks in one call (at most {})", u32::MAX),
         });
     }
-    Ok((Layout { buffers, outputs }, codes))
+    Ok((
+        Layout {
+            map: map.name.clone(),
+            buffers,
+            outputs,
+        },
+        codes,
+    ))
 }
 
 pub(super) fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<Name, HostTensor> {

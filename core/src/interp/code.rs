@@ -380,11 +380,8 @@ pub(crate) struct ArrayInfo {
     pub elem: ScalarType,
 }
 
-/// Words that hold `len` elements of `elem` (2 bytes an element for the
-/// 16-bit floats): `host::words_for`, in `u64`.
-pub(crate) fn words_of(elem: ScalarType, len: u64) -> u64 {
-    usize::try_from(len).map_or(u64::MAX, |n| crate::host::words_for(elem, n) as u64)
-}
+/// Words that hold `len` elements of `elem`: the one rule, `host::words_for`.
+pub(crate) use crate::host::words_for as words_of;
 
 /// How a kernel parameter is bound in this call.
 #[derive(Clone, Debug)]

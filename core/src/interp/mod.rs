@@ -53,7 +53,8 @@ pub use sums::{f32_atomic_add_terms, summation_order_ulps};
 
 use crate::backend::{Backend, Mode, RunError, RunOptions, Site};
 use crate::host::{
-    host_shape, resident_starts_zeroed, BufferStart, CallArgs, CallOutputs, HostTensor,
+    check_resident, host_shape, resident_starts_zeroed, BufferStart, CallArgs, CallOutputs,
+    HostTensor,
 };
 use crate::inputs::Rng;
 use crate::ir::{
@@ -293,6 +294,8 @@ struct BufferSpec {
 
 /// A map's operands bound for one call.
 struct Layout {
+    /// The map's name, for messages.
+    map: Name,
     buffers: Vec<BufferSpec>,
     /// Output name and buffer, in map order.
     outputs: Vec<(Name, usize)>,
@@ -750,24 +753,17 @@ impl Interpreter {
                     bits(false)?,
                 ),
                 Init::Resident { name, zeroed } => match self.residents.get(name) {
-                    Some(r) if r.tensor.elem() != spec.ty.elem => {
-                        return Err(RunError::BadArguments(format!(
-                            "resident `{name}` holds `{}` elements, the map binds `{}`",
-                            r.tensor.elem(),
-                            spec.ty.elem
-                        )))
-                    }
-                    Some(r) if r.tensor.len() == len => {
+                    Some(r) => {
+                        check_resident(
+                            name,
+                            &layout.map,
+                            (r.tensor.elem(), r.tensor.len() as u64),
+                            (spec.ty.elem, spec.len),
+                        )?;
                         let init = if detect { r.init.clone() } else { vec![] };
                         let words =
                             buffer(&mut self.pool, words_len, Some(r.tensor.words()), limits)?;
                         (words, init)
-                    }
-                    Some(r) => {
-                        return Err(RunError::BadArguments(format!(
-                            "resident `{name}` holds {} elements, the map binds {len}",
-                            r.tensor.len()
-                        )))
                     }
                     None => (
                         buffer(&mut self.pool, words_len, None, limits)?,

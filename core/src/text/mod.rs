@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use thiserror::Error;
 
 use crate::case::{CaseSpec, Generator};
-use crate::ir::{Expr, IrPath, Literal, Module, PathStep, ScalarType, Stmt, Type};
+use crate::ir::{Expr, IrPath, Literal, Module, PathStep, RefType, ScalarType, Stmt, Type};
 
 mod lexer;
 mod nesting;
@@ -368,6 +368,15 @@ pub fn print_stmt(stmt: &Stmt) -> String {
 pub fn print_type(ty: &Type) -> String {
     let mut out = String::new();
     printer::write_type(&mut out, ty);
+    out
+}
+
+/// Prints a ref type (`gmem<f32[4, 256]> @ m`, `sem<[2]>`, `local<f32[4]>`):
+/// the one printer of types in the text format, which validation's messages,
+/// the CLI and the plan description use.
+pub fn print_ref_type(ty: &RefType) -> String {
+    let mut out = String::new();
+    printer::write_ref_type(&mut out, ty);
     out
 }
 

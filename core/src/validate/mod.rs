@@ -23,7 +23,7 @@ use std::collections::HashSet;
 
 use crate::case::CaseSpec;
 use crate::ir::limits::{with_nesting_stack, INLINE_NESTING};
-use crate::ir::{IrPath, MemorySpace, Module, RefType, Type};
+use crate::ir::{IrPath, Module, RefType, Type};
 use crate::text::body_nesting;
 
 pub use facts::{MapInfo, ModuleInfo, OperandAccess, ProgramFacts};
@@ -251,28 +251,13 @@ fn expand_diagnostic(e: &crate::plan::ExpandError) -> Diagnostic {
     }
 }
 
-/// A ref type as the text format writes it (`gmem<f32[4, 8]> @ m`).
+/// A ref type as the text format writes it (`gmem<f32[4, 8]> @ m`,
+/// `local<f32[4]>`): the printer's, so a message quotes what the parser reads.
 pub(crate) fn ref_text(r: &RefType) -> String {
-    let dims = r
-        .shape
-        .iter()
-        .map(|d| d.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let base = match r.space {
-        MemorySpace::Sem => format!("sem<[{dims}]>"),
-        MemorySpace::Local => format!("local {}[{dims}]", r.elem),
-        space => format!("{}<{}[{dims}]>", space.keyword(), r.elem),
-    };
-    match &r.owner {
-        Some(m) => format!("{base} @ {m}"),
-        None => base,
-    }
+    crate::text::print_ref_type(r)
 }
 
+/// A type as the text format writes it ([`crate::text::print_type`]).
 pub(crate) fn type_text(t: &Type) -> String {
-    match t {
-        Type::Scalar(s) => s.to_string(),
-        Type::Ref(r) => ref_text(r),
-    }
+    crate::text::print_type(t)
 }

@@ -1,4 +1,5 @@
-//! The CLI's one rule for the files it reads and writes.
+//! The one rule for the files the front ends read and write (the CLI, the
+//! Python package: `mpmd.Module.from_file`).
 //!
 //! Reading: only regular files, at most a stated number of bytes (a FIFO,
 //! `/dev/zero` or a terminal given as a file would block forever or fill

@@ -1,34 +1,11 @@
-//! A readable rendering of a [`LaunchPlan`] for `mpmd lower --target plan`.
+//! A readable rendering of a [`LaunchPlan`] (`mpmd lower --target plan`,
+//! `Module.lower("plan")` in Python).
 
 use std::fmt::Write;
 
-use mpmd_core::ir::{Mesh, RefType, Type};
+use mpmd_core::ir::Mesh;
 use mpmd_core::plan::{BufferInit, IdSource, LaunchPlan};
-
-/// `gmem<f32[4, 256]> @ m`, `sem<[2]>`, `u32`.
-pub fn type_text(ty: &Type) -> String {
-    match ty {
-        Type::Scalar(s) => s.keyword().to_string(),
-        Type::Ref(r) => ref_type_text(r),
-    }
-}
-
-pub fn ref_type_text(r: &RefType) -> String {
-    let dims = r
-        .shape
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut text = match r.space {
-        mpmd_core::ir::MemorySpace::Sem => format!("sem<[{dims}]>"),
-        space => format!("{}<{}[{dims}]>", space.keyword(), r.elem.keyword()),
-    };
-    if let Some(owner) = &r.owner {
-        let _ = write!(text, " @ {owner}");
-    }
-    text
-}
+use mpmd_core::text::{print_ref_type, print_type};
 
 fn mesh_text(mesh: &Mesh) -> String {
     let axes = |list: &[mpmd_core::ir::Axis]| {
@@ -88,7 +65,7 @@ pub fn describe(plan: &LaunchPlan) -> String {
             format!(
                 "{}: {}{}",
                 r.name,
-                ref_type_text(&r.ty),
+                print_ref_type(&r.ty),
                 if r.zeroed { " zeroed" } else { "" }
             )
         })
@@ -143,7 +120,7 @@ pub fn describe(plan: &LaunchPlan) -> String {
             "  {index}: {} `{}`: {} -> {binding}",
             operand.kind.keyword().trim_end_matches('s'),
             operand.name,
-            type_text(&operand.ty)
+            print_type(&operand.ty)
         );
     }
 
@@ -163,7 +140,7 @@ pub fn describe(plan: &LaunchPlan) -> String {
         let mut line = format!(
             "  {index}: [{}] {} x {} instance(s) = {} elements ({bytes} bytes), {init}",
             buffer.operands.join(", "),
-            ref_type_text(&buffer.ty),
+            print_ref_type(&buffer.ty),
             buffer.instances,
             buffer.len
         );

@@ -1,0 +1,60 @@
+//! Reading, parsing and validating `.mpmd` files.
+
+use std::path::Path;
+
+use mpmd_core::host::UserNumber;
+use mpmd_core::ir::Module;
+use mpmd_core::text::SourceFile;
+
+use crate::{files, FrontendError};
+
+/// The largest `.mpmd` file read (a bound, so that a device or a huge file
+/// given by mistake is refused instead of filling memory).
+pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
+
+/// Parses and validates a file, its case section too; errors come back
+/// rendered (bytes that are not UTF-8 at their line and column).
+pub fn load_file(path: &Path) -> Result<SourceFile, FrontendError> {
+    load_file_with(path, &[])
+}
+
+/// [`load_file`] with module constants overridden
+/// (`mpmd_core::load::load_source_with`; the Python package's `consts=`).
+pub fn load_file_with(
+    path: &Path,
+    overrides: &[(&str, UserNumber)],
+) -> Result<SourceFile, FrontendError> {
+    let bytes =
+        files::read_regular(path, MAX_SOURCE_BYTES).map_err(|source| FrontendError::ReadFile {
+            path: path.display().to_string(),
+            source,
+        })?;
+    Ok(mpmd_core::load::load_bytes_with(
+        &bytes,
+        &path.display().to_string(),
+        overrides,
+    )?)
+}
+
+/// The module of a file, as [`load_file`] checks it (a case section is
+/// checked, then left out).
+pub fn load_module(path: &Path) -> Result<Module, FrontendError> {
+    load_file(path).map(|file| file.module)
+}
+
+/// Parses and validates `source`, named `file` in diagnostics: the module,
+/// then its case section against it. Errors come back rendered as `mpmd
+/// check` prints them (the Python package's `Module.from_text` too).
+pub fn load_source(source: &str, file: &str) -> Result<SourceFile, FrontendError> {
+    Ok(mpmd_core::load::load_source(source, file)?)
+}
+
+/// [`load_source`] with module constants overridden
+/// (`mpmd_core::load::load_source_with`).
+pub fn load_source_with(
+    source: &str,
+    file: &str,
+    overrides: &[(&str, UserNumber)],
+) -> Result<SourceFile, FrontendError> {
+    Ok(mpmd_core::load::load_source_with(source, file, overrides)?)
+}

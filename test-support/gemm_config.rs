@@ -10,8 +10,9 @@
 #![allow(dead_code)]
 
 use mpmd_core::inputs::Rng;
-use mpmd_core::ir::{Literal, Module, ScalarType};
+use mpmd_core::ir::{Literal, ScalarType};
 use mpmd_core::text::parse_file_with;
+use mpmd_core::validate::ValidModule;
 use mpmd_core::HostTensor;
 
 /// The example's file name, in the repository's `examples/`.
@@ -170,26 +171,23 @@ impl GemmConfig {
     }
 
     /// The example instantiated at this configuration, validated.
-    pub fn module(self, source: &str, wave: u32, caps: GemmCaps) -> Result<Module, String> {
+    pub fn module(self, source: &str, wave: u32, caps: GemmCaps) -> Result<ValidModule, String> {
         let constants = self.constants(wave, caps)?;
         let file = parse_file_with(source, &constants)
             .map_err(|e| format!("{GEMM_FILE} at {}: {e}", self.label()))?;
         // Within validation's default 48 KiB of smem: 128 x 128 tiles take
         // 37 KiB of double-buffered bf16 A and B.
-        mpmd_core::validate::validate(&file.module, &Default::default()).map_err(
-            |diagnostics| {
-                format!(
-                    "{GEMM_FILE} at {} is not valid: {}",
-                    self.label(),
-                    diagnostics
-                        .iter()
-                        .map(|d| format!("{} {}: {}", d.code, d.path, d.message))
-                        .collect::<Vec<_>>()
-                        .join(" | ")
-                )
-            },
-        )?;
-        Ok(file.module)
+        mpmd_core::validate::validate(&file.module, &Default::default()).map_err(|diagnostics| {
+            format!(
+                "{GEMM_FILE} at {} is not valid: {}",
+                self.label(),
+                diagnostics
+                    .iter()
+                    .map(|d| format!("{} {}: {}", d.code, d.path, d.message))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            )
+        })
     }
 }
 

@@ -40,7 +40,7 @@ fn prepare(source: &str) -> (Module, LaunchPlan, CallArgs) {
                 panic!("{diagnostics:?}");
             }
             let map = module.effective_calls()[0].map.clone();
-            let plan = lower(&module, &map).expect("lowers");
+            let plan = lower(&validated(&module), &map).expect("lowers");
             let generators = file.case.map(|c| c.generators).unwrap_or_default();
             let generation = Generation::with_defaults(7).with_generators(&generators);
             let args = call_args(&module, &generation)
@@ -230,7 +230,7 @@ fn keywords_builtins_and_generated_names_compile_as_every_kind_of_name() {
     let (module, _, _) = prepare(&text);
     common::require_tools();
     for call in module.effective_calls() {
-        let plan = lower(&module, &call.map).unwrap();
+        let plan = lower(&validated(&module), &call.map).unwrap();
         check_plan(&plan, Mode::Fast).unwrap_or_else(|e| panic!("map `{}`: {e}", call.map));
         // Emulating is slow (a C++ compile each): the names the shim or the
         // prelude also use.
@@ -256,7 +256,7 @@ fn keywords_builtins_and_generated_names_compile_as_every_kind_of_name() {
         }
     }
     // Checked mode once, on the values (it names every ref in records).
-    let plan = lower(&module, "values_map").unwrap();
+    let plan = lower(&validated(&module), "values_map").unwrap();
     check_plan(&plan, Mode::Checked).unwrap();
 }
 
@@ -491,4 +491,10 @@ call wild(far = 0u);
     // `t * 2^30` wraps to 0 for t = 0, 4, ..., 28 (in bounds: 8 atomics);
     // every other one is 1 GiB or more away and skipped.
     assert_eq!(output(&plan, &out, "c"), &[8, 0, 0, 0]);
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

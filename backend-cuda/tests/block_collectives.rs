@@ -88,7 +88,7 @@ fn interpreted(source: &str, x: &[u32]) -> Vec<u32> {
         ..Default::default()
     };
     let out = Interpreter::new()
-        .call(&module, "smaller", &args, &options)
+        .call(&validated(&module), "smaller", &args, &options)
         .unwrap();
     out.outputs["y"].to_u32()
 }
@@ -162,4 +162,10 @@ fn checked_mode_reports_a_broadcast_source_past_the_block() {
     // Fast mode checks nothing: the run completes.
     let out = emulate(&plan, Mode::Fast, &inputs, &scalars, 1_000_000_000);
     assert_eq!(out.recorded, None);
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

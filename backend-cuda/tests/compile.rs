@@ -141,7 +141,7 @@ map m {
 }
 ";
     let (module, _) = mpmd_core::text::parse(source).unwrap();
-    let plan = mpmd_core::plan::lower(&module, "m").unwrap();
+    let plan = mpmd_core::plan::lower(&validated(&module), "m").unwrap();
     let src = emit(&plan, Mode::Fast).unwrap();
     // The semaphore and the kind of every wait, in order (the property under
     // test, which a snapshot would bury in the whole kernel).
@@ -172,7 +172,7 @@ fn even_pipeline() -> mpmd_core::plan::LaunchPlan {
     ))
     .unwrap();
     let (module, _) = mpmd_core::text::parse(&source).unwrap();
-    mpmd_core::plan::lower(&module, "pipeline").unwrap()
+    mpmd_core::plan::lower(&validated(&module), "pipeline").unwrap()
 }
 
 /// Every operator, cast and math function through the exact numerics
@@ -284,7 +284,7 @@ map m1 {{
 "
         );
         let (module, _) = mpmd_core::text::parse(&source).unwrap();
-        let plan = mpmd_core::plan::lower(&module, "m1").unwrap();
+        let plan = mpmd_core::plan::lower(&validated(&module), "m1").unwrap();
         emit(&plan, Mode::Fast).unwrap()
     };
     // Whether a loop is emitted loads-first is the property under test; the
@@ -310,7 +310,7 @@ map m1 {{
         ""
     )));
     assert!(!batched(&emitted(
-        "for j: u32 in axis_index(t)..8u { y[j] = x[j]; }",
+        "for j: u32 in axis_index(b)..8u { y[j] = x[j]; }",
         ""
     )));
 }
@@ -425,4 +425,10 @@ fn the_corpus_compiles_for_the_oldest_and_newest_supported_architectures() {
             }
         }
     }
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -11,8 +11,9 @@ use common::*;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use mpmd_core::host::HostTensor;
 use mpmd_core::interp::Interpreter;
-use mpmd_core::ir::{Literal, Module, ScalarType};
+use mpmd_core::ir::{Literal, ScalarType};
 use mpmd_core::plan::{lower, LaunchPlan};
+use mpmd_core::validate::ValidModule;
 use mpmd_core::{Backend, CallArgs, Mode, RunError, RunOptions};
 use mpmd_cuda::{CudaBackend, CudaBuffer, CudaOptions, DeviceArgs};
 
@@ -21,10 +22,9 @@ const HANDOFF: &str = include_str!("../../examples/handoff.mpmd");
 const F16: &str = include_str!("../../examples/f16_elementwise.mpmd");
 const OUT_OF_BOUNDS: &str = include_str!("../../conformance/cases/fail_out_of_bounds_checked.mpmd");
 
-fn parsed(src: &str) -> Module {
+fn parsed(src: &str) -> ValidModule {
     let (module, _) = mpmd_core::text::parse(src).expect("parses");
-    mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
-    module
+    mpmd_core::validate::validate(&module, &Default::default()).expect("valid")
 }
 
 fn plan(src: &str, map: &str) -> LaunchPlan {

@@ -365,7 +365,7 @@ fn resident_walk_with_few_blocks_matches_the_interpreter() {
     let source = include_str!("../../examples/pipeline.mpmd");
     let file = mpmd_core::text::parse_file(source).unwrap();
     let module = file.module;
-    let plan = mpmd_core::plan::lower(&module, "pipeline").unwrap();
+    let plan = mpmd_core::plan::lower(&validated(&module), "pipeline").unwrap();
     assert_eq!(
         mpmd_cuda::BlockSchedule::for_plan(&plan, true),
         mpmd_cuda::BlockSchedule::ResidentWalk
@@ -423,4 +423,10 @@ fn sixteen_bit_memory_scalars_and_residents_match_numerics() {
     sixteen::scalar_parameters(&mut cuda);
     sixteen::odd_resident(&mut cuda);
     sixteen::checked_out_of_bounds(&mut cuda);
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

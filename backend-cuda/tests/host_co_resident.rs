@@ -30,7 +30,7 @@ fn run_case(
     let all: Vec<CallArgs> = call_args(&module, &generation).unwrap();
     let mut outputs = Vec::new();
     for (call, args) in module.effective_calls().iter().zip(&all) {
-        let plan = mpmd_core::plan::lower(&module, &call.map).unwrap();
+        let plan = mpmd_core::plan::lower(&validated(&module), &call.map).unwrap();
         outputs.push(backend.run(&plan, args, &RunOptions { mode, seed: 1 })?);
     }
     Ok(outputs)
@@ -144,4 +144,10 @@ fn co_resident_runs_keep_residents_across_calls() {
         let got = backend.run(&plan, &args[0], &options).unwrap();
         assert_eq!(got, expected, "round {round}");
     }
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

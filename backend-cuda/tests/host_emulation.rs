@@ -570,7 +570,7 @@ map batched {
 }
 ";
     let (module, _) = mpmd_core::text::parse(source).unwrap();
-    let plan = mpmd_core::plan::lower(&module, "batched").unwrap();
+    let plan = mpmd_core::plan::lower(&validated(&module), "batched").unwrap();
     // Which loops are emitted loads-first (the comment the emitter writes
     // above each says so): both in fast mode, none in checked mode.
     let fast = emit_module(&plan, Mode::Fast).unwrap().source;
@@ -619,4 +619,10 @@ map batched {
             );
         }
     }
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

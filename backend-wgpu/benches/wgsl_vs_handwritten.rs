@@ -42,7 +42,7 @@ fn time(mut mpmd: impl FnMut(), mut hand: impl FnMut()) -> (Duration, Duration) 
 
 fn plan(src: &str, map: &str) -> mpmd_core::plan::LaunchPlan {
     let (module, _) = mpmd_core::text::parse(src).expect("parse");
-    mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
+    let module = mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
     mpmd_core::plan::lower(&module, map).expect("lower")
 }
 

@@ -103,6 +103,8 @@ pub fn probe_adapter(backend: &mut WgpuBackend) -> Result<FloatBehaviour, RunErr
         maps: vec![map],
         ..Default::default()
     };
+    let module = mpmd_core::validate::validate(&module, &Default::default())
+        .map_err(|d| RunError::Backend(format!("float probe: {d:?}")))?;
     let plan = mpmd_core::plan::lower(&module, "float_probe")
         .map_err(|e| RunError::Backend(format!("float probe: {e}")))?;
     let mut args = CallArgs::default();

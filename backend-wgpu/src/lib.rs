@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use mpmd_core::ir::{Literal, ScalarType};
-//! use mpmd_core::{plan::lower, text::parse, Mode};
+//! use mpmd_core::{plan::lower, text::parse, validate::validate, Mode};
 //! use mpmd_wgpu::{wgpu, DeviceArgs, WgpuBackend, WgpuBuffer, WgpuOptions};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,6 +28,7 @@
 //! let (device, queue) = pollster::block_on(adapter.request_device(&Default::default()))?;
 //!
 //! let (module, _) = parse(include_str!("../../examples/elementwise.mpmd")).map_err(|e| format!("{e:?}"))?;
+//! let module = validate(&module, &Default::default()).map_err(|d| format!("{d:?}"))?;
 //! let plan = lower(&module, "axpb")?; // y = x * alpha + 1 over 256 f32
 //! let mut backend = WgpuBackend::from_device(device.clone(), queue.clone(), WgpuOptions::default());
 //! let prepared = backend.prepare(&plan, Mode::Fast)?;
@@ -67,17 +68,16 @@ mod accuracy;
 mod emit;
 mod residency;
 mod runtime;
+mod runtime_dir;
 mod subgroups;
 
 pub use accuracy::{
     accuracy_profile, probe_adapter, profile_for, AccuracyProfile, FloatBehaviour, SUBNORMAL_TAG,
 };
 pub use emit::{
-    binding_layout, emit, emit_module, fused_workgroup_size, fused_workgroups, fuses_programs,
-    is_split_unit, own_workgroup_bytes, splits_blocks, validate_wgsl, validate_wgsl_with,
-    words_for, AccessSite, BindingLayout, Dispatch, EmitError, EmitOptions, EmittedModule,
-    StorageBinding, WarpPath, WordType, FUSED_ENTRY_POINT, MAX_SPLIT_DISPATCHES,
-    MAX_STATEMENT_NESTING, SEMAPHORE_WORKGROUP_SIZE,
+    emit, emit_module, fused_workgroups, fuses_programs, own_workgroup_bytes, validate_wgsl,
+    BindingLayout, Dispatch, EmitError, EmitOptions, EmittedModule, StorageBinding, WarpPath,
+    WordType, FUSED_ENTRY_POINT, MAX_SPLIT_DISPATCHES,
 };
 pub use mpmd_core::bind::DeviceArgs;
 pub use residency::{establish, lavapipe_candidate, probe_once, MAX_PROBED_WORKGROUPS};
@@ -85,6 +85,7 @@ pub use runtime::{
     AdapterInfo, Residency, WgpuBackend, WgpuBuffer, WgpuError, WgpuOptions, WgpuPrepared,
     PIPELINE_CACHE_CAPACITY, POOL_MAX_BYTES, RUN_CACHE_CAPACITY,
 };
+pub use runtime_dir::{quiet_display_lookup, RuntimeDir};
 pub use subgroups::{SubgroupFacts, WarpChoice};
 /// The wgpu this backend is built with: a caller's device, queue and
 /// buffers must come from this version.

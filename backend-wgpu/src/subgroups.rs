@@ -139,6 +139,8 @@ map probe {
 /// (the entry point's check) or the first value that differs.
 pub(crate) fn probe(backend: &mut WgpuBackend) -> Result<(), String> {
     let (module, _) = mpmd_core::text::parse(PROBE).map_err(|e| format!("{e:?}"))?;
+    let module = mpmd_core::validate::validate(&module, &Default::default())
+        .map_err(|d| format!("{d:?}"))?;
     let plan = mpmd_core::plan::lower(&module, "probe").map_err(|e| e.to_string())?;
     let outputs = backend
         .run(&plan, &CallArgs::default(), &RunOptions::default())

@@ -522,3 +522,45 @@ fn lavapipe_emulates_warps_and_its_check_refuses_forced_native_subgroups() {
         )
     );
 }
+
+/// A lone 16-bit store on a device with subgroup operations is a paired
+/// store (issue 25, `emit/pairing.rs`): the neighbour's activity (ballot)
+/// and element index and value (shuffles) decide between one whole-word
+/// atomic store and the two-atomic store; the entry point takes the
+/// subgroup lane. Without the option the store keeps its two atomics.
+#[test]
+fn a_lone_sixteen_bit_store_pairs_with_its_subgroup_neighbour() {
+    let m = module(
+        "
+mesh m { grid [b = 4]; threads t = 64; }
+kernel axpb16(x: gmem<f16[256]>, y: gmem<f16[256]>, alpha: f16, beta: f16) {
+  let i: u32 = axis_index(b) * 64u + axis_index(t);
+  y[i] = x[i] * alpha + beta;
+}
+map axpb16 { programs [m: axpb16]; inputs [x: gmem<f16[256]>]; outputs [y: gmem<f16[256]>]; scalars [alpha: f16, beta: f16]; }
+",
+    );
+    let p = plan(&m, "axpb16");
+    for mode in [Mode::Fast, Mode::Checked] {
+        let paired = EmitOptions {
+            mode,
+            subgroups: true,
+            ..EmitOptions::default()
+        };
+        let wgsl = emit_module(&p, &paired).unwrap().wgsl;
+        let entry = function(&wgsl, "unit0_axpb16");
+        if mode == Mode::Fast {
+            insta::assert_snapshot!("paired_store_entry", functions(&wgsl, &["unit0_axpb16"]));
+        }
+        assert_eq!(entry.matches("atomicStore(").count(), 1, "{entry}");
+        let plain = EmitOptions {
+            mode,
+            ..EmitOptions::default()
+        };
+        let wgsl = emit_module(&p, &plain).unwrap().wgsl;
+        let entry = function(&wgsl, "unit0_axpb16");
+        assert!(!wgsl.contains("subgroup"), "{wgsl}");
+        assert_eq!(entry.matches("atomicStore(").count(), 0, "{entry}");
+        assert_eq!(entry.matches("atomicAnd(").count(), 1, "{entry}");
+    }
+}

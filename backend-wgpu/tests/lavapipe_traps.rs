@@ -233,3 +233,80 @@ fn a_spin_of_atomic_add_zero_sees_another_workgroups_write() {
         assert!(spin_sees_other_workgroup("atomicAdd(&flag[0], 0u)"));
     }
 }
+
+/// Issue 27: a generous `max` is not charged up front. A `while ... max
+/// 60000u` that runs 19 to 21 times inside a loop of 5 trips would cost
+/// 300,000 visits if its maximum were paid; counted as it runs (for the
+/// subgroup, `EmitOptions::subgroups`) it runs, and equals the interpreter.
+const GENEROUS_MAX: &str = "
+mesh m { grid [b = 2]; threads t = 64; }
+kernel k(y: gmem<u32[128]>) {
+  var total: u32 = 0u;
+  for r: u32 in 0u..5u {
+    var n: u32 = 0u;
+    while n < 19u + axis_index(t) % 3u max 60000u {
+      n = n + 1u;
+    }
+    total = total + n * (r + 1u);
+  }
+  y[axis_index(b) * 64u + axis_index(t)] = total;
+}
+map k { programs [m: k]; outputs [y: gmem<u32[128]>]; }
+";
+
+#[test]
+fn a_generous_while_max_is_charged_as_it_runs() {
+    let mut wgpu = backend(WgpuOptions::default());
+    require_llvmpipe(&wgpu, "its loop cap is on by default");
+    let m = module(GENEROUS_MAX);
+    let out = assert_same(&mut wgpu, &m, "k", &args(vec![], vec![]));
+    let y = out.outputs["y"].words();
+    assert_eq!(y[0], 19 * 15);
+    assert_eq!(y[65], 20 * 15);
+}
+
+/// Lanes of one SIMD vector share llvmpipe's loop count: lane 0 runs the
+/// first loop 40,000 times while lane 1 waits, then lane 1 runs the second
+/// 40,000 times: the vector visits about 80,000 headers, though no lane
+/// ran more than 40,002 loop iterations. The backend counts the vector's
+/// visits (the subgroup's largest count at each loop), so the run is
+/// refused, never silently cut short.
+const SHARED_COUNT: &str = "
+mesh m { threads t = 8; }
+kernel k(y: gmem<u32[8]>, n: u32) {
+  var a: u32 = 0u;
+  while a < select(axis_index(t) == 0u, n, 1u) max 100000u { a = a + 1u; }
+  var b: u32 = 0u;
+  while b < select(axis_index(t) == 1u, n, 1u) max 100000u { b = b + 1u; }
+  y[axis_index(t)] = a + b;
+}
+map k { programs [m: k]; outputs [y: gmem<u32[8]>]; scalars [n: u32]; }
+";
+
+#[test]
+fn sequential_loops_of_different_lanes_share_the_vector_count() {
+    let p = plan(&module(SHARED_COUNT), "k");
+    let n = |n: u32| args(vec![], vec![("n", Literal::U32(n))]);
+    // The driver's own behaviour: lane 1's loop is cut short.
+    let mut uncapped = uncapped_llvmpipe();
+    let y = uncapped.run(&p, &n(40_000), &fast()).unwrap().outputs["y"]
+        .words()
+        .to_vec();
+    assert_eq!(y[0], 40_001);
+    assert_ne!(
+        y[1], 40_001,
+        "the driver no longer shares the loop count between lanes of a vector"
+    );
+    // The backend's count: refused, not wrong; within the cap, exact.
+    let mut capped = backend(WgpuOptions::default());
+    let err = capped.run(&p, &n(40_000), &fast()).unwrap_err();
+    assert_eq!(
+        err.class(),
+        Some(mpmd_core::ErrorClass::Unsupported),
+        "{err}"
+    );
+    let y = capped.run(&p, &n(30_000), &fast()).unwrap().outputs["y"]
+        .words()
+        .to_vec();
+    assert_eq!(y, [vec![30_001, 30_001], vec![2; 6]].concat());
+}

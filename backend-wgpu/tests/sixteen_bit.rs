@@ -878,6 +878,75 @@ map fill {{
     }
 }
 
+/// Paired stores (issue 25, `emit/pairing.rs`): on a device with subgroup
+/// operations a lone 16-bit store lets neighbouring invocations that store
+/// the two halves of one word write it whole. Pairs, reversed pairs, no
+/// pairs (stride 2, odd offsets) and neighbours masked out by a branch (on
+/// llvmpipe a masked lane still computes its index, which here is the
+/// partner's: only the ballot keeps its value out) all equal the
+/// interpreter; a buffer stored twice keeps the two-atomic store.
+#[test]
+fn paired_sixteen_bit_stores_are_exact_whoever_pairs() {
+    let mut wgpu = backend(WgpuOptions::default());
+    require_llvmpipe(&wgpu, "its device has subgroup operations (subgroups of 8)");
+    let n = 512u32;
+    let src = format!(
+        "
+mesh m {{
+  grid [g = 2];
+  threads t = 128;
+}}
+kernel pairs(x: gmem<f16[{n}]>, same: gmem<f16[{n}]>, reversed: gmem<f16[{n}]>, strided: gmem<f16[{n}]>,
+             shifted: gmem<f16[{n}]>, masked: gmem<f16[{n}]>, twice: gmem<f16[{n}]>) {{
+  let t: u32 = axis_index(t);
+  let i: u32 = axis_index(g) * 128u + t;
+  let v: f16 = x[i] * f16(3.0) + f16(0.5);
+  same[i] = v;
+  reversed[{n}u - 1u - i] = v;
+  strided[2u * i] = v;
+  shifted[i + 1u] = v;
+  if t % 3u != 1u {{
+    masked[i] = v;
+  }}
+  twice[i] = v;
+  twice[i + 256u] = -v;
+}}
+map pairs {{
+  programs [m: pairs];
+  inputs [x: gmem<f16[{n}]>];
+  outputs [same: gmem<f16[{n}]> zeroed, reversed: gmem<f16[{n}]> zeroed, strided: gmem<f16[{n}]> zeroed,
+           shifted: gmem<f16[{n}]> zeroed, masked: gmem<f16[{n}]> zeroed, twice: gmem<f16[{n}]> zeroed];
+}}
+"
+    );
+    let module = module(&src);
+    let p = plan(&module, "pairs");
+    let wgsl = wgpu.wgsl(&p, Mode::Fast).expect("emits");
+    let body = function(&wgsl, "unit0_pairs");
+    assert_eq!(
+        body.matches("subgroupShuffleXor(").count(),
+        2 * 5,
+        "the five lone stores pair, `twice` does not:\n{body}"
+    );
+    assert_eq!(body.matches("atomicStore(").count(), 5, "{body}");
+    assert_eq!(body.matches("atomicAnd(").count(), 5 + 2, "{body}");
+    let mut rng = Lcg(25);
+    let x: Vec<u16> = (0..n)
+        .map(|_| num::from_f32(F16, (rng.next() % 2048) as f32 / 16.0 - 64.0).unwrap())
+        .collect();
+    let call = args(vec![("x", tensor(F16, &x))], vec![]);
+    for round_no in 0..3 {
+        let out = assert_same(&mut wgpu, &module, "pairs", &call);
+        // The masked-out halves keep the zero they started with.
+        let masked = bits16(&out, "masked");
+        for (i, &half) in masked.iter().enumerate() {
+            if i % 128 % 3 == 1 {
+                assert_eq!(half, 0, "masked[{i}], round {round_no}");
+            }
+        }
+    }
+}
+
 /// A 16x16 tile transposed through 16-bit smem: every thread writes its
 /// neighbour's half of a word, then reads an element another thread wrote.
 #[test]

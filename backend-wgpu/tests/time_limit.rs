@@ -15,7 +15,7 @@ use mpmd_wgpu::WgpuOptions;
 /// how long the run took.
 fn run_within(src: &str, limit: Duration, mode: Mode) -> (Result<(), RunError>, Duration) {
     let module = module(src);
-    let plan = mpmd_core::plan::lower(&module, &module.maps[0].name).unwrap();
+    let plan = mpmd_core::plan::lower(&validated(&module), &module.maps[0].name).unwrap();
     let mut wgpu = backend(WgpuOptions {
         time_limit: Some(limit),
         ..Default::default()
@@ -91,4 +91,10 @@ fn a_run_within_its_limit_succeeds() {
         map k { programs [m: k]; outputs [y: gmem<u32[32]>]; }\n";
     let (result, _) = run_within(src, Duration::from_secs(60), Mode::Checked);
     result.unwrap();
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

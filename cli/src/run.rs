@@ -13,8 +13,8 @@ use mpmd_core::interp::{
     Charge, InterpOptions, Interpreter, MemoryBudget, MmaProbe, DEFAULT_EXTRA_SCHEDULES,
 };
 use mpmd_core::ir::{Call, ScalarType, Type};
+use mpmd_core::load::ValidFile;
 use mpmd_core::plan::{lower, LowerError};
-use mpmd_core::text::SourceFile;
 use mpmd_core::{CallArgs, HostTensor, Mode, RunError, RunOptions};
 
 use crate::arrays::{compare_targets, packed_bytes, read_input};
@@ -156,7 +156,7 @@ pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOp
 }
 
 pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
-    let SourceFile { module, case, .. } = load_file(&request.file)?;
+    let ValidFile { module, case } = load_file(&request.file)?;
     let calls = module.effective_calls();
     if calls.is_empty() {
         return Err(CliError::Usage(format!(

@@ -718,3 +718,42 @@ fn bf16_outputs_count_bf16_ulps() {
     let output = mpmd(&["run", &file, "--compare", &compare, "--ulp", "1"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
+
+/// Issue 27: without `XDG_RUNTIME_DIR` (a headless machine), Mesa's
+/// device-select layer made libwayland print `error: XDG_RUNTIME_DIR is
+/// invalid or not set in the environment.` twice on every wgpu run. The
+/// CLI gives the process a private runtime directory where the variable is
+/// unset (`mpmd_wgpu::quiet_display_lookup`): stderr stays empty, and the
+/// directory is gone when the CLI exits.
+#[test]
+fn a_wgpu_run_without_xdg_runtime_dir_prints_nothing_to_stderr() {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_mpmd"))
+        .args(["run", &example_arg("elementwise"), "--backend", "wgpu"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the mpmd binary runs");
+    let pid = child.id();
+    let output = child.wait_with_output().expect("the mpmd binary runs");
+    if stderr(&output).contains("error: backend `wgpu` is not available") {
+        panic!(
+            "{}",
+            needs::setup_message("the wgpu backend", &stderr(&output))
+        );
+    }
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stderr(&output), "", "stderr of a successful wgpu run");
+    assert!(stdout(&output).contains("y"), "{}", stdout(&output));
+    let prefix = format!("mpmd-runtime-{pid}-");
+    let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&prefix))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the runtime directory outlived the run: {left:?}"
+    );
+}

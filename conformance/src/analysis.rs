@@ -5,11 +5,10 @@ use std::collections::BTreeSet;
 
 use mpmd_core::case::{Expectation, Generator};
 use mpmd_core::interp::{self, summation_order_ulps};
-use mpmd_core::ir::{
-    BinaryOp, Expr, Kernel, Literal, MathFn, MemorySpace, Module, ScalarType, Type,
-};
+use mpmd_core::ir::{BinaryOp, Expr, Kernel, Literal, MathFn, MemorySpace, ScalarType, Type};
 
 use mpmd_core::ir::visit::for_each_expr;
+use mpmd_core::validate::ValidModule;
 
 use crate::case::CaseFile;
 use crate::compare::Tolerance;
@@ -132,7 +131,7 @@ impl MathFnKey {
 
 /// Every division, remainder and math function the module's kernels use,
 /// and the reordering of its f32 atomic adds.
-pub fn bounded_ops(module: &Module) -> BTreeSet<BoundedOp> {
+pub fn bounded_ops(module: &ValidModule) -> BTreeSet<BoundedOp> {
     let mut ops = BTreeSet::new();
     if let Some(terms) = f32_atomic_add_terms(module) {
         if terms > 0 {
@@ -159,25 +158,15 @@ pub fn bounded_ops(module: &Module) -> BTreeSet<BoundedOp> {
 /// The most f32 atomic adds into one element over the module's calls (their
 /// sum: a resident carries its sums from call to call); `None` when a loop
 /// around one has a bound known only at run time.
-fn f32_atomic_add_terms(module: &Module) -> Option<u64> {
+fn f32_atomic_add_terms(module: &ValidModule) -> Option<u64> {
     let mut total = 0u64;
     for call in module.effective_calls() {
-        let Some(map) = module.map(&call.map) else {
+        let (Some(map), Some(programs)) = (module.map(&call.map), module.valid_map(&call.map))
+        else {
             continue;
         };
         // As the programs run them: helper calls inlined, constants in place.
-        let kernels: Option<Vec<Kernel>> = map
-            .programs
-            .iter()
-            .map(|p| {
-                let kernel = module.kernel(&p.kernel)?;
-                mpmd_core::plan::program_kernel(module, map, kernel).ok()
-            })
-            .collect();
-        let Some(kernels) = kernels else {
-            continue;
-        };
-        let kernels: Vec<&Kernel> = kernels.iter().collect();
+        let kernels: Vec<&Kernel> = programs.programs().iter().map(|p| p.kernel()).collect();
         let scalar = |name: &str| {
             call.scalars
                 .iter()
@@ -321,6 +310,10 @@ mod tests {
     use mpmd_core::case::CaseSpec;
     use mpmd_core::ir::*;
 
+    fn valid(m: &Module) -> ValidModule {
+        mpmd_core::validate::validate(m, &Default::default()).expect("valid")
+    }
+
     fn module_with(body: Vec<Stmt>, map: MpmdMap) -> Module {
         Module {
             meshes: vec![MeshBuilder::new("g").threads("t", 32).build()],
@@ -401,7 +394,7 @@ mod tests {
             maps: vec![map],
             ..Default::default()
         };
-        let ops = bounded_ops(&m);
+        let ops = bounded_ops(&valid(&m));
         assert_eq!(ops, BTreeSet::from([BoundedOp::F32AtomicSum(17)]));
         for backend in BackendId::ALL {
             assert_eq!(profile_tolerance(backend, &ops, &[]).ulp, 17, "{backend:?}");
@@ -409,7 +402,11 @@ mod tests {
         // An integer ref adds no bound.
         m.maps[0].outputs[0].ty = Type::Ref(gmem(ScalarType::U32, [4, 32]));
         m.kernels[0].params[0].ty = Type::Ref(gmem(ScalarType::U32, [4, 32]));
-        assert!(bounded_ops(&m).is_empty());
+        let Stmt::Atomic { args, .. } = &mut m.kernels[0].body[1] else {
+            panic!("the kernel's second statement is the atomic add");
+        };
+        args[0] = Expr::from(1u32);
+        assert!(bounded_ops(&valid(&m)).is_empty());
     }
 
     #[test]
@@ -425,7 +422,7 @@ mod tests {
             ),
         }];
         let map = MapBuilder::new("m").program("g", "k").build();
-        let ops = bounded_ops(&module_with(body, map));
+        let ops = bounded_ops(&valid(&module_with(body, map)));
         assert_eq!(ops.len(), 2);
         // exp (2 ulp) and log (1 ulp): 3 f32 ulps, and one 16-bit ulp each.
         assert_eq!(

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use mpmd_core::case::{CaseSpec, Expectation};
 use mpmd_core::ir::Module;
-use mpmd_core::validate::{validate, validate_case, Diagnostic, ValidateOptions};
+use mpmd_core::validate::{validate, validate_case, Diagnostic, ValidModule, ValidateOptions};
 
 /// Whether a case runs (and compares outputs or an error class) or must be rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,18 +38,18 @@ impl CaseFile {
     }
 
     /// Validates the module, then the case section against it: the
-    /// diagnostics `mpmd check` reports for the file, in its order.
-    pub fn validate(&self) -> Result<(), Vec<Diagnostic>> {
-        let mut diagnostics = validate(&self.module, &ValidateOptions::default())
-            .err()
-            .unwrap_or_default();
+    /// diagnostics `mpmd check` reports for the file, in its order; for a
+    /// valid file, the valid module (what the interpreter and the lowering
+    /// take).
+    pub fn validate(&self) -> Result<ValidModule, Vec<Diagnostic>> {
+        let validated = validate(&self.module, &ValidateOptions::default());
+        let mut diagnostics = validated.as_ref().err().cloned().unwrap_or_default();
         if let Err(found) = validate_case(&self.module, &self.spec) {
             diagnostics.extend(found);
         }
-        if diagnostics.is_empty() {
-            Ok(())
-        } else {
-            Err(diagnostics)
+        match validated {
+            Ok(module) if diagnostics.is_empty() => Ok(module),
+            _ => Err(diagnostics),
         }
     }
 }

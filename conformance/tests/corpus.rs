@@ -83,12 +83,12 @@ fn every_run_case_meets_its_expectation_on_the_interpreter() {
         if matches!(expect, Expectation::Reject(_)) {
             continue;
         }
-        if let Err(d) = file.validate() {
-            panic!("{}: a run case is rejected: {d:?}", case.name);
-        }
+        let valid = file
+            .validate()
+            .unwrap_or_else(|d| panic!("{}: a run case is rejected: {d:?}", case.name));
         let calls =
             prepare_calls(&case.name, file, 1).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        let outcome = run_interp(file, &calls, Mode::Checked, 1, 2);
+        let outcome = run_interp(&valid, &file.spec, &calls, Mode::Checked, 1, 2);
         match (&expect, outcome) {
             (Expectation::Ok, Ok(_)) => {}
             (Expectation::Fails(class), Err(SequenceError::Run(e))) => {

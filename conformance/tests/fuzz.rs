@@ -223,7 +223,7 @@ fn generator_covers_warp_collectives() {
             });
         }
         // Where the collectives stand, as the WGSL backend asks.
-        let plan = lower(m, &m.maps[0].name).expect("a generated module lowers");
+        let plan = lower(&validated(m), &m.maps[0].name).expect("a generated module lowers");
         let mut warp_only = false;
         for unit in &plan.units {
             let has_warps = || {
@@ -530,6 +530,50 @@ fn reducer_shrinks_an_injected_disagreement() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Workers examine modules at once, but the run counts them in seed order:
+/// with 1 or 4 jobs, the same programs, the same verdicts, the same
+/// findings in the same order, and the run stops after the same finding.
+#[test]
+fn jobs_do_not_change_programs_or_verdicts() {
+    let run = |jobs: usize| {
+        let config = FuzzConfig {
+            seed: SEED,
+            iterations: Some(40),
+            reduce: false,
+            max_findings: 3,
+            jobs,
+            ..FuzzConfig::default()
+        };
+        let interp = BackendFactory::new("interp", || {
+            Ok(Box::new(Interpreter::new()) as Box<dyn Backend>)
+        });
+        let mut lines = vec![];
+        let summary = run_fuzz(&config, &[interp, corrupter()], &mut |l| {
+            lines.push(l.to_string())
+        });
+        let findings: Vec<(u64, String, String)> = summary
+            .findings
+            .iter()
+            .map(|f| (f.seed, f.backend.clone(), f.detail.clone()))
+            .collect();
+        (
+            summary.programs,
+            summary.agreed.clone(),
+            summary.skipped.clone(),
+            findings,
+            lines,
+        )
+    };
+    let one = run(1);
+    assert_eq!(
+        one.3.len(),
+        3,
+        "the corrupter disagrees on 3 of the 40 seeds: {one:?}"
+    );
+    assert!(one.0 < 40, "the run stops after the third finding: {one:?}");
+    assert_eq!(run(4), one);
+}
+
 #[test]
 fn interpreter_backend_agrees_with_itself() {
     let config = FuzzConfig {
@@ -736,4 +780,10 @@ fn generated_mma_programs_are_valid_and_probed() {
         "{loads_a} A, {loads_b} B loads"
     );
     assert!(probed >= 40, "{probed} probed outputs");
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

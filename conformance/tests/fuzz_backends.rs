@@ -115,7 +115,7 @@ fn warp_collectives_agree_on_every_backend() {
         assert!(!ops.is_empty(), "seed {seed}");
         let oracle = check_module(&file, seed)
             .unwrap_or_else(|(stage, e)| panic!("seed {seed} at {stage}: {e}"));
-        let plan = lower(m, &m.maps[0].name).expect("a generated module lowers");
+        let plan = lower(&validated(m), &m.maps[0].name).expect("a generated module lowers");
         let warp_only = plan.units.iter().any(|u| {
             u.facts
                 .uniformity
@@ -253,4 +253,10 @@ fn mma_modules_agree_bit_for_bit_on_every_backend() {
             "{backend} ran {n} of {MODULES}: {ran:?}"
         );
     }
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

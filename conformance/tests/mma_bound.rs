@@ -470,7 +470,8 @@ fn oracle(file: &CaseFile, f: &Fragments) -> Vec<Observed> {
         args: f.args(),
         residents: vec![],
     }];
-    run_interp(file, &calls, Mode::Fast, 1, 0).expect("the oracle runs")
+    let valid = file.validate().expect("valid");
+    run_interp(&valid, &file.spec, &calls, Mode::Fast, 1, 0).expect("the oracle runs")
 }
 
 #[test]
@@ -625,15 +626,15 @@ case {
         module: source.module,
         spec: source.case.unwrap(),
     };
-    file.validate().expect("valid");
+    let valid = file.validate().expect("valid");
     let calls = [PreparedCall {
         map: "steered".into(),
         args: CallArgs::default(),
         residents: vec![],
     }];
     for mode in [Mode::Fast, Mode::Checked] {
-        let error =
-            run_interp(&file, &calls, mode, 1, 0).expect_err("the probe steps out of bounds");
+        let error = run_interp(&valid, &file.spec, &calls, mode, 1, 0)
+            .expect_err("the probe steps out of bounds");
         let text = error.to_string();
         assert!(
             text.starts_with("the mma probe StepCount failed where the run did not: "),

@@ -51,11 +51,13 @@ fn interpreter_cuda_host_and_wgpu_agree_bit_for_bit_on_the_mma_cases() {
         let wgsl_runs = !WGSL_REFUSES.contains(&name);
         let file = case.parsed.as_ref().expect("parses");
         let calls = prepare_calls(name, file, 1).expect("inputs");
-        let oracle = run_interp(file, &calls, Mode::Fast, 1, 0).expect("the oracle runs");
+        let valid = file.validate().expect("valid");
+        let oracle =
+            run_interp(&valid, &file.spec, &calls, Mode::Fast, 1, 0).expect("the oracle runs");
         for id in [BackendId::Wgpu, BackendId::CudaHost] {
             let mut backend = new_backend(id).expect("the backend starts");
             for (i, call) in calls.iter().enumerate() {
-                let plan = mpmd_core::plan::lower(&file.module, &call.map).expect("lowers");
+                let plan = mpmd_core::plan::lower(&valid, &call.map).expect("lowers");
                 let options = RunOptions {
                     mode: Mode::Fast,
                     seed: 1,

@@ -97,7 +97,10 @@ fn every_ok_case_keeps_its_interpreter_outputs() {
         }
         let calls = prepare_calls(&case.name, file, SEED)
             .unwrap_or_else(|e| panic!("case {}: set-up failed: {e}", case.name));
-        let observed = run_interp(file, &calls, Mode::Fast, SEED, 0)
+        let valid = file
+            .validate()
+            .unwrap_or_else(|d| panic!("case {} is not valid: {d:?}", case.name));
+        let observed = run_interp(&valid, &file.spec, &calls, Mode::Fast, SEED, 0)
             .unwrap_or_else(|e| panic!("case {}: the interpreter failed: {e}", case.name));
         assert!(!observed.is_empty(), "case {} has no outputs", case.name);
         insta::assert_snapshot!(case.name.as_str(), snapshot(&observed));

@@ -184,7 +184,7 @@ fn bench(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new(name, label), |b| {
                 b.iter(|| {
                     interp
-                        .call(&module, map, &args, &options)
+                        .call(&validated(&module), map, &args, &options)
                         .expect("benchmark kernel runs")
                 })
             });
@@ -195,3 +195,9 @@ fn bench(c: &mut Criterion) {
 
 criterion_group!(benches, bench);
 criterion_main!(benches);
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
+}

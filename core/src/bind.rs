@@ -214,7 +214,7 @@ mod tests {
 
     fn plan(src: &str, map: &str) -> LaunchPlan {
         let (module, _) = crate::text::parse(src).expect("parses");
-        crate::validate::validate(&module, &Default::default()).expect("valid");
+        let module = crate::validate::validate(&module, &Default::default()).expect("valid");
         crate::plan::lower(&module, map).expect("lowers")
     }
 

@@ -11,7 +11,9 @@
 pub mod backend;
 pub mod bind;
 pub mod case;
+mod expand;
 pub mod host;
+mod ids;
 pub mod inputs;
 pub mod interp;
 pub mod ir;

@@ -6,10 +6,20 @@
 
 use std::fmt::Write;
 
+use crate::case::CaseSpec;
 use crate::host::{self, UserNumber};
 use crate::ir::Literal;
 use crate::text::{self, ConstOverrideError, SourceFile};
-use crate::validate::{self, ValidateOptions};
+use crate::validate::{self, ValidModule, ValidateOptions};
+
+/// A text that parsed and validated: its module, with every program as
+/// validation expanded it, and its case section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidFile {
+    pub module: ValidModule,
+    /// The `case { ... }` section, if the text has one.
+    pub case: Option<CaseSpec>,
+}
 
 /// A text that does not parse or validate: its diagnostics, rendered (one
 /// or more, each ending in a newline, then a count line when validation
@@ -20,14 +30,14 @@ pub struct Rejected(pub String);
 
 /// Decodes `bytes` (UTF-8; a byte that is not is a rendered error at its
 /// line and column) and loads them as [`load_source`] does.
-pub fn load_bytes(bytes: &[u8], file: &str) -> Result<SourceFile, Rejected> {
+pub fn load_bytes(bytes: &[u8], file: &str) -> Result<ValidFile, Rejected> {
     let source = text::decode(bytes).map_err(|e| Rejected(e.render(file)))?;
     load_source(source, file)
 }
 
 /// Parses and validates `source`, named `file` in diagnostics: the module,
 /// then its case section against it.
-pub fn load_source(source: &str, file: &str) -> Result<SourceFile, Rejected> {
+pub fn load_source(source: &str, file: &str) -> Result<ValidFile, Rejected> {
     let parsed = text::parse_file(source).map_err(|e| rendered_parse_error(&e, file))?;
     validated(parsed, source, file)
 }
@@ -49,7 +59,7 @@ pub fn load_bytes_with(
     bytes: &[u8],
     file: &str,
     overrides: &[(&str, UserNumber)],
-) -> Result<SourceFile, LoadError> {
+) -> Result<ValidFile, LoadError> {
     let source = text::decode(bytes).map_err(|e| Rejected(e.render(file)))?;
     load_source_with(source, file, overrides)
 }
@@ -65,7 +75,7 @@ pub fn load_source_with(
     source: &str,
     file: &str,
     overrides: &[(&str, UserNumber)],
-) -> Result<SourceFile, LoadError> {
+) -> Result<ValidFile, LoadError> {
     let parsed = text::parse_file(source).map_err(|e| rendered_parse_error(&e, file))?;
     if overrides.is_empty() {
         return Ok(validated(parsed, source, file)?);
@@ -98,19 +108,21 @@ fn rendered_parse_error(error: &text::ParseError, file: &str) -> Rejected {
     Rejected(rendered)
 }
 
-/// `parsed` (the text of `source`) if it validates, its case section too;
-/// else its diagnostics rendered.
-fn validated(parsed: SourceFile, source: &str, file: &str) -> Result<SourceFile, Rejected> {
-    let mut diagnostics = validate::validate(&parsed.module, &ValidateOptions::default())
-        .err()
-        .unwrap_or_default();
+/// `parsed` (the text of `source`) validated, its case section too; else
+/// its diagnostics rendered.
+fn validated(parsed: SourceFile, source: &str, file: &str) -> Result<ValidFile, Rejected> {
+    let validated = validate::validate(&parsed.module, &ValidateOptions::default());
+    let mut diagnostics = validated.as_ref().err().cloned().unwrap_or_default();
     if let Some(case) = &parsed.case {
         if let Err(found) = validate::validate_case(&parsed.module, case) {
             diagnostics.extend(found);
         }
     }
-    if diagnostics.is_empty() {
-        return Ok(parsed);
+    if let (Ok(module), true) = (validated, diagnostics.is_empty()) {
+        return Ok(ValidFile {
+            module,
+            case: parsed.case,
+        });
     }
     let renderer = validate::Renderer::new(file, Some((source, &parsed.source_map)));
     let mut rendered: String = diagnostics

@@ -62,7 +62,7 @@ fn zeroed_and_semaphore_inputs_start_at_zero_everywhere() {
     );
 
     // The lowering (it had `Input` for both, so backends uploaded host data).
-    let plan = lower(&module, "k").unwrap();
+    let plan = lower(&validated(&module), "k").unwrap();
     let inits: Vec<_> = plan.buffers.iter().map(|b| b.init.clone()).collect();
     assert_eq!(
         inits,
@@ -151,7 +151,7 @@ case {
 ";
 
 fn run_twice(interp: &mut Interpreter, module: &Module) -> Result<Vec<Vec<f32>>, RunError> {
-    let plan = lower(module, "add").unwrap();
+    let plan = lower(&validated(module), "add").unwrap();
     let args = call_args(module, &Generation::with_defaults(0)).unwrap();
     let options = RunOptions {
         mode: Mode::Checked,
@@ -209,4 +209,10 @@ fn residents_take_generated_data_before_the_first_call() {
             "resident `acc` holds `i32` elements; map `add` declares `f32`".into()
         )
     );
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

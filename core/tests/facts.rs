@@ -1,5 +1,6 @@
-//! Validation returns facts (`ModuleInfo`), and the lowering puts the same
-//! facts in every launch unit: operand accesses, uniformity, name types.
+//! Validation returns each program's facts with its expanded kernel
+//! (`ValidModule`): operand accesses, uniformity, name types. The lowering
+//! copies them into the plan (it computes none: `tests/layering.rs`).
 
 use mpmd_core::ir::{BinaryOp, Expr, ScalarType};
 use mpmd_core::plan::{lower, OperandId};
@@ -49,10 +50,10 @@ fn access(f: impl FnOnce(&mut OperandAccess)) -> OperandAccess {
 fn validation_reports_each_programs_operand_accesses_in_operand_order() {
     let (module, _) = parse(SOURCE).expect("parses");
     let info = validate(&module, &ValidateOptions::default()).expect("valid");
-    let map = info.map("both").expect("map facts");
+    let map = info.valid_map("both").expect("map facts");
     // Operands: x, y, hits, out, n, ready.
     let none = OperandAccess::default();
-    let produce = &map.programs[0];
+    let produce = map.programs()[0].facts();
     assert_eq!(
         produce.accesses,
         vec![
@@ -68,7 +69,7 @@ fn validation_reports_each_programs_operand_accesses_in_operand_order() {
         (produce.signals.clone(), produce.waits.clone()),
         (vec![OperandId::new(5)], vec![])
     );
-    let consume = &map.programs[1];
+    let consume = map.programs()[1].facts();
     assert_eq!(
         consume.accesses,
         vec![
@@ -96,7 +97,7 @@ fn validation_reports_each_programs_operand_accesses_in_operand_order() {
 fn uniformity_and_types_are_facts_of_the_program() {
     let (module, _) = parse(SOURCE).expect("parses");
     let info = validate(&module, &ValidateOptions::default()).expect("valid");
-    let produce = &info.map("both").unwrap().programs[0];
+    let produce = info.valid_map("both").unwrap().programs()[0].facts();
     let u = &produce.uniformity;
     assert!(u.is_nonuniform_name("i"), "thread index");
     assert!(!u.is_nonuniform_name("row"), "block index times a scalar");
@@ -119,7 +120,7 @@ fn uniformity_and_types_are_facts_of_the_program() {
         produce.type_of(&Expr::Var("old".into())),
         Ok(ScalarType::U32)
     );
-    let consume = &info.map("both").unwrap().programs[1];
+    let consume = info.valid_map("both").unwrap().programs()[1].facts();
     assert_eq!(
         consume.type_of(&Expr::Var("seen".into())),
         Ok(ScalarType::I32)
@@ -127,15 +128,10 @@ fn uniformity_and_types_are_facts_of_the_program() {
 }
 
 #[test]
-fn the_plan_carries_the_facts_validation_returned() {
+fn the_lowering_marks_the_buffers_the_facts_access_atomically() {
     let (module, _) = parse(SOURCE).expect("parses");
-    let info = validate(&module, &ValidateOptions::default()).expect("valid");
-    let plan = lower(&module, "both").expect("lowers");
-    let map = info.map("both").unwrap();
-    for unit in &plan.units {
-        assert_eq!(Some(&unit.facts), map.program(unit.program));
-    }
-    // The lowering's atomic flags come from the same facts.
+    let valid = validate(&module, &ValidateOptions::default()).expect("valid");
+    let plan = lower(&valid, "both").expect("lowers");
     let atomic: Vec<(String, bool)> = plan
         .buffers
         .iter()

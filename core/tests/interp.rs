@@ -44,7 +44,7 @@ fn opts(detect: bool, extra_schedules: u32) -> InterpOptions {
 }
 
 fn run(m: &Module, map: &str, a: &CallArgs, o: &InterpOptions) -> Result<CallOutputs, RunError> {
-    Interpreter::new().call(m, map, a, o)
+    Interpreter::new().call(&validated(m), map, a, o)
 }
 
 /// Global thread id on a one-dimensional grid `b` with thread axis `t`.
@@ -195,12 +195,15 @@ fn loops_with_per_lane_bounds_run_under_masks() {
     let kernel = KernelBuilder::new("tri", map.params()).body(|b| {
         let t = b.let_("tid", U32, axis_index("t"));
         let acc = b.var("acc", U32, 0u32);
-        b.for_("k", U32, 0u32, t.clone(), |b, k| {
+        // A per-lane bound is a `while` condition (a `for` bound is block-uniform: E0045).
+        let k = b.var("k", U32, 0u32);
+        b.while_(k.clone().lt(t.clone()), 40u32, |b| {
             b.if_else(
                 (k.clone() % 2u32).eq(0u32),
                 |b| b.assign("acc", acc.clone() + k.clone()),
                 |b| b.assign("acc", acc.clone() + 100u32),
             );
+            b.assign("k", k.clone() + 1u32);
         });
         b.store(at("y", [t]), acc);
     });
@@ -379,7 +382,7 @@ fn integer_and_float_edge_numerics() {
         .scalar("seven", I32)
         .scalar("useven", U32)
         .scalar("uzero", U32)
-        .scalar("nan", F32)
+        .scalar("nan_value", F32)
         .build();
     let results: Vec<Expr> = vec![
         (var("seven") / var("zero")).bitcast(U32),
@@ -393,12 +396,12 @@ fn integer_and_float_edge_numerics() {
         u(0x8000_0000) >> u(35),
         Expr::from(3e9f32).cast(I32).bitcast(U32),
         Expr::from(-3e9f32).cast(I32).bitcast(U32),
-        var("nan").cast(I32).bitcast(U32),
+        var("nan_value").cast(I32).bitcast(U32),
         Expr::from(-1.5f32).cast(U32),
         Expr::from(1e10f32).cast(U32),
         Expr::from(-3.7f32).cast(I32).bitcast(U32),
-        math(MathFn::Min, [var("nan"), Expr::from(2.0f32)]).bitcast(U32),
-        math(MathFn::Max, [Expr::from(3.0f32), var("nan")]).bitcast(U32),
+        math(MathFn::Min, [var("nan_value"), Expr::from(2.0f32)]).bitcast(U32),
+        math(MathFn::Max, [Expr::from(3.0f32), var("nan_value")]).bitcast(U32),
         math(MathFn::Abs, [var("min")]).bitcast(U32),
         (-var("min")).bitcast(U32),
         (var("min") - 1i32).bitcast(U32),
@@ -434,7 +437,7 @@ fn integer_and_float_edge_numerics() {
             ("seven", Literal::I32(7)),
             ("useven", Literal::U32(7)),
             ("uzero", Literal::U32(0)),
-            ("nan", Literal::f32(f32::NAN)),
+            ("nan_value", Literal::f32(f32::NAN)),
         ],
     );
     let y = run(&m, "edges", &a, &opts(true, 0)).unwrap().outputs["y"].to_bits();
@@ -525,7 +528,7 @@ fn producer_consumer_through_gmem_scratch_and_a_semaphore() {
     let expected: Vec<f32> = xs.iter().map(|x| x * 2.0 + 1.0).collect();
     let mut interp = Interpreter::new();
     for o in [opts(false, 0), opts(true, 0), opts(true, 3)] {
-        let out = interp.call(&m, "pc", &a, &o).unwrap();
+        let out = interp.call(&validated(&m), "pc", &a, &o).unwrap();
         assert_eq!(out.outputs["y"].to_f32(), expected);
         let report = interp.last_report().unwrap();
         assert_eq!(report.schedules_run, 1 + o.extra_schedules);
@@ -540,7 +543,9 @@ fn producer_consumer_through_gmem_scratch_and_a_semaphore() {
     }
     // With the producer first, no wait has to be met later.
     let m = producer_consumer(true, false);
-    interp.call(&m, "pc", &a, &opts(true, 0)).unwrap();
+    interp
+        .call(&validated(&m), "pc", &a, &opts(true, 0))
+        .unwrap();
     assert_eq!(interp.last_report().unwrap().late_waits, vec![]);
 }
 
@@ -899,7 +904,9 @@ fn detection_forgets_the_accesses_of_earlier_calls() {
     let mut interp = Interpreter::new();
     for flip in [0u32, 1, 0, 1] {
         let a = args(&[], &[("flip", Literal::U32(flip))]);
-        let out = interp.call(&m, "halves", &a, &opts(true, 2)).unwrap();
+        let out = interp
+            .call(&validated(&m), "halves", &a, &opts(true, 2))
+            .unwrap();
         let want: Vec<u32> = (0..128u32).map(|k| ((k / 64) ^ flip) + 1).collect();
         assert_eq!(out.outputs["y"].words(), want, "flip {flip}");
     }
@@ -909,7 +916,10 @@ fn detection_forgets_the_accesses_of_earlier_calls() {
 fn residents_hand_data_and_credits_to_a_later_call() {
     let a = MeshBuilder::new("a").grid("b", 1).threads("t", 32).build();
     let bm = MeshBuilder::new("bm").grid("b", 1).threads("t", 32).build();
-    let ext = MeshBuilder::new("ext").grid("e", 2).threads("t", 1).build();
+    let ext = MeshBuilder::new("ext")
+        .grid("e", 2)
+        .threads("et", 1)
+        .build();
     let produce = MapBuilder::new("produce")
         .program("a", "produce")
         .input("x", gmem(F32, [32]))
@@ -966,14 +976,16 @@ fn residents_hand_data_and_credits_to_a_later_call() {
     let o = opts(true, 0);
     interp
         .call(
-            &m,
+            &validated(&m),
             "produce",
             &args(&[("x", HostTensor::from_f32(vec![32], &xs))], &[]),
             &o,
         )
         .unwrap();
     assert_eq!(interp.resident("flag").unwrap().words(), vec![0, 1]);
-    let out = interp.call(&m, "consume", &args(&[], &[]), &o).unwrap();
+    let out = interp
+        .call(&validated(&m), "consume", &args(&[], &[]), &o)
+        .unwrap();
     let expected: Vec<f32> = xs.iter().map(|x| x + 1.0).collect();
     assert_eq!(out.outputs["y"].to_f32(), expected);
     let flag = interp.resident("flag").unwrap();
@@ -986,7 +998,9 @@ fn residents_hand_data_and_credits_to_a_later_call() {
         expected.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
     // The credit was consumed: a second consume call deadlocks.
-    let e = interp.call(&m, "consume", &args(&[], &[]), &o).unwrap_err();
+    let e = interp
+        .call(&validated(&m), "consume", &args(&[], &[]), &o)
+        .unwrap_err();
     assert_eq!(e.class(), Some(ErrorClass::Deadlock));
     assert!(
         e.to_string()
@@ -1000,20 +1014,21 @@ fn residents_hand_data_and_credits_to_a_later_call() {
 #[test]
 fn backend_run_uses_the_plans_ir_and_checked_mode_detects() {
     use mpmd_core::plan::{DependencyGraph, LaunchPlan, LaunchUnit};
-    use mpmd_core::validate::ProgramFacts;
     use mpmd_core::{Backend, Mode, RunOptions};
     let m = producer_consumer(false, false);
+    let valid = validated(&m);
     let map = m.maps[0].clone();
     let units = map
         .programs
         .iter()
+        .zip(valid.valid_maps()[0].programs())
         .enumerate()
-        .map(|(k, p)| {
+        .map(|(k, (p, program))| {
             let mesh = m.mesh(&p.mesh).unwrap().clone();
-            let kernel = m.kernel(&p.kernel).unwrap().clone();
+            let kernel = program.kernel().clone();
             LaunchUnit {
                 program: mpmd_core::plan::ProgramId::new(k),
-                facts: ProgramFacts::of(&kernel, &mesh),
+                facts: program.facts().clone(),
                 block_count: mesh.block_count(),
                 threads_per_block: mesh.threads.size,
                 mesh,
@@ -1056,7 +1071,7 @@ fn backend_run_uses_the_plans_ir_and_checked_mode_detects() {
 
 #[test]
 fn wait_nodec_keeps_the_count_and_read_sees_it() {
-    let p = MeshBuilder::new("p").grid("b", 4).threads("t", 2).build();
+    let p = MeshBuilder::new("p").grid("pb", 4).threads("t", 2).build();
     let c = MeshBuilder::new("c").grid("b", 2).threads("t", 2).build();
     let map = MapBuilder::new("nodec")
         .program("c", "look")
@@ -1180,4 +1195,10 @@ fn flushing_subnormals_changes_exactly_the_float_operations() {
     // is flushed too, and 0 < 0 is false).
     assert_eq!(bits(&ieee, "c"), vec![0, 0]);
     assert_eq!(bits(&ftz, "c"), vec![1, 0]);
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

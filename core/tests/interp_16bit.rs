@@ -52,7 +52,7 @@ fn call(
             .collect(),
         scalars: scalars.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
     };
-    Interpreter::new().call(m, &m.maps[0].name, &args, o)
+    Interpreter::new().call(&validated(m), &m.maps[0].name, &args, o)
 }
 
 /// Special values of a 16-bit type, as bits: ±0, the smallest and largest
@@ -715,7 +715,7 @@ fn parallel_blocks_keep_both_halves_of_a_word() {
     let mut interp = Interpreter::new();
     for _ in 0..20 {
         let out = interp
-            .call(&m, "m", &CallArgs::default(), &opts(false, 0))
+            .call(&validated(&m), "m", &CallArgs::default(), &opts(false, 0))
             .unwrap();
         assert_eq!(out.outputs["y"].to_bits(), want);
     }
@@ -1003,7 +1003,7 @@ map m { programs [m: put]; outputs [y: gmem<bf16[3]>]; scratch [keep: gmem<bf16[
     );
     for k in 1..=2 {
         let out = interp
-            .call(&m, "m", &CallArgs::default(), &opts(true, 2))
+            .call(&validated(&m), "m", &CallArgs::default(), &opts(true, 2))
             .unwrap();
         let want: Vec<u32> = start
             .iter()
@@ -1017,7 +1017,7 @@ map m { programs [m: put]; outputs [y: gmem<bf16[3]>]; scratch [keep: gmem<bf16[
     // A resident of another length is refused, naming elements.
     interp.set_resident("keep", HostTensor::new(BF16, vec![4], vec![0; 4]).unwrap());
     let err = interp
-        .call(&m, "m", &CallArgs::default(), &opts(true, 0))
+        .call(&validated(&m), "m", &CallArgs::default(), &opts(true, 0))
         .unwrap_err();
     assert!(
         err.to_string()
@@ -1212,4 +1212,10 @@ fn fma_flushes_bf16_subnormals() {
         got,
         vec![u32::from(numerics::fma16(F16, 1, 0x3c00, 1).unwrap())]
     );
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

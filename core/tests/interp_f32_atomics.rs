@@ -24,7 +24,7 @@ fn opts(detect: bool, extra_schedules: u32) -> InterpOptions {
 
 fn run(m: &Module, a: &CallArgs, o: &InterpOptions) -> Result<CallOutputs, RunError> {
     let map = m.maps[0].name.clone();
-    Interpreter::new().call(m, &map, a, o)
+    Interpreter::new().call(&validated(m), &map, a, o)
 }
 
 fn inputs(list: &[(&str, HostTensor)]) -> CallArgs {
@@ -288,4 +288,10 @@ fn reordered_sums_are_nondeterministic_when_exact_and_within_the_summation_order
     assert!((f64::from(sum) - exact).abs() < 1e-5, "{sum} vs {exact}");
     // `Ulps(n)` states its own bound; 1000 ulps is far more than 256 adds move.
     with(ScheduleTolerance::Ulps(1000)).unwrap();
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -36,7 +36,7 @@ fn run_charged(
         args.inputs.insert(input.name.clone(), tensor);
         charges.push(charge);
     }
-    interp.call(module, &map.name, &args, options)
+    interp.call(&validated(module), &map.name, &args, options)
 }
 
 const COPY: &str = r#"
@@ -131,7 +131,7 @@ map k { programs [m: k]; outputs [acc: gmem<u32[64]> resident]; }
     let budget = MemoryBudget::new(1 << 20);
     let mut interp = Interpreter::with_budget(options.clone(), budget.clone());
     interp
-        .call(&module, "k", &CallArgs::default(), &options)
+        .call(&validated(&module), "k", &CallArgs::default(), &options)
         .unwrap();
     // 64 words and 64 flags.
     assert_eq!(budget.in_use(), 64 * 4 + 64);
@@ -178,7 +178,7 @@ fn the_time_limit_holds_while_buffers_are_filled() {
         };
         let start = Instant::now();
         let err = Interpreter::new()
-            .call(&module, "k", &CallArgs::default(), &options)
+            .call(&validated(&module), "k", &CallArgs::default(), &options)
             .unwrap_err();
         let elapsed = start.elapsed();
         match &err {
@@ -209,7 +209,7 @@ fn the_time_limit_holds_while_checked_local_arrays_are_declared() {
     };
     let start = Instant::now();
     let err = Interpreter::new()
-        .call(&module, "k", &CallArgs::default(), &options)
+        .call(&validated(&module), "k", &CallArgs::default(), &options)
         .unwrap_err();
     let elapsed = start.elapsed();
     match &err {
@@ -247,7 +247,7 @@ fn a_raised_interrupt_stops_a_running_call() {
         interrupt.raise();
     });
     let start = Instant::now();
-    let result = Interpreter::new().call(&module, "k", &args, &options);
+    let result = Interpreter::new().call(&validated(&module), "k", &args, &options);
     raiser.join().expect("the raiser thread ends");
     match result {
         Err(RunError::Interrupted {
@@ -256,4 +256,10 @@ fn a_raised_interrupt_stops_a_running_call() {
         other => panic!("expected an interrupt, got {other:?}"),
     }
     assert!(start.elapsed() < Duration::from_secs(30));
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

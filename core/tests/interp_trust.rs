@@ -26,7 +26,7 @@ fn run(src: &str, options: &InterpOptions) -> Result<CallOutputs, RunError> {
         .calls
         .first()
         .map_or_else(|| module.maps[0].name.clone(), |c| c.map.clone());
-    Interpreter::new().call(&module, &map, &args, options)
+    Interpreter::new().call(&validated(&module), &map, &args, options)
 }
 
 fn checked(seed: u64, extra_schedules: u32) -> InterpOptions {
@@ -261,7 +261,7 @@ case { generate x = uniform(0u, 4u); }
     let args = call_args(&module, &generation).unwrap().remove(0);
     let x = args.inputs["x"].to_bits();
     let out = Interpreter::new()
-        .call(&module, "k", &args, &checked(3, 2))
+        .call(&validated(&module), "k", &args, &checked(3, 2))
         .unwrap();
     for (t, &xt) in x.iter().enumerate() {
         let a = t % 2 == 1;
@@ -407,4 +407,10 @@ map m { programs [w: waiter, s: go]; outputs [y: gmem<f32[65536]>]; scratch [go:
         matches!(&err, RunError::MemoryLimit { what, limit, .. } if what.contains("program 0") && *limit == 64 << 20),
         "{err}"
     );
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -2,15 +2,15 @@
 //! `break`/`continue`, compound assignment, module constants, kernels that
 //! name only the operands they use, names reused in sibling blocks. Each
 //! from the text format through validation, the expansion the backends
-//! receive (`plan::program_kernel`) and the interpreter's exact results.
+//! receive (each program's kernel as validation expanded it) and the
+//! interpreter's exact results.
 
 #![allow(clippy::result_large_err)]
 
 mod common;
 use common::{module, one};
 use mpmd_core::backend::Mode;
-use mpmd_core::ir::{Expr, Literal, Module, Stmt};
-use mpmd_core::plan::program_kernel;
+use mpmd_core::ir::{Expr, Kernel, Literal, Module, Stmt};
 use mpmd_core::text::{parse, print};
 use mpmd_core::validate::{validate, ValidateOptions};
 use mpmd_core::{CallOutputs, HostTensor, RunError};
@@ -364,7 +364,7 @@ map m1 {
     let out = run(&m, "m1", &[], Mode::Checked).unwrap();
     assert_eq!(out.outputs["y"].to_u32(), vec![13; 32]);
     // The backends see one declaration per name.
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
+    let kernel = expanded(&m, 0);
     let printed = print(&Module {
         kernels: vec![kernel],
         ..Default::default()
@@ -432,7 +432,7 @@ map pipe {
     assert_eq!(out.outputs["y"].to_f32(), y);
     // The program's kernel takes every operand in map order; the ones it
     // does not name get names nothing in its body uses.
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[1]).unwrap();
+    let kernel = expanded(&m, 1);
     let names: Vec<&str> = kernel.params.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["unused_x", "y", "buf", "ready"]);
 
@@ -488,7 +488,7 @@ const STEP: u32 = 5u;
     assert!(printed.starts_with("const BLOCKS: u32 = 2u;\nconst TOTAL: u32 = 64u;\nconst STEP: u32 = 5u;\n\nmesh m {\n  grid [b = 2];"), "{printed}");
     assert_eq!(parse(&printed).unwrap().0, m);
     // The backends see literals.
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
+    let kernel = expanded(&m, 0);
     let Stmt::For { end, body, .. } = &kernel.body[1] else {
         panic!("{:?}", kernel.body[1]);
     };
@@ -591,7 +591,7 @@ fn helper_functions_are_inlined_at_each_call() {
     }
     // The backends see no call: every helper's body is in place, its
     // names fresh.
-    let kernel = program_kernel(&m, &m.maps[0], &m.kernels[0]).unwrap();
+    let kernel = expanded(&m, 0);
     let printed = print(&Module {
         kernels: vec![kernel],
         ..Default::default()
@@ -758,4 +758,11 @@ map mm {
             "argument 0 of `stage` (parameter `tile`) in kernel `kp` is `tp`, but the parameter is a `smem<u32[32]> @ q` ref"
         )
     );
+}
+
+/// The kernel program `program` of the first map runs, as validation
+/// expanded it: what the interpreter and the backends receive.
+fn expanded(m: &Module, program: usize) -> Kernel {
+    let valid = validate(m, &ValidateOptions::default()).expect("valid");
+    valid.valid_maps()[0].programs()[program].kernel().clone()
 }

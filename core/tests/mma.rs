@@ -80,7 +80,7 @@ fn run_probe(
         mma_probe,
         ..Default::default()
     };
-    Interpreter::new().call(m, "mmas", &args, &options)
+    Interpreter::new().call(&validated(m), "mmas", &args, &options)
 }
 
 /// The documented order: start from c, add a[r][k] * b[k][n] for k = 0..15,
@@ -500,4 +500,10 @@ fn an_unwritten_fragment_is_an_uninitialised_read() {
     let x = HostTensor::from_f32(vec![32], &[1.0; 32]);
     let e = run(&m, vec![("x", x)], Mode::Checked).expect_err("refused");
     assert!(e.to_string().contains("`a`"), "{e}");
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

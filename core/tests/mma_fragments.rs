@@ -281,7 +281,7 @@ map mm {{
         run: RunOptions { mode, seed: 3 },
         ..Default::default()
     };
-    Interpreter::new().call(&m, "mm", &args, &options)
+    Interpreter::new().call(&validated(&m), "mm", &args, &options)
 }
 
 #[test]
@@ -386,7 +386,7 @@ fn loads_need_two_dimensions_that_hold_the_block() {
 fn smem_slots_start_16_byte_aligned() {
     let m = module(&small_sources("fa[0u] = w[1u, 2u];"));
     validate(&m, &ValidateOptions::default()).unwrap_or_else(|e| panic!("{e:?}"));
-    let plan = mpmd_core::plan::lower(&m, "mm").expect("lowers");
+    let plan = mpmd_core::plan::lower(&validated(&m), "mm").expect("lowers");
     let slots: Vec<(u32, u32)> = plan.units[0]
         .smem
         .iter()
@@ -394,4 +394,10 @@ fn smem_slots_start_16_byte_aligned() {
         .collect();
     // 16-bit elements take 2 bytes: `odd` ends at byte 6, `w` starts at 16.
     assert_eq!(slots, [(0, 6), (16, 256)]);
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -12,14 +12,17 @@ use gemm_config::{bf16_tensor, quarters};
 use mpmd_core::interp::{InterpOptions, Interpreter};
 use mpmd_core::ir::{Literal, Module, ScalarType};
 use mpmd_core::text::parse_file;
+use mpmd_core::validate::ValidModule;
 use mpmd_core::{CallArgs, Mode, RunOptions};
 
 const EXAMPLE: &str = include_str!("../../examples/stream_k_gemm.mpmd");
 
-fn example() -> Module {
-    parse_file(EXAMPLE)
+fn example() -> ValidModule {
+    let module = parse_file(EXAMPLE)
         .unwrap_or_else(|e| panic!("{}", e.render("examples/stream_k_gemm.mpmd")))
-        .module
+        .module;
+    mpmd_core::validate::validate(&module, &Default::default())
+        .unwrap_or_else(|d| panic!("the example is not valid: {d:?}"))
 }
 
 fn capacity(module: &Module, map: &str, operand: &str) -> usize {

@@ -107,10 +107,10 @@ fn every_shape_at_the_limit_parses_validates_prints_lowers_and_runs() {
             module,
             "{kind} round trip"
         );
-        lower(&module, "k").unwrap_or_else(|e| panic!("{kind} {d}: {e}"));
+        lower(&validated(&module), "k").unwrap_or_else(|e| panic!("{kind} {d}: {e}"));
         let args = call_args(&module, &Generation::with_defaults(1)).unwrap();
         Interpreter::new()
-            .call(&module, "k", &args[0], &Default::default())
+            .call(&validated(&module), "k", &args[0], &Default::default())
             .unwrap_or_else(|e| panic!("{kind} {d}: {e}"));
     }
 }
@@ -152,7 +152,7 @@ fn a_flat_sum_of_198_terms_stays_valid() {
     // ../shared/defects/d02_wgsl_chain_198.mpmd: the WGSL emitter splits it.
     let (module, _) = parse(&deep("binchain", 198)).unwrap();
     validate(&module, &ValidateOptions::default()).unwrap();
-    lower(&module, "k").unwrap();
+    lower(&validated(&module), "k").unwrap();
 }
 
 // ---- line ends, byte-order mark, UTF-8 ------------------------------------------
@@ -275,4 +275,10 @@ fn float_literals_that_round_to_infinity_or_to_zero_are_errors() {
         let text = print(&module);
         assert_eq!(parse(&text).unwrap().0, module, "{text}");
     }
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -1877,14 +1877,6 @@ fn e0059_refs_whose_sizes_wrap_a_u64_are_refused_with_their_true_size() {
         parsed_diags(&d04a),
         [("E0059", format!("output operand `y` of map `k` has type `gmem<u32[{HUGE}]>`: 18446744073709551620 elements, 73786976294838206480 bytes in all; a buffer holds at most 1099511627776 bytes (1 TiB)"))]
     );
-    // Lowering (which trusts validation) refuses it too, rather than wrap.
-    let module = mpmd_core::text::parse(&d04a).unwrap().0;
-    assert_eq!(
-        mpmd_core::plan::lower(&module, "k"),
-        Err(mpmd_core::plan::LowerError::BufferTooLarge {
-            operand: "y".into()
-        })
-    );
     // d04b: 2^64 elements used to wrap to 0.
     let d04b = wrapping_ref(
         "kernel k(y: gmem<u32[65536, 65536, 65536, 65536]>) {\n  y[0u, 0u, 0u, axis_index(t)] = 7u;\n}",
@@ -2013,13 +2005,6 @@ fn e0057_modules_of_any_depth_are_measured_without_recursion() {
         "E0057",
         kstmt("kern", [s(0)]),
         "this statement of kernel `kern` nests 200001 levels deep (blocks and expressions); at most 256 are allowed",
-    );
-    assert_eq!(
-        mpmd_core::plan::lower(&chain, "scale"),
-        Err(mpmd_core::plan::LowerError::TooDeep {
-            kernel: "kern".into(),
-            nesting: 200_001
-        })
     );
     std::mem::forget(chain);
     // 100,000 nested `if`s: reported once, at the first statement past the limit.

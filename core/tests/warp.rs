@@ -28,7 +28,7 @@ fn run(m: &Module, inputs: &[(&str, HostTensor)], mode: Mode) -> Result<CallOutp
         run: RunOptions { mode, seed: 11 },
         ..Default::default()
     };
-    Interpreter::new().call(m, "warps", &args, &options)
+    Interpreter::new().call(&validated(m), "warps", &args, &options)
 }
 
 /// Two blocks of 64 threads: four warps, each op's result per thread.
@@ -359,4 +359,10 @@ fn a_warp_collective_is_a_statement() {
         "{}",
         err.render("t")
     );
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

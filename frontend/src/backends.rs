@@ -7,7 +7,8 @@ use mpmd_core::Backend;
 
 use crate::FrontendError;
 
-/// The backend `mpmd run --backend` names. Each backend is one arm.
+/// The backend `kind` names (`mpmd run --backend`, the Python package's
+/// backends). Each backend is one arm.
 pub fn resolve_backend(
     kind: BackendKind,
     co_resident: bool,

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use mpmd_core::host::UserNumber;
-use mpmd_core::ir::Module;
-use mpmd_core::text::SourceFile;
+use mpmd_core::load::ValidFile;
+use mpmd_core::validate::ValidModule;
 
 use crate::{files, FrontendError};
 
@@ -14,7 +14,7 @@ pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
 
 /// Parses and validates a file, its case section too; errors come back
 /// rendered (bytes that are not UTF-8 at their line and column).
-pub fn load_file(path: &Path) -> Result<SourceFile, FrontendError> {
+pub fn load_file(path: &Path) -> Result<ValidFile, FrontendError> {
     load_file_with(path, &[])
 }
 
@@ -23,7 +23,7 @@ pub fn load_file(path: &Path) -> Result<SourceFile, FrontendError> {
 pub fn load_file_with(
     path: &Path,
     overrides: &[(&str, UserNumber)],
-) -> Result<SourceFile, FrontendError> {
+) -> Result<ValidFile, FrontendError> {
     let bytes =
         files::read_regular(path, MAX_SOURCE_BYTES).map_err(|source| FrontendError::ReadFile {
             path: path.display().to_string(),
@@ -38,14 +38,14 @@ pub fn load_file_with(
 
 /// The module of a file, as [`load_file`] checks it (a case section is
 /// checked, then left out).
-pub fn load_module(path: &Path) -> Result<Module, FrontendError> {
+pub fn load_module(path: &Path) -> Result<ValidModule, FrontendError> {
     load_file(path).map(|file| file.module)
 }
 
 /// Parses and validates `source`, named `file` in diagnostics: the module,
 /// then its case section against it. Errors come back rendered as `mpmd
 /// check` prints them (the Python package's `Module.from_text` too).
-pub fn load_source(source: &str, file: &str) -> Result<SourceFile, FrontendError> {
+pub fn load_source(source: &str, file: &str) -> Result<ValidFile, FrontendError> {
     Ok(mpmd_core::load::load_source(source, file)?)
 }
 
@@ -55,6 +55,44 @@ pub fn load_source_with(
     source: &str,
     file: &str,
     overrides: &[(&str, UserNumber)],
-) -> Result<SourceFile, FrontendError> {
+) -> Result<ValidFile, FrontendError> {
     Ok(mpmd_core::load::load_source_with(source, file, overrides)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_load_with_their_diagnostics_rendered_or_name_what_went_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.mpmd");
+        std::fs::write(&good, "mesh m { grid [b = 1]; threads t = 1; }\n").unwrap();
+        assert_eq!(load_module(&good).unwrap().meshes.len(), 1);
+
+        let bad = dir.path().join("bad.mpmd");
+        std::fs::write(&bad, b"mesh m {\n  \xff\n").unwrap();
+        let FrontendError::Rejected(rendered) = load_file(&bad).unwrap_err() else {
+            panic!("not rendered");
+        };
+        assert!(
+            rendered.contains(&format!("{}:2:3", bad.display())),
+            "{rendered}"
+        );
+
+        let missing = dir.path().join("missing.mpmd");
+        let error = load_file(&missing).unwrap_err();
+        assert!(matches!(error, FrontendError::ReadFile { .. }));
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("cannot read `{}`: ", missing.display())),
+            "{error}"
+        );
+        // A folder is not a regular file: refused, not read.
+        assert!(matches!(
+            load_file(dir.path()).unwrap_err(),
+            FrontendError::ReadFile { .. }
+        ));
+    }
 }

@@ -10,9 +10,9 @@ use mpmd_core::interp::{
     InterpOptions, Interpreter, Interrupt, MmaProbe, DEFAULT_EXTRA_SCHEDULES, DEFAULT_MEMORY_LIMIT,
     DEFAULT_TIME_LIMIT,
 };
-use mpmd_core::ir::Module;
 use mpmd_core::lru::Lru;
 use mpmd_core::plan::LaunchPlan;
+use mpmd_core::validate::ValidModule;
 use mpmd_core::RunError as CoreRunError;
 use mpmd_core::{Backend, CallArgs, CallOutputs, Mode, RunOptions};
 use mpmd_cuda::{CudaBackend, CudaOptions, CudaPrepared};
@@ -60,7 +60,7 @@ pub(crate) const DEVICE_PREPARED: usize = 16;
 /// backend but the interpreter runs).
 pub(crate) fn run_engine(
     engine: &mut Engine,
-    module: &Arc<Module>,
+    module: &Arc<ValidModule>,
     case: Option<&CaseSpec>,
     map: &str,
     plan: Option<&LaunchPlan>,

@@ -33,9 +33,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::CallArgs;
-use mpmd_core::ir::{Literal, Module, ScalarType, Type};
+use mpmd_core::ir::{Literal, ScalarType, Type};
 use mpmd_core::lru::Lru;
 use mpmd_core::plan::LaunchPlan;
+use mpmd_core::validate::ValidModule;
 use mpmd_core::{inputs, HostTensor, Mode, RunError as CoreRunError};
 use mpmd_cuda::cudarc::driver::sys as cu;
 use mpmd_cuda::{CudaBackend, CudaBuffer, CudaOptions, CudaPrepared, DeviceArgs};
@@ -205,7 +206,7 @@ struct OperandSpec {
 /// A map registered for FFI calls (`mpmd.jax.kernel` makes one).
 pub struct FfiKernel {
     id: u64,
-    module: Arc<Module>,
+    module: Arc<ValidModule>,
     /// The file's case section: its `compare` lines set the interpreter's
     /// schedule tolerances, as for `backend.call`.
     case: Option<CaseSpec>,

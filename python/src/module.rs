@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::{host_shape, UserNumber};
 use mpmd_core::interp::DEFAULT_MEMORY_LIMIT;
-use mpmd_core::ir::{Module, MpmdMap, Operand, Type};
+use mpmd_core::ir::{MpmdMap, Operand, Type};
+use mpmd_core::load::ValidFile;
 use mpmd_core::plan::{lower, LaunchPlan};
-use mpmd_core::text::SourceFile;
+use mpmd_core::validate::ValidModule;
 use mpmd_core::{inputs, text};
 use mpmd_frontend::Target;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
@@ -21,7 +22,7 @@ use crate::*;
 /// A parsed and validated module (`.mpmd` text).
 #[pyclass(module = "mpmd", name = "Module", frozen)]
 pub(crate) struct PyModule_ {
-    pub(crate) module: Arc<Module>,
+    pub(crate) module: Arc<ValidModule>,
     /// The file's case section (its `generate` and `compare` lines are used).
     pub(crate) case: Option<CaseSpec>,
     /// The file name diagnostics name.
@@ -33,7 +34,7 @@ pub(crate) struct PyModule_ {
 pub(crate) type Operands = Vec<(String, &'static str, Vec<u32>)>;
 
 impl PyModule_ {
-    fn new(source: SourceFile, file: String) -> Self {
+    fn new(source: ValidFile, file: String) -> Self {
         PyModule_ {
             module: Arc::new(source.module),
             case: source.case,

@@ -1,6 +1,7 @@
 //! `cargo xtask`: project automation (tests, conformance) and set-up of the
 //! tools those need (a Vulkan adapter, NVRTC and ptxas).
 
+mod bench;
 mod python;
 mod tools;
 
@@ -56,11 +57,20 @@ enum Task {
     },
     /// Set up the tools, then run the benchmarks: the interpreter's, WGSL
     /// against hand-written WGSL, and CUDA (ptxas and compile figures
-    /// everywhere, the GPU benchmarks where there is a GPU).
+    /// everywhere, the GPU benchmarks where there is a GPU); `report`:
+    /// the performance report (Pallas against mpmd and the other figures,
+    /// docs/bench.md) into target/bench/report.md and stdout.
     Bench {
-        /// Which: interp, wgpu, cuda (default: all three, in that order).
+        /// Which: interp, wgpu, cuda, report (default: the first three, in
+        /// that order).
         #[arg(value_delimiter = ',')]
         which: Vec<BenchTarget>,
+        /// `report`: rounds of the Pallas/mpmd table.
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        /// `report`: programs of each fuzzer run.
+        #[arg(long, default_value_t = 30)]
+        fuzz_programs: u64,
     },
     /// Build the release binaries `scripts/gpu-check.sh` runs on a machine
     /// with an NVIDIA GPU but no Rust toolchain, into DIR (stripped).
@@ -84,6 +94,8 @@ enum BenchTarget {
     Interp,
     Wgpu,
     Cuda,
+    /// The performance report (`bench.rs`).
+    Report,
 }
 
 fn main() -> ExitCode {
@@ -137,12 +149,27 @@ fn main() -> ExitCode {
         Task::Fuzz { release, args } => {
             run_conformance_binary(&root, &setup, "mpmd-fuzz", release, &args)
         }
-        Task::Bench { which } => run_benches(&root, &setup, &which),
+        Task::Bench {
+            which,
+            rounds,
+            fuzz_programs,
+        } => {
+            let options = bench::ReportOptions {
+                rounds: rounds.max(1),
+                fuzz_programs: fuzz_programs.max(1),
+            };
+            run_benches(&root, &setup, &which, &options)
+        }
         Task::GpuBundle { dir } => gpu_bundle(&root, &setup, &dir),
     }
 }
 
-fn run_benches(root: &Path, setup: &tools::Setup, which: &[BenchTarget]) -> ExitCode {
+fn run_benches(
+    root: &Path,
+    setup: &tools::Setup,
+    which: &[BenchTarget],
+    report: &bench::ReportOptions,
+) -> ExitCode {
     let all = [BenchTarget::Interp, BenchTarget::Wgpu, BenchTarget::Cuda];
     let which = if which.is_empty() { &all[..] } else { which };
     let mut failed = Vec::new();
@@ -174,6 +201,12 @@ fn run_benches(root: &Path, setup: &tools::Setup, which: &[BenchTarget]) -> Exit
                 ])
                 .arg("--examples")
                 .arg(root.join("examples")),
+            BenchTarget::Report => {
+                if bench::report(root, setup, report) != ExitCode::SUCCESS {
+                    failed.push("report".into());
+                }
+                continue;
+            }
         };
         if run_announced(&mut cmd) != ExitCode::SUCCESS {
             failed.push(format!("{target:?}").to_lowercase());

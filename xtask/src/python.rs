@@ -25,7 +25,7 @@ pub const REQUIREMENTS: [&str; 6] = [
 /// compare with, and runs pytest (`args` go to pytest). Returns pytest's
 /// exit code, or failure when something could not be set up.
 pub fn run_pytest(root: &Path, setup: &Setup, args: &[String]) -> ExitCode {
-    match prepare(root, setup) {
+    match prepare(root, setup, Profile::Debug) {
         Ok(venv_python) => {
             let mut pytest = Command::new(&venv_python);
             setup.apply_env(&mut pytest);
@@ -65,8 +65,18 @@ pub fn run_pytest(root: &Path, setup: &Setup, args: &[String]) -> ExitCode {
     }
 }
 
+/// How [`prepare`] builds the package and the CLI.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// Unoptimised, like the tests (`cargo xtask pytest`).
+    Debug,
+    /// Optimised (`maturin develop --release`, `cargo build --release`): the
+    /// benchmarks (`cargo xtask bench report`).
+    Release,
+}
+
 /// The environment's python, with the requirements and the package installed.
-fn prepare(root: &Path, setup: &Setup) -> Result<PathBuf, String> {
+pub fn prepare(root: &Path, setup: &Setup, profile: Profile) -> Result<PathBuf, String> {
     let venv = tools::target_dir(root).join("mpmd-tools").join("pyenv");
     let python = venv.join("bin").join("python");
     if !python.is_file() {
@@ -119,13 +129,16 @@ fn prepare(root: &Path, setup: &Setup) -> Result<PathBuf, String> {
         std::fs::write(&stamp, &wanted)
             .map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
     }
-    // The package, into the environment (debug build, like the tests).
+    // The package, into the environment.
     let mut develop = Command::new(venv.join("bin").join("maturin"));
     setup.apply_env(&mut develop);
     develop
         .current_dir(root.join("python"))
         .env("VIRTUAL_ENV", &venv)
         .args(["develop", "--quiet"]);
+    if profile == Profile::Release {
+        develop.arg("--release");
+    }
     if !tools::run_visible(&mut develop) {
         return Err("`maturin develop` could not build the package (see above)".into());
     }
@@ -134,6 +147,9 @@ fn prepare(root: &Path, setup: &Setup) -> Result<PathBuf, String> {
     let mut cli = Command::new(cargo);
     cli.current_dir(root)
         .args(["build", "--quiet", "-p", "mpmd-cli", "--bin", "mpmd"]);
+    if profile == Profile::Release {
+        cli.arg("--release");
+    }
     if !tools::run_visible(&mut cli) {
         return Err("`cargo build -p mpmd-cli` failed (see above)".into());
     }

@@ -79,7 +79,7 @@ impl CudaBackend {
         Ok(function)
     }
 
-    /// Loaded kernels the backend keeps now (at most [`LOADED_KERNELS`]).
+    /// Loaded kernels the backend keeps now (at most [`LOADED_KERNELS`](super::LOADED_KERNELS)).
     pub fn loaded_kernels(&self) -> usize {
         self.kernels.len()
     }

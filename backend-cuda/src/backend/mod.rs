@@ -129,7 +129,7 @@ impl DeviceMemory for CudaBuffer {
 /// ```no_run
 /// use cudarc::driver::{CudaContext, DevicePtr};
 /// use mpmd_core::ir::{Literal, ScalarType};
-/// use mpmd_core::{plan::lower, text::parse, Mode};
+/// use mpmd_core::{plan::lower, text::parse, validate::validate, Mode};
 /// use mpmd_cuda::{CudaBackend, CudaBuffer, CudaOptions, DeviceArgs};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -141,6 +141,7 @@ impl DeviceMemory for CudaBuffer {
 /// let (x_ptr, y_ptr) = (x.device_ptr(&stream).0, y.device_ptr(&stream).0);
 ///
 /// let (module, _) = parse(include_str!("../../../examples/elementwise.mpmd")).map_err(|e| format!("{e:?}"))?;
+/// let module = validate(&module, &Default::default()).map_err(|d| format!("{d:?}"))?;
 /// let plan = lower(&module, "axpb")?; // y = x * alpha + 1 over 256 f32
 /// let mut backend = CudaBackend::on_stream(stream.clone(), CudaOptions::default())?;
 /// let prepared = backend.prepare(&plan, Mode::Fast)?; // compiled and loaded once

@@ -164,7 +164,7 @@ impl Emitter<'_> {
             | Stmt::Call { .. }
             | Stmt::Return { .. } => {
                 return Err(cx.unsupported(
-                    "a compound assignment or helper call that lowering did not expand (plan::program_kernel)",
+                    "a compound assignment or helper call that validation did not expand (expand::program_kernel)",
                 ))
             }
             Stmt::Barrier => self.line(depth, &self.unit_sync.barrier()),

@@ -16,7 +16,7 @@ fn plan_of(source: &str) -> LaunchPlan {
         .spawn(move || {
             let (module, _) = mpmd_core::text::parse(&source).expect("parses");
             let map = module.effective_calls()[0].map.clone();
-            mpmd_core::plan::lower(&module, &map).expect("lowers")
+            mpmd_core::plan::lower(&validated(&module), &map).expect("lowers")
         })
         .expect("the thread starts")
         .join()
@@ -116,4 +116,10 @@ fn chains_at_the_nesting_limit_become_shallow_c() {
             "{mode:?}: parentheses nest {depth} deep"
         );
     }
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

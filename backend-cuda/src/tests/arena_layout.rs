@@ -211,7 +211,7 @@ map k {
 ",
     )
     .unwrap();
-    let plan = mpmd_core::plan::lower(&module, "k").unwrap();
+    let plan = mpmd_core::plan::lower(&validated(&module), "k").unwrap();
     for map_outputs in [true, false] {
         let layout = ArenaLayout::new(&plan, &loaded_buffers(&plan), map_outputs);
         assert_disjoint_and_aligned(&plan, &layout);
@@ -237,4 +237,10 @@ map k {
         uploads[&buffer(&plan, "x")],
         vec![0x0002_0001, 0x0004_0003, 0x0000_0005]
     );
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -50,7 +50,7 @@ fn cuda_host_compiles_each_program_once() {
     );
     let mut module = scale();
     module.maps[0].name = unique.clone();
-    let plan = mpmd_core::plan::lower(&module, &unique).unwrap();
+    let plan = mpmd_core::plan::lower(&validated(&module), &unique).unwrap();
     let mut backend = HostCudaBackend::new();
     let run = |backend: &mut HostCudaBackend, alpha: f32, mode: Mode| {
         let mut args = CallArgs::default();
@@ -72,4 +72,10 @@ fn cuda_host_compiles_each_program_once() {
     assert_eq!(run(&mut backend, 0.5, Mode::Checked), 1.5);
     // Other tests may compile at the same time: at least these two.
     assert!(compilations() >= before + 2);
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -30,7 +30,7 @@ pub fn text_plan(source: &str) -> mpmd_core::plan::LaunchPlan {
     if let Err(diagnostics) = mpmd_core::validate::validate(&module, &Default::default()) {
         panic!("{diagnostics:?}\n{source}");
     }
-    mpmd_core::plan::lower(&module, &module.maps[0].name).expect("lowers")
+    mpmd_core::plan::lower(&validated(&module), &module.maps[0].name).expect("lowers")
 }
 
 /// The text of corpus case `name` (`conformance/cases/NAME.mpmd`).
@@ -78,4 +78,10 @@ pub fn for_arch(arch: u32) -> mpmd_cuda::CompileOptions {
         arch,
         ..mpmd_cuda::CompileOptions::default()
     }
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -18,7 +18,7 @@ pub fn module(meshes: Vec<Mesh>, kernels: Vec<Kernel>, map: MpmdMap) -> Module {
 }
 
 pub fn plan_of(m: &Module) -> LaunchPlan {
-    lower(m, &m.maps[0].name).expect("lowers")
+    lower(&validated(m), &m.maps[0].name).expect("lowers")
 }
 
 /// `y[i] = x[i] * alpha` over 4 x 128 threads, guarded by `n`.
@@ -441,4 +441,10 @@ pub fn corpus() -> Vec<(&'static str, Module)> {
         ("pipeline", pipeline()),
         ("cycle", cycle()),
     ]
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -30,7 +30,7 @@ pub fn plan_of_text(source: &str) -> LaunchPlan {
     if let Err(diagnostics) = mpmd_core::validate::validate(&module, &Default::default()) {
         panic!("{diagnostics:?}\n{source}");
     }
-    lower(&module, &module.maps[0].name).expect("lowers")
+    lower(&validated(&module), &module.maps[0].name).expect("lowers")
 }
 
 #[allow(clippy::result_large_err)] // `RunError` is what `Backend::run` returns
@@ -918,4 +918,10 @@ map k { programs [m: k]; inputs [x: gmem<f16[5]>]; outputs [y: gmem<f16[5]>]; sc
         "{error}"
     );
     assert!(matches!(index.as_str(), "[5]" | "[6]"), "{error}");
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -110,9 +110,7 @@ pub(super) fn sanitize(name: &str) -> String {
         .collect()
 }
 
-/// 32-bit words that hold `elements` elements of `elem`: 16-bit floats are
-/// packed two a word (element `i` in word `i / 2`, the low half for even `i`).
-pub use mpmd_core::host::words_for;
+use mpmd_core::host::words_for;
 
 /// Whether memory of element type `elem` that a program accesses as
 /// `access` is held in atomic words: atomics and semaphore operations, and

@@ -157,6 +157,7 @@ impl UnitEmitter<'_, '_> {
         }
         self.depth -= 1;
         self.line("}");
+        self.loop_exit();
     }
 
     /// An f32 atomic on an `atomic<u32>` word (WGSL has no float atomics):
@@ -290,8 +291,12 @@ impl UnitEmitter<'_, '_> {
                     self.line("if (!mpmd_idle) {");
                     self.depth += 1;
                 }
-                self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
-                self.line(&format!("atomicOr(&{word}, {value} << {shift});"));
+                if self.pair_arrays.contains(&array) {
+                    self.paired_store(&word, &i, &value, &shift);
+                } else {
+                    self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
+                    self.line(&format!("atomicOr(&{word}, {value} << {shift});"));
+                }
                 if self.idle_guard {
                     self.depth -= 1;
                     self.line("}");
@@ -302,6 +307,43 @@ impl UnitEmitter<'_, '_> {
             )),
         }
         Ok(())
+    }
+
+    /// A 16-bit store that pairs with the subgroup neighbour's
+    /// (`emit/pairing.rs`): when the neighbour is active here and stores the
+    /// other half of the same word, both store the whole word (the same
+    /// value); otherwise the two-atomic store.
+    fn paired_store(&mut self, word: &str, index: &str, bits: &str, shift: &str) {
+        self.pairs_used = true;
+        let active = self.temp("active");
+        let neighbour = self.temp("neighbour");
+        let other_index = self.temp("other");
+        let other_bits = self.temp("otherbits");
+        self.line(
+            "// Paired store: the subgroup neighbour stores the other half of the word, or each stores its own.",
+        );
+        self.line(&format!("let {active}: vec4<u32> = subgroupBallot(true);"));
+        self.line(&format!("let {neighbour}: u32 = mpmd_subgroup_lane ^ 1u;"));
+        self.line(&format!(
+            "let {other_index}: u32 = subgroupShuffleXor({index}, 1u);"
+        ));
+        self.line(&format!(
+            "let {other_bits}: u32 = subgroupShuffleXor({bits}, 1u);"
+        ));
+        self.line(&format!(
+            "if (((({active}[{neighbour} >> 5u] >> ({neighbour} & 31u)) & 1u) == 1u) && ({other_index} == ({index} ^ 1u))) {{"
+        ));
+        self.depth += 1;
+        self.line(&format!(
+            "atomicStore(&{word}, ({bits} << {shift}) | ({other_bits} << ({shift} ^ 16u)));"
+        ));
+        self.depth -= 1;
+        self.line("} else {");
+        self.depth += 1;
+        self.line(&format!("atomicAnd(&{word}, ~(0xffffu << {shift}));"));
+        self.line(&format!("atomicOr(&{word}, {bits} << {shift});"));
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// The element index expression of an access (and its checked-mode site id).

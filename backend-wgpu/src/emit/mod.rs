@@ -40,14 +40,14 @@ mod generate;
 mod helpers;
 mod memory;
 mod numerics;
+mod pairing;
 mod stmt;
 mod sync;
 mod syntax;
 mod unit;
 mod warp;
 
-pub use bindings::{binding_layout, words_for, BindingLayout, StorageBinding, WordType};
-pub use stmt::MAX_STATEMENT_NESTING;
+pub use bindings::{BindingLayout, StorageBinding, WordType};
 
 use mpmd_core::ir::{Name, ScalarType};
 use mpmd_core::plan::{LaunchPlan, ProgramId, UnitId};
@@ -133,6 +133,17 @@ pub struct EmitOptions {
     /// [`WarpPath::Native`] only on an adapter that qualifies; tests may
     /// force either.
     pub warps: WarpPath,
+    /// The device has subgroup operations (`wgpu::Features::SUBGROUP`; any
+    /// subgroup size). A 16-bit gmem or smem store that is the only write
+    /// of its array in the kernel lets two neighbouring invocations that
+    /// store the two halves of one word write it whole, one atomic store
+    /// each, instead of two atomics each (`emit/pairing.rs`). With a
+    /// [`loop_cap`](Self::loop_cap), loops are charged as they run instead
+    /// of up front: llvmpipe counts header visits per SIMD vector, which is
+    /// its subgroup, so each loop's entry and exit take the subgroup's
+    /// largest count (`subgroupMax`); only a branch that threads may take
+    /// differently still pays its loops up front.
+    pub subgroups: bool,
 }
 
 impl Default for EmitOptions {
@@ -145,6 +156,7 @@ impl Default for EmitOptions {
             max_workgroups_per_dimension: 65_535,
             co_resident: false,
             warps: WarpPath::Emulated,
+            subgroups: false,
         }
     }
 }
@@ -308,7 +320,7 @@ pub struct EmittedModule {
     pub scalar_slots: Vec<(Name, ScalarType)>,
     /// Words after the scalars: the runtime literals.
     pub literal_words: Vec<u32>,
-    pub sites: Vec<AccessSite>,
+    pub(crate) sites: Vec<AccessSite>,
 }
 
 impl EmittedModule {
@@ -335,10 +347,12 @@ pub fn emit(plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
 /// Generates the module for `plan` and validates it with naga.
 pub fn emit_module(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, EmitError> {
     let module = on_deep_stack(|| generate(plan, options))?;
-    validate_wgsl_with(&module.wgsl, options.warps).map_err(|message| EmitError::Naga {
-        message,
-        wgsl: module.wgsl.clone(),
-    })?;
+    validate_wgsl_capabilities(&module.wgsl, options.warps, options.subgroups).map_err(
+        |message| EmitError::Naga {
+            message,
+            wgsl: module.wgsl.clone(),
+        },
+    )?;
     Ok(module)
 }
 
@@ -362,12 +376,20 @@ pub fn validate_wgsl(source: &str) -> Result<naga::Module, String> {
 /// use subgroup operations in compute shaders (what a device with
 /// `wgpu::Features::SUBGROUP` accepts), an emulated one may not.
 pub fn validate_wgsl_with(source: &str, warps: WarpPath) -> Result<naga::Module, String> {
+    validate_wgsl_capabilities(source, warps, false)
+}
+
+/// [`validate_wgsl_with`], subgroup operations allowed also for paired
+/// 16-bit stores and loop counts ([`EmitOptions::subgroups`]).
+fn validate_wgsl_capabilities(
+    source: &str,
+    warps: WarpPath,
+    subgroups: bool,
+) -> Result<naga::Module, String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
-    let capabilities = match warps {
-        WarpPath::Emulated => naga::valid::Capabilities::default(),
-        WarpPath::Native => {
-            naga::valid::Capabilities::default() | naga::valid::Capabilities::SUBGROUP
-        }
+    let capabilities = match warps == WarpPath::Native || subgroups {
+        false => naga::valid::Capabilities::default(),
+        true => naga::valid::Capabilities::default() | naga::valid::Capabilities::SUBGROUP,
     };
     let mut validator =
         naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities);

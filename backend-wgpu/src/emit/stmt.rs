@@ -149,10 +149,13 @@ impl UnitEmitter<'_, '_> {
             return Ok(false);
         }
         let collective = contains_collective(std::slice::from_ref(stmt));
-        if let Stmt::If { cond, .. } = stmt {
-            if self.is_uniform(cond) {
-                return Ok(false);
+        match stmt {
+            Stmt::If { cond, .. } if self.is_uniform(cond) => return Ok(false),
+            // A loop's visits are counted as it runs, for its subgroup (`loop_enter`).
+            Stmt::For { .. } | Stmt::While { .. } if self.state.options.subgroups => {
+                return Ok(false)
             }
+            _ => {}
         }
         let saved = (self.body.len(), self.temp, self.rt_used.clone());
         let cost = match self.cost(std::slice::from_ref(stmt), &HashSet::new()) {
@@ -340,6 +343,9 @@ impl UnitEmitter<'_, '_> {
                 self.block(body)?;
                 self.scopes.pop();
                 self.line("}");
+                if !self.paid {
+                    self.loop_exit();
+                }
             }
             Stmt::While { cond, max, body } => {
                 self.check_nesting("`while` loops")?;
@@ -374,6 +380,9 @@ impl UnitEmitter<'_, '_> {
                 self.depth -= 1;
                 self.block(body)?;
                 self.line("}");
+                if !self.paid {
+                    self.loop_exit();
+                }
             }
             Stmt::Break => self.line("break;"),
             Stmt::Continue => self.line("continue;"),
@@ -382,7 +391,7 @@ impl UnitEmitter<'_, '_> {
             | Stmt::Call { .. }
             | Stmt::Return { .. } => {
                 return Err(self.invalid(
-                    "a compound assignment or helper call that lowering did not expand (plan::program_kernel)",
+                    "a compound assignment or helper call that validation did not expand (expand::program_kernel)",
                 ))
             }
             Stmt::Barrier => {
@@ -527,7 +536,27 @@ impl UnitEmitter<'_, '_> {
     /// included: a loop costs one more than its iterations.
     pub(super) fn loop_enter(&mut self) {
         if self.state.options.loop_cap.is_some() {
+            self.subgroup_loop_count();
             self.line("_ = mpmd_loop_tick();");
+        }
+    }
+
+    /// After a loop whose visits were counted as it ran: its lanes left it
+    /// at different iterations, and the vector ran until the last left.
+    pub(super) fn loop_exit(&mut self) {
+        if self.state.options.loop_cap.is_some() {
+            self.subgroup_loop_count();
+        }
+    }
+
+    /// With subgroup operations, every lane here takes the largest count of
+    /// its subgroup: llvmpipe counts loop-header visits per SIMD vector (its
+    /// subgroup), also those its lanes made while others waited, so after a
+    /// loop whose lanes ran different numbers of iterations, and before the
+    /// next one, the vector's count is the subgroup's largest.
+    fn subgroup_loop_count(&mut self) {
+        if self.state.options.subgroups {
+            self.line("mpmd_loop_count = subgroupMax(mpmd_loop_count);");
         }
     }
 

@@ -4,7 +4,8 @@
 
 use mpmd_core::ir::{AtomicOp, BinaryOp, Expr, Literal, MathFn, RefAccess, RefType, ScalarType};
 
-use super::bindings::{words_for, WordType};
+use super::bindings::WordType;
+use mpmd_core::host::words_for;
 
 /// The WGSL type of a scalar value.
 pub(super) fn wgsl_scalar(t: ScalarType) -> &'static str {

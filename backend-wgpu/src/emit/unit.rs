@@ -18,6 +18,9 @@ use super::{splits_blocks, EmitError, TICKET_WORD};
 
 /// The entry point parameters of a unit with native warp collectives.
 pub(super) const SUBGROUP_BUILTINS: &str = "@builtin(subgroup_size) mpmd_subgroup_size: u32, @builtin(subgroup_invocation_id) mpmd_subgroup_lane: u32";
+/// The entry point parameter of a unit with paired 16-bit stores only.
+pub(super) const SUBGROUP_LANE_BUILTIN: &str =
+    "@builtin(subgroup_invocation_id) mpmd_subgroup_lane: u32";
 /// The same as parameters of a program's function in a fused dispatch.
 pub(super) const SUBGROUP_PARAMETERS: &str = "mpmd_subgroup_size: u32, mpmd_subgroup_lane: u32";
 /// What the fused entry point passes for them.
@@ -65,6 +68,11 @@ pub(super) struct UnitEmitter<'s, 'p> {
     /// A program of a fused dispatch with fewer threads than its workgroup:
     /// the extra invocations (`mpmd_idle`) skip stores and atomics.
     pub(super) idle_guard: bool,
+    /// The WGSL arrays whose 16-bit stores may pair (`emit/pairing.rs`;
+    /// empty unless `EmitOptions::subgroups`).
+    pub(super) pair_arrays: HashSet<String>,
+    /// A paired store was written: the entry point takes the subgroup lane.
+    pub(super) pairs_used: bool,
 }
 
 impl<'s, 'p> UnitEmitter<'s, 'p> {
@@ -145,6 +153,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         }
         let _ = scalar_index;
         let ordered_by_dispatch = !plan.needs_co_residency() || splits_blocks(plan, state.options);
+        let pair_arrays = match state.options.subgroups {
+            false => HashSet::new(),
+            true => super::pairing::pairable_arrays(&unit.kernel.body, &|name: &str| match top
+                .get(name)
+            {
+                Some(Named::Ref(WgslRef {
+                    storage: Storage::Buffer { global, .. } | Storage::Shared { global, .. },
+                    ..
+                })) => Some(global.clone()),
+                _ => None,
+            }),
+        };
         Ok(UnitEmitter {
             state,
             unit_id,
@@ -162,6 +182,8 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             hoisting: hoisting.clone(),
             next_while: 0,
             idle_guard: false,
+            pair_arrays,
+            pairs_used: false,
         })
     }
 
@@ -237,6 +259,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     pub(super) fn emit_entry_with(mut self, source: BlockSource) -> Result<String, EmitError> {
         let unit = self.unit;
         let body = unit.kernel.body.clone();
+        if matches!(source, BlockSource::Fused(_)) {
+            // The fused entry point does not pass the subgroup lane (see `emit/pairing.rs`).
+            self.pair_arrays.clear();
+        }
         let quiet = if self.ordered_by_dispatch {
             unobservable_sem_barriers(unit)
         } else {
@@ -305,9 +331,10 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
             return Ok(out);
         }
         writeln!(out, "@compute @workgroup_size({})", unit.threads_per_block).unwrap();
-        let subgroups = match self.checks_subgroups() {
-            true => format!(", {SUBGROUP_BUILTINS}"),
-            false => String::new(),
+        let subgroups = match (self.checks_subgroups(), self.pairs_used) {
+            (true, _) => format!(", {SUBGROUP_BUILTINS}"),
+            (false, true) => format!(", {SUBGROUP_LANE_BUILTIN}"),
+            (false, false) => String::new(),
         };
         writeln!(
             out,

@@ -5,14 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use mpmd_core::backend::RunError;
+use mpmd_core::host::words_for;
 use mpmd_core::ir::ScalarType;
 use mpmd_core::plan::{BufferPlan, LaunchPlan};
 use mpmd_core::Mode;
 
 use super::{time_limit, Deadline, WgpuBackend, POOL_MAX_BYTES, STAGING_USAGE};
-use crate::emit::{
-    emit_module, words_for, EmitError, EmittedModule, PARAMS_BINDING, STATUS_BINDING,
-};
+use crate::emit::{emit_module, EmitError, EmittedModule, PARAMS_BINDING, STATUS_BINDING};
 
 pub(super) struct CompiledModule {
     pub(super) emitted: EmittedModule,

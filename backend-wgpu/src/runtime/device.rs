@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use mpmd_core::backend::RunError;
+use mpmd_core::host::words_for;
 use mpmd_core::lru::Lru;
 use mpmd_core::plan::{LaunchPlan, UnitId};
 use mpmd_core::Mode;
@@ -16,7 +17,7 @@ use super::{
 };
 use crate::emit::{
     emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, own_workgroup_bytes,
-    splits_blocks, words_for, EmitError, EmitOptions, WarpPath,
+    splits_blocks, EmitError, EmitOptions, WarpPath,
 };
 use crate::subgroups::{SubgroupFacts, WarpChoice};
 
@@ -316,6 +317,7 @@ impl WgpuBackend {
             max_workgroups_per_dimension: self.ctx.limits.max_compute_workgroups_per_dimension,
             co_resident: self.options.co_resident,
             warps: self.warp_path().path,
+            subgroups: self.ctx.subgroups.feature,
         }
     }
 

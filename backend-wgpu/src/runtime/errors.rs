@@ -202,23 +202,30 @@ impl WgpuBackend {
                 ),
             },
             ERROR_LOOP_CAP => {
-                let cap = self
-                    .emit_options(Mode::Fast)
-                    .loop_cap
-                    .unwrap_or(LLVMPIPE_LOOP_CAP);
+                let options = self.emit_options(Mode::Fast);
+                let cap = options.loop_cap.unwrap_or(LLVMPIPE_LOOP_CAP);
                 let (used, needed) = (values[0] as u64, values[1] as u64);
+                let need = format!(
+                    "need {} loop-header visits, more than the {cap} this backend allows ({}; it had used \
+                     {used} when the next loop needed {needed})",
+                    used + needed,
+                    site(Some(thread)),
+                );
+                let counted = if options.subgroups {
+                    "counted for the invocation's subgroup (llvmpipe counts per SIMD vector, whose lanes \
+                     share one count), as the loops run; the loops under a branch that threads may take \
+                     differently are charged up front, both branches included"
+                } else {
+                    "every loop, and every branch that threads may take differently that holds loops, is \
+                     charged up front, at its largest (a `while` at its `max`), both branches included"
+                };
                 RunError::Unsupported {
                     reason: format!(
-                        "one invocation's loops need {} loop-header visits, more than the {cap} this backend \
-                         allows ({}; it had used {used} when the next loop needed {needed}). Every loop \
-                         iteration costs a visit and every loop one more for its exit test, and so does every \
-                         poll of a semaphore wait that waits on a workgroup of the same dispatch; the loops \
-                         under a branch that threads may take differently are charged up front, both branches \
-                         included. \
-                         {} silently ends an invocation's loops after about 65,535 visits, so the result would \
-                         be wrong (WgpuOptions::loop_cap sets the allowance)",
-                        used + needed,
-                        site(Some(thread)),
+                        "one invocation's loops {need}. Every loop iteration costs a visit and every loop one \
+                         more for its exit test, and so does every poll of a semaphore wait that waits on a \
+                         workgroup of the same dispatch; visits are {counted}. {} silently ends an \
+                         invocation's loops after about 65,535 visits, so the result would be wrong \
+                         (WgpuOptions::loop_cap sets the allowance)",
                         self.ctx.info.name
                     ),
                 }

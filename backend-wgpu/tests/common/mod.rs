@@ -59,7 +59,7 @@ pub fn module(src: &str) -> Module {
 }
 
 pub fn plan(module: &Module, map: &str) -> LaunchPlan {
-    lower(module, map).unwrap_or_else(|e| panic!("lowering failed: {e}"))
+    lower(&validated(module), map).unwrap_or_else(|e| panic!("lowering failed: {e}"))
 }
 
 pub fn fast() -> RunOptions {
@@ -180,4 +180,10 @@ pub fn declarations(wgsl: &str) -> String {
         }
     }
     out
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

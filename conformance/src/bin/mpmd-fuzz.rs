@@ -60,6 +60,11 @@ struct Args {
     /// generator's, `GenOptions::provable_operands`).
     #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(0..=100))]
     provable_operands: Option<u32>,
+    /// Modules examined at once, each on a worker thread (default: the
+    /// available cores). Results are counted in seed order: the same seed
+    /// gives the same programs and verdicts for any number of jobs.
+    #[arg(long)]
+    jobs: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -118,6 +123,10 @@ fn main() -> ExitCode {
                 .unwrap_or(GenOptions::default().provable_operands),
             ..Default::default()
         },
+        jobs: args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1),
         ..FuzzConfig::default()
     };
     let summary = run_fuzz(&config, &factories, &mut |line| eprintln!("{line}"));

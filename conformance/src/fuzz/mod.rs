@@ -213,6 +213,10 @@ pub struct FuzzConfig {
     pub max_findings: usize,
     /// Generator options; set `ieee: false` when a WGSL backend is under test.
     pub generator: GenOptions,
+    /// Modules examined at once (generation, check, backends), each on a
+    /// worker thread of its own; results are counted in seed order, so the
+    /// run's programs and verdicts do not depend on it.
+    pub jobs: usize,
 }
 
 impl Default for FuzzConfig {
@@ -228,6 +232,7 @@ impl Default for FuzzConfig {
             reduce_time_limit: Duration::from_secs(120),
             max_findings: 10,
             generator: GenOptions::default(),
+            jobs: 1,
         }
     }
 }
@@ -292,6 +297,17 @@ pub struct FuzzSummary {
     pub agreed: BTreeMap<String, u64>,
     /// Per backend and reason: modules the backend declined (unsupported, refused).
     pub skipped: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Wall time of each stage over the modules counted, summed over the
+    /// workers: `generate`, `check` (validation, round trip, the
+    /// interpreter with detection and extra schedules), then each backend
+    /// (making it, compiling, running, comparing), in the order given.
+    pub stage_times: Vec<(String, Duration)>,
+    /// CPU time of the run: this process's threads and the children it
+    /// waited for (the host compiler, ptxas, cuda-host's programs), from
+    /// `/proc/self/stat`; `None` where that cannot be read (not Linux). On a
+    /// machine shared with other work it says what the run costs where the
+    /// wall time cannot.
+    pub cpu: Option<Duration>,
 }
 
 impl FuzzSummary {
@@ -315,6 +331,22 @@ impl std::fmt::Display for FuzzSummary {
             self.generator_bugs.len(),
             self.findings.len()
         )?;
+        if let Some(cpu) = self.cpu {
+            writeln!(
+                f,
+                "  CPU time {:.1} s ({:.0} ms a program; this process and the compilers and programs it ran)",
+                cpu.as_secs_f64(),
+                cpu.as_secs_f64() * 1000.0 / self.programs.max(1) as f64
+            )?;
+        }
+        if !self.stage_times.is_empty() {
+            let stages: Vec<String> = self
+                .stage_times
+                .iter()
+                .map(|(stage, t)| format!("{stage} {:.1} s", t.as_secs_f64()))
+                .collect();
+            writeln!(f, "  time by stage: {}", stages.join(", "))?;
+        }
         for (b, n) in &self.agreed {
             writeln!(f, "  {b}: {n} agreed")?;
         }
@@ -399,14 +431,14 @@ pub fn stated_input_seed(spec: &CaseSpec) -> Option<u64> {
 /// otherwise.
 pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str, String)> {
     let CaseFile { module, spec } = file;
-    if let Err(diags) = file.validate() {
+    let valid = file.validate().map_err(|diags| {
         let text = diags
             .iter()
             .map(|d| format!("{}: {}", d.code, d.message))
             .collect::<Vec<_>>()
             .join("; ");
-        return Err(("validate", text));
-    }
+        ("validate", text)
+    })?;
     match mpmd_core::text::parse_file(&file.print()) {
         Ok(parsed) if parsed.module == *module && parsed.case.as_ref() == Some(spec) => {}
         Ok(_) => return Err(("round-trip", "parse(print(m)) != m".into())),
@@ -439,8 +471,8 @@ pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str,
         flush_subnormals: false,
         ..InterpOptions::default()
     };
-    let observed =
-        run_oracle(file, &prepared, &options).map_err(|e| ("interpreter", e.to_string()))?;
+    let observed = run_oracle(&valid, spec, &prepared, &options)
+        .map_err(|e| ("interpreter", e.to_string()))?;
     let mut outputs = vec![CallOutputs::default(); calls.len()];
     let mut mma = vec![BTreeMap::new(); calls.len()];
     for o in observed {
@@ -453,7 +485,7 @@ pub fn check_module(file: &CaseFile, seed: u64) -> Result<Oracle, (&'static str,
     }
     let plans = calls
         .iter()
-        .map(|call| lower(module, &call.map).map_err(|e| e.to_string()))
+        .map(|call| lower(&valid, &call.map).map_err(|e| e.to_string()))
         .collect();
     Ok(Oracle {
         args,
@@ -620,107 +652,222 @@ pub fn statement_count(module: &Module) -> usize {
     count
 }
 
+/// What a worker found out about one module: everything [`run_fuzz`] needs to
+/// count it, report it and reduce its disagreements, in seed order.
+struct Examined {
+    seed: u64,
+    file: CaseFile,
+    /// The backends' verdicts in the order of the factories, or the stage
+    /// and message of a generator bug.
+    verdicts: Result<Vec<Verdict>, (&'static str, String)>,
+    /// Wall time of generation, of the check on the interpreter, and of
+    /// each backend (the order of [`FuzzSummary::stage_times`]).
+    times: Vec<Duration>,
+}
+
+/// Generates module `seed` and runs it through the check and every backend.
+fn examine(config: &FuzzConfig, backends: &[BackendFactory], seed: u64) -> Examined {
+    let mut times = Vec::with_capacity(2 + backends.len());
+    let clock = Instant::now();
+    let file = generate_with(seed, &config.generator);
+    times.push(clock.elapsed());
+    let clock = Instant::now();
+    let checked = check_module(&file, seed);
+    times.push(clock.elapsed());
+    let verdicts = checked.map(|oracle| {
+        backends
+            .iter()
+            .map(|factory| {
+                let clock = Instant::now();
+                let verdict = judge_backend(
+                    &file,
+                    &oracle,
+                    factory,
+                    config.mode,
+                    seed,
+                    config.per_program_timeout,
+                );
+                times.push(clock.elapsed());
+                verdict
+            })
+            .collect()
+    });
+    Examined {
+        seed,
+        file,
+        verdicts,
+        times,
+    }
+}
+
 /// Generates, checks and runs programs until a limit; reduces and writes
 /// every disagreement. `progress` receives one line per event worth showing.
+///
+/// [`FuzzConfig::jobs`] workers examine modules at once (generation, check,
+/// backends); this thread takes their results in seed order, so the
+/// summary, the progress lines and the reductions are those of one worker:
+/// the same seed gives the same programs and verdicts whatever the number
+/// of jobs. Modules a worker examined past the last one counted (after the
+/// time limit or the last finding) are dropped.
 pub fn run_fuzz(
     config: &FuzzConfig,
     backends: &[BackendFactory],
     progress: &mut dyn FnMut(&str),
 ) -> FuzzSummary {
     let start = Instant::now();
-    let mut summary = FuzzSummary::default();
+    let cpu_start = process_cpu();
+    let mut summary = FuzzSummary {
+        stage_times: ["generate", "check"]
+            .iter()
+            .map(|s| (s.to_string(), Duration::ZERO))
+            .chain(backends.iter().map(|f| (f.name.clone(), Duration::ZERO)))
+            .collect(),
+        ..FuzzSummary::default()
+    };
     let limit = match (config.iterations, config.time_limit) {
         (None, None) => Some(100),
         (n, _) => n,
     };
-    let mut i = 0u64;
-    loop {
-        if limit.is_some_and(|n| i >= n)
-            || config.time_limit.is_some_and(|t| start.elapsed() >= t)
-            || summary.findings.len() >= config.max_findings
-        {
-            break;
+    let jobs = config.jobs.max(1);
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::Ordering::SeqCst;
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel::<(u64, Examined)>(2 * jobs);
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            scope.spawn(move || loop {
+                if stop.load(SeqCst) || config.time_limit.is_some_and(|t| start.elapsed() >= t) {
+                    break;
+                }
+                let i = next.fetch_add(1, SeqCst);
+                if limit.is_some_and(|n| i >= n) {
+                    break;
+                }
+                let examined = examine(config, backends, config.seed.wrapping_add(i));
+                if tx.send((i, examined)).is_err() {
+                    break;
+                }
+            });
         }
-        let seed = config.seed.wrapping_add(i);
-        i += 1;
-        let file = generate_with(seed, &config.generator);
-        let oracle = match check_module(&file, seed) {
-            Ok(o) => o,
-            Err((stage, message)) => {
-                progress(&format!("GENERATOR BUG seed {seed} at {stage}: {message}"));
-                summary.generator_bugs.push(GeneratorBug {
-                    seed,
-                    stage,
-                    message,
-                });
-                summary.programs += 1;
-                continue;
+        drop(tx);
+        // Results that arrived before the ones before them were counted.
+        let mut waiting = BTreeMap::new();
+        let mut counted = 0u64;
+        'results: for (i, examined) in rx.iter() {
+            waiting.insert(i, examined);
+            while let Some(examined) = waiting.remove(&counted) {
+                if summary.findings.len() >= config.max_findings {
+                    break 'results;
+                }
+                counted += 1;
+                count(config, backends, examined, &mut summary, progress);
             }
-        };
-        summary.programs += 1;
-        for factory in backends {
-            match judge_backend(
-                &file,
-                &oracle,
-                factory,
-                config.mode,
+        }
+        stop.store(true, SeqCst);
+        summary.elapsed = start.elapsed();
+        summary.cpu = cpu_start
+            .zip(process_cpu())
+            .map(|(before, after)| after.saturating_sub(before));
+        // A worker waiting to send its next result ends now; one examining a
+        // module ends when it has.
+        drop(rx);
+    });
+    summary
+}
+
+/// This process's CPU time so far, its threads' and its waited-for
+/// children's (`/proc/self/stat` counts in USER_HZ, 100 a second on Linux).
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    crate::runner::process_ticks(&stat).map(|ticks| Duration::from_millis(ticks * 10))
+}
+
+/// Counts one examined module into `summary`; reduces and writes its
+/// disagreements.
+fn count(
+    config: &FuzzConfig,
+    backends: &[BackendFactory],
+    examined: Examined,
+    summary: &mut FuzzSummary,
+    progress: &mut dyn FnMut(&str),
+) {
+    let Examined {
+        seed,
+        file,
+        verdicts,
+        times,
+    } = examined;
+    for ((_, total), t) in summary.stage_times.iter_mut().zip(&times) {
+        *total += *t;
+    }
+    summary.programs += 1;
+    let verdicts = match verdicts {
+        Ok(v) => v,
+        Err((stage, message)) => {
+            progress(&format!("GENERATOR BUG seed {seed} at {stage}: {message}"));
+            summary.generator_bugs.push(GeneratorBug {
                 seed,
-                config.per_program_timeout,
-            ) {
-                Verdict::Agrees => *summary.agreed.entry(factory.name.clone()).or_default() += 1,
-                Verdict::Skipped(reason) => {
-                    let reason = skip_group(&reason);
-                    *summary
-                        .skipped
-                        .entry(factory.name.clone())
-                        .or_default()
-                        .entry(reason)
-                        .or_default() += 1
-                }
-                Verdict::Disagrees(signature, detail) => {
-                    progress(&format!(
-                        "seed {seed}: `{}` {signature}: {detail}",
-                        factory.name
-                    ));
-                    let mut finding = Finding {
-                        seed,
-                        backend: factory.name.clone(),
-                        signature: signature.clone(),
-                        detail,
-                        reduced_path: None,
-                        statements: statement_count(&file.module),
-                    };
-                    if config.reduce {
-                        // A hang costs a timeout per candidate: write it unreduced.
-                        let reduced = if signature == Signature::Hang {
-                            reduce::Reduced {
-                                file: file.clone(),
-                                detail: finding.detail.clone(),
-                                tried: 0,
-                                accepted: 0,
-                            }
-                        } else {
-                            reduce::reduce(&file, seed, factory, &signature, config)
-                        };
-                        finding.statements = statement_count(&reduced.file.module);
-                        finding.detail = reduced.detail.clone();
-                        match reduce::write_found(&reduced, &finding, &config.found_dir) {
-                            Ok(path) => {
-                                progress(&format!(
-                                    "  reduced to {} statements: {}",
-                                    finding.statements,
-                                    path.display()
-                                ));
-                                finding.reduced_path = Some(path);
-                            }
-                            Err(e) => progress(&format!("  cannot write the reduced case: {e}")),
+                stage,
+                message,
+            });
+            return;
+        }
+    };
+    for (factory, verdict) in backends.iter().zip(verdicts) {
+        match verdict {
+            Verdict::Agrees => *summary.agreed.entry(factory.name.clone()).or_default() += 1,
+            Verdict::Skipped(reason) => {
+                let reason = skip_group(&reason);
+                *summary
+                    .skipped
+                    .entry(factory.name.clone())
+                    .or_default()
+                    .entry(reason)
+                    .or_default() += 1
+            }
+            Verdict::Disagrees(signature, detail) => {
+                progress(&format!(
+                    "seed {seed}: `{}` {signature}: {detail}",
+                    factory.name
+                ));
+                let mut finding = Finding {
+                    seed,
+                    backend: factory.name.clone(),
+                    signature: signature.clone(),
+                    detail,
+                    reduced_path: None,
+                    statements: statement_count(&file.module),
+                };
+                if config.reduce {
+                    // A hang costs a timeout per candidate: write it unreduced.
+                    let reduced = if signature == Signature::Hang {
+                        reduce::Reduced {
+                            file: file.clone(),
+                            detail: finding.detail.clone(),
+                            tried: 0,
+                            accepted: 0,
                         }
+                    } else {
+                        reduce::reduce(&file, seed, factory, &signature, config)
+                    };
+                    finding.statements = statement_count(&reduced.file.module);
+                    finding.detail = reduced.detail.clone();
+                    match reduce::write_found(&reduced, &finding, &config.found_dir) {
+                        Ok(path) => {
+                            progress(&format!(
+                                "  reduced to {} statements: {}",
+                                finding.statements,
+                                path.display()
+                            ));
+                            finding.reduced_path = Some(path);
+                        }
+                        Err(e) => progress(&format!("  cannot write the reduced case: {e}")),
                     }
-                    summary.findings.push(finding);
                 }
+                summary.findings.push(finding);
             }
         }
     }
-    summary.elapsed = start.elapsed();
-    summary
 }

@@ -36,7 +36,7 @@ pub fn run_case_reporting(
         }
     };
     result.tags = tags(file);
-    let CaseFile { module, spec } = file;
+    let CaseFile { spec, .. } = file;
 
     // Validation is shared by every backend: each only ever receives validated modules.
     let validation = file.validate();
@@ -66,19 +66,22 @@ pub fn run_case_reporting(
             .collect();
         return result;
     }
-    if let Err(diags) = validation {
-        let list = diags
-            .iter()
-            .map(|d| format!("{}: {}", d.code, d.message))
-            .collect::<Vec<_>>()
-            .join("; ");
-        result.results = all(
-            config,
-            Status::Fail(format!("rejected by validation: {list}")),
-        );
-        result.triage = not_compared("rejected by validation");
-        return result;
-    }
+    let valid = match validation {
+        Ok(valid) => valid,
+        Err(diags) => {
+            let list = diags
+                .iter()
+                .map(|d| format!("{}: {}", d.code, d.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            result.results = all(
+                config,
+                Status::Fail(format!("rejected by validation: {list}")),
+            );
+            result.triage = not_compared("rejected by validation");
+            return result;
+        }
+    };
     let calls = match prepare_calls(&case.name, file, config.seed) {
         Ok(c) => c,
         Err(e) => {
@@ -97,12 +100,21 @@ pub fn run_case_reporting(
     let oracle_start = std::time::Instant::now();
     let oracle: Vec<Result<Vec<Observed>, SequenceError>> = modes
         .iter()
-        .map(|&mode| run_interp(file, &calls, mode, config.seed, config.extra_schedules))
+        .map(|&mode| {
+            run_interp(
+                &valid,
+                spec,
+                &calls,
+                mode,
+                config.seed,
+                config.extra_schedules,
+            )
+        })
         .collect();
     result
         .elapsed
         .insert(BackendId::Interp, oracle_start.elapsed());
-    let ops = bounded_ops(module);
+    let ops = bounded_ops(&valid);
     let mut executions: BTreeMap<BackendId, Vec<Execution>> = BTreeMap::new();
 
     for &backend in &config.backends {
@@ -122,6 +134,7 @@ pub fn run_case_reporting(
                 let status = run_on_gpu(
                     backend,
                     file,
+                    &valid,
                     &calls,
                     env,
                     &modes,
@@ -188,6 +201,7 @@ pub(super) fn not_run_reason(backend: BackendId, status: &Status) -> String {
 pub(super) fn run_on_gpu(
     backend: BackendId,
     file: &CaseFile,
+    valid: &ValidModule,
     calls: &[PreparedCall],
     env: &Environment,
     modes: &[Mode],
@@ -203,7 +217,7 @@ pub(super) fn run_on_gpu(
         return Status::Skip(reason.clone());
     }
     let module = &file.module;
-    let plans = match lower_all(module, calls) {
+    let plans = match lower_all(valid, calls) {
         Ok(p) => p,
         Err(e) => return Status::Fail(e),
     };
@@ -259,7 +273,15 @@ pub(super) fn run_on_gpu(
             let ieee = judge(&file.spec, backend, mode, outcome, Some(oracle), tolerance);
             match kept {
                 Some(outcome) if ieee != Status::Pass => {
-                    let flushed = run_interp_with(file, calls, mode, seed, extra_schedules, true);
+                    let flushed = run_interp_with(
+                        valid,
+                        &file.spec,
+                        calls,
+                        mode,
+                        seed,
+                        extra_schedules,
+                        true,
+                    );
                     match judge(
                         &file.spec,
                         backend,

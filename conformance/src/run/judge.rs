@@ -29,7 +29,7 @@ pub(super) fn observe_outputs(call: usize, outputs: CallOutputs, observed: &mut 
 }
 
 pub(super) fn lower_all(
-    module: &Module,
+    module: &ValidModule,
     calls: &[PreparedCall],
 ) -> Result<Vec<LaunchPlan>, String> {
     calls

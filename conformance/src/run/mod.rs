@@ -7,6 +7,7 @@ use mpmd_core::inputs::{call_args, resident_data, Fallback, Generation, DEFAULT_
 use mpmd_core::interp::{InterpOptions, Interpreter, MmaProbe};
 use mpmd_core::ir::{Literal, Module};
 use mpmd_core::plan::LaunchPlan;
+use mpmd_core::validate::ValidModule;
 use mpmd_core::{
     Backend, CallArgs, CallOutputs, ErrorClass, HostTensor, Mode, RunError, RunOptions,
 };
@@ -255,19 +256,21 @@ fn collect_residents(module: &Module, backend: &dyn Backend, observed: &mut Vec<
 /// The oracle: the interpreter with detection on and extra schedules, which
 /// compares the schedules' outputs per the case's compare modes.
 pub fn run_interp(
-    file: &CaseFile,
+    module: &ValidModule,
+    spec: &CaseSpec,
     calls: &[PreparedCall],
     mode: Mode,
     seed: u64,
     extra_schedules: u32,
 ) -> Result<Vec<Observed>, SequenceError> {
-    run_interp_with(file, calls, mode, seed, extra_schedules, false)
+    run_interp_with(module, spec, calls, mode, seed, extra_schedules, false)
 }
 
 /// [`run_interp`], flushing subnormal f32 operands and results when
 /// `flush_subnormals` (the oracle for an adapter that flushes them).
 pub fn run_interp_with(
-    file: &CaseFile,
+    module: &ValidModule,
+    spec: &CaseSpec,
     calls: &[PreparedCall],
     mode: Mode,
     seed: u64,
@@ -278,11 +281,11 @@ pub fn run_interp_with(
         run: RunOptions { mode, seed },
         detect: true,
         extra_schedules,
-        schedule_tolerances: file.spec.schedule_tolerances(),
+        schedule_tolerances: spec.schedule_tolerances(),
         flush_subnormals,
         ..InterpOptions::default()
     };
-    run_oracle(file, calls, &options)
+    run_oracle(module, spec, calls, &options)
 }
 
 /// The oracle's run of `calls` with `options` (every call's outputs, then
@@ -291,7 +294,8 @@ pub fn run_interp_with(
 /// `MmaProbe` (docs/numerics.md). [`run_interp_with`] and the fuzzer's
 /// `check_module` both judge by it.
 pub fn run_oracle(
-    CaseFile { module, spec }: &CaseFile,
+    module: &ValidModule,
+    spec: &CaseSpec,
     calls: &[PreparedCall],
     options: &InterpOptions,
 ) -> Result<Vec<Observed>, SequenceError> {
@@ -340,7 +344,7 @@ pub fn run_oracle(
 /// Runs the calls in order on one interpreter with `options`: every call's
 /// outputs, then the residents after the last call.
 fn interp_sequence(
-    module: &Module,
+    module: &ValidModule,
     calls: &[PreparedCall],
     options: &InterpOptions,
 ) -> Result<Vec<Observed>, Box<RunError>> {

@@ -15,10 +15,11 @@ fn a_flushing_adapter_fails_the_ieee_oracle_and_passes_the_flushing_one() {
             .unwrap();
     let file = case.parsed.as_ref().unwrap();
     let calls = prepare_calls(&case.name, file, 1).unwrap();
-    let tolerance = profile_tolerance(BackendId::Wgpu, &bounded_ops(&file.module), &[]);
+    let valid = file.validate().expect("valid");
+    let tolerance = profile_tolerance(BackendId::Wgpu, &bounded_ops(&valid), &[]);
     for mode in [Mode::Fast, Mode::Checked] {
-        let ieee = run_interp(file, &calls, mode, 1, 0);
-        let flushed = run_interp_with(file, &calls, mode, 1, 0, true);
+        let ieee = run_interp(&valid, &file.spec, &calls, mode, 1, 0);
+        let flushed = run_interp_with(&valid, &file.spec, &calls, mode, 1, 0, true);
         let against = |oracle| {
             judge(
                 &file.spec,
@@ -48,7 +49,8 @@ fn mma_outputs_are_judged_by_the_oracles_probes() {
             .unwrap();
     let file = case.parsed.as_ref().unwrap();
     let calls = prepare_calls(&case.name, file, 1).unwrap();
-    let oracle = run_interp(file, &calls, Mode::Fast, 1, 0);
+    let valid = file.validate().expect("valid");
+    let oracle = run_interp(&valid, &file.spec, &calls, Mode::Fast, 1, 0);
     let reference = oracle.as_ref().unwrap();
     let out = &reference[0];
     assert_eq!(out.name, "out");

@@ -15,6 +15,18 @@ pub(super) fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
         .collect()
 }
 
+/// The host's cores, read once per process (`available_parallelism` reads
+/// cgroup files each time, a cost a tiny call would pay per buffer).
+pub(super) fn host_cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Lanes (blocks times threads) of an independent map below which its
+/// blocks run on the calling thread: starting worker threads costs more
+/// than running them (a map of a few blocks takes microseconds).
+const INLINE_LANES: u64 = 1 << 15;
+
 /// Runs independent blocks (no atomics, no semaphores) on all host cores; the
 /// error of the lowest block wins so that reports do not depend on timing.
 pub(super) fn run_parallel(
@@ -24,49 +36,23 @@ pub(super) fn run_parallel(
 ) -> Result<u64, RunError> {
     let offsets = task_offsets(codes);
     let total: u64 = codes.iter().map(|c| c.block_count).sum();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(total as usize)
-        .max(1) as u64;
+    let lanes = codes.iter().fold(0u64, |sum, c| {
+        sum.saturating_add(c.block_count.saturating_mul(c.threads as u64))
+    });
+    let workers = if lanes < INLINE_LANES {
+        1
+    } else {
+        host_cores().min(total as usize).max(1) as u64
+    };
     let offsets = &offsets;
+    if workers == 1 {
+        return run_blocks(codes, bufs, limits, offsets, 0..total);
+    }
     let results: Vec<Result<u64, RunError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let range = total * w / workers..total * (w + 1) / workers;
-                s.spawn(move || {
-                    let mut env = Env {
-                        bufs,
-                        detect: None,
-                        alt: None,
-                        signalled: false,
-                        late_waits: None,
-                        codes,
-                        task_offsets: offsets,
-                        limits,
-                        ticks: 0,
-                    };
-                    let mut states: Vec<Option<BlockState>> = codes.iter().map(|_| None).collect();
-                    for task in range.clone() {
-                        let p = offsets.iter().rposition(|&o| o <= task).unwrap_or(0);
-                        let code = &codes[p];
-                        let block = task - offsets[p];
-                        limits.check_time(|| block_site(code, block))?;
-                        let st = match &mut states[p] {
-                            Some(st) => st,
-                            empty => empty.insert(new_block_state(limits, code, false)?),
-                        };
-                        st.reset(code, task as u32, block);
-                        match st.run(code, &mut env)? {
-                            Status::Done => {}
-                            other => {
-                                return Err(RunError::Backend(format!(
-                                    "block of an independent program stopped early: {other:?}"
-                                )))
-                            }
-                        }
-                    }
-                    Ok(range.end - range.start)
-                })
+                s.spawn(move || run_blocks(codes, bufs, limits, offsets, range))
             })
             .collect();
         handles
@@ -83,6 +69,49 @@ pub(super) fn run_parallel(
         blocks += r?;
     }
     Ok(blocks)
+}
+
+/// Runs the independent blocks (tasks) `range` in order; stops at the
+/// first error.
+fn run_blocks(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    limits: &Limits,
+    offsets: &[u64],
+    range: std::ops::Range<u64>,
+) -> Result<u64, RunError> {
+    let mut env = Env {
+        bufs,
+        detect: None,
+        alt: None,
+        signalled: false,
+        late_waits: None,
+        codes,
+        task_offsets: offsets,
+        limits,
+        ticks: 0,
+    };
+    let mut states: Vec<Option<BlockState>> = codes.iter().map(|_| None).collect();
+    for task in range.clone() {
+        let p = offsets.iter().rposition(|&o| o <= task).unwrap_or(0);
+        let code = &codes[p];
+        let block = task - offsets[p];
+        limits.check_time(|| block_site(code, block))?;
+        let st = match &mut states[p] {
+            Some(st) => st,
+            empty => empty.insert(new_block_state(limits, code, false)?),
+        };
+        st.reset(code, task as u32, block);
+        match st.run(code, &mut env)? {
+            Status::Done => {}
+            other => {
+                return Err(RunError::Backend(format!(
+                    "block of an independent program stopped early: {other:?}"
+                )))
+            }
+        }
+    }
+    Ok(range.end - range.start)
 }
 
 /// The cooperative scheduler: lockstep (in order) when `alt` is `None`,

@@ -56,9 +56,9 @@ pub(super) fn buffer(
         }
         Ok(())
     };
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = if len < 1 << 18 { 1 } else { host_cores() };
     let chunk = len.div_ceil(workers).clamp(1, limits::FILL_CHUNK);
-    if len < 1 << 18 || workers < 2 {
+    if workers < 2 {
         for (c, part) in words.chunks_mut(chunk).enumerate() {
             fill(part, c * chunk)?;
         }

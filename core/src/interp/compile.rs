@@ -435,11 +435,9 @@ impl Compiler<'_> {
             Stmt::CompoundAssign { .. }
             | Stmt::CompoundStore { .. }
             | Stmt::Call { .. }
-            | Stmt::Return { .. } => {
-                return Err(self.err(
-                    "a compound assignment or helper call was not expanded (plan::program_kernel)",
-                ))
-            }
+            | Stmt::Return { .. } => return Err(self.err(
+                "a compound assignment or helper call was not expanded (expand::program_kernel)",
+            )),
             Stmt::Barrier => self.code.push(Instr::Barrier),
             Stmt::Sem { op, sem, amount } => {
                 let (amount, ty) = self.expr(amount)?;

@@ -61,10 +61,38 @@ impl Rec {
     }
 }
 
+/// Hashes a task id with one multiplication (Fx's): a clock is looked up
+/// on every checked access of memory another block touched, and SipHash,
+/// the default, cost more than the rest of the check. Task ids are the
+/// interpreter's own, so no input can aim collisions at it; nothing
+/// depends on a clock's iteration order (joins take maxima, meets minima).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TaskHasher(u64);
+
+impl std::hash::Hasher for TaskHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 /// A sparse vector clock: task -> last epoch ordered before the holder.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Clock {
-    entries: HashMap<u32, u32>,
+    entries: HashMap<u32, u32, std::hash::BuildHasherDefault<TaskHasher>>,
 }
 
 impl Clock {
@@ -187,12 +215,28 @@ pub(crate) fn record(
             }
         }
         History::Many(list) => {
+            // The first conflicting access in list order is the one
+            // reported; then one pass drops the subsumed accesses (keeping
+            // the others' order) and finds the same kind's among the rest.
             if let Some(r) = list.iter().find(|r| conflicts(r, who, write, atomic)) {
                 return Err(*r);
             }
-            list.retain(|r| !subsumed(r, who, write, atomic));
-            match list.iter_mut().find(|r| same_kind(r, who, write, atomic)) {
-                Some(r) => r.add_thread(who.thread),
+            let mut kept = 0;
+            let mut same = None;
+            for i in 0..list.len() {
+                let r = list[i];
+                if subsumed(&r, who, write, atomic) {
+                    continue;
+                }
+                if same.is_none() && same_kind(&r, who, write, atomic) {
+                    same = Some(kept);
+                }
+                list[kept] = r;
+                kept += 1;
+            }
+            list.truncate(kept);
+            match same {
+                Some(i) => list[i].add_thread(who.thread),
                 None => list.push(new),
             }
         }

@@ -135,6 +135,9 @@ pub(crate) struct BlockState {
     warp: Option<WarpSegment>,
     /// The wait this block yielded on, if any (for the co-residency report).
     blocked: bool,
+    /// One folded element index per lane of the access being run
+    /// (`memory::fold_indices`).
+    flat: Vec<u32>,
 }
 
 impl BlockState {
@@ -221,6 +224,7 @@ impl BlockState {
             clock: Clock::default(),
             warp: None,
             blocked: false,
+            flat: vec![0; t],
         }
     }
 

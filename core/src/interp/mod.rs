@@ -58,10 +58,11 @@ use crate::host::{
 };
 use crate::inputs::Rng;
 use crate::ir::{
-    Kernel, Literal, MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, RefType, Resident,
-    ScalarType, Type,
+    Kernel, Literal, MemorySpace, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, ScalarType,
+    Type,
 };
 use crate::plan::{LaunchPlan, ProgramId};
+use crate::validate::ValidModule;
 
 /// Interpreter options beyond [`RunOptions`].
 #[derive(Clone, Debug)]
@@ -363,40 +364,20 @@ impl Interpreter {
         self.last_report.as_ref()
     }
 
-    /// Runs one call of `map` from `module`.
+    /// Runs one call of `map` from `module`, each program's kernel as
+    /// validation expanded it.
     pub fn call(
         &mut self,
-        module: &Module,
+        module: &ValidModule,
         map: &str,
         args: &CallArgs,
         options: &InterpOptions,
     ) -> Result<CallOutputs, RunError> {
-        let map = module
+        let (map, valid_map) = module
             .map(map)
+            .zip(module.valid_map(map))
             .ok_or_else(|| RunError::BadArguments(format!("no map named `{map}` in the module")))?;
-        let kernels = map
-            .programs
-            .iter()
-            .map(|p| {
-                let kernel = module.kernel(&p.kernel).ok_or_else(|| {
-                    RunError::BadArguments(format!("no kernel named `{}` in the module", p.kernel))
-                })?;
-                // Before anything recurses over the body (ir::limits).
-                if crate::text::body_nesting(&kernel.body) > crate::ir::limits::MAX_NESTING {
-                    return Err(RunError::Refused {
-                        reason: format!(
-                            "kernel `{}` nests deeper than {} levels",
-                            kernel.name,
-                            crate::ir::limits::MAX_NESTING
-                        ),
-                    });
-                }
-                crate::plan::program_kernel(module, map, kernel).map_err(|e| RunError::Refused {
-                    reason: e.to_string(),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let kernels: Vec<&Kernel> = kernels.iter().collect();
+        let kernels: Vec<&Kernel> = valid_map.programs().iter().map(|p| p.kernel()).collect();
         // The compiler recurses over bodies (ir::limits::INLINE_NESTING).
         let deep = kernels
             .iter()
@@ -456,7 +437,7 @@ impl Interpreter {
 
         let parallel = !detect
             && codes.iter().all(|c| !c.synchronises)
-            && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
+            && host_cores() > 1
             && codes.iter().map(|c| c.block_count).sum::<u64>() > 1;
         let mut report = InterpReport {
             schedules_run: 1,

@@ -405,7 +405,7 @@ pub enum Stmt {
         value: Expr,
     },
     /// `[let dest: ty =] helper(args...);` a call of a module-level helper
-    /// function, inlined where it is called (`plan::inline_call`). A ref
+    /// function, inlined where it is called (`expand::inline_call`). A ref
     /// parameter takes the name of a ref in scope; a scalar one any value.
     Call {
         dest: Option<Binding>,

@@ -13,9 +13,9 @@ use super::{
     LaunchPlan, LaunchUnit, OperandBinding, OperandId, ProgramId, SmemSlot, UnitId, UnsignaledWait,
 };
 use crate::host::BufferStart;
-use crate::ir::limits::{buffer_len, MAX_BUFFER_BYTES, MAX_NESTING};
+use crate::ir::limits::{buffer_len, MAX_BUFFER_BYTES};
 use crate::ir::{MemorySpace, Mesh, Module, MpmdMap, Name, OperandKind, Resident, Type};
-use crate::validate::ProgramFacts;
+use crate::validate::{ProgramFacts, ValidModule};
 
 /// Byte alignment of every `smem` slot in a block's arena.
 pub const SMEM_ALIGN_BYTES: u32 = 16;
@@ -29,10 +29,6 @@ pub enum LowerError {
     UnknownMesh { map: Name, mesh: Name },
     #[error("map `{map}` runs kernel `{kernel}`, which the module does not declare")]
     UnknownKernel { map: Name, kernel: Name },
-    #[error("kernel `{kernel}` does not have the parameter list of map `{map}` (inputs, outputs, scalars, scratch)")]
-    KernelParameters { map: Name, kernel: Name },
-    #[error(transparent)]
-    Expand(#[from] super::ExpandError),
     #[error("map `{map}` has no program")]
     NoProgram { map: Name },
     #[error("operand `{operand}` is `resident` but the module declares no resident of that name")]
@@ -57,16 +53,15 @@ pub enum LowerError {
     BufferTooLarge { operand: Name },
     #[error("kernel `{kernel}` uses `{name}` as a semaphore, but it is not a `sem` operand")]
     NotASemaphore { kernel: Name, name: Name },
-    #[error(
-        "kernel `{kernel}` nests {nesting} levels deep; at most {MAX_NESTING} are allowed (E0057)"
-    )]
-    TooDeep { kernel: Name, nesting: usize },
 }
 
-/// Lowers the map `map` of a module that has passed validation.
-pub fn lower(module: &Module, map: &str) -> Result<LaunchPlan, LowerError> {
-    let map = module
+/// Lowers the map `map` of a valid module: its programs' kernels and facts
+/// are validation's ([`ValidModule`]), never computed again here.
+pub fn lower(valid: &ValidModule, map: &str) -> Result<LaunchPlan, LowerError> {
+    let module = valid.module();
+    let (map, valid_map) = module
         .map(map)
+        .zip(valid.valid_map(map))
         .ok_or_else(|| LowerError::UnknownMap(map.to_string()))?;
     if map.programs.is_empty() {
         return Err(LowerError::NoProgram {
@@ -75,19 +70,25 @@ pub fn lower(module: &Module, map: &str) -> Result<LaunchPlan, LowerError> {
     }
 
     let program_meshes = program_meshes(module, map)?;
-    let kernels = program_kernels(module, map)?;
+    let programs = map
+        .programs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            valid_map
+                .program(ProgramId::new(i))
+                .ok_or_else(|| LowerError::UnknownKernel {
+                    map: map.name.clone(),
+                    kernel: p.kernel.clone(),
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let (meshes, external_meshes) = call_meshes(module, map, &program_meshes)?;
     let residents = bound_residents(module, map)?;
 
-    let facts: Vec<ProgramFacts> = kernels
+    let usage: Vec<KernelUsage> = programs
         .iter()
-        .zip(&program_meshes)
-        .map(|(kernel, mesh)| ProgramFacts::of(kernel, mesh))
-        .collect();
-    let usage: Vec<KernelUsage> = kernels
-        .iter()
-        .zip(&facts)
-        .map(|(k, f)| KernelUsage::of(map, &k.name, f))
+        .map(|p| KernelUsage::of(map, &p.kernel().name, p.facts()))
         .collect::<Result<_, _>>()?;
     let order = ProgramGraph::new(&usage).order();
 
@@ -103,8 +104,8 @@ pub fn lower(module: &Module, map: &str) -> Result<LaunchPlan, LowerError> {
             axes: axis_formulas(&mesh),
             block_count: mesh.block_count(),
             threads_per_block: mesh.threads.size,
-            kernel: kernels[program].clone(),
-            facts: facts[program].clone(),
+            kernel: programs[program].kernel().clone(),
+            facts: programs[program].facts().clone(),
             mesh,
             smem,
             smem_bytes,
@@ -135,40 +136,6 @@ fn program_meshes(module: &Module, map: &MpmdMap) -> Result<Vec<Mesh>, LowerErro
                     map: map.name.clone(),
                     mesh: p.mesh.clone(),
                 })
-        })
-        .collect()
-}
-
-fn program_kernels(module: &Module, map: &MpmdMap) -> Result<Vec<crate::ir::Kernel>, LowerError> {
-    let params = map.params();
-    map.programs
-        .iter()
-        .map(|p| {
-            let kernel = module
-                .kernel(&p.kernel)
-                .ok_or_else(|| LowerError::UnknownKernel {
-                    map: map.name.clone(),
-                    kernel: p.kernel.clone(),
-                })?;
-            // Before anything recurses over the body, cloning it included.
-            let nesting = crate::text::body_nesting(&kernel.body);
-            if nesting > MAX_NESTING {
-                return Err(LowerError::TooDeep {
-                    kernel: kernel.name.clone(),
-                    nesting,
-                });
-            }
-            if kernel
-                .params
-                .iter()
-                .any(|p| !params.iter().any(|operand| operand == p))
-            {
-                return Err(LowerError::KernelParameters {
-                    map: map.name.clone(),
-                    kernel: kernel.name.clone(),
-                });
-            }
-            super::program_kernel(module, map, kernel).map_err(LowerError::Expand)
         })
         .collect()
 }

@@ -1,14 +1,9 @@
 //! The launch plan: the backend-neutral result of lowering a validated map
 //! (docs/design.md, "Lowering"). Backends emit code from it and never re-derive it.
 
-mod expand;
-mod ids;
 mod lower;
 
-pub use expand::{
-    inline_call, program_kernel, recursive_functions, with_unique_names, ExpandError,
-};
-pub use ids::{BufferId, OperandId, ProgramId, UnitId};
+pub use crate::ids::{BufferId, OperandId, ProgramId, UnitId};
 pub use lower::{lower, LowerError};
 
 use crate::ir::{Kernel, Mesh, MpmdMap, Name, OperandKind, RefType, Resident, Type};
@@ -182,14 +177,14 @@ impl LaunchPlan {
     pub fn enumerate_units(
         &self,
     ) -> impl ExactSizeIterator<Item = (UnitId, &LaunchUnit)> + DoubleEndedIterator + Clone {
-        ids::enumerate(&self.units, UnitId::new)
+        crate::ids::enumerate(&self.units, UnitId::new)
     }
 
     /// Every buffer with its id.
     pub fn enumerate_buffers(
         &self,
     ) -> impl ExactSizeIterator<Item = (BufferId, &BufferPlan)> + DoubleEndedIterator + Clone {
-        ids::enumerate(&self.buffers, BufferId::new)
+        crate::ids::enumerate(&self.buffers, BufferId::new)
     }
 
     /// Every operand with its id, in operand order.
@@ -197,7 +192,7 @@ impl LaunchPlan {
         &self,
     ) -> impl ExactSizeIterator<Item = (OperandId, &OperandBinding)> + DoubleEndedIterator + Clone
     {
-        ids::enumerate(&self.operands, OperandId::new)
+        crate::ids::enumerate(&self.operands, OperandId::new)
     }
 
     /// The ids of every buffer.

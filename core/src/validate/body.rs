@@ -156,7 +156,7 @@ pub(super) fn check_kernel(
     // kernel with names reused by sibling blocks made unique (same
     // statements, same paths), then name them as written in the findings.
     if ctx.is_some() {
-        let (unique, originals) = crate::plan::with_unique_names(module, kernel);
+        let (unique, originals) = crate::expand::with_unique_names(module, kernel);
         if !originals.is_empty() {
             let mut inner = Sink { diags: Vec::new() };
             check_kernel_as_written(module, &unique, ctx, own_params, &mut inner);
@@ -209,7 +209,7 @@ fn check_kernel_as_written(
         block_depth: 0,
         calls_seen: 0,
         inlining: vec![],
-        recursive: crate::plan::recursive_functions(module),
+        recursive: crate::expand::recursive_functions(module),
         uniformity: None,
         warp_uniformity: None,
         control: Control::default(),
@@ -1002,7 +1002,7 @@ fn inline_at_call_site(
     if recursive.contains(function) || f.params.len() != args.len() {
         return None;
     }
-    Some(crate::plan::inline_call(f, dest, args, &mut |name| {
+    Some(crate::expand::inline_call(f, dest, args, &mut |name| {
         format!("{function}#{ordinal}::{name}")
     }))
 }

@@ -1,17 +1,18 @@
-//! What validation establishes about each program, returned with a valid
-//! module ([`ModuleInfo`], like naga's `ModuleInfo`) and copied into every
-//! launch unit by the lowering, so the backends read these facts instead of
-//! walking kernels again.
+//! What validation establishes about each program, returned with the
+//! program's expanded kernel in a [`ValidModule`] (like naga's `ModuleInfo`)
+//! and copied into every launch unit by the lowering, so the backends read
+//! these facts instead of walking kernels again.
 //!
-//! Facts are about the kernel a program runs (`plan::program_kernel`): its
+//! Facts are about the kernel a program runs (`expand::program_kernel`): its
 //! parameters are the map's operands in operand order and every name is
 //! declared once, so facts keyed by operand position or by name are exact.
 
+use crate::expand::{program_kernel, ExpandError};
+use crate::ids::{OperandId, ProgramId};
 use crate::ir::{
     type_of, Expr, Kernel, MemorySpace, Mesh, Module, Name, RefType, ScalarType, Scope, SemOp,
     Stmt, TypeError,
 };
-use crate::plan::{program_kernel, ExpandError, OperandId, ProgramId};
 
 use super::uniformity::{Level, Uniformity};
 
@@ -77,8 +78,9 @@ pub struct ProgramFacts {
 }
 
 impl ProgramFacts {
-    /// The facts of `kernel`, an expanded program kernel run on `mesh`.
-    pub fn of(kernel: &Kernel, mesh: &Mesh) -> Self {
+    /// The facts of `kernel`, an expanded program kernel run on `mesh`
+    /// (computed by [`ValidModule::of`] only).
+    pub(crate) fn of(kernel: &Kernel, mesh: &Mesh) -> Self {
         let position = |name: &str| {
             kernel
                 .params
@@ -225,31 +227,69 @@ fn bind_declared(stmt: &Stmt, scope: &mut Scope) {
     }
 }
 
-/// The facts of one map: one entry per program, in map order.
+/// A module that passed validation, with every program of every map as
+/// the interpreter and the backends run it: its kernel expanded
+/// ([`crate::expand`]) and that kernel's [`ProgramFacts`]. Only [`super::validate`]
+/// builds one, so holding one is the proof that the module is valid, and
+/// each program is expanded and analysed once, there: the lowering
+/// ([`crate::plan::lower`]), the interpreter ([`crate::interp::Interpreter::call`])
+/// and conformance's analysis take both from here.
+///
+/// It derefs to the module as written, which it owns.
 #[derive(Clone, Debug, PartialEq)]
-pub struct MapInfo {
-    pub name: Name,
-    pub programs: Vec<ProgramFacts>,
+pub struct ValidModule {
+    module: Module,
+    maps: Vec<ValidMap>,
 }
 
-impl MapInfo {
-    /// The facts of program `program`; `None` past the map's programs.
-    pub fn program(&self, program: ProgramId) -> Option<&ProgramFacts> {
+/// One map of a [`ValidModule`]: its programs, in map order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidMap {
+    name: Name,
+    programs: Vec<ValidProgram>,
+}
+
+/// One program of a valid map: the kernel it runs and what it does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidProgram {
+    kernel: Kernel,
+    facts: ProgramFacts,
+}
+
+impl ValidProgram {
+    /// The program's kernel as it runs (`crate::expand::program_kernel`):
+    /// parameters in operand order, constants, compound assignments and
+    /// helper calls expanded, every name declared once.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// What the program does, about [`Self::kernel`].
+    pub fn facts(&self) -> &ProgramFacts {
+        &self.facts
+    }
+}
+
+impl ValidMap {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every program, in map order (`ProgramId` order).
+    pub fn programs(&self) -> &[ValidProgram] {
+        &self.programs
+    }
+
+    /// The program `program`; `None` past the map's programs.
+    pub fn program(&self, program: ProgramId) -> Option<&ValidProgram> {
         self.programs.get(program.index())
     }
 }
 
-/// What [`super::validate`] returns for a valid module: the facts of every
-/// program of every map.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ModuleInfo {
-    pub maps: Vec<MapInfo>,
-}
-
-impl ModuleInfo {
-    /// Facts of every program of every map of a module that passed the
-    /// other checks.
-    pub(crate) fn of(module: &Module) -> Result<Self, ExpandError> {
+impl ValidModule {
+    /// Expands every program of every map of a module that passed the other
+    /// checks and computes its facts: the one place either happens.
+    pub(super) fn of(module: &Module) -> Result<Self, ExpandError> {
         let maps = module
             .maps
             .iter()
@@ -259,22 +299,52 @@ impl ModuleInfo {
                     .iter()
                     .filter_map(|p| Some((module.mesh(&p.mesh)?, module.kernel(&p.kernel)?)))
                     .map(|(mesh, kernel)| {
-                        Ok(ProgramFacts::of(
-                            &program_kernel(module, map, kernel)?,
-                            mesh,
-                        ))
+                        let kernel = program_kernel(module, map, kernel)?;
+                        let facts = ProgramFacts::of(&kernel, mesh);
+                        Ok(ValidProgram { kernel, facts })
                     })
-                    .collect::<Result<_, ExpandError>>()?;
-                Ok(MapInfo {
+                    .collect::<Result<Vec<_>, ExpandError>>()?;
+                Ok(ValidMap {
                     name: map.name.clone(),
                     programs,
                 })
             })
             .collect::<Result<_, ExpandError>>()?;
-        Ok(ModuleInfo { maps })
+        Ok(ValidModule {
+            module: module.clone(),
+            maps,
+        })
     }
 
-    pub fn map(&self, name: &str) -> Option<&MapInfo> {
+    /// The module as written.
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+
+    /// The module as written, giving up the proof of validity.
+    pub fn into_module(self) -> Module {
+        self.module
+    }
+
+    /// Every map's programs, in module order (named apart from
+    /// [`Module::maps`], which the deref reaches).
+    pub fn valid_maps(&self) -> &[ValidMap] {
+        &self.maps
+    }
+
+    /// The programs of map `name` (named apart from [`Module::map`], which
+    /// the deref reaches).
+    pub fn valid_map(&self, name: &str) -> Option<&ValidMap> {
         self.maps.iter().find(|m| m.name == name)
+    }
+}
+
+impl std::ops::Deref for ValidModule {
+    type Target = Module;
+
+    /// Reading the module as written needs no proof: a valid module is
+    /// read wherever a module is.
+    fn deref(&self) -> &Module {
+        &self.module
     }
 }

@@ -199,7 +199,7 @@ fn check_mesh(mesh: &Mesh, sink: &mut Sink) {
 /// types, no recursion (E0065) and where it returns (E0066). Its body is
 /// checked where it is called, inlined in the caller's context.
 fn check_functions(module: &Module, sink: &mut Sink) {
-    let recursive = crate::plan::recursive_functions(module);
+    let recursive = crate::expand::recursive_functions(module);
     for f in &module.functions {
         let path = IrPath::root().child(PathStep::Function(f.name.clone()));
         for param in &f.params {

@@ -26,7 +26,7 @@ use crate::ir::limits::{with_nesting_stack, INLINE_NESTING};
 use crate::ir::{IrPath, Module, RefType, Type};
 use crate::text::body_nesting;
 
-pub use facts::{MapInfo, ModuleInfo, OperandAccess, ProgramFacts};
+pub use facts::{OperandAccess, ProgramFacts, ValidMap, ValidModule, ValidProgram};
 pub use render::{render, Renderer};
 pub use uniformity::{Level, Uniformity};
 
@@ -192,9 +192,12 @@ impl Sink {
     }
 }
 
-/// Checks every rule; returns the facts of every program of a valid module,
-/// or all diagnostics found.
-pub fn validate(module: &Module, options: &ValidateOptions) -> Result<ModuleInfo, Vec<Diagnostic>> {
+/// Checks every rule; returns the valid module with every program expanded
+/// and its facts ([`ValidModule`]), or all diagnostics found.
+pub fn validate(
+    module: &Module,
+    options: &ValidateOptions,
+) -> Result<ValidModule, Vec<Diagnostic>> {
     // Inlined helpers nest inside their callers: any helper takes the big stack.
     let deep = !module.functions.is_empty()
         || module
@@ -211,7 +214,7 @@ pub fn validate(module: &Module, options: &ValidateOptions) -> Result<ModuleInfo
 fn validate_here(
     module: &Module,
     options: &ValidateOptions,
-) -> Result<ModuleInfo, Vec<Diagnostic>> {
+) -> Result<ValidModule, Vec<Diagnostic>> {
     let mut sink = Sink { diags: Vec::new() };
     // Nesting first: the other checks recurse over the bodies it lets through.
     let too_deep = nesting::check_nesting(module, &mut sink);
@@ -219,7 +222,7 @@ fn validate_here(
     items::check_module(module, options, &too_deep, &mut sink);
     sink.finish()?;
     // The checks above refuse every module whose kernels do not expand.
-    ModuleInfo::of(module).map_err(|e| vec![expand_diagnostic(&e)])
+    ValidModule::of(module).map_err(|e| vec![expand_diagnostic(&e)])
 }
 
 /// Checks a file's case section against its module (E0008, E0074): `generate`
@@ -234,8 +237,8 @@ pub fn validate_case(module: &Module, case: &CaseSpec) -> Result<(), Vec<Diagnos
 
 /// An expansion failure the checks let through, reported under the code of
 /// the rule it breaks rather than as a panic.
-fn expand_diagnostic(e: &crate::plan::ExpandError) -> Diagnostic {
-    use crate::plan::ExpandError;
+fn expand_diagnostic(e: &crate::expand::ExpandError) -> Diagnostic {
+    use crate::expand::ExpandError;
     let (code, kernel) = match e {
         ExpandError::UnknownFunction { kernel, .. } => ("E0064", kernel),
         ExpandError::Recursive { kernel, .. } => ("E0065", kernel),

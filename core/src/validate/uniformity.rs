@@ -41,8 +41,8 @@ impl Level {
 /// (block or warp), for a program whose thread axis is `thread_axis`.
 ///
 /// Flow-insensitive and keyed by name, which is exact when every
-/// declaration has its own name (`plan::with_unique_names`, or the expanded
-/// kernel `plan::program_kernel` gives a backend).
+/// declaration has its own name (`expand::with_unique_names`, or the expanded
+/// kernel `expand::program_kernel` gives a backend).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Uniformity {
     level: Level,

@@ -32,7 +32,7 @@ pub fn run_with_schedules(
         run: RunOptions { mode, seed: 7 },
         ..Default::default()
     };
-    Interpreter::new().call(m, map, &args, &options)
+    Interpreter::new().call(&validated(m), map, &args, &options)
 }
 
 /// The module of `src` (panics with the rendered syntax error).
@@ -67,4 +67,10 @@ pub fn one(src: &str) -> Diagnostic {
     let d = validate(&module(src), &ValidateOptions::default()).expect_err("must be rejected");
     assert_eq!(d.len(), 1, "expected one diagnostic, got {d:#?}");
     d.into_iter().next().unwrap()
+}
+
+/// `m` validated: the interpreter and the lowering take valid modules only.
+fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
+    mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }

@@ -449,10 +449,12 @@ pub fn tiny() -> Module {
 }
 
 pub fn plans(m: &Module) -> Vec<LaunchPlan> {
+    let valid = mpmd_core::validate::validate(m, &Default::default())
+        .unwrap_or_else(|d| panic!("benchmark module is not valid: {d:?}"));
     m.maps
         .iter()
         .map(|map| {
-            lower(m, &map.name)
+            lower(&valid, &map.name)
                 .unwrap_or_else(|e| panic!("benchmark map `{}` does not lower: {e}", map.name))
         })
         .collect()

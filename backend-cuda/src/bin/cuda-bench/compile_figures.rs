@@ -71,7 +71,7 @@ pub fn gemm_compile_figures(examples: &Path) -> bool {
 }
 
 fn gemm_kernel_figure(
-    module: &mpmd_core::ir::Module,
+    module: &mpmd_core::validate::ValidModule,
     map: &str,
     arch: u32,
 ) -> Result<String, String> {
@@ -136,6 +136,8 @@ pub fn example_plans(dir: &Path) -> Result<Vec<(String, LaunchPlan)>, String> {
         let source =
             std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         let (module, _) = mpmd_core::text::parse(&source).map_err(|e| format!("{stem}: {e}"))?;
+        let module = mpmd_core::validate::validate(&module, &Default::default())
+            .map_err(|d| format!("{stem}: {d:?}"))?;
         for map in &module.maps {
             let plan =
                 lower(&module, &map.name).map_err(|e| format!("{stem}/{}: {e}", map.name))?;

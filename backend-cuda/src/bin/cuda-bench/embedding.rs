@@ -104,6 +104,8 @@ pub fn embedding_figures(backend: &mut CudaBackend, goals: &mut Goals) -> Result
 
     // 256 MiB on caller memory: back to back between two events, per call.
     let (module, _) = mpmd_core::text::parse(AXPB).map_err(|e| format!("{e:?}"))?;
+    let module = mpmd_core::validate::validate(&module, &Default::default())
+        .map_err(|d| format!("{d:?}"))?;
     let plan = lower(&module, "axpb_256mib").map_err(|e| e.to_string())?;
     let prepared = backend.prepare(&plan, Mode::Fast).map_err(run)?;
     let len = 64usize << 20;

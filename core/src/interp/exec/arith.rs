@@ -288,6 +288,12 @@ pub(super) fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes,
                 (x as i32).wrapping_div(y as i32) as u32
             }
         }),
+        // A uniform power-of-two divisor (`idx / 32u`, `idx % 32u`, common
+        // in index arithmetic) is a shift or a mask, which vectorise.
+        UDiv if pow2_divisor(b, uniform).is_some() => {
+            let shift = b[0].trailing_zeros();
+            map1(d, a, m, |x| x >> shift)
+        }
         UDiv => map2(d, a, b, m, |x, y| x.checked_div(y).unwrap_or(x)),
         SRem => map2(d, a, b, m, |x, y| {
             if y == 0 {
@@ -296,6 +302,10 @@ pub(super) fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes,
                 (x as i32).wrapping_rem(y as i32) as u32
             }
         }),
+        URem if pow2_divisor(b, uniform).is_some() => {
+            let low = b[0] - 1;
+            map1(d, a, m, |x| x & low)
+        }
         URem => map2(d, a, b, m, |x, y| x.checked_rem(y).unwrap_or(0)),
         And => map2(d, a, b, m, |x, y| x & y),
         Or => map2(d, a, b, m, |x, y| x | y),
@@ -322,6 +332,14 @@ pub(super) fn binary(op: BinKind, d: &mut [u32], a: &[u32], b: &[u32], m: Lanes,
         Half(op, h) => by_format!(h, ftz, half_binary(op, d, a, b, m, uniform)),
         HalfCmp(op, h) => by_format!(h, ftz, half_compare(op, d, a, b, m)),
     }
+}
+
+/// The divisor of a uniform operand `b` (the same in every lane) when it
+/// is a power of two.
+fn pow2_divisor(b: &[u32], uniform: bool) -> Option<u32> {
+    b.first()
+        .copied()
+        .filter(|y| uniform && y.is_power_of_two())
 }
 
 /// One unary operation or conversion over all (active) lanes; `ftz` as in

@@ -239,61 +239,144 @@ impl BlockState {
         let t = code.threads;
         let mut d = take(&mut self.regs[dst]);
         let result = if env.detect.is_none() && acc.coords.is_none() && acc.dims.len() == 1 {
-            self.load_1d(code, env, acc, &mut d)
+            let (r, extent, _) = acc.dims[0];
+            let base = self.own_base(acc);
+            self.load_indexed(code, env, acc, (&self.regs[r], base, extent), &mut d)
         } else {
-            (|| {
-                for l in 0..t {
-                    if !self.mask[l] {
-                        continue;
-                    }
-                    let addr = self.address(code, acc, l).map_err(|e| *e)?;
-                    self.detect_access(code, env, acc, addr, l, true, false, false)?;
-                    d[l] = self.read_elem(env, acc, addr, l, t);
+            let folded = self.fold_indices(acc);
+            let flat = take(&mut self.flat);
+            let result = match folded {
+                Some((base, extent)) if env.detect.is_none() => {
+                    self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
                 }
-                Ok(())
-            })()
+                _ => (|| {
+                    for l in 0..t {
+                        if !self.mask[l] {
+                            continue;
+                        }
+                        let addr = self
+                            .lane_address(code, acc, folded, &flat, l)
+                            .map_err(|e| *e)?;
+                        self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                        d[l] = self.read_elem(env, acc, addr, l, t);
+                    }
+                    Ok(())
+                })(),
+            };
+            self.flat = flat;
+            result
         };
         self.regs[dst] = d;
         result
     }
 
-    /// The buffer of a one-dimensional access of this block and the element
-    /// its instance starts at (mid-word for a 16-bit instance of odd length).
-    pub(super) fn own_instance<'e>(
+    /// The element a plain access of an owned ref starts at: its block's
+    /// instance (other refs and `@[...]` accesses start at 0).
+    fn own_base(&self, acc: &CompiledAccess) -> u64 {
+        match (&acc.coords, &acc.own) {
+            (None, OwnInstance::Block(_)) => self.block * acc.inst_len,
+            _ => 0,
+        }
+    }
+
+    /// Folds a multi-dimensional or `@[...]` access to one index per active
+    /// lane in `self.flat`, relative to `own_base` (the instance coordinates
+    /// first, then the indices, row-major: the element [`Self::address`]
+    /// computes), `u32::MAX` where a coordinate or an index is out of
+    /// bounds. Returns the base and the extent of the elements the access
+    /// may reach; `None` (nothing folded) when that extent does not fit
+    /// below `u32::MAX`.
+    fn fold_indices(&mut self, acc: &CompiledAccess) -> Option<(u64, u32)> {
+        let instances = acc
+            .coords
+            .iter()
+            .flatten()
+            .try_fold(1u64, |n, &(_, e, _)| n.checked_mul(u64::from(e)))?;
+        let extent = u32::try_from(acc.inst_len.checked_mul(instances)?)
+            .ok()
+            .filter(|&e| e < u32::MAX)?;
+        let (lo, hi) = self.span.unwrap_or((0, self.mask.len()));
+        let flat = &mut self.flat[lo..hi];
+        let mut first = true;
+        for &(r, e, _) in acc.coords.iter().flatten().chain(&acc.dims) {
+            let idx = &self.regs[r][lo..hi];
+            if first {
+                for (f, &i) in flat.iter_mut().zip(idx) {
+                    *f = if i < e { i } else { u32::MAX };
+                }
+                first = false;
+            } else {
+                // In bounds, the running index stays below the extent.
+                for (f, &i) in flat.iter_mut().zip(idx) {
+                    *f = if *f != u32::MAX && i < e {
+                        f.wrapping_mul(e).wrapping_add(i)
+                    } else {
+                        u32::MAX
+                    };
+                }
+            }
+        }
+        if first {
+            // A scalar ref of no dimension: element 0 of its instance.
+            flat.fill(0);
+        }
+        Some((self.own_base(acc), extent))
+    }
+
+    /// Lane `lane`'s element address from `fold_indices`' result, or as
+    /// [`Self::address`] computes it when nothing was folded.
+    fn lane_address(
         &self,
+        code: &ProgramCode,
+        acc: &CompiledAccess,
+        folded: Option<(u64, u32)>,
+        flat: &[u32],
+        lane: usize,
+    ) -> Result<u64, Box<RunError>> {
+        match folded {
+            Some((base, _)) => match flat[lane] {
+                u32::MAX => Err(Box::new(self.oob(code, acc, lane))),
+                i => Ok(base + u64::from(i)),
+            },
+            None => self.address(code, acc, lane),
+        }
+    }
+
+    /// The words of buffer `b` that an access reaching `extent` elements
+    /// from element `base` may touch (mid-word for a 16-bit instance of odd
+    /// length).
+    fn instance_words<'e>(
         code: &ProgramCode,
         env: &'e Env,
         acc: &CompiledAccess,
         b: usize,
+        (base, extent): (u64, u32),
     ) -> Result<(&'e [AtomicU32], usize), RunError> {
-        let base = match acc.own {
-            OwnInstance::Block(_) => self.block * acc.inst_len,
-            OwnInstance::Zero => 0,
-        };
         let words = &env.bufs[b].words;
-        if words_of(acc.elem, base + acc.inst_len) > words.len() as u64 {
+        if words_of(acc.elem, base + u64::from(extent)) > words.len() as u64 {
             return Err(corrupt(code));
         }
         Ok((words, base as usize))
     }
 
-    /// A one-dimensional load of the block's own instance without detection.
-    pub(super) fn load_1d(
+    /// A load without detection of the elements `base + idx[lane]`, each
+    /// index below `extent` (a one-dimensional access, or one that
+    /// `fold_indices` folded).
+    fn load_indexed(
         &self,
         code: &ProgramCode,
         env: &Env,
         acc: &CompiledAccess,
+        (idx, base, extent): (&[u32], u64, u32),
         d: &mut [u32],
     ) -> Result<(), RunError> {
         let t = code.threads;
-        let (r, extent, _) = acc.dims[0];
-        let idx = &self.regs[r];
         let lanes = lanes_of(self.span, &self.mask);
         let run = consecutive_run(&lanes, idx, extent);
         let packed = acc.elem.is_16bit();
         let result = match acc.target {
             Target::Global(b) => {
-                let (words, base) = self.own_instance(code, env, acc, b)?;
+                let (words, base) = Self::instance_words(code, env, acc, b, (base, extent))?;
                 if packed {
                     if let Some(Run { lanes, words: at }) = run {
                         load_run_packed(words, base + at.start, &mut d[lanes]);
@@ -303,7 +386,7 @@ impl BlockState {
                         d[l] = load_packed(words, base + i)
                     })
                 } else {
-                    let words = &words[base..base + acc.inst_len as usize];
+                    let words = &words[base..base + extent as usize];
                     if let Some(Run { lanes, words: at }) = run {
                         d[lanes]
                             .iter_mut()
@@ -439,9 +522,15 @@ impl BlockState {
     ) -> Result<(), RunError> {
         let t = code.threads;
         let shuffled = env.alt.as_ref().is_some_and(|a| a.shuffle_lanes);
-        if env.detect.is_none() && !shuffled && acc.coords.is_none() && acc.dims.len() == 1 {
-            return self.store_1d(code, env, src, acc);
+        let plain = env.detect.is_none() && !shuffled;
+        if plain && acc.coords.is_none() && acc.dims.len() == 1 {
+            return self.store_indexed(code, env, src, acc, None);
         }
+        let folded = self.fold_indices(acc);
+        if plain && folded.is_some() {
+            return self.store_indexed(code, env, src, acc, folded);
+        }
+        let flat = take(&mut self.flat);
         let order = self.lane_order(env, t);
         let result = (|| {
             for k in 0..t {
@@ -449,7 +538,9 @@ impl BlockState {
                 if !self.mask[l] {
                     continue;
                 }
-                let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                let addr = self
+                    .lane_address(code, acc, folded, &flat, l)
+                    .map_err(|e| *e)?;
                 self.detect_access(code, env, acc, addr, l, false, true, false)?;
                 let v = self.regs[src][l];
                 self.write_elem(env, acc, addr, l, t, v);
@@ -457,27 +548,38 @@ impl BlockState {
             Ok(())
         })();
         Self::return_order(env, order);
+        self.flat = flat;
         result
     }
 
-    /// A one-dimensional store to the block's own instance without detection
-    /// or lane shuffling; lanes before an out-of-bounds one still store.
-    pub(super) fn store_1d(
+    /// A store without detection or lane shuffling of a one-dimensional
+    /// access (`folded` `None`: the index register, the block's own
+    /// instance) or of the indices `fold_indices` folded into `self.flat`
+    /// (`folded` its base and extent); lanes before an out-of-bounds one
+    /// still store.
+    fn store_indexed(
         &mut self,
         code: &ProgramCode,
         env: &Env,
         src: usize,
         acc: &CompiledAccess,
+        folded: Option<(u64, u32)>,
     ) -> Result<(), RunError> {
         let t = code.threads;
-        let (r, extent, _) = acc.dims[0];
+        let (idx, base, extent) = match folded {
+            None => {
+                let (r, extent, _) = acc.dims[0];
+                (&self.regs[r][..], self.own_base(acc), extent)
+            }
+            Some((base, extent)) => (&self.flat[..], base, extent),
+        };
         let lanes = lanes_of(self.span, &self.mask);
-        let (idx, s) = (&self.regs[r], &self.regs[src]);
+        let s = &self.regs[src];
         let run = consecutive_run(&lanes, idx, extent);
         let packed = acc.elem.is_16bit();
         let result = match acc.target {
             Target::Global(b) => {
-                let (words, base) = self.own_instance(code, env, acc, b)?;
+                let (words, base) = Self::instance_words(code, env, acc, b, (base, extent))?;
                 if packed {
                     if let Some(Run { lanes, words: at }) = run {
                         store_run_packed(words, base + at.start, &s[lanes]);
@@ -487,7 +589,7 @@ impl BlockState {
                         store_packed(words, base + i, s[l])
                     })
                 } else {
-                    let words = &words[base..base + acc.inst_len as usize];
+                    let words = &words[base..base + extent as usize];
                     if let Some(Run { lanes, words: at }) = run {
                         words[at]
                             .iter()
@@ -539,6 +641,8 @@ impl BlockState {
         let t = code.threads;
         let float = acc.elem == crate::ir::ScalarType::F32;
         let ftz = code.flush_subnormals;
+        let folded = self.fold_indices(acc);
+        let flat = take(&mut self.flat);
         let order = self.lane_order(env, t);
         let result = (|| {
             for k in 0..t {
@@ -546,7 +650,9 @@ impl BlockState {
                 if !self.mask[l] {
                     continue;
                 }
-                let addr = self.address(code, acc, l).map_err(|e| *e)?;
+                let addr = self
+                    .lane_address(code, acc, folded, &flat, l)
+                    .map_err(|e| *e)?;
                 let reads = op != AtomicOp::Store;
                 let writes = op != AtomicOp::Load;
                 self.detect_access(code, env, acc, addr, l, reads, writes, true)?;
@@ -579,6 +685,7 @@ impl BlockState {
             Ok(())
         })();
         Self::return_order(env, order);
+        self.flat = flat;
         result
     }
 }

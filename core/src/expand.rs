@@ -1,8 +1,12 @@
 //! The kernel a program runs: the IR as written, with its sugar expanded so
 //! that the interpreter and every backend implement one smaller language.
 //!
-//! [`program_kernel`] is the one home of these rules (the interpreter and
-//! the lowering both call it; backends receive its result in the plan):
+//! [`program_kernel`] is the one home of these rules. Validation calls it
+//! once per program and returns its result with the program's facts
+//! (`validate::ValidModule`); the lowering, the interpreter and conformance's
+//! analysis take the kernels from there, and backends receive them in the
+//! plan. Nothing else calls it (`core/tests/layering.rs`). This module sits
+//! below both validation and the lowering and imports neither:
 //! - parameters: a kernel names the operands it uses, in any order; the
 //!   program's kernel takes every operand of the map, in the map's order
 //!   (inputs, outputs, scalars, scratch), so that parameter `i` binds
@@ -16,8 +20,8 @@
 //!   name, so that every name is declared once per kernel (what the
 //!   backends' symbol tables and the interpreter's registers assume);
 //! - helper functions: each call is replaced by the function's body
-//!   ([`inline_call`], which validation uses too, so that a helper is
-//!   checked in the context of every call).
+//!   ([`inline_call`], which validation's body checks use too, so that a
+//!   helper is checked in the context of every call).
 //!
 //! The input must be valid (`validate` found no error); the output is
 //! valid too and has no `CompoundAssign`, `CompoundStore`, `Call`,
@@ -35,7 +39,7 @@ use crate::ir::{
 
 /// Why a kernel could not be expanded (validation reports each first).
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum ExpandError {
+pub(crate) enum ExpandError {
     #[error("kernel `{kernel}` calls `{function}`, which is not a helper function of the module")]
     UnknownFunction { kernel: Name, function: Name },
     #[error("kernel `{kernel}` calls the helper `{function}`, which calls itself (directly or through others)")]
@@ -52,7 +56,7 @@ pub enum ExpandError {
 /// is renamed by `rename` (so that the inlined code never meets the
 /// caller's names), and the final `return value;` becomes `let dest = value;`.
 /// Calls inside the body are left for the caller to inline in turn.
-pub fn inline_call(
+pub(crate) fn inline_call(
     function: &Function,
     dest: Option<&Binding>,
     args: &[Expr],
@@ -104,7 +108,7 @@ pub fn inline_call(
 }
 
 /// The functions that take part in a call cycle (helpers cannot recurse).
-pub fn recursive_functions(module: &Module) -> HashSet<Name> {
+pub(crate) fn recursive_functions(module: &Module) -> HashSet<Name> {
     let calls = |f: &Function| {
         let mut callees = Vec::new();
         for_each_stmt(&f.body, &mut |s| {
@@ -334,7 +338,7 @@ fn renamed_stmt(stmt: &Stmt, names: &HashMap<Name, Name>) -> Stmt {
 }
 
 /// The kernel that program `kernel` of `map` runs (see the module docs).
-pub fn program_kernel(
+pub(crate) fn program_kernel(
     module: &Module,
     map: &MpmdMap,
     kernel: &Kernel,
@@ -420,7 +424,7 @@ fn declared_by(stmt: &Stmt) -> Option<&Name> {
 /// renames it). Nothing else changes, so statement paths stay the same;
 /// validation analyses uniformity on this form (its facts are keyed by
 /// name). Also returns each new name's original.
-pub fn with_unique_names(module: &Module, kernel: &Kernel) -> (Kernel, HashMap<Name, Name>) {
+pub(crate) fn with_unique_names(module: &Module, kernel: &Kernel) -> (Kernel, HashMap<Name, Name>) {
     let mut taken = declared_names(kernel);
     taken.extend(module.consts.iter().map(|c| c.name.clone()));
     let mut expander = Expander {

@@ -1,4 +1,5 @@
-//! Typed indices for the plan's index spaces, so that an index of one list
+//! Typed indices for the map's and the plan's index spaces (re-exported by
+//! [`crate::plan`]; below validation, whose facts name programs and operands), so that an index of one list
 //! can never be used for another. Each is a plain position (`index()`);
 //! `Debug` and `Display` print just the number, as the `usize` did.
 

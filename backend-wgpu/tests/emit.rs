@@ -564,3 +564,111 @@ map axpb16 { programs [m: axpb16]; inputs [x: gmem<f16[256]>]; outputs [y: gmem<
         assert_eq!(entry.matches("atomicAnd(").count(), 1, "{entry}");
     }
 }
+
+/// The names a kernel declares: its scalar parameters and every binding
+/// of its body.
+fn declared_names(kernel: &mpmd_core::ir::Kernel) -> Vec<String> {
+    use mpmd_core::ir::Stmt;
+    let mut names: Vec<String> = kernel
+        .params
+        .iter()
+        .filter(|p| p.ty.as_ref_type().is_none())
+        .map(|p| p.name.clone())
+        .collect();
+    mpmd_core::ir::visit::for_each_stmt(&kernel.body, &mut |stmt| match stmt {
+        Stmt::Let { var, .. } | Stmt::Var { var, .. } | Stmt::For { var, .. } => {
+            names.push(var.name.clone())
+        }
+        Stmt::Atomic { dest: Some(d), .. }
+        | Stmt::Warp { dest: d, .. }
+        | Stmt::BlockCollective { dest: d, .. } => names.push(d.name.clone()),
+        Stmt::SemRead { dest, .. } | Stmt::LocalArray { name: dest, .. } => {
+            names.push(dest.clone())
+        }
+        _ => {}
+    });
+    names
+}
+
+/// ARCHITECTURE.md, "IR conventions" and "WGSL names": names are declared
+/// once per kernel after `plan::program_kernel`, so the WGSL emitter never
+/// renames: for every corpus case and example that emits, each unit's
+/// function declares exactly `v_` + the name of every binding of its
+/// (expanded) kernel, each once, and uses no other `v_` identifier.
+#[test]
+fn wgsl_identifiers_are_the_ir_names_with_their_prefix() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files: Vec<_> = std::fs::read_dir(root.join("conformance/cases"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mpmd"))
+        .collect();
+    files.extend(example_files());
+    files.sort();
+    let mut units_checked = 0;
+    for path in &files {
+        let Ok(source) = mpmd_core::text::parse_file(&std::fs::read_to_string(path).unwrap())
+        else {
+            continue;
+        };
+        let module = source.module;
+        let Ok(valid) = mpmd_core::validate::validate(&module, &Default::default()) else {
+            continue;
+        };
+        for map in &module.maps {
+            let Ok(p) = mpmd_core::plan::lower(&valid, &map.name) else {
+                continue;
+            };
+            let options = EmitOptions {
+                subgroups: true,
+                loop_cap: Some(65_000),
+                ..EmitOptions::default()
+            };
+            let Ok(emitted) = emit_module(&p, &options) else {
+                continue;
+            };
+            for (id, unit) in p.enumerate_units() {
+                let name = format!("unit{}_{}", id, unit.kernel.name);
+                let Some(start) = emitted.wgsl.find(&format!("fn {name}(")) else {
+                    continue;
+                };
+                let text = &emitted.wgsl[start..];
+                let text = &text[..text.find("\n}\n").unwrap_or(text.len())];
+                let expected: std::collections::BTreeSet<String> = declared_names(&unit.kernel)
+                    .into_iter()
+                    .map(|n| format!("v_{n}"))
+                    .collect();
+                let mut used = std::collections::BTreeSet::new();
+                for (at, _) in text.match_indices("v_") {
+                    let before = text[..at].chars().next_back();
+                    if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                        continue;
+                    }
+                    let ident: String = text[at..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    used.insert(ident);
+                }
+                let case = format!("{} map `{}` {name}", path.display(), map.name);
+                assert!(
+                    used.is_subset(&expected),
+                    "{case}: identifiers that are no IR name: {:?}",
+                    used.difference(&expected).collect::<Vec<_>>()
+                );
+                for ident in &expected {
+                    let declarations = [format!("let {ident}:"), format!("var {ident}:")]
+                        .iter()
+                        .map(|d| text.matches(d.as_str()).count())
+                        .sum::<usize>();
+                    assert!(
+                        declarations <= 1,
+                        "{case}: `{ident}` declared {declarations} times"
+                    );
+                }
+                units_checked += 1;
+            }
+        }
+    }
+    assert!(units_checked > 150, "only {units_checked} units checked");
+}

@@ -31,11 +31,15 @@ pub enum CliError {
     Lower(#[from] LowerError),
     #[error("{0}")]
     Usage(String),
-    #[error("call {index} (map `{map}`) failed: {error}")]
+    #[error("call {index} (map `{map}`) failed: {error}{notes}")]
     Run {
         index: usize,
         map: String,
         error: Box<RunError>,
+        /// The source of the statements the error points at (a race's
+        /// accesses), rendered: empty, or lines that each start with a
+        /// newline.
+        notes: String,
     },
     #[error(transparent)]
     Npy(#[from] npy::NpyError),

@@ -80,7 +80,8 @@ pub struct RunFlags {
     /// interpreter all schedules together, buffers filled included; on
     /// wgpu compiling the pipelines, the dispatches and reading back (a
     /// compile or dispatch past it goes on in the background until the
-    /// process exits).
+    /// process exits); on cuda-host the emulated program, in whole seconds
+    /// rounded up (compiling it is not bounded).
     #[arg(long, value_name = "SECONDS", default_value_t = Seconds(Some(DEFAULT_TIME_LIMIT)))]
     pub timeout: Seconds,
     /// Bound on the host memory the run holds at once: generated and

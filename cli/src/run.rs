@@ -15,14 +15,15 @@ use mpmd_core::interp::{
 use mpmd_core::ir::{Call, ScalarType, Type};
 use mpmd_core::load::ValidFile;
 use mpmd_core::plan::{lower, LowerError};
+use mpmd_core::validate::Renderer;
 use mpmd_core::{CallArgs, HostTensor, Mode, RunError, RunOptions};
 
 use crate::arrays::{compare_targets, packed_bytes, read_input};
 use crate::backends::RunBackend;
 use crate::compare::{self, Tolerance};
 use crate::output::{create_dir, write_summary_line};
-use crate::{for_cli, load_file, resolve_backend_within, BackendKind, CliError, RunFlags};
-use mpmd_frontend::cuda_backend;
+use crate::{for_cli, resolve_backend_within, BackendKind, CliError, RunFlags};
+use mpmd_frontend::{cuda_backend, load_file_with_text, source_notes};
 
 /// Everything `mpmd run` needs.
 #[derive(Clone, Debug)]
@@ -156,7 +157,16 @@ pub fn interp_options(request: &RunRequest, case: Option<&CaseSpec>) -> InterpOp
 }
 
 pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
-    let ValidFile { module, case } = load_file(&request.file)?;
+    let (
+        source,
+        ValidFile {
+            module,
+            case,
+            source_map,
+        },
+    ) = load_file_with_text(&request.file)?;
+    let file_name = request.file.display().to_string();
+    let renderer = Renderer::new(&file_name, Some((&source, &source_map)));
     let calls = module.effective_calls();
     if calls.is_empty() {
         return Err(CliError::Usage(format!(
@@ -344,6 +354,7 @@ pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
             .map_err(|error| CliError::Run {
                 index,
                 map: map.name.clone(),
+                notes: source_notes(&error, &module, &renderer),
                 error: Box::new(for_cli(error)),
             })?;
         let wall = started.elapsed();
@@ -402,6 +413,7 @@ pub(crate) fn run(request: &RunRequest) -> Result<String, CliError> {
                         "no value returned for output `{}`",
                         output.name
                     ))),
+                    notes: String::new(),
                 })?;
             let stem = if calls.len() == 1 {
                 output.name.clone()

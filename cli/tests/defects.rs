@@ -52,14 +52,20 @@ fn the_oracle_rows() {
             expect(
                 &["run", "--checked", "--seed", seed, &path],
                 1,
-                &[&format!("data race on `{buffer}`")],
+                &[&format!("data race on `{buffer}[")],
             );
         }
     }
     expect(
         &["run", "--checked", &defect("d25_race_report_same_thread.mpmd")],
         1,
-        &["data race on `c` element 0: program 0 (k), block 0, thread 1 and program 0 (k), block 0, thread 0"],
+        &[
+            "data race on `c[0]`: read by program 0 (k), block 0, thread 1 and write by program 0 (k), block 0, thread 0\n",
+            "note: the read\n",
+            "7 |   let v: u32 = c[0];\n",
+            "note: the write\n",
+            "8 |   c[0] = v + 1u;\n",
+        ],
     );
 }
 

@@ -1,12 +1,14 @@
-//! Runs `mpmd check` and `mpmd run --backend interp` on every example and
-//! checks every output value exactly (the examples use `iota` inputs, so the
-//! expected values are closed forms of the index).
+//! Runs `mpmd check`, and `mpmd run` on the interpreter and on `cuda-host`,
+//! on every example and checks every output value exactly (the examples use
+//! `iota` inputs, so the expected values are closed forms of the index).
 
 mod common;
 use common::*;
 
 #[path = "../../test-support/gemm_config.rs"]
 mod gemm_config;
+#[path = "../../test-support/needs.rs"]
+mod needs;
 use std::path::Path;
 
 use mpmd_cli::npy;
@@ -243,6 +245,29 @@ fn every_example_checks() {
 
 #[test]
 fn every_example_runs_on_the_interpreter_with_exact_outputs() {
+    every_example_runs_with_exact_outputs("interp");
+}
+
+/// The CUDA C of every example, run on CPU threads, gives the interpreter's
+/// exact outputs, in fast and checked mode.
+#[test]
+fn every_example_runs_on_cuda_host_with_exact_outputs() {
+    every_example_runs_with_exact_outputs("cuda-host");
+}
+
+/// Fails the test when the backend could not start (the host C++ compiler
+/// and lavapipe are part of the README's set-up: test-support/needs.rs).
+fn require_backend(output: &std::process::Output, backend: &str) {
+    let message = stderr(output);
+    if message.starts_with(&format!("error: backend `{backend}` is not available")) {
+        panic!(
+            "{}",
+            needs::setup_message(&format!("the {backend} backend"), &message)
+        );
+    }
+}
+
+fn every_example_runs_with_exact_outputs(backend: &str) {
     for (name, check) in EXAMPLES {
         for checked in [false, true] {
             let dir = tempfile::tempdir().unwrap();
@@ -251,7 +276,7 @@ fn every_example_runs_on_the_interpreter_with_exact_outputs() {
                 "run",
                 file.to_str().unwrap(),
                 "--backend",
-                "interp",
+                backend,
                 "--seed",
                 "7",
                 "--out",
@@ -265,9 +290,10 @@ fn every_example_runs_on_the_interpreter_with_exact_outputs() {
                 args.extend(["--input", input.as_str()]);
             }
             let output = mpmd(&args);
+            require_backend(&output, backend);
             assert!(
                 output.status.success(),
-                "{name} (checked: {checked}): {}",
+                "{name} on {backend} (checked: {checked}): {}",
                 stderr(&output)
             );
             check(dir.path());
@@ -310,6 +336,105 @@ fn run_takes_inputs_from_npy_files_and_scalars_from_flags() {
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     expect_f32(&out, "y.npy", 256, |i| x[i] * -0.5 + 1.0);
+}
+
+/// `--backend cuda-host` runs any file as the other backends do, one
+/// without a `case` section too: inputs from `.npy` files, scalars from
+/// flags, outputs written, `--time` printed (the kernel is not timed apart
+/// from the call on the CPU).
+#[test]
+fn run_on_cuda_host_takes_inputs_writes_outputs_and_times_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = std::fs::read_to_string(example("elementwise")).unwrap();
+    let without_case = &source[..source.find("case {").unwrap()];
+    let file = dir.path().join("no_case.mpmd");
+    std::fs::write(&file, without_case).unwrap();
+    let x: Vec<f32> = (0..256).map(|i| (i % 7) as f32 - 3.0).collect();
+    let x_path = dir.path().join("x.npy");
+    npy::write(&x_path, &mpmd_core::HostTensor::from_f32(vec![256], &x)).unwrap();
+    let out = dir.path().join("out");
+    let output = mpmd(&[
+        "run",
+        file.to_str().unwrap(),
+        "--backend",
+        "cuda-host",
+        "--input",
+        &format!("x={}", x_path.display()),
+        "--scalar",
+        "alpha=-0.5",
+        "--out",
+        out.to_str().unwrap(),
+        "--time",
+    ]);
+    require_backend(&output, "cuda-host");
+    assert!(output.status.success(), "{}", stderr(&output));
+    expect_f32(&out, "y.npy", 256, |i| x[i] * -0.5 + 1.0);
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines[0], "call 0: map `axpb`");
+    let wall = lines[1]
+        .strip_prefix("  time: wall ")
+        .and_then(|rest| rest.strip_suffix(" ms; kernel time: not measured on cuda-host"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(wall.parse::<f64>().is_ok_and(|ms| ms > 0.0), "{text}");
+    assert_eq!(
+        lines[2],
+        format!(
+            "  y: f32[256] first [2.5, 2.0, 1.5, 1.0, 0.5, 0.0, -0.5, 2.5, ...] min -0.5 max 2.5 sum 259.0 -> {}",
+            out.join("y.npy").display()
+        )
+    );
+}
+
+/// `--timeout` bounds the emulated program on cuda-host (in whole seconds):
+/// a loop of four billion iterations is stopped after one.
+#[test]
+fn run_on_cuda_host_stops_at_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("spin.mpmd");
+    std::fs::write(
+        &file,
+        "mesh m {\n  grid [b = 1];\n  threads t = 1;\n}\n\n\
+         kernel spin(y: gmem<u32[1]>) {\n  var n: u32 = 0u;\n  \
+         while n < 4000000000u max 4000000000u {\n    n += 1u;\n    y[0u] = n;\n  }\n}\n\n\
+         map spin {\n  programs [m: spin];\n  outputs [y: gmem<u32[1]>];\n}\n",
+    )
+    .unwrap();
+    let output = mpmd(&[
+        "run",
+        file.to_str().unwrap(),
+        "--backend",
+        "cuda-host",
+        "--timeout",
+        "0.5",
+    ]);
+    require_backend(&output, "cuda-host");
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "error: call 0 (map `spin`) failed: backend error: cuda-host: the emulated kernel of map `spin` \
+         (Fast mode) ran past its time limit of 1 s and was stopped\n"
+    );
+}
+
+/// Without a host C++ compiler, `--backend cuda-host` says in one line
+/// what is missing and how to get it.
+#[test]
+fn run_on_cuda_host_without_a_compiler_says_why_in_one_line() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mpmd"))
+        .args(["run", example("elementwise").to_str().unwrap()])
+        .args(["--backend", "cuda-host"])
+        .env("MPMD_HOST_CXX", "/nonexistent/c++")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output),
+        "error: backend `cuda-host` is not available: no host C++ compiler for cuda-host: \
+         `/nonexistent/c++ --version` failed (No such file or directory (os error 2)); \
+         install g++ (`apt-get install g++`) or set MPMD_HOST_CXX\n"
+    );
 }
 
 #[test]

@@ -516,12 +516,24 @@ fn races_dir() -> PathBuf {
 }
 
 /// Every program of `examples/races` (docs/memory-model.md), with the
-/// verdict `mpmd run --checked` gives it on the interpreter.
+/// verdict `mpmd run --checked` gives it on the interpreter (a race: the
+/// element, what each access did and its line in `{file}`).
 const RACES: &[(&str, &str)] = &[
     (
         "smem_stencil_racy",
-        "error: call 0 (map `stencil`) failed: data race on `tile` element 1: \
-         program 0 (stencil), block 0, thread 1 and program 0 (stencil), block 0, thread 0\n",
+        concat!(
+         "error: call 0 (map `stencil`) failed: data race on `tile[1]`: write by program 0 (stencil), block 0, thread 1 and read by program 0 (stencil), block 0, thread 0\n",
+         "note: the write\n",
+         "  --> {file}:20:3\n",
+         "   |\n",
+         "20 |   tile[t] = x[i];\n",
+         "   |   ^^^^^^^^^^^^^^^\n",
+         "note: the read\n",
+         "  --> {file}:21:3\n",
+         "   |\n",
+         "21 |   y[i] = tile[t] + tile[(t + 1u) % axis_size(t)];\n",
+         "   |   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        ),
     ),
     (
         "smem_stencil_fixed",
@@ -529,8 +541,19 @@ const RACES: &[(&str, &str)] = &[
     ),
     (
         "atomic_flag_racy",
-        "error: call 0 (map `publish`) failed: data race on `data` element 0: \
-         program 0 (produce), block 0, thread 0 and program 1 (consume), block 0, thread 0\n",
+        concat!(
+         "error: call 0 (map `publish`) failed: data race on `data[0]`: write by program 0 (produce), block 0, thread 0 and read by program 1 (consume), block 0, thread 0\n",
+         "note: the write\n",
+         "  --> {file}:26:3\n",
+         "   |\n",
+         "26 |   data[t] = x[t] * 2.0;\n",
+         "   |   ^^^^^^^^^^^^^^^^^^^^^\n",
+         "note: the read\n",
+         "  --> {file}:43:5\n",
+         "   |\n",
+         "43 |     y[u] = data[u] + 1.0;\n",
+         "   |     ^^^^^^^^^^^^^^^^^^^^^\n"
+        ),
     ),
     (
         "atomic_flag_fixed",
@@ -538,8 +561,19 @@ const RACES: &[(&str, &str)] = &[
     ),
     (
         "reused_buffer_racy",
-        "error: call 0 (map `rounds`) failed: data race on `slot` element 0: \
-         program 0 (produce), block 0, thread 0 and program 1 (consume), block 0, thread 0\n",
+        concat!(
+         "error: call 0 (map `rounds`) failed: data race on `slot[0]`: write by program 0 (produce), block 0, thread 0 and read by program 1 (consume), block 0, thread 0\n",
+         "note: the write\n",
+         "  --> {file}:28:5\n",
+         "   |\n",
+         "28 |     slot[t] = x[r * 64u + t];\n",
+         "   |     ^^^^^^^^^^^^^^^^^^^^^^^^^\n",
+         "note: the read\n",
+         "  --> {file}:37:5\n",
+         "   |\n",
+         "37 |     y[r * 64u + u] = slot[u] * 2.0;\n",
+         "   |     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        ),
     ),
     (
         "reused_buffer_fixed",
@@ -601,7 +635,11 @@ fn racy_examples_race_and_fixed_ones_pass() {
             ]);
             if name.ends_with("_racy") {
                 assert_eq!(output.status.code(), Some(1), "{name}");
-                assert_eq!(stderr(&output), *verdict, "{name} seed {seed}");
+                assert_eq!(
+                    stderr(&output),
+                    verdict.replace("{file}", &file.display().to_string()),
+                    "{name} seed {seed}"
+                );
             } else {
                 assert_eq!(output.status.code(), Some(0), "{name}: {}", stderr(&output));
                 assert!(
@@ -681,8 +719,13 @@ fn memory_model_page_shows_the_race_examples() {
             page.contains(&shown),
             "the page does not show {name} as it is"
         );
-        let first_line = verdict.lines().next().unwrap();
-        let run = format!("$ mpmd run examples/races/{name}.mpmd --checked\n{first_line}\n");
+        let path = format!("examples/races/{name}.mpmd");
+        let shown_verdict = if name.ends_with("_racy") {
+            verdict.replace("{file}", &path)
+        } else {
+            verdict.lines().next().unwrap().to_string() + "\n"
+        };
+        let run = format!("$ mpmd run {path} --checked\n{shown_verdict}");
         assert!(
             page.contains(&run),
             "the page does not show {name}'s verdict"

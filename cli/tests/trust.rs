@@ -358,18 +358,26 @@ fn checked_runs_find_races_that_one_schedule_hides() {
             stdout(&checked)
         );
         let message = stderr(&checked);
+        let race = format!("data race on `{buffer}[");
         let findings = [
-            format!("data race on `{buffer}` element "),
+            race.clone(),
             "read of memory that was never written at ".to_string(),
             "results differ between schedules: ".to_string(),
         ];
         let prefix = format!("error: call 0 (map `{map}`) failed: ");
+        // One line, and for a race a note with the source line of each access.
+        let notes = if message[prefix.len().min(message.len())..].starts_with(&race) {
+            2
+        } else {
+            0
+        };
         assert!(
             message.starts_with(&prefix)
                 && findings
                     .iter()
                     .any(|f| message[prefix.len()..].starts_with(f.as_str()))
-                && message.lines().count() == 1,
+                && message.lines().filter(|l| l.starts_with("note: ")).count() == notes
+                && message.lines().filter(|l| l.starts_with("error")).count() == 1,
             "{name}: {message}"
         );
     }

@@ -84,3 +84,58 @@ fn cuda_host_is_a_column_judged_against_the_interpreter() {
         "{json}"
     );
 }
+
+/// Issue 27: a deadlock names the semaphore element it waits on with
+/// `mpmd_core::backend::element_text` on every backend (`s[1]`, and
+/// `filled@[1][1]` for an instance of an owned semaphore): the
+/// interpreter, wgpu and cuda-host report the same element for the same
+/// deadlocking program.
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_deadlock_names_its_semaphore_element_alike_on_every_backend() {
+    use mpmd_core::backend::{Backend, RunOptions};
+    use mpmd_core::host::CallArgs;
+    let programs = [
+        (
+            "mesh m { grid [b = 2]; threads t = 4; }
+kernel k(y: gmem<u32[2]>, s: sem<[2]>) {
+  wait(s[1], 1);
+  y[axis_index(b)] = 1u;
+}
+map k { programs [m: k]; outputs [y: gmem<u32[2]>]; scratch [s: sem<[2]>]; }",
+            "`s[1]`",
+        ),
+        (
+            "mesh m { grid [b = 2]; threads t = 4; }
+kernel k(y: gmem<u32[2]>, filled: sem<[2]> @ m) {
+  if axis_index(b) == 1u { wait(filled[1], 1); }
+  y[axis_index(b)] = 1u;
+}
+map k { programs [m: k]; outputs [y: gmem<u32[2]>]; scratch [filled: sem<[2]> @ m]; }",
+            "`filled@[1][1]`",
+        ),
+    ];
+    for (src, element) in programs {
+        let (module, _) = mpmd_core::text::parse(src).expect("parses");
+        let valid = mpmd_core::validate::validate(&module, &Default::default()).expect("valid");
+        let plan = mpmd_core::plan::lower(&valid, "k").expect("lowers");
+        let mut backends: Vec<(&str, Box<dyn Backend>)> = vec![
+            ("interp", Box::new(mpmd_core::interp::Interpreter::new())),
+            (
+                "wgpu",
+                Box::new(needs::setup(
+                    "a WebGPU adapter (Mesa's lavapipe)",
+                    mpmd_wgpu::WgpuBackend::new(Default::default()),
+                )),
+            ),
+            ("cuda-host", Box::new(mpmd_cuda::HostCudaBackend::new())),
+        ];
+        for (name, backend) in &mut backends {
+            let err = backend
+                .run(&plan, &CallArgs::default(), &RunOptions::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(element), "{name} names {element}: {err}");
+        }
+    }
+}

@@ -3,7 +3,7 @@
 use thiserror::Error;
 
 use crate::host::{CallArgs, CallOutputs, HostTensor};
-use crate::ir::Name;
+use crate::ir::{IrPath, Name};
 use crate::plan::LaunchPlan;
 
 /// Fast mode: out-of-bounds is undefined. Checked mode: every access is checked
@@ -46,6 +46,41 @@ impl std::fmt::Display for Site {
             write!(f, ", thread {t}")?;
         }
         Ok(())
+    }
+}
+
+/// What an access in a race report did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccessKind {
+    Read,
+    Write,
+    /// Any atomic operation (they never race with each other, only with
+    /// plain accesses).
+    Atomic,
+}
+
+impl AccessKind {
+    /// The kind of an access that reads and/or writes, atomically or not.
+    pub fn of(write: bool, atomic: bool) -> Self {
+        match (atomic, write) {
+            (true, _) => AccessKind::Atomic,
+            (false, true) => AccessKind::Write,
+            (false, false) => AccessKind::Read,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessKind::Read => "read",
+            AccessKind::Write => "write",
+            AccessKind::Atomic => "atomic",
+        }
+    }
+}
+
+impl std::fmt::Display for AccessKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -108,12 +143,26 @@ pub enum RunError {
         reference: Name,
         element: u64,
     },
-    #[error("data race on `{reference}` element {element}: {first} and {second}")]
+    #[error("data race on `{index}`: {} by {first} and {} by {second}", kinds[0], kinds[1])]
     DataRace {
         reference: Name,
+        /// The element's index in the buffer (instances of an owned ref
+        /// included), one count per element whatever its size.
         element: u64,
+        /// The element as reports write it ([`element_text`]): `tile[0, 1]`,
+        /// `x@[1][3]`.
+        index: String,
+        /// The earlier access (recorded) and the one that raced with it.
         first: Site,
         second: Site,
+        /// What each access did, `first`'s then `second`'s.
+        kinds: [AccessKind; 2],
+        /// The statement of each access, in the kernel as the program runs
+        /// it (validation's expansion, which inlines helpers):
+        /// [`crate::validate::source_path`] turns one into the statement as
+        /// written, whose span a `text::SourceMap` has. `None` where the
+        /// interpreter kept no path (more than 65,535 accesses in a kernel).
+        paths: [Option<IrPath>; 2],
     },
     /// A semaphore operation's amount, computed at run time, is below 1
     /// (docs/design.md: `n >= 1`; literal amounts are a validation error, E0055).
@@ -224,6 +273,30 @@ impl ErrorClass {
 }
 
 impl RunError {
+    /// The statements the report points at, each with what it did there,
+    /// for a renderer that has the source: a race's two accesses (`the
+    /// write`, `the read`; `the first write`, `the second write` when both
+    /// are of a kind). The paths are in the kernel as the program runs it
+    /// (see [`RunError::DataRace`]'s `paths`).
+    pub fn statements(&self) -> Vec<(String, &IrPath)> {
+        let RunError::DataRace { kinds, paths, .. } = self else {
+            return Vec::new();
+        };
+        let labels = if kinds[0] == kinds[1] {
+            [
+                format!("the first {}", kinds[0]),
+                format!("the second {}", kinds[1]),
+            ]
+        } else {
+            [format!("the {}", kinds[0]), format!("the {}", kinds[1])]
+        };
+        labels
+            .into_iter()
+            .zip(paths)
+            .filter_map(|(label, path)| Some((label, path.as_ref()?)))
+            .collect()
+    }
+
     /// The class conformance compares; `None` for errors that are never expected.
     pub fn class(&self) -> Option<ErrorClass> {
         Some(match self {

@@ -5,7 +5,7 @@
 //! once per program and returns its result with the program's facts
 //! (`validate::ValidModule`); the lowering, the interpreter and conformance's
 //! analysis take the kernels from there, and backends receive them in the
-//! plan. Nothing else calls it (`core/tests/layering.rs`). This module sits
+//! plan. Nothing else calls it (`xtask/tests/architecture.rs`). This module sits
 //! below both validation and the lowering and imports neither:
 //! - parameters: a kernel names the operands it uses, in any order; the
 //!   program's kernel takes every operand of the map, in the map's order
@@ -34,7 +34,8 @@ use thiserror::Error;
 use crate::ir::limits::MAX_NESTING;
 use crate::ir::visit::for_each_stmt;
 use crate::ir::{
-    Binding, Expr, Fragment, Function, Kernel, Module, MpmdMap, Name, Param, RefAccess, Stmt,
+    Binding, Expr, Fragment, Function, IrPath, Kernel, Module, MpmdMap, Name, Param, PathStep,
+    RefAccess, Stmt,
 };
 
 /// Why a kernel could not be expanded (validation reports each first).
@@ -387,6 +388,67 @@ pub(crate) fn program_kernel(
         params,
         body,
     })
+}
+
+/// The statement as written in `module` that a statement of
+/// [`program_kernel`]'s expansion of its kernel comes from: `path` is
+/// `kernel K / stmt ...` in the expansion, the result the same statement
+/// in kernel `K` as written (whose span a `text::SourceMap` has). Only
+/// inlining moves statements: one that a helper call expanded to maps to
+/// that call. `None` when `path` names no statement of the expansion of
+/// a kernel of `module`.
+pub fn source_path(module: &Module, path: &IrPath) -> Option<IrPath> {
+    let (PathStep::Kernel(name), steps) = path.0.split_first()? else {
+        return None;
+    };
+    let mut stmts: &[Stmt] = &module.kernel(name)?.body;
+    let mut out = vec![PathStep::Kernel(name.clone())];
+    let mut steps = steps.iter();
+    while let Some(step) = steps.next() {
+        let PathStep::Stmt(wanted) = step else {
+            return None;
+        };
+        // The statement as written whose expansion covers index `wanted`.
+        let mut first = 0usize;
+        let (index, stmt) = stmts.iter().enumerate().find(|(_, s)| {
+            first += expanded_len(module, s, 0);
+            first > *wanted
+        })?;
+        out.push(PathStep::Stmt(index));
+        if matches!(stmt, Stmt::Call { .. }) {
+            break;
+        }
+        let Some(child) = steps.next() else { break };
+        stmts = match (child, stmt) {
+            (PathStep::Then, Stmt::If { then_body, .. }) => then_body,
+            (PathStep::Else, Stmt::If { else_body, .. }) => else_body,
+            (PathStep::Body, Stmt::For { body, .. } | Stmt::While { body, .. }) => body,
+            _ => return None,
+        };
+        out.push(child.clone());
+    }
+    Some(IrPath(out))
+}
+
+/// How many statements [`program_kernel`] puts in place of `stmt`: one,
+/// or for a helper call those of its inlined body (calls in it inlined in
+/// turn, at most [`MAX_NESTING`] deep, as validation requires).
+fn expanded_len(module: &Module, stmt: &Stmt, depth: usize) -> usize {
+    let Stmt::Call {
+        dest,
+        function,
+        args,
+    } = stmt
+    else {
+        return 1;
+    };
+    let Some(f) = module.function(function).filter(|_| depth < MAX_NESTING) else {
+        return 1;
+    };
+    inline_call(f, dest.as_ref(), args, &mut |name| name.to_string())
+        .iter()
+        .map(|s| expanded_len(module, s, depth + 1))
+        .sum()
 }
 
 /// Every name a kernel declares (parameters and bindings), for fresh names.
@@ -757,5 +819,65 @@ impl Expander<'_> {
             Some(lit) if resolved == *name => lit.clone(),
             _ => Expr::Var(resolved),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::expand::{program_kernel, source_path};
+    use crate::ir::{IrPath, PathStep, Stmt};
+
+    /// Statements after an inlined call keep their place as written; those
+    /// the call became map to the call.
+    #[test]
+    fn source_paths_undo_the_inlining_of_helper_calls() {
+        let src = "mesh m { grid [b = 1]; threads t = 32; }\n\
+                   fn twice(v: u32) -> u32 {\n  let w: u32 = v * 2u;\n  return w;\n}\n\
+                   kernel k(y: gmem<u32[32]>) {\n  \
+                     let i: u32 = axis_index(t);\n  \
+                     let a: u32 = twice(i);\n  \
+                     if i > 3u {\n    let b: u32 = twice(a);\n    y[i] = b;\n  }\n  \
+                     y[0u] = a;\n}\n\
+                   map k { programs [m: k]; outputs [y: gmem<u32[32]>]; }\n";
+        let module = crate::text::parse_file(src).unwrap().module;
+        let kernel = program_kernel(&module, &module.maps[0], &module.kernels[0]).unwrap();
+        // `twice(i)` became `let v`, `let w`, `let a`.
+        assert_eq!(kernel.body.len(), 6);
+        let path = |steps: &[PathStep]| {
+            let mut all = vec![PathStep::Kernel("k".into())];
+            all.extend_from_slice(steps);
+            IrPath(all)
+        };
+        use PathStep::{Stmt as S, Then};
+        let cases = [
+            (vec![S(0)], vec![S(0)]),
+            (vec![S(2)], vec![S(1)]),
+            (vec![S(3)], vec![S(1)]),
+            (vec![S(4), Then, S(1)], vec![S(2), Then, S(0)]),
+            (vec![S(4), Then, S(3)], vec![S(2), Then, S(1)]),
+            (vec![S(5)], vec![S(3)]),
+        ];
+        for (expanded, written) in cases {
+            assert_eq!(
+                source_path(&module, &path(&expanded)),
+                Some(path(&written)),
+                "{expanded:?}"
+            );
+        }
+        assert_eq!(source_path(&module, &path(&[S(6)])), None);
+        // What the statements as written are.
+        assert!(
+            matches!(module.stmt_at(&path(&[S(1)])), Some(Stmt::Call { function, .. }) if function == "twice")
+        );
+        assert!(matches!(
+            module.stmt_at(&path(&[S(2), Then, S(1)])),
+            Some(Stmt::Store { .. })
+        ));
+        assert!(module.stmt_at(&path(&[S(2), Then])).is_none());
+        assert!(module.stmt_at(&path(&[S(9)])).is_none());
+        assert_eq!(
+            source_path(&module, &IrPath(vec![PathStep::Kernel("nope".into())])),
+            None
+        );
     }
 }

@@ -9,16 +9,18 @@ use std::fmt::Write;
 use crate::case::CaseSpec;
 use crate::host::{self, UserNumber};
 use crate::ir::Literal;
-use crate::text::{self, ConstOverrideError, SourceFile};
+use crate::text::{self, ConstOverrideError, SourceFile, SourceMap};
 use crate::validate::{self, ValidModule, ValidateOptions};
 
 /// A text that parsed and validated: its module, with every program as
-/// validation expanded it, and its case section.
-#[derive(Clone, Debug, PartialEq)]
+/// validation expanded it, its case section, and where each item and
+/// statement is in the text (for reports that show source lines).
+#[derive(Clone, Debug)]
 pub struct ValidFile {
     pub module: ValidModule,
     /// The `case { ... }` section, if the text has one.
     pub case: Option<CaseSpec>,
+    pub source_map: SourceMap,
 }
 
 /// A text that does not parse or validate: its diagnostics, rendered (one
@@ -122,6 +124,7 @@ fn validated(parsed: SourceFile, source: &str, file: &str) -> Result<ValidFile, 
         return Ok(ValidFile {
             module,
             case: parsed.case,
+            source_map: parsed.source_map,
         });
     }
     let renderer = validate::Renderer::new(file, Some((source, &parsed.source_map)));

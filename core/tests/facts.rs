@@ -1,6 +1,6 @@
 //! Validation returns each program's facts with its expanded kernel
 //! (`ValidModule`): operand accesses, uniformity, name types. The lowering
-//! copies them into the plan (it computes none: `tests/layering.rs`).
+//! copies them into the plan (it computes none: `xtask/tests/architecture.rs`).
 
 use mpmd_core::ir::{BinaryOp, Expr, ScalarType};
 use mpmd_core::plan::{lower, OperandId};

@@ -565,6 +565,7 @@ fn a_missing_wait_is_a_data_race() {
         element,
         first,
         second,
+        ..
     } = e
     else {
         panic!("expected a race, got {e}")
@@ -685,6 +686,7 @@ fn threads_of_one_block_race_on_smem_without_a_barrier() {
         element,
         first,
         second,
+        ..
     } = e
     else {
         panic!("expected a race, got {e}")

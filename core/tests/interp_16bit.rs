@@ -770,6 +770,7 @@ fn races_are_per_element() {
                 element,
                 first,
                 second,
+                ..
             } => {
                 assert_eq!(reference, "y");
                 assert_eq!(*element, 0);

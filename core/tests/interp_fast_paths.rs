@@ -133,11 +133,14 @@ map k {
         Err(RunError::DataRace {
             reference,
             element,
+            index,
             first,
             second,
+            ..
         }) => {
             assert_eq!(reference, "tile");
             assert_eq!(element, 0);
+            assert_eq!(index, "tile[0, 0]");
             assert_eq!(first.thread, Some(0));
             assert_eq!(second.thread, Some(8));
             assert_eq!(second.block, 0);
@@ -202,5 +205,61 @@ map k {
         for (row, w) in want.iter().enumerate() {
             assert_eq!(y[row * 128 + i], *w, "row {row} x {v:#x}");
         }
+    }
+}
+
+/// Every thread reads the element thread 0 wrote: after a barrier it is
+/// no race and each reads the value; without one, thread 1's read races
+/// with thread 0's write though thread 0's own read (made first) does not.
+#[test]
+fn broadcast_reads_race_exactly_when_unordered_with_the_write() {
+    let src = |sync: &str| {
+        format!(
+            r#"
+mesh m {{
+  grid [b = 2];
+  threads t = 64;
+}}
+
+kernel k(x: gmem<f32[2]>, y: gmem<f32[128]>, tile: smem<f32[2]>) {{
+  let t: u32 = axis_index(t);
+  if t == 0u {{
+    tile[0u] = x[axis_index(b)];
+  }}
+  {sync}
+  y[axis_index(b) * 64u + t] = tile[0u] + f32(t);
+}}
+
+map k {{
+  programs [m: k];
+  inputs [x: gmem<f32[2]>];
+  outputs [y: gmem<f32[128]>];
+  scratch [tile: smem<f32[2]>];
+}}
+"#
+        )
+    };
+    let x = HostTensor::from_f32(vec![2], &[10.0, 20.0]);
+    let ordered = module(&src("barrier;"));
+    let out = run_with_schedules(&ordered, "k", &[("x", x.clone())], Mode::Checked, 2).unwrap();
+    let y = out.outputs["y"].to_f32();
+    for (i, v) in y.iter().enumerate() {
+        assert_eq!(*v, [10.0, 20.0][i / 64] + (i % 64) as f32, "y[{i}]");
+    }
+    let racy = module(&src(""));
+    match run_with_schedules(&racy, "k", &[("x", x)], Mode::Checked, 0) {
+        Err(RunError::DataRace {
+            reference,
+            element,
+            index,
+            first,
+            second,
+            ..
+        }) => {
+            assert_eq!((reference.as_str(), element), ("tile", 0));
+            assert_eq!(index, "tile[0]");
+            assert_eq!((first.thread, second.thread), (Some(0), Some(1)));
+        }
+        other => panic!("expected a data race, got {other:?}"),
     }
 }

@@ -18,7 +18,8 @@ pub fn resolve_backend(
 
 /// [`resolve_backend`] whose runs are bounded by `time_limit` where the
 /// backend can bound them (`--timeout`: wgpu's compile, dispatches and
-/// read-back; the interpreter takes its limit from its options).
+/// read-back; cuda-host's emulated program; the interpreter takes its limit
+/// from its options).
 pub fn resolve_backend_within(
     kind: BackendKind,
     co_resident: bool,
@@ -31,6 +32,16 @@ pub fn resolve_backend_within(
     match kind {
         BackendKind::Interp => Ok(Box::new(Interpreter::new())),
         BackendKind::Cuda => Ok(Box::new(cuda_backend(false)?)),
+        BackendKind::CudaHost => {
+            mpmd_cuda::host_compiler().map_err(|e| unavailable(e.to_string()))?;
+            let options = mpmd_cuda::HostOptions {
+                time_limit_s: whole_seconds(time_limit),
+                ..Default::default()
+            };
+            let mut backend = mpmd_cuda::HostCudaBackend::new();
+            backend.options = options;
+            Ok(Box::new(backend))
+        }
         BackendKind::Wgpu => {
             let options = mpmd_wgpu::WgpuOptions {
                 co_resident,
@@ -42,6 +53,15 @@ pub fn resolve_backend_within(
             Ok(Box::new(backend))
         }
     }
+}
+
+/// `cuda-host`'s time limit: whole seconds, rounded up so that a limit
+/// under a second still bounds the program; 0 (no bound) for `None`.
+fn whole_seconds(limit: Option<Duration>) -> u32 {
+    limit.map_or(0, |d| {
+        let seconds = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+        u32::try_from(seconds).unwrap_or(u32::MAX)
+    })
 }
 
 /// The environment variable that sets the CUDA backend's limit on one
@@ -80,6 +100,9 @@ pub enum BackendKind {
     /// CUDA through NVRTC (NVIDIA GPUs); each semaphore wait gives up after
     /// $MPMD_CUDA_WAIT_TIMEOUT_MS milliseconds (default 10000).
     Cuda,
+    /// The CUDA backend's generated C run on CPU threads (no GPU needed):
+    /// compiled by the host C++ compiler, $MPMD_HOST_CXX else `c++`.
+    CudaHost,
 }
 
 impl BackendKind {
@@ -88,6 +111,21 @@ impl BackendKind {
             Self::Interp => "interp",
             Self::Wgpu => "wgpu",
             Self::Cuda => "cuda",
+            Self::CudaHost => "cuda-host",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_host_time_limits_are_whole_seconds_rounded_up() {
+        assert_eq!(whole_seconds(None), 0);
+        assert_eq!(whole_seconds(Some(Duration::from_millis(500))), 1);
+        assert_eq!(whole_seconds(Some(Duration::from_secs(60))), 60);
+        assert_eq!(whole_seconds(Some(Duration::from_millis(60_001))), 61);
+        assert_eq!(whole_seconds(Some(Duration::from_secs(1 << 40))), u32::MAX);
     }
 }

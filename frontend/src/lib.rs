@@ -9,7 +9,8 @@
 //! - a lowered map as a plan description, CUDA C or WGSL ([`Target`],
 //!   [`emit`], [`describe`]);
 //! - run errors whose messages name options the front end's way
-//!   ([`with_option_names`]: the CLI's flags, Python's parameters).
+//!   ([`with_option_names`]: the CLI's flags, Python's parameters), and
+//!   the source lines they point at ([`source_notes`]: a race's accesses).
 //!
 //! Comparing outputs is conformance's (`mpmd_conformance::compare`), which
 //! the CLI uses for `mpmd run --compare`.
@@ -22,6 +23,7 @@ pub mod describe;
 mod error;
 pub mod files;
 mod load;
+mod notes;
 mod options;
 mod targets;
 
@@ -30,7 +32,9 @@ pub use backends::{
 };
 pub use error::FrontendError;
 pub use load::{
-    load_file, load_file_with, load_module, load_source, load_source_with, MAX_SOURCE_BYTES,
+    load_file, load_file_with, load_file_with_text, load_file_with_text_and_consts, load_module,
+    load_source, load_source_with, MAX_SOURCE_BYTES,
 };
+pub use notes::source_notes;
 pub use options::{name_options, with_option_names};
 pub use targets::{emit, Target};

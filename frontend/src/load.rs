@@ -15,7 +15,13 @@ pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
 /// Parses and validates a file, its case section too; errors come back
 /// rendered (bytes that are not UTF-8 at their line and column).
 pub fn load_file(path: &Path) -> Result<ValidFile, FrontendError> {
-    load_file_with(path, &[])
+    load_file_with_text(path).map(|(_, file)| file)
+}
+
+/// [`load_file`], with the file's text: what a front end needs to show
+/// the source lines a run's error points at (a race's accesses).
+pub fn load_file_with_text(path: &Path) -> Result<(String, ValidFile), FrontendError> {
+    load_file_with_text_and_consts(path, &[])
 }
 
 /// [`load_file`] with module constants overridden
@@ -24,16 +30,23 @@ pub fn load_file_with(
     path: &Path,
     overrides: &[(&str, UserNumber)],
 ) -> Result<ValidFile, FrontendError> {
+    load_file_with_text_and_consts(path, overrides).map(|(_, file)| file)
+}
+
+/// [`load_file_with_text`] with module constants overridden.
+pub fn load_file_with_text_and_consts(
+    path: &Path,
+    overrides: &[(&str, UserNumber)],
+) -> Result<(String, ValidFile), FrontendError> {
     let bytes =
         files::read_regular(path, MAX_SOURCE_BYTES).map_err(|source| FrontendError::ReadFile {
             path: path.display().to_string(),
             source,
         })?;
-    Ok(mpmd_core::load::load_bytes_with(
-        &bytes,
-        &path.display().to_string(),
-        overrides,
-    )?)
+    let file = mpmd_core::load::load_bytes_with(&bytes, &path.display().to_string(), overrides)?;
+    // `load_bytes` decoded these bytes: this decoding succeeds.
+    let text = mpmd_core::text::decode(&bytes).map_or_else(|_| String::new(), str::to_string);
+    Ok((text, file))
 }
 
 /// The module of a file, as [`load_file`] checks it (a case section is

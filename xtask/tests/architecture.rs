@@ -475,6 +475,7 @@ const WGPU_API: &[&str] = &[
     "POOL_MAX_BYTES",
     "RUN_CACHE_CAPACITY",
     "Residency",
+    "RuntimeDir",
     "SUBNORMAL_TAG",
     "StorageBinding",
     "SubgroupFacts",
@@ -497,6 +498,7 @@ const WGPU_API: &[&str] = &[
     "probe_adapter",
     "probe_once",
     "profile_for",
+    "quiet_display_lookup",
     "validate_wgsl",
     "wgpu",
 ];
@@ -570,4 +572,118 @@ fn words_are_counted_in_one_place() {
         found.is_empty(),
         "words counted outside mpmd_core::host::words_for: {found:#?}"
     );
+}
+
+// ---- facts are computed once ---------------------------------------------------
+
+/// Where validation builds its `ValidModule`: the one caller of the
+/// expansion and of the facts' computation.
+const VALIDATION_RESULT: &str = "core/src/validate/facts.rs";
+/// The one expansion of a program's kernel.
+const EXPANSION: &str = "core/src/expand.rs";
+
+/// The lines of `text` that are code, numbered from 1: comments (doc
+/// comments included) name things without calling them.
+fn code_lines(text: &str) -> Vec<(usize, &str)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+        .map(|(i, line)| (i + 1, line))
+        .collect()
+}
+
+/// `file:line: code` of every code line of the members' sources, tests and
+/// benches that contains `needle`, except in `allowed` and this file
+/// (which names what it looks for).
+fn code_uses(needle: &str, allowed: &[&str]) -> Vec<String> {
+    let root = root();
+    let mut files = Vec::new();
+    for member in members() {
+        for dir in ["src", "tests", "benches"] {
+            let dir = root.join(&member).join(dir);
+            if dir.is_dir() {
+                rust_files(&dir, &mut files);
+            }
+        }
+    }
+    rust_files(&root.join("test-support"), &mut files);
+    assert!(files.len() > 100, "found only {} sources", files.len());
+    let mut found = Vec::new();
+    for file in files {
+        let shown = file
+            .strip_prefix(&root)
+            .expect("under the root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if allowed.contains(&shown.as_str()) || shown == "xtask/tests/architecture.rs" {
+            continue;
+        }
+        for (n, line) in code_lines(&read(&file)) {
+            if line.contains(needle) {
+                found.push(format!("{shown}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    found
+}
+
+/// ARCHITECTURE.md's "Facts are computed once": a program's kernel is
+/// expanded only where validation builds its `ValidModule`, once per
+/// program; the lowering, the interpreter and conformance take it from there.
+#[test]
+fn kernels_are_expanded_only_by_validation() {
+    assert_eq!(
+        code_uses("program_kernel(", &[EXPANSION, VALIDATION_RESULT]),
+        Vec::<String>::new(),
+        "take the expanded kernel from validation's `ValidModule` (`ValidProgram::kernel`)"
+    );
+    let calls = code_lines(&read(&root().join(VALIDATION_RESULT)))
+        .into_iter()
+        .filter(|(_, line)| line.contains("program_kernel("))
+        .count();
+    assert_eq!(
+        calls, 1,
+        "one expansion per program, in {VALIDATION_RESULT}"
+    );
+}
+
+/// ARCHITECTURE.md's "Facts are computed once": `ProgramFacts::of` is called
+/// only where validation builds its `ValidModule`.
+#[test]
+fn facts_are_computed_only_by_validation() {
+    assert_eq!(
+        code_uses("ProgramFacts::of(", &[VALIDATION_RESULT]),
+        Vec::<String>::new(),
+        "take the facts from validation's `ValidModule` (`ValidProgram::facts`)"
+    );
+}
+
+/// ARCHITECTURE.md's "Facts are computed once": the expansion imports
+/// neither validation nor the lowering nor the interpreter, and validation
+/// does not import the lowering (the lowering takes validation's result).
+#[test]
+fn the_expansion_sits_below_validation_and_the_lowering() {
+    let root = root();
+    let expansion = read(&root.join(EXPANSION));
+    for layer in ["crate::validate", "crate::plan", "crate::interp", "super::"] {
+        let found: Vec<usize> = code_lines(&expansion)
+            .into_iter()
+            .filter(|(_, line)| line.contains(layer))
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(found, Vec::<usize>::new(), "{EXPANSION} uses `{layer}`");
+    }
+    let mut validation = Vec::new();
+    rust_files(&root.join("core/src/validate"), &mut validation);
+    assert!(validation.len() > 5, "{validation:?}");
+    for file in validation {
+        for (n, line) in code_lines(&read(&file)) {
+            assert!(
+                !line.contains("crate::plan"),
+                "{}:{n} uses the lowering: {}",
+                file.display(),
+                line.trim()
+            );
+        }
+    }
 }

@@ -241,12 +241,33 @@ impl Emitter<'_> {
         access: &RefAccess,
     ) -> Result<(u32, String, String), EmitError> {
         let ref_id = self.ref_id(cx, &access.base)?;
-        let coords = match &access.block {
-            Some(c) => c
+        let coords = match (&access.block, cx.symbol(&access.base)?) {
+            (Some(c), _) => c
                 .iter()
                 .map(|e| self.index_expr(cx, e).map(|c| c.text))
                 .collect::<Result<Vec<_>, _>>()?,
-            None => Vec::new(),
+            // This block's own instance of an owned ref: its coordinates
+            // (row-major over the owner's block axes, the last fastest), so
+            // that the record names the element as every backend does
+            // (`mpmd_core::backend::element_text`).
+            (
+                None,
+                Symbol::Buffer {
+                    ty,
+                    owner_block_shape,
+                    ..
+                },
+            ) if ty.owner.is_some() => {
+                let mut stride = 1u64;
+                let mut texts = Vec::with_capacity(owner_block_shape.len());
+                for &size in owner_block_shape.iter().rev() {
+                    texts.push(format!("(mpmd_block / {stride}u) % {size}u"));
+                    stride = stride.saturating_mul(u64::from(size.max(1)));
+                }
+                texts.reverse();
+                texts
+            }
+            (None, _) => Vec::new(),
         };
         let index = access
             .index

@@ -119,7 +119,7 @@ impl UnitEmitter<'_, '_> {
                 }
             }
         };
-        let bound = self.bind_scalar(&dest.name, dest.ty);
+        let bound = self.bind_scalar(&dest.name, dest.ty)?;
         self.line(&format!(
             "let {bound}: {} = {result};",
             wgsl_scalar(dest.ty)

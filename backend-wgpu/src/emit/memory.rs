@@ -67,7 +67,10 @@ impl UnitEmitter<'_, '_> {
         let arg = |k: usize| values.get(k).cloned().unwrap_or_default();
         if self.idle_guard {
             // An idle invocation of a fused workgroup: no atomic; a result reads 0.
-            let result = dest.map(|(name, ty)| (self.bind_scalar(name, ty), ty));
+            let result = match dest {
+                Some((name, ty)) => Some((self.bind_scalar(name, ty)?, ty)),
+                None => None,
+            };
             if let Some((wgsl, ty)) = &result {
                 self.line(&format!("var {wgsl}: {};", wgsl_scalar(*ty)));
             }
@@ -128,21 +131,26 @@ impl UnitEmitter<'_, '_> {
             }
         };
         // A compare-exchange's result is a variable already: nothing to run.
-        self.atomic_result(dest, &value, op != AtomicOp::CompareExchange);
-        Ok(())
+        self.atomic_result(dest, &value, op != AtomicOp::CompareExchange)
     }
 
     /// An atomic's `value`: bound to `dest`, or else run for its effect
     /// where `value` is the call that does the operation (`run`).
-    fn atomic_result(&mut self, dest: Option<(&str, ScalarType)>, value: &str, run: bool) {
+    fn atomic_result(
+        &mut self,
+        dest: Option<(&str, ScalarType)>,
+        value: &str,
+        run: bool,
+    ) -> Result<(), EmitError> {
         match dest {
             Some((name, ty)) => {
-                let wgsl = self.bind_scalar(name, ty);
+                let wgsl = self.bind_scalar(name, ty)?;
                 self.line(&format!("let {wgsl}: {} = {value};", wgsl_scalar(ty)));
             }
             None if run => self.line(&format!("_ = {value};")),
             None => {}
         }
+        Ok(())
     }
 
     /// A compare-exchange loop that runs `body` until it breaks, counted
@@ -208,8 +216,7 @@ impl UnitEmitter<'_, '_> {
         };
         // After a compare-exchange loop the value is a variable's.
         let run = matches!(op, AtomicOp::Load | AtomicOp::Exchange);
-        self.atomic_result(dest, &value, run);
-        Ok(())
+        self.atomic_result(dest, &value, run)
     }
 
     pub(super) fn ref_info(&self, name: &str) -> Result<WgslRef, EmitError> {

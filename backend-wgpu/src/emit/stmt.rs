@@ -226,12 +226,12 @@ impl UnitEmitter<'_, '_> {
             } => self.mma_load(*operand, dest, source)?,
             Stmt::Let { var, value } => {
                 let v = self.expr(value)?;
-                let name = self.bind_scalar(&var.name, var.ty);
+                let name = self.bind_scalar(&var.name, var.ty)?;
                 self.line(&format!("let {name}: {} = {v};", wgsl_scalar(var.ty)));
             }
             Stmt::Var { var, init } => {
                 let v = self.expr(init)?;
-                let name = self.bind_scalar(&var.name, var.ty);
+                let name = self.bind_scalar(&var.name, var.ty)?;
                 self.line(&format!("var {name}: {} = {v};", wgsl_scalar(var.ty)));
             }
             Stmt::Assign { name, value } => {
@@ -245,7 +245,7 @@ impl UnitEmitter<'_, '_> {
                 self.line(&format!("{target} = {v};"));
             }
             Stmt::LocalArray { name, elem, shape } => {
-                let var = self.fresh("v_", name);
+                let var = self.fresh("v_", name)?;
                 let ty = RefType {
                     space: MemorySpace::Local,
                     elem: *elem,
@@ -322,7 +322,7 @@ impl UnitEmitter<'_, '_> {
                 let end_name = self.temp("end");
                 self.line(&format!("let {end_name}: {} = {e};", wgsl_scalar(var.ty)));
                 self.scopes.push(HashMap::new());
-                let v = self.bind_scalar(&var.name, var.ty);
+                let v = self.bind_scalar(&var.name, var.ty)?;
                 let one = if var.ty == ScalarType::I32 {
                     "1i"
                 } else {
@@ -409,7 +409,7 @@ impl UnitEmitter<'_, '_> {
                 self.line(&format!(
                     "if (thread_id == 0u) {{ mpmd_sem_value = atomicLoad(&{place}); }}"
                 ));
-                let name = self.bind_scalar(dest, ScalarType::I32);
+                let name = self.bind_scalar(dest, ScalarType::I32)?;
                 self.line(&format!(
                     "let {name}: i32 = workgroupUniformLoad(&mpmd_sem_value);"
                 ));

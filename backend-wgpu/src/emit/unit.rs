@@ -206,17 +206,18 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         self.scopes.iter().rev().find_map(|s| s.get(name))
     }
 
-    /// A fresh WGSL name for an IR binding (IR names may be shadowed).
-    pub(super) fn fresh(&mut self, prefix: &str, name: &str) -> String {
-        let base = format!("{prefix}{}", sanitize(name));
-        let mut candidate = base.clone();
-        let mut k = 1;
-        while self.used.contains(&candidate) {
-            k += 1;
-            candidate = format!("{base}_{k}");
+    /// The WGSL name of an IR binding: `prefix` and the name, unchanged.
+    /// Names are declared once per kernel (`plan::program_kernel` renames
+    /// what sibling blocks reuse; ARCHITECTURE.md, "IR conventions"), so
+    /// the emitter never renames: a name declared twice is an invalid plan.
+    pub(super) fn fresh(&mut self, prefix: &str, name: &str) -> Result<String, EmitError> {
+        let wgsl = format!("{prefix}{}", sanitize(name));
+        if !self.used.insert(wgsl.clone()) {
+            return Err(self.invalid(format!(
+                "`{name}` is declared more than once in the kernel (names are unique after plan::program_kernel)"
+            )));
         }
-        self.used.insert(candidate.clone());
-        candidate
+        Ok(wgsl)
     }
 
     pub(super) fn temp(&mut self, what: &str) -> String {
@@ -224,8 +225,8 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
         format!("mpmd_{what}{}", self.temp)
     }
 
-    pub(super) fn bind_scalar(&mut self, name: &str, ty: ScalarType) -> String {
-        let wgsl = self.fresh("v_", name);
+    pub(super) fn bind_scalar(&mut self, name: &str, ty: ScalarType) -> Result<String, EmitError> {
+        let wgsl = self.fresh("v_", name)?;
         self.scopes.last_mut().unwrap().insert(
             name.to_string(),
             Named::Scalar {
@@ -233,7 +234,7 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
                 ty,
             },
         );
-        wgsl
+        Ok(wgsl)
     }
 
     /// Whether `e` has one value in every thread of the block: the

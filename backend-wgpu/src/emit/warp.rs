@@ -301,7 +301,7 @@ impl UnitEmitter<'_, '_> {
                 }
             }
         };
-        let name = self.bind_scalar(&dest.name, dest.ty);
+        let name = self.bind_scalar(&dest.name, dest.ty)?;
         self.line(&format!("let {name}: {} = {result};", wgsl_scalar(dest.ty)));
         self.release();
         Ok(())

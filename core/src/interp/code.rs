@@ -53,6 +53,8 @@ pub(crate) struct CompiledAccess {
     /// Elements in one instance.
     pub inst_len: u64,
     pub elem: ScalarType,
+    /// Its index in `ProgramCode::access_paths` (`u16::MAX`: none kept).
+    pub site: u16,
 }
 
 /// A 16-bit float format (docs/design.md, "Types"): registers hold its bits in
@@ -428,4 +430,7 @@ pub(crate) struct ProgramCode {
     /// Whether reaching a `while`'s maximum is an error (checked mode) or
     /// leaves the loop (fast mode).
     pub loop_limit_is_error: bool,
+    /// The statement of each access (`CompiledAccess::site`), in the kernel
+    /// compiled, for race reports; the first 65,535 accesses only.
+    pub access_paths: Vec<crate::ir::IrPath>,
 }

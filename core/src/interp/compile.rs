@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use crate::backend::RunError;
 use crate::ir::{
-    mma, BinaryOp, Expr, Fragment, Kernel, MathFn, MemorySpace, Mesh, RefAccess, RefType,
-    ScalarType, Stmt, UnaryOp,
+    mma, BinaryOp, Expr, Fragment, IrPath, Kernel, MathFn, MemorySpace, Mesh, PathStep, RefAccess,
+    RefType, ScalarType, Stmt, UnaryOp,
 };
 use crate::plan::ProgramId;
 
@@ -43,6 +43,10 @@ struct Compiler<'a> {
     /// that saves the mask the loop started with).
     loop_depths: Vec<usize>,
     while_conditions: Vec<String>,
+    /// The statement being compiled (steps below the kernel's).
+    path: Vec<PathStep>,
+    /// The statement of each access compiled so far (`access_paths`).
+    access_paths: Vec<IrPath>,
 }
 
 /// Largest memory, in 32-bit words, one buffer or per-block array may have
@@ -108,6 +112,8 @@ pub(crate) fn compile(
         mask_depth: 0,
         loop_depths: vec![],
         while_conditions: vec![],
+        path: vec![],
+        access_paths: vec![],
     };
     for (param, binding) in kernel.params.iter().zip(bindings) {
         let sym = match binding {
@@ -143,6 +149,7 @@ pub(crate) fn compile(
         mma_probe: super::MmaProbe::Off,
         while_conditions: c.while_conditions,
         loop_limit_is_error: false,
+        access_paths: c.access_paths,
     })
 }
 
@@ -197,11 +204,35 @@ impl Compiler<'_> {
 
     fn body(&mut self, stmts: &[Stmt]) -> Result<(), RunError> {
         let depth = self.scope.len();
-        for s in stmts {
+        for (i, s) in stmts.iter().enumerate() {
+            self.path.push(PathStep::Stmt(i));
             self.stmt(s)?;
+            self.path.pop();
         }
         self.scope.truncate(depth);
         Ok(())
+    }
+
+    /// `body` compiled as the statements under `step` of the current one.
+    fn body_at(&mut self, step: PathStep, body: &[Stmt]) -> Result<(), RunError> {
+        self.path.push(step);
+        self.body(body)?;
+        self.path.pop();
+        Ok(())
+    }
+
+    /// The site of an access of the current statement: its index in
+    /// `access_paths`, or `u16::MAX` past the first 65,535.
+    fn access_site(&mut self) -> u16 {
+        match u16::try_from(self.access_paths.len()) {
+            Ok(site) if site < u16::MAX => {
+                let mut steps = vec![PathStep::Kernel(self.kernel.name.clone())];
+                steps.extend(self.path.iter().cloned());
+                self.access_paths.push(IrPath(steps));
+                site
+            }
+            _ => u16::MAX,
+        }
     }
 
     /// A loop body between a push and a pop of the iteration's mask, so
@@ -210,7 +241,7 @@ impl Compiler<'_> {
         self.code.push(Instr::PushMask);
         self.mask_depth += 1;
         self.loop_depths.push(self.mask_depth);
-        self.body(body)?;
+        self.body_at(PathStep::Body, body)?;
         self.loop_depths.pop();
         self.code.push(Instr::PopMask);
         self.mask_depth -= 1;
@@ -328,11 +359,11 @@ impl Compiler<'_> {
                     else_pc: 0,
                 });
                 self.mask_depth += 1;
-                self.body(then_body)?;
+                self.body_at(PathStep::Then, then_body)?;
                 let else_pc = self.code.len();
                 if !else_body.is_empty() {
                     self.code.push(Instr::Else { cond: c, end_pc: 0 });
-                    self.body(else_body)?;
+                    self.body_at(PathStep::Else, else_body)?;
                     let end = self.code.len();
                     if let Instr::Else { end_pc, .. } = &mut self.code[else_pc] {
                         *end_pc = end;
@@ -490,7 +521,12 @@ impl Compiler<'_> {
             } => {
                 // Exactly the element loads it means: each checked as a load.
                 let thread_axis = self.mesh.threads.name.clone();
-                self.body(&mma::element_loads(*operand, dest, source, &thread_axis))?;
+                // Statements of this one: their accesses are this statement's.
+                let depth = self.scope.len();
+                for load in mma::element_loads(*operand, dest, source, &thread_axis) {
+                    self.stmt(&load)?;
+                }
+                self.scope.truncate(depth);
             }
             Stmt::Warp { dest, op, args } => {
                 let mut regs = Vec::with_capacity(args.len());
@@ -646,6 +682,7 @@ impl Compiler<'_> {
             own,
             inst_len: checked_len(&ty.shape).unwrap_or(u64::MAX),
             elem: ty.elem,
+            site: self.access_site(),
         })
     }
 

@@ -42,6 +42,9 @@ pub(crate) struct Rec {
     pub other: u16,
     pub write: bool,
     pub atomic: bool,
+    /// Which access of its program's code made it (`CompiledAccess::site`),
+    /// for the statement a race report shows.
+    pub site: u16,
 }
 
 impl Rec {
@@ -133,6 +136,8 @@ pub(crate) struct Accessor<'a> {
     pub epoch: u32,
     pub thread: u32,
     pub clock: &'a Clock,
+    /// The access's `CompiledAccess::site`.
+    pub site: u16,
 }
 
 impl Accessor<'_> {
@@ -170,6 +175,35 @@ impl History {
     }
 }
 
+impl History {
+    /// Whether another plain read of this word by a thread of `task` in
+    /// `epoch` would find no race and change nothing: the task's only access
+    /// in the epoch is a plain read that two threads made (`other` set). Its
+    /// conflicts with other tasks' accesses do not depend on the thread, the
+    /// task's earlier epochs are ordered before it, and such a read neither
+    /// subsumes that access (only the one thread that made it alone would)
+    /// nor adds a thread to it (it names one other already); any other
+    /// access of the task in the epoch could depend on the thread.
+    pub fn read_settled(&self, task: u32, epoch: u32) -> bool {
+        let settled = |r: &Rec| !r.write && !r.atomic && r.other != 0;
+        let mine = |r: &&Rec| r.task == task && r.epoch == epoch;
+        match self {
+            History::Empty => false,
+            History::One(r) => mine(&r) && settled(r),
+            History::Many(list) => {
+                let mut found = false;
+                for r in list.iter().filter(mine) {
+                    if !settled(r) {
+                        return false;
+                    }
+                    found = true;
+                }
+                found
+            }
+        }
+    }
+}
+
 fn conflicts(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
     (r.write || write) && !(r.atomic && atomic) && !who.ordered_after(r)
 }
@@ -180,8 +214,15 @@ fn subsumed(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
     who.ordered_after(r) && (!r.write || write) && (!atomic || r.atomic)
 }
 
+/// One record serves the threads of a task that make one access (same
+/// statement, same kind) in one epoch; a race report names one of them and
+/// that statement.
 fn same_kind(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
-    r.task == who.task && r.epoch == who.epoch && r.write == write && r.atomic == atomic
+    r.task == who.task
+        && r.epoch == who.epoch
+        && r.write == write
+        && r.atomic == atomic
+        && r.site == who.site
 }
 
 /// Checks an access against a word's history and records it; returns the
@@ -199,6 +240,7 @@ pub(crate) fn record(
         other: 0,
         write,
         atomic,
+        site: who.site,
     };
     match history {
         History::Empty => *history = History::One(new),
@@ -485,6 +527,7 @@ mod tests {
             epoch: 0,
             thread: 0,
             clock,
+            site: 0,
         };
         record(history, &who, true, false).map_err(|first| first.task)
     }
@@ -501,6 +544,7 @@ mod tests {
             epoch: 0,
             thread: 0,
             clock: &clock,
+            site: 0,
         };
         record(&mut history, &reader, false, false).unwrap();
         let atomic = Accessor { task: 2, ..reader };

@@ -802,7 +802,8 @@ fn first_difference(
                 ys.sort_unstable();
                 if xs != ys {
                     return Some(format!(
-                        "output `{name}` differs as a multiset between the lockstep schedule and extra schedule {schedule} (seed {seed})"
+                        "output `{name}` differs as a multiset between the lockstep schedule and extra schedule {schedule} (seed {seed}){}",
+                        order_dependence_hint(name, &[("ignore", "not compared")])
                     ));
                 }
                 continue;
@@ -812,15 +813,49 @@ fn first_difference(
         };
         for (i, (&u, &v)) in xs.iter().zip(&ys).enumerate() {
             if !sums::within_ulps(x.elem(), u, v, ulps) {
+                // `profile` is offered where it would let this differ:
+                // float outputs of a map with f32 atomic adds.
+                let reordered_sums = x.elem().is_float()
+                    && sum_order_ulps > 0
+                    && tolerance != ScheduleTolerance::SummationOrder;
+                let profile = [("profile", "f32 atomic adds summed in any order")];
+                let modes = [
+                    ("multiset", "the same values in any order"),
+                    ("ignore", "not compared"),
+                ];
+                let offered: Vec<(&str, &str)> = profile
+                    .iter()
+                    .filter(|_| reordered_sums)
+                    .chain(&modes)
+                    .copied()
+                    .collect();
                 return Some(format!(
-                    "output `{name}` element {i} is {} in the lockstep schedule and {} in extra schedule {schedule} (seed {seed})",
+                    "output `{name}` element {i} is {} in the lockstep schedule and {} in extra schedule {schedule} (seed {seed}){}",
                     x.get(i).map(show).unwrap_or_default(),
-                    y.get(i).map(show).unwrap_or_default()
+                    y.get(i).map(show).unwrap_or_default(),
+                    order_dependence_hint(name, &offered)
                 ));
             }
         }
     }
     None
+}
+
+/// How a file declares output `name` as depending on the schedule: a
+/// `compare` line of its case section, one per mode offered (`(mode, what
+/// it allows)`), which is how the CLI, the Python package (modules from
+/// text) and conformance set [`InterpOptions::schedule_tolerances`].
+fn order_dependence_hint(name: &str, modes: &[(&str, &str)]) -> String {
+    let lines: Vec<String> = modes
+        .iter()
+        .map(|(mode, allows)| format!("`compare {name} = {mode};` ({allows})"))
+        .collect();
+    let choice = match lines.as_slice() {
+        [] => return String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    };
+    format!("; if `{name}` depends on the schedule by design, declare it in the file's `case {{ ... }}` section: {choice}")
 }
 
 fn show(v: Literal) -> String {

@@ -99,3 +99,32 @@ impl fmt::Display for IrPath {
         Ok(())
     }
 }
+
+impl super::Module {
+    /// The statement at `path` (`kernel K / stmt 2 / then / stmt 0`, or in
+    /// a helper `fn F / ...`), if there is one.
+    pub fn stmt_at(&self, path: &IrPath) -> Option<&super::Stmt> {
+        use super::Stmt;
+        let (first, steps) = path.0.split_first()?;
+        let mut stmts: &[Stmt] = match first {
+            PathStep::Kernel(name) => &self.kernel(name)?.body,
+            PathStep::Function(name) => &self.function(name)?.body,
+            _ => return None,
+        };
+        let mut found: Option<&Stmt> = None;
+        for step in steps {
+            stmts = match (step, found) {
+                (PathStep::Stmt(i), _) => {
+                    found = Some(stmts.get(*i)?);
+                    continue;
+                }
+                (PathStep::Then, Some(Stmt::If { then_body, .. })) => then_body,
+                (PathStep::Else, Some(Stmt::If { else_body, .. })) => else_body,
+                (PathStep::Body, Some(Stmt::For { body, .. } | Stmt::While { body, .. })) => body,
+                _ => return None,
+            };
+            found = None;
+        }
+        found
+    }
+}

@@ -26,6 +26,9 @@ use crate::ir::limits::{with_nesting_stack, INLINE_NESTING};
 use crate::ir::{IrPath, Module, RefType, Type};
 use crate::text::body_nesting;
 
+/// A statement of the kernel a program runs (validation's expansion of it)
+/// as written: what a race report's paths need to show source lines.
+pub use crate::expand::source_path;
 pub use facts::{OperandAccess, ProgramFacts, ValidMap, ValidModule, ValidProgram};
 pub use render::{render, Renderer};
 pub use uniformity::{Level, Uniformity};

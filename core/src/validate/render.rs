@@ -32,6 +32,55 @@ impl<'a> Renderer<'a> {
     pub fn render(&self, diag: &Diagnostic) -> String {
         render_with(diag, self.file, self.source.as_ref())
     }
+
+    /// A place a run report points at (a race's access): `note: LABEL`,
+    /// then the statement at `path` as a diagnostic shows its place, or the
+    /// path where the source map has no span.
+    pub fn render_note(&self, label: &str, path: &crate::ir::IrPath) -> String {
+        let mut out = format!("note: {label}\n");
+        let span = self
+            .source
+            .as_ref()
+            .and_then(|(lines, map)| map.span_of(path).map(|s| (lines, s)));
+        match span {
+            Some((lines, span)) => {
+                snippet(&mut out, self.file, lines, span);
+            }
+            None => {
+                let _ = writeln!(out, "  --> {} ({path})", self.file);
+            }
+        }
+        out
+    }
+}
+
+/// `--> file:line:column`, the line and a caret under the span (never past
+/// the end of its first line); returns the gutter's indent.
+fn snippet(
+    out: &mut String,
+    file: &str,
+    lines: &SourceLines<'_>,
+    span: crate::text::Span,
+) -> String {
+    let line_no = span.line.max(1);
+    let line = lines.line(line_no);
+    let gutter = " ".repeat(line_no.to_string().len());
+    let column = (span.column.max(1) as usize).min(line.chars().count() + 1);
+    let available = line.chars().count() + 1 - column;
+    let width = span
+        .end
+        .saturating_sub(span.start)
+        .clamp(1, available.max(1));
+    let _ = writeln!(out, "{gutter}--> {file}:{line_no}:{column}");
+    let _ = writeln!(out, "{gutter} |");
+    let _ = writeln!(out, "{line_no} | {line}");
+    let _ = writeln!(
+        out,
+        "{gutter} | {}{}",
+        " ".repeat(column - 1),
+        "^".repeat(width)
+    );
+    gutter
 }
 
 fn render_with(
@@ -43,25 +92,7 @@ fn render_with(
     let span = source.and_then(|(lines, map)| map.span_of(&diag.path).map(|s| (lines, s)));
     match span {
         Some((lines, span)) => {
-            let line_no = span.line.max(1);
-            let line = lines.line(line_no);
-            let gutter = " ".repeat(line_no.to_string().len());
-            let column = (span.column.max(1) as usize).min(line.chars().count() + 1);
-            // Underline the span, but never past the end of its first line.
-            let available = line.chars().count() + 1 - column;
-            let width = span
-                .end
-                .saturating_sub(span.start)
-                .clamp(1, available.max(1));
-            let _ = writeln!(out, "{gutter}--> {file}:{line_no}:{column}");
-            let _ = writeln!(out, "{gutter} |");
-            let _ = writeln!(out, "{line_no} | {line}");
-            let _ = writeln!(
-                out,
-                "{gutter} | {}{}",
-                " ".repeat(column - 1),
-                "^".repeat(width)
-            );
+            let gutter = snippet(&mut out, file, lines, span);
             let _ = writeln!(out, "{gutter} = rule: {}", diag.rule);
             let _ = writeln!(out, "{gutter} = help: {}", diag.help);
         }

@@ -4,6 +4,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::*;
+use crate::backend::AccessKind;
 
 impl BlockState {
     pub(super) fn sem_address(
@@ -199,17 +200,28 @@ impl BlockState {
                 epoch: self.epoch,
                 thread: lane as u32,
                 clock: &self.clock,
+                site: acc.site,
             };
             if let Err(first) = detect::record(history, &who, write, atomic) {
-                let first_site = match acc.target {
-                    Target::Global(_) => env_site(env, first),
-                    _ => Site {
-                        program: code.program,
-                        kernel: code.kernel.clone(),
-                        block: self.block,
-                        thread: None,
-                    },
+                let (first_site, first_code) = match acc.target {
+                    Target::Global(_) => (env_site(env, first), task_code(env, first.task)),
+                    _ => (
+                        Site {
+                            program: code.program,
+                            kernel: code.kernel.clone(),
+                            block: self.block,
+                            thread: None,
+                        },
+                        Some(code),
+                    ),
                 };
+                let path_of = |code: Option<&ProgramCode>, site: u16| {
+                    code?.access_paths.get(usize::from(site)).cloned()
+                };
+                let paths = [
+                    path_of(first_code, first.site),
+                    path_of(Some(code), acc.site),
+                ];
                 let first_site = Site {
                     thread: Some(if first.task == self.task {
                         first.thread_other_than(lane as u32)
@@ -221,8 +233,14 @@ impl BlockState {
                 return Err(RunError::DataRace {
                     reference: acc.name.clone(),
                     element: addr,
+                    index: self.element_label(acc, lane),
                     first: first_site,
                     second: self.site(code, Some(lane as u32)),
+                    kinds: [
+                        AccessKind::of(first.write, first.atomic),
+                        AccessKind::of(write, atomic),
+                    ],
+                    paths,
                 });
             }
         }
@@ -250,6 +268,7 @@ impl BlockState {
                     self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
                 }
                 _ => (|| {
+                    let mut settled = SettledReads::new();
                     for l in 0..t {
                         if !self.mask[l] {
                             continue;
@@ -257,7 +276,12 @@ impl BlockState {
                         let addr = self
                             .lane_address(code, acc, folded, &flat, l)
                             .map_err(|e| *e)?;
-                        self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                        if !settled.contains(addr) {
+                            self.detect_access(code, env, acc, addr, l, true, false, false)?;
+                            if self.read_settled(env, acc, addr) {
+                                settled.insert(addr);
+                            }
+                        }
                         d[l] = self.read_elem(env, acc, addr, l, t);
                     }
                     Ok(())
@@ -268,6 +292,23 @@ impl BlockState {
         };
         self.regs[dst] = d;
         result
+    }
+
+    /// Whether, after a lane of this block read element `addr` of a global
+    /// or smem ref with detection, a read of it by any other lane in the same
+    /// load changes nothing and finds no race (`History::read_settled`:
+    /// this block's only access in this epoch is a plain read already made
+    /// by two threads). Locals have a written flag per lane: never settled.
+    fn read_settled(&self, env: &Env, acc: &CompiledAccess, addr: u64) -> bool {
+        let history = match acc.target {
+            Target::Global(b) => env
+                .detect
+                .as_deref()
+                .and_then(|det| det.shadow[b].get(addr as usize)),
+            Target::Smem(s) => self.det.smem_shadow[s].get(addr as usize),
+            Target::Local(_) => None,
+        };
+        history.is_some_and(|h| h.read_settled(self.task, self.epoch))
     }
 
     /// The element a plain access of an owned ref starts at: its block's
@@ -691,6 +732,16 @@ impl BlockState {
 }
 
 /// The site of a recorded access (of any block of the call).
+/// The program whose blocks include `task`.
+fn task_code<'e>(env: &Env<'e>, task: u32) -> Option<&'e ProgramCode> {
+    let p = env
+        .task_offsets
+        .iter()
+        .rposition(|&o| o <= u64::from(task))
+        .unwrap_or(0);
+    env.codes.get(p)
+}
+
 fn env_site(env: &Env, rec: Rec) -> Site {
     let task = rec.task as u64;
     let p = env
@@ -704,5 +755,29 @@ fn env_site(env: &Env, rec: Rec) -> Site {
         kernel: code.kernel.clone(),
         block: task - env.task_offsets[p],
         thread: None,
+    }
+}
+
+/// Elements whose later reads in one load are settled
+/// ([`BlockState::read_settled`]): a few slots by element, so a broadcast
+/// (`tile[ty, k]`) or a row read by every warp (`tile[k, tx]`) is checked
+/// twice per element and load, not once per lane.
+struct SettledReads {
+    slots: [u64; 32],
+}
+
+impl SettledReads {
+    fn new() -> Self {
+        SettledReads {
+            slots: [u64::MAX; 32],
+        }
+    }
+
+    fn contains(&self, addr: u64) -> bool {
+        self.slots[addr as usize % 32] == addr
+    }
+
+    fn insert(&mut self, addr: u64) {
+        self.slots[addr as usize % 32] = addr;
     }
 }

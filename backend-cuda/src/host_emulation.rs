@@ -864,7 +864,7 @@ pub fn emulate_words(
         use std::os::unix::process::ExitStatusExt;
         let what = match output.status.signal() {
             Some(14) => format!(
-                "ran past its time limit of {} s and was stopped",
+                "ran past its time limit of {} s and was stopped; raise it with HostOptions::time_limit_s",
                 options.time_limit_s
             ),
             Some(signal) => format!("was killed by signal {signal}"),

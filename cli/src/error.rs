@@ -107,6 +107,7 @@ pub const OPTION_FLAGS: &[(&str, &str)] = &[
     ("InterpOptions::memory_limit", "--memory-limit BYTES"),
     ("InterpOptions::extra_schedules", "--schedules N"),
     ("WgpuOptions::co_resident", "--co-resident"),
+    ("HostOptions::time_limit_s", "--timeout SECONDS"),
 ];
 
 /// `text` with every Rust option of [`OPTION_FLAGS`] replaced by its flag.

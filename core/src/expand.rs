@@ -391,7 +391,8 @@ pub(crate) fn program_kernel(
 }
 
 /// The statement as written in `module` that a statement of
-/// [`program_kernel`]'s expansion of its kernel comes from: `path` is
+/// validation's expansion of its kernel (`program_kernel`, the kernel a
+/// program runs) comes from: `path` is
 /// `kernel K / stmt ...` in the expansion, the result the same statement
 /// in kernel `K` as written (whose span a `text::SourceMap` has). Only
 /// inlining moves statements: one that a helper call expanded to maps to

@@ -78,6 +78,7 @@ impl From<mpmd_frontend::FrontendError> for CliError {
             F::BackendUnavailable { name, reason } => CliError::BackendUnavailable { name, reason },
             F::Emit { target, reason } => CliError::Emit { target, reason },
             F::Lower(error) => CliError::Lower(error),
+            F::ConstOverride(message) => CliError::Usage(message),
         }
     }
 }

@@ -65,6 +65,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in `main`, before any thread starts.
+    #[cfg(feature = "wgpu")]
+    let _runtime_dir = unsafe { mpmd_wgpu::quiet_display_lookup() };
     let args = Args::parse();
     let mut backends = Vec::new();
     for name in &args.backends {

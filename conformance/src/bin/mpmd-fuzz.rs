@@ -68,6 +68,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in `main`, before any thread starts.
+    #[cfg(feature = "wgpu")]
+    let _runtime_dir = unsafe { mpmd_wgpu::quiet_display_lookup() };
     let args = Args::parse();
     let mut factories = vec![];
     let backends = args.backends.clone().unwrap_or_else(|| {

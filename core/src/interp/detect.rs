@@ -242,6 +242,7 @@ impl History {
     /// subsumes that access (only the one thread that made it alone would)
     /// nor adds a thread to it (it names one other already); any other
     /// access of the task in the epoch could depend on the thread.
+    #[inline]
     pub fn read_settled(&self, pairs: &Pairs, task: u32, epoch: u32) -> bool {
         let settled = |r: &Rec| !r.write && !r.atomic && r.other != 0;
         let mine = |r: &&Rec| r.task == task && r.epoch == epoch;
@@ -299,7 +300,7 @@ fn same_kind(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
 /// call); otherwise the subsumed accesses are dropped (keeping the others'
 /// order, at the front) and the same kind's is found among the rest.
 /// Returns how many stay and the same kind's index among them.
-#[inline]
+#[inline(always)]
 fn update(
     list: &mut [Rec],
     who: &Accessor,

@@ -408,6 +408,15 @@ template <class T> static T atomicMax(T* p, T v) {
   while (v > old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
   return old;
 }
+// The bit intrinsics, as CUDA defines them: __clz(0) is 32, __ffs(0) is 0.
+static int __popc(unsigned x) { return __builtin_popcount(x); }
+static int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+static int __ffs(int x) { return __builtin_ffs(x); }
+static unsigned __brev(unsigned x) {
+  unsigned r = 0;
+  for (unsigned i = 0; i < 32u; i++) r |= ((x >> i) & 1u) << (31u - i);
+  return r;
+}
 static int __float_as_int(float x) { int r; memcpy(&r, &x, 4); return r; }
 static unsigned __float_as_uint(float x) { unsigned r; memcpy(&r, &x, 4); return r; }
 static float __int_as_float(int x) { float r; memcpy(&r, &x, 4); return r; }
@@ -454,7 +463,7 @@ static void mpmd_host_mma_m16n8k16(bool bf16, const unsigned* ra, const unsigned
     rd[i] = acc;
   }
 }
-// The stand-in for PTX ldmatrix.sync.aligned.m8n8.{x4,x2.trans}.shared.b16:
+// The stand-in for PTX ldmatrix.sync.aligned.m8n8.{x4,x2,x2.trans}.shared.b16:
 // every lane publishes the row address it supplies, the lanes meet, and
 // lane l takes, for each matrix j, row l / 4 and columns 2 (l % 4) + {0, 1}
 // (with .trans: column l / 4 of rows 2 (l % 4) + {0, 1}) from the rows lanes
@@ -864,7 +873,7 @@ pub fn emulate_words(
         use std::os::unix::process::ExitStatusExt;
         let what = match output.status.signal() {
             Some(14) => format!(
-                "ran past its time limit of {} s and was stopped",
+                "ran past its time limit of {} s and was stopped; raise it with HostOptions::time_limit_s",
                 options.time_limit_s
             ),
             Some(signal) => format!("was killed by signal {signal}"),

@@ -662,8 +662,8 @@ static __device__ __forceinline__ u32 mpmd_pack_halves(unsigned short lo, unsign
 MPMD_MMA_M16N8K16(mpmd_mma_m16n8k16_f16, mpmd_half, "f16", false)
 MPMD_MMA_M16N8K16(mpmd_mma_m16n8k16_bf16, mpmd_bfloat16, "bf16", true)
 // ---- ldmatrix ------------------------------------------------------------------
-// mma_load_a / mma_load_b from smem rows of 16 bytes: PTX
-// ldmatrix.sync.aligned.m8n8.{x4,x2.trans}.shared.b16 (sm_75 and later).
+// mma_load_a / mma_load_b / mma_load_b_kmajor from smem rows of 16 bytes: PTX
+// ldmatrix.sync.aligned.m8n8.{x4,x2.trans,x2}.shared.b16 (sm_75 and later).
 // Lane 8j + r supplies the address of row r of 8x8 matrix j (16-byte
 // aligned); register j of lane l receives row l / 4, columns 2 (l % 4) and
 // 2 (l % 4) + 1 of matrix j (of its transpose with .trans), the lower
@@ -686,6 +686,18 @@ static __device__ __forceinline__ void mpmd_ldmatrix_x4(u32* r, const void* row)
 #else
   // Never called: the emitter's test reads MPMD_HAS_LDMATRIX.
   r[0] = r[1] = r[2] = r[3] = 0u;
+#endif
+}
+static __device__ __forceinline__ void mpmd_ldmatrix_x2(u32* r, const void* row) {
+#if defined(MPMD_HOST_EMULATION)
+  mpmd_host_ldmatrix(2u, false, row, r);
+#elif MPMD_HAS_LDMATRIX
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"((u32)__cvta_generic_to_shared(row))
+               : "memory");
+#else
+  r[0] = r[1] = 0u;
 #endif
 }
 static __device__ __forceinline__ void mpmd_ldmatrix_x2_trans(u32* r, const void* row) {

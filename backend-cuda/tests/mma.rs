@@ -124,6 +124,25 @@ map mm {{
 const LDMATRIX_A: &str = "ldmatrix.sync.aligned.m8n8.x4.shared.b16";
 const LDMATRIX_B: &str = "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16";
 
+/// `mma_load_b_kmajor` from smem rows of 16 bytes: ldmatrix without
+/// `.trans` in fast mode (the attention case loads Kᵀ that way), element
+/// loads in checked mode.
+#[test]
+fn k_major_loads_use_ldmatrix_without_trans_in_fast_mode() {
+    require_tools();
+    const LDMATRIX_KMAJOR: &str = "ldmatrix.sync.aligned.m8n8.x2.shared.b16";
+    let plan = corpus_plan("mma_attention_kmajor_online_softmax");
+    for (mode, wanted) in [(Mode::Fast, true), (Mode::Checked, false)] {
+        let emitted = emit_module(&plan, mode).unwrap();
+        let (ptx, _) = assemble_without_spills(&emitted, &for_arch(80), &format!("{mode:?}"));
+        assert_eq!(
+            ptx.text.contains(LDMATRIX_KMAJOR),
+            wanted,
+            "{mode:?}: `{LDMATRIX_KMAJOR}`"
+        );
+    }
+}
+
 #[test]
 fn fragment_loads_use_ldmatrix_exactly_for_smem_rows_of_16_bytes_in_fast_mode() {
     require_tools();

@@ -591,7 +591,7 @@ fn declared_names(kernel: &mpmd_core::ir::Kernel) -> Vec<String> {
 }
 
 /// ARCHITECTURE.md, "IR conventions" and "WGSL names": names are declared
-/// once per kernel after `plan::program_kernel`, so the WGSL emitter never
+/// once per kernel after `expand::program_kernel`, so the WGSL emitter never
 /// renames: for every corpus case and example that emits, each unit's
 /// function declares exactly `v_` + the name of every binding of its
 /// (expanded) kernel, each once, and uses no other `v_` identifier.

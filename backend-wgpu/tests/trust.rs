@@ -1145,3 +1145,75 @@ fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
     mpmd_core::validate::validate(m, &Default::default())
         .unwrap_or_else(|d| panic!("the module is not valid: {d:?}"))
 }
+
+/// What lavapipe runs (`EmitOptions::subgroups` and the loop cap: paired
+/// 16-bit stores, loop counts taken per subgroup) is read by every
+/// compiler, for every example and corpus case: naga's CLI as it is, tint
+/// with `TINT_SUBGROUP_HEADER` (the ballot, shuffles and `subgroupMax` may
+/// sit under control that is not subgroup-uniform: they observe only the
+/// lanes active there, which is what they are for, `emit/pairing.rs`).
+#[test]
+fn every_module_lavapipe_runs_passes_naga_and_tint() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = example_files();
+    files.extend(
+        std::fs::read_dir(root.join("conformance/cases"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "mpmd")),
+    );
+    let (mut checked, mut paired, mut counted) = (0, 0, 0);
+    for file in &files {
+        let src = std::fs::read_to_string(file).unwrap();
+        let Ok((m, _)) = mpmd_core::text::parse(&src) else {
+            continue;
+        };
+        let Ok(valid) = mpmd_core::validate::validate(&m, &Default::default()) else {
+            continue;
+        };
+        for map in &m.maps {
+            let Ok(p) = mpmd_core::plan::lower(&valid, &map.name) else {
+                continue;
+            };
+            let options = EmitOptions {
+                subgroups: true,
+                loop_cap: Some(65_000),
+                ..EmitOptions::default()
+            };
+            let wgsl = match emit_module(&p, &options) {
+                Ok(m) => m.wgsl,
+                Err(
+                    EmitError::TooManyBlocks { .. }
+                    | EmitError::TooManyBindings { .. }
+                    | EmitError::WarpOutsideBlockUniformControl { .. },
+                ) => continue,
+                Err(e) => panic!("{}: {e}", file.display()),
+            };
+            let tag = format!(
+                "lavapipe-{}-{}",
+                file.file_stem().unwrap().to_string_lossy(),
+                map.name
+            );
+            if let Some(report) = tool_refuses("naga", &[], &wgsl, &tag) {
+                panic!("naga CLI refused {tag}:\n{report}");
+            }
+            let for_tint = format!("{TINT_SUBGROUP_HEADER}{wgsl}");
+            if let Some(report) = tool_refuses(
+                "tint",
+                &["--format", "wgsl", "-o", "/dev/null"],
+                &for_tint,
+                &tag,
+            ) {
+                panic!("tint refused {tag}:\n{report}");
+            }
+            checked += 1;
+            paired += usize::from(wgsl.contains("subgroupBallot("));
+            counted += usize::from(wgsl.contains("subgroupMax(mpmd_loop_count)"));
+        }
+    }
+    assert!(checked > 100, "only {checked} modules checked");
+    assert!(
+        paired > 0 && counted > 0,
+        "{paired} module(s) pair a store, {counted} count a loop"
+    );
+}

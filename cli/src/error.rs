@@ -78,6 +78,7 @@ impl From<mpmd_frontend::FrontendError> for CliError {
             F::BackendUnavailable { name, reason } => CliError::BackendUnavailable { name, reason },
             F::Emit { target, reason } => CliError::Emit { target, reason },
             F::Lower(error) => CliError::Lower(error),
+            F::ConstOverride(message) => CliError::Usage(message),
         }
     }
 }
@@ -106,6 +107,7 @@ pub const OPTION_FLAGS: &[(&str, &str)] = &[
     ("InterpOptions::memory_limit", "--memory-limit BYTES"),
     ("InterpOptions::extra_schedules", "--schedules N"),
     ("WgpuOptions::co_resident", "--co-resident"),
+    ("HostOptions::time_limit_s", "--timeout SECONDS"),
 ];
 
 /// `text` with every Rust option of [`OPTION_FLAGS`] replaced by its flag.

@@ -414,7 +414,7 @@ fn run_on_cuda_host_stops_at_the_timeout() {
     assert_eq!(
         stderr(&output),
         "error: call 0 (map `spin`) failed: backend error: cuda-host: the emulated kernel of map `spin` \
-         (Fast mode) ran past its time limit of 1 s and was stopped\n"
+         (Fast mode) ran past its time limit of 1 s and was stopped; raise it with --timeout SECONDS\n"
     );
 }
 

@@ -122,6 +122,10 @@ fn math_functions() {
         Ceil => 11,
         Fma => 12,
         Pow => 13,
+        Popcount => 14,
+        Clz => 15,
+        Ffs => 16,
+        Brev => 17,
     };
     assert_listed_in_order(&MathFn::ALL, position);
 }
@@ -161,6 +165,7 @@ fn mma_operands() {
     let position = |o| match o {
         A => 0,
         B => 1,
+        BKMajor => 2,
     };
     assert_listed_in_order(&mma::Operand::ALL, position);
 }

@@ -34,8 +34,8 @@ use thiserror::Error;
 use crate::ir::limits::MAX_NESTING;
 use crate::ir::visit::for_each_stmt;
 use crate::ir::{
-    Binding, Expr, Fragment, Function, IrPath, Kernel, Module, MpmdMap, Name, Param, PathStep,
-    RefAccess, Stmt,
+    Axis, BinaryOp, Binding, Expr, Fragment, Function, IrPath, Kernel, Mesh, Module, MpmdMap, Name,
+    Param, PathStep, RefAccess, Stmt,
 };
 
 /// Why a kernel could not be expanded (validation reports each first).
@@ -49,6 +49,12 @@ pub(crate) enum ExpandError {
     StrayReturn { kernel: Name },
     #[error("kernel `{kernel}` nests {nesting} levels once its helper calls are inlined, more than {MAX_NESTING}")]
     TooDeep { kernel: Name, nesting: usize },
+    #[error("kernel `{kernel}` uses `lane_id()`, `warp_id()` or a thread axis and runs on meshes whose thread axes differ (`{first}` and `{other}`); give them one form")]
+    ThreadAxes {
+        kernel: Name,
+        first: Name,
+        other: Name,
+    },
 }
 
 /// The statements `function(args)` stands for at a call, binding its result
@@ -346,6 +352,7 @@ pub(crate) fn program_kernel(
 ) -> Result<Kernel, ExpandError> {
     let mut taken = declared_names(kernel);
     taken.extend(module.consts.iter().map(|c| c.name.clone()));
+    taken.extend(module.tables.iter().map(|t| t.name.clone()));
     let params = map
         .params()
         .into_iter()
@@ -374,8 +381,9 @@ pub(crate) fn program_kernel(
         renames: vec![HashMap::new()],
         rename_only: false,
         originals: HashMap::new(),
+        threads: program_threads(module, map, kernel)?,
     };
-    let body = expander.block(&kernel.body)?;
+    let body = with_tables(module, kernel, expander.block(&kernel.body)?);
     let nesting = crate::text::body_nesting(&body);
     if nesting > MAX_NESTING {
         return Err(ExpandError::TooDeep {
@@ -390,8 +398,141 @@ pub(crate) fn program_kernel(
     })
 }
 
+/// The thread axes of the meshes that run `kernel` in `map` (the linear
+/// axis's name and the axes of a block of several), for the expansion of
+/// `lane_id()`, `warp_id()` and a thread axis's `axis_index`; `None` when
+/// no program runs it. Meshes whose thread axes differ cannot share a
+/// kernel (or its helpers) that uses those (its expansion names one form).
+fn program_threads(
+    module: &Module,
+    map: &MpmdMap,
+    kernel: &Kernel,
+) -> Result<Option<(Name, Vec<Axis>)>, ExpandError> {
+    let mut meshes = map
+        .programs
+        .iter()
+        .filter(|p| p.kernel == kernel.name)
+        .filter_map(|p| module.mesh(&p.mesh));
+    let Some(first) = meshes.next() else {
+        return Ok(None);
+    };
+    let form = |m: &Mesh| (m.threads.name.clone(), m.thread_axes.clone());
+    if let Some(other) = meshes.find(|m| form(m) != form(first)) {
+        let thread_axis = |name: &str| {
+            [first, other]
+                .iter()
+                .any(|m| m.threads.name == name || m.thread_axis_stride(name).is_some())
+        };
+        let mut uses = false;
+        let mut look = |e: &Expr| {
+            uses |= match e {
+                Expr::WarpPosition(_) => true,
+                Expr::AxisIndex(a) => thread_axis(a),
+                _ => false,
+            }
+        };
+        crate::ir::visit::for_each_expr(&kernel.body, &mut look);
+        for f in &module.functions {
+            crate::ir::visit::for_each_expr(&f.body, &mut look);
+        }
+        if uses {
+            let names = |m: &Mesh| {
+                if m.thread_axes.is_empty() {
+                    m.threads.name.clone()
+                } else {
+                    let axes: Vec<&str> = m.thread_axes.iter().map(|a| a.name.as_str()).collect();
+                    format!("[{}]", axes.join(", "))
+                }
+            };
+            return Err(ExpandError::ThreadAxes {
+                kernel: kernel.name.clone(),
+                first: names(first),
+                other: names(other),
+            });
+        }
+    }
+    Ok(Some(form(first)))
+}
+
+/// The constant tables a kernel body as written reads: named by a load or
+/// passed to a helper, in it or in the helpers it calls (tables share no
+/// name with any binding or parameter, so inlining keeps their names).
+fn tables_read(module: &Module, body: &[Stmt]) -> HashSet<Name> {
+    fn walk(module: &Module, body: &[Stmt], seen: &mut HashSet<Name>, read: &mut HashSet<Name>) {
+        crate::ir::visit::for_each_expr(body, &mut |e| match e {
+            Expr::Load(a) if module.table(&a.base).is_some() => {
+                read.insert(a.base.clone());
+            }
+            Expr::Var(n) if module.table(n).is_some() => {
+                read.insert(n.clone());
+            }
+            _ => {}
+        });
+        let mut called = Vec::new();
+        for_each_stmt(body, &mut |s| {
+            if let Stmt::Call { function, .. } = s {
+                called.push(function.clone());
+            }
+        });
+        for name in called {
+            if let Some(f) = module.function(&name) {
+                if seen.insert(name) {
+                    walk(module, &f.body, seen, read);
+                }
+            }
+        }
+    }
+    let mut read = HashSet::new();
+    walk(module, body, &mut HashSet::new(), &mut read);
+    read
+}
+
+/// How many statements [`with_tables`] puts before the body of `kernel`.
+fn table_prelude_len(module: &Module, kernel: &Kernel) -> usize {
+    let read = tables_read(module, &kernel.body);
+    module
+        .tables
+        .iter()
+        .filter(|t| read.contains(&t.name))
+        .map(|t| 1 + t.values.len())
+        .sum()
+}
+
+/// `body`, the expansion of `kernel`, after the `local` copy of every
+/// constant table `kernel` reads ([`tables_read`]): the array, then one
+/// store of each value, in table order.
+fn with_tables(module: &Module, kernel: &Kernel, body: Vec<Stmt>) -> Vec<Stmt> {
+    let read = tables_read(module, &kernel.body);
+    let mut out = Vec::new();
+    for table in module.tables.iter().filter(|t| read.contains(&t.name)) {
+        out.push(Stmt::LocalArray {
+            name: table.name.clone(),
+            elem: table.elem,
+            shape: table.ref_type().shape,
+        });
+        for (i, v) in table.values.iter().enumerate() {
+            out.push(Stmt::Store {
+                target: RefAccess {
+                    base: table.name.clone(),
+                    block: None,
+                    index: vec![Expr::Lit(crate::ir::Literal::U32(
+                        u32::try_from(i).unwrap_or(u32::MAX),
+                    ))],
+                },
+                value: Expr::Lit(*v),
+            });
+        }
+    }
+    if out.is_empty() {
+        return body;
+    }
+    out.extend(body);
+    out
+}
+
 /// The statement as written in `module` that a statement of
-/// [`program_kernel`]'s expansion of its kernel comes from: `path` is
+/// validation's expansion of its kernel (`program_kernel`, the kernel a
+/// program runs) comes from: `path` is
 /// `kernel K / stmt ...` in the expansion, the result the same statement
 /// in kernel `K` as written (whose span a `text::SourceMap` has). Only
 /// inlining moves statements: one that a helper call expanded to maps to
@@ -401,13 +542,17 @@ pub fn source_path(module: &Module, path: &IrPath) -> Option<IrPath> {
     let (PathStep::Kernel(name), steps) = path.0.split_first()? else {
         return None;
     };
-    let mut stmts: &[Stmt] = &module.kernel(name)?.body;
+    let kernel = module.kernel(name)?;
+    let mut stmts: &[Stmt] = &kernel.body;
     let mut out = vec![PathStep::Kernel(name.clone())];
     let mut steps = steps.iter();
+    // The expansion starts with the constant tables' copies.
+    let mut prelude = table_prelude_len(module, kernel);
     while let Some(step) = steps.next() {
         let PathStep::Stmt(wanted) = step else {
             return None;
         };
+        let wanted = &wanted.checked_sub(std::mem::take(&mut prelude))?;
         // The statement as written whose expansion covers index `wanted`.
         let mut first = 0usize;
         let (index, stmt) = stmts.iter().enumerate().find(|(_, s)| {
@@ -489,6 +634,7 @@ fn declared_by(stmt: &Stmt) -> Option<&Name> {
 pub(crate) fn with_unique_names(module: &Module, kernel: &Kernel) -> (Kernel, HashMap<Name, Name>) {
     let mut taken = declared_names(kernel);
     taken.extend(module.consts.iter().map(|c| c.name.clone()));
+    taken.extend(module.tables.iter().map(|t| t.name.clone()));
     let mut expander = Expander {
         module,
         kernel: &kernel.name,
@@ -499,6 +645,7 @@ pub(crate) fn with_unique_names(module: &Module, kernel: &Kernel) -> (Kernel, Ha
         renames: vec![HashMap::new()],
         rename_only: true,
         originals: HashMap::new(),
+        threads: None,
     };
     let body = expander
         .block(&kernel.body)
@@ -542,6 +689,10 @@ struct Expander<'m> {
     rename_only: bool,
     /// Each fresh name's original.
     originals: HashMap<Name, Name>,
+    /// The linear thread axis of the program's mesh and its thread axes
+    /// (of a block of several), which `lane_id()`, `warp_id()` and those
+    /// axes' `axis_index` expand into; `None`: keep them as written.
+    threads: Option<(Name, Vec<Axis>)>,
 }
 
 impl Expander<'_> {
@@ -799,16 +950,59 @@ impl Expander<'_> {
     }
 
     fn access(&self, a: &RefAccess) -> RefAccess {
-        rewrite_access(a, &|n| self.variable(n), &|n| self.resolve(n))
+        let mut out = rewrite_access(a, &|n| self.variable(n), &|n| self.resolve(n));
+        for e in out.block.iter_mut().flatten().chain(&mut out.index) {
+            self.expand_positions(e);
+        }
+        out
     }
 
     fn fragment(&self, f: &Fragment) -> Fragment {
-        rewrite_fragment(f, &|n| self.variable(n), &|n| self.resolve(n))
+        let mut out = rewrite_fragment(f, &|n| self.variable(n), &|n| self.resolve(n));
+        if let Some(row) = &mut out.row {
+            self.expand_positions(row);
+        }
+        out
     }
 
-    /// Rewrites names (renamed bindings, constants) in `e`.
+    /// Rewrites names (renamed bindings, constants) and warp positions in `e`.
     fn expr(&self, e: &Expr) -> Expr {
-        rewrite_expr(e, &|n| self.variable(n), &|n| self.resolve(n))
+        let mut out = rewrite_expr(e, &|n| self.variable(n), &|n| self.resolve(n));
+        self.expand_positions(&mut out);
+        out
+    }
+
+    /// Replaces `lane_id()` and `warp_id()` in `e` by their expansions
+    /// ([`WarpPosition::expansion`]) on the program's linear thread axis,
+    /// and `axis_index(ty)` of a thread axis of a block of several by
+    /// `axis_index(threads) / stride % size` (the first axis fastest).
+    fn expand_positions(&self, e: &mut Expr) {
+        let Some((linear, axes)) = &self.threads else {
+            return;
+        };
+        crate::ir::visit::walk_expr_mut(e, &mut |node| match node {
+            Expr::WarpPosition(p) => *node = p.expansion(linear),
+            Expr::AxisIndex(name) => {
+                let mut stride = 1u32;
+                for (i, axis) in axes.iter().enumerate() {
+                    if axis.name == *name {
+                        let u32_lit = |v: u32| Box::new(Expr::Lit(crate::ir::Literal::U32(v)));
+                        let mut index = Expr::AxisIndex(linear.clone());
+                        if stride > 1 {
+                            index = Expr::Binary(BinaryOp::Div, Box::new(index), u32_lit(stride));
+                        }
+                        if i + 1 < axes.len() {
+                            index =
+                                Expr::Binary(BinaryOp::Rem, Box::new(index), u32_lit(axis.size));
+                        }
+                        *node = index;
+                        return;
+                    }
+                    stride = stride.saturating_mul(axis.size);
+                }
+            }
+            _ => {}
+        });
     }
 
     /// What a use of the variable `name` becomes: its renamed binding, or

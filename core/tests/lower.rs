@@ -486,6 +486,7 @@ fn hand_off() -> Module {
     });
     Module {
         consts: vec![],
+        tables: vec![],
         functions: vec![],
         meshes: vec![producer, ext],
         kernels: vec![send_kernel, receive_kernel],

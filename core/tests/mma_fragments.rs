@@ -396,6 +396,71 @@ fn smem_slots_start_16_byte_aligned() {
     assert_eq!(slots, [(0, 6), (16, 256)]);
 }
 
+#[test]
+fn a_k_major_load_is_the_b_fragment_of_the_transposed_block() {
+    // x[n0 + n, k0 + k] is B[k][n]: lane l holds B[2q + i % 2 + 8 (i / 2)][g]
+    // with g = l >> 2, q = l % 4 (PTX's B layout).
+    let (n0, k0) = (21u32, 9u32);
+    for mode in [Mode::Fast, Mode::Checked] {
+        let out = loaded("mma_load_b_kmajor(fb, x[21u, 9u]);", 4, mode).unwrap();
+        let got = out.outputs["y"].to_bits();
+        for lane in 0..32u32 {
+            let (g, q) = (lane >> 2, lane % 4);
+            for i in 0..4u32 {
+                let (k, n) = (2 * q + i % 2 + 8 * (i / 2), g);
+                let bits = (n0 + n) * 32 + (k0 + k);
+                let want = half::f16::from_bits(bits as u16).to_f32().to_bits();
+                assert_eq!(
+                    got[(lane * 4 + i) as usize],
+                    want,
+                    "lane {lane} element {i}"
+                );
+            }
+        }
+    }
+    // The block is 8 rows (n) by 16 columns (k): at column 17 of 32 it
+    // reaches column 32.
+    let e = loaded(
+        "mma_load_b_kmajor(fb, x[0u, 16u + axis_index(t) / 32u + 1u]);",
+        4,
+        Mode::Checked,
+    )
+    .expect_err("out of bounds");
+    assert!(
+        matches!(&e, RunError::OutOfBounds { reference, shape, .. } if reference == "x" && shape == "[48, 32]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_k_major_load_needs_an_8_by_16_block() {
+    let src = "
+mesh m {
+  threads t = 32;
+}
+kernel k(x: gmem<f16[16, 8]>, y: gmem<f32[32]>) {
+  local fb: f16[4];
+  mma_load_b_kmajor(fb, x[0u, 0u]);
+  y[axis_index(t)] = f32(fb[0u]);
+}
+map mm {
+  programs [m: k];
+  inputs [x: gmem<f16[16, 8]>];
+  outputs [y: gmem<f32[32]>];
+}
+";
+    assert_eq!(
+        found(src),
+        [(
+            "E0072",
+            "the source `x: gmem<f16[16, 8]>` of `mma_load_b_kmajor` in kernel `k` is 16 x 8 in its last two dimensions, smaller than the 8 x 16 block".to_string()
+        )]
+    );
+    let m = module(&src.replace("f16[16, 8]", "f16[8, 16]"));
+    validate(&m, &ValidateOptions::default()).expect("valid");
+    assert_eq!(module(&print(&m)), m);
+}
+
 /// `m` validated: the interpreter and the lowering take valid modules only.
 fn validated(m: &mpmd_core::ir::Module) -> mpmd_core::validate::ValidModule {
     mpmd_core::validate::validate(m, &Default::default())

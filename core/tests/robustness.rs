@@ -226,6 +226,7 @@ fn mesh() -> impl Strategy<Value = Mesh> {
             grid,
             cluster,
             threads,
+            thread_axes: vec![],
         },
     )
 }

@@ -108,6 +108,7 @@ fn expr() -> BoxedStrategy<Expr> {
         2 => name().prop_map(Expr::Var),
         1 => name().prop_map(Expr::AxisIndex),
         1 => name().prop_map(Expr::AxisSize),
+        1 => select(WarpPosition::ALL.to_vec()).prop_map(Expr::WarpPosition),
     ];
     leaf.prop_recursive(4, 24, 3, |inner| {
         prop_oneof![
@@ -272,14 +273,35 @@ fn axis() -> impl Strategy<Value = Axis> {
 }
 
 fn mesh() -> impl Strategy<Value = Mesh> {
-    (name(), vec(axis(), 0..4), vec(axis(), 0..4), axis()).prop_map(
-        |(name, grid, cluster, threads)| Mesh {
-            name,
-            grid,
-            cluster,
-            threads,
-        },
+    (
+        name(),
+        vec(axis(), 0..4),
+        vec(axis(), 0..4),
+        axis(),
+        vec(axis(), 0..3),
     )
+        .prop_map(|(name, grid, cluster, threads, thread_axes)| {
+            // Several thread axes: the linear axis is their product (the
+            // parser's, u32::MAX when it overflows).
+            let threads = if thread_axes.is_empty() {
+                threads
+            } else {
+                Axis {
+                    name: LINEAR_THREADS.to_string(),
+                    size: thread_axes
+                        .iter()
+                        .try_fold(1u32, |n, a| n.checked_mul(a.size))
+                        .unwrap_or(u32::MAX),
+                }
+            };
+            Mesh {
+                name,
+                grid,
+                cluster,
+                threads,
+                thread_axes,
+            }
+        })
 }
 
 fn kernel() -> impl Strategy<Value = Kernel> {
@@ -423,10 +445,19 @@ fn module() -> impl Strategy<Value = Module> {
         vec(map(), 0..3),
         vec(resident(), 0..3),
         vec(call(), 0..3),
+        vec(
+            (name(), literal(), 1..4usize).prop_map(|(name, value, len)| ConstTable {
+                name,
+                elem: value.ty(),
+                values: vec![value; len],
+            }),
+            0..2,
+        ),
     )
         .prop_map(
-            |(consts, meshes, functions, kernels, maps, residents, calls)| Module {
+            |(consts, meshes, functions, kernels, maps, residents, calls, tables)| Module {
                 consts,
+                tables,
                 meshes,
                 functions,
                 kernels,

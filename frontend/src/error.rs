@@ -24,6 +24,18 @@ pub enum FrontendError {
     },
     #[error("cannot lower: {0}")]
     Lower(#[from] LowerError),
+    /// A constant override the loader refused (`load_source_with`).
+    #[error("{0}")]
+    ConstOverride(String),
+}
+
+impl From<mpmd_core::load::LoadError> for FrontendError {
+    fn from(error: mpmd_core::load::LoadError) -> Self {
+        match error {
+            mpmd_core::load::LoadError::Rejected(rejected) => rejected.into(),
+            mpmd_core::load::LoadError::Override(message) => FrontendError::ConstOverride(message),
+        }
+    }
 }
 
 impl From<mpmd_core::load::Rejected> for FrontendError {

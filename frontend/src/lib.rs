@@ -31,7 +31,10 @@ pub use backends::{
     cuda_backend, resolve_backend, resolve_backend_within, BackendKind, CUDA_WAIT_TIMEOUT_VAR,
 };
 pub use error::FrontendError;
-pub use load::{load_file, load_file_with_text, load_module, load_source, MAX_SOURCE_BYTES};
+pub use load::{
+    load_file, load_file_with, load_file_with_text, load_file_with_text_and_consts, load_module,
+    load_source, load_source_with, MAX_SOURCE_BYTES,
+};
 pub use notes::source_notes;
 pub use options::{name_options, with_option_names};
 pub use targets::{emit, Target};

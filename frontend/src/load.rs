@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use mpmd_core::host::UserNumber;
 use mpmd_core::load::ValidFile;
 use mpmd_core::validate::ValidModule;
 
@@ -20,12 +21,29 @@ pub fn load_file(path: &Path) -> Result<ValidFile, FrontendError> {
 /// [`load_file`], with the file's text: what a front end needs to show
 /// the source lines a run's error points at (a race's accesses).
 pub fn load_file_with_text(path: &Path) -> Result<(String, ValidFile), FrontendError> {
+    load_file_with_text_and_consts(path, &[])
+}
+
+/// [`load_file`] with module constants overridden
+/// (`mpmd_core::load::load_source_with`; the Python package's `consts=`).
+pub fn load_file_with(
+    path: &Path,
+    overrides: &[(&str, UserNumber)],
+) -> Result<ValidFile, FrontendError> {
+    load_file_with_text_and_consts(path, overrides).map(|(_, file)| file)
+}
+
+/// [`load_file_with_text`] with module constants overridden.
+pub fn load_file_with_text_and_consts(
+    path: &Path,
+    overrides: &[(&str, UserNumber)],
+) -> Result<(String, ValidFile), FrontendError> {
     let bytes =
         files::read_regular(path, MAX_SOURCE_BYTES).map_err(|source| FrontendError::ReadFile {
             path: path.display().to_string(),
             source,
         })?;
-    let file = mpmd_core::load::load_bytes(&bytes, &path.display().to_string())?;
+    let file = mpmd_core::load::load_bytes_with(&bytes, &path.display().to_string(), overrides)?;
     // `load_bytes` decoded these bytes: this decoding succeeds.
     let text = mpmd_core::text::decode(&bytes).map_or_else(|_| String::new(), str::to_string);
     Ok((text, file))
@@ -42,6 +60,16 @@ pub fn load_module(path: &Path) -> Result<ValidModule, FrontendError> {
 /// check` prints them (the Python package's `Module.from_text` too).
 pub fn load_source(source: &str, file: &str) -> Result<ValidFile, FrontendError> {
     Ok(mpmd_core::load::load_source(source, file)?)
+}
+
+/// [`load_source`] with module constants overridden
+/// (`mpmd_core::load::load_source_with`).
+pub fn load_source_with(
+    source: &str,
+    file: &str,
+    overrides: &[(&str, UserNumber)],
+) -> Result<ValidFile, FrontendError> {
+    Ok(mpmd_core::load::load_source_with(source, file, overrides)?)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ failure raises a :class:`RunError` subclass carrying the report
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
 import ml_dtypes
 import numpy as np
@@ -51,6 +51,7 @@ __all__ = [
     "Wgpu",
     "Cuda",
     "Backend",
+    "Timing",
     "DeviceArray",
     "DTYPES",
     "generated_inputs",
@@ -103,10 +104,16 @@ def _as_numpy(name: str, value: Any) -> np.ndarray:
 
 
 def _triple(name: str, value: Any):
+    """``(dtype name, shape, data)`` of an input: the data is the array
+    itself where it is C-contiguous and little-endian (the extension reads
+    its memory in place and copies it once), else a C-ordered
+    little-endian copy of it."""
     array = _as_numpy(name, value)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    return (array.dtype.name, tuple(array.shape), array.tobytes(order="C"))
+    elif not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return (array.dtype.name, array.shape, array)
 
 
 def _array(triple) -> np.ndarray:
@@ -158,6 +165,30 @@ def _on_cuda(value: Any) -> bool:
     return int(kind) == _DLPACK_CUDA
 
 
+class Timing(NamedTuple):
+    """The times of one call, as ``mpmd run --time`` reports them.
+
+    ``wall_ms`` is the backend's whole run of the call (compiling a plan
+    it has not seen yet, uploads, launch, read-back), not the conversion of
+    Python's arguments and results; ``kernel_ms`` the kernel's time between
+    two events around the launch, measured on :class:`Cuda` with
+    ``time_kernels=True`` only (None elsewhere). ``str()`` gives the CLI's
+    line."""
+
+    wall_ms: float
+    kernel_ms: Optional[float]
+    backend: str
+
+    def __str__(self) -> str:
+        if self.kernel_ms is not None:
+            kernel = f", kernel {self.kernel_ms:.3f} ms"
+        elif self.backend == "cuda":
+            kernel = "; kernel time: not measured on cuda (time_kernels=False)"
+        else:
+            kernel = f"; kernel time: not measured on {self.backend}"
+        return f"time: wall {self.wall_ms:.3f} ms{kernel}"
+
+
 class Backend:
     """What every backend does; use :class:`Interpreter`, :class:`Wgpu` or
     :class:`Cuda`."""
@@ -202,6 +233,13 @@ class Backend:
         inputs = {name: _triple(name, value) for name, value in arrays.items()}
         outputs = self._raw.call(module, map_name, inputs, scalars)
         return {name: _array(triple) for name, triple in outputs.items()}
+
+    @property
+    def last_timing(self) -> Optional[Timing]:
+        """The :class:`Timing` of the last call that succeeded on this
+        backend (None before one)."""
+        times = self._raw.last_timing
+        return None if times is None else Timing(times[0], times[1], self._raw.name)
 
     def resident(self, name: str) -> Optional[np.ndarray]:
         """A copy of device-resident ref ``name`` as the last call left it
@@ -257,10 +295,20 @@ class Wgpu(Backend):
     wait on each other within one dispatch needs co-resident workgroups,
     which no adapter promises: it is refused unless ``co_resident=True``
     declares the adapter runs every workgroup at once (such results are
-    unverified). Raises :class:`BackendUnavailableError` without an adapter."""
+    unverified). ``timeout`` (seconds; 0 or None: no bound) bounds one call:
+    compiling the pipelines, the dispatches and reading back, as ``mpmd run
+    --backend wgpu --timeout`` (a compile or dispatch past it goes on in
+    the background). Raises :class:`BackendUnavailableError` without an
+    adapter."""
 
-    def __init__(self, checked: bool = False, *, co_resident: bool = False) -> None:
-        self._raw = _mpmd._Backend.wgpu(checked, co_resident)
+    def __init__(
+        self,
+        checked: bool = False,
+        *,
+        co_resident: bool = False,
+        timeout: Optional[float] = 60.0,
+    ) -> None:
+        self._raw = _mpmd._Backend.wgpu(checked, co_resident, timeout)
 
 
 class Cuda(Backend):
@@ -277,11 +325,22 @@ class Cuda(Backend):
     output comes back as a :class:`DeviceArray` on that device (no host
     copy; ``torch.from_dlpack(out)``, ``jax.dlpack.from_dlpack(out)`` or
     ``out.numpy()``). The call waits for the kernel, so its errors raise
-    here. With host inputs only, outputs are numpy arrays."""
+    here. With host inputs only, outputs are numpy arrays.
 
-    def __init__(self, checked: bool = False) -> None:
+    ``wait_timeout`` (seconds, default 10) bounds one semaphore wait (the
+    CLI's ``$MPMD_CUDA_WAIT_TIMEOUT_MS``); ``time_kernels=True`` times each
+    kernel with a pair of events (:attr:`Backend.last_timing`'s
+    ``kernel_ms``; a few microseconds a call, as ``mpmd run --time``)."""
+
+    def __init__(
+        self,
+        checked: bool = False,
+        *,
+        wait_timeout: float = 10.0,
+        time_kernels: bool = False,
+    ) -> None:
         _preload_nvrtc()
-        self._raw = _mpmd._Backend.cuda(checked)
+        self._raw = _mpmd._Backend.cuda(checked, wait_timeout, time_kernels)
 
 
 def generated_inputs(module: Module, map_name: str, seed: int = 0) -> Dict[str, np.ndarray]:

@@ -1,5 +1,5 @@
 from os import PathLike
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -14,12 +14,19 @@ class Module:
     """A parsed and validated `.mpmd` module."""
 
     @staticmethod
-    def from_file(path: Union[str, PathLike[str]]) -> Module:
+    def from_file(
+        path: Union[str, PathLike[str]], consts: Optional[Dict[str, Union[bool, int, float]]] = None
+    ) -> Module:
         """Reads, parses and validates a file; raises ValidationError with the
-        CLI's rendered diagnostics, OSError when the file cannot be read."""
+        CLI's rendered diagnostics, OSError when the file cannot be read.
+        `consts` overrides module constants before they are resolved
+        (ValueError for a name that is no constant or a value its type
+        cannot hold)."""
     @staticmethod
-    def from_text(text: str, name: str = "<text>") -> Module:
-        """Parses and validates text; diagnostics name it `name`."""
+    def from_text(
+        text: str, name: str = "<text>", consts: Optional[Dict[str, Union[bool, int, float]]] = None
+    ) -> Module:
+        """Parses and validates text; diagnostics name it `name`; `consts` as for from_file."""
     @property
     def name(self) -> str: ...
     @property
@@ -43,9 +50,19 @@ class Module:
         """(input, output) pairs of the map that share one buffer."""
     def generated_inputs(self, map: str, seed: int = 0, memory_limit: int = ...) -> Dict[str, Tuple[str, Tuple[int, ...], bytearray]]: ...
 
+class Timing(NamedTuple):
+    """A call's times as `mpmd run --time` reports them; str() is its line."""
+
+    wall_ms: float
+    kernel_ms: Optional[float]
+    backend: str
+
 class Backend:
     @property
     def name(self) -> str: ...
+    @property
+    def last_timing(self) -> Optional[Timing]:
+        """The times of the last call that succeeded (None before one)."""
     def call(self, module: Module, map_name: str, /, **arguments: Any) -> Dict[str, np.ndarray]:
         """Runs one call: inputs as arrays (numpy, or anything with
         __dlpack__), scalars as Python numbers; returns {output: array}."""
@@ -67,13 +84,17 @@ class Interpreter(Backend):
     def schedules_run(self) -> Optional[int]: ...
 
 class Wgpu(Backend):
-    def __init__(self, checked: bool = False, *, co_resident: bool = False) -> None: ...
+    def __init__(
+        self, checked: bool = False, *, co_resident: bool = False, timeout: Optional[float] = 60.0
+    ) -> None: ...
 
 class Cuda(Backend):
     """With any input in CUDA memory (DLPack), `call` runs on the device:
     device inputs in place, outputs as DeviceArrays on that device."""
 
-    def __init__(self, checked: bool = False) -> None: ...
+    def __init__(
+        self, checked: bool = False, *, wait_timeout: float = 10.0, time_kernels: bool = False
+    ) -> None: ...
 
 class DeviceArray:
     """An output kept on the CUDA device (DLPack producer; a bool output is uint32 0/1)."""

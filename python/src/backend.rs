@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mpmd_core::case::CaseSpec;
 use mpmd_core::host::host_shape;
@@ -53,9 +53,6 @@ pub(crate) enum Engine {
     },
 }
 
-/// How often a waiting `call` looks for signals (Ctrl-C).
-pub(crate) const SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// Maps the CUDA engine keeps prepared for runs on device memory.
 pub(crate) const DEVICE_PREPARED: usize = 16;
 
@@ -90,6 +87,19 @@ pub(crate) fn run_engine(
 pub(crate) struct PyBackend {
     name: &'static str,
     pub(crate) engine: Arc<Mutex<Engine>>,
+    /// The times of the last call that succeeded.
+    timing: Mutex<Option<CallTiming>>,
+}
+
+/// The times `mpmd run --time` reports for a call: wall time, the
+/// backend's whole run of it (compiling a plan it has not seen yet,
+/// uploads, launch, read-back; not the conversion of Python's arguments
+/// and results), and on CUDA with kernel timing on, the kernel's time
+/// between two events around the launch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallTiming {
+    wall: Duration,
+    kernel_ms: Option<f32>,
 }
 
 impl PyBackend {
@@ -100,24 +110,53 @@ impl PyBackend {
         kind: BackendKind,
         checked: bool,
         co_resident: bool,
+        time_limit: Option<Duration>,
     ) -> PyResult<Self> {
         let backend = py
-            .detach(|| mpmd_frontend::resolve_backend(kind, co_resident))
+            .detach(|| mpmd_frontend::resolve_backend_within(kind, co_resident, time_limit))
             .map_err(|e| BackendUnavailableError::new_err(e.to_string()))?;
         let mode = if checked { Mode::Checked } else { Mode::Fast };
-        Ok(PyBackend {
-            name: kind.name(),
-            engine: Arc::new(Mutex::new(Engine::Lowered {
+        Ok(PyBackend::new(
+            kind.name(),
+            Engine::Lowered {
                 backend,
                 options: RunOptions { mode, seed: 0 },
-            })),
-        })
+            },
+        ))
+    }
+
+    fn new(name: &'static str, engine: Engine) -> Self {
+        PyBackend {
+            name,
+            engine: Arc::new(Mutex::new(engine)),
+            timing: Mutex::default(),
+        }
+    }
+
+    fn timing(&self) -> PyResult<MutexGuard<'_, Option<CallTiming>>> {
+        self.timing
+            .lock()
+            .map_err(|_| MpmdError::new_err("the backend was poisoned by an earlier panic"))
     }
 
     pub(crate) fn engine(&self) -> PyResult<MutexGuard<'_, Engine>> {
         self.engine
             .lock()
             .map_err(|_| MpmdError::new_err("the backend was poisoned by an earlier panic"))
+    }
+}
+
+/// A bound of `value` seconds given as parameter `name`: None or 0 for
+/// no bound, else a finite positive number of seconds.
+fn seconds_bound(name: &str, value: Option<f64>) -> PyResult<Option<Duration>> {
+    match value {
+        None => Ok(None),
+        Some(s) if s.is_finite() && (0.0..=1e12).contains(&s) => {
+            Ok((s > 0.0).then(|| Duration::from_secs_f64(s)))
+        }
+        Some(s) => Err(PyValueError::new_err(format!(
+            "{name}={s}: give a number of seconds (such as 60, 0.5, or 0 or None for no bound)"
+        ))),
     }
 }
 
@@ -167,20 +206,10 @@ impl PyBackend {
         timeout: Option<f64>,
         memory_limit: u64,
     ) -> PyResult<Self> {
-        let time_limit = match timeout {
-            None => None,
-            Some(s) if s.is_finite() && (0.0..=1e12).contains(&s) => {
-                (s > 0.0).then(|| Duration::from_secs_f64(s))
-            }
-            Some(s) => {
-                return Err(PyValueError::new_err(format!(
-                    "timeout={s}: give a number of seconds (such as 60, 0.5, or 0 or None for no bound)"
-                )))
-            }
-        };
-        Ok(PyBackend {
-            name: "interp",
-            engine: Arc::new(Mutex::new(Engine::Interp {
+        let time_limit = seconds_bound("timeout", timeout)?;
+        Ok(PyBackend::new(
+            "interp",
+            Engine::Interp {
                 interp: Box::default(),
                 settings: InterpSettings {
                     checked,
@@ -189,39 +218,70 @@ impl PyBackend {
                     time_limit,
                     memory_limit,
                 },
-            })),
-        })
+            },
+        ))
     }
 
     /// The WGSL backend on the default adapter.
     #[staticmethod]
-    #[pyo3(signature = (checked = false, co_resident = false))]
-    fn wgpu(py: Python<'_>, checked: bool, co_resident: bool) -> PyResult<Self> {
-        Self::lowered(py, BackendKind::Wgpu, checked, co_resident)
+    #[pyo3(signature = (checked = false, co_resident = false, timeout = Some(DEFAULT_TIME_LIMIT.as_secs_f64())))]
+    fn wgpu(
+        py: Python<'_>,
+        checked: bool,
+        co_resident: bool,
+        timeout: Option<f64>,
+    ) -> PyResult<Self> {
+        let time_limit = seconds_bound("timeout", timeout)?;
+        Self::lowered(py, BackendKind::Wgpu, checked, co_resident, time_limit)
     }
 
     /// The CUDA backend on the first NVIDIA GPU.
     #[staticmethod]
-    #[pyo3(signature = (checked = false))]
-    fn cuda(py: Python<'_>, checked: bool) -> PyResult<Self> {
-        let backend = py
-            .detach(|| CudaBackend::new(CudaOptions::default()))
-            .map_err(|e| {
-                let unavailable = FrontendError::BackendUnavailable {
-                    name: BackendKind::Cuda.name(),
-                    reason: e.to_string(),
-                };
-                BackendUnavailableError::new_err(unavailable.to_string())
+    #[pyo3(signature = (checked = false, wait_timeout = CudaOptions::default().wait_timeout.as_secs_f64(), time_kernels = false))]
+    fn cuda(
+        py: Python<'_>,
+        checked: bool,
+        wait_timeout: f64,
+        time_kernels: bool,
+    ) -> PyResult<Self> {
+        let wait_timeout = seconds_bound("wait_timeout", Some(wait_timeout))?
+            .filter(|d| d.as_millis() >= 1)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "wait_timeout={wait_timeout}: give a number of seconds of at least 0.001 (such as 10 or 0.5)"
+                ))
             })?;
+        let options = CudaOptions {
+            wait_timeout,
+            time_kernels,
+            ..CudaOptions::default()
+        };
+        let backend = py.detach(|| CudaBackend::new(options)).map_err(|e| {
+            let unavailable = FrontendError::BackendUnavailable {
+                name: BackendKind::Cuda.name(),
+                reason: e.to_string(),
+            };
+            BackendUnavailableError::new_err(unavailable.to_string())
+        })?;
         let mode = if checked { Mode::Checked } else { Mode::Fast };
-        Ok(PyBackend {
-            name: BackendKind::Cuda.name(),
-            engine: Arc::new(Mutex::new(Engine::Cuda {
+        Ok(PyBackend::new(
+            BackendKind::Cuda.name(),
+            Engine::Cuda {
                 backend: Box::new(backend),
                 options: RunOptions { mode, seed: 0 },
                 prepared: Lru::new(DEVICE_PREPARED),
-            })),
-        })
+            },
+        ))
+    }
+
+    /// The times of the last call that succeeded, as `mpmd run --time`
+    /// reports them: `(wall_ms, kernel_ms)`, kernel_ms None where no
+    /// kernel is timed; None before the first call.
+    #[getter]
+    fn last_timing(&self) -> PyResult<Option<(f64, Option<f64>)>> {
+        Ok(self
+            .timing()?
+            .map(|t| (t.wall.as_secs_f64() * 1e3, t.kernel_ms.map(f64::from))))
     }
 
     /// `interp`, `wgpu` or `cuda`.
@@ -242,66 +302,52 @@ impl PyBackend {
     }
 
     /// Runs one call of `map`: `inputs` maps each input the call uploads to
-    /// its `(dtype, shape, bytes)`, `scalars` each scalar to a Python
-    /// number. Returns `{output: (dtype, shape, bytearray)}` in map order.
+    /// its `(dtype, shape, data)` (an array or bytes), `scalars` each scalar
+    /// to a Python number. Returns `{output: (dtype, shape, bytearray)}` in
+    /// map order.
     fn call<'py>(
         &self,
         py: Python<'py>,
         module: &PyModule_,
         map: &str,
-        inputs: BTreeMap<String, InputTriple>,
+        inputs: BTreeMap<String, InputTriple<'py>>,
         scalars: BTreeMap<String, Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let the_map = module.map(map)?;
         let args = call_args(module, the_map, inputs, scalars)?;
-        let module_ir = Arc::clone(&module.module);
-        let case = module.case.clone();
         let plan = match self.name {
             "interp" => None,
             _ => Some(module.plan(map)?),
         };
-        // The call runs on a worker thread while this one waits without the
-        // GIL and looks for signals, so Ctrl-C stops an interpreter call
-        // (through its interrupt flag) and raises KeyboardInterrupt.
-        let interrupt = &Interrupt::new();
-        let (module_ir, case, plan, args) = (&module_ir, &case, &plan, &args);
-        let result = py.detach(|| {
-            std::thread::scope(|scope| -> PyResult<_> {
-                let (done, finished) = std::sync::mpsc::channel();
-                let worker = scope.spawn(move || {
-                    let result = self.engine().map(|mut engine| {
-                        run_engine(
-                            &mut engine,
-                            module_ir,
-                            case.as_ref(),
-                            map,
-                            plan.as_deref(),
-                            args,
-                            Some(interrupt),
-                        )
-                    });
-                    let _ = done.send(());
-                    result
-                });
-                loop {
-                    match finished.recv_timeout(SIGNAL_POLL) {
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                            if let Err(signal) = Python::attach(|py| py.check_signals()) {
-                                interrupt.raise();
-                                // The interpreter stops at its next time check.
-                                let _ = worker.join();
-                                return Err(signal);
-                            }
-                        }
-                        _ => {
-                            return worker.join().unwrap_or_else(|_| {
-                                Err(MpmdError::new_err("the call's worker thread panicked"))
-                            })
-                        }
-                    }
-                }
-            })
+        // The call runs right here without the GIL; Ctrl-C raises its
+        // interrupt flag (the interpreter stops at its next time check),
+        // and the signal reaches Python once the call is back.
+        let (module_ir, case) = (&module.module, module.case.as_ref());
+        let result = py.detach(|| -> PyResult<_> {
+            let (guard, interrupt) = SigintGuard::listen();
+            let mut engine = self.engine()?;
+            let started = Instant::now();
+            let result = run_engine(
+                &mut engine,
+                module_ir,
+                case,
+                map,
+                plan.as_deref(),
+                &args,
+                Some(&interrupt),
+            );
+            let wall = started.elapsed();
+            drop(guard);
+            if result.is_ok() {
+                let kernel_ms = match &*engine {
+                    Engine::Cuda { backend, .. } => backend.last_kernel_ms(),
+                    _ => None,
+                };
+                *self.timing()? = Some(CallTiming { wall, kernel_ms });
+            }
+            Ok(result)
         })?;
+        py.check_signals()?;
         let outputs = result.map_err(|e| run_error(py, Some(map), &e))?;
         let dict = PyDict::new(py);
         for output in &the_map.outputs {
@@ -324,7 +370,7 @@ impl PyBackend {
     /// the call uploads to a DLPack capsule of a CUDA array of exactly its
     /// dtype and host shape (C-contiguous; used in place, the producer's
     /// stream synchronised with the legacy default stream by `__dlpack__`)
-    /// or to `(dtype, shape, bytes)` (copied to the device); `scalars`
+    /// or to `(dtype, shape, data)` (copied to the device); `scalars`
     /// each scalar to a Python number. Returns `{output: DeviceArray}` in
     /// map order, on the same device; errors are raised as by `call`.
     fn call_device<'py>(
@@ -353,7 +399,7 @@ impl PyBackend {
             scalars,
             |what, elem, shape, value: Bound<'py, PyAny>| -> PyResult<DeviceInput> {
                 if value.is_instance_of::<PyTuple>() {
-                    let triple: InputTriple = value.extract()?;
+                    let triple: InputTriple<'py> = value.extract()?;
                     Ok(DeviceInput::Host(input_tensor(what, elem, shape, triple)?))
                 } else {
                     Ok(DeviceInput::Device(dlpack::import(
@@ -416,15 +462,16 @@ impl PyBackend {
     }
 
     /// Gives device-resident ref `name` the data `data` (`(dtype, shape,
-    /// bytes)`). With `module`, the data must have exactly the dtype and
-    /// host shape the module declares; without, the array's own are kept
-    /// and the next call that binds the resident checks them.
+    /// data)`, the data an array or bytes). With `module`, the data must
+    /// have exactly the dtype and host shape the module declares; without,
+    /// the array's own are kept and the next call that binds the resident
+    /// checks them.
     #[pyo3(signature = (name, data, module = None))]
     fn set_resident(
         &self,
         py: Python<'_>,
         name: &str,
-        data: InputTriple,
+        data: InputTriple<'_>,
         module: Option<&PyModule_>,
     ) -> PyResult<()> {
         let what = format!("resident `{name}`");

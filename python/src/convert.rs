@@ -1,6 +1,7 @@
 //! Python's data as the library's and back: dtypes, shapes, scalars,
 //! input triples and the checked arguments of a call.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use mpmd_core::host::{self, ScalarValueError, UserNumber};
@@ -63,6 +64,34 @@ pub(crate) fn literal_to_py(py: Python<'_>, value: Literal) -> PyResult<Py<PyAny
     })
 }
 
+/// The name of `value`'s type, for messages.
+pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A Python number as a user's number, before it has a type: a bool, an
+/// int (or anything with `__index__`), or a float (or anything with
+/// `__float__`); None for anything else.
+pub(crate) fn user_number(value: &Bound<'_, PyAny>) -> Option<UserNumber> {
+    if let Ok(b) = value.cast::<pyo3::types::PyBool>() {
+        return Some(UserNumber::Bool(b.is_true()));
+    }
+    if value.is_instance_of::<pyo3::types::PyFloat>() {
+        return value.extract::<f64>().ok().map(UserNumber::Float);
+    }
+    if let Ok(v) = value.extract::<i128>() {
+        return Some(UserNumber::Int(v));
+    }
+    if value.is_instance_of::<pyo3::types::PyString>() {
+        return None;
+    }
+    value.extract::<f64>().ok().map(UserNumber::Float)
+}
+
 /// A Python number as a scalar of type `ty`, or why not.
 pub(crate) fn scalar_value(
     map: &str,
@@ -71,11 +100,7 @@ pub(crate) fn scalar_value(
     value: &Bound<'_, PyAny>,
 ) -> PyResult<Literal> {
     let what = format!("scalar `{name}` of map `{map}`");
-    let type_name = value
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into());
+    let type_name = type_name(value);
     let not_a = |expected: &str| {
         PyTypeError::new_err(format!(
             "{what} is {}: expected {expected}, given {type_name}",
@@ -102,17 +127,19 @@ pub(crate) fn scalar_value(
     })
 }
 
-/// An input's data from Python: numpy's dtype name, the shape, the bytes
-/// (C order, little-endian; numpy's bool is one byte an element).
-pub(crate) type InputTriple = (String, Vec<u64>, Vec<u8>);
+/// An input's data from Python: numpy's dtype name, the shape, the data
+/// (C order, little-endian; numpy's bool is one byte an element): a C-
+/// contiguous array read in place, or `bytes` ([`crate::buffer::with_bytes`]).
+pub(crate) type InputTriple<'py> = (String, Vec<u64>, Bound<'py, PyAny>);
 
 /// The host tensor of input `name` (of type `elem`, host shape `shape`)
 /// from Python's data, or a ValueError naming what was expected and given.
+/// The data is copied once, into the tensor.
 pub(crate) fn input_tensor(
     what: &str,
     elem: ScalarType,
     shape: &[u32],
-    (dtype, given_shape, bytes): InputTriple,
+    (dtype, given_shape, data): InputTriple<'_>,
 ) -> PyResult<HostTensor> {
     let expected = dtype_name(elem);
     if dtype != expected
@@ -128,27 +155,47 @@ pub(crate) fn input_tensor(
         )));
     }
     let broken = |e: mpmd_core::host::ShapeError| PyValueError::new_err(format!("{what}: {e}"));
-    if elem == ScalarType::Bool {
-        let bits = bytes.iter().map(|&b| u32::from(b != 0)).collect();
-        return HostTensor::new(elem, shape.to_vec(), bits).map_err(broken);
-    }
-    HostTensor::from_bytes(elem, shape.to_vec(), &bytes).map_err(broken)
+    crate::buffer::with_bytes(&data, |bytes| {
+        if elem == ScalarType::Bool {
+            let bits = bytes.iter().map(|&b| u32::from(b != 0)).collect();
+            return HostTensor::new(elem, shape.to_vec(), bits);
+        }
+        HostTensor::from_bytes(elem, shape.to_vec(), bytes)
+    })?
+    .map_err(broken)
 }
 
 /// A host tensor as Python's data: numpy's dtype name, the shape and the
-/// bytes (bool one byte an element).
+/// bytes (bool one byte an element), written once, straight from the
+/// tensor's words into the bytearray numpy then reads in place.
 pub(crate) fn tensor_triple<'py>(py: Python<'py>, tensor: &HostTensor) -> PyResult<Triple<'py>> {
-    let bytes = if tensor.elem() == ScalarType::Bool {
-        tensor.to_bits().iter().map(|&b| u8::from(b != 0)).collect()
-    } else {
-        tensor.bytes()
-    };
     let shape = PyTuple::new(py, tensor.shape())?;
-    Ok((
-        dtype_name(tensor.elem()),
-        shape,
-        PyByteArray::new(py, &bytes),
-    ))
+    let bytes = if tensor.elem() == ScalarType::Bool {
+        PyByteArray::new_with(py, tensor.len(), |out| {
+            for (i, byte) in out.iter_mut().enumerate() {
+                *byte = u8::from(tensor.bits(i).is_some_and(|b| b != 0));
+            }
+            Ok(())
+        })?
+    } else {
+        PyByteArray::new(py, &tensor_bytes(tensor))
+    };
+    Ok((dtype_name(tensor.elem()), shape, bytes))
+}
+
+/// The bytes a device buffer holds for `tensor` (what
+/// [`HostTensor::bytes`] gives): its own words, read in place on a
+/// little-endian machine.
+pub(crate) fn tensor_bytes(tensor: &HostTensor) -> Cow<'_, [u8]> {
+    let len = tensor.len() * tensor.elem().byte_size() as usize;
+    if cfg!(target_endian = "little") && len <= tensor.words().len() * 4 {
+        // SAFETY: `len` bytes lie within the words (checked); on a
+        // little-endian machine their order is the device buffer's.
+        return Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(tensor.words().as_ptr().cast::<u8>(), len)
+        });
+    }
+    Cow::Owned(tensor.bytes())
 }
 
 /// What Python gets for a tensor: numpy's dtype name, the shape, the bytes.
@@ -159,7 +206,7 @@ pub(crate) type Triple<'py> = (&'static str, Bound<'py, PyTuple>, Bound<'py, PyB
 pub(crate) fn call_args(
     module: &PyModule_,
     map: &MpmdMap,
-    given: BTreeMap<String, InputTriple>,
+    given: BTreeMap<String, InputTriple<'_>>,
     scalars: BTreeMap<String, Bound<'_, PyAny>>,
 ) -> PyResult<CallArgs> {
     let (inputs, scalars) = checked_arguments(module, map, given, scalars, input_tensor)?;

@@ -4,7 +4,7 @@ use mpmd_core::ErrorClass;
 use mpmd_core::RunError as CoreRunError;
 use mpmd_frontend::FrontendError;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyOSError};
+use pyo3::exceptions::{PyException, PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 create_exception!(
@@ -102,6 +102,7 @@ create_exception!(
 /// parameter that sets each: Python's counterpart of the CLI's `OPTION_FLAGS`.
 pub(crate) const OPTION_PARAMETERS: &[(&str, &str)] = &[
     ("InterpOptions::time_limit", "Interpreter(timeout=SECONDS)"),
+    ("WgpuOptions::time_limit", "Wgpu(timeout=SECONDS)"),
     (
         "InterpOptions::memory_limit",
         "Interpreter(memory_limit=BYTES)",
@@ -148,6 +149,8 @@ pub(crate) fn load_error(error: FrontendError) -> PyErr {
     match error {
         FrontendError::Rejected(rendered) => validation_error(rendered),
         FrontendError::ReadFile { .. } => PyOSError::new_err(error.to_string()),
+        // A constant override the loader refused (`consts=`).
+        FrontendError::ConstOverride(message) => PyValueError::new_err(message),
         other => MpmdError::new_err(other.to_string()),
     }
 }

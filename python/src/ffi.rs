@@ -24,6 +24,7 @@
 //! Results: the map's outputs (map order). A `bool` operand travels as
 //! `uint32` 0 or 1 (how mpmd keeps bools on the device).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -436,15 +437,14 @@ unsafe fn handle(frame: *mut xla::CallFrame, cuda: bool) -> *mut xla::Error {
                 &call,
                 |buffer, bytes| {
                     if bytes == 0 {
-                        return Ok(Vec::new());
+                        return Ok(Cow::Borrowed(&[]));
                     }
                     // SAFETY: XLA's host buffer holds the bytes its dtype and
                     // dims say (checked against the operand; not null when
-                    // it holds any).
-                    Ok(
-                        unsafe { std::slice::from_raw_parts(buffer.data as *const u8, bytes) }
-                            .to_vec(),
-                    )
+                    // it holds any), and stays XLA's for the call.
+                    Ok(Cow::Borrowed(unsafe {
+                        std::slice::from_raw_parts(buffer.data as *const u8, bytes)
+                    }))
                 },
                 |buffer, data| {
                     if data.is_empty() {
@@ -744,10 +744,11 @@ fn literal(ty: ScalarType, bits: u32) -> Literal {
 }
 
 /// Runs the call on the kernel's backend from host copies: `read` gives a
-/// buffer's bytes, `write` stores a result's.
-fn run_on_host(
-    call: &Call<'_>,
-    read: impl Fn(&xla::Buffer, usize) -> Result<Vec<u8>, Failure>,
+/// buffer's bytes (XLA's host memory itself on the CPU), `write` stores a
+/// result's.
+fn run_on_host<'b>(
+    call: &'b Call<'_>,
+    read: impl Fn(&'b xla::Buffer, usize) -> Result<Cow<'b, [u8]>, Failure>,
     write: impl Fn(&xla::Buffer, &[u8]) -> Result<(), Failure>,
 ) -> Result<(), Failure> {
     let kernel = &call.kernel;
@@ -807,7 +808,7 @@ fn run_on_host(
                 format!("mpmd: no value returned for output `{}`", spec.name),
             )
         })?;
-        let bytes = tensor.bytes();
+        let bytes = crate::tensor_bytes(tensor);
         if bytes.len() as u64 != spec.len * u64::from(spec.elem.byte_size()) {
             return Err(Failure(
                 xla::ERROR_INTERNAL,
@@ -866,7 +867,9 @@ unsafe fn run_on_cuda(
             call,
             // SAFETY (both): XLA's device buffers hold the bytes their dtype
             // and dims say; each copy is waited for before its memory is used.
-            |buffer, bytes| unsafe { copy_from_device(stream, buffer.data as u64, bytes) },
+            |buffer, bytes| {
+                unsafe { copy_from_device(stream, buffer.data as u64, bytes) }.map(Cow::Owned)
+            },
             |buffer, data| unsafe { copy_to_device(stream, buffer.data as u64, data) },
         );
     };

@@ -1,7 +1,9 @@
 //! `mpmd._mpmd`: the Rust half of the `mpmd` Python package.
 //!
 //! The Python half (`python/mpmd/__init__.py`) turns numpy arrays, DLPack
-//! objects and JAX arrays into `(dtype name, shape, bytes)` triples and back;
+//! objects and JAX arrays into `(dtype name, shape, data)` triples (the
+//! data a C-contiguous array read in place, `buffer.rs`) and bytearrays back
+//! into arrays;
 //! everything that decides (parsing, validation and its rendered
 //! diagnostics, argument checks, running, error classes) is here, in the
 //! library's own terms, so Python behaves as the Rust library and the CLI do.
@@ -10,20 +12,37 @@
 #![allow(clippy::result_large_err)]
 
 mod backend;
+mod buffer;
 mod convert;
 mod device;
 mod dlpack;
 mod errors;
 mod ffi;
+mod interrupt;
 mod module;
 
 pub(crate) use backend::*;
 pub(crate) use convert::*;
 pub(crate) use device::*;
 pub(crate) use errors::*;
+pub(crate) use interrupt::SigintGuard;
 pub(crate) use module::*;
 
 use pyo3::prelude::*;
+
+/// Runs the `mpmd` CLI with `argv` (the program name first), as the `mpmd`
+/// binary does: output on stdout, errors on stderr; returns its exit code.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    use std::io::Write;
+    let code = py.detach(|| mpmd_cli::main_with_args(argv));
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // ExitCode keeps its number to itself; the CLI's are small.
+    (0..=u8::MAX)
+        .find(|&n| std::process::ExitCode::from(n) == code)
+        .unwrap_or(1)
+}
 
 #[pymodule]
 fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
@@ -32,6 +51,7 @@ fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
     m.add_class::<PyBackend>()?;
     m.add_class::<dlpack::DeviceArray>()?;
     m.add_class::<ffi::PyFfiKernel>()?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(ffi::ffi_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(ffi::ffi_handler, m)?)?;
     m.add_function(wrap_pyfunction!(ffi::ffi_synchronize, m)?)?;

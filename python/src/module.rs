@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use mpmd_core::case::CaseSpec;
-use mpmd_core::host::host_shape;
+use mpmd_core::host::{host_shape, UserNumber};
 use mpmd_core::interp::DEFAULT_MEMORY_LIMIT;
 use mpmd_core::ir::{MpmdMap, Operand, Type};
 use mpmd_core::load::ValidFile;
@@ -13,7 +13,7 @@ use mpmd_core::plan::{lower, LaunchPlan};
 use mpmd_core::validate::ValidModule;
 use mpmd_core::{inputs, text};
 use mpmd_frontend::Target;
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -87,18 +87,25 @@ impl PyModule_ {
 
 #[pymethods]
 impl PyModule_ {
-    /// Reads, parses and validates a `.mpmd` file.
+    /// Reads, parses and validates a `.mpmd` file; `consts` overrides
+    /// module constants (`{name: number}`) before they are resolved.
     #[staticmethod]
-    fn from_file(path: PathBuf) -> PyResult<Self> {
-        let source = mpmd_frontend::load_file(&path).map_err(load_error)?;
+    #[pyo3(signature = (path, consts = None))]
+    fn from_file(path: PathBuf, consts: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let overrides = const_overrides(consts)?;
+        let source =
+            mpmd_frontend::load_file_with(&path, &borrowed(&overrides)).map_err(load_error)?;
         Ok(PyModule_::new(source, path.display().to_string()))
     }
 
-    /// Parses and validates `.mpmd` text; diagnostics name it `name`.
+    /// Parses and validates `.mpmd` text; diagnostics name it `name`;
+    /// `consts` overrides module constants.
     #[staticmethod]
-    #[pyo3(signature = (text, name = "<text>"))]
-    fn from_text(text: &str, name: &str) -> PyResult<Self> {
-        let source = mpmd_frontend::load_source(text, name).map_err(load_error)?;
+    #[pyo3(signature = (text, name = "<text>", consts = None))]
+    fn from_text(text: &str, name: &str, consts: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let overrides = const_overrides(consts)?;
+        let source = mpmd_frontend::load_source_with(text, name, &borrowed(&overrides))
+            .map_err(load_error)?;
         Ok(PyModule_::new(source, name.to_string()))
     }
 
@@ -281,4 +288,33 @@ impl PyModule_ {
                 .join(", ")
         )
     }
+}
+
+/// `consts=` as the loader takes it: each name with its Python number.
+fn const_overrides(consts: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, UserNumber)>> {
+    let Some(consts) = consts else {
+        return Ok(Vec::new());
+    };
+    consts
+        .iter()
+        .map(|(name, value)| {
+            let name: String = name.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "consts: a constant's name is a str, not {}",
+                    type_name(&name)
+                ))
+            })?;
+            let number = user_number(&value).ok_or_else(|| {
+                PyTypeError::new_err(format!(
+                    "consts: constant `{name}` takes a bool, an int or a float, not {}",
+                    type_name(&value)
+                ))
+            })?;
+            Ok((name, number))
+        })
+        .collect()
+}
+
+fn borrowed(overrides: &[(String, UserNumber)]) -> Vec<(&str, UserNumber)> {
+    overrides.iter().map(|(n, v)| (n.as_str(), *v)).collect()
 }

@@ -73,6 +73,7 @@ pub fn report(root: &Path, setup: &Setup, options: &ReportOptions) -> ExitCode {
     let cli = release.join("mpmd");
 
     let mut md = String::new();
+    let mut part_seconds: Vec<(&str, f64)> = Vec::new();
     let _ = writeln!(md, "### Performance (`cargo xtask bench report`)\n");
     let _ = writeln!(md, "Machine: {}.\n", machine());
 
@@ -92,7 +93,15 @@ pub fn report(root: &Path, setup: &Setup, options: &ReportOptions) -> ExitCode {
                 .arg(&cli)
                 .arg("--rounds")
                 .arg(options.rounds.to_string());
-            captured_json(&mut cmd)
+            let clock = Instant::now();
+            let json = captured_json(&mut cmd);
+            part_seconds.push(("Pallas/mpmd table", clock.elapsed().as_secs_f64()));
+            if let Ok(json) = &json {
+                // The raw figures, for another rendering.
+                let raw = out_dir.join("pallas_vs_mpmd.json");
+                let _ = std::fs::write(&raw, json.to_string());
+            }
+            json
         }
     };
     match &table {
@@ -112,7 +121,10 @@ pub fn report(root: &Path, setup: &Setup, options: &ReportOptions) -> ExitCode {
             let _ = writeln!(md, "- stream-K example: NOT MEASURED: {why}");
         }
     }
-    match heaviest_case(root, setup, &release.join("mpmd-conformance")) {
+    let clock = Instant::now();
+    let heaviest = heaviest_case(root, setup, &release.join("mpmd-conformance"));
+    part_seconds.push(("corpus on the interpreter", clock.elapsed().as_secs_f64()));
+    match heaviest {
         Ok(line) => {
             let _ = writeln!(md, "- {line}");
         }
@@ -123,7 +135,9 @@ pub fn report(root: &Path, setup: &Setup, options: &ReportOptions) -> ExitCode {
     if let Ok(json) = &table {
         tiny_lines(&mut md, json);
     }
+    let clock = Instant::now();
     fuzz_lines(&mut md, root, setup, &release.join("mpmd-fuzz"), options);
+    part_seconds.push(("fuzzer", clock.elapsed().as_secs_f64()));
     let _ = writeln!(md);
 
     // ---- WGSL ----
@@ -146,10 +160,15 @@ pub fn report(root: &Path, setup: &Setup, options: &ReportOptions) -> ExitCode {
             let _ = writeln!(md, "WGSL benchmark: NOT MEASURED: {why}\n");
         }
     }
+    let parts: Vec<String> = part_seconds
+        .iter()
+        .map(|(part, s)| format!("{part} {s:.0} s"))
+        .collect();
     let _ = writeln!(
         md,
-        "Whole report: {:.0} s.",
-        started.elapsed().as_secs_f64()
+        "Whole report: {:.0} s, builds included ({}).",
+        started.elapsed().as_secs_f64(),
+        parts.join(", ")
     );
 
     let path = out_dir.join("report.md");
@@ -249,6 +268,8 @@ fn ms(s: Option<f64>) -> String {
 /// `Pallas / mpmd` as a ratio, `n/a` where either is missing.
 fn ratio(pallas: Option<f64>, mpmd: Option<f64>) -> String {
     match (pallas, mpmd) {
+        // Two decimals below 1, so that a slower mpmd shows how much slower.
+        (Some(p), Some(m)) if m > 0.0 && p / m < 1.0 => format!("{:.2}x", p / m),
         (Some(p), Some(m)) if m > 0.0 => format!("{:.1}x", p / m),
         _ => "n/a".into(),
     }
@@ -543,6 +564,7 @@ mod tests {
     #[test]
     fn a_ratio_is_never_made_up() {
         assert_eq!(ratio(Some(3.0), Some(0.5)), "6.0x");
+        assert_eq!(ratio(Some(0.0712), Some(3.2081)), "0.02x");
         assert_eq!(ratio(None, Some(0.5)), "n/a");
         assert_eq!(ratio(Some(3.0), None), "n/a");
     }

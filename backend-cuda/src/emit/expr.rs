@@ -54,6 +54,12 @@ impl Emitter<'_> {
     pub(super) fn expr(&mut self, cx: &UnitContext, e: &Expr) -> Result<Code, EmitError> {
         let code = match e {
             Expr::Lit(l) => Code::new(c::literal(*l), l.ty(), 1),
+            Expr::WarpPosition(p) => {
+                return Err(cx.unsupported(format!(
+                    "`{}()` is expanded by `expand::program_kernel` before the emitter",
+                    p.name()
+                )))
+            }
             Expr::Var(name) => match cx.symbol(name)? {
                 Symbol::Scalar { c_name, ty } => Code::new(c_name.clone(), *ty, 1),
                 _ => return Err(cx.unsupported(format!("`{name}` is a ref, not a value"))),
@@ -346,6 +352,16 @@ fn math(f: MathFn, t: ScalarType, v: &[String]) -> Option<String> {
         (MathFn::Max, I32) => call("mpmd_max_i32"),
         (MathFn::Min, U32) => call("mpmd_min_u32"),
         (MathFn::Max, U32) => call("mpmd_max_u32"),
+        // CUDA's intrinsics take and give `int` except `__popc` and `__brev`
+        // (`unsigned`); the bits are the same either way.
+        (MathFn::Popcount, U32) => format!("((u32)__popc({}))", v[0]),
+        (MathFn::Popcount, I32) => format!("__popc((u32)({}))", v[0]),
+        (MathFn::Clz, U32) => format!("((u32)__clz((int)({})))", v[0]),
+        (MathFn::Clz, I32) => call("__clz"),
+        (MathFn::Ffs, U32) => format!("((u32)__ffs((int)({})))", v[0]),
+        (MathFn::Ffs, I32) => call("__ffs"),
+        (MathFn::Brev, U32) => call("__brev"),
+        (MathFn::Brev, I32) => format!("((int)__brev((u32)({})))", v[0]),
         _ => return None,
     })
 }

@@ -364,7 +364,8 @@ impl Emitter<'_> {
     /// `mma_load_a(fa, s[.., r0, k0])` and `mma_load_b`: the element loads
     /// the statement means (`ir::mma::element_loads`), and in fast mode,
     /// for an smem source whose rows are whole 16-byte units (last extent a
-    /// multiple of 8), PTX `ldmatrix` (x4 for A, x2.trans for B) behind a
+    /// multiple of 8), PTX `ldmatrix` (x4 for A, x2.trans for B, x2 for
+    /// K-major B) behind a
     /// test that the column origin is a multiple of 8, which makes every
     /// row address 16-byte aligned (the arena aligns each smem slot to 16
     /// bytes). The origin is warp-uniform (validation, E0073), so the whole
@@ -395,26 +396,37 @@ impl Emitter<'_> {
                 column.text
             ),
         );
-        // Lane l supplies the address of row l % 16 of the block (A: at
-        // column 8 (l / 16) too, the right half of the block for lanes 16..31).
+        // Lane l supplies the address of row r of 8x8 matrix j (lane 8j + r).
+        // A (x4): row l % 16 of the block, at column 8 (l / 16) (the right
+        // half for lanes 16..31). B (x2.trans): row (k) l % 16. K-major B
+        // (x2): row (n) l % 8, at column (k) 8 ((l % 16) / 8); lanes 16..31
+        // repeat lanes 0..15 (x2 reads those of lanes 0..15 only).
         let u32_lit = |v: u32| Expr::Lit(Literal::U32(v));
         let bin = |op, a: Expr, b: Expr| Expr::Binary(op, Box::new(a), Box::new(b));
         let lane = bin(BinaryOp::Rem, Expr::AxisIndex(thread_axis), u32_lit(32));
+        let (row_period, column_half) = match operand {
+            mma::Operand::A => (16, Some(bin(BinaryOp::Div, lane.clone(), u32_lit(16)))),
+            mma::Operand::B => (16, None),
+            mma::Operand::BKMajor => (
+                8,
+                Some(bin(
+                    BinaryOp::Div,
+                    bin(BinaryOp::Rem, lane.clone(), u32_lit(16)),
+                    u32_lit(8),
+                )),
+            ),
+        };
         let mut row_access = source.clone();
         row_access.index[dims - 2] = bin(
             BinaryOp::Add,
             source.index[dims - 2].clone(),
-            bin(BinaryOp::Rem, lane.clone(), u32_lit(16)),
+            bin(BinaryOp::Rem, lane, u32_lit(row_period)),
         );
-        if operand == mma::Operand::A {
+        if let Some(half) = column_half {
             row_access.index[dims - 1] = bin(
                 BinaryOp::Add,
                 source.index[dims - 1].clone(),
-                bin(
-                    BinaryOp::Mul,
-                    bin(BinaryOp::Div, lane, u32_lit(16)),
-                    u32_lit(8),
-                ),
+                bin(BinaryOp::Mul, half, u32_lit(8)),
             );
         }
         self.depth = depth + 1;
@@ -422,6 +434,7 @@ impl Emitter<'_> {
         let (words, call) = match operand {
             mma::Operand::A => (4, "mpmd_ldmatrix_x4"),
             mma::Operand::B => (2, "mpmd_ldmatrix_x2_trans"),
+            mma::Operand::BKMajor => (2, "mpmd_ldmatrix_x2"),
         };
         let regs = self.temp('r');
         self.line(depth + 1, &format!("u32 {regs}[{words}];"));

@@ -69,7 +69,7 @@ pub fn all_expressions() -> Module {
         fe = fe / (f.clone() + Expr::from(1.0f32));
         fe = fe % Expr::from(0.1f32);
         fe = -fe;
-        for mf in MathFn::ALL {
+        for mf in MathFn::ALL.into_iter().filter(|f| f.accepts_floats()) {
             let args: Vec<Expr> = (0..mf.arity()).map(|_| f.clone()).collect();
             fe = fe + math(mf, args);
         }
@@ -94,7 +94,10 @@ pub fn all_expressions() -> Module {
             e = e
                 + math(MathFn::Abs, [x.clone()])
                 + math(MathFn::Min, [x.clone(), y.clone()])
-                + math(MathFn::Max, [x, y]);
+                + math(MathFn::Max, [x.clone(), y]);
+            for bits in MathFn::ALL.into_iter().filter(|f| f.is_bit_operation()) {
+                e = e + math(bits, [x.clone()]);
+            }
             e
         };
         let ni = b.var(

@@ -164,6 +164,12 @@ impl UnitEmitter<'_, '_> {
     fn node(&mut self, e: &Expr) -> Result<Value, EmitError> {
         let v = match e {
             Expr::Lit(l) => Value::leaf(*l),
+            Expr::WarpPosition(p) => {
+                return Err(self.invalid(format!(
+                    "`{}()` is expanded by `expand::program_kernel` before the emitter",
+                    p.name()
+                )))
+            }
             Expr::AxisSize(axis) => Value::leaf(Literal::U32(self.axis_size(axis)?)),
             Expr::Var(name) => match self.lookup(name) {
                 Some(Named::Scalar { wgsl, ty, .. }) => Value::text(wgsl.clone(), *ty, false),

@@ -138,11 +138,13 @@ pub struct EmitOptions {
     /// of its array in the kernel lets two neighbouring invocations that
     /// store the two halves of one word write it whole, one atomic store
     /// each, instead of two atomics each (`emit/pairing.rs`). With a
-    /// [`loop_cap`](Self::loop_cap), loops are charged as they run instead
-    /// of up front: llvmpipe counts header visits per SIMD vector, which is
-    /// its subgroup, so each loop's entry and exit take the subgroup's
-    /// largest count (`subgroupMax`); only a branch that threads may take
-    /// differently still pays its loops up front.
+    /// [`loop_cap`](Self::loop_cap), a loop that holds a `while` (or is
+    /// one) is charged as it runs instead of up front at the `while`'s
+    /// `max`: llvmpipe counts header visits per SIMD vector, which is its
+    /// subgroup, so each counted loop's entry and exit take the subgroup's
+    /// largest count (`subgroupMax`); `for` nests (charged their trip
+    /// counts) and a branch that threads may take differently still pay
+    /// their loops up front.
     pub subgroups: bool,
 }
 

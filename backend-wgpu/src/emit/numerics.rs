@@ -151,6 +151,13 @@ impl UnitEmitter<'_, '_> {
         Ok(match (f, t) {
             (MathFn::Abs, ScalarType::I32) => self.call(Helper::AbsI32, "mpmd_abs_i32", &[a]),
             (MathFn::Abs, ScalarType::U32) => a,
+            // The bit operations on i32 or u32, the result of that type.
+            (MathFn::Popcount, _) => format!("countOneBits({a})"),
+            (MathFn::Clz, _) => format!("countLeadingZeros({a})"),
+            // firstTrailingBit(0) is all ones (-1): plus one is CUDA's __ffs.
+            (MathFn::Ffs, ScalarType::I32) => format!("(firstTrailingBit({a}) + 1i)"),
+            (MathFn::Ffs, _) => format!("(firstTrailingBit({a}) + 1u)"),
+            (MathFn::Brev, _) => format!("reverseBits({a})"),
             (MathFn::Min, ScalarType::F32) => self.call(Helper::MinF32, "mpmd_min_f32", v),
             (MathFn::Max, ScalarType::F32) => self.call(Helper::MaxF32, "mpmd_max_f32", v),
             // Rounded once on the bits: adapters may compute WGSL's `fma`

@@ -151,8 +151,13 @@ impl UnitEmitter<'_, '_> {
         let collective = contains_collective(std::slice::from_ref(stmt));
         match stmt {
             Stmt::If { cond, .. } if self.is_uniform(cond) => return Ok(false),
-            // A loop's visits are counted as it runs, for its subgroup (`loop_enter`).
-            Stmt::For { .. } | Stmt::While { .. } if self.state.options.subgroups => {
+            // A loop that holds a `while` (or is one) is counted as it runs,
+            // for its subgroup (`loop_enter`): paid up front, a `while` costs
+            // its `max`. A `for` nest's cost is its trip counts, paid once
+            // (cheaper than a count per iteration).
+            Stmt::For { .. } | Stmt::While { .. }
+                if self.state.options.subgroups && contains_while(std::slice::from_ref(stmt)) =>
+            {
                 return Ok(false)
             }
             _ => {}
@@ -573,6 +578,11 @@ impl UnitEmitter<'_, '_> {
             self.line("if (mpmd_loop_tick()) { break; }");
         }
     }
+}
+
+/// Whether `body` holds a `while` loop.
+fn contains_while(body: &[Stmt]) -> bool {
+    any_stmt(body, &mut |s| matches!(s, Stmt::While { .. }))
 }
 
 /// Whether `body` holds a loop.

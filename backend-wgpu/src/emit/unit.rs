@@ -207,14 +207,14 @@ impl<'s, 'p> UnitEmitter<'s, 'p> {
     }
 
     /// The WGSL name of an IR binding: `prefix` and the name, unchanged.
-    /// Names are declared once per kernel (`plan::program_kernel` renames
+    /// Names are declared once per kernel (`expand::program_kernel` renames
     /// what sibling blocks reuse; ARCHITECTURE.md, "IR conventions"), so
     /// the emitter never renames: a name declared twice is an invalid plan.
     pub(super) fn fresh(&mut self, prefix: &str, name: &str) -> Result<String, EmitError> {
         let wgsl = format!("{prefix}{}", sanitize(name));
         if !self.used.insert(wgsl.clone()) {
             return Err(self.invalid(format!(
-                "`{name}` is declared more than once in the kernel (names are unique after plan::program_kernel)"
+                "`{name}` is declared more than once in the kernel (names are unique after expand::program_kernel)"
             )));
         }
         Ok(wgsl)

@@ -212,9 +212,10 @@ impl WgpuBackend {
                     site(Some(thread)),
                 );
                 let counted = if options.subgroups {
-                    "counted for the invocation's subgroup (llvmpipe counts per SIMD vector, whose lanes \
-                     share one count), as the loops run; the loops under a branch that threads may take \
-                     differently are charged up front, both branches included"
+                    "counted as they run for the invocation's subgroup (llvmpipe counts per SIMD vector, \
+                     whose lanes share one count) in loops that hold a `while`; a `for` nest is charged its \
+                     trip counts at its entry, and the loops under a branch that threads may take \
+                     differently up front, both branches included"
                 } else {
                     "every loop, and every branch that threads may take differently that holds loops, is \
                      charged up front, at its largest (a `while` at its `max`), both branches included"

@@ -9,7 +9,10 @@
 //! every backend through [`judge_backend`] (a fresh backend per module from its
 //! [`BackendFactory`], on a worker thread, abandoned after
 //! `per_program_timeout` and reported as a hang) → on a disagreement
-//! [`reduce::reduce`] and [`reduce::write_found`].
+//! [`reduce::reduce`] and [`reduce::write_found`]. [`FuzzConfig::jobs`]
+//! workers run that pipeline up to the reduction on modules at once; the
+//! calling thread counts their results in seed order and reduces, so the
+//! run's programs, verdicts and findings do not depend on the number of jobs.
 //!
 //! Generator coverage (see [`mod@generate`] for how each stays race-free):
 //! 1 to 4 programs on meshes with 1 to 3 grid axes, sometimes a cluster axis,

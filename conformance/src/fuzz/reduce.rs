@@ -505,7 +505,11 @@ fn smaller(size: u32) -> Vec<u32> {
 fn replacements(e: &Expr) -> Vec<Expr> {
     let mut r: Vec<Expr> = match e {
         Expr::Lit(_) => return vec![],
-        Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) | Expr::Load(_) => vec![],
+        Expr::Var(_)
+        | Expr::AxisIndex(_)
+        | Expr::AxisSize(_)
+        | Expr::WarpPosition(_)
+        | Expr::Load(_) => vec![],
         Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => vec![(**a).clone()],
         Expr::Binary(_, a, b) => vec![(**a).clone(), (**b).clone()],
         Expr::Select(c, a, b) => vec![(**a).clone(), (**b).clone(), (**c).clone()],
@@ -804,7 +808,11 @@ fn expr_walk(e: &mut Expr, f: &mut dyn FnMut(&mut Expr) -> bool) -> bool {
         return true;
     }
     match e {
-        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => false,
+        Expr::Lit(_)
+        | Expr::Var(_)
+        | Expr::AxisIndex(_)
+        | Expr::AxisSize(_)
+        | Expr::WarpPosition(_) => false,
         Expr::Load(a) => access_walk(a, f),
         Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => expr_walk(a, f),
         Expr::Binary(_, a, b) => expr_walk(a, f) || expr_walk(b, f),

@@ -1,7 +1,7 @@
 //! The compiled form of a kernel: registers, instructions, accesses and
 //! the program code the executor runs (`compile.rs` produces it).
 
-use crate::ir::{mma, AtomicOp, BlockOp, RefType, ScalarType, SemOp, WarpOp};
+use crate::ir::{mma, AtomicOp, BlockOp, MathFn, RefType, ScalarType, SemOp, WarpOp};
 use crate::plan::ProgramId;
 
 pub(crate) type Reg = usize;
@@ -165,6 +165,8 @@ pub(crate) enum UnKind {
     LogicNot,
     BitNot,
     IAbs,
+    /// A bit operation (`MathFn::is_bit_operation`, `ir::fold::bit_operation`).
+    Bits(MathFn),
     Float(FloatUn),
     Half(FloatUn, Half),
     F2I,

@@ -742,6 +742,12 @@ impl Compiler<'_> {
         use ScalarType::*;
         Ok(match e {
             Expr::Lit(l) => (self.constant(l.to_bits()), l.ty()),
+            Expr::WarpPosition(p) => {
+                return Err(self.err(format!(
+                    "`{}()` is expanded by `expand::program_kernel` before the interpreter",
+                    p.name()
+                )))
+            }
             Expr::Var(name) => match self.lookup(name) {
                 Some(Sym::Scalar { reg, ty }) => (*reg, *ty),
                 _ => return Err(self.err(format!("unknown scalar `{name}`"))),
@@ -876,6 +882,7 @@ impl Compiler<'_> {
                     MathFn::Abs if float => fl(FloatUn::Abs),
                     MathFn::Abs if signed => Some(UnKind::IAbs),
                     MathFn::Abs => Some(UnKind::Copy),
+                    f if f.is_bit_operation() => Some(UnKind::Bits(*f)),
                     _ => None,
                 };
                 if let Some(k) = unary {
@@ -1026,7 +1033,11 @@ fn contains_load(e: &Expr) -> bool {
     while let Some(e) = stack.pop() {
         match e {
             Expr::Load(_) => return true,
-            Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+            Expr::Lit(_)
+            | Expr::Var(_)
+            | Expr::AxisIndex(_)
+            | Expr::AxisSize(_)
+            | Expr::WarpPosition(_) => {}
             Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => stack.push(a),
             Expr::Binary(_, a, b) => stack.extend([&**a, &**b]),
             Expr::Select(c, a, b) => stack.extend([&**c, &**a, &**b]),

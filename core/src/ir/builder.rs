@@ -93,6 +93,7 @@ impl MeshBuilder {
                     name: "t".to_string(),
                     size: 1,
                 },
+                thread_axes: vec![],
             },
         }
     }

@@ -30,6 +30,7 @@ pub fn const_value(e: &Expr, leaves: &Leaves) -> Option<Literal> {
         Expr::Lit(lit @ (I32(_) | U32(_) | Bool(_))) => *lit,
         Expr::Lit(Literal::F32(_) | Literal::F16(_) | Literal::BF16(_))
         | Expr::Load(_)
+        | Expr::WarpPosition(_)
         | Expr::Bitcast(..) => return None,
         Expr::Var(n) => (leaves.name)(n)?,
         Expr::AxisSize(axis) => U32((leaves.axis_size)(axis)?),
@@ -72,9 +73,26 @@ pub fn const_value(e: &Expr, leaves: &Leaves) -> Option<Literal> {
                 (MathFn::Min, [U32(a), U32(b)]) => U32(*a.min(b)),
                 (MathFn::Max, [I32(a), I32(b)]) => I32(*a.max(b)),
                 (MathFn::Max, [U32(a), U32(b)]) => U32(*a.max(b)),
+                (f, [I32(v)]) => I32(bit_operation(*f, *v as u32)? as i32),
+                (f, [U32(v)]) => U32(bit_operation(*f, *v)?),
                 _ => return None,
             }
         }
+    })
+}
+
+/// A bit operation (`MathFn::is_bit_operation`) on the 32 bits of an `i32`
+/// or `u32`, which it reads and gives as the same type: the one definition
+/// the interpreter and constant folding share (docs/design.md, "Bit
+/// operations"). `None` for any other function.
+pub fn bit_operation(f: MathFn, x: u32) -> Option<u32> {
+    Some(match f {
+        MathFn::Popcount => x.count_ones(),
+        MathFn::Clz => x.leading_zeros(),
+        MathFn::Ffs if x == 0 => 0,
+        MathFn::Ffs => x.trailing_zeros() + 1,
+        MathFn::Brev => x.reverse_bits(),
+        _ => return None,
     })
 }
 
@@ -82,6 +100,9 @@ fn binary(op: BinaryOp, a: Literal, b: Literal) -> Option<Literal> {
     use BinaryOp::*;
     use Literal::{Bool, I32, U32};
     Some(match (a, b) {
+        // A shift amount of the other integer type: its bits, modulo 32.
+        (I32(a), U32(b)) if matches!(op, Shl | Shr) => return binary(op, I32(a), I32(b as i32)),
+        (U32(a), I32(b)) if matches!(op, Shl | Shr) => return binary(op, U32(a), U32(b as u32)),
         (I32(a), I32(b)) => match op {
             Add => I32(a.wrapping_add(b)),
             Sub => I32(a.wrapping_sub(b)),

@@ -47,24 +47,30 @@ pub fn c_position(lane: u32, i: u32) -> (u32, u32) {
     (g + 8 * (i / 2), 2 * q + (i % 2))
 }
 
-/// The input operands a fragment load fills: `mma_load_a` loads the
-/// lane's A fragment of a 16x16 block, `mma_load_b` its B fragment of
-/// a 16x8 (K x N) block, each of a row-major tile whose top-left element
-/// the source access names.
+/// The fragment loads: `mma_load_a` loads the lane's A fragment of a
+/// 16x16 block, `mma_load_b` its B fragment of a 16x8 (K x N) block, and
+/// `mma_load_b_kmajor` its B fragment from B stored K-major, that is Bᵀ
+/// row-major: an 8x16 (N x K) block (the keys of Q·Kᵀ, stored one key a
+/// row). Each reads a row-major tile whose top-left element the source
+/// access names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operand {
     A,
     B,
+    /// B from its transpose: element `(k, n)` of B is element `(n, k)` of
+    /// the block.
+    BKMajor,
 }
 
 impl Operand {
-    pub const ALL: [Operand; 2] = [Self::A, Self::B];
+    pub const ALL: [Operand; 3] = [Self::A, Self::B, Self::BKMajor];
 
     /// The text-format name of the load.
     pub fn load_name(self) -> &'static str {
         match self {
             Self::A => "mma_load_a",
             Self::B => "mma_load_b",
+            Self::BKMajor => "mma_load_b_kmajor",
         }
     }
 
@@ -72,7 +78,7 @@ impl Operand {
     pub fn role(self) -> &'static str {
         match self {
             Self::A => "a",
-            Self::B => "b",
+            Self::B | Self::BKMajor => "b",
         }
     }
 
@@ -80,25 +86,31 @@ impl Operand {
     pub fn fragment_len(self) -> u32 {
         match self {
             Self::A => A_LEN,
-            Self::B => B_LEN,
+            Self::B | Self::BKMajor => B_LEN,
         }
     }
 
     /// (rows, columns) of the block: 16x16 (M x K) for A, 16x8 (K x N)
-    /// for B.
+    /// for B, 8x16 (N x K) for K-major B.
     pub fn block_shape(self) -> (u32, u32) {
         match self {
             Self::A => (M, K),
             Self::B => (K, N),
+            Self::BKMajor => (N, K),
         }
     }
 
     /// `(row, col)` in the block of element `i` of lane `lane`'s
-    /// fragment: [`a_position`] or [`b_position`].
+    /// fragment: [`a_position`], [`b_position`], or for K-major B
+    /// [`b_position`] transposed, `(n, k)`.
     pub fn position(self, lane: u32, i: u32) -> (u32, u32) {
         match self {
             Self::A => a_position(lane, i),
             Self::B => b_position(lane, i),
+            Self::BKMajor => {
+                let (k, n) = b_position(lane, i);
+                (n, k)
+            }
         }
     }
 }
@@ -134,7 +146,7 @@ pub fn element_loads(
         u32_lit(2),
     );
     let (row_lane, col_lane) = match operand {
-        Operand::A => (g, two_q),
+        Operand::A | Operand::BKMajor => (g, two_q),
         Operand::B => (two_q, g),
     };
     let dims = source.index.len();

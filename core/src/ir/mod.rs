@@ -185,8 +185,20 @@ pub struct Mesh {
     pub name: Name,
     pub grid: Vec<Axis>,
     pub cluster: Vec<Axis>,
+    /// The linear thread axis (threads per block). For a block of several
+    /// thread axes it is named [`LINEAR_THREADS`] and its size is their
+    /// product.
     pub threads: Axis,
+    /// The thread axes of `threads [tx = 32, ty = 2]`, the first fastest:
+    /// thread `(x, y)` is linear thread `x + 32 y`. Empty for one thread
+    /// axis (`threads t = 64`). `expand::program_kernel` writes their
+    /// `axis_index` as arithmetic on the linear axis.
+    pub thread_axes: Vec<Axis>,
 }
+
+/// The name of the linear thread axis of a mesh with several thread axes:
+/// a keyword, so that no axis of a file can take it.
+pub const LINEAR_THREADS: &str = "threads";
 
 impl Mesh {
     /// Grid axes, then cluster axes: the axes a block coordinate names.
@@ -209,8 +221,29 @@ impl Mesh {
             .collect()
     }
 
+    /// Grid axes, cluster axes, then the thread axis or, for a block of
+    /// several, the thread axes (the axes a program may name).
     pub fn axes(&self) -> impl Iterator<Item = &Axis> {
-        self.block_axes().chain(std::iter::once(&self.threads))
+        let threads: &[Axis] = if self.thread_axes.is_empty() {
+            std::slice::from_ref(&self.threads)
+        } else {
+            &self.thread_axes
+        };
+        self.block_axes().chain(threads)
+    }
+
+    /// `(stride, size)` of the thread axis `name` of a block of several
+    /// (`axis_index(name)` is `linear / stride % size`); `None` for any
+    /// other name. Strides saturate (validation bounds the block).
+    pub fn thread_axis_stride(&self, name: &str) -> Option<(u32, u32)> {
+        let mut stride = 1u32;
+        for axis in &self.thread_axes {
+            if axis.name == name {
+                return Some((stride, axis.size));
+            }
+            stride = stride.saturating_mul(axis.size);
+        }
+        None
     }
 
     pub fn axis(&self, name: &str) -> Option<&Axis> {
@@ -320,6 +353,10 @@ pub enum Expr {
     AxisIndex(Name),
     /// Size of a named axis of any mesh in scope (`u32`).
     AxisSize(Name),
+    /// The thread's lane in its logical warp or the warp's index in the
+    /// block (`u32`): `lane_id()`, `warp_id()`. `expand::program_kernel`
+    /// expands them into the thread axis's `axis_index`.
+    WarpPosition(WarpPosition),
     Load(Box<RefAccess>),
     Unary(UnaryOp, Box<Expr>),
     Binary(BinaryOp, Box<Expr>, Box<Expr>),
@@ -330,6 +367,42 @@ pub enum Expr {
     /// Reinterpretation of the 32 bits (`bitcast<f32>(x)`).
     Bitcast(ScalarType, Box<Expr>),
     Math(MathFn, Vec<Expr>),
+}
+
+/// Where a thread stands among the logical warps of its block (`u32`
+/// values): lane `l` of warp `w` is thread `32w + l` in linear thread order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WarpPosition {
+    /// `lane_id()`: the linear thread index modulo 32.
+    Lane,
+    /// `warp_id()`: the linear thread index divided by 32.
+    Warp,
+}
+
+impl WarpPosition {
+    pub const ALL: [WarpPosition; 2] = [Self::Lane, Self::Warp];
+
+    /// Text-format function name (`lane_id`, `warp_id`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lane => "lane_id",
+            Self::Warp => "warp_id",
+        }
+    }
+
+    /// The expression it stands for in a program whose thread axis is
+    /// `thread_axis`: `axis_index(t) % 32u` or `axis_index(t) / 32u`.
+    pub fn expansion(self, thread_axis: &str) -> Expr {
+        let op = match self {
+            Self::Lane => BinaryOp::Rem,
+            Self::Warp => BinaryOp::Div,
+        };
+        Expr::Binary(
+            op,
+            Box::new(Expr::AxisIndex(thread_axis.to_string())),
+            Box::new(Expr::Lit(Literal::U32(WARP_SIZE))),
+        )
+    }
 }
 
 /// A typed binding introduced by a statement.
@@ -635,6 +708,29 @@ pub struct Const {
     pub value: Literal,
 }
 
+/// A module-level constant table (`const LUT: f32[4] = [0.5, 1.0, 2.0,
+/// 4.0];`): read-only values a kernel indexes like a one-dimensional
+/// array (`LUT[i]`). `expand::program_kernel` gives each kernel that reads
+/// it a `local` array of the values, so every backend runs it as one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConstTable {
+    pub name: Name,
+    pub elem: ScalarType,
+    pub values: Vec<Literal>,
+}
+
+impl ConstTable {
+    /// The type a kernel reads it through: `local<elem[len]>`.
+    pub fn ref_type(&self) -> RefType {
+        RefType {
+            space: MemorySpace::Local,
+            elem: self.elem,
+            shape: vec![u32::try_from(self.values.len()).unwrap_or(u32::MAX)],
+            owner: None,
+        }
+    }
+}
+
 /// A helper function (`fn row_major(r: u32, c: u32) -> u32 { ... }`):
 /// statements that kernels call by name and that are inlined at every call
 /// (there is no recursion). Its body ends with `return value;` exactly when
@@ -651,6 +747,8 @@ pub struct Function {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Module {
     pub consts: Vec<Const>,
+    /// Constant tables, printed after the scalar constants.
+    pub tables: Vec<ConstTable>,
     pub meshes: Vec<Mesh>,
     pub kernels: Vec<Kernel>,
     pub maps: Vec<MpmdMap>,
@@ -666,6 +764,9 @@ impl Module {
     }
     pub fn constant(&self, name: &str) -> Option<&Const> {
         self.consts.iter().find(|c| c.name == name)
+    }
+    pub fn table(&self, name: &str) -> Option<&ConstTable> {
+        self.tables.iter().find(|t| t.name == name)
     }
     pub fn function(&self, name: &str) -> Option<&Function> {
         self.functions.iter().find(|f| f.name == name)

@@ -29,7 +29,8 @@ pub enum BinaryOp {
     BitAnd,
     BitOr,
     BitXor,
-    /// Shift amounts are taken modulo 32.
+    /// Shift amounts (`i32` or `u32`, whatever the left operand's type) are
+    /// taken modulo 32; the result has the left operand's type.
     Shl,
     /// Arithmetic for `i32`, logical for `u32`; amount modulo 32.
     Shr,
@@ -111,10 +112,21 @@ pub enum MathFn {
     /// `fma(a, b, c)`: a*b+c with one rounding.
     Fma,
     Pow,
+    /// The number of set bits of an `i32` or `u32` (CUDA `__popc`, WGSL
+    /// `countOneBits`); the result has the operand's type.
+    Popcount,
+    /// The number of zero bits above the highest set bit; 32 for 0 (CUDA
+    /// `__clz`, WGSL `countLeadingZeros`).
+    Clz,
+    /// The 1-based position of the lowest set bit; 0 for 0 (CUDA `__ffs`;
+    /// WGSL `firstTrailingBit(x) + 1`).
+    Ffs,
+    /// The 32 bits in reverse order (CUDA `__brev`, WGSL `reverseBits`).
+    Brev,
 }
 
 impl MathFn {
-    pub const ALL: [MathFn; 14] = [
+    pub const ALL: [MathFn; 18] = [
         Self::Exp,
         Self::Log,
         Self::Sqrt,
@@ -129,6 +141,10 @@ impl MathFn {
         Self::Ceil,
         Self::Fma,
         Self::Pow,
+        Self::Popcount,
+        Self::Clz,
+        Self::Ffs,
+        Self::Brev,
     ];
 
     pub fn name(self) -> &'static str {
@@ -147,6 +163,10 @@ impl MathFn {
             Self::Ceil => "ceil",
             Self::Fma => "fma",
             Self::Pow => "pow",
+            Self::Popcount => "popcount",
+            Self::Clz => "clz",
+            Self::Ffs => "ffs",
+            Self::Brev => "brev",
         }
     }
 
@@ -158,9 +178,20 @@ impl MathFn {
         }
     }
 
-    /// Whether the function accepts integer operands (otherwise `f32` only).
+    /// Whether the function accepts integer operands (otherwise floats only).
     pub fn accepts_integers(self) -> bool {
-        matches!(self, Self::Abs | Self::Min | Self::Max)
+        matches!(self, Self::Abs | Self::Min | Self::Max) || self.is_bit_operation()
+    }
+
+    /// The bit operations (`popcount`, `clz`, `ffs`, `brev`): `i32` and
+    /// `u32` operands only, the result of the operand's type.
+    pub fn is_bit_operation(self) -> bool {
+        matches!(self, Self::Popcount | Self::Clz | Self::Ffs | Self::Brev)
+    }
+
+    /// Whether the function accepts float operands.
+    pub fn accepts_floats(self) -> bool {
+        !self.is_bit_operation()
     }
 }
 

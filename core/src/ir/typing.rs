@@ -153,6 +153,7 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
     use ScalarType::*;
     Ok(match expr {
         Expr::Lit(l) => l.ty(),
+        Expr::WarpPosition(_) => U32,
         Expr::Var(name) => match scope.scalar(name) {
             Some(t) => t,
             None if scope.ref_type(name).is_some() => {
@@ -186,7 +187,11 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
             let lhs = type_of(a, scope)?;
             let rhs = type_of(b, scope)?;
             let sym = binary_symbol(*op);
-            if lhs != rhs {
+            // A shift's amount may be either integer type (its bits, modulo
+            // 32); the result has the left operand's type.
+            let shift_amount =
+                matches!(op, BinaryOp::Shl | BinaryOp::Shr) && lhs.is_integer() && rhs.is_integer();
+            if lhs != rhs && !shift_amount {
                 return Err(TypeError::Mismatch { op: sym, lhs, rhs });
             }
             let (ok, expected) = match op {
@@ -267,14 +272,15 @@ pub fn type_of(expr: &Expr, scope: &Scope) -> Result<ScalarType, TypeError> {
                     });
                 }
             }
-            let ok = first.is_float() || (f.accepts_integers() && first.is_integer());
+            let ok = (f.accepts_floats() && first.is_float())
+                || (f.accepts_integers() && first.is_integer());
             if !ok {
                 return Err(TypeError::BadOperand {
                     op: f.name(),
-                    expected: if f.accepts_integers() {
-                        "numeric"
-                    } else {
-                        "float (f32, f16 or bf16)"
+                    expected: match (f.accepts_floats(), f.accepts_integers()) {
+                        (true, true) => "numeric",
+                        (true, false) => "float (f32, f16 or bf16)",
+                        _ => "integer (i32 or u32)",
                     },
                     found: first,
                 });

@@ -114,7 +114,11 @@ pub fn walk_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
     while let Some(e) = stack.pop() {
         f(e);
         match e {
-            Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+            Expr::Lit(_)
+            | Expr::Var(_)
+            | Expr::AxisIndex(_)
+            | Expr::AxisSize(_)
+            | Expr::WarpPosition(_) => {}
             Expr::Load(a) => stack.extend(access_exprs(a).rev()),
             Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => stack.push(x),
             Expr::Binary(_, a, b) => stack.extend([b.as_ref(), a.as_ref()]),
@@ -132,7 +136,11 @@ pub fn walk_expr_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
     while let Some(e) = stack.pop() {
         f(e);
         match e {
-            Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => {}
+            Expr::Lit(_)
+            | Expr::Var(_)
+            | Expr::AxisIndex(_)
+            | Expr::AxisSize(_)
+            | Expr::WarpPosition(_) => {}
             Expr::Load(a) => {
                 stack.extend(a.index.iter_mut().rev());
                 stack.extend(a.block.iter_mut().flatten().rev());

@@ -171,6 +171,8 @@ pub(crate) fn is_builtin_function(word: &str) -> bool {
             "select"
                 | "axis_index"
                 | "axis_size"
+                | "lane_id"
+                | "warp_id"
                 | "bitcast"
                 | "read"
                 | "f32_bits"
@@ -497,11 +499,39 @@ impl Parser<'_> {
         Ok(Some(lit))
     }
 
+    /// A literal where only a literal may stand (`call` lines, constants,
+    /// case lines): also a 16-bit special value written as a cast,
+    /// `f16(inf)`, `bf16(-inf)`, `f16(nan)` (in an expression that form is
+    /// the cast itself).
     fn literal(&mut self) -> PResult<Literal> {
-        match self.try_literal()? {
-            Some(lit) => Ok(lit),
-            None => Err(self.expected("a literal")),
+        if let Some(lit) = self.try_literal()? {
+            return Ok(lit);
         }
+        let ty = match self.word_at(0) {
+            Some("f16") => ScalarType::F16,
+            Some("bf16") => ScalarType::BF16,
+            _ => return Err(self.expected("a literal")),
+        };
+        if !self.is_punct_at(1, "(") {
+            return Err(self.expected("a literal"));
+        }
+        self.bump();
+        self.bump();
+        let token = self.peek().clone();
+        let special = match self.try_literal()? {
+            Some(Literal::F32(bits)) if !bits.to_f32().is_finite() => bits.to_f32(),
+            _ => {
+                return Err(self.error_at_token(
+                    &token,
+                    format!(
+                        "`{ty}(...)` as a literal takes `inf`, `-inf` or `nan`; write a finite value with the suffix (`1.5{ty}`)"
+                    ),
+                ))
+            }
+        };
+        self.expect_punct(")", &format!("after the value of `{ty}(...)`"))?;
+        let bits = crate::numerics::from_f32(ty, special).unwrap_or(0);
+        Ok(Literal::from_bits(ty, u32::from(bits)))
     }
 
     // ---- types ----------------------------------------------------------

@@ -100,7 +100,11 @@ pub(crate) fn parenthesized(expr: &Expr, min: u8, guard_sign: bool) -> bool {
 pub(crate) fn operand_contexts(expr: &Expr) -> Vec<(&Expr, u8, bool, bool)> {
     let plain = |e| (e, 0, false, false);
     match expr {
-        Expr::Lit(_) | Expr::Var(_) | Expr::AxisIndex(_) | Expr::AxisSize(_) => vec![],
+        Expr::Lit(_)
+        | Expr::Var(_)
+        | Expr::AxisIndex(_)
+        | Expr::AxisSize(_)
+        | Expr::WarpPosition(_) => vec![],
         Expr::Load(access) => access
             .block
             .iter()
@@ -168,6 +172,7 @@ fn write_expr_in(out: &mut String, expr: &Expr, min: u8, guard_sign: bool) {
         Expr::Var(name) => out.push_str(name),
         Expr::AxisIndex(axis) => write!(out, "axis_index({axis})").unwrap(),
         Expr::AxisSize(axis) => write!(out, "axis_size({axis})").unwrap(),
+        Expr::WarpPosition(p) => write!(out, "{}()", p.name()).unwrap(),
         Expr::Load(access) => write_access(out, access),
         Expr::Unary(op, _) => {
             out.push_str(unary_symbol(*op));
@@ -480,12 +485,16 @@ fn write_mesh(out: &mut String, mesh: &Mesh) {
     writeln!(out, "mesh {} {{", mesh.name).unwrap();
     write_axes(out, "grid", &mesh.grid);
     write_axes(out, "cluster", &mesh.cluster);
-    writeln!(
-        out,
-        "  threads {} = {};",
-        mesh.threads.name, mesh.threads.size
-    )
-    .unwrap();
+    if mesh.thread_axes.is_empty() {
+        writeln!(
+            out,
+            "  threads {} = {};",
+            mesh.threads.name, mesh.threads.size
+        )
+        .unwrap();
+    } else {
+        write_axes(out, "threads", &mesh.thread_axes);
+    }
     out.push_str("}\n");
 }
 
@@ -493,6 +502,24 @@ fn write_const(out: &mut String, constant: &Const) {
     write!(out, "const {}: {} = ", constant.name, constant.value.ty()).unwrap();
     write_literal(out, constant.value);
     out.push_str(";\n");
+}
+
+fn write_table(out: &mut String, table: &ConstTable) {
+    write!(
+        out,
+        "const {}: {}[{}] = [",
+        table.name,
+        table.elem,
+        table.values.len()
+    )
+    .unwrap();
+    for (i, v) in table.values.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_literal(out, *v);
+    }
+    out.push_str("];\n");
 }
 
 fn write_resident(out: &mut String, resident: &Resident) {
@@ -689,6 +716,7 @@ pub(crate) fn write_file(module: &Module, case: Option<&CaseSpec>) -> String {
             .consts
             .iter()
             .map(|c| each(&|o| write_const(o, c)))
+            .chain(module.tables.iter().map(|t| each(&|o| write_table(o, t))))
             .collect(),
         "",
     );

@@ -40,6 +40,7 @@ enum NameKind {
     WarpResult,
     BlockResult,
     Const,
+    Table,
 }
 
 impl NameKind {
@@ -56,6 +57,7 @@ impl NameKind {
             NameKind::WarpResult => "a warp collective's result",
             NameKind::BlockResult => "a block collective's result",
             NameKind::Const => "a module constant",
+            NameKind::Table => "a constant table",
         }
     }
 }
@@ -225,6 +227,11 @@ fn check_kernel_as_written(
         scope.kinds.insert(constant.name.clone(), NameKind::Const);
         scope.types.bind_scalar(&constant.name, constant.value.ty());
     }
+    for table in &module.tables {
+        walker.declared.insert(table.name.clone());
+        scope.kinds.insert(table.name.clone(), NameKind::Table);
+        scope.types.bind_ref(&table.name, table.ref_type());
+    }
     for param in &kernel.params {
         let path = kernel_path.child(PathStep::Param(param.name.clone()));
         let kind = match &param.ty {
@@ -248,6 +255,7 @@ fn check_kernel_as_written(
             Uniformity::analyse(
                 &kernel.body,
                 &ctx.mesh.threads.name,
+                &ctx.mesh.thread_axes,
                 level,
                 &mut |function, dest, args, ordinal| {
                     inline_at_call_site(module, recursive, function, dest, args, ordinal)

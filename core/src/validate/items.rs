@@ -7,7 +7,7 @@ use super::{ref_text, type_text, Sink, ValidateOptions};
 use crate::ir::limits::{wide_product, MAX_BLOCKS, MAX_BUFFER_BYTES};
 use crate::ir::{
     IrPath, MemorySpace, Mesh, Module, MpmdMap, OperandKind, PathStep, RefType, ScalarType, Stmt,
-    Type,
+    Type, LINEAR_THREADS,
 };
 
 /// `too_deep`: kernels whose bodies are not walked (E0057).
@@ -18,6 +18,7 @@ pub(super) fn check_module(
     sink: &mut Sink,
 ) {
     check_duplicate_items(module, sink);
+    check_tables(module, sink);
     check_functions(module, sink);
     for mesh in &module.meshes {
         check_mesh(mesh, sink);
@@ -88,7 +89,11 @@ fn check_duplicate_items(module: &Module, sink: &mut Sink) {
     }
     dups(
         "constant",
-        module.consts.iter().map(|c| c.name.as_str()),
+        module
+            .consts
+            .iter()
+            .map(|c| c.name.as_str())
+            .chain(module.tables.iter().map(|t| t.name.as_str())),
         PathStep::Const,
         sink,
     );
@@ -124,6 +129,48 @@ fn check_duplicate_items(module: &Module, sink: &mut Sink) {
     );
 }
 
+/// A constant table (E0077) holds 1 to [`MAX_TABLE_LEN`] values, each of
+/// its element type: every thread that reads it gets a `local` copy.
+fn check_tables(module: &Module, sink: &mut Sink) {
+    for table in &module.tables {
+        let path = IrPath::root().child(PathStep::Const(table.name.clone()));
+        let name = &table.name;
+        let problem = if table.values.is_empty() || table.values.len() > MAX_TABLE_LEN {
+            Some(format!(
+                "has {} values; a table holds 1 to {MAX_TABLE_LEN}",
+                table.values.len()
+            ))
+        } else {
+            table
+                .values
+                .iter()
+                .position(|v| v.ty() != table.elem)
+                .map(|i| {
+                    format!(
+                        "is declared `{}` but its value {i} is a `{}` literal",
+                        table.elem,
+                        table.values[i].ty()
+                    )
+                })
+        };
+        if let Some(problem) = problem {
+            sink.report(
+                "E0077",
+                path,
+                format!("the constant table `{name}` {problem}"),
+                format!(
+                    "list 1 to {MAX_TABLE_LEN} literals of type `{}`",
+                    table.elem
+                ),
+            );
+        }
+    }
+}
+
+/// The most values a constant table holds (each reading thread keeps a
+/// `local` copy).
+pub const MAX_TABLE_LEN: usize = 1024;
+
 fn check_mesh(mesh: &Mesh, sink: &mut Sink) {
     let path = IrPath::root().child(PathStep::Mesh(mesh.name.clone()));
     for (kind, axes) in [("grid", &mesh.grid), ("cluster", &mesh.cluster)] {
@@ -154,6 +201,35 @@ fn check_mesh(mesh: &Mesh, sink: &mut Sink) {
         }
     }
     let threads = &mesh.threads;
+    if !mesh.thread_axes.is_empty() {
+        let product = mesh
+            .thread_axes
+            .iter()
+            .try_fold(1u32, |n, a| n.checked_mul(a.size));
+        let problem = if mesh.thread_axes.len() > 3 {
+            Some(format!(
+                "has {} thread axes; at most 3 are allowed",
+                mesh.thread_axes.len()
+            ))
+        } else if let Some(axis) = mesh.thread_axes.iter().find(|a| a.size == 0) {
+            Some(format!("has the thread axis `{}` of size 0", axis.name))
+        } else if threads.name != LINEAR_THREADS || product != Some(threads.size) {
+            Some(format!(
+                "has the linear thread axis `{}` of {} threads, not `{LINEAR_THREADS}` of the thread axes' product",
+                threads.name, threads.size
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            sink.report(
+                "E0078",
+                path.clone(),
+                format!("mesh `{}` {problem}", mesh.name),
+                "write the block as `threads [x = .., y = ..];`, 1 to 3 axes of at least 1 thread each",
+            );
+        }
+    }
     if threads.size == 0 || threads.size > 1024 {
         sink.report(
             "E0010",

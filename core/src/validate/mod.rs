@@ -136,10 +136,13 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("E0069", "warp collective in a program of partial warps", "a program that uses warp collectives runs a multiple of 32 threads per block"),
     ("E0070", "mma operand that is not a local array", "the four operands of `mma_m16n8k16(d, a, b, c)` and the destination of `mma_load_a` and `mma_load_b` name `local` arrays of the thread, or rows of them (`fa[i]`): its fragments"),
     ("E0071", "mma fragment of the wrong type or shape", "`a` is `local f16[8]` or `local bf16[8]`, `b` is `local` of `a`'s type `[4]`, `c` and `d` are `local f32[4]`; a row `fa[i]` is of a 2-D `local` array of that type whose last extent is the fragment's length, and its index `i` is `u32`"),
-    ("E0072", "fragment load from the wrong source", "`mma_load_a` and `mma_load_b` load from a gmem or smem ref of the fragment's element type with at least two dimensions, whose last two extents hold the block (16 x 16 for A, 16 x 8 for B)"),
+    ("E0072", "fragment load from the wrong source", "`mma_load_a`, `mma_load_b` and `mma_load_b_kmajor` load from a gmem or smem ref of the fragment's element type with at least two dimensions, whose last two extents hold the block (16 x 16 for A, 16 x 8 for B, 8 x 16 for K-major B)"),
     ("E0073", "fragment load origin that is not warp-uniform", "the indices (and block coordinates) of the source of `mma_load_a` and `mma_load_b` are warp-uniform: every lane names the same block"),
     ("E0074", "bad case line", "a case section has at most one `generate` line for each operand and one `compare` line for each output, each generator can make values of its operand's type (integer bounds for integer operands), and `expect reject(CODE)` names a code of this list"),
     ("E0075", "malformed block collective", "a block collective has its arguments: `block_any`, `block_all` and `block_count` one `bool`; `block_broadcast` an `i32`, `u32`, `f32` or `bool` value and a block-uniform `u32` source thread"),
+    ("E0076", "warp position on differently named thread axes", "a kernel that uses `lane_id()`, `warp_id()` or a thread axis runs only on meshes whose thread axes are alike (one name, or the same axes of a block of several)"),
+    ("E0077", "malformed or written constant table", "a constant table lists 1 to 1024 literals of its element type and is only read"),
+    ("E0078", "malformed thread axes", "a block of several thread axes has 1 to 3 of them, each of at least 1 thread, and its linear thread axis is their product"),
 ];
 
 /// The rule text of `code`.
@@ -247,13 +250,20 @@ fn expand_diagnostic(e: &crate::expand::ExpandError) -> Diagnostic {
         ExpandError::Recursive { kernel, .. } => ("E0065", kernel),
         ExpandError::StrayReturn { kernel } => ("E0066", kernel),
         ExpandError::TooDeep { kernel, .. } => ("E0057", kernel),
+        ExpandError::ThreadAxes { kernel, .. } => ("E0076", kernel),
+    };
+    let help = match e {
+        ExpandError::ThreadAxes { .. } => {
+            "give the meshes' thread axes one form (`threads t = ...` or the same `threads [..]` in each)"
+        }
+        _ => "this is a validation gap: please report it with the module",
     };
     Diagnostic {
         code,
         path: IrPath::root().child(crate::ir::PathStep::Kernel(kernel.clone())),
         message: e.to_string(),
         rule: rule_of(code).to_string(),
-        help: "this is a validation gap: please report it with the module".to_string(),
+        help: help.to_string(),
     }
 }
 

@@ -63,6 +63,10 @@ pub(super) fn check_names(module: &Module, too_deep: &HashSet<&str>, sink: &mut 
         let path = root.child(PathStep::Const(constant.name.clone()));
         check(&constant.name, &path, "constant");
     }
+    for table in &module.tables {
+        let path = root.child(PathStep::Const(table.name.clone()));
+        check(&table.name, &path, "constant table");
+    }
     for function in &module.functions {
         let path = root.child(PathStep::Function(function.name.clone()));
         check(&function.name, &path, "helper function");

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::ir::{BinaryOp, Binding, Expr, Literal, Name, Stmt, WarpOp, WARP_SIZE};
+use crate::ir::{
+    Axis, BinaryOp, Binding, Expr, Literal, Name, Stmt, WarpOp, WarpPosition, WARP_SIZE,
+};
 use crate::text::print_expr;
 
 /// Helper calls inlined inside one another at most this deep while
@@ -47,6 +49,9 @@ impl Level {
 pub struct Uniformity {
     level: Level,
     thread_axis: Name,
+    /// The thread axes of a block of several, with their strides in the
+    /// linear thread order (empty otherwise).
+    thread_axes: Vec<(Name, u32)>,
     nonuniform: BTreeSet<Name>,
     /// `let`s whose value is the thread index plus a warp-uniform multiple
     /// of 32 (warp level only): divided by a multiple of 32 they are
@@ -60,12 +65,23 @@ impl Uniformity {
     pub(crate) fn analyse(
         body: &[Stmt],
         thread_axis: &str,
+        thread_axes: &[Axis],
         level: Level,
         inline: &mut Inliner,
     ) -> Self {
+        let mut stride = 1u32;
+        let thread_axes = thread_axes
+            .iter()
+            .map(|a| {
+                let at = stride;
+                stride = stride.saturating_mul(a.size);
+                (a.name.clone(), at)
+            })
+            .collect();
         let mut facts = Uniformity {
             level,
             thread_axis: thread_axis.to_string(),
+            thread_axes,
             nonuniform: BTreeSet::new(),
             thread_linear: BTreeSet::new(),
         };
@@ -84,7 +100,7 @@ impl Uniformity {
 
     /// The analysis of an expanded kernel body (no helper calls).
     pub fn of_expanded(body: &[Stmt], thread_axis: &str, level: Level) -> Self {
-        Self::analyse(body, thread_axis, level, &mut |_, _, _, _| None)
+        Self::analyse(body, thread_axis, &[], level, &mut |_, _, _, _| None)
     }
 
     pub fn level(&self) -> Level {
@@ -112,8 +128,24 @@ impl Uniformity {
                 .nonuniform
                 .contains(name)
                 .then(|| format!("`{name}` is not {}", self.level.word())),
-            Expr::AxisIndex(axis) => (*axis == self.thread_axis)
-                .then(|| format!("`axis_index({axis})` is the thread axis")),
+            Expr::AxisIndex(axis) => {
+                if let Some((_, stride)) = self.thread_axes.iter().find(|(a, _)| a == axis) {
+                    // A thread axis whose stride is a multiple of 32 holds
+                    // one value in each warp.
+                    return match self.level {
+                        Level::Warp if stride % WARP_SIZE == 0 => None,
+                        _ => Some(format!("`axis_index({axis})` is a thread axis")),
+                    };
+                }
+                (*axis == self.thread_axis)
+                    .then(|| format!("`axis_index({axis})` is the thread axis"))
+            }
+            Expr::WarpPosition(WarpPosition::Lane) => {
+                Some("`lane_id()` differs between the lanes of a warp".to_string())
+            }
+            // The same in every lane of a warp, not in every thread of a block.
+            Expr::WarpPosition(WarpPosition::Warp) => (self.level == Level::Block)
+                .then(|| "`warp_id()` differs between the warps of a block".to_string()),
             Expr::Load(access) => Some(format!("it loads from `{}`", access.base)),
             Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => self.reason(x),
             Expr::Binary(_, a, b) => self.reason(a).or_else(|| self.reason(b)),

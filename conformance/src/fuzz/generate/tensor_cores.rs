@@ -312,7 +312,8 @@ impl Gen {
     ) {
         let (source, len, role) = match operand {
             mma::Operand::A => (group.a, mma::A_LEN, "a"),
-            mma::Operand::B => (group.b, mma::B_LEN, "b"),
+            // The generator fills B fragments with `mma_load_b` only.
+            mma::Operand::B | mma::Operand::BKMajor => (group.b, mma::B_LEN, "b"),
         };
         let row_var = format!("mm{g}_i{role}");
         let row = (group.rows > 0).then(|| var(&row_var));

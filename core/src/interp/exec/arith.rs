@@ -362,6 +362,9 @@ pub(super) fn unary(op: UnKind, d: &mut [u32], a: &[u32], m: Lanes, ftz: bool) {
         LogicNot => map1(d, a, m, |x| (x == 0) as u32),
         BitNot => map1(d, a, m, |x| !x),
         IAbs => map1(d, a, m, |x| (x as i32).wrapping_abs() as u32),
+        Bits(f) => map1(d, a, m, |x| {
+            crate::ir::fold::bit_operation(f, x).unwrap_or(x)
+        }),
         Float(op) => with_float_un!(op, |f| map1(d, a, m, f1(f))),
         Half(op, h) => by_format!(h, ftz, half_unary(op, d, a, m)),
         F2I => map1(d, a, m, |x| f32::from_bits(x) as i32 as u32),

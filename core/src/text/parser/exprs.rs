@@ -203,6 +203,16 @@ impl Parser<'_> {
         match word.as_str() {
             "axis_index" => Ok((Expr::AxisIndex(self.axis_arg(&word)?), 1)),
             "axis_size" => Ok((Expr::AxisSize(self.axis_arg(&word)?), 1)),
+            "lane_id" | "warp_id" => {
+                self.expect_punct("(", &format!("after `{word}`"))?;
+                self.expect_punct(")", &format!("after `{word}(`: it takes no arguments"))?;
+                let position = if word == "lane_id" {
+                    WarpPosition::Lane
+                } else {
+                    WarpPosition::Warp
+                };
+                Ok((Expr::WarpPosition(position), 1))
+            }
             "select" => {
                 self.expect_punct("(", "after `select`")?;
                 let (cond, d0) = self.sub_expr()?;

@@ -6,6 +6,12 @@ use crate::case::{CaseSpec, CompareMode, Expectation, Generator};
 use crate::ir::*;
 use crate::text::lexer::TokenKind;
 
+/// What a `const` item declares.
+pub(super) enum ConstItem {
+    Scalar(Const),
+    Table(ConstTable),
+}
+
 impl Parser<'_> {
     /// Collects the `const` items' values before anything else is parsed,
     /// so that a type may name a constant declared further down. A
@@ -19,7 +25,7 @@ impl Parser<'_> {
                 TokenKind::Word(word) if depth == 0 && word == "const" => {
                     let resume = self.pos;
                     self.pos = index;
-                    if let Ok(c) = self.const_item() {
+                    if let Ok(ConstItem::Scalar(c)) = self.const_item() {
                         self.consts.entry(c.name).or_insert(c.value);
                     }
                     self.pos = resume;
@@ -29,14 +35,61 @@ impl Parser<'_> {
         }
     }
 
-    /// `const NAME: TYPE = LITERAL;` An integer literal takes the declared
-    /// integer type when it holds the value (`const N: u32 = 16;`).
-    pub(super) fn const_item(&mut self) -> PResult<Const> {
+    /// `const NAME: TYPE = LITERAL;` or a table, `const NAME: TYPE[LEN] =
+    /// [LITERAL, ...];`. An integer literal takes the declared integer type
+    /// when it holds the value (`const N: u32 = 16;`).
+    pub(super) fn const_item(&mut self) -> PResult<ConstItem> {
         self.bump();
         let (name, _) = self.name("a constant name after `const`")?;
         self.expect_punct(":", &format!("after the constant name `{name}`"))?;
         let ty = self.scalar_type("for the constant")?;
+        if self.is_punct("[") {
+            return self.const_table(name, ty).map(ConstItem::Table);
+        }
         self.expect_punct("=", &format!("after the type of `{name}`"))?;
+        let value = self.const_value(&name, ty)?;
+        self.expect_semicolon("after the constant")?;
+        // An override of another type is left out here and reported by
+        // `text::parse_file_with`.
+        let value = match self.overrides.get(&name) {
+            Some(given) if given.ty() == value.ty() => *given,
+            _ => value,
+        };
+        Ok(ConstItem::Scalar(Const { name, value }))
+    }
+
+    /// The rest of `const NAME: TYPE[LEN] = [v0, v1, ...];` from `[`: as
+    /// many literals as `LEN` (a count or an integer constant) says.
+    fn const_table(&mut self, name: Name, elem: ScalarType) -> PResult<ConstTable> {
+        self.bump();
+        let len = self.count_or_const("a table length")?;
+        self.expect_punct("]", &format!("after the length of the table `{name}`"))?;
+        self.expect_punct("=", &format!("after the type of `{name}`"))?;
+        self.expect_punct("[", &format!("before the values of the table `{name}`"))?;
+        let mut values = Vec::new();
+        while !self.is_punct("]") {
+            values.push(self.const_value(&name, elem)?);
+            if !self.is_punct("]") {
+                self.expect_punct(",", &format!("between the values of the table `{name}`"))?;
+            }
+        }
+        let close = self.peek().clone();
+        self.bump();
+        if values.len() != len as usize {
+            return Err(self.error_at_token(
+                &close,
+                format!(
+                    "the table `{name}` is declared with {len} values but lists {}",
+                    values.len()
+                ),
+            ));
+        }
+        self.expect_semicolon("after the table")?;
+        Ok(ConstTable { name, elem, values })
+    }
+
+    /// A literal of the constant `name`'s declared type `ty`.
+    fn const_value(&mut self, name: &str, ty: ScalarType) -> PResult<Literal> {
         let token = self.peek().clone();
         let literal = self.literal()?;
         let value = match (literal, ty) {
@@ -54,14 +107,7 @@ impl Parser<'_> {
                 ),
             ));
         };
-        self.expect_semicolon("after the constant")?;
-        // An override of another type is left out here and reported by
-        // `text::parse_file_with`.
-        let value = match self.overrides.get(&name) {
-            Some(given) if given.ty() == value.ty() => *given,
-            _ => value,
-        };
-        Ok(Const { name, value })
+        Ok(value)
     }
 
     /// The items of a file: the module, and its case section if it has one.
@@ -73,11 +119,16 @@ impl Parser<'_> {
             let start = self.peek().clone();
             match self.word_at(0) {
                 None if self.at_eof() => return Ok((module, case)),
-                Some("const") => {
-                    let constant = self.const_item()?;
-                    self.record(IrPath(vec![PathStep::Const(constant.name.clone())]), &start);
-                    module.consts.push(constant);
-                }
+                Some("const") => match self.const_item()? {
+                    ConstItem::Scalar(constant) => {
+                        self.record(IrPath(vec![PathStep::Const(constant.name.clone())]), &start);
+                        module.consts.push(constant);
+                    }
+                    ConstItem::Table(table) => {
+                        self.record(IrPath(vec![PathStep::Const(table.name.clone())]), &start);
+                        module.tables.push(table);
+                    }
+                },
                 Some("mesh") => {
                     let mesh = self.mesh()?;
                     self.record(IrPath(vec![PathStep::Mesh(mesh.name.clone())]), &start);
@@ -163,7 +214,26 @@ impl Parser<'_> {
                 }
                 Some("threads") => {
                     self.bump();
-                    let axis = self.axis()?;
+                    let axes = if self.is_punct("[") {
+                        self.list("[", "]", "after `threads`", |p| p.axis())?
+                    } else {
+                        vec![]
+                    };
+                    let axis = if axes.is_empty() {
+                        (self.axis()?, vec![])
+                    } else {
+                        let size = axes
+                            .iter()
+                            .try_fold(1u32, |n, a| n.checked_mul(a.size))
+                            .unwrap_or(u32::MAX);
+                        (
+                            Axis {
+                                name: LINEAR_THREADS.to_string(),
+                                size,
+                            },
+                            axes,
+                        )
+                    };
                     self.expect_semicolon("after the thread axis")?;
                     if threads.replace(axis).is_some() {
                         return Err(self.error_at_token(
@@ -173,7 +243,7 @@ impl Parser<'_> {
                     }
                 }
                 _ if self.is_punct("}") => {
-                    let Some(threads) = threads else {
+                    let Some((threads, thread_axes)) = threads else {
                         return Err(self.expected(&format!("a `threads` line in mesh `{name}`")));
                     };
                     self.bump();
@@ -182,6 +252,7 @@ impl Parser<'_> {
                         grid: grid.unwrap_or_default(),
                         cluster: cluster.unwrap_or_default(),
                         threads,
+                        thread_axes,
                     });
                 }
                 _ => return Err(self.expected("`grid`, `cluster`, `threads` or `}` in a mesh")),

@@ -86,7 +86,7 @@ impl Walker<'_, '_> {
     /// Checks the loads and axis uses inside `e` (not their types).
     pub(super) fn visit_leaves(&mut self, e: &Expr, path: &IrPath, scope: &BlockScope) {
         match e {
-            Expr::Lit(_) | Expr::Var(_) => {}
+            Expr::Lit(_) | Expr::Var(_) | Expr::WarpPosition(_) => {}
             Expr::Load(access) => {
                 self.check_access(access, AccessKind::Load, path, scope);
             }
@@ -336,6 +336,14 @@ impl Walker<'_, '_> {
                 }
             }
         }
+        if access.writes() && scope.kinds.get(base.as_str()) == Some(&NameKind::Table) {
+            self.sink.report(
+                "E0077",
+                path.clone(),
+                format!("`{op}` writes the constant table `{base}` in kernel `{kernel}`"),
+                "a constant table is read-only: copy it into a `local` array to change values",
+            );
+        }
         if let Some(ctx) = self.ctx {
             let program_mesh = ctx.mesh.name.as_str();
             let operand = ctx.map.operand(base);
@@ -389,7 +397,8 @@ impl Walker<'_, '_> {
                     NameKind::ScalarParam
                     | NameKind::RefParam
                     | NameKind::LocalArray
-                    | NameKind::Const,
+                    | NameKind::Const
+                    | NameKind::Table,
                 )
                 | None => None,
                 // A mutable value may change while the loop runs.
@@ -403,9 +412,13 @@ impl Walker<'_, '_> {
                     .then(|| format!("`{name}`, {} that is not block-uniform", kind.describe())),
             },
             Expr::AxisIndex(axis) => {
-                let thread_axis = self.ctx.map(|c| c.mesh.threads.name.as_str());
-                (thread_axis == Some(axis.as_str()))
-                    .then(|| format!("`axis_index({axis})`, the thread axis"))
+                let thread_axis = self.ctx.is_some_and(|c| {
+                    c.mesh.threads.name == *axis || c.mesh.thread_axis_stride(axis).is_some()
+                });
+                thread_axis.then(|| format!("`axis_index({axis})`, the thread axis"))
+            }
+            Expr::WarpPosition(p) => {
+                Some(format!("`{}()`, which differs between threads", p.name()))
             }
             Expr::Load(access) => Some(format!("a load from `{}`", access.base)),
             Expr::Unary(_, x) | Expr::Cast(_, x) | Expr::Bitcast(_, x) => {

@@ -363,6 +363,10 @@ pub(crate) fn record(
         }
         History::Two(slot) => {
             let slot = *slot;
+            debug_assert!(
+                (slot as usize) < pairs.slots.len(),
+                "a pair outlived its slot"
+            );
             let Some(&[a, b]) = pairs.slots.get(slot as usize) else {
                 // Every `Two` names a slot of its own `Pairs`.
                 *history = History::One(new);

@@ -441,6 +441,11 @@ pub(crate) struct Detector {
     pub init: Vec<Vec<bool>>,
     /// Per buffer: access history per word (allocated on first use).
     pub shadow: Vec<Vec<History>>,
+    /// Per buffer: whether an access of the call may write it (a store or
+    /// an atomic of any of its programs; a buffer missing here may). Every
+    /// race has a write, so a buffer nothing writes needs no history: its
+    /// reads are checked for initialisation only.
+    pub may_write: Vec<bool>,
     /// The two-access histories of every buffer's words.
     pub pairs: Pairs,
     /// Released units per semaphore element (buffer, element).

@@ -155,6 +155,9 @@ impl BlockState {
         };
         let t = code.threads;
         let (init, history, pairs): (&mut Vec<bool>, Option<&mut History>, _) = match acc.target {
+            Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
+                (&mut det.init[b], None, &mut det.pairs)
+            }
             Target::Global(b) => {
                 let shadow = &mut det.shadow[b];
                 if shadow.is_empty() {

@@ -263,3 +263,61 @@ map k {{
         other => panic!("expected a data race, got {other:?}"),
     }
 }
+
+/// Detection keeps no history for a buffer that no store or atomic of the
+/// call writes (every race has a write): every block reads all of `x`
+/// without a race, and a buffer only an atomic writes still races with
+/// another block's plain read of it.
+#[test]
+fn only_written_buffers_keep_histories_and_atomics_write() {
+    let src = |racy: bool| {
+        let read = if racy {
+            "y[axis_index(b) * 32u + t] = f32(counts[t]);"
+        } else {
+            "y[axis_index(b) * 32u + t] = x[t] * 2.0;"
+        };
+        format!(
+            r#"
+mesh m {{
+  grid [b = 2];
+  threads t = 32;
+}}
+
+kernel k(x: gmem<f32[32]>, counts: gmem<u32[32]>, y: gmem<f32[64]>) {{
+  let t: u32 = axis_index(t);
+  if axis_index(b) == 0u {{
+    atomic_store(counts[t], 1u);
+  }}
+  {read}
+}}
+
+map k {{
+  programs [m: k];
+  inputs [x: gmem<f32[32]>];
+  outputs [counts: gmem<u32[32]>, y: gmem<f32[64]>];
+}}
+"#
+        )
+    };
+    let inputs = [("x", HostTensor::from_f32(vec![32], &iota(32)))];
+    let out = run_with_schedules(&module(&src(false)), "k", &inputs, Mode::Checked, 2)
+        .expect("reads of a buffer nothing writes never race");
+    let twice: Vec<f32> = iota(32).iter().map(|v| v * 2.0).collect();
+    assert_eq!(out.outputs["y"].to_f32(), [twice.clone(), twice].concat());
+    match run_with_schedules(&module(&src(true)), "k", &inputs, Mode::Checked, 0) {
+        Err(RunError::DataRace {
+            reference,
+            element,
+            first,
+            second,
+            kinds,
+            ..
+        }) => {
+            assert_eq!((reference.as_str(), element), ("counts", 0));
+            assert_eq!((first.block, first.thread), (0, Some(0)));
+            assert_eq!((second.block, second.thread), (1, Some(0)));
+            assert_eq!(kinds[1], mpmd_core::backend::AccessKind::Read);
+        }
+        other => panic!("expected a data race, got {other:?}"),
+    }
+}

@@ -436,3 +436,21 @@ pub(crate) struct ProgramCode {
     /// compiled, for race reports; the first 65,535 accesses only.
     pub access_paths: Vec<crate::ir::IrPath>,
 }
+
+/// Per buffer of a call whose programs are `codes`: whether a store or an
+/// atomic of any of them may write it (every access that writes device
+/// memory is one of these). Detection keeps no access history for the
+/// others: every race has a write.
+pub(crate) fn written_buffers(codes: &[ProgramCode], buffers: usize) -> Vec<bool> {
+    let mut written = vec![false; buffers];
+    for instr in codes.iter().flat_map(|c| &c.code) {
+        if let Instr::Store { acc, .. } | Instr::Atomic { acc, .. } = instr {
+            if let Target::Global(b) = acc.target {
+                if let Some(w) = written.get_mut(b) {
+                    *w = true;
+                }
+            }
+        }
+    }
+    written
+}

@@ -100,7 +100,9 @@ pub(crate) struct Clock {
 
 impl Clock {
     pub fn covers(&self, task: u32, epoch: u32) -> bool {
-        self.entries.get(&task).is_some_and(|&e| e >= epoch)
+        // Most blocks' clocks are empty (no semaphore reached them): skip
+        // the lookup.
+        !self.entries.is_empty() && self.entries.get(&task).is_some_and(|&e| e >= epoch)
     }
 
     pub fn join(&mut self, other: &Clock) {
@@ -151,26 +153,82 @@ impl Accessor<'_> {
 }
 
 /// The accesses of one word that still matter; most words have one.
-/// 16 bytes (the list is boxed, and the enum's tag hides in a `bool` of
-/// `Rec`): every word of every buffer a detecting call touches has one.
+/// 16 bytes (a list of two lives in [`Pairs`], a longer one is boxed, and
+/// the enum's tag hides in a `bool` of `Rec`): every word of every buffer a
+/// detecting call touches has one.
 #[derive(Clone, Debug, Default)]
 pub(crate) enum History {
     #[default]
     Empty,
     One(Rec),
+    /// Two accesses, in the [`Pairs`] slot of this index: the common case
+    /// of a word written and then read by another thread or block, which
+    /// would otherwise allocate a list per word.
+    Two(u32),
     // Boxed on purpose: a bare Vec would make every history 24 bytes.
     #[allow(clippy::box_collection)]
     Many(Box<Vec<Rec>>),
 }
 
+/// The two-access lists of a set of histories (a call's device buffers, or
+/// a block's smem), one slot each, reused through a free list: a history
+/// that leaves [`History::Two`] gives its slot back.
+#[derive(Debug, Default)]
+pub(crate) struct Pairs {
+    slots: Vec<[Rec; 2]>,
+    free: Vec<u32>,
+}
+
+impl Pairs {
+    /// A history of these two accesses: a slot of its own, or a boxed list
+    /// when slot indices would not fit in 32 bits.
+    fn hold(&mut self, pair: [Rec; 2]) -> History {
+        if let Some(i) = self.free.pop() {
+            self.slots[i as usize] = pair;
+            return History::Two(i);
+        }
+        match u32::try_from(self.slots.len()) {
+            Ok(i) => {
+                self.slots.push(pair);
+                History::Two(i)
+            }
+            Err(_) => History::Many(Box::new(pair.to_vec())),
+        }
+    }
+
+    fn release(&mut self, i: u32) {
+        self.free.push(i);
+    }
+
+    /// Forgets every history of `histories` (all that hold slots here),
+    /// keeping the allocations: smem words are forgotten at every block's
+    /// start, and a barrier-heavy block would otherwise allocate and free
+    /// their lists again each time.
+    pub fn forget_all<'a>(&mut self, histories: impl IntoIterator<Item = &'a mut History>) {
+        histories.into_iter().for_each(History::forget);
+        self.slots.clear();
+        self.free.clear();
+    }
+}
+
 impl History {
-    /// Forgets every access, but a list keeps its allocation: smem words are
-    /// forgotten at every block's start, and a barrier-heavy block would
-    /// otherwise allocate and free their lists again each time.
-    pub fn forget(&mut self) {
+    /// Forgets every access, but a list keeps its allocation. A pair's
+    /// slot is not given back: [`Pairs::forget_all`] clears them all.
+    fn forget(&mut self) {
         match self {
             History::Many(list) => list.clear(),
             other => *other = History::Empty,
+        }
+    }
+
+    /// The accesses, oldest first.
+    #[cfg(test)]
+    fn accesses<'a>(&'a self, pairs: &'a Pairs) -> &'a [Rec] {
+        match self {
+            History::Empty => &[],
+            History::One(r) => std::slice::from_ref(r),
+            History::Two(i) => &pairs.slots[*i as usize],
+            History::Many(list) => list,
         }
     }
 }
@@ -184,34 +242,43 @@ impl History {
     /// subsumes that access (only the one thread that made it alone would)
     /// nor adds a thread to it (it names one other already); any other
     /// access of the task in the epoch could depend on the thread.
-    pub fn read_settled(&self, task: u32, epoch: u32) -> bool {
+    #[inline]
+    pub fn read_settled(&self, pairs: &Pairs, task: u32, epoch: u32) -> bool {
         let settled = |r: &Rec| !r.write && !r.atomic && r.other != 0;
         let mine = |r: &&Rec| r.task == task && r.epoch == epoch;
+        let list_settled = |list: &[Rec]| {
+            let mut found = false;
+            for r in list.iter().filter(mine) {
+                if !settled(r) {
+                    return false;
+                }
+                found = true;
+            }
+            found
+        };
         match self {
             History::Empty => false,
             History::One(r) => mine(&r) && settled(r),
-            History::Many(list) => {
-                let mut found = false;
-                for r in list.iter().filter(mine) {
-                    if !settled(r) {
-                        return false;
-                    }
-                    found = true;
-                }
-                found
-            }
+            History::Two(i) => pairs
+                .slots
+                .get(*i as usize)
+                .is_some_and(|pair| list_settled(pair)),
+            History::Many(list) => list_settled(list),
         }
     }
 }
 
-fn conflicts(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
-    (r.write || write) && !(r.atomic && atomic) && !who.ordered_after(r)
+/// Whether an earlier access races with this one; `ordered`: whether this
+/// one is ordered after it (`Accessor::ordered_after`, read once per access
+/// for both rules).
+fn conflicts(r: &Rec, ordered: bool, write: bool, atomic: bool) -> bool {
+    !ordered && (r.write || write) && !(r.atomic && atomic)
 }
 
 /// An earlier access that is ordered before this one and no stronger can be
 /// forgotten: any later access racing with it races with this one too.
-fn subsumed(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
-    who.ordered_after(r) && (!r.write || write) && (!atomic || r.atomic)
+fn subsumed(r: &Rec, ordered: bool, write: bool, atomic: bool) -> bool {
+    ordered && (!r.write || write) && (!atomic || r.atomic)
 }
 
 /// One record serves the threads of a task that make one access (same
@@ -225,10 +292,47 @@ fn same_kind(r: &Rec, who: &Accessor, write: bool, atomic: bool) -> bool {
         && r.site == who.site
 }
 
-/// Checks an access against a word's history and records it; returns the
-/// conflicting earlier access if there is a race.
+/// Checks an access against the accesses of a list and drops those it
+/// subsumes, in one pass that reads each access's order once (an access is
+/// either unordered with this one, and may conflict, or ordered before it,
+/// and may be subsumed): the first conflicting access in list order is the
+/// one reported (the list is left partly compacted then: a race ends the
+/// call); otherwise the subsumed accesses are dropped (keeping the others'
+/// order, at the front) and the same kind's is found among the rest.
+/// Returns how many stay and the same kind's index among them.
+#[inline(always)]
+fn update(
+    list: &mut [Rec],
+    who: &Accessor,
+    write: bool,
+    atomic: bool,
+) -> Result<(usize, Option<usize>), Rec> {
+    let mut kept = 0;
+    let mut same = None;
+    for i in 0..list.len() {
+        let r = list[i];
+        let ordered = who.ordered_after(&r);
+        if conflicts(&r, ordered, write, atomic) {
+            return Err(r);
+        }
+        if subsumed(&r, ordered, write, atomic) {
+            continue;
+        }
+        if same.is_none() && same_kind(&r, who, write, atomic) {
+            same = Some(kept);
+        }
+        list[kept] = r;
+        kept += 1;
+    }
+    Ok((kept, same))
+}
+
+/// Checks an access against a word's history (its pair, if it has one, in
+/// `pairs`) and records it; returns the conflicting earlier access if there
+/// is a race.
 pub(crate) fn record(
     history: &mut History,
+    pairs: &mut Pairs,
     who: &Accessor,
     write: bool,
     atomic: bool,
@@ -245,37 +349,51 @@ pub(crate) fn record(
     match history {
         History::Empty => *history = History::One(new),
         History::One(r) => {
-            if conflicts(r, who, write, atomic) {
+            let ordered = who.ordered_after(r);
+            if conflicts(r, ordered, write, atomic) {
                 return Err(*r);
             }
-            if subsumed(r, who, write, atomic) {
+            if subsumed(r, ordered, write, atomic) {
                 *r = new;
             } else if same_kind(r, who, write, atomic) {
                 r.add_thread(who.thread);
             } else {
-                *history = History::Many(Box::new(vec![*r, new]));
+                *history = pairs.hold([*r, new]);
+            }
+        }
+        History::Two(slot) => {
+            let slot = *slot;
+            debug_assert!(
+                (slot as usize) < pairs.slots.len(),
+                "a pair outlived its slot"
+            );
+            let Some(&[a, b]) = pairs.slots.get(slot as usize) else {
+                // Every `Two` names a slot of its own `Pairs`.
+                *history = History::One(new);
+                return Ok(());
+            };
+            let mut list = [a, b, new];
+            let (mut kept, same) = update(&mut list[..2], who, write, atomic)?;
+            match same {
+                Some(i) => list[i].add_thread(who.thread),
+                None => {
+                    list[kept] = new;
+                    kept += 1;
+                }
+            }
+            if kept == 2 {
+                pairs.slots[slot as usize] = [list[0], list[1]];
+            } else {
+                pairs.release(slot);
+                *history = if kept == 3 {
+                    History::Many(Box::new(list.to_vec()))
+                } else {
+                    History::One(list[0])
+                };
             }
         }
         History::Many(list) => {
-            // The first conflicting access in list order is the one
-            // reported; then one pass drops the subsumed accesses (keeping
-            // the others' order) and finds the same kind's among the rest.
-            if let Some(r) = list.iter().find(|r| conflicts(r, who, write, atomic)) {
-                return Err(*r);
-            }
-            let mut kept = 0;
-            let mut same = None;
-            for i in 0..list.len() {
-                let r = list[i];
-                if subsumed(&r, who, write, atomic) {
-                    continue;
-                }
-                if same.is_none() && same_kind(&r, who, write, atomic) {
-                    same = Some(kept);
-                }
-                list[kept] = r;
-                kept += 1;
-            }
+            let (kept, same) = update(list, who, write, atomic)?;
             list.truncate(kept);
             match same {
                 Some(i) => list[i].add_thread(who.thread),
@@ -323,6 +441,13 @@ pub(crate) struct Detector {
     pub init: Vec<Vec<bool>>,
     /// Per buffer: access history per word (allocated on first use).
     pub shadow: Vec<Vec<History>>,
+    /// Per buffer: whether an access of the call may write it (a store or
+    /// an atomic of any of its programs; a buffer missing here may). Every
+    /// race has a write, so a buffer nothing writes needs no history: its
+    /// reads are checked for initialisation only.
+    pub may_write: Vec<bool>,
+    /// The two-access histories of every buffer's words.
+    pub pairs: Pairs,
     /// Released units per semaphore element (buffer, element).
     pub sem_credits: HashMap<SemElement, SemCredits>,
     /// Waits an earlier run of this schedule found contested.
@@ -519,9 +644,14 @@ impl SemCredits {
 
 #[cfg(test)]
 mod tests {
-    use super::{record, Accessor, Clock, History};
+    use super::{record, Accessor, Clock, History, Pairs, Rec};
 
-    fn write_by(history: &mut History, task: u32, clock: &Clock) -> Result<(), u32> {
+    fn write_by(
+        history: &mut History,
+        pairs: &mut Pairs,
+        task: u32,
+        clock: &Clock,
+    ) -> Result<(), u32> {
         let who = Accessor {
             task,
             epoch: 0,
@@ -529,16 +659,21 @@ mod tests {
             clock,
             site: 0,
         };
-        record(history, &who, true, false).map_err(|first| first.task)
+        record(history, pairs, &who, true, false).map_err(|first| first.task)
     }
 
-    /// A forgotten list keeps its allocation but none of its accesses: a
-    /// write that would race with them is no race, and a race with a write
-    /// made after forgetting is still found.
+    fn tasks(history: &History, pairs: &Pairs) -> Vec<u32> {
+        history.accesses(pairs).iter().map(|r| r.task).collect()
+    }
+
+    /// Forgotten histories keep no access: a write that would race with
+    /// them is no race, and a race with a write made after forgetting is
+    /// still found. A list keeps its allocation.
     #[test]
     fn a_forgotten_history_remembers_nothing() {
         let clock = Clock::default();
-        let mut history = History::default();
+        let mut pairs = Pairs::default();
+        let mut histories = vec![History::default(), History::default()];
         let reader = Accessor {
             task: 1,
             epoch: 0,
@@ -546,16 +681,89 @@ mod tests {
             clock: &clock,
             site: 0,
         };
-        record(&mut history, &reader, false, false).unwrap();
-        let atomic = Accessor { task: 2, ..reader };
-        record(&mut history, &atomic, false, true).unwrap();
-        assert!(matches!(&history, History::Many(list) if list.len() == 2));
-        assert_eq!(write_by(&mut history, 3, &clock), Err(1));
+        for (k, history) in histories.iter_mut().enumerate() {
+            record(history, &mut pairs, &reader, false, false).unwrap();
+            let atomic = Accessor { task: 2, ..reader };
+            record(history, &mut pairs, &atomic, false, true).unwrap();
+            if k == 1 {
+                let third = Accessor { task: 5, ..reader };
+                record(history, &mut pairs, &third, false, false).unwrap();
+            }
+        }
+        assert!(matches!(&histories[0], History::Two(_)));
+        assert!(matches!(&histories[1], History::Many(list) if list.len() == 3));
+        for history in &mut histories {
+            assert_eq!(write_by(history, &mut pairs, 3, &clock), Err(1));
+        }
 
-        history.forget();
-        assert!(matches!(&history, History::Many(list) if list.is_empty()));
-        assert_eq!(write_by(&mut history, 3, &clock), Ok(()));
-        assert_eq!(write_by(&mut history, 4, &clock), Err(3));
+        pairs.forget_all(&mut histories);
+        assert!(matches!(&histories[0], History::Empty));
+        assert!(matches!(&histories[1], History::Many(list) if list.is_empty()));
+        for history in &mut histories {
+            assert_eq!(write_by(history, &mut pairs, 3, &clock), Ok(()));
+            assert_eq!(write_by(history, &mut pairs, 4, &clock), Err(3));
+        }
+    }
+
+    /// A pair behaves as the list it stands for: a write then another
+    /// block's read, ordered after it, keeps both in order (the write is
+    /// the one a later unordered write's report names), a third access
+    /// makes a list, and a pair that shrinks to one access gives its slot
+    /// to the next pair.
+    #[test]
+    fn a_pair_keeps_its_accesses_in_order() {
+        let none = Clock::default();
+        let mut after_1 = Clock::default();
+        after_1.raise(1, 0);
+        let mut pairs = Pairs::default();
+        let mut history = History::default();
+        let writer = Accessor {
+            task: 1,
+            epoch: 0,
+            thread: 7,
+            clock: &none,
+            site: 0,
+        };
+        record(&mut history, &mut pairs, &writer, true, false).unwrap();
+        let reader = Accessor {
+            task: 2,
+            clock: &after_1,
+            site: 1,
+            ..writer
+        };
+        record(&mut history, &mut pairs, &reader, false, false).unwrap();
+        assert!(matches!(history, History::Two(0)));
+        assert_eq!(tasks(&history, &pairs), [1, 2]);
+        // Another thread of the reader's read joins its record.
+        let again = Accessor {
+            thread: 9,
+            ..reader
+        };
+        record(&mut history, &mut pairs, &again, false, false).unwrap();
+        let second: Rec = history.accesses(&pairs)[1];
+        assert_eq!((second.thread, second.other), (7, 10));
+        assert!(history.read_settled(&pairs, 2, 0));
+        assert!(!history.read_settled(&pairs, 1, 0));
+
+        let racer = Accessor { task: 3, ..writer };
+        let first = record(&mut history, &mut pairs, &racer, true, false).unwrap_err();
+        assert_eq!((first.task, first.write), (1, true));
+
+        // The reader's next epoch writes: ordered after both, it subsumes them.
+        let rewrite = Accessor { epoch: 1, ..reader };
+        record(&mut history, &mut pairs, &rewrite, true, false).unwrap();
+        assert!(matches!(history, History::One(r) if r.task == 2 && r.epoch == 1));
+        let mut other = History::default();
+        record(&mut other, &mut pairs, &writer, true, false).unwrap();
+        record(&mut other, &mut pairs, &reader, false, false).unwrap();
+        assert!(matches!(other, History::Two(0)));
+        let third = Accessor {
+            task: 4,
+            clock: &after_1,
+            ..writer
+        };
+        record(&mut other, &mut pairs, &third, false, false).unwrap();
+        assert_eq!(tasks(&other, &pairs), [1, 2, 4]);
     }
 
     /// Detection keeps one history per word touched: its size is memory

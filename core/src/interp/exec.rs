@@ -10,7 +10,7 @@ use super::compile::{
     words_of, BinKind, CompiledAccess, FloatBin, FloatCmp, FloatUn, Half, Instr, MmaRegs,
     OwnInstance, ProgramCode, RegInit, Target, UnKind,
 };
-use super::detect::{self, Accessor, Clock, Detector, History, Rec, SemCredits};
+use super::detect::{self, Accessor, Clock, Detector, History, Pairs, Rec, SemCredits};
 use super::limits::Limits;
 use super::{LateWait, MmaProbe};
 use crate::backend::{RunError, Site};
@@ -110,6 +110,8 @@ struct WarpSegment {
 struct BlockDetect {
     smem_init: Vec<Vec<bool>>,
     smem_shadow: Vec<Vec<History>>,
+    /// The two-access histories of `smem_shadow`.
+    smem_pairs: Pairs,
     local_init: Vec<Vec<bool>>,
 }
 
@@ -190,6 +192,7 @@ impl BlockState {
                     .iter()
                     .map(|s| vec![History::Empty; s.len as usize])
                     .collect(),
+                smem_pairs: Pairs::default(),
                 local_init: code
                     .locals
                     .iter()
@@ -248,9 +251,9 @@ impl BlockState {
         for v in &mut self.det.smem_init {
             v.fill(false);
         }
-        for v in &mut self.det.smem_shadow {
-            v.iter_mut().for_each(History::forget);
-        }
+        self.det
+            .smem_pairs
+            .forget_all(self.det.smem_shadow.iter_mut().flatten());
         self.epoch = 0;
         self.clock.clear();
         self.warp = None;

@@ -45,6 +45,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use blocks::*;
 use buffers::*;
+use code::written_buffers;
 use compile::{checked_len, words_of, ArrayInfo, ParamBinding, ProgramCode, MAX_WORDS};
 use exec::{AltSchedule, BlockState, Env, GlobalBuf, Status};
 use limits::Limits;
@@ -610,6 +611,7 @@ impl Interpreter {
         loop {
             let (bufs, init) = self.make_buffers(layout, args, true, limits)?;
             let mut detector = self.detector(init, limits);
+            detector.may_write = written_buffers(codes, detector.init.len());
             detector.contests = std::mem::take(&mut contests);
             if let Some(late) = late_waits.as_deref_mut() {
                 late.clear();

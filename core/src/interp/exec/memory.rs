@@ -154,7 +154,10 @@ impl BlockState {
             return Ok(());
         };
         let t = code.threads;
-        let (init, history): (&mut Vec<bool>, Option<&mut History>) = match acc.target {
+        let (init, history, pairs): (&mut Vec<bool>, Option<&mut History>, _) = match acc.target {
+            Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
+                (&mut det.init[b], None, &mut det.pairs)
+            }
             Target::Global(b) => {
                 let shadow = &mut det.shadow[b];
                 if shadow.is_empty() {
@@ -165,13 +168,18 @@ impl BlockState {
                             shadow.resize_with(r.end, History::default)
                         })?;
                 }
-                (&mut det.init[b], shadow.get_mut(addr as usize))
+                (
+                    &mut det.init[b],
+                    shadow.get_mut(addr as usize),
+                    &mut det.pairs,
+                )
             }
             Target::Smem(s) => (
                 &mut self.det.smem_init[s],
                 self.det.smem_shadow[s].get_mut(addr as usize),
+                &mut self.det.smem_pairs,
             ),
-            Target::Local(id) => (&mut self.det.local_init[id], None),
+            Target::Local(id) => (&mut self.det.local_init[id], None, &mut self.det.smem_pairs),
         };
         let slot = match acc.target {
             Target::Local(_) => addr as usize * t + lane,
@@ -202,7 +210,7 @@ impl BlockState {
                 clock: &self.clock,
                 site: acc.site,
             };
-            if let Err(first) = detect::record(history, &who, write, atomic) {
+            if let Err(first) = detect::record(history, pairs, &who, write, atomic) {
                 let (first_site, first_code) = match acc.target {
                     Target::Global(_) => (env_site(env, first), task_code(env, first.task)),
                     _ => (
@@ -300,15 +308,18 @@ impl BlockState {
     /// this block's only access in this epoch is a plain read already made
     /// by two threads). Locals have a written flag per lane: never settled.
     fn read_settled(&self, env: &Env, acc: &CompiledAccess, addr: u64) -> bool {
-        let history = match acc.target {
-            Target::Global(b) => env
-                .detect
-                .as_deref()
-                .and_then(|det| det.shadow[b].get(addr as usize)),
-            Target::Smem(s) => self.det.smem_shadow[s].get(addr as usize),
-            Target::Local(_) => None,
+        let (history, pairs) = match acc.target {
+            Target::Global(b) => match env.detect.as_deref() {
+                Some(det) => (det.shadow[b].get(addr as usize), &det.pairs),
+                None => return false,
+            },
+            Target::Smem(s) => (
+                self.det.smem_shadow[s].get(addr as usize),
+                &self.det.smem_pairs,
+            ),
+            Target::Local(_) => return false,
         };
-        history.is_some_and(|h| h.read_settled(self.task, self.epoch))
+        history.is_some_and(|h| h.read_settled(pairs, self.task, self.epoch))
     }
 
     /// The element a plain access of an owned ref starts at: its block's

@@ -388,7 +388,8 @@ fn run_on_cuda_host_takes_inputs_writes_outputs_and_times_calls() {
 }
 
 /// `--timeout` bounds the emulated program on cuda-host (in whole seconds):
-/// a loop of four billion iterations is stopped after one.
+/// a loop of four trillion iterations is stopped after one (four billion
+/// alone finish in about a second on an idle machine, racing the limit).
 #[test]
 fn run_on_cuda_host_stops_at_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
@@ -396,8 +397,8 @@ fn run_on_cuda_host_stops_at_the_timeout() {
     std::fs::write(
         &file,
         "mesh m {\n  grid [b = 1];\n  threads t = 1;\n}\n\n\
-         kernel spin(y: gmem<u32[1]>) {\n  var n: u32 = 0u;\n  \
-         while n < 4000000000u max 4000000000u {\n    n += 1u;\n    y[0u] = n;\n  }\n}\n\n\
+         kernel spin(y: gmem<u32[1]>) {\n  for r: u32 in 0u..1000u {\n    var n: u32 = 0u;\n    \
+         while n < 4000000000u max 4000000000u {\n      n += 1u;\n      y[0u] = n + r;\n    }\n  }\n}\n\n\
          map spin {\n  programs [m: spin];\n  outputs [y: gmem<u32[1]>];\n}\n",
     )
     .unwrap();

@@ -582,23 +582,43 @@ impl BlockState {
         if plain && folded.is_some() {
             return self.store_indexed(code, env, src, acc, folded);
         }
+        self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
+            block.detect_access(code, env, acc, addr, l, false, true, false)?;
+            let v = block.regs[src][l];
+            block.write_elem(env, acc, addr, l, t, v);
+            Ok(())
+        })
+    }
+
+    /// Runs `per_lane` for each active lane, in the schedule's lane order,
+    /// with the address its access reaches (`folded`: the instruction's
+    /// indices folded by [`Self::fold_indices`], if they were); stops at the
+    /// first error, an out-of-bounds lane included.
+    fn for_each_lane_address<'e>(
+        &mut self,
+        code: &ProgramCode,
+        env: &mut Env<'e>,
+        acc: &CompiledAccess,
+        folded: Option<(u64, u32)>,
+        mut per_lane: impl FnMut(&mut Self, &mut Env<'e>, usize, u64) -> Result<(), RunError>,
+    ) -> Result<(), RunError> {
+        let t = code.threads;
         let flat = take(&mut self.flat);
         let order = self.lane_order(env, t);
-        let result = (|| {
-            for k in 0..t {
-                let l = order.as_ref().map_or(k, |o| o[k]);
-                if !self.mask[l] {
-                    continue;
-                }
-                let addr = self
-                    .lane_address(code, acc, folded, &flat, l)
-                    .map_err(|e| *e)?;
-                self.detect_access(code, env, acc, addr, l, false, true, false)?;
-                let v = self.regs[src][l];
-                self.write_elem(env, acc, addr, l, t, v);
+        let mut result = Ok(());
+        for k in 0..t {
+            let l = order.as_ref().map_or(k, |o| o[k]);
+            if !self.mask[l] {
+                continue;
             }
-            Ok(())
-        })();
+            result = match self.lane_address(code, acc, folded, &flat, l) {
+                Ok(addr) => per_lane(self, env, l, addr),
+                Err(e) => Err(*e),
+            };
+            if result.is_err() {
+                break;
+            }
+        }
         Self::return_order(env, order);
         self.flat = flat;
         result
@@ -694,51 +714,37 @@ impl BlockState {
         let float = acc.elem == crate::ir::ScalarType::F32;
         let ftz = code.flush_subnormals;
         let folded = self.fold_indices(acc);
-        let flat = take(&mut self.flat);
-        let order = self.lane_order(env, t);
-        let result = (|| {
-            for k in 0..t {
-                let l = order.as_ref().map_or(k, |o| o[k]);
-                if !self.mask[l] {
-                    continue;
-                }
-                let addr = self
-                    .lane_address(code, acc, folded, &flat, l)
-                    .map_err(|e| *e)?;
-                let reads = op != AtomicOp::Store;
-                let writes = op != AtomicOp::Load;
-                self.detect_access(code, env, acc, addr, l, reads, writes, true)?;
-                let old = self.read_word(env, acc.target, addr, l, t);
-                let a = self.regs[args[0]][l];
-                let b = self.regs[args[1]][l];
-                let new = match op {
-                    AtomicOp::Load => None,
-                    AtomicOp::Store | AtomicOp::Exchange => Some(a),
-                    AtomicOp::Add if float => Some(f32_rmw(old, a, ftz, |x, y| x + y)),
-                    AtomicOp::Min if float => Some(f32_rmw(old, a, ftz, f32::min)),
-                    AtomicOp::Max if float => Some(f32_rmw(old, a, ftz, f32::max)),
-                    AtomicOp::Add => Some(old.wrapping_add(a)),
-                    AtomicOp::Min if signed => Some((old as i32).min(a as i32) as u32),
-                    AtomicOp::Min => Some(old.min(a)),
-                    AtomicOp::Max if signed => Some((old as i32).max(a as i32) as u32),
-                    AtomicOp::Max => Some(old.max(a)),
-                    AtomicOp::And => Some(old & a),
-                    AtomicOp::Or => Some(old | a),
-                    AtomicOp::Xor => Some(old ^ a),
-                    AtomicOp::CompareExchange => (old == a).then_some(b),
-                };
-                if let Some(v) = new {
-                    self.write_word(env, acc.target, addr, l, t, v);
-                }
-                if let Some(d) = dst {
-                    self.regs[d][l] = old;
-                }
+        self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
+            let reads = op != AtomicOp::Store;
+            let writes = op != AtomicOp::Load;
+            block.detect_access(code, env, acc, addr, l, reads, writes, true)?;
+            let old = block.read_word(env, acc.target, addr, l, t);
+            let a = block.regs[args[0]][l];
+            let b = block.regs[args[1]][l];
+            let new = match op {
+                AtomicOp::Load => None,
+                AtomicOp::Store | AtomicOp::Exchange => Some(a),
+                AtomicOp::Add if float => Some(f32_rmw(old, a, ftz, |x, y| x + y)),
+                AtomicOp::Min if float => Some(f32_rmw(old, a, ftz, f32::min)),
+                AtomicOp::Max if float => Some(f32_rmw(old, a, ftz, f32::max)),
+                AtomicOp::Add => Some(old.wrapping_add(a)),
+                AtomicOp::Min if signed => Some((old as i32).min(a as i32) as u32),
+                AtomicOp::Min => Some(old.min(a)),
+                AtomicOp::Max if signed => Some((old as i32).max(a as i32) as u32),
+                AtomicOp::Max => Some(old.max(a)),
+                AtomicOp::And => Some(old & a),
+                AtomicOp::Or => Some(old | a),
+                AtomicOp::Xor => Some(old ^ a),
+                AtomicOp::CompareExchange => (old == a).then_some(b),
+            };
+            if let Some(v) = new {
+                block.write_word(env, acc.target, addr, l, t, v);
+            }
+            if let Some(d) = dst {
+                block.regs[d][l] = old;
             }
             Ok(())
-        })();
-        Self::return_order(env, order);
-        self.flat = flat;
-        result
+        })
     }
 }
 

@@ -12,21 +12,13 @@ use crate::npy;
 
 #[derive(Debug, Error)]
 pub enum CliError {
-    #[error("cannot read `{path}`: {source}")]
-    ReadFile {
-        path: String,
-        source: std::io::Error,
-    },
+    /// A file not read, a backend not available or a target not emitted:
+    /// the shared services' errors, their messages as they are.
+    #[error(transparent)]
+    Frontend(mpmd_frontend::FrontendError),
     /// Already rendered diagnostics (parse or validation errors).
     #[error("{0}")]
     Rejected(String),
-    #[error("backend `{name}` is not available: {reason}")]
-    BackendUnavailable { name: &'static str, reason: String },
-    #[error("cannot emit {target}: {reason}")]
-    Emit {
-        target: &'static str,
-        reason: String,
-    },
     #[error("cannot lower: {0}")]
     Lower(#[from] LowerError),
     #[error("{0}")]
@@ -68,17 +60,16 @@ pub enum CliError {
     Mismatch { summary: String, report: String },
 }
 
-/// The shared services' errors are the CLI's, message for message.
+/// The shared services' errors keep their messages; the ones the CLI also
+/// raises itself (rendered diagnostics, lowering, usage) become those.
 impl From<mpmd_frontend::FrontendError> for CliError {
     fn from(error: mpmd_frontend::FrontendError) -> Self {
         use mpmd_frontend::FrontendError as F;
         match error {
-            F::ReadFile { path, source } => CliError::ReadFile { path, source },
             F::Rejected(rendered) => CliError::Rejected(rendered),
-            F::BackendUnavailable { name, reason } => CliError::BackendUnavailable { name, reason },
-            F::Emit { target, reason } => CliError::Emit { target, reason },
             F::Lower(error) => CliError::Lower(error),
             F::ConstOverride(message) => CliError::Usage(message),
+            other => CliError::Frontend(other),
         }
     }
 }

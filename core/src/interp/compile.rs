@@ -17,6 +17,10 @@ use crate::plan::ProgramId;
 
 pub(crate) use super::code::*;
 
+mod uniform;
+
+use uniform::Construct;
+
 #[derive(Clone, Debug)]
 enum Sym {
     Scalar { reg: Reg, ty: ScalarType },
@@ -47,6 +51,16 @@ struct Compiler<'a> {
     path: Vec<PathStep>,
     /// The statement of each access compiled so far (`access_paths`).
     access_paths: Vec<IrPath>,
+    /// The control constructs (ifs and loops) compiled so far, the one the
+    /// code being compiled is in, where each instruction's construct
+    /// changes (code index, construct), the construct each register was
+    /// declared in and the loops being compiled: what `uniform::analyse`
+    /// needs.
+    constructs: Vec<Construct>,
+    current: Option<usize>,
+    construct_marks: Vec<(usize, Option<usize>)>,
+    declared_in: Vec<Option<usize>>,
+    loop_constructs: Vec<usize>,
 }
 
 /// Largest memory, in 32-bit words, one buffer or per-block array may have
@@ -114,6 +128,11 @@ pub(crate) fn compile(
         while_conditions: vec![],
         path: vec![],
         access_paths: vec![],
+        constructs: vec![],
+        current: None,
+        construct_marks: vec![],
+        declared_in: vec![],
+        loop_constructs: vec![],
     };
     for (param, binding) in kernel.params.iter().zip(bindings) {
         let sym = match binding {
@@ -135,11 +154,22 @@ pub(crate) fn compile(
     }
     c.body(&kernel.body)?;
     c.code.push(Instr::End);
+    let uniform = uniform::analyse(
+        &mut c.code,
+        &c.regs,
+        &uniform::Declarations {
+            mutable: &c.mutable,
+            declared_in: &c.declared_in,
+            constructs: &c.constructs,
+            marks: &c.construct_marks,
+        },
+    );
     Ok(ProgramCode {
         program,
         kernel: kernel.name.clone(),
         code: c.code,
         regs: c.regs,
+        uniform,
         locals: c.locals,
         smem,
         threads,
@@ -161,7 +191,27 @@ impl Compiler<'_> {
     fn new_reg(&mut self, init: RegInit, mutable: bool) -> Reg {
         self.regs.push(init);
         self.mutable.push(mutable);
+        self.declared_in.push(self.current);
         self.regs.len() - 1
+    }
+
+    /// Starts a construct (an `if` or a loop) whose lanes are chosen by
+    /// `conds`; the code compiled until [`Self::close`] is in it.
+    fn open(&mut self, conds: Vec<Reg>) -> usize {
+        let id = self.constructs.len();
+        self.constructs.push(Construct {
+            parent: self.current,
+            conds,
+            exits: false,
+        });
+        self.current = Some(id);
+        self.construct_marks.push((self.code.len(), self.current));
+        id
+    }
+
+    fn close(&mut self, id: usize) {
+        self.current = self.constructs[id].parent;
+        self.construct_marks.push((self.code.len(), self.current));
     }
 
     fn temp(&mut self) -> Reg {
@@ -358,6 +408,7 @@ impl Compiler<'_> {
                     cond: c,
                     else_pc: 0,
                 });
+                let construct = self.open(vec![c]);
                 self.mask_depth += 1;
                 self.body_at(PathStep::Then, then_body)?;
                 let else_pc = self.code.len();
@@ -372,6 +423,7 @@ impl Compiler<'_> {
                 if let Instr::IfThen { else_pc: e, .. } = &mut self.code[if_at] {
                     *e = else_pc;
                 }
+                self.close(construct);
                 self.code.push(Instr::PopMask);
                 self.mask_depth -= 1;
             }
@@ -393,6 +445,11 @@ impl Compiler<'_> {
                 let e = self.stable(e);
                 let v = self.new_reg(RegInit::Temp, true);
                 self.code.push(Instr::Mov { dst: v, src: s });
+                // The variable belongs to the loop: lanes that left it
+                // never read it again.
+                let construct = self.open(vec![v, e]);
+                self.declared_in[v] = Some(construct);
+                self.loop_constructs.push(construct);
                 self.code.push(Instr::PushMask);
                 self.mask_depth += 1;
                 let head = self.code.len();
@@ -408,6 +465,8 @@ impl Compiler<'_> {
                 self.scope.pop();
                 self.code.push(Instr::Inc { var: v });
                 self.code.push(Instr::Jump { pc: head });
+                self.loop_constructs.pop();
+                self.close(construct);
                 let exit = self.code.len();
                 if let Instr::LoopTest { exit_pc, .. } = &mut self.code[head] {
                     *exit_pc = exit;
@@ -427,11 +486,15 @@ impl Compiler<'_> {
                     dst: count,
                     src: zero,
                 });
+                let construct = self.open(vec![count, max]);
+                self.declared_in[count] = Some(construct);
+                self.loop_constructs.push(construct);
                 self.code.push(Instr::PushMask);
                 self.mask_depth += 1;
                 let head = self.code.len();
                 let (c, _) = self.expr(cond)?;
                 let c = self.stable(c);
+                self.constructs[construct].conds.push(c);
                 let test = self.code.len();
                 self.code.push(Instr::WhileTest {
                     cond: c,
@@ -443,6 +506,8 @@ impl Compiler<'_> {
                 self.loop_body(body)?;
                 self.code.push(Instr::Inc { var: count });
                 self.code.push(Instr::Jump { pc: head });
+                self.loop_constructs.pop();
+                self.close(construct);
                 let exit = self.code.len();
                 if let Instr::WhileTest { exit_pc, .. } = &mut self.code[test] {
                     *exit_pc = exit;
@@ -461,6 +526,11 @@ impl Compiler<'_> {
                     Stmt::Break => self.mask_depth + 1 - inside,
                     _ => self.mask_depth - inside,
                 };
+                // Lanes may leave on their own: the loop's control is not
+                // uniform (conservatively, whatever the condition above).
+                if let Some(&l) = self.loop_constructs.last() {
+                    self.constructs[l].exits = true;
+                }
                 self.code.push(Instr::LoopExit { levels });
             }
             Stmt::CompoundAssign { .. }
@@ -683,6 +753,7 @@ impl Compiler<'_> {
             inst_len: checked_len(&ty.shape).unwrap_or(u64::MAX),
             elem: ty.elem,
             site: self.access_site(),
+            uniform: false,
         })
     }
 
@@ -705,6 +776,7 @@ impl Compiler<'_> {
             cond: ra,
             else_pc: 0,
         });
+        let construct = self.open(vec![ra]);
         let else_pc = if op == BinaryOp::LogicOr {
             // Nothing to do where `a` holds; `b` decides where it does not.
             let else_pc = self.code.len();
@@ -718,6 +790,7 @@ impl Compiler<'_> {
         };
         let (rb, _) = self.expr(b)?;
         self.code.push(Instr::Mov { dst, src: rb });
+        self.close(construct);
         let end = self.code.len();
         match op {
             BinaryOp::LogicOr => {

@@ -253,6 +253,9 @@ pub(crate) enum Instr {
     Mov {
         dst: Reg,
         src: Reg,
+        /// `src` is a temporary of the assigned expression, not read
+        /// again: when every lane is active the registers trade places.
+        src_dies: bool,
     },
     /// Masked `var += 1` (loop step).
     Inc {

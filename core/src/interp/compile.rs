@@ -227,13 +227,24 @@ impl Compiler<'_> {
         r
     }
 
+    /// Whether `reg`, the value of an expression compiled when the first
+    /// new register was `first_new`, is a temporary of that expression:
+    /// nothing reads it after the assignment that takes it.
+    fn dies(&self, reg: Reg, first_new: Reg) -> bool {
+        reg >= first_new && !self.mutable[reg] && matches!(self.regs[reg], RegInit::Temp)
+    }
+
     /// A register whose value will not change while the caller relies on it.
     fn stable(&mut self, reg: Reg) -> Reg {
         if !self.mutable[reg] {
             return reg;
         }
         let t = self.temp();
-        self.code.push(Instr::Mov { dst: t, src: reg });
+        self.code.push(Instr::Mov {
+            dst: t,
+            src: reg,
+            src_dies: false,
+        });
         t
     }
 
@@ -307,20 +318,28 @@ impl Compiler<'_> {
                     .push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
             }
             Stmt::Var { var, init } => {
+                let first_new = self.regs.len();
                 let (src, _) = self.expr(init)?;
+                let src_dies = self.dies(src, first_new);
                 let r = self.new_reg(RegInit::Temp, true);
-                self.code.push(Instr::Mov { dst: r, src });
+                self.code.push(Instr::Mov {
+                    dst: r,
+                    src,
+                    src_dies,
+                });
                 self.scope
                     .push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
             }
             Stmt::Assign { name, value } => {
+                let first_new = self.regs.len();
                 let (src, _) = self.expr(value)?;
+                let src_dies = self.dies(src, first_new);
                 let dst = match self.lookup(name) {
                     Some(Sym::Scalar { reg, .. }) if self.mutable[*reg] => *reg,
                     _ => return Err(self.err(format!("`{name}` is not a variable"))),
                 };
                 if dst != src {
-                    self.code.push(Instr::Mov { dst, src });
+                    self.code.push(Instr::Mov { dst, src, src_dies });
                 }
             }
             Stmt::LocalArray { name, elem, shape } => {
@@ -444,7 +463,11 @@ impl Compiler<'_> {
                 let (e, _) = self.expr(end)?;
                 let e = self.stable(e);
                 let v = self.new_reg(RegInit::Temp, true);
-                self.code.push(Instr::Mov { dst: v, src: s });
+                self.code.push(Instr::Mov {
+                    dst: v,
+                    src: s,
+                    src_dies: false,
+                });
                 // The variable belongs to the loop: lanes that left it
                 // never read it again.
                 let construct = self.open(vec![v, e]);
@@ -485,6 +508,7 @@ impl Compiler<'_> {
                 self.code.push(Instr::Mov {
                     dst: count,
                     src: zero,
+                    src_dies: false,
                 });
                 let construct = self.open(vec![count, max]);
                 self.declared_in[count] = Some(construct);
@@ -770,7 +794,11 @@ impl Compiler<'_> {
         let (ra, _) = self.expr(a)?;
         let ra = self.stable(ra);
         let dst = self.new_reg(RegInit::Temp, true);
-        self.code.push(Instr::Mov { dst, src: ra });
+        self.code.push(Instr::Mov {
+            dst,
+            src: ra,
+            src_dies: false,
+        });
         let if_at = self.code.len();
         self.code.push(Instr::IfThen {
             cond: ra,
@@ -789,7 +817,11 @@ impl Compiler<'_> {
             0
         };
         let (rb, _) = self.expr(b)?;
-        self.code.push(Instr::Mov { dst, src: rb });
+        self.code.push(Instr::Mov {
+            dst,
+            src: rb,
+            src_dies: false,
+        });
         self.close(construct);
         let end = self.code.len();
         match op {

@@ -541,7 +541,12 @@ impl BlockState {
                     }
                     self.regs[*dst] = d;
                 }
-                Instr::Mov { dst, src } => {
+                Instr::Mov {
+                    dst,
+                    src,
+                    src_dies: true,
+                } if self.full && broadcast.is_none() => self.regs.swap(*dst, *src),
+                Instr::Mov { dst, src, .. } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let s = &self.regs[*src];
                     match lanes {

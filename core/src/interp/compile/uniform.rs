@@ -117,7 +117,7 @@ pub(crate) fn analyse(code: &mut [Instr], regs: &[RegInit], decls: &Declarations
                 Instr::Select { dst, c, a, b } | Instr::Fma { dst, a, b, c, .. } => {
                     writes[0] = (*dst, u(*a) && u(*b) && u(*c))
                 }
-                Instr::Mov { dst, src } => writes[0] = (*dst, u(*src)),
+                Instr::Mov { dst, src, .. } => writes[0] = (*dst, u(*src)),
                 Instr::Inc { var } => writes[0] = (*var, u(*var)),
                 Instr::Load { dst, acc } => {
                     let indices = acc.dims.iter().chain(acc.coords.iter().flatten());

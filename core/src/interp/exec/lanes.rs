@@ -91,6 +91,56 @@ pub(super) fn try_each_index(
     }
 }
 
+/// `d[lane] = read(idx[lane])` for each active lane whose index is below
+/// `extent`; stops at the first lane out of bounds and returns it. On a
+/// lane range whose indices are all in bounds (one pass that vectorises
+/// finds out) the loop runs over the slices without a test per lane.
+#[inline(always)]
+pub(super) fn gather(
+    lanes: Lanes,
+    idx: &[u32],
+    extent: u32,
+    d: &mut [u32],
+    read: impl Fn(usize) -> u32,
+) -> Result<(), usize> {
+    if let Lanes::Range(lo, hi) = lanes {
+        if all_below(&idx[lo..hi], extent) {
+            for (d, &i) in d[lo..hi].iter_mut().zip(&idx[lo..hi]) {
+                *d = read(i as usize);
+            }
+            return Ok(());
+        }
+    }
+    try_each_index(lanes, idx, extent, |l, i| d[l] = read(i))
+}
+
+/// `write(idx[lane], s[lane])` for each active lane in lane order, as
+/// [`gather`] reads (lanes before an out-of-bounds one have written).
+#[inline(always)]
+pub(super) fn scatter(
+    lanes: Lanes,
+    idx: &[u32],
+    extent: u32,
+    s: &[u32],
+    mut write: impl FnMut(usize, u32),
+) -> Result<(), usize> {
+    if let Lanes::Range(lo, hi) = lanes {
+        if all_below(&idx[lo..hi], extent) {
+            for (&v, &i) in s[lo..hi].iter().zip(&idx[lo..hi]) {
+                write(i as usize, v);
+            }
+            return Ok(());
+        }
+    }
+    try_each_index(lanes, idx, extent, |l, i| write(i, s[l]))
+}
+
+/// Whether every index is below `extent` (no early exit: it vectorises).
+#[inline(always)]
+fn all_below(idx: &[u32], extent: u32) -> bool {
+    idx.iter().fold(true, |ok, &i| ok & (i < extent))
+}
+
 /// The span of a mask: `Some((lo, hi))` when exactly the lanes `lo..hi` are
 /// set. Counting vectorises; only the scan for the first set lane stops
 /// early (a scan from the end made prefix masks such as `if t < half` walk

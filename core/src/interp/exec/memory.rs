@@ -269,7 +269,7 @@ impl BlockState {
             let base = self.own_base(acc);
             self.load_indexed(code, env, acc, (&self.regs[r], base, extent), &mut d)
         } else {
-            let folded = self.fold_indices(acc);
+            let folded = self.fold_indices(code, acc);
             let flat = take(&mut self.flat);
             let result = match folded {
                 Some((base, extent)) if env.detect.is_none() => {
@@ -332,13 +332,15 @@ impl BlockState {
     }
 
     /// Folds a multi-dimensional or `@[...]` access to one index per active
-    /// lane in `self.flat`, relative to `own_base` (the instance coordinates
-    /// first, then the indices, row-major: the element [`Self::address`]
-    /// computes), `u32::MAX` where a coordinate or an index is out of
-    /// bounds. Returns the base and the extent of the elements the access
-    /// may reach; `None` (nothing folded) when that extent does not fit
-    /// below `u32::MAX`.
-    fn fold_indices(&mut self, acc: &CompiledAccess) -> Option<(u64, u32)> {
+    /// lane in `self.flat`, relative to the returned base (the instance
+    /// coordinates first, then the indices, row-major: the element
+    /// [`Self::address`] computes is base + index), `u32::MAX` where a
+    /// coordinate or an index is out of bounds. Returns the base and the
+    /// extent of the elements the access may reach from it; `None`
+    /// (nothing folded) when that extent does not fit below `u32::MAX`.
+    /// Each index is its register times its stride; a uniform one
+    /// (`ProgramCode::uniform`) is checked once and moves the base.
+    fn fold_indices(&mut self, code: &ProgramCode, acc: &CompiledAccess) -> Option<(u64, u32)> {
         let instances = acc
             .coords
             .iter()
@@ -348,31 +350,59 @@ impl BlockState {
             .ok()
             .filter(|&e| e < u32::MAX)?;
         let (lo, hi) = self.span.unwrap_or((0, self.mask.len()));
+        let first_active = first_lane(lanes_of(self.span, &self.mask));
         let flat = &mut self.flat[lo..hi];
+        let mut offset = 0u32;
+        let mut stride = 1u32;
         let mut first = true;
-        for &(r, e, _) in acc.coords.iter().flatten().chain(&acc.dims) {
-            let idx = &self.regs[r][lo..hi];
-            if first {
-                for (f, &i) in flat.iter_mut().zip(idx) {
-                    *f = if i < e { i } else { u32::MAX };
+        // From the last dimension to the first: the stride is the product
+        // of the extents after it (at most `extent`).
+        for &(r, e, _) in acc.coords.iter().flatten().chain(&acc.dims).rev() {
+            if code.uniform[r] {
+                let Some(lane) = first_active else {
+                    continue;
+                };
+                let i = self.regs[r][lane];
+                if i >= e {
+                    // Every active lane is out of bounds.
+                    flat.fill(u32::MAX);
+                    return Some((self.own_base(acc), extent));
                 }
-                first = false;
+                offset = offset.wrapping_add(i.wrapping_mul(stride));
             } else {
-                // In bounds, the running index stays below the extent.
-                for (f, &i) in flat.iter_mut().zip(idx) {
-                    *f = if *f != u32::MAX && i < e {
-                        f.wrapping_mul(e).wrapping_add(i)
-                    } else {
-                        u32::MAX
-                    };
+                let idx = &self.regs[r][lo..hi];
+                if first {
+                    for (f, &i) in flat.iter_mut().zip(idx) {
+                        *f = if i < e {
+                            i.wrapping_mul(stride)
+                        } else {
+                            u32::MAX
+                        };
+                    }
+                    first = false;
+                } else {
+                    // In bounds, the running index stays below the extent.
+                    for (f, &i) in flat.iter_mut().zip(idx) {
+                        *f = if *f != u32::MAX && i < e {
+                            f.wrapping_add(i.wrapping_mul(stride))
+                        } else {
+                            u32::MAX
+                        };
+                    }
                 }
             }
+            stride = stride.wrapping_mul(e);
         }
         if first {
-            // A scalar ref of no dimension: element 0 of its instance.
+            // Every index uniform (or none: a scalar ref): the element at
+            // the offset.
             flat.fill(0);
         }
-        Some((self.own_base(acc), extent))
+        // In bounds, offset + index < extent.
+        Some((
+            self.own_base(acc) + u64::from(offset),
+            extent - offset.min(extent),
+        ))
     }
 
     /// Lane `lane`'s element address from `fold_indices`' result, or as
@@ -446,11 +476,11 @@ impl BlockState {
                             .for_each(|(d, w)| *d = w.load(Relaxed));
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i].load(Relaxed))
+                    gather(lanes, idx, extent, d, |i| words[i].load(Relaxed))
                 }
             }
             Target::Smem(s) => {
-                let words = &self.smem[s];
+                let words: &[u32] = &self.smem[s];
                 if packed {
                     try_each_index(lanes, idx, extent, |l, i| d[l] = get_packed(words, i))
                 } else {
@@ -458,7 +488,7 @@ impl BlockState {
                         d[lanes].copy_from_slice(&words[at]);
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i])
+                    gather(lanes, idx, extent, d, |i| words[i])
                 }
             }
             Target::Local(id) => {
@@ -578,7 +608,7 @@ impl BlockState {
         if plain && acc.coords.is_none() && acc.dims.len() == 1 {
             return self.store_indexed(code, env, src, acc, None);
         }
-        let folded = self.fold_indices(acc);
+        let folded = self.fold_indices(code, acc);
         if plain && folded.is_some() {
             return self.store_indexed(code, env, src, acc, folded);
         }
@@ -669,11 +699,11 @@ impl BlockState {
                             .for_each(|(w, &v)| w.store(v, Relaxed));
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| words[i].store(s[l], Relaxed))
+                    scatter(lanes, idx, extent, s, |i, v| words[i].store(v, Relaxed))
                 }
             }
             Target::Smem(k) => {
-                let words = &mut self.smem[k];
+                let words: &mut [u32] = &mut self.smem[k];
                 if packed {
                     try_each_index(lanes, idx, extent, |l, i| set_packed(words, i, s[l]))
                 } else {
@@ -681,7 +711,7 @@ impl BlockState {
                         words[at].copy_from_slice(&s[lanes]);
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| words[i] = s[l])
+                    scatter(lanes, idx, extent, s, |i, v| words[i] = v)
                 }
             }
             Target::Local(id) => {
@@ -713,7 +743,7 @@ impl BlockState {
         let t = code.threads;
         let float = acc.elem == crate::ir::ScalarType::F32;
         let ftz = code.flush_subnormals;
-        let folded = self.fold_indices(acc);
+        let folded = self.fold_indices(code, acc);
         self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
             let reads = op != AtomicOp::Store;
             let writes = op != AtomicOp::Load;

@@ -91,30 +91,51 @@ pub(super) fn try_each_index(
     }
 }
 
-/// `d[lane] = read(idx[lane])` for each active lane whose index is below
-/// `extent`; stops at the first lane out of bounds and returns it. On a
-/// lane range whose indices are all in bounds (one pass that vectorises
-/// finds out) the loop runs over the slices without a test per lane.
+/// `d[lane] = load(&words[idx[lane]])` for each active lane whose index is
+/// below `extent`; stops at the first lane out of bounds and returns it. On
+/// a lane range whose indices are all in bounds (one pass that vectorises
+/// finds out) it goes by groups of [`GROUP`] lanes: a group of consecutive
+/// indices is a slice copy, a group of one index a broadcast (the rows and
+/// columns of a tile, `tile[k, tx]`, `tile[ty, k]`), others lane by lane.
 #[inline(always)]
-pub(super) fn gather(
+pub(super) fn gather<W>(
     lanes: Lanes,
     idx: &[u32],
     extent: u32,
     d: &mut [u32],
-    read: impl Fn(usize) -> u32,
+    words: &[W],
+    load: impl Fn(&W) -> u32,
 ) -> Result<(), usize> {
     if let Lanes::Range(lo, hi) = lanes {
         if all_below(&idx[lo..hi], extent) {
-            for (d, &i) in d[lo..hi].iter_mut().zip(&idx[lo..hi]) {
-                *d = read(i as usize);
+            let mut groups = d[lo..hi].chunks_exact_mut(GROUP);
+            let mut indices = idx[lo..hi].chunks_exact(GROUP);
+            for (d, idx) in (&mut groups).zip(&mut indices) {
+                let first = idx[0] as usize;
+                match group_shape(idx) {
+                    Group::Consecutive => {
+                        for (d, w) in d.iter_mut().zip(&words[first..first + GROUP]) {
+                            *d = load(w);
+                        }
+                    }
+                    Group::Same => d.fill(load(&words[first])),
+                    Group::Other => {
+                        for (d, &i) in d.iter_mut().zip(idx) {
+                            *d = load(&words[i as usize]);
+                        }
+                    }
+                }
+            }
+            for (d, &i) in groups.into_remainder().iter_mut().zip(indices.remainder()) {
+                *d = load(&words[i as usize]);
             }
             return Ok(());
         }
     }
-    try_each_index(lanes, idx, extent, |l, i| d[l] = read(i))
+    try_each_index(lanes, idx, extent, |l, i| d[l] = load(&words[i]))
 }
 
-/// `write(idx[lane], s[lane])` for each active lane in lane order, as
+/// `store(idx[lane], s[lane])` for each active lane in lane order, as
 /// [`gather`] reads (lanes before an out-of-bounds one have written).
 #[inline(always)]
 pub(super) fn scatter(
@@ -122,17 +143,47 @@ pub(super) fn scatter(
     idx: &[u32],
     extent: u32,
     s: &[u32],
-    mut write: impl FnMut(usize, u32),
+    mut store: impl FnMut(usize, u32),
 ) -> Result<(), usize> {
     if let Lanes::Range(lo, hi) = lanes {
         if all_below(&idx[lo..hi], extent) {
             for (&v, &i) in s[lo..hi].iter().zip(&idx[lo..hi]) {
-                write(i as usize, v);
+                store(i as usize, v);
             }
             return Ok(());
         }
     }
-    try_each_index(lanes, idx, extent, |l, i| write(i, s[l]))
+    try_each_index(lanes, idx, extent, |l, i| store(i, s[l]))
+}
+
+/// Lanes [`gather`] looks at together.
+pub(super) const GROUP: usize = 8;
+
+enum Group {
+    /// `first, first + 1, ...`
+    Consecutive,
+    /// One index.
+    Same,
+    Other,
+}
+
+/// The shape of a group of [`GROUP`] in-bounds indices (below `u32::MAX`,
+/// so `first + GROUP - 1` does not wrap when they are consecutive).
+#[inline(always)]
+fn group_shape(idx: &[u32]) -> Group {
+    let first = idx[0];
+    let (mut stray, mut other) = (0, 0);
+    for (k, &i) in idx.iter().enumerate() {
+        stray |= i ^ first.wrapping_add(k as u32);
+        other |= i ^ first;
+    }
+    if stray == 0 {
+        Group::Consecutive
+    } else if other == 0 {
+        Group::Same
+    } else {
+        Group::Other
+    }
 }
 
 /// Whether every index is below `extent` (no early exit: it vectorises).

@@ -269,11 +269,17 @@ impl BlockState {
             let base = self.own_base(acc);
             self.load_indexed(code, env, acc, (&self.regs[r], base, extent), &mut d)
         } else {
-            let folded = self.fold_indices(code, acc);
+            let fold = self.fold_indices(code, acc, env.detect.is_none());
+            let folded = fold.map(Fold::folded);
             let flat = take(&mut self.flat);
-            let result = match folded {
-                Some((base, extent)) if env.detect.is_none() => {
-                    self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
+            let result = match fold {
+                Some(Fold {
+                    base,
+                    extent,
+                    direct,
+                }) if env.detect.is_none() => {
+                    let idx = direct.map_or(&flat[..], |r| &self.regs[r][..]);
+                    self.load_indexed(code, env, acc, (idx, base, extent), &mut d)
                 }
                 _ => (|| {
                     let mut settled = SettledReads::new();
@@ -339,8 +345,15 @@ impl BlockState {
     /// extent of the elements the access may reach from it; `None`
     /// (nothing folded) when that extent does not fit below `u32::MAX`.
     /// Each index is its register times its stride; a uniform one
-    /// (`ProgramCode::uniform`) is checked once and moves the base.
-    fn fold_indices(&mut self, code: &ProgramCode, acc: &CompiledAccess) -> Option<(u64, u32)> {
+    /// (`ProgramCode::uniform`) is checked once and moves the base. With
+    /// `direct_ok`, an access whose only non-uniform index is the last one
+    /// folds nothing: its register is the index ([`Fold::direct`]).
+    fn fold_indices(
+        &mut self,
+        code: &ProgramCode,
+        acc: &CompiledAccess,
+        direct_ok: bool,
+    ) -> Option<Fold> {
         let instances = acc
             .coords
             .iter()
@@ -351,45 +364,71 @@ impl BlockState {
             .filter(|&e| e < u32::MAX)?;
         let (lo, hi) = self.span.unwrap_or((0, self.mask.len()));
         let first_active = first_lane(lanes_of(self.span, &self.mask));
-        let flat = &mut self.flat[lo..hi];
+        let own_base = self.own_base(acc);
+        let indices = || acc.coords.iter().flatten().chain(&acc.dims).rev();
+        // From the last dimension to the first: the stride is the product
+        // of the extents after it (at most `extent`). The uniform ones first.
         let mut offset = 0u32;
         let mut stride = 1u32;
-        let mut first = true;
-        // From the last dimension to the first: the stride is the product
-        // of the extents after it (at most `extent`).
-        for &(r, e, _) in acc.coords.iter().flatten().chain(&acc.dims).rev() {
+        let mut varying = 0;
+        for &(r, e, _) in indices() {
             if code.uniform[r] {
-                let Some(lane) = first_active else {
-                    continue;
-                };
-                let i = self.regs[r][lane];
-                if i >= e {
+                let i = first_active.map_or(0, |lane| self.regs[r][lane]);
+                if i >= e && first_active.is_some() {
                     // Every active lane is out of bounds.
-                    flat.fill(u32::MAX);
-                    return Some((self.own_base(acc), extent));
+                    self.flat[lo..hi].fill(u32::MAX);
+                    return Some(Fold::flat(own_base, extent));
                 }
                 offset = offset.wrapping_add(i.wrapping_mul(stride));
             } else {
+                varying += 1;
+            }
+            stride = stride.wrapping_mul(e);
+        }
+        let base = own_base + u64::from(offset);
+        if let Some(&(r, e, _)) = indices().next() {
+            if direct_ok && varying == 1 && !code.uniform[r] {
+                return Some(Fold {
+                    base,
+                    extent: e,
+                    direct: Some(r),
+                });
+            }
+        }
+        let flat = &mut self.flat[lo..hi];
+        let mut stride = 1u32;
+        let mut first = true;
+        for &(r, e, _) in indices() {
+            if !code.uniform[r] {
                 let idx = &self.regs[r][lo..hi];
-                if first {
-                    for (f, &i) in flat.iter_mut().zip(idx) {
-                        *f = if i < e {
-                            i.wrapping_mul(stride)
-                        } else {
-                            u32::MAX
-                        };
+                match (first, stride.is_power_of_two()) {
+                    (true, true) => {
+                        let shift = stride.trailing_zeros();
+                        for (f, &i) in flat.iter_mut().zip(idx) {
+                            *f = if i < e { i << shift } else { u32::MAX };
+                        }
                     }
-                    first = false;
-                } else {
+                    (true, false) => {
+                        for (f, &i) in flat.iter_mut().zip(idx) {
+                            *f = if i < e {
+                                i.wrapping_mul(stride)
+                            } else {
+                                u32::MAX
+                            };
+                        }
+                    }
                     // In bounds, the running index stays below the extent.
-                    for (f, &i) in flat.iter_mut().zip(idx) {
-                        *f = if *f != u32::MAX && i < e {
-                            f.wrapping_add(i.wrapping_mul(stride))
-                        } else {
-                            u32::MAX
-                        };
+                    (false, _) => {
+                        for (f, &i) in flat.iter_mut().zip(idx) {
+                            *f = if *f != u32::MAX && i < e {
+                                f.wrapping_add(i.wrapping_mul(stride))
+                            } else {
+                                u32::MAX
+                            };
+                        }
                     }
                 }
+                first = false;
             }
             stride = stride.wrapping_mul(e);
         }
@@ -399,10 +438,7 @@ impl BlockState {
             flat.fill(0);
         }
         // In bounds, offset + index < extent.
-        Some((
-            self.own_base(acc) + u64::from(offset),
-            extent - offset.min(extent),
-        ))
+        Some(Fold::flat(base, extent - offset.min(extent)))
     }
 
     /// Lane `lane`'s element address from `fold_indices`' result, or as
@@ -476,7 +512,7 @@ impl BlockState {
                             .for_each(|(d, w)| *d = w.load(Relaxed));
                         return Ok(());
                     }
-                    gather(lanes, idx, extent, d, |i| words[i].load(Relaxed))
+                    gather(lanes, idx, extent, d, words, |w| w.load(Relaxed))
                 }
             }
             Target::Smem(s) => {
@@ -488,7 +524,7 @@ impl BlockState {
                         d[lanes].copy_from_slice(&words[at]);
                         return Ok(());
                     }
-                    gather(lanes, idx, extent, d, |i| words[i])
+                    gather(lanes, idx, extent, d, words, |&w| w)
                 }
             }
             Target::Local(id) => {
@@ -608,10 +644,11 @@ impl BlockState {
         if plain && acc.coords.is_none() && acc.dims.len() == 1 {
             return self.store_indexed(code, env, src, acc, None);
         }
-        let folded = self.fold_indices(code, acc);
-        if plain && folded.is_some() {
-            return self.store_indexed(code, env, src, acc, folded);
+        let fold = self.fold_indices(code, acc, plain);
+        if plain && fold.is_some() {
+            return self.store_indexed(code, env, src, acc, fold);
         }
+        let folded = fold.map(Fold::folded);
         self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
             block.detect_access(code, env, acc, addr, l, false, true, false)?;
             let v = block.regs[src][l];
@@ -655,25 +692,29 @@ impl BlockState {
     }
 
     /// A store without detection or lane shuffling of a one-dimensional
-    /// access (`folded` `None`: the index register, the block's own
-    /// instance) or of the indices `fold_indices` folded into `self.flat`
-    /// (`folded` its base and extent); lanes before an out-of-bounds one
-    /// still store.
+    /// access (`fold` `None`: the index register, the block's own
+    /// instance) or of one `fold_indices` folded; lanes before an
+    /// out-of-bounds one still store.
     fn store_indexed(
         &mut self,
         code: &ProgramCode,
         env: &Env,
         src: usize,
         acc: &CompiledAccess,
-        folded: Option<(u64, u32)>,
+        fold: Option<Fold>,
     ) -> Result<(), RunError> {
         let t = code.threads;
-        let (idx, base, extent) = match folded {
+        let (idx, base, extent) = match fold {
             None => {
                 let (r, extent, _) = acc.dims[0];
                 (&self.regs[r][..], self.own_base(acc), extent)
             }
-            Some((base, extent)) => (&self.flat[..], base, extent),
+            Some(Fold {
+                base,
+                extent,
+                direct: Some(r),
+            }) => (&self.regs[r][..], base, extent),
+            Some(Fold { base, extent, .. }) => (&self.flat[..], base, extent),
         };
         let lanes = lanes_of(self.span, &self.mask);
         let s = &self.regs[src];
@@ -743,7 +784,7 @@ impl BlockState {
         let t = code.threads;
         let float = acc.elem == crate::ir::ScalarType::F32;
         let ftz = code.flush_subnormals;
-        let folded = self.fold_indices(code, acc);
+        let folded = self.fold_indices(code, acc, false).map(Fold::folded);
         self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
             let reads = op != AtomicOp::Store;
             let writes = op != AtomicOp::Load;
@@ -826,5 +867,30 @@ impl SettledReads {
 
     fn insert(&mut self, addr: u64) {
         self.slots[addr as usize % 32] = addr;
+    }
+}
+
+/// What [`BlockState::fold_indices`] made of an access: each active lane
+/// reaches element `base + index`, its index below `extent` (else out of
+/// bounds), the index from `self.flat` or, when `direct`, that register.
+#[derive(Clone, Copy)]
+pub(super) struct Fold {
+    base: u64,
+    extent: u32,
+    direct: Option<usize>,
+}
+
+impl Fold {
+    fn flat(base: u64, extent: u32) -> Fold {
+        Fold {
+            base,
+            extent,
+            direct: None,
+        }
+    }
+
+    /// The base and extent of an access folded into `self.flat`.
+    fn folded(self) -> (u64, u32) {
+        (self.base, self.extent)
     }
 }

@@ -516,10 +516,18 @@ impl BlockState {
                 }
             }
             Target::Smem(s) => {
+                let base = base as usize;
                 let words: &[u32] = &self.smem[s];
                 if packed {
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = get_packed(words, i))
+                    if let Some(Run { lanes, words: at }) = run {
+                        get_run_packed(words, base + at.start, &mut d[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        d[l] = get_packed(words, base + i)
+                    })
                 } else {
+                    let words = words.get(base..).ok_or_else(|| corrupt(code))?;
                     if let Some(Run { lanes, words: at }) = run {
                         d[lanes].copy_from_slice(&words[at]);
                         return Ok(());
@@ -528,13 +536,14 @@ impl BlockState {
                 }
             }
             Target::Local(id) => {
+                let base = base as usize;
                 let words = &self.locals[id];
                 if packed {
                     try_each_index(lanes, idx, extent, |l, i| {
-                        d[l] = get_packed(words, i * t + l)
+                        d[l] = get_packed(words, (base + i) * t + l)
                     })
                 } else {
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i * t + l])
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[(base + i) * t + l])
                 }
             }
         };
@@ -744,10 +753,16 @@ impl BlockState {
                 }
             }
             Target::Smem(k) => {
+                let base = base as usize;
                 let words: &mut [u32] = &mut self.smem[k];
                 if packed {
-                    try_each_index(lanes, idx, extent, |l, i| set_packed(words, i, s[l]))
+                    if let Some(Run { lanes, words: at }) = run {
+                        set_run_packed(words, base + at.start, &s[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| set_packed(words, base + i, s[l]))
                 } else {
+                    let words = words.get_mut(base..).ok_or_else(|| corrupt(code))?;
                     if let Some(Run { lanes, words: at }) = run {
                         words[at].copy_from_slice(&s[lanes]);
                         return Ok(());
@@ -756,13 +771,14 @@ impl BlockState {
                 }
             }
             Target::Local(id) => {
+                let base = base as usize;
                 let words = &mut self.locals[id];
                 if packed {
                     try_each_index(lanes, idx, extent, |l, i| {
-                        set_packed(words, i * t + l, s[l])
+                        set_packed(words, (base + i) * t + l, s[l])
                     })
                 } else {
-                    try_each_index(lanes, idx, extent, |l, i| words[i * t + l] = s[l])
+                    try_each_index(lanes, idx, extent, |l, i| words[(base + i) * t + l] = s[l])
                 }
             }
         };

@@ -116,6 +116,9 @@ impl BlockState {
                         (false, Lanes::Range(lo, hi)) => {
                             d[lo..hi].copy_from_slice(&words[row + lo..row + hi])
                         }
+                        (true, Lanes::Range(lo, hi)) => {
+                            get_run_packed(words, row + lo, &mut d[lo..hi])
+                        }
                         (true, _) => each(lanes, |l| d[l] = get_packed(words, row + l)),
                         (false, _) => each(lanes, |l| d[l] = words[row + l]),
                     }
@@ -189,6 +192,7 @@ impl BlockState {
                     (false, Lanes::Range(lo, hi)) => {
                         words[row + lo..row + hi].copy_from_slice(&s[lo..hi])
                     }
+                    (true, Lanes::Range(lo, hi)) => set_run_packed(words, row + lo, &s[lo..hi]),
                     (true, _) => each(lanes, |l| set_packed(words, row + l, s[l])),
                     (false, _) => each(lanes, |l| words[row + l] = s[l]),
                 }

@@ -131,9 +131,9 @@ pub(super) fn mma_m16n8k16(
         if count != warp || base + warp > threads {
             return Err(w);
         }
-        let mut a = vec![[0f32; 16]; m];
-        let mut b = vec![[0f32; 8]; k];
-        let mut c = vec![[0f32; 8]; m];
+        let mut a = [[0f32; 16]; 16];
+        let mut b = [[0f32; 8]; 16];
+        let mut c = [[0f32; 8]; 16];
         for lane in 0..WARP_SIZE {
             let t = base + lane as usize;
             for (i, &r) in (0..).zip(&regs.a) {
@@ -149,18 +149,17 @@ pub(super) fn mma_m16n8k16(
                 c[row as usize][col as usize] = maybe_flush(f32::from_bits(all[r][t]));
             }
         }
-        let mut out = vec![[0f32; 8]; m];
+        let mut out = [[0f32; 8]; 16];
+        if probe == MmaProbe::Off {
+            out = match ftz {
+                false => mma_sums::<false>(&a, &b, &c),
+                true => mma_sums::<true>(&a, &b, &c),
+            };
+        }
         for row in 0..m {
             for col in 0..n {
                 out[row][col] = match probe {
-                    MmaProbe::Off => {
-                        let mut acc = c[row][col];
-                        for kk in 0..k {
-                            let product = maybe_flush(a[row][kk] * b[kk][col]);
-                            acc = maybe_flush(acc + product);
-                        }
-                        acc
-                    }
+                    MmaProbe::Off => continue,
                     MmaProbe::Magnitude => {
                         // Each product of two widened 16-bit values is exact in f64.
                         let products =
@@ -181,6 +180,34 @@ pub(super) fn mma_m16n8k16(
         }
     }
     Ok(())
+}
+
+/// D = C + A B of one warp's 16x16 A, 16x8 B and 16x8 C: each element
+/// starts from C and adds the products for k = 0, 1, ..., 15, each product
+/// and each sum an f32 operation (flushed when `FTZ`). The eight columns of
+/// a row are independent sums, computed side by side (they vectorise).
+fn mma_sums<const FTZ: bool>(
+    a: &[[f32; 16]; 16],
+    b: &[[f32; 8]; 16],
+    c: &[[f32; 8]; 16],
+) -> [[f32; 8]; 16] {
+    let maybe_flush = |v: f32| {
+        if FTZ {
+            f32::from_bits(flush(v.to_bits()))
+        } else {
+            v
+        }
+    };
+    let mut out = *c;
+    for (acc, a) in out.iter_mut().zip(a) {
+        for (&x, b) in a.iter().zip(b) {
+            for (acc, &y) in acc.iter_mut().zip(b) {
+                let product = maybe_flush(x * y);
+                *acc = maybe_flush(*acc + product);
+            }
+        }
+    }
+    out
 }
 
 /// How `mma_m16n8k16` computes: flushing subnormals or not, and its probe.

@@ -134,19 +134,24 @@ pub(super) fn mma_m16n8k16(
         let mut a = [[0f32; 16]; 16];
         let mut b = [[0f32; 8]; 16];
         let mut c = [[0f32; 8]; 16];
-        for lane in 0..WARP_SIZE {
-            let t = base + lane as usize;
-            for (i, &r) in (0..).zip(&regs.a) {
+        // Register by register: the warp's lanes of each are one slice.
+        let lanes_of = |r: usize| &all[r][base..base + warp];
+        for (i, &r) in (0..).zip(&regs.a) {
+            for (lane, &bits) in (0..).zip(lanes_of(r)) {
                 let (row, col) = mma::a_position(lane, i);
-                a[row as usize][col as usize] = maybe_flush(widen(all[r][t]));
+                a[row as usize][col as usize] = maybe_flush(widen(bits));
             }
-            for (i, &r) in (0..).zip(&regs.b) {
+        }
+        for (i, &r) in (0..).zip(&regs.b) {
+            for (lane, &bits) in (0..).zip(lanes_of(r)) {
                 let (row, col) = mma::b_position(lane, i);
-                b[row as usize][col as usize] = maybe_flush(widen(all[r][t]));
+                b[row as usize][col as usize] = maybe_flush(widen(bits));
             }
-            for (i, &r) in (0..).zip(&regs.c) {
+        }
+        for (i, &r) in (0..).zip(&regs.c) {
+            for (lane, &bits) in (0..).zip(lanes_of(r)) {
                 let (row, col) = mma::c_position(lane, i);
-                c[row as usize][col as usize] = maybe_flush(f32::from_bits(all[r][t]));
+                c[row as usize][col as usize] = maybe_flush(f32::from_bits(bits));
             }
         }
         let mut out = [[0f32; 8]; 16];

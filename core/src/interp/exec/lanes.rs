@@ -91,20 +91,21 @@ pub(super) fn try_each_index(
     }
 }
 
-/// `d[lane] = load(&words[idx[lane]])` for each active lane whose index is
-/// below `extent`; stops at the first lane out of bounds and returns it. On
-/// a lane range whose indices are all in bounds (one pass that vectorises
+/// `d[lane] = load(idx[lane])` for each active lane whose index is below
+/// `extent`; stops at the first lane out of bounds and returns it. On a
+/// lane range whose indices are all in bounds (one pass that vectorises
 /// finds out) it goes by groups of [`GROUP`] lanes: a group of consecutive
-/// indices is a slice copy, a group of one index a broadcast (the rows and
-/// columns of a tile, `tile[k, tx]`, `tile[ty, k]`), others lane by lane.
+/// indices is one `load_run(first, group)`, a group of one index a
+/// broadcast (the rows and columns of a tile, `tile[k, tx]`,
+/// `tile[ty, k]`), others lane by lane.
 #[inline(always)]
-pub(super) fn gather<W>(
+pub(super) fn gather(
     lanes: Lanes,
     idx: &[u32],
     extent: u32,
     d: &mut [u32],
-    words: &[W],
-    load: impl Fn(&W) -> u32,
+    load: impl Fn(usize) -> u32,
+    load_run: impl Fn(usize, &mut [u32]),
 ) -> Result<(), usize> {
     if let Lanes::Range(lo, hi) = lanes {
         if all_below(&idx[lo..hi], extent) {
@@ -113,26 +114,22 @@ pub(super) fn gather<W>(
             for (d, idx) in (&mut groups).zip(&mut indices) {
                 let first = idx[0] as usize;
                 match group_shape(idx) {
-                    Group::Consecutive => {
-                        for (d, w) in d.iter_mut().zip(&words[first..first + GROUP]) {
-                            *d = load(w);
-                        }
-                    }
-                    Group::Same => d.fill(load(&words[first])),
+                    Group::Consecutive => load_run(first, d),
+                    Group::Same => d.fill(load(first)),
                     Group::Other => {
                         for (d, &i) in d.iter_mut().zip(idx) {
-                            *d = load(&words[i as usize]);
+                            *d = load(i as usize);
                         }
                     }
                 }
             }
             for (d, &i) in groups.into_remainder().iter_mut().zip(indices.remainder()) {
-                *d = load(&words[i as usize]);
+                *d = load(i as usize);
             }
             return Ok(());
         }
     }
-    try_each_index(lanes, idx, extent, |l, i| d[l] = load(&words[i]))
+    try_each_index(lanes, idx, extent, |l, i| d[l] = load(i))
 }
 
 /// `store(idx[lane], s[lane])` for each active lane in lane order, as

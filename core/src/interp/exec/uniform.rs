@@ -142,7 +142,7 @@ impl BlockState {
         t: usize,
     ) -> Result<u32, RunError> {
         let words = match acc.target {
-            Target::Global(b) => env.bufs[b].words.len(),
+            Target::Global(b) => env.bufs[b].len(),
             Target::Smem(s) => self.smem[s].len(),
             Target::Local(id) => self.locals[id].len() / t.max(1),
         };
@@ -172,7 +172,7 @@ impl BlockState {
         let packed = acc.elem.is_16bit();
         match acc.target {
             Target::Global(b) => {
-                if words_of(acc.elem, addr + 1) > env.bufs[b].words.len() as u64 {
+                if words_of(acc.elem, addr + 1) > env.bufs[b].len() as u64 {
                     return Err(corrupt(code));
                 }
             }
@@ -200,7 +200,6 @@ impl BlockState {
             }
         }
         let v = self.regs[src][last];
-        self.write_elem(env, acc, addr, last, t, v);
-        Ok(())
+        self.write_elem(env, acc, addr, last, t, v)
     }
 }

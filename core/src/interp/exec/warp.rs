@@ -238,11 +238,16 @@ fn mma_sums<const FTZ: bool>(
         }
     };
     let mut out = *c;
-    for (acc, a) in out.iter_mut().zip(a) {
-        for (&x, b) in a.iter().zip(b) {
-            for (acc, &y) in acc.iter_mut().zip(b) {
-                let product = maybe_flush(x * y);
-                *acc = maybe_flush(*acc + product);
+    // Four rows at a time: eight independent sums per column group keep
+    // the adds' latency hidden.
+    for (acc, a) in out.chunks_exact_mut(4).zip(a.chunks_exact(4)) {
+        for (k, b) in b.iter().enumerate() {
+            for (acc, a) in acc.iter_mut().zip(a) {
+                let x = a[k];
+                for (acc, &y) in acc.iter_mut().zip(b) {
+                    let product = maybe_flush(x * y);
+                    *acc = maybe_flush(*acc + product);
+                }
             }
         }
     }

@@ -297,8 +297,17 @@ impl Compiler<'_> {
     }
 
     /// A loop body between a push and a pop of the iteration's mask, so
-    /// that lanes that `continue` come back for the next iteration.
+    /// that lanes that `continue` come back for the next iteration. A body
+    /// without a `break` or `continue` of its own ends with the mask it
+    /// started with (every construct in it restores the mask it found):
+    /// nothing to save.
     fn loop_body(&mut self, body: &[Stmt]) -> Result<(), RunError> {
+        if !exits_loop(body) {
+            self.loop_depths.push(self.mask_depth);
+            self.body_at(PathStep::Body, body)?;
+            self.loop_depths.pop();
+            return Ok(());
+        }
         self.code.push(Instr::PushMask);
         self.mask_depth += 1;
         self.loop_depths.push(self.mask_depth);
@@ -1129,6 +1138,26 @@ fn cast_kind(from: ScalarType, to: ScalarType) -> UnKind {
         (Bool, I32 | U32, ..) => UnKind::B2I,
         _ => UnKind::Copy,
     }
+}
+
+/// Whether `body` has a `break` or `continue` of the loop it is the body
+/// of (outside the loops nested in it).
+fn exits_loop(body: &[Stmt]) -> bool {
+    let mut stack: Vec<&[Stmt]> = vec![body];
+    while let Some(stmts) = stack.pop() {
+        for s in stmts {
+            match s {
+                Stmt::Break | Stmt::Continue => return true,
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => stack.extend([&then_body[..], &else_body[..]]),
+                _ => {}
+            }
+        }
+    }
+    false
 }
 
 /// Whether evaluating `e` loads from memory (the only part of an expression

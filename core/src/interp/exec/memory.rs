@@ -563,7 +563,9 @@ impl BlockState {
     }
 
     /// Element `addr` of an access's memory, as a lane's register holds it
-    /// (a 16-bit element in the low half).
+    /// (a 16-bit element in the low half). Inlined: the per-lane loads of
+    /// checked mode call it once a lane.
+    #[inline(always)]
     pub(super) fn read_elem(
         &self,
         env: &Env,
@@ -695,16 +697,19 @@ impl BlockState {
         let flat = take(&mut self.flat);
         let order = self.lane_order(env, t);
         let mut result = Ok(());
+        // The error moves only when there is one (a `RunError` is large:
+        // assigning every lane's `Ok` through it copied it each time).
         for k in 0..t {
             let l = order.as_ref().map_or(k, |o| o[k]);
             if !self.mask[l] {
                 continue;
             }
-            result = match self.lane_address(code, acc, folded, &flat, l) {
+            let lane = match self.lane_address(code, acc, folded, &flat, l) {
                 Ok(addr) => per_lane(self, env, l, addr),
                 Err(e) => Err(*e),
             };
-            if result.is_err() {
+            if let Err(e) = lane {
+                result = Err(e);
                 break;
             }
         }

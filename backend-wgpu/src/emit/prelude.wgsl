@@ -349,6 +349,22 @@ fn mpmd_f32_to_f16(x: f32) -> u32 {
   return sign | (q + u32(up));
 }
 
+// ==== section f16_to_f32_native
+// f16 bits to f32 with the adapter's conversion, used only where a probe
+// dispatch found it exact on every f16 pattern, a NaN giving a NaN
+// (payloads are unspecified: docs/numerics.md); see `f16_conversions.rs`.
+fn mpmd_f16_to_f32(h: u32) -> f32 {
+  return unpack2x16float(h).x;
+}
+
+// ==== section f32_to_f16_native
+// f32 to f16 with the adapter's conversion, used only where a probe dispatch
+// found it to round to nearest, ties to even, overflow to infinity and keep
+// subnormals, a NaN giving a NaN; see `f16_conversions.rs`.
+fn mpmd_f32_to_f16(x: f32) -> u32 {
+  return pack2x16float(vec2<f32>(x, 0.0)) & 0xffffu;
+}
+
 // ==== section u64
 // Unsigned 64-bit integers as vec2<u32>(high word, low word), for fma_f32.
 // Shift amounts of 32 or more are written out: WGSL shifts a u32 by the

@@ -1,21 +1,24 @@
-//! Which f16 conversions an adapter gets: WGSL's `unpack2x16float` and
-//! `pack2x16float` only where a probe dispatch found them to be the
+//! Which f16 conversions an adapter gets: the adapter-dependent ones
+//! (`F16Conversions::Native`: WGSL's `unpack2x16float` to widen; to narrow,
+//! a branch-free rounding whose subnormal case is the adapter's f32
+//! addition, `|x| + 0.5`) only where a probe dispatch found them to be the
 //! language's conversions (docs/numerics.md, "f16 and bf16"); the
 //! conversions written out on the bits everywhere else.
 //!
-//! WGSL pins down neither the rounding of `pack2x16float` nor what either
-//! builtin does with subnormals, so nothing is assumed: once per device,
-//! the first plan that converts f16 values runs [`PROBE`] with native
-//! conversions and compares every result with `mpmd_core::numerics`:
-//! every one of the 65,536 f16 patterns widened (exact; a NaN must stay a
-//! NaN, its payload being unspecified), and narrowed: every finite f16
-//! value, the midpoint between it and the next one up in magnitude (a tie:
-//! to even) and the f32 values on either side of that midpoint, both
-//! signs, then the overflow threshold, f32 subnormals, infinities and
-//! NaNs. A rounding that is not to nearest even, an overflow that is not
-//! infinity, a flushed subnormal or a NaN that becomes an infinity shows
-//! up in these values whatever the implementation (the conversion is
-//! monotonic on each side of zero, so its boundaries are its midpoints).
+//! WGSL pins down neither what `unpack2x16float` does with subnormals nor
+//! which way an f32 addition rounds ("correctly rounded" allows either
+//! neighbour), so nothing is assumed: once per device, the first plan that
+//! has f16 values runs [`PROBE`] with these conversions and compares every
+//! result with `mpmd_core::numerics`: every one of the 65,536 f16 patterns
+//! widened (exact; a NaN must stay a NaN, its payload being unspecified),
+//! and narrowed: every finite f16 value, the midpoint between it and the
+//! next one up in magnitude (a tie: to even) and the f32 values on either
+//! side of that midpoint, both signs, then the overflow threshold, f32
+//! subnormals, infinities and NaNs. A rounding that is not to nearest even,
+//! an overflow that is not infinity, a flushed subnormal or a NaN that
+//! becomes an infinity shows up in these values whatever the implementation
+//! (rounding is monotonic on each side of zero, so its boundaries are the
+//! midpoints).
 
 use std::fmt;
 
@@ -42,8 +45,8 @@ impl F16Choice {
         match result {
             Ok(()) => F16Choice {
                 conversions: F16Conversions::Native,
-                why: "a probe dispatch found unpack2x16float and pack2x16float exact on every f16 \
-                      pattern and every rounding boundary"
+                why: "a probe dispatch found them exact on every f16 pattern and every rounding \
+                      boundary"
                     .to_string(),
             },
             Err(failure) => F16Choice {
@@ -193,7 +196,7 @@ pub(crate) fn check(wide: &[u32], inputs: &[u32], narrow: &[u32]) -> Result<(), 
         let same = got == want.to_bits() || (want.is_nan() && f32::from_bits(got).is_nan());
         if !same {
             return Err(format!(
-                "unpack2x16float of f16 {pattern:#06x} gave f32 {got:#010x}, not {:#010x}",
+                "widening f16 {pattern:#06x} gave f32 {got:#010x}, not {:#010x}",
                 want.to_bits()
             ));
         }
@@ -204,7 +207,7 @@ pub(crate) fn check(wide: &[u32], inputs: &[u32], narrow: &[u32]) -> Result<(), 
         let same = got == want || (half_is_nan(want) && got <= 0xffff && half_is_nan(got));
         if !same {
             return Err(format!(
-                "pack2x16float of f32 {input:#010x} ({:e}) gave f16 {got:#06x}, not {want:#06x}",
+                "narrowing f32 {input:#010x} ({:e}) gave f16 {got:#06x}, not {want:#06x}",
                 f32::from_bits(input)
             ));
         }
@@ -355,7 +358,7 @@ mod tests {
         let err = check(&flushed_wide, &inputs, &narrow).unwrap_err();
         assert_eq!(
             err,
-            "unpack2x16float of f16 0x0001 gave f32 0x00000000, not 0x33800000"
+            "widening f16 0x0001 gave f32 0x00000000, not 0x33800000"
         );
         let nan_to_infinity: Vec<u32> = (0..=u16::MAX)
             .map(|p| match p & 0x7fff > 0x7c00 {

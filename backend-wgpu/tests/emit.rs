@@ -570,7 +570,7 @@ map axpb16 { programs [m: axpb16]; inputs [x: gmem<f16[256]>]; outputs [y: gmem<
 /// Native f16 conversions (issue 25, `F16Conversions::Native`) change the
 /// two conversion helpers' bodies and nothing else: the kernels call
 /// `mpmd_f16_to_f32`/`mpmd_f32_to_f16` either way. naga validates the
-/// module with `pack2x16float` allowed only for the native ones.
+/// module with `unpack2x16float` allowed only for the native ones.
 #[test]
 fn native_f16_conversions_change_only_the_conversion_helpers() {
     let m = module(
@@ -598,7 +598,7 @@ map axpb16 { programs [m: axpb16]; inputs [x: gmem<f16[256]>]; outputs [y: gmem<
         function(&emulated, "unit0_axpb16"),
         function(&native, "unit0_axpb16")
     );
-    assert!(!emulated.contains("pack2x16float"), "{emulated}");
+    assert!(!emulated.contains("unpack2x16float"), "{emulated}");
     insta::assert_snapshot!(
         "native_f16_conversions",
         functions(&native, &["mpmd_f16_to_f32", "mpmd_f32_to_f16"])

@@ -112,13 +112,16 @@ pub enum WarpPath {
 pub enum F16Conversions {
     /// Written out on the bits (`mpmd_f16_to_f32`, `mpmd_f32_to_f16`):
     /// exact on every adapter, since WGSL pins down neither the rounding
-    /// of `pack2x16float` nor what its conversions do with subnormals.
+    /// of its conversions (or of an f32 addition) nor what they do with
+    /// subnormals.
     #[default]
     Emulated,
-    /// WGSL's `unpack2x16float` and `pack2x16float`, with infinities and
-    /// NaN still decided on the bits: only for an adapter where a probe
-    /// dispatch found them exact (`crate::F16Choice`); several times
-    /// cheaper on lavapipe.
+    /// WGSL's `unpack2x16float` to widen; to narrow, a rounding without
+    /// branches whose subnormal case is the adapter's f32 addition (WGSL
+    /// lets it round either way): only for an adapter where a probe
+    /// dispatch found both exact (`crate::F16Choice`); several times
+    /// cheaper on lavapipe, where every branch of the conversions on the
+    /// bits runs for every SIMD vector.
     Native,
 }
 
@@ -406,9 +409,9 @@ pub fn validate_wgsl_with(source: &str, warps: WarpPath) -> Result<naga::Module,
 
 /// [`validate_wgsl_with`] for a module emitted with `options`: subgroup
 /// operations allowed also for paired 16-bit stores and loop counts
-/// ([`EmitOptions::subgroups`]), and `pack2x16float`/`unpack2x16float`
-/// for native f16 conversions (what wgpu allows on a device whose
-/// downlevel flags have `SHADER_F16_IN_F32`).
+/// ([`EmitOptions::subgroups`]), and `unpack2x16float` for native f16
+/// conversions (what wgpu allows on a device whose downlevel flags have
+/// `SHADER_F16_IN_F32`).
 fn validate_wgsl_capabilities(source: &str, options: &EmitOptions) -> Result<naga::Module, String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
     let mut capabilities = naga::valid::Capabilities::default();

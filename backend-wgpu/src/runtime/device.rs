@@ -248,10 +248,10 @@ impl WgpuBackend {
     }
 
     /// How this backend converts f16 values here, and why, unless
-    /// `WgpuOptions::f16_conversions` asks for a way: WGSL's
-    /// `unpack2x16float`/`pack2x16float` where, once per device, a probe
-    /// dispatch found them to be the language's conversions on every f16
-    /// pattern and every rounding boundary (`f16_conversions::probe`);
+    /// `WgpuOptions::f16_conversions` asks for a way: the native ones
+    /// (`F16Conversions::Native`) where, once per device, a probe dispatch
+    /// found them to be the language's conversions on every f16 pattern
+    /// and every rounding boundary (`f16_conversions::probe`);
     /// otherwise the conversions on the bits. The probe runs on the first
     /// call (of this or a plan's [`Self::plan_emit_options`] with f16
     /// values), not before.

@@ -416,8 +416,6 @@ const CUDA_API: &[&str] = &[
     "EmitError",
     "Emulated",
     "EmittedModule",
-    "F16Choice",
-    "F16Conversions",
     "HOST_CACHE_BYTES",
     "HOST_CXX_FLAGS",
     "HOST_MEMORY_PROGRAMS",

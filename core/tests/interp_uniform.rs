@@ -480,3 +480,78 @@ map k {{
         assert!(u.to_string().contains("thread 3"), "{u}");
     }
 }
+
+/// Expressions computed again take the earlier result only while it is
+/// still the value: not after an operand variable is assigned, not in a
+/// loop that assigns it, not after the `if` whose lanes alone computed it,
+/// not from a temporary an assignment took over.
+const REUSE: &str = r#"
+mesh m {
+  grid [g = 2];
+  threads t = 40;
+}
+
+kernel k(y: gmem<u32[2, 8, 40]>) {
+  let tid: u32 = axis_index(t);
+  let g: u32 = axis_index(g);
+  var x: u32 = tid;
+  let a: u32 = x * 3u;
+  x = x + 1u;
+  let b: u32 = x * 3u;
+  var acc: u32 = 0u;
+  for i: u32 in 0u..3u {
+    let c: u32 = x * 3u;
+    acc = acc + c + i * 2u;
+    x = x + 1u;
+  }
+  var d: u32 = 0u;
+  if tid % 2u == 0u {
+    d = tid * 7u;
+  }
+  let e: u32 = tid * 7u;
+  var s: u32 = tid + 100u;
+  let f: u32 = tid + 100u;
+  s = s + 1u;
+  let h: u32 = x * 3u + g;
+  y[g, 0u, tid] = a;
+  y[g, 1u, tid] = b;
+  y[g, 2u, tid] = acc;
+  y[g, 3u, tid] = d;
+  y[g, 4u, tid] = e;
+  y[g, 5u, tid] = f;
+  y[g, 6u, tid] = s;
+  y[g, 7u, tid] = h;
+}
+
+map k {
+  programs [m: k];
+  outputs [y: gmem<u32[2, 8, 40]>];
+}
+"#;
+
+#[test]
+fn a_computed_value_is_reused_only_while_it_holds() {
+    for (mode, ftz) in modes() {
+        let out = call(REUSE, "k", &[], mode, ftz).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        let y = out.outputs["y"].to_u32();
+        for g in 0..2u32 {
+            for t in 0..40u32 {
+                let d = if t % 2 == 0 { 7 * t } else { 0 };
+                let want = [
+                    3 * t,
+                    3 * (t + 1),
+                    9 * t + 24,
+                    d,
+                    7 * t,
+                    t + 100,
+                    t + 101,
+                    3 * (t + 4) + g,
+                ];
+                for (row, &w) in (0u32..).zip(&want) {
+                    let got = y[((g * 8 + row) * 40 + t) as usize];
+                    assert_eq!(got, w, "{mode:?}: block {g} thread {t} row {row}");
+                }
+            }
+        }
+    }
+}

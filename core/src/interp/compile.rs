@@ -63,6 +63,9 @@ struct Compiler<'a> {
     construct_marks: Vec<(usize, Option<usize>)>,
     declared_in: Vec<Option<usize>>,
     loop_constructs: Vec<usize>,
+    /// The pure operations computed so far that later expressions may
+    /// reuse (`kinds::Computed`).
+    computed: Computed,
 }
 
 /// Largest memory, in 32-bit words, one buffer or per-block array may have
@@ -135,6 +138,7 @@ pub(crate) fn compile(
         construct_marks: vec![],
         declared_in: vec![],
         loop_constructs: vec![],
+        computed: Computed::default(),
     };
     for (param, binding) in kernel.params.iter().zip(bindings) {
         let sym = match binding {
@@ -338,6 +342,10 @@ impl Compiler<'_> {
                     src,
                     src_dies,
                 });
+                if src_dies {
+                    // Its vector becomes the variable's first one.
+                    self.computed.forget(src);
+                }
                 self.scope
                     .push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
             }
@@ -351,6 +359,11 @@ impl Compiler<'_> {
                 };
                 if dst != src {
                     self.code.push(Instr::Mov { dst, src, src_dies });
+                    self.computed.changed(dst);
+                    if src_dies {
+                        // Its vector becomes the variable's old one.
+                        self.computed.forget(src);
+                    }
                 }
             }
             Stmt::LocalArray { name, elem, shape } => {
@@ -440,11 +453,15 @@ impl Compiler<'_> {
                 });
                 let construct = self.open(vec![c]);
                 self.mask_depth += 1;
+                self.computed.enter(None);
                 self.body_at(PathStep::Then, then_body)?;
+                self.computed.leave();
                 let else_pc = self.code.len();
                 if !else_body.is_empty() {
                     self.code.push(Instr::Else { cond: c, end_pc: 0 });
+                    self.computed.enter(None);
                     self.body_at(PathStep::Else, else_body)?;
+                    self.computed.leave();
                     let end = self.code.len();
                     if let Instr::Else { end_pc, .. } = &mut self.code[else_pc] {
                         *end_pc = end;
@@ -484,6 +501,9 @@ impl Compiler<'_> {
                 let construct = self.open(vec![v, e]);
                 self.declared_in[v] = Some(construct);
                 self.loop_constructs.push(construct);
+                let mut changed = self.assigned_in(body);
+                changed.push(v);
+                self.computed.enter(Some(changed));
                 self.code.push(Instr::PushMask);
                 self.mask_depth += 1;
                 let head = self.code.len();
@@ -499,6 +519,8 @@ impl Compiler<'_> {
                 self.scope.pop();
                 self.code.push(Instr::Inc { var: v });
                 self.code.push(Instr::Jump { pc: head });
+                self.computed.leave();
+                self.computed.changed(v);
                 self.loop_constructs.pop();
                 self.close(construct);
                 let exit = self.code.len();
@@ -524,6 +546,9 @@ impl Compiler<'_> {
                 let construct = self.open(vec![count, max]);
                 self.declared_in[count] = Some(construct);
                 self.loop_constructs.push(construct);
+                let mut changed = self.assigned_in(body);
+                changed.push(count);
+                self.computed.enter(Some(changed));
                 self.code.push(Instr::PushMask);
                 self.mask_depth += 1;
                 let head = self.code.len();
@@ -541,6 +566,8 @@ impl Compiler<'_> {
                 self.loop_body(body)?;
                 self.code.push(Instr::Inc { var: count });
                 self.code.push(Instr::Jump { pc: head });
+                self.computed.leave();
+                self.computed.changed(count);
                 self.loop_constructs.pop();
                 self.close(construct);
                 let exit = self.code.len();
@@ -827,7 +854,9 @@ impl Compiler<'_> {
         } else {
             0
         };
+        self.computed.enter(None);
         let (rb, _) = self.expr(b)?;
+        self.computed.leave();
         self.code.push(Instr::Mov {
             dst,
             src: rb,
@@ -936,6 +965,11 @@ impl Compiler<'_> {
                 let (rb, _) = self.expr(b)?;
                 let (k, swap) = bin_kind(*op, t);
                 let (x, y) = if swap { (rb, ra) } else { (ra, rb) };
+                let ty = if op.is_comparison() { Bool } else { t };
+                let key = Pure::Bin(k, x, y);
+                if let Some(dst) = self.computed.find(&key) {
+                    return Ok((dst, ty));
+                }
                 let dst = self.temp();
                 self.code.push(Instr::Bin {
                     op: k,
@@ -943,7 +977,8 @@ impl Compiler<'_> {
                     a: x,
                     b: y,
                 });
-                (dst, if op.is_comparison() { Bool } else { t })
+                self.computed.record(key, dst);
+                (dst, ty)
             }
             Expr::Select(c, a, b) => {
                 let (c, _) = self.expr(c)?;
@@ -1042,8 +1077,39 @@ impl Compiler<'_> {
     }
 
     fn un(&mut self, k: UnKind, a: Reg) -> Reg {
+        let key = Pure::Un(k, a);
+        if let Some(dst) = self.computed.find(&key) {
+            return dst;
+        }
         let dst = self.temp();
         self.code.push(Instr::Un { op: k, dst, a });
+        self.computed.record(key, dst);
         dst
+    }
+
+    /// The variables a loop body assigns (its nested bodies included):
+    /// what the loop changes between iterations.
+    fn assigned_in(&self, body: &[Stmt]) -> Vec<Reg> {
+        let mut regs = vec![];
+        let mut stack: Vec<&[Stmt]> = vec![body];
+        while let Some(stmts) = stack.pop() {
+            for s in stmts {
+                match s {
+                    Stmt::Assign { name, .. } => {
+                        if let Some(Sym::Scalar { reg, .. }) = self.lookup(name) {
+                            regs.push(*reg);
+                        }
+                    }
+                    Stmt::If {
+                        then_body,
+                        else_body,
+                        ..
+                    } => stack.extend([&then_body[..], &else_body[..]]),
+                    Stmt::For { body, .. } | Stmt::While { body, .. } => stack.push(body),
+                    _ => {}
+                }
+            }
+        }
+        regs
     }
 }

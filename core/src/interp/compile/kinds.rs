@@ -144,3 +144,80 @@ pub(super) fn array<const N: usize>(regs: Vec<Reg>) -> [Reg; N] {
     out.iter_mut().zip(regs).for_each(|(o, r)| *o = r);
     out
 }
+
+/// A pure operation of registers: the same key, the same value, as long as
+/// neither operand changes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pure {
+    Bin(BinKind, Reg, Reg),
+    Un(UnKind, Reg),
+}
+
+impl Pure {
+    fn reads(&self, reg: Reg) -> bool {
+        match *self {
+            Pure::Bin(_, a, b) => a == reg || b == reg,
+            Pure::Un(_, a) => a == reg,
+        }
+    }
+}
+
+/// The pure operations computed so far whose results later expressions may
+/// take instead of computing them again, by construct: an `if`'s body sees
+/// what was computed before it (its lanes computed that too) and what it
+/// computes goes with it; a loop body sees, of what was computed before
+/// the loop, only what reads no variable the loop assigns. A variable's
+/// assignment forgets what read it.
+#[derive(Default)]
+pub(super) struct Computed {
+    /// (the loop's assigned variables, or `None` for an `if`, and what was
+    /// computed in it), innermost last; the kernel's body first.
+    scopes: Vec<(Option<Vec<Reg>>, Vec<(Pure, Reg)>)>,
+}
+
+impl Computed {
+    pub(super) fn enter(&mut self, loop_changes: Option<Vec<Reg>>) {
+        self.scopes.push((loop_changes, vec![]));
+    }
+
+    pub(super) fn leave(&mut self) {
+        self.scopes.pop();
+    }
+
+    pub(super) fn find(&self, key: &Pure) -> Option<Reg> {
+        let mut hidden: Vec<Reg> = vec![];
+        for (changes, computed) in self.scopes.iter().rev() {
+            let visible = |k: &Pure| !hidden.iter().any(|&r| k.reads(r));
+            if let Some(&(_, reg)) = computed.iter().find(|(k, _)| k == key && visible(k)) {
+                return Some(reg);
+            }
+            if let Some(changes) = changes {
+                hidden.extend(changes);
+            }
+        }
+        None
+    }
+
+    pub(super) fn record(&mut self, key: Pure, reg: Reg) {
+        if self.scopes.is_empty() {
+            self.scopes.push((None, vec![]));
+        }
+        if let Some((_, computed)) = self.scopes.last_mut() {
+            computed.push((key, reg));
+        }
+    }
+
+    /// `reg` (a variable) was assigned: what read it is out of date.
+    pub(super) fn changed(&mut self, reg: Reg) {
+        for (_, computed) in &mut self.scopes {
+            computed.retain(|(k, _)| !k.reads(reg));
+        }
+    }
+
+    /// `reg` no longer holds what it computed.
+    pub(super) fn forget(&mut self, reg: Reg) {
+        for (_, computed) in &mut self.scopes {
+            computed.retain(|&(k, r)| r != reg && !k.reads(reg));
+        }
+    }
+}

@@ -170,10 +170,13 @@ impl Pure {
 /// assignment forgets what read it.
 #[derive(Default)]
 pub(super) struct Computed {
-    /// (the loop's assigned variables, or `None` for an `if`, and what was
-    /// computed in it), innermost last; the kernel's body first.
-    scopes: Vec<(Option<Vec<Reg>>, Vec<(Pure, Reg)>)>,
+    /// Innermost last; the kernel's body first.
+    scopes: Vec<Scope>,
 }
+
+/// The variables a loop assigns (`None` for an `if` or the kernel's body)
+/// and what was computed in the construct.
+type Scope = (Option<Vec<Reg>>, Vec<(Pure, Reg)>);
 
 impl Computed {
     pub(super) fn enter(&mut self, loop_changes: Option<Vec<Reg>>) {

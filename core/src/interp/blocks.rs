@@ -265,7 +265,11 @@ pub(super) fn charge_buffers(
             .iter()
             .fold(0u64, |sum, b| sum.saturating_add(f(b)))
     };
-    let words = sum(&|b| words_of(b.ty.elem, b.len));
+    // An input no program writes is read where it lies: no words of its own.
+    let words = sum(&|b| match b.borrows_input() {
+        true => 0,
+        false => words_of(b.ty.elem, b.len),
+    });
     let storage = words.saturating_mul(4);
     let elements = sum(&|b| b.len);
     let detection = if detect {

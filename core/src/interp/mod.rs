@@ -292,6 +292,16 @@ struct BufferSpec {
     /// Host shape: the owner's block axes, then the ref's shape.
     shape: Vec<u32>,
     init: Init,
+    /// No program of the call writes the buffer ([`buffers::buffers_written`]).
+    read_only: bool,
+}
+
+impl BufferSpec {
+    /// Whether the call reads the buffer straight from the caller's input
+    /// instead of a copy: an input that no program writes.
+    fn borrows_input(&self) -> bool {
+        self.read_only && matches!(self.init, Init::Input(_))
+    }
 }
 
 /// A map's operands bound for one call.
@@ -712,6 +722,17 @@ impl Interpreter {
                 }
             };
             let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
+                Init::Input(name) if spec.borrows_input() => {
+                    let t = args.input(name, spec.ty.elem, len as u64)?;
+                    let words = t.words().get(..words_len).ok_or_else(|| {
+                        RunError::BadArguments(format!(
+                            "input `{name}` holds fewer words than {len} elements need"
+                        ))
+                    })?;
+                    bufs.push(GlobalBuf::read_only(words));
+                    inits.push(bits(true)?);
+                    continue;
+                }
                 Init::Input(name) => {
                     let t = args.input(name, spec.ty.elem, len as u64)?;
                     (

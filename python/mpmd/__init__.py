@@ -117,7 +117,12 @@ def _triple(name: str, value: Any):
 
 
 def _array(triple) -> np.ndarray:
+    """The array of ``(dtype name, shape, data)``: the data is a bytearray,
+    or a call's output words, which numpy takes without a copy through
+    their ``__array_interface__`` (bytes; the array keeps them alive)."""
     dtype, shape, data = triple
+    if not isinstance(data, (bytes, bytearray)):
+        data = np.asarray(data)
     return np.frombuffer(data, dtype=DTYPES[dtype]).reshape(shape)
 
 

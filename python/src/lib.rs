@@ -50,6 +50,7 @@ fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
     m.add_class::<PyModule_>()?;
     m.add_class::<PyBackend>()?;
     m.add_class::<dlpack::DeviceArray>()?;
+    m.add_class::<buffer::OutputWords>()?;
     m.add_class::<ffi::PyFfiKernel>()?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(ffi::ffi_kernel, m)?)?;

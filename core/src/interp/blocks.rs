@@ -48,20 +48,22 @@ pub(super) fn run_parallel(
     if workers == 1 {
         return run_blocks(codes, bufs, limits, offsets, 0..total);
     }
+    let range = |w: u64| total * w / workers..total * (w + 1) / workers;
     let results: Vec<Result<u64, RunError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
+        // The calling thread runs the first range: one thread fewer to start.
+        let handles: Vec<_> = (1..workers)
             .map(|w| {
-                let range = total * w / workers..total * (w + 1) / workers;
+                let range = range(w);
                 s.spawn(move || run_blocks(codes, bufs, limits, offsets, range))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
+        let first = run_blocks(codes, bufs, limits, offsets, range(0));
+        std::iter::once(first)
+            .chain(handles.into_iter().map(|h| {
                 h.join().unwrap_or_else(|_| {
                     Err(RunError::Backend("interpreter worker panicked".into()))
                 })
-            })
+            }))
             .collect()
     });
     let mut blocks = 0;

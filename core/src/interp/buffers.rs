@@ -71,23 +71,28 @@ pub(super) fn buffer(
         return Ok(words);
     }
     let per_worker = len.div_ceil(workers);
+    let fill_part = |w: usize, part: &mut [AtomicU32]| -> Result<(), RunError> {
+        for (c, piece) in part.chunks_mut(chunk).enumerate() {
+            fill(piece, w * per_worker + c * chunk)?;
+        }
+        Ok(())
+    };
     std::thread::scope(|s| {
-        let handles: Vec<_> = words
-            .chunks_mut(per_worker)
-            .enumerate()
+        let mut parts = words.chunks_mut(per_worker).enumerate();
+        let first = parts.next();
+        let handles: Vec<_> = parts
             .map(|(w, part)| {
-                let fill = &fill;
-                s.spawn(move || {
-                    for (c, piece) in part.chunks_mut(chunk).enumerate() {
-                        fill(piece, w * per_worker + c * chunk)?;
-                    }
-                    Ok(())
-                })
+                let fill_part = &fill_part;
+                s.spawn(move || fill_part(w, part))
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(RunError::Backend("buffer fill panicked".into())))
+        // The calling thread fills the first part: one thread fewer to start.
+        let filled = first.map_or(Ok(()), |(w, part)| fill_part(w, part));
+        handles.into_iter().fold(filled, |result, h| {
+            let joined = h
+                .join()
+                .unwrap_or_else(|_| Err(RunError::Backend("buffer fill panicked".into())));
+            result.and(joined)
         })
     })?;
     Ok(words)

@@ -2,8 +2,8 @@
 //!
 //! The Python half (`python/mpmd/__init__.py`) turns numpy arrays, DLPack
 //! objects and JAX arrays into `(dtype name, shape, data)` triples (the
-//! data a C-contiguous array read in place, `buffer.rs`) and bytearrays back
-//! into arrays;
+//! data a C-contiguous array read in place, `buffer.rs`) and a call's output
+//! words or bytearrays back into arrays;
 //! everything that decides (parsing, validation and its rendered
 //! diagnostics, argument checks, running, error classes) is here, in the
 //! library's own terms, so Python behaves as the Rust library and the CLI do.

@@ -1,7 +1,9 @@
 //! Running a call's blocks: on all host cores when they are independent,
 //! else one at a time in the deterministic or an extra schedule; deadlock reports.
 
+use super::compile::Instr;
 use super::*;
+use crate::ir::SemOp;
 
 pub(super) fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
     let mut acc = 0;
@@ -34,10 +36,23 @@ pub(super) fn run_parallel(
     bufs: &[GlobalBuf],
     limits: &Limits,
 ) -> Result<u64, RunError> {
-    let offsets = task_offsets(codes);
     let total: u64 = codes.iter().map(|c| c.block_count).sum();
-    let lanes = codes.iter().fold(0u64, |sum, c| {
-        sum.saturating_add(c.block_count.saturating_mul(c.threads as u64))
+    Ok(run_parallel_tasks(codes, bufs, limits, total)?.0)
+}
+
+/// Runs tasks `0..tasks` (blocks in program order, then block order) as
+/// [`run_parallel`] does: none of them may wait.
+fn run_parallel_tasks(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    limits: &Limits,
+    tasks: u64,
+) -> Result<(u64, bool), RunError> {
+    let offsets = task_offsets(codes);
+    let total = tasks;
+    let lanes = codes.iter().zip(&offsets).fold(0u64, |sum, (c, &first)| {
+        let blocks = c.block_count.min(tasks.saturating_sub(first));
+        sum.saturating_add(blocks.saturating_mul(c.threads as u64))
     });
     let workers = if lanes < INLINE_LANES {
         1
@@ -46,7 +61,7 @@ pub(super) fn run_parallel(
     };
     let offsets = &offsets;
     if workers == 1 {
-        return run_blocks(codes, bufs, limits, offsets, 0..total);
+        return Ok((run_blocks(codes, bufs, limits, offsets, 0..total)?, false));
     }
     let range = |w: u64| total * w / workers..total * (w + 1) / workers;
     let results: Vec<Result<u64, RunError>> = std::thread::scope(|s| {
@@ -70,7 +85,7 @@ pub(super) fn run_parallel(
     for r in results {
         blocks += r?;
     }
-    Ok(blocks)
+    Ok((blocks, true))
 }
 
 /// Runs the independent blocks (tasks) `range` in order; stops at the
@@ -116,6 +131,52 @@ fn run_blocks(
     Ok(range.end - range.start)
 }
 
+/// Tasks from the first that the lockstep schedule runs to completion one
+/// after another before any task can wait: the blocks of the leading
+/// programs that never wait, read a semaphore or use an atomic (they may
+/// signal). Their order cannot change what a race-free call computes, so
+/// [`run_lockstep`] runs them on all host cores.
+pub(super) fn leading_tasks_that_never_wait(codes: &[ProgramCode]) -> u64 {
+    codes
+        .iter()
+        .take_while(|c| {
+            !c.code.iter().any(|i| {
+                matches!(
+                    i,
+                    Instr::Sem {
+                        op: SemOp::Wait | SemOp::WaitNodec,
+                        ..
+                    } | Instr::SemRead { .. }
+                        | Instr::Atomic { .. }
+                )
+            })
+        })
+        .fold(0u64, |n, c| n.saturating_add(c.block_count))
+}
+
+/// The lockstep schedule without detection, of a map whose blocks
+/// synchronise: the leading tasks that never wait
+/// ([`leading_tasks_that_never_wait`]) run on all host cores first (the
+/// lockstep schedule runs each of them to completion in turn, before any
+/// task could wait, so no wait is late among them and semaphore counts,
+/// additions only, end the same), then the rest in the lockstep order.
+/// Returns the blocks run and whether some ran on several host threads.
+pub(super) fn run_lockstep(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    limits: &Limits,
+    late_waits: Option<&mut Vec<LateWait>>,
+) -> Result<(u64, bool), RunError> {
+    let lead = leading_tasks_that_never_wait(codes);
+    let (ran, parallel) = if lead > 1 && host_cores() > 1 {
+        run_parallel_tasks(codes, bufs, limits, lead)?
+    } else {
+        (0, false)
+    };
+    let rest = run_sequential_from(codes, bufs, limits, None, None, late_waits, ran)?;
+    Ok((ran + rest, parallel))
+}
+
 /// The cooperative scheduler: lockstep (in order) when `alt` is `None`,
 /// otherwise random order with preemption.
 pub(super) fn run_sequential(
@@ -123,12 +184,27 @@ pub(super) fn run_sequential(
     bufs: &[GlobalBuf],
     limits: &Limits,
     detect: Option<&mut detect::Detector>,
+    alt: Option<&mut AltSchedule>,
+    late_waits: Option<&mut Vec<LateWait>>,
+) -> Result<u64, RunError> {
+    run_sequential_from(codes, bufs, limits, detect, alt, late_waits, 0)
+}
+
+/// [`run_sequential`] of the tasks from `first` (in the lockstep schedule,
+/// the tasks before it ran to completion already; 0 with `alt`).
+fn run_sequential_from(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    limits: &Limits,
+    detect: Option<&mut detect::Detector>,
     mut alt: Option<&mut AltSchedule>,
     late_waits: Option<&mut Vec<LateWait>>,
+    first: u64,
 ) -> Result<u64, RunError> {
     let offsets = task_offsets(codes);
     let total: u64 = codes.iter().map(|c| c.block_count).sum();
     let detecting = detect.is_some();
+    let start = if alt.is_none() { first.min(total) } else { 0 };
     // Alternative schedules start blocks in a random order, a few at a time.
     let start_order: Option<Vec<u32>> = alt.as_deref_mut().map(|a| {
         let mut order: Vec<u32> = (0..total as u32).collect();
@@ -151,7 +227,7 @@ pub(super) fn run_sequential(
     let mut live: BTreeMap<u32, BlockState> = BTreeMap::new();
     let mut ready: VecDeque<u32> = VecDeque::new();
     let mut waiting: Vec<(u32, Status)> = vec![];
-    let mut next_start = 0u64;
+    let mut next_start = start;
     let mut done = 0u64;
     let program_of = |task: u32| offsets.iter().rposition(|&o| o <= task as u64).unwrap_or(0);
     loop {

@@ -885,7 +885,9 @@ impl BlockState {
                                     .or_insert_with(|| SemCredits::starting_at(count))
                                     .signal(n as u64, released, (self.task, self.epoch - 1));
                             }
-                            word.store((word.load(Relaxed) as i32).wrapping_add(n) as u32, Relaxed);
+                            // An atomic add: blocks that never wait signal
+                            // from several host threads (`blocks::run_lockstep`).
+                            word.fetch_add(n as u32, Relaxed);
                             env.signalled = true;
                         }
                         SemOp::Wait | SemOp::WaitNodec => {

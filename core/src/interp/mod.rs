@@ -13,7 +13,10 @@
 //! - the scheduler runs tasks of all programs; when every live block waits it
 //!   returns [`RunError::Deadlock`] with the wait-for graph;
 //! - maps without atomics or semaphores have no cross-block order to respect,
-//!   so with detection off their blocks run on all host cores;
+//!   so with detection off their blocks run on all host cores; so do, in a
+//!   map that synchronises, the blocks of its leading programs that never
+//!   wait (the lockstep schedule runs each of them to completion in turn
+//!   before any block could wait), the rest then running in lockstep order;
 //! - `f16` and `bf16` live in memory packed, 2 bytes an element, in every
 //!   buffer (a store replaces its half of the word atomically, so neighbours
 //!   never lose a write) and in registers as the low half of a word; their
@@ -469,17 +472,14 @@ impl Interpreter {
             self.make_buffers(&layout, args, false, &limits)
                 .and_then(|(bufs, _)| {
                     let blocks = if parallel {
-                        run_parallel(&codes, &bufs, &limits)
+                        run_parallel(&codes, &bufs, &limits)?
                     } else {
-                        run_sequential(
-                            &codes,
-                            &bufs,
-                            &limits,
-                            None,
-                            None,
-                            Some(&mut report.late_waits),
-                        )
-                    }?;
+                        let late_waits = Some(&mut report.late_waits);
+                        let (blocks, lead_parallel) =
+                            run_lockstep(&codes, &bufs, &limits, late_waits)?;
+                        report.parallel = lead_parallel;
+                        blocks
+                    };
                     Ok((bufs, None, blocks))
                 })
         };

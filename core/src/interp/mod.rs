@@ -249,6 +249,9 @@ pub struct Interpreter {
 
 impl Default for Interpreter {
     fn default() -> Self {
+        // The core count, read once per process (tens of microseconds of
+        // cgroup files), is read here rather than in the first call.
+        host_cores();
         Interpreter {
             residents: BTreeMap::new(),
             last_report: None,

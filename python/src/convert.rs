@@ -192,23 +192,28 @@ pub(crate) fn call_input_tensor(
     input_tensor(what, elem, shape, triple)
 }
 
+/// Outputs smaller than this are copied into a bytearray: cheaper than the
+/// object numpy reads a call's own words through.
+const COPIED_OUTPUT_BYTES: usize = 16 << 10;
+
 /// What Python gets for a call's output: numpy's dtype name, the shape, and
 /// the tensor's own words without a copy ([`crate::buffer::OutputWords`]),
-/// or for `bool` (one byte an element in numpy) and empty tensors the
+/// or for `bool` (one byte an element in numpy) and small tensors the
 /// bytearray of [`tensor_triple`].
 pub(crate) fn output_triple<'py>(
     py: Python<'py>,
     tensor: HostTensor,
 ) -> PyResult<(&'static str, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
-    if tensor.elem() == ScalarType::Bool || tensor.is_empty() || cfg!(target_endian = "big") {
+    let bytes = tensor.len() * tensor.elem().byte_size() as usize;
+    if tensor.elem() == ScalarType::Bool
+        || bytes < COPIED_OUTPUT_BYTES
+        || cfg!(target_endian = "big")
+    {
         let (dtype, shape, bytes) = tensor_triple(py, &tensor)?;
         return Ok((dtype, shape, bytes.into_any()));
     }
     let shape = PyTuple::new(py, tensor.shape())?;
-    let (dtype, bytes) = (
-        dtype_name(tensor.elem()),
-        tensor.len() * tensor.elem().byte_size() as usize,
-    );
+    let dtype = dtype_name(tensor.elem());
     let words = crate::buffer::OutputWords::new(tensor.into_words(), bytes);
     Ok((dtype, shape, Bound::new(py, words)?.into_any()))
 }

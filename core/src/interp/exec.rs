@@ -891,17 +891,30 @@ impl BlockState {
                             env.signalled = true;
                         }
                         SemOp::Wait | SemOp::WaitNodec => {
-                            let value = word.load(Relaxed) as i32;
-                            if value < n {
-                                self.blocked = true;
-                                return Ok(Status::Blocked {
-                                    buf,
-                                    addr,
-                                    amount: n,
-                                    name: self.element_label(acc, lane),
-                                });
-                            }
                             let consume = *op == SemOp::Wait;
+                            // The count is taken with a compare-exchange:
+                            // blocks that only wait may run on several host
+                            // threads (`blocks::run_lockstep`).
+                            let value = loop {
+                                let value = word.load(Relaxed) as i32;
+                                if value < n {
+                                    self.blocked = true;
+                                    return Ok(Status::Blocked {
+                                        buf,
+                                        addr,
+                                        amount: n,
+                                        name: self.element_label(acc, lane),
+                                    });
+                                }
+                                let taken = value.wrapping_sub(n) as u32;
+                                if !consume
+                                    || word
+                                        .compare_exchange(value as u32, taken, Relaxed, Relaxed)
+                                        .is_ok()
+                                {
+                                    break value;
+                                }
+                            };
                             if let Some(det) = env.detect.as_deref_mut() {
                                 let wait = (self.task, self.epoch);
                                 let contest = det.contests.get(&((buf, addr), wait));
@@ -915,9 +928,6 @@ impl BlockState {
                                         (wait, self.epoch + 1),
                                         contest,
                                     );
-                            }
-                            if consume {
-                                word.store(value.wrapping_sub(n) as u32, Relaxed);
                             }
                             if std::mem::take(&mut self.blocked) {
                                 if let Some(late) = env.late_waits.as_deref_mut() {

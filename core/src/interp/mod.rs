@@ -16,7 +16,9 @@
 //!   so with detection off their blocks run on all host cores; so do, in a
 //!   map that synchronises, the blocks of its leading programs that never
 //!   wait (the lockstep schedule runs each of them to completion in turn
-//!   before any block could wait), the rest then running in lockstep order;
+//!   before any block could wait), then the rest, in lockstep order or, when
+//!   they only take from semaphore counts and every wait is met at once,
+//!   on all host cores too (`blocks::run_lockstep`);
 //! - `f16` and `bf16` live in memory packed, 2 bytes an element, in every
 //!   buffer (a store replaces its half of the word atomically, so neighbours
 //!   never lose a write) and in registers as the low half of a word; their
@@ -472,19 +474,8 @@ impl Interpreter {
             )
             .map(|(bufs, detector, blocks)| (bufs, Some(detector), blocks))
         } else {
-            self.make_buffers(&layout, args, false, &limits)
-                .and_then(|(bufs, _)| {
-                    let blocks = if parallel {
-                        run_parallel(&codes, &bufs, &limits)?
-                    } else {
-                        let late_waits = Some(&mut report.late_waits);
-                        let (blocks, lead_parallel) =
-                            run_lockstep(&codes, &bufs, &limits, late_waits)?;
-                        report.parallel = lead_parallel;
-                        blocks
-                    };
-                    Ok((bufs, None, blocks))
-                })
+            self.run_fast(&layout, args, &codes, &limits, parallel, &mut report)
+                .map(|(bufs, blocks)| (bufs, None, blocks))
         };
         let (bufs, detector, blocks) = match first {
             Ok(first) => first,
@@ -594,6 +585,40 @@ impl Interpreter {
         self.recycle(slots.into_iter().flatten().collect(), &limits);
         self.last_report = Some(report);
         Ok(CallOutputs { outputs })
+    }
+
+    /// The first schedule without detection: independent maps on all host
+    /// cores, others in the lockstep schedule ([`run_lockstep`], again one
+    /// block at a time with fresh buffers where its blocks on several cores
+    /// met a wait they could not meet at once).
+    fn run_fast<'c>(
+        &mut self,
+        layout: &Layout,
+        args: &'c CallArgs,
+        codes: &[ProgramCode],
+        limits: &Limits,
+        parallel: bool,
+        report: &mut InterpReport,
+    ) -> Result<(Vec<GlobalBuf<'c>>, u64), RunError> {
+        let (bufs, _) = self.make_buffers(layout, args, false, limits)?;
+        if parallel {
+            let blocks = run_parallel(codes, &bufs, limits)?;
+            return Ok((bufs, blocks));
+        }
+        match run_lockstep(codes, &bufs, limits, Some(&mut report.late_waits))? {
+            Lockstep::Done(blocks, several) => {
+                report.parallel = several;
+                Ok((bufs, blocks))
+            }
+            Lockstep::Again => {
+                self.recycle(bufs, limits);
+                let (bufs, _) = self.make_buffers(layout, args, false, limits)?;
+                report.late_waits.clear();
+                let late_waits = Some(&mut report.late_waits);
+                let blocks = run_sequential(codes, &bufs, limits, None, None, late_waits)?;
+                Ok((bufs, blocks))
+            }
+        }
     }
 
     /// Runs one schedule with detection; when it finds waits that another

@@ -233,7 +233,7 @@ pub struct Interpreter {
     pool: Vec<(Vec<AtomicU32>, Charge)>,
     /// Emptied access histories of earlier detectors: their pages stay
     /// mapped, so a later call does not fault them in again.
-    shadow_pool: Vec<(Vec<detect::History>, Charge)>,
+    shadow_pool: Vec<(detect::Shadow, Charge)>,
     /// What [`Backend::run`] runs with beyond its [`RunOptions`].
     backend_options: InterpOptions,
     /// The account of everything the interpreter holds: residents, pooled
@@ -666,7 +666,7 @@ impl Interpreter {
                     .filter(|(_, (h, _))| h.capacity() >= words.len())
                     .min_by_key(|(_, (h, _))| h.capacity())
                     .map(|(k, _)| k)
-                    .map_or_else(Vec::new, |k| {
+                    .map_or_else(detect::Shadow::default, |k| {
                         let (shadow, charge) = pool.swap_remove(k);
                         limits.absorb(charge);
                         shadow
@@ -690,8 +690,8 @@ impl Interpreter {
                 && kept + shadow.capacity() <= SHADOW_POOL_ELEMENTS
             {
                 kept += shadow.capacity();
-                shadow.clear();
-                let bytes = (shadow.capacity() * std::mem::size_of::<detect::History>()) as u64;
+                shadow.forget_all();
+                let bytes = shadow.bytes();
                 self.shadow_pool.push((shadow, limits.keep(bytes)));
             }
         }

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::backend::AccessKind;
+use detect::{RunStop, Shadow};
 
 impl BlockState {
     pub(super) fn sem_address(
@@ -150,59 +151,40 @@ impl BlockState {
         write: bool,
         atomic: bool,
     ) -> Result<(), RunError> {
+        let limits = env.limits;
         let Some(det) = env.detect.as_deref_mut() else {
             return Ok(());
         };
         let t = code.threads;
-        let (init, history, pairs): (&mut Vec<bool>, Option<&mut History>, _) = match acc.target {
+        let (init, shadow): (&mut Vec<bool>, Option<&mut Shadow>) = match acc.target {
             Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
-                (&mut det.init[b], None, &mut det.pairs)
+                (&mut det.init[b], None)
             }
-            Target::Global(b) => {
-                let shadow = &mut det.shadow[b];
-                if shadow.is_empty() {
-                    // Charged with the call's buffers; filling looks at the clock.
-                    let len = det.init[b].len();
-                    env.limits
-                        .fill_in_chunks(len, "allocating race-detection state", |r| {
-                            shadow.resize_with(r.end, History::default)
-                        })?;
-                }
-                (
-                    &mut det.init[b],
-                    shadow.get_mut(addr as usize),
-                    &mut det.pairs,
-                )
-            }
+            Target::Global(b) => (&mut det.init[b], Some(&mut det.shadow[b])),
             Target::Smem(s) => (
                 &mut self.det.smem_init[s],
-                self.det.smem_shadow[s].get_mut(addr as usize),
-                &mut self.det.smem_pairs,
+                Some(&mut self.det.smem_shadow[s]),
             ),
-            Target::Local(id) => (&mut self.det.local_init[id], None, &mut self.det.smem_pairs),
+            Target::Local(id) => (&mut self.det.local_init[id], None),
         };
         let slot = match acc.target {
             Target::Local(_) => addr as usize * t + lane,
             _ => addr as usize,
         };
         if read && !init.get(slot).copied().unwrap_or(false) {
-            return Err(RunError::UninitializedRead {
-                site: Site {
-                    program: code.program,
-                    kernel: code.kernel.clone(),
-                    block: self.block,
-                    thread: Some(lane as u32),
-                },
-                reference: acc.name.clone(),
-                element: addr,
-            });
+            return Err(self.uninitialized_read(code, acc, addr, lane));
         }
         if write {
             if let Some(b) = init.get_mut(slot) {
                 *b = true;
             }
         }
-        if let Some(history) = history {
+        let words = init.len();
+        let Some(shadow) = shadow else {
+            return Ok(());
+        };
+        shadow.ensure(words, limits)?;
+        if let Some((history, pairs)) = shadow.history_mut(addr as usize, limits)? {
             let who = Accessor {
                 task: self.task,
                 epoch: self.epoch,
@@ -211,48 +193,213 @@ impl BlockState {
                 site: acc.site,
             };
             if let Err(first) = detect::record(history, pairs, &who, write, atomic) {
-                let (first_site, first_code) = match acc.target {
-                    Target::Global(_) => (env_site(env, first), task_code(env, first.task)),
-                    _ => (
-                        Site {
-                            program: code.program,
-                            kernel: code.kernel.clone(),
-                            block: self.block,
-                            thread: None,
-                        },
-                        Some(code),
-                    ),
-                };
-                let path_of = |code: Option<&ProgramCode>, site: u16| {
-                    code?.access_paths.get(usize::from(site)).cloned()
-                };
-                let paths = [
-                    path_of(first_code, first.site),
-                    path_of(Some(code), acc.site),
-                ];
-                let first_site = Site {
-                    thread: Some(if first.task == self.task {
-                        first.thread_other_than(lane as u32)
-                    } else {
-                        u32::from(first.thread)
-                    }),
-                    ..first_site
-                };
-                return Err(RunError::DataRace {
-                    reference: acc.name.clone(),
-                    element: addr,
-                    index: self.element_label(acc, lane),
-                    first: first_site,
-                    second: self.site(code, Some(lane as u32)),
-                    kinds: [
-                        AccessKind::of(first.write, first.atomic),
-                        AccessKind::of(write, atomic),
-                    ],
-                    paths,
-                });
+                return Err(self.race(code, env, acc, addr, lane, first, [write, atomic]));
             }
         }
         Ok(())
+    }
+
+    /// The report of a read of element `addr` by `lane` that no one wrote.
+    fn uninitialized_read(
+        &self,
+        code: &ProgramCode,
+        acc: &CompiledAccess,
+        addr: u64,
+        lane: usize,
+    ) -> RunError {
+        RunError::UninitializedRead {
+            site: Site {
+                program: code.program,
+                kernel: code.kernel.clone(),
+                block: self.block,
+                thread: Some(lane as u32),
+            },
+            reference: acc.name.clone(),
+            element: addr,
+        }
+    }
+
+    /// The report of `lane`'s access of element `addr` (a write, an atomic:
+    /// `kind`) racing with the earlier access `first`.
+    #[allow(clippy::too_many_arguments)]
+    fn race(
+        &self,
+        code: &ProgramCode,
+        env: &Env,
+        acc: &CompiledAccess,
+        addr: u64,
+        lane: usize,
+        first: Rec,
+        [write, atomic]: [bool; 2],
+    ) -> RunError {
+        let (first_site, first_code) = match acc.target {
+            Target::Global(_) => (env_site(env, first), task_code(env, first.task)),
+            _ => (
+                Site {
+                    program: code.program,
+                    kernel: code.kernel.clone(),
+                    block: self.block,
+                    thread: None,
+                },
+                Some(code),
+            ),
+        };
+        let path_of = |code: Option<&ProgramCode>, site: u16| {
+            code?.access_paths.get(usize::from(site)).cloned()
+        };
+        let paths = [
+            path_of(first_code, first.site),
+            path_of(Some(code), acc.site),
+        ];
+        let first_site = Site {
+            thread: Some(if first.task == self.task {
+                first.thread_other_than(lane as u32)
+            } else {
+                u32::from(first.thread)
+            }),
+            ..first_site
+        };
+        RunError::DataRace {
+            reference: acc.name.clone(),
+            element: addr,
+            index: self.element_label(acc, lane),
+            first: first_site,
+            second: self.site(code, Some(lane as u32)),
+            kinds: [
+                AccessKind::of(first.write, first.atomic),
+                AccessKind::of(write, atomic),
+            ],
+            paths,
+        }
+    }
+
+    /// Detection of a plain load (`write` false) or store of global or
+    /// smem memory whose active lanes' elements `fold_indices` folded
+    /// (`base`, `extent`), in lane order as [`Self::detect_access`] lane by
+    /// lane, with the same verdict: each run of consecutive lanes over
+    /// consecutive elements is checked at once (written flags as a slice,
+    /// histories by [`Shadow::record_run`]), and a read of the element the
+    /// lanes before settled ([`History::read_settled`]: recording it would
+    /// change nothing) is skipped. `None` when this path does not apply
+    /// (an out-of-bounds lane, a local, elements past the written flags):
+    /// nothing was checked, the lane-by-lane path runs.
+    fn detect_runs(
+        &mut self,
+        env: &mut Env,
+        acc: &CompiledAccess,
+        (base, extent): (u64, u32),
+        write: bool,
+    ) -> Option<Result<(), RunStopAt>> {
+        let limits = env.limits;
+        let det = env.detect.as_deref_mut()?;
+        let (lo, hi) = self.span.unwrap_or((0, self.mask.len()));
+        let (mask, flat) = (&self.mask[..], &self.flat[..]);
+        let (init, mut shadow): (&mut Vec<bool>, Option<&mut Shadow>) = match acc.target {
+            Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
+                (&mut det.init[b], None)
+            }
+            Target::Global(b) => (&mut det.init[b], Some(&mut det.shadow[b])),
+            Target::Smem(s) => (
+                &mut self.det.smem_init[s],
+                Some(&mut self.det.smem_shadow[s]),
+            ),
+            Target::Local(_) => return None,
+        };
+        let words = init.len();
+        if base.checked_add(u64::from(extent))? > words as u64
+            || (lo..hi).any(|l| mask[l] && flat[l] == u32::MAX)
+        {
+            return None;
+        }
+        if let Some(shadow) = shadow.as_deref_mut() {
+            if let Err(e) = shadow.ensure(words, limits) {
+                return Some(Err(RunStopAt::Limit(e)));
+            }
+        }
+        let who = Accessor {
+            task: self.task,
+            epoch: self.epoch,
+            thread: 0,
+            clock: &self.clock,
+            site: acc.site,
+        };
+        let base = base as usize;
+        // The element the lanes before settled (reads).
+        let mut settled = u32::MAX;
+        let mut l = lo;
+        while l < hi {
+            let a = flat[l];
+            if !mask[l] || (!write && a == settled) {
+                l += 1;
+                continue;
+            }
+            let mut e = l + 1;
+            while e < hi && mask[e] && flat[e] == a.wrapping_add((e - l) as u32) {
+                e += 1;
+            }
+            let word = base + a as usize;
+            let n = e - l;
+            // Lanes of the run whose written flags allow the access.
+            let mut allowed = n;
+            let flags = &mut init[word..word + n];
+            if write {
+                flags.fill(true);
+            } else if let Some(k) = flags.iter().position(|&w| !w) {
+                allowed = k;
+            }
+            if let Some(shadow) = shadow.as_deref_mut() {
+                let at = Accessor {
+                    thread: l as u32,
+                    ..who
+                };
+                match shadow.record_run(word, allowed, &at, write, false, limits) {
+                    Ok(()) => {}
+                    Err(RunStop::Race { offset, first }) => {
+                        return Some(Err(RunStopAt::Race {
+                            lane: l + offset,
+                            addr: (word + offset) as u64,
+                            first,
+                        }));
+                    }
+                    Err(RunStop::Limit(e)) => return Some(Err(RunStopAt::Limit(e))),
+                }
+            }
+            if allowed < n {
+                return Some(Err(RunStopAt::Uninitialized {
+                    lane: l + allowed,
+                    addr: (word + allowed) as u64,
+                }));
+            }
+            if !write
+                && shadow
+                    .as_deref()
+                    .is_none_or(|s| s.read_settled(word + n - 1, self.task, self.epoch))
+            {
+                settled = flat[e - 1];
+            }
+            l = e;
+        }
+        Some(Ok(()))
+    }
+
+    /// The error a stop of [`Self::detect_runs`] reports.
+    fn run_stop(
+        &self,
+        code: &ProgramCode,
+        env: &Env,
+        acc: &CompiledAccess,
+        stop: RunStopAt,
+        write: bool,
+    ) -> RunError {
+        match stop {
+            RunStopAt::Race { lane, addr, first } => {
+                self.race(code, env, acc, addr, lane, first, [write, false])
+            }
+            RunStopAt::Uninitialized { lane, addr } => {
+                self.uninitialized_read(code, acc, addr, lane)
+            }
+            RunStopAt::Limit(e) => e,
+        }
     }
 
     pub(super) fn load(
@@ -270,9 +417,17 @@ impl BlockState {
             self.load_indexed(code, env, acc, (&self.regs[r], base, extent), &mut d)
         } else {
             let folded = self.fold_indices(acc);
+            let runs = match folded {
+                Some(range) if env.detect.is_some() => self.detect_runs(env, acc, range, false),
+                _ => None,
+            };
             let flat = take(&mut self.flat);
-            let result = match folded {
-                Some((base, extent)) if env.detect.is_none() => {
+            let result = match (folded, runs) {
+                (_, Some(Err(stop))) => Err(self.run_stop(code, env, acc, stop, false)),
+                (Some((base, extent)), Some(Ok(()))) => {
+                    self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
+                }
+                (Some((base, extent)), None) if env.detect.is_none() => {
                     self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
                 }
                 _ => (|| {
@@ -308,18 +463,15 @@ impl BlockState {
     /// this block's only access in this epoch is a plain read already made
     /// by two threads). Locals have a written flag per lane: never settled.
     fn read_settled(&self, env: &Env, acc: &CompiledAccess, addr: u64) -> bool {
-        let (history, pairs) = match acc.target {
+        let shadow = match acc.target {
             Target::Global(b) => match env.detect.as_deref() {
-                Some(det) => (det.shadow[b].get(addr as usize), &det.pairs),
+                Some(det) => &det.shadow[b],
                 None => return false,
             },
-            Target::Smem(s) => (
-                self.det.smem_shadow[s].get(addr as usize),
-                &self.det.smem_pairs,
-            ),
+            Target::Smem(s) => &self.det.smem_shadow[s],
             Target::Local(_) => return false,
         };
-        history.is_some_and(|h| h.read_settled(pairs, self.task, self.epoch))
+        shadow.read_settled(addr as usize, self.task, self.epoch)
     }
 
     /// The element a plain access of an owned ref starts at: its block's
@@ -582,6 +734,13 @@ impl BlockState {
         if plain && folded.is_some() {
             return self.store_indexed(code, env, src, acc, folded);
         }
+        if let Some(range) = folded.filter(|_| !shuffled) {
+            match self.detect_runs(env, acc, range, true) {
+                Some(Ok(())) => return self.store_indexed(code, env, src, acc, folded),
+                Some(Err(stop)) => return Err(self.run_stop(code, env, acc, stop, true)),
+                None => {}
+            }
+        }
         self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
             block.detect_access(code, env, acc, addr, l, false, true, false)?;
             let v = block.regs[src][l];
@@ -773,6 +932,16 @@ fn env_site(env: &Env, rec: Rec) -> Site {
         block: task - env.task_offsets[p],
         thread: None,
     }
+}
+
+/// Where [`BlockState::detect_runs`] stopped.
+enum RunStopAt {
+    /// `lane`'s access of element `addr` races with `first`.
+    Race { lane: usize, addr: u64, first: Rec },
+    /// `lane` reads element `addr`, which no one wrote.
+    Uninitialized { lane: usize, addr: u64 },
+    /// The histories passed the memory budget.
+    Limit(RunError),
 }
 
 /// Elements whose later reads in one load are settled

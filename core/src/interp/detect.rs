@@ -613,6 +613,40 @@ impl Shadow {
         }
     }
 
+    /// Whether each of the `n` words from `word` is [`Self::read_settled`]
+    /// (once for a uniform chunk's words).
+    pub fn run_settled(&self, word: usize, n: usize, task: u32, epoch: u32) -> bool {
+        let end = word.saturating_add(n);
+        if end > self.len {
+            return false;
+        }
+        let mut w = word;
+        while w < end {
+            let k = w / CHUNK;
+            let upto = ((k + 1) * CHUNK).min(end);
+            match self.chunks.get(k) {
+                None => return false,
+                Some(Chunk::Uniform(recs)) => {
+                    if !list_settled(recs.iter().flatten(), task, epoch) {
+                        return false;
+                    }
+                }
+                Some(&Chunk::Detailed(slot)) => {
+                    let at = slot as usize * CHUNK;
+                    let start = k * CHUNK;
+                    if !self.detail[at + w - start..at + upto - start]
+                        .iter()
+                        .all(|h| h.read_settled(&self.pairs, task, epoch))
+                    {
+                        return false;
+                    }
+                }
+            }
+            w = upto;
+        }
+        true
+    }
+
     /// Checks and records a plain or atomic access of the `n` words from
     /// `word` (past the end: none), word `word + j` by thread
     /// `who.thread + j`, as [`record`] would word by word in that order,
@@ -628,6 +662,13 @@ impl Shadow {
         atomic: bool,
         limits: &Limits,
     ) -> Result<(), RunStop> {
+        if n == 1 && word < self.len {
+            // One word (a broadcast read): its history.
+            let slot = self.materialize(word / CHUNK, limits).map_err(RunStop::Limit)?;
+            let history = &mut self.detail[slot * CHUNK + word % CHUNK];
+            return record(history, &mut self.pairs, who, write, atomic)
+                .map_err(|first| RunStop::Race { offset: 0, first });
+        }
         let end = word.saturating_add(n).min(self.len);
         let lane = |x: usize| Accessor {
             thread: who.thread + (x - word) as u32,
@@ -1240,6 +1281,12 @@ mod tests {
                         break;
                     }
                     _ => panic!("a run and its words disagree on a race"),
+                }
+                for (task, epoch) in [(0, 0), (1, 1), (2, 2)] {
+                    let (w, n) = (next(len as u64) as usize, 1 + next(40) as usize);
+                    let each = (w..w + n)
+                        .all(|x| x < len && words[x].read_settled(&pairs, task, epoch));
+                    assert_eq!(shadow.run_settled(w, n, task, epoch), each);
                 }
                 let lists = words_of(&shadow);
                 for (w, h) in words.iter().enumerate() {

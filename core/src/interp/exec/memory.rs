@@ -324,12 +324,12 @@ impl BlockState {
             site: acc.site,
         };
         let base = base as usize;
-        // The element the lanes before settled (reads).
-        let mut settled = u32::MAX;
+        // Elements the lanes before settled (reads).
+        let mut settled = 0..0;
         let mut l = lo;
         while l < hi {
             let a = flat[l];
-            if !mask[l] || (!write && a == settled) {
+            if !mask[l] || (!write && settled.contains(&a)) {
                 l += 1;
                 continue;
             }
@@ -373,9 +373,9 @@ impl BlockState {
             if !write
                 && shadow
                     .as_deref()
-                    .is_none_or(|s| s.read_settled(word + n - 1, self.task, self.epoch))
+                    .is_none_or(|s| s.run_settled(word, n, self.task, self.epoch))
             {
-                settled = flat[e - 1];
+                settled = a..a + n as u32;
             }
             l = e;
         }

@@ -647,6 +647,38 @@ impl Shadow {
         true
     }
 
+    /// Checks and records plain reads of word `word` by `lanes` threads
+    /// from `who.thread` in turn, as [`record`] would, until one leaves
+    /// the word [`Self::read_settled`] (the other reads would change
+    /// nothing); whether it is.
+    pub fn record_reads(
+        &mut self,
+        word: usize,
+        lanes: usize,
+        who: &Accessor,
+        limits: &Limits,
+    ) -> Result<bool, RunStop> {
+        if word >= self.len {
+            return Ok(false);
+        }
+        let slot = self
+            .materialize(word / CHUNK, limits)
+            .map_err(RunStop::Limit)?;
+        let history = &mut self.detail[slot * CHUNK + word % CHUNK];
+        for j in 0..lanes {
+            if j > 0 && history.read_settled(&self.pairs, who.task, who.epoch) {
+                return Ok(true);
+            }
+            let at = Accessor {
+                thread: who.thread + j as u32,
+                ..*who
+            };
+            record(history, &mut self.pairs, &at, false, false)
+                .map_err(|first| RunStop::Race { offset: j, first })?;
+        }
+        Ok(history.read_settled(&self.pairs, who.task, who.epoch))
+    }
+
     /// Checks and records a plain or atomic access of the `n` words from
     /// `word` (past the end: none), word `word + j` by thread
     /// `who.thread + j`, as [`record`] would word by word in that order,
@@ -664,7 +696,9 @@ impl Shadow {
     ) -> Result<(), RunStop> {
         if n == 1 && word < self.len {
             // One word (a broadcast read): its history.
-            let slot = self.materialize(word / CHUNK, limits).map_err(RunStop::Limit)?;
+            let slot = self
+                .materialize(word / CHUNK, limits)
+                .map_err(RunStop::Limit)?;
             let history = &mut self.detail[slot * CHUNK + word % CHUNK];
             return record(history, &mut self.pairs, who, write, atomic)
                 .map_err(|first| RunStop::Race { offset: 0, first });
@@ -1260,15 +1294,29 @@ mod tests {
                     site: next(2) as u16,
                 };
                 let (write, atomic) = (next(3) == 0, next(4) == 0);
-                let got = shadow.record_run(start, n, &who, write, atomic, &limits);
+                // A broadcast: `n` lanes read one word; otherwise a run.
+                let broadcast = next(4) == 0;
+                let got = match broadcast {
+                    true => shadow.record_reads(start, n, &who, &limits).map(|_| ()),
+                    false => shadow.record_run(start, n, &who, write, atomic, &limits),
+                };
                 let mut want = Ok(());
-                for w in start..(start + n).min(len) {
+                for j in 0..n {
+                    if broadcast && j > 0 && words[start].read_settled(&pairs, who.task, who.epoch)
+                    {
+                        break;
+                    }
+                    let (w, kind) = match broadcast {
+                        true => (start, (false, false)),
+                        false if start + j < len => (start + j, (write, atomic)),
+                        false => break,
+                    };
                     let at = Accessor {
-                        thread: who.thread + (w - start) as u32,
+                        thread: who.thread + j as u32,
                         ..who
                     };
-                    if let Err(first) = record(&mut words[w], &mut pairs, &at, write, atomic) {
-                        want = Err((w - start, first));
+                    if let Err(first) = record(&mut words[w], &mut pairs, &at, kind.0, kind.1) {
+                        want = Err((j, first));
                         break;
                     }
                 }
@@ -1284,8 +1332,8 @@ mod tests {
                 }
                 for (task, epoch) in [(0, 0), (1, 1), (2, 2)] {
                     let (w, n) = (next(len as u64) as usize, 1 + next(40) as usize);
-                    let each = (w..w + n)
-                        .all(|x| x < len && words[x].read_settled(&pairs, task, epoch));
+                    let each =
+                        (w..w + n).all(|x| x < len && words[x].read_settled(&pairs, task, epoch));
                     assert_eq!(shadow.run_settled(w, n, task, epoch), each);
                 }
                 let lists = words_of(&shadow);

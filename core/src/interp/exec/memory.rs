@@ -293,7 +293,9 @@ impl BlockState {
         let limits = env.limits;
         let det = env.detect.as_deref_mut()?;
         let (lo, hi) = self.span.unwrap_or((0, self.mask.len()));
-        let (mask, flat) = (&self.mask[..], &self.flat[..]);
+        // With a span, every lane of it is active: no mask to test.
+        let every = self.span.is_some();
+        let (mask, flat) = (self.mask.get(lo..hi)?, self.flat.get(lo..hi)?);
         let (init, mut shadow): (&mut Vec<bool>, Option<&mut Shadow>) = match acc.target {
             Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
                 (&mut det.init[b], None)
@@ -306,9 +308,11 @@ impl BlockState {
             Target::Local(_) => return None,
         };
         let words = init.len();
-        if base.checked_add(u64::from(extent))? > words as u64
-            || (lo..hi).any(|l| mask[l] && flat[l] == u32::MAX)
-        {
+        let out_of_bounds = match every {
+            true => flat.contains(&u32::MAX),
+            false => flat.iter().zip(mask).any(|(&f, &m)| m && f == u32::MAX),
+        };
+        if base.checked_add(u64::from(extent))? > words as u64 || out_of_bounds {
             return None;
         }
         if let Some(shadow) = shadow.as_deref_mut() {
@@ -324,21 +328,72 @@ impl BlockState {
             site: acc.site,
         };
         let base = base as usize;
-        // Elements the lanes before settled (reads).
-        let mut settled = 0..0;
-        let mut l = lo;
-        while l < hi {
-            let a = flat[l];
-            if !mask[l] || (!write && settled.contains(&a)) {
-                l += 1;
+        // Elements the lanes before settled (reads): `settled_len` from
+        // `settled`.
+        let (mut settled, mut settled_len) = (0u32, 0u32);
+        let lanes = flat.len();
+        let mut i = 0;
+        while i < lanes {
+            if !write {
+                while i < lanes && flat[i].wrapping_sub(settled) < settled_len {
+                    i += 1;
+                }
+                if i == lanes {
+                    break;
+                }
+            }
+            let a = flat[i];
+            if !every && !mask[i] {
+                i += 1;
                 continue;
             }
-            let mut e = l + 1;
-            while e < hi && mask[e] && flat[e] == a.wrapping_add((e - l) as u32) {
+            let mut e = i + 1;
+            while e < lanes && (every || mask[e]) && flat[e] == a.wrapping_add((e - i) as u32) {
                 e += 1;
             }
+            let l = lo + i;
+            if !write && e == i + 1 {
+                // Lanes reading one element (a broadcast): each in turn
+                // until it is settled.
+                let mut g = e;
+                while g < lanes && (every || mask[g]) && flat[g] == a {
+                    g += 1;
+                }
+                if g > e {
+                    let word = base + a as usize;
+                    if !init[word] {
+                        return Some(Err(RunStopAt::Uninitialized {
+                            lane: l,
+                            addr: word as u64,
+                        }));
+                    }
+                    let at = Accessor {
+                        thread: l as u32,
+                        ..who
+                    };
+                    let settles = match shadow.as_deref_mut() {
+                        None => true,
+                        Some(shadow) => match shadow.record_reads(word, g - i, &at, limits) {
+                            Ok(settles) => settles,
+                            Err(RunStop::Race { offset, first }) => {
+                                return Some(Err(RunStopAt::Race {
+                                    lane: l + offset,
+                                    addr: word as u64,
+                                    first,
+                                }));
+                            }
+                            Err(RunStop::Limit(e)) => return Some(Err(RunStopAt::Limit(e))),
+                        },
+                    };
+                    if settles {
+                        (settled, settled_len) = (a, 1);
+                    }
+                    i = g;
+                    continue;
+                }
+            }
             let word = base + a as usize;
-            let n = e - l;
+            let n = e - i;
             // Lanes of the run whose written flags allow the access.
             let mut allowed = n;
             let flags = &mut init[word..word + n];
@@ -375,9 +430,9 @@ impl BlockState {
                     .as_deref()
                     .is_none_or(|s| s.run_settled(word, n, self.task, self.epoch))
             {
-                settled = a..a + n as u32;
+                (settled, settled_len) = (a, n as u32);
             }
-            l = e;
+            i = e;
         }
         Some(Ok(()))
     }

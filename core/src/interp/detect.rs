@@ -246,6 +246,23 @@ impl History {
 }
 
 impl History {
+    /// Whether every access of `task` here is of an epoch before `epoch`.
+    fn only_before(&self, pairs: &Pairs, task: u32, epoch: u32) -> bool {
+        self.accesses(pairs)
+            .iter()
+            .all(|r| r.task != task || r.epoch < epoch)
+    }
+
+    /// The newest access.
+    fn last_mut<'a>(&'a mut self, pairs: &'a mut Pairs) -> Option<&'a mut Rec> {
+        match self {
+            History::Empty => None,
+            History::One(r) => Some(r),
+            History::Two(i) => pairs.slots.get_mut(*i as usize).map(|pair| &mut pair[1]),
+            History::Many(list) => list.last_mut(),
+        }
+    }
+
     /// Whether another plain read of this word by a thread of `task` in
     /// `epoch` would find no race and change nothing: the task's only access
     /// in the epoch is a plain read that two threads made (`other` set). Its
@@ -665,6 +682,20 @@ impl Shadow {
             .materialize(word / CHUNK, limits)
             .map_err(RunStop::Limit)?;
         let history = &mut self.detail[slot * CHUNK + word % CHUNK];
+        if lanes >= 2 && history.only_before(&self.pairs, who.task, who.epoch) {
+            // The common case, in one update: the first read is the task's
+            // only access in the epoch, pushed last; every other access
+            // is another task's or of an earlier epoch, so that the second
+            // read finds what the first found (its order does not depend
+            // on the thread) and only joins the first's record; the word
+            // is then settled.
+            record(history, &mut self.pairs, who, false, false)
+                .map_err(|first| RunStop::Race { offset: 0, first })?;
+            if let Some(read) = history.last_mut(&mut self.pairs) {
+                read.add_thread(who.thread + 1);
+            }
+            return Ok(true);
+        }
         for j in 0..lanes {
             if j > 0 && history.read_settled(&self.pairs, who.task, who.epoch) {
                 return Ok(true);
@@ -717,6 +748,11 @@ impl Shadow {
             let at = lane(w);
             if w == start && upto == stop {
                 match self.chunks[k] {
+                    Chunk::Uniform([None, _]) => {
+                        self.chunks[k] = Chunk::Uniform([Some(Rec::new(&at, write, atomic)), None]);
+                        w = upto;
+                        continue;
+                    }
                     Chunk::Uniform(recs) => {
                         // A race or a third access: word by word below,
                         // which reports it at its word or makes the list.

@@ -219,9 +219,10 @@ fn resident_bytes(elem: ScalarType, len: u64) -> u64 {
     words_of(elem, len).saturating_mul(4).saturating_add(len)
 }
 
-/// At most this many access histories (16 bytes each, one per element) are
-/// kept for later calls: 128 MiB, enough for repeated checked calls over a
-/// few million elements without faulting their pages in each time.
+/// At most the shadows of this many elements are kept for later calls (2
+/// bytes an element where runs of lanes reached whole chunks, 18 at most:
+/// 144 MiB), enough for repeated checked calls over a few million elements
+/// without faulting their pages in each time.
 const SHADOW_POOL_ELEMENTS: usize = 8 << 20;
 
 /// Runs maps on host data; owns the device-resident refs across calls.
@@ -680,8 +681,8 @@ impl Interpreter {
         }
     }
 
-    /// Keeps a finished detector's histories, up to `SHADOW_POOL_ELEMENTS` in all
-    /// (a pooled history holds 16 bytes per word of its buffer).
+    /// Keeps a finished detector's shadows, up to `SHADOW_POOL_ELEMENTS` in all,
+    /// each charged what its allocations take.
     fn recycle_detector(&mut self, detector: Option<detect::Detector>, limits: &Limits) {
         let mut kept: usize = self.shadow_pool.iter().map(|(h, _)| h.capacity()).sum();
         for mut shadow in detector.into_iter().flat_map(|d| d.shadow) {

@@ -576,12 +576,20 @@ impl Shadow {
                 "race detection: more detailed chunks than it can number".into(),
             ));
         };
-        for j in 0..self.words_of(k) {
-            self.detail[slot * CHUNK + j] = match recs {
-                [None, _] => History::Empty,
-                [Some(a), None] => History::One(a.at(j)),
-                [Some(a), Some(b)] => self.pairs.hold([a.at(j), b.at(j)]),
-            };
+        let words = self.words_of(k);
+        let histories = &mut self.detail[slot * CHUNK..slot * CHUNK + words];
+        match recs {
+            [None, _] => histories.fill(History::Empty),
+            [Some(a), None] => {
+                for (j, h) in histories.iter_mut().enumerate() {
+                    *h = History::One(a.at(j));
+                }
+            }
+            [Some(a), Some(b)] => {
+                for (j, h) in histories.iter_mut().enumerate() {
+                    *h = self.pairs.hold([a.at(j), b.at(j)]);
+                }
+            }
         }
         self.chunks[k] = Chunk::Detailed(tag);
         Ok(slot)

@@ -335,6 +335,17 @@ impl BlockState {
         let mut i = 0;
         while i < lanes {
             if !write {
+                // Whole groups of 16 settled lanes at once (vectorised),
+                // then lane by lane.
+                while let Some(group) = flat.get(i..i + 16) {
+                    let all = group
+                        .iter()
+                        .fold(true, |all, &f| all & (f.wrapping_sub(settled) < settled_len));
+                    if !all {
+                        break;
+                    }
+                    i += 16;
+                }
                 while i < lanes && flat[i].wrapping_sub(settled) < settled_len {
                     i += 1;
                 }

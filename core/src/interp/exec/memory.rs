@@ -338,9 +338,9 @@ impl BlockState {
                 // Whole groups of 16 settled lanes at once (vectorised),
                 // then lane by lane.
                 while let Some(group) = flat.get(i..i + 16) {
-                    let all = group
-                        .iter()
-                        .fold(true, |all, &f| all & (f.wrapping_sub(settled) < settled_len));
+                    let all = group.iter().fold(true, |all, &f| {
+                        all & (f.wrapping_sub(settled) < settled_len)
+                    });
                     if !all {
                         break;
                     }
@@ -359,6 +359,17 @@ impl BlockState {
                 continue;
             }
             let mut e = i + 1;
+            // Whole groups of 16 lanes at once (vectorised), then lane by lane.
+            while let Some(group) = flat.get(e..e + 16).filter(|_| every) {
+                let next = a.wrapping_add((e - i) as u32);
+                let all = (0..16u32)
+                    .zip(group)
+                    .fold(true, |all, (k, &f)| all & (f == next.wrapping_add(k)));
+                if !all {
+                    break;
+                }
+                e += 16;
+            }
             while e < lanes && (every || mask[e]) && flat[e] == a.wrapping_add((e - i) as u32) {
                 e += 1;
             }
@@ -410,8 +421,8 @@ impl BlockState {
             let flags = &mut init[word..word + n];
             if write {
                 flags.fill(true);
-            } else if let Some(k) = flags.iter().position(|&w| !w) {
-                allowed = k;
+            } else if !flags.iter().fold(true, |all, &w| all & w) {
+                allowed = flags.iter().position(|&w| !w).unwrap_or(n);
             }
             if let Some(shadow) = shadow.as_deref_mut() {
                 let at = Accessor {

@@ -321,7 +321,7 @@ pub(super) fn deadlock(
             name,
         } = status
         {
-            let count = bufs[*buf].words[*addr as usize].load(Relaxed) as i32;
+            let count = bufs[*buf].load(*addr as usize) as i32;
             lines.push(format!(
                 "  program {} ({}), block {} waits on `{name}` for {amount} (count is {count})",
                 code.program,

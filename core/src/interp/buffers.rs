@@ -260,7 +260,7 @@ pub(super) fn collect_outputs(layout: &Layout, bufs: &[GlobalBuf]) -> BTreeMap<N
         .iter()
         .map(|(name, i)| {
             let spec = &layout.buffers[*i];
-            let words = bufs[*i].words.iter().map(|w| w.load(Relaxed)).collect();
+            let words = bufs[*i].to_vec();
             (
                 name.clone(),
                 HostTensor::from_packed(spec.ty.elem, spec.shape.clone(), words),

@@ -32,8 +32,106 @@ use warp::*;
 /// A device buffer of one call. Words are atomics so that independent blocks
 /// can run on several host threads; relaxed loads and stores cost the same as
 /// plain ones. A 16-bit element is half a word (`load_packed`, `store_packed`).
-pub(crate) struct GlobalBuf {
-    pub words: Vec<AtomicU32>,
+/// Everything reads it through [`GlobalBuf::read`] and writes it through
+/// [`GlobalBuf::write`]; `'a` is the lifetime of caller data a buffer may
+/// borrow.
+pub(crate) struct GlobalBuf<'a> {
+    words: Vec<AtomicU32>,
+    _caller: std::marker::PhantomData<&'a [u32]>,
+}
+
+impl<'a> GlobalBuf<'a> {
+    /// A buffer holding `words`.
+    pub fn owned(words: Vec<AtomicU32>) -> Self {
+        GlobalBuf {
+            words,
+            _caller: std::marker::PhantomData,
+        }
+    }
+
+    /// Words the buffer holds.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// The words, for loads.
+    #[inline(always)]
+    pub fn read(&self) -> GlobalRead<'_> {
+        GlobalRead { words: &self.words }
+    }
+
+    /// The words, for stores and atomics; an error where the call found
+    /// that no program writes the buffer (a store here is a defect of that
+    /// finding, reported rather than performed).
+    #[inline(always)]
+    pub fn write(&self) -> Result<&[AtomicU32], RunError> {
+        Ok(&self.words)
+    }
+
+    /// Word `i`.
+    #[inline(always)]
+    pub fn load(&self, i: usize) -> u32 {
+        self.read().load(i)
+    }
+
+    /// A copy of the words.
+    pub fn to_vec(&self) -> Vec<u32> {
+        self.words.iter().map(|w| w.load(Relaxed)).collect()
+    }
+
+    /// The words, taking the buffer's allocation when it has one.
+    pub fn into_words(self) -> Vec<u32> {
+        self.words.into_iter().map(AtomicU32::into_inner).collect()
+    }
+
+    /// The allocation, for reuse by a later call (`None`: nothing to keep).
+    pub fn into_allocation(self) -> Option<Vec<AtomicU32>> {
+        Some(self.words).filter(|w| !w.is_empty())
+    }
+}
+
+/// The words of a [`GlobalBuf`] for loads: single words, 16-bit halves and
+/// consecutive runs of either.
+#[derive(Clone, Copy)]
+pub(crate) struct GlobalRead<'a> {
+    words: &'a [AtomicU32],
+}
+
+impl<'a> GlobalRead<'a> {
+    /// Words `range` of these.
+    #[inline(always)]
+    pub fn slice(&self, range: std::ops::Range<usize>) -> GlobalRead<'a> {
+        GlobalRead {
+            words: &self.words[range],
+        }
+    }
+
+    /// Word `i`.
+    #[inline(always)]
+    pub fn load(&self, i: usize) -> u32 {
+        self.words[i].load(Relaxed)
+    }
+
+    /// Words `start..start + d.len()` into `d`.
+    #[inline(always)]
+    pub fn load_run(&self, start: usize, d: &mut [u32]) {
+        let words = &self.words[start..start + d.len()];
+        d.iter_mut()
+            .zip(words)
+            .for_each(|(d, w)| *d = w.load(Relaxed));
+    }
+
+    /// 16-bit element `i`, in the low half.
+    #[inline(always)]
+    pub fn load_packed(&self, i: usize) -> u32 {
+        load_packed(self.words, i)
+    }
+
+    /// 16-bit elements `start..start + d.len()` into `d`.
+    #[inline(always)]
+    pub fn load_run_packed(&self, start: usize, d: &mut [u32]) {
+        load_run_packed(self.words, start, d)
+    }
 }
 
 /// How an alternative schedule perturbs execution.
@@ -59,7 +157,7 @@ impl AltSchedule {
 
 /// What a block run slice needs from the scheduler.
 pub(crate) struct Env<'a> {
-    pub bufs: &'a [GlobalBuf],
+    pub bufs: &'a [GlobalBuf<'a>],
     pub detect: Option<&'a mut Detector>,
     pub alt: Option<&'a mut AltSchedule>,
     /// Set when a semaphore was signalled (the scheduler wakes waiters).
@@ -714,7 +812,7 @@ impl BlockState {
                             amount: value,
                         });
                     };
-                    let word = &env.bufs[buf].words[addr as usize];
+                    let word = &env.bufs[buf].write()?[addr as usize];
                     match op {
                         SemOp::Signal => {
                             self.epoch += 1;
@@ -781,7 +879,7 @@ impl BlockState {
                 Instr::SemRead { dst, acc } => {
                     let lane = self.mask.iter().position(|&m| m).unwrap_or(0);
                     let (buf, addr) = self.sem_address(code, acc, lane)?;
-                    let v = env.bufs[buf].words[addr as usize].load(Relaxed);
+                    let v = env.bufs[buf].load(addr as usize);
                     self.regs[*dst].fill(v);
                     self.after_boundary(env);
                     if preempt_here(env) {

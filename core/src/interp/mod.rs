@@ -41,7 +41,7 @@ mod limits;
 mod sums;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::AtomicU32;
 
 use blocks::*;
 use buffers::*;
@@ -542,7 +542,7 @@ impl Interpreter {
         // Device-resident refs keep the first schedule's final contents.
         for (i, spec) in layout.buffers.iter().enumerate() {
             if let Init::Resident { name, .. } = &spec.init {
-                let words: Vec<u32> = bufs[i].words.iter().map(|w| w.load(Relaxed)).collect();
+                let words: Vec<u32> = bufs[i].to_vec();
                 let init = match &detector {
                     Some(d) => d.init[i].clone(),
                     // Without detection nothing tracks writes: count every element as written.
@@ -563,13 +563,12 @@ impl Interpreter {
         }
         self.recycle_detector(detector, &limits);
         // Outputs take their buffers without a copy; the rest are reused.
-        let mut slots: Vec<Option<Vec<AtomicU32>>> =
-            bufs.into_iter().map(|b| Some(b.words)).collect();
+        let mut slots: Vec<Option<GlobalBuf>> = bufs.into_iter().map(Some).collect();
         let mut outputs = BTreeMap::new();
         for (name, i) in &layout.outputs {
             let spec = &layout.buffers[*i];
             let words: Vec<u32> = match slots[*i].take() {
-                Some(w) => w.into_iter().map(AtomicU32::into_inner).collect(),
+                Some(b) => b.into_words(),
                 None => outputs
                     .get(name)
                     .map(|t: &HostTensor| t.words().to_vec())
@@ -580,14 +579,7 @@ impl Interpreter {
                 HostTensor::from_packed(spec.ty.elem, spec.shape.clone(), words),
             );
         }
-        self.recycle(
-            slots
-                .into_iter()
-                .flatten()
-                .map(|words| GlobalBuf { words })
-                .collect(),
-            &limits,
-        );
+        self.recycle(slots.into_iter().flatten().collect(), &limits);
         self.last_report = Some(report);
         Ok(CallOutputs { outputs })
     }
@@ -598,15 +590,15 @@ impl Interpreter {
     /// what every candidate signal is ordered after, until no new contest
     /// shows (at most [`MAX_CONTEST_PASSES`] runs). The verdict and the
     /// buffers are the last run's.
-    fn run_detected(
+    fn run_detected<'c>(
         &mut self,
         layout: &Layout,
-        args: &CallArgs,
+        args: &'c CallArgs,
         codes: &[ProgramCode],
         limits: &Limits,
         schedule: Option<AltSeed>,
         mut late_waits: Option<&mut Vec<LateWait>>,
-    ) -> Result<(Vec<GlobalBuf>, detect::Detector, u64), RunError> {
+    ) -> Result<(Vec<GlobalBuf<'c>>, detect::Detector, u64), RunError> {
         let mut contests = HashMap::new();
         let mut pass = 1;
         loop {
@@ -645,10 +637,10 @@ impl Interpreter {
     /// An interpreter that shares a run's budget keeps none: what it does
     /// not need goes back to the run.
     fn recycle(&mut self, bufs: Vec<GlobalBuf>, limits: &Limits) {
-        for b in bufs {
-            if !self.shared_budget && self.pool.len() < 16 && !b.words.is_empty() {
-                let charge = limits.keep((b.words.len() as u64).saturating_mul(4));
-                self.pool.push((b.words, charge));
+        for words in bufs.into_iter().filter_map(GlobalBuf::into_allocation) {
+            if !self.shared_budget && self.pool.len() < 16 {
+                let charge = limits.keep((words.len() as u64).saturating_mul(4));
+                self.pool.push((words, charge));
             }
         }
     }
@@ -700,13 +692,13 @@ impl Interpreter {
 
     /// Fresh device buffers for one schedule, and which words start
     /// initialised. Allocating and filling them looks at the call's clock.
-    fn make_buffers(
+    fn make_buffers<'c>(
         &mut self,
         layout: &Layout,
-        args: &CallArgs,
+        args: &'c CallArgs,
         detect: bool,
         limits: &Limits,
-    ) -> Result<(Vec<GlobalBuf>, Vec<Vec<bool>>), RunError> {
+    ) -> Result<(Vec<GlobalBuf<'c>>, Vec<Vec<bool>>), RunError> {
         let mut bufs = Vec::with_capacity(layout.buffers.len());
         let mut inits = Vec::with_capacity(layout.buffers.len());
         for spec in &layout.buffers {
@@ -755,7 +747,7 @@ impl Interpreter {
                     ),
                 },
             };
-            bufs.push(GlobalBuf { words });
+            bufs.push(GlobalBuf::owned(words));
             inits.push(init);
         }
         Ok((bufs, inits))

@@ -623,21 +623,21 @@ impl BlockState {
         }
     }
 
-    /// The words of buffer `b` that an access reaching `extent` elements
-    /// from element `base` may touch (mid-word for a 16-bit instance of odd
-    /// length).
+    /// Buffer `b`, which an access reaching `extent` elements from element
+    /// `base` may touch (mid-word for a 16-bit instance of odd length), and
+    /// `base`.
     fn instance_words<'e>(
         code: &ProgramCode,
         env: &'e Env,
         acc: &CompiledAccess,
         b: usize,
         (base, extent): (u64, u32),
-    ) -> Result<(&'e [AtomicU32], usize), RunError> {
-        let words = &env.bufs[b].words;
-        if words_of(acc.elem, base + u64::from(extent)) > words.len() as u64 {
+    ) -> Result<(&'e GlobalBuf<'e>, usize), RunError> {
+        let buf = &env.bufs[b];
+        if words_of(acc.elem, base + u64::from(extent)) > buf.len() as u64 {
             return Err(corrupt(code));
         }
-        Ok((words, base as usize))
+        Ok((buf, base as usize))
     }
 
     /// A load without detection of the elements `base + idx[lane]`, each
@@ -657,25 +657,23 @@ impl BlockState {
         let packed = acc.elem.is_16bit();
         let result = match acc.target {
             Target::Global(b) => {
-                let (words, base) = Self::instance_words(code, env, acc, b, (base, extent))?;
+                let (buf, base) = Self::instance_words(code, env, acc, b, (base, extent))?;
+                let words = buf.read();
                 if packed {
                     if let Some(Run { lanes, words: at }) = run {
-                        load_run_packed(words, base + at.start, &mut d[lanes]);
+                        words.load_run_packed(base + at.start, &mut d[lanes]);
                         return Ok(());
                     }
                     try_each_index(lanes, idx, extent, |l, i| {
-                        d[l] = load_packed(words, base + i)
+                        d[l] = words.load_packed(base + i)
                     })
                 } else {
-                    let words = &words[base..base + extent as usize];
+                    let words = words.slice(base..base + extent as usize);
                     if let Some(Run { lanes, words: at }) = run {
-                        d[lanes]
-                            .iter_mut()
-                            .zip(&words[at])
-                            .for_each(|(d, w)| *d = w.load(Relaxed));
+                        words.load_run(at.start, &mut d[lanes]);
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i].load(Relaxed))
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words.load(i))
                 }
             }
             Target::Smem(s) => {
@@ -717,10 +715,10 @@ impl BlockState {
         let packed = acc.elem.is_16bit();
         let (words, i): (&[u32], usize) = match acc.target {
             Target::Global(b) => {
-                let words = &env.bufs[b].words;
+                let words = env.bufs[b].read();
                 return match packed {
-                    true => load_packed(words, addr as usize),
-                    false => words[addr as usize].load(Relaxed),
+                    true => words.load_packed(addr as usize),
+                    false => words.load(addr as usize),
                 };
             }
             Target::Smem(s) => (&self.smem[s], addr as usize),
@@ -742,16 +740,16 @@ impl BlockState {
         lane: usize,
         t: usize,
         v: u32,
-    ) {
+    ) -> Result<(), RunError> {
         let packed = acc.elem.is_16bit();
         let (words, i): (&mut [u32], usize) = match acc.target {
             Target::Global(b) => {
-                let words = &env.bufs[b].words;
+                let words = env.bufs[b].write()?;
                 match packed {
                     true => store_packed(words, addr as usize, v),
                     false => words[addr as usize].store(v, Relaxed),
                 }
-                return;
+                return Ok(());
             }
             Target::Smem(s) => (&mut self.smem[s], addr as usize),
             Target::Local(id) => (&mut self.locals[id], addr as usize * t + lane),
@@ -760,6 +758,7 @@ impl BlockState {
             true => set_packed(words, i, v),
             false => words[i] = v,
         }
+        Ok(())
     }
 
     /// A 32-bit word of an atomic's memory (atomics are 32-bit only).
@@ -772,7 +771,7 @@ impl BlockState {
         t: usize,
     ) -> u32 {
         match target {
-            Target::Global(b) => env.bufs[b].words[addr as usize].load(Relaxed),
+            Target::Global(b) => env.bufs[b].load(addr as usize),
             Target::Smem(s) => self.smem[s][addr as usize],
             Target::Local(id) => self.locals[id][addr as usize * t + lane],
         }
@@ -786,12 +785,13 @@ impl BlockState {
         lane: usize,
         t: usize,
         v: u32,
-    ) {
+    ) -> Result<(), RunError> {
         match target {
-            Target::Global(b) => env.bufs[b].words[addr as usize].store(v, Relaxed),
+            Target::Global(b) => env.bufs[b].write()?[addr as usize].store(v, Relaxed),
             Target::Smem(s) => self.smem[s][addr as usize] = v,
             Target::Local(id) => self.locals[id][addr as usize * t + lane] = v,
         }
+        Ok(())
     }
 
     pub(super) fn store(
@@ -821,8 +821,7 @@ impl BlockState {
         self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
             block.detect_access(code, env, acc, addr, l, false, true, false)?;
             let v = block.regs[src][l];
-            block.write_elem(env, acc, addr, l, t, v);
-            Ok(())
+            block.write_elem(env, acc, addr, l, t, v)
         })
     }
 
@@ -887,7 +886,8 @@ impl BlockState {
         let packed = acc.elem.is_16bit();
         let result = match acc.target {
             Target::Global(b) => {
-                let (words, base) = Self::instance_words(code, env, acc, b, (base, extent))?;
+                let (buf, base) = Self::instance_words(code, env, acc, b, (base, extent))?;
+                let words = buf.write()?;
                 if packed {
                     if let Some(Run { lanes, words: at }) = run {
                         store_run_packed(words, base + at.start, &s[lanes]);
@@ -974,7 +974,7 @@ impl BlockState {
                 AtomicOp::CompareExchange => (old == a).then_some(b),
             };
             if let Some(v) = new {
-                block.write_word(env, acc.target, addr, l, t, v);
+                block.write_word(env, acc.target, addr, l, t, v)?;
             }
             if let Some(d) = dst {
                 block.regs[d][l] = old;

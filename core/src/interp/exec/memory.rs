@@ -378,6 +378,12 @@ impl BlockState {
                 // Lanes reading one element (a broadcast): each in turn
                 // until it is settled.
                 let mut g = e;
+                while let Some(group) = flat.get(g..g + 15).filter(|_| every) {
+                    if !group.iter().fold(true, |all, &f| all & (f == a)) {
+                        break;
+                    }
+                    g += 15;
+                }
                 while g < lanes && (every || mask[g]) && flat[g] == a {
                     g += 1;
                 }

@@ -544,8 +544,14 @@ impl Shadow {
         self.forget_all();
         self.len = len;
         self.paid = (len as u64).saturating_mul(HISTORY_BYTES);
-        self.pay(chunks, self.detail.capacity(), limits)?;
+        // Charged as allocated: capacities, exactly `chunks` for a new one.
+        self.pay(
+            self.chunks.capacity().max(chunks),
+            self.detail.capacity(),
+            limits,
+        )?;
         self.chunks.clear();
+        self.chunks.reserve_exact(chunks);
         let list = &mut self.chunks;
         limits.fill_in_chunks(chunks, "allocating race-detection state", |r| {
             list.resize(r.end, UNTOUCHED)
@@ -865,6 +871,16 @@ impl Shadow {
                 match self.chunks[k] {
                     Chunk::Uniform([None, _]) => {
                         self.chunks[k] = Chunk::Uniform([Some(Rec::new(&at, write, atomic)), None]);
+                        w = upto;
+                        continue;
+                    }
+                    Chunk::Uniform(recs)
+                        if write
+                            && !atomic
+                            && recs.iter().flatten().all(|r| at.ordered_after(r)) =>
+                    {
+                        // A plain write ordered after every access subsumes them.
+                        self.chunks[k] = Chunk::Uniform([Some(Rec::new(&at, true, false)), None]);
                         w = upto;
                         continue;
                     }
@@ -1208,6 +1224,7 @@ impl SemCredits {
 #[cfg(test)]
 mod tests {
     use super::{record, Accessor, Chunk, Clock, History, Pairs, Rec, RunStop, Shadow, CHUNK};
+    use crate::backend::RunError;
     use crate::interp::limits::{Limits, MemoryBudget};
 
     fn tasks(history: &History, pairs: &Pairs) -> Vec<u32> {
@@ -1515,6 +1532,39 @@ mod tests {
         let other = Accessor { thread: 4, ..read };
         fresh.record_reads(2, 2, &other, &limits).ok().unwrap();
         assert!(matches!(fresh.chunks[0], Chunk::Detailed(_)));
+    }
+
+    /// A shadow is paid 16 bytes a word up front; the chunks and
+    /// per-word histories it grows past that are charged, and refused past
+    /// the budget's limit (with the numbers), never allocated unpaid.
+    #[test]
+    fn a_shadow_charges_what_passes_its_words_allowance() {
+        let none = Clock::default();
+        let who = Accessor {
+            task: 1,
+            epoch: 0,
+            thread: 0,
+            clock: &none,
+            site: 0,
+        };
+        // 16 words: 256 bytes paid; one chunk (36) and, once a word is
+        // accessed alone, 16 histories (256): 36 bytes more.
+        for (limit, refused) in [(35u64, true), (36, false)] {
+            let budget = MemoryBudget::new(limit);
+            let limits = Limits::new(None, None, budget.clone());
+            let mut shadow = Shadow::default();
+            shadow.ensure(16, &limits).unwrap();
+            assert_eq!(budget.in_use(), 0);
+            let got = shadow.record_run(3, 1, &who, true, false, &limits);
+            match got {
+                Err(RunStop::Limit(RunError::MemoryLimit { needed, .. })) if refused => {
+                    assert_eq!(needed, 36);
+                }
+                Ok(()) if !refused => assert_eq!(budget.in_use(), 36),
+                _ => panic!("limit {limit}"),
+            }
+            assert!(shadow.bytes() <= 256 + budget.in_use());
+        }
     }
 
     /// Runs of any start, length, thread and kind leave exactly the

@@ -863,8 +863,10 @@ fn show(v: Literal) -> String {
     }
 }
 
-/// Detection state per element of a buffer: a written flag and a 16-byte
-/// access history.
+/// Detection state per element of a buffer, charged up front: a written
+/// flag and 16 bytes of access history (a `detect::Shadow` takes 2.25 bytes
+/// an element where runs of lanes reach whole chunks, 16 more where
+/// elements need a history each, and charges what passes 16 when it grows).
 pub(crate) const DETECTION_BYTES_PER_ELEMENT: u64 = 1 + 16;
 
 impl Backend for Interpreter {

@@ -500,9 +500,11 @@ pub(crate) enum RunStop {
 /// a block's smem), [`CHUNK`] words at a time: a chunk that runs of
 /// consecutive lanes access whole ([`Shadow::record_run`]: a block's
 /// elementwise accesses, a tile's rows) keeps one list for all its words,
-/// 2 bytes a word, and pages no one touches are never faulted in; any other
-/// access gives the chunk a [`History`] per word. The histories are those
-/// [`record`] keeps word by word, whichever form holds them.
+/// 2.25 bytes a word, and pages no one touches are never faulted in; so
+/// does one whose words the same two threads then read one at a time
+/// ([`Shadow::record_reads`], [`Chunk::Broadcast`]); any other access gives
+/// the chunk a [`History`] per word. The histories are those [`record`]
+/// keeps word by word, whichever form holds them.
 #[derive(Debug, Default)]
 pub(crate) struct Shadow {
     /// Words covered; chunks exist once [`Shadow::ensure`] made them.

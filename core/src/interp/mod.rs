@@ -219,9 +219,9 @@ fn resident_bytes(elem: ScalarType, len: u64) -> u64 {
     words_of(elem, len).saturating_mul(4).saturating_add(len)
 }
 
-/// At most the shadows of this many elements are kept for later calls (2
-/// bytes an element where runs of lanes reached whole chunks, 18 at most:
-/// 144 MiB), enough for repeated checked calls over a few million elements
+/// At most the shadows of this many elements are kept for later calls (2.25
+/// bytes an element where runs of lanes reached whole chunks, 18.25 at
+/// most: 146 MiB), enough for repeated checked calls over a few million elements
 /// without faulting their pages in each time.
 const SHADOW_POOL_ELEMENTS: usize = 8 << 20;
 

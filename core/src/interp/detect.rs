@@ -33,7 +33,7 @@ use super::limits::Limits;
 use crate::backend::RunError;
 
 /// One recorded access to a memory word.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rec {
     pub task: u32,
     pub epoch: u32,
@@ -862,12 +862,19 @@ impl Shadow {
             thread: who.thread + (x - word) as u32,
             ..*who
         };
+        // The list the chunk before held and the list its update left, when
+        // it was whole and uniform: a chunk holding that list `CHUNK` threads
+        // on (the same accesses continued, as consecutive lanes leave them)
+        // is left that list `CHUNK` threads on, without an update.
+        let mut last: Option<([Option<Rec>; 2], [Option<Rec>; 2])> = None;
+        let shifted = |list: [Option<Rec>; 2]| list.map(|r| r.map(|r| r.at(CHUNK)));
         let mut w = word;
         while w < end {
             let k = w / CHUNK;
             let start = k * CHUNK;
             let stop = start + self.words_of(k);
             let upto = stop.min(end);
+            let before = last.take();
             let at = lane(w);
             if w == start && upto == stop {
                 match self.chunks[k] {
@@ -887,10 +894,15 @@ impl Shadow {
                         continue;
                     }
                     Chunk::Uniform(recs) => {
-                        // A race or a third access: word by word below,
-                        // which reports it at its word or makes the list.
-                        if let Ok(Some(list)) = uniform_update(recs, &at, write, atomic) {
+                        let list = match before {
+                            Some((was, left)) if shifted(was) == recs => Some(shifted(left)),
+                            // A race or a third access: word by word below,
+                            // which reports it at its word or makes the list.
+                            _ => uniform_update(recs, &at, write, atomic).ok().flatten(),
+                        };
+                        if let Some(list) = list {
                             self.chunks[k] = Chunk::Uniform(list);
+                            last = Some((recs, list));
                             w = upto;
                             continue;
                         }
@@ -1606,10 +1618,9 @@ mod tests {
                     true => (next(len as u64) as usize) / CHUNK * CHUNK,
                     false => next(len as u64) as usize,
                 };
-                let n = if aligned {
-                    CHUNK
-                } else {
-                    1 + next(40) as usize
+                let n = match aligned {
+                    true => CHUNK * (1 + next(3) as usize),
+                    false => 1 + next(40) as usize,
                 };
                 let who = Accessor {
                     task: next(4) as u32,

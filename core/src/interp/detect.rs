@@ -480,6 +480,9 @@ impl BroadcastRead {
     }
 }
 
+/// The accesses of a [`Chunk::Uniform`], oldest first, `None`s last.
+type UniformList = [Option<Rec>; 2];
+
 /// A chunk no access has reached.
 const UNTOUCHED: Chunk = Chunk::Uniform([None, None]);
 
@@ -866,8 +869,8 @@ impl Shadow {
         // it was whole and uniform: a chunk holding that list `CHUNK` threads
         // on (the same accesses continued, as consecutive lanes leave them)
         // is left that list `CHUNK` threads on, without an update.
-        let mut last: Option<([Option<Rec>; 2], [Option<Rec>; 2])> = None;
-        let shifted = |list: [Option<Rec>; 2]| list.map(|r| r.map(|r| r.at(CHUNK)));
+        let mut last: Option<(UniformList, UniformList)> = None;
+        let shifted = |list: UniformList| list.map(|r| r.map(|r| r.at(CHUNK)));
         let mut w = word;
         while w < end {
             let k = w / CHUNK;

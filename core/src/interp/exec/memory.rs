@@ -156,17 +156,7 @@ impl BlockState {
             return Ok(());
         };
         let t = code.threads;
-        let (init, shadow): (&mut Vec<bool>, Option<&mut Shadow>) = match acc.target {
-            Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
-                (&mut det.init[b], None)
-            }
-            Target::Global(b) => (&mut det.init[b], Some(&mut det.shadow[b])),
-            Target::Smem(s) => (
-                &mut self.det.smem_init[s],
-                Some(&mut self.det.smem_shadow[s]),
-            ),
-            Target::Local(id) => (&mut self.det.local_init[id], None),
-        };
+        let (init, shadow) = detection_state(det, &mut self.det, acc.target);
         let slot = match acc.target {
             Target::Local(_) => addr as usize * t + lane,
             _ => addr as usize,
@@ -296,17 +286,10 @@ impl BlockState {
         // With a span, every lane of it is active: no mask to test.
         let every = self.span.is_some();
         let (mask, flat) = (self.mask.get(lo..hi)?, self.flat.get(lo..hi)?);
-        let (init, mut shadow): (&mut Vec<bool>, Option<&mut Shadow>) = match acc.target {
-            Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
-                (&mut det.init[b], None)
-            }
-            Target::Global(b) => (&mut det.init[b], Some(&mut det.shadow[b])),
-            Target::Smem(s) => (
-                &mut self.det.smem_init[s],
-                Some(&mut self.det.smem_shadow[s]),
-            ),
-            Target::Local(_) => return None,
-        };
+        if matches!(acc.target, Target::Local(_)) {
+            return None;
+        }
+        let (init, mut shadow) = detection_state(det, &mut self.det, acc.target);
         let words = init.len();
         let out_of_bounds = match every {
             true => flat.contains(&u32::MAX),
@@ -1014,6 +997,24 @@ fn env_site(env: &Env, rec: Rec) -> Site {
         kernel: code.kernel.clone(),
         block: task - env.task_offsets[p],
         thread: None,
+    }
+}
+
+/// The written flags and the access histories of an access's memory: none
+/// for a buffer that no store or atomic of the call writes (every race has
+/// a write) and for a local (one thread's: written flags only).
+fn detection_state<'a>(
+    det: &'a mut Detector,
+    block: &'a mut BlockDetect,
+    target: Target,
+) -> (&'a mut Vec<bool>, Option<&'a mut Shadow>) {
+    match target {
+        Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
+            (&mut det.init[b], None)
+        }
+        Target::Global(b) => (&mut det.init[b], Some(&mut det.shadow[b])),
+        Target::Smem(s) => (&mut block.smem_init[s], Some(&mut block.smem_shadow[s])),
+        Target::Local(id) => (&mut block.local_init[id], None),
     }
 }
 

@@ -66,6 +66,7 @@
 
 mod accuracy;
 mod emit;
+mod f16_conversions;
 mod residency;
 mod runtime;
 mod runtime_dir;
@@ -76,9 +77,10 @@ pub use accuracy::{
 };
 pub use emit::{
     emit, emit_module, fused_workgroups, fuses_programs, own_workgroup_bytes, validate_wgsl,
-    BindingLayout, Dispatch, EmitError, EmitOptions, EmittedModule, StorageBinding, WarpPath,
-    WordType, FUSED_ENTRY_POINT, MAX_SPLIT_DISPATCHES,
+    BindingLayout, Dispatch, EmitError, EmitOptions, EmittedModule, F16Conversions, StorageBinding,
+    WarpPath, WordType, FUSED_ENTRY_POINT, MAX_SPLIT_DISPATCHES,
 };
+pub use f16_conversions::F16Choice;
 pub use mpmd_core::bind::DeviceArgs;
 pub use residency::{establish, lavapipe_candidate, probe_once, MAX_PROBED_WORKGROUPS};
 pub use runtime::{

@@ -9,7 +9,9 @@ use mpmd_core::host::HostTensor;
 use mpmd_core::interp::Interpreter;
 use mpmd_core::plan::UnitId;
 use mpmd_core::Mode;
-use mpmd_wgpu::{emit, emit_module, validate_wgsl, EmitOptions, WarpPath, WgpuOptions};
+use mpmd_wgpu::{
+    emit, emit_module, validate_wgsl, EmitOptions, F16Conversions, WarpPath, WgpuOptions,
+};
 
 /// Runs the `naga` CLI on `wgsl` when it is installed.
 fn naga_cli_accepts(wgsl: &str, tag: &str) {
@@ -563,6 +565,46 @@ map axpb16 { programs [m: axpb16]; inputs [x: gmem<f16[256]>]; outputs [y: gmem<
         assert_eq!(entry.matches("atomicStore(").count(), 0, "{entry}");
         assert_eq!(entry.matches("atomicAnd(").count(), 1, "{entry}");
     }
+}
+
+/// Native f16 conversions (issue 25, `F16Conversions::Native`) change the
+/// two conversion helpers' bodies and nothing else: the kernels call
+/// `mpmd_f16_to_f32`/`mpmd_f32_to_f16` either way. naga validates the
+/// module with `unpack2x16float` allowed only for the native ones.
+#[test]
+fn native_f16_conversions_change_only_the_conversion_helpers() {
+    let m = module(
+        "
+mesh m { grid [b = 4]; threads t = 64; }
+kernel axpb16(x: gmem<f16[256]>, y: gmem<f16[256]>, alpha: f16, beta: f16) {
+  let i: u32 = axis_index(b) * 64u + axis_index(t);
+  y[i] = x[i] * alpha + beta;
+}
+map axpb16 { programs [m: axpb16]; inputs [x: gmem<f16[256]>]; outputs [y: gmem<f16[256]>]; scalars [alpha: f16, beta: f16]; }
+",
+    );
+    let p = plan(&m, "axpb16");
+    let emulated = emit_module(&p, &EmitOptions::default()).unwrap().wgsl;
+    let native = emit_module(
+        &p,
+        &EmitOptions {
+            f16_conversions: F16Conversions::Native,
+            ..EmitOptions::default()
+        },
+    )
+    .unwrap()
+    .wgsl;
+    assert_eq!(
+        function(&emulated, "unit0_axpb16"),
+        function(&native, "unit0_axpb16")
+    );
+    assert!(!emulated.contains("unpack2x16float"), "{emulated}");
+    insta::assert_snapshot!(
+        "native_f16_conversions",
+        functions(&native, &["mpmd_f16_to_f32", "mpmd_f32_to_f16"])
+    );
+    // The default validation (no `SHADER_FLOAT16_IN_FLOAT32`) refuses the builtins.
+    assert!(validate_wgsl(&native).is_err());
 }
 
 /// The names a kernel declares: its scalar parameters and every binding

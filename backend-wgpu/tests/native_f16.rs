@@ -20,6 +20,10 @@
 //! lavapipe the measurement above (every pattern, subnormals included), so
 //! the paragraph cannot go stale. An adapter without `shader-f16` fails the
 //! test with that reason: the measurement never silently disappears.
+//!
+//! (The conversions between f16 bits and f32 that the backend does take
+//! from the adapter, `unpack2x16float` and an f32 addition, are probed at
+//! run time on every device: `src/f16_conversions.rs`, `tests/f16_conversions.rs`.)
 
 use std::sync::{Arc, Mutex};
 

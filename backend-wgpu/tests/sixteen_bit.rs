@@ -19,7 +19,7 @@ use mpmd_core::host::{CallOutputs, HostTensor};
 use mpmd_core::ir::{Literal, ScalarType};
 use mpmd_core::numerics as num;
 use mpmd_core::Mode;
-use mpmd_wgpu::WgpuOptions;
+use mpmd_wgpu::{F16Conversions, WgpuOptions};
 
 const F16: ScalarType = ScalarType::F16;
 const BF16: ScalarType = ScalarType::BF16;
@@ -318,10 +318,10 @@ fn subnormal(t: ScalarType, b: u16) -> bool {
 }
 
 /// Runs the `ops` program for `t`; returns the mismatches, each a line.
-fn check_ops(t: ScalarType) -> Vec<String> {
+fn check_ops(t: ScalarType, conversions: Option<F16Conversions>) -> Vec<String> {
     let n = 1021;
     let (a, b, c) = operands(t, n);
-    let mut wgpu = backend(WgpuOptions::default());
+    let mut wgpu = backend(with_conversions(conversions));
     let m = module(&ops_program(t, n));
     let p = plan(&m, "ops");
     let call = args(
@@ -460,14 +460,28 @@ fn assert_none(bad: Vec<String>) {
     );
 }
 
+/// The backend's options with f16 conversions as given (`None`: what the
+/// adapter's probe chose, native on lavapipe: `tests/f16_conversions.rs`).
+fn with_conversions(conversions: Option<F16Conversions>) -> WgpuOptions {
+    WgpuOptions {
+        f16_conversions: conversions,
+        ..WgpuOptions::default()
+    }
+}
+
+/// f16 runs both ways: the adapter's choice and the conversions on the bits.
+const F16_WAYS: [Option<F16Conversions>; 2] = [None, Some(F16Conversions::Emulated)];
+
 #[test]
 fn f16_operations_match_the_rules() {
-    assert_none(check_ops(F16));
+    for way in F16_WAYS {
+        assert_none(check_ops(F16, way));
+    }
 }
 
 #[test]
 fn bf16_operations_match_the_rules() {
-    assert_none(check_ops(BF16));
+    assert_none(check_ops(BF16, None));
 }
 
 /// f32 inputs for conversions: ties at the rounding boundary of both types,
@@ -581,7 +595,7 @@ map conv {{
     )
 }
 
-fn check_conversions(t: ScalarType) {
+fn check_conversions(t: ScalarType, conversions: Option<F16Conversions>) {
     let n = 199;
     let o = other(t);
     let f: Vec<f32> = f32_specials()[..n].to_vec();
@@ -602,7 +616,7 @@ fn check_conversions(t: ScalarType) {
     let (mut ob, _, _) = operands(o, n);
     ob.truncate(n);
     let s: u16 = if t == F16 { 0x3e00 } else { 0x3fc0 }; // 1.5
-    let mut wgpu = backend(WgpuOptions::default());
+    let mut wgpu = backend(with_conversions(conversions));
     let m = module(&conversions_program(t, n));
     let p = plan(&m, "conv");
     let call = args(
@@ -690,19 +704,21 @@ fn check_conversions(t: ScalarType) {
 
 #[test]
 fn f16_conversions_scalars_and_literals_match_the_rules() {
-    check_conversions(F16);
+    for way in F16_WAYS {
+        check_conversions(F16, way);
+    }
 }
 
 #[test]
 fn bf16_conversions_scalars_and_literals_match_the_rules() {
-    check_conversions(BF16);
+    check_conversions(BF16, None);
 }
 
 /// The math functions computed in f32 and rounded: the adapter's f32
 /// functions are not correctly rounded (ACCURACY.md), so the 16-bit result
 /// may be one ulp of the 16-bit type off where the f32 value lies next to
 /// a 16-bit rounding boundary; never more.
-fn check_math(t: ScalarType) {
+fn check_math(t: ScalarType, conversions: Option<F16Conversions>) {
     let n = 509;
     let (mut a, mut b, _) = operands(t, n);
     a.truncate(n);
@@ -748,7 +764,7 @@ map math {{
         outs = outputs.join(", "),
         body = body.join("\n"),
     );
-    let mut wgpu = backend(WgpuOptions::default());
+    let mut wgpu = backend(with_conversions(conversions));
     let p = plan(&module(&src), "math");
     let call = args(vec![("a", tensor(t, &a)), ("b", tensor(t, &b))], vec![]);
     let out = wgpu
@@ -812,12 +828,14 @@ map math {{
 
 #[test]
 fn f16_math_functions_are_the_f32_function_rounded() {
-    check_math(F16);
+    for way in F16_WAYS {
+        check_math(F16, way);
+    }
 }
 
 #[test]
 fn bf16_math_functions_are_the_f32_function_rounded() {
-    check_math(BF16);
+    check_math(BF16, None);
 }
 
 /// Runs `map` of `src` and returns its outputs; panics with the error.

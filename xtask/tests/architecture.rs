@@ -467,6 +467,8 @@ const WGPU_API: &[&str] = &[
     "EmitError",
     "EmitOptions",
     "EmittedModule",
+    "F16Choice",
+    "F16Conversions",
     "FUSED_ENTRY_POINT",
     "FloatBehaviour",
     "MAX_PROBED_WORKGROUPS",

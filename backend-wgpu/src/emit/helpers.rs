@@ -10,8 +10,9 @@ use super::numerics::half_name;
 use super::syntax::wgsl_scalar;
 use super::warp::reduction_name;
 use super::{
-    fuses_programs, EmitOptions, ERROR_LOOP_CAP, ERROR_LOOP_LIMIT, ERROR_OUT_OF_BOUNDS,
-    ERROR_SEM_AMOUNT, ERROR_SUBGROUP_NOT_WARP, ERROR_WAIT_TIMEOUT, MAX_RECORDED_VALUES, POLL_LOOKS,
+    fuses_programs, EmitOptions, F16Conversions, ERROR_LOOP_CAP, ERROR_LOOP_LIMIT,
+    ERROR_OUT_OF_BOUNDS, ERROR_SEM_AMOUNT, ERROR_SUBGROUP_NOT_WARP, ERROR_WAIT_TIMEOUT,
+    MAX_RECORDED_VALUES, POLL_LOOKS,
 };
 
 /// The helper functions, one section each (see its header for the format).
@@ -81,9 +82,10 @@ pub(super) enum Helper {
 }
 
 impl Helper {
-    /// Its section of `prelude.wgsl`.
-    fn section(&self) -> &'static str {
+    /// Its section of `prelude.wgsl` (with `options`: which f16 conversions).
+    fn section(&self, options: &EmitOptions) -> &'static str {
         let bf16 = |t: &ScalarType| *t == ScalarType::BF16;
+        let native = options.f16_conversions == F16Conversions::Native;
         match self {
             Helper::Report => "report",
             Helper::LoopCap => "loop_cap",
@@ -106,8 +108,10 @@ impl Helper {
             Helper::LoopLimit => "loop_limit",
             Helper::Saturating => "saturating",
             Helper::Widen(t) if bf16(t) => "bf16_to_f32",
+            Helper::Widen(_) if native => "f16_to_f32_native",
             Helper::Widen(_) => "f16_to_f32",
             Helper::Narrow(t) if bf16(t) => "f32_to_bf16",
+            Helper::Narrow(_) if native => "f32_to_f16_native",
             Helper::Narrow(_) => "f32_to_f16",
             Helper::U64 => "u64",
             Helper::FmaF32 => "fma_f32",
@@ -275,7 +279,7 @@ impl Helper {
             ("MAX_RECORDED_VALUES", MAX_RECORDED_VALUES.to_string()),
         ];
         values.extend(self.fill(options, fused));
-        fill_placeholders(prelude_section(self.section()), &values)
+        fill_placeholders(prelude_section(self.section(options)), &values)
     }
 }
 
@@ -471,7 +475,7 @@ fn mma_fill(t: ScalarType) -> Vec<(&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emit::{validate_wgsl_with, WarpPath, STATUS_WORDS};
+    use crate::emit::{validate_wgsl_capabilities, WarpPath, STATUS_WORDS};
 
     /// Every helper, each parameterised one with the parameters that change
     /// its text.
@@ -526,11 +530,16 @@ mod tests {
         helpers
     }
 
-    /// The option sets that change helper text: the loop cap, and a fused module.
+    /// The option sets that change helper text: the loop cap, a fused
+    /// module, and native f16 conversions.
     fn variants() -> Vec<(EmitOptions, bool)> {
         let capped = EmitOptions {
             loop_cap: Some(65_000),
             wait_poll_budget: 100,
+            ..EmitOptions::default()
+        };
+        let native = EmitOptions {
+            f16_conversions: F16Conversions::Native,
             ..EmitOptions::default()
         };
         vec![
@@ -538,6 +547,7 @@ mod tests {
             (EmitOptions::default(), true),
             (capped.clone(), false),
             (capped, true),
+            (native, false),
         ]
     }
 
@@ -565,7 +575,11 @@ mod tests {
                     .collect();
                 let module = format!("{}\n{text}", globals());
                 // Subgroup operations allowed: the native path's sections use them.
-                if let Err(e) = validate_wgsl_with(&module, WarpPath::Native) {
+                let allowed = EmitOptions {
+                    warps: WarpPath::Native,
+                    ..options.clone()
+                };
+                if let Err(e) = validate_wgsl_capabilities(&module, &allowed) {
                     panic!(
                         "{helper:?} (loop cap {:?}, fused {fused}):\n{e}\n{module}",
                         options.loop_cap
@@ -578,8 +592,11 @@ mod tests {
     #[test]
     fn every_placeholder_is_filled() {
         for helper in every_helper() {
-            assert!(!prelude_section(helper.section()).is_empty(), "{helper:?}");
             for (options, fused) in variants() {
+                assert!(
+                    !prelude_section(helper.section(&options)).is_empty(),
+                    "{helper:?}"
+                );
                 let text = helper.text(&options, fused);
                 let left = text
                     .split('{')
@@ -600,7 +617,10 @@ mod tests {
             .lines()
             .filter_map(|line| line.strip_prefix(SECTION_MARKER))
             .collect();
-        let used: Vec<&str> = every_helper().iter().map(|h| h.section()).collect();
+        let used: Vec<&str> = every_helper()
+            .iter()
+            .flat_map(|h| variants().into_iter().map(|(o, _)| h.section(&o)))
+            .collect();
         for section in &sections {
             assert!(used.contains(section), "section `{section}` has no helper");
         }

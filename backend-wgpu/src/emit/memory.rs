@@ -318,8 +318,12 @@ impl UnitEmitter<'_, '_> {
 
     /// A 16-bit store that pairs with the subgroup neighbour's
     /// (`emit/pairing.rs`): when the neighbour is active here and stores the
-    /// other half of the same word, both store the whole word (the same
-    /// value); otherwise the two-atomic store.
+    /// other half of the same word, the invocation holding the low half
+    /// stores the whole word for both; otherwise the two-atomic store.
+    /// Pairing is mutual (both read one ballot, and each finds the other's
+    /// index to be its own `^ 1`), so the high half's invocation stores
+    /// nothing exactly when the low half's stores both: one store per word,
+    /// where each storing the same word took twice the stores on llvmpipe.
     fn paired_store(&mut self, word: &str, index: &str, bits: &str, shift: &str) {
         self.pairs_used = true;
         let active = self.temp("active");
@@ -327,7 +331,7 @@ impl UnitEmitter<'_, '_> {
         let other_index = self.temp("other");
         let other_bits = self.temp("otherbits");
         self.line(
-            "// Paired store: the subgroup neighbour stores the other half of the word, or each stores its own.",
+            "// Paired store: the low half's invocation stores the word when its subgroup neighbour stores the high half; otherwise each stores its own.",
         );
         self.line(&format!("let {active}: vec4<u32> = subgroupBallot(true);"));
         self.line(&format!("let {neighbour}: u32 = mpmd_subgroup_lane ^ 1u;"));
@@ -341,9 +345,13 @@ impl UnitEmitter<'_, '_> {
             "if (((({active}[{neighbour} >> 5u] >> ({neighbour} & 31u)) & 1u) == 1u) && ({other_index} == ({index} ^ 1u))) {{"
         ));
         self.depth += 1;
+        self.line(&format!("if ({shift} == 0u) {{"));
+        self.depth += 1;
         self.line(&format!(
-            "atomicStore(&{word}, ({bits} << {shift}) | ({other_bits} << ({shift} ^ 16u)));"
+            "atomicStore(&{word}, {bits} | ({other_bits} << 16u));"
         ));
+        self.depth -= 1;
+        self.line("}");
         self.depth -= 1;
         self.line("} else {");
         self.depth += 1;

@@ -106,6 +106,25 @@ pub enum WarpPath {
     Native,
 }
 
+/// How f16 values are converted to and from f32 (every f16 operation
+/// computes on the exact f32 values and rounds once, docs/numerics.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum F16Conversions {
+    /// Written out on the bits (`mpmd_f16_to_f32`, `mpmd_f32_to_f16`):
+    /// exact on every adapter, since WGSL pins down neither the rounding
+    /// of its conversions (or of an f32 addition) nor what they do with
+    /// subnormals.
+    #[default]
+    Emulated,
+    /// WGSL's `unpack2x16float` to widen; to narrow, a rounding without
+    /// branches whose subnormal case is the adapter's f32 addition (WGSL
+    /// lets it round either way): only for an adapter where a probe
+    /// dispatch found both exact (`crate::F16Choice`); several times
+    /// cheaper on lavapipe, where every branch of the conversions on the
+    /// bits runs for every SIMD vector.
+    Native,
+}
+
 /// Options of the code generator.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EmitOptions {
@@ -146,6 +165,10 @@ pub struct EmitOptions {
     /// counts) and a branch that threads may take differently still pay
     /// their loops up front.
     pub subgroups: bool,
+    /// How f16 values convert to and from f32. The runtime picks
+    /// [`F16Conversions::Native`] only where its probe passed; tests may
+    /// force either.
+    pub f16_conversions: F16Conversions,
 }
 
 impl Default for EmitOptions {
@@ -159,6 +182,7 @@ impl Default for EmitOptions {
             co_resident: false,
             warps: WarpPath::Emulated,
             subgroups: false,
+            f16_conversions: F16Conversions::Emulated,
         }
     }
 }
@@ -349,12 +373,10 @@ pub fn emit(plan: &LaunchPlan, mode: Mode) -> Result<String, EmitError> {
 /// Generates the module for `plan` and validates it with naga.
 pub fn emit_module(plan: &LaunchPlan, options: &EmitOptions) -> Result<EmittedModule, EmitError> {
     let module = on_deep_stack(|| generate(plan, options))?;
-    validate_wgsl_capabilities(&module.wgsl, options.warps, options.subgroups).map_err(
-        |message| EmitError::Naga {
-            message,
-            wgsl: module.wgsl.clone(),
-        },
-    )?;
+    validate_wgsl_capabilities(&module.wgsl, options).map_err(|message| EmitError::Naga {
+        message,
+        wgsl: module.wgsl.clone(),
+    })?;
     Ok(module)
 }
 
@@ -378,21 +400,27 @@ pub fn validate_wgsl(source: &str) -> Result<naga::Module, String> {
 /// use subgroup operations in compute shaders (what a device with
 /// `wgpu::Features::SUBGROUP` accepts), an emulated one may not.
 pub fn validate_wgsl_with(source: &str, warps: WarpPath) -> Result<naga::Module, String> {
-    validate_wgsl_capabilities(source, warps, false)
+    let options = EmitOptions {
+        warps,
+        ..EmitOptions::default()
+    };
+    validate_wgsl_capabilities(source, &options)
 }
 
-/// [`validate_wgsl_with`], subgroup operations allowed also for paired
-/// 16-bit stores and loop counts ([`EmitOptions::subgroups`]).
-fn validate_wgsl_capabilities(
-    source: &str,
-    warps: WarpPath,
-    subgroups: bool,
-) -> Result<naga::Module, String> {
+/// [`validate_wgsl_with`] for a module emitted with `options`: subgroup
+/// operations allowed also for paired 16-bit stores and loop counts
+/// ([`EmitOptions::subgroups`]), and `unpack2x16float` for native f16
+/// conversions (what wgpu allows on a device whose downlevel flags have
+/// `SHADER_F16_IN_F32`).
+fn validate_wgsl_capabilities(source: &str, options: &EmitOptions) -> Result<naga::Module, String> {
     let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
-    let capabilities = match warps == WarpPath::Native || subgroups {
-        false => naga::valid::Capabilities::default(),
-        true => naga::valid::Capabilities::default() | naga::valid::Capabilities::SUBGROUP,
-    };
+    let mut capabilities = naga::valid::Capabilities::default();
+    if options.warps == WarpPath::Native || options.subgroups {
+        capabilities |= naga::valid::Capabilities::SUBGROUP;
+    }
+    if options.f16_conversions == F16Conversions::Native {
+        capabilities |= naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    }
     let mut validator =
         naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities);
     validator

@@ -1,30 +1,33 @@
 //! Paired 16-bit stores: two invocations of one subgroup that store the two
-//! halves of one word at the same time each write the whole word, with one
-//! atomic store, instead of clearing and setting their half with two atomics
-//! each (llvmpipe runs a storage atomic lane by lane, so the two-atomic
-//! store took 4 to 6 times a plain word store).
+//! halves of one word at the same time write it whole, with one atomic
+//! store, instead of clearing and setting their half with two atomics each
+//! (llvmpipe runs a storage atomic lane by lane, so the two-atomic store
+//! took 4 to 6 times a plain word store).
 //!
 //! Which invocations pair is decided at run time, by the store itself: each
 //! invocation learns from its subgroup neighbour (`subgroup_invocation_id ^ 1`)
 //! whether that neighbour is active at this store (`subgroupBallot`) and
 //! which element it stores (`subgroupShuffleXor`); when the neighbour stores
-//! the other half of the same word, both invocations store the word made of
-//! their two values, otherwise each falls back to the two-atomic store. Any
-//! index, any subgroup size or layout is exact: the pairing is only ever an
-//! observed fact.
+//! the other half of the same word, the invocation storing the low half
+//! stores the word made of both values and the other stores nothing,
+//! otherwise each falls back to the two-atomic store. Pairing is mutual:
+//! both read the same ballot (a subgroup operation's result is the same for
+//! every invocation taking part), and each finds the other's element to be
+//! its own `^ 1`, so exactly one of a pair stores. Any index, any subgroup
+//! size or layout is exact: the pairing is only ever an observed fact.
 //!
-//! Where it is allowed is decided here, statically: an invocation's atomic
+//! Where it is allowed is decided here, statically: the low half's atomic
 //! store also writes its neighbour's half, so that write must not be able to
 //! land after a later write of that half, nor after an access that another
-//! invocation orders after the neighbour's store. A store pairs only when
+//! invocation orders after the neighbour's store statement. A store pairs only when
 //! nothing of the kernel can come after it: it is the only statement of the
 //! kernel that writes its WGSL array (so no later store, atomic or
 //! semaphore operation of any thread touches the word, and it runs at most
 //! once per invocation: it is in no loop), and no semaphore operation
 //! follows it (a signal would let another block read or write the word
-//! before the neighbour's copy lands). What orders the kernel's stores
-//! before everything else is then the end of its dispatch, which orders both
-//! copies alike. Fused dispatches (one workgroup running a program as a
+//! before the word's store lands). What orders the kernel's stores
+//! before everything else is then the end of its dispatch, which orders the
+//! word's store like any other. Fused dispatches (one workgroup running a program as a
 //! function of the fused entry point) do not pair.
 
 use std::collections::{HashMap, HashSet};

@@ -349,6 +349,34 @@ fn mpmd_f32_to_f16(x: f32) -> u32 {
   return sign | (q + u32(up));
 }
 
+// ==== section f16_to_f32_native
+// f16 bits to f32 with the adapter's `unpack2x16float`, used only where a
+// probe dispatch found it exact on every f16 pattern, a NaN giving a NaN
+// (payloads are unspecified: docs/numerics.md); see `f16_conversions.rs`.
+fn mpmd_f16_to_f32(h: u32) -> f32 {
+  return unpack2x16float(h).x;
+}
+
+// ==== section f32_to_f16_native
+// f32 to the nearest f16 (ties to even, overflow to infinity, NaN stays NaN,
+// subnormals kept) without branches, used only where a probe dispatch found
+// it exact (`f16_conversions.rs`): the adapter's f32 addition rounds an f16
+// subnormal, `|x| + 0.5` putting the subnormal grid (2^-24) at the sum's last
+// bit, which WGSL lets round either way; a carry out gives the smallest
+// normal. Normal results round on the bits; 65520 (the largest f16 plus half
+// an ulp) and above are infinity. lavapipe's `pack2x16float` rounds the same
+// but took about 1.2 times as long in an f16 kernel.
+fn mpmd_f32_to_f16(x: f32) -> u32 {
+  let u = bitcast<u32>(x);
+  let a = u & 0x7fffffffu;
+  // Rebias the exponent (a - 0x38000000), round the 13 dropped bits to even.
+  let normal = (a + 0xc8000fffu + ((a >> 13u) & 1u)) >> 13u;
+  let subnormal = bitcast<u32>(bitcast<f32>(a) + 0.5) - 0x3f000000u;
+  let special = select(0x7c00u, 0x7e00u, a > 0x7f800000u);
+  let h = select(select(normal, subnormal, a < 0x38800000u), special, a >= 0x477ff000u);
+  return ((u >> 16u) & 0x8000u) | h;
+}
+
 // ==== section u64
 // Unsigned 64-bit integers as vec2<u32>(high word, low word), for fma_f32.
 // Shift amounts of 32 or more are written out: WGSL shifts a u32 by the

@@ -17,8 +17,9 @@ use super::{
 };
 use crate::emit::{
     emit_module, fused_workgroup_size, fused_workgroups, fuses_programs, own_workgroup_bytes,
-    splits_blocks, EmitError, EmitOptions, WarpPath,
+    splits_blocks, EmitError, EmitOptions, F16Conversions, WarpPath,
 };
+use crate::f16_conversions::F16Choice;
 use crate::subgroups::{SubgroupFacts, WarpChoice};
 
 /// One device with its pipeline cache: the process's default device, shared
@@ -39,6 +40,9 @@ pub(super) struct GpuContext {
     /// The warp path the adapter qualifies for (decided on first need; see
     /// [`WgpuBackend::warp_path`]).
     pub(super) warps: OnceLock<WarpChoice>,
+    /// The f16 conversions the adapter qualifies for (probed on the first
+    /// plan with f16 values; see [`WgpuBackend::f16_conversions`]).
+    pub(super) f16: OnceLock<F16Choice>,
 }
 
 pub(super) fn context() -> Result<Arc<GpuContext>, WgpuError> {
@@ -94,6 +98,7 @@ pub(super) fn create_context() -> Result<GpuContext, WgpuError> {
         modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
         residency: OnceLock::new(),
         warps: OnceLock::new(),
+        f16: OnceLock::new(),
     })
 }
 
@@ -112,6 +117,7 @@ pub(super) fn context_on(device: wgpu::Device, queue: wgpu::Queue) -> GpuContext
         modules: Mutex::new(Lru::new(PIPELINE_CACHE_CAPACITY)),
         residency: OnceLock::new(),
         warps: OnceLock::new(),
+        f16: OnceLock::new(),
     }
 }
 
@@ -241,6 +247,33 @@ impl WgpuBackend {
             .clone()
     }
 
+    /// How this backend converts f16 values here, and why, unless
+    /// `WgpuOptions::f16_conversions` asks for a way: the native ones
+    /// (`F16Conversions::Native`) where, once per device, a probe dispatch
+    /// found them to be the language's conversions on every f16 pattern
+    /// and every rounding boundary (`f16_conversions::probe`);
+    /// otherwise the conversions on the bits. The probe runs on the first
+    /// call (of this or a plan's [`Self::plan_emit_options`] with f16
+    /// values), not before.
+    pub fn f16_conversions(&self) -> F16Choice {
+        if let Some(conversions) = self.options.f16_conversions {
+            return F16Choice::requested(conversions);
+        }
+        self.ctx
+            .f16
+            .get_or_init(|| {
+                let mut native = WgpuBackend::on_context(
+                    self.ctx.clone(),
+                    WgpuOptions {
+                        f16_conversions: Some(F16Conversions::Native),
+                        ..WgpuOptions::default()
+                    },
+                );
+                F16Choice::probed(crate::f16_conversions::probe(&mut native))
+            })
+            .clone()
+    }
+
     /// Whether a successful run of `plan` is only `unverified`: it needs
     /// co-residency for more workgroups than the backend established for
     /// this adapter ([`Self::resident_workgroups`]), so it runs (as one fused
@@ -291,10 +324,16 @@ impl WgpuBackend {
         if plan.needs_co_residency() && !options.co_resident {
             options.co_resident = self.co_residency_established(plan);
         }
+        // Only a plan with f16 values converts them (and so pays for the probe).
+        if crate::f16_conversions::plan_has_f16(plan) {
+            options.f16_conversions = self.f16_conversions().conversions;
+        }
         options
     }
 
-    /// The code-generation options this backend uses on its adapter.
+    /// The code-generation options this backend uses on its adapter (f16
+    /// conversions on the bits: [`Self::plan_emit_options`] chooses them
+    /// for a plan that has f16 values).
     pub fn emit_options(&self, mode: Mode) -> EmitOptions {
         let llvmpipe = self.ctx.llvmpipe;
         let adapter_max = self.ctx.limits.max_storage_buffers_per_shader_stage;
@@ -318,6 +357,7 @@ impl WgpuBackend {
             co_resident: self.options.co_resident,
             warps: self.warp_path().path,
             subgroups: self.ctx.subgroups.feature,
+            f16_conversions: F16Conversions::Emulated,
         }
     }
 

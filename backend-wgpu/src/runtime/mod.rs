@@ -11,7 +11,7 @@ use mpmd_core::plan::LaunchPlan;
 use mpmd_core::Mode;
 use thiserror::Error;
 
-use crate::emit::WarpPath;
+use crate::emit::{F16Conversions, WarpPath};
 
 mod cache;
 mod device;
@@ -65,6 +65,11 @@ pub struct WgpuOptions {
     /// subgroups are not the logical warps, a run that uses them fails with
     /// the run-time check's `Unsupported` error ([`WgpuBackend::warp_path`]).
     pub warps: Option<WarpPath>,
+    /// How f16 values convert to and from f32: `None` (the default) as the
+    /// adapter's probe decides ([`WgpuBackend::f16_conversions`]);
+    /// `Some(..)` forces either, for tests (native on an adapter whose
+    /// conversions are not the language's gives wrong f16 results).
+    pub f16_conversions: Option<F16Conversions>,
     /// Wall-clock bound on one [`Backend::run`](mpmd_core::Backend::run) (compiling the pipelines,
     /// the dispatches and reading back) and on [`WgpuBackend::prepare`]'s
     /// compile; past it the call fails with [`RunError::TimeLimit`] saying

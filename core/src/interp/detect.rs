@@ -740,6 +740,7 @@ impl Shadow {
     /// from `who.thread` in turn, as [`record`] would, until one leaves
     /// the word [`Self::read_settled`] (the other reads would change
     /// nothing); whether it is.
+    #[inline]
     pub fn record_reads(
         &mut self,
         word: usize,
@@ -795,6 +796,7 @@ impl Shadow {
     /// joins it; the chunk then holds the read at this word too, if it is
     /// the same read (threads, site, task and epoch) as at the others.
     /// `None`: this form does not apply (nothing was changed).
+    #[inline]
     fn broadcast_read(&mut self, word: usize, who: &Accessor) -> Option<Result<bool, RunStop>> {
         let (k, j) = (word / CHUNK, word % CHUNK);
         let (first, mask, known) = match self.chunks[k] {

@@ -431,7 +431,7 @@ pub(crate) fn record(
 
 /// Words per chunk of a [`Shadow`]: a row of a 16 x 16 tile, a sixteenth
 /// of a block's run of 256 consecutive words.
-pub(crate) const CHUNK: usize = 16;
+const CHUNK: usize = 16;
 
 /// The histories of one chunk of a [`Shadow`]'s words (36 bytes).
 #[derive(Clone, Copy, Debug)]
@@ -489,7 +489,7 @@ const UNTOUCHED: Chunk = Chunk::Uniform([None, None]);
 /// Bytes a word's history takes, charged up front for every word of a
 /// detecting call's buffers and of a block's smem (with its written flag:
 /// `DETECTION_BYTES_PER_ELEMENT`).
-pub(crate) const HISTORY_BYTES: u64 = std::mem::size_of::<History>() as u64;
+const HISTORY_BYTES: u64 = std::mem::size_of::<History>() as u64;
 
 /// Why [`Shadow::record_run`] stopped.
 pub(crate) enum RunStop {

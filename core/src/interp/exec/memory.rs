@@ -209,8 +209,8 @@ impl BlockState {
         }
     }
 
-    /// The report of `lane`'s access of element `addr` (a write, an atomic:
-    /// `kind`) racing with the earlier access `first`.
+    /// The report of `lane`'s access of element `addr` (whether it writes,
+    /// whether it is atomic) racing with the earlier access `first`.
     #[allow(clippy::too_many_arguments)]
     fn race(
         &self,

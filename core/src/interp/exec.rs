@@ -10,7 +10,7 @@ use super::compile::{
     words_of, BinKind, CompiledAccess, FloatBin, FloatCmp, FloatUn, Half, Instr, MmaRegs,
     OwnInstance, ProgramCode, RegInit, Target, UnKind,
 };
-use super::detect::{self, Accessor, Clock, Detector, History, Pairs, Rec, SemCredits};
+use super::detect::{self, Accessor, Clock, Detector, Rec, SemCredits, Shadow};
 use super::limits::Limits;
 use super::{LateWait, MmaProbe};
 use crate::backend::{RunError, Site};
@@ -259,9 +259,7 @@ struct WarpSegment {
 #[derive(Default)]
 struct BlockDetect {
     smem_init: Vec<Vec<bool>>,
-    smem_shadow: Vec<Vec<History>>,
-    /// The two-access histories of `smem_shadow`.
-    smem_pairs: Pairs,
+    smem_shadow: Vec<Shadow>,
     local_init: Vec<Vec<bool>>,
 }
 
@@ -337,12 +335,8 @@ impl BlockState {
                     .iter()
                     .map(|s| vec![false; s.len as usize])
                     .collect(),
-                smem_shadow: code
-                    .smem
-                    .iter()
-                    .map(|s| vec![History::Empty; s.len as usize])
-                    .collect(),
-                smem_pairs: Pairs::default(),
+                // Chunks made on first use (`Shadow::ensure`).
+                smem_shadow: code.smem.iter().map(|_| Shadow::default()).collect(),
                 local_init: code
                     .locals
                     .iter()
@@ -401,9 +395,7 @@ impl BlockState {
         for v in &mut self.det.smem_init {
             v.fill(false);
         }
-        self.det
-            .smem_pairs
-            .forget_all(self.det.smem_shadow.iter_mut().flatten());
+        self.det.smem_shadow.iter_mut().for_each(Shadow::forget_all);
         self.epoch = 0;
         self.clock.clear();
         self.warp = None;

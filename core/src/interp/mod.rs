@@ -224,9 +224,10 @@ fn resident_bytes(elem: ScalarType, len: u64) -> u64 {
     words_of(elem, len).saturating_mul(4).saturating_add(len)
 }
 
-/// At most this many access histories (16 bytes each, one per element) are
-/// kept for later calls: 128 MiB, enough for repeated checked calls over a
-/// few million elements without faulting their pages in each time.
+/// At most the shadows of this many elements are kept for later calls (2.25
+/// bytes an element where runs of lanes reached whole chunks, 18.25 at
+/// most: 146 MiB), enough for repeated checked calls over a few million elements
+/// without faulting their pages in each time.
 const SHADOW_POOL_ELEMENTS: usize = 8 << 20;
 
 /// Runs maps on host data; owns the device-resident refs across calls.
@@ -238,7 +239,7 @@ pub struct Interpreter {
     pool: Vec<(Vec<AtomicU32>, Charge)>,
     /// Emptied access histories of earlier detectors: their pages stay
     /// mapped, so a later call does not fault them in again.
-    shadow_pool: Vec<(Vec<detect::History>, Charge)>,
+    shadow_pool: Vec<(detect::Shadow, Charge)>,
     /// What [`Backend::run`] runs with beyond its [`RunOptions`].
     backend_options: InterpOptions,
     /// The account of everything the interpreter holds: residents, pooled
@@ -696,7 +697,7 @@ impl Interpreter {
                     .filter(|(_, (h, _))| h.capacity() >= words.len())
                     .min_by_key(|(_, (h, _))| h.capacity())
                     .map(|(k, _)| k)
-                    .map_or_else(Vec::new, |k| {
+                    .map_or_else(detect::Shadow::default, |k| {
                         let (shadow, charge) = pool.swap_remove(k);
                         limits.absorb(charge);
                         shadow
@@ -710,8 +711,8 @@ impl Interpreter {
         }
     }
 
-    /// Keeps a finished detector's histories, up to `SHADOW_POOL_ELEMENTS` in all
-    /// (a pooled history holds 16 bytes per word of its buffer).
+    /// Keeps a finished detector's shadows, up to `SHADOW_POOL_ELEMENTS` in all,
+    /// each charged what its allocations take.
     fn recycle_detector(&mut self, detector: Option<detect::Detector>, limits: &Limits) {
         let mut kept: usize = self.shadow_pool.iter().map(|(h, _)| h.capacity()).sum();
         for mut shadow in detector.into_iter().flat_map(|d| d.shadow) {
@@ -720,8 +721,8 @@ impl Interpreter {
                 && kept + shadow.capacity() <= SHADOW_POOL_ELEMENTS
             {
                 kept += shadow.capacity();
-                shadow.clear();
-                let bytes = (shadow.capacity() * std::mem::size_of::<detect::History>()) as u64;
+                shadow.forget_all();
+                let bytes = shadow.bytes();
                 self.shadow_pool.push((shadow, limits.keep(bytes)));
             }
         }
@@ -911,8 +912,10 @@ fn show(v: Literal) -> String {
     }
 }
 
-/// Detection state per element of a buffer: a written flag and a 16-byte
-/// access history.
+/// Detection state per element of a buffer, charged up front: a written
+/// flag and 16 bytes of access history (a `detect::Shadow` takes 2.25 bytes
+/// an element where runs of lanes reach whole chunks, 16 more where
+/// elements need a history each, and charges what passes 16 when it grows).
 pub(crate) const DETECTION_BYTES_PER_ELEMENT: u64 = 1 + 16;
 
 impl Backend for Interpreter {

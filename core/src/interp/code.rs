@@ -55,6 +55,10 @@ pub(crate) struct CompiledAccess {
     pub elem: ScalarType,
     /// Its index in `ProgramCode::access_paths` (`u16::MAX`: none kept).
     pub site: u16,
+    /// Every index and coordinate register is uniform
+    /// (`ProgramCode::uniform`): all active lanes reach one element (of
+    /// their own row, for a local array).
+    pub uniform: bool,
 }
 
 /// A 16-bit float format (docs/design.md, "Types"): registers hold its bits in
@@ -249,6 +253,9 @@ pub(crate) enum Instr {
     Mov {
         dst: Reg,
         src: Reg,
+        /// `src` is a temporary of the assigned expression, not read
+        /// again: when every lane is active the registers trade places.
+        src_dies: bool,
     },
     /// Masked `var += 1` (loop step).
     Inc {
@@ -413,6 +420,11 @@ pub(crate) struct ProgramCode {
     pub kernel: String,
     pub code: Vec<Instr>,
     pub regs: Vec<RegInit>,
+    /// Per register: uniform, i.e. wherever it is read, every active lane
+    /// holds the same value in it (`compile::uniform`). An instruction whose
+    /// result is uniform computes it once, on the first active lane, and
+    /// copies it to the others.
+    pub uniform: Vec<bool>,
     /// Elements per thread of each local array.
     pub locals: Vec<ArrayInfo>,
     /// Elements of each `smem` slot.

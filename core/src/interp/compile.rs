@@ -17,6 +17,12 @@ use crate::plan::ProgramId;
 
 pub(crate) use super::code::*;
 
+mod kinds;
+mod uniform;
+
+use kinds::*;
+use uniform::Construct;
+
 #[derive(Clone, Debug)]
 enum Sym {
     Scalar { reg: Reg, ty: ScalarType },
@@ -47,6 +53,16 @@ struct Compiler<'a> {
     path: Vec<PathStep>,
     /// The statement of each access compiled so far (`access_paths`).
     access_paths: Vec<IrPath>,
+    /// The control constructs (ifs and loops) compiled so far, the one the
+    /// code being compiled is in, where each instruction's construct
+    /// changes (code index, construct), the construct each register was
+    /// declared in and the loops being compiled: what `uniform::analyse`
+    /// needs.
+    constructs: Vec<Construct>,
+    current: Option<usize>,
+    construct_marks: Vec<(usize, Option<usize>)>,
+    declared_in: Vec<Option<usize>>,
+    loop_constructs: Vec<usize>,
 }
 
 /// Largest memory, in 32-bit words, one buffer or per-block array may have
@@ -114,6 +130,11 @@ pub(crate) fn compile(
         while_conditions: vec![],
         path: vec![],
         access_paths: vec![],
+        constructs: vec![],
+        current: None,
+        construct_marks: vec![],
+        declared_in: vec![],
+        loop_constructs: vec![],
     };
     for (param, binding) in kernel.params.iter().zip(bindings) {
         let sym = match binding {
@@ -135,11 +156,22 @@ pub(crate) fn compile(
     }
     c.body(&kernel.body)?;
     c.code.push(Instr::End);
+    let uniform = uniform::analyse(
+        &mut c.code,
+        &c.regs,
+        &uniform::Declarations {
+            mutable: &c.mutable,
+            declared_in: &c.declared_in,
+            constructs: &c.constructs,
+            marks: &c.construct_marks,
+        },
+    );
     Ok(ProgramCode {
         program,
         kernel: kernel.name.clone(),
         code: c.code,
         regs: c.regs,
+        uniform,
         locals: c.locals,
         smem,
         threads,
@@ -161,7 +193,27 @@ impl Compiler<'_> {
     fn new_reg(&mut self, init: RegInit, mutable: bool) -> Reg {
         self.regs.push(init);
         self.mutable.push(mutable);
+        self.declared_in.push(self.current);
         self.regs.len() - 1
+    }
+
+    /// Starts a construct (an `if` or a loop) whose lanes are chosen by
+    /// `conds`; the code compiled until [`Self::close`] is in it.
+    fn open(&mut self, conds: Vec<Reg>) -> usize {
+        let id = self.constructs.len();
+        self.constructs.push(Construct {
+            parent: self.current,
+            conds,
+            exits: false,
+        });
+        self.current = Some(id);
+        self.construct_marks.push((self.code.len(), self.current));
+        id
+    }
+
+    fn close(&mut self, id: usize) {
+        self.current = self.constructs[id].parent;
+        self.construct_marks.push((self.code.len(), self.current));
     }
 
     fn temp(&mut self) -> Reg {
@@ -177,13 +229,24 @@ impl Compiler<'_> {
         r
     }
 
+    /// Whether `reg`, the value of an expression compiled when the first
+    /// new register was `first_new`, is a temporary of that expression:
+    /// nothing reads it after the assignment that takes it.
+    fn dies(&self, reg: Reg, first_new: Reg) -> bool {
+        reg >= first_new && !self.mutable[reg] && matches!(self.regs[reg], RegInit::Temp)
+    }
+
     /// A register whose value will not change while the caller relies on it.
     fn stable(&mut self, reg: Reg) -> Reg {
         if !self.mutable[reg] {
             return reg;
         }
         let t = self.temp();
-        self.code.push(Instr::Mov { dst: t, src: reg });
+        self.code.push(Instr::Mov {
+            dst: t,
+            src: reg,
+            src_dies: false,
+        });
         t
     }
 
@@ -236,8 +299,17 @@ impl Compiler<'_> {
     }
 
     /// A loop body between a push and a pop of the iteration's mask, so
-    /// that lanes that `continue` come back for the next iteration.
+    /// that lanes that `continue` come back for the next iteration. A body
+    /// without a `break` or `continue` of its own ends with the mask it
+    /// started with (every construct in it restores the mask it found):
+    /// nothing to save.
     fn loop_body(&mut self, body: &[Stmt]) -> Result<(), RunError> {
+        if !exits_loop(body) {
+            self.loop_depths.push(self.mask_depth);
+            self.body_at(PathStep::Body, body)?;
+            self.loop_depths.pop();
+            return Ok(());
+        }
         self.code.push(Instr::PushMask);
         self.mask_depth += 1;
         self.loop_depths.push(self.mask_depth);
@@ -257,20 +329,28 @@ impl Compiler<'_> {
                     .push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
             }
             Stmt::Var { var, init } => {
+                let first_new = self.regs.len();
                 let (src, _) = self.expr(init)?;
+                let src_dies = self.dies(src, first_new);
                 let r = self.new_reg(RegInit::Temp, true);
-                self.code.push(Instr::Mov { dst: r, src });
+                self.code.push(Instr::Mov {
+                    dst: r,
+                    src,
+                    src_dies,
+                });
                 self.scope
                     .push((var.name.clone(), Sym::Scalar { reg: r, ty: var.ty }));
             }
             Stmt::Assign { name, value } => {
+                let first_new = self.regs.len();
                 let (src, _) = self.expr(value)?;
+                let src_dies = self.dies(src, first_new);
                 let dst = match self.lookup(name) {
                     Some(Sym::Scalar { reg, .. }) if self.mutable[*reg] => *reg,
                     _ => return Err(self.err(format!("`{name}` is not a variable"))),
                 };
                 if dst != src {
-                    self.code.push(Instr::Mov { dst, src });
+                    self.code.push(Instr::Mov { dst, src, src_dies });
                 }
             }
             Stmt::LocalArray { name, elem, shape } => {
@@ -358,6 +438,7 @@ impl Compiler<'_> {
                     cond: c,
                     else_pc: 0,
                 });
+                let construct = self.open(vec![c]);
                 self.mask_depth += 1;
                 self.body_at(PathStep::Then, then_body)?;
                 let else_pc = self.code.len();
@@ -372,6 +453,7 @@ impl Compiler<'_> {
                 if let Instr::IfThen { else_pc: e, .. } = &mut self.code[if_at] {
                     *e = else_pc;
                 }
+                self.close(construct);
                 self.code.push(Instr::PopMask);
                 self.mask_depth -= 1;
             }
@@ -392,7 +474,16 @@ impl Compiler<'_> {
                 let (e, _) = self.expr(end)?;
                 let e = self.stable(e);
                 let v = self.new_reg(RegInit::Temp, true);
-                self.code.push(Instr::Mov { dst: v, src: s });
+                self.code.push(Instr::Mov {
+                    dst: v,
+                    src: s,
+                    src_dies: false,
+                });
+                // The variable belongs to the loop: lanes that left it
+                // never read it again.
+                let construct = self.open(vec![v, e]);
+                self.declared_in[v] = Some(construct);
+                self.loop_constructs.push(construct);
                 self.code.push(Instr::PushMask);
                 self.mask_depth += 1;
                 let head = self.code.len();
@@ -408,6 +499,8 @@ impl Compiler<'_> {
                 self.scope.pop();
                 self.code.push(Instr::Inc { var: v });
                 self.code.push(Instr::Jump { pc: head });
+                self.loop_constructs.pop();
+                self.close(construct);
                 let exit = self.code.len();
                 if let Instr::LoopTest { exit_pc, .. } = &mut self.code[head] {
                     *exit_pc = exit;
@@ -426,12 +519,17 @@ impl Compiler<'_> {
                 self.code.push(Instr::Mov {
                     dst: count,
                     src: zero,
+                    src_dies: false,
                 });
+                let construct = self.open(vec![count, max]);
+                self.declared_in[count] = Some(construct);
+                self.loop_constructs.push(construct);
                 self.code.push(Instr::PushMask);
                 self.mask_depth += 1;
                 let head = self.code.len();
                 let (c, _) = self.expr(cond)?;
                 let c = self.stable(c);
+                self.constructs[construct].conds.push(c);
                 let test = self.code.len();
                 self.code.push(Instr::WhileTest {
                     cond: c,
@@ -443,6 +541,8 @@ impl Compiler<'_> {
                 self.loop_body(body)?;
                 self.code.push(Instr::Inc { var: count });
                 self.code.push(Instr::Jump { pc: head });
+                self.loop_constructs.pop();
+                self.close(construct);
                 let exit = self.code.len();
                 if let Instr::WhileTest { exit_pc, .. } = &mut self.code[test] {
                     *exit_pc = exit;
@@ -461,6 +561,11 @@ impl Compiler<'_> {
                     Stmt::Break => self.mask_depth + 1 - inside,
                     _ => self.mask_depth - inside,
                 };
+                // Lanes may leave on their own: the loop's control is not
+                // uniform (conservatively, whatever the condition above).
+                if let Some(&l) = self.loop_constructs.last() {
+                    self.constructs[l].exits = true;
+                }
                 self.code.push(Instr::LoopExit { levels });
             }
             Stmt::CompoundAssign { .. }
@@ -683,6 +788,7 @@ impl Compiler<'_> {
             inst_len: checked_len(&ty.shape).unwrap_or(u64::MAX),
             elem: ty.elem,
             site: self.access_site(),
+            uniform: false,
         })
     }
 
@@ -699,12 +805,17 @@ impl Compiler<'_> {
         let (ra, _) = self.expr(a)?;
         let ra = self.stable(ra);
         let dst = self.new_reg(RegInit::Temp, true);
-        self.code.push(Instr::Mov { dst, src: ra });
+        self.code.push(Instr::Mov {
+            dst,
+            src: ra,
+            src_dies: false,
+        });
         let if_at = self.code.len();
         self.code.push(Instr::IfThen {
             cond: ra,
             else_pc: 0,
         });
+        let construct = self.open(vec![ra]);
         let else_pc = if op == BinaryOp::LogicOr {
             // Nothing to do where `a` holds; `b` decides where it does not.
             let else_pc = self.code.len();
@@ -717,7 +828,12 @@ impl Compiler<'_> {
             0
         };
         let (rb, _) = self.expr(b)?;
-        self.code.push(Instr::Mov { dst, src: rb });
+        self.code.push(Instr::Mov {
+            dst,
+            src: rb,
+            src_dies: false,
+        });
+        self.close(construct);
         let end = self.code.len();
         match op {
             BinaryOp::LogicOr => {
@@ -930,126 +1046,4 @@ impl Compiler<'_> {
         self.code.push(Instr::Un { op: k, dst, a });
         dst
     }
-}
-
-/// The float operation `op` on type `t` (f32 or a 16-bit format).
-fn float_bin(op: FloatBin, t: ScalarType) -> BinKind {
-    match Half::of(t) {
-        Some(h) => BinKind::Half(op, h),
-        None => BinKind::Float(op),
-    }
-}
-
-fn float_cmp(op: FloatCmp, t: ScalarType) -> BinKind {
-    match Half::of(t) {
-        Some(h) => BinKind::HalfCmp(op, h),
-        None => BinKind::FloatCmp(op),
-    }
-}
-
-fn float_un(op: FloatUn, t: ScalarType) -> UnKind {
-    match Half::of(t) {
-        Some(h) => UnKind::Half(op, h),
-        None => UnKind::Float(op),
-    }
-}
-
-/// The typed operation for `op` on operands of type `t`, and whether the
-/// operands are swapped (`a > b` is `b < a`).
-fn bin_kind(op: BinaryOp, t: ScalarType) -> (BinKind, bool) {
-    use BinKind as K;
-    use ScalarType::*;
-    let f = t.is_float();
-    let s = t == I32;
-    let arith = |fk: FloatBin, ik: BinKind| if f { float_bin(fk, t) } else { ik };
-    let ordered = |fk: FloatCmp, sk: BinKind, uk: BinKind| {
-        if f {
-            float_cmp(fk, t)
-        } else if s {
-            sk
-        } else {
-            uk
-        }
-    };
-    match op {
-        BinaryOp::Add => (arith(FloatBin::Add, K::IAdd), false),
-        BinaryOp::Sub => (arith(FloatBin::Sub, K::ISub), false),
-        BinaryOp::Mul => (arith(FloatBin::Mul, K::IMul), false),
-        BinaryOp::Div => (
-            arith(FloatBin::Div, if s { K::SDiv } else { K::UDiv }),
-            false,
-        ),
-        BinaryOp::Rem => (
-            arith(FloatBin::Rem, if s { K::SRem } else { K::URem }),
-            false,
-        ),
-        BinaryOp::BitAnd => (K::And, false),
-        BinaryOp::BitOr => (K::Or, false),
-        BinaryOp::BitXor => (K::Xor, false),
-        BinaryOp::Shl => (K::Shl, false),
-        BinaryOp::Shr => (if s { K::SShr } else { K::UShr }, false),
-        BinaryOp::LogicAnd => (K::LogicAnd, false),
-        BinaryOp::LogicOr => (K::LogicOr, false),
-        BinaryOp::Eq if t == Bool => (K::BEq, false),
-        BinaryOp::Ne if t == Bool => (K::BNe, false),
-        BinaryOp::Eq => (ordered(FloatCmp::Eq, K::Eq, K::Eq), false),
-        BinaryOp::Ne => (ordered(FloatCmp::Ne, K::Ne, K::Ne), false),
-        BinaryOp::Lt => (ordered(FloatCmp::Lt, K::SLt, K::ULt), false),
-        BinaryOp::Le => (ordered(FloatCmp::Le, K::SLe, K::ULe), false),
-        BinaryOp::Gt => (ordered(FloatCmp::Lt, K::SLt, K::ULt), true),
-        BinaryOp::Ge => (ordered(FloatCmp::Le, K::SLe, K::ULe), true),
-    }
-}
-
-fn cast_kind(from: ScalarType, to: ScalarType) -> UnKind {
-    use ScalarType::*;
-    match (from, to, Half::of(from), Half::of(to)) {
-        (a, b, _, _) if a == b => UnKind::Copy,
-        (_, _, Some(from), Some(to)) => UnKind::H2H { from, to },
-        (F32, _, _, Some(h)) => UnKind::F2H(h),
-        (I32, _, _, Some(h)) => UnKind::I2H(h),
-        (U32, _, _, Some(h)) => UnKind::U2H(h),
-        (Bool, _, _, Some(h)) => UnKind::B2H(h),
-        (_, F32, Some(h), _) => UnKind::H2F(h),
-        (_, I32, Some(h), _) => UnKind::H2I(h),
-        (_, U32, Some(h), _) => UnKind::H2U(h),
-        (_, Bool, Some(h), _) => UnKind::H2B(h),
-        (F32, I32, ..) => UnKind::F2I,
-        (F32, U32, ..) => UnKind::F2U,
-        (I32, F32, ..) => UnKind::I2F,
-        (U32, F32, ..) => UnKind::U2F,
-        (F32, Bool, ..) => UnKind::F2B,
-        (I32 | U32 | Bool, Bool, ..) => UnKind::I2B,
-        (Bool, F32, ..) => UnKind::B2F,
-        (Bool, I32 | U32, ..) => UnKind::B2I,
-        _ => UnKind::Copy,
-    }
-}
-
-/// Whether evaluating `e` loads from memory (the only part of an expression
-/// that can fail or race).
-fn contains_load(e: &Expr) -> bool {
-    let mut stack = vec![e];
-    while let Some(e) = stack.pop() {
-        match e {
-            Expr::Load(_) => return true,
-            Expr::Lit(_)
-            | Expr::Var(_)
-            | Expr::AxisIndex(_)
-            | Expr::AxisSize(_)
-            | Expr::WarpPosition(_) => {}
-            Expr::Unary(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) => stack.push(a),
-            Expr::Binary(_, a, b) => stack.extend([&**a, &**b]),
-            Expr::Select(c, a, b) => stack.extend([&**c, &**a, &**b]),
-            Expr::Math(_, args) => stack.extend(args),
-        }
-    }
-    false
-}
-
-/// The registers of a fragment whose length validation fixed.
-fn array<const N: usize>(regs: Vec<Reg>) -> [Reg; N] {
-    let mut out = [0; N];
-    out.iter_mut().zip(regs).for_each(|(o, r)| *o = r);
-    out
 }

@@ -22,11 +22,13 @@ mod arith;
 mod lanes;
 mod memory;
 mod packed;
+mod uniform;
 mod warp;
 
 use arith::*;
 use lanes::*;
 use packed::*;
+use uniform::*;
 use warp::*;
 
 /// A device buffer of one call: words the call owns, or a caller's input
@@ -549,8 +551,74 @@ impl BlockState {
             if self.warp.is_some() && instr.is_boundary() && self.warp_arrived(code)? {
                 continue;
             }
-            let lanes = lanes_of(self.span, &self.mask);
+            let mut lanes = lanes_of(self.span, &self.mask);
+            // A uniform result is computed on the first active lane and
+            // copied to the others after the instruction.
+            let broadcast = uniform_result(instr, code).and_then(|dst| {
+                let first = first_lane(lanes)?;
+                lanes = Lanes::Range(first, first + 1);
+                Some((dst, first))
+            });
             match instr {
+                Instr::IfThen { cond, else_pc } if code.uniform[*cond] => {
+                    self.push_mask();
+                    if !self.uniform_holds(*cond) {
+                        self.pc = *else_pc;
+                        continue;
+                    }
+                }
+                Instr::Else { cond, end_pc } if code.uniform[*cond] => {
+                    let Some((saved, span)) = self.stack.last() else {
+                        return Err(corrupt(code));
+                    };
+                    let span = *span;
+                    self.mask.copy_from_slice(saved);
+                    self.set_span(span);
+                    // Lanes whose condition is false take the `else`.
+                    if first_lane(lanes_of(self.span, &self.mask))
+                        .is_none_or(|l| self.regs[*cond][l] != 0)
+                    {
+                        self.leave_all();
+                        self.pc = *end_pc;
+                        continue;
+                    }
+                }
+                Instr::LoopTest {
+                    var,
+                    end,
+                    signed,
+                    exit_pc,
+                } if code.uniform[*var] && code.uniform[*end] => {
+                    let more = first_lane(lanes).is_some_and(|l| {
+                        let (v, e) = (self.regs[*var][l], self.regs[*end][l]);
+                        if *signed {
+                            (v as i32) < (e as i32)
+                        } else {
+                            v < e
+                        }
+                    });
+                    if !more {
+                        self.leave_all();
+                        self.pc = *exit_pc;
+                        continue;
+                    }
+                }
+                Instr::Load { dst, acc } if acc.uniform && env.detect.is_none() => {
+                    self.load_uniform(code, env, *dst, acc)?;
+                    if self.maybe_preempt(env, acc) {
+                        return Ok(Status::Yielded);
+                    }
+                }
+                Instr::Store { acc, src }
+                    if acc.uniform
+                        && env.detect.is_none()
+                        && !env.alt.as_ref().is_some_and(|a| a.shuffle_lanes) =>
+                {
+                    self.store_uniform(code, env, *src, acc)?;
+                    if self.maybe_preempt(env, acc) {
+                        return Ok(Status::Yielded);
+                    }
+                }
                 Instr::Bin { op, dst, a, b } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let ftz = code.flush_subnormals;
@@ -615,7 +683,12 @@ impl BlockState {
                     }
                     self.regs[*dst] = d;
                 }
-                Instr::Mov { dst, src } => {
+                Instr::Mov {
+                    dst,
+                    src,
+                    src_dies: true,
+                } if self.full && broadcast.is_none() => self.regs.swap(*dst, *src),
+                Instr::Mov { dst, src, .. } => {
                     let mut d = take(&mut self.regs[*dst]);
                     let s = &self.regs[*src];
                     match lanes {
@@ -994,6 +1067,11 @@ impl BlockState {
                     }
                 }
                 Instr::End => return Ok(Status::Done),
+            }
+            if let Some((dst, first)) = broadcast {
+                let d = &mut self.regs[dst];
+                let v = d[first];
+                fill_lanes(d, lanes_of(self.span, &self.mask), v);
             }
             self.pc += 1;
         }

@@ -91,6 +91,104 @@ pub(super) fn try_each_index(
     }
 }
 
+/// `d[lane] = load(idx[lane])` for each active lane whose index is below
+/// `extent`; stops at the first lane out of bounds and returns it. On a
+/// lane range whose indices are all in bounds (one pass that vectorises
+/// finds out) it goes by groups of [`GROUP`] lanes: a group of consecutive
+/// indices is one `load_run(first, group)`, a group of one index a
+/// broadcast (the rows and columns of a tile, `tile[k, tx]`,
+/// `tile[ty, k]`), others lane by lane.
+#[inline(always)]
+pub(super) fn gather(
+    lanes: Lanes,
+    idx: &[u32],
+    extent: u32,
+    d: &mut [u32],
+    load: impl Fn(usize) -> u32,
+    load_run: impl Fn(usize, &mut [u32]),
+) -> Result<(), usize> {
+    if let Lanes::Range(lo, hi) = lanes {
+        if all_below(&idx[lo..hi], extent) {
+            let mut groups = d[lo..hi].chunks_exact_mut(GROUP);
+            let mut indices = idx[lo..hi].chunks_exact(GROUP);
+            for (d, idx) in (&mut groups).zip(&mut indices) {
+                let first = idx[0] as usize;
+                match group_shape(idx) {
+                    Group::Consecutive => load_run(first, d),
+                    Group::Same => d.fill(load(first)),
+                    Group::Other => {
+                        for (d, &i) in d.iter_mut().zip(idx) {
+                            *d = load(i as usize);
+                        }
+                    }
+                }
+            }
+            for (d, &i) in groups.into_remainder().iter_mut().zip(indices.remainder()) {
+                *d = load(i as usize);
+            }
+            return Ok(());
+        }
+    }
+    try_each_index(lanes, idx, extent, |l, i| d[l] = load(i))
+}
+
+/// `store(idx[lane], s[lane])` for each active lane in lane order, as
+/// [`gather`] reads (lanes before an out-of-bounds one have written).
+#[inline(always)]
+pub(super) fn scatter(
+    lanes: Lanes,
+    idx: &[u32],
+    extent: u32,
+    s: &[u32],
+    mut store: impl FnMut(usize, u32),
+) -> Result<(), usize> {
+    if let Lanes::Range(lo, hi) = lanes {
+        if all_below(&idx[lo..hi], extent) {
+            for (&v, &i) in s[lo..hi].iter().zip(&idx[lo..hi]) {
+                store(i as usize, v);
+            }
+            return Ok(());
+        }
+    }
+    try_each_index(lanes, idx, extent, |l, i| store(i, s[l]))
+}
+
+/// Lanes [`gather`] looks at together.
+pub(super) const GROUP: usize = 8;
+
+enum Group {
+    /// `first, first + 1, ...`
+    Consecutive,
+    /// One index.
+    Same,
+    Other,
+}
+
+/// The shape of a group of [`GROUP`] in-bounds indices (below `u32::MAX`,
+/// so `first + GROUP - 1` does not wrap when they are consecutive).
+#[inline(always)]
+fn group_shape(idx: &[u32]) -> Group {
+    let first = idx[0];
+    let (mut stray, mut other) = (0, 0);
+    for (k, &i) in idx.iter().enumerate() {
+        stray |= i ^ first.wrapping_add(k as u32);
+        other |= i ^ first;
+    }
+    if stray == 0 {
+        Group::Consecutive
+    } else if other == 0 {
+        Group::Same
+    } else {
+        Group::Other
+    }
+}
+
+/// Whether every index is below `extent` (no early exit: it vectorises).
+#[inline(always)]
+fn all_below(idx: &[u32], extent: u32) -> bool {
+    idx.iter().fold(true, |ok, &i| ok & (i < extent))
+}
+
 /// The span of a mask: `Some((lo, hi))` when exactly the lanes `lo..hi` are
 /// set. Counting vectorises; only the scan for the first set lane stops
 /// early (a scan from the end made prefix masks such as `if t < half` walk

@@ -482,19 +482,29 @@ impl BlockState {
             let base = self.own_base(acc);
             self.load_indexed(code, env, acc, (&self.regs[r], base, extent), &mut d)
         } else {
-            let folded = self.fold_indices(acc);
+            let fold = self.fold_indices(code, acc, env.detect.is_none());
+            // With detection nothing is direct: the indices are in `self.flat`.
+            let folded = fold.map(Fold::folded);
             let runs = match folded {
                 Some(range) if env.detect.is_some() => self.detect_runs(env, acc, range, false),
                 _ => None,
             };
             let flat = take(&mut self.flat);
-            let result = match (folded, runs) {
+            let result = match (fold, runs) {
                 (_, Some(Err(stop))) => Err(self.run_stop(code, env, acc, stop, false)),
-                (Some((base, extent)), Some(Ok(()))) => {
+                (Some(Fold { base, extent, .. }), Some(Ok(()))) => {
                     self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
                 }
-                (Some((base, extent)), None) if env.detect.is_none() => {
-                    self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
+                (
+                    Some(Fold {
+                        base,
+                        extent,
+                        direct,
+                    }),
+                    None,
+                ) if env.detect.is_none() => {
+                    let idx = direct.map_or(&flat[..], |r| &self.regs[r][..]);
+                    self.load_indexed(code, env, acc, (idx, base, extent), &mut d)
                 }
                 _ => (|| {
                     let mut settled = SettledReads::new();
@@ -550,13 +560,22 @@ impl BlockState {
     }
 
     /// Folds a multi-dimensional or `@[...]` access to one index per active
-    /// lane in `self.flat`, relative to `own_base` (the instance coordinates
-    /// first, then the indices, row-major: the element [`Self::address`]
-    /// computes), `u32::MAX` where a coordinate or an index is out of
-    /// bounds. Returns the base and the extent of the elements the access
-    /// may reach; `None` (nothing folded) when that extent does not fit
-    /// below `u32::MAX`.
-    fn fold_indices(&mut self, acc: &CompiledAccess) -> Option<(u64, u32)> {
+    /// lane in `self.flat`, relative to the returned base (the instance
+    /// coordinates first, then the indices, row-major: the element
+    /// [`Self::address`] computes is base + index), `u32::MAX` where a
+    /// coordinate or an index is out of bounds. Returns the base and the
+    /// extent of the elements the access may reach from it; `None`
+    /// (nothing folded) when that extent does not fit below `u32::MAX`.
+    /// Each index is its register times its stride; a uniform one
+    /// (`ProgramCode::uniform`) is checked once and moves the base. With
+    /// `direct_ok`, an access whose only non-uniform index is the last one
+    /// folds nothing: its register is the index ([`Fold::direct`]).
+    fn fold_indices(
+        &mut self,
+        code: &ProgramCode,
+        acc: &CompiledAccess,
+        direct_ok: bool,
+    ) -> Option<Fold> {
         let instances = acc
             .coords
             .iter()
@@ -566,31 +585,82 @@ impl BlockState {
             .ok()
             .filter(|&e| e < u32::MAX)?;
         let (lo, hi) = self.span.unwrap_or((0, self.mask.len()));
-        let flat = &mut self.flat[lo..hi];
-        let mut first = true;
-        for &(r, e, _) in acc.coords.iter().flatten().chain(&acc.dims) {
-            let idx = &self.regs[r][lo..hi];
-            if first {
-                for (f, &i) in flat.iter_mut().zip(idx) {
-                    *f = if i < e { i } else { u32::MAX };
+        let first_active = first_lane(lanes_of(self.span, &self.mask));
+        let own_base = self.own_base(acc);
+        let indices = || acc.coords.iter().flatten().chain(&acc.dims).rev();
+        // From the last dimension to the first: the stride is the product
+        // of the extents after it (at most `extent`). The uniform ones first.
+        let mut offset = 0u32;
+        let mut stride = 1u32;
+        let mut varying = 0;
+        for &(r, e, _) in indices() {
+            if code.uniform[r] {
+                let i = first_active.map_or(0, |lane| self.regs[r][lane]);
+                if i >= e && first_active.is_some() {
+                    // Every active lane is out of bounds.
+                    self.flat[lo..hi].fill(u32::MAX);
+                    return Some(Fold::flat(own_base, extent));
                 }
-                first = false;
+                offset = offset.wrapping_add(i.wrapping_mul(stride));
             } else {
-                // In bounds, the running index stays below the extent.
-                for (f, &i) in flat.iter_mut().zip(idx) {
-                    *f = if *f != u32::MAX && i < e {
-                        f.wrapping_mul(e).wrapping_add(i)
-                    } else {
-                        u32::MAX
-                    };
-                }
+                varying += 1;
+            }
+            stride = stride.wrapping_mul(e);
+        }
+        let base = own_base + u64::from(offset);
+        if let Some(&(r, e, _)) = indices().next() {
+            if direct_ok && varying == 1 && !code.uniform[r] {
+                return Some(Fold {
+                    base,
+                    extent: e,
+                    direct: Some(r),
+                });
             }
         }
+        let flat = &mut self.flat[lo..hi];
+        let mut stride = 1u32;
+        let mut first = true;
+        for &(r, e, _) in indices() {
+            if !code.uniform[r] {
+                let idx = &self.regs[r][lo..hi];
+                match (first, stride.is_power_of_two()) {
+                    (true, true) => {
+                        let shift = stride.trailing_zeros();
+                        for (f, &i) in flat.iter_mut().zip(idx) {
+                            *f = if i < e { i << shift } else { u32::MAX };
+                        }
+                    }
+                    (true, false) => {
+                        for (f, &i) in flat.iter_mut().zip(idx) {
+                            *f = if i < e {
+                                i.wrapping_mul(stride)
+                            } else {
+                                u32::MAX
+                            };
+                        }
+                    }
+                    // In bounds, the running index stays below the extent.
+                    (false, _) => {
+                        for (f, &i) in flat.iter_mut().zip(idx) {
+                            *f = if *f != u32::MAX && i < e {
+                                f.wrapping_add(i.wrapping_mul(stride))
+                            } else {
+                                u32::MAX
+                            };
+                        }
+                    }
+                }
+                first = false;
+            }
+            stride = stride.wrapping_mul(e);
+        }
         if first {
-            // A scalar ref of no dimension: element 0 of its instance.
+            // Every index uniform (or none: a scalar ref): the element at
+            // the offset.
             flat.fill(0);
         }
-        Some((self.own_base(acc), extent))
+        // In bounds, offset + index < extent.
+        Some(Fold::flat(base, extent - offset.min(extent)))
     }
 
     /// Lane `lane`'s element address from `fold_indices`' result, or as
@@ -662,29 +732,52 @@ impl BlockState {
                         words.load_run(at.start, &mut d[lanes]);
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = words.load(i))
+                    gather(
+                        lanes,
+                        idx,
+                        extent,
+                        d,
+                        |i| words.load(i),
+                        |i, d| words.load_run(i, d),
+                    )
                 }
             }
             Target::Smem(s) => {
-                let words = &self.smem[s];
+                let base = base as usize;
+                let words: &[u32] = &self.smem[s];
                 if packed {
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = get_packed(words, i))
+                    if let Some(Run { lanes, words: at }) = run {
+                        get_run_packed(words, base + at.start, &mut d[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| {
+                        d[l] = get_packed(words, base + i)
+                    })
                 } else {
+                    let words = words.get(base..).ok_or_else(|| corrupt(code))?;
                     if let Some(Run { lanes, words: at }) = run {
                         d[lanes].copy_from_slice(&words[at]);
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i])
+                    gather(
+                        lanes,
+                        idx,
+                        extent,
+                        d,
+                        |i| words[i],
+                        |i, d| d.copy_from_slice(&words[i..i + d.len()]),
+                    )
                 }
             }
             Target::Local(id) => {
+                let base = base as usize;
                 let words = &self.locals[id];
                 if packed {
                     try_each_index(lanes, idx, extent, |l, i| {
-                        d[l] = get_packed(words, i * t + l)
+                        d[l] = get_packed(words, (base + i) * t + l)
                     })
                 } else {
-                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[i * t + l])
+                    try_each_index(lanes, idx, extent, |l, i| d[l] = words[(base + i) * t + l])
                 }
             }
         };
@@ -692,7 +785,9 @@ impl BlockState {
     }
 
     /// Element `addr` of an access's memory, as a lane's register holds it
-    /// (a 16-bit element in the low half).
+    /// (a 16-bit element in the low half). Inlined: the per-lane loads of
+    /// checked mode call it once a lane.
+    #[inline(always)]
     pub(super) fn read_elem(
         &self,
         env: &Env,
@@ -796,13 +891,14 @@ impl BlockState {
         if plain && acc.coords.is_none() && acc.dims.len() == 1 {
             return self.store_indexed(code, env, src, acc, None);
         }
-        let folded = self.fold_indices(acc);
-        if plain && folded.is_some() {
-            return self.store_indexed(code, env, src, acc, folded);
+        let fold = self.fold_indices(code, acc, plain);
+        if plain && fold.is_some() {
+            return self.store_indexed(code, env, src, acc, fold);
         }
+        let folded = fold.map(Fold::folded);
         if let Some(range) = folded.filter(|_| !shuffled) {
             match self.detect_runs(env, acc, range, true) {
-                Some(Ok(())) => return self.store_indexed(code, env, src, acc, folded),
+                Some(Ok(())) => return self.store_indexed(code, env, src, acc, fold),
                 Some(Err(stop)) => return Err(self.run_stop(code, env, acc, stop, true)),
                 None => {}
             }
@@ -830,16 +926,19 @@ impl BlockState {
         let flat = take(&mut self.flat);
         let order = self.lane_order(env, t);
         let mut result = Ok(());
+        // The error moves only when there is one (a `RunError` is large:
+        // assigning every lane's `Ok` through it copied it each time).
         for k in 0..t {
             let l = order.as_ref().map_or(k, |o| o[k]);
             if !self.mask[l] {
                 continue;
             }
-            result = match self.lane_address(code, acc, folded, &flat, l) {
+            let lane = match self.lane_address(code, acc, folded, &flat, l) {
                 Ok(addr) => per_lane(self, env, l, addr),
                 Err(e) => Err(*e),
             };
-            if result.is_err() {
+            if let Err(e) = lane {
+                result = Err(e);
                 break;
             }
         }
@@ -849,25 +948,29 @@ impl BlockState {
     }
 
     /// A store without detection or lane shuffling of a one-dimensional
-    /// access (`folded` `None`: the index register, the block's own
-    /// instance) or of the indices `fold_indices` folded into `self.flat`
-    /// (`folded` its base and extent); lanes before an out-of-bounds one
-    /// still store.
+    /// access (`fold` `None`: the index register, the block's own
+    /// instance) or of one `fold_indices` folded; lanes before an
+    /// out-of-bounds one still store.
     fn store_indexed(
         &mut self,
         code: &ProgramCode,
         env: &Env,
         src: usize,
         acc: &CompiledAccess,
-        folded: Option<(u64, u32)>,
+        fold: Option<Fold>,
     ) -> Result<(), RunError> {
         let t = code.threads;
-        let (idx, base, extent) = match folded {
+        let (idx, base, extent) = match fold {
             None => {
                 let (r, extent, _) = acc.dims[0];
                 (&self.regs[r][..], self.own_base(acc), extent)
             }
-            Some((base, extent)) => (&self.flat[..], base, extent),
+            Some(Fold {
+                base,
+                extent,
+                direct: Some(r),
+            }) => (&self.regs[r][..], base, extent),
+            Some(Fold { base, extent, .. }) => (&self.flat[..], base, extent),
         };
         let lanes = lanes_of(self.span, &self.mask);
         let s = &self.regs[src];
@@ -894,29 +997,36 @@ impl BlockState {
                             .for_each(|(w, &v)| w.store(v, Relaxed));
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| words[i].store(s[l], Relaxed))
+                    scatter(lanes, idx, extent, s, |i, v| words[i].store(v, Relaxed))
                 }
             }
             Target::Smem(k) => {
-                let words = &mut self.smem[k];
+                let base = base as usize;
+                let words: &mut [u32] = &mut self.smem[k];
                 if packed {
-                    try_each_index(lanes, idx, extent, |l, i| set_packed(words, i, s[l]))
+                    if let Some(Run { lanes, words: at }) = run {
+                        set_run_packed(words, base + at.start, &s[lanes]);
+                        return Ok(());
+                    }
+                    try_each_index(lanes, idx, extent, |l, i| set_packed(words, base + i, s[l]))
                 } else {
+                    let words = words.get_mut(base..).ok_or_else(|| corrupt(code))?;
                     if let Some(Run { lanes, words: at }) = run {
                         words[at].copy_from_slice(&s[lanes]);
                         return Ok(());
                     }
-                    try_each_index(lanes, idx, extent, |l, i| words[i] = s[l])
+                    scatter(lanes, idx, extent, s, |i, v| words[i] = v)
                 }
             }
             Target::Local(id) => {
+                let base = base as usize;
                 let words = &mut self.locals[id];
                 if packed {
                     try_each_index(lanes, idx, extent, |l, i| {
-                        set_packed(words, i * t + l, s[l])
+                        set_packed(words, (base + i) * t + l, s[l])
                     })
                 } else {
-                    try_each_index(lanes, idx, extent, |l, i| words[i * t + l] = s[l])
+                    try_each_index(lanes, idx, extent, |l, i| words[(base + i) * t + l] = s[l])
                 }
             }
         };
@@ -938,7 +1048,7 @@ impl BlockState {
         let t = code.threads;
         let float = acc.elem == crate::ir::ScalarType::F32;
         let ftz = code.flush_subnormals;
-        let folded = self.fold_indices(acc);
+        let folded = self.fold_indices(code, acc, false).map(Fold::folded);
         self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
             let reads = op != AtomicOp::Store;
             let writes = op != AtomicOp::Load;
@@ -1049,5 +1159,30 @@ impl SettledReads {
 
     fn insert(&mut self, addr: u64) {
         self.slots[addr as usize % 32] = addr;
+    }
+}
+
+/// What [`BlockState::fold_indices`] made of an access: each active lane
+/// reaches element `base + index`, its index below `extent` (else out of
+/// bounds), the index from `self.flat` or, when `direct`, that register.
+#[derive(Clone, Copy)]
+pub(super) struct Fold {
+    base: u64,
+    extent: u32,
+    direct: Option<usize>,
+}
+
+impl Fold {
+    fn flat(base: u64, extent: u32) -> Fold {
+        Fold {
+            base,
+            extent,
+            direct: None,
+        }
+    }
+
+    /// The base and extent of an access folded into `self.flat`.
+    fn folded(self) -> (u64, u32) {
+        (self.base, self.extent)
     }
 }

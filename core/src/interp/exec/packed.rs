@@ -81,6 +81,46 @@ pub(super) fn set_packed(words: &mut [u32], i: usize, v: u32) {
     words[w] = (words[w] & !(0xffff << shift)) | ((v & 0xffff) << shift);
 }
 
+/// Like [`load_run_packed`], for memory of one block (smem, locals).
+#[inline(always)]
+pub(super) fn get_run_packed(words: &[u32], start: usize, d: &mut [u32]) {
+    let (head, d) = d.split_at_mut((start % 2).min(d.len()));
+    if let Some(first) = head.first_mut() {
+        *first = get_packed(words, start);
+    }
+    let start = start + head.len();
+    let whole = 2 * (d.len() / 2);
+    let mut pairs = d.chunks_exact_mut(2);
+    let words = &words[start / 2..];
+    for (pair, &w) in (&mut pairs).zip(words) {
+        pair[0] = w & 0xffff;
+        pair[1] = w >> 16;
+    }
+    if let [last] = pairs.into_remainder() {
+        *last = get_packed(words, whole);
+    }
+}
+
+/// Like [`store_run_packed`], for memory of one block (smem, locals).
+#[inline(always)]
+pub(super) fn set_run_packed(words: &mut [u32], start: usize, mut values: &[u32]) {
+    let mut start = start;
+    if start % 2 == 1 {
+        if let Some((&first, rest)) = values.split_first() {
+            set_packed(words, start, first);
+            values = rest;
+            start += 1;
+        }
+    }
+    let pairs = values.chunks_exact(2);
+    if let [last] = pairs.remainder() {
+        set_packed(words, start + values.len() - 1, *last);
+    }
+    for (w, pair) in words[start / 2..].iter_mut().zip(pairs) {
+        *w = (pair[0] & 0xffff) | (pair[1] << 16);
+    }
+}
+
 /// The 16-bit rules of `numerics`, on register bits (the low half).
 impl Half {
     #[inline(always)]

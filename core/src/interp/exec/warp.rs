@@ -107,22 +107,8 @@ pub(super) fn mma_m16n8k16(
     let threads = d[0].len();
     let mut active = vec![0usize; threads.div_ceil(warp)];
     each(lanes, |l| active[l / warp] += 1);
-    let widen = |bits: u32| {
-        let half = bits as u16;
-        if regs.bf16 {
-            numerics::bf16_to_f32(half)
-        } else {
-            numerics::f16_to_f32(half)
-        }
-    };
-    let maybe_flush = |v: f32| {
-        if ftz {
-            f32::from_bits(flush(v.to_bits()))
-        } else {
-            v
-        }
-    };
     let (m, n, k) = (mma::M as usize, mma::N as usize, mma::K as usize);
+    let positions = &*FRAGMENT_POSITIONS;
     for (w, &count) in active.iter().enumerate() {
         if count == 0 {
             continue;
@@ -131,36 +117,43 @@ pub(super) fn mma_m16n8k16(
         if count != warp || base + warp > threads {
             return Err(w);
         }
-        let mut a = vec![[0f32; 16]; m];
-        let mut b = vec![[0f32; 8]; k];
-        let mut c = vec![[0f32; 8]; m];
-        for lane in 0..WARP_SIZE {
-            let t = base + lane as usize;
-            for (i, &r) in (0..).zip(&regs.a) {
-                let (row, col) = mma::a_position(lane, i);
-                a[row as usize][col as usize] = maybe_flush(widen(all[r][t]));
+        let mut a = [[0f32; 16]; 16];
+        let mut b = [[0f32; 8]; 16];
+        let mut c = [[0f32; 8]; 16];
+        // Register by register: the warp's lanes of each are one slice,
+        // widened together (flushed under `ftz`) and placed by the layout.
+        let lanes_of = |r: usize| &all[r][base..base + warp];
+        let place = |to: &mut [f32], from: &[f32; 32], at: &[u8; 32]| {
+            for (&v, &i) in from.iter().zip(at) {
+                to[usize::from(i)] = v;
             }
-            for (i, &r) in (0..).zip(&regs.b) {
-                let (row, col) = mma::b_position(lane, i);
-                b[row as usize][col as usize] = maybe_flush(widen(all[r][t]));
-            }
-            for (i, &r) in (0..).zip(&regs.c) {
-                let (row, col) = mma::c_position(lane, i);
-                c[row as usize][col as usize] = maybe_flush(f32::from_bits(all[r][t]));
-            }
+        };
+        let mut wide = [0f32; 32];
+        for (&r, at) in regs.a.iter().zip(&positions.a) {
+            widen_lanes(regs.bf16, ftz, lanes_of(r), &mut wide);
+            place(a.as_flattened_mut(), &wide, at);
         }
-        let mut out = vec![[0f32; 8]; m];
+        for (&r, at) in regs.b.iter().zip(&positions.b) {
+            widen_lanes(regs.bf16, ftz, lanes_of(r), &mut wide);
+            place(b.as_flattened_mut(), &wide, at);
+        }
+        for (&r, at) in regs.c.iter().zip(&positions.c) {
+            for (v, &bits) in wide.iter_mut().zip(lanes_of(r)) {
+                *v = f32::from_bits(if ftz { flush(bits) } else { bits });
+            }
+            place(c.as_flattened_mut(), &wide, at);
+        }
+        let mut out = [[0f32; 8]; 16];
+        if probe == MmaProbe::Off {
+            out = match ftz {
+                false => mma_sums::<false>(&a, &b, &c),
+                true => mma_sums::<true>(&a, &b, &c),
+            };
+        }
         for row in 0..m {
             for col in 0..n {
                 out[row][col] = match probe {
-                    MmaProbe::Off => {
-                        let mut acc = c[row][col];
-                        for kk in 0..k {
-                            let product = maybe_flush(a[row][kk] * b[kk][col]);
-                            acc = maybe_flush(acc + product);
-                        }
-                        acc
-                    }
+                    MmaProbe::Off => continue,
                     MmaProbe::Magnitude => {
                         // Each product of two widened 16-bit values is exact in f64.
                         let products =
@@ -172,15 +165,93 @@ pub(super) fn mma_m16n8k16(
                 };
             }
         }
-        for lane in 0..WARP_SIZE {
-            let t = base + lane as usize;
-            for (i, dst) in (0..).zip(d.iter_mut()) {
-                let (row, col) = mma::c_position(lane, i);
-                dst[t] = out[row as usize][col as usize].to_bits();
+        let out = out.as_flattened();
+        for (dst, at) in d.iter_mut().zip(&positions.c) {
+            for (v, &i) in dst[base..base + warp].iter_mut().zip(at) {
+                *v = out[usize::from(i)].to_bits();
             }
         }
     }
     Ok(())
+}
+
+/// Where each lane's fragment elements sit, as flat indices of the
+/// row-major A (16x16), B (16x8) and C (16x8): `ir::mma`'s layout
+/// functions, tabulated once.
+struct FragmentPositions {
+    a: [[u8; 32]; mma::A_LEN as usize],
+    b: [[u8; 32]; mma::B_LEN as usize],
+    c: [[u8; 32]; mma::C_LEN as usize],
+}
+
+static FRAGMENT_POSITIONS: std::sync::LazyLock<FragmentPositions> =
+    std::sync::LazyLock::new(|| {
+        let table = |len: u32, position: fn(u32, u32) -> (u32, u32), cols: u32| {
+            (0..len)
+                .map(|i| {
+                    let mut at = [0u8; 32];
+                    for (lane, slot) in (0..).zip(&mut at) {
+                        let (row, col) = position(lane, i);
+                        *slot = (row * cols + col) as u8;
+                    }
+                    at
+                })
+                .collect::<Vec<_>>()
+        };
+        FragmentPositions {
+            a: array_of(table(mma::A_LEN, mma::a_position, mma::K)),
+            b: array_of(table(mma::B_LEN, mma::b_position, mma::N)),
+            c: array_of(table(mma::C_LEN, mma::c_position, mma::N)),
+        }
+    });
+
+fn array_of<const N: usize>(rows: Vec<[u8; 32]>) -> [[u8; 32]; N] {
+    let mut out = [[0u8; 32]; N];
+    out.iter_mut().zip(rows).for_each(|(o, r)| *o = r);
+    out
+}
+
+/// A warp's 16-bit lanes widened to f32 (exact), flushed under `ftz`.
+fn widen_lanes(bf16: bool, ftz: bool, src: &[u32], dst: &mut [f32; 32]) {
+    match (bf16, ftz) {
+        (false, false) => widen_chunk::<false, false>(src, dst),
+        (false, true) => widen_chunk::<false, true>(src, dst),
+        (true, false) => widen_chunk::<true, false>(src, dst),
+        (true, true) => widen_chunk::<true, true>(src, dst),
+    }
+}
+
+/// D = C + A B of one warp's 16x16 A, 16x8 B and 16x8 C: each element
+/// starts from C and adds the products for k = 0, 1, ..., 15, each product
+/// and each sum an f32 operation (flushed when `FTZ`). The eight columns of
+/// a row are independent sums, computed side by side (they vectorise).
+fn mma_sums<const FTZ: bool>(
+    a: &[[f32; 16]; 16],
+    b: &[[f32; 8]; 16],
+    c: &[[f32; 8]; 16],
+) -> [[f32; 8]; 16] {
+    let maybe_flush = |v: f32| {
+        if FTZ {
+            f32::from_bits(flush(v.to_bits()))
+        } else {
+            v
+        }
+    };
+    let mut out = *c;
+    // Four rows at a time: eight independent sums per column group keep
+    // the adds' latency hidden.
+    for (acc, a) in out.chunks_exact_mut(4).zip(a.chunks_exact(4)) {
+        for (k, b) in b.iter().enumerate() {
+            for (acc, a) in acc.iter_mut().zip(a) {
+                let x = a[k];
+                for (acc, &y) in acc.iter_mut().zip(b) {
+                    let product = maybe_flush(x * y);
+                    *acc = maybe_flush(*acc + product);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// How `mma_m16n8k16` computes: flushing subnormals or not, and its probe.

@@ -1,6 +1,7 @@
 //! Host-side data: what users pass in and get back from a call.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::backend::RunError;
 use crate::ir::{
@@ -19,8 +20,45 @@ pub struct HostTensor {
     shape: Vec<u32>,
     len: usize,
     /// Packed elements; the unused half of a last 16-bit word is zero.
-    words: Vec<u32>,
+    words: Words,
 }
+
+/// Packed words held outside a [`HostTensor`] and lent to it
+/// ([`HostTensor::from_shared_words`]): a caller's array read where it lies
+/// instead of copied. The words must not change while a tensor holds them.
+pub trait SharedWords: Send + Sync + std::fmt::Debug {
+    fn words(&self) -> &[u32];
+}
+
+/// A tensor's words: its own, or lent.
+#[derive(Clone, Debug)]
+enum Words {
+    Owned(Vec<u32>),
+    Shared(Arc<dyn SharedWords>),
+}
+
+impl Words {
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Words::Owned(w) => w,
+            Words::Shared(w) => w.words(),
+        }
+    }
+}
+
+impl From<Vec<u32>> for Words {
+    fn from(words: Vec<u32>) -> Self {
+        Words::Owned(words)
+    }
+}
+
+impl PartialEq for Words {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Words {}
 
 /// A shape and a number of elements that do not agree.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -111,7 +149,7 @@ impl HostTensor {
             elem,
             shape,
             len,
-            words,
+            words: words.into(),
         }
     }
 
@@ -140,7 +178,7 @@ impl HostTensor {
             elem,
             shape,
             len,
-            words,
+            words: Words::Owned(words),
         })
     }
 
@@ -174,8 +212,42 @@ impl HostTensor {
             elem,
             shape,
             len,
-            words,
+            words: words.into(),
         })
+    }
+
+    /// A tensor of `shape` over words held elsewhere, read where they lie
+    /// (a caller's array): exactly the words [`HostTensor::words`] would
+    /// hold, the unused half of a last 16-bit word zero, or `None` (the
+    /// caller copies instead, [`HostTensor::from_bytes`]).
+    pub fn from_shared_words(
+        elem: ScalarType,
+        shape: Vec<u32>,
+        shared: Arc<dyn SharedWords>,
+    ) -> Option<Self> {
+        let len = addressable_count(&shape).ok()?;
+        let words = shared.words();
+        let odd_half = elem.is_16bit() && len % 2 == 1;
+        if words.len() != words_of_len(elem, len)
+            || (odd_half && words.last().is_some_and(|w| w >> 16 != 0))
+        {
+            return None;
+        }
+        Some(HostTensor {
+            elem,
+            shape,
+            len,
+            words: Words::Shared(shared),
+        })
+    }
+
+    /// The packed words, the tensor's own allocation where it has one (no
+    /// copy), else a copy of the words it was lent.
+    pub fn into_words(self) -> Vec<u32> {
+        match self.words {
+            Words::Owned(words) => words,
+            Words::Shared(shared) => shared.words().to_vec(),
+        }
     }
 
     /// From packed words the crate produced itself for `shape` (a buffer of
@@ -188,7 +260,7 @@ impl HostTensor {
             elem,
             shape,
             len,
-            words,
+            words: words.into(),
         }
     }
 
@@ -200,7 +272,7 @@ impl HostTensor {
             elem,
             shape,
             len,
-            words: vec![0; words_of_len(elem, len)],
+            words: vec![0; words_of_len(elem, len)].into(),
         })
     }
 
@@ -269,13 +341,13 @@ impl HostTensor {
     /// The packed storage: for 32-bit types, element `i` is word `i`; for
     /// 16-bit types, word `k` holds elements `2k` (low half) and `2k + 1`.
     pub fn words(&self) -> &[u32] {
-        &self.words
+        self.words.as_slice()
     }
 
     /// The elements as a device buffer holds them (little-endian,
     /// [`ScalarType::byte_size`] bytes an element, no padding).
     pub fn bytes(&self) -> Vec<u8> {
-        let mut bytes: Vec<u8> = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut bytes: Vec<u8> = self.words().iter().flat_map(|w| w.to_le_bytes()).collect();
         bytes.truncate(self.len * self.elem.byte_size() as usize);
         bytes
     }
@@ -286,9 +358,9 @@ impl HostTensor {
             return None;
         }
         Some(if self.elem.is_16bit() {
-            (self.words[i / 2] >> (16 * (i % 2))) & 0xffff
+            (self.words()[i / 2] >> (16 * (i % 2))) & 0xffff
         } else {
-            self.words[i]
+            self.words()[i]
         })
     }
 
@@ -919,5 +991,35 @@ mod tests {
             "padding is dropped"
         );
         assert_eq!(words.words()[1], 0x3f00);
+    }
+
+    #[derive(Debug)]
+    struct Lent(Vec<u32>);
+
+    impl SharedWords for Lent {
+        fn words(&self) -> &[u32] {
+            &self.0
+        }
+    }
+
+    /// Lent words are read where they lie: the tensor equals one that owns
+    /// the same words; lent words of another length, or a last 16-bit word
+    /// whose unused half is not zero, are refused (the caller copies).
+    #[test]
+    fn lent_words_are_read_in_place_when_they_are_exactly_the_packed_words() {
+        let lent = Arc::new(Lent(vec![1, 2, 3]));
+        let t = HostTensor::from_shared_words(ScalarType::U32, vec![3], lent.clone()).unwrap();
+        assert_eq!(t.words().as_ptr(), lent.0.as_ptr());
+        assert_eq!(t, HostTensor::from_u32(vec![3], &[1, 2, 3]));
+        assert_eq!(t.clone().into_words(), vec![1, 2, 3]);
+        assert!(HostTensor::from_shared_words(ScalarType::U32, vec![2], lent).is_none());
+        let half = |w: u32| Arc::new(Lent(vec![0x3c00_3c00, w]));
+        let t = HostTensor::from_shared_words(ScalarType::F16, vec![3], half(0x3c00)).unwrap();
+        assert_eq!(t.to_bits(), vec![0x3c00; 3]);
+        assert!(HostTensor::from_shared_words(ScalarType::F16, vec![3], half(0x1_3c00)).is_none());
+        let owned = HostTensor::from_u32(vec![2], &[7, 8]);
+        let words_ptr = owned.words().as_ptr();
+        let words = owned.into_words();
+        assert_eq!(words.as_ptr(), words_ptr, "no copy");
     }
 }

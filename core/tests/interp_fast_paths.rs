@@ -321,3 +321,66 @@ map k {{
         other => panic!("expected a data race, got {other:?}"),
     }
 }
+
+/// Detection records a block's run of consecutive lanes over consecutive
+/// elements once per chunk of 16: another block's write of any one element
+/// of the run (its first, its last, one inside, one at a chunk's edge)
+/// still races with the thread that wrote that element, and a run that
+/// overlaps the last element of the run before races there.
+#[test]
+fn a_race_on_any_element_of_a_run_names_its_thread() {
+    let src = |second: &str| {
+        format!(
+            r#"
+mesh m {{
+  grid [b = 2];
+  threads t = 32;
+}}
+
+kernel k(y: gmem<f32[64]>) {{
+  let t: u32 = axis_index(t);
+  if axis_index(b) == 0u {{
+    y[t] = 1.0;
+  }} else {{
+    {second}
+  }}
+}}
+
+map k {{
+  programs [m: k];
+  outputs [y: gmem<f32[64]>];
+}}
+"#
+        )
+    };
+    let race = |second: &str| match run_with_schedules(
+        &module(&src(second)),
+        "k",
+        &[],
+        Mode::Checked,
+        0,
+    ) {
+        Err(RunError::DataRace {
+            element,
+            first,
+            second,
+            ..
+        }) => (
+            element,
+            first.block,
+            first.thread,
+            second.block,
+            second.thread,
+        ),
+        other => panic!("expected a data race, got {other:?}"),
+    };
+    for element in [0u64, 15, 16, 20, 31] {
+        let one = format!("if t == 5u {{ y[{element}u] = 2.0; }}");
+        assert_eq!(race(&one), (element, 0, Some(element as u32), 1, Some(5)));
+    }
+    // Block 1's run 31..63 starts on block 0's last element.
+    assert_eq!(race("y[31u + t] = 2.0;"), (31, 0, Some(31), 1, Some(0)));
+    // Apart, the two runs do not race.
+    let apart = module(&src("y[32u + t] = 2.0;"));
+    run_with_schedules(&apart, "k", &[], Mode::Checked, 0).unwrap();
+}

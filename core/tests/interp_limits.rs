@@ -48,13 +48,14 @@ map k { programs [m: k]; inputs [x: gmem<u32[1024]>]; outputs [y: gmem<u32[1024]
 "#;
 
 /// Generated inputs and the interpreter's buffers charge one budget: 4 KiB
-/// of input beside 8 KiB of buffers (x and y) pass a 10 KiB limit that
-/// each fits alone; before, each was checked alone and the run took both.
+/// of input beside 4 KiB of buffers (y; the call reads x where it lies)
+/// pass a 6 KiB limit that each fits alone; before, each was checked alone
+/// and the run took both.
 #[test]
 fn inputs_and_the_call_share_one_budget() {
     let module = parse(COPY);
     let options = InterpOptions::default();
-    let budget = MemoryBudget::new(10 << 10);
+    let budget = MemoryBudget::new(6 << 10);
     let mut interp = Interpreter::with_budget(options.clone(), budget.clone());
     let err = run_charged(&module, &mut interp, &budget, &options).unwrap_err();
     match &err {
@@ -64,7 +65,7 @@ fn inputs_and_the_call_share_one_budget() {
             limit,
             ..
         } => {
-            assert_eq!((*needed, *limit), (12 << 10, 10 << 10), "{err}");
+            assert_eq!((*needed, *limit), (8 << 10, 6 << 10), "{err}");
             assert!(
                 what.contains("beside the 4096 bytes the run already holds"),
                 "{err}"
@@ -81,6 +82,47 @@ fn inputs_and_the_call_share_one_budget() {
     let out = run_charged(&module, &mut interp, &budget, &options).expect("fits");
     assert_eq!(out.outputs["y"].len(), 1024);
     // The call gave back what it charged and keeps nothing for reuse.
+    assert_eq!(budget.in_use(), 0);
+}
+
+/// An input that no program of the call writes is read where it lies, not
+/// copied: its 4 KiB are charged once (as the caller's), so the call (4 KiB
+/// for y, 2.5 KiB of block state) fits an 11 KiB limit beside them (before,
+/// it needed 12 KiB); a call that writes its input through an aliased
+/// output copies it and needs 12 KiB before its blocks start.
+#[test]
+fn an_input_no_program_writes_is_not_copied() {
+    let options = InterpOptions::default();
+    let module = parse(COPY);
+    let budget = MemoryBudget::new(11 << 10);
+    let mut interp = Interpreter::with_budget(options.clone(), budget.clone());
+    let out = run_charged(&module, &mut interp, &budget, &options).expect("fits");
+    let generated = inputs::generate_input(
+        &module,
+        &module.maps[0],
+        &module.maps[0].inputs[0],
+        &Generation::with_defaults(0),
+    )
+    .unwrap();
+    assert_eq!(out.outputs["y"].words(), generated.words());
+    assert_eq!(budget.in_use(), 0);
+
+    // x's buffer is also output z's (an alias), which the kernel writes.
+    let writes_input = r#"
+mesh m { grid [b = 1]; threads t = 64; }
+kernel k(x: gmem<u32[1024]>, y: gmem<u32[1024]>, z: gmem<u32[1024]>) {
+  for i: u32 in 0u..16u { y[i * 64u + axis_index(t)] = x[i * 64u + axis_index(t)]; z[i * 64u + axis_index(t)] = 0u; }
+}
+map k { programs [m: k]; inputs [x: gmem<u32[1024]>]; outputs [y: gmem<u32[1024]>, z: gmem<u32[1024]>]; aliases [x -> z]; }
+"#;
+    let module = parse(writes_input);
+    let mut interp = Interpreter::with_budget(options.clone(), budget.clone());
+    match run_charged(&module, &mut interp, &budget, &options).unwrap_err() {
+        RunError::MemoryLimit { needed, limit, .. } => {
+            assert_eq!((needed, limit), (12 << 10, 11 << 10))
+        }
+        other => panic!("{other}"),
+    }
     assert_eq!(budget.in_use(), 0);
 }
 
@@ -162,17 +204,29 @@ const BIG_ALLOCATION: &str = include_str!("../../defects/t3_interp_timeout_big_a
 const CHECKED_LOCAL_ARRAYS: &str =
     include_str!("../../defects/t3_interp_timeout_checked_local_arrays.mpmd");
 
-/// Allocating and filling a 1 GiB semaphore buffer is inside the time
-/// limit: the call stops at the first look at the clock, naming what it was
-/// doing (before, it filled the whole buffer, 6 s in a debug build, and
-/// only then looked at the clock at the block's start).
+/// Allocating and filling a 1 GiB semaphore buffer's detection state is
+/// inside the time limit: the call stops at the first look at the clock,
+/// naming what it was doing (before, it filled the whole buffer, 6 s in a
+/// debug build, and only then looked at the clock at the block's start).
+/// Without detection nothing is filled: the zeroed buffer comes from the
+/// allocator as fresh pages, and the call ends inside a 1 s limit (filling
+/// it took 6 s).
 #[test]
 fn the_time_limit_holds_while_buffers_are_filled() {
     let module = parse(BIG_ALLOCATION);
-    for detect in [false, true] {
+    let options = InterpOptions {
+        time_limit: Some(Duration::from_secs(1)),
+        memory_limit: 32 << 30,
+        ..Default::default()
+    };
+    let out = Interpreter::new()
+        .call(&validated(&module), "k", &CallArgs::default(), &options)
+        .expect("zeros need no filling");
+    assert_eq!(out.outputs["y"].words(), &[1]);
+    {
         let options = InterpOptions {
             time_limit: Some(Duration::from_millis(50)),
-            detect,
+            detect: true,
             memory_limit: 32 << 30,
             ..Default::default()
         };

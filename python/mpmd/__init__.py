@@ -117,7 +117,12 @@ def _triple(name: str, value: Any):
 
 
 def _array(triple) -> np.ndarray:
+    """The array of ``(dtype name, shape, data)``: the data is a bytearray,
+    or a call's output words, which numpy takes without a copy through
+    their ``__array_interface__`` (bytes; the array keeps them alive)."""
     dtype, shape, data = triple
+    if not isinstance(data, (bytes, bytearray)):
+        data = np.asarray(data)
     return np.frombuffer(data, dtype=DTYPES[dtype]).reshape(shape)
 
 
@@ -206,7 +211,9 @@ class Backend:
         of exactly the input's dtype and host shape), each scalar a Python
         number. Returns ``{output: array}`` in the map's order, each of the
         output's dtype and host shape. Residents the map binds are the
-        backend's and stay with it."""
+        backend's and stay with it. A C-contiguous input array may be read
+        in place while the call runs (without the GIL): do not write it from
+        another thread meanwhile."""
         scalar_names = {name for name, _ in module.scalars(map_name)}
         arrays = {}
         scalars = {}

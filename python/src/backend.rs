@@ -348,10 +348,12 @@ impl PyBackend {
             Ok(result)
         })?;
         py.check_signals()?;
-        let outputs = result.map_err(|e| run_error(py, Some(map), &e))?;
+        let mut outputs = result.map_err(|e| run_error(py, Some(map), &e))?;
+        // The inputs' lent memory goes back before the outputs are handed out.
+        drop(args);
         let dict = PyDict::new(py);
         for output in &the_map.outputs {
-            let tensor = outputs.outputs.get(&output.name).ok_or_else(|| {
+            let tensor = outputs.outputs.remove(&output.name).ok_or_else(|| {
                 run_error(
                     py,
                     Some(map),
@@ -361,7 +363,7 @@ impl PyBackend {
                     )),
                 )
             })?;
-            dict.set_item(&output.name, tensor_triple(py, tensor)?)?;
+            dict.set_item(&output.name, output_triple(py, tensor)?)?;
         }
         Ok(dict)
     }

@@ -165,6 +165,59 @@ pub(crate) fn input_tensor(
     .map_err(broken)
 }
 
+/// [`input_tensor`] for one call: where the data is a C-contiguous buffer
+/// of exactly the tensor's packed words, the tensor reads them in place
+/// ([`crate::buffer::lend_words`]) instead of a copy. Only for data that
+/// outlives the tensor's use (a call's arguments, dropped when it returns).
+pub(crate) fn call_input_tensor(
+    what: &str,
+    elem: ScalarType,
+    shape: &[u32],
+    triple: InputTriple<'_>,
+) -> PyResult<HostTensor> {
+    let (dtype, given_shape, data) = &triple;
+    let matches = dtype == dtype_name(elem)
+        && given_shape
+            .iter()
+            .copied()
+            .eq(shape.iter().map(|&d| u64::from(d)));
+    if matches && elem != ScalarType::Bool {
+        if let Some(lent) = crate::buffer::lend_words(data) {
+            let lent = std::sync::Arc::new(lent);
+            if let Some(tensor) = HostTensor::from_shared_words(elem, shape.to_vec(), lent) {
+                return Ok(tensor);
+            }
+        }
+    }
+    input_tensor(what, elem, shape, triple)
+}
+
+/// Outputs smaller than this are copied into a bytearray: cheaper than the
+/// object numpy reads a call's own words through.
+const COPIED_OUTPUT_BYTES: usize = 16 << 10;
+
+/// What Python gets for a call's output: numpy's dtype name, the shape, and
+/// the tensor's own words without a copy ([`crate::buffer::OutputWords`]),
+/// or for `bool` (one byte an element in numpy) and small tensors the
+/// bytearray of [`tensor_triple`].
+pub(crate) fn output_triple<'py>(
+    py: Python<'py>,
+    tensor: HostTensor,
+) -> PyResult<(&'static str, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
+    let bytes = tensor.len() * tensor.elem().byte_size() as usize;
+    if tensor.elem() == ScalarType::Bool
+        || bytes < COPIED_OUTPUT_BYTES
+        || cfg!(target_endian = "big")
+    {
+        let (dtype, shape, bytes) = tensor_triple(py, &tensor)?;
+        return Ok((dtype, shape, bytes.into_any()));
+    }
+    let shape = PyTuple::new(py, tensor.shape())?;
+    let dtype = dtype_name(tensor.elem());
+    let words = crate::buffer::OutputWords::new(tensor.into_words(), bytes);
+    Ok((dtype, shape, Bound::new(py, words)?.into_any()))
+}
+
 /// A host tensor as Python's data: numpy's dtype name, the shape and the
 /// bytes (bool one byte an element), written once, straight from the
 /// tensor's words into the bytearray numpy then reads in place.
@@ -209,7 +262,7 @@ pub(crate) fn call_args(
     given: BTreeMap<String, InputTriple<'_>>,
     scalars: BTreeMap<String, Bound<'_, PyAny>>,
 ) -> PyResult<CallArgs> {
-    let (inputs, scalars) = checked_arguments(module, map, given, scalars, input_tensor)?;
+    let (inputs, scalars) = checked_arguments(module, map, given, scalars, call_input_tensor)?;
     Ok(CallArgs { inputs, scalars })
 }
 

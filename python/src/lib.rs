@@ -2,8 +2,8 @@
 //!
 //! The Python half (`python/mpmd/__init__.py`) turns numpy arrays, DLPack
 //! objects and JAX arrays into `(dtype name, shape, data)` triples (the
-//! data a C-contiguous array read in place, `buffer.rs`) and bytearrays back
-//! into arrays;
+//! data a C-contiguous array read in place, `buffer.rs`) and a call's output
+//! words or bytearrays back into arrays;
 //! everything that decides (parsing, validation and its rendered
 //! diagnostics, argument checks, running, error classes) is here, in the
 //! library's own terms, so Python behaves as the Rust library and the CLI do.
@@ -50,6 +50,7 @@ fn _mpmd(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
     m.add_class::<PyModule_>()?;
     m.add_class::<PyBackend>()?;
     m.add_class::<dlpack::DeviceArray>()?;
+    m.add_class::<buffer::OutputWords>()?;
     m.add_class::<ffi::PyFfiKernel>()?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(ffi::ffi_kernel, m)?)?;

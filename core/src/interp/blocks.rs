@@ -1,7 +1,9 @@
 //! Running a call's blocks: on all host cores when they are independent,
 //! else one at a time in the deterministic or an extra schedule; deadlock reports.
 
+use super::compile::Instr;
 use super::*;
+use crate::ir::SemOp;
 
 pub(super) fn task_offsets(codes: &[ProgramCode]) -> Vec<u64> {
     let mut acc = 0;
@@ -34,52 +36,93 @@ pub(super) fn run_parallel(
     bufs: &[GlobalBuf],
     limits: &Limits,
 ) -> Result<u64, RunError> {
-    let offsets = task_offsets(codes);
     let total: u64 = codes.iter().map(|c| c.block_count).sum();
-    let lanes = codes.iter().fold(0u64, |sum, c| {
-        sum.saturating_add(c.block_count.saturating_mul(c.threads as u64))
+    match run_parallel_tasks(codes, bufs, limits, 0..total)? {
+        (Ran::All(blocks), _) => Ok(blocks),
+        (Ran::Waited, _) => Err(stopped_early()),
+    }
+}
+
+/// How blocks run on several host threads ended, short of an error.
+enum Ran {
+    /// Every block ran to completion; the number of blocks.
+    All(u64),
+    /// A block reached a wait it could not meet at once.
+    Waited,
+}
+
+fn stopped_early() -> RunError {
+    RunError::Backend("a block that cannot wait stopped early".into())
+}
+
+/// Runs `tasks` (blocks in program order, then block order) as
+/// [`run_parallel`] does, on all host cores where they are enough work;
+/// also says whether they ran on several threads. Where one reaches a wait
+/// it cannot meet at once the result is [`Ran::Waited`].
+fn run_parallel_tasks(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    limits: &Limits,
+    tasks: std::ops::Range<u64>,
+) -> Result<(Ran, bool), RunError> {
+    let offsets = task_offsets(codes);
+    let lanes = codes.iter().zip(&offsets).fold(0u64, |sum, (c, &first)| {
+        let last = first.saturating_add(c.block_count);
+        let blocks = last.min(tasks.end).saturating_sub(first.max(tasks.start));
+        sum.saturating_add(blocks.saturating_mul(c.threads as u64))
     });
+    let count = tasks.end.saturating_sub(tasks.start);
     let workers = if lanes < INLINE_LANES {
         1
     } else {
-        host_cores().min(total as usize).max(1) as u64
+        host_cores().min(count as usize).max(1) as u64
     };
     let offsets = &offsets;
     if workers == 1 {
-        return run_blocks(codes, bufs, limits, offsets, 0..total);
+        return Ok((run_blocks(codes, bufs, limits, offsets, tasks)?, false));
     }
-    let results: Vec<Result<u64, RunError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
+    let start = tasks.start;
+    let range = |w: u64| start + count * w / workers..start + count * (w + 1) / workers;
+    let results: Vec<Result<Ran, RunError>> = std::thread::scope(|s| {
+        // The calling thread runs the first range: one thread fewer to start.
+        let handles: Vec<_> = (1..workers)
             .map(|w| {
-                let range = total * w / workers..total * (w + 1) / workers;
+                let range = range(w);
                 s.spawn(move || run_blocks(codes, bufs, limits, offsets, range))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
+        let first = run_blocks(codes, bufs, limits, offsets, range(0));
+        std::iter::once(first)
+            .chain(handles.into_iter().map(|h| {
                 h.join().unwrap_or_else(|_| {
                     Err(RunError::Backend("interpreter worker panicked".into()))
                 })
-            })
+            }))
             .collect()
     });
+    // A wait not met decides first: the caller runs the call again one
+    // block at a time, which reports what that schedule meets.
+    if results.iter().any(|r| matches!(r, Ok(Ran::Waited))) {
+        return Ok((Ran::Waited, true));
+    }
     let mut blocks = 0;
     for r in results {
-        blocks += r?;
+        if let Ran::All(n) = r? {
+            blocks += n;
+        }
     }
-    Ok(blocks)
+    Ok((Ran::All(blocks), true))
 }
 
-/// Runs the independent blocks (tasks) `range` in order; stops at the
-/// first error.
+/// Runs the blocks (tasks) `range` in order, each to completion; stops at
+/// the first error or at a wait that cannot be met at once.
 fn run_blocks(
     codes: &[ProgramCode],
     bufs: &[GlobalBuf],
     limits: &Limits,
     offsets: &[u64],
     range: std::ops::Range<u64>,
-) -> Result<u64, RunError> {
+) -> Result<Ran, RunError> {
     let mut env = Env {
         bufs,
         detect: None,
@@ -104,14 +147,110 @@ fn run_blocks(
         st.reset(code, task as u32, block);
         match st.run(code, &mut env)? {
             Status::Done => {}
-            other => {
-                return Err(RunError::Backend(format!(
-                    "block of an independent program stopped early: {other:?}"
-                )))
-            }
+            Status::Blocked { .. } => return Ok(Ran::Waited),
+            Status::Yielded => return Err(stopped_early()),
         }
     }
-    Ok(range.end - range.start)
+    Ok(Ran::All(range.end - range.start))
+}
+
+/// Whether any instruction of `code` is one `kind` picks.
+fn has(code: &ProgramCode, kind: impl Fn(&Instr) -> bool) -> bool {
+    code.code.iter().any(kind)
+}
+
+/// Tasks from the first that the lockstep schedule runs to completion one
+/// after another before any task can wait: the blocks of the leading
+/// programs that never wait, read a semaphore or use an atomic (they may
+/// signal). Their order cannot change what a race-free call computes, so
+/// [`run_lockstep`] runs them on all host cores.
+pub(super) fn leading_tasks_that_never_wait(codes: &[ProgramCode]) -> u64 {
+    codes
+        .iter()
+        .take_while(|c| {
+            !has(c, |i| {
+                matches!(
+                    i,
+                    Instr::Sem {
+                        op: SemOp::Wait | SemOp::WaitNodec,
+                        ..
+                    } | Instr::SemRead { .. }
+                        | Instr::Atomic { .. }
+                )
+            })
+        })
+        .fold(0u64, |n, c| n.saturating_add(c.block_count))
+}
+
+/// Whether the programs with blocks from task `from` on only take from
+/// semaphore counts: no signal, semaphore read, wait without decrement or
+/// atomic. Counts then only fall from `from` on, so if every wait of those
+/// blocks is met at once in some order, each is met at once in the lockstep
+/// order too (the count a wait sees there is at least what is left after
+/// all of them), and the counts end the same.
+fn only_take_from(codes: &[ProgramCode], from: u64) -> bool {
+    codes
+        .iter()
+        .zip(task_offsets(codes))
+        .filter(|(c, first)| first + c.block_count > from)
+        .all(|(c, _)| {
+            !has(c, |i| {
+                matches!(
+                    i,
+                    Instr::Sem {
+                        op: SemOp::Signal | SemOp::WaitNodec,
+                        ..
+                    } | Instr::SemRead { .. }
+                        | Instr::Atomic { .. }
+                )
+            })
+        })
+}
+
+/// How [`run_lockstep`] ended, short of an error.
+pub(super) enum Lockstep {
+    /// The blocks run, and whether some ran on several host threads.
+    Done(u64, bool),
+    /// A block run on several threads reached a wait it could not meet at
+    /// once; the buffers hold a partial run: the call runs again with fresh
+    /// buffers, one block at a time ([`run_sequential`]).
+    Again,
+}
+
+/// The lockstep schedule without detection, of a map whose blocks
+/// synchronise: the leading tasks that never wait
+/// ([`leading_tasks_that_never_wait`]) run on all host cores first (the
+/// lockstep schedule runs each of them to completion in turn, before any
+/// task could wait, so no wait is late among them and semaphore counts,
+/// additions only, end the same); the rest run on all host cores too when
+/// they only take from semaphore counts ([`only_take_from`]) and every wait
+/// of theirs is met at once (else [`Lockstep::Again`]), otherwise one at a
+/// time in the lockstep order.
+pub(super) fn run_lockstep(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    limits: &Limits,
+    late_waits: Option<&mut Vec<LateWait>>,
+) -> Result<Lockstep, RunError> {
+    let total: u64 = codes.iter().map(|c| c.block_count).sum();
+    let several = host_cores() > 1;
+    let lead = leading_tasks_that_never_wait(codes);
+    let (ran, lead_parallel) = if lead > 1 && several {
+        match run_parallel_tasks(codes, bufs, limits, 0..lead)? {
+            (Ran::All(blocks), parallel) => (blocks, parallel),
+            (Ran::Waited, _) => return Err(stopped_early()),
+        }
+    } else {
+        (0, false)
+    };
+    if total - ran > 1 && several && only_take_from(codes, ran) {
+        return Ok(match run_parallel_tasks(codes, bufs, limits, ran..total)? {
+            (Ran::All(blocks), parallel) => Lockstep::Done(ran + blocks, lead_parallel || parallel),
+            (Ran::Waited, _) => Lockstep::Again,
+        });
+    }
+    let rest = run_sequential_from(codes, bufs, limits, None, None, late_waits, ran)?;
+    Ok(Lockstep::Done(ran + rest, lead_parallel))
 }
 
 /// The cooperative scheduler: lockstep (in order) when `alt` is `None`,
@@ -121,12 +260,27 @@ pub(super) fn run_sequential(
     bufs: &[GlobalBuf],
     limits: &Limits,
     detect: Option<&mut detect::Detector>,
+    alt: Option<&mut AltSchedule>,
+    late_waits: Option<&mut Vec<LateWait>>,
+) -> Result<u64, RunError> {
+    run_sequential_from(codes, bufs, limits, detect, alt, late_waits, 0)
+}
+
+/// [`run_sequential`] of the tasks from `first` (in the lockstep schedule,
+/// the tasks before it ran to completion already; 0 with `alt`).
+fn run_sequential_from(
+    codes: &[ProgramCode],
+    bufs: &[GlobalBuf],
+    limits: &Limits,
+    detect: Option<&mut detect::Detector>,
     mut alt: Option<&mut AltSchedule>,
     late_waits: Option<&mut Vec<LateWait>>,
+    first: u64,
 ) -> Result<u64, RunError> {
     let offsets = task_offsets(codes);
     let total: u64 = codes.iter().map(|c| c.block_count).sum();
     let detecting = detect.is_some();
+    let start = if alt.is_none() { first.min(total) } else { 0 };
     // Alternative schedules start blocks in a random order, a few at a time.
     let start_order: Option<Vec<u32>> = alt.as_deref_mut().map(|a| {
         let mut order: Vec<u32> = (0..total as u32).collect();
@@ -149,7 +303,7 @@ pub(super) fn run_sequential(
     let mut live: BTreeMap<u32, BlockState> = BTreeMap::new();
     let mut ready: VecDeque<u32> = VecDeque::new();
     let mut waiting: Vec<(u32, Status)> = vec![];
-    let mut next_start = 0u64;
+    let mut next_start = start;
     let mut done = 0u64;
     let program_of = |task: u32| offsets.iter().rposition(|&o| o <= task as u64).unwrap_or(0);
     loop {
@@ -265,7 +419,11 @@ pub(super) fn charge_buffers(
             .iter()
             .fold(0u64, |sum, b| sum.saturating_add(f(b)))
     };
-    let words = sum(&|b| words_of(b.ty.elem, b.len));
+    // An input no program writes is read where it lies: no words of its own.
+    let words = sum(&|b| match b.borrows_input() {
+        true => 0,
+        false => words_of(b.ty.elem, b.len),
+    });
     let storage = words.saturating_mul(4);
     let elements = sum(&|b| b.len);
     let detection = if detect {

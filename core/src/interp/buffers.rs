@@ -1,6 +1,7 @@
 //! A call's buffers: binding operands, allocating and filling buffers,
 //! compiling every program, collecting outputs.
 
+use super::compile::{Instr, Target};
 use super::*;
 
 /// What a time-limit report says the call was doing while it filled buffers.
@@ -20,6 +21,8 @@ pub(super) fn flags(len: usize, value: bool, limits: &Limits) -> Result<Vec<bool
 /// A buffer of `len` words, a copy of `source` or zeros, taken from `pool`
 /// when one of that length is there; large buffers are filled on all host
 /// cores. Allocating and filling look at the call's clock between chunks.
+/// Fresh zeros come zeroed from the allocator, whose fresh pages are zero
+/// already: nothing is written until the blocks write.
 pub(super) fn buffer(
     pool: &mut Vec<(Vec<AtomicU32>, Charge)>,
     len: usize,
@@ -34,12 +37,15 @@ pub(super) fn buffer(
             words
         }
         None => {
+            let Some(source) = source else {
+                limits.check_time_during(FILLING)?;
+                return bytemuck::allocation::try_zeroed_vec(len).map_err(|()| RunError::Refused {
+                    reason: format!("the host could not allocate a buffer of {len} words"),
+                });
+            };
             let mut words = Vec::with_capacity(len);
-            limits.fill_in_chunks(len, FILLING, |r| match source {
-                Some(source) => {
-                    words.extend(source[r].iter().map(|&v| AtomicU32::new(v)));
-                }
-                None => words.extend(r.map(|_| AtomicU32::new(0))),
+            limits.fill_in_chunks(len, FILLING, |r| {
+                words.extend(source[r].iter().map(|&v| AtomicU32::new(v)))
             })?;
             return Ok(words);
         }
@@ -65,26 +71,48 @@ pub(super) fn buffer(
         return Ok(words);
     }
     let per_worker = len.div_ceil(workers);
+    let fill_part = |w: usize, part: &mut [AtomicU32]| -> Result<(), RunError> {
+        for (c, piece) in part.chunks_mut(chunk).enumerate() {
+            fill(piece, w * per_worker + c * chunk)?;
+        }
+        Ok(())
+    };
     std::thread::scope(|s| {
-        let handles: Vec<_> = words
-            .chunks_mut(per_worker)
-            .enumerate()
+        let mut parts = words.chunks_mut(per_worker).enumerate();
+        let first = parts.next();
+        let handles: Vec<_> = parts
             .map(|(w, part)| {
-                let fill = &fill;
-                s.spawn(move || {
-                    for (c, piece) in part.chunks_mut(chunk).enumerate() {
-                        fill(piece, w * per_worker + c * chunk)?;
-                    }
-                    Ok(())
-                })
+                let fill_part = &fill_part;
+                s.spawn(move || fill_part(w, part))
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(RunError::Backend("buffer fill panicked".into())))
+        // The calling thread fills the first part: one thread fewer to start.
+        let filled = first.map_or(Ok(()), |(w, part)| fill_part(w, part));
+        handles.into_iter().fold(filled, |result, h| {
+            let joined = h
+                .join()
+                .unwrap_or_else(|_| Err(RunError::Backend("buffer fill panicked".into())));
+            result.and(joined)
         })
     })?;
     Ok(words)
+}
+
+/// Per buffer of a call whose programs are `codes`: whether any of them may
+/// write it: a store or an atomic ([`written_buffers`]), or a semaphore
+/// operation (a signal adds to the count, a wait takes from it).
+pub(super) fn buffers_written(codes: &[ProgramCode], buffers: usize) -> Vec<bool> {
+    let mut written = written_buffers(codes, buffers);
+    for instr in codes.iter().flat_map(|c| &c.code) {
+        if let Instr::Sem { acc, .. } = instr {
+            if let Target::Global(b) = acc.target {
+                if let Some(w) = written.get_mut(b) {
+                    *w = true;
+                }
+            }
+        }
+    }
+    written
 }
 
 /// Binds operands to buffers and compiles every program.
@@ -187,6 +215,8 @@ pub(super) fn prepare(
                 len,
                 shape,
                 init,
+                // Known once the programs are compiled (below).
+                read_only: false,
             });
             buffers.len() - 1
         };
@@ -237,6 +267,10 @@ pub(super) fn prepare(
             &bindings,
             smem,
         )?);
+    }
+    let written = buffers_written(&codes, buffers.len());
+    for (spec, written) in buffers.iter_mut().zip(written) {
+        spec.read_only = !written;
     }
     let tasks: u64 = codes.iter().map(|c| c.block_count).sum();
     if tasks > u32::MAX as u64 {

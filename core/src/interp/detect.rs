@@ -29,8 +29,11 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use super::limits::Limits;
+use crate::backend::RunError;
+
 /// One recorded access to a memory word.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rec {
     pub task: u32,
     pub epoch: u32,
@@ -48,6 +51,34 @@ pub(crate) struct Rec {
 }
 
 impl Rec {
+    /// The record an access of `who` starts.
+    fn new(who: &Accessor, write: bool, atomic: bool) -> Rec {
+        Rec {
+            task: who.task,
+            epoch: who.epoch,
+            thread: who.thread as u16,
+            other: 0,
+            write,
+            atomic,
+            site: who.site,
+        }
+    }
+
+    /// This record of a [`Chunk::Uniform`] as word `j` of the chunk holds
+    /// it: made by the thread `j` places after, and naming the other thread
+    /// `j` places after (when it names one).
+    fn at(self, j: usize) -> Rec {
+        let j = j as u16;
+        Rec {
+            thread: self.thread.wrapping_add(j),
+            other: match self.other {
+                0 => 0,
+                o => o.wrapping_add(j),
+            },
+            ..self
+        }
+    }
+
     fn add_thread(&mut self, thread: u32) {
         if self.other == 0 && u32::from(self.thread) != thread {
             self.other = thread as u16 + 1;
@@ -133,6 +164,7 @@ impl Clock {
 }
 
 /// Where the current access comes from.
+#[derive(Clone, Copy)]
 pub(crate) struct Accessor<'a> {
     pub task: u32,
     pub epoch: u32,
@@ -199,41 +231,38 @@ impl Pairs {
     fn release(&mut self, i: u32) {
         self.free.push(i);
     }
-
-    /// Forgets every history of `histories` (all that hold slots here),
-    /// keeping the allocations: smem words are forgotten at every block's
-    /// start, and a barrier-heavy block would otherwise allocate and free
-    /// their lists again each time.
-    pub fn forget_all<'a>(&mut self, histories: impl IntoIterator<Item = &'a mut History>) {
-        histories.into_iter().for_each(History::forget);
-        self.slots.clear();
-        self.free.clear();
-    }
 }
 
 impl History {
-    /// Forgets every access, but a list keeps its allocation. A pair's
-    /// slot is not given back: [`Pairs::forget_all`] clears them all.
-    fn forget(&mut self) {
-        match self {
-            History::Many(list) => list.clear(),
-            other => *other = History::Empty,
-        }
-    }
-
     /// The accesses, oldest first.
-    #[cfg(test)]
     fn accesses<'a>(&'a self, pairs: &'a Pairs) -> &'a [Rec] {
         match self {
             History::Empty => &[],
             History::One(r) => std::slice::from_ref(r),
-            History::Two(i) => &pairs.slots[*i as usize],
+            History::Two(i) => pairs.slots.get(*i as usize).map_or(&[], |pair| pair),
             History::Many(list) => list,
         }
     }
 }
 
 impl History {
+    /// Whether every access of `task` here is of an epoch before `epoch`.
+    fn only_before(&self, pairs: &Pairs, task: u32, epoch: u32) -> bool {
+        self.accesses(pairs)
+            .iter()
+            .all(|r| r.task != task || r.epoch < epoch)
+    }
+
+    /// The newest access.
+    fn last_mut<'a>(&'a mut self, pairs: &'a mut Pairs) -> Option<&'a mut Rec> {
+        match self {
+            History::Empty => None,
+            History::One(r) => Some(r),
+            History::Two(i) => pairs.slots.get_mut(*i as usize).map(|pair| &mut pair[1]),
+            History::Many(list) => list.last_mut(),
+        }
+    }
+
     /// Whether another plain read of this word by a thread of `task` in
     /// `epoch` would find no race and change nothing: the task's only access
     /// in the epoch is a plain read that two threads made (`other` set). Its
@@ -244,28 +273,32 @@ impl History {
     /// access of the task in the epoch could depend on the thread.
     #[inline]
     pub fn read_settled(&self, pairs: &Pairs, task: u32, epoch: u32) -> bool {
-        let settled = |r: &Rec| !r.write && !r.atomic && r.other != 0;
-        let mine = |r: &&Rec| r.task == task && r.epoch == epoch;
-        let list_settled = |list: &[Rec]| {
-            let mut found = false;
-            for r in list.iter().filter(mine) {
-                if !settled(r) {
-                    return false;
-                }
-                found = true;
-            }
-            found
-        };
         match self {
             History::Empty => false,
-            History::One(r) => mine(&r) && settled(r),
+            History::One(r) => list_settled([r], task, epoch),
             History::Two(i) => pairs
                 .slots
                 .get(*i as usize)
-                .is_some_and(|pair| list_settled(pair)),
-            History::Many(list) => list_settled(list),
+                .is_some_and(|pair| list_settled(pair, task, epoch)),
+            History::Many(list) => list_settled(list.iter(), task, epoch),
         }
     }
+}
+
+/// [`History::read_settled`] of a list of accesses: `task`'s accesses in
+/// `epoch` are all plain reads two threads made, and there is one.
+#[inline]
+fn list_settled<'a>(list: impl IntoIterator<Item = &'a Rec>, task: u32, epoch: u32) -> bool {
+    let mut found = false;
+    for r in list {
+        if r.task == task && r.epoch == epoch {
+            if r.write || r.atomic || r.other == 0 {
+                return false;
+            }
+            found = true;
+        }
+    }
+    found
 }
 
 /// Whether an earlier access races with this one; `ordered`: whether this
@@ -337,15 +370,7 @@ pub(crate) fn record(
     write: bool,
     atomic: bool,
 ) -> Result<(), Rec> {
-    let new = Rec {
-        task: who.task,
-        epoch: who.epoch,
-        thread: who.thread as u16,
-        other: 0,
-        write,
-        atomic,
-        site: who.site,
-    };
+    let new = Rec::new(who, write, atomic);
     match history {
         History::Empty => *history = History::One(new),
         History::One(r) => {
@@ -404,6 +429,581 @@ pub(crate) fn record(
     Ok(())
 }
 
+/// Words per chunk of a [`Shadow`]: a row of a 16 x 16 tile, a sixteenth
+/// of a block's run of 256 consecutive words.
+const CHUNK: usize = 16;
+
+/// The histories of one chunk of a [`Shadow`]'s words (36 bytes).
+#[derive(Clone, Copy, Debug)]
+enum Chunk {
+    /// Word `j` of the chunk holds the accesses of this list (oldest first,
+    /// `None`s last), each as [`Rec::at`] `j` gives it: what runs of
+    /// consecutive lanes over the whole chunk leave (lane `l + j` accessing
+    /// word `j`), so that one update serves all its words.
+    Uniform([Option<Rec>; 2]),
+    /// Word `j` holds `first.at(j)` and then, where bit `j` of
+    /// `read.mask` is set, `read` as it is: what single words of a chunk one
+    /// run wrote leave when the same two threads read each (a broadcast:
+    /// a tile's row read a column an instruction, `tile[ty, k]`).
+    Broadcast { first: Rec, read: BroadcastRead },
+    /// Word `j`'s history is `detail[slot * CHUNK + j]`.
+    Detailed(u32),
+}
+
+/// The plain read of a [`Chunk::Broadcast`], the same at each word it
+/// reached (`mask`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct BroadcastRead {
+    task: u32,
+    epoch: u32,
+    thread: u16,
+    other: u16,
+    site: u16,
+    mask: u16,
+}
+
+impl BroadcastRead {
+    fn rec(&self) -> Rec {
+        Rec {
+            task: self.task,
+            epoch: self.epoch,
+            thread: self.thread,
+            other: self.other,
+            write: false,
+            atomic: false,
+            site: self.site,
+        }
+    }
+
+    fn reaches(&self, j: usize) -> bool {
+        (self.mask >> j) & 1 == 1
+    }
+}
+
+/// The accesses of a [`Chunk::Uniform`], oldest first, `None`s last.
+type UniformList = [Option<Rec>; 2];
+
+/// A chunk no access has reached.
+const UNTOUCHED: Chunk = Chunk::Uniform([None, None]);
+
+/// Bytes a word's history takes, charged up front for every word of a
+/// detecting call's buffers and of a block's smem (with its written flag:
+/// `DETECTION_BYTES_PER_ELEMENT`).
+const HISTORY_BYTES: u64 = std::mem::size_of::<History>() as u64;
+
+/// Why [`Shadow::record_run`] stopped.
+pub(crate) enum RunStop {
+    /// The access of the run's word `offset` races with `first`.
+    Race { offset: usize, first: Rec },
+    /// The histories it needed passed the memory budget.
+    Limit(RunError),
+}
+
+/// The access histories of one buffer's words (a call's device buffer, or
+/// a block's smem), [`CHUNK`] words at a time: a chunk that runs of
+/// consecutive lanes access whole ([`Shadow::record_run`]: a block's
+/// elementwise accesses, a tile's rows) keeps one list for all its words,
+/// 2.25 bytes a word, and pages no one touches are never faulted in; so
+/// does one whose words the same two threads then read one at a time
+/// ([`Shadow::record_reads`], [`Chunk::Broadcast`]); any other access gives
+/// the chunk a [`History`] per word. The histories are those [`record`]
+/// keeps word by word, whichever form holds them.
+#[derive(Debug, Default)]
+pub(crate) struct Shadow {
+    /// Words covered; chunks exist once [`Shadow::ensure`] made them.
+    len: usize,
+    chunks: Vec<Chunk>,
+    /// The per-word histories of detailed chunks, `CHUNK` a slot.
+    detail: Vec<History>,
+    /// Slots of `detail` that no chunk holds.
+    free: Vec<u32>,
+    /// The two-access lists of `detail`.
+    pairs: Pairs,
+    /// Bytes of the memory budget that pay for this shadow: `HISTORY_BYTES`
+    /// a word, charged with the buffer, and what more its chunks and
+    /// details took (charged when they grew past that).
+    paid: u64,
+}
+
+impl Shadow {
+    /// Words the chunks this shadow holds could cover (kept for reuse).
+    pub fn capacity(&self) -> usize {
+        self.chunks.capacity().saturating_mul(CHUNK)
+    }
+
+    /// Bytes this shadow's allocations take.
+    pub fn bytes(&self) -> u64 {
+        (self.chunks.capacity() as u64)
+            .saturating_mul(std::mem::size_of::<Chunk>() as u64)
+            .saturating_add((self.detail.capacity() as u64).saturating_mul(HISTORY_BYTES))
+    }
+
+    /// Makes the chunks of a `len`-word buffer, no access recorded, unless
+    /// it has them (what its words' histories cost up front is paid; more is
+    /// charged). Looks at the clock while it fills them.
+    pub fn ensure(&mut self, len: usize, limits: &Limits) -> Result<(), RunError> {
+        let chunks = len.div_ceil(CHUNK);
+        if self.len == len && self.chunks.len() == chunks {
+            return Ok(());
+        }
+        self.forget_all();
+        self.len = len;
+        self.paid = (len as u64).saturating_mul(HISTORY_BYTES);
+        // Charged as allocated: capacities, exactly `chunks` for a new one.
+        self.pay(
+            self.chunks.capacity().max(chunks),
+            self.detail.capacity(),
+            limits,
+        )?;
+        self.chunks.clear();
+        self.chunks.reserve_exact(chunks);
+        let list = &mut self.chunks;
+        limits.fill_in_chunks(chunks, "allocating race-detection state", |r| {
+            list.resize(r.end, UNTOUCHED)
+        })
+    }
+
+    /// Charges what `chunks` chunks and `details` word histories take
+    /// beyond what is paid.
+    fn pay(&mut self, chunks: usize, details: usize, limits: &Limits) -> Result<(), RunError> {
+        let bytes = (chunks as u64)
+            .saturating_mul(std::mem::size_of::<Chunk>() as u64)
+            .saturating_add((details as u64).saturating_mul(HISTORY_BYTES));
+        if bytes > self.paid {
+            limits.charge(bytes - self.paid, || {
+                "the race-detection histories of a buffer".to_string()
+            })?;
+            self.paid = bytes;
+        }
+        Ok(())
+    }
+
+    /// Forgets every access, keeping the allocations: smem words are
+    /// forgotten at every block's start.
+    pub fn forget_all(&mut self) {
+        self.chunks.fill(UNTOUCHED);
+        self.detail.clear();
+        self.free.clear();
+        self.pairs.slots.clear();
+        self.pairs.free.clear();
+    }
+
+    /// Words of chunk `k` (the last one may be short).
+    fn words_of(&self, k: usize) -> usize {
+        self.len.saturating_sub(k * CHUNK).min(CHUNK)
+    }
+
+    /// The slot of chunk `k`'s per-word histories, made from its uniform
+    /// list if it had none.
+    fn materialize(&mut self, k: usize, limits: &Limits) -> Result<usize, RunError> {
+        let chunk = self.chunks[k];
+        if let Chunk::Detailed(slot) = chunk {
+            return Ok(slot as usize);
+        }
+        let slot = match self.free.pop() {
+            Some(slot) => slot as usize,
+            None => {
+                let used = self.detail.len();
+                if used + CHUNK > self.detail.capacity() {
+                    // Never more slots than chunks.
+                    let grown = (self.detail.capacity() * 2)
+                        .max(used + 4 * CHUNK)
+                        .min(self.chunks.len() * CHUNK)
+                        .max(used + CHUNK);
+                    self.pay(self.chunks.capacity(), grown, limits)?;
+                    self.detail.reserve_exact(grown - used);
+                }
+                self.detail.resize_with(used + CHUNK, History::default);
+                used / CHUNK
+            }
+        };
+        let Ok(tag) = u32::try_from(slot) else {
+            return Err(RunError::Backend(
+                "race detection: more detailed chunks than it can number".into(),
+            ));
+        };
+        let words = self.words_of(k);
+        let histories = &mut self.detail[slot * CHUNK..slot * CHUNK + words];
+        match chunk {
+            Chunk::Uniform([None, _]) => histories.fill(History::Empty),
+            Chunk::Uniform([Some(a), None]) => {
+                for (j, h) in histories.iter_mut().enumerate() {
+                    *h = History::One(a.at(j));
+                }
+            }
+            Chunk::Uniform([Some(a), Some(b)]) => {
+                for (j, h) in histories.iter_mut().enumerate() {
+                    *h = self.pairs.hold([a.at(j), b.at(j)]);
+                }
+            }
+            Chunk::Broadcast { first, read } => {
+                for (j, h) in histories.iter_mut().enumerate() {
+                    *h = match read.reaches(j) {
+                        true => self.pairs.hold([first.at(j), read.rec()]),
+                        false => History::One(first.at(j)),
+                    };
+                }
+            }
+            Chunk::Detailed(_) => {}
+        }
+        self.chunks[k] = Chunk::Detailed(tag);
+        Ok(slot)
+    }
+
+    /// Gives detailed chunk `k`'s slot back, its histories forgotten.
+    fn release(&mut self, k: usize, slot: usize) {
+        for history in &mut self.detail[slot * CHUNK..(slot + 1) * CHUNK] {
+            if let History::Two(i) = history {
+                self.pairs.release(*i);
+            }
+            *history = History::Empty;
+        }
+        self.free.push(slot as u32);
+        self.chunks[k] = UNTOUCHED;
+    }
+
+    /// Word `word`'s history, for an access checked on its own (`None`
+    /// past the end).
+    pub fn history_mut(
+        &mut self,
+        word: usize,
+        limits: &Limits,
+    ) -> Result<Option<(&mut History, &mut Pairs)>, RunError> {
+        if word >= self.len || self.chunks.is_empty() {
+            return Ok(None);
+        }
+        let slot = self.materialize(word / CHUNK, limits)?;
+        Ok(Some((
+            &mut self.detail[slot * CHUNK + word % CHUNK],
+            &mut self.pairs,
+        )))
+    }
+
+    /// [`History::read_settled`] of word `word`.
+    #[inline]
+    pub fn read_settled(&self, word: usize, task: u32, epoch: u32) -> bool {
+        if word >= self.len {
+            return false;
+        }
+        match self.chunks.get(word / CHUNK) {
+            None => false,
+            Some(Chunk::Uniform(recs)) => list_settled(recs.iter().flatten(), task, epoch),
+            Some(Chunk::Broadcast { first, read }) => match read.reaches(word % CHUNK) {
+                true => list_settled(&[*first, read.rec()], task, epoch),
+                false => list_settled([first], task, epoch),
+            },
+            Some(&Chunk::Detailed(slot)) => self.detail[slot as usize * CHUNK + word % CHUNK]
+                .read_settled(&self.pairs, task, epoch),
+        }
+    }
+
+    /// Whether each of the `n` words from `word` is [`Self::read_settled`]
+    /// (once for a uniform chunk's words).
+    pub fn run_settled(&self, word: usize, n: usize, task: u32, epoch: u32) -> bool {
+        let end = word.saturating_add(n);
+        if end > self.len {
+            return false;
+        }
+        let mut w = word;
+        while w < end {
+            let k = w / CHUNK;
+            let upto = ((k + 1) * CHUNK).min(end);
+            match self.chunks.get(k) {
+                None => return false,
+                Some(Chunk::Uniform(recs)) => {
+                    if !list_settled(recs.iter().flatten(), task, epoch) {
+                        return false;
+                    }
+                }
+                Some(Chunk::Broadcast { .. }) => {
+                    if !(w..upto).all(|x| self.read_settled(x, task, epoch)) {
+                        return false;
+                    }
+                }
+                Some(&Chunk::Detailed(slot)) => {
+                    let at = slot as usize * CHUNK;
+                    let start = k * CHUNK;
+                    if !self.detail[at + w - start..at + upto - start]
+                        .iter()
+                        .all(|h| h.read_settled(&self.pairs, task, epoch))
+                    {
+                        return false;
+                    }
+                }
+            }
+            w = upto;
+        }
+        true
+    }
+
+    /// Checks and records plain reads of word `word` by `lanes` threads
+    /// from `who.thread` in turn, as [`record`] would, until one leaves
+    /// the word [`Self::read_settled`] (the other reads would change
+    /// nothing); whether it is.
+    #[inline]
+    pub fn record_reads(
+        &mut self,
+        word: usize,
+        lanes: usize,
+        who: &Accessor,
+        limits: &Limits,
+    ) -> Result<bool, RunStop> {
+        if word >= self.len {
+            return Ok(false);
+        }
+        if lanes >= 2 {
+            if let Some(done) = self.broadcast_read(word, who) {
+                return done;
+            }
+        }
+        let slot = self
+            .materialize(word / CHUNK, limits)
+            .map_err(RunStop::Limit)?;
+        let history = &mut self.detail[slot * CHUNK + word % CHUNK];
+        if lanes >= 2 && history.only_before(&self.pairs, who.task, who.epoch) {
+            // The common case, in one update: the first read is the task's
+            // only access in the epoch, pushed last; every other access
+            // is another task's or of an earlier epoch, so that the second
+            // read finds what the first found (its order does not depend
+            // on the thread) and only joins the first's record; the word
+            // is then settled.
+            record(history, &mut self.pairs, who, false, false)
+                .map_err(|first| RunStop::Race { offset: 0, first })?;
+            if let Some(read) = history.last_mut(&mut self.pairs) {
+                read.add_thread(who.thread + 1);
+            }
+            return Ok(true);
+        }
+        for j in 0..lanes {
+            if j > 0 && history.read_settled(&self.pairs, who.task, who.epoch) {
+                return Ok(true);
+            }
+            let at = Accessor {
+                thread: who.thread + j as u32,
+                ..*who
+            };
+            record(history, &mut self.pairs, &at, false, false)
+                .map_err(|first| RunStop::Race { offset: j, first })?;
+        }
+        Ok(history.read_settled(&self.pairs, who.task, who.epoch))
+    }
+
+    /// [`Self::record_reads`] of two or more threads from `who.thread` on
+    /// word `word` of a chunk one run wrote ([`Chunk::Uniform`] of one
+    /// access) or a [`Chunk::Broadcast`] whose read did not reach the word,
+    /// without a history per word: as in [`Self::record_reads`]' common
+    /// case, the first read finds what [`record`] finds and the second
+    /// joins it; the chunk then holds the read at this word too, if it is
+    /// the same read (threads, site, task and epoch) as at the others.
+    /// `None`: this form does not apply (nothing was changed).
+    #[inline]
+    fn broadcast_read(&mut self, word: usize, who: &Accessor) -> Option<Result<bool, RunStop>> {
+        let (k, j) = (word / CHUNK, word % CHUNK);
+        let (first, mask, known) = match self.chunks[k] {
+            Chunk::Uniform([Some(first), None]) => (first, 0, None),
+            Chunk::Broadcast { first, read } if !read.reaches(j) => (first, read.mask, Some(read)),
+            _ => return None,
+        };
+        if first.task == who.task && first.epoch >= who.epoch {
+            return None;
+        }
+        let at = first.at(j);
+        let ordered = who.ordered_after(&at);
+        if conflicts(&at, ordered, false, false) {
+            return Some(Err(RunStop::Race {
+                offset: 0,
+                first: at,
+            }));
+        }
+        if subsumed(&at, ordered, false, false) {
+            return None;
+        }
+        let read = BroadcastRead {
+            task: who.task,
+            epoch: who.epoch,
+            thread: who.thread as u16,
+            other: who.thread as u16 + 2,
+            site: who.site,
+            mask: mask | 1 << j,
+        };
+        if known.is_some_and(|k| {
+            BroadcastRead {
+                mask: read.mask,
+                ..k
+            } != read
+        }) {
+            return None;
+        }
+        self.chunks[k] = Chunk::Broadcast { first, read };
+        Some(Ok(true))
+    }
+
+    /// Checks and records a plain or atomic access of the `n` words from
+    /// `word` (past the end: none), word `word + j` by thread
+    /// `who.thread + j`, as [`record`] would word by word in that order,
+    /// stopping at the first race. A chunk the run covers whole is updated
+    /// once while its words share one list; a plain write ordered after
+    /// every access of a detailed chunk's words gives them one list again.
+    pub fn record_run(
+        &mut self,
+        word: usize,
+        n: usize,
+        who: &Accessor,
+        write: bool,
+        atomic: bool,
+        limits: &Limits,
+    ) -> Result<(), RunStop> {
+        if n == 1 && word < self.len {
+            // One word (a broadcast read): its history.
+            let slot = self
+                .materialize(word / CHUNK, limits)
+                .map_err(RunStop::Limit)?;
+            let history = &mut self.detail[slot * CHUNK + word % CHUNK];
+            return record(history, &mut self.pairs, who, write, atomic)
+                .map_err(|first| RunStop::Race { offset: 0, first });
+        }
+        let end = word.saturating_add(n).min(self.len);
+        let lane = |x: usize| Accessor {
+            thread: who.thread + (x - word) as u32,
+            ..*who
+        };
+        // The list the chunk before held and the list its update left, when
+        // it was whole and uniform: a chunk holding that list `CHUNK` threads
+        // on (the same accesses continued, as consecutive lanes leave them)
+        // is left that list `CHUNK` threads on, without an update.
+        let mut last: Option<(UniformList, UniformList)> = None;
+        let shifted = |list: UniformList| list.map(|r| r.map(|r| r.at(CHUNK)));
+        let mut w = word;
+        while w < end {
+            let k = w / CHUNK;
+            let start = k * CHUNK;
+            let stop = start + self.words_of(k);
+            let upto = stop.min(end);
+            let before = last.take();
+            let at = lane(w);
+            if w == start && upto == stop {
+                match self.chunks[k] {
+                    Chunk::Uniform([None, _]) => {
+                        self.chunks[k] = Chunk::Uniform([Some(Rec::new(&at, write, atomic)), None]);
+                        w = upto;
+                        continue;
+                    }
+                    Chunk::Uniform(recs)
+                        if write
+                            && !atomic
+                            && recs.iter().flatten().all(|r| at.ordered_after(r)) =>
+                    {
+                        // A plain write ordered after every access subsumes them.
+                        self.chunks[k] = Chunk::Uniform([Some(Rec::new(&at, true, false)), None]);
+                        w = upto;
+                        continue;
+                    }
+                    Chunk::Uniform(recs) => {
+                        let list = match before {
+                            Some((was, left)) if shifted(was) == recs => Some(shifted(left)),
+                            // A race or a third access: word by word below,
+                            // which reports it at its word or makes the list.
+                            _ => uniform_update(recs, &at, write, atomic).ok().flatten(),
+                        };
+                        if let Some(list) = list {
+                            self.chunks[k] = Chunk::Uniform(list);
+                            last = Some((recs, list));
+                            w = upto;
+                            continue;
+                        }
+                    }
+                    Chunk::Broadcast { first, read } => {
+                        let plain_write = write && !atomic && at.ordered_after(&first);
+                        if plain_write
+                            && (0..stop - start)
+                                .filter(|&j| read.reaches(j))
+                                .all(|j| lane(w + j).ordered_after(&read.rec()))
+                        {
+                            // Every word's accesses are subsumed.
+                            self.chunks[k] =
+                                Chunk::Uniform([Some(Rec::new(&at, true, false)), None]);
+                            w = upto;
+                            continue;
+                        }
+                    }
+                    Chunk::Detailed(slot) => {
+                        let slot = slot as usize;
+                        if write && !atomic && self.ordered_before(slot, stop - start, &at) {
+                            // Every word's accesses are subsumed.
+                            self.release(k, slot);
+                            self.chunks[k] =
+                                Chunk::Uniform([Some(Rec::new(&at, true, false)), None]);
+                            w = upto;
+                            continue;
+                        }
+                    }
+                }
+            }
+            let slot = self.materialize(k, limits).map_err(RunStop::Limit)?;
+            for x in w..upto {
+                let history = &mut self.detail[slot * CHUNK + x - start];
+                record(history, &mut self.pairs, &lane(x), write, atomic).map_err(|first| {
+                    RunStop::Race {
+                        offset: x - word,
+                        first,
+                    }
+                })?;
+            }
+            w = upto;
+        }
+        Ok(())
+    }
+
+    /// Whether every access of the first `words` words of detail slot
+    /// `slot` is ordered before the access of word `j` by thread
+    /// `who.thread + j`.
+    fn ordered_before(&self, slot: usize, words: usize, who: &Accessor) -> bool {
+        (0..words).all(|j| {
+            let at = Accessor {
+                thread: who.thread + j as u32,
+                ..*who
+            };
+            self.detail[slot * CHUNK + j]
+                .accesses(&self.pairs)
+                .iter()
+                .all(|r| at.ordered_after(r))
+        })
+    }
+}
+
+/// [`record`] on a uniform chunk's list, whose word `j` an access by thread
+/// `who.thread + j` reaches: every word's list changes alike (an order
+/// within one task compares threads, the same at every `j`; another
+/// thread named is named `j` places after). `Ok(None)`: the lists would
+/// hold three accesses; `Err`: word 0's race (every word races).
+fn uniform_update(
+    recs: [Option<Rec>; 2],
+    who: &Accessor,
+    write: bool,
+    atomic: bool,
+) -> Result<Option<[Option<Rec>; 2]>, Rec> {
+    let new = Rec::new(who, write, atomic);
+    let mut list = [new; 3];
+    let mut n = 0;
+    for r in recs.into_iter().flatten() {
+        list[n] = r;
+        n += 1;
+    }
+    let (mut kept, same) = update(&mut list[..n], who, write, atomic)?;
+    match same {
+        Some(i) => list[i].add_thread(who.thread),
+        None => {
+            list[kept] = new;
+            kept += 1;
+        }
+    }
+    Ok(match kept {
+        1 => Some([Some(list[0]), None]),
+        2 => Some([Some(list[0]), Some(list[1])]),
+        _ => None,
+    })
+}
+
 /// A signal of one call: its task and the epoch it released (unique per
 /// task, since every signal ends an epoch). The same in a rerun of the
 /// same schedule.
@@ -440,14 +1040,12 @@ pub(crate) struct Detector {
     /// Per buffer: which words were ever written (or initialised).
     pub init: Vec<Vec<bool>>,
     /// Per buffer: access history per word (allocated on first use).
-    pub shadow: Vec<Vec<History>>,
+    pub shadow: Vec<Shadow>,
     /// Per buffer: whether an access of the call may write it (a store or
     /// an atomic of any of its programs; a buffer missing here may). Every
     /// race has a write, so a buffer nothing writes needs no history: its
     /// reads are checked for initialisation only.
     pub may_write: Vec<bool>,
-    /// The two-access histories of every buffer's words.
-    pub pairs: Pairs,
     /// Released units per semaphore element (buffer, element).
     pub sem_credits: HashMap<SemElement, SemCredits>,
     /// Waits an earlier run of this schedule found contested.
@@ -644,36 +1242,56 @@ impl SemCredits {
 
 #[cfg(test)]
 mod tests {
-    use super::{record, Accessor, Clock, History, Pairs, Rec};
-
-    fn write_by(
-        history: &mut History,
-        pairs: &mut Pairs,
-        task: u32,
-        clock: &Clock,
-    ) -> Result<(), u32> {
-        let who = Accessor {
-            task,
-            epoch: 0,
-            thread: 0,
-            clock,
-            site: 0,
-        };
-        record(history, pairs, &who, true, false).map_err(|first| first.task)
-    }
+    use super::{record, Accessor, Chunk, Clock, History, Pairs, Rec, RunStop, Shadow, CHUNK};
+    use crate::backend::RunError;
+    use crate::interp::limits::{Limits, MemoryBudget};
 
     fn tasks(history: &History, pairs: &Pairs) -> Vec<u32> {
         history.accesses(pairs).iter().map(|r| r.task).collect()
     }
 
+    fn limits() -> Limits {
+        Limits::new(None, None, MemoryBudget::new(u64::MAX))
+    }
+
+    /// The accesses of every word of a shadow, as [`record`] would keep them.
+    fn words_of(shadow: &Shadow) -> Vec<Vec<Rec>> {
+        (0..shadow.len)
+            .map(|w| match shadow.chunks[w / CHUNK] {
+                Chunk::Uniform(recs) => recs.iter().flatten().map(|r| r.at(w % CHUNK)).collect(),
+                Chunk::Broadcast { first, read } => {
+                    let mut list = vec![first.at(w % CHUNK)];
+                    list.extend(read.reaches(w % CHUNK).then(|| read.rec()));
+                    list
+                }
+                Chunk::Detailed(slot) => shadow.detail[slot as usize * CHUNK + w % CHUNK]
+                    .accesses(&shadow.pairs)
+                    .to_vec(),
+            })
+            .collect()
+    }
+
+    fn same(a: &[Rec], b: &[Rec]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_rec(x, y))
+    }
+
+    fn same_rec(x: &Rec, y: &Rec) -> bool {
+        (
+            x.task, x.epoch, x.thread, x.other, x.write, x.atomic, x.site,
+        ) == (
+            y.task, y.epoch, y.thread, y.other, y.write, y.atomic, y.site,
+        )
+    }
+
     /// Forgotten histories keep no access: a write that would race with
     /// them is no race, and a race with a write made after forgetting is
-    /// still found. A list keeps its allocation.
+    /// still found, in uniform chunks and detailed ones alike.
     #[test]
-    fn a_forgotten_history_remembers_nothing() {
+    fn a_forgotten_shadow_remembers_nothing() {
         let clock = Clock::default();
-        let mut pairs = Pairs::default();
-        let mut histories = vec![History::default(), History::default()];
+        let limits = limits();
+        let mut shadow = Shadow::default();
+        shadow.ensure(40, &limits).unwrap();
         let reader = Accessor {
             task: 1,
             epoch: 0,
@@ -681,28 +1299,409 @@ mod tests {
             clock: &clock,
             site: 0,
         };
-        for (k, history) in histories.iter_mut().enumerate() {
-            record(history, &mut pairs, &reader, false, false).unwrap();
-            let atomic = Accessor { task: 2, ..reader };
-            record(history, &mut pairs, &atomic, false, true).unwrap();
-            if k == 1 {
-                let third = Accessor { task: 5, ..reader };
-                record(history, &mut pairs, &third, false, false).unwrap();
+        // Words 0..16: one uniform chunk; word 20 and 21 word by word (a
+        // pair, then a list of three).
+        shadow
+            .record_run(0, 16, &reader, false, false, &limits)
+            .ok()
+            .unwrap();
+        for (word, accessors) in [(20, 2), (21, 3)] {
+            for task in 1..=accessors {
+                let who = Accessor { task, ..reader };
+                shadow
+                    .record_run(word, 1, &who, false, task == 2, &limits)
+                    .ok()
+                    .unwrap();
             }
         }
-        assert!(matches!(&histories[0], History::Two(_)));
-        assert!(matches!(&histories[1], History::Many(list) if list.len() == 3));
-        for history in &mut histories {
-            assert_eq!(write_by(history, &mut pairs, 3, &clock), Err(1));
+        assert!(matches!(shadow.chunks[0], Chunk::Uniform([Some(_), None])));
+        assert!(matches!(shadow.chunks[1], Chunk::Detailed(_)));
+        for word in [0, 15, 20, 21] {
+            let writer = Accessor { task: 3, ..reader };
+            let err = shadow.record_run(word, 1, &writer, true, false, &limits);
+            assert!(matches!(err, Err(RunStop::Race { offset: 0, first }) if first.task == 1));
         }
+        shadow.forget_all();
+        assert!(words_of(&shadow).iter().all(Vec::is_empty));
+        for word in [0, 15, 20, 21] {
+            let first = Accessor { task: 3, ..reader };
+            shadow
+                .record_run(word, 1, &first, true, false, &limits)
+                .ok()
+                .unwrap();
+            let second = Accessor { task: 4, ..reader };
+            let err = shadow.record_run(word, 1, &second, true, false, &limits);
+            assert!(matches!(err, Err(RunStop::Race { offset: 0, first }) if first.task == 3));
+        }
+    }
 
-        pairs.forget_all(&mut histories);
-        assert!(matches!(&histories[0], History::Empty));
-        assert!(matches!(&histories[1], History::Many(list) if list.is_empty()));
-        for history in &mut histories {
-            assert_eq!(write_by(history, &mut pairs, 3, &clock), Ok(()));
-            assert_eq!(write_by(history, &mut pairs, 4, &clock), Err(3));
+    /// A run over whole chunks keeps one list per chunk and still reports
+    /// a race on any one word inside it, the first and the last included,
+    /// with the thread of that word: the word-by-word access it races with.
+    #[test]
+    fn a_run_reports_a_race_on_each_of_its_words() {
+        let none = Clock::default();
+        let limits = limits();
+        let producer = Accessor {
+            task: 1,
+            epoch: 0,
+            thread: 0,
+            clock: &none,
+            site: 3,
+        };
+        for (word, expect_thread) in [(0usize, 0u16), (1, 1), (31, 31), (32, 32), (63, 63)] {
+            let mut shadow = Shadow::default();
+            shadow.ensure(64, &limits).unwrap();
+            shadow
+                .record_run(0, 64, &producer, true, false, &limits)
+                .ok()
+                .unwrap();
+            assert!(shadow
+                .chunks
+                .iter()
+                .all(|c| matches!(c, Chunk::Uniform([Some(_), None]))));
+            assert_eq!(shadow.detail.len(), 0);
+            // Another block reads one word, unordered: a race naming the
+            // thread that wrote that word.
+            let reader = Accessor {
+                task: 2,
+                thread: 5,
+                site: 4,
+                ..producer
+            };
+            match shadow.record_run(word, 1, &reader, false, false, &limits) {
+                Err(RunStop::Race { offset: 0, first }) => {
+                    assert_eq!(
+                        (first.task, first.thread, first.site, first.write),
+                        (1, expect_thread, 3, true)
+                    );
+                }
+                _ => panic!("no race on word {word}"),
+            }
+            // A run over all words races at its first word; one that starts
+            // inside a chunk at the word it starts with.
+            let err = shadow.record_run(0, 64, &reader, false, false, &limits);
+            assert!(matches!(err, Err(RunStop::Race { offset: 0, first }) if first.thread == 0));
+            let err = shadow.record_run(37, 20, &reader, false, false, &limits);
+            assert!(matches!(err, Err(RunStop::Race { offset: 0, first }) if first.thread == 37));
         }
+        // Ordered after the writes (the reader's clock covers them), the
+        // same read is no race and leaves [write, read] in one list a chunk.
+        let mut after = Clock::default();
+        after.raise(1, 0);
+        let mut shadow = Shadow::default();
+        shadow.ensure(64, &limits).unwrap();
+        shadow
+            .record_run(0, 64, &producer, true, false, &limits)
+            .ok()
+            .unwrap();
+        let reader = Accessor {
+            task: 2,
+            thread: 0,
+            clock: &after,
+            ..producer
+        };
+        shadow
+            .record_run(0, 64, &reader, false, false, &limits)
+            .ok()
+            .unwrap();
+        assert!(shadow
+            .chunks
+            .iter()
+            .all(|c| matches!(c, Chunk::Uniform([Some(_), Some(_)]))));
+        let words = words_of(&shadow);
+        assert!(words
+            .iter()
+            .enumerate()
+            .all(|(w, list)| list.len() == 2 && list.iter().all(|r| usize::from(r.thread) == w)));
+    }
+
+    /// A plain write ordered after every access of a detailed chunk's
+    /// words gives them one list again; an unordered one does not.
+    #[test]
+    fn an_ordered_overwrite_makes_a_chunk_uniform_again() {
+        let none = Clock::default();
+        let limits = limits();
+        let mut shadow = Shadow::default();
+        shadow.ensure(16, &limits).unwrap();
+        let who = Accessor {
+            task: 1,
+            epoch: 0,
+            thread: 0,
+            clock: &none,
+            site: 0,
+        };
+        shadow
+            .record_run(0, 16, &who, true, false, &limits)
+            .ok()
+            .unwrap();
+        // Broadcast reads: word 3 read by threads 7 and 8.
+        for thread in [7, 8] {
+            let r = Accessor {
+                epoch: 1,
+                thread,
+                ..who
+            };
+            shadow
+                .record_run(3, 1, &r, false, false, &limits)
+                .ok()
+                .unwrap();
+        }
+        assert!(matches!(shadow.chunks[0], Chunk::Detailed(0)));
+        assert!(shadow.read_settled(3, 1, 1));
+        let rewrite = Accessor { epoch: 2, ..who };
+        shadow
+            .record_run(0, 16, &rewrite, true, false, &limits)
+            .ok()
+            .unwrap();
+        assert!(matches!(shadow.chunks[0], Chunk::Uniform([Some(r), None]) if r.epoch == 2));
+        assert_eq!(shadow.free, [0]);
+        assert!(shadow.pairs.free.len() == shadow.pairs.slots.len());
+    }
+
+    /// A tile row read one column an instruction, each word by the same
+    /// two threads (`tile[ty, k]`), keeps one chunk without a history per
+    /// word; the read is found at each word it reached, a race with it too,
+    /// and the next epoch's ordered write makes the chunk uniform again.
+    #[test]
+    fn broadcast_reads_keep_a_chunk_whole() {
+        let none = Clock::default();
+        let limits = limits();
+        let mut shadow = Shadow::default();
+        shadow.ensure(32, &limits).unwrap();
+        let writer = Accessor {
+            task: 1,
+            epoch: 0,
+            thread: 16,
+            clock: &none,
+            site: 0,
+        };
+        shadow
+            .record_run(16, 16, &writer, true, false, &limits)
+            .ok()
+            .unwrap();
+        let reader = Accessor {
+            epoch: 1,
+            thread: 32,
+            site: 1,
+            ..writer
+        };
+        for k in 0..16 {
+            assert!(matches!(
+                shadow.record_reads(16 + k, 16, &reader, &limits),
+                Ok(true)
+            ));
+        }
+        assert!(matches!(
+            shadow.chunks[1],
+            Chunk::Broadcast { read, .. } if read.mask == u16::MAX
+        ));
+        assert_eq!(shadow.detail.len(), 0);
+        let lists = words_of(&shadow);
+        for (j, list) in lists[16..].iter().enumerate() {
+            let threads: Vec<_> = list.iter().map(|r| (r.thread, r.other, r.write)).collect();
+            assert_eq!(threads, [(16 + j as u16, 0, true), (32, 34, false)]);
+        }
+        assert!(shadow.run_settled(16, 16, 1, 1));
+        // Another block's unordered write of the last word races with the
+        // write, the oldest access.
+        let racer = Accessor {
+            task: 2,
+            thread: 0,
+            ..writer
+        };
+        let err = shadow.record_run(31, 1, &racer, true, false, &limits);
+        assert!(
+            matches!(err, Err(RunStop::Race { offset: 0, first }) if first.write && first.thread == 31)
+        );
+        // The next epoch's write of the row subsumes both.
+        let mut fresh = Shadow::default();
+        fresh.ensure(16, &limits).unwrap();
+        let row = Accessor {
+            thread: 0,
+            ..writer
+        };
+        fresh
+            .record_run(0, 16, &row, true, false, &limits)
+            .ok()
+            .unwrap();
+        let read = Accessor {
+            epoch: 1,
+            thread: 0,
+            ..writer
+        };
+        assert!(matches!(
+            fresh.record_reads(5, 16, &read, &limits),
+            Ok(true)
+        ));
+        assert!(matches!(fresh.chunks[0], Chunk::Broadcast { read, .. } if read.mask == 1 << 5));
+        let rewrite = Accessor { epoch: 2, ..row };
+        fresh
+            .record_run(0, 16, &rewrite, true, false, &limits)
+            .ok()
+            .unwrap();
+        assert!(matches!(fresh.chunks[0], Chunk::Uniform([Some(r), None]) if r.epoch == 2));
+        // Other threads' reads of another word do not join the chunk's read.
+        let read = Accessor {
+            epoch: 3,
+            thread: 0,
+            ..writer
+        };
+        fresh.record_reads(1, 2, &read, &limits).ok().unwrap();
+        let other = Accessor { thread: 4, ..read };
+        fresh.record_reads(2, 2, &other, &limits).ok().unwrap();
+        assert!(matches!(fresh.chunks[0], Chunk::Detailed(_)));
+    }
+
+    /// A shadow is paid 16 bytes a word up front; the chunks and
+    /// per-word histories it grows past that are charged, and refused past
+    /// the budget's limit (with the numbers), never allocated unpaid.
+    #[test]
+    fn a_shadow_charges_what_passes_its_words_allowance() {
+        let none = Clock::default();
+        let who = Accessor {
+            task: 1,
+            epoch: 0,
+            thread: 0,
+            clock: &none,
+            site: 0,
+        };
+        // 16 words: 256 bytes paid; one chunk (36) and, once a word is
+        // accessed alone, 16 histories (256): 36 bytes more.
+        for (limit, refused) in [(35u64, true), (36, false)] {
+            let budget = MemoryBudget::new(limit);
+            let limits = Limits::new(None, None, budget.clone());
+            let mut shadow = Shadow::default();
+            shadow.ensure(16, &limits).unwrap();
+            assert_eq!(budget.in_use(), 0);
+            let got = shadow.record_run(3, 1, &who, true, false, &limits);
+            match got {
+                Err(RunStop::Limit(RunError::MemoryLimit { needed, .. })) if refused => {
+                    assert_eq!(needed, 36);
+                }
+                Ok(()) if !refused => assert_eq!(budget.in_use(), 36),
+                _ => panic!("limit {limit}"),
+            }
+            assert!(shadow.bytes() <= 256 + budget.in_use());
+        }
+    }
+
+    /// Runs of any start, length, thread and kind leave exactly the
+    /// histories, and stop at exactly the race, that [`record`] word by
+    /// word does: the uniform lists are a compression, not another rule.
+    #[test]
+    fn runs_record_what_words_record() {
+        let limits = limits();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut clocks: Vec<Clock> = Vec::new();
+        for k in 0..8 {
+            let mut c = Clock::default();
+            for task in 0..4 {
+                if (k >> task) & 1 == 1 {
+                    c.raise(task, k % 3);
+                }
+            }
+            clocks.push(c);
+        }
+        let (mut races, mut broadcasts) = (0, 0);
+        for _ in 0..1500 {
+            let len = 1 + next(70) as usize;
+            let mut shadow = Shadow::default();
+            shadow.ensure(len, &limits).unwrap();
+            let mut pairs = Pairs::default();
+            let mut words = vec![History::Empty; len];
+            for _ in 0..30 {
+                // Half the runs on whole chunks from thread 0, as tiles.
+                let aligned = next(2) == 0;
+                let start = match aligned {
+                    true => (next(len as u64) as usize) / CHUNK * CHUNK,
+                    false => next(len as u64) as usize,
+                };
+                let n = match aligned {
+                    true => CHUNK * (1 + next(3) as usize),
+                    false => 1 + next(40) as usize,
+                };
+                let who = Accessor {
+                    task: next(4) as u32,
+                    epoch: next(3) as u32,
+                    thread: if aligned { 0 } else { next(40) as u32 },
+                    clock: &clocks[next(8) as usize],
+                    site: next(2) as u16,
+                };
+                let (write, atomic) = (next(3) == 0, next(4) == 0);
+                // A broadcast: `n` lanes read one word; otherwise a run.
+                let broadcast = next(4) == 0;
+                let got = match broadcast {
+                    true => shadow.record_reads(start, n, &who, &limits).map(|_| ()),
+                    false => shadow.record_run(start, n, &who, write, atomic, &limits),
+                };
+                let mut want = Ok(());
+                for j in 0..n {
+                    if broadcast && j > 0 && words[start].read_settled(&pairs, who.task, who.epoch)
+                    {
+                        break;
+                    }
+                    let (w, kind) = match broadcast {
+                        true => (start, (false, false)),
+                        false if start + j < len => (start + j, (write, atomic)),
+                        false => break,
+                    };
+                    let at = Accessor {
+                        thread: who.thread + j as u32,
+                        ..who
+                    };
+                    if let Err(first) = record(&mut words[w], &mut pairs, &at, kind.0, kind.1) {
+                        want = Err((j, first));
+                        break;
+                    }
+                }
+                match (got, want) {
+                    (Ok(()), Ok(())) => {}
+                    (Err(RunStop::Race { offset, first }), Err((o, f))) => {
+                        assert_eq!(offset, o);
+                        assert!(same_rec(&first, &f));
+                        races += 1;
+                        break;
+                    }
+                    _ => panic!("a run and its words disagree on a race"),
+                }
+                for (task, epoch) in [(0, 0), (1, 1), (2, 2)] {
+                    let (w, n) = (next(len as u64) as usize, 1 + next(40) as usize);
+                    let each =
+                        (w..w + n).all(|x| x < len && words[x].read_settled(&pairs, task, epoch));
+                    assert_eq!(shadow.run_settled(w, n, task, epoch), each);
+                }
+                broadcasts += shadow
+                    .chunks
+                    .iter()
+                    .filter(|c| matches!(c, Chunk::Broadcast { .. }))
+                    .count();
+                let lists = words_of(&shadow);
+                for (w, h) in words.iter().enumerate() {
+                    assert!(same(&lists[w], h.accesses(&pairs)), "word {w}");
+                    for (task, epoch) in [(0, 0), (1, 1), (2, 2)] {
+                        assert_eq!(
+                            shadow.read_settled(w, task, epoch),
+                            h.read_settled(&pairs, task, epoch)
+                        );
+                    }
+                }
+            }
+        }
+        assert!(races > 50 && broadcasts > 50, "{races} {broadcasts}");
+    }
+
+    /// A chunk of 16 words takes 36 bytes while uniform: the shadow of a
+    /// buffer accessed in runs costs 2.25 bytes a word.
+    #[test]
+    fn a_chunk_is_36_bytes() {
+        assert_eq!(std::mem::size_of::<Chunk>(), 36);
     }
 
     /// A pair behaves as the list it stands for: a write then another

@@ -10,7 +10,7 @@ use super::compile::{
     words_of, BinKind, CompiledAccess, FloatBin, FloatCmp, FloatUn, Half, Instr, MmaRegs,
     OwnInstance, ProgramCode, RegInit, Target, UnKind,
 };
-use super::detect::{self, Accessor, Clock, Detector, History, Pairs, Rec, SemCredits};
+use super::detect::{self, Accessor, Clock, Detector, Rec, SemCredits, Shadow};
 use super::limits::Limits;
 use super::{LateWait, MmaProbe};
 use crate::backend::{RunError, Site};
@@ -31,35 +31,53 @@ use packed::*;
 use uniform::*;
 use warp::*;
 
-/// A device buffer of one call. Words are atomics so that independent blocks
-/// can run on several host threads; relaxed loads and stores cost the same as
-/// plain ones. A 16-bit element is half a word (`load_packed`, `store_packed`).
-/// Everything reads it through [`GlobalBuf::read`] and writes it through
-/// [`GlobalBuf::write`]; `'a` is the lifetime of caller data a buffer may
-/// borrow.
+/// A device buffer of one call: words the call owns, or a caller's input
+/// that no program of the call writes, read where it lies. Owned words are
+/// atomics so that independent blocks can run on several host threads;
+/// relaxed loads and stores cost the same as plain ones. A 16-bit element is
+/// half a word (`load_packed`, `store_packed`). Everything reads it through
+/// [`GlobalBuf::read`] and writes it through [`GlobalBuf::write`].
 pub(crate) struct GlobalBuf<'a> {
-    words: Vec<AtomicU32>,
-    _caller: std::marker::PhantomData<&'a [u32]>,
+    words: Storage<'a>,
+}
+
+enum Storage<'a> {
+    Owned(Vec<AtomicU32>),
+    /// Words of the caller's data; the call never writes them.
+    Borrowed(&'a [u32]),
 }
 
 impl<'a> GlobalBuf<'a> {
     /// A buffer holding `words`.
     pub fn owned(words: Vec<AtomicU32>) -> Self {
         GlobalBuf {
-            words,
-            _caller: std::marker::PhantomData,
+            words: Storage::Owned(words),
+        }
+    }
+
+    /// A buffer that reads `words` where they lie and refuses every write
+    /// ([`GlobalBuf::write`]): for data no program of the call writes.
+    pub fn read_only(words: &'a [u32]) -> Self {
+        GlobalBuf {
+            words: Storage::Borrowed(words),
         }
     }
 
     /// Words the buffer holds.
     pub fn len(&self) -> usize {
-        self.words.len()
+        match &self.words {
+            Storage::Owned(w) => w.len(),
+            Storage::Borrowed(w) => w.len(),
+        }
     }
 
     /// The words, for loads.
     #[inline(always)]
     pub fn read(&self) -> GlobalRead<'_> {
-        GlobalRead { words: &self.words }
+        match &self.words {
+            Storage::Owned(w) => GlobalRead::Shared(w),
+            Storage::Borrowed(w) => GlobalRead::Plain(w),
+        }
     }
 
     /// The words, for stores and atomics; an error where the call found
@@ -67,7 +85,12 @@ impl<'a> GlobalBuf<'a> {
     /// finding, reported rather than performed).
     #[inline(always)]
     pub fn write(&self) -> Result<&[AtomicU32], RunError> {
-        Ok(&self.words)
+        match &self.words {
+            Storage::Owned(w) => Ok(w),
+            Storage::Borrowed(_) => Err(RunError::Backend(
+                "a program writes a buffer that the interpreter found no program writes".into(),
+            )),
+        }
     }
 
     /// Word `i`.
@@ -78,61 +101,90 @@ impl<'a> GlobalBuf<'a> {
 
     /// A copy of the words.
     pub fn to_vec(&self) -> Vec<u32> {
-        self.words.iter().map(|w| w.load(Relaxed)).collect()
+        match &self.words {
+            Storage::Owned(w) => w.iter().map(|w| w.load(Relaxed)).collect(),
+            Storage::Borrowed(w) => w.to_vec(),
+        }
     }
 
-    /// The words, taking the buffer's allocation when it has one.
+    /// The words, taking the buffer's allocation when it has one (a
+    /// borrowed buffer's are copied).
     pub fn into_words(self) -> Vec<u32> {
-        self.words.into_iter().map(AtomicU32::into_inner).collect()
+        match self.words {
+            // Collected in place: the allocation is reused, nothing is copied.
+            Storage::Owned(w) => w.into_iter().map(AtomicU32::into_inner).collect(),
+            Storage::Borrowed(w) => w.to_vec(),
+        }
     }
 
     /// The allocation, for reuse by a later call (`None`: nothing to keep).
     pub fn into_allocation(self) -> Option<Vec<AtomicU32>> {
-        Some(self.words).filter(|w| !w.is_empty())
+        match self.words {
+            Storage::Owned(w) => Some(w).filter(|w| !w.is_empty()),
+            Storage::Borrowed(_) => None,
+        }
     }
 }
 
 /// The words of a [`GlobalBuf`] for loads: single words, 16-bit halves and
 /// consecutive runs of either.
 #[derive(Clone, Copy)]
-pub(crate) struct GlobalRead<'a> {
-    words: &'a [AtomicU32],
+pub(crate) enum GlobalRead<'a> {
+    Shared(&'a [AtomicU32]),
+    Plain(&'a [u32]),
 }
 
 impl<'a> GlobalRead<'a> {
     /// Words `range` of these.
     #[inline(always)]
     pub fn slice(&self, range: std::ops::Range<usize>) -> GlobalRead<'a> {
-        GlobalRead {
-            words: &self.words[range],
+        match self {
+            GlobalRead::Shared(w) => GlobalRead::Shared(&w[range]),
+            GlobalRead::Plain(w) => GlobalRead::Plain(&w[range]),
         }
     }
 
     /// Word `i`.
     #[inline(always)]
     pub fn load(&self, i: usize) -> u32 {
-        self.words[i].load(Relaxed)
+        match self {
+            GlobalRead::Shared(w) => w[i].load(Relaxed),
+            GlobalRead::Plain(w) => w[i],
+        }
     }
 
     /// Words `start..start + d.len()` into `d`.
     #[inline(always)]
     pub fn load_run(&self, start: usize, d: &mut [u32]) {
-        let words = &self.words[start..start + d.len()];
-        d.iter_mut()
-            .zip(words)
-            .for_each(|(d, w)| *d = w.load(Relaxed));
+        let end = start + d.len();
+        match self {
+            GlobalRead::Shared(w) => d
+                .iter_mut()
+                .zip(&w[start..end])
+                .for_each(|(d, w)| *d = w.load(Relaxed)),
+            GlobalRead::Plain(w) => d.copy_from_slice(&w[start..end]),
+        }
     }
 
     /// 16-bit element `i`, in the low half.
     #[inline(always)]
     pub fn load_packed(&self, i: usize) -> u32 {
-        load_packed(self.words, i)
+        match self {
+            GlobalRead::Shared(w) => load_packed(w, i),
+            GlobalRead::Plain(w) => get_packed(w, i),
+        }
     }
 
     /// 16-bit elements `start..start + d.len()` into `d`.
     #[inline(always)]
     pub fn load_run_packed(&self, start: usize, d: &mut [u32]) {
-        load_run_packed(self.words, start, d)
+        match self {
+            GlobalRead::Shared(w) => load_run_packed(w, start, d),
+            GlobalRead::Plain(w) => d
+                .iter_mut()
+                .enumerate()
+                .for_each(|(k, d)| *d = get_packed(w, start + k)),
+        }
     }
 }
 
@@ -209,9 +261,7 @@ struct WarpSegment {
 #[derive(Default)]
 struct BlockDetect {
     smem_init: Vec<Vec<bool>>,
-    smem_shadow: Vec<Vec<History>>,
-    /// The two-access histories of `smem_shadow`.
-    smem_pairs: Pairs,
+    smem_shadow: Vec<Shadow>,
     local_init: Vec<Vec<bool>>,
 }
 
@@ -287,12 +337,8 @@ impl BlockState {
                     .iter()
                     .map(|s| vec![false; s.len as usize])
                     .collect(),
-                smem_shadow: code
-                    .smem
-                    .iter()
-                    .map(|s| vec![History::Empty; s.len as usize])
-                    .collect(),
-                smem_pairs: Pairs::default(),
+                // Chunks made on first use (`Shadow::ensure`).
+                smem_shadow: code.smem.iter().map(|_| Shadow::default()).collect(),
                 local_init: code
                     .locals
                     .iter()
@@ -351,9 +397,7 @@ impl BlockState {
         for v in &mut self.det.smem_init {
             v.fill(false);
         }
-        self.det
-            .smem_pairs
-            .forget_all(self.det.smem_shadow.iter_mut().flatten());
+        self.det.smem_shadow.iter_mut().for_each(Shadow::forget_all);
         self.epoch = 0;
         self.clock.clear();
         self.warp = None;
@@ -906,21 +950,36 @@ impl BlockState {
                                     .or_insert_with(|| SemCredits::starting_at(count))
                                     .signal(n as u64, released, (self.task, self.epoch - 1));
                             }
-                            word.store((word.load(Relaxed) as i32).wrapping_add(n) as u32, Relaxed);
+                            // An atomic add: blocks that never wait signal
+                            // from several host threads (`blocks::run_lockstep`).
+                            word.fetch_add(n as u32, Relaxed);
                             env.signalled = true;
                         }
                         SemOp::Wait | SemOp::WaitNodec => {
-                            let value = word.load(Relaxed) as i32;
-                            if value < n {
-                                self.blocked = true;
-                                return Ok(Status::Blocked {
-                                    buf,
-                                    addr,
-                                    amount: n,
-                                    name: self.element_label(acc, lane),
-                                });
-                            }
                             let consume = *op == SemOp::Wait;
+                            // The count is taken with a compare-exchange:
+                            // blocks that only wait may run on several host
+                            // threads (`blocks::run_lockstep`).
+                            let value = loop {
+                                let value = word.load(Relaxed) as i32;
+                                if value < n {
+                                    self.blocked = true;
+                                    return Ok(Status::Blocked {
+                                        buf,
+                                        addr,
+                                        amount: n,
+                                        name: self.element_label(acc, lane),
+                                    });
+                                }
+                                let taken = value.wrapping_sub(n) as u32;
+                                if !consume
+                                    || word
+                                        .compare_exchange(value as u32, taken, Relaxed, Relaxed)
+                                        .is_ok()
+                                {
+                                    break value;
+                                }
+                            };
                             if let Some(det) = env.detect.as_deref_mut() {
                                 let wait = (self.task, self.epoch);
                                 let contest = det.contests.get(&((buf, addr), wait));
@@ -934,9 +993,6 @@ impl BlockState {
                                         (wait, self.epoch + 1),
                                         contest,
                                     );
-                            }
-                            if consume {
-                                word.store(value.wrapping_sub(n) as u32, Relaxed);
                             }
                             if std::mem::take(&mut self.blocked) {
                                 if let Some(late) = env.late_waits.as_deref_mut() {

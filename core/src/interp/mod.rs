@@ -13,7 +13,12 @@
 //! - the scheduler runs tasks of all programs; when every live block waits it
 //!   returns [`RunError::Deadlock`] with the wait-for graph;
 //! - maps without atomics or semaphores have no cross-block order to respect,
-//!   so with detection off their blocks run on all host cores;
+//!   so with detection off their blocks run on all host cores; so do, in a
+//!   map that synchronises, the blocks of its leading programs that never
+//!   wait (the lockstep schedule runs each of them to completion in turn
+//!   before any block could wait), then the rest, in lockstep order or, when
+//!   they only take from semaphore counts and every wait is met at once,
+//!   on all host cores too (`blocks::run_lockstep`);
 //! - `f16` and `bf16` live in memory packed, 2 bytes an element, in every
 //!   buffer (a store replaces its half of the word atomically, so neighbours
 //!   never lose a write) and in registers as the low half of a word; their
@@ -219,9 +224,10 @@ fn resident_bytes(elem: ScalarType, len: u64) -> u64 {
     words_of(elem, len).saturating_mul(4).saturating_add(len)
 }
 
-/// At most this many access histories (16 bytes each, one per element) are
-/// kept for later calls: 128 MiB, enough for repeated checked calls over a
-/// few million elements without faulting their pages in each time.
+/// At most the shadows of this many elements are kept for later calls (2.25
+/// bytes an element where runs of lanes reached whole chunks, 18.25 at
+/// most: 146 MiB), enough for repeated checked calls over a few million elements
+/// without faulting their pages in each time.
 const SHADOW_POOL_ELEMENTS: usize = 8 << 20;
 
 /// Runs maps on host data; owns the device-resident refs across calls.
@@ -233,7 +239,7 @@ pub struct Interpreter {
     pool: Vec<(Vec<AtomicU32>, Charge)>,
     /// Emptied access histories of earlier detectors: their pages stay
     /// mapped, so a later call does not fault them in again.
-    shadow_pool: Vec<(Vec<detect::History>, Charge)>,
+    shadow_pool: Vec<(detect::Shadow, Charge)>,
     /// What [`Backend::run`] runs with beyond its [`RunOptions`].
     backend_options: InterpOptions,
     /// The account of everything the interpreter holds: residents, pooled
@@ -246,6 +252,9 @@ pub struct Interpreter {
 
 impl Default for Interpreter {
     fn default() -> Self {
+        // The core count, read once per process (tens of microseconds of
+        // cgroup files), is read here rather than in the first call.
+        host_cores();
         Interpreter {
             residents: BTreeMap::new(),
             last_report: None,
@@ -292,6 +301,16 @@ struct BufferSpec {
     /// Host shape: the owner's block axes, then the ref's shape.
     shape: Vec<u32>,
     init: Init,
+    /// No program of the call writes the buffer ([`buffers::buffers_written`]).
+    read_only: bool,
+}
+
+impl BufferSpec {
+    /// Whether the call reads the buffer straight from the caller's input
+    /// instead of a copy: an input that no program writes.
+    fn borrows_input(&self) -> bool {
+        self.read_only && matches!(self.init, Init::Input(_))
+    }
 }
 
 /// A map's operands bound for one call.
@@ -456,22 +475,8 @@ impl Interpreter {
             )
             .map(|(bufs, detector, blocks)| (bufs, Some(detector), blocks))
         } else {
-            self.make_buffers(&layout, args, false, &limits)
-                .and_then(|(bufs, _)| {
-                    let blocks = if parallel {
-                        run_parallel(&codes, &bufs, &limits)
-                    } else {
-                        run_sequential(
-                            &codes,
-                            &bufs,
-                            &limits,
-                            None,
-                            None,
-                            Some(&mut report.late_waits),
-                        )
-                    }?;
-                    Ok((bufs, None, blocks))
-                })
+            self.run_fast(&layout, args, &codes, &limits, parallel, &mut report)
+                .map(|(bufs, blocks)| (bufs, None, blocks))
         };
         let (bufs, detector, blocks) = match first {
             Ok(first) => first,
@@ -583,6 +588,40 @@ impl Interpreter {
         Ok(CallOutputs { outputs })
     }
 
+    /// The first schedule without detection: independent maps on all host
+    /// cores, others in the lockstep schedule ([`run_lockstep`], again one
+    /// block at a time with fresh buffers where its blocks on several cores
+    /// met a wait they could not meet at once).
+    fn run_fast<'c>(
+        &mut self,
+        layout: &Layout,
+        args: &'c CallArgs,
+        codes: &[ProgramCode],
+        limits: &Limits,
+        parallel: bool,
+        report: &mut InterpReport,
+    ) -> Result<(Vec<GlobalBuf<'c>>, u64), RunError> {
+        let (bufs, _) = self.make_buffers(layout, args, false, limits)?;
+        if parallel {
+            let blocks = run_parallel(codes, &bufs, limits)?;
+            return Ok((bufs, blocks));
+        }
+        match run_lockstep(codes, &bufs, limits, Some(&mut report.late_waits))? {
+            Lockstep::Done(blocks, several) => {
+                report.parallel = several;
+                Ok((bufs, blocks))
+            }
+            Lockstep::Again => {
+                self.recycle(bufs, limits);
+                let (bufs, _) = self.make_buffers(layout, args, false, limits)?;
+                report.late_waits.clear();
+                let late_waits = Some(&mut report.late_waits);
+                let blocks = run_sequential(codes, &bufs, limits, None, None, late_waits)?;
+                Ok((bufs, blocks))
+            }
+        }
+    }
+
     /// Runs one schedule with detection; when it finds waits that another
     /// schedule could satisfy with other signals ([`detect::Detector::find_contests`]),
     /// runs the same schedule again with those waits ordered after only
@@ -658,7 +697,7 @@ impl Interpreter {
                     .filter(|(_, (h, _))| h.capacity() >= words.len())
                     .min_by_key(|(_, (h, _))| h.capacity())
                     .map(|(k, _)| k)
-                    .map_or_else(Vec::new, |k| {
+                    .map_or_else(detect::Shadow::default, |k| {
                         let (shadow, charge) = pool.swap_remove(k);
                         limits.absorb(charge);
                         shadow
@@ -672,8 +711,8 @@ impl Interpreter {
         }
     }
 
-    /// Keeps a finished detector's histories, up to `SHADOW_POOL_ELEMENTS` in all
-    /// (a pooled history holds 16 bytes per word of its buffer).
+    /// Keeps a finished detector's shadows, up to `SHADOW_POOL_ELEMENTS` in all,
+    /// each charged what its allocations take.
     fn recycle_detector(&mut self, detector: Option<detect::Detector>, limits: &Limits) {
         let mut kept: usize = self.shadow_pool.iter().map(|(h, _)| h.capacity()).sum();
         for mut shadow in detector.into_iter().flat_map(|d| d.shadow) {
@@ -682,8 +721,8 @@ impl Interpreter {
                 && kept + shadow.capacity() <= SHADOW_POOL_ELEMENTS
             {
                 kept += shadow.capacity();
-                shadow.clear();
-                let bytes = (shadow.capacity() * std::mem::size_of::<detect::History>()) as u64;
+                shadow.forget_all();
+                let bytes = shadow.bytes();
                 self.shadow_pool.push((shadow, limits.keep(bytes)));
             }
         }
@@ -712,6 +751,17 @@ impl Interpreter {
                 }
             };
             let (words, init): (Vec<AtomicU32>, Vec<bool>) = match &spec.init {
+                Init::Input(name) if spec.borrows_input() => {
+                    let t = args.input(name, spec.ty.elem, len as u64)?;
+                    let words = t.words().get(..words_len).ok_or_else(|| {
+                        RunError::BadArguments(format!(
+                            "input `{name}` holds fewer words than {len} elements need"
+                        ))
+                    })?;
+                    bufs.push(GlobalBuf::read_only(words));
+                    inits.push(bits(true)?);
+                    continue;
+                }
                 Init::Input(name) => {
                     let t = args.input(name, spec.ty.elem, len as u64)?;
                     (
@@ -862,8 +912,10 @@ fn show(v: Literal) -> String {
     }
 }
 
-/// Detection state per element of a buffer: a written flag and a 16-byte
-/// access history.
+/// Detection state per element of a buffer, charged up front: a written
+/// flag and 16 bytes of access history (a `detect::Shadow` takes 2.25 bytes
+/// an element where runs of lanes reach whole chunks, 16 more where
+/// elements need a history each, and charges what passes 16 when it grows).
 pub(crate) const DETECTION_BYTES_PER_ELEMENT: u64 = 1 + 16;
 
 impl Backend for Interpreter {

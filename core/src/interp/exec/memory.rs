@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::backend::AccessKind;
+use detect::{RunStop, Shadow};
 
 impl BlockState {
     pub(super) fn sem_address(
@@ -150,59 +151,30 @@ impl BlockState {
         write: bool,
         atomic: bool,
     ) -> Result<(), RunError> {
+        let limits = env.limits;
         let Some(det) = env.detect.as_deref_mut() else {
             return Ok(());
         };
         let t = code.threads;
-        let (init, history, pairs): (&mut Vec<bool>, Option<&mut History>, _) = match acc.target {
-            Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
-                (&mut det.init[b], None, &mut det.pairs)
-            }
-            Target::Global(b) => {
-                let shadow = &mut det.shadow[b];
-                if shadow.is_empty() {
-                    // Charged with the call's buffers; filling looks at the clock.
-                    let len = det.init[b].len();
-                    env.limits
-                        .fill_in_chunks(len, "allocating race-detection state", |r| {
-                            shadow.resize_with(r.end, History::default)
-                        })?;
-                }
-                (
-                    &mut det.init[b],
-                    shadow.get_mut(addr as usize),
-                    &mut det.pairs,
-                )
-            }
-            Target::Smem(s) => (
-                &mut self.det.smem_init[s],
-                self.det.smem_shadow[s].get_mut(addr as usize),
-                &mut self.det.smem_pairs,
-            ),
-            Target::Local(id) => (&mut self.det.local_init[id], None, &mut self.det.smem_pairs),
-        };
+        let (init, shadow) = detection_state(det, &mut self.det, acc.target);
         let slot = match acc.target {
             Target::Local(_) => addr as usize * t + lane,
             _ => addr as usize,
         };
         if read && !init.get(slot).copied().unwrap_or(false) {
-            return Err(RunError::UninitializedRead {
-                site: Site {
-                    program: code.program,
-                    kernel: code.kernel.clone(),
-                    block: self.block,
-                    thread: Some(lane as u32),
-                },
-                reference: acc.name.clone(),
-                element: addr,
-            });
+            return Err(self.uninitialized_read(code, acc, addr, lane));
         }
         if write {
             if let Some(b) = init.get_mut(slot) {
                 *b = true;
             }
         }
-        if let Some(history) = history {
+        let words = init.len();
+        let Some(shadow) = shadow else {
+            return Ok(());
+        };
+        shadow.ensure(words, limits)?;
+        if let Some((history, pairs)) = shadow.history_mut(addr as usize, limits)? {
             let who = Accessor {
                 task: self.task,
                 epoch: self.epoch,
@@ -211,48 +183,289 @@ impl BlockState {
                 site: acc.site,
             };
             if let Err(first) = detect::record(history, pairs, &who, write, atomic) {
-                let (first_site, first_code) = match acc.target {
-                    Target::Global(_) => (env_site(env, first), task_code(env, first.task)),
-                    _ => (
-                        Site {
-                            program: code.program,
-                            kernel: code.kernel.clone(),
-                            block: self.block,
-                            thread: None,
-                        },
-                        Some(code),
-                    ),
-                };
-                let path_of = |code: Option<&ProgramCode>, site: u16| {
-                    code?.access_paths.get(usize::from(site)).cloned()
-                };
-                let paths = [
-                    path_of(first_code, first.site),
-                    path_of(Some(code), acc.site),
-                ];
-                let first_site = Site {
-                    thread: Some(if first.task == self.task {
-                        first.thread_other_than(lane as u32)
-                    } else {
-                        u32::from(first.thread)
-                    }),
-                    ..first_site
-                };
-                return Err(RunError::DataRace {
-                    reference: acc.name.clone(),
-                    element: addr,
-                    index: self.element_label(acc, lane),
-                    first: first_site,
-                    second: self.site(code, Some(lane as u32)),
-                    kinds: [
-                        AccessKind::of(first.write, first.atomic),
-                        AccessKind::of(write, atomic),
-                    ],
-                    paths,
-                });
+                return Err(self.race(code, env, acc, addr, lane, first, [write, atomic]));
             }
         }
         Ok(())
+    }
+
+    /// The report of a read of element `addr` by `lane` that no one wrote.
+    fn uninitialized_read(
+        &self,
+        code: &ProgramCode,
+        acc: &CompiledAccess,
+        addr: u64,
+        lane: usize,
+    ) -> RunError {
+        RunError::UninitializedRead {
+            site: Site {
+                program: code.program,
+                kernel: code.kernel.clone(),
+                block: self.block,
+                thread: Some(lane as u32),
+            },
+            reference: acc.name.clone(),
+            element: addr,
+        }
+    }
+
+    /// The report of `lane`'s access of element `addr` (whether it writes,
+    /// whether it is atomic) racing with the earlier access `first`.
+    #[allow(clippy::too_many_arguments)]
+    fn race(
+        &self,
+        code: &ProgramCode,
+        env: &Env,
+        acc: &CompiledAccess,
+        addr: u64,
+        lane: usize,
+        first: Rec,
+        [write, atomic]: [bool; 2],
+    ) -> RunError {
+        let (first_site, first_code) = match acc.target {
+            Target::Global(_) => (env_site(env, first), task_code(env, first.task)),
+            _ => (
+                Site {
+                    program: code.program,
+                    kernel: code.kernel.clone(),
+                    block: self.block,
+                    thread: None,
+                },
+                Some(code),
+            ),
+        };
+        let path_of = |code: Option<&ProgramCode>, site: u16| {
+            code?.access_paths.get(usize::from(site)).cloned()
+        };
+        let paths = [
+            path_of(first_code, first.site),
+            path_of(Some(code), acc.site),
+        ];
+        let first_site = Site {
+            thread: Some(if first.task == self.task {
+                first.thread_other_than(lane as u32)
+            } else {
+                u32::from(first.thread)
+            }),
+            ..first_site
+        };
+        RunError::DataRace {
+            reference: acc.name.clone(),
+            element: addr,
+            index: self.element_label(acc, lane),
+            first: first_site,
+            second: self.site(code, Some(lane as u32)),
+            kinds: [
+                AccessKind::of(first.write, first.atomic),
+                AccessKind::of(write, atomic),
+            ],
+            paths,
+        }
+    }
+
+    /// Detection of a plain load (`write` false) or store of global or
+    /// smem memory whose active lanes' elements `fold_indices` folded
+    /// (`base`, `extent`), in lane order as [`Self::detect_access`] lane by
+    /// lane, with the same verdict: each run of consecutive lanes over
+    /// consecutive elements is checked at once (written flags as a slice,
+    /// histories by [`Shadow::record_run`]), and a read of the element the
+    /// lanes before settled ([`History::read_settled`]: recording it would
+    /// change nothing) is skipped. `None` when this path does not apply
+    /// (an out-of-bounds lane, a local, elements past the written flags):
+    /// nothing was checked, the lane-by-lane path runs.
+    fn detect_runs(
+        &mut self,
+        env: &mut Env,
+        acc: &CompiledAccess,
+        (base, extent): (u64, u32),
+        write: bool,
+    ) -> Option<Result<(), RunStopAt>> {
+        let limits = env.limits;
+        let det = env.detect.as_deref_mut()?;
+        let (lo, hi) = self.span.unwrap_or((0, self.mask.len()));
+        // With a span, every lane of it is active: no mask to test.
+        let every = self.span.is_some();
+        let (mask, flat) = (self.mask.get(lo..hi)?, self.flat.get(lo..hi)?);
+        if matches!(acc.target, Target::Local(_)) {
+            return None;
+        }
+        let (init, mut shadow) = detection_state(det, &mut self.det, acc.target);
+        let words = init.len();
+        let out_of_bounds = match every {
+            true => flat.contains(&u32::MAX),
+            false => flat.iter().zip(mask).any(|(&f, &m)| m && f == u32::MAX),
+        };
+        if base.checked_add(u64::from(extent))? > words as u64 || out_of_bounds {
+            return None;
+        }
+        if let Some(shadow) = shadow.as_deref_mut() {
+            if let Err(e) = shadow.ensure(words, limits) {
+                return Some(Err(RunStopAt::Limit(e)));
+            }
+        }
+        let who = Accessor {
+            task: self.task,
+            epoch: self.epoch,
+            thread: 0,
+            clock: &self.clock,
+            site: acc.site,
+        };
+        let base = base as usize;
+        // Elements the lanes before settled (reads): `settled_len` from
+        // `settled`.
+        let (mut settled, mut settled_len) = (0u32, 0u32);
+        let lanes = flat.len();
+        let mut i = 0;
+        while i < lanes {
+            if !write {
+                // Whole groups of 16 settled lanes at once (vectorised),
+                // then lane by lane.
+                while let Some(group) = flat.get(i..i + 16) {
+                    let all = group.iter().fold(true, |all, &f| {
+                        all & (f.wrapping_sub(settled) < settled_len)
+                    });
+                    if !all {
+                        break;
+                    }
+                    i += 16;
+                }
+                while i < lanes && flat[i].wrapping_sub(settled) < settled_len {
+                    i += 1;
+                }
+                if i == lanes {
+                    break;
+                }
+            }
+            let a = flat[i];
+            if !every && !mask[i] {
+                i += 1;
+                continue;
+            }
+            let mut e = i + 1;
+            // Whole groups of 16 lanes at once (vectorised), then lane by lane.
+            while let Some(group) = flat.get(e..e + 16).filter(|_| every) {
+                let next = a.wrapping_add((e - i) as u32);
+                let all = (0..16u32)
+                    .zip(group)
+                    .fold(true, |all, (k, &f)| all & (f == next.wrapping_add(k)));
+                if !all {
+                    break;
+                }
+                e += 16;
+            }
+            while e < lanes && (every || mask[e]) && flat[e] == a.wrapping_add((e - i) as u32) {
+                e += 1;
+            }
+            let l = lo + i;
+            if !write && e == i + 1 {
+                // Lanes reading one element (a broadcast): each in turn
+                // until it is settled.
+                let mut g = e;
+                while let Some(group) = flat.get(g..g + 15).filter(|_| every) {
+                    if !group.iter().fold(true, |all, &f| all & (f == a)) {
+                        break;
+                    }
+                    g += 15;
+                }
+                while g < lanes && (every || mask[g]) && flat[g] == a {
+                    g += 1;
+                }
+                if g > e {
+                    let word = base + a as usize;
+                    if !init[word] {
+                        return Some(Err(RunStopAt::Uninitialized {
+                            lane: l,
+                            addr: word as u64,
+                        }));
+                    }
+                    let at = Accessor {
+                        thread: l as u32,
+                        ..who
+                    };
+                    let settles = match shadow.as_deref_mut() {
+                        None => true,
+                        Some(shadow) => match shadow.record_reads(word, g - i, &at, limits) {
+                            Ok(settles) => settles,
+                            Err(RunStop::Race { offset, first }) => {
+                                return Some(Err(RunStopAt::Race {
+                                    lane: l + offset,
+                                    addr: word as u64,
+                                    first,
+                                }));
+                            }
+                            Err(RunStop::Limit(e)) => return Some(Err(RunStopAt::Limit(e))),
+                        },
+                    };
+                    if settles {
+                        (settled, settled_len) = (a, 1);
+                    }
+                    i = g;
+                    continue;
+                }
+            }
+            let word = base + a as usize;
+            let n = e - i;
+            // Lanes of the run whose written flags allow the access.
+            let mut allowed = n;
+            let flags = &mut init[word..word + n];
+            if write {
+                flags.fill(true);
+            } else if !flags.iter().fold(true, |all, &w| all & w) {
+                allowed = flags.iter().position(|&w| !w).unwrap_or(n);
+            }
+            if let Some(shadow) = shadow.as_deref_mut() {
+                let at = Accessor {
+                    thread: l as u32,
+                    ..who
+                };
+                match shadow.record_run(word, allowed, &at, write, false, limits) {
+                    Ok(()) => {}
+                    Err(RunStop::Race { offset, first }) => {
+                        return Some(Err(RunStopAt::Race {
+                            lane: l + offset,
+                            addr: (word + offset) as u64,
+                            first,
+                        }));
+                    }
+                    Err(RunStop::Limit(e)) => return Some(Err(RunStopAt::Limit(e))),
+                }
+            }
+            if allowed < n {
+                return Some(Err(RunStopAt::Uninitialized {
+                    lane: l + allowed,
+                    addr: (word + allowed) as u64,
+                }));
+            }
+            if !write
+                && shadow
+                    .as_deref()
+                    .is_none_or(|s| s.run_settled(word, n, self.task, self.epoch))
+            {
+                (settled, settled_len) = (a, n as u32);
+            }
+            i = e;
+        }
+        Some(Ok(()))
+    }
+
+    /// The error a stop of [`Self::detect_runs`] reports.
+    fn run_stop(
+        &self,
+        code: &ProgramCode,
+        env: &Env,
+        acc: &CompiledAccess,
+        stop: RunStopAt,
+        write: bool,
+    ) -> RunError {
+        match stop {
+            RunStopAt::Race { lane, addr, first } => {
+                self.race(code, env, acc, addr, lane, first, [write, false])
+            }
+            RunStopAt::Uninitialized { lane, addr } => {
+                self.uninitialized_read(code, acc, addr, lane)
+            }
+            RunStopAt::Limit(e) => e,
+        }
     }
 
     pub(super) fn load(
@@ -270,14 +483,26 @@ impl BlockState {
             self.load_indexed(code, env, acc, (&self.regs[r], base, extent), &mut d)
         } else {
             let fold = self.fold_indices(code, acc, env.detect.is_none());
+            // With detection nothing is direct: the indices are in `self.flat`.
             let folded = fold.map(Fold::folded);
+            let runs = match folded {
+                Some(range) if env.detect.is_some() => self.detect_runs(env, acc, range, false),
+                _ => None,
+            };
             let flat = take(&mut self.flat);
-            let result = match fold {
-                Some(Fold {
-                    base,
-                    extent,
-                    direct,
-                }) if env.detect.is_none() => {
+            let result = match (fold, runs) {
+                (_, Some(Err(stop))) => Err(self.run_stop(code, env, acc, stop, false)),
+                (Some(Fold { base, extent, .. }), Some(Ok(()))) => {
+                    self.load_indexed(code, env, acc, (&flat, base, extent), &mut d)
+                }
+                (
+                    Some(Fold {
+                        base,
+                        extent,
+                        direct,
+                    }),
+                    None,
+                ) if env.detect.is_none() => {
                     let idx = direct.map_or(&flat[..], |r| &self.regs[r][..]);
                     self.load_indexed(code, env, acc, (idx, base, extent), &mut d)
                 }
@@ -314,18 +539,15 @@ impl BlockState {
     /// this block's only access in this epoch is a plain read already made
     /// by two threads). Locals have a written flag per lane: never settled.
     fn read_settled(&self, env: &Env, acc: &CompiledAccess, addr: u64) -> bool {
-        let (history, pairs) = match acc.target {
+        let shadow = match acc.target {
             Target::Global(b) => match env.detect.as_deref() {
-                Some(det) => (det.shadow[b].get(addr as usize), &det.pairs),
+                Some(det) => &det.shadow[b],
                 None => return false,
             },
-            Target::Smem(s) => (
-                self.det.smem_shadow[s].get(addr as usize),
-                &self.det.smem_pairs,
-            ),
+            Target::Smem(s) => &self.det.smem_shadow[s],
             Target::Local(_) => return false,
         };
-        history.is_some_and(|h| h.read_settled(pairs, self.task, self.epoch))
+        shadow.read_settled(addr as usize, self.task, self.epoch)
     }
 
     /// The element a plain access of an owned ref starts at: its block's
@@ -674,6 +896,13 @@ impl BlockState {
             return self.store_indexed(code, env, src, acc, fold);
         }
         let folded = fold.map(Fold::folded);
+        if let Some(range) = folded.filter(|_| !shuffled) {
+            match self.detect_runs(env, acc, range, true) {
+                Some(Ok(())) => return self.store_indexed(code, env, src, acc, fold),
+                Some(Err(stop)) => return Err(self.run_stop(code, env, acc, stop, true)),
+                None => {}
+            }
+        }
         self.for_each_lane_address(code, env, acc, folded, |block, env, l, addr| {
             block.detect_access(code, env, acc, addr, l, false, true, false)?;
             let v = block.regs[src][l];
@@ -879,6 +1108,34 @@ fn env_site(env: &Env, rec: Rec) -> Site {
         block: task - env.task_offsets[p],
         thread: None,
     }
+}
+
+/// The written flags and the access histories of an access's memory: none
+/// for a buffer that no store or atomic of the call writes (every race has
+/// a write) and for a local (one thread's: written flags only).
+fn detection_state<'a>(
+    det: &'a mut Detector,
+    block: &'a mut BlockDetect,
+    target: Target,
+) -> (&'a mut Vec<bool>, Option<&'a mut Shadow>) {
+    match target {
+        Target::Global(b) if !det.may_write.get(b).copied().unwrap_or(true) => {
+            (&mut det.init[b], None)
+        }
+        Target::Global(b) => (&mut det.init[b], Some(&mut det.shadow[b])),
+        Target::Smem(s) => (&mut block.smem_init[s], Some(&mut block.smem_shadow[s])),
+        Target::Local(id) => (&mut block.local_init[id], None),
+    }
+}
+
+/// Where [`BlockState::detect_runs`] stopped.
+enum RunStopAt {
+    /// `lane`'s access of element `addr` races with `first`.
+    Race { lane: usize, addr: u64, first: Rec },
+    /// `lane` reads element `addr`, which no one wrote.
+    Uninitialized { lane: usize, addr: u64 },
+    /// The histories passed the memory budget.
+    Limit(RunError),
 }
 
 /// Elements whose later reads in one load are settled

@@ -63,7 +63,7 @@ pub(crate) struct CompiledAccess {
 
 /// A 16-bit float format (docs/design.md, "Types"): registers hold its bits in
 /// the low half of a word, the high half zero; memory holds 2 bytes an element.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Half {
     F16,
     BF16,
@@ -88,7 +88,7 @@ impl Half {
 
 /// An f32 arithmetic operation; on a 16-bit type it runs on the exact widened
 /// values and rounds once (`numerics`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum FloatBin {
     Add,
     Sub,
@@ -101,7 +101,7 @@ pub(crate) enum FloatBin {
 }
 
 /// A float comparison (on the values: NaN compares unordered, `-0 == 0`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum FloatCmp {
     Eq,
     Ne,
@@ -110,7 +110,7 @@ pub(crate) enum FloatCmp {
 }
 
 /// A float function of one operand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum FloatUn {
     Neg,
     Abs,
@@ -125,7 +125,7 @@ pub(crate) enum FloatUn {
     Tanh,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum BinKind {
     IAdd,
     ISub,
@@ -160,7 +160,7 @@ pub(crate) enum BinKind {
     HalfCmp(FloatCmp, Half),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum UnKind {
     Copy,
     /// Bitcast to a 16-bit float: the low half of the word.

@@ -147,7 +147,7 @@ pub(super) fn array<const N: usize>(regs: Vec<Reg>) -> [Reg; N] {
 
 /// A pure operation of registers: the same key, the same value, as long as
 /// neither operand changes.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Pure {
     Bin(BinKind, Reg, Reg),
     Un(UnKind, Reg),
@@ -176,11 +176,11 @@ pub(super) struct Computed {
 
 /// The variables a loop assigns (`None` for an `if` or the kernel's body)
 /// and what was computed in the construct.
-type Scope = (Option<Vec<Reg>>, Vec<(Pure, Reg)>);
+type Scope = (Option<Vec<Reg>>, HashMap<Pure, Reg>);
 
 impl Computed {
     pub(super) fn enter(&mut self, loop_changes: Option<Vec<Reg>>) {
-        self.scopes.push((loop_changes, vec![]));
+        self.scopes.push((loop_changes, HashMap::new()));
     }
 
     pub(super) fn leave(&mut self) {
@@ -190,9 +190,10 @@ impl Computed {
     pub(super) fn find(&self, key: &Pure) -> Option<Reg> {
         let mut hidden: Vec<Reg> = vec![];
         for (changes, computed) in self.scopes.iter().rev() {
-            let visible = |k: &Pure| !hidden.iter().any(|&r| k.reads(r));
-            if let Some(&(_, reg)) = computed.iter().find(|(k, _)| k == key && visible(k)) {
-                return Some(reg);
+            if let Some(&reg) = computed.get(key) {
+                if !hidden.iter().any(|&r| key.reads(r)) {
+                    return Some(reg);
+                }
             }
             if let Some(changes) = changes {
                 hidden.extend(changes);
@@ -203,24 +204,24 @@ impl Computed {
 
     pub(super) fn record(&mut self, key: Pure, reg: Reg) {
         if self.scopes.is_empty() {
-            self.scopes.push((None, vec![]));
+            self.scopes.push((None, HashMap::new()));
         }
         if let Some((_, computed)) = self.scopes.last_mut() {
-            computed.push((key, reg));
+            computed.insert(key, reg);
         }
     }
 
     /// `reg` (a variable) was assigned: what read it is out of date.
     pub(super) fn changed(&mut self, reg: Reg) {
         for (_, computed) in &mut self.scopes {
-            computed.retain(|(k, _)| !k.reads(reg));
+            computed.retain(|k, _| !k.reads(reg));
         }
     }
 
     /// `reg` no longer holds what it computed.
     pub(super) fn forget(&mut self, reg: Reg) {
         for (_, computed) in &mut self.scopes {
-            computed.retain(|&(k, r)| r != reg && !k.reads(reg));
+            computed.retain(|k, r| *r != reg && !k.reads(reg));
         }
     }
 }

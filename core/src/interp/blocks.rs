@@ -299,8 +299,10 @@ fn run_sequential_from(
         limits,
         ticks: 0,
     };
-    let mut pools: Vec<Vec<BlockState>> = codes.iter().map(|_| vec![]).collect();
-    let mut live: BTreeMap<u32, BlockState> = BTreeMap::new();
+    // Boxed: the map shifts its entries on every insert and removal, and a
+    // block's state is large (a retried `wait` costs one of each).
+    let mut pools: Vec<Vec<Box<BlockState>>> = codes.iter().map(|_| vec![]).collect();
+    let mut live: BTreeMap<u32, Box<BlockState>> = BTreeMap::new();
     let mut ready: VecDeque<u32> = VecDeque::new();
     let mut waiting: Vec<(u32, Status)> = vec![];
     let mut next_start = start;
@@ -345,7 +347,7 @@ fn run_sequential_from(
             None => {
                 let mut st = match pools[p].pop() {
                     Some(st) => st,
-                    None => new_block_state(limits, code, detecting)?,
+                    None => Box::new(new_block_state(limits, code, detecting)?),
                 };
                 st.reset(code, task, block);
                 st

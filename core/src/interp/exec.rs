@@ -255,6 +255,8 @@ struct WarpSegment {
     merged: Option<(Vec<bool>, Vec<Vec<bool>>)>,
     /// Where the first warp arrived; the others must arrive at the same operation.
     arrival_pc: usize,
+    /// The lanes of the warp running now (`None` before the first).
+    current: Option<std::ops::Range<usize>>,
 }
 
 /// Detection state local to a block.
@@ -287,6 +289,8 @@ pub(crate) struct BlockState {
     warp: Option<WarpSegment>,
     /// The wait this block yielded on, if any (for the co-residency report).
     blocked: bool,
+    /// The semaphore element of that wait as reports write it.
+    wait_label: Option<String>,
     /// One folded element index per lane of the access being run
     /// (`memory::fold_indices`).
     flat: Vec<u32>,
@@ -373,6 +377,7 @@ impl BlockState {
             clock: Clock::default(),
             warp: None,
             blocked: false,
+            wait_label: None,
             flat: vec![0; t],
         }
     }
@@ -434,14 +439,24 @@ impl BlockState {
         self.stack.push((saved, self.span));
     }
 
-    fn begin_segment(&mut self, rng: &mut Rng) {
+    /// Starts warp-group execution of the segment at `pc`: the warps run it
+    /// one after the other in a shuffled order.
+    fn begin_segment(&mut self, code: &ProgramCode, rng: &mut Rng) {
         let t = self.mask.len();
         let warps = t.div_ceil(32);
         if warps <= 1 {
             return;
         }
         let mut order: Vec<usize> = (0..warps).collect();
+        // Drawn even when the segment is empty: a seeded schedule's later
+        // draws must not depend on which segments are empty.
         rng.shuffle(&mut order);
+        if code.code.get(self.pc).is_some_and(Instr::is_boundary) {
+            // Every warp would arrive at once with its part of the masks, and
+            // their union is the masks as they are (e.g. a block that starts
+            // with a `wait` and is retried while the semaphore is short).
+            return;
+        }
         let seg = WarpSegment {
             start_pc: self.pc,
             mask: self.mask.clone(),
@@ -450,12 +465,18 @@ impl BlockState {
             next: 0,
             merged: None,
             arrival_pc: 0,
+            current: None,
         };
         self.warp = Some(seg);
         self.next_warp();
     }
 
     /// Switches to the next warp of the segment; false when none is left.
+    ///
+    /// While a warp runs, its masks only narrow (branches, loop exits and
+    /// pops of masks it pushed), so only its own lanes can be set: switching
+    /// clears those lanes and copies the next warp's, instead of rewriting
+    /// every lane of every mask.
     fn next_warp(&mut self) -> bool {
         let Some(seg) = self.warp.as_mut() else {
             return false;
@@ -464,23 +485,42 @@ impl BlockState {
             return false;
         };
         seg.next += 1;
-        let lanes = w * 32..(w * 32 + 32).min(self.mask.len());
-        let restrict = |dst: &mut Vec<bool>, src: &[bool]| {
-            for (l, (d, s)) in dst.iter_mut().zip(src).enumerate() {
-                *d = *s && lanes.contains(&l);
+        let t = self.mask.len();
+        let lanes = w * 32..(w * 32 + 32).min(t);
+        // The lanes that may be set now: all of them before the first warp.
+        let dirty = seg.current.replace(lanes.clone()).unwrap_or(0..t);
+        while self.stack.len() > seg.stack.len() {
+            if let Some((m, _)) = self.stack.pop() {
+                self.spare_masks.push(m);
             }
+        }
+        while self.stack.len() < seg.stack.len() {
+            let mut m = self.spare_masks.pop().unwrap_or_default();
+            m.clear();
+            m.resize(t, false);
+            self.stack.push((m, None));
+        }
+        let masks = std::iter::once((&mut self.mask, &seg.mask))
+            .chain(self.stack.iter_mut().map(|(m, _)| m).zip(&seg.stack));
+        for (dst, src) in masks {
+            debug_assert!(
+                dst.iter()
+                    .enumerate()
+                    .all(|(l, &on)| !on || dirty.contains(&l)),
+                "a warp's mask has a lane outside the warp set"
+            );
+            dst[dirty.clone()].fill(false);
+            dst[lanes.clone()].copy_from_slice(&src[lanes.clone()]);
+        }
+        let span_in = |m: &[bool]| match span_of(&m[lanes.clone()]) {
+            Some((lo, hi)) if lo < hi => Some((lanes.start + lo, lanes.start + hi)),
+            other => other,
         };
-        restrict(&mut self.mask, &seg.mask);
-        self.stack.truncate(seg.stack.len());
-        for (i, src) in seg.stack.iter().enumerate() {
-            if i >= self.stack.len() {
-                self.stack.push((vec![false; src.len()], None));
-            }
-            restrict(&mut self.stack[i].0, src);
-            self.stack[i].1 = None;
+        for (m, span) in &mut self.stack {
+            *span = span_in(m);
         }
         self.pc = seg.start_pc;
-        self.refresh_mask();
+        self.set_span(span_in(&self.mask));
         true
     }
 
@@ -511,13 +551,18 @@ impl BlockState {
                         code.kernel
                     )));
                 }
-                for (d, s) in mask.iter_mut().zip(&self.mask) {
-                    *d |= *s;
-                }
-                for (d, (s, _)) in stack.iter_mut().zip(&self.stack) {
-                    for (x, y) in d.iter_mut().zip(s) {
+                // Only the arriving warp's lanes can be set (`next_warp`).
+                let Some(lanes) = seg.current.clone() else {
+                    return Err(corrupt(code));
+                };
+                let or_in = |d: &mut [bool], s: &[bool]| {
+                    for (x, y) in d[lanes.clone()].iter_mut().zip(&s[lanes.clone()]) {
                         *x |= *y;
                     }
+                };
+                or_in(mask, &self.mask);
+                for (d, (s, _)) in stack.iter_mut().zip(&self.stack) {
+                    or_in(d, s);
                 }
             }
         }
@@ -542,7 +587,7 @@ impl BlockState {
         if self.pc == 0 && self.warp.is_none() {
             if let Some(alt) = env.alt.as_deref_mut() {
                 if alt.warps {
-                    self.begin_segment(&mut alt.rng);
+                    self.begin_segment(code, &mut alt.rng);
                 }
             }
         }
@@ -865,18 +910,18 @@ impl BlockState {
                 // No thread is here when all left a loop through a
                 // (block-uniform) `break` or `continue`: nothing to order.
                 Instr::Barrier if self.no_lanes() => {
-                    self.after_boundary(env);
+                    self.after_boundary(code, env);
                     continue;
                 }
                 Instr::Barrier => {
                     self.epoch += 1;
-                    self.after_boundary(env);
+                    self.after_boundary(code, env);
                     continue;
                 }
                 // Like `Barrier` (the barrier it implies); no thread is here
                 // when all left a loop: nothing to compute.
                 Instr::BlockCollective { .. } if self.no_lanes() => {
-                    self.after_boundary(env);
+                    self.after_boundary(code, env);
                     continue;
                 }
                 Instr::BlockCollective {
@@ -910,7 +955,7 @@ impl BlockState {
                     };
                     self.regs[*dst].fill(result);
                     self.epoch += 1;
-                    self.after_boundary(env);
+                    self.after_boundary(code, env);
                     continue;
                 }
                 Instr::Sem {
@@ -920,7 +965,7 @@ impl BlockState {
                     unsigned,
                 } => {
                     let Some(lane) = self.mask.iter().position(|&m| m) else {
-                        self.after_boundary(env);
+                        self.after_boundary(code, env);
                         continue;
                     };
                     let (buf, addr) = self.sem_address(code, acc, lane)?;
@@ -963,12 +1008,23 @@ impl BlockState {
                             let value = loop {
                                 let value = word.load(Relaxed) as i32;
                                 if value < n {
+                                    // A block retried on a short semaphore has
+                                    // run nothing since its last try: the
+                                    // element is the one it named then.
+                                    let name = match &self.wait_label {
+                                        Some(name) if self.blocked => name.clone(),
+                                        _ => {
+                                            let name = self.element_label(acc, lane);
+                                            self.wait_label = Some(name.clone());
+                                            name
+                                        }
+                                    };
                                     self.blocked = true;
                                     return Ok(Status::Blocked {
                                         buf,
                                         addr,
                                         amount: n,
-                                        name: self.element_label(acc, lane),
+                                        name,
                                     });
                                 }
                                 let taken = value.wrapping_sub(n) as u32;
@@ -1007,7 +1063,7 @@ impl BlockState {
                             self.epoch += 1;
                         }
                     }
-                    self.after_boundary(env);
+                    self.after_boundary(code, env);
                     if preempt_here(env) {
                         return Ok(Status::Yielded);
                     }
@@ -1018,7 +1074,7 @@ impl BlockState {
                     let (buf, addr) = self.sem_address(code, acc, lane)?;
                     let v = env.bufs[buf].load(addr as usize);
                     self.regs[*dst].fill(v);
-                    self.after_boundary(env);
+                    self.after_boundary(code, env);
                     if preempt_here(env) {
                         return Ok(Status::Yielded);
                     }
@@ -1078,11 +1134,11 @@ impl BlockState {
     }
 
     /// Steps past a block-collective instruction; in warp mode starts the next segment.
-    fn after_boundary(&mut self, env: &mut Env) {
+    fn after_boundary(&mut self, code: &ProgramCode, env: &mut Env) {
         self.pc += 1;
         if let Some(alt) = env.alt.as_deref_mut() {
             if alt.warps {
-                self.begin_segment(&mut alt.rng);
+                self.begin_segment(code, &mut alt.rng);
             }
         }
     }

@@ -89,12 +89,13 @@ fn generated_inputs_past_the_memory_limit_are_refused_up_front() {
         &["run", small.to_str().unwrap(), "--memory-limit", "1000"],
         "error: the inputs of call 0 (map `axpb`): 1024 bytes, more than the memory limit of 1000 bytes; raise it with --memory-limit BYTES\n",
     );
-    // One budget for the run: the generated input (1 KiB) and the
-    // interpreter's buffers (x and y: 2 KiB) together pass 2 KiB, which
+    // One budget for the run: the generated input (1 KiB), the
+    // interpreter's buffer for y (1 KiB; x, which no program writes, is
+    // read where it lies) and a block's state together pass 2 KiB, which
     // each fits alone (before, each was checked alone and the run passed).
     assert_fails(
         &["run", small.to_str().unwrap(), "--memory-limit", "2K"],
-        "error: call 0 (map `axpb`) failed: the interpreter needs 3072 bytes for the call's buffers (512 words), 2048 bytes beside the 1024 bytes the run already holds, more than its memory limit of 2048 bytes; raise it with --memory-limit BYTES\n",
+        "error: call 0 (map `axpb`) failed: the interpreter needs 4608 bytes for the state of a block of program 0 (`axpb`: registers, locals, smem), 2560 bytes beside the 2048 bytes the run already holds, more than its memory limit of 2048 bytes; raise it with --memory-limit BYTES\n",
     );
     let output = mpmd(&["run", small.to_str().unwrap(), "--memory-limit", "1M"]);
     assert!(output.status.success(), "{}", stderr(&output));

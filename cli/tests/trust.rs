@@ -95,7 +95,7 @@ fn generated_inputs_past_the_memory_limit_are_refused_up_front() {
     // each fits alone (before, each was checked alone and the run passed).
     assert_fails(
         &["run", small.to_str().unwrap(), "--memory-limit", "2K"],
-        "error: call 0 (map `axpb`) failed: the interpreter needs 4608 bytes for the state of a block of program 0 (`axpb`: registers, locals, smem), 2560 bytes beside the 2048 bytes the run already holds, more than its memory limit of 2048 bytes; raise it with --memory-limit BYTES\n",
+        "error: call 0 (map `axpb`) failed: the interpreter needs 4608 bytes for the state of a block of program 0 (`axpb`: registers, locals, smem) (2560 bytes) and the 2048 bytes the run already holds, more than its memory limit of 2048 bytes; raise it with --memory-limit BYTES\n",
     );
     let output = mpmd(&["run", small.to_str().unwrap(), "--memory-limit", "1M"]);
     assert!(output.status.success(), "{}", stderr(&output));

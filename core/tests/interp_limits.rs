@@ -67,7 +67,7 @@ fn inputs_and_the_call_share_one_budget() {
         } => {
             assert_eq!((*needed, *limit), (8 << 10, 6 << 10), "{err}");
             assert!(
-                what.contains("beside the 4096 bytes the run already holds"),
+                what.contains("and the 4096 bytes the run already holds"),
                 "{err}"
             );
         }

@@ -62,8 +62,10 @@ impl OverBudget {
         let what = if self.in_use == 0 {
             self.what
         } else {
+            // `needed` is the sum: name both parts, so that the figure
+            // after "needs" is not read as this part's alone.
             format!(
-                "{}, {} bytes beside the {} bytes the run already holds",
+                "{} ({} bytes) and the {} bytes the run already holds",
                 self.what, self.bytes, self.in_use
             )
         };

@@ -1,7 +1,7 @@
 //! A call's buffers: binding operands, allocating and filling buffers,
 //! compiling every program, collecting outputs.
 
-use super::compile::{Instr, Target};
+use super::code::changed_buffers;
 use super::*;
 
 /// What a time-limit report says the call was doing while it filled buffers.
@@ -96,23 +96,6 @@ pub(super) fn buffer(
         })
     })?;
     Ok(words)
-}
-
-/// Per buffer of a call whose programs are `codes`: whether any of them may
-/// write it: a store or an atomic ([`written_buffers`]), or a semaphore
-/// operation (a signal adds to the count, a wait takes from it).
-pub(super) fn buffers_written(codes: &[ProgramCode], buffers: usize) -> Vec<bool> {
-    let mut written = written_buffers(codes, buffers);
-    for instr in codes.iter().flat_map(|c| &c.code) {
-        if let Instr::Sem { acc, .. } = instr {
-            if let Target::Global(b) = acc.target {
-                if let Some(w) = written.get_mut(b) {
-                    *w = true;
-                }
-            }
-        }
-    }
-    written
 }
 
 /// Binds operands to buffers and compiles every program.
@@ -268,7 +251,7 @@ pub(super) fn prepare(
             smem,
         )?);
     }
-    let written = buffers_written(&codes, buffers.len());
+    let written = changed_buffers(&codes, buffers.len());
     for (spec, written) in buffers.iter_mut().zip(written) {
         spec.read_only = !written;
     }

@@ -454,15 +454,29 @@ pub(crate) struct ProgramCode {
 /// memory is one of these). Detection keeps no access history for the
 /// others: every race has a write.
 pub(crate) fn written_buffers(codes: &[ProgramCode], buffers: usize) -> Vec<bool> {
-    let mut written = vec![false; buffers];
+    buffers_reached(codes, buffers, false)
+}
+
+/// [`written_buffers`], and also the buffers a semaphore operation changes
+/// (a signal adds to the count, a wait takes from it): every buffer whose
+/// words the call may change. The others are read where they lie.
+pub(crate) fn changed_buffers(codes: &[ProgramCode], buffers: usize) -> Vec<bool> {
+    buffers_reached(codes, buffers, true)
+}
+
+fn buffers_reached(codes: &[ProgramCode], buffers: usize, semaphores: bool) -> Vec<bool> {
+    let mut reached = vec![false; buffers];
     for instr in codes.iter().flat_map(|c| &c.code) {
-        if let Instr::Store { acc, .. } | Instr::Atomic { acc, .. } = instr {
-            if let Target::Global(b) = acc.target {
-                if let Some(w) = written.get_mut(b) {
-                    *w = true;
-                }
+        let acc = match instr {
+            Instr::Store { acc, .. } | Instr::Atomic { acc, .. } => acc,
+            Instr::Sem { acc, .. } if semaphores => acc,
+            _ => continue,
+        };
+        if let Target::Global(b) = acc.target {
+            if let Some(r) = reached.get_mut(b) {
+                *r = true;
             }
         }
     }
-    written
+    reached
 }

@@ -301,7 +301,7 @@ struct BufferSpec {
     /// Host shape: the owner's block axes, then the ref's shape.
     shape: Vec<u32>,
     init: Init,
-    /// No program of the call writes the buffer ([`buffers::buffers_written`]).
+    /// No program of the call writes the buffer ([`code::changed_buffers`]).
     read_only: bool,
 }
 

@@ -24,6 +24,30 @@ pub(super) fn host_cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// Runs `work` on each of `parts`, the first on the calling thread (one
+/// thread fewer to start) and each other on a thread of its own; the
+/// results in the parts' order (a panicked thread gives `panicked`'s error).
+pub(super) fn on_host_threads<P: Send, T: Send>(
+    parts: impl IntoIterator<Item = P>,
+    work: impl Fn(P) -> Result<T, RunError> + Sync,
+    panicked: &str,
+) -> Vec<Result<T, RunError>> {
+    let work = &work;
+    std::thread::scope(|s| {
+        let mut parts = parts.into_iter();
+        let first = parts.next();
+        let handles: Vec<_> = parts.map(|p| s.spawn(move || work(p))).collect();
+        first
+            .map(work)
+            .into_iter()
+            .chain(handles.into_iter().map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(RunError::Backend(panicked.into())))
+            }))
+            .collect()
+    })
+}
+
 /// Lanes (blocks times threads) of an independent map below which its
 /// blocks run on the calling thread: starting worker threads costs more
 /// than running them (a map of a few blocks takes microseconds).
@@ -83,23 +107,11 @@ fn run_parallel_tasks(
     }
     let start = tasks.start;
     let range = |w: u64| start + count * w / workers..start + count * (w + 1) / workers;
-    let results: Vec<Result<Ran, RunError>> = std::thread::scope(|s| {
-        // The calling thread runs the first range: one thread fewer to start.
-        let handles: Vec<_> = (1..workers)
-            .map(|w| {
-                let range = range(w);
-                s.spawn(move || run_blocks(codes, bufs, limits, offsets, range))
-            })
-            .collect();
-        let first = run_blocks(codes, bufs, limits, offsets, range(0));
-        std::iter::once(first)
-            .chain(handles.into_iter().map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(RunError::Backend("interpreter worker panicked".into()))
-                })
-            }))
-            .collect()
-    });
+    let results = on_host_threads(
+        (0..workers).map(range),
+        |range| run_blocks(codes, bufs, limits, offsets, range),
+        "interpreter worker panicked",
+    );
     // A wait not met decides first: the caller runs the call again one
     // block at a time, which reports what that schedule meets.
     if results.iter().any(|r| matches!(r, Ok(Ran::Waited))) {

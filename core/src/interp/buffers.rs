@@ -77,24 +77,13 @@ pub(super) fn buffer(
         }
         Ok(())
     };
-    std::thread::scope(|s| {
-        let mut parts = words.chunks_mut(per_worker).enumerate();
-        let first = parts.next();
-        let handles: Vec<_> = parts
-            .map(|(w, part)| {
-                let fill_part = &fill_part;
-                s.spawn(move || fill_part(w, part))
-            })
-            .collect();
-        // The calling thread fills the first part: one thread fewer to start.
-        let filled = first.map_or(Ok(()), |(w, part)| fill_part(w, part));
-        handles.into_iter().fold(filled, |result, h| {
-            let joined = h
-                .join()
-                .unwrap_or_else(|_| Err(RunError::Backend("buffer fill panicked".into())));
-            result.and(joined)
-        })
-    })?;
+    on_host_threads(
+        words.chunks_mut(per_worker).enumerate(),
+        |(w, part)| fill_part(w, part),
+        "buffer fill panicked",
+    )
+    .into_iter()
+    .collect::<Result<(), RunError>>()?;
     Ok(words)
 }
 
